@@ -1,0 +1,3 @@
+from ropecli.cli import main
+
+main()

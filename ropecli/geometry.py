@@ -1,0 +1,76 @@
+"""RoPE geometry of one attention head: inverse frequencies, wavelengths, turns.
+
+Convention (ROPE_NOTES.md): pairs are m = 1 … d/2, the original inverse frequency of pair m is
+theta_m = base^(-2(m-1)/d) and every static scaling method divides it by a per-pair factor
+Lambda_m >= 1. transformers indexes the same pairs from 0 (i = m - 1).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ropecli.errors import RopeCliError
+
+TWO_PI = 2.0 * math.pi
+
+
+@dataclass(frozen=True)
+class Geometry:
+    head_dim: int  # rotary dimension d (head_dim * partial_rotary_factor); d/2 frequency pairs
+    base: float  # rope_theta; beta = base^(2/d)
+    train_len: int  # L: the context the model was trained at
+    factor: float  # k: extension factor (target length / L unless given)
+
+    def __post_init__(self) -> None:
+        validate_geometry(self.head_dim, self.base, self.train_len, self.factor)
+
+    @property
+    def n_pairs(self) -> int:
+        return self.head_dim // 2
+
+    @property
+    def beta(self) -> float:
+        return self.base ** (2.0 / self.head_dim)
+
+    @property
+    def target_len(self) -> int:
+        return int(round(self.factor * self.train_len))
+
+    def pair_index(self) -> np.ndarray:
+        """m = 1 … d/2, shape (d/2,)."""
+        return np.arange(1, self.n_pairs + 1, dtype=np.float64)
+
+    def inv_freq(self) -> np.ndarray:
+        """theta_m = base^(-2(m-1)/d), float64, shape (d/2,)."""
+        exponent = np.arange(0, self.head_dim, 2, dtype=np.float64) / self.head_dim
+        return 1.0 / self.base**exponent
+
+
+def validate_geometry(head_dim: int, base: float, train_len: int, factor: float) -> None:
+    if head_dim <= 0 or head_dim % 2:
+        raise RopeCliError(f"head dim d={head_dim} must be a positive even number (rotary dims come in pairs); pass e.g. --d 128")
+    if not base > 1:
+        raise RopeCliError(f"base={base} must be greater than 1 (LLaMA uses 10000); pass e.g. --base 10000")
+    if train_len <= 0:
+        raise RopeCliError(f"training length L={train_len} must be positive; pass e.g. --train-len 4096")
+    if not (factor >= 1) or not math.isfinite(factor):
+        raise RopeCliError(f"factor k={factor} must be a finite number >= 1 (k = target length / training length); pass e.g. --k 8")
+
+
+def wavelength(inv_freq: np.ndarray) -> np.ndarray:
+    """Tokens per full turn, 2*pi / theta."""
+    return TWO_PI / inv_freq
+
+
+def turns(inv_freq: np.ndarray, length: float) -> np.ndarray:
+    """Full turns a pair completes over `length` positions: length * theta / (2*pi)."""
+    return length * inv_freq / TWO_PI
+
+
+def critical_pair(geom: Geometry) -> int | None:
+    """First pair m (1-based) that never completes a full turn within L; None if every pair does."""
+    never = np.nonzero(turns(geom.inv_freq(), geom.train_len) < 1.0)[0]
+    return int(never[0]) + 1 if never.size else None

@@ -1,0 +1,110 @@
+"""Matplotlib figures (Agg backend, PNG/SVG/PDF by the file's suffix). Imported only by plot commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from ropecli.errors import RopeCliError  # noqa: E402
+
+SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def check_out(path: str) -> Path:
+    p = Path(path)
+    if p.suffix.lower() not in SUFFIXES:
+        raise RopeCliError(f"--out {path}: the file must end in {', '.join(SUFFIXES)}; e.g. --out freqs.png")
+    if not p.parent.exists():
+        raise RopeCliError(f"--out {path}: folder '{p.parent}' does not exist; create it or write elsewhere")
+    return p
+
+
+def save(fig, path: str) -> Path:
+    p = check_out(path)
+    fig.tight_layout()
+    fig.savefig(p, dpi=150)
+    plt.close(fig)
+    return p
+
+
+def plot_wavelengths(geom, schedules: Sequence, path: str) -> Path:
+    """Wavelength per pair on a log axis, before and after each schedule, with the L and k*L lines."""
+    fig, ax = plt.subplots(figsize=(8, 5))
+    m = geom.pair_index()
+    ax.plot(m, 2 * np.pi / geom.inv_freq(), color="black", lw=2, label="original")
+    for s in schedules:
+        ax.plot(m, 2 * np.pi / s.scaled_inv_freq(geom), lw=1.6, label=s.label())
+    ax.axhline(geom.train_len, color="tab:red", ls="--", lw=1, label=f"L = {geom.train_len}")
+    ax.axhline(geom.target_len, color="tab:purple", ls=":", lw=1.2, label=f"k·L = {geom.target_len}")
+    ax.set_yscale("log")
+    ax.set_xlabel("frequency pair m (1 = fastest)")
+    ax.set_ylabel("wavelength (tokens per full turn, log scale)")
+    ax.set_title(f"RoPE wavelengths: d={geom.head_dim}, base={geom.base:g}, k={geom.factor:g}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="upper left")
+    return save(fig, path)
+
+
+def plot_factors(geom, schedules: Sequence, path: str) -> Path:
+    """Lambda_m curves (log axis) and the radix multipliers lambda_m, one line per schedule."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
+    m = geom.pair_index()
+    for s in schedules:
+        left.plot(m, s.factors, lw=1.6, label=s.label())
+        right.plot(m, s.lambdas, lw=1.6, label=s.label())
+    left.axhline(geom.factor, color="gray", ls="--", lw=1, label=f"k = {geom.factor:g}")
+    left.set_yscale("log")
+    left.set_xlabel("frequency pair m")
+    left.set_ylabel("factor Λ_m (θ'_m = θ_m / Λ_m, log scale)")
+    left.set_title("Per-pair factor Λ_m")
+    right.set_xlabel("frequency pair m")
+    right.set_ylabel("radix multiplier λ_m = Λ_m / Λ_{m-1}")
+    right.set_title("Mixed-base radix multiplier λ_m")
+    for ax in (left, right):
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"Schedules: d={geom.head_dim}, base={geom.base:g}, L={geom.train_len}, k={geom.factor:g}")
+    return save(fig, path)
+
+
+def plot_ppl_vs_length(results: list[dict], path: str, title: str) -> Path:
+    """PPL vs evaluation length, one curve per method (log-log), error bars from the document spread."""
+    fig, ax = plt.subplots(figsize=(8, 5))
+    by_method: dict[str, list[dict]] = {}
+    for r in results:
+        by_method.setdefault(r["label"], []).append(r)
+    for label, rows in by_method.items():
+        rows = sorted(rows, key=lambda r: r["len"])
+        ax.errorbar([r["len"] for r in rows], [r["ppl"] for r in rows], yerr=[r.get("ppl_err") or 0 for r in rows],
+                    marker="o", capsize=3, label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("evaluation length (tokens)")
+    ax.set_ylabel("perplexity (log scale)")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    return save(fig, path)
+
+
+def plot_search(evaluations: list[dict], references: list[dict], best_b: float, path: str, title: str) -> Path:
+    """Objective (mean log-PPL) vs b with the evaluated points, and the reference methods as lines."""
+    fig, ax = plt.subplots(figsize=(8, 5))
+    pts = sorted(evaluations, key=lambda e: e["b"])
+    ax.plot([e["b"] for e in pts], [e["objective"] for e in pts], "o-", color="tab:blue", label="evaluated b")
+    ax.axvline(best_b, color="tab:green", ls="--", lw=1, label=f"best b = {best_b:.3f}")
+    colors = ["tab:red", "tab:orange", "tab:purple", "tab:brown", "tab:gray"]
+    for ref, c in zip(references, colors):
+        ax.axhline(ref["objective"], color=c, ls=":", lw=1.2, label=f"{ref['label']}: {ref['objective']:.4f}")
+    ax.set_xlabel("mixed exponent b (0 = PI, 1 = NTK-fixed)")
+    ax.set_ylabel("objective: mean log-perplexity over lengths")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return save(fig, path)
