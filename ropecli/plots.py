@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Sequence
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -44,7 +45,7 @@ def plot_wavelengths(geom, schedules: Sequence, path: str) -> Path:
     ax.axhline(geom.target_len, color="tab:purple", ls=":", lw=1.2, label=f"k·L = {geom.target_len}")
     ax.set_yscale("log")
     ax.set_xlabel("frequency pair m (1 = fastest)")
-    ax.set_ylabel("wavelength (tokens per full turn, log scale)")
+    ax.set_ylabel("wavelength (tokens per full turn, log₂ scale)")
     ax.set_title(f"RoPE wavelengths: d={geom.head_dim}, base={geom.base:g}, k={geom.factor:g}")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="upper left")
@@ -59,14 +60,17 @@ def plot_factors(geom, schedules: Sequence, path: str) -> Path:
         left.plot(m, s.factors, lw=1.6, label=s.label())
         right.plot(m, s.lambdas, lw=1.6, label=s.label())
     left.axhline(geom.factor, color="gray", ls="--", lw=1, label=f"k = {geom.factor:g}")
-    left.set_yscale("log")
+    left.set_yscale("log", base=2)
     left.set_xlabel("frequency pair m")
-    left.set_ylabel("factor Λ_m (θ'_m = θ_m / Λ_m, log scale)")
+    left.set_ylabel("factor Λ_m (θ'_m = θ_m / Λ_m, log₂ scale)")
     left.set_title("Per-pair factor Λ_m")
     right.set_xlabel("frequency pair m")
     right.set_ylabel("radix multiplier λ_m = Λ_m / Λ_{m-1}")
     right.set_title("Mixed-base radix multiplier λ_m")
+    right.set_yscale("log", base=2)
     for ax in (left, right):
+        ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(f"Schedules: d={geom.head_dim}, base={geom.base:g}, L={geom.train_len}, k={geom.factor:g}")
@@ -86,7 +90,7 @@ def plot_ppl_vs_length(results: list[dict], path: str, title: str) -> Path:
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("evaluation length (tokens)")
-    ax.set_ylabel("perplexity (log scale)")
+    ax.set_ylabel("perplexity (log₂ scale)")
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)

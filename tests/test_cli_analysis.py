@@ -1,0 +1,159 @@
+"""Every analytical command and every bad-input case, in-process through Typer's CliRunner."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from ropecli.cli import app
+from ropecli.geometry import Geometry
+from ropecli.schedules import compute_schedule
+
+runner = CliRunner()
+
+
+def run(*args):
+    return runner.invoke(app, list(args))
+
+
+def test_version_and_help():
+    r = run("--version")
+    assert r.exit_code == 0 and r.output.startswith("ropecli ")
+    for cmd in ["freqs", "digits", "schedule", "methods", "plot"]:
+        r = run(cmd, "--help")
+        assert r.exit_code == 0, r.output
+        if cmd != "plot":
+            assert "Example" in r.output
+
+
+def test_freqs_json_keys_and_values():
+    r = run("freqs", "--d", "128", "--k", "8", "--method", "mixed", "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    for key in ["method", "head_dim", "base", "factor", "train_len", "attention_factor", "pairs", "critical_pair"]:
+        assert key in data
+    assert data["method"] == "mixed" and data["head_dim"] == 128 and data["factor"] == 8.0
+    assert len(data["pairs"]) == 64
+    geom = Geometry(128, 10000.0, 4096, 8.0)
+    expected = compute_schedule("mixed", geom, b=0.625)
+    p = data["pairs"][10]
+    for key in ["m", "inv_freq", "factor", "scaled_inv_freq", "wavelength", "scaled_wavelength"]:
+        assert key in p
+    assert p["m"] == 11
+    assert p["factor"] == pytest.approx(expected.factors[10])
+    assert p["scaled_inv_freq"] == pytest.approx(p["inv_freq"] / p["factor"])
+    assert p["scaled_wavelength"] == pytest.approx(2 * np.pi / p["scaled_inv_freq"])
+    assert data["pairs"][-1]["status"] == "interpolated"
+
+
+def test_freqs_table_names_critical_pair():
+    r = run("freqs", "--d", "128", "--k", "8", "--method", "pi")
+    assert r.exit_code == 0, r.output
+    assert "Critical pair: m=47" in r.output
+    assert "64 interpolated" in r.output
+
+
+def test_freqs_target_len_sets_k():
+    data = json.loads(run("freqs", "--d", "64", "--train-len", "2048", "--target-len", "8192", "--method", "pi", "--json").output)
+    assert data["factor"] == 4.0 and data["pairs"][0]["factor"] == 4.0
+
+
+def test_freqs_none_extrapolates():
+    data = json.loads(run("freqs", "--d", "64", "--k", "4", "--method", "none", "--json").output)
+    assert {p["status"] for p in data["pairs"]} == {"extrapolated"}
+    assert not all(p["in_range"] for p in data["pairs"])
+
+
+def test_digits_rope_mode():
+    r = run("digits", "--n", "759", "--d", "16", "--k", "8", "--method", "mixed", "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    beta = 10000 ** (2 / 16)
+    p = data["pairs"][2]  # m = 3
+    assert p["digit"] == pytest.approx(np.floor(759 / beta**2) % beta)
+    assert p["turn_fraction"] == pytest.approx((759 / beta**2 / (2 * np.pi)) % 1)
+    assert run("digits", "--n", "759", "--d", "16").exit_code == 0
+
+
+def test_digits_integer_illustration_of_seed_002():
+    data = json.loads(run("digits", "--n", "1749", "--radix", "10", "--width", "3", "--k", "2", "--also-radix", "16", "--json").output)
+    by_radix = {s["radix"]: s for s in data["schemes"] if s["scheme"].startswith("base conversion")}
+    assert by_radix[16]["digits"] == [6, 13, 5]  # seed 002: 1749 -> [6, 13, 5] in hex
+    assert 13 in by_radix and by_radix[13]["fits"]  # ceil(2000^(1/3)) = 13
+    assert data["schemes"][0]["fits"] is False  # radix 10 needs a 4th digit
+
+
+def test_schedule_json_csv_table():
+    r = run("schedule", "--d", "8", "--k", "8", "--method", "pi,mixed", "--b", "0.5", "--json")
+    data = json.loads(r.output)
+    assert [s["label"] for s in data["schedules"]] == ["pi", "mixed(b=0.5)"]
+    assert data["schedules"][1]["factors"][-1] == pytest.approx(8.0)
+    r = run("schedule", "--d", "8", "--method", "mixed", "--b", "0.3", "--b", "0.7", "--csv")
+    lines = r.output.strip().splitlines()
+    assert lines[0] == "m,mixed(b=0.3)_factor,mixed(b=0.3)_lambda,mixed(b=0.7)_factor,mixed(b=0.7)_lambda"
+    assert len(lines) == 5
+    r = run("schedule", "--d", "8", "--method", "yarn,llama3")
+    assert r.exit_code == 0 and "attention factor" in r.output
+
+
+def test_schedule_csv_round_trips_through_longrope(tmp_path):
+    csv_file = tmp_path / "f.csv"
+    csv_file.write_text(run("schedule", "--d", "16", "--method", "mixed", "--b", "0.4", "--csv").output)
+    a = json.loads(run("schedule", "--d", "16", "--method", "longrope", "--factors", str(csv_file), "--param", "attention_factor=1", "--json").output)
+    b = json.loads(run("schedule", "--d", "16", "--method", "mixed", "--b", "0.4", "--json").output)
+    np.testing.assert_allclose(a["schedules"][0]["factors"], b["schedules"][0]["factors"], rtol=1e-15)
+
+
+def test_methods_lists_registry():
+    data = json.loads(run("methods", "--json").output)
+    assert {m["method"] for m in data} >= {"none", "pi", "ntk-old", "ntk-aware", "ntk-fixed", "mixed", "dynamic", "yarn", "llama3", "longrope"}
+
+
+@pytest.mark.parametrize("kind", ["png", "svg"])
+def test_plots(tmp_path, kind):
+    out = tmp_path / f"f.{kind}"
+    r = run("plot", "freqs", "--d", "64", "--k", "4", "--method", "pi,mixed", "--out", str(out))
+    assert r.exit_code == 0, r.output
+    assert out.stat().st_size > 5000
+    out2 = tmp_path / f"s.{kind}"
+    r = run("plot", "schedule", "--method", "mixed", "--b", "0", "--b", "0.625", "--b", "1", "--out", str(out2))
+    assert r.exit_code == 0, r.output and out2.stat().st_size > 5000
+
+
+BAD = [
+    (["freqs", "--d", "127"], "even"),
+    (["freqs", "--d", "-4"], "even"),
+    (["freqs", "--k", "0.5"], ">= 1"),
+    (["freqs", "--b", "1.5"], "outside [0, 1]"),
+    (["freqs", "--base", "1"], "greater than 1"),
+    (["freqs", "--method", "magic"], "unknown method 'magic'"),
+    (["freqs", "--method", "longrope"], "needs its parameter 'factors'"),
+    (["freqs", "--method", "pi", "--b", "0.5"], "fits none of the chosen methods"),
+    (["freqs", "--k", "2", "--target-len", "8192"], "pass only one"),
+    (["freqs", "--method", "pi,mixed"], "one method at a time"),
+    (["digits", "--n", "-1"], "negative"),
+    (["digits", "--n", "5", "--radix", "1"], "radix >= 2"),
+    (["schedule", "--method", "longrope", "--factors", "/nonexistent/f.json"], "cannot read factor file"),
+    (["schedule", "--method", "pi,mixed", "--format", "hf"], "one schedule"),
+    (["schedule", "--format", "xml"], "not one of"),
+    (["schedule", "--method", "yarn", "--param", "beta_fast"], "KEY=VALUE"),
+    (["plot", "freqs", "--out", "x.gif"], "must end in"),
+    (["plot", "freqs", "--out", "/nonexistent/dir/x.png"], "does not exist"),
+]
+
+
+@pytest.mark.parametrize("args,fragment", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input_is_one_line(args, fragment):
+    r = run(*args)
+    assert r.exit_code != 0
+    assert fragment in r.output
+    assert "Traceback" not in r.output
+    assert len([ln for ln in r.output.strip().splitlines() if ln.startswith("Error")]) == 1
+
+
+def test_unreadable_factor_file(tmp_path):
+    bad = tmp_path / "f.json"
+    bad.write_text("{not json")
+    r = run("schedule", "--method", "longrope", "--d", "8", "--factors", str(bad))
+    assert r.exit_code == 1 and "not a list of numbers" in r.output
