@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from ropecli import __version__
-from ropecli.commands import analysis, plot
+from ropecli.commands import analysis, evaluate, plot
 
 app = typer.Typer(
     name="ropecli",
@@ -34,6 +34,8 @@ app.command("freqs")(analysis.freqs)
 app.command("digits")(analysis.digits)
 app.command("schedule")(analysis.schedule)
 app.command("methods")(analysis.methods)
+app.command("ppl")(evaluate.ppl)
+app.command("compare")(evaluate.compare)
 app.add_typer(plot.app, name="plot")
 
 

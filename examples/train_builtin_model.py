@@ -1,0 +1,131 @@
+"""Train ropecli's built-in model: a small LLaMA-architecture LM at a short context (256 tokens)
+on Shakespeare's plays minus the held-out ones (`ropecli.corpus.HELD_OUT`), on a CPU, seeded.
+
+It plays the part of the seed's experiment (trained at 512, tested at 4096, k = 8): a real
+model that extends badly without help, small enough to ship (<= 25 MB) and to evaluate in seconds.
+
+    python examples/train_builtin_model.py --minutes 30 --out ropecli/builtin_model
+
+Writes config.json, model.safetensors, tokenizer.json (+ tokenizer_config.json) and
+training_log.json (every logged loss, the held-out validation loss, time, seed) into --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ropecli.corpus import HELD_OUT, held_out_plays, training_plays
+
+SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
+
+
+def train_tokenizer(texts: list[str], vocab_size: int):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS, min_frequency=2,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                                   unk_token="<unk>", model_max_length=1_000_000)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="ropecli/builtin_model")
+    ap.add_argument("--minutes", type=float, default=30.0, help="wall-clock training budget")
+    ap.add_argument("--max-steps", type=int, default=100_000)
+    ap.add_argument("--context", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=24)
+    ap.add_argument("--vocab", type=int, default=4096)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(args.seed)
+    rng = np.random.default_rng(args.seed)
+    train_texts = list(training_plays().values())
+    assert not set(HELD_OUT) & set(training_plays()), "held-out plays must never be trained on"
+    tokenizer = train_tokenizer(train_texts, args.vocab)
+    bos = tokenizer.bos_token_id
+    train_ids = np.concatenate([np.array(tokenizer(t, add_special_tokens=False)["input_ids"], dtype=np.int64) for t in train_texts])
+    val_ids = np.concatenate([np.array(tokenizer(t, add_special_tokens=False)["input_ids"], dtype=np.int64)
+                              for t in list(held_out_plays().values())[:2]])
+    print(f"train tokens {train_ids.size:,}, validation tokens {val_ids.size:,}", flush=True)
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=256, intermediate_size=704, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=4, head_dim=64, max_position_embeddings=args.context, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        tie_word_embeddings=True, bos_token_id=bos, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )
+    model = LlamaForCausalLM(config)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"parameters {n_params:,}", flush=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    body = args.context - 1
+
+    def batch(ids: np.ndarray, n: int) -> torch.Tensor:
+        starts = rng.integers(0, ids.size - body, size=n)
+        rows = [np.concatenate(([bos], ids[s:s + body])) for s in starts]
+        return torch.from_numpy(np.stack(rows))
+
+    budget = args.minutes * 60
+    warmup = 100
+    est_steps = None
+    log = []
+    t0 = time.time()
+    step = 0
+    model.train()
+    while step < args.max_steps:
+        elapsed = time.time() - t0
+        if elapsed > budget:
+            break
+        if step == 20:  # estimate the total steps the budget allows, for the cosine schedule
+            est_steps = int(budget / (elapsed / 20))
+        total = est_steps or args.max_steps
+        lr = args.lr * min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, step / total))))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        x = batch(train_ids, args.batch)
+        loss = model(x, labels=x).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % 25 == 0:
+            log.append({"step": step, "loss": round(loss.item(), 4), "lr": lr, "seconds": round(time.time() - t0, 1)})
+            print(log[-1], flush=True)
+        step += 1
+
+    model.eval()
+    with torch.inference_mode():
+        vx = batch(val_ids, 64)
+        val_loss = float(np.mean([model(vx[i:i + 16], labels=vx[i:i + 16]).loss.item() for i in range(0, 64, 16)]))
+    print(f"held-out validation loss {val_loss:.4f} (ppl {math.exp(val_loss):.2f}) after {step} steps", flush=True)
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    (out / "training_log.json").write_text(json.dumps({
+        "seed": args.seed, "context": args.context, "batch": args.batch, "steps": step, "lr": args.lr,
+        "minutes": round((time.time() - t0) / 60, 2), "parameters": n_params, "train_tokens": int(train_ids.size),
+        "held_out_plays": list(HELD_OUT), "validation_loss_at_context": val_loss, "log": log,
+    }, indent=1))
+    print(f"saved to {out}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""Perplexity of a loaded model under a schedule, at a length: the engine every command runs on.
+
+Protocol (the YaRN repo's, see `ropecli.data` for sampling): `samples` windows of exactly `len`
+tokens, one forward pass each, every prediction scored (or the last `score_last`).
+PPL = exp(total NLL / total scored tokens). `ppl_err` is the standard error from the spread
+across windows: ppl * std(per-window mean NLL) / sqrt(samples) (delta method; null for 1 window).
+The schedule's factor k defaults to max(1, len / L) per length. NaN losses are reported as inf.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ropecli.cache import EvalCache
+from ropecli.data import Windows, load_documents, sample_windows, tokenize_documents
+from ropecli.errors import RopeCliError
+from ropecli.geometry import Geometry
+from ropecli.schedules import Schedule, compute_schedule
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One thing to evaluate: a method with its parameters, optionally a fixed factor, and log-n."""
+    method: str
+    params: tuple = ()  # sorted (name, value) pairs, hashable
+    factor: float | None = None  # None: max(1, len / L)
+    log_n: bool = False
+
+    @property
+    def label(self) -> str:
+        inner = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.params if k != "factors")
+        name = f"{self.method}({inner})" if inner else self.method
+        return name + ("+log-n" if self.log_n else "")
+
+
+@dataclass
+class Evaluator:
+    loaded: Any  # ropecli.model.load.LoadedModel
+    data: list[str] | None = None
+    samples: int = 4
+    seed: int = 0
+    text_field: str = "text"
+    chunk_tokens: int | None = None
+    score_last: int | None = None
+    cache: EvalCache = field(default_factory=EvalCache)
+    data_label: str = ""
+    forward_passes: int = 0  # windows actually run through the model (cache misses)
+    _docs: list = field(default_factory=list, repr=False)
+    _tokens: list = field(default_factory=list, repr=False)
+    _windows: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        self._docs, self.data_label = load_documents(self.data, self.text_field)
+        self._tokens = tokenize_documents(self._docs, self.loaded.tokenizer)
+
+    def windows(self, length: int) -> Windows:
+        if length not in self._windows:
+            self._windows[length] = sample_windows(self._docs, self._tokens, length, self.samples, self.seed,
+                                                   getattr(self.loaded.tokenizer, "bos_token_id", None))
+        return self._windows[length]
+
+    def factor_for(self, spec: Spec, length: int) -> float:
+        return spec.factor if spec.factor is not None else max(1.0, length / self.loaded.train_len)
+
+    def schedule_for(self, spec: Spec, length: int) -> tuple[Geometry, Schedule]:
+        lm = self.loaded
+        geom = Geometry(lm.rotary_dim, lm.base, lm.train_len, self.factor_for(spec, length))
+        return geom, compute_schedule(spec.method, geom, **dict(spec.params))
+
+    def cache_key(self, spec: Spec, length: int) -> dict:
+        geom, sched = self.schedule_for(spec, length)
+        return {
+            "model": self.loaded.fingerprint, "data": self.windows(length).fingerprint(), "len": length,
+            "samples": self.samples, "seed": self.seed, "method": sched.method,
+            "params": {k: (list(map(float, v)) if k == "factors" else v) for k, v in sched.params.items()},
+            "factor": geom.factor, "log_n": spec.log_n, "dtype": self.loaded.dtype, "score_last": self.score_last,
+            "rope_layers": [s.layer_type for s in self.loaded.slots],
+        }
+
+    def evaluate(self, spec: Spec, length: int, on_window: Callable[[], None] | None = None) -> dict:
+        """Result for one (spec, length): from the cache, or computed and cached at once."""
+        key = self.cache_key(spec, length)
+        cached = self.cache.get(key)
+        if cached is not None:
+            if on_window:
+                for _ in range(self.samples):
+                    on_window()
+            return {**cached, "cached": True}
+        result = self._compute(spec, length, on_window)
+        self.cache.put(key, result)
+        return {**result, "cached": False}
+
+    def _compute(self, spec: Spec, length: int, on_window) -> dict:
+        import torch
+
+        from ropecli.model.rotary import add_log_n_hooks, apply_schedule, restore
+        from ropecli.model.scoring import oom_error, out_of_memory, window_nll
+
+        lm = self.loaded
+        geom, sched = self.schedule_for(spec, length)
+        win = self.windows(length)
+        device = next(lm.model.parameters()).device
+        hooks = []
+        per_window: list[tuple[float, int]] = []
+        t0 = time.perf_counter()
+        try:
+            for slot in lm.slots:
+                apply_schedule(slot, sched.factors, sched.attention_factor)
+            if spec.log_n:
+                hooks = add_log_n_hooks(lm.model, lm.train_len, [s.layer_type for s in lm.slots if s.layer_type] or None)
+            for row in win.ids:
+                ids = torch.from_numpy(row).unsqueeze(0).to(device)
+                try:
+                    per_window.append(window_nll(lm.model, ids, self.chunk_tokens, self.score_last))
+                except RuntimeError as exc:
+                    if out_of_memory(exc):
+                        raise oom_error(length) from None
+                    raise
+                self.forward_passes += 1
+                if on_window:
+                    on_window()
+        finally:
+            for h in hooks:
+                h.remove()
+            for slot in lm.slots:
+                restore(slot)
+        return summarize(spec, sched, geom, length, per_window, win, time.perf_counter() - t0)
+
+
+def summarize(spec: Spec, sched: Schedule, geom: Geometry, length: int, per_window: list[tuple[float, int]],
+              win: Windows, seconds: float) -> dict:
+    nll_sum = sum(n for n, _ in per_window)
+    tokens = sum(t for _, t in per_window)
+    means = np.array([n / t for n, t in per_window])
+    nll = nll_sum / tokens
+    if not math.isfinite(nll):
+        nll = math.inf
+    ppl = math.exp(nll) if nll < 700 else math.inf
+    err = None
+    if len(means) > 1 and np.all(np.isfinite(means)) and math.isfinite(ppl):
+        err = ppl * float(np.std(means, ddof=1)) / math.sqrt(len(means))
+    return {
+        "method": sched.method, "label": spec.label, "params": {k: v for k, v in sched.params.items() if k != "factors"},
+        "log_n": spec.log_n, "len": length, "factor": geom.factor, "attention_factor": sched.attention_factor,
+        "ppl": ppl, "nll": nll, "tokens": tokens, "ppl_err": err,
+        "window_nll": [float(m) if math.isfinite(m) else None for m in means], "windows": win.names, "seconds": round(seconds, 3),
+    }
+
+
+def parse_spec(name: str, b: float | None, log_n: bool, factor: float | None, params: dict | None = None,
+               factors=None) -> Spec:
+    """A Spec from CLI pieces; b, params and factors are kept only where the method takes them."""
+    from ropecli.schedules import resolve_method
+
+    method = resolve_method(name)
+    names = {p.name for p in method.params}
+    kv = dict(params or {})
+    if b is not None:
+        kv["b"] = b
+    if factors is not None:
+        kv["factors"] = tuple(float(x) for x in factors)
+    from ropecli.schedules import REQUIRED
+
+    for p in method.params:  # defaults made explicit, so labels and cache keys say what ran
+        if p.name not in kv and p.default is not None and p.default is not REQUIRED:
+            kv[p.name] = p.default
+    kept = tuple(sorted((k, v) for k, v in kv.items() if k in names))
+    return Spec(method.name, kept, factor, log_n)
+
+
+def check_lengths(lengths: list[int]) -> list[int]:
+    if not lengths:
+        raise RopeCliError("no --len given; pass e.g. --len 4096")
+    bad = [n for n in lengths if n < 2]
+    if bad:
+        raise RopeCliError(f"--len {bad[0]} is too short; pass lengths of at least 2 tokens")
+    return sorted(dict.fromkeys(lengths))

@@ -1,0 +1,1 @@
+"""Everything that needs torch and transformers: loading models, patching their RoPE, scoring text."""

@@ -1,0 +1,153 @@
+"""Load a causal LM (hub id, local folder, or GGUF file) and read its RoPE geometry from the config."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ropecli.errors import RopeCliError
+from ropecli.model.rotary import find_rotary_slots, layer_types_of, rope_parameters, select_slots, text_config
+
+BUILTIN = "builtin"
+BUILTIN_DIR = Path(__file__).resolve().parent.parent / "builtin_model"
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    tokenizer: object
+    name: str  # what the user asked for ("builtin", a hub id, a path)
+    slots: list  # the rotary slots ropecli scales (RotarySlot)
+    rotary_dim: int  # d
+    base: float
+    train_len: int  # L
+    dtype: str
+    device: str
+    fingerprint: str  # identifies the weights and config, for the cache key
+    layer_types: list[str]  # all RoPE layer types of the model ([] if one RoPE)
+
+    def describe(self) -> str:
+        scaled = f", scaling layer types {','.join(s.layer_type for s in self.slots)}" if self.layer_types else ""
+        return (f"{self.name}: rotary dim d={self.rotary_dim}, base={self.base:g}, training length L={self.train_len}, "
+                f"{self.dtype} on {self.device}{scaled}")
+
+
+def resolve_dtype(dtype: str, device: str) -> torch.dtype:
+    table = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+             "fp16": torch.float16, "float16": torch.float16}
+    if dtype == "auto":
+        if device.startswith("cuda"):
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    if dtype not in table:
+        raise RopeCliError(f"--dtype {dtype} is not one of auto, bf16, fp16, fp32")
+    return table[dtype]
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RopeCliError(f"--device {device}: CUDA is not available on this machine; use --device cpu")
+    if device != "cpu" and not device.startswith("cuda"):
+        raise RopeCliError(f"--device {device} is not one of auto, cpu, cuda, cuda:N")
+    return device
+
+
+def load_model(name: str | None, *, gguf_file: str | None = None, dtype: str = "auto", device: str = "auto",
+               device_map: str | None = None, attn_implementation: str | None = None, trust_remote_code: bool = False,
+               rotary_dim: int | None = None, base: float | None = None, train_len: int | None = None,
+               rope_layers: str | None = None) -> LoadedModel:
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+    name = name or BUILTIN
+    source = str(BUILTIN_DIR) if name == BUILTIN else name
+    if name == BUILTIN and not (BUILTIN_DIR / "config.json").exists():
+        raise RopeCliError(f"the built-in model is missing from {BUILTIN_DIR}; reinstall ropecli or pass --model")
+    path = Path(source)
+    if gguf_file is None and path.suffix == ".gguf":
+        if not path.is_file():
+            raise RopeCliError(f"--model {name}: no such GGUF file")
+        source, gguf_file = str(path.parent), path.name
+    if gguf_file is not None:
+        try:
+            import gguf  # noqa: F401
+        except ImportError:
+            raise RopeCliError("GGUF files need the 'gguf' package; pip install 'ropecli[gguf]'") from None
+    dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, dev)
+    kwargs = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
+    if gguf_file:
+        kwargs["gguf_file"] = gguf_file
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    if device_map:
+        try:
+            import accelerate  # noqa: F401
+        except ImportError:
+            raise RopeCliError("--device-map needs the 'accelerate' package; pip install accelerate") from None
+        kwargs["device_map"] = device_map
+    local = path.exists() or name == BUILTIN
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, **({"gguf_file": gguf_file} if gguf_file else {}),
+                                                  trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    except OSError as exc:
+        hint = "check the path" if local else "check the hub id, your network and HF_TOKEN (offline: HF_HUB_OFFLINE=1 needs a cached copy)"
+        raise RopeCliError(f"cannot load model '{name}': {str(exc).splitlines()[0]}; {hint}") from None
+    except ValueError as exc:
+        msg = str(exc).splitlines()[0]
+        if "trust_remote_code" in msg:
+            raise RopeCliError(f"model '{name}' needs custom code; rerun with --trust-remote-code if you trust it") from None
+        raise RopeCliError(f"cannot load model '{name}': {msg}") from None
+    if not device_map:
+        model.to(dev)
+    model.eval()
+    slots = find_rotary_slots(model)
+    chosen = select_slots(slots, rope_layers)
+    cfg = text_config(model)
+    d = chosen[0].rotary_dim
+    if rotary_dim is not None and rotary_dim != d:
+        raise RopeCliError(f"--d {rotary_dim} disagrees with the model's rotary dim {d} (inv_freq has {d // 2} entries); leave --d out")
+    rp = rope_parameters(cfg, chosen[0].layer_type)
+    L = train_len or rp.get("original_max_position_embeddings") or getattr(cfg, "original_max_position_embeddings", None) \
+        or getattr(cfg, "max_position_embeddings", None)
+    if not L:
+        raise RopeCliError(f"model '{name}' states no training length; pass --train-len")
+    if base is not None:
+        for s in chosen:
+            s.base = base
+    return LoadedModel(model, tokenizer, name, chosen, d, chosen[0].base, int(L), str(torch_dtype).replace("torch.", ""),
+                       str(next(model.parameters()).device), fingerprint(model), layer_types_of(slots))
+
+
+def fingerprint(model) -> str:
+    """sha256 over the config and a strided sample of every parameter (values, shapes, dtypes).
+
+    Cheap at any size (<= 4096 values per tensor) yet different for different weights."""
+    h = hashlib.sha256(model.config.to_json_string(use_diff=False).encode())
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            flat = p.detach().reshape(-1)
+            step = max(1, flat.numel() // 4096)
+            sample = flat[::step][:4096].to("cpu", torch.float64)
+            h.update(f"{pname}{tuple(p.shape)}{p.dtype}".encode())
+            h.update(sample.numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def builtin_available() -> bool:
+    return (BUILTIN_DIR / "model.safetensors").exists()
+
+
+def hf_offline_default() -> None:
+    """The built-in model and local paths never need the hub; keep transformers from asking it."""
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
