@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from ropecli import __version__
-from ropecli.commands import analysis, evaluate, plot
+from ropecli.commands import analysis, evaluate, plot, search
 
 app = typer.Typer(
     name="ropecli",
@@ -36,6 +36,7 @@ app.command("schedule")(analysis.schedule)
 app.command("methods")(analysis.methods)
 app.command("ppl")(evaluate.ppl)
 app.command("compare")(evaluate.compare)
+app.command("search-b")(search.search_b)
 app.add_typer(plot.app, name="plot")
 
 

@@ -1,0 +1,116 @@
+"""`ropecli ppl` and `ropecli compare` end to end on a tiny saved model and a small text file."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from ropecli.cli import app
+from tiny_models import save_tiny
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return str(save_tiny(tmp_path_factory.mktemp("tiny") / "model"))
+
+
+@pytest.fixture()
+def text_file(tmp_path):
+    p = tmp_path / "docs.jsonl"
+    lines = [json.dumps({"text": ("To be, or not to be, that is the question. " * 12)[i:] + f" doc {i}"}) for i in range(4)]
+    p.write_text("\n".join(lines))
+    return str(p)
+
+
+def run(*args):
+    return runner.invoke(app, list(args))
+
+
+def test_ppl_json(tiny_dir, text_file):
+    r = run("ppl", "--model", tiny_dir, "--data", text_file, "--len", "64", "--len", "256", "--method", "mixed",
+            "--samples", "2", "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["train_len"] == 64 and data["rotary_dim"] == 16
+    res = {x["len"]: x for x in data["results"]}
+    assert res[64]["factor"] == 1.0 and res[256]["factor"] == 4.0
+    for x in data["results"]:
+        assert set(x) >= {"method", "len", "factor", "ppl", "nll", "tokens", "ppl_err"}
+        assert x["tokens"] == 2 * (x["len"] - 1)
+        assert x["ppl"] == pytest.approx(2.718281828 ** x["nll"], rel=1e-9)
+    # the second run comes from the cache, identical
+    again = json.loads(run("ppl", "--model", tiny_dir, "--data", text_file, "--len", "64", "--len", "256",
+                           "--samples", "2", "--json").stdout)
+    assert [x["ppl"] for x in again["results"]] == [x["ppl"] for x in data["results"]]
+    assert all(x["cached"] for x in again["results"])
+
+
+def test_compare_table_json_and_plot(tiny_dir, text_file, tmp_path):
+    out = tmp_path / "ppl.png"
+    r = run("compare", "--model", tiny_dir, "--data", text_file, "--len", "64", "--len", "192",
+            "--methods", "none,pi,ntk-fixed,mixed", "--b", "0.3", "--b", "0.625", "--samples", "2", "--json", "--plot", str(out))
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    labels = {x["label"] for x in data["results"]}
+    assert labels == {"none", "pi", "ntk-fixed", "mixed(b=0.3)", "mixed(b=0.625)"}
+    assert len(data["results"]) == 10
+    at_L = {x["label"]: x["ppl"] for x in data["results"] if x["len"] == 64}
+    assert len(set(at_L.values())) == 1  # k = 1 at L: every method is the unscaled model
+    assert out.stat().st_size > 5000
+    r = run("compare", "--model", tiny_dir, "--data", text_file, "--len", "192", "--methods", "pi,mixed", "--samples", "2",
+            "--with-and-without-log-n")
+    assert r.exit_code == 0, r.output
+    assert "pi+log-n" in r.output and "mixed(b=0.625)+log-n" in r.output
+
+
+BAD = [
+    (["ppl", "--model", "/nonexistent/model", "--len", "64"], "cannot load model"),
+    (["ppl", "--len", "64", "--method", "pi", "--b", "0.5"], "does not apply"),
+    (["ppl", "--len", "1"], "too short"),
+    (["ppl"], "no --len"),
+    (["ppl", "--len", "64", "--device", "tpu"], "not one of"),
+    (["compare", "--len", "64", "--methods", "pi", "--b", "0.3"], "add mixed"),
+]
+
+
+@pytest.mark.parametrize("args,fragment", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input(args, fragment, tiny_dir):
+    args = [a if a != "MODEL" else tiny_dir for a in args]
+    if args[0] in ("ppl", "compare") and "--model" not in args:
+        args = [args[0], "--model", tiny_dir, *args[1:]]
+    r = run(*args)
+    assert r.exit_code != 0
+    assert fragment in r.output, r.output
+    assert "Traceback" not in r.output
+
+
+def test_too_little_text(tiny_dir, text_file):
+    r = run("ppl", "--model", tiny_dir, "--data", text_file, "--len", "100000")
+    assert r.exit_code == 1 and "too little text" in r.output
+
+
+def test_model_without_rope(tmp_path):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from tiny_models import char_tokenizer
+
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=96)).save_pretrained(tmp_path / "gpt2")
+    char_tokenizer().save_pretrained(tmp_path / "gpt2")
+    r = run("ppl", "--model", str(tmp_path / "gpt2"), "--len", "64")
+    assert r.exit_code == 1 and "no rotary position embedding" in r.output
+
+
+def test_nan_loss_is_inf(tiny_dir, text_file, tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    m = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    with torch.no_grad():
+        m.model.norm.weight.fill_(float("nan"))
+    m.save_pretrained(tmp_path / "nan")
+    AutoTokenizer.from_pretrained(tiny_dir).save_pretrained(tmp_path / "nan")
+    r = run("ppl", "--model", str(tmp_path / "nan"), "--data", text_file, "--len", "64", "--samples", "1", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["results"][0]["ppl"] is None  # inf in JSON is null

@@ -1,0 +1,189 @@
+"""search-b: the golden-section search on injected objectives, and end to end on a tiny model:
+resume after an interruption, zero forward passes on a rerun, corrupt cache entries recomputed,
+the exported config reproducing ropecli's patched perplexity."""
+
+import json
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+from ropecli.cli import app
+from ropecli.errors import RopeCliError
+from ropecli.search import golden_section, grid_evaluations, interior_evaluations, local_maxima
+from tiny_models import save_tiny
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("true_b", [0.0, 0.004, 0.1, 0.3333, 0.5, 0.625, 0.777, 0.99, 1.0])
+@pytest.mark.parametrize("shape", ["quadratic", "abs", "skewed"])
+def test_lands_within_tol_in_12_evaluations(true_b, shape):
+    f = {"quadratic": lambda b: (b - true_b) ** 2,
+         "abs": lambda b: abs(b - true_b),
+         "skewed": lambda b: math.exp(3 * (b - true_b)) - 3 * (b - true_b)}[shape]
+    r = golden_section(f, 0.0, 1.0, 0.01)
+    assert abs(r.best_b - true_b) <= 0.01
+    assert len(r.points) <= 12
+    assert r.non_unimodal_at == []
+
+
+def test_boundary_minima_are_reported():
+    assert golden_section(lambda b: b, 0, 1, 0.01).at_boundary == "lo"
+    assert golden_section(lambda b: -b, 0, 1, 0.01).at_boundary == "hi"
+    assert golden_section(lambda b: (b - 0.5) ** 2, 0, 1, 0.01).at_boundary is None
+
+
+def test_sub_range_and_counts():
+    r = golden_section(lambda b: (b - 0.42) ** 2, 0.3, 0.6, 0.001)
+    assert abs(r.best_b - 0.42) <= 0.001
+    assert len(r.points) == 2 + interior_evaluations(0.3, 0.6, 0.001)
+    assert interior_evaluations(0, 1, 0.01) == 10 and grid_evaluations(0, 1, 0.01) == 51
+
+
+def test_non_unimodal_warning():
+    assert local_maxima([(0, 1.0), (0.3, 2.0), (0.5, 0.5), (0.8, 1.5), (1.0, 1.0)]) == [0.3, 0.8]
+    r = golden_section(lambda b: math.sin(20 * b), 0, 1, 0.01)
+    assert r.non_unimodal_at
+
+
+@pytest.mark.parametrize("lo,hi,tol,fragment", [(0.5, 0.5, 0.01, "below"), (0.7, 0.2, 0.01, "below"),
+                                                (0, 1, 0, "positive"), (-0.1, 1, 0.01, "[0, 1]"), (0, 1.5, 0.01, "[0, 1]")])
+def test_bad_ranges(lo, hi, tol, fragment):
+    with pytest.raises(RopeCliError, match=fragment.replace("[", r"\[").replace("]", r"\]")):
+        golden_section(lambda b: b, lo, hi, tol)
+
+
+# --- end to end ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return str(save_tiny(tmp_path_factory.mktemp("tiny") / "model"))
+
+
+def search(tiny_dir, cache, *extra):
+    return runner.invoke(app, ["search-b", "--model", tiny_dir, "--len", "192", "--samples", "2", "--tol", "0.05",
+                               "--cache-dir", str(cache), "--json", *extra])
+
+
+def test_search_end_to_end_and_cached_rerun(tiny_dir, tmp_path):
+    r = search(tiny_dir, tmp_path / "c", "--plot", str(tmp_path / "s.png"))
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert {"best_b", "evaluations", "references"} <= set(out)
+    assert all({"b", "objective", "ppl"} <= set(e) for e in out["evaluations"])
+    assert [x["label"] for x in out["references"]] == ["none", "pi", "ntk-fixed", "mixed(b=0.625)"]
+    best = min(out["evaluations"], key=lambda e: e["objective"])
+    assert out["best_b"] == best["b"]
+    # b = 0 is PI and b = 1 is NTK-fixed: the ends equal the references
+    by_b = {e["b"]: e for e in out["evaluations"]}
+    refs = {x["label"]: x for x in out["references"]}
+    assert by_b[0.0]["objective"] == pytest.approx(refs["pi"]["objective"], rel=1e-6)
+    assert by_b[1.0]["objective"] == pytest.approx(refs["ntk-fixed"]["objective"], rel=1e-6)
+    assert out["forward_passes"] > 0
+    assert (tmp_path / "s.png").stat().st_size > 5000
+    again = json.loads(search(tiny_dir, tmp_path / "c").stdout)
+    assert again["forward_passes"] == 0
+    assert again["best_b"] == out["best_b"] and again["evaluations"] == [{**e, "cached": True} for e in out["evaluations"]]
+
+
+def test_interrupted_search_resumes(tiny_dir, tmp_path, monkeypatch):
+    from ropecli.evaluate import Evaluator
+
+    full = json.loads(search(tiny_dir, tmp_path / "ref").stdout)
+    real = Evaluator._compute
+    calls = {"n": 0}
+
+    def flaky(self, spec, length, on_window):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt  # the user presses Ctrl-C during the 5th evaluation
+        return real(self, spec, length, on_window)
+
+    monkeypatch.setattr(Evaluator, "_compute", flaky)
+    r = search(tiny_dir, tmp_path / "c")
+    assert r.exit_code == 130 and "rerun the same command to resume" in r.output
+    monkeypatch.setattr(Evaluator, "_compute", real)
+    resumed = json.loads(search(tiny_dir, tmp_path / "c").stdout)
+    assert resumed["cache"]["hits"] == 4  # the four finished evaluations were kept
+    assert resumed["best_b"] == full["best_b"]
+    assert [e["objective"] for e in resumed["evaluations"]] == [e["objective"] for e in full["evaluations"]]
+
+
+def test_corrupt_and_foreign_cache_entries_are_recomputed(tiny_dir, tmp_path):
+    cache = tmp_path / "c"
+    first = json.loads(search(tiny_dir, cache).stdout)
+    files = sorted(cache.glob("*.json"))
+    files[0].write_text("{ truncated")
+    entry = json.loads(files[1].read_text())
+    entry["key"]["len"] = 999  # an entry for something else, under this key's name
+    files[1].write_text(json.dumps(entry))
+    entry = json.loads(files[2].read_text())
+    entry["result"]["ppl"] = 1.0  # tampered result: checksum no longer matches
+    files[2].write_text(json.dumps(entry))
+    again = json.loads(search(tiny_dir, cache).stdout)
+    assert again["cache"]["rejected"] == 3
+    assert again["forward_passes"] == 3 * 2  # three evaluations of two windows each
+    assert [e["objective"] for e in again["evaluations"]] == [e["objective"] for e in first["evaluations"]]
+    assert again["references"] == first["references"]
+
+
+def test_no_cache_always_computes(tiny_dir, tmp_path):
+    a = json.loads(search(tiny_dir, tmp_path / "c", "--no-cache").stdout)
+    assert a["forward_passes"] > 0 and not list((tmp_path / "c").glob("*.json"))
+
+
+def test_exported_config_reproduces_patched_ppl(tiny_dir, tmp_path):
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ropecli.data import load_documents, sample_windows, tokenize_documents
+    from ropecli.model.scoring import naive_window_nll
+    from tiny_models import char_tokenizer
+
+    export = tmp_path / "rope.json"
+    out = json.loads(search(tiny_dir, tmp_path / "c", "--export-config", str(export)).stdout)
+    block = json.loads(export.read_text())
+    assert block["rope_parameters"]["rope_type"] == "longrope"
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir, **block).eval()
+    tok = char_tokenizer()
+    docs, _ = load_documents(None)
+    win = sample_windows(docs, tokenize_documents(docs, tok), 192, 2, 0, tok.bos_token_id)
+    nll = [naive_window_nll(model, torch.from_numpy(row)[None]) for row in win.ids]
+    ppl = math.exp(sum(n for n, _ in nll) / sum(t for _, t in nll))
+    assert ppl == pytest.approx(out["best_ppl"]["192"], rel=1e-4)
+    assert not np.isclose(ppl, out["references"][0]["ppl"]["192"], rtol=1e-3)  # and it is not the unscaled model
+
+
+def test_log_n_export_has_constant_attention_factor(tiny_dir, tmp_path):
+    export = tmp_path / "rope.json"
+    r = search(tiny_dir, tmp_path / "c", "--log-n", "--export-config", str(export), "--tol", "0.2")
+    assert r.exit_code == 0, r.output
+    att = json.loads(export.read_text())["rope_parameters"]["attention_factor"]
+    assert att == pytest.approx(math.sqrt(math.log(192) / math.log(64)))
+    assert "approximat" in json.loads(r.stdout)["export_config"]["note"]
+
+
+@pytest.mark.parametrize("args,fragment", [(["--lo", "0.6", "--hi", "0.4"], "below"), (["--tol", "0"], "positive"),
+                                           (["--hi", "1.2"], "[0, 1]"), (["--max-short-regression", "-1"], "percentage")])
+def test_bad_input(tiny_dir, tmp_path, args, fragment):
+    r = search(tiny_dir, tmp_path / "c", *args)
+    assert r.exit_code == 1 and fragment in r.output and "Traceback" not in r.output
+
+
+def test_length_within_training_warns(tiny_dir, tmp_path):
+    r = runner.invoke(app, ["search-b", "--model", tiny_dir, "--len", "64", "--samples", "1", "--tol", "0.3",
+                            "--cache-dir", str(tmp_path / "c")])
+    assert r.exit_code == 0, r.output
+    assert "nothing to extend" in " ".join(r.output.split())  # rich may wrap the line
+
+
+def test_short_regression_guard(tiny_dir, tmp_path):
+    r = search(tiny_dir, tmp_path / "c", "--max-short-regression", "0")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["guard"]["factor"] == 3.0
+    assert any("short_rise_percent" in e for e in out["evaluations"])
+    ok = [e for e in out["evaluations"] if not e.get("violates_guard")]
+    assert all(e["short_rise_percent"] <= 0 for e in ok)
