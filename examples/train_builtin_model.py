@@ -44,7 +44,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="ropecli/builtin_model")
     ap.add_argument("--minutes", type=float, default=30.0, help="wall-clock training budget")
-    ap.add_argument("--max-steps", type=int, default=100_000)
+    ap.add_argument("--max-steps", type=int, default=None,
+                    help="train exactly this many steps (cosine over them); default: as many as --minutes allows")
     ap.add_argument("--context", type=int, default=256)
     ap.add_argument("--batch", type=int, default=24)
     ap.add_argument("--vocab", type=int, default=4096)
@@ -88,13 +89,13 @@ def main() -> None:
     t0 = time.time()
     step = 0
     model.train()
-    while step < args.max_steps:
+    while step < (args.max_steps or 10**9):
         elapsed = time.time() - t0
-        if elapsed > budget:
+        if args.max_steps is None and elapsed > budget:
             break
-        if step == 20:  # estimate the total steps the budget allows, for the cosine schedule
+        if step == 20 and args.max_steps is None:  # estimate the steps the budget allows, for the cosine schedule
             est_steps = int(budget / (elapsed / 20))
-        total = est_steps or args.max_steps
+        total = args.max_steps or est_steps or 1000
         lr = args.lr * min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, step / total))))
         for g in opt.param_groups:
             g["lr"] = lr
@@ -120,7 +121,7 @@ def main() -> None:
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     (out / "training_log.json").write_text(json.dumps({
-        "seed": args.seed, "context": args.context, "batch": args.batch, "steps": step, "lr": args.lr,
+        "seed": args.seed, "context": args.context, "cosine_total_steps": args.max_steps or est_steps, "batch": args.batch, "steps": step, "lr": args.lr,
         "minutes": round((time.time() - t0) / 60, 2), "parameters": n_params, "train_tokens": int(train_ids.size),
         "held_out_plays": list(HELD_OUT), "validation_loss_at_context": val_loss, "log": log,
     }, indent=1))

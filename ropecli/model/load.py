@@ -111,6 +111,7 @@ def load_model(name: str | None, *, gguf_file: str | None = None, dtype: str = "
     if not device_map:
         model.to(dev)
     model.eval()
+    release_freed_memory()  # GGUF dequantization leaves GBs of freed-but-held heap behind
     slots = find_rotary_slots(model)
     chosen = select_slots(slots, rope_layers)
     cfg = text_config(model)
@@ -142,6 +143,18 @@ def fingerprint(model) -> str:
             h.update(f"{pname}{tuple(p.shape)}{p.dtype}".encode())
             h.update(sample.numpy().tobytes())
     return h.hexdigest()[:16]
+
+
+def release_freed_memory() -> None:
+    """Return freed heap pages to the OS (glibc only; a no-op elsewhere)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def builtin_available() -> bool:
