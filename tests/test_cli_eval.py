@@ -114,3 +114,16 @@ def test_nan_loss_is_inf(tiny_dir, text_file, tmp_path):
     r = run("ppl", "--model", str(tmp_path / "nan"), "--data", text_file, "--len", "64", "--samples", "1", "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["results"][0]["ppl"] is None  # inf in JSON is null
+
+
+def test_out_of_memory_is_one_clear_line(tiny_dir, text_file, monkeypatch):
+    import ropecli.model.scoring as scoring
+
+    def oom(*a, **k):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 80.00 GiB")
+
+    monkeypatch.setattr(scoring, "window_nll", oom)
+    r = run("ppl", "--model", tiny_dir, "--data", text_file, "--len", "64", "--no-cache")
+    assert r.exit_code == 1
+    assert "out of memory at --len 64" in r.output and "--device-map auto" in r.output and "--chunk-size" in r.output
+    assert "Traceback" not in r.output
