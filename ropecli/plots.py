@@ -78,19 +78,28 @@ def plot_factors(geom, schedules: Sequence, path: str) -> Path:
 
 
 def plot_ppl_vs_length(results: list[dict], path: str, title: str) -> Path:
-    """PPL vs evaluation length, one curve per method (log-log), error bars from the document spread."""
+    """PPL vs evaluation length, one curve per method (log-log), error bars from the window spread.
+    A method and its log-n variant share a color; the log-n curve is dashed."""
     fig, ax = plt.subplots(figsize=(8, 5))
-    by_method: dict[str, list[dict]] = {}
+    by_label: dict[str, list[dict]] = {}
     for r in results:
-        by_method.setdefault(r["label"], []).append(r)
-    for label, rows in by_method.items():
+        by_label.setdefault(r["label"], []).append(r)
+    bases = list(dict.fromkeys(label.removesuffix("+log-n") for label in by_label))
+    cmap = plt.get_cmap("tab10" if len(bases) <= 10 else "tab20")
+    for label, rows in by_label.items():
         rows = sorted(rows, key=lambda r: r["len"])
+        base = label.removesuffix("+log-n")
         ax.errorbar([r["len"] for r in rows], [r["ppl"] for r in rows], yerr=[r.get("ppl_err") or 0 for r in rows],
-                    marker="o", capsize=3, label=label)
+                    marker="o", capsize=3, label=label, color=cmap(bases.index(base) % cmap.N),
+                    ls="--" if label.endswith("+log-n") else "-")
+    lengths = sorted({r["len"] for r in results})
     ax.set_xscale("log", base=2)
+    ax.set_xticks(lengths, [str(n) for n in lengths])
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
     ax.set_xlabel("evaluation length (tokens)")
-    ax.set_ylabel("perplexity (log₂ scale)")
+    ax.set_ylabel("perplexity (log scale)")
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
