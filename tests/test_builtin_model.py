@@ -4,7 +4,6 @@ evaluation commands fast end to end (each a few seconds)."""
 import json
 import math
 
-import pytest
 from typer.testing import CliRunner
 
 from ropecli.cli import app

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from contextlib import nullcontext
 from typing import Annotated, Optional
 
 import typer
@@ -46,20 +47,12 @@ def load_for_eval(model, gguf_file, dtype, device, device_map, attn_implementati
     from ropecli.model.load import load_model
 
     err = stderr_console()
-    with err.status(f"loading {model or 'the built-in model'} …", spinner="dots") if not quiet else _null():
+    with err.status(f"loading {model or 'the built-in model'} …", spinner="dots") if not quiet else nullcontext():
         lm = load_model(model, gguf_file=gguf_file, dtype=dtype, device=device, device_map=device_map,
                         attn_implementation=attn_implementation, trust_remote_code=trust_remote_code,
                         rotary_dim=d, base=base, train_len=train_len, rope_layers=rope_layers)
     err.print(f"model {lm.describe()}")
     return lm
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 def make_evaluator(lm, data, text_field, samples, seed, chunk_size, score_last, no_cache, cache_dir):

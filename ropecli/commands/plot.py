@@ -16,8 +16,6 @@ OutOpt = Annotated[str, typer.Option("--out", "-o", help="Output file (.png, .sv
 
 
 def _schedules(head_dim, base, train_len, k, target_len, method, b, factors, param, default):
-    from ropecli.plots import check_out  # noqa: F401  (imports matplotlib once, before any work)
-
     geom = make_geometry(head_dim, base, train_len, k, target_len)
     return geom, build_schedules(geom, split_methods(method, default), b, parse_params(param), factors)
 

@@ -68,11 +68,10 @@ def search_b(
         raise RopeCliError(f"--k {k} must be >= 1")
     if max_short_regression is not None and max_short_regression < 0:
         raise RopeCliError("--max-short-regression is a percentage >= 0")
-    for path in (plot,):
-        if path:
-            from ropecli.plots import check_out
+    if plot:
+        from ropecli.plots import check_out
 
-            check_out(path)
+        check_out(plot)
     if export_config and not Path(export_config).resolve().parent.exists():
         raise RopeCliError(f"--export-config {export_config}: the folder does not exist")
     lm = load_for_eval(model, gguf_file, dtype, device, device_map, attn_implementation, trust_remote_code, d, base,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,12 +154,3 @@ def release_freed_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass
-
-
-def builtin_available() -> bool:
-    return (BUILTIN_DIR / "model.safetensors").exists()
-
-
-def hf_offline_default() -> None:
-    """The built-in model and local paths never need the hub; keep transformers from asking it."""
-    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")

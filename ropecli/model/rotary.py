@@ -189,8 +189,6 @@ def add_log_n_hooks(model, train_len: int, layer_types: list[str] | None) -> lis
         n_heads = getattr(cfg, "num_attention_heads", None)
         handles.append(target.register_forward_hook(_make_hook(train_len, fused_heads, n_heads)))
     if not handles:
-        for h in handles:
-            h.remove()
         raise RopeCliError(f"--log-n: found no query projection in {type(model).__name__}; this architecture is not supported with --log-n")
     return handles
 

@@ -1,0 +1,78 @@
+"""Document loading and the deterministic window sampling policy."""
+
+import json
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from ropecli.corpus import HELD_OUT, all_plays, held_out_plays, training_plays
+from ropecli.data import Document, load_documents, sample_windows
+from ropecli.errors import RopeCliError
+
+
+def test_held_out_plays_are_disjoint_from_training():
+    assert len(all_plays()) == 38
+    assert set(held_out_plays()) == set(HELD_OUT)
+    assert not set(training_plays()) & set(HELD_OUT)
+    assert len(training_plays()) == 33
+
+
+def test_sources(tmp_path):
+    (tmp_path / "a.txt").write_text("alpha text")
+    (tmp_path / "b.jsonl").write_text(json.dumps({"body": "beta"}) + "\n\n" + json.dumps({"body": "gamma"}) + "\n")
+    docs, label = load_documents([str(tmp_path)], text_field="body")
+    assert [d.name for d in docs] == ["a.txt", "b.jsonl:1", "b.jsonl:3"]
+    with pytest.raises(RopeCliError, match="'text' field"):
+        load_documents([str(tmp_path / "b.jsonl")])
+    with pytest.raises(RopeCliError, match="no such file"):
+        load_documents([str(tmp_path / "missing.txt")])
+    docs, label = load_documents(None)
+    assert "held-out Shakespeare" in label and len(docs) == 5
+
+
+def test_hf_datasets_source(monkeypatch):
+    class FakeDataset(list):
+        column_names = ["text", "meta"]
+
+    calls = {}
+
+    def load_dataset(name, config, split):
+        calls.update(name=name, config=config, split=split)
+        return FakeDataset([{"text": "one book"}, {"text": "another book"}])
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
+    docs, _ = load_documents(["hf:pg19::test"])
+    assert calls == {"name": "pg19", "config": None, "split": "test"}
+    assert [d.text for d in docs] == ["one book", "another book"]
+
+
+def fake_docs():
+    docs = [Document(f"d{i}", "") for i in range(4)]
+    tokens = [list(range(100 * i, 100 * i + n)) for i, n in enumerate([50, 30, 10, 25])]
+    return docs, tokens
+
+
+def test_windows_are_deterministic_and_round_robin():
+    docs, tokens = fake_docs()
+    w = sample_windows(docs, tokens, 11, 5, seed=3, bos_id=-1)
+    assert w.ids.shape == (5, 11) and (w.ids[:, 0] == -1).all()
+    assert w.skipped == 0
+    firsts = w.names[:4]
+    assert sorted(firsts) == ["d0", "d1", "d2", "d3"]  # every document's head before any second window
+    for name, row in zip(w.names, w.ids):
+        i = int(name[1:])
+        assert row[1] % 10 == 0 and 100 * i <= row[1] < 100 * i + 50  # windows start on window boundaries
+    again = sample_windows(docs, tokens, 11, 5, seed=3, bos_id=-1)
+    assert np.array_equal(w.ids, again.ids) and w.fingerprint() == again.fingerprint()
+    other = sample_windows(docs, tokens, 11, 5, seed=4, bos_id=-1)
+    assert other.fingerprint() != w.fingerprint() or other.names != w.names
+
+
+def test_short_documents_are_skipped_and_too_little_text_is_an_error():
+    docs, tokens = fake_docs()
+    w = sample_windows(docs, tokens, 26, 2, seed=0, bos_id=None)
+    assert w.skipped == 2 and set(w.names) <= {"d0", "d1"}
+    with pytest.raises(RopeCliError, match="too little text"):
+        sample_windows(docs, tokens, 26, 3, seed=0, bos_id=None)
