@@ -75,11 +75,15 @@ def test_search_end_to_end_and_cached_rerun(tiny_dir, tmp_path):
     assert [x["label"] for x in out["references"]] == ["none", "pi", "ntk-fixed", "mixed(b=0.625)"]
     best = min(out["evaluations"], key=lambda e: e["objective"])
     assert out["best_b"] == best["b"]
-    # b = 0 is PI and b = 1 is NTK-fixed: the ends equal the references
+    # b = 0 is PI and b = 1 is NTK-fixed: the references reuse the ends, and an independent
+    # `ppl` run of each method on the same windows agrees
     by_b = {e["b"]: e for e in out["evaluations"]}
     refs = {x["label"]: x for x in out["references"]}
-    assert by_b[0.0]["objective"] == pytest.approx(refs["pi"]["objective"], rel=1e-6)
-    assert by_b[1.0]["objective"] == pytest.approx(refs["ntk-fixed"]["objective"], rel=1e-6)
+    assert refs["pi"]["same_as"] == "mixed(b=0)" and refs["ntk-fixed"]["same_as"] == "mixed(b=1)"
+    for method, b in [("pi", 0.0), ("ntk-fixed", 1.0)]:
+        r = runner.invoke(app, ["ppl", "--model", tiny_dir, "--len", "192", "--samples", "2", "--method", method,
+                                "--no-cache", "--json"])
+        assert json.loads(r.stdout)["results"][0]["nll"] == pytest.approx(by_b[b]["objective"], rel=1e-6)
     assert out["forward_passes"] > 0
     assert (tmp_path / "s.png").stat().st_size > 5000
     again = json.loads(search(tiny_dir, tmp_path / "c").stdout)

@@ -109,13 +109,7 @@ def search_b(
         return obj
 
     result = golden_section(objective, lo, hi, tol)
-    ref_specs = [parse_spec(name, b, log_n, k) for name, b in REFERENCES]
-    ref_rows = run_grid(ev, ref_specs, lengths, "references")
-    references = []
-    for spec in ref_specs:
-        rows = [r for r in ref_rows if r["label"] == spec.label]
-        references.append({"label": spec.label, "method": spec.method, "objective": sum(r["nll"] for r in rows) / len(rows),
-                           "ppl": {str(r["len"]): r["ppl"] for r in rows}})
+    references = reference_rows(ev, lengths, log_n, k, evaluations_by_b(evaluations))
     grid = grid_evaluations(lo, hi, tol)
     out = {
         **header(ev, lm), "lengths": lengths, "log_n": log_n, "factor": k, "lo": lo, "hi": hi, "tol": tol,
@@ -140,6 +134,31 @@ def search_b(
 
 def evaluations_by_b(evaluations: list[dict]) -> dict[float, dict]:
     return {e["b"]: e for e in evaluations}
+
+
+# b at which mixed *is* the reference method (b = 0: Lambda_m = k; b = 1: Lambda_m = k^(2m/d); both
+# identities are tested in test_schedule_identities): an evaluated end of the range is reused instead of run again.
+SAME_AS_MIXED = {"pi": 0.0, "ntk-fixed": 1.0}
+
+
+def reference_rows(ev, lengths: list[int], log_n: bool, k: float | None, by_b: dict[float, dict]) -> list[dict]:
+    """none, PI, NTK-fixed and b = 0.625 on the same documents; PI and NTK-fixed come from the
+    search's b = 0 / b = 1 evaluations when the range includes them."""
+    from ropecli.evaluate import parse_spec
+
+    rows = []
+    for name, b in REFERENCES:
+        spec = parse_spec(name, b, log_n, k)
+        same_b = SAME_AS_MIXED.get(name, b if name == "mixed" else None)
+        if same_b in by_b:
+            e = by_b[same_b]
+            rows.append({"label": spec.label, "method": spec.method, "objective": e["objective"], "ppl": e["ppl"],
+                         "same_as": f"mixed(b={same_b:g})"})
+            continue
+        res = run_grid(ev, [spec], lengths, f"reference {spec.label}")
+        rows.append({"label": spec.label, "method": spec.method, "objective": sum(r["nll"] for r in res) / len(res),
+                     "ppl": {str(r["len"]): r["ppl"] for r in res}})
+    return rows
 
 
 def write_export(path: str, lm, lengths: list[int], k: float | None, best_b: float, log_n: bool) -> dict:
