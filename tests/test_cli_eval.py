@@ -127,3 +127,13 @@ def test_out_of_memory_is_one_clear_line(tiny_dir, text_file, monkeypatch):
     assert r.exit_code == 1
     assert "out of memory at --len 64" in r.output and "--device-map auto" in r.output and "--chunk-size" in r.output
     assert "Traceback" not in r.output
+
+
+def test_gguf_without_the_gguf_package(tmp_path, monkeypatch):
+    import sys
+
+    fake = tmp_path / "model.gguf"
+    fake.write_bytes(b"GGUF")
+    monkeypatch.setitem(sys.modules, "gguf", None)  # `import gguf` now raises ImportError
+    r = run("ppl", "--model", str(fake), "--len", "64")
+    assert r.exit_code == 1 and "pip install 'ropecli[gguf]'" in r.output and "Traceback" not in r.output
