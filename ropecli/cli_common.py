@@ -111,17 +111,25 @@ def split_methods(methods: list[str] | None, default: str) -> list[str]:
     return names
 
 
-def build_schedules(geom, methods: list[str], bs: list[float] | None, params: dict[str, float], factors_file: str | None):
-    """One Schedule per method, and one per b for `mixed`. A parameter must fit at least one method."""
-    from ropecli.schedules import REGISTRY, compute_schedule, resolve_method
+def check_params_fit(methods, keys: list[str]) -> None:
+    """Every given parameter must belong to at least one of the chosen methods (Method objects)."""
+    from ropecli.schedules import REGISTRY
 
-    resolved = [resolve_method(n) for n in methods]
-    accepted = {p.name for m in resolved for p in m.params}
-    for key in [*params, *(["b"] if bs else []), *(["factors"] if factors_file else [])]:
+    accepted = {p.name for m in methods for p in m.params}
+    for key in keys:
         if key not in accepted:
             owners = [m.name for m in REGISTRY.values() if any(p.name == key for p in m.params)]
             hint = f"it belongs to {', '.join(owners)}" if owners else "no method takes it"
-            raise RopeCliError(f"parameter '{key}' fits none of the chosen methods ({', '.join(m.name for m in resolved)}); {hint}")
+            raise RopeCliError(f"parameter '{key}' does not apply: it fits none of the chosen methods "
+                               f"({', '.join(m.name for m in methods)}); {hint}")
+
+
+def build_schedules(geom, methods: list[str], bs: list[float] | None, params: dict[str, float], factors_file: str | None):
+    """One Schedule per method, and one per b for `mixed`. A parameter must fit at least one method."""
+    from ropecli.schedules import compute_schedule, resolve_method
+
+    resolved = [resolve_method(n) for n in methods]
+    check_params_fit(resolved, [*params, *(["b"] if bs else []), *(["factors"] if factors_file else [])])
     factors = None
     if factors_file:
         from ropecli.factor_files import read_factors

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -100,6 +101,7 @@ class Windows:
     names: list[str]  # source document of each window
     skipped: int  # documents shorter than `length`
 
+    @cached_property
     def fingerprint(self) -> str:
         """sha256 of the exact token ids: covers the text, the tokenizer and the sampling."""
         h = hashlib.sha256(str(self.ids.shape).encode())

@@ -20,7 +20,7 @@ from ropecli.cache import EvalCache
 from ropecli.data import Windows, load_documents, sample_windows, tokenize_documents
 from ropecli.errors import RopeCliError
 from ropecli.geometry import Geometry
-from ropecli.schedules import Schedule, compute_schedule
+from ropecli.schedules import Schedule, compute_schedule, format_label
 
 
 @dataclass(frozen=True)
@@ -33,9 +33,7 @@ class Spec:
 
     @property
     def label(self) -> str:
-        inner = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.params if k != "factors")
-        name = f"{self.method}({inner})" if inner else self.method
-        return name + ("+log-n" if self.log_n else "")
+        return format_label(self.method, dict(self.params)) + ("+log-n" if self.log_n else "")
 
 
 @dataclass
@@ -72,10 +70,9 @@ class Evaluator:
         geom = Geometry(lm.rotary_dim, lm.base, lm.train_len, self.factor_for(spec, length))
         return geom, compute_schedule(spec.method, geom, **dict(spec.params))
 
-    def cache_key(self, spec: Spec, length: int) -> dict:
-        geom, sched = self.schedule_for(spec, length)
+    def cache_key(self, spec: Spec, length: int, geom: Geometry, sched: Schedule) -> dict:
         return {
-            "model": self.loaded.fingerprint, "data": self.windows(length).fingerprint(), "len": length,
+            "model": self.loaded.fingerprint, "data": self.windows(length).fingerprint, "len": length,
             "samples": self.samples, "seed": self.seed, "method": sched.method,
             "params": {k: (list(map(float, v)) if k == "factors" else v) for k, v in sched.params.items()},
             "factor": geom.factor, "log_n": spec.log_n, "dtype": self.loaded.dtype, "score_last": self.score_last,
@@ -84,25 +81,25 @@ class Evaluator:
 
     def evaluate(self, spec: Spec, length: int, on_window: Callable[[], None] | None = None) -> dict:
         """Result for one (spec, length): from the cache, or computed and cached at once."""
-        key = self.cache_key(spec, length)
+        geom, sched = self.schedule_for(spec, length)
+        key = self.cache_key(spec, length, geom, sched)
         cached = self.cache.get(key)
         if cached is not None:
             if on_window:
                 for _ in range(self.samples):
                     on_window()
             return {**cached, "cached": True}
-        result = self._compute(spec, length, on_window)
+        result = self._compute(spec, length, geom, sched, on_window)
         self.cache.put(key, result)
         return {**result, "cached": False}
 
-    def _compute(self, spec: Spec, length: int, on_window) -> dict:
+    def _compute(self, spec: Spec, length: int, geom: Geometry, sched: Schedule, on_window) -> dict:
         import torch
 
         from ropecli.model.rotary import add_log_n_hooks, apply_schedule, restore
         from ropecli.model.scoring import oom_error, out_of_memory, window_nll
 
         lm = self.loaded
-        geom, sched = self.schedule_for(spec, length)
         win = self.windows(length)
         device = next(lm.model.parameters()).device
         hooks = []

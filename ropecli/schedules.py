@@ -35,13 +35,14 @@ class Schedule:
         return geom.inv_freq() / self.factors
 
     def label(self) -> str:
-        shown = {k: v for k, v in self.params.items() if k != "factors" and v is not None}
-        inner = ", ".join(f"{k}={_fmt(v)}" for k, v in shown.items())
-        return f"{self.method}({inner})" if inner else self.method
+        return format_label(self.method, self.params)
 
 
-def _fmt(v: Any) -> str:
-    return f"{v:g}" if isinstance(v, float) else str(v)
+def format_label(method: str, params: dict[str, Any]) -> str:
+    """`mixed(b=0.625)`: the method and its set parameters (explicit factor lists left out)."""
+    shown = [(k, v) for k, v in params.items() if k != "factors" and v is not None]
+    inner = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown)
+    return f"{method}({inner})" if inner else method
 
 
 REQUIRED = object()  # marks a parameter without a default

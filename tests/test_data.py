@@ -65,9 +65,9 @@ def test_windows_are_deterministic_and_round_robin():
         i = int(name[1:])
         assert row[1] % 10 == 0 and 100 * i <= row[1] < 100 * i + 50  # windows start on window boundaries
     again = sample_windows(docs, tokens, 11, 5, seed=3, bos_id=-1)
-    assert np.array_equal(w.ids, again.ids) and w.fingerprint() == again.fingerprint()
+    assert np.array_equal(w.ids, again.ids) and w.fingerprint == again.fingerprint
     other = sample_windows(docs, tokens, 11, 5, seed=4, bos_id=-1)
-    assert other.fingerprint() != w.fingerprint() or other.names != w.names
+    assert other.fingerprint != w.fingerprint or other.names != w.names
 
 
 def test_short_documents_are_skipped_and_too_little_text_is_an_error():

@@ -160,13 +160,11 @@ def _read_factors(path):
 
 
 def _check_spec_params(spec, b, param, factors):
+    from ropecli.cli_common import check_params_fit
     from ropecli.schedules import resolve_method
 
-    names = {p.name for p in resolve_method(spec.method).params}
-    given = (["b"] if b is not None else []) + list(parse_params(param)) + (["factors"] if factors else [])
-    stray = [g for g in given if g not in names]
-    if stray:
-        raise RopeCliError(f"parameter '{stray[0]}' does not apply to method '{spec.method}'; see `ropecli methods`")
+    check_params_fit([resolve_method(spec.method)],
+                     (["b"] if b is not None else []) + list(parse_params(param)) + (["factors"] if factors else []))
 
 
 def _print_results(lm, results, title):
