@@ -13,9 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from ropecli.files import atomic_write_text
 
 FORMAT = 1
 
@@ -72,7 +73,4 @@ class EvalCache:
         self.dir.mkdir(parents=True, exist_ok=True)
         entry = {"format": FORMAT, "key": key, "result": result,
                  "checksum": hashlib.sha256(_canonical(result).encode()).hexdigest()}
-        fd, tmp = tempfile.mkstemp(dir=self.dir, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(entry))
-        os.replace(tmp, self._path(key))
+        atomic_write_text(self._path(key), json.dumps(entry))

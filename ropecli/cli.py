@@ -7,11 +7,13 @@ from typing import Annotated, Optional
 import typer
 
 from ropecli import __version__
+from ropecli.cli_common import OneLineErrorsGroup
 from ropecli.commands import analysis, evaluate, plot, search
 
 app = typer.Typer(
     name="ropecli",
     help="Choose how to stretch a RoPE model's context window: frequencies, schedules, perplexity, and the mixed-base b search.",
+    cls=OneLineErrorsGroup,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,

@@ -1,5 +1,6 @@
-"""Shared pieces of the Typer commands: reusable options, the error boundary, geometry and
-schedule building from flags, and output helpers. Imports nothing heavy (no torch, no matplotlib)."""
+"""Shared pieces of the Typer commands: the error boundary (one line per error, usage errors
+included), geometry and schedules from option groups, and output helpers. Imports nothing heavy
+(no torch, no matplotlib); the options themselves are in `ropecli.options`."""
 
 from __future__ import annotations
 
@@ -8,27 +9,14 @@ import json
 import math
 import os
 import sys
-from typing import Annotated, Any, Optional
+from typing import Any
 
 import typer
+from typer.core import TyperGroup
 
 from ropecli.errors import RopeCliError
 
 DEBUG_ENV = "ROPECLI_DEBUG"
-
-# --- reusable options ----------------------------------------------------------------------
-HeadDimOpt = Annotated[int, typer.Option("--d", "--head-dim", help="Rotary dimension d of one head (head_dim * partial_rotary_factor).")]
-BaseOpt = Annotated[float, typer.Option("--base", help="RoPE base (rope_theta).")]
-TrainLenOpt = Annotated[int, typer.Option("--train-len", "-L", help="Training context length L.")]
-FactorOpt = Annotated[Optional[float], typer.Option("--k", "--factor", help="Extension factor k (default: target-len / train-len, else 8).")]
-TargetLenOpt = Annotated[Optional[int], typer.Option("--target-len", help="Target context length; sets k = target-len / train-len.")]
-BOpt = Annotated[Optional[float], typer.Option("--b", help="Exponent b of the mixed method, in [0, 1] (default 0.625).")]
-BListOpt = Annotated[Optional[list[float]], typer.Option("--b", help="Exponent b of the mixed method; repeat to overlay several.")]
-FactorsOpt = Annotated[Optional[str], typer.Option("--factors", help="JSON/CSV file of d/2 factors for the longrope method.")]
-ParamOpt = Annotated[Optional[list[str]], typer.Option("--param", help="Method parameter KEY=VALUE, e.g. beta_fast=32 (repeatable).")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for programs instead of tables.")]
-
-DEFAULT_FACTOR = 8.0
 
 
 def fail(message: str, code: int = 1):
@@ -72,78 +60,23 @@ def _is_usage_error(exc: Exception) -> bool:
     return any(c.__name__ in ("ClickException", "UsageError") for c in type(exc).__mro__)
 
 
-def resolve_factor(train_len: int, k: float | None, target_len: int | None, default: float | None = DEFAULT_FACTOR) -> float:
-    if k is not None and target_len is not None:
-        raise RopeCliError("--k and --target-len both set the factor; pass only one of them")
-    if target_len is not None:
-        if train_len <= 0:
-            raise RopeCliError(f"training length L={train_len} must be positive; pass e.g. --train-len 4096")
-        if target_len < train_len:
-            raise RopeCliError(f"--target-len {target_len} is below --train-len {train_len}; nothing to extend (k would be < 1)")
-        return target_len / train_len
-    return default if k is None else k
+def geometry_of(opts):
+    """(Geometry, RopeConfig or None): the analysis commands' geometry from a GeometryOptions; with --model, its config is read
+    (no weights, no torch) and described on stderr, as the evaluating commands describe a loaded model."""
+    from ropecli.specs import geometry_from_flags
+
+    geom, rope = geometry_from_flags(opts.d, opts.base, opts.train_len, opts.k, opts.target_len,
+                                     opts.model, opts.gguf_file, opts.rope_layers)
+    if rope is not None:
+        stderr_console().print(f"model {rope.describe()}", highlight=False)
+    return geom, rope
 
 
-def make_geometry(head_dim: int, base: float, train_len: int, k: float | None, target_len: int | None = None):
-    from ropecli.geometry import Geometry
+def schedules_of(geom, opts, default: str) -> list:
+    """The Schedules a ScheduleOptions asks for, on one geometry (one per method, per b for mixed)."""
+    from ropecli.specs import specs_from_flags
 
-    return Geometry(head_dim, base, train_len, resolve_factor(train_len, k, target_len))
-
-
-def parse_params(pairs: list[str] | None) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for item in pairs or []:
-        key, sep, value = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or not key:
-            raise RopeCliError(f"--param '{item}' is not KEY=VALUE; write e.g. --param beta_fast=32")
-        try:
-            out[key] = float(value)
-        except ValueError:
-            raise RopeCliError(f"--param {key}: '{value}' is not a number; write e.g. --param {key}=1.5") from None
-    return out
-
-
-def split_methods(methods: list[str] | None, default: str) -> list[str]:
-    names = [n.strip() for item in (methods or [default]) for n in item.split(",") if n.strip()]
-    if not names:
-        raise RopeCliError(f"no method given; pass e.g. --method {default}")
-    return names
-
-
-def check_params_fit(methods, keys: list[str]) -> None:
-    """Every given parameter must belong to at least one of the chosen methods (Method objects)."""
-    from ropecli.schedules import REGISTRY
-
-    accepted = {p.name for m in methods for p in m.params}
-    for key in keys:
-        if key not in accepted:
-            owners = [m.name for m in REGISTRY.values() if any(p.name == key for p in m.params)]
-            hint = f"it belongs to {', '.join(owners)}" if owners else "no method takes it"
-            raise RopeCliError(f"parameter '{key}' does not apply: it fits none of the chosen methods "
-                               f"({', '.join(m.name for m in methods)}); {hint}")
-
-
-def build_schedules(geom, methods: list[str], bs: list[float] | None, params: dict[str, float], factors_file: str | None):
-    """One Schedule per method, and one per b for `mixed`. A parameter must fit at least one method."""
-    from ropecli.schedules import compute_schedule, resolve_method
-
-    resolved = [resolve_method(n) for n in methods]
-    check_params_fit(resolved, [*params, *(["b"] if bs else []), *(["factors"] if factors_file else [])])
-    factors = None
-    if factors_file:
-        from ropecli.factor_files import read_factors
-
-        factors = read_factors(factors_file)
-    schedules = []
-    for method in resolved:
-        names = {p.name for p in method.params}
-        kwargs = {k: v for k, v in params.items() if k in names}
-        if "factors" in names:
-            kwargs["factors"] = factors
-        for b in (bs or [None]) if "b" in names else [None]:
-            schedules.append(compute_schedule(method.name, geom, **kwargs, **({"b": b} if b is not None else {})))
-    return schedules
+    return [spec.schedule(geom) for spec in specs_from_flags(opts.method, opts.b, opts.param, opts.factors, default=default)]
 
 
 def emit_json(obj: Any) -> None:
@@ -177,3 +110,37 @@ def console():
     if not out.is_terminal:  # piped into a file or a pager: don't squeeze tables into 80 columns
         out.width = max(out.width, 200)
     return out
+
+
+def stderr_console():
+    """Messages and progress for people, on stderr (stdout stays clean for --json and pipes)."""
+    from rich.console import Console
+
+    err = Console(stderr=True)
+    if not err.is_terminal:  # a log file: one message per line, not wrapped at 80 columns
+        err.width = max(err.width, 200)
+    return err
+
+
+class OneLineErrorsGroup(TyperGroup):
+    """A command group whose usage errors (a value out of range, an unknown choice or flag) are one
+    line, `Error: … (see 'ropecli CMD --help')`, exit 2, like every other ropecli error."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except Exception as exc:  # click's, or the copy of click that typer vendors: matched by name
+            kinds = {c.__name__ for c in type(exc).__mro__}
+            if "NoArgsIsHelpError" in kinds:
+                print(exc.format_message(), file=sys.stderr)
+            elif "ClickException" in kinds:
+                where = exc.ctx.command_path if getattr(exc, "ctx", None) else "ropecli"
+                print(f"Error: {exc.format_message()} (see '{where} --help')", file=sys.stderr)
+            elif "Abort" in kinds:
+                print("Aborted.", file=sys.stderr)
+            else:
+                raise
+            sys.exit(getattr(exc, "exit_code", 1))
+        sys.exit(rv if isinstance(rv, int) else 0)

@@ -4,7 +4,7 @@ Protocol (the YaRN repo's, see `ropecli.data` for sampling): `samples` windows o
 tokens, one forward pass each, every prediction scored (or the last `score_last`).
 PPL = exp(total NLL / total scored tokens). `ppl_err` is the standard error from the spread
 across windows: ppl * std(per-window mean NLL) / sqrt(samples) (delta method; null for 1 window).
-The schedule's factor k defaults to max(1, len / L) per length. NaN losses are reported as inf.
+The schedule's factor k defaults to `geometry.default_factor(len, L)` = max(1, len / L) per length. NaN losses are reported as inf.
 """
 
 from __future__ import annotations
@@ -19,21 +19,9 @@ import numpy as np
 from ropecli.cache import EvalCache
 from ropecli.data import Windows, load_documents, sample_windows, tokenize_documents
 from ropecli.errors import RopeCliError
-from ropecli.geometry import Geometry
-from ropecli.schedules import Schedule, compute_schedule, format_label
-
-
-@dataclass(frozen=True)
-class Spec:
-    """One thing to evaluate: a method with its parameters, optionally a fixed factor, and log-n."""
-    method: str
-    params: tuple = ()  # sorted (name, value) pairs, hashable
-    factor: float | None = None  # None: max(1, len / L)
-    log_n: bool = False
-
-    @property
-    def label(self) -> str:
-        return format_label(self.method, dict(self.params)) + ("+log-n" if self.log_n else "")
+from ropecli.geometry import Geometry, default_factor
+from ropecli.schedules import Schedule
+from ropecli.specs import Spec
 
 
 @dataclass
@@ -63,12 +51,12 @@ class Evaluator:
         return self._windows[length]
 
     def factor_for(self, spec: Spec, length: int) -> float:
-        return spec.factor if spec.factor is not None else max(1.0, length / self.loaded.train_len)
+        return spec.factor if spec.factor is not None else default_factor(length, self.loaded.train_len)
 
     def schedule_for(self, spec: Spec, length: int) -> tuple[Geometry, Schedule]:
         lm = self.loaded
         geom = Geometry(lm.rotary_dim, lm.base, lm.train_len, self.factor_for(spec, length))
-        return geom, compute_schedule(spec.method, geom, **dict(spec.params))
+        return geom, spec.schedule(geom)
 
     def cache_key(self, spec: Spec, length: int, geom: Geometry, sched: Schedule) -> dict:
         return {
@@ -147,27 +135,6 @@ def summarize(spec: Spec, sched: Schedule, geom: Geometry, length: int, per_wind
         "ppl": ppl, "nll": nll, "tokens": tokens, "ppl_err": err,
         "window_nll": [float(m) if math.isfinite(m) else None for m in means], "windows": win.names, "seconds": round(seconds, 3),
     }
-
-
-def parse_spec(name: str, b: float | None, log_n: bool, factor: float | None, params: dict | None = None,
-               factors=None) -> Spec:
-    """A Spec from CLI pieces; b, params and factors are kept only where the method takes them."""
-    from ropecli.schedules import resolve_method
-
-    method = resolve_method(name)
-    names = {p.name for p in method.params}
-    kv = dict(params or {})
-    if b is not None:
-        kv["b"] = b
-    if factors is not None:
-        kv["factors"] = tuple(float(x) for x in factors)
-    from ropecli.schedules import REQUIRED
-
-    for p in method.params:  # defaults made explicit, so labels and cache keys say what ran
-        if p.name not in kv and p.default is not None and p.default is not REQUIRED:
-            kv[p.name] = p.default
-    kept = tuple(sorted((k, v) for k, v in kv.items() if k in names))
-    return Spec(method.name, kept, factor, log_n)
 
 
 def check_lengths(lengths: list[int]) -> list[int]:

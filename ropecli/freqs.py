@@ -62,7 +62,7 @@ def frequency_report(geom: Geometry, schedule: Schedule) -> dict[str, Any]:
         "method": schedule.method,
         "label": schedule.label(),
         "params": {k: v for k, v in schedule.params.items() if k != "factors"},
-        "head_dim": geom.head_dim,
+        "rotary_dim": geom.rotary_dim,
         "base": geom.base,
         "beta": geom.beta,
         "factor": geom.factor,

@@ -1,6 +1,6 @@
 """RoPE geometry of one attention head: inverse frequencies, wavelengths, turns.
 
-Convention (ROPE_NOTES.md): pairs are m = 1 … d/2, the original inverse frequency of pair m is
+Convention (the README's "The math in one paragraph"; formulas per method in `schedules.py`): pairs are m = 1 … d/2, the original inverse frequency of pair m is
 theta_m = base^(-2(m-1)/d) and every static scaling method divides it by a per-pair factor
 Lambda_m >= 1. transformers indexes the same pairs from 0 (i = m - 1).
 """
@@ -19,21 +19,21 @@ TWO_PI = 2.0 * math.pi
 
 @dataclass(frozen=True)
 class Geometry:
-    head_dim: int  # rotary dimension d (head_dim * partial_rotary_factor); d/2 frequency pairs
+    rotary_dim: int  # d: rotary dimension of one head (head_dim * partial_rotary_factor); d/2 frequency pairs
     base: float  # rope_theta; beta = base^(2/d)
     train_len: int  # L: the context the model was trained at
     factor: float  # k: extension factor (target length / L unless given)
 
     def __post_init__(self) -> None:
-        validate_geometry(self.head_dim, self.base, self.train_len, self.factor)
+        validate_geometry(self.rotary_dim, self.base, self.train_len, self.factor)
 
     @property
     def n_pairs(self) -> int:
-        return self.head_dim // 2
+        return self.rotary_dim // 2
 
     @property
     def beta(self) -> float:
-        return self.base ** (2.0 / self.head_dim)
+        return self.base ** (2.0 / self.rotary_dim)
 
     @property
     def target_len(self) -> int:
@@ -45,13 +45,13 @@ class Geometry:
 
     def inv_freq(self) -> np.ndarray:
         """theta_m = base^(-2(m-1)/d), float64, shape (d/2,)."""
-        exponent = np.arange(0, self.head_dim, 2, dtype=np.float64) / self.head_dim
+        exponent = np.arange(0, self.rotary_dim, 2, dtype=np.float64) / self.rotary_dim
         return 1.0 / self.base**exponent
 
 
-def validate_geometry(head_dim: int, base: float, train_len: int, factor: float) -> None:
-    if head_dim <= 0 or head_dim % 2:
-        raise RopeCliError(f"head dim d={head_dim} must be a positive even number (rotary dims come in pairs); pass e.g. --d 128")
+def validate_geometry(rotary_dim: int, base: float, train_len: int, factor: float) -> None:
+    if rotary_dim <= 0 or rotary_dim % 2:
+        raise RopeCliError(f"rotary dim d={rotary_dim} must be a positive even number (rotary dims come in pairs); pass e.g. --d 128")
     if not base > 1:
         raise RopeCliError(f"base={base} must be greater than 1 (LLaMA uses 10000); pass e.g. --base 10000")
     if train_len <= 0:
@@ -63,6 +63,11 @@ def validate_geometry(head_dim: int, base: float, train_len: int, factor: float)
 def wavelength(inv_freq: np.ndarray) -> np.ndarray:
     """Tokens per full turn, 2*pi / theta."""
     return TWO_PI / inv_freq
+
+
+def default_factor(length: float, train_len: int) -> float:
+    """The extension factor a target length asks for: k = length / L, never below 1 (within L nothing is extended)."""
+    return max(1.0, length / train_len)
 
 
 def turns(inv_freq: np.ndarray, length: float) -> np.ndarray:

@@ -34,9 +34,8 @@ def save(fig, path: str) -> Path:
     return p
 
 
-def plot_wavelengths(geom, schedules: Sequence, path: str) -> Path:
-    """Wavelength per pair on a log axis, before and after each schedule, with the L and k*L lines."""
-    fig, ax = plt.subplots(figsize=(8, 5))
+def _wavelengths(ax, geom, schedules: Sequence) -> None:
+    """Wavelength per pair (log axis), before and after each schedule, with the L and k*L lines."""
     m = geom.pair_index()
     ax.plot(m, 2 * np.pi / geom.inv_freq(), color="black", lw=2, label="original")
     for s in schedules:
@@ -45,35 +44,68 @@ def plot_wavelengths(geom, schedules: Sequence, path: str) -> Path:
     ax.axhline(geom.target_len, color="tab:purple", ls=":", lw=1.2, label=f"k·L = {geom.target_len}")
     ax.set_yscale("log")
     ax.set_xlabel("frequency pair m (1 = fastest)")
-    ax.set_ylabel("wavelength (tokens per full turn, log₂ scale)")
-    ax.set_title(f"RoPE wavelengths: d={geom.head_dim}, base={geom.base:g}, k={geom.factor:g}")
+    ax.set_ylabel("wavelength (tokens per full turn, log scale)")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="upper left")
+    ax.legend(loc="upper left", fontsize=8)
+
+
+def _factors(ax, geom, schedules: Sequence, radix: bool = False) -> None:
+    """Lambda_m (or the radix multipliers lambda_m) per pair on a log2 axis, one line per schedule."""
+    m = geom.pair_index()
+    for s in schedules:
+        ax.plot(m, s.lambdas if radix else s.factors, lw=1.6, label=s.label())
+    if radix:
+        ax.set_ylabel("radix multiplier λ_m = Λ_m / Λ_{m-1} (log₂ scale)")
+        ax.set_title("Mixed-base radix multiplier λ_m")
+    else:
+        ax.axhline(geom.factor, color="gray", ls="--", lw=1, label=f"k = {geom.factor:g}")
+        ax.set_ylabel("factor Λ_m (θ'_m = θ_m / Λ_m, log₂ scale)")
+        ax.set_title("Per-pair factor Λ_m")
+    ax.set_xlabel("frequency pair m")
+    ax.set_yscale("log", base=2)
+    ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def _geometry_title(geom) -> str:
+    return f"d={geom.rotary_dim}, base={geom.base:g}, L={geom.train_len}, k={geom.factor:g}"
+
+
+def plot_wavelengths(geom, schedules: Sequence, path: str) -> Path:
+    """Wavelength per pair on a log axis, before and after each schedule, with the L and k*L lines."""
+    fig, ax = plt.subplots(figsize=(8, 5))
+    _wavelengths(ax, geom, schedules)
+    ax.set_title(f"RoPE wavelengths: {_geometry_title(geom)}")
     return save(fig, path)
 
 
 def plot_factors(geom, schedules: Sequence, path: str) -> Path:
     """Lambda_m curves (log axis) and the radix multipliers lambda_m, one line per schedule."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
-    m = geom.pair_index()
-    for s in schedules:
-        left.plot(m, s.factors, lw=1.6, label=s.label())
-        right.plot(m, s.lambdas, lw=1.6, label=s.label())
-    left.axhline(geom.factor, color="gray", ls="--", lw=1, label=f"k = {geom.factor:g}")
-    left.set_yscale("log", base=2)
-    left.set_xlabel("frequency pair m")
-    left.set_ylabel("factor Λ_m (θ'_m = θ_m / Λ_m, log₂ scale)")
-    left.set_title("Per-pair factor Λ_m")
-    right.set_xlabel("frequency pair m")
-    right.set_ylabel("radix multiplier λ_m = Λ_m / Λ_{m-1}")
-    right.set_title("Mixed-base radix multiplier λ_m")
-    right.set_yscale("log", base=2)
-    for ax in (left, right):
-        ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(f"Schedules: d={geom.head_dim}, base={geom.base:g}, L={geom.train_len}, k={geom.factor:g}")
+    _factors(left, geom, schedules)
+    _factors(right, geom, schedules, radix=True)
+    fig.suptitle(f"Schedules: {_geometry_title(geom)}")
+    return save(fig, path)
+
+
+def plot_overview(geom, schedules: Sequence, path: str) -> Path:
+    """`ropecli plot`: wavelengths before/after (left) and Lambda_m (right) of the schedules, with the
+    critical pair (the first that never completes a turn within L) marked on both."""
+    from ropecli.geometry import critical_pair
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
+    _wavelengths(left, geom, schedules)
+    left.set_title("Wavelength per pair, before and after")
+    _factors(right, geom, schedules)
+    crit = critical_pair(geom)
+    if crit is not None:
+        for ax in (left, right):
+            ax.axvline(crit, color="gray", ls="-.", lw=1)
+        right.annotate(f"critical pair m = {crit}", (crit, geom.factor), textcoords="offset points", xytext=(4, -14),
+                       fontsize=8, color="dimgray")
+    fig.suptitle(f"RoPE scaling overview: {_geometry_title(geom)} (target {geom.target_len})")
     return save(fig, path)
 
 

@@ -2,9 +2,22 @@
 
 Every method maps a `Geometry` (d, base, L, k) and its own parameters to a `Schedule`: the
 per-pair factors Lambda_m (m = 1 … d/2, shape (d/2,)) that divide the original inverse
-frequencies, theta'_m = theta_m / Lambda_m, and the attention factor that multiplies cos and sin
-(so attention logits scale by its square). Formulas: ROPE_NOTES.md "The methods"; transformers'
-`ROPE_INIT_FUNCTIONS` is the oracle for linear, dynamic, yarn, llama3 and longrope.
+frequencies, theta'_m = theta_m / Lambda_m with theta_m = base^(-2(m-1)/d), and the attention
+factor that multiplies cos and sin (so attention logits scale by its square).
+
+The formulas, all in this file (each method's function below carries its own in its summary):
+    none        Lambda_m = 1                                 direct extrapolation
+    pi          Lambda_m = k                                 position interpolation (transformers 'linear')
+    ntk-old     Lambda_m = k^(2(m-1)/d)                      base -> base*k (Su, "RoPE is a beta-base encoding")
+    ntk-aware   Lambda_m = k^(2(m-1)/(d-2))                  base -> base*k^(d/(d-2)) (bloc97)
+    ntk-fixed   Lambda_m = k^(2m/d)                          Su, "Transformer Upgrade Road 11" (kexue.fm/archives/9706)
+    mixed       Lambda_m = exp(a*m^b), a*(d/2)^b = ln k      same article; b=1 is ntk-fixed, b=0 is pi
+    dynamic     ntk-aware with k' = k*n/L - (k-1)            transformers 'dynamic', n = current length
+    yarn        ramp 1 -> k by turns within L                transformers 'yarn' (Peng et al. 2023)
+    llama3      1 / blend / k by wavelength against L        transformers 'llama3'
+    longrope    any explicit list of d/2 factors             transformers 'longrope' long_factor
+transformers' `ROPE_INIT_FUNCTIONS` is the test oracle for linear, dynamic, yarn, llama3 and longrope;
+the seeds' identities (b=0 -> pi, b=1 -> ntk-fixed, ntk-aware = base change) are tested too.
 """
 
 from __future__ import annotations
@@ -93,28 +106,28 @@ def pi_schedule(geom: Geometry) -> tuple[np.ndarray, float]:
     return np.full(geom.n_pairs, geom.factor), 1.0
 
 
-@register("ntk-old", "NTK-RoPE-old, base*k: Lambda_m = k^(2(m-1)/d)")
+@register("ntk-old", "NTK-RoPE-old, base*k (Su, 'RoPE is a beta-base encoding'): Lambda_m = k^(2(m-1)/d)")
 def ntk_old_schedule(geom: Geometry) -> tuple[np.ndarray, float]:
     m = geom.pair_index()
-    return geom.factor ** (2.0 * (m - 1) / geom.head_dim), 1.0
+    return geom.factor ** (2.0 * (m - 1) / geom.rotary_dim), 1.0
 
 
 @register("ntk-aware", "NTK-aware (bloc97), base*k^(d/(d-2)): Lambda_m = k^(2(m-1)/(d-2)), lowest pair divided by exactly k")
 def ntk_aware_schedule(geom: Geometry) -> tuple[np.ndarray, float]:
     _need_two_pairs(geom, "ntk-aware")
     m = geom.pair_index()
-    return geom.factor ** (2.0 * (m - 1) / (geom.head_dim - 2)), 1.0
+    return geom.factor ** (2.0 * (m - 1) / (geom.rotary_dim - 2)), 1.0
 
 
-@register("ntk-fixed", "NTK-RoPE-fixed (seed 003): Lambda_m = k^(2m/d)")
+@register("ntk-fixed", "NTK-RoPE-fixed (Su, 'Transformer Upgrade Road 11'): Lambda_m = k^(2m/d)")
 def ntk_fixed_schedule(geom: Geometry) -> tuple[np.ndarray, float]:
     m = geom.pair_index()
-    return geom.factor ** (2.0 * m / geom.head_dim), 1.0
+    return geom.factor ** (2.0 * m / geom.rotary_dim), 1.0
 
 
 @register(
     "mixed",
-    "NTK-RoPE-mixed (seed 003): Lambda_m = exp(a*m^b), a*(d/2)^b = ln k; b=1 is ntk-fixed, b=0 is pi",
+    "NTK-RoPE-mixed (Su, 'Transformer Upgrade Road 11'): Lambda_m = exp(a*m^b), a*(d/2)^b = ln k; b=1 is ntk-fixed, b=0 is pi",
     Param("b", 0.625, "exponent b in Lambda_m = exp(a*m^b)", lo=0.0, hi=1.0),
 )
 def mixed_schedule(geom: Geometry, b: float) -> tuple[np.ndarray, float]:
@@ -133,7 +146,7 @@ def dynamic_schedule(geom: Geometry, seq_len: float | None) -> tuple[np.ndarray,
     n = max(geom.target_len if seq_len is None else seq_len, geom.train_len)
     k_now = geom.factor * n / geom.train_len - (geom.factor - 1)
     m = geom.pair_index()
-    return k_now ** (2.0 * (m - 1) / (geom.head_dim - 2)), 1.0
+    return k_now ** (2.0 * (m - 1) / (geom.rotary_dim - 2)), 1.0
 
 
 @register(
@@ -147,7 +160,7 @@ def dynamic_schedule(geom: Geometry, seq_len: float | None) -> tuple[np.ndarray,
 )
 def yarn_schedule(geom: Geometry, beta_fast: float, beta_slow: float, mscale: float | None,
                   mscale_all_dim: float | None, attention_factor: float | None) -> tuple[np.ndarray, float]:
-    d, base, k = geom.head_dim, geom.base, geom.factor
+    d, base, k = geom.rotary_dim, geom.base, geom.factor
 
     def correction_dim(rotations: float) -> float:  # pair index (0-based) that turns `rotations` times within L
         return d * math.log(geom.train_len / (rotations * TWO_PI)) / (2 * math.log(base))
@@ -197,7 +210,7 @@ def llama3_schedule(geom: Geometry, low_freq_factor: float, high_freq_factor: fl
 def longrope_schedule(geom: Geometry, factors: Any, attention_factor: float | None) -> tuple[np.ndarray, float]:
     arr = np.asarray(factors, dtype=np.float64).reshape(-1)
     if arr.size != geom.n_pairs:
-        raise RopeCliError(f"longrope needs d/2 = {geom.n_pairs} factors, the file has {arr.size}; export one with `ropecli schedule --d {geom.head_dim} --csv`")
+        raise RopeCliError(f"longrope needs d/2 = {geom.n_pairs} factors, the file has {arr.size}; export one with `ropecli schedule --d {geom.rotary_dim} --csv`")
     if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
         raise RopeCliError("longrope factors must be finite and positive; check the factor file")
     if attention_factor is None:
@@ -207,8 +220,8 @@ def longrope_schedule(geom: Geometry, factors: Any, attention_factor: float | No
 
 
 def _need_two_pairs(geom: Geometry, name: str) -> None:
-    if geom.head_dim < 4:
-        raise RopeCliError(f"{name} divides by d-2 and needs d >= 4 (got d={geom.head_dim}); pass a larger --d")
+    if geom.rotary_dim < 4:
+        raise RopeCliError(f"{name} divides by d-2 and needs d >= 4 (got d={geom.rotary_dim}); pass a larger --d")
 
 
 # --- lookup and evaluation ------------------------------------------------------------------
@@ -224,8 +237,10 @@ def resolve_method(name: str) -> Method:
     return REGISTRY[key]
 
 
-def compute_schedule(name: str, geom: Geometry, **params: Any) -> Schedule:
-    """Validate `params` against the method's parameter list, then run it."""
+def resolve_params(name: str, params: dict[str, Any]) -> tuple[Method, dict[str, Any]]:
+    """The method and its full parameter dict, in the method's order: given values checked against
+    the parameter list and its bounds, every missing one filled with its default (None = optional).
+    The one place defaults are filled: `compute_schedule` and `ropecli.specs` both call it."""
     method = resolve_method(name)
     known = {p.name: p for p in method.params}
     unknown = set(k for k, v in params.items() if v is not None) - set(known)
@@ -247,5 +262,11 @@ def compute_schedule(name: str, geom: Geometry, **params: Any) -> Schedule:
                 hi = "inf" if p.hi is None else f"{p.hi:g}"
                 raise RopeCliError(f"{method.name} parameter {p.name}={value:g} is outside [{lo}, {hi}]; pick a value in that range")
         resolved[p.name] = value
+    return method, resolved
+
+
+def compute_schedule(name: str, geom: Geometry, **params: Any) -> Schedule:
+    """Validate `params` against the method's parameter list, fill defaults, then run it."""
+    method, resolved = resolve_params(name, params)
     factors, attention_factor = method.fn(geom, **resolved)
     return Schedule(method.name, np.asarray(factors, dtype=np.float64), float(attention_factor), resolved)

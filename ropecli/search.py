@@ -1,4 +1,15 @@
-"""Bracketing search of the mixed exponent b ("binary search" in seed 003), numpy only.
+"""The search of the mixed exponent b ("binary search" in Su's "Transformer Upgrade Road 11"):
+the golden-section search itself and its orchestration (objective, short-length guard, references),
+both free of torch and of the CLI. `search_b` takes an evaluator function, so the same code runs
+under the CLI's progress bar, in tests on injected objectives, or anywhere else.
+
+Objective: mean log-PPL over the target lengths, every b scored on the same windows.
+Guard (`max_short_regression`): a b whose PPL at the training length L, run with the target's k,
+rises more than that many percent over the unscaled model scores +inf (rejected).
+References: none, PI, NTK-fixed and the article's b = 0.625 on the same windows; PI and NTK-fixed
+are the b = 0 and b = 1 evaluations, reused when the range includes them.
+
+Search:
 
 Golden-section search on [lo, hi] for a unimodal objective f(b): both ends are evaluated first
 (b = 0 is PI, b = 1 is NTK-fixed, so the ends are meaningful references and expose boundary minima),
@@ -16,6 +27,16 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ropecli.errors import RopeCliError
+from ropecli.geometry import default_factor
+from ropecli.specs import Spec, make_spec
+
+# run(specs, lengths, description) -> one result dict per (spec, length), spec-major (Session.run)
+Evaluate = Callable[[list[Spec], list[int], str], list[dict]]
+
+REFERENCES = (("none", {}), ("pi", {}), ("ntk-fixed", {}), ("mixed", {"b": 0.625}))
+# b at which mixed *is* the reference (b = 0: Lambda_m = k; b = 1: Lambda_m = k^(2m/d); both identities
+# are tested in test_schedule_identities): an evaluated end of the range is reused instead of run again
+SAME_AS_MIXED = {"pi": 0.0, "ntk-fixed": 1.0}
 
 INV_PHI = (math.sqrt(5) - 1) / 2  # 0.618…
 
@@ -93,3 +114,65 @@ def local_maxima(points: list[tuple[float, float]]) -> list[float]:
         if fb > fa and fb > fc:
             out.append(b)
     return out
+
+
+def search_b(run: Evaluate, train_len: int, lengths: list[int], *, lo: float = 0.0, hi: float = 1.0, tol: float = 0.01,
+             log_n: bool = False, factor: float | None = None, max_short_regression: float | None = None) -> dict:
+    """Golden-section search of b for the lowest mean log-PPL over `lengths`, with the guard and the
+    references. Returns every number the CLI prints: best_b, evaluations, references, guard, counts."""
+    check_range(lo, hi, tol)
+    guard_k = factor if factor is not None else default_factor(max(lengths), train_len)
+    guard = None
+    if max_short_regression is not None:
+        none_at_L = run([make_spec("none")], [train_len], "guard: none @ L")[0]
+        guard = {"len": train_len, "factor": guard_k, "max_percent": max_short_regression, "none_ppl": none_at_L["ppl"]}
+
+    evaluations: list[dict] = []
+
+    def objective(b: float) -> float:
+        rows = run([make_spec("mixed", {"b": b}, factor=factor, log_n=log_n)], lengths, f"b={b:.4f}")
+        obj = mean_nll(rows)
+        entry = {"b": b, "objective": obj, "ppl": {str(r["len"]): r["ppl"] for r in rows},
+                 "ppl_err": {str(r["len"]): r["ppl_err"] for r in rows}, "cached": all(r["cached"] for r in rows)}
+        if guard:
+            short = run([make_spec("mixed", {"b": b}, factor=guard_k, log_n=log_n)], [train_len], f"guard b={b:.4f}")[0]
+            rise = 100.0 * (short["ppl"] / guard["none_ppl"] - 1.0)
+            entry["short_ppl"], entry["short_rise_percent"] = short["ppl"], rise
+            if rise > max_short_regression:
+                entry["violates_guard"] = True
+                obj = math.inf
+        evaluations.append(entry)
+        return obj
+
+    result = golden_section(objective, lo, hi, tol)
+    by_b = {e["b"]: e for e in evaluations}
+    return {
+        "lengths": lengths, "log_n": log_n, "factor": factor, "lo": lo, "hi": hi, "tol": tol,
+        "best_b": result.best_b, "best_objective": result.best_objective, "best_ppl": by_b[result.best_b]["ppl"],
+        "at_boundary": result.at_boundary, "non_unimodal_at": result.non_unimodal_at, "bracket": list(result.bracket),
+        "evaluations": evaluations, "references": reference_rows(run, lengths, log_n, factor, by_b), "guard": guard,
+        "search_evaluations": len(evaluations), "grid_evaluations_same_accuracy": grid_evaluations(lo, hi, tol),
+    }
+
+
+def mean_nll(rows: list[dict]) -> float:
+    """The objective: mean over lengths of log-PPL (= NLL per token)."""
+    return float(sum(r["nll"] for r in rows) / len(rows))
+
+
+def reference_rows(run: Evaluate, lengths: list[int], log_n: bool, factor: float | None, by_b: dict[float, dict]) -> list[dict]:
+    """none, PI, NTK-fixed and b = 0.625 on the same windows; PI and NTK-fixed come from the
+    search's b = 0 / b = 1 evaluations when the range includes them."""
+    rows = []
+    for name, params in REFERENCES:
+        spec = make_spec(name, params, factor=factor, log_n=log_n)
+        same_b = SAME_AS_MIXED.get(name, params.get("b") if name == "mixed" else None)
+        if same_b in by_b:
+            e = by_b[same_b]
+            rows.append({"label": spec.label, "method": spec.method, "objective": e["objective"], "ppl": e["ppl"],
+                         "same_as": f"mixed(b={same_b:g})"})
+            continue
+        res = run([spec], lengths, f"reference {spec.label}")
+        rows.append({"label": spec.label, "method": spec.method, "objective": mean_nll(res),
+                     "ppl": {str(r["len"]): r["ppl"] for r in res}})
+    return rows

@@ -31,20 +31,22 @@ def test_freqs_json_keys_and_values():
     r = run("freqs", "--d", "128", "--k", "8", "--method", "mixed", "--json")
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
-    for key in ["method", "head_dim", "base", "factor", "train_len", "attention_factor", "pairs", "critical_pair"]:
+    for key in ["method", "rotary_dim", "base", "factor", "train_len", "attention_factor", "pairs", "critical_pair"]:
         assert key in data
-    assert data["method"] == "mixed" and data["head_dim"] == 128 and data["factor"] == 8.0
+    assert data["method"] == "mixed" and data["rotary_dim"] == 128 and data["factor"] == 8.0
     assert len(data["pairs"]) == 64
-    geom = Geometry(128, 10000.0, 4096, 8.0)
-    expected = compute_schedule("mixed", geom, b=0.625)
     p = data["pairs"][10]
-    for key in ["m", "inv_freq", "factor", "scaled_inv_freq", "wavelength", "scaled_wavelength"]:
-        assert key in p
     assert p["m"] == 11
-    assert p["factor"] == pytest.approx(expected.factors[10])
-    assert p["scaled_inv_freq"] == pytest.approx(p["inv_freq"] / p["factor"])
-    assert p["scaled_wavelength"] == pytest.approx(2 * np.pi / p["scaled_inv_freq"])
+    # by hand, m = 11 of d = 128, base 1e4, k = 8, b = 0.625:
+    #   theta_11 = 1e4^(-20/128) = 10^(-0.625) = 0.2371373705661655
+    #   a = ln 8 / 64^0.625 = 2.0794415416798357 / 13.454342644059432 = 0.15455541728736802
+    #   Lambda_11 = exp(a * 11^0.625) = exp(0.15455541728736802 * 4.475797488182033) = 1.9972250626913353
+    assert p["inv_freq"] == pytest.approx(0.2371373705661655, rel=1e-12)
+    assert p["factor"] == pytest.approx(1.9972250626913353, rel=1e-12)
+    assert p["scaled_inv_freq"] == pytest.approx(0.2371373705661655 / 1.9972250626913353, rel=1e-12)
+    assert p["scaled_wavelength"] == pytest.approx(52.91842082533191, rel=1e-12)  # 2*pi * Lambda_11 / theta_11 tokens
     assert data["pairs"][-1]["status"] == "interpolated"
+    assert data["pairs"][-1]["factor"] == pytest.approx(8.0, rel=1e-12)  # Lambda_{d/2} = k by construction
 
 
 def test_freqs_table_names_critical_pair():
@@ -69,10 +71,12 @@ def test_digits_rope_mode():
     r = run("digits", "--n", "759", "--d", "16", "--k", "8", "--method", "mixed", "--json")
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
-    beta = 10000 ** (2 / 16)
     p = data["pairs"][2]  # m = 3
-    assert p["digit"] == pytest.approx(np.floor(759 / beta**2) % beta)
-    assert p["turn_fraction"] == pytest.approx((759 / beta**2 / (2 * np.pi)) % 1)
+    # by hand: beta = 1e4^(2/16) = sqrt(10), beta^2 = 10, so n / beta^2 = 75.9;
+    # digit = floor(75.9) mod sqrt(10) = 75 - 23 * 3.16227766016838 = 2.26761381612726
+    # angle = 75.9 rad = 12.07986... turns, fraction 0.0798670...
+    assert p["digit"] == pytest.approx(2.26761381612726, rel=1e-9)
+    assert p["turn_fraction"] == pytest.approx(75.9 / (2 * 3.141592653589793) - 12, rel=1e-9)
     assert run("digits", "--n", "759", "--d", "16").exit_code == 0
 
 
@@ -118,13 +122,15 @@ def test_plots(tmp_path, kind):
     assert out.stat().st_size > 5000
     out2 = tmp_path / f"s.{kind}"
     r = run("plot", "schedule", "--method", "mixed", "--b", "0", "--b", "0.625", "--b", "1", "--out", str(out2))
-    assert r.exit_code == 0, r.output and out2.stat().st_size > 5000
+    assert r.exit_code == 0, r.output
+    assert out2.stat().st_size > 5000
 
 
 BAD = [
     (["freqs", "--d", "127"], "even"),
-    (["freqs", "--d", "-4"], "even"),
-    (["freqs", "--k", "0.5"], ">= 1"),
+    (["freqs", "--d", "-4"], "x>=1"),
+    (["freqs", "--d", "0"], "x>=1"),
+    (["freqs", "--k", "0.5"], "x>=1"),
     (["freqs", "--b", "1.5"], "outside [0, 1]"),
     (["freqs", "--base", "1"], "greater than 1"),
     (["freqs", "--method", "magic"], "unknown method 'magic'"),
@@ -132,11 +138,15 @@ BAD = [
     (["freqs", "--method", "pi", "--b", "0.5"], "fits none of the chosen methods"),
     (["freqs", "--k", "2", "--target-len", "8192"], "pass only one"),
     (["freqs", "--method", "pi,mixed"], "one method at a time"),
-    (["digits", "--n", "-1"], "negative"),
-    (["digits", "--n", "5", "--radix", "1"], "radix >= 2"),
+    (["digits", "--n", "-1"], "x>=0"),
+    (["digits", "--n", "5", "--radix", "1"], "x>=2"),
     (["schedule", "--method", "longrope", "--factors", "/nonexistent/f.json"], "cannot read factor file"),
     (["schedule", "--method", "pi,mixed", "--format", "hf"], "one schedule"),
-    (["schedule", "--format", "xml"], "not one of"),
+    (["schedule", "--format", "xml"], "is not one of"),
+    (["freqs", "--model", "/nonexistent/model"], "not a folder"),
+    (["freqs", "--rope-layers", "all"], "pass --model too"),
+    (["freqs", "--d", "64", "--head-dim", "128"], "disagree"),
+    (["plot", "--out", "x.gif"], "must end in"),
     (["schedule", "--method", "yarn", "--param", "beta_fast"], "KEY=VALUE"),
     (["plot", "freqs", "--out", "x.gif"], "must end in"),
     (["plot", "freqs", "--out", "/nonexistent/dir/x.png"], "does not exist"),

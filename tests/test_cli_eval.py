@@ -68,16 +68,19 @@ def test_compare_table_json_and_plot(tiny_dir, text_file, tmp_path):
 BAD = [
     (["ppl", "--model", "/nonexistent/model", "--len", "64"], "cannot load model"),
     (["ppl", "--len", "64", "--method", "pi", "--b", "0.5"], "does not apply"),
-    (["ppl", "--len", "1"], "too short"),
+    (["ppl", "--len", "1"], "x>=2"),
+    (["ppl", "--len", "64", "--samples", "0"], "x>=1"),
+    (["ppl", "--len", "64", "--dtype", "fp8"], "is not one of"),
+    (["ppl", "--len", "64", "--method", "pi,mixed"], "one schedule"),
     (["ppl"], "no --len"),
     (["ppl", "--len", "64", "--device", "tpu"], "not one of"),
-    (["compare", "--len", "64", "--methods", "pi", "--b", "0.3"], "add mixed"),
+    (["compare", "--len", "64", "--methods", "pi", "--b", "0.3"], "belongs to mixed"),
+    (["compare", "--len", "64", "--method", "yarn", "--param", "b=0.3"], "belongs to mixed"),
 ]
 
 
 @pytest.mark.parametrize("args,fragment", BAD, ids=[" ".join(a) for a, _ in BAD])
 def test_bad_input(args, fragment, tiny_dir):
-    args = [a if a != "MODEL" else tiny_dir for a in args]
     if args[0] in ("ppl", "compare") and "--model" not in args:
         args = [args[0], "--model", tiny_dir, *args[1:]]
     r = run(*args)

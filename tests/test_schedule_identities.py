@@ -31,14 +31,14 @@ def test_mixed_default_b_is_the_papers():
     assert compute_schedule("mixed", Geometry(128, 1e4, 4096, 8)).params["b"] == 0.625
 
 
-@pytest.mark.parametrize("geom", [g for g in GEOMS if g.head_dim >= 4], ids=str)
+@pytest.mark.parametrize("geom", [g for g in GEOMS if g.rotary_dim >= 4], ids=str)
 def test_ntk_aware_divides_lowest_pair_by_k(geom):
     s = compute_schedule("ntk-aware", geom)
     assert s.factors[0] == 1.0
     assert s.factors[-1] == pytest.approx(geom.factor, rel=1e-12)
     # base * k^(d/(d-2)) in closed form
-    new_base = geom.base * geom.factor ** (geom.head_dim / (geom.head_dim - 2))
-    np.testing.assert_allclose(s.scaled_inv_freq(geom), new_base ** (-np.arange(0, geom.head_dim, 2) / geom.head_dim), rtol=1e-12)
+    new_base = geom.base * geom.factor ** (geom.rotary_dim / (geom.rotary_dim - 2))
+    np.testing.assert_allclose(s.scaled_inv_freq(geom), new_base ** (-np.arange(0, geom.rotary_dim, 2) / geom.rotary_dim), rtol=1e-12)
 
 
 def test_ntk_old_is_base_times_k():
@@ -78,11 +78,11 @@ def test_critical_pair():
 
 
 @pytest.mark.parametrize("kwargs,fragment", [
-    ({"head_dim": 127}, "even"), ({"head_dim": 0}, "even"), ({"factor": 0.5}, ">= 1"), ({"base": 1.0}, "greater than 1"),
+    ({"rotary_dim": 127}, "even"), ({"rotary_dim": 0}, "even"), ({"factor": 0.5}, ">= 1"), ({"base": 1.0}, "greater than 1"),
     ({"train_len": 0}, "positive"),
 ])
 def test_bad_geometry(kwargs, fragment):
-    args = {"head_dim": 128, "base": 1e4, "train_len": 4096, "factor": 8.0, **kwargs}
+    args = {"rotary_dim": 128, "base": 1e4, "train_len": 4096, "factor": 8.0, **kwargs}
     with pytest.raises(RopeCliError, match=fragment):
         Geometry(**args)
 

@@ -21,7 +21,7 @@ def build(family: str, rope_parameters: dict | None = None, seed: int = 0):
     elif family == "qwen2":
         rp = {"rope_type": "default", "rope_theta": 1e6, **(rope_parameters or {})}
         model = Qwen2ForCausalLM(Qwen2Config(**common, num_key_value_heads=2, rope_parameters=rp))
-    elif family == "gpt_neox":  # partial rotary: 25% of head_dim 16 -> rotary dim 4
+    elif family == "gpt_neox":  # partial rotary: 50% of head_dim 16 -> rotary dim 8
         rp = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5, **(rope_parameters or {})}
         model = GPTNeoXForCausalLM(GPTNeoXConfig(**common, rope_parameters=rp))
     elif family == "gemma3":

@@ -8,47 +8,36 @@ from typing import Annotated, Optional
 
 import typer
 
-from ropecli.cli_common import (BaseOpt, BListOpt, BOpt, FactorOpt, FactorsOpt, HeadDimOpt, JsonOpt, ParamOpt,
-                                TargetLenOpt, TrainLenOpt, build_schedules, console, emit_json, g4, handle_errors,
-                                make_geometry, parse_params, split_methods)
+from ropecli.cli_common import console, emit_json, g4, geometry_of, handle_errors, schedules_of
 from ropecli.errors import RopeCliError
+from ropecli.options import OUTPUT, GeometryOptions, JsonOpt, OutputFormat, ScheduleOptions, with_option_groups
 
-MethodOpt = Annotated[str, typer.Option("--method", "-m", help="Scaling method (see `ropecli methods`).")]
 
-
-def _one_schedule(geom, method, b, factors, param):
-    names = split_methods([method], "mixed")
-    if len(names) != 1:
-        raise RopeCliError("this command shows one method at a time; use `ropecli schedule` to compare several")
-    return build_schedules(geom, names, [b] if b is not None else None, parse_params(param), factors)[0]
+def _one_schedule(geom, opts: ScheduleOptions):
+    schedules = schedules_of(geom, opts, default="mixed")
+    if len(schedules) != 1:
+        raise RopeCliError("this command shows one method at a time (one --method, at most one --b); "
+                           "use `ropecli schedule` to compare several")
+    return schedules[0]
 
 
 @handle_errors
-def freqs(
-    head_dim: HeadDimOpt = 128,
-    k: FactorOpt = None,
-    method: MethodOpt = "mixed",
-    b: BOpt = None,
-    base: BaseOpt = 10000.0,
-    train_len: TrainLenOpt = 4096,
-    target_len: TargetLenOpt = None,
-    factors: FactorsOpt = None,
-    param: ParamOpt = None,
-    as_json: JsonOpt = False,
-):
+@with_option_groups
+def freqs(geometry: GeometryOptions, schedule: ScheduleOptions, as_json: JsonOpt = False):
     """Per pair: frequency, factor, wavelength and turns before and after a schedule.
 
-    Example: ropecli freqs --d 128 --k 8 --method mixed --b 0.625
+    Examples: ropecli freqs --d 128 --k 8 --method mixed --b 0.625
+              ropecli freqs --model meta-llama/Llama-2-7b-hf --k 8
     """
     from ropecli.freqs import frequency_report
 
-    geom = make_geometry(head_dim, base, train_len, k, target_len)
-    report = frequency_report(geom, _one_schedule(geom, method, b, factors, param))
+    geom, rope = geometry_of(geometry)
+    report = frequency_report(geom, _one_schedule(geom, schedule))
     if as_json:
         return emit_json(report)
     from rich.table import Table
 
-    t = Table(title=f"{report['label']}: d={geom.head_dim}, base={geom.base:g}, L={geom.train_len}, k={geom.factor:g} "
+    t = Table(title=f"{report['label']}: d={geom.rotary_dim}, base={geom.base:g}, L={geom.train_len}, k={geom.factor:g} "
                     f"(target {geom.target_len}), attention factor {report['attention_factor']:.4f}")
     for col in ["m", "inv_freq", "factor Λ", "scaled inv_freq", "wavelength", "scaled wavelength",
                 "turns in L", "turns in kL", "status", "in range"]:
@@ -73,21 +62,20 @@ def freqs(
                   f"{out_of_range} pair(s) reach angles at k*L never seen in training.")
 
 
+INTEGER = "Integer illustration"
+
+
 @handle_errors
+@with_option_groups
 def digits(
-    n: Annotated[int, typer.Option("--n", help="Position (an integer >= 0).")] = 759,
-    head_dim: HeadDimOpt = 128,
-    k: FactorOpt = None,
-    method: MethodOpt = "mixed",
-    b: BOpt = None,
-    base: BaseOpt = 10000.0,
-    train_len: TrainLenOpt = 4096,
-    target_len: TargetLenOpt = None,
-    factors: FactorsOpt = None,
-    param: ParamOpt = None,
-    radix: Annotated[Optional[int], typer.Option("--radix", help="Integer illustration instead: the radix of the trained representation.")] = None,
-    width: Annotated[int, typer.Option("--width", help="Integer illustration: number of digits.")] = 3,
-    also_radix: Annotated[Optional[list[int]], typer.Option("--also-radix", help="Integer illustration: extra radices to show (repeatable).")] = None,
+    geometry: GeometryOptions,
+    schedule: ScheduleOptions,
+    n: Annotated[int, typer.Option("--n", min=0, help="Position (an integer >= 0).")] = 759,
+    radix: Annotated[Optional[int], typer.Option("--radix", min=2, rich_help_panel=INTEGER,
+                                                 help="Integer illustration instead: the radix of the trained representation.")] = None,
+    width: Annotated[int, typer.Option("--width", min=1, rich_help_panel=INTEGER, help="Integer illustration: number of digits.")] = 3,
+    also_radix: Annotated[Optional[list[int]], typer.Option("--also-radix", min=2, rich_help_panel=INTEGER,
+                                                            help="Integer illustration: extra radices to show (repeatable).")] = None,
     as_json: JsonOpt = False,
 ):
     """The beta-base analogy: position n as digits, RoPE angles, and the mixed base of a method.
@@ -95,22 +83,20 @@ def digits(
     Examples: ropecli digits --n 759 --d 128 --k 8 --method mixed
               ropecli digits --n 1749 --radix 10 --width 3 --k 2 --also-radix 16
     """
-    if n < 0:
-        raise RopeCliError(f"--n {n} is negative; positions count from 0, pass e.g. --n 759")
     if radix is not None:
-        return _integer_digits(n, radix, width, k, also_radix or [], as_json)
+        return _integer_digits(n, radix, width, geometry.k, also_radix or [], as_json)
     from ropecli.digits import rope_digits
 
-    geom = make_geometry(head_dim, base, train_len, k, target_len)
-    schedule = _one_schedule(geom, method, b, factors, param)
-    rows = rope_digits(n, geom, schedule)
+    geom, rope = geometry_of(geometry)
+    sched = _one_schedule(geom, schedule)
+    rows = rope_digits(n, geom, sched)
     if as_json:
-        return emit_json({"n": n, "method": schedule.method, "label": schedule.label(), "head_dim": geom.head_dim,
+        return emit_json({"n": n, "method": sched.method, "label": sched.label(), "rotary_dim": geom.rotary_dim,
                           "base": geom.base, "beta": geom.beta, "factor": geom.factor, "train_len": geom.train_len,
                           "pairs": [dict(zip(rows, vals)) for vals in zip(*(rows[c].tolist() for c in rows))]})
     from rich.table import Table
 
-    t = Table(title=f"n={n} in base beta={geom.beta:.6g} (= {geom.base:g}^(2/{geom.head_dim})) and in the mixed base of {schedule.label()}, k={geom.factor:g}")
+    t = Table(title=f"n={n} in base beta={geom.beta:.6g} (= {geom.base:g}^(2/{geom.rotary_dim})) and in the mixed base of {sched.label()}, k={geom.factor:g}")
     for col in ["m", "digit", "angle (turns)", "radix beta*lambda_m", "mixed digit", "scaled angle (turns)"]:
         t.add_column(col, justify="right")
     for i in range(geom.n_pairs):
@@ -122,13 +108,7 @@ def digits(
 def _integer_digits(n: int, radix: int, width: int, k: float | None, extra: list[int], as_json: bool):
     from ropecli.digits import integer_illustration
 
-    if radix < 2 or width < 1:
-        raise RopeCliError(f"--radix {radix} / --width {width}: need radix >= 2 and width >= 1; pass e.g. --radix 10 --width 3")
-    if any(r < 2 for r in extra):
-        raise RopeCliError("--also-radix values must be >= 2")
-    factor = 2.0 if k is None else k
-    if factor < 1:
-        raise RopeCliError(f"factor k={factor} must be >= 1; pass e.g. --k 2")
+    factor = 2.0 if k is None else k  # the articles' example doubles the range
     rows = integer_illustration(n, radix, width, factor, extra)
     if as_json:
         return emit_json({"n": n, "radix": radix, "width": width, "factor": factor, "schemes": rows})
@@ -143,19 +123,14 @@ def _integer_digits(n: int, radix: int, width: int, k: float | None, extra: list
 
 
 @handle_errors
+@with_option_groups
 def schedule(
-    method: Annotated[Optional[list[str]], typer.Option("--method", "-m", help="Method(s); repeat or comma-separate to compare.")] = None,
-    head_dim: HeadDimOpt = 128,
-    k: FactorOpt = None,
-    b: BListOpt = None,
-    base: BaseOpt = 10000.0,
-    train_len: TrainLenOpt = 4096,
-    target_len: TargetLenOpt = None,
-    factors: FactorsOpt = None,
-    param: ParamOpt = None,
-    fmt: Annotated[str, typer.Option("--format", help="table | json | csv | hf (transformers rope_parameters block).")] = "table",
+    geometry: GeometryOptions,
+    schedule: ScheduleOptions,
+    fmt: Annotated[OutputFormat, typer.Option("--format", rich_help_panel=OUTPUT,
+                                              help="Output: table, json, csv, or hf (transformers rope_parameters block).")] = OutputFormat.table,
     as_json: JsonOpt = False,
-    as_csv: Annotated[bool, typer.Option("--csv", help="Same as --format csv.")] = False,
+    as_csv: Annotated[bool, typer.Option("--csv", rich_help_panel=OUTPUT, help="Same as --format csv.")] = False,
 ):
     """Per-pair factors Lambda_m and radix multipliers lambda_m of one or more methods.
 
@@ -163,22 +138,20 @@ def schedule(
               ropecli schedule --method pi,ntk-fixed,mixed --csv > factors.csv
               ropecli schedule --method mixed --b 0.5 --format hf > rope.json
     """
-    fmt = "json" if as_json else "csv" if as_csv else fmt.lower()
     if as_json and as_csv:
         raise RopeCliError("--json and --csv both choose the output; pass only one")
-    if fmt not in ("table", "json", "csv", "hf"):
-        raise RopeCliError(f"--format {fmt} is not one of table, json, csv, hf")
-    geom = make_geometry(head_dim, base, train_len, k, target_len)
-    schedules = build_schedules(geom, split_methods(method, "mixed"), b, parse_params(param), factors)
+    fmt = "json" if as_json else "csv" if as_csv else OutputFormat(fmt).value
+    geom, rope = geometry_of(geometry)
+    schedules = schedules_of(geom, schedule, default="mixed")
     if fmt == "hf":
         if len(schedules) != 1:
             raise RopeCliError("--format hf writes one schedule; pass a single --method (and at most one --b)")
         from ropecli.factor_files import rope_parameters_block
 
-        return emit_json(rope_parameters_block(geom, schedules[0]))
+        return emit_json(rope_parameters_block(geom, schedules[0], rope.partial_rotary_factor if rope else 1.0))
     if fmt == "json":
         return emit_json({
-            "head_dim": geom.head_dim, "base": geom.base, "train_len": geom.train_len, "factor": geom.factor,
+            "rotary_dim": geom.rotary_dim, "base": geom.base, "train_len": geom.train_len, "factor": geom.factor,
             "target_len": geom.target_len,
             "schedules": [{"method": s.method, "label": s.label(), "params": {k: v for k, v in s.params.items() if k != "factors"},
                            "attention_factor": s.attention_factor, "factors": s.factors, "lambdas": s.lambdas} for s in schedules],
@@ -193,7 +166,7 @@ def schedule(
         return
     from rich.table import Table
 
-    t = Table(title=f"Schedules for d={geom.head_dim}, base={geom.base:g}, L={geom.train_len}, k={geom.factor:g}")
+    t = Table(title=f"Schedules for d={geom.rotary_dim}, base={geom.base:g}, L={geom.train_len}, k={geom.factor:g}")
     t.add_column("m", justify="right")
     for s in schedules:
         t.add_column(f"{s.label()}\nΛ_m", justify="right")

@@ -1,71 +1,66 @@
-"""`ropecli plot freqs` and `ropecli plot schedule`: pictures of the analytical commands."""
+"""`ropecli plot` (an overview), `ropecli plot freqs` and `ropecli plot schedule`: pictures of the
+analytical commands, for a given geometry or the one in `--model`'s config."""
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
-
 import typer
 
-from ropecli.cli_common import (BaseOpt, BListOpt, FactorOpt, FactorsOpt, HeadDimOpt, ParamOpt, TargetLenOpt, TrainLenOpt,
-                                build_schedules, console, handle_errors, make_geometry, parse_params, split_methods)
+from ropecli.cli_common import OneLineErrorsGroup, console, geometry_of, handle_errors, schedules_of
+from ropecli.options import GeometryOptions, OutOpt, ScheduleOptions, with_option_groups
 
-app = typer.Typer(help="Draw RoPE pictures to PNG, SVG or PDF.", no_args_is_help=True)
+app = typer.Typer(help="Draw RoPE pictures to PNG, SVG or PDF; with no subcommand, an overview.", cls=OneLineErrorsGroup,
+                  invoke_without_command=True)
 
-MethodsOpt = Annotated[Optional[list[str]], typer.Option("--method", "-m", help="Method(s); repeat or comma-separate to overlay.")]
-OutOpt = Annotated[str, typer.Option("--out", "-o", help="Output file (.png, .svg or .pdf).")]
+OVERVIEW_METHODS = "none,pi,ntk-fixed,mixed"
 
 
-def _schedules(head_dim, base, train_len, k, target_len, method, b, factors, param, default):
-    geom = make_geometry(head_dim, base, train_len, k, target_len)
-    return geom, build_schedules(geom, split_methods(method, default), b, parse_params(param), factors)
+def _draw(draw, out: str, geometry: GeometryOptions, schedule: ScheduleOptions, default: str) -> None:
+    from ropecli.plots import check_out
+
+    check_out(out)
+    geom, _ = geometry_of(geometry)
+    console().print(f"wrote {draw(geom, schedules_of(geom, schedule, default), out)}")
+
+
+@app.callback()
+@handle_errors
+@with_option_groups
+def overview(ctx: typer.Context, geometry: GeometryOptions, schedule: ScheduleOptions, out: OutOpt = None):
+    """Without a subcommand: wavelengths before and after, and Lambda_m, of none, PI, NTK-fixed and
+    mixed on one figure (default ropecli.png).
+
+    Examples: ropecli plot
+              ropecli plot --model meta-llama/Llama-2-7b-hf --k 8 --out llama.png
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from ropecli.plots import plot_overview
+
+    _draw(plot_overview, out or "ropecli.png", geometry, schedule, OVERVIEW_METHODS)
 
 
 @app.command("freqs")
 @handle_errors
-def plot_freqs(
-    out: OutOpt = "freqs.png",
-    method: MethodsOpt = None,
-    head_dim: HeadDimOpt = 128,
-    k: FactorOpt = None,
-    b: BListOpt = None,
-    base: BaseOpt = 10000.0,
-    train_len: TrainLenOpt = 4096,
-    target_len: TargetLenOpt = None,
-    factors: FactorsOpt = None,
-    param: ParamOpt = None,
-):
+@with_option_groups
+def plot_freqs(geometry: GeometryOptions, schedule: ScheduleOptions, out: OutOpt = None):
     """Wavelength per pair (log axis) before and after the schedules, with the L and k*L lines.
 
     Example: ropecli plot freqs --d 128 --k 8 --method pi,ntk-fixed,mixed --out freqs.png
     """
-    from ropecli.plots import check_out, plot_wavelengths
+    from ropecli.plots import plot_wavelengths
 
-    check_out(out)
-    geom, schedules = _schedules(head_dim, base, train_len, k, target_len, method, b, factors, param, "mixed")
-    console().print(f"wrote {plot_wavelengths(geom, schedules, out)}")
+    _draw(plot_wavelengths, out or "freqs.png", geometry, schedule, "mixed")
 
 
 @app.command("schedule")
 @handle_errors
-def plot_schedule(
-    out: OutOpt = "schedule.png",
-    method: MethodsOpt = None,
-    head_dim: HeadDimOpt = 128,
-    k: FactorOpt = None,
-    b: BListOpt = None,
-    base: BaseOpt = 10000.0,
-    train_len: TrainLenOpt = 4096,
-    target_len: TargetLenOpt = None,
-    factors: FactorsOpt = None,
-    param: ParamOpt = None,
-):
+@with_option_groups
+def plot_schedule(geometry: GeometryOptions, schedule: ScheduleOptions, out: OutOpt = None):
     """Lambda_m and lambda_m of several methods, or of several b, overlaid.
 
     Examples: ropecli plot schedule --method pi,ntk-old,ntk-fixed,mixed,yarn --out schedule.png
               ropecli plot schedule --method mixed --b 0 --b 0.25 --b 0.625 --b 1 --out b.svg
     """
-    from ropecli.plots import check_out, plot_factors
+    from ropecli.plots import plot_factors
 
-    check_out(out)
-    geom, schedules = _schedules(head_dim, base, train_len, k, target_len, method, b, factors, param, "pi,ntk-old,ntk-fixed,mixed,yarn")
-    console().print(f"wrote {plot_factors(geom, schedules, out)}")
+    _draw(plot_factors, out or "schedule.png", geometry, schedule, "pi,ntk-old,ntk-fixed,mixed,yarn")

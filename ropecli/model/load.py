@@ -9,10 +9,8 @@ from pathlib import Path
 import torch
 
 from ropecli.errors import RopeCliError
+from ropecli.model_config import BUILTIN, BUILTIN_DIR  # noqa: F401  (re-exported: the built-in model lives beside the config reader)
 from ropecli.model.rotary import find_rotary_slots, layer_types_of, rope_parameters, select_slots, text_config
-
-BUILTIN = "builtin"
-BUILTIN_DIR = Path(__file__).resolve().parent.parent / "builtin_model"
 
 
 @dataclass
@@ -28,6 +26,12 @@ class LoadedModel:
     device: str
     fingerprint: str  # identifies the weights and config, for the cache key
     layer_types: list[str]  # all RoPE layer types of the model ([] if one RoPE)
+    partial_rotary_factor: float = 1.0  # d / head_dim
+
+    @property
+    def scaled_layer_types(self) -> list[str]:
+        """The layer types ropecli scales (Gemma 3 style models), [] for a model with one RoPE."""
+        return [s.layer_type for s in self.slots if s.layer_type]
 
     def describe(self) -> str:
         scaled = f", scaling layer types {','.join(s.layer_type for s in self.slots)}" if self.layer_types else ""
@@ -125,8 +129,9 @@ def load_model(name: str | None, *, gguf_file: str | None = None, dtype: str = "
     if base is not None:
         for s in chosen:
             s.base = base
+    partial = float(rp.get("partial_rotary_factor", getattr(cfg, "partial_rotary_factor", 1.0)) or 1.0)
     return LoadedModel(model, tokenizer, name, chosen, d, chosen[0].base, int(L), str(torch_dtype).replace("torch.", ""),
-                       str(next(model.parameters()).device), fingerprint(model), layer_types_of(slots))
+                       str(next(model.parameters()).device), fingerprint(model), layer_types_of(slots), partial)
 
 
 def fingerprint(model) -> str:

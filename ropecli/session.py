@@ -1,0 +1,99 @@
+"""An evaluation session: what every evaluating command (`ppl`, `compare`, `search-b`) does around
+its own logic. Load the model of a ModelOptions, build the Evaluator of a DataOptions and
+EvalOptions, run specs x lengths under one progress bar, describe the run for `--json`.
+
+Commands import this module; no command module imports another.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+from ropecli.cli_common import stderr_console
+from ropecli.errors import RopeCliError
+from ropecli.options import DataOptions, EvalOptions, ModelOptions
+from ropecli.specs import Spec
+
+
+@dataclass
+class Session:
+    lm: Any  # ropecli.model.load.LoadedModel
+    ev: Any  # ropecli.evaluate.Evaluator
+
+    def run(self, specs: list[Spec], lengths: list[int], description: str = "evaluating") -> list[dict]:
+        """Every (spec, length), with one rich progress bar (ETA) over all windows; cached ones are instant."""
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                   TimeRemainingColumn)
+
+        ev = self.ev
+        for n in lengths:  # fail on too little text before any forward pass
+            ev.windows(n)
+            if ev.score_last and ev.score_last >= n:
+                raise RopeCliError(f"--score-last {ev.score_last} must be below --len {n}")
+        results = []
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      TextColumn("ETA"), TimeRemainingColumn(), console=stderr_console(),
+                      transient=not sys.stderr.isatty()) as bar:
+            task = bar.add_task(description, total=len(specs) * len(lengths) * ev.samples)
+            for spec in specs:
+                for n in lengths:
+                    bar.update(task, description=f"{spec.label} @ {n}")
+                    results.append(ev.evaluate(spec, n, on_window=lambda: bar.advance(task)))
+        return results
+
+    def header(self) -> dict:
+        """What was evaluated on what: the head of every evaluating command's `--json`."""
+        lm, ev = self.lm, self.ev
+        return {"model": lm.name, "model_fingerprint": lm.fingerprint, "rotary_dim": lm.rotary_dim, "base": lm.base,
+                "train_len": lm.train_len, "dtype": lm.dtype, "device": lm.device, "data": ev.data_label,
+                "samples": ev.samples, "seed": ev.seed, "score_last": ev.score_last}
+
+    def cache_stats(self) -> dict:
+        c = self.ev.cache
+        return {"hits": c.hits, "misses": c.misses, "rejected": c.rejected}
+
+
+def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, quiet: bool) -> Session:
+    """Load the model (spinner unless `quiet`) and its evaluator; both described on stderr."""
+    from ropecli.cache import EvalCache
+    from ropecli.evaluate import Evaluator
+    from ropecli.model.load import load_model
+
+    err = stderr_console()
+    with err.status(f"loading {model.model or 'the built-in model'} …", spinner="dots") if not quiet else nullcontext():
+        lm = load_model(model.model, gguf_file=model.gguf_file, dtype=model.dtype, device=model.device,
+                        device_map=model.device_map, attn_implementation=model.attn_implementation,
+                        trust_remote_code=model.trust_remote_code, rotary_dim=model.d, base=model.base,
+                        train_len=model.train_len, rope_layers=model.rope_layers)
+    err.print(f"model {lm.describe()}", highlight=False)
+    ev = Evaluator(lm, data=data.data, samples=data.samples, seed=data.seed, text_field=data.text_field,
+                   chunk_tokens=evaluation.chunk_size, score_last=evaluation.score_last,
+                   cache=EvalCache(evaluation.cache_dir, enabled=not evaluation.no_cache))
+    err.print(f"data {ev.data_label}; {data.samples} window(s) per length, seed {data.seed}", highlight=False)
+    return Session(lm, ev)
+
+
+def check_plot_path(path: str | None) -> None:
+    """Refuse a bad --plot path before any evaluation runs."""
+    if path:
+        from ropecli.plots import check_out
+
+        check_out(path)
+
+
+def fmt_ppl(r: dict) -> str:
+    """`59.91 ± 2.65`: PPL with its standard error across windows; `inf` for a diverged run."""
+    if r["ppl"] is None or r["ppl"] == float("inf"):
+        return "inf"
+    err = f" ± {r['ppl_err']:.3g}" if r.get("ppl_err") else ""
+    return f"{r['ppl']:.4g}{err}"
+
+
+def plot_results(results: list[dict], path: str, session: Session) -> None:
+    from ropecli.plots import plot_ppl_vs_length
+
+    plot_ppl_vs_length(results, path, f"Perplexity vs length: {session.lm.name} (L = {session.lm.train_len})")
+    stderr_console().print(f"wrote {path}")

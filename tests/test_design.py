@@ -1,0 +1,118 @@
+"""The command layer's design: option groups defined once and shown under panels, renamed flags
+kept as hidden aliases, usage errors as one line, no command importing another, `ropecli plot`
+alone, and the search's orchestration in the core, driven here by an injected evaluator."""
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ropecli.cli import app
+from ropecli.search import search_b
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_no_command_module_imports_another():
+    for path in (ROOT / "ropecli" / "commands").glob("*.py"):
+        assert not re.search(r"from ropecli\.commands|import ropecli\.commands", path.read_text()), path.name
+
+
+@pytest.mark.parametrize("cmd", ["ppl", "compare", "search-b"])
+def test_evaluating_commands_share_the_panels(cmd):
+    r = runner.invoke(app, [cmd, "--help"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    for panel in ["Model", "Data", "Evaluation", "Output"]:
+        assert f"─ {panel} ─" in r.output, panel
+    for flag in ["--model", "--dtype", "--samples", "--len", "--cache-dir", "--json", "--plot"]:
+        assert flag in r.output
+    assert "--head-dim" not in r.output and "--methods" not in r.output  # hidden aliases
+
+
+@pytest.mark.parametrize("cmd", [["freqs"], ["digits"], ["schedule"], ["plot"], ["plot", "freqs"], ["plot", "schedule"]])
+def test_analysis_commands_take_model_and_schedule_panels(cmd):
+    r = runner.invoke(app, [*cmd, "--help"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert "─ Model ─" in r.output and "─ Schedule ─" in r.output and "--model" in r.output
+
+
+def test_old_flag_names_still_work():
+    import json
+
+    new = json.loads(runner.invoke(app, ["freqs", "--d", "64", "--json"]).stdout)
+    old = json.loads(runner.invoke(app, ["freqs", "--head-dim", "64", "--json"]).stdout)
+    assert new == old and new["rotary_dim"] == 64
+    a = json.loads(runner.invoke(app, ["schedule", "--method", "pi,mixed", "--d", "8", "--json"]).stdout)
+    b = json.loads(runner.invoke(app, ["schedule", "--method", "pi", "-m", "mixed", "--d", "8", "--json"]).stdout)
+    assert a == b
+
+
+def test_usage_errors_are_one_line():
+    r = runner.invoke(app, ["ppl", "--samples", "0"])
+    assert r.exit_code == 2
+    lines = [ln for ln in r.output.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and "--samples" in lines[0] and "ropecli ppl --help" in lines[0]
+    r = runner.invoke(app, ["freqs", "--no-such-flag"])
+    assert r.exit_code == 2 and r.output.count("\n") == 1 and "No such option" in r.output
+
+
+def test_plot_alone_draws_the_overview(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, ["plot"])
+    assert r.exit_code == 0, r.output
+    assert "wrote ropecli.png" in r.output
+    assert (tmp_path / "ropecli.png").stat().st_size > 20000
+    r = runner.invoke(app, ["plot", "--d", "64", "--k", "4", "--out", "o.svg"])
+    assert r.exit_code == 0 and (tmp_path / "o.svg").stat().st_size > 20000
+
+
+# --- the search's orchestration, without a model --------------------------------------------
+
+def fake_evaluator(nll_of, calls):
+    """An evaluator with the Session.run contract: one row per (spec, length), spec-major."""
+    def run(specs, lengths, description):
+        rows = []
+        for spec in specs:
+            for n in lengths:
+                calls.append((spec.label, n, spec.factor))
+                nll = nll_of(spec, n)
+                rows.append({"len": n, "nll": nll, "ppl": math.exp(nll), "ppl_err": None, "cached": False})
+        return rows
+    return run
+
+
+def test_search_core_with_an_injected_evaluator():
+    def nll(spec, n):  # long-context NLL minimal at b = 0.7; at L every schedule is the same model
+        params = dict(spec.params)
+        if n == 256:
+            return 3.0
+        if spec.method == "mixed":
+            return 3.5 + (params["b"] - 0.7) ** 2
+        return {"none": 4.2, "pi": 3.99, "ntk-fixed": 3.59}[spec.method]
+
+    calls = []
+    out = search_b(fake_evaluator(nll, calls), 256, [2048], lo=0, hi=1, tol=0.01)
+    assert abs(out["best_b"] - 0.7) <= 0.01
+    assert out["search_evaluations"] == 12 and out["grid_evaluations_same_accuracy"] == 51
+    refs = {r["label"]: r for r in out["references"]}
+    assert refs["pi"]["same_as"] == "mixed(b=0)" and refs["ntk-fixed"]["same_as"] == "mixed(b=1)"
+    assert refs["none"]["objective"] == 4.2 and refs["mixed(b=0.625)"]["objective"] == pytest.approx(3.5 + 0.075 ** 2)
+    assert len(calls) == 12 + 2  # the 12 search points, then none and b = 0.625 (PI, NTK-fixed reused)
+
+
+def test_search_core_guard_rejects_short_context_damage():
+    def nll(spec, n):
+        b = dict(spec.params).get("b", 0.0)
+        if n == 256:  # short context: b above 0.5 costs more than 5 % PPL at L (k = 8 there)
+            return 3.0 if spec.method == "none" else 3.0 + (0.2 if b > 0.5 else 0.0)
+        return 3.5 + (b - 0.9) ** 2 if spec.method == "mixed" else 4.0
+
+    calls = []
+    out = search_b(fake_evaluator(nll, calls), 256, [2048], tol=0.01, max_short_regression=5.0)
+    assert out["guard"]["factor"] == 8.0 and out["guard"]["none_ppl"] == pytest.approx(math.exp(3.0))
+    assert out["best_b"] <= 0.5  # the unguarded optimum 0.9 is rejected
+    assert all(e["violates_guard"] for e in out["evaluations"] if e["b"] > 0.5)
+    assert all((n, k) == (256, 8.0) for label, n, k in calls if label.startswith("mixed") and n == 256)
