@@ -1,10 +1,17 @@
 """Perplexity of a loaded model under a schedule, at a length: the engine every command runs on.
 
-Protocol (the YaRN repo's, see `ropecli.data` for sampling): `samples` windows of exactly `len`
-tokens, one forward pass each, every prediction scored (or the last `score_last`).
-PPL = exp(total NLL / total scored tokens). `ppl_err` is the standard error from the spread
-across windows: ppl * std(per-window mean NLL) / sqrt(samples) (delta method; null for 1 window).
-The schedule's factor k defaults to `geometry.default_factor(len, L)` = max(1, len / L) per length. NaN losses are reported as inf.
+The evaluation protocol, whole (the YaRN repo's):
+- Windows (`ropecli.data.sample_windows`): each document tokenized whole; documents shorter than
+  `len` skipped; each cut into non-overlapping windows of exactly `len` tokens (BOS first where the
+  tokenizer has one), window 0 being the document's head; `samples` windows taken round-robin over
+  the documents in a `seed`ed order. The same windows for every schedule, so results are paired.
+- One forward pass per window (no KV cache), every prediction scored (or the last `score_last`);
+  the loss from final hidden states in chunks (`ropecli.model.scoring`), never full logits.
+- PPL = exp(total NLL / total scored tokens). `ppl_err` is the standard error from the spread
+  across windows: ppl * std(per-window mean NLL) / sqrt(samples) (delta method; null for 1 window).
+- The schedule's factor k is `geometry.default_factor(len, L)` = max(1, len / L) per length unless
+  the Spec fixes it. NaN losses are reported as inf.
+- Every result is cached the moment it is computed (`ropecli.cache`), keyed by all of the above.
 """
 
 from __future__ import annotations

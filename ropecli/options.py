@@ -113,40 +113,39 @@ OutOpt = Annotated[Optional[str], typer.Option("--out", "-o", rich_help_panel=OU
 # --- the groups -----------------------------------------------------------------------------
 
 @dataclass
-class GeometryOptions:
-    """The analysis commands' geometry: from --model's config, or the flags, or LLaMA-2-7B's defaults."""
+class ModelSourceOptions:
+    """Which model, and its RoPE geometry as read from it or given by hand."""
     model: ModelOpt = None
     gguf_file: GgufOpt = None
-    rope_layers: RopeLayersOpt = None
     d: DOpt = None
     head_dim: HeadDimAliasOpt = None
     base: BaseOpt = None
     train_len: TrainLenOpt = None
-    k: KOpt = None
-    target_len: TargetLenOpt = None
+    rope_layers: RopeLayersOpt = None
 
     def __post_init__(self):
         self.d = _alias(self.d, self.head_dim, "--d", "--head-dim")
 
 
 @dataclass
-class ModelOptions:
+class GeometryOptions(ModelSourceOptions):
+    """The analysis commands' geometry: from --model's config, or the flags, or LLaMA-2-7B's
+    defaults; and the factor k."""
+    k: KOpt = None
+    target_len: TargetLenOpt = None
+
+
+@dataclass
+class ModelOptions(ModelSourceOptions):
     """Which model the evaluating commands load, where, and in what precision."""
-    model: ModelOpt = None
-    gguf_file: GgufOpt = None
     dtype: DtypeOpt = Dtype.auto
     device: DeviceOpt = "auto"
     device_map: DeviceMapOpt = None
     attn_implementation: AttnOpt = None
     trust_remote_code: TrustOpt = False
-    d: DOpt = None
-    head_dim: HeadDimAliasOpt = None
-    base: BaseOpt = None
-    train_len: TrainLenOpt = None
-    rope_layers: RopeLayersOpt = None
 
     def __post_init__(self):
-        self.d = _alias(self.d, self.head_dim, "--d", "--head-dim")
+        super().__post_init__()
         self.dtype = Dtype(self.dtype).value
 
 

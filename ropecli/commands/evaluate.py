@@ -34,14 +34,23 @@ def ppl(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, evalu
                              factor=evaluation.k, log_n_modes=(evaluation.log_n,))
     if len(specs) != 1:
         raise RopeCliError("ppl evaluates one schedule (one --method, at most one --b); use `ropecli compare` for several")
+    done = _evaluate(specs, lengths, model, data, evaluation, output)
+    if done:
+        _print_results(done[1], f"{specs[0].label} on {done[0].lm.name}")
+
+
+def _evaluate(specs, lengths, model, data, evaluation, output) -> tuple[Session, list[dict]] | None:
+    """Evaluate every spec at every length; plot and print JSON as asked. (session, results) for the
+    table, None when JSON was printed."""
     check_plot_path(output.plot)
     session = open_session(model, data, evaluation, quiet=output.as_json)
     results = session.run(specs, lengths)
     if output.plot:
         plot_results(results, output.plot, session)
     if output.as_json:
-        return emit_json({**session.header(), "results": results})
-    _print_results(results, f"{specs[0].label} on {session.lm.name}")
+        emit_json({**session.header(), "results": results})
+        return None
+    return session, results
 
 
 def _print_results(results: list[dict], title: str) -> None:
@@ -67,7 +76,7 @@ def compare(
     both_log_n: Annotated[bool, typer.Option("--with-and-without-log-n", rich_help_panel=SCHEDULE,
                                              help="Evaluate every method with and without log-n.")] = False,
 ):
-    """The seed's table: methods x lengths of perplexity, on the same documents.
+    """The article's table: methods x lengths of perplexity, on the same documents.
 
     Examples: ropecli compare --len 256 --len 2048
               ropecli compare --model meta-llama/Llama-2-7b-hf --len 4096 --len 16384 --method none,pi,ntk-fixed,mixed --log-n --plot ppl.png
@@ -78,14 +87,9 @@ def compare(
     specs = specs_from_flags(schedule.method, schedule.b, schedule.param, schedule.factors,
                              default="none,pi,ntk-old,ntk-fixed,mixed", factor=evaluation.k,
                              log_n_modes=(False, True) if both_log_n else (evaluation.log_n,))
-    check_plot_path(output.plot)
-    session = open_session(model, data, evaluation, quiet=output.as_json)
-    results = session.run(specs, lengths)
-    if output.plot:
-        plot_results(results, output.plot, session)
-    if output.as_json:
-        return emit_json({**session.header(), "results": results})
-    _print_table(session, specs, lengths, results)
+    done = _evaluate(specs, lengths, model, data, evaluation, output)
+    if done:
+        _print_table(done[0], specs, lengths, done[1])
 
 
 def _print_table(session: Session, specs, lengths: list[int], results: list[dict]) -> None:
