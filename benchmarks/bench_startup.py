@@ -1,7 +1,8 @@
 """Wall time of `ropecli freqs` against `python -c "import numpy"`, measured in the same run.
 
-Target (issue 2): `ropecli freqs …` answers in <= 0.5 s on the project's 2-core machine, which
-means the analysis path imports neither torch nor transformers. Prints the median of N runs of each
+Targets: `ropecli freqs …` answers in <= 0.5 s on the project's 2-core machine, and so does
+`ropecli freqs --model DIR --k 8` for a model folder with a config.json (the built-in model's here),
+which means the analysis path imports neither torch nor transformers. Prints the median of N runs of each
 and their ratio, and checks that torch stays unimported.
 
     python benchmarks/bench_startup.py [--runs 7]
@@ -15,16 +16,19 @@ import subprocess
 import sys
 import time
 
+from ropecli.model_config import BUILTIN_DIR
+
 CASES = {
     "python -c 'import numpy'": [sys.executable, "-c", "import numpy"],
     "ropecli freqs --d 128 --k 8 --method mixed": [sys.executable, "-m", "ropecli", "freqs", "--d", "128", "--k", "8", "--method", "mixed"],
     "ropecli freqs ... --json": [sys.executable, "-m", "ropecli", "freqs", "--d", "128", "--k", "8", "--method", "mixed", "--json"],
+    "ropecli freqs --model DIR --k 8": [sys.executable, "-m", "ropecli", "freqs", "--model", str(BUILTIN_DIR), "--k", "8"],
 }
 
 
 def wall(cmd: list[str]) -> float:
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - t0
 
 
@@ -37,7 +41,8 @@ def main() -> None:
     for name, t in medians.items():
         print(f"{name:50s} {t * 1000:7.1f} ms   ratio vs numpy import {t / base:5.2f}x")
     probe = subprocess.run([sys.executable, "-c", "import sys; from ropecli.cli import app; from ropecli.commands import analysis;"
-                            "import ropecli.freqs, ropecli.schedules; print('torch' in sys.modules, 'transformers' in sys.modules)"],
+                            "import ropecli.freqs, ropecli.schedules, ropecli.model_config, ropecli.specs; "
+                            f"ropecli.model_config.read_rope_config({str(BUILTIN_DIR)!r}); print('torch' in sys.modules, 'transformers' in sys.modules)"],
                            capture_output=True, text=True, check=True).stdout.split()
     print(f"torch imported by the analysis path: {probe[0]}, transformers: {probe[1]}")
     worst = max(v for k, v in medians.items() if k.startswith("ropecli"))

@@ -1,7 +1,7 @@
 """Train ropecli's built-in model: a small LLaMA-architecture LM at a short context (256 tokens)
 on Shakespeare's plays minus the held-out ones (`ropecli.corpus.HELD_OUT`), on a CPU, seeded.
 
-It plays the part of the seed's experiment (trained at 512, tested at 4096, k = 8): a real
+It plays the part of the experiment in Su's "Transformer Upgrade Road 11" (trained at 512, tested at 4096, k = 8): a real
 model that extends badly without help, small enough to ship (<= 25 MB) and to evaluate in seconds.
 
     python examples/train_builtin_model.py --minutes 30 --out ropecli/builtin_model

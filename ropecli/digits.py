@@ -1,4 +1,4 @@
-"""The beta-base analogy of seeds 002/003: RoPE's angle of pair m is n / beta^(m-1) taken mod 2*pi,
+"""The beta-base analogy of Su's "Transformer Upgrade Road" 10 and 11: RoPE's angle of pair m is n / beta^(m-1) taken mod 2*pi,
 just as the m-th digit of n in base beta is floor(n / beta^(m-1)) mod beta.
 
 A scaled schedule turns the base into a mixed base with radices beta*lambda_m, whose m-th digit is
@@ -46,7 +46,7 @@ def integer_digits(n: int, radix: int, width: int | None = None) -> list[int]:
 
 
 def conversion_radix(radix: int, width: int, factor: float) -> int:
-    """Smallest integer radix whose `width` digits cover factor * radix^width numbers (seed 002: 13 for 10, 3, 2x)."""
+    """Smallest integer radix whose `width` digits cover factor * radix^width numbers (Su, "RoPE is a beta-base encoding": 13 for 10, 3, 2x)."""
     need = factor * radix**width
     r = max(radix, math.ceil(need ** (1.0 / width) - 1e-9))
     while r**width < need:

@@ -17,7 +17,7 @@ The formulas, all in this file (each method's function below carries its own in 
     llama3      1 / blend / k by wavelength against L        transformers 'llama3'
     longrope    any explicit list of d/2 factors             transformers 'longrope' long_factor
 transformers' `ROPE_INIT_FUNCTIONS` is the test oracle for linear, dynamic, yarn, llama3 and longrope;
-the seeds' identities (b=0 -> pi, b=1 -> ntk-fixed, ntk-aware = base change) are tested too.
+the articles' identities (b=0 -> pi, b=1 -> ntk-fixed, ntk-aware = base change) are tested too.
 """
 
 from __future__ import annotations

@@ -10,12 +10,14 @@ from __future__ import annotations
 import sys
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ropecli.cli_common import stderr_console
 from ropecli.errors import RopeCliError
 from ropecli.options import DataOptions, EvalOptions, ModelOptions
-from ropecli.specs import Spec
+
+if TYPE_CHECKING:  # numpy stays unimported until a command runs: `--help` is instant
+    from ropecli.specs import Spec
 
 
 @dataclass

@@ -83,7 +83,7 @@ def test_digits_rope_mode():
 def test_digits_integer_illustration_of_seed_002():
     data = json.loads(run("digits", "--n", "1749", "--radix", "10", "--width", "3", "--k", "2", "--also-radix", "16", "--json").output)
     by_radix = {s["radix"]: s for s in data["schemes"] if s["scheme"].startswith("base conversion")}
-    assert by_radix[16]["digits"] == [6, 13, 5]  # seed 002: 1749 -> [6, 13, 5] in hex
+    assert by_radix[16]["digits"] == [6, 13, 5]  # Su, "RoPE is a beta-base encoding": 1749 -> [6, 13, 5] in hex
     assert 13 in by_radix and by_radix[13]["fits"]  # ceil(2000^(1/3)) = 13
     assert data["schemes"][0]["fits"] is False  # radix 10 needs a 4th digit
 

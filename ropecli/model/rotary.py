@@ -6,7 +6,7 @@ writes theta_m / Lambda_m (computed in float64, stored in the buffer's dtype) an
 attention factor, and sets the slot's rope_type to "default" so transformers' dynamic/longrope
 updates cannot overwrite it. `restore` puts back the saved tensors and values bit for bit.
 
-`--log-n` (seed 003): each query at position n (counted from 1) is multiplied by max(1, log_L n).
+`--log-n` (Su, "Transformer Upgrade Road 11"): each query at position n (counted from 1) is multiplied by max(1, log_L n).
 It is a forward hook on the query projection (after q_norm where a model has one, since a norm
 would undo it), so it scales q only, per position. It assumes positions 0..T-1, which is what
 ropecli's evaluation feeds (one window per forward, no cache).
