@@ -8,7 +8,7 @@ import typer
 
 from ropecli import __version__
 from ropecli.cli_common import OneLineErrorsGroup
-from ropecli.commands import analysis, evaluate, plot, search
+from ropecli.commands import analysis, evaluate, export, plot, search
 
 app = typer.Typer(
     name="ropecli",
@@ -39,6 +39,7 @@ app.command("methods")(analysis.methods)
 app.command("ppl")(evaluate.ppl)
 app.command("compare")(evaluate.compare)
 app.command("search-b")(search.search_b)
+app.command("export")(export.export)
 app.add_typer(plot.app, name="plot")
 
 

@@ -55,11 +55,11 @@ def read_rope_config(name: str | None, gguf_file: str | None = None, rope_layers
             raise RopeCliError(f"--model {name}: no such GGUF file")
         return _from_gguf(name, path, rope_layers)
     if gguf_file is not None:
-        return _from_gguf(name, _locate(name, path, gguf_file), rope_layers)
-    return _from_hf_config(name, _read_json(_locate(name, path, "config.json"), name), rope_layers)
+        return _from_gguf(name, locate_file(name, path, gguf_file), rope_layers)
+    return _from_hf_config(name, _read_json(locate_file(name, path, "config.json"), name), rope_layers)
 
 
-def _locate(name: str, path: Path, filename: str) -> Path:
+def locate_file(name: str, path: Path, filename: str) -> Path:
     """`filename` inside a local folder, else downloaded (or taken from the cache) from the hub repo `name`."""
     if path.is_dir():
         target = path / filename

@@ -1,0 +1,205 @@
+"""`ropecli export`: transformers folders that reproduce ropecli's patched perplexity, vLLM overrides,
+GGUF copies with rope_freqs read back tensor by tensor, and every bad input as one line."""
+
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from ropecli.cli import app
+from ropecli.data import load_documents, sample_windows, tokenize_documents
+from ropecli.model.scoring import naive_window_nll
+from tiny_models import build, char_tokenizer, save_tiny
+
+runner = CliRunner()
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return str(save_tiny(tmp_path_factory.mktemp("tiny") / "model"))
+
+
+@pytest.fixture(scope="module")
+def gemma_dir(tmp_path_factory):
+    return str(save_tiny(tmp_path_factory.mktemp("gemma") / "model", "gemma3"))
+
+
+def hf_ppl(model, length: int, samples: int = 2) -> float:
+    """PPL of an unpatched transformers model, plain `model(ids, labels=ids)`, on ropecli's windows."""
+    tok = char_tokenizer()
+    docs, _ = load_documents(None)
+    win = sample_windows(docs, tokenize_documents(docs, tok), length, samples, 0, tok.bos_token_id)
+    nll = [naive_window_nll(model, torch.from_numpy(row)[None]) for row in win.ids]
+    return math.exp(sum(n for n, _ in nll) / sum(t for _, t in nll))
+
+
+def ropecli_ppl(model_dir: str, length: int, *schedule) -> float:
+    r = run("ppl", "--model", model_dir, "--len", length, "--samples", 2, "--no-cache", "--json", *schedule)
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)["results"][0]["ppl"]
+
+
+@pytest.mark.parametrize("family,schedule", [("llama", ["--method", "mixed", "--b", "0.5"]),
+                                             ("llama", ["--method", "yarn"]),
+                                             ("gemma3", ["--method", "pi"])])
+def test_hf_folder_reproduces_ropecli_ppl(family, schedule, tiny_dir, gemma_dir, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    src = tiny_dir if family == "llama" else gemma_dir
+    out = tmp_path / "exported"
+    r = run("export", "--model", src, *schedule, "--len", 192, "--to", "hf", "--out", out)
+    assert r.exit_code == 0, r.output
+    assert (out / "model.safetensors").is_symlink() and (out / "config.json").is_file()
+    model = AutoModelForCausalLM.from_pretrained(out).eval()  # no keyword arguments
+    expected = ropecli_ppl(src, 192, *schedule)
+    assert hf_ppl(model, 192) == pytest.approx(expected, rel=1e-4)
+    unscaled = ropecli_ppl(src, 192, "--method", "none")
+    assert abs(expected / unscaled - 1) > 5e-4  # the schedule changes the result by more than the tolerance above
+    cfg = json.loads((out / "config.json").read_text())
+    if family == "gemma3":  # only the full-attention layers are scaled; the sliding ones keep their RoPE
+        assert cfg["rope_parameters"]["full_attention"]["rope_type"] == "longrope"
+        assert cfg["rope_parameters"]["sliding_attention"] == {"rope_type": "default", "rope_theta": 10000.0}
+    assert cfg["max_position_embeddings"] == 192
+
+
+def test_consistent_applies_the_schedule_within_L(tiny_dir, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    for flag, name in [([], "default"), (["--consistent"], "consistent")]:
+        r = run("export", "--model", tiny_dir, "--method", "pi", "--len", 256, "--out", tmp_path / name, *flag)
+        assert r.exit_code == 0, r.output
+    default = AutoModelForCausalLM.from_pretrained(tmp_path / "default").eval()
+    consistent = AutoModelForCausalLM.from_pretrained(tmp_path / "consistent").eval()
+    cfg = json.loads((tmp_path / "consistent" / "config.json").read_text())["rope_parameters"]
+    assert cfg["short_factor"] == cfg["long_factor"] == [4.0] * 8
+    within_L = hf_ppl(default, 64)
+    assert within_L == pytest.approx(ropecli_ppl(tiny_dir, 64, "--method", "none"), rel=1e-6)  # unscaled up to L
+    assert hf_ppl(consistent, 64) == pytest.approx(ropecli_ppl(tiny_dir, 64, "--method", "pi", "--k", "4"), rel=1e-4)
+
+
+def test_vllm_overrides_and_command(tiny_dir, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "overrides.json"
+    r = run("export", "--model", tiny_dir, "--method", "mixed", "--b", "0.5", "--len", 192, "--to", "vllm", "--out", out)
+    assert r.exit_code == 0, r.output
+    flat = " ".join(r.stdout.split())
+    assert f"vllm serve {tiny_dir} --hf-overrides" in flat and "--max-model-len 192" in flat
+    block = json.loads(out.read_text())
+    params = block["rope_parameters"]
+    assert params["short_mscale"] == params["long_mscale"] == params["attention_factor"] == 1.0
+    # the same JSON is the block transformers loads, and it runs the schedule ropecli evaluated
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir, **block).eval()
+    assert hf_ppl(model, 192) == pytest.approx(ropecli_ppl(tiny_dir, 192, "--method", "mixed", "--b", "0.5"), rel=1e-4)
+
+
+def test_hf_block_without_a_model_goes_to_stdout():
+    r = run("export", "--method", "mixed", "--b", "0.625", "--len", 32768, "--d", 128, "--train-len", 4096, "--json")
+    assert r.exit_code == 0, r.output
+    block = json.loads(r.stdout)["block"]
+    assert block["max_position_embeddings"] == 32768 and len(block["rope_parameters"]["long_factor"]) == 64
+    assert block["rope_parameters"]["long_factor"][-1] == pytest.approx(8.0)
+
+
+# --- GGUF ------------------------------------------------------------------------------------
+
+@pytest.fixture()
+def llama_gguf(tmp_path):
+    pytest.importorskip("gguf")
+    from gguf_models import write_llama_gguf
+
+    path = tmp_path / "tiny.gguf"
+    write_llama_gguf(build("llama"), path)
+    return path
+
+
+def test_gguf_export_reads_back(llama_gguf, tmp_path):
+    import gguf
+
+    out = tmp_path / "tiny-256.gguf"
+    r = run("export", "--model", llama_gguf, "--method", "yarn", "--len", 256, "--to", "gguf", "--out", out)
+    assert r.exit_code == 0, r.output
+    assert "PARAMETER num_ctx 256" in " ".join(r.stdout.split())
+    src, dst = gguf.GGUFReader(str(llama_gguf)), gguf.GGUFReader(str(out))
+    tensors = {t.name: t for t in dst.tensors}
+    for t in src.tensors:  # every input tensor, byte for byte
+        assert np.array_equal(tensors[t.name].data, t.data) and tensors[t.name].tensor_type == t.tensor_type
+    freqs = tensors["rope_freqs.weight"]
+    assert freqs.tensor_type == gguf.GGMLQuantizationType.F32
+    # the factors are transformers' own YaRN inverse frequencies, as theta / theta'
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    cfg = LlamaConfig(hidden_size=64, num_attention_heads=4, head_dim=16, max_position_embeddings=256,
+                      rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
+                                       "original_max_position_embeddings": 64})
+    inv, att = ROPE_INIT_FUNCTIONS["yarn"](cfg, "cpu")
+    expected = (1.0 / 1e4 ** (np.arange(0, 16, 2) / 16)) / inv.double().numpy()
+    np.testing.assert_allclose(freqs.data.reshape(-1), expected, rtol=1e-6)
+    meta = {f.name: f.contents() for f in dst.fields.values()}
+    assert meta["llama.context_length"] == 256 and meta["llama.rope.scaling.original_context_length"] == 64
+    assert meta["llama.rope.scaling.attn_factor"] == pytest.approx(att, rel=1e-6)
+    for f in src.fields.values():  # every other key kept
+        if f.name not in ("llama.context_length",) and not f.name.startswith("GGUF."):
+            assert meta[f.name] == f.contents()
+    # ropecli reads the exported file's geometry back: L is the original length, not the new context
+    r = run("freqs", "--model", out, "--k", "4", "--json")
+    assert json.loads(r.stdout)["train_len"] == 64
+
+
+def test_gguf_refuses_existing_factors_without_replace(llama_gguf, tmp_path):
+    once = tmp_path / "once.gguf"
+    assert run("export", "--model", llama_gguf, "--method", "pi", "--len", 128, "--to", "gguf", "--out", once).exit_code == 0
+    r = run("export", "--model", once, "--method", "mixed", "--len", 256, "--to", "gguf", "--out", tmp_path / "twice.gguf")
+    assert r.exit_code == 1 and "already carries rope_freqs (2, 2, 2" in r.output and "--replace" in r.output
+    assert not (tmp_path / "twice.gguf").exists()
+    r = run("export", "--model", once, "--method", "mixed", "--len", 256, "--to", "gguf", "--out", tmp_path / "twice.gguf",
+            "--replace")
+    assert r.exit_code == 0, r.output
+
+
+def test_gguf_unsupported_architecture(tmp_path):
+    pytest.importorskip("gguf")
+    from gguf_models import write_llama_gguf
+
+    path = tmp_path / "qwen.gguf"
+    write_llama_gguf(build("llama"), path, arch="qwen2")
+    r = run("export", "--model", path, "--method", "pi", "--len", 128, "--to", "gguf", "--out", tmp_path / "o.gguf")
+    assert r.exit_code == 1 and "architecture 'qwen2'" in r.output and "llama" in r.output and "--to hf" in r.output
+
+
+def test_bad_inputs_are_one_line_and_leave_nothing(tiny_dir, llama_gguf, tmp_path):
+    not_gguf = tmp_path / "fake.gguf"
+    not_gguf.write_text("not a gguf")
+    exists = tmp_path / "exists.gguf"
+    exists.write_bytes(b"keep me")
+    readonly = tmp_path / "ro"
+    readonly.mkdir()
+    os.chmod(readonly, 0o555)
+    factors = tmp_path / "f.json"
+    factors.write_text(json.dumps([1.0, 2.0, 3.0]))
+    cases = [
+        (["--model", not_gguf, "--method", "pi", "--len", 128, "--to", "gguf", "--out", tmp_path / "a.gguf"], "cannot read GGUF"),
+        (["--model", llama_gguf, "--method", "pi", "--len", 128, "--to", "gguf", "--out", exists], "--force"),
+        (["--model", tiny_dir, "--method", "longrope", "--factors", factors, "--len", 128], "needs d/2 = 8 factors"),
+        (["--model", llama_gguf, "--method", "pi", "--len", 128, "--to", "gguf", "--out", readonly / "o.gguf"], "not writable"),
+        (["--model", tiny_dir, "--method", "pi", "--to", "hf"], "--len"),
+        (["--model", llama_gguf, "--method", "pi", "--len", 128, "--to", "hf", "--out", tmp_path / "d"], "--to gguf"),
+        (["--model", tiny_dir, "--method", "pi", "--len", 128, "--to", "vllm", "--out", tmp_path / "o.txt"], "JSON"),
+    ]
+    if os.geteuid() == 0:  # root writes anywhere: the read-only case cannot fail here
+        cases = [c for c in cases if c[1] != "not writable"]
+    for args, fragment in cases:
+        r = run("export", *args)
+        assert r.exit_code == 1, (args, r.output)
+        assert fragment in r.output and "Traceback" not in r.output, (fragment, r.output)
+    assert exists.read_bytes() == b"keep me"
+    assert not (tmp_path / "a.gguf").exists() and not list(tmp_path.glob(".*.tmp"))
