@@ -176,6 +176,38 @@ def for_vllm(block: dict) -> dict:
     return out
 
 
+def export_hf_from_gguf(gguf_path: Path, out_dir: Path, block: dict, force: bool) -> None:
+    """A transformers folder from a GGUF: transformers dequantizes it (float32 safetensors, its
+    tokenizer), then the block is merged into the saved config.json. Minutes for a large model."""
+    import shutil
+    import tempfile
+
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    if out_dir.exists() and any(out_dir.iterdir()) and not force:
+        raise RopeCliError(f"--out {out_dir} exists and is not empty; pass --force to overwrite, or choose another folder")
+    work = Path(tempfile.mkdtemp(dir=out_dir.resolve().parent, prefix=f".{out_dir.name}."))
+    try:
+        kw = {"gguf_file": gguf_path.name}
+        model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), **kw)
+        model.hf_quantizer = None  # the weights are dequantized already; transformers refuses to save "gguf-quantized" models
+        if getattr(model.config, "quantization_config", None) is not None:
+            del model.config.quantization_config
+        model.save_pretrained(work)
+        AutoTokenizer.from_pretrained(str(gguf_path.parent), **kw).save_pretrained(work)
+        config = json.loads((work / "config.json").read_text())
+        write_json(str(work / "config.json"), merged_config(config, block))
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        work.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+
+
 def vllm_command(model: str, block: dict) -> str:
     overrides = json.dumps(block, separators=(",", ":"))
     return (f"vllm serve {shlex.quote(model)} --hf-overrides {shlex.quote(overrides)} "

@@ -47,3 +47,35 @@ def test_ppl_cli_on_gemma3(gguf_path, tmp_path):
     assert r.exit_code == 0, r.output
     res = json.loads(r.stdout)["results"][0]
     assert res["factor"] == 4 and math.isfinite(res["ppl"])
+
+
+def test_export_hf_from_gemma3_gguf_reproduces_ppl(gguf_path, tmp_path):
+    """The real Gemma 3 GGUF to a transformers folder, per layer type: from_pretrained(DIR) alone
+    reproduces ropecli's patched PPL. L is overridden to 256 so that 512 tokens are 'beyond L' on a CPU."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from typer.testing import CliRunner
+
+    from ropecli.cli import app
+    from ropecli.data import load_documents, sample_windows, tokenize_documents
+    from ropecli.model.scoring import window_nll
+
+    runner = CliRunner()
+    out = tmp_path / "gemma-512"
+    r = runner.invoke(app, ["export", "--model", gguf_path, "--train-len", "256", "--method", "mixed", "--b", "0.5",
+                            "--len", "512", "--to", "hf", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    cfg = json.loads((out / "config.json").read_text())
+    rp = cfg.get("text_config", cfg)["rope_parameters"]
+    assert rp["full_attention"]["rope_type"] == "longrope" and rp["sliding_attention"]["rope_type"] == "default"
+    r = runner.invoke(app, ["ppl", "--model", gguf_path, "--train-len", "256", "--len", "512", "--method", "mixed",
+                            "--b", "0.5", "--samples", "1", "--json", "--no-cache"])
+    assert r.exit_code == 0, r.output
+    expected = json.loads(r.stdout)["results"][0]["ppl"]
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(out)
+    docs, _ = load_documents(None)
+    win = sample_windows(docs, tokenize_documents(docs, tok), 512, 1, 0, tok.bos_token_id)
+    with torch.inference_mode():
+        nll, n = window_nll(model, torch.from_numpy(win.ids[0])[None])
+    assert math.exp(nll / n) == pytest.approx(expected, rel=1e-4)

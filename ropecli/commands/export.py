@@ -85,10 +85,12 @@ def _to_hf_or_vllm(geometry: GeometryOptions, spec, runtime: str, out: str | Non
                                 write_json)
 
     model = geometry.model
-    folder = Path(model) if model and Path(model).is_dir() else None
-    if model and (model.endswith(".gguf") or geometry.gguf_file):
-        raise RopeCliError(f"--to {runtime} needs a transformers model (folder or hub id); for a GGUF pass --to gguf")
+    folder = Path(model) if model and Path(model).is_dir() and not geometry.gguf_file else None
+    gguf_in = bool(model and (model.endswith(".gguf") or geometry.gguf_file))
     to_folder = runtime == "hf" and out is not None and not out.endswith(".json")
+    if gguf_in and not to_folder:
+        raise RopeCliError(f"a GGUF model goes to llama.cpp with --to gguf, or to a transformers folder with --to hf --out DIR "
+                           f"(then --to {runtime} from that folder)")
     if to_folder and folder is None and model is None:
         raise RopeCliError("--to hf --out DIR writes a model folder and needs --model (a local folder or hub id); "
                            "without a model pass --out FILE.json")
@@ -121,7 +123,15 @@ def _to_hf_or_vllm(geometry: GeometryOptions, spec, runtime: str, out: str | Non
             result["lines"].insert(0, json.dumps(block, indent=2))
         return result
     if to_folder:
-        if folder is not None:
+        if gguf_in:
+            from ropecli.export import export_hf_from_gguf
+            from ropecli.model_config import locate_file
+
+            path = Path(model) if geometry.gguf_file is None else locate_file(model, Path(model), geometry.gguf_file)
+            export_hf_from_gguf(path, Path(out), block, force)
+            result["lines"].append(f"wrote {out}: {path.name} dequantized by transformers (safetensors, tokenizer) with the "
+                                   f"block in its config.json: from_pretrained('{out}') needs no keyword arguments")
+        elif folder is not None:
             linked = export_hf_folder(folder, Path(out), block, force)
             result["lines"].append(f"wrote {out}/config.json; linked {len(linked)} file(s) of {model} beside it "
                                    f"({', '.join(linked)}): from_pretrained('{out}') needs no keyword arguments")
