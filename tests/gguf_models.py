@@ -1,6 +1,7 @@
 """A LLaMA-architecture GGUF written from an in-process transformers model with the `gguf` package,
 the way llama.cpp's convert_hf_to_gguf.py lays it out (tensor names, q/k row permutation), with the
-tokenizer stored as `no_vocab`: enough for ropecli's export to read, copy and extend."""
+tokenizer stored as `no_vocab` (enough for ropecli's export to read, copy and extend), or, given a
+byte-level BPE `tokenizer.json` (the built-in model's), as a `gpt2` vocabulary llama.cpp loads."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_llama_gguf(model, path, arch: str = "llama") -> None:
+def write_llama_gguf(model, path, arch: str = "llama", tokenizer_json=None) -> None:
     import gguf
 
     cfg = model.config
@@ -27,7 +28,21 @@ def write_llama_gguf(model, path, arch: str = "llama") -> None:
     w.add_rope_dimension_count(cfg.head_dim)
     w.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    w.add_tokenizer_model("no_vocab")
+    if tokenizer_json is None:
+        w.add_tokenizer_model("no_vocab")
+    else:
+        import json
+
+        tok = json.loads(open(tokenizer_json).read())
+        vocab = sorted(tok["model"]["vocab"].items(), key=lambda kv: kv[1])
+        special = {t["id"] for t in tok.get("added_tokens", []) if t.get("special")}
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("default")
+        w.add_token_list([t for t, _ in vocab])
+        w.add_token_types([3 if i in special else 1 for _, i in vocab])  # 3: control, 1: normal
+        w.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in tok["model"]["merges"]])
+        w.add_bos_token_id(cfg.bos_token_id)
+        w.add_eos_token_id(cfg.eos_token_id)
     w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
     w.add_tensor("output_norm.weight", sd["model.norm.weight"])
     w.add_tensor("output.weight", sd["lm_head.weight"])

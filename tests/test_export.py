@@ -203,3 +203,61 @@ def test_bad_inputs_are_one_line_and_leave_nothing(tiny_dir, llama_gguf, tmp_pat
         assert fragment in r.output and "Traceback" not in r.output, (fragment, r.output)
     assert exists.read_bytes() == b"keep me"
     assert not (tmp_path / "a.gguf").exists() and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_builtin_gguf_is_the_builtin_model(tmp_path):
+    """The GGUF the llama.cpp cross-check below builds is faithful: transformers' own GGUF loader reads
+    it back (undoing the q/k permutation) into logits equal to the built-in model's."""
+    pytest.importorskip("gguf")
+    from transformers import AutoModelForCausalLM
+
+    from gguf_models import write_llama_gguf
+    from ropecli.model.load import BUILTIN_DIR, load_model
+
+    lm = load_model(None, device="cpu", dtype="fp32")
+    write_llama_gguf(lm.model, tmp_path / "b.gguf", tokenizer_json=BUILTIN_DIR / "tokenizer.json")
+    back = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file="b.gguf", dtype=torch.float32).eval()
+    ids = torch.arange(0, 4096, 41)[None]  # (1, 100)
+    with torch.no_grad():
+        torch.testing.assert_close(back(ids).logits, lm.model(ids).logits, rtol=0, atol=1e-5)
+
+
+def test_llama_cpp_runs_the_exported_gguf_like_ropecli(tmp_path):
+    """The cross-check with llama.cpp itself (optional: `pip install -e '.[llamacpp]'`, which builds it
+    from source, then `python -m pytest tests/test_export.py -k llama_cpp`): the built-in model as a
+    GGUF, a mixed schedule exported into it, one window of 2L tokens scored by llama.cpp and by
+    ropecli's patched transformers model: the same perplexity within 1e-4."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    pytest.importorskip("gguf")
+    from gguf_models import write_llama_gguf
+
+    from ropecli.model.load import BUILTIN_DIR, load_model
+    from ropecli.model.rotary import apply_schedule, restore
+    from ropecli.model.scoring import window_nll
+    from ropecli.geometry import Geometry
+    from ropecli.specs import make_spec
+
+    lm = load_model(None, device="cpu", dtype="fp32")
+    src, out = tmp_path / "builtin.gguf", tmp_path / "builtin-512.gguf"
+    write_llama_gguf(lm.model, src, tokenizer_json=BUILTIN_DIR / "tokenizer.json")
+    r = run("export", "--model", src, "--method", "mixed", "--b", "0.5", "--len", 512, "--to", "gguf", "--out", out)
+    assert r.exit_code == 0, r.output
+    docs, _ = load_documents(None)
+    ids = sample_windows(docs, tokenize_documents(docs, lm.tokenizer), 512, 1, 0, lm.tokenizer.bos_token_id).ids[0]
+
+    llm = llama_cpp.Llama(model_path=str(out), n_ctx=512, n_batch=512, n_ubatch=512, logits_all=True, n_threads=2,
+                          verbose=False)
+    llm.eval([int(t) for t in ids])
+    logits = np.asarray(llm.scores[: len(ids)], dtype=np.float64)  # (T, vocab)
+    logp = logits - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1, keepdims=True)) - logits.max(1, keepdims=True)
+    cpp_nll = -float(np.mean(logp[np.arange(len(ids) - 1), ids[1:]]))
+
+    sched = make_spec("mixed", {"b": 0.5}).schedule(Geometry(lm.rotary_dim, lm.base, lm.train_len, 2.0))
+    for slot in lm.slots:
+        apply_schedule(slot, sched.factors, sched.attention_factor)
+    try:
+        nll, n = window_nll(lm.model, torch.from_numpy(ids)[None])
+    finally:
+        for slot in lm.slots:
+            restore(slot)
+    assert math.exp(cpp_nll) == pytest.approx(math.exp(nll / n), rel=1e-4)
