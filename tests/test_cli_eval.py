@@ -140,3 +140,13 @@ def test_gguf_without_the_gguf_package(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "gguf", None)  # `import gguf` now raises ImportError
     r = run("ppl", "--model", str(fake), "--len", "64")
     assert r.exit_code == 1 and "pip install 'ropecli[gguf]'" in r.output and "Traceback" not in r.output
+
+
+def test_ppl_takes_the_shared_schedule_and_output_options(tiny_dir, text_file, tmp_path):
+    out = tmp_path / "ppl.png"
+    r = run("ppl", "--model", tiny_dir, "--data", text_file, "--len", "64", "--len", "128", "--method", "yarn",
+            "--param", "beta_fast=16", "--samples", "1", "--plot", str(out), "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert {x["label"] for x in data["results"]} == {"yarn(beta_fast=16, beta_slow=1)"}
+    assert out.stat().st_size > 5000

@@ -4,6 +4,7 @@ The writing is `ropecli.export`; this parses, checks every path first, and says 
 from __future__ import annotations
 
 import json
+import math
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -175,12 +176,16 @@ def _to_gguf(geometry: GeometryOptions, spec, out: str | None, force: bool, repl
         raise RopeCliError(f"{path.name} already carries {what}; pass --replace to put ropecli's schedule in its place")
     geom, _ = geometry_of(geometry)
     sched = spec.schedule(geom)
-    written = export_gguf(reader, src, Path(out), sched.factors, sched.attention_factor, geom.target_len)
+    attention = sched.attention_factor
+    if spec.log_n:  # llama.cpp scales cos/sin by one constant: log-n's query scale at the target length
+        attention = math.sqrt(math.log(geom.target_len) / math.log(geom.train_len))
+    written = export_gguf(reader, src, Path(out), sched.factors, attention, geom.target_len)
     lines = [f"{spec.label} at k={geom.factor:g}: rope_freqs.weight ({geom.n_pairs} factors) and context length "
              f"{geom.target_len} written to {out} ({written['tensors']} tensors)",
              f"Ollama: a Modelfile with the lines `FROM ./{Path(out).name}` and `PARAMETER num_ctx {geom.target_len}`; "
              f"llama.cpp: llama-cli -m {out} -c {geom.target_len}"]
-    if abs(sched.attention_factor - 1) > 1e-12:
-        lines.append(f"attention factor {sched.attention_factor:.6g} written to {src.arch}.rope.scaling.attn_factor")
+    if abs(attention - 1) > 1e-12:
+        lines.append(f"attention factor {attention:.6g} written to {src.arch}.rope.scaling.attn_factor"
+                     + (" (sqrt(log_L(k*L)): log-n's query scale at the target length, as one constant)" if spec.log_n else ""))
     return {"runtime": "gguf", "model": model, "factor": geom.factor, "target_len": geom.target_len,
-            "factors": sched.factors, "attention_factor": sched.attention_factor, "lines": lines, **written}
+            "factors": sched.factors, "attention_factor": attention, "lines": lines, **written}
