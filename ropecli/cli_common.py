@@ -20,9 +20,24 @@ DEBUG_ENV = "ROPECLI_DEBUG"
 
 
 def fail(message: str, code: int = 1):
-    """Print one line to stderr and leave with `code` (no traceback)."""
-    print(f"Error: {message}", file=sys.stderr)
+    """Print one line to stderr and leave with `code` (no traceback); under torchrun the line names its rank."""
+    from ropecli.distributed import rank_prefix
+
+    print(f"Error: {rank_prefix()}{message}", file=sys.stderr)
     raise typer.Exit(code)
+
+
+def _secondary_rank() -> bool:
+    from ropecli.distributed import world_from_env
+
+    rank, world, _ = world_from_env()
+    return world > 1 and rank > 0
+
+
+def _lost_peer(exc: BaseException) -> bool:
+    """A collective that failed because another rank stopped (its own line says why)."""
+    text = f"{type(exc).__name__} {exc}".lower()
+    return any(w in text for w in ("gloo", "nccl", "connection", "distbackenderror", "distnetworkerror", "timed out", "peer"))
 
 
 def handle_errors(fn):
@@ -43,6 +58,8 @@ def handle_errors(fn):
         except KeyboardInterrupt:
             if debug:
                 raise
+            if _secondary_rank():  # torchrun interrupts every rank; rank 0 says it once
+                raise typer.Exit(130) from None
             fail("interrupted; finished evaluations are kept in the cache, rerun the same command to resume", 130)
         except BrokenPipeError:  # output piped into `head` and closed: not an error
             sys.stderr.close()
@@ -50,6 +67,11 @@ def handle_errors(fn):
         except Exception as exc:  # a bug or an environment failure: one line unless debugging
             if debug or _is_usage_error(exc):
                 raise
+            if _lost_peer(exc):
+                if _secondary_rank():  # the rank that failed, or rank 0, says what happened
+                    raise typer.Exit(1) from None
+                fail(f"another rank stopped or timed out ({str(exc).splitlines()[0][:200]}); finished evaluations "
+                     "are kept in the cache, rerun the same command to resume")
             fail(f"{exc.__class__.__name__}: {exc} (set {DEBUG_ENV}=1 to see the traceback)")
 
     return wrapper
@@ -113,9 +135,14 @@ def console():
 
 
 def stderr_console():
-    """Messages and progress for people, on stderr (stdout stays clean for --json and pipes)."""
+    """Messages and progress for people, on stderr (stdout stays clean for --json and pipes); under
+    torchrun only rank 0 shows them."""
     from rich.console import Console
 
+    from ropecli.distributed import world_from_env
+
+    if world_from_env()[0] > 0:
+        return Console(file=open(os.devnull, "w"))
     err = Console(stderr=True)
     if not err.is_terminal:  # a log file: one message per line, not wrapped at 80 columns
         err.width = max(err.width, 200)

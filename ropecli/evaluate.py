@@ -12,6 +12,8 @@ The evaluation protocol, whole (the YaRN repo's):
 - The schedule's factor k is `geometry.default_factor(len, L)` = max(1, len / L) per length unless
   the Spec fixes it. NaN losses are reported as inf.
 - Every result is cached the moment it is computed (`ropecli.cache`), keyed by all of the above.
+- Under torchrun the windows are split across ranks and gathered back in window order
+  (`ropecli.distributed`): the sums, and so every number, are the single-process ones.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import numpy as np
 
 from ropecli.cache import EvalCache
 from ropecli.data import Windows, load_documents, sample_windows, tokenize_documents
+from ropecli.distributed import Dist
 from ropecli.errors import RopeCliError
 from ropecli.geometry import Geometry, default_factor
 from ropecli.schedules import Schedule
@@ -42,7 +45,8 @@ class Evaluator:
     score_last: int | None = None
     cache: EvalCache = field(default_factory=EvalCache)
     data_label: str = ""
-    forward_passes: int = 0  # windows actually run through the model (cache misses)
+    dist: Dist = field(default_factory=Dist)  # the process group under torchrun: windows split across ranks
+    forward_passes: int = 0  # windows this process ran through the model (cache misses)
     _docs: list = field(default_factory=list, repr=False)
     _tokens: list = field(default_factory=list, repr=False)
     _windows: dict = field(default_factory=dict, repr=False)
@@ -74,18 +78,23 @@ class Evaluator:
             "rope_layers": [s.layer_type for s in self.loaded.slots],
         }
 
-    def evaluate(self, spec: Spec, length: int, on_window: Callable[[], None] | None = None) -> dict:
-        """Result for one (spec, length): from the cache, or computed and cached at once."""
+    def evaluate(self, spec: Spec, length: int, on_window: Callable[[int], None] | None = None) -> dict:
+        """Result for one (spec, length): from the cache, or computed and cached at once. Under
+        torchrun it counts as cached only if every rank finds it (ranks may not share a disk)."""
         geom, sched = self.schedule_for(spec, length)
         key = self.cache_key(spec, length, geom, sched)
         cached = self.cache.get(key)
+        if not self.dist.all_true(cached is not None):
+            if cached is not None:  # this rank had it, another did not: all compute together
+                self.cache.hits, self.cache.misses = self.cache.hits - 1, self.cache.misses + 1
+            cached = None
         if cached is not None:
             if on_window:
-                for _ in range(self.samples):
-                    on_window()
+                on_window(self.samples)
             return {**cached, "cached": True}
         result = self._compute(spec, length, geom, sched, on_window)
-        self.cache.put(key, result)
+        if self.dist.is_main:
+            self.cache.put(key, result)
         return {**result, "cached": False}
 
     def _compute(self, spec: Spec, length: int, geom: Geometry, sched: Schedule, on_window) -> dict:
@@ -96,31 +105,34 @@ class Evaluator:
 
         lm = self.loaded
         win = self.windows(length)
+        n = len(win.ids)
         device = next(lm.model.parameters()).device
         hooks = []
-        per_window: list[tuple[float, int]] = []
+        local: list[tuple[int, float, int]] = []  # (window index, NLL, scored tokens) computed here
         t0 = time.perf_counter()
         try:
             for slot in lm.slots:
                 apply_schedule(slot, sched.factors, sched.attention_factor)
             if spec.log_n:
                 hooks = add_log_n_hooks(lm.model, lm.train_len, [s.layer_type for s in lm.slots if s.layer_type] or None)
-            for row in win.ids:
-                ids = torch.from_numpy(row).unsqueeze(0).to(device)
+            for position, i in enumerate(self.dist.mine(n)):
+                ids = torch.from_numpy(win.ids[i]).unsqueeze(0).to(device)
                 try:
-                    per_window.append(window_nll(lm.model, ids, self.chunk_tokens, self.score_last))
+                    local.append((i, *window_nll(lm.model, ids, self.chunk_tokens, self.score_last)))
                 except RuntimeError as exc:
                     if out_of_memory(exc):
                         raise oom_error(length) from None
                     raise
                 self.forward_passes += 1
+                self.dist.windows_done.append(i)
                 if on_window:
-                    on_window()
+                    on_window(self.dist.round_size(position, n))
         finally:
             for h in hooks:
                 h.remove()
             for slot in lm.slots:
                 restore(slot)
+        per_window = self.dist.gather_windows(local, n)  # (nll, tokens) of every window, in window order
         return summarize(spec, sched, geom, length, per_window, win, time.perf_counter() - t0)
 
 

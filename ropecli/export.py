@@ -99,8 +99,8 @@ def rope_block(target: RopeTarget, spec: Spec, factor: float, consistent: bool =
     first = next(iter(per_type.values()))
     note = f"{spec.but(log_n=False).label} as longrope long_factor; attention_factor {first['attention_factor']:.6g}"
     if spec.log_n:
-        note += (" = sqrt(log_L(k*L)), log-n's per-position query scale at the target length as one constant "
-                 "(transformers applies one constant to q and k)")
+        note += (" = sqrt(log_L(k*L)) approximates the per-position log-n query scale by its value at the target "
+                 "length (transformers applies one constant to q and k)")
     note += "; short_factor = long_factor (--consistent)" if consistent else "; short_factor = 1 (unscaled up to L)"
     max_pos = int(round(factor * target.train_len))
     if not target.layer_types:

@@ -43,15 +43,28 @@ class Session:
             for spec in specs:
                 for n in lengths:
                     bar.update(task, description=f"{spec.label} @ {n}")
-                    results.append(ev.evaluate(spec, n, on_window=lambda: bar.advance(task)))
+                    results.append(ev.evaluate(spec, n, on_window=lambda k: bar.advance(task, k)))
         return results
 
+    @property
+    def is_main(self) -> bool:
+        """True in a single process and on rank 0 under torchrun: the process that prints and writes."""
+        return self.ev.dist.is_main
+
     def header(self) -> dict:
-        """What was evaluated on what: the head of every evaluating command's `--json`."""
+        """What was evaluated on what: the head of every evaluating command's `--json`. Under torchrun
+        it also says how the windows were split (a collective: every rank calls it)."""
         lm, ev = self.lm, self.ev
-        return {"model": lm.name, "model_fingerprint": lm.fingerprint, "rotary_dim": lm.rotary_dim, "base": lm.base,
-                "train_len": lm.train_len, "dtype": lm.dtype, "device": lm.device, "data": ev.data_label,
-                "samples": ev.samples, "seed": ev.seed, "score_last": ev.score_last}
+        out = {"model": lm.name, "model_fingerprint": lm.fingerprint, "rotary_dim": lm.rotary_dim, "base": lm.base,
+               "train_len": lm.train_len, "dtype": lm.dtype, "device": lm.device, "data": ev.data_label,
+               "samples": ev.samples, "seed": ev.seed, "score_last": ev.score_last, "world_size": ev.dist.world}
+        if ev.dist.world > 1:
+            out["windows_per_rank"] = [len(w) for w in ev.dist.gather(ev.dist.windows_done)]
+        return out
+
+    def forward_passes(self) -> int:
+        """Windows run through the model in this command, summed over ranks (a collective under torchrun)."""
+        return sum(self.ev.dist.gather(self.ev.forward_passes))
 
     def cache_stats(self) -> dict:
         c = self.ev.cache
@@ -61,19 +74,28 @@ class Session:
 def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, quiet: bool) -> Session:
     """Load the model (spinner unless `quiet`) and its evaluator; both described on stderr."""
     from ropecli.cache import EvalCache
+    from ropecli.distributed import quiet_unless_main, setup
     from ropecli.evaluate import Evaluator
     from ropecli.model.load import load_model
 
+    dist, device = setup(model.device, model.device_map)
+    quiet_unless_main(dist)
     err = stderr_console()
+    if dist.world > 1:
+        err.print(f"torchrun: {dist.world} ranks ({dist.backend}); the windows of every evaluation are split across them",
+                  highlight=False)
+        if dist.world > data.samples:
+            err.print(f"note: {dist.world} ranks but {data.samples} window(s) per length: ranks {data.samples}..{dist.world - 1} "
+                      "stay idle; pass --samples {dist.world} or more to use them all", highlight=False)
     with err.status(f"loading {model.model or 'the built-in model'} …", spinner="dots") if not quiet else nullcontext():
-        lm = load_model(model.model, gguf_file=model.gguf_file, dtype=model.dtype, device=model.device,
+        lm = load_model(model.model, gguf_file=model.gguf_file, dtype=model.dtype, device=device,
                         device_map=model.device_map, attn_implementation=model.attn_implementation,
                         trust_remote_code=model.trust_remote_code, rotary_dim=model.d, base=model.base,
                         train_len=model.train_len, rope_layers=model.rope_layers)
     err.print(f"model {lm.describe()}", highlight=False)
     ev = Evaluator(lm, data=data.data, samples=data.samples, seed=data.seed, text_field=data.text_field,
                    chunk_tokens=evaluation.chunk_size, score_last=evaluation.score_last,
-                   cache=EvalCache(evaluation.cache_dir, enabled=not evaluation.no_cache))
+                   cache=EvalCache(evaluation.cache_dir, enabled=not evaluation.no_cache), dist=dist)
     err.print(f"data {ev.data_label}; {data.samples} window(s) per length, seed {data.seed}", highlight=False)
     return Session(lm, ev)
 

@@ -45,7 +45,7 @@ def _evaluate(specs, lengths, model, data, evaluation, output) -> tuple[Session,
     check_plot_path(output.plot)
     session = open_session(model, data, evaluation, quiet=output.as_json)
     results = session.run(specs, lengths)
-    if output.plot:
+    if output.plot and session.is_main:
         plot_results(results, output.plot, session)
     if output.as_json:
         emit_json({**session.header(), "results": results})

@@ -59,13 +59,13 @@ def search_b(
         session.ev.windows(n)
     out = run_search(session.run, lm.train_len, lengths, lo=lo, hi=hi, tol=tol, log_n=evaluation.log_n,
                      factor=evaluation.k, max_short_regression=max_short_regression)
-    out = {**session.header(), **out, "forward_passes": session.ev.forward_passes, "cache": session.cache_stats()}
-    if export_config:
+    out = {**session.header(), **out, "forward_passes": session.forward_passes(), "cache": session.cache_stats()}
+    if export_config and session.is_main:
         k = evaluation.k if evaluation.k is not None else default_factor(max(lengths), lm.train_len)
         best = make_spec("mixed", {"b": out["best_b"]}, log_n=evaluation.log_n)
         out["export_config"] = write_hf_block(export_config, lm, best, k)
         stderr_console().print(f"wrote {export_config}: {out['export_config']['note']}", highlight=False)
-    if output.plot:
+    if output.plot and session.is_main:
         from ropecli.plots import plot_search
 
         plot_search(out["evaluations"], out["references"], out["best_b"], output.plot,

@@ -1,0 +1,136 @@
+"""Many processes, one evaluation: ropecli under `torchrun` (and so under Slurm or Kubernetes through it).
+
+Started by torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT in the environment), every
+evaluating command joins one torch.distributed process group: NCCL when the rank's device is CUDA,
+gloo on CPU (`ROPECLI_DIST_BACKEND` asks for one), with a timeout on every collective
+(`ROPECLI_DIST_TIMEOUT`, seconds, default 120) so that a lost rank ends the run instead of hanging it.
+
+What is split: the windows of each evaluation. Window i is computed by rank i mod W, so in round r
+the ranks compute windows rW … rW+W-1 side by side. Each rank returns (window, NLL, tokens) in
+float64; all ranks gather all of them and put them back in window order, so the totals, PPL and its
+error are summed exactly as one process sums them: the numbers are the single-process numbers.
+What is not split: the model (each rank holds a whole copy, on its local GPU, or spread with
+`--device-map auto` over a group of local GPUs), and the search (every rank walks the same
+golden-section steps on the same gathered numbers). Rank 0 alone prints, draws progress, writes the
+cache, plots and exports; every rank reads the cache, and an evaluation counts as cached only when
+every rank finds it, so a rerun resumes on any number of ranks.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from ropecli.errors import RopeCliError
+
+TIMEOUT_ENV, BACKEND_ENV = "ROPECLI_DIST_TIMEOUT", "ROPECLI_DIST_BACKEND"
+
+
+@dataclass
+class Dist:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    backend: str | None = None  # None: a single process, no process group
+    windows_done: list = field(default_factory=list)  # window indices this rank computed, for the record
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def mine(self, n_windows: int) -> list[int]:
+        """The windows this rank computes: i with i mod W = rank."""
+        return list(range(self.rank, n_windows, self.world))
+
+    def round_size(self, position: int, n_windows: int) -> int:
+        """Windows computed across all ranks in the round of this rank's `position`-th window (for progress)."""
+        return min(self.world, n_windows - position * self.world)
+
+    def gather_windows(self, local: list[tuple[int, float, int]], n_windows: int) -> list[tuple[float, int]]:
+        """Every rank's (window, nll, tokens), in window order, on every rank."""
+        if self.world == 1:
+            return [(nll, tok) for _, nll, tok in sorted(local)]
+        import torch.distributed as tdist
+
+        parts: list[Any] = [None] * self.world
+        tdist.all_gather_object(parts, local)
+        merged = sorted(item for part in parts for item in part)
+        if [i for i, _, _ in merged] != list(range(n_windows)):
+            raise RopeCliError(f"distributed evaluation lost windows: got {[i for i, _, _ in merged]} of {n_windows}")
+        return [(nll, tok) for _, nll, tok in merged]
+
+    def all_true(self, flag: bool) -> bool:
+        if self.world == 1:
+            return flag
+        import torch.distributed as tdist
+
+        flags: list[Any] = [None] * self.world
+        tdist.all_gather_object(flags, bool(flag))
+        return all(flags)
+
+    def gather(self, obj: Any) -> list[Any]:
+        if self.world == 1:
+            return [obj]
+        import torch.distributed as tdist
+
+        out: list[Any] = [None] * self.world
+        tdist.all_gather_object(out, obj)
+        return out
+
+
+def world_from_env() -> tuple[int, int, int]:
+    """(rank, world size, local rank) as torchrun sets them; (0, 1, 0) outside torchrun."""
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
+
+
+def setup(device: str, device_map: str | None) -> tuple[Dist, str]:
+    """Join the process group when launched by torchrun: (Dist, the device this rank evaluates on).
+    A single process gets (Dist(), device) and nothing is initialised."""
+    rank, world, local_rank = world_from_env()
+    if world <= 1:
+        return Dist(), device
+    import torch
+    import torch.distributed as tdist
+
+    cuda = torch.cuda.is_available()
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    if device == "auto":
+        device = f"cuda:{local_rank}" if cuda else "cpu"
+    if device.startswith("cuda") and cuda and device == "cuda":
+        device = f"cuda:{local_rank}"
+    if device_map is not None and cuda and local_world > torch.cuda.device_count():
+        raise RopeCliError(f"--device-map {device_map} with {local_world} ranks per node but {torch.cuda.device_count()} GPU(s): "
+                           "each rank needs its own group of GPUs; start fewer ranks (--nproc-per-node) or leave --device-map out")
+    if device.startswith("cuda") and cuda and local_world > torch.cuda.device_count() and device_map is None:
+        raise RopeCliError(f"{local_world} ranks per node but {torch.cuda.device_count()} GPU(s); pass --nproc-per-node "
+                           f"{torch.cuda.device_count()} or fewer")
+    backend = os.environ.get(BACKEND_ENV) or ("nccl" if device.startswith("cuda") else "gloo")
+    if backend == "nccl" and not cuda:
+        raise RopeCliError(f"{BACKEND_ENV}=nccl needs CUDA, and this machine has none; use gloo (or leave {BACKEND_ENV} unset)")
+    if backend not in ("nccl", "gloo"):
+        raise RopeCliError(f"{BACKEND_ENV}={backend}: choose nccl (GPUs) or gloo (CPU)")
+    try:
+        timeout = timedelta(seconds=float(os.environ.get(TIMEOUT_ENV, 120)))
+    except ValueError:
+        raise RopeCliError(f"{TIMEOUT_ENV} must be a number of seconds") from None
+    if device.startswith("cuda"):
+        torch.cuda.set_device(int(device.split(":")[1]) if ":" in device else local_rank)
+    if not tdist.is_initialized():
+        tdist.init_process_group(backend=backend, timeout=timeout)
+    return Dist(rank, world, local_rank, backend), device
+
+
+def quiet_unless_main(dist: Dist) -> None:
+    """Ranks other than 0 print nothing to stdout (rank 0 prints the one result)."""
+    import sys
+
+    if not dist.is_main:
+        sys.stdout = open(os.devnull, "w")
+
+
+def rank_prefix() -> str:
+    """'rank N: ' inside a multi-rank run, '' otherwise: every error line names its rank."""
+    rank, world, _ = world_from_env()
+    return f"rank {rank}: " if world > 1 else ""
