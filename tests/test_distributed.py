@@ -1,0 +1,150 @@
+"""Every evaluating command under torchrun: 2 CPU ranks (gloo) on the built-in model give the
+numbers of one process exactly, compute each window once, print once; a killed rank ends the run
+quickly and the rerun resumes from the cache; bad setups are one line."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ropecli.errors import RopeCliError
+
+# both runs get the same numeric environment: torchrun gives each rank one thread unless told otherwise
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def single(args, cache):
+    out = subprocess.run([sys.executable, "-m", "ropecli", *args, "--json", "--cache-dir", str(cache)], env=ENV,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout), out.stderr
+
+
+def torchrun(args, cache, nproc=2, extra_env=None, **kw):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-port", str(_port()),
+           "-m", "ropecli", *args, "--json", "--cache-dir", str(cache)]
+    return subprocess.run(cmd, env={**ENV, **(extra_env or {})}, capture_output=True, text=True, timeout=600, **kw)
+
+
+def _port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cache_entries(cache: Path) -> dict:
+    """Entry name (the hash of its key) -> result, without the wall time it took."""
+    out = {}
+    for p in sorted(cache.glob("*.json")):
+        result = json.loads(p.read_text())["result"]
+        result.pop("seconds")
+        out[p.name] = result
+    return out
+
+
+@pytest.mark.parametrize("args", [
+    ["ppl", "--len", "256", "--len", "512", "--method", "mixed", "--samples", "3"],
+    ["compare", "--len", "512", "--method", "none,ntk-fixed", "--samples", "2"],
+    ["search-b", "--len", "512", "--samples", "2", "--tol", "0.15"],
+], ids=["ppl", "compare", "search-b"])
+def test_two_ranks_equal_one_process(args, tmp_path):
+    one, _ = single(args, tmp_path / "one")
+    r = torchrun(args, tmp_path / "two")
+    assert r.returncode == 0, r.stderr
+    two = json.loads(r.stdout)  # stdout is exactly one JSON document: printed once
+    assert r.stderr.count("model builtin:") == 1
+    rows = lambda d: d.get("results") or d["evaluations"]  # noqa: E731
+    for a, b in zip(rows(one), rows(two)):
+        assert a["ppl"] == b["ppl"]  # identical, not merely close: the same sums in the same order
+        if "window_nll" in a:
+            assert a["window_nll"] == b["window_nll"]
+    if args[0] == "search-b":
+        assert one["best_b"] == two["best_b"] and one["references"] == two["references"]
+        assert two["forward_passes"] == one["forward_passes"]  # each window computed once across ranks
+    computed = one["forward_passes"] if "forward_passes" in one else sum(len(a["window_nll"]) for a in one["results"])
+    assert two["world_size"] == 2 and min(two["windows_per_rank"]) > 0
+    assert sum(two["windows_per_rank"]) == computed  # every window once, across both ranks
+    assert cache_entries(tmp_path / "one") == cache_entries(tmp_path / "two")  # the same cache entries
+
+
+def test_more_ranks_than_windows_idle_ranks_said_once(tmp_path):
+    args = ["ppl", "--len", "256", "--method", "none", "--samples", "1"]
+    one, _ = single(args, tmp_path / "one")
+    r = torchrun(args, tmp_path / "two")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("stay idle") == 1
+    two = json.loads(r.stdout)
+    assert two["results"][0]["ppl"] == one["results"][0]["ppl"] and two["windows_per_rank"] == [1, 0]
+
+
+def _rank_pids(launcher: int) -> dict[int, int]:
+    """rank -> pid of torchrun's worker processes (read from /proc: RANK in each child's environment)."""
+    out = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            env = (proc / "environ").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == launcher:
+            for item in env:
+                if item.startswith(b"RANK="):
+                    out[int(item[5:])] = int(proc.name)
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc to find the ranks")
+def test_killed_rank_ends_the_run_and_the_rerun_resumes(tmp_path):
+    cache = tmp_path / "c"
+    args = ["search-b", "--len", "1024", "--samples", "4", "--tol", "0.05"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_port()),
+           "-m", "ropecli", *args, "--json", "--cache-dir", str(cache)]
+    launcher = subprocess.Popen(cmd, env={**ENV, "ROPECLI_DIST_TIMEOUT": "30"}, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and len(list(cache.glob("*.json"))) < 2:  # let two evaluations finish
+        time.sleep(0.2)
+    finished = len(list(cache.glob("*.json")))
+    assert finished >= 2, launcher.communicate(timeout=60)
+    os.kill(_rank_pids(launcher.pid)[1], signal.SIGKILL)
+    t0 = time.time()
+    _, err = launcher.communicate(timeout=90)
+    assert time.time() - t0 < 60 and launcher.returncode != 0
+    assert "Traceback" not in "\n".join(ln for ln in err.splitlines() if "ropecli" in ln)
+    assert sum(ln.startswith("Error:") for ln in err.splitlines()) <= 1  # ropecli's ranks say it at most once
+    kept = len(list(cache.glob("*.json")))
+    r = torchrun(args, cache)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["cache"]["hits"] >= kept >= finished  # what finished before the kill was not computed again
+
+
+def test_bad_distributed_setups_are_one_line(monkeypatch):
+    import torch
+
+    from ropecli.distributed import setup
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("ROPECLI_DIST_BACKEND", "nccl")
+    with pytest.raises(RopeCliError, match="nccl needs CUDA"):
+        setup("auto", None)
+    monkeypatch.delenv("ROPECLI_DIST_BACKEND")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(RopeCliError, match="--device-map auto with 2 ranks per node but 1 GPU"):
+        setup("auto", "auto")
+    with pytest.raises(RopeCliError, match="2 ranks per node but 1 GPU"):
+        setup("auto", None)
