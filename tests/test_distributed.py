@@ -148,3 +148,14 @@ def test_bad_distributed_setups_are_one_line(monkeypatch):
         setup("auto", "auto")
     with pytest.raises(RopeCliError, match="2 ranks per node but 1 GPU"):
         setup("auto", None)
+
+
+def test_gpu_benchmark_cpu_smoke_runs():
+    """`benchmarks/bench_gpu.py --cpu-smoke`: the GPU benchmark's code path on tiny CPU shapes."""
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_gpu.py"
+    out = subprocess.run([sys.executable, str(script), "--cpu-smoke", "--repeats", "1"], env=ENV, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    rows = [ln for ln in out.stdout.splitlines() if ln.startswith("smoke")]
+    assert len(rows) == 2
+    assert all(float(r.split()[-1]) < 1e-4 for r in rows)  # chunked and naive agree on the NLL
