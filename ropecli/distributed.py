@@ -34,6 +34,7 @@ class Dist:
     world: int = 1
     local_rank: int = 0
     backend: str | None = None  # None: a single process, no process group
+    gpu_group: list = field(default_factory=list)  # with --device-map auto: the local GPUs this rank spreads its copy over
     windows_done: list = field(default_factory=list)  # window indices this rank computed, for the record
 
     @property
@@ -85,6 +86,13 @@ def world_from_env() -> tuple[int, int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
 
 
+def gpu_group(local_rank: int, local_world: int, device_count: int) -> list[int]:
+    """The local GPUs of one rank when each rank spreads its model copy over a group (--device-map auto):
+    consecutive, equal groups, e.g. 8 GPUs and 2 ranks per node -> [0..3] and [4..7]."""
+    size = device_count // local_world
+    return list(range(local_rank * size, (local_rank + 1) * size))
+
+
 def setup(device: str, device_map: str | None) -> tuple[Dist, str]:
     """Join the process group when launched by torchrun: (Dist, the device this rank evaluates on).
     A single process gets (Dist(), device) and nothing is initialised."""
@@ -115,11 +123,14 @@ def setup(device: str, device_map: str | None) -> tuple[Dist, str]:
         timeout = timedelta(seconds=float(os.environ.get(TIMEOUT_ENV, 120)))
     except ValueError:
         raise RopeCliError(f"{TIMEOUT_ENV} must be a number of seconds") from None
+    group = gpu_group(local_rank, local_world, torch.cuda.device_count()) if device_map is not None and cuda else []
+    if group:
+        device = f"cuda:{group[0]}"
     if device.startswith("cuda"):
         torch.cuda.set_device(int(device.split(":")[1]) if ":" in device else local_rank)
     if not tdist.is_initialized():
         tdist.init_process_group(backend=backend, timeout=timeout)
-    return Dist(rank, world, local_rank, backend), device
+    return Dist(rank, world, local_rank, backend, gpu_group=group), device
 
 
 def quiet_unless_main(dist: Dist) -> None:

@@ -91,7 +91,7 @@ def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions
         lm = load_model(model.model, gguf_file=model.gguf_file, dtype=model.dtype, device=device,
                         device_map=model.device_map, attn_implementation=model.attn_implementation,
                         trust_remote_code=model.trust_remote_code, rotary_dim=model.d, base=model.base,
-                        train_len=model.train_len, rope_layers=model.rope_layers)
+                        train_len=model.train_len, rope_layers=model.rope_layers, gpu_group=dist.gpu_group)
     err.print(f"model {lm.describe()}", highlight=False)
     ev = Evaluator(lm, data=data.data, samples=data.samples, seed=data.seed, text_field=data.text_field,
                    chunk_tokens=evaluation.chunk_size, score_last=evaluation.score_last,

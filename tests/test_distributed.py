@@ -159,3 +159,11 @@ def test_gpu_benchmark_cpu_smoke_runs():
     rows = [ln for ln in out.stdout.splitlines() if ln.startswith("smoke")]
     assert len(rows) == 2
     assert all(float(r.split()[-1]) < 1e-4 for r in rows)  # chunked and naive agree on the NLL
+
+
+def test_gpu_groups_of_ranks_with_device_map():
+    from ropecli.distributed import gpu_group
+
+    assert [gpu_group(r, 2, 8) for r in range(2)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert [gpu_group(r, 4, 8) for r in range(4)] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert gpu_group(0, 1, 2) == [0, 1]

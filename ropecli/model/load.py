@@ -64,7 +64,9 @@ def resolve_device(device: str) -> str:
 def load_model(name: str | None, *, gguf_file: str | None = None, dtype: str = "auto", device: str = "auto",
                device_map: str | None = None, attn_implementation: str | None = None, trust_remote_code: bool = False,
                rotary_dim: int | None = None, base: float | None = None, train_len: int | None = None,
-               rope_layers: str | None = None) -> LoadedModel:
+               rope_layers: str | None = None, gpu_group: list[int] | None = None) -> LoadedModel:
+    """Load `name` and read its RoPE geometry. `gpu_group` (torchrun with --device-map auto): the only
+    GPUs this process may spread the model over."""
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -98,6 +100,8 @@ def load_model(name: str | None, *, gguf_file: str | None = None, dtype: str = "
         except ImportError:
             raise RopeCliError("--device-map needs the 'accelerate' package; pip install accelerate") from None
         kwargs["device_map"] = device_map
+        if gpu_group:  # accelerate places layers only on the devices max_memory names
+            kwargs["max_memory"] = {i: torch.cuda.get_device_properties(i).total_memory for i in gpu_group}
     local = path.exists() or name == BUILTIN
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **({"gguf_file": gguf_file} if gguf_file else {}),
