@@ -15,7 +15,6 @@ Goals (issue "Scale out"): >= 40 % MFU for the 1B shape at 16k, time <= 1.05x na
 from __future__ import annotations
 
 import argparse
-import math
 import time
 
 import torch
@@ -118,7 +117,7 @@ def main() -> None:
             ratio_m = f"{c[1] / n[1]:6.3f}" if c and n and c[1] and n[1] else ("naive OOM" if c and n is None else "   n/a")
             dnll = f"{abs(c[2] - n[2]):8.1e}" if c and n else "     n/a"
             print(f"{shape:6s} {T:6d} | {cols(c)} | {cols(n)} | {ratio_t} {ratio_m:>6s} {dnll}")
-        del model
+        model = None  # free it before the next shape
         if device == "cuda":
             torch.cuda.empty_cache()
 

@@ -67,6 +67,16 @@ class RopeTarget:
         return cls(rope.rotary_dim, rope.train_len, {t: rope.layer_bases[t] for t in scaled}, rope.partial_rotary_factor, types)
 
 
+def target_of(geom: Geometry, rope, rope_layers: str | None, base_given: bool) -> RopeTarget:
+    """The export target from the final geometry (flags applied) and, where a model was read, its
+    RopeConfig: per-type bases come from the config unless --base overrides them."""
+    if rope is None:
+        return RopeTarget(geom.rotary_dim, geom.train_len, {None: geom.base})
+    t = RopeTarget.of_config(rope, rope_layers)
+    bases = {lt: (geom.base if base_given else b) for lt, b in t.scaled_bases.items()}
+    return RopeTarget(geom.rotary_dim, geom.train_len, bases, t.partial_rotary_factor, t.layer_types)
+
+
 def check_writable(path: str, flag: str, force: bool = True) -> None:
     """Refuse, before any work, a path whose folder is missing or not writable, or that exists (unless `force`)."""
     import os
@@ -206,6 +216,18 @@ def export_hf_from_gguf(gguf_path: Path, out_dir: Path, block: dict, force: bool
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
+
+
+def export_hf_config(model: str, out_dir: Path, block: dict, force: bool) -> None:
+    """For a hub id: out_dir/config.json, the repo's config.json (one small cached download) with the
+    block merged; the weights are the user's to place beside it."""
+    from ropecli.model_config import locate_file
+
+    config = json.loads(locate_file(model, Path(model), "config.json").read_text())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if (out_dir / "config.json").exists() and not force:
+        raise RopeCliError(f"--out {out_dir}/config.json exists; pass --force to overwrite it")
+    write_json(str(out_dir / "config.json"), merged_config(config, block))
 
 
 def vllm_command(model: str, block: dict) -> str:

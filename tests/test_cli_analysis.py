@@ -7,8 +7,6 @@ import pytest
 from typer.testing import CliRunner
 
 from ropecli.cli import app
-from ropecli.geometry import Geometry
-from ropecli.schedules import compute_schedule
 
 runner = CliRunner()
 

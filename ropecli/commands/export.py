@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ropecli.cli_common import console, emit_json, geometry_of, handle_errors, stderr_console
+from ropecli.cli_common import console, emit_json, geometry_of, handle_errors
 from ropecli.errors import RopeCliError
 from ropecli.options import (OUTPUT, SCHEDULE, GeometryOptions, JsonOpt, LogNOpt, ScheduleOptions,
                              with_option_groups)
@@ -82,8 +82,8 @@ def export(
 
 
 def _to_hf_or_vllm(geometry: GeometryOptions, spec, runtime: str, out: str | None, force: bool, consistent: bool) -> dict:
-    from ropecli.export import (RopeTarget, check_writable, export_hf_folder, for_vllm, rope_block, vllm_command,
-                                write_json)
+    from ropecli.export import (check_writable, export_hf_config, export_hf_folder, for_vllm, rope_block, target_of,
+                                vllm_command, write_json)
 
     model = geometry.model
     folder = Path(model) if model and Path(model).is_dir() and not geometry.gguf_file else None
@@ -102,11 +102,7 @@ def _to_hf_or_vllm(geometry: GeometryOptions, spec, runtime: str, out: str | Non
     if to_folder:
         check_writable(out.rstrip("/"), "--out", force=True)
     geom, rope = geometry_of(geometry)
-    target = RopeTarget.of_config(rope, geometry.rope_layers) if rope else RopeTarget(geom.rotary_dim, geom.train_len, {None: geom.base})
-    if rope and (geometry.base is not None or geometry.train_len is not None or geometry.d is not None):
-        target = RopeTarget(geom.rotary_dim, geom.train_len, {t: (geom.base if geometry.base is not None else b)
-                                                              for t, b in target.scaled_bases.items()},
-                            target.partial_rotary_factor, target.layer_types)
+    target = target_of(geom, rope, geometry.rope_layers, base_given=geometry.base is not None)
     block, note = rope_block(target, spec, geom.factor, consistent)
     if runtime == "vllm":
         block = for_vllm(block)
@@ -137,15 +133,8 @@ def _to_hf_or_vllm(geometry: GeometryOptions, spec, runtime: str, out: str | Non
             result["lines"].append(f"wrote {out}/config.json; linked {len(linked)} file(s) of {model} beside it "
                                    f"({', '.join(linked)}): from_pretrained('{out}') needs no keyword arguments")
             result["linked"] = linked
-        else:  # a hub id: its config.json (small, cached) merged; the weights are the user's to place
-            from ropecli.export import merged_config
-            from ropecli.model_config import locate_file
-
-            config = json.loads(locate_file(model, Path(model), "config.json").read_text())
-            Path(out).mkdir(parents=True, exist_ok=True)
-            if (Path(out) / "config.json").exists() and not force:
-                raise RopeCliError(f"--out {out}/config.json exists; pass --force to overwrite it")
-            write_json(str(Path(out) / "config.json"), merged_config(config, block))
+        else:  # a hub id: its config.json merged; the weights are the user's to place
+            export_hf_config(model, Path(out), block, force)
             result["lines"].append(f"wrote {out}/config.json; place {model}'s other files beside it, e.g. "
                                    f"huggingface-cli download {model} --exclude config.json --local-dir {out}")
         result["path"] = out
