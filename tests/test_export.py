@@ -209,6 +209,7 @@ def test_builtin_gguf_is_the_builtin_model(tmp_path):
     """The GGUF the llama.cpp cross-check below builds is faithful: transformers' own GGUF loader reads
     it back (undoing the q/k permutation) into logits equal to the built-in model's."""
     pytest.importorskip("gguf")
+    pytest.importorskip("accelerate")  # transformers loads GGUF files only with it
     from transformers import AutoModelForCausalLM
 
     from gguf_models import write_llama_gguf
