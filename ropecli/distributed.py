@@ -106,7 +106,7 @@ def setup(device: str, device_map: str | None) -> tuple[Dist, str]:
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
     if device == "auto":
         device = f"cuda:{local_rank}" if cuda else "cpu"
-    if device.startswith("cuda") and cuda and device == "cuda":
+    if device == "cuda" and cuda:
         device = f"cuda:{local_rank}"
     if device_map is not None and cuda and local_world > torch.cuda.device_count():
         raise RopeCliError(f"--device-map {device_map} with {local_world} ranks per node but {torch.cuda.device_count()} GPU(s): "

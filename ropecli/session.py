@@ -86,7 +86,7 @@ def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions
                   highlight=False)
         if dist.world > data.samples:
             err.print(f"note: {dist.world} ranks but {data.samples} window(s) per length: ranks {data.samples}..{dist.world - 1} "
-                      "stay idle; pass --samples {dist.world} or more to use them all", highlight=False)
+                      f"stay idle; pass --samples {dist.world} or more to use them all", highlight=False)
     with err.status(f"loading {model.model or 'the built-in model'} …", spinner="dots") if not quiet else nullcontext():
         lm = load_model(model.model, gguf_file=model.gguf_file, dtype=model.dtype, device=device,
                         device_map=model.device_map, attn_implementation=model.attn_implementation,
