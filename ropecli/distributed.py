@@ -51,27 +51,16 @@ class Dist:
 
     def gather_windows(self, local: list[tuple[int, float, int]], n_windows: int) -> list[tuple[float, int]]:
         """Every rank's (window, nll, tokens), in window order, on every rank."""
-        if self.world == 1:
-            return [(nll, tok) for _, nll, tok in sorted(local)]
-        import torch.distributed as tdist
-
-        parts: list[Any] = [None] * self.world
-        tdist.all_gather_object(parts, local)
-        merged = sorted(item for part in parts for item in part)
+        merged = sorted(item for part in self.gather(local) for item in part)
         if [i for i, _, _ in merged] != list(range(n_windows)):
             raise RopeCliError(f"distributed evaluation lost windows: got {[i for i, _, _ in merged]} of {n_windows}")
         return [(nll, tok) for _, nll, tok in merged]
 
     def all_true(self, flag: bool) -> bool:
-        if self.world == 1:
-            return flag
-        import torch.distributed as tdist
-
-        flags: list[Any] = [None] * self.world
-        tdist.all_gather_object(flags, bool(flag))
-        return all(flags)
+        return all(self.gather(bool(flag)))
 
     def gather(self, obj: Any) -> list[Any]:
+        """`obj` of every rank, in rank order, on every rank ([obj] in a single process)."""
         if self.world == 1:
             return [obj]
         import torch.distributed as tdist

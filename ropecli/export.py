@@ -77,6 +77,12 @@ def target_of(geom: Geometry, rope, rope_layers: str | None, base_given: bool) -
     return RopeTarget(geom.rotary_dim, geom.train_len, bases, t.partial_rotary_factor, t.layer_types)
 
 
+def check_empty_or_forced(out_dir: Path, force: bool) -> None:
+    """Refuse to write into a non-empty output folder unless --force."""
+    if out_dir.exists() and any(out_dir.iterdir()) and not force:
+        raise RopeCliError(f"--out {out_dir} exists and is not empty; pass --force to overwrite, or choose another folder")
+
+
 def check_writable(path: str, flag: str, force: bool = True) -> None:
     """Refuse, before any work, a path whose folder is missing or not writable, or that exists (unless `force`)."""
     import os
@@ -157,8 +163,7 @@ def export_hf_folder(model_dir: Path, out_dir: Path, block: dict, force: bool) -
     """Write out_dir/config.json (the model's, merged) and link every other file of model_dir beside
     it, so `from_pretrained(out_dir)` needs no keyword arguments. Returns the linked file names."""
     config = json.loads((model_dir / "config.json").read_text())
-    if out_dir.exists() and any(out_dir.iterdir()) and not force:
-        raise RopeCliError(f"--out {out_dir} exists and is not empty; pass --force to overwrite, or choose another folder")
+    check_empty_or_forced(out_dir, force)
     out_dir.mkdir(parents=True, exist_ok=True)
     linked = []
     for src in sorted(model_dir.iterdir()):
@@ -197,8 +202,7 @@ def export_hf_from_gguf(gguf_path: Path, out_dir: Path, block: dict, force: bool
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
-    if out_dir.exists() and any(out_dir.iterdir()) and not force:
-        raise RopeCliError(f"--out {out_dir} exists and is not empty; pass --force to overwrite, or choose another folder")
+    check_empty_or_forced(out_dir, force)
     work = Path(tempfile.mkdtemp(dir=out_dir.resolve().parent, prefix=f".{out_dir.name}."))
     try:
         kw = {"gguf_file": gguf_path.name}
@@ -242,15 +246,12 @@ def vllm_command(model: str, block: dict) -> str:
 class GgufInput:
     path: Path
     arch: str
-    rotary_dim: int
-    base: float
-    train_len: int
-    existing_factors: list[float] | None  # rope_freqs already in the file
+    existing_factors: list[float] | None  # rope_freqs already in the file ([] for a llama.cpp scaling type)
 
 
 def read_gguf_input(path: Path):
     """(GgufInput, gguf.GGUFReader) of a GGUF to export into; refuses architectures llama.cpp does not scale by rope_freqs."""
-    from ropecli.model_config import gguf_metadata, read_rope_config
+    from ropecli.model_config import gguf_metadata
 
     meta = gguf_metadata(path)
     arch = meta.get("general.architecture", "")
@@ -258,7 +259,6 @@ def read_gguf_input(path: Path):
         raise RopeCliError(f"GGUF architecture '{arch}': llama.cpp's loader for it does not read rope_freqs; "
                            f"--to gguf supports {', '.join(GGUF_ROPE_FREQS_ARCHS)}. Use --to hf or --to vllm instead")
     scaling = meta.get(f"{arch}.rope.scaling.type")
-    rope = read_rope_config(str(path))
     existing = None
     try:
         import gguf
@@ -270,10 +270,10 @@ def read_gguf_input(path: Path):
             existing = [float(x) for x in t.data.reshape(-1)]
     if scaling not in (None, "none") and existing is None:
         existing = []  # a built-in llama.cpp scaling (linear/yarn) that ropecli would stack on
-    return GgufInput(path, arch, rope.rotary_dim, rope.base, rope.train_len, existing), reader
+    return GgufInput(path, arch, existing), reader
 
 
-def export_gguf(reader, src: GgufInput, out: Path, factors, attention_factor: float, target_len: int) -> dict:
+def export_gguf(reader, src: GgufInput, out: Path, factors, attention_factor: float, train_len: int, target_len: int) -> dict:
     """Copy every key and tensor of the input GGUF to `out`, plus rope_freqs.weight (d/2 float32
     factors), context_length = target, the original length kept in rope.scaling.original_context_length,
     rope.scaling.type none, and the attention factor in rope.scaling.attn_factor where it is not 1."""
@@ -286,7 +286,7 @@ def export_gguf(reader, src: GgufInput, out: Path, factors, attention_factor: fl
     arch = src.arch
     new = {
         f"{arch}.context_length": (gguf.GGUFValueType.UINT32, int(target_len)),
-        f"{arch}.rope.scaling.original_context_length": (gguf.GGUFValueType.UINT32, int(src.train_len)),
+        f"{arch}.rope.scaling.original_context_length": (gguf.GGUFValueType.UINT32, int(train_len)),
         f"{arch}.rope.scaling.type": (gguf.GGUFValueType.STRING, "none"),
     }
     drop = {f"{arch}.rope.scaling.factor", f"{arch}.rope.scaling.attn_factor"}

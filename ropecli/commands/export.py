@@ -168,7 +168,7 @@ def _to_gguf(geometry: GeometryOptions, spec, out: str | None, force: bool, repl
     attention = sched.attention_factor
     if spec.log_n:  # llama.cpp scales cos/sin by one constant: log-n's query scale at the target length
         attention = math.sqrt(math.log(geom.target_len) / math.log(geom.train_len))
-    written = export_gguf(reader, src, Path(out), sched.factors, attention, geom.target_len)
+    written = export_gguf(reader, src, Path(out), sched.factors, attention, geom.train_len, geom.target_len)
     lines = [f"{spec.label} at k={geom.factor:g}: rope_freqs.weight ({geom.n_pairs} factors) and context length "
              f"{geom.target_len} written to {out} ({written['tensors']} tensors)",
              f"Ollama: a Modelfile with the lines `FROM ./{Path(out).name}` and `PARAMETER num_ctx {geom.target_len}`; "
