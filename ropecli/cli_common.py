@@ -156,9 +156,12 @@ class OneLineErrorsGroup(TyperGroup):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        from ropecli.distributed import shutdown
+
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except Exception as exc:  # click's, or the copy of click that typer vendors: matched by name
+            shutdown(clean=False)
             kinds = {c.__name__ for c in type(exc).__mro__}
             if "NoArgsIsHelpError" in kinds:
                 print(exc.format_message(), file=sys.stderr)
@@ -170,4 +173,6 @@ class OneLineErrorsGroup(TyperGroup):
             else:
                 raise
             sys.exit(getattr(exc, "exit_code", 1))
-        sys.exit(rv if isinstance(rv, int) else 0)
+        code = rv if isinstance(rv, int) else 0
+        shutdown(clean=code == 0)
+        sys.exit(code)

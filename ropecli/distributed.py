@@ -122,6 +122,24 @@ def setup(device: str, device_map: str | None) -> tuple[Dist, str]:
     return Dist(rank, world, local_rank, backend, gpu_group=group), device
 
 
+def shutdown(clean: bool) -> None:
+    """Leave the process group before the interpreter exits (gloo aborts a process that exits with its
+    threads alive). After a clean run the ranks first wait for each other, so none leaves while
+    another still gathers; after an error they leave at once."""
+    if world_from_env()[1] <= 1:
+        return
+    import torch.distributed as tdist
+
+    if not tdist.is_initialized():
+        return
+    try:
+        if clean:
+            tdist.barrier()
+        tdist.destroy_process_group()
+    except Exception:  # a peer is gone: nothing left to wait for
+        pass
+
+
 def quiet_unless_main(dist: Dist) -> None:
     """Ranks other than 0 print nothing to stdout (rank 0 prints the one result)."""
     import sys
