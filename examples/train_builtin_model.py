@@ -6,6 +6,12 @@ model that extends badly without help, small enough to ship (<= 25 MB) and to ev
 
     python examples/train_builtin_model.py --minutes 30 --out ropecli/builtin_model
 
+A share of the training rows (`--retrieval-share`, default 0.3) are synthetic passkey documents in
+ropecli's own prompt format (`ropecli.passkey`): a random key stated once at a random depth inside
+training-play text, asked for later, so the model learns to retrieve within L (digits are one token
+each: the tokenizer splits numbers into digits, as LLaMA's does). Retrieval is checked on held-out
+text during training and logged.
+
 Writes config.json, model.safetensors, tokenizer.json (+ tokenizer_config.json) and
 training_log.json (every logged loss, the held-out validation loss, time, seed) into --out.
 """
@@ -22,6 +28,7 @@ import numpy as np
 import torch
 
 from ropecli.corpus import HELD_OUT, held_out_plays, training_plays
+from ropecli.passkey import build_sample, make_samples, prompt_overhead, random_key
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
 
@@ -31,7 +38,8 @@ def train_tokenizer(texts: list[str], vocab_size: int):
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.ByteLevel(add_prefix_space=False),
+                                                 pre_tokenizers.Digits(individual_digits=True)])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS, min_frequency=2,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
@@ -51,6 +59,7 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=4096)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--retrieval-share", type=float, default=0.3, help="share of rows that are synthetic passkey documents")
     args = ap.parse_args()
 
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -82,6 +91,37 @@ def main() -> None:
         rows = [np.concatenate(([bos], ids[s:s + body])) for s in starts]
         return torch.from_numpy(np.stack(rows))
 
+    def retrieval_row() -> np.ndarray:
+        """A passkey document of random length (32..L tokens) and depth, 2..8 digits, then plain text to fill L."""
+        digits = int(rng.integers(2, 9))
+        length = int(rng.integers(prompt_overhead(tokenizer, digits) + 8, args.context + 1))
+        s = int(rng.integers(0, train_ids.size - args.context))
+        doc = build_sample(tokenizer, train_ids[s:s + length], length, float(rng.random()), random_key(rng, digits)).ids
+        rest = args.context - length
+        t = int(rng.integers(0, train_ids.size - rest - 1))
+        return np.concatenate((doc, train_ids[t:t + rest]))
+
+    def mixed_batch(n: int) -> torch.Tensor:
+        x = batch(train_ids, n)
+        for i in np.flatnonzero(rng.random(n) < args.retrieval_share):
+            x[i] = torch.from_numpy(retrieval_row())
+        return x
+
+    val_stream = val_ids
+    probes = [s for row in make_samples(tokenizer, val_stream, args.context, [0.0, 0.25, 0.5, 0.75, 1.0], 8, 5, seed=1234)
+              for s in row]  # 40 held-out passkey prompts at L, the same every check
+
+    @torch.inference_mode()
+    def passkey_accuracy() -> float:
+        model.eval()
+        hits = 0
+        for p in probes:
+            logits = model(torch.from_numpy(p.ids).unsqueeze(0)).logits[0]
+            pred = logits[p.answer_start - 1:-1].argmax(-1).numpy()
+            hits += bool(np.all(pred == p.ids[p.answer_start:]))
+        model.train()
+        return hits / len(probes)
+
     budget = args.minutes * 60
     warmup = 100
     est_steps = None
@@ -99,7 +139,7 @@ def main() -> None:
         lr = args.lr * min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, step / total))))
         for g in opt.param_groups:
             g["lr"] = lr
-        x = batch(train_ids, args.batch)
+        x = mixed_batch(args.batch)
         loss = model(x, labels=x).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -107,6 +147,8 @@ def main() -> None:
         opt.step()
         if step % 25 == 0:
             log.append({"step": step, "loss": round(loss.item(), 4), "lr": lr, "seconds": round(time.time() - t0, 1)})
+            if step % 200 == 0:
+                log[-1]["passkey_accuracy_at_L"] = passkey_accuracy()
             print(log[-1], flush=True)
         step += 1
 
@@ -114,7 +156,9 @@ def main() -> None:
     with torch.inference_mode():
         vx = batch(val_ids, 64)
         val_loss = float(np.mean([model(vx[i:i + 16], labels=vx[i:i + 16]).loss.item() for i in range(0, 64, 16)]))
-    print(f"held-out validation loss {val_loss:.4f} (ppl {math.exp(val_loss):.2f}) after {step} steps", flush=True)
+    final_passkey = passkey_accuracy()
+    print(f"held-out validation loss {val_loss:.4f} (ppl {math.exp(val_loss):.2f}) after {step} steps; "
+          f"held-out passkey accuracy at L {final_passkey:.3f}", flush=True)
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -123,7 +167,8 @@ def main() -> None:
     (out / "training_log.json").write_text(json.dumps({
         "seed": args.seed, "context": args.context, "cosine_total_steps": args.max_steps or est_steps, "batch": args.batch, "steps": step, "lr": args.lr,
         "minutes": round((time.time() - t0) / 60, 2), "parameters": n_params, "train_tokens": int(train_ids.size),
-        "held_out_plays": list(HELD_OUT), "validation_loss_at_context": val_loss, "log": log,
+        "held_out_plays": list(HELD_OUT), "validation_loss_at_context": val_loss,
+        "retrieval_share": args.retrieval_share, "passkey_accuracy_at_context": final_passkey, "log": log,
     }, indent=1))
     print(f"saved to {out}", flush=True)
 
