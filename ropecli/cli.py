@@ -8,7 +8,7 @@ import typer
 
 from ropecli import __version__
 from ropecli.cli_common import OneLineErrorsGroup
-from ropecli.commands import analysis, evaluate, export, plot, search
+from ropecli.commands import analysis, evaluate, export, metrics, plot, search
 
 app = typer.Typer(
     name="ropecli",
@@ -38,6 +38,8 @@ app.command("schedule")(analysis.schedule)
 app.command("methods")(analysis.methods)
 app.command("ppl")(evaluate.ppl)
 app.command("compare")(evaluate.compare)
+app.command("passkey")(metrics.passkey)
+app.command("kl")(metrics.kl)
 app.command("search-b")(search.search_b)
 app.command("export")(export.export)
 app.add_typer(plot.app, name="plot")

@@ -49,12 +49,13 @@ class Dist:
         """Windows computed across all ranks in the round of this rank's `position`-th window (for progress)."""
         return min(self.world, n_windows - position * self.world)
 
-    def gather_windows(self, local: list[tuple[int, float, int]], n_windows: int) -> list[tuple[float, int]]:
-        """Every rank's (window, nll, tokens), in window order, on every rank."""
-        merged = sorted(item for part in self.gather(local) for item in part)
-        if [i for i, _, _ in merged] != list(range(n_windows)):
-            raise RopeCliError(f"distributed evaluation lost windows: got {[i for i, _, _ in merged]} of {n_windows}")
-        return [(nll, tok) for _, nll, tok in merged]
+    def gather_windows(self, local: list[tuple], n_windows: int) -> list[tuple]:
+        """Every rank's (window, *values) (e.g. (window, nll, tokens)), in window order, on every rank,
+        without the index: [values of window 0, values of window 1, …]."""
+        merged = sorted((item for part in self.gather(local) for item in part), key=lambda item: item[0])
+        if [item[0] for item in merged] != list(range(n_windows)):
+            raise RopeCliError(f"distributed evaluation lost windows: got {[item[0] for item in merged]} of {n_windows}")
+        return [tuple(item[1:]) for item in merged]
 
     def all_true(self, flag: bool) -> bool:
         return all(self.gather(bool(flag)))

@@ -96,6 +96,14 @@ TextFieldOpt = Annotated[str, typer.Option("--text-field", rich_help_panel=DATA,
 SamplesOpt = Annotated[int, typer.Option("--samples", min=1, rich_help_panel=DATA, help="Windows per length (documents, YaRN-style).")]
 SeedOpt = Annotated[int, typer.Option("--seed", rich_help_panel=DATA, help="Seed of the document sampling.")]
 
+DepthsOpt = Annotated[str, typer.Option(
+    "--depths", rich_help_panel=EVALUATION,
+    help="Passkey: where the key sits in the filler, comma list in [0, 1] (0 = right after BOS, farthest from the question).")]
+DigitsOpt = Annotated[int, typer.Option("--digits", rich_help_panel=EVALUATION, help="Passkey: digits of a key (1..20).")]
+MetricOpt = Annotated[Optional[list[str]], typer.Option(
+    "--metric", rich_help_panel=EVALUATION,
+    help="What to measure: ppl, passkey, kl (repeat or comma-separate). kl runs at L with the target's k.")]
+
 LenOpt = Annotated[Optional[list[int]], typer.Option("--len", min=2, rich_help_panel=EVALUATION, help="Evaluation length in tokens (repeatable).")]
 ChunkOpt = Annotated[Optional[int], typer.Option(
     "--chunk-size", min=1, rich_help_panel=EVALUATION, help="Tokens per lm_head/cross-entropy chunk (default: 256 MiB of logits).")]
@@ -181,6 +189,30 @@ class EvalOptions:
     score_last: ScoreLastOpt = None
     no_cache: NoCacheOpt = False
     cache_dir: CacheDirOpt = None
+
+
+@dataclass
+class PasskeyOptions:
+    """Passkey prompts: depths of the key and its length (ropecli.passkey has the protocol)."""
+    depths: DepthsOpt = "0,0.25,0.5,0.75,1"
+    digits: DigitsOpt = 5
+
+    def parsed_depths(self) -> list[float]:
+        from ropecli.errors import RopeCliError
+        from ropecli.passkey import check_depths
+
+        try:
+            values = [float(x) for x in self.depths.split(",") if x.strip()]
+        except ValueError:
+            raise RopeCliError(f"--depths {self.depths}: pass numbers in [0, 1], comma-separated, e.g. --depths 0,0.5,1") from None
+        if not values:
+            raise RopeCliError("--depths is empty; pass e.g. --depths 0,0.5,1")
+        return check_depths(values)
+
+    def checked_digits(self) -> int:
+        from ropecli.passkey import check_digits
+
+        return check_digits(self.digits)
 
 
 @dataclass

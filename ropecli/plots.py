@@ -153,3 +153,59 @@ def plot_search(evaluations: list[dict], references: list[dict], best_b: float, 
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     return save(fig, path)
+
+
+def plot_passkey_heatmaps(results: list[dict], path: str, title: str) -> Path:
+    """Passkey accuracy, depth (rows, 0 at the top) x length (columns), one panel per method: the
+    picture of the YaRN and LongRoPE papers. Every cell carries its accuracy as a number."""
+    labels = list(dict.fromkeys(r["label"] + (" +log-n" if r["log_n"] else "") for r in results))
+    lengths = sorted({r["len"] for r in results})
+    depths = sorted({d["depth"] for r in results for d in r["by_depth"]})
+    cols = min(3, len(labels))
+    rows = -(-len(labels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(0.9 * len(lengths) * cols + 2.5, 0.45 * len(depths) * rows + 1.6),
+                             squeeze=False)
+    image = None
+    for ax, label in zip(axes.flat, labels):
+        grid = np.full((len(depths), len(lengths)), np.nan)
+        for r in results:
+            if r["label"] + (" +log-n" if r["log_n"] else "") != label:
+                continue
+            for d in r["by_depth"]:
+                grid[depths.index(d["depth"]), lengths.index(r["len"])] = d["accuracy"]
+        image = ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
+        for (i, j), v in np.ndenumerate(grid):
+            if np.isfinite(v):
+                ax.text(j, i, f"{v:.0%}" if v not in (0, 1) else f"{int(v * 100)}%", ha="center", va="center", fontsize=8)
+        ax.set_xticks(range(len(lengths)), [str(n) for n in lengths], fontsize=8)
+        ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize=8)
+        ax.set_xlabel("length (tokens)", fontsize=8)
+        ax.set_ylabel("depth of the key", fontsize=8)
+        ax.set_title(label, fontsize=9)
+    for ax in list(axes.flat)[len(labels):]:
+        ax.axis("off")
+    fig.colorbar(image, ax=axes, shrink=0.8, label="passkey accuracy")
+    fig.suptitle(title, fontsize=10)
+    p = check_out(path)
+    fig.savefig(p, dpi=150, bbox_inches="tight")
+    plt.close(fig)
+    return p
+
+
+def plot_kl(results: list[dict], path: str, title: str) -> Path:
+    """Mean KL (bars, log axis) and top-1 agreement (dots) per method at each length."""
+    results = sorted(results, key=lambda r: (r["len"], r["kl_mean"]))
+    names = [f"{r['label']}{' +log-n' if r['log_n'] else ''} @ {r['len']}" for r in results]
+    fig, ax = plt.subplots(figsize=(8, 0.4 * len(results) + 1.8))
+    y = np.arange(len(results))
+    ax.barh(y, [max(r["kl_mean"], 1e-8) for r in results], color="tab:blue", alpha=0.8, label="mean KL (nats/token)")
+    ax.set_xscale("log")
+    ax.set_yticks(y, names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("mean KL(unscaled || scaled), nats per token (log axis; 1e-8 = identical)")
+    twin = ax.twiny()
+    twin.plot([r["top1_agreement"] for r in results], y, "o", color="tab:red", label="top-1 agreement (%)")
+    twin.set_xlim(0, 100.5)
+    twin.set_xlabel("top-1 agreement with the unscaled model (%)", color="tab:red")
+    ax.set_title(title, fontsize=10)
+    return save(fig, path)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ropecli.cli_common import stderr_console
 from ropecli.errors import RopeCliError
-from ropecli.options import DataOptions, EvalOptions, ModelOptions
+from ropecli.options import DataOptions, EvalOptions, ModelOptions, PasskeyOptions
 
 if TYPE_CHECKING:  # numpy stays unimported until a command runs: `--help` is instant
     from ropecli.specs import Spec
@@ -25,25 +25,24 @@ class Session:
     lm: Any  # ropecli.model.load.LoadedModel
     ev: Any  # ropecli.evaluate.Evaluator
 
-    def run(self, specs: list[Spec], lengths: list[int], description: str = "evaluating") -> list[dict]:
-        """Every (spec, length), with one rich progress bar (ETA) over all windows; cached ones are instant."""
+    def run(self, specs: list[Spec], lengths: list[int], description: str = "evaluating", metric: str = "ppl") -> list[dict]:
+        """Every (spec, length) of one metric (ppl, passkey, kl), with one rich progress bar (ETA) over all
+        windows or prompts; cached ones are instant."""
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                    TimeRemainingColumn)
 
         ev = self.ev
         for n in lengths:  # fail on too little text before any forward pass
-            ev.windows(n)
-            if ev.score_last and ev.score_last >= n:
-                raise RopeCliError(f"--score-last {ev.score_last} must be below --len {n}")
+            ev.check_inputs(metric, n)
         results = []
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       TextColumn("ETA"), TimeRemainingColumn(), console=stderr_console(),
                       transient=not sys.stderr.isatty()) as bar:
-            task = bar.add_task(description, total=len(specs) * len(lengths) * ev.samples)
+            task = bar.add_task(description, total=len(specs) * len(lengths) * ev.units(metric))
             for spec in specs:
                 for n in lengths:
-                    bar.update(task, description=f"{spec.label} @ {n}")
-                    results.append(ev.evaluate(spec, n, on_window=lambda k: bar.advance(task, k)))
+                    bar.update(task, description=f"{spec.label} @ {n}" + (f" ({metric})" if metric != "ppl" else ""))
+                    results.append(ev.evaluate(spec, n, on_window=lambda k: bar.advance(task, k), metric=metric))
         return results
 
     @property
@@ -71,7 +70,8 @@ class Session:
         return {"hits": c.hits, "misses": c.misses, "rejected": c.rejected}
 
 
-def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, quiet: bool) -> Session:
+def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, quiet: bool,
+                 passkey: PasskeyOptions | None = None) -> Session:
     """Load the model (spinner unless `quiet`) and its evaluator; both described on stderr."""
     from ropecli.cache import EvalCache
     from ropecli.distributed import quiet_unless_main, setup
@@ -96,6 +96,8 @@ def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions
     ev = Evaluator(lm, data=data.data, samples=data.samples, seed=data.seed, text_field=data.text_field,
                    chunk_tokens=evaluation.chunk_size, score_last=evaluation.score_last,
                    cache=EvalCache(evaluation.cache_dir, enabled=not evaluation.no_cache), dist=dist)
+    if passkey is not None:
+        ev.depths, ev.digits = tuple(passkey.parsed_depths()), passkey.checked_digits()
     err.print(f"data {ev.data_label}; {data.samples} window(s) per length, seed {data.seed}", highlight=False)
     return Session(lm, ev)
 

@@ -8,8 +8,8 @@ import typer
 
 from ropecli.cli_common import console, emit_json, handle_errors
 from ropecli.errors import RopeCliError
-from ropecli.options import (SCHEDULE, DataOptions, EvalOptions, ModelOptions, OutputOptions, ScheduleOptions,
-                             with_option_groups)
+from ropecli.options import (SCHEDULE, DataOptions, EvalOptions, MetricOpt, ModelOptions, OutputOptions, PasskeyOptions,
+                             ScheduleOptions, with_option_groups)
 from ropecli.session import Session, check_plot_path, fmt_ppl, open_session, plot_results
 
 
@@ -72,42 +72,121 @@ def compare(
     schedule: ScheduleOptions,
     data: DataOptions,
     evaluation: EvalOptions,
+    prompts: PasskeyOptions,
     output: OutputOptions,
+    metric: MetricOpt = None,
     both_log_n: Annotated[bool, typer.Option("--with-and-without-log-n", rich_help_panel=SCHEDULE,
                                              help="Evaluate every method with and without log-n.")] = False,
 ):
-    """The article's table: methods x lengths of perplexity, on the same documents.
+    """The article's table: methods x lengths, on the same documents, with paired confidence.
+
+    --metric ppl (default), passkey (accuracy at each --len), kl (at L, schedules for the target's k:
+    --k, or the longest --len / L). Cells not distinguishable from the best (paired 95%) are marked ≈.
 
     Examples: ropecli compare --len 256 --len 2048
+              ropecli compare --len 2048 --method none,yarn,llama3,mixed --metric ppl,passkey,kl
               ropecli compare --model meta-llama/Llama-2-7b-hf --len 4096 --len 16384 --method none,pi,ntk-fixed,mixed --log-n --plot ppl.png
     """
+    from ropecli.geometry import default_factor
     from ropecli.specs import specs_from_flags
+    from ropecli.stats import attach_paired
 
+    metrics = parse_metrics(metric)
     lengths = _lengths(evaluation)
+    if "passkey" in metrics:
+        prompts.parsed_depths(), prompts.checked_digits()
     specs = specs_from_flags(schedule.method, schedule.b, schedule.param, schedule.factors,
                              default="none,pi,ntk-old,ntk-fixed,mixed", factor=evaluation.k,
                              log_n_modes=(False, True) if both_log_n else (evaluation.log_n,))
-    done = _evaluate(specs, lengths, model, data, evaluation, output)
-    if done:
-        _print_table(done[0], specs, lengths, done[1])
+    check_plot_path(output.plot)
+    session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts if "passkey" in metrics else None)
+    L = session.lm.train_len
+    results: list[dict] = []
+    if "ppl" in metrics:
+        results += session.run(specs, lengths)
+    if "passkey" in metrics:
+        results += session.run(specs, lengths, "passkey", metric="passkey")
+    kl_k = None
+    if "kl" in metrics:
+        kl_k = evaluation.k if evaluation.k is not None else default_factor(max(lengths), L)
+        results += session.run([s.but(factor=kl_k) for s in specs], [L], "KL", metric="kl")
+    results = attach_paired(results)
+    ppl_rows = [r for r in results if r.get("metric", "ppl") == "ppl"]
+    if output.plot and session.is_main and ppl_rows:
+        plot_results(ppl_rows, output.plot, session)
+    if output.as_json:
+        return emit_json({**session.header(), "metrics": metrics, "kl_factor": kl_k,
+                          "results": [{**r, "metric": r.get("metric", "ppl")} for r in results]})
+    _print_table(session, specs, lengths, results, kl_k)
 
 
-def _print_table(session: Session, specs, lengths: list[int], results: list[dict]) -> None:
+METRIC_NAMES = ("ppl", "passkey", "kl")
+
+
+def parse_metrics(values: list[str] | None) -> list[str]:
+    names = [n.strip().lower() for v in (values or ["ppl"]) for n in v.split(",") if n.strip()]
+    bad = [n for n in names if n not in METRIC_NAMES]
+    if bad or not names:
+        raise RopeCliError(f"--metric {bad[0] if bad else ''}: choose from {', '.join(METRIC_NAMES)}, e.g. --metric ppl,passkey,kl")
+    return list(dict.fromkeys(names))
+
+
+def _cell(r: dict, text: str) -> str:
+    """A cell marked by its paired comparison with the best of its column: bold green = best, ≈ = tied."""
+    p = r["vs_best"]
+    if p["best"]:
+        return f"[bold green]{text}[/]"
+    return text + (" ≈" if p["tied"] else "")
+
+
+def _print_table(session: Session, specs, lengths: list[int], results: list[dict], kl_k: float | None) -> None:
     from rich.table import Table
 
     lm = session.lm
-    t = Table(title=f"PPL on {lm.name} (L = {lm.train_len}); {session.ev.samples} windows per length; "
-                    "± = std. error across windows")
+    by = {(r.get("metric", "ppl"), r["label"], r["len"]): r for r in results}
+    have = {r.get("metric", "ppl") for r in results}
+    t = Table(title=f"{lm.name} (L = {lm.train_len}); {session.ev.samples} windows/keys per cell; ± = std. error across "
+                    "windows; bold = best, ≈ = not distinguishable from the best (paired t-test, 95%)")
     t.add_column("method")
-    for n in lengths:
-        t.add_column(f"{n}" + (" (train)" if n == lm.train_len else ""), justify="right")
-    by = {(r["label"], r["len"]): r for r in results}
-    best = {n: min(r["ppl"] for r in results if r["len"] == n) for n in lengths}
+    columns = []
+    if "ppl" in have:
+        columns += [("ppl", n, f"PPL {n}" + (" (train)" if n == lm.train_len else "")) for n in lengths]
+    if "passkey" in have:
+        columns += [("passkey", n, f"passkey {n}") for n in lengths]
+    if "kl" in have:
+        columns += [("kl", lm.train_len, f"KL @ L (k={kl_k:g})"), ("kl-top1", lm.train_len, "top-1 @ L")]
+    for _, _, title in columns:
+        t.add_column(title, justify="right")
     for spec in specs:
         cells = []
-        for n in lengths:
-            r = by[(spec.label, n)]
-            cell = fmt_ppl(r)
-            cells.append(f"[bold green]{cell}[/]" if r["ppl"] == best[n] else cell)
+        for metric, n, _ in columns:
+            r = by[("kl" if metric == "kl-top1" else metric, spec.label, n)]
+            if metric == "ppl":
+                cells.append(_cell(r, fmt_ppl(r)))
+            elif metric == "passkey":
+                cells.append(_cell(r, f"{r['accuracy']:.0%}"))
+            elif metric == "kl":
+                cells.append(_cell(r, f"{r['kl_mean']:.4f}"))
+            else:
+                cells.append(f"{r['top1_agreement']:.1f}%")
         t.add_row(spec.label, *cells)
     console().print(t)
+    if "passkey" in have:
+        console().print("passkey: accuracy over all depths; bold/≈ rank by the answer NLL (paired over the same prompts).",
+                        highlight=False)
+    _print_ties(results, lm.train_len)
+
+
+def _print_ties(results: list[dict], L: int) -> None:
+    """One line per column: the best, and which candidates are statistically tied with it."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in results:
+        groups.setdefault((r.get("metric", "ppl"), r["len"]), []).append(r)
+    for (metric, n), rows in groups.items():
+        if len(rows) < 2:
+            continue
+        best = next(r for r in rows if r["vs_best"]["best"])
+        tied = [r["label"] for r in rows if r["vs_best"]["tied"] and not r["vs_best"]["best"]]
+        what = {"ppl": f"PPL @ {n}", "passkey": f"passkey answer NLL @ {n}", "kl": f"KL @ L={n}"}[metric]
+        note = f"tied with it (paired 95%): {', '.join(tied)}" if tied else "every other candidate is distinguishably worse (paired 95%)"
+        console().print(f"{what}: best {best['label']}; {note}", highlight=False)

@@ -1,4 +1,5 @@
-"""Memory-bounded perplexity: final hidden states once, then lm_head + cross-entropy in chunks.
+"""Memory-bounded scoring: final hidden states once, then lm_head + the measure in chunks.
+(Perplexity, passkey answers and KL against the unscaled model; never full logits.)
 
 Full logits at long length are the memory hog (T x vocab x ~10 bytes with their fp32 copies); this
 never holds more than `chunk_tokens` rows of them. NLL per window is the sum of -log p(x_t | x_<t)
@@ -44,6 +45,50 @@ def window_nll(model, ids: torch.Tensor, chunk_tokens: int | None = None, score_
         total += F.cross_entropy(logits.view(-1, logits.shape[-1]), targets[:, s:s + chunk].reshape(-1), reduction="sum").double()
         del logits
     return float(total), n
+
+
+def _logits(model, head, hidden: torch.Tensor, cap: float | None) -> torch.Tensor:
+    logits = head(hidden).float()
+    return torch.tanh(logits / cap) * cap if cap else logits
+
+
+@torch.inference_mode()
+def passkey_scores(model, ids: torch.Tensor, answer_start: int) -> tuple[float, float]:
+    """(1.0 if every answer token is the argmax given its prefix else 0.0, answer NLL in nats) for one
+    prompt `ids` (1, T) whose answer is ids[0, answer_start:]. Logits only at the answer positions."""
+    head = model.get_output_embeddings()
+    hidden = model.base_model(input_ids=ids, use_cache=False).last_hidden_state  # (1, T, H)
+    logits = _logits(model, head, hidden[0, answer_start - 1:-1], _softcap(model))  # (A, V): position t predicts t+1
+    target = ids[0, answer_start:]
+    nll = F.cross_entropy(logits, target, reduction="sum").double()
+    correct = bool(torch.equal(logits.argmax(-1), target))
+    return float(correct), float(nll)
+
+
+@torch.inference_mode()
+def window_kl(model, ids: torch.Tensor, reference, scaled, chunk_tokens: int | None = None) -> tuple[float, int, int, list[float]]:
+    """KL(p_reference || p_scaled) at every position of one window `ids` (1, T), nats:
+    (sum of KL, positions, positions where both argmaxes agree, per-position KL).
+    `reference()` and `scaled()` are context managers that put the model in either state; both final
+    hidden states (T x H each) are kept, the logits of both are computed `chunk` rows at a time (half
+    ppl's chunk, so the two chunks together use ppl's logit memory)."""
+    head = model.get_output_embeddings()
+    with reference():
+        h_ref = model.base_model(input_ids=ids, use_cache=False).last_hidden_state[0]  # (T, H)
+    with scaled():
+        h_new = model.base_model(input_ids=ids, use_cache=False).last_hidden_state[0]
+    cap = _softcap(model)
+    chunk = max(1, (chunk_tokens or default_chunk_tokens(head.weight.shape[0])) // 2)
+    per_token, agree = [], 0
+    for s in range(0, h_ref.shape[0], chunk):
+        lp_ref = F.log_softmax(_logits(model, head, h_ref[s:s + chunk], cap), dim=-1)  # (c, V)
+        lp_new = F.log_softmax(_logits(model, head, h_new[s:s + chunk], cap), dim=-1)
+        kl = (lp_ref.exp() * (lp_ref - lp_new)).sum(-1).double()  # exactly 0 where the two are identical
+        per_token.append(kl.clamp_min(0.0))  # float rounding can give -1e-9
+        agree += int((lp_ref.argmax(-1) == lp_new.argmax(-1)).sum())
+        del lp_ref, lp_new
+    values = torch.cat(per_token)
+    return float(values.sum()), int(values.numel()), agree, values.cpu().tolist()
 
 
 @torch.inference_mode()
