@@ -138,20 +138,28 @@ def plot_ppl_vs_length(results: list[dict], path: str, title: str) -> Path:
     return save(fig, path)
 
 
-def plot_search(evaluations: list[dict], references: list[dict], best_b: float, path: str, title: str) -> Path:
-    """Objective (mean log-PPL) vs b with the evaluated points, and the reference methods as lines."""
-    fig, ax = plt.subplots(figsize=(8, 5))
-    pts = sorted(evaluations, key=lambda e: e["b"])
-    ax.plot([e["b"] for e in pts], [e["objective"] for e in pts], "o-", color="tab:blue", label="evaluated b")
+def plot_search(evaluations: list[dict], references: list[dict], best_b: float, path: str, objective: str, title: str) -> Path:
+    """Objective vs b with the evaluated points; error bars are each point's paired standard error
+    against the best b (what decides "not distinguishable"), the shaded band the b interval tied with
+    the best; references as horizontal lines."""
+    fig, ax = plt.subplots(figsize=(8.5, 5.2))
+    pts = sorted((e for e in evaluations if np.isfinite(e["objective"])), key=lambda e: e["b"])
+    err = [(e.get("vs_best") or {}).get("se") or 0.0 for e in pts]
+    ax.errorbar([e["b"] for e in pts], [e["objective"] for e in pts], yerr=err, fmt="o-", color="tab:blue", capsize=3,
+                label="evaluated b (± paired s.e. vs best)")
+    tied = [e["b"] for e in pts if (e.get("vs_best") or {}).get("tied")]
+    if len(tied) > 1:
+        ax.axvspan(min(tied), max(tied), color="tab:green", alpha=0.12, label="b tied with the best (paired 95%)")
     ax.axvline(best_b, color="tab:green", ls="--", lw=1, label=f"best b = {best_b:.3f}")
-    colors = ["tab:red", "tab:orange", "tab:purple", "tab:brown", "tab:gray"]
+    colors = ["tab:red", "tab:orange", "tab:purple", "tab:brown", "tab:gray", "tab:pink", "tab:olive", "tab:cyan"]
     for ref, c in zip(references, colors):
-        ax.axhline(ref["objective"], color=c, ls=":", lw=1.2, label=f"{ref['label']}: {ref['objective']:.4f}")
+        if np.isfinite(ref["objective"]):
+            ax.axhline(ref["objective"], color=c, ls=":", lw=1.2, label=f"{ref['label']}: {ref['objective']:.4f}")
     ax.set_xlabel("mixed exponent b (0 = PI, 1 = NTK-fixed)")
-    ax.set_ylabel("objective: mean log-perplexity over lengths")
-    ax.set_title(title)
+    ax.set_ylabel("mean passkey answer NLL over lengths" if objective == "passkey" else "mean log-perplexity over lengths")
+    ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="best")
     return save(fig, path)
 
 

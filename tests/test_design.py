@@ -91,7 +91,7 @@ def test_search_core_with_an_injected_evaluator():
             return 3.0
         if spec.method == "mixed":
             return 3.5 + (params["b"] - 0.7) ** 2
-        return {"none": 4.2, "pi": 3.99, "ntk-fixed": 3.59}[spec.method]
+        return {"none": 4.2, "pi": 3.99, "ntk-fixed": 3.59, "yarn": 3.7, "llama3": 3.6, "dynamic": 3.8}[spec.method]
 
     calls = []
     out = search_b(fake_evaluator(nll, calls), 256, [2048], lo=0, hi=1, tol=0.01)
@@ -100,7 +100,7 @@ def test_search_core_with_an_injected_evaluator():
     refs = {r["label"]: r for r in out["references"]}
     assert refs["pi"]["same_as"] == "mixed(b=0)" and refs["ntk-fixed"]["same_as"] == "mixed(b=1)"
     assert refs["none"]["objective"] == 4.2 and refs["mixed(b=0.625)"]["objective"] == pytest.approx(3.5 + 0.075 ** 2)
-    assert len(calls) == 12 + 2  # the 12 search points, then none and b = 0.625 (PI, NTK-fixed reused)
+    assert len(calls) == 12 + 5  # the 12 search points, then none, b = 0.625, YaRN, llama3, dynamic (PI, NTK-fixed reused)
 
 
 def test_search_core_guard_rejects_short_context_damage():

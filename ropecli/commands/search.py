@@ -9,7 +9,8 @@ from typing import Annotated, Optional
 import typer
 
 from ropecli.cli_common import console, emit_json, handle_errors, stderr_console
-from ropecli.options import OUTPUT, DataOptions, EvalOptions, ModelOptions, OutputOptions, with_option_groups
+from ropecli.errors import RopeCliError
+from ropecli.options import OUTPUT, DataOptions, EvalOptions, ModelOptions, OutputOptions, PasskeyOptions, with_option_groups
 from ropecli.session import check_plot_path, open_session
 
 SEARCH = "Search"
@@ -28,6 +29,13 @@ def search_b(
     max_short_regression: Annotated[Optional[float], typer.Option(
         "--max-short-regression", min=0.0, rich_help_panel=SEARCH,
         help="Guard: PPL at the training length (with the target's k) may rise at most this many percent over none.")] = None,
+    max_short_kl: Annotated[Optional[float], typer.Option(
+        "--max-short-kl", min=0.0, rich_help_panel=SEARCH,
+        help="Guard: mean KL against the unscaled model at the training length (target's k) at most this, nats/token.")] = None,
+    objective: Annotated[str, typer.Option(
+        "--objective", rich_help_panel=SEARCH,
+        help="ppl: mean log-PPL over the lengths; passkey: mean passkey answer NLL over the lengths.")] = "ppl",
+    prompts: PasskeyOptions = None,
     export_config: Annotated[Optional[str], typer.Option(
         "--export-config", rich_help_panel=OUTPUT, help="Write the transformers rope_parameters block for the best b.")] = None,
 ):
@@ -42,23 +50,28 @@ def search_b(
     from ropecli.evaluate import check_lengths
     from ropecli.export import check_writable, write_hf_block
     from ropecli.geometry import default_factor
-    from ropecli.search import check_range, search_b as run_search
+    from ropecli.search import OBJECTIVES, check_range, search_b as run_search
     from ropecli.specs import make_spec
 
     check_range(lo, hi, tol)
+    if objective not in OBJECTIVES:
+        raise RopeCliError(f"--objective {objective}: choose ppl or passkey")
+    if objective == "passkey":
+        prompts.parsed_depths(), prompts.checked_digits()
     check_plot_path(output.plot)
     if export_config:
         check_writable(export_config, "--export-config")
-    session = open_session(model, data, evaluation, quiet=output.as_json)
+    session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts if objective == "passkey" else None)
     lm = session.lm
     lengths = check_lengths(evaluation.length or [8 * lm.train_len])
     if all(n <= lm.train_len for n in lengths) and evaluation.k is None:
         stderr_console().print(f"[yellow]warning:[/] every --len is within the training length L={lm.train_len}: k = 1, "
                                "nothing to extend; every b gives the same perplexity")
     for n in lengths:  # too little text is an error before the first forward pass
-        session.ev.windows(n)
+        session.ev.check_inputs("passkey" if objective == "passkey" else "ppl", n)
     out = run_search(session.run, lm.train_len, lengths, lo=lo, hi=hi, tol=tol, log_n=evaluation.log_n,
-                     factor=evaluation.k, max_short_regression=max_short_regression)
+                     factor=evaluation.k, max_short_regression=max_short_regression, max_short_kl=max_short_kl,
+                     objective=objective)
     out = {**session.header(), **out, "forward_passes": session.forward_passes(), "cache": session.cache_stats()}
     if export_config and session.is_main:
         k = evaluation.k if evaluation.k is not None else default_factor(max(lengths), lm.train_len)
@@ -68,7 +81,7 @@ def search_b(
     if output.plot and session.is_main:
         from ropecli.plots import plot_search
 
-        plot_search(out["evaluations"], out["references"], out["best_b"], output.plot,
+        plot_search(out["evaluations"], out["references"], out["best_b"], output.plot, objective,
                     f"search-b on {lm.name}: lengths {', '.join(map(str, lengths))}" + (" (log-n)" if evaluation.log_n else ""))
         stderr_console().print(f"wrote {output.plot}")
     if output.as_json:
@@ -79,34 +92,47 @@ def search_b(
 def print_search(out: dict, lengths: list[int]) -> None:
     from rich.table import Table
 
+    from ropecli.stats import fmt_diff
+
     con = console()
-    t = Table(title=f"search-b on {out['model']} (L = {out['train_len']}), objective = mean log-PPL over lengths"
+    con.print(f"[bold]verdict:[/] {out['verdict']}", highlight=False)
+    passkey = out["objective_name"] == "passkey"
+    what = "mean passkey answer NLL over lengths" if passkey else "mean log-PPL over lengths"
+    t = Table(title=f"search-b on {out['model']} (L = {out['train_len']}), objective = {what}"
                     + (", with log-n" if out["log_n"] else ""))
     t.add_column("b", justify="right")
     for n in lengths:
-        t.add_column(f"PPL @ {n}", justify="right")
+        t.add_column(f"{'passkey' if passkey else 'PPL'} @ {n}", justify="right")
     t.add_column("objective", justify="right")
+    t.add_column("Δ vs best (paired)", justify="right")
     t.add_column("note")
     for e in sorted(out["evaluations"], key=lambda e: e["b"]):
-        note = "best" if e["b"] == out["best_b"] else ""
+        note = "best" if e["b"] == out["best_b"] else ("≈ best" if e["vs_best"]["tied"] else "")
         if e.get("violates_guard"):
-            note = f"short PPL +{e['short_rise_percent']:.1f}% (guard)"
+            note = "guard: " + ", ".join(x for x in [
+                f"short PPL +{e['short_rise_percent']:.1f}%" if "short_rise_percent" in e else "",
+                f"short KL {e['short_kl']:.4f}" if "short_kl" in e else ""] if x)
         style = "bold green" if e["b"] == out["best_b"] else ""
-        t.add_row(f"{e['b']:.4f}", *[_p(e["ppl"][str(n)]) for n in lengths], f"{e['objective']:.4f}", note, style=style)
+        t.add_row(f"{e['b']:.4f}", *_cells(e, lengths, passkey), f"{e['objective']:.4f}", fmt_diff(e["vs_best"]), note, style=style)
     con.print(t)
-    r = Table(title="References on the same documents")
+    r = Table(title="References on the same documents (Δ: minus the best b, paired over windows, ± std. error)")
     r.add_column("method")
     for n in lengths:
-        r.add_column(f"PPL @ {n}", justify="right")
+        r.add_column(f"{'passkey' if passkey else 'PPL'} @ {n}", justify="right")
     r.add_column("objective", justify="right")
-    for ref in out["references"]:
-        r.add_row(ref["label"], *[_p(ref["ppl"][str(n)]) for n in lengths], f"{ref['objective']:.4f}")
+    r.add_column("Δ vs best b", justify="right")
+    r.add_column("verdict")
+    for ref in sorted(out["references"], key=lambda x: x["objective"]):
+        d = ref["vs_best_b"]
+        v = "beats best b" if d["beats_best_b"] else ("≈ best b" if not d["distinguishable"] else "worse")
+        r.add_row(ref["label"], *_cells(ref, lengths, passkey), f"{ref['objective']:.4f}", fmt_diff(d), v)
     con.print(r)
-    best_ref = min(out["references"], key=lambda x: x["objective"])
-    con.print(f"best b = [bold]{out['best_b']:.4f}[/] (±{out['tol']:g}), objective {out['best_objective']:.4f} vs best reference "
-              f"{best_ref['label']} {best_ref['objective']:.4f}; {out['search_evaluations']} evaluations "
-              f"(a uniform grid of the same accuracy needs {out['grid_evaluations_same_accuracy']}); "
-              f"{out['forward_passes']} forward passes, {out['cache']['hits']} cached results reused")
+    lo_b, hi_b = out["equivalent_b"]
+    con.print(f"best b = [bold]{out['best_b']:.4f}[/] (±{out['tol']:g}), objective {out['best_objective']:.4f}; b in "
+              f"[{lo_b:.4f}, {hi_b:.4f}] is not distinguishable from it (paired 95%, evaluated points); "
+              f"{out['search_evaluations']} evaluations (a uniform grid of the same accuracy needs "
+              f"{out['grid_evaluations_same_accuracy']}); {out['forward_passes']} forward passes, "
+              f"{out['cache']['hits']} cached results reused")
     if out["at_boundary"]:
         end = out["lo"] if out["at_boundary"] == "lo" else out["hi"]
         con.print(f"[yellow]note:[/] the minimum sits at the boundary b = {end:g}"
@@ -114,6 +140,12 @@ def print_search(out: dict, lengths: list[int]) -> None:
     if out["non_unimodal_at"]:
         con.print(f"[yellow]warning:[/] the objective is not unimodal over the evaluated points (a bump at b = "
                   f"{', '.join(f'{b:.3f}' for b in out['non_unimodal_at'])}); the search may have missed a better valley")
+
+
+def _cells(e: dict, lengths: list[int], passkey: bool) -> list[str]:
+    if passkey:
+        return [f"{e['accuracy'][str(n)]:.0%} / {e['answer_nll'][str(n)]:.2f}" for n in lengths]
+    return [_p(e["ppl"][str(n)]) for n in lengths]
 
 
 def _p(x) -> str:

@@ -1,0 +1,275 @@
+"""Passkey retrieval, KL against the unscaled model, and paired statistics (issue "Beyond perplexity")."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from ropecli.cli import app
+from ropecli.passkey import QUESTION, build_sample, encode, make_samples, prompt_overhead
+from ropecli.stats import attach_paired, paired_difference, rank_against_best
+from tiny_models import char_tokenizer, save_tiny
+
+runner = CliRunner()
+
+
+def run(*args):
+    return runner.invoke(app, list(args))
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return str(save_tiny(tmp_path_factory.mktemp("tiny") / "model"))
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_dir):
+    from ropecli.model.load import load_model
+
+    return load_model(tiny_dir)
+
+
+@pytest.fixture()
+def text_file(tmp_path):
+    p = tmp_path / "docs.txt"
+    p.write_text(" ".join(f"Line {i} of a long plain text about nothing in particular." for i in range(120)))
+    return str(p)
+
+
+# --- prompts ----------------------------------------------------------------------------------
+
+def test_prompt_layout_depth_and_answer():
+    tok = char_tokenizer()
+    filler = np.arange(40, 90, dtype=np.int64) % 90 + 2  # token ids of printable chars
+    filler = np.resize(filler, 500)
+    key = "90210"
+    for depth, expect_at in [(0.0, 1), (1.0, None)]:
+        s = build_sample(tok, filler, 200, depth, key)
+        assert s.ids.shape == (200,) and s.ids[0] == tok.bos_token_id
+        answer = tok.decode(s.ids[s.answer_start:])
+        assert answer.replace(" ", "") == key and s.answer_start == 200 - 6  # " " and five digits, one token each
+        question = encode(tok, QUESTION)
+        assert list(s.ids[s.answer_start - len(question):s.answer_start]) == question
+        needle = tok.decode(s.ids[s.needle_at:s.needle_at + 30]).replace(" ", "")
+        assert needle.startswith("<unk>Thepasskeyis90210")  # "\n" is <unk> to the character tokenizer
+        if expect_at is not None:
+            assert s.needle_at == expect_at  # depth 0: right after BOS
+        else:  # depth 1: the needle ends where the question begins
+            n_needle = len(encode(tok, "\nThe pass key is 90210. Remember it.\n"))
+            assert s.needle_at + n_needle == s.answer_start - len(question)
+
+
+def test_prompts_are_seeded_per_depth_and_identical_across_calls():
+    tok = char_tokenizer()
+    stream = np.resize(np.arange(2, 90, dtype=np.int64), 5000)
+    a = make_samples(tok, stream, 160, [0.0, 0.5], 3, 5, seed=7)
+    b = make_samples(tok, stream, 160, [0.5], 3, 5, seed=7)
+    assert [s.key for s in a[1]] == [s.key for s in b[0]]  # depth 0.5's keys do not depend on the other depths
+    assert all(np.array_equal(x.ids, y.ids) for x, y in zip(a[1], b[0]))
+    keys = [s.key for row in a for s in row]
+    assert all(len(k) == 5 and k[0] != "0" for k in keys) and len(set(keys)) > 1
+    assert make_samples(tok, stream, 160, [0.0], 3, 5, seed=8)[0][0].key != a[0][0].key
+
+
+def test_prompt_overhead_and_errors():
+    from ropecli.errors import RopeCliError
+
+    tok = char_tokenizer()
+    need = prompt_overhead(tok, 5)
+    with pytest.raises(RopeCliError, match="shorter than the passkey prompt"):
+        make_samples(tok, np.arange(2, 90, dtype=np.int64), need - 1, [0.0], 1, 5, seed=0)
+    with pytest.raises(RopeCliError, match="too little text"):
+        make_samples(tok, np.arange(2, 20, dtype=np.int64), need + 100, [0.0], 1, 5, seed=0)
+
+
+# --- scoring on a tiny model ----------------------------------------------------------------------
+
+def test_passkey_scores_match_full_logits(tiny):
+    from ropecli.model.scoring import passkey_scores
+
+    tok = tiny.tokenizer
+    s = build_sample(tok, np.resize(np.arange(2, 90, dtype=np.int64), 400), 160, 0.5, "31415")
+    ids = torch.from_numpy(s.ids)[None]
+    correct, nll = passkey_scores(tiny.model, ids, s.answer_start)
+    with torch.inference_mode():
+        logp = torch.log_softmax(tiny.model(ids).logits[0].double(), -1)
+    rows = torch.arange(s.answer_start - 1, 159)
+    target = ids[0, s.answer_start:]
+    assert nll == pytest.approx(float(-logp[rows, target].sum()), rel=1e-5)
+    assert correct == float(bool(torch.equal(logp[rows].argmax(-1), target)))
+
+
+def _kl_reference(lm, ids, spec, geom):
+    """Full logits of both states, KL per position, in float64."""
+    from ropecli.model.rotary import apply_schedule, restore
+
+    with torch.inference_mode():
+        p = torch.log_softmax(lm.model(ids).logits[0].double(), -1)
+        sched = spec.schedule(geom)
+        for slot in lm.slots:
+            apply_schedule(slot, sched.factors, sched.attention_factor)
+        try:
+            q = torch.log_softmax(lm.model(ids).logits[0].double(), -1)
+        finally:
+            for slot in lm.slots:
+                restore(slot)
+    kl = (p.exp() * (p - q)).sum(-1)
+    return kl, (p.argmax(-1) == q.argmax(-1)).double().mean()
+
+
+def test_kl_is_zero_for_the_unscaled_schedule_and_chunked_equals_full(tiny, text_file):
+    from ropecli.cache import EvalCache
+    from ropecli.evaluate import Evaluator
+    from ropecli.geometry import Geometry
+    from ropecli.specs import make_spec
+
+    ev = Evaluator(tiny, data=[text_file], samples=2, chunk_tokens=10, cache=EvalCache(enabled=False))
+    none = ev.evaluate(make_spec("none", factor=4), 64, metric="kl")
+    assert none["kl_mean"] == 0.0 and none["kl_max"] == 0.0 and none["top1_agreement"] == 100.0
+    spec = make_spec("yarn", factor=4)
+    r = ev.evaluate(spec, 64, metric="kl")
+    assert r["kl_mean"] > 1e-3 and r["top1_agreement"] < 100
+    geom = Geometry(tiny.rotary_dim, tiny.base, tiny.train_len, 4.0)
+    ref = [_kl_reference(tiny, torch.from_numpy(w)[None], spec, geom) for w in ev.windows(64).ids]
+    every = torch.cat([k for k, _ in ref])
+    assert r["kl_mean"] == pytest.approx(float(every.mean()), abs=1e-6)
+    assert r["kl_p99"] == pytest.approx(float(np.percentile(every.numpy(), 99)), abs=1e-6)
+    assert r["window_kl"] == pytest.approx([float(k.mean()) for k, _ in ref], abs=1e-6)
+    assert r["top1_agreement"] == pytest.approx(100 * float(np.mean([a for _, a in ref])), abs=1e-9)
+
+
+def test_dynamic_within_L_is_the_unscaled_model(tiny, text_file):
+    from ropecli.cache import EvalCache
+    from ropecli.evaluate import Evaluator
+    from ropecli.specs import make_spec
+
+    ev = Evaluator(tiny, data=[text_file], samples=2, cache=EvalCache(enabled=False))
+    assert ev.evaluate(make_spec("dynamic", factor=8), 64, metric="kl")["kl_mean"] == 0.0
+
+
+# --- paired statistics -------------------------------------------------------------------------
+
+def test_paired_difference_equals_hand_computation():
+    x, y = [1.0, 2.0, 3.0, 4.0], [0.5, 1.9, 2.2, 3.9]
+    p = paired_difference(x, y)
+    # d = (0.5, 0.1, 0.8, 0.1): mean 0.375; squared deviations sum 0.3475, /3 -> sd 0.3403429…; se = sd / 2
+    assert p["diff"] == pytest.approx(0.375)
+    assert p["se"] == pytest.approx(0.17017148213885, rel=1e-12)
+    assert p["half_width"] == pytest.approx(3.182446305284263 * 0.17017148213885, rel=1e-9)  # t(0.975, 3)
+    assert p["distinguishable"] is False and p["n"] == 4
+    q = paired_difference([1.0, 2.0, 3.0, 4.0], [0.9, 1.9, 2.9, 3.8])  # same text difficulty, steady 0.1 gap
+    assert q["distinguishable"] is True
+    assert paired_difference([1.0], [0.0])["se"] is None
+
+
+def test_rank_against_best_marks_ties():
+    ranked = rank_against_best({"a": [1.0, 2.0, 3.0], "b": [1.01, 2.0, 3.02], "c": [2.0, 3.0, 4.1]})
+    assert ranked["a"]["best"] and ranked["a"]["tied"]
+    assert ranked["b"]["tied"] and not ranked["c"]["tied"]
+
+
+def test_attach_paired_groups_by_metric_and_length():
+    rows = [{"metric": "kl", "len": 64, "window_kl": [0.0, 0.0]}, {"metric": "kl", "len": 64, "window_kl": [0.2, 0.3]},
+            {"len": 64, "window_nll": [3.0, 3.1]}]
+    out = attach_paired(rows)
+    assert out[0]["vs_best"]["best"] and not out[1]["vs_best"]["best"] and out[2]["vs_best"]["best"]
+
+
+# --- the search's statistics, with an injected evaluator -------------------------------------------
+
+def test_search_b_paired_interval_and_verdict():
+    from ropecli.search import search_b
+
+    noise = np.array([0.3, -0.2, 0.1, -0.4, 0.2, 0.0])  # text difficulty, shared by every schedule
+
+    def fake(specs, lengths, description, metric="ppl"):
+        rows = []
+        for spec in specs:
+            params = dict(spec.params)
+            base = {"mixed": lambda: 3.5 + (params["b"] - 0.6) ** 2, "llama3": lambda: 3.3}.get(spec.method, lambda: 4.0)()
+            if lengths == [256]:
+                base = 3.0
+            w = base + noise + 0.001 * np.arange(6)
+            rows.append({"len": lengths[0], "nll": float(w.mean()), "ppl": math.exp(w.mean()), "ppl_err": None,
+                         "window_nll": [float(v) for v in w], "cached": False})
+        return rows
+
+    out = search_b(fake, 256, [2048], tol=0.01)
+    assert abs(out["best_b"] - 0.6) <= 0.01
+    lo, hi = out["equivalent_b"]
+    assert lo <= out["best_b"] <= hi and hi - lo < 0.5  # paired: only b near the best is tied
+    refs = {r["label"]: r for r in out["references"]}
+    assert {"yarn(beta_fast=32, beta_slow=1)", "llama3(low_freq_factor=1, high_freq_factor=4)", "dynamic"} <= set(refs)
+    assert refs["llama3(low_freq_factor=1, high_freq_factor=4)"]["vs_best_b"]["beats_best_b"]
+    assert out["verdict"].startswith("llama3") and "beats the best b" in out["verdict"]
+    assert out["references_beating_best_b"] == ["llama3(low_freq_factor=1, high_freq_factor=4)"]
+
+
+# --- the commands ------------------------------------------------------------------------------
+
+def test_passkey_command_json_and_plot(tiny_dir, text_file, tmp_path):
+    png = tmp_path / "pk.png"
+    r = run("passkey", "--model", tiny_dir, "--data", text_file, "--len", "128", "--len", "256", "--method", "none,yarn",
+            "--samples", "2", "--depths", "0,1", "--digits", "3", "--plot", str(png), "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert {(x["method"], x["len"], x["depth"]) for x in data["rows"]} == {
+        (m, n, d) for m in ("none", "yarn(beta_fast=32, beta_slow=1)") for n in (128, 256) for d in (0.0, 1.0)}
+    assert all(set(x) >= {"accuracy", "answer_nll", "samples"} and x["samples"] == 2 for x in data["rows"])
+    assert png.stat().st_size > 10_000
+    # at 128 (k = 2) the prompts are the same for both methods: answer NLLs are paired
+    res = {(x["label"], x["len"]): x for x in data["results"]}
+    assert len(res[("none", 128)]["prompt_answer_nll"]) == 4
+
+
+def test_compare_with_metrics(tiny_dir, text_file):
+    r = run("compare", "--model", tiny_dir, "--data", text_file, "--len", "128", "--len", "256", "--method", "none,pi",
+            "--samples", "2", "--metric", "ppl,passkey,kl", "--depths", "0.5", "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    metrics = {(x["metric"], x["label"], x["len"]) for x in data["results"]}
+    assert ("kl", "pi", 64) in metrics and ("passkey", "none", 128) in metrics and ("ppl", "pi", 256) in metrics
+    assert data["kl_factor"] == 4.0  # the longest --len over L
+    assert all("vs_best" in x for x in data["results"])
+    table = run("compare", "--model", tiny_dir, "--data", text_file, "--len", "64", "--len", "128", "--method", "none,pi",
+                "--samples", "2", "--metric", "ppl,kl")
+    assert table.exit_code == 0 and "KL @ L" in table.stdout and "paired" in table.stdout
+
+
+def test_kl_command(tiny_dir, text_file):
+    r = run("kl", "--model", tiny_dir, "--data", text_file, "--k", "4", "--method", "none,yarn", "--samples", "2", "--json")
+    assert r.exit_code == 0, r.output
+    res = {x["label"]: x for x in json.loads(r.stdout)["results"]}
+    assert res["none"]["kl_mean"] == 0.0 and res["none"]["top1_agreement"] == 100.0
+    assert res["yarn(beta_fast=32, beta_slow=1)"]["factor"] == 4
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["passkey", "--depths", "1.5"], "--depths 1.5 is outside [0, 1]"),
+    (["passkey", "--depths", "a,b"], "--depths a,b"),
+    (["passkey", "--digits", "0"], "--digits 0 is outside 1..20"),
+    (["passkey", "--digits", "40"], "--digits 40 is outside 1..20"),
+    (["passkey", "--len", "40"], "shorter than the passkey prompt"),
+    (["passkey", "--len", "100000"], "too little text for the passkey filler"),
+    (["kl"], "kl needs the target's factor"),
+    (["kl", "--k", "4", "--len", "512"], "beyond the training length"),
+    (["compare", "--len", "128", "--metric", "bleu"], "--metric bleu"),
+    (["search-b", "--objective", "bleu"], "--objective bleu"),
+])
+def test_bad_input_is_one_line(tiny_dir, text_file, args, needle, tmp_path):
+    r = run(*args, "--model", tiny_dir, "--data", text_file, "--cache-dir", str(tmp_path / "c"))
+    assert r.exit_code != 0
+    lines = [line for line in r.output.strip().splitlines() if line.startswith("Error")]
+    assert len(lines) == 1 and needle in lines[0], r.output
+    assert "Traceback" not in r.output
+    assert not (tmp_path / "c").exists() or not any((tmp_path / "c").iterdir())
+
+
+def test_too_little_text_at_a_later_length_fails_before_any_forward_pass(tiny_dir, text_file, tmp_path):
+    cache = tmp_path / "c"
+    r = run("passkey", "--model", tiny_dir, "--data", text_file, "--len", "128", "--len", "100000", "--cache-dir", str(cache))
+    assert r.exit_code != 0 and "too little text" in r.output
+    assert not cache.exists() or not any(cache.iterdir())
