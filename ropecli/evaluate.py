@@ -22,7 +22,7 @@ import hashlib
 import math
 import time
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -51,6 +51,7 @@ class Evaluator:
     cache: EvalCache = field(default_factory=EvalCache)
     data_label: str = ""
     dist: Dist = field(default_factory=Dist)  # the process group under torchrun: windows split across ranks
+    first_window: int = 0  # held-out evaluation: windows first_window … first_window+samples-1 of the seeded sample
     depths: tuple = DEFAULT_DEPTHS  # passkey: where the key sits in the filler
     digits: int = 5  # passkey: digits of a key
     forward_passes: int = 0  # windows (or prompts) this process ran through the model (cache misses)
@@ -61,14 +62,23 @@ class Evaluator:
     _stream: Any = field(default=None, repr=False)
 
     def __post_init__(self):
-        self._docs, self.data_label = load_documents(self.data, self.text_field)
-        self._tokens = tokenize_documents(self._docs, self.loaded.tokenizer)
+        if not self._docs:  # a held_out() copy shares the tokenized documents
+            self._docs, self.data_label = load_documents(self.data, self.text_field)
+            self._tokens = tokenize_documents(self._docs, self.loaded.tokenizer)
 
     def windows(self, length: int) -> Windows:
         if length not in self._windows:
-            self._windows[length] = sample_windows(self._docs, self._tokens, length, self.samples, self.seed,
-                                                   getattr(self.loaded.tokenizer, "bos_token_id", None))
+            bos = getattr(self.loaded.tokenizer, "bos_token_id", None)
+            win = sample_windows(self._docs, self._tokens, length, self.first_window + self.samples, self.seed, bos)
+            if self.first_window:  # the first windows of a larger sample are the smaller sample: skip them
+                win = Windows(length, win.ids[self.first_window:], win.names[self.first_window:], win.skipped)
+            self._windows[length] = win
         return self._windows[length]
+
+    def held_out(self, samples: int) -> "Evaluator":
+        """An evaluator of the `samples` windows (and passkey prompts) after this one's: text this one never scores."""
+        return replace(self, samples=samples, first_window=self.first_window + self.samples, forward_passes=0,
+                       _windows={}, _prompts={})
 
     def factor_for(self, spec: Spec, length: int) -> float:
         return spec.factor if spec.factor is not None else default_factor(length, self.loaded.train_len)
@@ -95,7 +105,7 @@ class Evaluator:
             if self._stream is None:
                 self._stream = filler_stream(self._tokens)
             rows = make_samples(self.loaded.tokenizer, self._stream, length, list(self.depths), self.samples,
-                                self.digits, self.seed)
+                                self.digits, self.seed, first_sample=self.first_window)
             self._prompts[length] = [p for row in rows for p in row]
         return self._prompts[length]
 

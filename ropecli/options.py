@@ -81,7 +81,7 @@ MethodOpt = Annotated[Optional[list[str]], typer.Option(
     "--method", "-m", rich_help_panel=SCHEDULE, help="Scaling method (see `ropecli methods`); repeat or comma-separate for several.")]
 MethodsAliasOpt = Annotated[Optional[list[str]], typer.Option("--methods", hidden=True, help="Old name of --method.")]
 BOpt = Annotated[Optional[list[float]], typer.Option(
-    "--b", rich_help_panel=SCHEDULE, help="Exponent b of the mixed method, in [0, 1] (default 0.625); repeat for several.")]
+    "--b", rich_help_panel=SCHEDULE, help="Exponent b of the mixed method (default 0.625; [0, 1] for the seed's family, up to 16 with --param critical=M); repeat for several.")]
 ParamOpt = Annotated[Optional[list[str]], typer.Option(
     "--param", rich_help_panel=SCHEDULE, help="Method parameter KEY=VALUE, e.g. beta_fast=32 (repeatable).")]
 FactorsOpt = Annotated[Optional[str], typer.Option(

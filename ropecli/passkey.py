@@ -104,7 +104,7 @@ def filler_stream(token_ids: list[list[int]]) -> np.ndarray:
 
 
 def make_samples(tokenizer, stream: np.ndarray, length: int, depths: list[float], samples: int, digits: int,
-                 seed: int) -> list[list[PasskeySample]]:
+                 seed: int, first_sample: int = 0) -> list[list[PasskeySample]]:
     """samples per depth, [depth index][sample index]; keys and filler offsets seeded by (seed, length, depth, sample),
     so a depth's prompts do not depend on which other depths are asked for."""
     overhead = prompt_overhead(tokenizer, digits)
@@ -119,7 +119,7 @@ def make_samples(tokenizer, stream: np.ndarray, length: int, depths: list[float]
     span = need + digits + 8 if stream.size > need + digits + 8 else need  # room for keys that tokenize shorter
     for depth in depths:
         row = []
-        for s in range(samples):
+        for s in range(first_sample, first_sample + samples):
             rng = np.random.default_rng([seed, length, int(round(depth * 10000)), s])
             key = random_key(rng, digits)
             start = int(rng.integers(0, stream.size - span))

@@ -217,3 +217,43 @@ def plot_kl(results: list[dict], path: str, title: str) -> Path:
     twin.set_xlabel("top-1 agreement with the unscaled model (%)", color="tab:red")
     ax.set_title(title, fontsize=10)
     return save(fig, path)
+
+
+def plot_param_search(out: dict, path: str, title: str) -> Path:
+    """The evaluated points of `ropecli search`: objective vs the parameter (one parameter), or a map
+    of the first two parameters coloured by objective, numbered in evaluation order, best starred."""
+    evals = [e for e in out["evaluations"] if np.isfinite(e["objective"]) and not e.get("violates_guard")]
+    names = [d["name"] for d in out["vary"]]
+    best = out["best_params"]
+    fig, ax = plt.subplots(figsize=(8, 6) if len(names) > 1 else (8, 5))
+    if len(names) == 1:
+        pts = sorted(evals, key=lambda e: e["params"][names[0]])
+        ax.plot([e["params"][names[0]] for e in pts], [e["objective"] for e in pts], "o-", color="tab:blue")
+        ax.axvline(best[names[0]], color="tab:green", ls="--", label=f"best {names[0]} = {best[names[0]]:.4g}")
+        ax.set_xlabel(names[0])
+        ax.set_ylabel(f"objective ({out['objective_name']})")
+        ax.legend(fontsize=8)
+    else:
+        x = [e["params"][names[0]] for e in evals]
+        y = [e["params"][names[1]] for e in evals]
+        sc = ax.scatter(x, y, c=[e["objective"] for e in evals], cmap="viridis_r", s=60, edgecolors="black", linewidths=0.5)
+        for i, e in enumerate(out["evaluations"]):
+            if e in evals:
+                ax.annotate(str(i + 1), (e["params"][names[0]], e["params"][names[1]]), fontsize=6, xytext=(3, 3),
+                            textcoords="offset points")
+        ax.plot([best[names[0]]], [best[names[1]]], marker="*", color="red", ms=18, mec="black",
+                label=f"best {', '.join(f'{n}={best[n]:.3g}' for n in names)}")
+        bad = [e for e in out["evaluations"] if e not in evals]
+        if bad:
+            ax.scatter([e["params"][names[0]] for e in bad], [e["params"][names[1]] for e in bad], marker="x", color="gray",
+                       label="guard broken / diverged")
+        for d, setter in zip(out["vary"][:2], (ax.set_xscale, ax.set_yscale)):
+            if d["log"]:
+                setter("log")
+        fig.colorbar(sc, ax=ax, label=f"objective ({out['objective_name']}; lower is better)")
+        ax.set_xlabel(names[0])
+        ax.set_ylabel(names[1])
+        ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    return save(fig, path)

@@ -11,7 +11,8 @@ The formulas, all in this file (each method's function below carries its own in 
     ntk-old     Lambda_m = k^(2(m-1)/d)                      base -> base*k (Su, "RoPE is a beta-base encoding")
     ntk-aware   Lambda_m = k^(2(m-1)/(d-2))                  base -> base*k^(d/(d-2)) (bloc97)
     ntk-fixed   Lambda_m = k^(2m/d)                          Su, "Transformer Upgrade Road 11" (kexue.fm/archives/9706)
-    mixed       Lambda_m = exp(a*m^b), a*(d/2)^b = ln k      same article; b=1 is ntk-fixed, b=0 is pi
+    mixed       Lambda_m = min(k, exp(a*m^b)), a*m_c^b = ln k  same article with m_c = d/2 (default): b=1 is ntk-fixed,
+                                                             b=0 is pi; m_c < d/2 clamps the slow pairs at k
     dynamic     ntk-aware with k' = k*n/L - (k-1)            transformers 'dynamic', n = current length
     yarn        ramp 1 -> k by turns within L                transformers 'yarn' (Peng et al. 2023)
     llama3      1 / blend / k by wavelength against L        transformers 'llama3'
@@ -125,15 +126,24 @@ def ntk_fixed_schedule(geom: Geometry) -> tuple[np.ndarray, float]:
     return geom.factor ** (2.0 * m / geom.rotary_dim), 1.0
 
 
+B_MAX = 16.0  # the mixed exponent's upper bound: above 1 only the clamp (critical < d/2) makes it useful
+
+
 @register(
     "mixed",
-    "NTK-RoPE-mixed (Su, 'Transformer Upgrade Road 11'): Lambda_m = exp(a*m^b), a*(d/2)^b = ln k; b=1 is ntk-fixed, b=0 is pi",
-    Param("b", 0.625, "exponent b in Lambda_m = exp(a*m^b)", lo=0.0, hi=1.0),
+    "NTK-RoPE-mixed (Su, 'Transformer Upgrade Road 11'): Lambda_m = min(k, exp(a*m^b)), a*m_c^b = ln k; with "
+    "critical m_c = d/2 (default) the seed's schedule: b=1 is ntk-fixed, b=0 is pi. A smaller m_c reaches k at pair "
+    "m_c and stays there (slow pairs fully interpolated, as YaRN and llama3 do); b > 1 is only meaningful with it",
+    Param("b", 0.625, "exponent b in Lambda_m = exp(a*m^b)", lo=0.0, hi=B_MAX),
+    Param("critical", None, "pair m_c at which Lambda reaches k and stays (default d/2)", lo=1.0),
 )
-def mixed_schedule(geom: Geometry, b: float) -> tuple[np.ndarray, float]:
+def mixed_schedule(geom: Geometry, b: float, critical: float | None) -> tuple[np.ndarray, float]:
     m = geom.pair_index()
-    a = math.log(geom.factor) / (geom.n_pairs**b)
-    return np.exp(a * m**b), 1.0
+    m_c = geom.n_pairs if critical is None else critical
+    if m_c > geom.n_pairs:
+        raise RopeCliError(f"mixed parameter critical={m_c:g} is beyond the last pair d/2 = {geom.n_pairs}; pick 1..{geom.n_pairs}")
+    a = math.log(geom.factor) / (m_c**b)
+    return np.where(m >= m_c, geom.factor, np.minimum(geom.factor, np.exp(a * m**b))), 1.0  # exactly k from m_c on
 
 
 @register(

@@ -129,7 +129,7 @@ BAD = [
     (["freqs", "--d", "-4"], "x>=1"),
     (["freqs", "--d", "0"], "x>=1"),
     (["freqs", "--k", "0.5"], "x>=1"),
-    (["freqs", "--b", "1.5"], "outside [0, 1]"),
+    (["freqs", "--b", "17"], "outside [0, 16]"),
     (["freqs", "--base", "1"], "greater than 1"),
     (["freqs", "--method", "magic"], "unknown method 'magic'"),
     (["freqs", "--method", "longrope"], "needs its parameter 'factors'"),

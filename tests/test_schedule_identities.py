@@ -91,11 +91,35 @@ def test_bad_method_inputs():
     geom = Geometry(128, 1e4, 4096, 8)
     with pytest.raises(RopeCliError, match="unknown method"):
         compute_schedule("ntk-magic", geom)
-    with pytest.raises(RopeCliError, match=r"outside \[0, 1\]"):
-        compute_schedule("mixed", geom, b=1.5)
+    with pytest.raises(RopeCliError, match=r"outside \[0, 16\]"):
+        compute_schedule("mixed", geom, b=17)
+    with pytest.raises(RopeCliError, match="beyond the last pair"):
+        compute_schedule("mixed", geom, b=2, critical=65)
     with pytest.raises(RopeCliError, match="needs its parameter 'factors'"):
         compute_schedule("longrope", geom)
     with pytest.raises(RopeCliError, match="takes no parameter"):
         compute_schedule("pi", geom, b=0.5)
     with pytest.raises(RopeCliError, match="64 factors"):
         compute_schedule("longrope", geom, factors=[1.0, 2.0])
+
+
+# --- the clamped mixed family: Lambda_m = min(k, exp(a*m^b)), a*m_c^b = ln k ----------------------
+
+@pytest.mark.parametrize("geom", GEOMS[::3], ids=str)
+def test_clamped_mixed_with_critical_d_over_2_is_the_seeds_schedule(geom):
+    for b in (0.0, 0.3, 0.625, 1.0):
+        np.testing.assert_array_equal(compute_schedule("mixed", geom, b=b, critical=geom.n_pairs).factors,
+                                      compute_schedule("mixed", geom, b=b).factors)
+    np.testing.assert_allclose(compute_schedule("mixed", geom, b=1.0, critical=geom.n_pairs).factors,
+                               compute_schedule("ntk-fixed", geom).factors, rtol=1e-12)
+    np.testing.assert_allclose(compute_schedule("mixed", geom, b=0.0, critical=2).factors,
+                               compute_schedule("pi", geom).factors, rtol=1e-12)  # b = 0 is PI whatever m_c
+
+
+def test_clamped_mixed_reaches_k_at_the_critical_pair_and_stays():
+    geom = Geometry(64, 1e4, 256, 8.0)  # the built-in model's geometry at 8 L
+    lam = compute_schedule("mixed", geom, b=4.0, critical=16).factors
+    # hand computed: a = ln 8 / 16^4 = 3.1728e-05; Lambda_8 = exp(a * 8^4) = 8^(1/16) = 1.1387886347566916
+    assert lam[7] == pytest.approx(1.1387886347566916, rel=1e-12)
+    assert lam[15] == pytest.approx(8.0, rel=1e-12) and np.all(lam[15:] == 8.0)
+    assert np.all(np.diff(lam) >= 0) and lam[0] == pytest.approx(8 ** (1 / 16**4), rel=1e-12)

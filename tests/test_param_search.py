@@ -1,0 +1,174 @@
+"""`ropecli search` (issue "Search beyond b in [0, 1]"): optimizers on injected objectives, held-out
+windows, resume, bad input."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from ropecli.cli import app
+from ropecli.errors import RopeCliError
+from ropecli.geometry import Geometry
+from ropecli.param_search import Dim, min_budget, optimize, parse_vary, start_point
+from tiny_models import save_tiny
+
+runner = CliRunner()
+GEOM = Geometry(64, 1e4, 256, 8.0)  # the built-in model's geometry at 8 L
+
+
+@pytest.mark.parametrize("optimizer", ["nelder-mead", "powell", "grid"])
+def test_2d_search_lands_on_a_known_optimum_within_budget(optimizer):
+    opt = (0.3, 0.7)
+    f = lambda x: (x[0] - opt[0]) ** 2 + 2 * (x[1] - opt[1]) ** 2 + 0.5 * (x[0] - opt[0]) * (x[1] - opt[1])  # noqa: E731
+    points = optimize(f, 2, 30, optimizer, [0.9, 0.1])
+    assert len(points) <= 30
+    best, _ = min(points, key=lambda p: p[1])
+    tol = 0.1 if optimizer == "grid" else 0.02  # a 5 x 5 grid has spacing 0.25
+    assert abs(best[0] - opt[0]) <= tol and abs(best[1] - opt[1]) <= tol
+
+
+def test_1d_golden_section_within_budget():
+    points = optimize(lambda x: (x[0] - 0.613) ** 2, 1, 14, "auto")
+    assert len(points) == 14 and abs(min(points, key=lambda p: p[1])[0][0] - 0.613) < 0.005
+
+
+def test_budget_is_a_hard_cap_and_repeats_are_free():
+    calls = []
+    points = optimize(lambda x: calls.append(x) or (x[0] - 0.2) ** 2 + (x[1] - 0.4) ** 2, 2, 9, "nelder-mead")
+    assert len(calls) == len(points) == 9
+    assert len({tuple(p) for p, _ in points}) == 9
+
+
+def test_dims_map_to_the_unit_interval():
+    d = Dim("beta_fast", 2.0, 128.0, log=True)
+    assert d.value(0) == pytest.approx(2.0) and d.value(1) == pytest.approx(128.0) and d.value(0.5) == pytest.approx(16.0)
+    assert d.unit(16.0) == pytest.approx(0.5)
+    lin = Dim("b", 0.0, 8.0)
+    assert lin.value(0.125) == 1.0 and lin.unit(4.0) == 0.5
+
+
+def test_parse_vary_defaults_and_start_at_the_critical_pair():
+    dims = parse_vary(["b", "critical"], "mixed", GEOM)
+    assert [(d.name, d.lo, d.hi) for d in dims] == [("b", 0.0, 8.0), ("critical", 1.0, 32.0)]
+    assert parse_vary(["b"], "mixed", GEOM)[0].hi == 1.0  # alone, b keeps the seed's [0, 1]
+    x0 = start_point("mixed", dims, {}, GEOM)
+    assert dims[0].value(x0[0]) == 1.0 and dims[1].value(x0[1]) == 14.0  # b = 1, m_c = critical pair of d=64, L=256
+    y = parse_vary(["beta_fast", "beta_slow=0.5:4"], "yarn", GEOM)
+    assert y[0].log and (y[1].lo, y[1].hi) == (0.5, 4.0)
+    assert dims[0].name == "b" and start_point("yarn", y, {}, GEOM)[0] == pytest.approx(y[0].unit(32.0))
+
+
+@pytest.mark.parametrize("items, method, needle", [
+    (["x"], "mixed", "has no such parameter"),
+    (["b=2:1"], "mixed", "lower bound must be below"),
+    (["b=0:20"], "mixed", "leaves mixed's domain"),
+    (["critical=1:40"], "mixed", "leaves mixed's domain"),
+    (["b=a:b"], "mixed", "NAME=LO:HI"),
+    (["beta_fast=0:8"], "yarn", "log scale"),
+    (["b"], "pi", "has no such parameter"),
+    (None, "mixed", "nothing to search"),
+    (["b", "b"], "mixed", "given twice"),
+])
+def test_parse_vary_errors(items, method, needle):
+    with pytest.raises(RopeCliError, match=needle):
+        parse_vary(items, method, GEOM)
+
+
+def test_min_budget():
+    assert min_budget(1) == 4 and min_budget(2) == 7
+    with pytest.raises(RopeCliError, match="below the minimum 7"):
+        optimize(lambda x: 0.0, 2, 6)
+
+
+# --- held-out windows -----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return str(save_tiny(tmp_path_factory.mktemp("tiny") / "model"))
+
+
+def test_held_out_windows_are_disjoint_from_the_searched_ones(tiny_dir):
+    from ropecli.cache import EvalCache
+    from ropecli.data import load_documents
+    from ropecli.evaluate import Evaluator
+    from ropecli.model.load import load_model
+
+    lm = load_model(tiny_dir)
+    ev = Evaluator(lm, samples=3, cache=EvalCache(enabled=False))
+    held = ev.held_out(4)
+    both = Evaluator(lm, samples=7, cache=EvalCache(enabled=False))
+    searched, kept, everything = ev.windows(192).ids, held.windows(192).ids, both.windows(192).ids
+    np.testing.assert_array_equal(np.concatenate([searched, kept]), everything)  # the next windows of one sample
+    docs, _ = load_documents(None)
+    # windows are non-overlapping cuts of documents: no held-out window repeats a searched one
+    assert not {r.tobytes() for r in searched} & {r.tobytes() for r in kept}
+    assert held.windows(192).fingerprint != ev.windows(192).fingerprint and len(docs) == 5
+    assert [p.key for p in held.prompts(192)] != [p.key for p in ev.prompts(192)][: len(held.prompts(192))]
+
+
+# --- the command -------------------------------------------------------------------------------------
+
+def search(tiny_dir, cache, *extra):
+    return runner.invoke(app, ["search", "--model", tiny_dir, "--len", "192", "--samples", "2", "--vary", "b",
+                               "--vary", "critical", "--budget", "8", "--cache-dir", str(cache), "--json", *extra])
+
+
+def test_search_end_to_end(tiny_dir, tmp_path):
+    r = search(tiny_dir, tmp_path / "c", "--plot", str(tmp_path / "map.png"), "--reference", "mixed:b=0.9",
+               "--export-config", str(tmp_path / "rope.json"))
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["optimizer"] == "nelder-mead" and out["search_evaluations"] <= 8
+    assert out["held_out_first_window"] == 2 and out["held_out_windows"] == 2
+    labels = [row["label"] for row in out["held_out"]["rows"]]
+    assert labels[0] == out["best_label"] and "mixed(b=0.9)" in labels and "llama3(low_freq_factor=1, high_freq_factor=4)" in labels
+    assert out["held_out"]["verdict"] and (tmp_path / "map.png").stat().st_size > 10_000
+    best = min((e for e in out["evaluations"] if not e.get("violates_guard")), key=lambda e: e["objective"])
+    assert out["best_params"] == best["params"]
+    block = json.loads((tmp_path / "rope.json").read_text())
+    assert block  # the winner's rope_parameters were written
+
+
+def test_interrupted_search_resumes(tiny_dir, tmp_path, monkeypatch):
+    from ropecli.evaluate import Evaluator
+
+    full = json.loads(search(tiny_dir, tmp_path / "ref").stdout)
+    real = Evaluator._compute
+    calls = {"n": 0}
+
+    def flaky(self, *args):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+        return real(self, *args)
+
+    monkeypatch.setattr(Evaluator, "_compute", flaky)
+    r = search(tiny_dir, tmp_path / "c")
+    assert r.exit_code == 130
+    monkeypatch.setattr(Evaluator, "_compute", real)
+    resumed = json.loads(search(tiny_dir, tmp_path / "c").stdout)
+    assert resumed["cache"]["hits"] >= 4
+    assert resumed["best_params"] == full["best_params"]
+    assert [e["objective"] for e in resumed["evaluations"]] == [e["objective"] for e in full["evaluations"]]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--vary", "nope"], "has no such parameter"),
+    (["--vary", "b=1:0"], "lower bound must be below"),
+    (["--vary", "b", "--vary", "critical", "--budget", "3"], "below the minimum 7"),
+    (["--method", "yarn", "--vary", "beta_fast=0:8"], "log scale"),
+    (["--vary", "critical=1:40"], "beyond|leaves"),
+    (["--vary", "b", "--param", "b=0.5"], "both varied"),
+    (["--vary", "b", "--optimizer", "magic"], "--optimizer magic"),
+    (["--vary", "b", "--reference", "mixed:b"], "METHOD:KEY=VALUE"),
+])
+def test_search_bad_input_is_one_line(tiny_dir, tmp_path, args, needle):
+    import re
+
+    r = runner.invoke(app, ["search", "--model", tiny_dir, "--len", "192", "--samples", "2", "--cache-dir", str(tmp_path / "c"), *args])
+    assert r.exit_code != 0
+    lines = [line for line in r.output.strip().splitlines() if line.startswith("Error")]
+    assert len(lines) == 1 and re.search(needle, lines[0]), r.output
+    assert "Traceback" not in r.output
