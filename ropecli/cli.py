@@ -8,7 +8,7 @@ import typer
 
 from ropecli import __version__
 from ropecli.cli_common import OneLineErrorsGroup
-from ropecli.commands import analysis, evaluate, export, metrics, plot, search
+from ropecli.commands import advise, analysis, evaluate, export, metrics, plot, search
 
 app = typer.Typer(
     name="ropecli",
@@ -43,6 +43,7 @@ app.command("kl")(metrics.kl)
 app.command("search")(search.search)
 app.command("search-b")(search.search_b)
 app.command("export")(export.export)
+app.command("advise")(advise.advise)
 app.add_typer(plot.app, name="plot")
 
 

@@ -102,6 +102,8 @@ def rope_block(target: RopeTarget, spec: Spec, factor: float, consistent: bool =
     factor is the constant sqrt(log_L(k*L)): log-n's query scale at the target length."""
     from ropecli.factor_files import rope_parameters_block
 
+    if spec.method == "dynamic" and dict(spec.params).get("seq_len") is None and not spec.log_n:
+        return dynamic_block(target, factor)
     per_type: dict[Any, dict] = {}
     for layer_type, base in target.scaled_bases.items():
         geom = Geometry(target.rotary_dim, base, target.train_len, factor)
@@ -124,6 +126,24 @@ def rope_block(target: RopeTarget, spec: Spec, factor: float, consistent: bool =
     note += "; per layer type: merge the scaled entries into your config's rope_parameters, keep the others"
     return {"rope_parameters": {lt: per_type.get(lt, "unchanged") for lt in target.layer_types},
             "max_position_embeddings": max_pos}, note
+
+
+def dynamic_block(target: RopeTarget, factor: float) -> tuple[dict, str]:
+    """Dynamic NTK as transformers' own `dynamic` type: its factor depends on the current length, which a
+    static long_factor cannot express. transformers reads L from max_position_embeddings (kept at L)."""
+    per_type = {}
+    for layer_type, base in target.scaled_bases.items():
+        params = {"rope_type": "dynamic", "rope_theta": base, "factor": factor}
+        if target.partial_rotary_factor != 1.0:
+            params["partial_rotary_factor"] = target.partial_rotary_factor
+        per_type[layer_type] = params
+    note = (f"dynamic NTK as transformers' rope_type 'dynamic', factor {factor:g}: base scaled by the current length "
+            "past L (max_position_embeddings stays L; transformers keeps the largest length seen until a prompt "
+            "shorter than L resets it; vLLM computes it once for k*L)")
+    if not target.layer_types:
+        return {"rope_parameters": per_type[None], "max_position_embeddings": target.train_len}, note
+    return {"rope_parameters": {lt: per_type.get(lt, "unchanged") for lt in target.layer_types},
+            "max_position_embeddings": target.train_len}, note
 
 
 def write_json(path: str, obj: Any) -> None:

@@ -31,7 +31,7 @@ from typing import Callable
 from ropecli.errors import RopeCliError
 from ropecli.geometry import Geometry, critical_pair
 from ropecli.schedules import resolve_method
-from ropecli.search import INV_PHI, Evaluate, Scorer
+from ropecli.search import INV_PHI, Evaluate, Scorer, golden_section
 from ropecli.specs import Spec, make_spec
 
 OPTIMIZERS = ("auto", "powell", "nelder-mead", "grid", "golden")
@@ -177,8 +177,8 @@ def optimize(f: Callable[[list[float]], float], n: int, budget: int, optimizer: 
 
     x0 = x0 or [0.5] * n
     try:
-        if chosen == "golden":
-            _golden(lambda u: F([u]), budget)
+        if chosen == "golden":  # search-b's golden-section on [0, 1], as many interior points as the budget allows
+            golden_section(lambda u: F([u]), 0.0, 1.0, tol=INV_PHI ** (budget - 2.5))
         elif chosen == "grid":
             _grid(F, n, budget)
         else:
@@ -208,24 +208,6 @@ def _scipy(F, method: str, n: int, x0: list[float], tol: float, order: list) -> 
         if not v < best - 1e-7:
             return
         start, best = x, v
-
-
-def _golden(F, budget: int) -> None:
-    a, c = 0.0, 1.0
-    F(a), F(c)
-    x1, x2 = c - INV_PHI * (c - a), a + INV_PHI * (c - a)
-    f1, f2 = F(x1), F(x2)
-    while True:  # ends when the budget is spent
-        if f1 <= f2:
-            c, x2, f2 = x2, x1, f1
-            x1 = c - INV_PHI * (c - a)
-            f1 = F(x1)
-        else:
-            a, x1, f1 = x1, x2, f2
-            x2 = a + INV_PHI * (c - a)
-            f2 = F(x2)
-        if c - a < 1e-6:
-            return
 
 
 def _grid(F, n: int, budget: int) -> None:

@@ -257,3 +257,56 @@ def plot_param_search(out: dict, path: str, title: str) -> Path:
     ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
     return save(fig, path)
+
+
+def plot_advice_ppl(rows: list[dict], lengths: list[int], path: str, title: str) -> Path:
+    """PPL vs length per candidate with error bars (std. error across windows), log axes."""
+    fig, ax = plt.subplots(figsize=(8, 5.2))
+    for r in sorted(rows, key=lambda r: r["objective"]):
+        ppl = [r["ppl"][str(n)] for n in lengths]
+        err = [r["ppl_err"][str(n)] or 0.0 for n in lengths]
+        ax.errorbar(lengths, ppl, yerr=err, marker="o", capsize=3, lw=2.2 if r.get("rank") == 1 else 1.2,
+                    label=f"{r['candidate']}: {r['label']}"[:60])
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(lengths, [str(n) for n in lengths])
+    ax.set_xlabel("length (tokens)")
+    ax.set_ylabel("perplexity (held-out windows)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    return save(fig, path)
+
+
+def plot_short_cost(rows: list[dict], path: str, title: str) -> Path:
+    """Short-context cost per candidate: mean KL at L (bars) and the PPL rise at L (dots)."""
+    rows = sorted(rows, key=lambda r: r["short_kl"])
+    fig, ax = plt.subplots(figsize=(8, 0.4 * len(rows) + 1.8))
+    y = np.arange(len(rows))
+    ax.barh(y, [max(r["short_kl"], 1e-6) for r in rows], color="tab:blue", alpha=0.8)
+    ax.set_xscale("log")
+    ax.set_yticks(y, [r["candidate"] for r in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("mean KL(unscaled || scaled) at L, nats/token (bars; log axis, 1e-6 = none)")
+    twin = ax.twiny()
+    twin.plot([r["short_rise_percent"] for r in rows], y, "o", color="tab:red")
+    twin.set_xlabel("PPL rise at L, % (dots)", color="tab:red")
+    ax.set_title(title, fontsize=10)
+    return save(fig, path)
+
+
+def plot_candidate_factors(geom, schedules: list, path: str) -> Path:
+    """Lambda_m of every candidate, the winner drawn thick: (name, Schedule, is_winner) triples."""
+    fig, ax = plt.subplots(figsize=(8, 5))
+    m = geom.pair_index()
+    for name, s, winner in schedules:
+        ax.plot(m, s.factors, lw=3.2 if winner else 1.1, alpha=1.0 if winner else 0.7,
+                label=f"{name} (winner)" if winner else name, zorder=3 if winner else 2)
+    ax.axhline(geom.factor, color="gray", ls="--", lw=1, label=f"k = {geom.factor:g}")
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel("frequency pair m")
+    ax.set_ylabel("factor Λ_m (θ'_m = θ_m / Λ_m)")
+    ax.set_title(f"Per-pair factors of the candidates: {_geometry_title(geom)}", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    return save(fig, path)

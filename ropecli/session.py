@@ -8,7 +8,7 @@ Commands import this module; no command module imports another.
 from __future__ import annotations
 
 import sys
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,21 +24,17 @@ if TYPE_CHECKING:  # numpy stays unimported until a command runs: `--help` is in
 class Session:
     lm: Any  # ropecli.model.load.LoadedModel
     ev: Any  # ropecli.evaluate.Evaluator
+    progress: Any = None  # (rich Progress, task id) shared by a command's sessions: one bar over everything
 
     def run(self, specs: list[Spec], lengths: list[int], description: str = "evaluating", metric: str = "ppl") -> list[dict]:
         """Every (spec, length) of one metric (ppl, passkey, kl), with one rich progress bar (ETA) over all
         windows or prompts; cached ones are instant."""
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                   TimeRemainingColumn)
-
         ev = self.ev
         for n in lengths:  # fail on too little text before any forward pass
             ev.check_inputs(metric, n)
         results = []
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      TextColumn("ETA"), TimeRemainingColumn(), console=stderr_console(),
-                      transient=not sys.stderr.isatty()) as bar:
-            task = bar.add_task(description, total=len(specs) * len(lengths) * ev.units(metric))
+        shared = self.progress is not None
+        with nullcontext(self.progress) if shared else overall_progress(len(specs) * len(lengths) * ev.units(metric)) as (bar, task):
             for spec in specs:
                 for n in lengths:
                     bar.update(task, description=f"{spec.label} @ {n}" + (f" ({metric})" if metric != "ppl" else ""))
@@ -68,6 +64,18 @@ class Session:
     def cache_stats(self) -> dict:
         c = self.ev.cache
         return {"hits": c.hits, "misses": c.misses, "rejected": c.rejected}
+
+
+@contextmanager
+def overall_progress(total: int, description: str = "evaluating"):
+    """One rich progress bar (ETA) on stderr: yields (Progress, task id)."""
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("ETA"), TimeRemainingColumn(), console=stderr_console(),
+                  transient=not sys.stderr.isatty()) as bar:
+        yield bar, bar.add_task(description, total=total)
 
 
 def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, quiet: bool,

@@ -49,6 +49,7 @@ def ropecli_ppl(model_dir: str, length: int, *schedule) -> float:
 
 @pytest.mark.parametrize("family,schedule", [("llama", ["--method", "mixed", "--b", "0.5"]),
                                              ("llama", ["--method", "yarn"]),
+                                             ("llama", ["--method", "dynamic"]),  # transformers' own dynamic type
                                              ("gemma3", ["--method", "pi"])])
 def test_hf_folder_reproduces_ropecli_ppl(family, schedule, tiny_dir, gemma_dir, tmp_path):
     from transformers import AutoModelForCausalLM
@@ -67,7 +68,7 @@ def test_hf_folder_reproduces_ropecli_ppl(family, schedule, tiny_dir, gemma_dir,
     if family == "gemma3":  # only the full-attention layers are scaled; the sliding ones keep their RoPE
         assert cfg["rope_parameters"]["full_attention"]["rope_type"] == "longrope"
         assert cfg["rope_parameters"]["sliding_attention"] == {"rope_type": "default", "rope_theta": 10000.0}
-    assert cfg["max_position_embeddings"] == 192
+    assert cfg["max_position_embeddings"] == (64 if "dynamic" in schedule else 192)  # dynamic reads L from it
 
 
 def test_consistent_applies_the_schedule_within_L(tiny_dir, tmp_path):
