@@ -59,6 +59,9 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=4096)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--init", default=None,
+                    help="continue from a model folder this script wrote (its weights and tokenizer), with a fresh "
+                         "warmup + cosine over --max-steps; its training_log.json is carried into the new one")
     ap.add_argument("--retrieval-share", type=float, default=0.3, help="share of rows that are synthetic passkey documents")
     ap.add_argument("--answer-weight", type=float, default=10.0,
                     help="loss weight of the key's tokens after the question (1 = plain LM loss); the answer is <3%% "
@@ -71,7 +74,12 @@ def main() -> None:
     rng = np.random.default_rng(args.seed)
     train_texts = list(training_plays().values())
     assert not set(HELD_OUT) & set(training_plays()), "held-out plays must never be trained on"
-    tokenizer = train_tokenizer(train_texts, args.vocab)
+    if args.init:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(args.init)
+    else:
+        tokenizer = train_tokenizer(train_texts, args.vocab)
     bos = tokenizer.bos_token_id
     train_ids = np.concatenate([np.array(tokenizer(t, add_special_tokens=False)["input_ids"], dtype=np.int64) for t in train_texts])
     val_ids = np.concatenate([np.array(tokenizer(t, add_special_tokens=False)["input_ids"], dtype=np.int64)
@@ -83,7 +91,8 @@ def main() -> None:
         num_key_value_heads=4, head_dim=64, max_position_embeddings=args.context, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         tie_word_embeddings=True, bos_token_id=bos, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
     )
-    model = LlamaForCausalLM(config)
+    model = LlamaForCausalLM.from_pretrained(args.init) if args.init else LlamaForCausalLM(config)
+    earlier = json.loads((Path(args.init) / "training_log.json").read_text()) if args.init else None
     n_params = sum(p.numel() for p in model.parameters())
     print(f"parameters {n_params:,}", flush=True)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
@@ -175,6 +184,7 @@ def main() -> None:
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     (out / "training_log.json").write_text(json.dumps({
+        "continued_from": earlier, "total_minutes": round((time.time() - t0) / 60 + (earlier or {}).get("total_minutes", (earlier or {}).get("minutes", 0)), 2),
         "seed": args.seed, "context": args.context, "cosine_total_steps": args.max_steps or est_steps, "batch": args.batch, "steps": step, "lr": args.lr,
         "minutes": round((time.time() - t0) / 60, 2), "parameters": n_params, "train_tokens": int(train_ids.size),
         "held_out_plays": list(HELD_OUT), "validation_loss_at_context": val_loss,

@@ -2,7 +2,8 @@
 ranked by a written rule on held-out windows, ending in a config to deploy. Free of torch and of
 the CLI: `advise` takes the evaluators (Session.run of the searched and of the held-out windows).
 
-Candidates (all at the target's k, scored on the same windows):
+Candidates (all at the longest target's k at every length, as the deployed config runs them; scored
+on the same windows):
     none, pi, ntk-aware, dynamic, yarn (transformers' defaults), llama3 (defaults), ntk-fixed,
     yarn-tuned      YaRN's beta_fast, beta_slow searched (`ropecli search`), as its authors advise
     mixed-b         the seed's mixed family, b in [0, 1] by golden-section (`search-b`)
@@ -81,7 +82,9 @@ def advise(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[int]
     from ropecli.geometry import default_factor
     from ropecli.stats import paired_difference
 
+    # one config serves every length once deployed: every candidate runs at the longest target's k at every length
     k = factor if factor is not None else default_factor(max(lengths), geom.train_len)
+    factor = k
     searched: dict[str, dict] = {}
     for log_n in (False, True) if with_log_n else (False,):
         for name, found in search_candidates(run, geom, lengths, names, budget, log_n, factor).items():

@@ -207,7 +207,8 @@ def for_vllm(block: dict) -> dict:
     out = json.loads(json.dumps(block))
     params = out["rope_parameters"]
     for p in ([params] if "rope_type" in params else [v for v in params.values() if isinstance(v, dict)]):
-        p["short_mscale"] = p["long_mscale"] = p["attention_factor"]
+        if p.get("rope_type") == "longrope":  # dynamic NTK goes as vLLM's own 'dynamic' type, unchanged
+            p["short_mscale"] = p["long_mscale"] = p["attention_factor"]
     return out
 
 

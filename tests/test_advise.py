@@ -1,0 +1,118 @@
+"""`ropecli advise` (issue "`ropecli advise`"): the tournament end to end on tiny models, its exported
+winner reloaded by transformers, resume after an interrupt, bad input."""
+
+import json
+import math
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from ropecli.cli import app
+from ropecli.data import load_documents, sample_windows, tokenize_documents
+from ropecli.model.scoring import naive_window_nll
+from tiny_models import save_tiny
+
+runner = CliRunner()
+FAST = ["--len", "128", "--len", "256", "--samples", "2", "--budget", "7"]
+
+
+@pytest.fixture(scope="module")
+def qwen_dir(tmp_path_factory):  # another geometry than the built-in model: base 1e6, d = 16, L = 64
+    return str(save_tiny(tmp_path_factory.mktemp("qwen") / "model", "qwen2"))
+
+
+def advise(model_dir, out, *extra):
+    return runner.invoke(app, ["advise", "--model", model_dir, *FAST, "--out", str(out), *extra])
+
+
+def hf_ppl_on_held_out(model_dir: str, length: int, first: int, count: int) -> float:
+    """PPL of a freshly loaded, unpatched transformers model on windows first … first+count-1."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    tok = AutoTokenizer.from_pretrained(model_dir)  # the folder's tokenizer, as ropecli loads it
+    docs, _ = load_documents(None)
+    win = sample_windows(docs, tokenize_documents(docs, tok), length, first + count, 0, tok.bos_token_id)
+    nll = [naive_window_nll(model, torch.from_numpy(row)[None]) for row in win.ids[first:]]
+    return math.exp(sum(n for n, _ in nll) / sum(t for _, t in nll))
+
+
+def test_advise_end_to_end_and_the_exported_winner_reproduces_its_ppl(qwen_dir, tmp_path):
+    out = tmp_path / "advice"
+    r = advise(qwen_dir, out, "--json")
+    assert r.exit_code == 0, r.output
+    result = json.loads(r.stdout)
+    saved = json.loads((out / "advice.json").read_text())
+    assert saved["winner"] == result["winner"] and saved["rule"]
+    names = [row["candidate"] for row in result["rows"]]
+    assert names == ["none", "pi", "ntk-aware", "dynamic", "yarn", "yarn-tuned", "llama3", "ntk-fixed", "mixed-b", "mixed-clamped"]
+    assert set(result["searches"]) == {"yarn-tuned", "mixed-b", "mixed-clamped"}
+    assert result["held_out_first_window"] == 2 and result["searched_windows"] == 2
+    winner = next(row for row in result["rows"] if row["candidate"] == result["winner"])
+    assert winner["tied"] and not winner["excluded"]
+    tied = [row for row in result["rows"] if row["tied"]]
+    assert winner["short_kl"] == min(row["short_kl"] for row in tied)  # the tie goes to the smallest cost within L
+    report = (out / "report.md").read_text()
+    assert "## The rule" in report and result["winner_label"] in report
+    for png in ["ppl_vs_length.png", "short_cost.png", "factors.png", "search_mixed-clamped.png"]:
+        assert (out / png).stat().st_size > 10_000, png
+        assert f"]({png})" in report
+    exports = {e["runtime"]: e for e in result["exports"]}
+    assert exports["transformers"]["ok"] and exports["vllm"]["ok"], exports
+    assert json.loads((out / "vllm-overrides.json").read_text())["rope_parameters"]
+    for n in (128, 256):  # the exported folder, loaded with no keyword arguments, gives the winner's held-out PPL
+        assert hf_ppl_on_held_out(str(out / "hf"), n, 2, 2) == pytest.approx(winner["ppl"][str(n)], rel=1e-4)
+
+
+def test_interrupted_advise_repeats_no_finished_evaluation(qwen_dir, tmp_path, monkeypatch):
+    from ropecli.evaluate import Evaluator
+
+    real = Evaluator._compute
+    calls = {"n": 0, "stop": None}
+
+    def counting(self, *args):
+        calls["n"] += 1
+        if calls["n"] == calls["stop"]:
+            raise KeyboardInterrupt
+        return real(self, *args)
+
+    monkeypatch.setattr(Evaluator, "_compute", counting)
+    narrow = ["--candidates", "none,pi,yarn,mixed-clamped"]
+    r = advise(qwen_dir, tmp_path / "full", "--cache-dir", str(tmp_path / "c0"), *narrow)
+    assert r.exit_code == 0, r.output
+    total = calls["n"]
+    for stop in (4, total - 3):  # during the search; during the held-out measures
+        calls.update(n=0, stop=stop)
+        cache = tmp_path / f"c{stop}"
+        r = advise(qwen_dir, tmp_path / f"out{stop}", "--cache-dir", str(cache), *narrow)
+        assert r.exit_code == 130, r.output
+        calls.update(n=0, stop=None)
+        r = advise(qwen_dir, tmp_path / f"out{stop}", "--cache-dir", str(cache), *narrow)
+        assert r.exit_code == 0, r.output
+        assert calls["n"] == total - (stop - 1)  # only what had not finished is computed again
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--candidates", "magic"], "--candidates magic: unknown candidate"),
+    (["--candidates", "pi,yarn", "--max-short-kl", "0.0000001"], "no candidate meets the constraints (pi: short KL"),
+])
+def test_advise_bad_input_is_one_line(qwen_dir, tmp_path, extra, needle):
+    r = advise(qwen_dir, tmp_path / "o", *extra)
+    assert r.exit_code != 0
+    lines = [line for line in r.output.strip().splitlines() if line.startswith("Error")]
+    assert len(lines) == 1 and needle in lines[0], r.output
+    assert "Traceback" not in r.output
+
+
+def test_advise_out_must_be_a_fresh_or_advise_folder(qwen_dir, tmp_path):
+    f = tmp_path / "file.txt"
+    f.write_text("x")
+    r = advise(qwen_dir, f)
+    assert r.exit_code != 0 and "is a file" in r.output
+    d = tmp_path / "busy"
+    d.mkdir()
+    (d / "mine.txt").write_text("keep me")
+    r = advise(qwen_dir, d)
+    assert r.exit_code != 0 and "not empty and was not made by ropecli advise" in r.output
+    assert (d / "mine.txt").read_text() == "keep me"
