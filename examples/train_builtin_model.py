@@ -59,6 +59,8 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=4096)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--docs-per-row", type=int, default=1, choices=[1, 2],
+                    help="1: one passkey document per passkey row; 2: as many as fit (several answers per row)")
     ap.add_argument("--init", default=None,
                     help="continue from a model folder this script wrote (its weights and tokenizer), with a fresh "
                          "warmup + cosine over --max-steps; its training_log.json is carried into the new one")
@@ -103,25 +105,40 @@ def main() -> None:
         rows = [np.concatenate(([bos], ids[s:s + body])) for s in starts]
         return torch.from_numpy(np.stack(rows))
 
-    def retrieval_row() -> tuple[np.ndarray, int, int]:
-        """A passkey document of random length and depth, 2..8 digits, then plain text to fill L:
-        (row, first answer position, end of the answer)."""
+    def passkey_doc(max_len: int):
+        """One passkey document of random length (up to max_len) and depth, 2..8 digits."""
         digits = int(rng.integers(2, 9))
-        length = int(rng.integers(prompt_overhead(tokenizer, digits) + 8, args.context + 1))
+        length = int(rng.integers(prompt_overhead(tokenizer, digits) + 8, max_len + 1))
         s = int(rng.integers(0, train_ids.size - args.context))
-        sample = build_sample(tokenizer, train_ids[s:s + length], length, float(rng.random()), random_key(rng, digits))
-        rest = args.context - length
+        return build_sample(tokenizer, train_ids[s:s + length], length, float(rng.random()), random_key(rng, digits))
+
+    def retrieval_row() -> tuple[np.ndarray, list[tuple[int, int]]]:
+        """A row of L tokens: one passkey document then plain text (--docs-per-row 1), or passkey
+        documents back to back until the row is full (more answers per row: faster to learn).
+        Returns the row and the (start, end) of every answer in it."""
+        parts, answers, used = [], [], 0
+        while True:
+            room = args.context - used
+            if room < prompt_overhead(tokenizer, 8) + 8 or (parts and args.docs_per_row == 1):
+                break
+            doc = passkey_doc(room if args.docs_per_row == 1 else min(room, int(rng.integers(64, args.context + 1))))
+            ids = doc.ids if not parts else doc.ids[1:]  # one BOS per row
+            answers.append((used + doc.answer_start - (0 if not parts else 1), used + len(ids)))
+            parts.append(ids)
+            used += len(ids)
+        rest = args.context - used
         t = int(rng.integers(0, train_ids.size - rest - 1))
-        return np.concatenate((sample.ids, train_ids[t:t + rest])), sample.answer_start, length
+        return np.concatenate((*parts, train_ids[t:t + rest])), answers
 
     def mixed_batch(n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Token rows (n, L) and per-prediction loss weights (n, L-1): answer_weight on the key's tokens."""
+        """Token rows (n, L) and per-prediction loss weights (n, L-1): answer_weight on the keys' tokens."""
         x = batch(train_ids, n)
         w = torch.ones(n, args.context - 1)
         for i in np.flatnonzero(rng.random(n) < args.retrieval_share):
-            row, a0, a1 = retrieval_row()
+            row, answers = retrieval_row()
             x[i] = torch.from_numpy(row)
-            w[i, a0 - 1:a1 - 1] = args.answer_weight  # prediction t scores token t+1
+            for a0, a1 in answers:
+                w[i, a0 - 1:a1 - 1] = args.answer_weight  # prediction t scores token t+1
         return x, w
 
     val_stream = val_ids
@@ -188,7 +205,7 @@ def main() -> None:
         "seed": args.seed, "context": args.context, "cosine_total_steps": args.max_steps or est_steps, "batch": args.batch, "steps": step, "lr": args.lr,
         "minutes": round((time.time() - t0) / 60, 2), "parameters": n_params, "train_tokens": int(train_ids.size),
         "held_out_plays": list(HELD_OUT), "validation_loss_at_context": val_loss,
-        "retrieval_share": args.retrieval_share, "answer_weight": args.answer_weight, "passkey_accuracy_at_context": final_passkey, "log": log,
+        "retrieval_share": args.retrieval_share, "answer_weight": args.answer_weight, "docs_per_row": args.docs_per_row, "passkey_accuracy_at_context": final_passkey, "log": log,
     }, indent=1))
     print(f"saved to {out}", flush=True)
 
