@@ -65,6 +65,9 @@ def main() -> None:
                     help="continue from a model folder this script wrote (its weights and tokenizer), with a fresh "
                          "warmup + cosine over --max-steps; its training_log.json is carried into the new one")
     ap.add_argument("--retrieval-share", type=float, default=0.3, help="share of rows that are synthetic passkey documents")
+    ap.add_argument("--repeat-share", type=float, default=0.0,
+                    help="share of rows that are a training-text segment written twice (the second copy is predictable "
+                         "only by copying from the first: the induction-head skill retrieval needs, learnt early)")
     ap.add_argument("--answer-weight", type=float, default=10.0,
                     help="loss weight of the key's tokens after the question (1 = plain LM loss); the answer is <3%% "
                          "of a passkey row's tokens, so without it retrieval is learnt too slowly for the budget")
@@ -134,7 +137,13 @@ def main() -> None:
         """Token rows (n, L) and per-prediction loss weights (n, L-1): answer_weight on the keys' tokens."""
         x = batch(train_ids, n)
         w = torch.ones(n, args.context - 1)
-        for i in np.flatnonzero(rng.random(n) < args.retrieval_share):
+        kind = rng.random(n)
+        for i in np.flatnonzero(kind >= 1.0 - args.repeat_share):
+            half = body // 2
+            t = int(rng.integers(0, train_ids.size - half))
+            seg = train_ids[t:t + half]
+            x[i] = torch.from_numpy(np.concatenate(([bos], seg, seg, train_ids[t + half:t + half + body - 2 * half])))
+        for i in np.flatnonzero(kind < args.retrieval_share):
             row, answers = retrieval_row()
             x[i] = torch.from_numpy(row)
             for a0, a1 in answers:
@@ -205,7 +214,7 @@ def main() -> None:
         "seed": args.seed, "context": args.context, "cosine_total_steps": args.max_steps or est_steps, "batch": args.batch, "steps": step, "lr": args.lr,
         "minutes": round((time.time() - t0) / 60, 2), "parameters": n_params, "train_tokens": int(train_ids.size),
         "held_out_plays": list(HELD_OUT), "validation_loss_at_context": val_loss,
-        "retrieval_share": args.retrieval_share, "answer_weight": args.answer_weight, "docs_per_row": args.docs_per_row, "passkey_accuracy_at_context": final_passkey, "log": log,
+        "retrieval_share": args.retrieval_share, "answer_weight": args.answer_weight, "docs_per_row": args.docs_per_row, "repeat_share": args.repeat_share, "passkey_accuracy_at_context": final_passkey, "log": log,
     }, indent=1))
     print(f"saved to {out}", flush=True)
 
