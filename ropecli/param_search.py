@@ -235,8 +235,14 @@ def run_search(run: Evaluate, held_out_run: Evaluate | None, geom: Geometry, met
         return make_spec(method, {**fixed, **{d.name: d.value(x) for d, x in zip(dims, u)}}, factor=factor, log_n=log_n)
 
     def f(u: list[float]) -> float:
-        spec = spec_at(u)
         params = {d.name: d.value(x) for d, x in zip(dims, u)}
+        try:  # a point outside the method's joint domain (llama3 with high <= low) is infeasible, not an error
+            spec = spec_at(u)
+            spec.schedule(geom)  # pure numpy: raises on such a point before any forward pass
+        except RopeCliError as e:
+            evaluations.append({"params": params, "label": f"{method}({', '.join(f'{k}={v:.4g}' for k, v in params.items())})",
+                                "objective": math.inf, "infeasible": str(e)})
+            return math.inf
         entry = {"params": params, "label": spec.label, **score(spec, spec.label)}
         evaluations.append(entry)
         return entry["objective"] if not entry.get("violates_guard") else math.inf

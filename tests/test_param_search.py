@@ -131,6 +131,21 @@ def test_search_end_to_end(tiny_dir, tmp_path):
     assert block  # the winner's rope_parameters were written
 
 
+def test_llama3_points_outside_the_joint_domain_are_infeasible_not_fatal(tiny_dir, tmp_path):
+    # both factors searched over overlapping ranges: the optimizer proposes high <= low, which llama3
+    # rejects; such a point scores +inf (no forward pass) and the search goes on
+    r = runner.invoke(app, ["search", "--model", tiny_dir, "--len", "192", "--samples", "2", "--method", "llama3",
+                            "--vary", "low_freq_factor=1:8", "--vary", "high_freq_factor=1:8", "--optimizer", "grid",
+                            "--budget", "9", "--cache-dir", str(tmp_path / "c"), "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    bad = [e for e in out["evaluations"] if e.get("infeasible")]
+    good = [e for e in out["evaluations"] if not e.get("infeasible")]
+    assert bad and good and all(e["objective"] is None for e in bad)
+    assert all(e["params"]["high_freq_factor"] <= e["params"]["low_freq_factor"] for e in bad)
+    assert out["best_params"]["high_freq_factor"] > out["best_params"]["low_freq_factor"]
+
+
 def test_interrupted_search_resumes(tiny_dir, tmp_path, monkeypatch):
     from ropecli.evaluate import Evaluator
 

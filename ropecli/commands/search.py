@@ -271,7 +271,8 @@ def print_param_search(out: dict, lengths: list[int]) -> None:
     t.add_column("note")
     ranked = sorted(out["evaluations"], key=lambda e: (e.get("violates_guard", False), e["objective"]))
     for e in ranked[:10]:
-        note = "best" if e["params"] == out["best_params"] else ("guard" if e.get("violates_guard") else "")
+        note = ("best" if e["params"] == out["best_params"] else "guard" if e.get("violates_guard")
+                else "outside the method's domain" if e.get("infeasible") else "")
         t.add_row(*[f"{e['params'][n]:.4g}" for n in names], f"{e['objective']:.4f}", note,
                   style="bold green" if note == "best" else "")
     con.print(t)
