@@ -17,7 +17,8 @@ def write_report(result: dict, out_dir: Path, geom, model_name: str) -> Path:
     lengths = result["lengths"]
     images = []
     plots.plot_advice_ppl(rows, lengths, str(out_dir / "ppl_vs_length.png"),
-                          f"{model_name}: PPL vs length on held-out windows (± std. error across windows)")
+                          f"{model_name}: PPL vs length on held-out windows (± std. error across windows)",
+                          winner=result["winner"])
     images.append(("Perplexity vs length", "ppl_vs_length.png"))
     if result["passkey_measured"]:
         plots.plot_passkey_heatmaps([r["passkey_result"] for r in rows], str(out_dir / "passkey.png"),

@@ -29,7 +29,7 @@ def check_out(path: str) -> Path:
 def save(fig, path: str) -> Path:
     p = check_out(path)
     fig.tight_layout()
-    fig.savefig(p, dpi=150)
+    fig.savefig(p, dpi=150, bbox_inches="tight")  # long tick labels stay inside the image
     plt.close(fig)
     return p
 
@@ -259,14 +259,17 @@ def plot_param_search(out: dict, path: str, title: str) -> Path:
     return save(fig, path)
 
 
-def plot_advice_ppl(rows: list[dict], lengths: list[int], path: str, title: str) -> Path:
-    """PPL vs length per candidate with error bars (std. error across windows), log axes."""
+def plot_advice_ppl(rows: list[dict], lengths: list[int], path: str, title: str, winner: str | None = None) -> Path:
+    """PPL vs length per candidate with error bars (std. error across windows), log axes. With one
+    length, a ranked dot plot instead (a line plot would stack every candidate on one x)."""
+    if len(lengths) == 1:
+        return _ppl_dots(rows, lengths[0], path, title, winner)
     fig, ax = plt.subplots(figsize=(8, 5.2))
     for r in sorted(rows, key=lambda r: r["objective"]):
         ppl = [r["ppl"][str(n)] for n in lengths]
         err = [r["ppl_err"][str(n)] or 0.0 for n in lengths]
-        ax.errorbar(lengths, ppl, yerr=err, marker="o", capsize=3, lw=2.2 if r.get("rank") == 1 else 1.2,
-                    label=f"{r['candidate']}: {r['label']}"[:60])
+        ax.errorbar(lengths, ppl, yerr=err, marker="o", capsize=3, lw=2.6 if r["candidate"] == winner else 1.2,
+                    label=f"{r['candidate']}: {r['label']}"[:60] + (" (winner)" if r["candidate"] == winner else ""))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xticks(lengths, [str(n) for n in lengths])
@@ -275,6 +278,25 @@ def plot_advice_ppl(rows: list[dict], lengths: list[int], path: str, title: str)
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
+    return save(fig, path)
+
+
+def _ppl_dots(rows: list[dict], n: int, path: str, title: str, winner: str | None) -> Path:
+    rows = sorted(rows, key=lambda r: r["objective"])
+    fig, ax = plt.subplots(figsize=(10, 0.4 * len(rows) + 1.8))
+    y = np.arange(len(rows))
+    ppl = [r["ppl"][str(n)] for r in rows]
+    err = [r["ppl_err"][str(n)] or 0.0 for r in rows]
+    colors = ["tab:green" if r["candidate"] == winner else "tab:orange" if r.get("tied") else "tab:blue" for r in rows]
+    ax.errorbar(ppl, y, xerr=err, fmt="none", ecolor="gray", capsize=3)
+    ax.scatter(ppl, y, c=colors, zorder=3)
+    ax.set_yticks(y, [r["candidate"] if r["label"] == r["candidate"] else f"{r['candidate']}: {r['label']}"[:60]
+                      for r in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel(f"perplexity at {n} tokens, held-out windows (± std. error); green: winner, orange: tied with the best")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", axis="x", alpha=0.3)
     return save(fig, path)
 
 

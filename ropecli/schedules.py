@@ -143,7 +143,8 @@ def mixed_schedule(geom: Geometry, b: float, critical: float | None) -> tuple[np
     if m_c > geom.n_pairs:
         raise RopeCliError(f"mixed parameter critical={m_c:g} is beyond the last pair d/2 = {geom.n_pairs}; pick 1..{geom.n_pairs}")
     a = math.log(geom.factor) / (m_c**b)
-    return np.where(m >= m_c, geom.factor, np.minimum(geom.factor, np.exp(a * m**b))), 1.0  # exactly k from m_c on
+    # a*m^b is capped at ln k before exp: past m_c it would overflow for large b (the value is k there anyway)
+    return np.where(m >= m_c, geom.factor, np.exp(np.minimum(math.log(geom.factor), a * m**b))), 1.0  # exactly k from m_c on
 
 
 @register(
