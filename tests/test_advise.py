@@ -65,6 +65,19 @@ def test_advise_end_to_end_and_the_exported_winner_reproduces_its_ppl(qwen_dir, 
         assert hf_ppl_on_held_out(str(out / "hf"), n, 2, 2) == pytest.approx(winner["ppl"][str(n)], rel=1e-4)
 
 
+def test_builtin_model_advise_winner_reproduces_its_ppl(tmp_path):
+    # the built-in model (d = 64, base 1e4, L = 256), no --model: the default path users run first
+    out = tmp_path / "advice"
+    r = runner.invoke(app, ["advise", "--len", "512", "--samples", "2", "--budget", "7", "--out", str(out),
+                            "--cache-dir", str(tmp_path / "cache"), "--json"])
+    assert r.exit_code == 0, r.output
+    result = json.loads(r.stdout)
+    assert result["model"] == "builtin" and result["passkey_measured"] is False  # it does not retrieve: skipped, with a note
+    assert any("passkey skipped" in n for n in result["notes"])
+    winner = next(row for row in result["rows"] if row["candidate"] == result["winner"])
+    assert hf_ppl_on_held_out(str(out / "hf"), 512, 2, 2) == pytest.approx(winner["ppl"]["512"], rel=1e-4)
+
+
 def test_interrupted_advise_repeats_no_finished_evaluation(qwen_dir, tmp_path, monkeypatch):
     from ropecli.evaluate import Evaluator
 
