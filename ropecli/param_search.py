@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ropecli.errors import RopeCliError
+from ropecli.schedules import format_label
 from ropecli.geometry import Geometry, critical_pair
 from ropecli.schedules import resolve_method
 from ropecli.search import INV_PHI, Evaluate, Scorer, golden_section
@@ -240,7 +241,7 @@ def run_search(run: Evaluate, held_out_run: Evaluate | None, geom: Geometry, met
             spec = spec_at(u)
             spec.schedule(geom)  # pure numpy: raises on such a point before any forward pass
         except RopeCliError as e:
-            evaluations.append({"params": params, "label": f"{method}({', '.join(f'{k}={v:.4g}' for k, v in params.items())})",
+            evaluations.append({"params": params, "label": format_label(method, {**fixed, **params}),
                                 "objective": math.inf, "infeasible": str(e)})
             return math.inf
         entry = {"params": params, "label": spec.label, **score(spec, spec.label)}
