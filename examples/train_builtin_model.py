@@ -70,6 +70,9 @@ def main() -> None:
                     help="continue from a model folder this script wrote (its weights and tokenizer), with a fresh "
                          "warmup + cosine over --max-steps; its training_log.json is carried into the new one")
     ap.add_argument("--retrieval-share", type=float, default=0.3, help="share of rows that are synthetic passkey documents")
+    ap.add_argument("--full-row-share", type=float, default=0.0,
+                    help="share of passkey rows whose (first) document spans the whole row, so that needles near BOS "
+                         "and distances up to L are trained as often as the evaluation asks for them")
     ap.add_argument("--repeat-share", type=float, default=0.0,
                     help="share of rows that are a training-text segment written twice (the second copy is predictable "
                          "only by copying from the first: the induction-head skill retrieval needs, learnt early)")
@@ -113,10 +116,10 @@ def main() -> None:
         rows = [np.concatenate(([bos], ids[s:s + body])) for s in starts]
         return torch.from_numpy(np.stack(rows))
 
-    def passkey_doc(max_len: int):
-        """One passkey document of random length (up to max_len) and depth, 2..8 digits."""
+    def passkey_doc(max_len: int, exact: bool = False):
+        """One passkey document of random length (up to max_len; exactly max_len if exact) and depth, 2..8 digits."""
         digits = int(rng.integers(2, 9))
-        length = int(rng.integers(prompt_overhead(tokenizer, digits) + 8, max_len + 1))
+        length = max_len if exact else int(rng.integers(prompt_overhead(tokenizer, digits) + 8, max_len + 1))
         s = int(rng.integers(0, train_ids.size - args.context))
         return build_sample(tokenizer, train_ids[s:s + length], length, float(rng.random()), random_key(rng, digits))
 
@@ -129,7 +132,10 @@ def main() -> None:
             room = args.context - used
             if room < prompt_overhead(tokenizer, 8) + 8 or (parts and args.docs_per_row == 1):
                 break
-            doc = passkey_doc(room if args.docs_per_row == 1 else min(room, int(rng.integers(64, args.context + 1))))
+            if not parts and rng.random() < args.full_row_share:
+                doc = passkey_doc(room, exact=True)
+            else:
+                doc = passkey_doc(room if args.docs_per_row == 1 else min(room, int(rng.integers(64, args.context + 1))))
             ids = doc.ids if not parts else doc.ids[1:]  # one BOS per row
             answers.append((used + doc.answer_start - (0 if not parts else 1), used + len(ids)))
             parts.append(ids)
@@ -172,7 +178,6 @@ def main() -> None:
 
     budget = args.minutes * 60
     warmup = 100
-    est_steps = None
     log = []
     t0 = time.time()
     step = 0
@@ -181,10 +186,10 @@ def main() -> None:
         elapsed = time.time() - t0
         if args.max_steps is None and elapsed > budget:
             break
-        if step == 20 and args.max_steps is None:  # estimate the steps the budget allows, for the cosine schedule
-            est_steps = int(budget / (elapsed / 20))
-        total = args.max_steps or est_steps or 1000
-        lr = args.lr * min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, step / total))))
+        # cosine over the steps (--max-steps) or over the wall-clock budget (--minutes): a step-count estimate made
+        # early undercounts (the first steps are the fastest) and left attempt 5 at the floor for its last 400 steps
+        progress = step / args.max_steps if args.max_steps else elapsed / budget
+        lr = args.lr * min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
         for g in opt.param_groups:
             g["lr"] = lr
         x, w = mixed_batch(args.batch)
@@ -216,10 +221,10 @@ def main() -> None:
     tokenizer.save_pretrained(out)
     (out / "training_log.json").write_text(json.dumps({
         "continued_from": earlier, "total_minutes": round((time.time() - t0) / 60 + (earlier or {}).get("total_minutes", (earlier or {}).get("minutes", 0)), 2),
-        "seed": args.seed, "context": args.context, "cosine_total_steps": args.max_steps or est_steps, "batch": args.batch, "steps": step, "lr": args.lr,
+        "seed": args.seed, "context": args.context, "cosine_over": f"{args.max_steps} steps" if args.max_steps else f"{args.minutes} minutes", "batch": args.batch, "steps": step, "lr": args.lr,
         "minutes": round((time.time() - t0) / 60, 2), "parameters": n_params, "train_tokens": int(train_ids.size),
         "held_out_plays": list(HELD_OUT), "validation_loss_at_context": val_loss,
-        "retrieval_share": args.retrieval_share, "answer_weight": args.answer_weight, "docs_per_row": args.docs_per_row, "repeat_share": args.repeat_share, "passkey_accuracy_at_context": final_passkey, "log": log,
+        "retrieval_share": args.retrieval_share, "answer_weight": args.answer_weight, "docs_per_row": args.docs_per_row, "full_row_share": args.full_row_share, "repeat_share": args.repeat_share, "passkey_accuracy_at_context": final_passkey, "log": log,
     }, indent=1))
     print(f"saved to {out}", flush=True)
 
