@@ -174,7 +174,7 @@ def plot_passkey_heatmaps(results: list[dict], path: str, title: str) -> Path:
     fig, axes = plt.subplots(rows, cols, figsize=(0.9 * len(lengths) * cols + 2.5, 0.45 * len(depths) * rows + 1.6),
                              squeeze=False)
     image = None
-    for ax, label in zip(axes.flat, labels):
+    for n, (ax, label) in enumerate(zip(axes.flat, labels)):
         grid = np.full((len(depths), len(lengths)), np.nan)
         for r in results:
             if r["label"] + (" +log-n" if r["log_n"] else "") != label:
@@ -186,9 +186,11 @@ def plot_passkey_heatmaps(results: list[dict], path: str, title: str) -> Path:
             if np.isfinite(v):
                 ax.text(j, i, f"{v:.0%}" if v not in (0, 1) else f"{int(v * 100)}%", ha="center", va="center", fontsize=8)
         ax.set_xticks(range(len(lengths)), [str(n) for n in lengths], fontsize=8)
-        ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize=8)
+        first_col = n % cols == 0  # depth ticks and label on the left column only: panels sit close
+        ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths] if first_col else [], fontsize=8)
         ax.set_xlabel("length (tokens)", fontsize=8)
-        ax.set_ylabel("depth of the key", fontsize=8)
+        if first_col:
+            ax.set_ylabel("depth of the key (0 = farthest)", fontsize=8)
         ax.set_title(label, fontsize=9)
     for ax in list(axes.flat)[len(labels):]:
         ax.axis("off")
