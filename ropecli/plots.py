@@ -172,7 +172,7 @@ def plot_passkey_heatmaps(results: list[dict], path: str, title: str) -> Path:
     cols = min(3, len(labels))
     rows = -(-len(labels) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(0.9 * len(lengths) * cols + 2.5, 0.45 * len(depths) * rows + 1.6),
-                             squeeze=False)
+                             squeeze=False, layout="constrained")  # rows of panels: titles clear the labels above
     image = None
     for n, (ax, label) in enumerate(zip(axes.flat, labels)):
         grid = np.full((len(depths), len(lengths)), np.nan)
