@@ -169,6 +169,8 @@ def plot_passkey_heatmaps(results: list[dict], path: str, title: str) -> Path:
     labels = list(dict.fromkeys(r["label"] + (" +log-n" if r["log_n"] else "") for r in results))
     lengths = sorted({r["len"] for r in results})
     depths = sorted({d["depth"] for r in results for d in r["by_depth"]})
+    if len(lengths) == 1:  # one length (advise's longest target): one panel, a column per method
+        return _passkey_one_length(results, labels, depths, path, title)
     cols = min(3, len(labels))
     rows = -(-len(labels) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(0.9 * len(lengths) * cols + 2.5, 0.45 * len(depths) * rows + 1.6),
@@ -196,6 +198,30 @@ def plot_passkey_heatmaps(results: list[dict], path: str, title: str) -> Path:
         ax.axis("off")
     fig.colorbar(image, ax=axes, shrink=0.8, label="passkey accuracy")
     fig.suptitle(title, fontsize=10)
+    p = check_out(path)
+    fig.savefig(p, dpi=150, bbox_inches="tight")
+    plt.close(fig)
+    return p
+
+
+def _passkey_one_length(results: list[dict], labels: list[str], depths: list[float], path: str, title: str) -> Path:
+    """Depth (rows) x method (columns) at a single length: narrow per-method panels would crowd their titles."""
+    grid = np.full((len(depths), len(labels)), np.nan)  # (depths, methods)
+    for r in results:
+        j = labels.index(r["label"] + (" +log-n" if r["log_n"] else ""))
+        for d in r["by_depth"]:
+            grid[depths.index(d["depth"]), j] = d["accuracy"]
+    fig, ax = plt.subplots(figsize=(0.75 * len(labels) + 3.0, 0.45 * len(depths) + 2.8), layout="constrained")
+    image = ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
+    for (i, j), v in np.ndenumerate(grid):
+        if np.isfinite(v):
+            ax.text(j, i, f"{v:.0%}" if v not in (0, 1) else f"{int(v * 100)}%", ha="center", va="center", fontsize=8)
+    ax.set_xticks(range(len(labels)), labels, rotation=35, ha="right", fontsize=8)
+    ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize=8)
+    ax.set_ylabel("depth of the key (0 = farthest)", fontsize=8)
+    n = results[0]["len"]
+    ax.set_title(title if str(n) in title else f"{title} ({n} tokens)", fontsize=10)
+    fig.colorbar(image, ax=ax, shrink=0.8, label="passkey accuracy")
     p = check_out(path)
     fig.savefig(p, dpi=150, bbox_inches="tight")
     plt.close(fig)

@@ -41,12 +41,12 @@ def test_ppl_default_model_extends_badly_without_help():
     out = run_json("ppl", "--len", "256", "--len", "2048", "--method", "none", "--samples", "4", "--json")
     assert out["model"] == "builtin" and out["train_len"] == 256
     at = {r["len"]: r["ppl"] for r in out["results"]}
-    assert at[256] < 60  # a real model of the held-out plays (measured 30.0)
-    assert at[2048] > 1.5 * at[256]  # direct extrapolation to 8L breaks it (measured 62.8)
+    assert at[256] < 60  # a real model of the held-out plays (measured 29.8)
+    assert at[2048] > 1.5 * at[256]  # direct extrapolation to 8L breaks it (measured 87.0)
     fixed = run_json("ppl", "--len", "2048", "--method", "ntk-fixed", "--samples", "4", "--json")["results"][0]
     pi = run_json("ppl", "--len", "2048", "--method", "pi", "--samples", "4", "--json")["results"][0]
-    assert fixed["ppl"] < 0.9 * at[2048]  # NTK-style scaling repairs part of it (measured 53.1)
-    assert pi["ppl"] > at[2048]  # and PI without fine-tuning is worse than nothing (measured 174.5), as in the seed
+    assert fixed["ppl"] < 0.9 * at[2048]  # NTK-style scaling repairs part of it (measured 60.8)
+    assert pi["ppl"] > at[2048]  # and PI without fine-tuning is worse than nothing (measured 132.1), as in the seed
 
 
 def test_compare_default_model():
@@ -66,3 +66,12 @@ def test_default_search_length_is_8L():
     r = runner.invoke(app, ["search-b", "--samples", "1", "--tol", "0.5", "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["lengths"] == [2048]
+
+
+def test_default_model_retrieves_within_L(tmp_path):
+    # the check: `ropecli passkey --len 256 --method none` on the built-in model retrieves >= 90 % of keys
+    # (measured 100 % of these 20 prompts; 93 % of 100 with --samples 20), and the heatmap is written
+    out = run_json("passkey", "--len", "256", "--method", "none", "--plot", str(tmp_path / "pk.png"), "--json")
+    (row,) = out["results"]
+    assert row["len"] == 256 and row["samples"] == 20 and row["accuracy"] >= 0.9
+    assert (tmp_path / "pk.png").stat().st_size > 10_000
