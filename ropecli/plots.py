@@ -166,7 +166,7 @@ def plot_search(evaluations: list[dict], references: list[dict], best_b: float, 
 def plot_passkey_heatmaps(results: list[dict], path: str, title: str) -> Path:
     """Passkey accuracy, depth (rows, 0 at the top) x length (columns), one panel per method: the
     picture of the YaRN and LongRoPE papers. Every cell carries its accuracy as a number."""
-    labels = list(dict.fromkeys(r["label"] + (" +log-n" if r["log_n"] else "") for r in results))
+    labels = list(dict.fromkeys(_passkey_label(r) for r in results))
     lengths = sorted({r["len"] for r in results})
     depths = sorted({d["depth"] for r in results for d in r["by_depth"]})
     if len(lengths) == 1:  # one length (advise's longest target): one panel, a column per method
@@ -176,19 +176,16 @@ def plot_passkey_heatmaps(results: list[dict], path: str, title: str) -> Path:
     fig, axes = plt.subplots(rows, cols, figsize=(0.9 * len(lengths) * cols + 2.5, 0.45 * len(depths) * rows + 1.6),
                              squeeze=False, layout="constrained")  # rows of panels: titles clear the labels above
     image = None
-    for n, (ax, label) in enumerate(zip(axes.flat, labels)):
+    for panel, (ax, label) in enumerate(zip(axes.flat, labels)):
         grid = np.full((len(depths), len(lengths)), np.nan)
         for r in results:
-            if r["label"] + (" +log-n" if r["log_n"] else "") != label:
+            if _passkey_label(r) != label:
                 continue
             for d in r["by_depth"]:
                 grid[depths.index(d["depth"]), lengths.index(r["len"])] = d["accuracy"]
-        image = ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
-        for (i, j), v in np.ndenumerate(grid):
-            if np.isfinite(v):
-                ax.text(j, i, f"{v:.0%}" if v not in (0, 1) else f"{int(v * 100)}%", ha="center", va="center", fontsize=8)
+        image = _accuracy_image(ax, grid)
         ax.set_xticks(range(len(lengths)), [str(n) for n in lengths], fontsize=8)
-        first_col = n % cols == 0  # depth ticks and label on the left column only: panels sit close
+        first_col = panel % cols == 0  # depth ticks and label on the left column only: panels sit close
         ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths] if first_col else [], fontsize=8)
         ax.set_xlabel("length (tokens)", fontsize=8)
         if first_col:
@@ -204,18 +201,28 @@ def plot_passkey_heatmaps(results: list[dict], path: str, title: str) -> Path:
     return p
 
 
-def _passkey_one_length(results: list[dict], labels: list[str], depths: list[float], path: str, title: str) -> Path:
-    """Depth (rows) x method (columns) at a single length: narrow per-method panels would crowd their titles."""
-    grid = np.full((len(depths), len(labels)), np.nan)  # (depths, methods)
-    for r in results:
-        j = labels.index(r["label"] + (" +log-n" if r["log_n"] else ""))
-        for d in r["by_depth"]:
-            grid[depths.index(d["depth"]), j] = d["accuracy"]
-    fig, ax = plt.subplots(figsize=(0.75 * len(labels) + 3.0, 0.45 * len(depths) + 2.8), layout="constrained")
+def _passkey_label(result: dict) -> str:
+    return result["label"] + (" +log-n" if result["log_n"] else "")
+
+
+def _accuracy_image(ax, grid: np.ndarray):
+    """Accuracy cells (rows x columns, NaN = not measured) coloured red to green, each with its value."""
     image = ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
     for (i, j), v in np.ndenumerate(grid):
         if np.isfinite(v):
             ax.text(j, i, f"{v:.0%}" if v not in (0, 1) else f"{int(v * 100)}%", ha="center", va="center", fontsize=8)
+    return image
+
+
+def _passkey_one_length(results: list[dict], labels: list[str], depths: list[float], path: str, title: str) -> Path:
+    """Depth (rows) x method (columns) at a single length: narrow per-method panels would crowd their titles."""
+    grid = np.full((len(depths), len(labels)), np.nan)  # (depths, methods)
+    for r in results:
+        j = labels.index(_passkey_label(r))
+        for d in r["by_depth"]:
+            grid[depths.index(d["depth"]), j] = d["accuracy"]
+    fig, ax = plt.subplots(figsize=(0.75 * len(labels) + 3.0, 0.45 * len(depths) + 2.8), layout="constrained")
+    image = _accuracy_image(ax, grid)
     ax.set_xticks(range(len(labels)), labels, rotation=35, ha="right", fontsize=8)
     ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize=8)
     ax.set_ylabel("depth of the key (0 = farthest)", fontsize=8)
