@@ -29,9 +29,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ropecli.errors import RopeCliError
-from ropecli.schedules import format_label
 from ropecli.geometry import Geometry, critical_pair
-from ropecli.schedules import resolve_method
+from ropecli.schedules import format_label, resolve_method
 from ropecli.search import INV_PHI, Evaluate, Scorer, golden_section
 from ropecli.specs import Spec, make_spec
 
