@@ -28,13 +28,13 @@ from bench_ppl_memory import gguf_path, vm_kib
 def child(mode: str, length: int) -> None:
     import torch
 
-    from ropecli.data import load_documents, sample_windows, tokenize_documents
-    from ropecli.geometry import Geometry
-    from ropecli.model.load import load_model
-    from ropecli.model.rotary import apply_schedule, restore
-    from ropecli.model.scoring import passkey_scores, window_kl, window_nll
-    from ropecli.passkey import filler_stream, make_samples
-    from ropecli.specs import make_spec
+    from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
+    from ropecli.rope.geometry import Geometry
+    from ropecli.models.load import load_model
+    from ropecli.models.patch import apply_schedule, restore
+    from ropecli.models.scoring import passkey_scores, window_kl, window_nll
+    from ropecli.evaluation.passkey import filler_stream, make_samples
+    from ropecli.rope.spec import make_spec
 
     torch.set_num_threads(os.cpu_count() or 1)
     lm = load_model(gguf_path(), dtype="fp32", device="cpu")

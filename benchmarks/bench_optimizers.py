@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from ropecli.param_search import default_optimizer, optimize
+from ropecli.tuning.param_search import default_optimizer, optimize
 
 LONGROPE_EVALUATIONS = 64 + 40 * (16 + 16)
 

@@ -18,8 +18,8 @@ import time
 
 from typer.testing import CliRunner
 
-from ropecli.cli import app
-from ropecli.search import grid_evaluations
+from ropecli.cli.app import app
+from ropecli.tuning.search import grid_evaluations
 
 
 def invoke(args: list[str]) -> tuple[dict, float]:

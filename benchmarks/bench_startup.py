@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from ropecli.model_config import BUILTIN_DIR
+from ropecli.models.config import BUILTIN_DIR
 
 CASES = {
     "python -c 'import numpy'": [sys.executable, "-c", "import numpy"],
@@ -40,9 +40,9 @@ def main() -> None:
     base = medians["python -c 'import numpy'"]
     for name, t in medians.items():
         print(f"{name:50s} {t * 1000:7.1f} ms   ratio vs numpy import {t / base:5.2f}x")
-    probe = subprocess.run([sys.executable, "-c", "import sys; from ropecli.cli import app; from ropecli.commands import analysis;"
-                            "import ropecli.freqs, ropecli.schedules, ropecli.model_config, ropecli.specs; "
-                            f"ropecli.model_config.read_rope_config({str(BUILTIN_DIR)!r}); print('torch' in sys.modules, 'transformers' in sys.modules)"],
+    probe = subprocess.run([sys.executable, "-c", "import sys; from ropecli.cli.app import app; from ropecli.cli.commands import analysis;"
+                            "import ropecli.rope.freqs, ropecli.rope.methods, ropecli.models.config, ropecli.rope.spec; "
+                            f"ropecli.models.config.read_rope_config({str(BUILTIN_DIR)!r}); print('torch' in sys.modules, 'transformers' in sys.modules)"],
                            capture_output=True, text=True, check=True).stdout.split()
     print(f"torch imported by the analysis path: {probe[0]}, transformers: {probe[1]}")
     worst = max(v for k, v in medians.items() if k.startswith("ropecli"))

@@ -1,5 +1,5 @@
 """Train ropecli's built-in model: a small LLaMA-architecture LM at a short context (256 tokens)
-on Shakespeare's plays minus the held-out ones (`ropecli.corpus.HELD_OUT`), on a CPU, seeded.
+on Shakespeare's plays minus the held-out ones (`ropecli.evaluation.corpus.HELD_OUT`), on a CPU, seeded.
 
 It plays the part of the experiment in Su's "Transformer Upgrade Road 11" (trained at 512, tested at 4096, k = 8): a real
 model that extends badly without help, small enough to ship (<= 25 MB) and to evaluate in seconds.
@@ -8,7 +8,7 @@ model that extends badly without help, small enough to ship (<= 25 MB) and to ev
 
 The defaults are the shipped model's recipe (attempt 7 of the README's table of retrieval attempts).
 60 % of the training rows (`--retrieval-share`) are synthetic passkey documents in ropecli's own prompt
-format (`ropecli.passkey`), back to back (`--docs-per-row 2`): a random key of 2-8 digits stated once at
+format (`ropecli.evaluation.passkey`), back to back (`--docs-per-row 2`): a random key of 2-8 digits stated once at
 a random depth inside training-play text and asked for later, the key's tokens weighted
 `--answer-weight` in the loss, so that the model learns to retrieve within L (digits are one token each:
 the tokenizer splits numbers into digits, as LLaMA's does). 10 % (`--repeat-share`) are a training-text
@@ -33,8 +33,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ropecli.corpus import HELD_OUT, held_out_plays, training_plays
-from ropecli.passkey import build_sample, make_samples, prompt_overhead, random_key
+from ropecli.evaluation.corpus import HELD_OUT, held_out_plays, training_plays
+from ropecli.evaluation.passkey import build_sample, make_samples, prompt_overhead, random_key
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
 

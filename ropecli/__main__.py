@@ -1,3 +1,3 @@
-from ropecli.cli import main
+from ropecli.cli.app import main
 
 main()

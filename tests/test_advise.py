@@ -8,9 +8,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from ropecli.cli import app
-from ropecli.data import load_documents, sample_windows, tokenize_documents
-from ropecli.model.scoring import naive_window_nll
+from ropecli.cli.app import app
+from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
+from ropecli.models.scoring import naive_window_nll
 from tiny_models import save_tiny
 
 runner = CliRunner()
@@ -83,7 +83,7 @@ def test_builtin_model_advise_winner_reproduces_its_ppl(tmp_path):
 
 
 def test_interrupted_advise_repeats_no_finished_evaluation(qwen_dir, tmp_path, monkeypatch):
-    from ropecli.evaluate import Evaluator
+    from ropecli.evaluation.evaluator import Evaluator
 
     real = Evaluator._compute
     calls = {"n": 0, "stop": None}

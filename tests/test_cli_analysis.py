@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from ropecli.cli import app
+from ropecli.cli.app import app
 
 runner = CliRunner()
 

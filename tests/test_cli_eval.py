@@ -5,7 +5,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from ropecli.cli import app
+from ropecli.cli.app import app
 from tiny_models import save_tiny
 
 runner = CliRunner()
@@ -120,7 +120,7 @@ def test_nan_loss_is_inf(tiny_dir, text_file, tmp_path):
 
 
 def test_out_of_memory_is_one_clear_line(tiny_dir, text_file, monkeypatch):
-    import ropecli.model.scoring as scoring
+    import ropecli.models.scoring as scoring
 
     def oom(*a, **k):
         raise RuntimeError("CUDA out of memory. Tried to allocate 80.00 GiB")

@@ -7,8 +7,8 @@ import types
 import numpy as np
 import pytest
 
-from ropecli.corpus import HELD_OUT, all_plays, held_out_plays, training_plays
-from ropecli.data import Document, load_documents, sample_windows
+from ropecli.evaluation.corpus import HELD_OUT, all_plays, held_out_plays, training_plays
+from ropecli.evaluation.data import Document, load_documents, sample_windows
 from ropecli.errors import RopeCliError
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ropecli.cli import app
-from ropecli.search import search_b
+from ropecli.cli.app import app
+from ropecli.tuning.search import search_b
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent

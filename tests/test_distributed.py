@@ -131,7 +131,7 @@ def test_killed_rank_ends_the_run_and_the_rerun_resumes(tmp_path):
 def test_bad_distributed_setups_are_one_line(monkeypatch):
     import torch
 
-    from ropecli.distributed import setup
+    from ropecli.evaluation.distributed import setup
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
@@ -162,7 +162,7 @@ def test_gpu_benchmark_cpu_smoke_runs():
 
 
 def test_gpu_groups_of_ranks_with_device_map():
-    from ropecli.distributed import gpu_group
+    from ropecli.evaluation.distributed import gpu_group
 
     assert [gpu_group(r, 2, 8) for r in range(2)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert [gpu_group(r, 4, 8) for r in range(4)] == [[0, 1], [2, 3], [4, 5], [6, 7]]

@@ -10,9 +10,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from ropecli.cli import app
-from ropecli.data import load_documents, sample_windows, tokenize_documents
-from ropecli.model.scoring import naive_window_nll
+from ropecli.cli.app import app
+from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
+from ropecli.models.scoring import naive_window_nll
 from tiny_models import build, char_tokenizer, save_tiny
 
 runner = CliRunner()
@@ -214,7 +214,7 @@ def test_builtin_gguf_is_the_builtin_model(tmp_path):
     from transformers import AutoModelForCausalLM
 
     from gguf_models import write_llama_gguf
-    from ropecli.model.load import BUILTIN_DIR, load_model
+    from ropecli.models.load import BUILTIN_DIR, load_model
 
     lm = load_model(None, device="cpu", dtype="fp32")
     write_llama_gguf(lm.model, tmp_path / "b.gguf", tokenizer_json=BUILTIN_DIR / "tokenizer.json")
@@ -233,11 +233,11 @@ def test_llama_cpp_runs_the_exported_gguf_like_ropecli(tmp_path):
     pytest.importorskip("gguf")
     from gguf_models import write_llama_gguf
 
-    from ropecli.model.load import BUILTIN_DIR, load_model
-    from ropecli.model.rotary import apply_schedule, restore
-    from ropecli.model.scoring import window_nll
-    from ropecli.geometry import Geometry
-    from ropecli.specs import make_spec
+    from ropecli.models.load import BUILTIN_DIR, load_model
+    from ropecli.models.patch import apply_schedule, restore
+    from ropecli.models.scoring import window_nll
+    from ropecli.rope.geometry import Geometry
+    from ropecli.rope.spec import make_spec
 
     lm = load_model(None, device="cpu", dtype="fp32")
     src, out = tmp_path / "builtin.gguf", tmp_path / "builtin-512.gguf"

@@ -9,9 +9,9 @@ from typer.testing import CliRunner
 torch = pytest.importorskip("torch")
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-from ropecli.cli import app  # noqa: E402
-from ropecli.geometry import Geometry  # noqa: E402
-from ropecli.schedules import compute_schedule  # noqa: E402
+from ropecli.cli.app import app  # noqa: E402
+from ropecli.rope.geometry import Geometry  # noqa: E402
+from ropecli.rope.methods import compute_schedule  # noqa: E402
 
 
 @pytest.mark.parametrize("method,extra", [("mixed", ["--b", "0.625"]), ("ntk-fixed", []), ("yarn", [])])

@@ -8,9 +8,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from ropecli.cli import app
-from ropecli.passkey import QUESTION, build_sample, encode, make_samples, prompt_overhead
-from ropecli.stats import attach_paired, paired_difference, rank_against_best
+from ropecli.cli.app import app
+from ropecli.evaluation.passkey import QUESTION, build_sample, encode, make_samples, prompt_overhead
+from ropecli.evaluation.stats import attach_paired, paired_difference, rank_against_best
 from tiny_models import char_tokenizer, save_tiny
 
 runner = CliRunner()
@@ -27,7 +27,7 @@ def tiny_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny(tiny_dir):
-    from ropecli.model.load import load_model
+    from ropecli.models.load import load_model
 
     return load_model(tiny_dir)
 
@@ -88,7 +88,7 @@ def test_prompt_overhead_and_errors():
 # --- scoring on a tiny model ----------------------------------------------------------------------
 
 def test_passkey_scores_match_full_logits(tiny):
-    from ropecli.model.scoring import passkey_scores
+    from ropecli.models.scoring import passkey_scores
 
     tok = tiny.tokenizer
     s = build_sample(tok, np.resize(np.arange(2, 90, dtype=np.int64), 400), 160, 0.5, "31415")
@@ -104,7 +104,7 @@ def test_passkey_scores_match_full_logits(tiny):
 
 def _kl_reference(lm, ids, spec, geom):
     """Full logits of both states, KL per position, in float64."""
-    from ropecli.model.rotary import apply_schedule, restore
+    from ropecli.models.patch import apply_schedule, restore
 
     with torch.inference_mode():
         p = torch.log_softmax(lm.model(ids).logits[0].double(), -1)
@@ -121,10 +121,10 @@ def _kl_reference(lm, ids, spec, geom):
 
 
 def test_kl_is_zero_for_the_unscaled_schedule_and_chunked_equals_full(tiny, text_file):
-    from ropecli.cache import EvalCache
-    from ropecli.evaluate import Evaluator
-    from ropecli.geometry import Geometry
-    from ropecli.specs import make_spec
+    from ropecli.evaluation.cache import EvalCache
+    from ropecli.evaluation.evaluator import Evaluator
+    from ropecli.rope.geometry import Geometry
+    from ropecli.rope.spec import make_spec
 
     ev = Evaluator(tiny, data=[text_file], samples=2, chunk_tokens=10, cache=EvalCache(enabled=False))
     none = ev.evaluate(make_spec("none", factor=4), 64, metric="kl")
@@ -142,9 +142,9 @@ def test_kl_is_zero_for_the_unscaled_schedule_and_chunked_equals_full(tiny, text
 
 
 def test_dynamic_within_L_is_the_unscaled_model(tiny, text_file):
-    from ropecli.cache import EvalCache
-    from ropecli.evaluate import Evaluator
-    from ropecli.specs import make_spec
+    from ropecli.evaluation.cache import EvalCache
+    from ropecli.evaluation.evaluator import Evaluator
+    from ropecli.rope.spec import make_spec
 
     ev = Evaluator(tiny, data=[text_file], samples=2, cache=EvalCache(enabled=False))
     assert ev.evaluate(make_spec("dynamic", factor=8), 64, metric="kl")["kl_mean"] == 0.0
@@ -181,7 +181,7 @@ def test_attach_paired_groups_by_metric_and_length():
 # --- the search's statistics, with an injected evaluator -------------------------------------------
 
 def test_search_b_paired_interval_and_verdict():
-    from ropecli.search import search_b
+    from ropecli.tuning.search import search_b
 
     noise = np.array([0.3, -0.2, 0.1, -0.4, 0.2, 0.0])  # text difficulty, shared by every schedule
 

@@ -9,9 +9,9 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from ropecli.cli import app
+from ropecli.cli.app import app
 from ropecli.errors import RopeCliError
-from ropecli.model_config import gguf_metadata, read_rope_config
+from ropecli.models.config import gguf_metadata, read_rope_config
 from tiny_models import L, base_of, build, char_tokenizer, rotary_dim
 
 runner = CliRunner()
@@ -31,7 +31,7 @@ def folders(tmp_path_factory):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_config_reader_agrees_with_the_loaded_model(folders, family):
-    from ropecli.model.load import load_model
+    from ropecli.models.load import load_model
 
     rope = read_rope_config(folders[family])
     lm = load_model(folders[family], device="cpu")
@@ -79,7 +79,7 @@ def test_schedule_hf_block_carries_partial_rotary(folders):
 
 
 def test_freqs_with_model_does_not_import_torch(folders):
-    code = ("import sys; from ropecli.cli import app\n"
+    code = ("import sys; from ropecli.cli.app import app\n"
             "try: app(['freqs', '--model', sys.argv[1], '--k', '8'])\n"
             "except SystemExit as e: assert e.code == 0, e.code\n"
             "print('torch' in sys.modules, 'transformers' in sys.modules)")

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from ropecli.factor_files import rope_parameters_block
-from ropecli.geometry import Geometry
-from ropecli.model.rotary import add_log_n_hooks, apply_schedule, find_rotary_slots, log_n_scale, restore, select_slots
-from ropecli.model.scoring import naive_window_nll, window_nll
-from ropecli.schedules import compute_schedule
+from ropecli.rope.factor_files import rope_parameters_block
+from ropecli.rope.geometry import Geometry
+from ropecli.models.patch import add_log_n_hooks, apply_schedule, find_rotary_slots, log_n_scale, restore, select_slots
+from ropecli.models.scoring import naive_window_nll, window_nll
+from ropecli.rope.methods import compute_schedule
 from tiny_models import L, VOCAB, base_of, build, rotary_dim
 
 FAMILIES = ["llama", "qwen2", "gpt_neox", "gemma3"]

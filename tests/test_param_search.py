@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from ropecli.cli import app
+from ropecli.cli.app import app
 from ropecli.errors import RopeCliError
-from ropecli.geometry import Geometry
-from ropecli.param_search import Dim, min_budget, optimize, parse_vary, start_point
+from ropecli.rope.geometry import Geometry
+from ropecli.tuning.param_search import Dim, min_budget, optimize, parse_vary, start_point
 from tiny_models import save_tiny
 
 runner = CliRunner()
@@ -90,10 +90,10 @@ def tiny_dir(tmp_path_factory):
 
 
 def test_held_out_windows_are_disjoint_from_the_searched_ones(tiny_dir):
-    from ropecli.cache import EvalCache
-    from ropecli.data import load_documents
-    from ropecli.evaluate import Evaluator
-    from ropecli.model.load import load_model
+    from ropecli.evaluation.cache import EvalCache
+    from ropecli.evaluation.data import load_documents
+    from ropecli.evaluation.evaluator import Evaluator
+    from ropecli.models.load import load_model
 
     lm = load_model(tiny_dir)
     ev = Evaluator(lm, samples=3, cache=EvalCache(enabled=False))
@@ -147,7 +147,7 @@ def test_llama3_points_outside_the_joint_domain_are_infeasible_not_fatal(tiny_di
 
 
 def test_interrupted_search_resumes(tiny_dir, tmp_path, monkeypatch):
-    from ropecli.evaluate import Evaluator
+    from ropecli.evaluation.evaluator import Evaluator
 
     full = json.loads(search(tiny_dir, tmp_path / "ref").stdout)
     real = Evaluator._compute

@@ -1,6 +1,8 @@
-"""The README's commands work: every `ropecli …` line in its bash blocks runs and exits 0.
+"""The documentation's commands work: every `ropecli …` line in the bash blocks of README.md and of
+every docs/*.md page runs and exits 0 (```text blocks are illustrations and are not run).
 Lines that name a hub model or a GGUF path (`--model …`) need the network or a download and are
-checked for their flags only (`--help` of the same command parses)."""
+checked for their flags only (`--help` of the same command parses). Every picture the pages show is
+a file in the repository."""
 
 import re
 import shlex
@@ -11,31 +13,64 @@ from typer.testing import CliRunner
 
 from ropecli.cli import app
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+PAGES = [README, *DOCS]
+
+FIRST_COMMANDS = [  # CI runs the README's install and test lines as they are written
+    'pip install -e ".[test]" -c constraints/cpu.txt',
+    "ropecli search-b",
+    "python -m pytest -q",
+]
 
 
-def readme_commands() -> list[str]:
-    blocks = re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S)
-    lines = [ln.split("  #")[0].strip() for block in blocks for ln in block.splitlines()]
-    return [ln for ln in lines if ln.startswith("ropecli ")]
+def bash_lines(page: Path) -> list[str]:
+    blocks = re.findall(r"```bash\n(.*?)```", page.read_text(), flags=re.S)
+    return [ln.split("  #")[0].strip() for block in blocks for ln in block.splitlines()]
 
 
-COMMANDS = readme_commands()
+def page_commands(page: Path) -> list[str]:
+    return [ln for ln in bash_lines(page) if ln.startswith("ropecli ")]
+
+
+def name(page: Path) -> str:
+    return page.relative_to(ROOT).as_posix()
+
+
+COMMANDS = [(name(page), line) for page in PAGES for line in page_commands(page)]
 
 
 def test_readme_has_commands():
-    assert len(COMMANDS) >= 15
-    assert "ropecli search-b" in COMMANDS  # the quick start's main job
+    assert bash_lines(README)[: len(FIRST_COMMANDS)] == FIRST_COMMANDS  # the first commands, first
+    docs_commands = [line for page, line in COMMANDS if page != "README.md"]
+    assert len(docs_commands) >= 15
+    for page in ("docs/methods.md", "docs/evaluation.md", "docs/search-and-advise.md", "docs/export.md"):
+        assert any(p == page for p, _ in COMMANDS), f"{page} has no tested command"
+
+
+def test_readme_is_a_front_page():
+    text = README.read_text()
+    assert len(text.splitlines()) <= 250
+    for page in DOCS:  # every docs page is reachable from the README
+        assert f"({name(page)})" in text, f"README does not link {name(page)}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=name)
+def test_pictures_exist(page):
+    targets = re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", page.read_text())
+    missing = [t for t in targets if not (page.parent / t).is_file()]
+    assert not missing, f"{name(page)} shows missing pictures: {missing}"
 
 
 @pytest.fixture(scope="module")
 def shared_cache(tmp_path_factory):
-    """One evaluation cache for all README commands, as a user running them in turn would have."""
+    """One evaluation cache for all documented commands, as a user running them in turn would have."""
     return str(tmp_path_factory.mktemp("readme-cache"))
 
 
-@pytest.mark.parametrize("line", COMMANDS)
-def test_readme_command(line, tmp_path, monkeypatch, shared_cache):
+@pytest.mark.parametrize(("page", "line"), COMMANDS, ids=[f"{p}: {ln}" for p, ln in COMMANDS])
+def test_readme_command(page, line, tmp_path, monkeypatch, shared_cache):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ROPECLI_CACHE_DIR", shared_cache)
     args = shlex.split(line)[1:]
@@ -48,4 +83,4 @@ def test_readme_command(line, tmp_path, monkeypatch, shared_cache):
         assert all(f in r.output for f in flags), [f for f in flags if f not in r.output]
         return
     r = runner.invoke(app, args)
-    assert r.exit_code == 0, f"{line}\n{r.output}"
+    assert r.exit_code == 0, f"{page}: {line}\n{r.output}"

@@ -21,9 +21,9 @@ def gguf_path():
 def test_chunked_equals_naive_on_gemma3(gguf_path):
     import torch
 
-    from ropecli.data import load_documents, sample_windows, tokenize_documents
-    from ropecli.model.load import load_model
-    from ropecli.model.scoring import naive_window_nll, window_nll
+    from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
+    from ropecli.models.load import load_model
+    from ropecli.models.scoring import naive_window_nll, window_nll
 
     lm = load_model(gguf_path, dtype="fp32", device="cpu")
     assert lm.rotary_dim == 256 and lm.layer_types == ["full_attention", "sliding_attention"]
@@ -40,7 +40,7 @@ def test_chunked_equals_naive_on_gemma3(gguf_path):
 def test_ppl_cli_on_gemma3(gguf_path, tmp_path):
     from typer.testing import CliRunner
 
-    from ropecli.cli import app
+    from ropecli.cli.app import app
 
     r = CliRunner().invoke(app, ["ppl", "--model", gguf_path, "--len", "512", "--method", "pi", "--k", "4",
                                  "--samples", "1", "--json", "--cache-dir", str(tmp_path)])
@@ -56,9 +56,9 @@ def test_export_hf_from_gemma3_gguf_reproduces_ppl(gguf_path, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from typer.testing import CliRunner
 
-    from ropecli.cli import app
-    from ropecli.data import load_documents, sample_windows, tokenize_documents
-    from ropecli.model.scoring import window_nll
+    from ropecli.cli.app import app
+    from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
+    from ropecli.models.scoring import window_nll
 
     runner = CliRunner()
     out = tmp_path / "gemma-512"

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from ropecli.errors import RopeCliError
-from ropecli.geometry import Geometry, critical_pair
-from ropecli.schedules import compute_schedule, method_names
+from ropecli.rope.geometry import Geometry, critical_pair
+from ropecli.rope.methods import compute_schedule, method_names
 
 GEOMS = [Geometry(d, base, L, k) for d in (4, 64, 128) for base in (1e4, 1e6) for L in (512, 4096) for k in (1.0, 2.0, 8.0, 32.0)]
 

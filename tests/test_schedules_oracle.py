@@ -10,8 +10,8 @@ torch = pytest.importorskip("torch")
 from transformers import LlamaConfig  # noqa: E402
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
 
-from ropecli.geometry import Geometry  # noqa: E402
-from ropecli.schedules import compute_schedule  # noqa: E402
+from ropecli.rope.geometry import Geometry  # noqa: E402
+from ropecli.rope.methods import compute_schedule  # noqa: E402
 
 GRID = list(itertools.product([64, 80, 128, 256], [1e4, 5e5, 1e6], [1.0, 2.0, 8.0, 32.0], [2048, 4096, 8192]))
 

@@ -8,9 +8,9 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-from ropecli.cli import app
+from ropecli.cli.app import app
 from ropecli.errors import RopeCliError
-from ropecli.search import golden_section, grid_evaluations, interior_evaluations, local_maxima
+from ropecli.tuning.search import golden_section, grid_evaluations, interior_evaluations, local_maxima
 from tiny_models import save_tiny
 
 runner = CliRunner()
@@ -96,7 +96,7 @@ def test_search_end_to_end_and_cached_rerun(tiny_dir, tmp_path):
 
 
 def test_interrupted_search_resumes(tiny_dir, tmp_path, monkeypatch):
-    from ropecli.evaluate import Evaluator
+    from ropecli.evaluation.evaluator import Evaluator
 
     full = json.loads(search(tiny_dir, tmp_path / "ref").stdout)
     real = Evaluator._compute
@@ -147,8 +147,8 @@ def test_exported_config_reproduces_patched_ppl(tiny_dir, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from ropecli.data import load_documents, sample_windows, tokenize_documents
-    from ropecli.model.scoring import naive_window_nll
+    from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
+    from ropecli.models.scoring import naive_window_nll
     from tiny_models import char_tokenizer
 
     export = tmp_path / "rope.json"

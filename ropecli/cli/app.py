@@ -1,0 +1,51 @@
+"""The `ropecli` command: registers the commands; the work lives in the modules they call."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from ropecli import __version__
+from ropecli.cli.common import OneLineErrorsGroup
+from ropecli.cli.commands import advise, analysis, evaluate, export, metrics, plot, search
+
+app = typer.Typer(
+    name="ropecli",
+    help="Choose how to stretch a RoPE model's context window: frequencies, schedules, perplexity, and the mixed-base b search.",
+    cls=OneLineErrorsGroup,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool):
+    if value:
+        print(f"ropecli {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = None):
+    """ropecli: RoPE context-extension workbench."""
+
+
+app.command("freqs")(analysis.freqs)
+app.command("digits")(analysis.digits)
+app.command("schedule")(analysis.schedule)
+app.command("methods")(analysis.methods)
+app.command("ppl")(evaluate.ppl)
+app.command("compare")(evaluate.compare)
+app.command("passkey")(metrics.passkey)
+app.command("kl")(metrics.kl)
+app.command("search")(search.search)
+app.command("search-b")(search.search_b)
+app.command("export")(export.export)
+app.command("advise")(advise.advise)
+app.add_typer(plot.app, name="plot")
+
+
+def main() -> None:
+    app()

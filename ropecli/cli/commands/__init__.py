@@ -1,0 +1,1 @@
+"""Typer commands, one module per family; `ropecli.cli.app` registers them."""

@@ -1,0 +1,172 @@
+"""`ropecli advise`: the tournament (`ropecli.tuning.advise.run_advise`: searches, ranking, the winner
+exported through the same function as `ropecli export`), then advice.json and report.md in --out."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ropecli.cli.common import console, emit_json, handle_errors
+from ropecli.cli.options import (OUTPUT, CandidatesOpt, DataOptions, EvalOptions, HeldOutOpt, MaxShortKlOpt,
+                                 MaxShortRegressionOpt, ModelOptions, PasskeyOptions, flat_choices, with_option_groups)
+from ropecli.cli.session import open_session
+from ropecli.errors import RopeCliError
+
+ADVISE = "Advise"
+MARKER = ".ropecli-advise"  # a folder advise made: a rerun may write into it again
+
+
+@handle_errors
+@with_option_groups
+def advise(
+    model: ModelOptions,
+    data: DataOptions,
+    evaluation: EvalOptions,
+    prompts: PasskeyOptions,
+    out: Annotated[str, typer.Option("--out", "-o", rich_help_panel=OUTPUT, help="Folder for advice.json, report.md, pictures and configs.")] = "ropecli-advice",
+    candidates: CandidatesOpt = None,
+    with_log_n: Annotated[bool, typer.Option("--with-log-n", rich_help_panel=ADVISE, help="Add every candidate with log-n.")] = False,
+    budget: Annotated[int, typer.Option("--budget", min=4, rich_help_panel=ADVISE, help="Evaluations per searched candidate.")] = 12,
+    held_out: HeldOutOpt = None,
+    max_short_kl: MaxShortKlOpt = None,
+    max_short_regression: MaxShortRegressionOpt = None,
+    min_passkey: Annotated[Optional[float], typer.Option(
+        "--min-passkey", min=0.0, max=1.0, rich_help_panel=ADVISE, help="Out if passkey accuracy at the longest target is below this.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", rich_help_panel=OUTPUT, help="Print advice.json to stdout too.")] = False,
+):
+    """Which context extension for my model: every method on the same windows, ranked, exported.
+
+    Searches YaRN's betas, the mixed b and the clamped mixed family on the searched windows, then
+    ranks every candidate on held-out windows by the written rule (constraints, mean log-PPL, ties by
+    paired 95% going to the smallest cost within L) and exports the winner for transformers, vLLM
+    and (GGUF input) llama.cpp. Every evaluation is cached: an interrupted run resumes.
+
+    Examples: ropecli advise
+              ropecli advise --model meta-llama/Llama-2-7b-hf --len 32768 --len 65536 --out llama-advice
+    """
+    from ropecli.cli.session import overall_progress
+    from ropecli.evaluation.evaluator import check_lengths
+    from ropecli.rope.spec import target_factor
+    from ropecli.tuning.advise import CANDIDATES, advise as run_advise, estimate_units, export_winner
+
+    names = flat_choices(candidates, CANDIDATES)
+    prompts.parsed_depths(), prompts.checked_digits()
+    out_dir = prepare_out(out)
+    session = open_session(model, data, evaluation, quiet=as_json, passkey=prompts)
+    rope = session.rope
+    lengths = check_lengths(evaluation.length or [8 * rope.train_len])
+    held = session.held_out(held_out)
+    for n in lengths:
+        session.ev.check_inputs("ppl", n), held.ev.check_inputs("ppl", n)
+    notes: list[str] = []
+    try:
+        held.ev.check_inputs("passkey", rope.train_len)
+        passkey = True
+    except RopeCliError as exc:  # L shorter than the prompt: no passkey test possible at all
+        passkey = False
+        notes.append(f"passkey skipped: {exc}")
+    if passkey:
+        held.ev.check_inputs("passkey", max(lengths))
+    geom = rope.geometry(target_factor(evaluation.k, lengths, rope.train_len))
+    with overall_progress(estimate_units(names, with_log_n, budget, lengths, session.inputs, held.inputs), "advise") as bar:
+        session.progress = held.progress = bar
+        result = run_advise(session.run, held.run, geom, lengths, names=names, budget=budget, with_log_n=with_log_n,
+                            factor=evaluation.k, max_short_kl=max_short_kl, max_short_regression=max_short_regression,
+                            min_passkey=min_passkey, passkey=passkey, note=notes.append)
+    result = {**session.header(), **result, "notes": notes, "searched_windows": session.inputs.samples,
+              "held_out_windows": held.inputs.samples, "held_out_first_window": held.inputs.first_window,
+              "forward_passes": session.forward_passes() + held.forward_passes(), "cache": session.cache_stats()}
+    if session.is_main:
+        from ropecli.files import atomic_write_text
+        from ropecli.report.advice import write_report
+
+        result["exports"] = export_winner(result, rope, model.model, model.gguf_file, out_dir)
+        result["commands"] = reproduce_commands(result, model, data, lengths, out, with_log_n, budget)
+        write_report(result, out_dir, rope.geometry(result["factor"]), rope.name)
+        atomic_write_text(out_dir / "advice.json", json.dumps(result, indent=1, default=_plain))
+    if as_json:
+        return emit_json(result)
+    print_advice(result, out_dir)
+
+
+def prepare_out(out: str) -> Path:
+    """--out must be creatable and writable, and empty unless an earlier advise made it."""
+    p = Path(out)
+    if p.exists() and not p.is_dir():
+        raise RopeCliError(f"--out {out} is a file; pass a folder")
+    if p.exists() and any(p.iterdir()) and not (p / MARKER).exists():
+        raise RopeCliError(f"--out {out} is not empty and was not made by ropecli advise; pass a new or empty folder")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        (p / MARKER).write_text("made by ropecli advise; a rerun writes here again\n")
+    except OSError as exc:
+        raise RopeCliError(f"--out {out} is not writable ({exc.strerror}); pass a folder you can write") from None
+    return p
+
+
+def reproduce_commands(result, model: ModelOptions, data: DataOptions, lengths, out, with_log_n, budget) -> list[str]:
+    parts = ["ropecli", "advise"]
+    if model.model:
+        parts += ["--model", model.model]
+    for n in lengths:
+        parts += ["--len", str(n)]
+    for d in data.data or []:
+        parts += ["--data", d]
+    parts += ["--samples", str(data.samples), "--seed", str(data.seed), "--budget", str(budget), "--out", out]
+    if with_log_n:
+        parts.append("--with-log-n")
+    return [" ".join(shlex.quote(p) for p in parts), *[e["command"] for e in result.get("exports", []) if e["command"]]]
+
+
+def print_advice(result: dict, out_dir: Path) -> None:
+    from rich.table import Table
+
+    from ropecli.evaluation.stats import fmt_diff
+
+    con = console()
+    con.print(f"[bold]winner: {result['winner_label']}[/] — {result['verdict']}", highlight=False)
+    t = Table(title=f"advise on {result['model']} (L = {result['train_len']}): held-out windows "
+                    f"{result['held_out_first_window']}…{result['held_out_first_window'] + result['held_out_windows'] - 1}, "
+                    f"k = {result['factor']:g}")
+    t.add_column("rank", justify="right")
+    t.add_column("candidate")
+    for n in result["lengths"]:
+        t.add_column(f"PPL @ {n}", justify="right")
+    t.add_column("Δ vs best (paired)", justify="right")
+    if result["passkey_measured"]:
+        t.add_column(f"passkey @ {max(result['lengths'])}", justify="right")
+    t.add_column("KL @ L", justify="right")
+    t.add_column("PPL rise @ L", justify="right")
+    t.add_column("note")
+    for r in sorted(result["rows"], key=lambda r: (bool(r["excluded"]), r["objective"])):
+        note = "winner" if r["candidate"] == result["winner"] else ("tied" if r["tied"] else "")
+        if r["excluded"]:
+            note = "out: " + "; ".join(r["excluded"])
+        cells = [str(r.get("rank", "—")), f"{r['candidate']}: {r['label']}",
+                 *[f"{r['ppl'][str(n)]:.4g}" for n in result["lengths"]], fmt_diff({**r["vs_best"], "best": r["objective"] ==
+                                                                                     min(x["objective"] for x in result["rows"])})]
+        if result["passkey_measured"]:
+            cells.append(f"{r['passkey_accuracy']:.0%}")
+        cells += [f"{r['short_kl']:.4f}", f"{r['short_rise_percent']:+.2f}%", note]
+        t.add_row(*cells, style="bold green" if note == "winner" else "")
+    con.print(t)
+    for n in result["notes"]:
+        con.print(f"note: {n}", highlight=False)
+    con.print(f"rule: {result['rule']}", highlight=False)
+    for e in result["exports"]:
+        con.print(f"{e['runtime']}: {'ok' if e['ok'] else 'not written'} — {e['command'] or e['output']}", highlight=False,
+                  soft_wrap=True)
+    con.print(f"wrote {out_dir}/advice.json and {out_dir}/report.md; {result['forward_passes']} forward passes, "
+              f"{result['cache']['hits']} cached results reused", highlight=False)
+
+
+def _plain(x):
+    import numpy as np
+
+    if isinstance(x, np.generic):
+        return x.item()
+    raise TypeError(f"not JSON: {type(x)}")

@@ -1,0 +1,65 @@
+"""`ropecli plot` (an overview), `ropecli plot freqs` and `ropecli plot schedule`: pictures of the
+analytical commands, for a given geometry or the one in `--model`'s config."""
+
+from __future__ import annotations
+
+import typer
+
+from ropecli.cli.common import OneLineErrorsGroup, console, geometry_of, handle_errors, schedules_of
+from ropecli.cli.options import (DEFAULT_METHOD, OVERVIEW_METHODS, PLOT_SCHEDULE_METHODS, GeometryOptions, OutOpt,
+                                 ScheduleOptions, with_option_groups)
+
+app = typer.Typer(help="Draw RoPE pictures to PNG, SVG or PDF; with no subcommand, an overview.", cls=OneLineErrorsGroup,
+                  invoke_without_command=True)
+
+
+def _draw(draw, out: str, geometry: GeometryOptions, schedule: ScheduleOptions, default: str) -> None:
+    from ropecli.report.plots import check_out
+
+    check_out(out)
+    geom, _ = geometry_of(geometry)
+    console().print(f"wrote {draw(geom, schedules_of(geom, schedule, default), out)}")
+
+
+@app.callback()
+@handle_errors
+@with_option_groups
+def overview(ctx: typer.Context, geometry: GeometryOptions, schedule: ScheduleOptions, out: OutOpt = None):
+    """Without a subcommand: wavelengths before and after, and Lambda_m, of none, PI, NTK-fixed and
+    mixed on one figure (default ropecli.png).
+
+    Examples: ropecli plot
+              ropecli plot --model meta-llama/Llama-2-7b-hf --k 8 --out llama.png
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from ropecli.report.plots import plot_overview
+
+    _draw(plot_overview, out or "ropecli.png", geometry, schedule, OVERVIEW_METHODS)
+
+
+@app.command("freqs")
+@handle_errors
+@with_option_groups
+def plot_freqs(geometry: GeometryOptions, schedule: ScheduleOptions, out: OutOpt = None):
+    """Wavelength per pair (log axis) before and after the schedules, with the L and k*L lines.
+
+    Example: ropecli plot freqs --d 128 --k 8 --method pi,ntk-fixed,mixed --out freqs.png
+    """
+    from ropecli.report.plots import plot_wavelengths
+
+    _draw(plot_wavelengths, out or "freqs.png", geometry, schedule, DEFAULT_METHOD)
+
+
+@app.command("schedule")
+@handle_errors
+@with_option_groups
+def plot_schedule(geometry: GeometryOptions, schedule: ScheduleOptions, out: OutOpt = None):
+    """Lambda_m and lambda_m of several methods, or of several b, overlaid.
+
+    Examples: ropecli plot schedule --method pi,ntk-old,ntk-fixed,mixed,yarn --out schedule.png
+              ropecli plot schedule --method mixed --b 0 --b 0.25 --b 0.625 --b 1 --out b.svg
+    """
+    from ropecli.report.plots import plot_factors
+
+    _draw(plot_factors, out or "schedule.png", geometry, schedule, PLOT_SCHEDULE_METHODS)

@@ -1,0 +1,184 @@
+"""Shared pieces of the Typer commands: the error boundary (one line per error, usage errors
+included), geometry and schedules from option groups, and output helpers. Imports nothing heavy
+(no torch, no matplotlib); the options themselves are in `ropecli.cli.options`."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import sys
+from typing import Any
+
+import typer
+from typer.core import TyperGroup
+
+from ropecli.errors import RopeCliError
+
+DEBUG_ENV = "ROPECLI_DEBUG"
+
+
+def fail(message: str, code: int = 1):
+    """Print one line to stderr and leave with `code` (no traceback); under torchrun the line names its rank."""
+    from ropecli.evaluation.distributed import rank_prefix
+
+    print(f"Error: {rank_prefix()}{message}", file=sys.stderr)
+    raise typer.Exit(code)
+
+
+def _secondary_rank() -> bool:
+    from ropecli.evaluation.distributed import world_from_env
+
+    rank, world, _ = world_from_env()
+    return world > 1 and rank > 0
+
+
+def _lost_peer(exc: BaseException) -> bool:
+    """A collective that failed because another rank stopped (its own line says why)."""
+    text = f"{type(exc).__name__} {exc}".lower()
+    return any(w in text for w in ("gloo", "nccl", "connection", "distbackenderror", "distnetworkerror", "timed out", "peer"))
+
+
+def handle_errors(fn):
+    """Error boundary of every command: a RopeCliError becomes one line and exit 1; an interrupt
+    exits 130; anything else is one line too, with its traceback only when ROPECLI_DEBUG=1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        debug = bool(os.environ.get(DEBUG_ENV))
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort):
+            raise
+        except RopeCliError as exc:
+            if debug:
+                raise
+            fail(str(exc))
+        except KeyboardInterrupt:
+            if debug:
+                raise
+            if _secondary_rank():  # torchrun interrupts every rank; rank 0 says it once
+                raise typer.Exit(130) from None
+            fail("interrupted; finished evaluations are kept in the cache, rerun the same command to resume", 130)
+        except BrokenPipeError:  # output piped into `head` and closed: not an error
+            sys.stderr.close()
+            raise typer.Exit(0) from None
+        except Exception as exc:  # a bug or an environment failure: one line unless debugging
+            if debug or _is_usage_error(exc):
+                raise
+            if _lost_peer(exc):
+                if _secondary_rank():  # the rank that failed, or rank 0, says what happened
+                    raise typer.Exit(1) from None
+                fail(f"another rank stopped or timed out ({str(exc).splitlines()[0][:200]}); finished evaluations "
+                     "are kept in the cache, rerun the same command to resume")
+            fail(f"{exc.__class__.__name__}: {exc} (set {DEBUG_ENV}=1 to see the traceback)")
+
+    return wrapper
+
+
+def _is_usage_error(exc: Exception) -> bool:
+    """Click's own exceptions (vendored by some typer versions) carry their own exit code and message."""
+    return any(c.__name__ in ("ClickException", "UsageError") for c in type(exc).__mro__)
+
+
+def geometry_of(opts):
+    """(Geometry, RopeConfig or None): the analysis commands' geometry from a GeometryOptions; with --model, its config is read
+    (no weights, no torch) and described on stderr, as the evaluating commands describe a loaded model."""
+    from ropecli.cli.flags import geometry_from_flags
+
+    geom, rope = geometry_from_flags(opts.d, opts.base, opts.train_len, opts.k, opts.target_len,
+                                     opts.model, opts.gguf_file, opts.rope_layers)
+    if rope is not None:
+        stderr_console().print(f"model {rope.describe()}", highlight=False)
+    return geom, rope
+
+
+def schedules_of(geom, opts, default: str) -> list:
+    """The Schedules a ScheduleOptions asks for, on one geometry (one per method, per b for mixed)."""
+    from ropecli.cli.flags import specs_from_flags
+
+    return [spec.schedule(geom) for spec in specs_from_flags(opts.method, opts.b, opts.param, opts.factors, default=default)]
+
+
+def emit_json(obj: Any) -> None:
+    """JSON on stdout; NaN/inf become null so every parser reads it."""
+    print(json.dumps(_clean(obj), indent=2))
+
+
+def _clean(obj: Any) -> Any:
+    if hasattr(obj, "to_json"):  # an EvalResult
+        return _clean(obj.to_json())
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if hasattr(obj, "tolist"):
+        return _clean(obj.tolist())
+    if hasattr(obj, "item"):
+        return _clean(obj.item())
+    return obj
+
+
+def g4(x: float) -> str:
+    """4 significant digits, the table format for every float."""
+    return f"{x:.4g}"
+
+
+def console():
+    from rich.console import Console
+
+    out = Console()
+    if not out.is_terminal:  # piped into a file or a pager: don't squeeze tables into 80 columns
+        out.width = max(out.width, 200)
+    return out
+
+
+def stderr_console():
+    """Messages and progress for people, on stderr (stdout stays clean for --json and pipes); under
+    torchrun only rank 0 shows them."""
+    from rich.console import Console
+
+    from ropecli.evaluation.distributed import world_from_env
+
+    if world_from_env()[0] > 0:
+        return Console(file=open(os.devnull, "w"))
+    err = Console(stderr=True)
+    if not err.is_terminal:  # a log file: one message per line, not wrapped at 80 columns
+        err.width = max(err.width, 200)
+    return err
+
+
+class OneLineErrorsGroup(TyperGroup):
+    """A command group whose usage errors (a value out of range, an unknown choice or flag) are one
+    line, `Error: … (see 'ropecli CMD --help')`, exit 2, like every other ropecli error."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        from ropecli.evaluation.distributed import shutdown
+
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except Exception as exc:  # click's, or the copy of click that typer vendors: matched by name
+            shutdown(clean=False)
+            kinds = {c.__name__ for c in type(exc).__mro__}
+            if "NoArgsIsHelpError" in kinds:
+                print(exc.format_message(), file=sys.stderr)
+            elif "ClickException" in kinds:
+                where = exc.ctx.command_path if getattr(exc, "ctx", None) else "ropecli"
+                print(f"Error: {exc.format_message()} (see '{where} --help')", file=sys.stderr)
+            elif "Abort" in kinds:
+                print("Aborted.", file=sys.stderr)
+            else:
+                raise
+            sys.exit(getattr(exc, "exit_code", 1))
+        code = rv if isinstance(rv, int) else 0
+        from ropecli.cli.session import closing_notes
+
+        for line in closing_notes():
+            stderr_console().print(line, highlight=False)
+        shutdown(clean=code == 0)
+        sys.exit(code)

@@ -1,0 +1,322 @@
+"""Every command-line option of ropecli, defined once, and the option groups the commands share.
+
+An option group is a dataclass whose fields are Typer options; `rich_help_panel` puts them under a
+named panel in `--help`. A command takes a whole group as one parameter,
+
+    @handle_errors
+    @with_option_groups
+    def ppl(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, output: OutputOptions, ...): ...
+
+and `with_option_groups` shows Typer the group's fields as the command's own flags, then hands the
+command the dataclass built from the parsed values. Ranges and choices are Typer's (`min=`, `max=`,
+enums), so bad values are refused before any work; the usage error is one line
+(`cli_common.OneLineErrorsGroup`).
+
+Renamed flags keep their old spelling as a hidden alias: `--head-dim` (now `--d` / `--rotary-dim`),
+`--methods` (now repeatable `--method`, comma lists accepted).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import typing
+from dataclasses import dataclass
+from enum import Enum
+from typing import Annotated, Optional
+
+import click
+import typer
+
+from ropecli.evaluation.results import Metric
+from ropecli.tuning.advise import Candidate
+from ropecli.tuning.objective import Objective
+from ropecli.tuning.optimizers import Optimizer
+
+MODEL, GEOMETRY, SCHEDULE, DATA, EVALUATION, OUTPUT, SEARCH = "Model", "Geometry", "Schedule", "Data", "Evaluation", "Output", "Search"
+
+# The methods each command shows when no --method is given, in one place.
+DEFAULT_METHOD = "mixed"  # ppl, freqs, digits, schedule, export, plot freqs
+COMPARE_METHODS = "none,pi,ntk-old,ntk-fixed,mixed"  # the article's table
+PASSKEY_METHODS = "none,mixed"
+KL_METHODS = "pi,ntk-aware,ntk-fixed,dynamic,yarn,llama3,mixed"
+OVERVIEW_METHODS = "none,pi,ntk-fixed,mixed"  # `ropecli plot`
+PLOT_SCHEDULE_METHODS = "pi,ntk-old,ntk-fixed,mixed,yarn"
+
+# --- the options, one definition each -------------------------------------------------------
+
+class Dtype(str, Enum):
+    auto = "auto"  # fp32 on CPU, bf16 on CUDA (fp16 where bf16 is unsupported)
+    bf16 = "bf16"
+    fp16 = "fp16"
+    fp32 = "fp32"
+
+
+class OutputFormat(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+    hf = "hf"  # transformers rope_parameters block
+
+
+ModelOpt = Annotated[Optional[str], typer.Option(
+    "--model", rich_help_panel=MODEL,
+    help="HF hub id, local folder, or .gguf file. Evaluating commands load it (default: the built-in model); "
+         "analysis commands read only its config (d, base, L).")]
+GgufOpt = Annotated[Optional[str], typer.Option("--gguf-file", rich_help_panel=MODEL, help="GGUF file name inside --model's folder or repo.")]
+RopeLayersOpt = Annotated[Optional[str], typer.Option(
+    "--rope-layers", rich_help_panel=MODEL,
+    help="Models with RoPE per layer type (Gemma 3): which to scale (default full_attention; 'all'; a comma list).")]
+DOpt = Annotated[Optional[int], typer.Option(
+    "--d", "--rotary-dim", min=1, rich_help_panel=MODEL,
+    help="Rotary dimension d of one head (head_dim x partial_rotary_factor). Read from --model (a loaded model's "
+         "must match); analysis commands without --model: 128.")]
+HeadDimAliasOpt = Annotated[Optional[int], typer.Option("--head-dim", min=1, hidden=True, help="Old name of --d.")]
+BaseOpt = Annotated[Optional[float], typer.Option(
+    "--base", rich_help_panel=MODEL,
+    help="RoPE base (rope_theta); overrides --model's. Analysis commands without --model: 10000.")]
+TrainLenOpt = Annotated[Optional[int], typer.Option(
+    "--train-len", "-L", min=1, rich_help_panel=MODEL,
+    help="Training context length L; overrides --model's. Analysis commands without --model: 4096.")]
+DtypeOpt = Annotated[Dtype, typer.Option("--dtype", rich_help_panel=MODEL, help="Weights' dtype (auto: fp32 on CPU, bf16 on CUDA).")]
+DeviceOpt = Annotated[str, typer.Option("--device", rich_help_panel=MODEL, help="auto | cpu | cuda | cuda:N.")]
+DeviceMapOpt = Annotated[Optional[str], typer.Option(
+    "--device-map", rich_help_panel=MODEL, help="accelerate device map, e.g. auto (models larger than one GPU).")]
+AttnOpt = Annotated[Optional[str], typer.Option("--attn-implementation", rich_help_panel=MODEL, help="eager | sdpa | flash_attention_2 …")]
+TrustOpt = Annotated[bool, typer.Option("--trust-remote-code", rich_help_panel=MODEL, help="Allow the model repo's own code (off by default).")]
+
+KOpt = Annotated[Optional[float], typer.Option(
+    "--k", "--factor", min=1.0, rich_help_panel=SCHEDULE,
+    help="Extension factor k (default: target length / L, from --target-len or each --len; 8 without either).")]
+TargetLenOpt = Annotated[Optional[int], typer.Option(
+    "--target-len", min=1, rich_help_panel=SCHEDULE, help="Target context length; sets k = target-len / L.")]
+MethodOpt = Annotated[Optional[list[str]], typer.Option(
+    "--method", "-m", rich_help_panel=SCHEDULE, help="Scaling method (see `ropecli methods`); repeat or comma-separate for several.")]
+MethodsAliasOpt = Annotated[Optional[list[str]], typer.Option("--methods", hidden=True, help="Old name of --method.")]
+BOpt = Annotated[Optional[list[float]], typer.Option(
+    "--b", rich_help_panel=SCHEDULE, help="Exponent b of the mixed method (default 0.625; [0, 1] for the seed's family, up to 16 with --param critical=M); repeat for several.")]
+ParamOpt = Annotated[Optional[list[str]], typer.Option(
+    "--param", rich_help_panel=SCHEDULE, help="Method parameter KEY=VALUE, e.g. beta_fast=32 (repeatable).")]
+FactorsOpt = Annotated[Optional[str], typer.Option(
+    "--factors", rich_help_panel=SCHEDULE, help="JSON/CSV file of d/2 factors for the longrope method.")]
+LogNOpt = Annotated[bool, typer.Option(
+    "--log-n", rich_help_panel=SCHEDULE,
+    help="Scale the query at position n by max(1, log_L n) (Su, 'Transformer Upgrade Road 11').")]
+
+DataOpt = Annotated[Optional[list[str]], typer.Option(
+    "--data", rich_help_panel=DATA, help="Text file, folder, .jsonl, or hf:DATASET (default: held-out Shakespeare).")]
+TextFieldOpt = Annotated[str, typer.Option("--text-field", rich_help_panel=DATA, help="JSONL / dataset field holding the text.")]
+SamplesOpt = Annotated[int, typer.Option("--samples", min=1, rich_help_panel=DATA, help="Windows per length (documents, YaRN-style).")]
+SeedOpt = Annotated[int, typer.Option("--seed", rich_help_panel=DATA, help="Seed of the document sampling.")]
+
+DepthsOpt = Annotated[str, typer.Option(
+    "--depths", rich_help_panel=EVALUATION,
+    help="Passkey: where the key sits in the filler, comma list in [0, 1] (0 = right after BOS, farthest from the question).")]
+DigitsOpt = Annotated[int, typer.Option("--digits", rich_help_panel=EVALUATION, help="Passkey: digits of a key (1..20).")]
+class CommaChoices(click.ParamType):
+    """Values of an Enum, repeatable and comma-separated (`--metric ppl,kl --metric passkey`), checked by
+    click before any work: a wrong one is a one-line usage error naming the choices."""
+
+    def __init__(self, enum: type[Enum]):
+        self.choices = [e.value for e in enum]
+        self.name = "[" + "|".join(self.choices) + "],…"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, list):
+            return value
+        names = [n.strip() for n in str(value).split(",") if n.strip()]
+        bad = [n for n in names if n not in self.choices] or ([] if names else [repr(value)])
+        if bad:
+            self.fail(f"{bad[0]} is not one of {', '.join(self.choices)} (a comma list is fine)", param, ctx)
+        return names
+
+
+def flat_choices(values: list | None, default: tuple[str, ...]) -> list[str]:
+    """The chosen values of a CommaChoices option, in order, each once."""
+    return list(dict.fromkeys([n for v in (values or [list(default)]) for n in (v if isinstance(v, list) else [v])]))
+
+
+MetricOpt = Annotated[Optional[list[str]], typer.Option(
+    "--metric", click_type=CommaChoices(Metric), rich_help_panel=EVALUATION,
+    help="What to measure: ppl, passkey, kl (repeat or comma-separate). kl runs at L with the target's k.")]
+ObjectiveOpt = Annotated[Objective, typer.Option(
+    "--objective", rich_help_panel=SEARCH, help="ppl: mean log-PPL over the lengths; passkey: mean passkey answer NLL over the lengths.")]
+OptimizerOpt = Annotated[Optimizer, typer.Option(
+    "--optimizer", rich_help_panel=SEARCH,
+    help="auto (golden-section for 1 parameter, Nelder-Mead for more), powell, nelder-mead, grid, golden.")]
+CandidatesOpt = Annotated[Optional[list[str]], typer.Option(
+    "--candidates", click_type=CommaChoices(Candidate), rich_help_panel="Advise",
+    help="Narrow the candidates (repeat or comma-separate).")]
+MaxShortKlOpt = Annotated[Optional[float], typer.Option(
+    "--max-short-kl", min=0.0, rich_help_panel=SEARCH,
+    help="Guard: mean KL against the unscaled model at the training length (target's k) at most this, nats/token.")]
+MaxShortRegressionOpt = Annotated[Optional[float], typer.Option(
+    "--max-short-regression", min=0.0, rich_help_panel=SEARCH,
+    help="Guard: PPL at the training length (with the target's k) may rise at most this many percent over none.")]
+HeldOutOpt = Annotated[Optional[int], typer.Option(
+    "--held-out", min=2, rich_help_panel=SEARCH,
+    help="Held-out windows for the verdict, after the searched ones (default: as many as --samples).")]
+ExportConfigOpt = Annotated[Optional[str], typer.Option(
+    "--export-config", rich_help_panel=OUTPUT, help="Write the transformers rope_parameters block of the best schedule.")]
+
+LenOpt = Annotated[Optional[list[int]], typer.Option("--len", min=2, rich_help_panel=EVALUATION, help="Evaluation length in tokens (repeatable).")]
+ChunkOpt = Annotated[Optional[int], typer.Option(
+    "--chunk-size", min=1, rich_help_panel=EVALUATION, help="Tokens per lm_head/cross-entropy chunk (default: 256 MiB of logits).")]
+ScoreLastOpt = Annotated[Optional[int], typer.Option(
+    "--score-last", min=1, rich_help_panel=EVALUATION, help="Score only the last N tokens of each window.")]
+NoCacheOpt = Annotated[bool, typer.Option("--no-cache", rich_help_panel=EVALUATION, help="Neither read nor write the evaluation cache.")]
+CacheDirOpt = Annotated[Optional[str], typer.Option(
+    "--cache-dir", rich_help_panel=EVALUATION, help="Evaluation cache folder (default ~/.cache/ropecli or $ROPECLI_CACHE_DIR).")]
+
+JsonOpt = Annotated[bool, typer.Option("--json", rich_help_panel=OUTPUT, help="Print JSON for programs instead of tables.")]
+PlotOpt = Annotated[Optional[str], typer.Option("--plot", rich_help_panel=OUTPUT, help="Write a PNG/SVG/PDF picture of the results.")]
+OutOpt = Annotated[Optional[str], typer.Option("--out", "-o", rich_help_panel=OUTPUT, help="Output file (.png, .svg or .pdf).")]
+
+
+# --- the groups -----------------------------------------------------------------------------
+
+@dataclass
+class ModelSourceOptions:
+    """Which model, and its RoPE geometry as read from it or given by hand."""
+    model: ModelOpt = None
+    gguf_file: GgufOpt = None
+    d: DOpt = None
+    head_dim: HeadDimAliasOpt = None
+    base: BaseOpt = None
+    train_len: TrainLenOpt = None
+    rope_layers: RopeLayersOpt = None
+
+    def __post_init__(self):
+        self.d = _alias(self.d, self.head_dim, "--d", "--head-dim")
+
+
+@dataclass
+class GeometryOptions(ModelSourceOptions):
+    """The analysis commands' geometry: from --model's config, or the flags, or LLaMA-2-7B's
+    defaults; and the factor k."""
+    k: KOpt = None
+    target_len: TargetLenOpt = None
+
+
+@dataclass
+class ModelOptions(ModelSourceOptions):
+    """Which model the evaluating commands load, where, and in what precision."""
+    dtype: DtypeOpt = Dtype.auto
+    device: DeviceOpt = "auto"
+    device_map: DeviceMapOpt = None
+    attn_implementation: AttnOpt = None
+    trust_remote_code: TrustOpt = False
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.dtype = Dtype(self.dtype).value
+
+
+@dataclass
+class ScheduleOptions:
+    """Which schedules: methods, b values, method parameters, a factor file."""
+    method: MethodOpt = None
+    methods: MethodsAliasOpt = None
+    b: BOpt = None
+    param: ParamOpt = None
+    factors: FactorsOpt = None
+
+    def __post_init__(self):
+        self.method = [*(self.method or []), *(self.methods or [])] or None
+
+
+@dataclass
+class DataOptions:
+    """The text the evaluating commands score, and how windows are drawn from it."""
+    data: DataOpt = None
+    text_field: TextFieldOpt = "text"
+    samples: SamplesOpt = 4
+    seed: SeedOpt = 0
+
+
+@dataclass
+class EvalOptions:
+    """Lengths, factor, log-n, and how each evaluation runs and is cached."""
+    length: LenOpt = None
+    k: KOpt = None
+    log_n: LogNOpt = False
+    chunk_size: ChunkOpt = None
+    score_last: ScoreLastOpt = None
+    no_cache: NoCacheOpt = False
+    cache_dir: CacheDirOpt = None
+
+
+@dataclass
+class PasskeyOptions:
+    """Passkey prompts: depths of the key and its length (ropecli.evaluation.passkey has the protocol)."""
+    depths: DepthsOpt = "0,0.25,0.5,0.75,1"
+    digits: DigitsOpt = 5
+
+    def parsed_depths(self) -> list[float]:
+        from ropecli.errors import RopeCliError
+        from ropecli.evaluation.passkey import check_depths
+
+        try:
+            values = [float(x) for x in self.depths.split(",") if x.strip()]
+        except ValueError:
+            raise RopeCliError(f"--depths {self.depths}: pass numbers in [0, 1], comma-separated, e.g. --depths 0,0.5,1") from None
+        if not values:
+            raise RopeCliError("--depths is empty; pass e.g. --depths 0,0.5,1")
+        return check_depths(values)
+
+    def checked_digits(self) -> int:
+        from ropecli.evaluation.passkey import check_digits
+
+        return check_digits(self.digits)
+
+
+@dataclass
+class OutputOptions:
+    """Tables for people, JSON for programs, and a picture."""
+    as_json: JsonOpt = False
+    plot: PlotOpt = None
+
+
+def _alias(value, old, new_name: str, old_name: str):
+    if old is not None and value is not None and old != value:
+        from ropecli.errors import RopeCliError
+
+        raise RopeCliError(f"{new_name} {value} and {old_name} {old} disagree; pass only {new_name}")
+    return value if value is not None else old
+
+
+# --- the decorator --------------------------------------------------------------------------
+
+def with_option_groups(fn):
+    """Let a command take option groups: Typer sees every group's fields as keyword options of the
+    command (in the command's parameter order); the command receives the dataclass instances."""
+    hints = typing.get_type_hints(fn, include_extras=True)
+    params: list[inspect.Parameter] = []
+    groups: dict[str, tuple[type, list[str]]] = {}
+    for p in inspect.signature(fn).parameters.values():
+        ann = hints.get(p.name, p.annotation)
+        if dataclasses.is_dataclass(ann):
+            field_hints = typing.get_type_hints(ann, include_extras=True)
+            fields = dataclasses.fields(ann)
+            groups[p.name] = (ann, [f.name for f in fields])
+            params += [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
+                                         annotation=field_hints[f.name]) for f in fields]
+        else:
+            params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=ann))
+    names = [p.name for p in params]
+    clash = {n for n in names if names.count(n) > 1}
+    if clash:
+        raise TypeError(f"{fn.__name__}: option names defined twice: {sorted(clash)}")
+    own = [p.name for p in inspect.signature(fn).parameters.values() if p.name not in groups]
+
+    @functools.wraps(fn)
+    def wrapper(**parsed):
+        call = {name: parsed[name] for name in own}
+        for pname, (cls, fields) in groups.items():
+            call[pname] = cls(**{f: parsed[f] for f in fields})
+        return fn(**call)
+
+    wrapper.__signature__ = inspect.Signature(params)
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    return wrapper

@@ -1,1 +1,0 @@
-"""Typer commands, one module per family; `ropecli.cli` registers them."""

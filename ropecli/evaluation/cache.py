@@ -1,0 +1,92 @@
+"""On-disk cache of finished evaluations, so nothing computed is lost.
+
+One JSON file per evaluation, named by the sha256 of its key. The key covers everything that
+changes the number: model fingerprint, data fingerprint (the exact token ids), length, samples,
+seed, method and parameters, factor, log-n, dtype, scored tokens. Each entry records the `FORMAT`
+(the version of how results are computed and stored) it was written in. A file is trusted only if it
+parses, carries the same key and format, and its checksum matches its result; otherwise it is
+recomputed and overwritten. An entry of another format is never reused: it is recomputed, and the
+command says once how many there were (`stale`). Writes go to a temporary file renamed into place,
+so an interrupt never leaves a half-written entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ropecli.files import atomic_write_text
+
+FORMAT = 1  # bump when a change to scoring or to the stored result would make old entries wrong
+_NAMING = 1  # part of every file name since the first format, so that entries of any format are found
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("ROPECLI_CACHE_DIR")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ropecli"
+
+
+def _canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def key_hash(key: dict) -> str:
+    return hashlib.sha256(_canonical({"format": _NAMING, **key}).encode()).hexdigest()
+
+
+class EvalCache:
+    def __init__(self, directory: str | Path | None = None, enabled: bool = True):
+        self.dir = Path(directory) if directory else default_cache_dir()
+        self.enabled = enabled
+        self.hits = 0
+        self.misses = 0
+        self.rejected = 0  # corrupt or foreign entries found and ignored
+        self.stale = 0  # entries of another FORMAT found and recomputed
+
+    def _path(self, key: dict) -> Path:
+        return self.dir / f"{key_hash(key)}.json"
+
+    def get(self, key: dict) -> dict | None:
+        if not self.enabled:
+            return None
+        path = self._path(key)
+        if not path.exists():
+            self.misses += 1
+            return None
+        try:
+            entry = json.loads(path.read_text())
+            ok = (_canonical(entry.get("key")) == _canonical(key)
+                  and entry.get("checksum") == hashlib.sha256(_canonical(entry.get("result")).encode()).hexdigest())
+            fmt = entry.get("format")
+        except (OSError, ValueError, AttributeError):
+            ok, fmt = False, None
+        self.misses += 1
+        if ok and fmt != FORMAT:
+            self.stale += 1
+            return None
+        if not ok:
+            self.rejected += 1
+            return None
+        self.misses -= 1
+        self.hits += 1
+        return entry["result"]
+
+    def put(self, key: dict, result: dict) -> None:
+        if not self.enabled:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        entry = {"format": FORMAT, "key": key, "result": result,
+                 "checksum": hashlib.sha256(_canonical(result).encode()).hexdigest()}
+        atomic_write_text(self._path(key), json.dumps(entry))
+
+    def stale_note(self) -> str | None:
+        """The one line a command prints when it recomputed entries of another format."""
+        if not self.stale:
+            return None
+        return (f"note: {self.stale} cached result(s) were written by another ropecli cache format and were "
+                f"recomputed (format {FORMAT} now)")

@@ -1,0 +1,138 @@
+"""Evaluation documents: where text comes from and how fixed-length windows are sampled.
+
+Sources (`--data`): text files, directories (every *.txt, *.md, *.jsonl inside, sorted), JSONL files
+(one document per line, from the field `--text-field`, default "text"), or `hf:NAME[:CONFIG][:SPLIT]`
+for a HF datasets dataset (optional extra). Without `--data`: the held-out Shakespeare plays.
+
+Sampling policy (deterministic in `seed`): each document is tokenized whole; a document shorter than
+the evaluation length is skipped; every eligible document is cut into non-overlapping windows of
+`length` tokens (a BOS token first where the tokenizer has one), window 0 being the document's head
+(YaRN's "truncate to the target length"). Windows are then taken round-robin over the documents in
+a seeded order: first windows of all documents, then second windows, … until `samples` are chosen.
+So with fewer samples than documents it is exactly YaRN's protocol on a seeded subset of documents.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from ropecli.errors import RopeCliError
+
+TEXT_SUFFIXES = {".txt", ".md", ".jsonl", ".json"}
+
+
+@dataclass(frozen=True)
+class Document:
+    name: str  # file name, play name, or "file.jsonl:line"
+    text: str
+
+
+def load_documents(data: list[str] | None, text_field: str = "text") -> tuple[list[Document], str]:
+    """Documents and a short description of where they came from."""
+    if not data:
+        from ropecli.evaluation.corpus import held_out_plays
+
+        docs = [Document(name, text) for name, text in held_out_plays().items()]
+        return docs, "built-in: held-out Shakespeare plays (" + ", ".join(d.name for d in docs) + ")"
+    docs: list[Document] = []
+    for item in data:
+        if item.startswith("hf:"):
+            docs.extend(_hf_documents(item[3:], text_field))
+            continue
+        path = Path(item)
+        if path.is_dir():
+            files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES)
+            if not files:
+                raise RopeCliError(f"--data {item}: the folder has no .txt, .md or .jsonl files")
+        elif path.is_file():
+            files = [path]
+        else:
+            raise RopeCliError(f"--data {item}: no such file or folder; pass a text file, a folder, a .jsonl file or hf:DATASET")
+        for f in files:
+            docs.extend(_file_documents(f, text_field))
+    docs = [d for d in docs if d.text.strip()]
+    if not docs:
+        raise RopeCliError(f"--data {' '.join(data)} holds no text")
+    return docs, ", ".join(data)
+
+
+def _file_documents(path: Path, text_field: str) -> list[Document]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RopeCliError(f"cannot read {path} ({exc.__class__.__name__}); pass UTF-8 text files") from None
+    if path.suffix.lower() != ".jsonl":
+        return [Document(path.name, text)]
+    docs = []
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            docs.append(Document(f"{path.name}:{i}", str(record[text_field])))
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise RopeCliError(f"{path}:{i} is not a JSON object with a '{text_field}' field; fix the line or pass --text-field") from None
+    return docs
+
+
+def _hf_documents(spec: str, text_field: str) -> list[Document]:
+    try:
+        import datasets
+    except ImportError:
+        raise RopeCliError("hf: data needs the 'datasets' package; pip install 'ropecli[datasets]'") from None
+    name, config, split = (spec.split(":") + [None, None])[:3]
+    ds = datasets.load_dataset(name, config or None, split=split or "test")
+    if text_field not in ds.column_names:
+        raise RopeCliError(f"dataset {name} has no field '{text_field}' (it has {', '.join(ds.column_names)}); pass --text-field")
+    return [Document(f"{name}:{i}", row[text_field]) for i, row in enumerate(ds)]
+
+
+@dataclass(frozen=True)
+class Windows:
+    """The sampled evaluation inputs at one length."""
+    length: int
+    ids: np.ndarray  # (samples, length) int64 token ids
+    names: list[str]  # source document of each window
+    skipped: int  # documents shorter than `length`
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """sha256 of the exact token ids: covers the text, the tokenizer and the sampling."""
+        h = hashlib.sha256(str(self.ids.shape).encode())
+        h.update(np.ascontiguousarray(self.ids, dtype=np.int64).tobytes())
+        return h.hexdigest()[:16]
+
+
+def tokenize_documents(docs: list[Document], tokenizer) -> list[list[int]]:
+    return [tokenizer(d.text, add_special_tokens=False)["input_ids"] for d in docs]
+
+
+def sample_windows(docs: list[Document], token_ids: list[list[int]], length: int, samples: int, seed: int,
+                   bos_id: int | None) -> Windows:
+    if length < 2:
+        raise RopeCliError(f"--len {length} is too short; perplexity needs at least 2 tokens")
+    if samples < 1:
+        raise RopeCliError(f"--samples {samples} must be at least 1")
+    body = length - (1 if bos_id is not None else 0)  # text tokens per window
+    eligible = [(d, ids) for d, ids in zip(docs, token_ids) if len(ids) >= body]
+    order = np.random.default_rng(seed).permutation(len(eligible))
+    per_doc = [len(eligible[i][1]) // body for i in order]
+    chosen: list[tuple[str, list[int]]] = []
+    for w in range(max(per_doc, default=0)):
+        for j, i in enumerate(order):
+            if w < per_doc[j] and len(chosen) < samples:
+                doc, ids = eligible[i]
+                chosen.append((doc.name, ids[w * body:(w + 1) * body]))
+    if len(chosen) < samples:
+        longest = max((len(t) for t in token_ids), default=0)
+        raise RopeCliError(f"too little text for --len {length}: only {len(chosen)} window(s) of {length} tokens "
+                           f"(longest document {longest} tokens); lower --len or --samples, or add text with --data")
+    prefix = [bos_id] if bos_id is not None else []
+    ids = np.array([prefix + w for _, w in chosen], dtype=np.int64)
+    return Windows(length, ids, [n for n, _ in chosen], len(docs) - len(eligible))

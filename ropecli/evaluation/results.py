@@ -1,0 +1,172 @@
+"""Typed results of one evaluation (one schedule at one length, one metric), and how they are summed.
+
+Every result carries its metric and its per-unit values (`values`: per-window mean NLL for ppl,
+per-prompt answer NLL for passkey, per-window mean KL for kl; lower is better), which is what paired
+statistics read (`ropecli.evaluation.stats`). `to_json()` is the shape printed by `--json` and kept in
+the cache; `from_json` reads it back (entries written before `metric` was stored on ppl included).
+
+PPL = exp(total NLL / total scored tokens); `ppl_err` is the standard error from the spread across
+windows: ppl * std(per-window mean NLL) / sqrt(windows) (delta method; None for one window).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ropecli.rope.geometry import Geometry
+from ropecli.rope.methods import Schedule
+from ropecli.rope.spec import Spec
+
+
+@dataclass(kw_only=True)
+class EvalResult:
+    metric: ClassVar[str]
+    method: str
+    label: str
+    params: dict  # the resolved parameters, explicit factor lists left out
+    log_n: bool
+    len: int
+    factor: float  # k
+    attention_factor: float
+    seconds: float  # wall time of the forward passes (0 when cached)
+    cached: bool = False  # served from the cache in this run (not stored in the cache)
+
+    @property
+    def values(self) -> list[float]:
+        """Per-unit values that pair across schedules (lower is better); inf where a unit diverged."""
+        raise NotImplementedError
+
+    def to_json(self) -> dict[str, Any]:
+        return {"metric": self.metric, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
+
+    def stored(self) -> dict[str, Any]:
+        """What the cache keeps: everything but `cached`."""
+        out = self.to_json()
+        out.pop("cached")
+        return out
+
+    @staticmethod
+    def from_json(entry: dict[str, Any], cached: bool = False) -> "EvalResult":
+        cls = RESULT_TYPES[entry.get("metric", "ppl")]  # ppl entries of older ropecli versions carry no metric
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in entry.items() if k in names and k != "cached"}, cached=cached)
+
+
+def _inf(values) -> list[float]:
+    return [math.inf if v is None else float(v) for v in values]
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+@dataclass(kw_only=True)
+class PplResult(EvalResult):
+    metric: ClassVar[str] = "ppl"
+    ppl: float
+    nll: float  # mean NLL per scored token (nats) = log PPL
+    tokens: int
+    ppl_err: float | None
+    window_nll: list  # per-window mean NLL (None: diverged)
+    windows: list  # source document of each window
+
+    @property
+    def values(self) -> list[float]:
+        return _inf(self.window_nll)
+
+
+@dataclass(kw_only=True)
+class PasskeyResult(EvalResult):
+    metric: ClassVar[str] = "passkey"
+    accuracy: float
+    answer_nll: float | None
+    samples: int
+    digits: int
+    by_depth: list  # [{depth, accuracy, answer_nll, samples}]
+    prompt_correct: list
+    prompt_answer_nll: list
+
+    @property
+    def values(self) -> list[float]:
+        return _inf(self.prompt_answer_nll)
+
+
+@dataclass(kw_only=True)
+class KlResult(EvalResult):
+    metric: ClassVar[str] = "kl"
+    kl_mean: float
+    kl_p99: float
+    kl_max: float
+    top1_agreement: float  # percent of positions where both argmaxes agree
+    tokens: int
+    window_kl: list
+    windows: list
+
+    @property
+    def values(self) -> list[float]:
+        return _inf(self.window_kl)
+
+
+class Metric(str, Enum):
+    ppl = "ppl"
+    passkey = "passkey"
+    kl = "kl"
+
+
+RESULT_TYPES: dict[str, type[EvalResult]] = {"ppl": PplResult, "passkey": PasskeyResult, "kl": KlResult}
+METRICS = tuple(m.value for m in Metric)
+
+
+def _head(spec: Spec, sched: Schedule, geom: Geometry, length: int, seconds: float) -> dict:
+    return {"method": sched.method, "label": spec.label, "params": {k: v for k, v in sched.params.items() if k != "factors"},
+            "log_n": spec.log_n, "len": length, "factor": geom.factor, "attention_factor": sched.attention_factor,
+            "seconds": round(seconds, 3)}
+
+
+def summarize_ppl(spec: Spec, sched: Schedule, geom: Geometry, length: int, per_window: list[tuple[float, int]],
+                  names: list[str], seconds: float) -> PplResult:
+    """per_window: (sum of NLL, scored tokens) of each window."""
+    tokens = sum(t for _, t in per_window)
+    means = np.array([n / t for n, t in per_window])
+    nll = sum(n for n, _ in per_window) / tokens
+    if not math.isfinite(nll):
+        nll = math.inf
+    ppl = math.exp(nll) if nll < 700 else math.inf
+    err = None
+    if len(means) > 1 and np.all(np.isfinite(means)) and math.isfinite(ppl):
+        err = ppl * float(np.std(means, ddof=1)) / math.sqrt(len(means))
+    return PplResult(**_head(spec, sched, geom, length, seconds), ppl=ppl, nll=nll, tokens=tokens, ppl_err=err,
+                     window_nll=[_finite(m) for m in means], windows=names)
+
+
+def summarize_passkey(spec: Spec, sched: Schedule, geom: Geometry, length: int, per_prompt: list[tuple[float, float]],
+                      prompts: list, depths, seconds: float) -> PasskeyResult:
+    """Accuracy and mean answer NLL, overall and per depth; per-prompt values kept for paired statistics."""
+    correct = np.array([c for c, _ in per_prompt], dtype=np.float64)
+    nll = np.array([a for _, a in per_prompt], dtype=np.float64)
+    by_depth = []
+    for d in depths:
+        idx = [i for i, p in enumerate(prompts) if p.depth == d]
+        by_depth.append({"depth": d, "accuracy": float(correct[idx].mean()), "answer_nll": _finite(nll[idx].mean()),
+                         "samples": len(idx)})
+    return PasskeyResult(**_head(spec, sched, geom, length, seconds), accuracy=float(correct.mean()),
+                         answer_nll=_finite(nll.mean()), samples=len(per_prompt), digits=len(prompts[0].key),
+                         by_depth=by_depth, prompt_correct=[bool(c) for c in correct],
+                         prompt_answer_nll=[_finite(v) for v in nll])
+
+
+def summarize_kl(spec: Spec, sched: Schedule, geom: Geometry, length: int, per_window: list[tuple], names: list[str],
+                 seconds: float) -> KlResult:
+    """KL(p_unscaled || p_scaled) per token: mean, 99th percentile, max, top-1 agreement (llama.cpp's statistics)."""
+    tokens = sum(w[1] for w in per_window)
+    every = np.concatenate([np.asarray(w[3], dtype=np.float64) for w in per_window])
+    return KlResult(**_head(spec, sched, geom, length, seconds), kl_mean=sum(w[0] for w in per_window) / tokens,
+                    kl_p99=float(np.percentile(every, 99)), kl_max=float(every.max()),
+                    top1_agreement=100.0 * sum(w[2] for w in per_window) / tokens, tokens=tokens,
+                    window_kl=[w[0] / w[1] for w in per_window], windows=names)

@@ -1,0 +1,210 @@
+"""transformers and vLLM: a chosen schedule as a `rope_parameters` block.
+
+`rope_type: longrope` with `long_factor` = Lambda_m, merged into a copy of a model folder's
+config.json (per layer type for Gemma 3 style configs); transformers picks long_factor per forward
+pass, once the sequence is longer than L (`_compute_longrope_parameters` in transformers'
+modeling_rope_utils.py). vLLM takes the same block through `--hf-overrides` and picks long_factor
+once at start-up, for every request, when `--max-model-len` > L; its longrope scales cos/sin by
+`short_mscale` / `long_mscale`, not by `attention_factor` (`for_vllm`). Dynamic NTK goes as each
+runtime's own `dynamic` type. Every file is written atomically; an existing output is refused unless forced.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from pathlib import Path
+from typing import Any
+
+from ropecli.errors import RopeCliError
+from ropecli.files import atomic_write_text
+from ropecli.models.config import ModelRope
+from ropecli.rope.geometry import Geometry
+from ropecli.rope.spec import Spec
+
+
+def check_empty_or_forced(out_dir: Path, force: bool) -> None:
+    """Refuse to write into a non-empty output folder unless --force."""
+    if out_dir.exists() and any(out_dir.iterdir()) and not force:
+        raise RopeCliError(f"--out {out_dir} exists and is not empty; pass --force to overwrite, or choose another folder")
+
+
+def check_writable(path: str, flag: str, force: bool = True) -> None:
+    """Refuse, before any work, a path whose folder is missing or not writable, or that exists (unless `force`)."""
+    import os
+
+    p = Path(path)
+    if not p.resolve().parent.exists():
+        raise RopeCliError(f"{flag} {path}: the folder does not exist; create it or write elsewhere")
+    if not os.access(p.resolve().parent, os.W_OK):
+        raise RopeCliError(f"{flag} {path}: the folder is not writable; write elsewhere")
+    if p.exists() and not force:
+        raise RopeCliError(f"{flag} {path} exists; pass --force to overwrite it, or choose another path")
+
+
+def rope_block(target: ModelRope, spec: Spec, factor: float, consistent: bool = False) -> tuple[dict, str]:
+    """(block, note): `{"rope_parameters": …, "max_position_embeddings": k*L}` running `spec` at factor k;
+    per layer type (`{type: params or "unchanged"}`) for per-type models. With log-n the attention
+    factor is the constant sqrt(log_L(k*L)): log-n's query scale at the target length."""
+    from ropecli.rope.factor_files import rope_parameters_block
+
+    if spec.length_dependent and not spec.log_n:  # dynamic NTK: transformers' own type follows the length
+        return dynamic_block(target, factor)
+    per_type: dict[Any, dict] = {}
+    for layer_type, base in target.scaled_bases.items():
+        geom = Geometry(target.rotary_dim, base, target.train_len, factor)
+        block = rope_parameters_block(geom, spec.schedule(geom), partial_rotary_factor=target.partial_rotary_factor)
+        params = block["rope_parameters"]
+        if spec.log_n:
+            params["attention_factor"] = math.sqrt(math.log(geom.target_len) / math.log(target.train_len))
+        if consistent:
+            params["short_factor"] = list(params["long_factor"])
+        per_type[layer_type] = params
+    first = next(iter(per_type.values()))
+    note = f"{spec.but(log_n=False).label} as longrope long_factor; attention_factor {first['attention_factor']:.6g}"
+    if spec.log_n:
+        note += (" = sqrt(log_L(k*L)) approximates the per-position log-n query scale by its value at the target "
+                 "length (transformers applies one constant to q and k)")
+    note += "; short_factor = long_factor (--consistent)" if consistent else "; short_factor = 1 (unscaled up to L)"
+    max_pos = int(round(factor * target.train_len))
+    if not target.layer_types:
+        return {"rope_parameters": first, "max_position_embeddings": max_pos}, note
+    note += "; per layer type: merge the scaled entries into your config's rope_parameters, keep the others"
+    return {"rope_parameters": {lt: per_type.get(lt, "unchanged") for lt in target.layer_types},
+            "max_position_embeddings": max_pos}, note
+
+
+def dynamic_block(target: ModelRope, factor: float) -> tuple[dict, str]:
+    """Dynamic NTK as transformers' own `dynamic` type: its factor depends on the current length, which a
+    static long_factor cannot express. transformers reads L from max_position_embeddings (kept at L)."""
+    per_type = {}
+    for layer_type, base in target.scaled_bases.items():
+        params = {"rope_type": "dynamic", "rope_theta": base, "factor": factor}
+        if target.partial_rotary_factor != 1.0:
+            params["partial_rotary_factor"] = target.partial_rotary_factor
+        per_type[layer_type] = params
+    note = (f"dynamic NTK as transformers' rope_type 'dynamic', factor {factor:g}: base scaled by the current length "
+            "past L (max_position_embeddings stays L; transformers keeps the largest length seen until a prompt "
+            "shorter than L resets it; vLLM computes it once for k*L)")
+    if not target.layer_types:
+        return {"rope_parameters": per_type[None], "max_position_embeddings": target.train_len}, note
+    return {"rope_parameters": {lt: per_type.get(lt, "unchanged") for lt in target.layer_types},
+            "max_position_embeddings": target.train_len}, note
+
+
+def write_json(path: str, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2) + "\n")
+
+
+def write_hf_block(path: str, rope: ModelRope, spec: Spec, factor: float) -> dict:
+    """`search-b --export-config`: the block for a model, to a JSON file."""
+    block, note = rope_block(rope, spec, factor)
+    write_json(path, block)
+    return {"path": path, "note": note}
+
+
+# --- transformers: a model folder whose config.json carries the block ---------------------------
+
+def merged_config(config: dict, block: dict) -> dict:
+    """A copy of a model's config.json with the block merged (into text_config where the model has
+    one); per layer type, only the scaled types are replaced. Old `rope_scaling` keys are dropped."""
+    out = json.loads(json.dumps(config))
+    text = out["text_config"] if isinstance(out.get("text_config"), dict) else out
+    new = block["rope_parameters"]
+    if "rope_type" not in new:  # per layer type: {type: params or "unchanged"}
+        old = dict(text.get("rope_parameters") or {})
+        if "rope_local_base_freq" in text and not old:  # transformers 4 Gemma 3: both bases at the top level
+            old = {"full_attention": {"rope_type": "default", "rope_theta": text.get("rope_theta", 1e6)},
+                   "sliding_attention": {"rope_type": "default", "rope_theta": text["rope_local_base_freq"]}}
+        text["rope_parameters"] = {lt: (old.get(lt) if params == "unchanged" else params) for lt, params in new.items()}
+    else:
+        text["rope_parameters"] = new
+    for stale in ("rope_scaling", "rope_theta", "rope_local_base_freq"):
+        text.pop(stale, None)
+    text["max_position_embeddings"] = block["max_position_embeddings"]
+    return out
+
+
+def export_hf_folder(model_dir: Path, out_dir: Path, block: dict, force: bool) -> list[str]:
+    """Write out_dir/config.json (the model's, merged) and link every other file of model_dir beside
+    it, so `from_pretrained(out_dir)` needs no keyword arguments. Returns the linked file names."""
+    config = json.loads((model_dir / "config.json").read_text())
+    check_empty_or_forced(out_dir, force)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    linked = []
+    for src in sorted(model_dir.iterdir()):
+        if src.name == "config.json" or src.name.startswith("."):
+            continue
+        dst = out_dir / src.name
+        if dst.is_symlink() or dst.exists():
+            if dst.is_dir() and not dst.is_symlink():
+                continue
+            dst.unlink()
+        dst.symlink_to(src.resolve())
+        linked.append(src.name)
+    write_json(str(out_dir / "config.json"), merged_config(config, block))
+    return linked
+
+
+def for_vllm(block: dict) -> dict:
+    """The block as vLLM must get it: vLLM's longrope ignores `attention_factor` and scales cos/sin by
+    `short_mscale` / `long_mscale`, defaulting to sqrt(1 + ln(max_len/L) / ln L); both are set to the
+    schedule's attention factor so vLLM applies what transformers applies."""
+    out = json.loads(json.dumps(block))
+    params = out["rope_parameters"]
+    for p in ([params] if "rope_type" in params else [v for v in params.values() if isinstance(v, dict)]):
+        if p.get("rope_type") == "longrope":  # dynamic NTK goes as vLLM's own 'dynamic' type, unchanged
+            p["short_mscale"] = p["long_mscale"] = p["attention_factor"]
+    return out
+
+
+def export_hf_from_gguf(gguf_path: Path, out_dir: Path, block: dict, force: bool) -> None:
+    """A transformers folder from a GGUF: transformers dequantizes it (float32 safetensors, its
+    tokenizer), then the block is merged into the saved config.json. Minutes for a large model."""
+    import shutil
+    import tempfile
+
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    check_empty_or_forced(out_dir, force)
+    work = Path(tempfile.mkdtemp(dir=out_dir.resolve().parent, prefix=f".{out_dir.name}."))
+    try:
+        kw = {"gguf_file": gguf_path.name}
+        model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), **kw)
+        model.hf_quantizer = None  # the weights are dequantized already; transformers refuses to save "gguf-quantized" models
+        if getattr(model.config, "quantization_config", None) is not None:
+            del model.config.quantization_config
+        model.save_pretrained(work)
+        AutoTokenizer.from_pretrained(str(gguf_path.parent), **kw).save_pretrained(work)
+        config = json.loads((work / "config.json").read_text())
+        write_json(str(work / "config.json"), merged_config(config, block))
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        work.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+
+
+def export_hf_config(model: str, out_dir: Path, block: dict, force: bool) -> None:
+    """For a hub id: out_dir/config.json, the repo's config.json (one small cached download) with the
+    block merged; the weights are the user's to place beside it."""
+    from ropecli.models.config import locate_file
+
+    config = json.loads(locate_file(model, Path(model), "config.json").read_text())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if (out_dir / "config.json").exists() and not force:
+        raise RopeCliError(f"--out {out_dir}/config.json exists; pass --force to overwrite it")
+    write_json(str(out_dir / "config.json"), merged_config(config, block))
+
+
+def vllm_command(model: str, block: dict) -> str:
+    overrides = json.dumps(block, separators=(",", ":"))
+    return (f"vllm serve {shlex.quote(model)} --hf-overrides {shlex.quote(overrides)} "
+            f"--max-model-len {block['max_position_embeddings']}")
+
+

@@ -1,0 +1,151 @@
+"""The one export function: `ropecli export` and `ropecli advise` both call `export_schedule`.
+
+Routing (what goes where): `hf` writes a transformers model folder (a local folder: its files linked
+beside the merged config.json; a hub id: the merged config.json; a GGUF: dequantized by transformers)
+or, with `--out FILE.json` or no --out, the rope_parameters block; `vllm` writes the block as
+`--hf-overrides` JSON and gives the `vllm serve` command; `gguf` writes a GGUF copy with
+rope_freqs. With the default short_factor = 1 the three runtimes disagree on prompts shorter than L
+(transformers: unscaled; vLLM and llama.cpp: scaled); `consistent` writes short_factor =
+long_factor and all three apply the schedule at every length.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from ropecli.errors import RopeCliError
+from ropecli.export.hf import check_writable
+from ropecli.models.config import ModelRope, locate_file
+from ropecli.rope.geometry import Geometry
+from ropecli.rope.spec import Spec
+
+RUNTIMES = ("hf", "vllm", "gguf")
+RUNTIME_BEHAVIOUR = {  # (with short_factor = 1, with --consistent)
+    "transformers": ("per forward pass: long_factor once the sequence is longer than L, the unscaled model (short_factor = 1) up to L",
+                     "the schedule at every length"),
+    "vllm": ("once at start-up: --max-model-len > L selects long_factor for every request, short prompts included",
+             "the schedule at every length"),
+    "llama.cpp": ("rope_freqs is applied at every length and every context size (it has no short variant)",
+                  "the schedule at every length"),
+}
+
+
+def is_gguf(model: str | None, gguf_file: str | None) -> bool:
+    return bool(model and (model.endswith(".gguf") or gguf_file))
+
+
+def check_export_paths(runtime: str, out: str | None, model: str | None, gguf_file: str | None, force: bool) -> None:
+    """Refuse, before any work, an output that cannot be written or a runtime the input cannot go to."""
+    if runtime == "gguf":
+        if not is_gguf(model, gguf_file):
+            raise RopeCliError("--to gguf needs --model FILE.gguf (or --model DIR --gguf-file NAME), the GGUF to export into")
+        if not out or not out.endswith(".gguf"):
+            raise RopeCliError("--to gguf needs --out NEW.gguf")
+        check_writable(out, "--out", force)
+        return
+    to_folder = runtime == "hf" and out is not None and not out.endswith(".json")
+    if is_gguf(model, gguf_file) and not to_folder:
+        raise RopeCliError(f"a GGUF model goes to llama.cpp with --to gguf, or to a transformers folder with --to hf --out DIR "
+                           f"(then --to {runtime} from that folder)")
+    if to_folder and model is None:
+        raise RopeCliError("--to hf --out DIR writes a model folder and needs --model (a local folder or hub id); "
+                           "without a model pass --out FILE.json")
+    if out is not None and not to_folder:
+        if not out.endswith(".json"):
+            raise RopeCliError(f"--out {out}: the overrides are JSON; write e.g. --out overrides.json")
+        check_writable(out, "--out", force)
+    if to_folder:
+        check_writable(out.rstrip("/"), "--out", force=True)
+
+
+def export_target(geom: Geometry, rope: ModelRope | None, base_given: bool) -> ModelRope:
+    """The RoPE an export writes for: the model's (per-type bases from its config unless --base
+    overrides them) with the final geometry's d and L, or the bare geometry without a model."""
+    if rope is None:
+        return ModelRope("", geom.rotary_dim, geom.base, geom.train_len)
+    return rope.overridden(rotary_dim=geom.rotary_dim, base=geom.base if base_given else None, train_len=geom.train_len)
+
+
+def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str, out: str | None, *,
+                    model: str | None = None, gguf_file: str | None = None, force: bool = False,
+                    consistent: bool = False, replace: bool = False) -> dict:
+    """Write `spec` at geom's k for `runtime` (paths checked by `check_export_paths` first); returns what
+    was written, the lines to tell the user, and what each runtime does with it."""
+    result = (_to_gguf(spec, geom, out, model, gguf_file, force, replace) if runtime == "gguf"
+              else _to_hf_or_vllm(spec, geom, target, runtime, out, model, gguf_file, force, consistent))
+    result["runtimes"] = {name: both[1 if consistent else 0] for name, both in RUNTIME_BEHAVIOUR.items()}
+    result["consistent"] = consistent
+    return result
+
+
+def _source(model: str, gguf_file: str | None) -> Path:
+    return Path(model) if gguf_file is None else locate_file(model, Path(model), gguf_file)
+
+
+def _to_hf_or_vllm(spec, geom, target, runtime, out, model, gguf_file, force, consistent) -> dict:
+    from ropecli.export.hf import (export_hf_config, export_hf_folder, export_hf_from_gguf, for_vllm, rope_block,
+                                   vllm_command, write_json)
+
+    block, note = rope_block(target, spec, geom.factor, consistent)
+    if runtime == "vllm":
+        block = for_vllm(block)
+        note += "; short_mscale = long_mscale = attention_factor (vLLM's longrope reads those)"
+        if target.partial_rotary_factor != 1.0:
+            note += "; note: vLLM's longrope needs rotary_dim = head_dim, this model has partial rotary"
+    result = {"runtime": runtime, "model": model, "factor": geom.factor, "target_len": geom.target_len, "note": note,
+              "block": block, "lines": [note]}
+    if runtime == "vllm":
+        result["command"] = vllm_command(model or "MODEL", block)
+        result["lines"].append(result["command"])
+    if out is None:
+        if runtime == "hf":
+            result["lines"].insert(0, json.dumps(block, indent=2))
+        return result
+    result["path"] = out
+    if runtime != "hf" or out.endswith(".json"):
+        write_json(out, block)
+        result["lines"].append(f"wrote {out}")
+    elif is_gguf(model, gguf_file):
+        path = _source(model, gguf_file)
+        export_hf_from_gguf(path, Path(out), block, force)
+        result["lines"].append(f"wrote {out}: {path.name} dequantized by transformers (safetensors, tokenizer) with the "
+                               f"block in its config.json: from_pretrained('{out}') needs no keyword arguments")
+    elif Path(model).is_dir():
+        linked = export_hf_folder(Path(model), Path(out), block, force)
+        result["lines"].append(f"wrote {out}/config.json; linked {len(linked)} file(s) of {model} beside it "
+                               f"({', '.join(linked)}): from_pretrained('{out}') needs no keyword arguments")
+        result["linked"] = linked
+    else:  # a hub id: its config.json merged; the weights are the user's to place
+        export_hf_config(model, Path(out), block, force)
+        result["lines"].append(f"wrote {out}/config.json; place {model}'s other files beside it, e.g. "
+                               f"huggingface-cli download {model} --exclude config.json --local-dir {out}")
+    return result
+
+
+def _to_gguf(spec, geom, out, model, gguf_file, force, replace) -> dict:
+    from ropecli.export.gguf import export_gguf, read_gguf_input
+
+    path = _source(model, gguf_file)
+    if path.resolve() == Path(out).resolve():
+        raise RopeCliError("--out is the input GGUF; write a new file")
+    src, reader = read_gguf_input(path)
+    if src.existing_factors is not None and not replace:
+        shown = ", ".join(f"{x:.4g}" for x in src.existing_factors[:8]) + (" …" if len(src.existing_factors) > 8 else "")
+        what = f"rope_freqs ({shown})" if src.existing_factors else "a llama.cpp rope scaling"
+        raise RopeCliError(f"{path.name} already carries {what}; pass --replace to put ropecli's schedule in its place")
+    sched = spec.schedule(geom)
+    attention = sched.attention_factor
+    if spec.log_n:  # llama.cpp scales cos/sin by one constant: log-n's query scale at the target length
+        attention = math.sqrt(math.log(geom.target_len) / math.log(geom.train_len))
+    written = export_gguf(reader, src, Path(out), sched.factors, attention, geom.train_len, geom.target_len)
+    lines = [f"{spec.label} at k={geom.factor:g}: rope_freqs.weight ({geom.n_pairs} factors) and context length "
+             f"{geom.target_len} written to {out} ({written['tensors']} tensors)",
+             f"Ollama: a Modelfile with the lines `FROM ./{Path(out).name}` and `PARAMETER num_ctx {geom.target_len}`; "
+             f"llama.cpp: llama-cli -m {out} -c {geom.target_len}"]
+    if abs(attention - 1) > 1e-12:
+        lines.append(f"attention factor {attention:.6g} written to {src.arch}.rope.scaling.attn_factor"
+                     + (" (sqrt(log_L(k*L)): log-n's query scale at the target length, as one constant)" if spec.log_n else ""))
+    return {"runtime": "gguf", "model": model, "factor": geom.factor, "target_len": geom.target_len,
+            "factors": sched.factors, "attention_factor": attention, "lines": lines, **written}

@@ -1,1 +1,0 @@
-"""Everything that needs torch and transformers: loading models, patching their RoPE, scoring text."""

@@ -1,0 +1,113 @@
+"""The model-backend seam: what the evaluator needs of a model, and its transformers implementation.
+
+The evaluator (`ropecli.evaluation.evaluator`) talks to a model only through `ModelBackend`: the
+model's RoPE (`ModelRope`), its tokenizer, an identity for the cache key, and three measures of one
+token window (a numpy int64 array of shape (T,)) under a schedule:
+- `window_nll`: sum of -log p(x_t | x_<t) over the scored tokens, and their count;
+- `passkey_scores`: (1.0 if every answer token is the argmax else 0.0, answer NLL);
+- `window_kl`: KL(p_unscaled || p_scaled) per position, against the same model unscaled.
+`scaled(schedule, log_n)` puts the model under a schedule for a block of windows (a backend may do
+real work there, e.g. write a GGUF with rope_freqs). A second runtime (llama.cpp) implements the
+same Protocol and plugs in without touching evaluation, tuning or the CLI.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from ropecli.models.config import ModelRope
+from ropecli.rope.methods import Schedule
+
+
+class ModelBackend(Protocol):
+    rope: ModelRope  # d, base, L, layer types scaled
+    tokenizer: Any  # a transformers tokenizer (callable, bos_token_id)
+    fingerprint: str  # identifies weights and config, for the cache key
+    dtype: str  # e.g. "float32": part of the cache key
+    device: str
+
+    def describe(self) -> str: ...
+
+    def scaled(self, schedule: Schedule, log_n: bool) -> AbstractContextManager[None]: ...
+
+    def window_nll(self, ids: np.ndarray, chunk_tokens: int | None, score_last: int | None) -> tuple[float, int]: ...
+
+    def passkey_scores(self, ids: np.ndarray, answer_start: int) -> tuple[float, float]: ...
+
+    def window_kl(self, ids: np.ndarray, schedule: Schedule, log_n: bool,
+                  chunk_tokens: int | None) -> tuple[float, int, int, list[float]]: ...
+
+
+@dataclass
+class TransformersBackend:
+    """A transformers causal LM whose rotary modules ropecli patches in place (`ropecli.models.patch`)."""
+    model: Any  # torch.nn.Module
+    tokenizer: Any
+    rope: ModelRope
+    slots: list  # the RotarySlots of the scaled layer types
+    dtype: str
+    device: str
+    fingerprint: str
+
+    @property
+    def name(self) -> str:
+        return self.rope.name
+
+    def describe(self) -> str:
+        r = self.rope
+        scaled = f", scaling layer types {','.join(r.scaled_types)}" if r.layer_bases else ""
+        return (f"{r.name}: rotary dim d={r.rotary_dim}, base={r.base:g}, training length L={r.train_len}, "
+                f"{self.dtype} on {self.device}{scaled}")
+
+    @contextmanager
+    def scaled(self, schedule: Schedule, log_n: bool):
+        """The model with `schedule` (and log-n) applied inside the block, restored after, whatever happens."""
+        from ropecli.models.patch import add_log_n_hooks, apply_schedule, restore
+
+        hooks = []
+        try:
+            for slot in self.slots:
+                apply_schedule(slot, schedule.factors, schedule.attention_factor)
+            if log_n:
+                hooks = add_log_n_hooks(self.model, self.rope.train_len, list(self.rope.scaled_types) or None)
+            yield
+        finally:
+            for h in hooks:
+                h.remove()
+            for slot in self.slots:
+                restore(slot)
+
+    def _run(self, score, ids: np.ndarray, *args, **kw):
+        """`score(model, ids (1, T) on the model's device, ...)`, an out-of-memory error as one line."""
+        import torch
+
+        from ropecli.models.scoring import oom_error, out_of_memory
+
+        try:
+            return score(self.model, torch.from_numpy(ids).unsqueeze(0).to(next(self.model.parameters()).device), *args, **kw)
+        except RuntimeError as exc:
+            if out_of_memory(exc):
+                raise oom_error(len(ids)) from None
+            raise
+
+    def window_nll(self, ids: np.ndarray, chunk_tokens: int | None, score_last: int | None) -> tuple[float, int]:
+        from ropecli.models.scoring import window_nll
+
+        return self._run(window_nll, ids, chunk_tokens, score_last)
+
+    def passkey_scores(self, ids: np.ndarray, answer_start: int) -> tuple[float, float]:
+        from ropecli.models.scoring import passkey_scores
+
+        return self._run(passkey_scores, ids, answer_start)
+
+    def window_kl(self, ids: np.ndarray, schedule: Schedule, log_n: bool,
+                  chunk_tokens: int | None) -> tuple[float, int, int, list[float]]:
+        from ropecli.models.scoring import window_kl
+
+        ones = Schedule("none", np.ones_like(schedule.factors), 1.0)  # the reference: Lambda_m = 1, no log-n
+        return self._run(window_kl, ids, reference=lambda: self.scaled(ones, False),
+                         scaled=lambda: self.scaled(schedule, log_n), chunk_tokens=chunk_tokens)

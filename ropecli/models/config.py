@@ -1,0 +1,240 @@
+"""A model's RoPE geometry read from its config alone, without weights and without torch.
+
+Sources: a local folder's `config.json`, a hub id's `config.json` (one small download through
+huggingface_hub, cached), or a GGUF file's metadata (header only, parsed here: the `gguf` package's
+reader decodes every tokenizer string and takes seconds). The rules are the ones the model layer
+(`ropecli.models.load`) applies to a loaded model, tested to agree on LLaMA, Qwen2, GPT-NeoX
+(partial rotary) and Gemma 3 (RoPE per layer type):
+- d = head_dim * partial_rotary_factor (head_dim, else hidden_size / num_attention_heads);
+- base = rope_theta of the layer type shown;
+- L = original_max_position_embeddings where the config states one, else max_position_embeddings.
+Gemma 3 style configs keep one RoPE per layer type; ropecli scales `full_attention` by default.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import struct
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ropecli.errors import RopeCliError
+from ropecli.rope.geometry import Geometry
+
+BUILTIN = "builtin"
+BUILTIN_DIR = Path(__file__).resolve().parent.parent / "builtin_model"  # ropecli/builtin_model
+DEFAULT_BASE = 10000.0  # transformers' and llama.cpp's default rope_theta
+
+
+@dataclass(frozen=True)
+class ModelRope:
+    """A model's RoPE geometry, the one record of it: read from a config (`read_rope_config`, no
+    weights) or from a loaded model (`ropecli.models.load`); export and evaluation both take it."""
+    name: str  # what the user passed
+    rotary_dim: int  # d
+    base: float  # of the (first) scaled layer type
+    train_len: int  # L
+    partial_rotary_factor: float = 1.0  # d / head_dim
+    layer_bases: dict[str, float] = field(default_factory=dict)  # RoPE base per layer type; {} with one RoPE
+    scaled_types: tuple[str, ...] = ()  # the layer types ropecli scales (--rope-layers); () with one RoPE
+
+    @property
+    def layer_type(self) -> str | None:
+        """The layer type whose geometry this is (the first scaled one); None with one RoPE."""
+        return self.scaled_types[0] if self.scaled_types else None
+
+    @property
+    def layer_types(self) -> list[str]:
+        """Every RoPE layer type of the model ([] with one RoPE)."""
+        return sorted(self.layer_bases)
+
+    @property
+    def scaled_bases(self) -> dict[str | None, float]:
+        """Base of each scaled layer type ({None: base} for a model with one RoPE)."""
+        return {t: self.layer_bases[t] for t in self.scaled_types} if self.scaled_types else {None: self.base}
+
+    def geometry(self, factor: float) -> Geometry:
+        return Geometry(self.rotary_dim, self.base, self.train_len, factor)
+
+    def overridden(self, rotary_dim: int | None = None, base: float | None = None, train_len: int | None = None) -> "ModelRope":
+        """Explicit flags win over the config: --base replaces the base of every scaled layer type."""
+        bases = {t: (base if base is not None and t in self.scaled_types else b) for t, b in self.layer_bases.items()}
+        return replace(self, rotary_dim=rotary_dim or self.rotary_dim, base=self.base if base is None else base,
+                       train_len=train_len or self.train_len, layer_bases=bases)
+
+    def describe(self) -> str:
+        types = ""
+        if self.layer_bases:
+            others = ", ".join(f"{t} base {b:g}" for t, b in self.layer_bases.items() if t != self.layer_type)
+            types = f", layer type {self.layer_type}" + (f" (also {others})" if others else "")
+        return f"{self.name}: rotary dim d={self.rotary_dim}, base={self.base:g}, training length L={self.train_len}{types}"
+
+
+def choose_layer_types(types: list[str], rope_layers: str | None) -> tuple[str, ...]:
+    """`--rope-layers`, parsed once: the layer types to scale among a model's RoPE layer types.
+    Default full_attention (all types if the model has none of that name); 'all'; or a comma list."""
+    if not types:
+        if rope_layers not in (None, "all"):
+            raise RopeCliError(f"--rope-layers {rope_layers}: this model has one RoPE for all layers; leave the flag out")
+        return ()
+    if rope_layers in (None, ""):
+        return ("full_attention",) if "full_attention" in types else tuple(types)
+    if rope_layers == "all":
+        return tuple(types)
+    wanted = tuple(dict.fromkeys(t.strip() for t in rope_layers.split(",")))
+    unknown = set(wanted) - set(types)
+    if unknown:
+        raise RopeCliError(f"--rope-layers: unknown layer type {', '.join(sorted(unknown))}; this model has {', '.join(types)} (or 'all')")
+    return wanted
+
+
+def read_rope_config(name: str | None, gguf_file: str | None = None, rope_layers: str | None = None) -> ModelRope:
+    """The RoPE geometry of `name` (hub id, folder, .gguf path or 'builtin'); `gguf_file` names a
+    GGUF inside a folder or repo. `rope_layers` picks the layer type shown (default full_attention)."""
+    name = name or BUILTIN
+    path = BUILTIN_DIR if name == BUILTIN else Path(name)
+    if gguf_file is None and path.suffix == ".gguf":
+        if not path.is_file():
+            raise RopeCliError(f"--model {name}: no such GGUF file")
+        return _from_gguf(name, path, rope_layers)
+    if gguf_file is not None:
+        return _from_gguf(name, locate_file(name, path, gguf_file), rope_layers)
+    return _from_hf_config(name, _read_json(locate_file(name, path, "config.json"), name), rope_layers)
+
+
+def locate_file(name: str, path: Path, filename: str) -> Path:
+    """`filename` inside a local folder, else downloaded (or taken from the cache) from the hub repo `name`."""
+    if path.is_dir():
+        target = path / filename
+        if not target.is_file():
+            raise RopeCliError(f"--model {name}: the folder has no {filename}")
+        return target
+    if path.exists() or name.startswith((".", "/")) or name.count("/") > 1:
+        raise RopeCliError(f"--model {name}: not a folder, a .gguf file or a hub id (owner/name); check the path")
+    try:
+        from huggingface_hub import hf_hub_download
+
+        return Path(hf_hub_download(name, filename))
+    except Exception as exc:  # network, auth, missing repo: one line
+        first = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+        raise RopeCliError(f"cannot read {filename} of '{name}': {first}; check the hub id, your network and HF_TOKEN "
+                           "(offline: HF_HUB_OFFLINE=1 needs a cached copy)") from None
+
+
+def _read_json(path: Path, name: str) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise RopeCliError(f"cannot read the config of '{name}' ({path}): {exc}") from None
+
+
+# --- transformers config.json ------------------------------------------------------------------
+
+def _from_hf_config(name: str, cfg: dict, rope_layers: str | None) -> ModelRope:
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    rp_all = text.get("rope_parameters") or {}
+    per_type = {t: v for t, v in rp_all.items() if isinstance(v, dict)}
+    if per_type:  # transformers 5, Gemma 3 style: {"full_attention": {...}, "sliding_attention": {...}}
+        bases = {t: float(v.get("rope_theta") or text.get("rope_theta") or DEFAULT_BASE) for t, v in sorted(per_type.items())}
+    elif "rope_local_base_freq" in text:  # transformers 4 Gemma 3 config
+        bases = {"full_attention": float(text.get("rope_theta") or DEFAULT_BASE),
+                 "sliding_attention": float(text["rope_local_base_freq"])}
+        per_type = {t: {} for t in bases}
+    else:
+        bases = {}
+    scaled = choose_layer_types(sorted(bases), rope_layers)
+    layer_type = scaled[0] if scaled else None
+    # transformers 4 configs: rope_theta at the top level, scaling in rope_scaling
+    rp = dict(per_type.get(layer_type, {})) if layer_type else {**(text.get("rope_scaling") or {}), **rp_all}
+    head_dim = text.get("head_dim") or _ratio(text.get("hidden_size") or text.get("n_embd"),
+                                              text.get("num_attention_heads") or text.get("n_head"), name)
+    partial = rp.get("partial_rotary_factor") or text.get("partial_rotary_factor") or text.get("rotary_pct") or 1.0
+    d = int(text["rotary_dim"]) if isinstance(text.get("rotary_dim"), int) else int(head_dim * partial)
+    base = bases[layer_type] if layer_type else float(rp.get("rope_theta") or text.get("rope_theta") or DEFAULT_BASE)
+    L = rp.get("original_max_position_embeddings") or text.get("original_max_position_embeddings") \
+        or text.get("max_position_embeddings") or text.get("n_positions")
+    if not L:
+        raise RopeCliError(f"model '{name}' states no training length in its config; pass --train-len")
+    return ModelRope(name, d, base, int(L), float(partial), bases, scaled)
+
+
+def _ratio(hidden: Any, heads: Any, name: str) -> int:
+    if not hidden or not heads:
+        raise RopeCliError(f"model '{name}': its config gives neither head_dim nor hidden_size and num_attention_heads; pass --d")
+    return int(hidden) // int(heads)
+
+
+# --- GGUF metadata -----------------------------------------------------------------------------
+
+# GGUF value types: fixed-size scalars (struct format), 8 = string, 9 = array
+_SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+GEMMA3_SLIDING_BASE = 10000.0  # llama.cpp and transformers fix the Gemma 3 sliding layers' base; GGUF does not store it
+
+
+def gguf_metadata(path: Path) -> dict[str, Any]:
+    """The key/value metadata of a GGUF file (v2/v3, little-endian): scalars and strings decoded,
+    arrays of strings skipped (the tokenizer's), other arrays kept as lists. Reads the header only."""
+    try:
+        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            if buf[:4] != b"GGUF":
+                raise ValueError("no GGUF magic number")
+            version, _n_tensors, n_kv = struct.unpack_from("<IQQ", buf, 4)
+            if version < 2:
+                raise ValueError(f"GGUF version {version} is not supported (2 or 3)")
+            pos, out = 24, {}
+            for _ in range(n_kv):
+                key, pos = _gguf_string(buf, pos)
+                (vtype,), pos = struct.unpack_from("<I", buf, pos), pos + 4
+                out[key], pos = _gguf_value(buf, pos, vtype)
+            return out
+    except (OSError, ValueError, struct.error) as exc:
+        raise RopeCliError(f"cannot read GGUF metadata of '{path}': {exc}; is it a complete GGUF file?") from None
+
+
+def _gguf_string(buf, pos: int) -> tuple[str, int]:
+    (n,) = struct.unpack_from("<Q", buf, pos)
+    return bytes(buf[pos + 8:pos + 8 + n]).decode("utf-8", "replace"), pos + 8 + n
+
+
+def _gguf_value(buf, pos: int, vtype: int) -> tuple[Any, int]:
+    if vtype in _SCALAR:
+        fmt = "<" + _SCALAR[vtype]
+        return struct.unpack_from(fmt, buf, pos)[0], pos + struct.calcsize(fmt)
+    if vtype == 8:
+        return _gguf_string(buf, pos)
+    if vtype == 9:
+        item, n = struct.unpack_from("<IQ", buf, pos)
+        pos += 12
+        if item in _SCALAR:
+            fmt = "<" + _SCALAR[item]
+            size = struct.calcsize(fmt)
+            return list(struct.unpack_from(f"<{n}{_SCALAR[item]}", buf, pos)), pos + n * size
+        if item == 8:  # strings (a tokenizer's vocabulary): skipped, only their lengths are read
+            for _ in range(n):
+                (m,) = struct.unpack_from("<Q", buf, pos)
+                pos += 8 + m
+            return None, pos
+        raise ValueError(f"nested GGUF array of type {item}")
+    raise ValueError(f"unknown GGUF value type {vtype}")
+
+
+def _from_gguf(name: str, path: Path, rope_layers: str | None) -> ModelRope:
+    meta = gguf_metadata(path)
+    arch = meta.get("general.architecture")
+    if not arch:
+        raise RopeCliError(f"GGUF '{path}' names no general.architecture; is it a model file?")
+
+    def get(key: str):
+        return meta.get(f"{arch}.{key}")
+
+    head_dim = get("attention.key_length") or _ratio(get("embedding_length"), get("attention.head_count"), name)
+    d = int(get("rope.dimension_count") or head_dim)
+    base = float(get("rope.freq_base") or DEFAULT_BASE)
+    L = get("rope.scaling.original_context_length") or get("context_length")
+    if not L:
+        raise RopeCliError(f"GGUF '{path}' states no context length; pass --train-len")
+    bases = {"full_attention": base, "sliding_attention": GEMMA3_SLIDING_BASE} if arch.startswith("gemma3") else {}
+    scaled = choose_layer_types(sorted(bases), rope_layers)
+    return ModelRope(name, d, bases[scaled[0]] if scaled else base, int(L), d / head_dim, bases, scaled)

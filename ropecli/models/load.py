@@ -1,0 +1,144 @@
+"""Load a causal LM (hub id, local folder, or GGUF file) as a `TransformersBackend`, with its RoPE
+geometry read from the loaded config (the same rules as `ropecli.models.config`)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import torch
+
+from ropecli.errors import RopeCliError
+from ropecli.models.backend import TransformersBackend
+from ropecli.models.config import BUILTIN, BUILTIN_DIR, ModelRope, choose_layer_types
+from ropecli.models.patch import find_rotary_slots, layer_types_of, rope_parameters, select_slots, text_config
+
+
+def resolve_dtype(dtype: str, device: str) -> torch.dtype:
+    table = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+             "fp16": torch.float16, "float16": torch.float16}
+    if dtype == "auto":
+        if device.startswith("cuda"):
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    if dtype not in table:
+        raise RopeCliError(f"--dtype {dtype} is not one of auto, bf16, fp16, fp32")
+    return table[dtype]
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RopeCliError(f"--device {device}: CUDA is not available on this machine; use --device cpu")
+    if device != "cpu" and not device.startswith("cuda"):
+        raise RopeCliError(f"--device {device} is not one of auto, cpu, cuda, cuda:N")
+    return device
+
+
+def load_model(name: str | None, *, gguf_file: str | None = None, dtype: str = "auto", device: str = "auto",
+               device_map: str | None = None, attn_implementation: str | None = None, trust_remote_code: bool = False,
+               rotary_dim: int | None = None, base: float | None = None, train_len: int | None = None,
+               rope_layers: str | None = None, gpu_group: list[int] | None = None) -> TransformersBackend:
+    """Load `name` and read its RoPE geometry. `gpu_group` (torchrun with --device-map auto): the only
+    GPUs this process may spread the model over."""
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+    name = name or BUILTIN
+    source = str(BUILTIN_DIR) if name == BUILTIN else name
+    if name == BUILTIN and not (BUILTIN_DIR / "config.json").exists():
+        raise RopeCliError(f"the built-in model is missing from {BUILTIN_DIR}; reinstall ropecli or pass --model")
+    path = Path(source)
+    if gguf_file is None and path.suffix == ".gguf":
+        if not path.is_file():
+            raise RopeCliError(f"--model {name}: no such GGUF file")
+        source, gguf_file = str(path.parent), path.name
+    if gguf_file is not None:
+        try:
+            import gguf  # noqa: F401
+        except ImportError:
+            raise RopeCliError("GGUF files need the 'gguf' package; pip install 'ropecli[gguf]'") from None
+    dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, dev)
+    kwargs = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
+    if gguf_file:
+        kwargs["gguf_file"] = gguf_file
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    if device_map:
+        try:
+            import accelerate  # noqa: F401
+        except ImportError:
+            raise RopeCliError("--device-map needs the 'accelerate' package; pip install accelerate") from None
+        kwargs["device_map"] = device_map
+        if gpu_group:  # accelerate places layers only on the devices max_memory names
+            kwargs["max_memory"] = {i: torch.cuda.get_device_properties(i).total_memory for i in gpu_group}
+    local = path.exists() or name == BUILTIN
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, **({"gguf_file": gguf_file} if gguf_file else {}),
+                                                  trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    except OSError as exc:
+        hint = "check the path" if local else "check the hub id, your network and HF_TOKEN (offline: HF_HUB_OFFLINE=1 needs a cached copy)"
+        raise RopeCliError(f"cannot load model '{name}': {str(exc).splitlines()[0]}; {hint}") from None
+    except ValueError as exc:
+        msg = str(exc).splitlines()[0]
+        if "trust_remote_code" in msg:
+            raise RopeCliError(f"model '{name}' needs custom code; rerun with --trust-remote-code if you trust it") from None
+        raise RopeCliError(f"cannot load model '{name}': {msg}") from None
+    if not device_map:
+        model.to(dev)
+    model.eval()
+    release_freed_memory()  # GGUF dequantization leaves GBs of freed-but-held heap behind
+    slots = find_rotary_slots(model)
+    types = layer_types_of(slots)
+    scaled = choose_layer_types(types, rope_layers)
+    chosen = select_slots(slots, scaled)
+    cfg = text_config(model)
+    d = chosen[0].rotary_dim
+    if rotary_dim is not None and rotary_dim != d:
+        raise RopeCliError(f"--d {rotary_dim} disagrees with the model's rotary dim {d} (inv_freq has {d // 2} entries); leave --d out")
+    rp = rope_parameters(cfg, chosen[0].layer_type)
+    L = train_len or rp.get("original_max_position_embeddings") or getattr(cfg, "original_max_position_embeddings", None) \
+        or getattr(cfg, "max_position_embeddings", None)
+    if not L:
+        raise RopeCliError(f"model '{name}' states no training length; pass --train-len")
+    if base is not None:
+        for s in chosen:
+            s.base = base
+    partial = float(rp.get("partial_rotary_factor", getattr(cfg, "partial_rotary_factor", 1.0)) or 1.0)
+    bases = {s.layer_type: s.base for s in slots if s.layer_type}
+    rope = ModelRope(name, d, chosen[0].base, int(L), partial, bases, scaled)
+    return TransformersBackend(model, tokenizer, rope, chosen, str(torch_dtype).replace("torch.", ""),
+                               str(next(model.parameters()).device), fingerprint(model))
+
+
+def fingerprint(model) -> str:
+    """sha256 over the config and a strided sample of every parameter (values, shapes, dtypes).
+
+    Cheap at any size (<= 4096 values per tensor) yet different for different weights."""
+    h = hashlib.sha256(model.config.to_json_string(use_diff=False).encode())
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            flat = p.detach().reshape(-1)
+            step = max(1, flat.numel() // 4096)
+            sample = flat[::step][:4096].to("cpu", torch.float64)
+            h.update(f"{pname}{tuple(p.shape)}{p.dtype}".encode())
+            h.update(sample.numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def release_freed_memory() -> None:
+    """Return freed heap pages to the OS (glibc only; a no-op elsewhere)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass

@@ -1,0 +1,1 @@
+"""Layer 4: pictures (matplotlib, imported only here) and advise's report.md."""

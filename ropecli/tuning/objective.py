@@ -1,0 +1,88 @@
+"""What a search minimizes, and the guards that reject a schedule whatever its score.
+
+Objective (`Objective`): mean log-PPL over the target lengths (`ppl`, = mean NLL per token), or the
+mean passkey answer NLL (`passkey`, a smooth stand-in for retrieval accuracy); every candidate is
+scored on the same windows/prompts, so candidates pair. Guards, at the training length L with the
+target's k: `max_short_regression` (PPL may rise at most that many percent over the unscaled model)
+and `max_short_kl` (mean KL against the unscaled model, nats per token); a schedule breaking either
+is marked `violates_guard` and counts as +inf for the optimizer.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import Enum
+from typing import Protocol
+
+from ropecli.evaluation.results import EvalResult
+from ropecli.evaluation.stats import mean_over_lengths
+from ropecli.rope.spec import Spec, make_spec
+
+
+class Objective(str, Enum):
+    ppl = "ppl"  # mean log-PPL over the lengths
+    passkey = "passkey"  # mean passkey answer NLL over the lengths
+
+
+OBJECTIVES = tuple(o.value for o in Objective)
+
+
+class Evaluate(Protocol):
+    """How tuning reaches the model: one EvalResult per (spec, length), spec-major. The CLI passes
+    `Session.run` (evaluator, cache, progress bar); tests pass injected objectives."""
+
+    def __call__(self, specs: list[Spec], lengths: list[int], description: str = "evaluating",
+                 metric: str = "ppl") -> list[EvalResult]: ...
+
+
+class Scorer:
+    """Scores one Spec: its objective over the target lengths, the per-window vector that pairs it
+    with other candidates, and the short-context guards at L (PPL rise over none, KL against none),
+    both with the target's k."""
+
+    def __init__(self, run: Evaluate, train_len: int, lengths: list[int], objective: str, guard_k: float,
+                 max_short_regression: float | None = None, max_short_kl: float | None = None):
+        self.run, self.train_len, self.lengths = run, train_len, lengths
+        self.objective = Objective(objective).value
+        self.guard_k, self.max_rise, self.max_kl = guard_k, max_short_regression, max_short_kl
+        self.guard = None
+        if max_short_regression is not None or max_short_kl is not None:
+            self.guard = {"len": train_len, "factor": guard_k, "max_percent": max_short_regression, "max_kl": max_short_kl}
+        if max_short_regression is not None:
+            self.guard["none_ppl"] = run([make_spec("none")], [train_len], "guard: none @ L")[0].ppl
+
+    def __call__(self, spec: Spec, label: str) -> dict:
+        rows = self.run([spec], self.lengths, label, self.objective)
+        entry = {"objective": mean_objective(rows), "windows": window_vector(rows), "cached": all(r.cached for r in rows)}
+        if self.objective == "ppl":
+            entry["ppl"] = {str(r.len): r.ppl for r in rows}
+            entry["ppl_err"] = {str(r.len): r.ppl_err for r in rows}
+        else:
+            entry["answer_nll"] = {str(r.len): r.answer_nll for r in rows}
+            entry["accuracy"] = {str(r.len): r.accuracy for r in rows}
+        short = spec.but(factor=self.guard_k)
+        if self.max_rise is not None:
+            at_L = self.run([short], [self.train_len], f"guard {label}")[0]
+            rise = 100.0 * (at_L.ppl / self.guard["none_ppl"] - 1.0)
+            entry["short_ppl"], entry["short_rise_percent"] = at_L.ppl, rise
+            if rise > self.max_rise:
+                entry["violates_guard"] = True
+        if self.max_kl is not None:
+            kl = self.run([short], [self.train_len], f"KL guard {label}", "kl")[0]
+            entry["short_kl"], entry["short_top1"] = kl.kl_mean, kl.top1_agreement
+            if kl.kl_mean > self.max_kl:
+                entry["violates_guard"] = True
+        return entry
+
+
+def mean_objective(rows: list[EvalResult]) -> float:
+    """Mean over lengths of log-PPL (= NLL per token), or of the passkey answer NLL."""
+    values = [r.nll if r.metric == "ppl" else r.answer_nll for r in rows]
+    values = [math.inf if v is None else v for v in values]
+    return float(sum(values) / len(values))
+
+
+def window_vector(rows: list[EvalResult]) -> list[float]:
+    """The candidate's per-window (per-prompt) objective, window i averaged over the lengths: what
+    pairs it with every other candidate scored on the same windows."""
+    return mean_over_lengths([r.values for r in rows])

@@ -1,0 +1,202 @@
+"""The one search engine: `ropecli search` (any method's continuous parameters) and `ropecli search-b`
+(the mixed exponent b, "binary search" in Su's "Transformer Upgrade Road 11") are both `run_search`.
+
+`run_search` scores each point the optimizer asks for (`objective.Scorer`: objective over the target
+lengths, short-context guards), so a point outside the method's joint domain (llama3 with high <= low)
+is infeasible (+inf), not an error. After the search, every evaluation gets its paired difference to
+the best (`vs_best`); a one-parameter search adds its notes from this one code path: the best at an
+end of the range (`at_boundary`), bumps in the evaluated objective (`non_unimodal_at`), the golden
+bracket, and the interval of values not distinguishable from the best (`equivalent`).
+
+Verdicts, against the methods people deploy (`ropecli.rope.spec.STANDARD_METHODS`):
+- `search-b` = `run_search` of mixed over b with golden-section, then the standard methods on the
+  same windows (`reference_rows`; PI and NTK-fixed are the b = 0 and b = 1 evaluations, reused) and
+  the verdict (`references_verdict`), which says first when a reference beats the best b;
+- `search`: the winner and the standard methods (and any `--reference`) re-measured on held-out
+  windows n … n+h-1 of the same seeded sample (`held_out_verdict`).
+Results are cached per evaluation and the optimizers are deterministic, so a rerun after an interrupt
+replays the finished evaluations from the cache and resumes.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ropecli.errors import RopeCliError
+from ropecli.evaluation.stats import paired_difference
+from ropecli.rope.geometry import Geometry
+from ropecli.rope.methods import format_label
+from ropecli.rope.spec import Spec, make_spec, standard_specs, target_factor
+from ropecli.tuning.objective import Evaluate, Scorer
+from ropecli.tuning.optimizers import (boundary, check_range, default_optimizer, grid_evaluations, interior_evaluations,
+                                       local_maxima, optimize)
+from ropecli.tuning.space import Dim, start_point
+
+# b at which mixed *is* a standard method (b = 0: Lambda_m = k; b = 1: Lambda_m = k^(2m/d); both identities
+# are tested in test_schedule_identities): an evaluated end of the range is reused instead of run again
+SAME_AS_MIXED = {"pi": 0.0, "ntk-fixed": 1.0}
+
+
+def run_search(run: Evaluate, held_out_run: Evaluate | None, geom: Geometry, method: str, dims: list[Dim], fixed: dict,
+               lengths: list[int], *, budget: int, optimizer: str = "auto", objective: str = "ppl", log_n: bool = False,
+               factor: float | None = None, max_short_regression: float | None = None, max_short_kl: float | None = None,
+               references: list[Spec] | None = None, tol: float | None = None) -> dict:
+    """Search `dims` of `method` (other parameters `fixed`) for the lowest objective over `lengths`
+    within `budget` evaluations; with `held_out_run`, re-measure the winner and the standard methods there."""
+    score = Scorer(run, geom.train_len, lengths, objective, target_factor(factor, lengths, geom.train_len),
+                   max_short_regression, max_short_kl)
+    evaluations: list[dict] = []
+
+    def f(u: list[float]) -> float:
+        params = {d.name: d.value(x) for d, x in zip(dims, u)}
+        try:  # a point outside the method's joint domain is infeasible, not an error
+            spec = make_spec(method, {**fixed, **params}, factor=factor, log_n=log_n)
+            spec.schedule(geom)  # pure numpy: raises on such a point before any forward pass
+        except RopeCliError as e:
+            evaluations.append({"params": params, "label": format_label(method, {**fixed, **params}),
+                                "objective": math.inf, "infeasible": str(e)})
+            return math.inf
+        entry = {"params": params, "label": spec.label, **score(spec, spec.label)}
+        evaluations.append(entry)
+        return entry["objective"] if not entry.get("violates_guard") else math.inf
+
+    x0 = start_point(method, dims, fixed, geom)
+    trace = optimize(f, len(dims), budget, optimizer, x0, tol)
+    best = evaluations[min(range(len(trace.points)), key=lambda i: trace.points[i][1])]
+    if not math.isfinite(best["objective"]) or best.get("violates_guard"):
+        raise RopeCliError("every evaluated schedule broke a guard or diverged; loosen --max-short-kl / "
+                           "--max-short-regression or widen --vary's bounds")
+    out = {
+        "method": method, "fixed": fixed, "vary": [vars(d) for d in dims], "lengths": lengths, "objective_name": objective,
+        "optimizer": default_optimizer(len(dims)) if optimizer == "auto" else optimizer,
+        "budget": budget, "start": {d.name: d.value(x) for d, x in zip(dims, x0)}, "log_n": log_n, "factor": factor,
+        "evaluations": evaluations, "best_params": best["params"], "best_label": best["label"],
+        "best_objective": best["objective"], "guard": score.guard, "search_evaluations": len(evaluations),
+        **compare_with_best(evaluations, best, dims, trace.bracket),
+    }
+    if held_out_run is not None:
+        winner = make_spec(method, {**fixed, **best["params"]}, factor=factor, log_n=log_n)
+        out["held_out"] = held_out_verdict(held_out_run, geom, lengths, objective, winner, references or [], log_n, factor)
+    return out
+
+
+def compare_with_best(evaluations: list[dict], best: dict, dims: list[Dim], bracket: tuple | None) -> dict:
+    """Each scored evaluation's paired difference to the best (`vs_best`, with `tied`); for one
+    parameter, the notes of a 1-D search: boundary, bumps, golden bracket, the interval tied with the best."""
+    scored = [e for e in evaluations if "windows" in e]
+    for e in scored:
+        p = paired_difference(e["windows"], best["windows"])
+        e["vs_best"] = {**p, "best": e is best, "tied": e is best or (not p["distinguishable"] and not e.get("violates_guard"))}
+    if len(dims) != 1:
+        return {}
+    d = dims[0]
+    x = {id(e): e["params"][d.name] for e in evaluations}
+    tied = sorted(x[id(e)] for e in scored if e["vs_best"]["tied"])
+    return {"at_boundary": boundary(x[id(best)], d.lo, d.hi),
+            "non_unimodal_at": local_maxima([(x[id(e)], e["objective"]) for e in evaluations]),
+            "bracket": [d.value(u) for u in bracket] if bracket else None, "equivalent": [tied[0], tied[-1]]}
+
+
+def search_b(run: Evaluate, geom: Geometry, lengths: list[int], *, lo: float = 0.0, hi: float = 1.0, tol: float = 0.01,
+             log_n: bool = False, factor: float | None = None, max_short_regression: float | None = None,
+             max_short_kl: float | None = None, objective: str = "ppl") -> dict:
+    """`search --method mixed --vary b=LO:HI` with golden-section to accuracy `tol`, then the standard
+    methods on the same windows and the verdict. Returns every number the CLI prints."""
+    check_range(lo, hi, tol)
+    evals = interior_evaluations(lo, hi, tol) + 2  # both ends, then the interior points
+    out = run_search(run, None, geom, "mixed", [Dim("b", lo, hi)], {}, lengths, budget=evals, optimizer="golden",
+                     objective=objective, log_n=log_n, factor=factor, max_short_regression=max_short_regression,
+                     max_short_kl=max_short_kl, tol=tol / (hi - lo))
+    for e in out["evaluations"]:
+        e["b"] = e["params"]["b"]
+    best = next(e for e in out["evaluations"] if e.get("vs_best", {}).get("best"))
+    score = Scorer(run, geom.train_len, lengths, objective, target_factor(factor, lengths, geom.train_len))
+    references = reference_rows(score, log_n, factor, {e["b"]: e for e in out["evaluations"] if "windows" in e})
+    return {
+        "lengths": lengths, "objective_name": objective, "log_n": log_n, "factor": factor, "lo": lo, "hi": hi, "tol": tol,
+        "best_b": best["b"], "best_objective": best["objective"], "best_ppl": best.get("ppl"),
+        "at_boundary": out["at_boundary"], "non_unimodal_at": out["non_unimodal_at"], "bracket": out["bracket"],
+        "evaluations": out["evaluations"], "references": references, "guard": out["guard"],
+        "equivalent_b": out["equivalent"], **references_verdict(references, best),
+        "search_evaluations": out["search_evaluations"], "grid_evaluations_same_accuracy": grid_evaluations(lo, hi, tol),
+    }
+
+
+def reference_rows(score: Scorer, log_n: bool, factor: float | None, by_b: dict[float, dict]) -> list[dict]:
+    """The standard methods on the searched windows; PI, NTK-fixed (and b = 0.625) come from the
+    search's evaluations at the same b when it made them."""
+    rows = []
+    for spec in standard_specs(factor=factor, log_n=log_n):
+        params = dict(spec.params)
+        same_b = SAME_AS_MIXED.get(spec.method, params.get("b") if spec.method == "mixed" and params.get("critical") is None else None)
+        if same_b in by_b:
+            fields = {k: v for k, v in by_b[same_b].items() if k not in ("b", "vs_best", "params", "label")}
+            rows.append({"label": spec.label, "method": spec.method, **fields, "same_as": f"mixed(b={same_b:g})"})
+        else:
+            rows.append({"label": spec.label, "method": spec.method, **score(spec, f"reference {spec.label}")})
+    return rows
+
+
+def references_verdict(references: list[dict], best: dict) -> dict:
+    """Each reference's paired difference to the best b (`vs_best_b`) and the verdict in plain words:
+    a reference that beats the best b is named first."""
+    for r in references:
+        p = paired_difference(r["windows"], best["windows"])
+        r["vs_best_b"] = {**p, "beats_best_b": bool(p["distinguishable"] and p["diff"] is not None and p["diff"] < 0)}
+    beating = sorted((r for r in references if r["vs_best_b"]["beats_best_b"]), key=lambda r: r["objective"])
+    tied = [r["label"] for r in references if not r["vs_best_b"]["distinguishable"]]
+    b = best["b"]
+    if beating:
+        top = beating[0]
+        d = top["vs_best_b"]
+        verdict = (f"{top['label']} beats the best b = {b:.4f}: {d['diff']:+.4f} nats ± {d['se']:.2g} (paired 95%)"
+                   + (f"; so do {', '.join(r['label'] for r in beating[1:])}" if len(beating) > 1 else "")
+                   + f". Use {top['label']}, not mixed(b).")
+    elif tied:
+        verdict = (f"best b = {b:.4f} is not distinguishable (paired 95%) from {', '.join(tied)}; "
+                   "the windows cannot tell them apart")
+    else:
+        verdict = f"best b = {b:.4f} beats every reference (paired 95%)"
+    return {"verdict": verdict, "references_beating_best_b": [r["label"] for r in beating],
+            "references_tied_with_best_b": tied}
+
+
+def held_out_verdict(run: Evaluate, geom: Geometry, lengths: list[int], objective: str, winner: Spec,
+                     extra: list[Spec], log_n: bool, factor: float | None) -> dict:
+    """The winner and the standard methods on held-out windows; the winner against the best of them, paired."""
+    score = Scorer(run, geom.train_len, lengths, objective, 1.0)
+    rows = [{"label": winner.label, "role": "winner", **score(winner, f"held-out {winner.label}")}]
+    for spec in standard_specs(factor=factor, log_n=log_n) + list(extra):
+        if spec.label != winner.label:
+            rows.append({"label": spec.label, "role": "standard", **score(spec, f"held-out {spec.label}")})
+    win = rows[0]
+    for r in rows:
+        r["vs_winner"] = paired_difference(r["windows"], win["windows"])
+    best_std = min(rows[1:], key=lambda r: r["objective"])
+    d = paired_difference(win["windows"], best_std["windows"])
+    if d["diff"] is not None and d["diff"] < 0 and d["distinguishable"]:
+        verdict = (f"{winner.label} beats the best standard method, {best_std['label']}, on held-out windows: "
+                   f"{d['diff']:+.4f} nats ± {d['se']:.2g} (paired 95%)")
+    elif d["diff"] is not None and d["diff"] > 0 and d["distinguishable"]:
+        verdict = (f"{best_std['label']} beats the searched {winner.label} on held-out windows: "
+                   f"{-d['diff']:+.4f} nats ± {d['se']:.2g} (paired 95%); use {best_std['label']}")
+    else:
+        verdict = (f"{winner.label} and the best standard method, {best_std['label']}, are not distinguishable on "
+                   f"held-out windows ({d['diff']:+.4f} nats ± {d['se'] or 0:.2g}, paired 95%)")
+    return {"rows": rows, "best_standard": best_std["label"], "winner_vs_best_standard": d, "verdict": verdict,
+            "winner_beats_best_standard": bool(d["diff"] is not None and d["diff"] < 0 and d["distinguishable"])}
+
+
+def parse_reference(text: str, factor: float | None, log_n: bool) -> Spec:
+    """`--reference yarn`, `--reference mixed:b=0.95`, `--reference yarn:beta_fast=16,beta_slow=2`."""
+    name, _, rest = text.partition(":")
+    params = {}
+    for item in filter(None, (x.strip() for x in rest.split(","))):
+        key, sep, value = item.partition("=")
+        try:
+            params[key.strip().replace("-", "_")] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise RopeCliError(f"--reference {text}: write METHOD or METHOD:KEY=VALUE,KEY=VALUE, e.g. --reference mixed:b=0.95")
+    return make_spec(name.strip(), params, factor=factor, log_n=log_n)
