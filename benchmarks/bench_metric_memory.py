@@ -42,7 +42,7 @@ def child(mode: str, length: int) -> None:
     tokens = tokenize_documents(docs, lm.tokenizer)
     win = sample_windows(docs, tokens, length, 1, 0, lm.tokenizer.bos_token_id)
     prompt = make_samples(lm.tokenizer, filler_stream(tokens), length, [0.5], 1, 5, seed=0)[0][0]
-    geom = Geometry(lm.rotary_dim, lm.base, lm.train_len, 8.0)
+    geom = lm.rope.geometry(8.0)
     sched = make_spec("yarn").schedule(geom)
 
     class Scaled:

@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from ropecli.tuning.param_search import default_optimizer, optimize
+from ropecli.tuning.optimizers import default_optimizer, optimize
 
 LONGROPE_EVALUATIONS = 64 + 40 * (16 + 16)
 
@@ -105,7 +105,7 @@ def main() -> None:
         target = true_min(f) + args.delta
         row = {}
         for opt in ["powell", "nelder-mead"]:
-            values = [v for _, v in optimize(lambda x: f(x), 2, args.budget, opt, x0)]
+            values = [v for _, v in optimize(lambda x: f(x), 2, args.budget, opt, x0).points]
             row[opt] = first_within(values, target)
         for s in samplers:
             row[f"optuna-{s}"] = first_within(optuna_run(f, s, args.budget, x0), target)

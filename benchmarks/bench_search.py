@@ -19,7 +19,7 @@ import time
 from typer.testing import CliRunner
 
 from ropecli.cli.app import app
-from ropecli.tuning.search import grid_evaluations
+from ropecli.tuning.optimizers import grid_evaluations
 
 
 def invoke(args: list[str]) -> tuple[dict, float]:

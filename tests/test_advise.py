@@ -111,7 +111,7 @@ def test_interrupted_advise_repeats_no_finished_evaluation(qwen_dir, tmp_path, m
 
 
 @pytest.mark.parametrize("extra, needle", [
-    (["--candidates", "magic"], "--candidates magic: unknown candidate"),
+    (["--candidates", "magic"], "--candidates magic: choose from none"),
     (["--candidates", "pi,yarn", "--max-short-kl", "0.0000001"], "no candidate meets the constraints (pi: short KL"),
 ])
 def test_advise_bad_input_is_one_line(qwen_dir, tmp_path, extra, needle):
@@ -133,3 +133,32 @@ def test_advise_out_must_be_a_fresh_or_advise_folder(qwen_dir, tmp_path):
     r = advise(qwen_dir, d)
     assert r.exit_code != 0 and "not empty and was not made by ropecli advise" in r.output
     assert (d / "mine.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize("budget", ["4", "6"])
+def test_progress_total_is_the_work_done(qwen_dir, tmp_path, monkeypatch, budget):
+    """The bar's total comes from the searches' own plan: with --budget below 7 the 2-parameter searches
+    still get 7 evaluations, and the total says so (every window ticks once, cached or not)."""
+    from contextlib import contextmanager
+
+    import ropecli.cli.session as session
+
+    seen = {"total": None, "ticks": 0}
+
+    class Bar:
+        def update(self, task, **kw):
+            pass
+
+        def advance(self, task, k):
+            seen["ticks"] += k
+
+    @contextmanager
+    def counting(total, description="evaluating"):
+        seen["total"] = total
+        yield Bar(), 0
+
+    monkeypatch.setattr(session, "overall_progress", counting)
+    r = advise(qwen_dir, tmp_path / "o", "--candidates", "pi,yarn-tuned,mixed-b", "--budget", budget,
+               "--cache-dir", str(tmp_path / "c"), "--json")
+    assert r.exit_code == 0, r.output
+    assert seen["ticks"] == seen["total"] > 0

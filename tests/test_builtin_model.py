@@ -32,7 +32,7 @@ def test_loads_offline_with_autotokenizer(monkeypatch):
     from ropecli.models.load import load_model
 
     lm = load_model(None, device="cpu")
-    assert (lm.name, lm.rotary_dim, lm.base, lm.train_len) == ("builtin", 64, 10000.0, 256)
+    assert (lm.rope.name, lm.rope.rotary_dim, lm.rope.base, lm.rope.train_len) == ("builtin", 64, 10000.0, 256)
     ids = lm.tokenizer("To be, or not to be", add_special_tokens=False)["input_ids"]
     assert lm.tokenizer.decode(ids) == "To be, or not to be"
 

@@ -150,3 +150,20 @@ def test_ppl_takes_the_shared_schedule_and_output_options(tiny_dir, text_file, t
     data = json.loads(r.stdout)
     assert {x["label"] for x in data["results"]} == {"yarn(beta_fast=16, beta_slow=1)"}
     assert out.stat().st_size > 5000
+
+
+def test_progress_draws_only_on_a_terminal(tiny_dir, text_file, tmp_path):
+    """stderr to a file (a log, CI, nohup): the messages, one per line, and no progress frames or blank lines."""
+    import os
+    import subprocess
+    import sys
+
+    log = tmp_path / "log.txt"
+    with open(log, "w") as err:
+        r = subprocess.run([sys.executable, "-m", "ropecli", "ppl", "--model", tiny_dir, "--data", text_file, "--len", "64",
+                            "--samples", "2", "--cache-dir", str(tmp_path / "c")], stdout=subprocess.PIPE, stderr=err,
+                           text=True, env={**os.environ, "COLUMNS": "120"})
+    assert r.returncode == 0
+    lines = log.read_text().splitlines()
+    assert lines and all(line.strip() for line in lines), lines
+    assert [line.split()[0] for line in lines] == ["model", "data"]

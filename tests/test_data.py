@@ -32,6 +32,22 @@ def test_sources(tmp_path):
     assert "held-out Shakespeare" in label and len(docs) == 5
 
 
+def test_json_files_are_documents_not_prose(tmp_path):
+    (tmp_path / "list.json").write_text(json.dumps(["first text", "second text"]))
+    (tmp_path / "records.json").write_text(json.dumps([{"body": "third"}, {"body": "fourth"}]))
+    (tmp_path / "one.json").write_text(json.dumps({"text": "fifth"}))
+    docs, _ = load_documents([str(tmp_path / "list.json"), str(tmp_path / "one.json")])
+    assert [(d.name, d.text) for d in docs] == [("list.json:0", "first text"), ("list.json:1", "second text"),
+                                                ("one.json:0", "fifth")]
+    docs, _ = load_documents([str(tmp_path / "records.json")], text_field="body")
+    assert [d.text for d in docs] == ["third", "fourth"]  # the texts, not the JSON syntax around them
+    with pytest.raises(RopeCliError, match="item 0 is neither a string nor an object with a 'text'"):
+        load_documents([str(tmp_path / "records.json")])
+    (tmp_path / "bad.json").write_text("[1, 2")
+    with pytest.raises(RopeCliError, match="is not valid JSON"):
+        load_documents([str(tmp_path / "bad.json")])
+
+
 def test_hf_datasets_source(monkeypatch):
     class FakeDataset(list):
         column_names = ["text", "meta"]

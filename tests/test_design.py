@@ -10,7 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from ropecli.cli.app import app
+from ropecli.rope.geometry import Geometry
 from ropecli.tuning.search import search_b
+from fakes import ppl_result
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,13 +75,12 @@ def test_plot_alone_draws_the_overview(tmp_path, monkeypatch):
 
 def fake_evaluator(nll_of, calls):
     """An evaluator with the Session.run contract: one row per (spec, length), spec-major."""
-    def run(specs, lengths, description):
+    def run(specs, lengths, metric="ppl"):
         rows = []
         for spec in specs:
             for n in lengths:
                 calls.append((spec.label, n, spec.factor))
-                nll = nll_of(spec, n)
-                rows.append({"len": n, "nll": nll, "ppl": math.exp(nll), "ppl_err": None, "cached": False})
+                rows.append(ppl_result(spec, n, [nll_of(spec, n)]))
         return rows
     return run
 
@@ -91,16 +92,16 @@ def test_search_core_with_an_injected_evaluator():
             return 3.0
         if spec.method == "mixed":
             return 3.5 + (params["b"] - 0.7) ** 2
-        return {"none": 4.2, "pi": 3.99, "ntk-fixed": 3.59, "yarn": 3.7, "llama3": 3.6, "dynamic": 3.8}[spec.method]
+        return {"none": 4.2, "pi": 3.99, "ntk-aware": 3.58, "ntk-fixed": 3.59, "yarn": 3.7, "llama3": 3.6, "dynamic": 3.8}[spec.method]
 
     calls = []
-    out = search_b(fake_evaluator(nll, calls), 256, [2048], lo=0, hi=1, tol=0.01)
+    out = search_b(fake_evaluator(nll, calls), Geometry(64, 1e4, 256, 8.0), [2048], lo=0, hi=1, tol=0.01)
     assert abs(out["best_b"] - 0.7) <= 0.01
     assert out["search_evaluations"] == 12 and out["grid_evaluations_same_accuracy"] == 51
     refs = {r["label"]: r for r in out["references"]}
     assert refs["pi"]["same_as"] == "mixed(b=0)" and refs["ntk-fixed"]["same_as"] == "mixed(b=1)"
     assert refs["none"]["objective"] == 4.2 and refs["mixed(b=0.625)"]["objective"] == pytest.approx(3.5 + 0.075 ** 2)
-    assert len(calls) == 12 + 5  # the 12 search points, then none, b = 0.625, YaRN, llama3, dynamic (PI, NTK-fixed reused)
+    assert len(calls) == 12 + 6  # the 12 search points, then none, NTK-aware, dynamic, YaRN, llama3, b = 0.625 (PI, NTK-fixed reused)
 
 
 def test_search_core_guard_rejects_short_context_damage():
@@ -111,7 +112,7 @@ def test_search_core_guard_rejects_short_context_damage():
         return 3.5 + (b - 0.9) ** 2 if spec.method == "mixed" else 4.0
 
     calls = []
-    out = search_b(fake_evaluator(nll, calls), 256, [2048], tol=0.01, max_short_regression=5.0)
+    out = search_b(fake_evaluator(nll, calls), Geometry(64, 1e4, 256, 8.0), [2048], tol=0.01, max_short_regression=5.0)
     assert out["guard"]["factor"] == 8.0 and out["guard"]["none_ppl"] == pytest.approx(math.exp(3.0))
     assert out["best_b"] <= 0.5  # the unguarded optimum 0.9 is rejected
     assert all(e["violates_guard"] for e in out["evaluations"] if e["b"] > 0.5)

@@ -129,6 +129,9 @@ def test_gguf_export_reads_back(llama_gguf, tmp_path):
     r = run("export", "--model", llama_gguf, "--method", "yarn", "--len", 256, "--to", "gguf", "--out", out)
     assert r.exit_code == 0, r.output
     assert "PARAMETER num_ctx 256" in " ".join(r.stdout.split())
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # as open() makes it: Ollama's service user can read it
     src, dst = gguf.GGUFReader(str(llama_gguf)), gguf.GGUFReader(str(out))
     tensors = {t.name: t for t in dst.tensors}
     for t in src.tensors:  # every input tensor, byte for byte
@@ -254,7 +257,7 @@ def test_llama_cpp_runs_the_exported_gguf_like_ropecli(tmp_path):
     logp = logits - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1, keepdims=True)) - logits.max(1, keepdims=True)
     cpp_nll = -float(np.mean(logp[np.arange(len(ids) - 1), ids[1:]]))
 
-    sched = make_spec("mixed", {"b": 0.5}).schedule(Geometry(lm.rotary_dim, lm.base, lm.train_len, 2.0))
+    sched = make_spec("mixed", {"b": 0.5}).schedule(lm.rope.geometry(2.0))
     for slot in lm.slots:
         apply_schedule(slot, sched.factors, sched.attention_factor)
     try:

@@ -11,6 +11,9 @@ from typer.testing import CliRunner
 from ropecli.cli.app import app
 from ropecli.evaluation.passkey import QUESTION, build_sample, encode, make_samples, prompt_overhead
 from ropecli.evaluation.stats import attach_paired, paired_difference, rank_against_best
+from fakes import kl_result, ppl_result
+from ropecli.rope.geometry import Geometry
+from ropecli.rope.spec import make_spec
 from tiny_models import char_tokenizer, save_tiny
 
 runner = CliRunner()
@@ -126,19 +129,19 @@ def test_kl_is_zero_for_the_unscaled_schedule_and_chunked_equals_full(tiny, text
     from ropecli.rope.geometry import Geometry
     from ropecli.rope.spec import make_spec
 
-    ev = Evaluator(tiny, data=[text_file], samples=2, chunk_tokens=10, cache=EvalCache(enabled=False))
+    ev = Evaluator.over(tiny, [text_file], samples=2, chunk_tokens=10, cache=EvalCache(enabled=False))
     none = ev.evaluate(make_spec("none", factor=4), 64, metric="kl")
-    assert none["kl_mean"] == 0.0 and none["kl_max"] == 0.0 and none["top1_agreement"] == 100.0
+    assert none.kl_mean == 0.0 and none.kl_max == 0.0 and none.top1_agreement == 100.0
     spec = make_spec("yarn", factor=4)
     r = ev.evaluate(spec, 64, metric="kl")
-    assert r["kl_mean"] > 1e-3 and r["top1_agreement"] < 100
-    geom = Geometry(tiny.rotary_dim, tiny.base, tiny.train_len, 4.0)
-    ref = [_kl_reference(tiny, torch.from_numpy(w)[None], spec, geom) for w in ev.windows(64).ids]
+    assert r.kl_mean > 1e-3 and r.top1_agreement < 100
+    geom = tiny.rope.geometry(4.0)
+    ref = [_kl_reference(tiny, torch.from_numpy(w)[None], spec, geom) for w in ev.inputs.windows(64).ids]
     every = torch.cat([k for k, _ in ref])
-    assert r["kl_mean"] == pytest.approx(float(every.mean()), abs=1e-6)
-    assert r["kl_p99"] == pytest.approx(float(np.percentile(every.numpy(), 99)), abs=1e-6)
-    assert r["window_kl"] == pytest.approx([float(k.mean()) for k, _ in ref], abs=1e-6)
-    assert r["top1_agreement"] == pytest.approx(100 * float(np.mean([a for _, a in ref])), abs=1e-9)
+    assert r.kl_mean == pytest.approx(float(every.mean()), abs=1e-6)
+    assert r.kl_p99 == pytest.approx(float(np.percentile(every.numpy(), 99)), abs=1e-6)
+    assert r.window_kl == pytest.approx([float(k.mean()) for k, _ in ref], abs=1e-6)
+    assert r.top1_agreement == pytest.approx(100 * float(np.mean([a for _, a in ref])), abs=1e-9)
 
 
 def test_dynamic_within_L_is_the_unscaled_model(tiny, text_file):
@@ -146,8 +149,8 @@ def test_dynamic_within_L_is_the_unscaled_model(tiny, text_file):
     from ropecli.evaluation.evaluator import Evaluator
     from ropecli.rope.spec import make_spec
 
-    ev = Evaluator(tiny, data=[text_file], samples=2, cache=EvalCache(enabled=False))
-    assert ev.evaluate(make_spec("dynamic", factor=8), 64, metric="kl")["kl_mean"] == 0.0
+    ev = Evaluator.over(tiny, [text_file], samples=2, cache=EvalCache(enabled=False))
+    assert ev.evaluate(make_spec("dynamic", factor=8), 64, metric="kl").kl_mean == 0.0
 
 
 # --- paired statistics -------------------------------------------------------------------------
@@ -172,8 +175,7 @@ def test_rank_against_best_marks_ties():
 
 
 def test_attach_paired_groups_by_metric_and_length():
-    rows = [{"metric": "kl", "len": 64, "window_kl": [0.0, 0.0]}, {"metric": "kl", "len": 64, "window_kl": [0.2, 0.3]},
-            {"len": 64, "window_nll": [3.0, 3.1]}]
+    rows = [kl_result(64, [0.0, 0.0]), kl_result(64, [0.2, 0.3]), ppl_result(make_spec("none"), 64, [3.0, 3.1])]
     out = attach_paired(rows)
     assert out[0]["vs_best"]["best"] and not out[1]["vs_best"]["best"] and out[2]["vs_best"]["best"]
 
@@ -185,7 +187,7 @@ def test_search_b_paired_interval_and_verdict():
 
     noise = np.array([0.3, -0.2, 0.1, -0.4, 0.2, 0.0])  # text difficulty, shared by every schedule
 
-    def fake(specs, lengths, description, metric="ppl"):
+    def fake(specs, lengths, metric="ppl"):
         rows = []
         for spec in specs:
             params = dict(spec.params)
@@ -193,11 +195,10 @@ def test_search_b_paired_interval_and_verdict():
             if lengths == [256]:
                 base = 3.0
             w = base + noise + 0.001 * np.arange(6)
-            rows.append({"len": lengths[0], "nll": float(w.mean()), "ppl": math.exp(w.mean()), "ppl_err": None,
-                         "window_nll": [float(v) for v in w], "cached": False})
+            rows.append(ppl_result(spec, lengths[0], [float(v) for v in w]))
         return rows
 
-    out = search_b(fake, 256, [2048], tol=0.01)
+    out = search_b(fake, Geometry(64, 1e4, 256, 8.0), [2048], tol=0.01)
     assert abs(out["best_b"] - 0.6) <= 0.01
     lo, hi = out["equivalent_b"]
     assert lo <= out["best_b"] <= hi and hi - lo < 0.5  # paired: only b near the best is tied
@@ -239,6 +240,16 @@ def test_compare_with_metrics(tiny_dir, text_file):
     assert table.exit_code == 0 and "KL @ L" in table.stdout and "paired" in table.stdout
 
 
+@pytest.mark.parametrize("command", [["passkey", "--len", "128", "--depths", "0.5"], ["kl", "--k", "4"]])
+def test_log_n_is_named_once(tiny_dir, text_file, command, tmp_path):
+    png = tmp_path / "p.png"
+    r = run(*command, "--model", tiny_dir, "--data", text_file, "--method", "mixed", "--b", "0.5", "--log-n",
+            "--samples", "1", "--plot", str(png))
+    assert r.exit_code == 0, r.output
+    assert "mixed(b=0.5)+log-n" in r.stdout and "+log-n +log-n" not in r.stdout and "+log-n+log-n" not in r.stdout
+    assert png.stat().st_size > 5_000
+
+
 def test_kl_command(tiny_dir, text_file):
     r = run("kl", "--model", tiny_dir, "--data", text_file, "--k", "4", "--method", "none,yarn", "--samples", "2", "--json")
     assert r.exit_code == 0, r.output
@@ -256,8 +267,8 @@ def test_kl_command(tiny_dir, text_file):
     (["passkey", "--len", "100000"], "too little text for the passkey filler"),
     (["kl"], "kl needs the target's factor"),
     (["kl", "--k", "4", "--len", "512"], "beyond the training length"),
-    (["compare", "--len", "128", "--metric", "bleu"], "--metric bleu"),
-    (["search-b", "--objective", "bleu"], "--objective bleu"),
+    (["compare", "--len", "128", "--metric", "bleu"], "--metric bleu: choose from ppl, passkey, kl"),
+    (["search-b", "--objective", "bleu"], "'--objective': 'bleu' is not one of"),
 ])
 def test_bad_input_is_one_line(tiny_dir, text_file, args, needle, tmp_path):
     r = run(*args, "--model", tiny_dir, "--data", text_file, "--cache-dir", str(tmp_path / "c"))

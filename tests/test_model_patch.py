@@ -6,7 +6,15 @@ import torch
 
 from ropecli.rope.factor_files import rope_parameters_block
 from ropecli.rope.geometry import Geometry
-from ropecli.models.patch import add_log_n_hooks, apply_schedule, find_rotary_slots, log_n_scale, restore, select_slots
+from ropecli.models.config import choose_layer_types
+from ropecli.models.patch import (add_log_n_hooks, apply_schedule, find_rotary_slots, layer_types_of, log_n_scale, restore,
+                                 select_slots)
+
+
+def all_slots(model, rope_layers=None):
+    """The slots ropecli scales for --rope-layers (one parse: config.choose_layer_types)."""
+    slots = find_rotary_slots(model)
+    return select_slots(slots, choose_layer_types(layer_types_of(slots), rope_layers))
 from ropecli.models.scoring import naive_window_nll, window_nll
 from ropecli.rope.methods import compute_schedule
 from tiny_models import L, VOCAB, base_of, build, rotary_dim
@@ -22,16 +30,16 @@ def ids_of(length, seed=1):
 
 def patched(model, method, **params):
     d = rotary_dim_of(model)
-    geom = Geometry(d, select_slots(find_rotary_slots(model), None)[0].base, L, K)
+    geom = Geometry(d, all_slots(model)[0].base, L, K)
     sched = compute_schedule(method, geom, **params)
-    slots = select_slots(find_rotary_slots(model), None)
+    slots = all_slots(model)
     for s in slots:
         apply_schedule(s, sched.factors, sched.attention_factor)
     return slots, geom, sched
 
 
 def rotary_dim_of(model):
-    return select_slots(find_rotary_slots(model), None)[0].rotary_dim
+    return all_slots(model)[0].rotary_dim
 
 
 def reference(family, rope_parameters, source, max_pos=None):
@@ -50,12 +58,12 @@ def logits(model, ids):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_slots_read_geometry(family):
     model = build(family)
-    slots = select_slots(find_rotary_slots(model), None)
+    slots = all_slots(model)
     assert slots[0].rotary_dim == rotary_dim(family)
     assert slots[0].base == base_of(family)
     if family == "gemma3":
         assert [s.layer_type for s in slots] == ["full_attention"]
-        assert {s.layer_type for s in select_slots(find_rotary_slots(model), "all")} == {"full_attention", "sliding_attention"}
+        assert {s.layer_type for s in all_slots(model, "all")} == {"full_attention", "sliding_attention"}
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -11,7 +11,9 @@ from typer.testing import CliRunner
 from ropecli.cli.app import app
 from ropecli.errors import RopeCliError
 from ropecli.rope.geometry import Geometry
-from ropecli.tuning.param_search import Dim, min_budget, optimize, parse_vary, start_point
+from ropecli.rope.spec import make_spec
+from ropecli.tuning.optimizers import min_budget, optimize
+from ropecli.tuning.space import Dim, parse_vary, start_point
 from tiny_models import save_tiny
 
 runner = CliRunner()
@@ -22,7 +24,7 @@ GEOM = Geometry(64, 1e4, 256, 8.0)  # the built-in model's geometry at 8 L
 def test_2d_search_lands_on_a_known_optimum_within_budget(optimizer):
     opt = (0.3, 0.7)
     f = lambda x: (x[0] - opt[0]) ** 2 + 2 * (x[1] - opt[1]) ** 2 + 0.5 * (x[0] - opt[0]) * (x[1] - opt[1])  # noqa: E731
-    points = optimize(f, 2, 30, optimizer, [0.9, 0.1])
+    points = optimize(f, 2, 30, optimizer, [0.9, 0.1]).points
     assert len(points) <= 30
     best, _ = min(points, key=lambda p: p[1])
     tol = 0.1 if optimizer == "grid" else 0.02  # a 5 x 5 grid has spacing 0.25
@@ -30,13 +32,13 @@ def test_2d_search_lands_on_a_known_optimum_within_budget(optimizer):
 
 
 def test_1d_golden_section_within_budget():
-    points = optimize(lambda x: (x[0] - 0.613) ** 2, 1, 14, "auto")
+    points = optimize(lambda x: (x[0] - 0.613) ** 2, 1, 14, "auto").points
     assert len(points) == 14 and abs(min(points, key=lambda p: p[1])[0][0] - 0.613) < 0.005
 
 
 def test_budget_is_a_hard_cap_and_repeats_are_free():
     calls = []
-    points = optimize(lambda x: calls.append(x) or (x[0] - 0.2) ** 2 + (x[1] - 0.4) ** 2, 2, 9, "nelder-mead")
+    points = optimize(lambda x: calls.append(x) or (x[0] - 0.2) ** 2 + (x[1] - 0.4) ** 2, 2, 9, "nelder-mead").points
     assert len(calls) == len(points) == 9
     assert len({tuple(p) for p, _ in points}) == 9
 
@@ -96,16 +98,16 @@ def test_held_out_windows_are_disjoint_from_the_searched_ones(tiny_dir):
     from ropecli.models.load import load_model
 
     lm = load_model(tiny_dir)
-    ev = Evaluator(lm, samples=3, cache=EvalCache(enabled=False))
+    ev = Evaluator.over(lm, samples=3, cache=EvalCache(enabled=False))
     held = ev.held_out(4)
-    both = Evaluator(lm, samples=7, cache=EvalCache(enabled=False))
-    searched, kept, everything = ev.windows(192).ids, held.windows(192).ids, both.windows(192).ids
+    both = Evaluator.over(lm, samples=7, cache=EvalCache(enabled=False))
+    searched, kept, everything = ev.inputs.windows(192).ids, held.inputs.windows(192).ids, both.inputs.windows(192).ids
     np.testing.assert_array_equal(np.concatenate([searched, kept]), everything)  # the next windows of one sample
     docs, _ = load_documents(None)
     # windows are non-overlapping cuts of documents: no held-out window repeats a searched one
     assert not {r.tobytes() for r in searched} & {r.tobytes() for r in kept}
-    assert held.windows(192).fingerprint != ev.windows(192).fingerprint and len(docs) == 5
-    assert [p.key for p in held.prompts(192)] != [p.key for p in ev.prompts(192)][: len(held.prompts(192))]
+    assert held.inputs.windows(192).fingerprint != ev.inputs.windows(192).fingerprint and len(docs) == 5
+    assert [p.key for p in held.inputs.prompts(192)] != [p.key for p in ev.inputs.prompts(192)][: len(held.inputs.prompts(192))]
 
 
 # --- the command -------------------------------------------------------------------------------------
@@ -127,8 +129,12 @@ def test_search_end_to_end(tiny_dir, tmp_path):
     assert out["held_out"]["verdict"] and (tmp_path / "map.png").stat().st_size > 10_000
     best = min((e for e in out["evaluations"] if not e.get("violates_guard")), key=lambda e: e["objective"])
     assert out["best_params"] == best["params"]
-    block = json.loads((tmp_path / "rope.json").read_text())
-    assert block  # the winner's rope_parameters were written
+    block = json.loads((tmp_path / "rope.json").read_text())  # the winner's rope_parameters
+    k = max(1.0, 192 / out["train_len"])
+    geom = Geometry(out["rotary_dim"], out["base"], out["train_len"], k)
+    winner = make_spec("mixed", out["best_params"]).schedule(geom)
+    assert block["rope_parameters"]["rope_type"] == "longrope" and block["max_position_embeddings"] == geom.target_len
+    assert block["rope_parameters"]["long_factor"] == pytest.approx(list(winner.factors), rel=1e-12)
 
 
 def test_llama3_points_outside_the_joint_domain_are_infeasible_not_fatal(tiny_dir, tmp_path):
@@ -144,46 +150,3 @@ def test_llama3_points_outside_the_joint_domain_are_infeasible_not_fatal(tiny_di
     assert bad and good and all(e["objective"] is None for e in bad)
     assert all(e["params"]["high_freq_factor"] <= e["params"]["low_freq_factor"] for e in bad)
     assert out["best_params"]["high_freq_factor"] > out["best_params"]["low_freq_factor"]
-
-
-def test_interrupted_search_resumes(tiny_dir, tmp_path, monkeypatch):
-    from ropecli.evaluation.evaluator import Evaluator
-
-    full = json.loads(search(tiny_dir, tmp_path / "ref").stdout)
-    real = Evaluator._compute
-    calls = {"n": 0}
-
-    def flaky(self, *args):
-        calls["n"] += 1
-        if calls["n"] == 5:
-            raise KeyboardInterrupt
-        return real(self, *args)
-
-    monkeypatch.setattr(Evaluator, "_compute", flaky)
-    r = search(tiny_dir, tmp_path / "c")
-    assert r.exit_code == 130
-    monkeypatch.setattr(Evaluator, "_compute", real)
-    resumed = json.loads(search(tiny_dir, tmp_path / "c").stdout)
-    assert resumed["cache"]["hits"] >= 4
-    assert resumed["best_params"] == full["best_params"]
-    assert [e["objective"] for e in resumed["evaluations"]] == [e["objective"] for e in full["evaluations"]]
-
-
-@pytest.mark.parametrize("args, needle", [
-    (["--vary", "nope"], "has no such parameter"),
-    (["--vary", "b=1:0"], "lower bound must be below"),
-    (["--vary", "b", "--vary", "critical", "--budget", "3"], "below the minimum 7"),
-    (["--method", "yarn", "--vary", "beta_fast=0:8"], "log scale"),
-    (["--vary", "critical=1:40"], "beyond|leaves"),
-    (["--vary", "b", "--param", "b=0.5"], "both varied"),
-    (["--vary", "b", "--optimizer", "magic"], "--optimizer magic"),
-    (["--vary", "b", "--reference", "mixed:b"], "METHOD:KEY=VALUE"),
-])
-def test_search_bad_input_is_one_line(tiny_dir, tmp_path, args, needle):
-    import re
-
-    r = runner.invoke(app, ["search", "--model", tiny_dir, "--len", "192", "--samples", "2", "--cache-dir", str(tmp_path / "c"), *args])
-    assert r.exit_code != 0
-    lines = [line for line in r.output.strip().splitlines() if line.startswith("Error")]
-    assert len(lines) == 1 and re.search(needle, lines[0]), r.output
-    assert "Traceback" not in r.output

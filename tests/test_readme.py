@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ropecli.cli import app
+from ropecli.cli.app import app
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

@@ -26,7 +26,7 @@ def test_chunked_equals_naive_on_gemma3(gguf_path):
     from ropecli.models.scoring import naive_window_nll, window_nll
 
     lm = load_model(gguf_path, dtype="fp32", device="cpu")
-    assert lm.rotary_dim == 256 and lm.layer_types == ["full_attention", "sliding_attention"]
+    assert lm.rope.rotary_dim == 256 and lm.rope.layer_types == ["full_attention", "sliding_attention"]
     assert [s.layer_type for s in lm.slots] == ["full_attention"]
     docs, _ = load_documents(None)
     win = sample_windows(docs, tokenize_documents(docs, lm.tokenizer), 512, 1, 0, lm.tokenizer.bos_token_id)

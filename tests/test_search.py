@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from ropecli.cli.app import app
 from ropecli.errors import RopeCliError
-from ropecli.tuning.search import golden_section, grid_evaluations, interior_evaluations, local_maxima
+from ropecli.tuning.optimizers import golden_section, grid_evaluations, interior_evaluations, local_maxima
 from tiny_models import save_tiny
 
 runner = CliRunner()
@@ -72,8 +72,9 @@ def test_search_end_to_end_and_cached_rerun(tiny_dir, tmp_path):
     out = json.loads(r.stdout)
     assert {"best_b", "evaluations", "references"} <= set(out)
     assert all({"b", "objective", "ppl"} <= set(e) for e in out["evaluations"])
-    assert [x["label"] for x in out["references"]] == ["none", "pi", "ntk-fixed", "mixed(b=0.625)", "yarn(beta_fast=32, beta_slow=1)",
-                                                      "llama3(low_freq_factor=1, high_freq_factor=4)", "dynamic"]
+    assert [x["label"] for x in out["references"]] == ["none", "pi", "ntk-aware", "ntk-fixed", "dynamic",
+                                                      "yarn(beta_fast=32, beta_slow=1)",
+                                                      "llama3(low_freq_factor=1, high_freq_factor=4)", "mixed(b=0.625)"]
     lo, hi = out["equivalent_b"]
     assert lo <= out["best_b"] <= hi and out["verdict"]
     assert all("vs_best_b" in x and "windows" in x for x in out["references"])
@@ -95,10 +96,19 @@ def test_search_end_to_end_and_cached_rerun(tiny_dir, tmp_path):
     assert again["best_b"] == out["best_b"] and again["evaluations"] == [{**e, "cached": True} for e in out["evaluations"]]
 
 
-def test_interrupted_search_resumes(tiny_dir, tmp_path, monkeypatch):
+@pytest.mark.parametrize("command", [
+    ["search-b", "--tol", "0.05"],  # golden-section over b: its 5th evaluation is interrupted
+    ["search", "--vary", "b", "--vary", "critical", "--budget", "8"],  # Nelder-Mead over (b, m_c)
+])
+def test_interrupted_search_resumes(tiny_dir, tmp_path, monkeypatch, command):
+    """One engine, one resume test: Ctrl-C during an evaluation keeps the finished ones in the cache."""
     from ropecli.evaluation.evaluator import Evaluator
 
-    full = json.loads(search(tiny_dir, tmp_path / "ref").stdout)
+    def run(cache):
+        return runner.invoke(app, [*command, "--model", tiny_dir, "--len", "192", "--samples", "2",
+                                   "--cache-dir", str(cache), "--json"])
+
+    full = json.loads(run(tmp_path / "ref").stdout)
     real = Evaluator._compute
     calls = {"n": 0}
 
@@ -109,12 +119,12 @@ def test_interrupted_search_resumes(tiny_dir, tmp_path, monkeypatch):
         return real(self, *args)
 
     monkeypatch.setattr(Evaluator, "_compute", flaky)
-    r = search(tiny_dir, tmp_path / "c")
+    r = run(tmp_path / "c")
     assert r.exit_code == 130 and "rerun the same command to resume" in r.output
     monkeypatch.setattr(Evaluator, "_compute", real)
-    resumed = json.loads(search(tiny_dir, tmp_path / "c").stdout)
+    resumed = json.loads(run(tmp_path / "c").stdout)
     assert resumed["cache"]["hits"] == 4  # the four finished evaluations were kept
-    assert resumed["best_b"] == full["best_b"]
+    assert resumed.get("best_b", resumed.get("best_params")) == full.get("best_b", full.get("best_params"))
     assert [e["objective"] for e in resumed["evaluations"]] == [e["objective"] for e in full["evaluations"]]
 
 
@@ -135,6 +145,25 @@ def test_corrupt_and_foreign_cache_entries_are_recomputed(tiny_dir, tmp_path):
     assert [e["objective"] for e in again["evaluations"]] == [e["objective"] for e in first["evaluations"]]
     strip = lambda refs: [{k: v for k, v in r.items() if k != "cached"} for r in refs]  # noqa: E731
     assert strip(again["references"]) == strip(first["references"])
+
+
+def test_entries_of_another_cache_format_are_recomputed_and_said_once(tiny_dir, tmp_path):
+    from ropecli.evaluation.cache import FORMAT
+
+    cache = tmp_path / "c"
+    first = json.loads(search(tiny_dir, cache).stdout)
+    files = sorted(cache.glob("*.json"))
+    for f in files[:3]:  # written by an older ropecli: same key, another format
+        entry = json.loads(f.read_text())
+        f.write_text(json.dumps({**entry, "format": FORMAT - 1}))
+    r = search(tiny_dir, cache)
+    again = json.loads(r.stdout)
+    assert again["cache"]["stale"] == 3 and again["cache"]["rejected"] == 0
+    assert again["forward_passes"] == 3 * 2  # recomputed, never reused
+    notes = [ln for ln in r.stderr.splitlines() if "another ropecli cache format" in ln]
+    assert notes == [f"note: 3 cached result(s) were of another ropecli cache format and were recomputed (format {FORMAT} now)"]
+    assert [e["objective"] for e in again["evaluations"]] == [e["objective"] for e in first["evaluations"]]
+    assert all(json.loads(f.read_text())["format"] == FORMAT for f in files)
 
 
 def test_no_cache_always_computes(tiny_dir, tmp_path):

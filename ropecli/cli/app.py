@@ -32,18 +32,13 @@ def root(version: Annotated[Optional[bool], typer.Option("--version", callback=_
     """ropecli: RoPE context-extension workbench."""
 
 
-app.command("freqs")(analysis.freqs)
-app.command("digits")(analysis.digits)
-app.command("schedule")(analysis.schedule)
-app.command("methods")(analysis.methods)
-app.command("ppl")(evaluate.ppl)
-app.command("compare")(evaluate.compare)
-app.command("passkey")(metrics.passkey)
-app.command("kl")(metrics.kl)
-app.command("search")(search.search)
-app.command("search-b")(search.search_b)
-app.command("export")(export.export)
-app.command("advise")(advise.advise)
+COMMANDS = {  # name -> function, in the order `ropecli --help` lists them
+    "freqs": analysis.freqs, "digits": analysis.digits, "schedule": analysis.schedule, "methods": analysis.methods,
+    "ppl": evaluate.ppl, "compare": evaluate.compare, "passkey": metrics.passkey, "kl": metrics.kl,
+    "search": search.search, "search-b": search.search_b, "export": export.export, "advise": advise.advise,
+}
+for name, command in COMMANDS.items():
+    app.command(name)(command)
 app.add_typer(plot.app, name="plot")
 
 

@@ -1,16 +1,7 @@
-"""Every command-line option of ropecli, defined once, and the option groups the commands share.
+"""Every command-line option of ropecli, defined once (the groups that bundle them: `ropecli.cli.groups`).
 
-An option group is a dataclass whose fields are Typer options; `rich_help_panel` puts them under a
-named panel in `--help`. A command takes a whole group as one parameter,
-
-    @handle_errors
-    @with_option_groups
-    def ppl(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, output: OutputOptions, ...): ...
-
-and `with_option_groups` shows Typer the group's fields as the command's own flags, then hands the
-command the dataclass built from the parsed values. Ranges and choices are Typer's (`min=`, `max=`,
-enums), so bad values are refused before any work; the usage error is one line
-(`cli_common.OneLineErrorsGroup`).
+Ranges and choices are Typer's (`min=`, `max=`, enums, `CommaChoices`), so bad values are refused
+before any work; the usage error is one line (`ropecli.cli.common.OneLineErrorsGroup`).
 
 Renamed flags keep their old spelling as a hidden alias: `--head-dim` (now `--d` / `--rotary-dim`),
 `--methods` (now repeatable `--method`, comma lists accepted).
@@ -18,11 +9,6 @@ Renamed flags keep their old spelling as a hidden alias: `--head-dim` (now `--d`
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import inspect
-import typing
-from dataclasses import dataclass
 from enum import Enum
 from typing import Annotated, Optional
 
@@ -30,7 +16,7 @@ import click
 import typer
 
 from ropecli.evaluation.results import Metric
-from ropecli.tuning.advise import Candidate
+from ropecli.tuning.candidates import Candidate
 from ropecli.tuning.objective import Objective
 from ropecli.tuning.optimizers import Optimizer
 
@@ -105,7 +91,7 @@ LogNOpt = Annotated[bool, typer.Option(
     help="Scale the query at position n by max(1, log_L n) (Su, 'Transformer Upgrade Road 11').")]
 
 DataOpt = Annotated[Optional[list[str]], typer.Option(
-    "--data", rich_help_panel=DATA, help="Text file, folder, .jsonl, or hf:DATASET (default: held-out Shakespeare).")]
+    "--data", rich_help_panel=DATA, help="Text file, folder, .jsonl, .json, or hf:DATASET (default: held-out Shakespeare).")]
 TextFieldOpt = Annotated[str, typer.Option("--text-field", rich_help_panel=DATA, help="JSONL / dataset field holding the text.")]
 SamplesOpt = Annotated[int, typer.Option("--samples", min=1, rich_help_panel=DATA, help="Windows per length (documents, YaRN-style).")]
 SeedOpt = Annotated[int, typer.Option("--seed", rich_help_panel=DATA, help="Seed of the document sampling.")]
@@ -118,8 +104,8 @@ class CommaChoices(click.ParamType):
     """Values of an Enum, repeatable and comma-separated (`--metric ppl,kl --metric passkey`), checked by
     click before any work: a wrong one is a one-line usage error naming the choices."""
 
-    def __init__(self, enum: type[Enum]):
-        self.choices = [e.value for e in enum]
+    def __init__(self, enum: type[Enum], flag: str):
+        self.choices, self.flag = [e.value for e in enum], flag
         self.name = "[" + "|".join(self.choices) + "],…"
 
     def convert(self, value, param, ctx):
@@ -128,7 +114,7 @@ class CommaChoices(click.ParamType):
         names = [n.strip() for n in str(value).split(",") if n.strip()]
         bad = [n for n in names if n not in self.choices] or ([] if names else [repr(value)])
         if bad:
-            self.fail(f"{bad[0]} is not one of {', '.join(self.choices)} (a comma list is fine)", param, ctx)
+            self.fail(f"{self.flag} {bad[0]}: choose from {', '.join(self.choices)} (a comma list is fine)", param, ctx)
         return names
 
 
@@ -138,7 +124,7 @@ def flat_choices(values: list | None, default: tuple[str, ...]) -> list[str]:
 
 
 MetricOpt = Annotated[Optional[list[str]], typer.Option(
-    "--metric", click_type=CommaChoices(Metric), rich_help_panel=EVALUATION,
+    "--metric", click_type=CommaChoices(Metric, "--metric"), rich_help_panel=EVALUATION,
     help="What to measure: ppl, passkey, kl (repeat or comma-separate). kl runs at L with the target's k.")]
 ObjectiveOpt = Annotated[Objective, typer.Option(
     "--objective", rich_help_panel=SEARCH, help="ppl: mean log-PPL over the lengths; passkey: mean passkey answer NLL over the lengths.")]
@@ -146,7 +132,7 @@ OptimizerOpt = Annotated[Optimizer, typer.Option(
     "--optimizer", rich_help_panel=SEARCH,
     help="auto (golden-section for 1 parameter, Nelder-Mead for more), powell, nelder-mead, grid, golden.")]
 CandidatesOpt = Annotated[Optional[list[str]], typer.Option(
-    "--candidates", click_type=CommaChoices(Candidate), rich_help_panel="Advise",
+    "--candidates", click_type=CommaChoices(Candidate, "--candidates"), rich_help_panel="Advise",
     help="Narrow the candidates (repeat or comma-separate).")]
 MaxShortKlOpt = Annotated[Optional[float], typer.Option(
     "--max-short-kl", min=0.0, rich_help_panel=SEARCH,
@@ -172,151 +158,3 @@ CacheDirOpt = Annotated[Optional[str], typer.Option(
 JsonOpt = Annotated[bool, typer.Option("--json", rich_help_panel=OUTPUT, help="Print JSON for programs instead of tables.")]
 PlotOpt = Annotated[Optional[str], typer.Option("--plot", rich_help_panel=OUTPUT, help="Write a PNG/SVG/PDF picture of the results.")]
 OutOpt = Annotated[Optional[str], typer.Option("--out", "-o", rich_help_panel=OUTPUT, help="Output file (.png, .svg or .pdf).")]
-
-
-# --- the groups -----------------------------------------------------------------------------
-
-@dataclass
-class ModelSourceOptions:
-    """Which model, and its RoPE geometry as read from it or given by hand."""
-    model: ModelOpt = None
-    gguf_file: GgufOpt = None
-    d: DOpt = None
-    head_dim: HeadDimAliasOpt = None
-    base: BaseOpt = None
-    train_len: TrainLenOpt = None
-    rope_layers: RopeLayersOpt = None
-
-    def __post_init__(self):
-        self.d = _alias(self.d, self.head_dim, "--d", "--head-dim")
-
-
-@dataclass
-class GeometryOptions(ModelSourceOptions):
-    """The analysis commands' geometry: from --model's config, or the flags, or LLaMA-2-7B's
-    defaults; and the factor k."""
-    k: KOpt = None
-    target_len: TargetLenOpt = None
-
-
-@dataclass
-class ModelOptions(ModelSourceOptions):
-    """Which model the evaluating commands load, where, and in what precision."""
-    dtype: DtypeOpt = Dtype.auto
-    device: DeviceOpt = "auto"
-    device_map: DeviceMapOpt = None
-    attn_implementation: AttnOpt = None
-    trust_remote_code: TrustOpt = False
-
-    def __post_init__(self):
-        super().__post_init__()
-        self.dtype = Dtype(self.dtype).value
-
-
-@dataclass
-class ScheduleOptions:
-    """Which schedules: methods, b values, method parameters, a factor file."""
-    method: MethodOpt = None
-    methods: MethodsAliasOpt = None
-    b: BOpt = None
-    param: ParamOpt = None
-    factors: FactorsOpt = None
-
-    def __post_init__(self):
-        self.method = [*(self.method or []), *(self.methods or [])] or None
-
-
-@dataclass
-class DataOptions:
-    """The text the evaluating commands score, and how windows are drawn from it."""
-    data: DataOpt = None
-    text_field: TextFieldOpt = "text"
-    samples: SamplesOpt = 4
-    seed: SeedOpt = 0
-
-
-@dataclass
-class EvalOptions:
-    """Lengths, factor, log-n, and how each evaluation runs and is cached."""
-    length: LenOpt = None
-    k: KOpt = None
-    log_n: LogNOpt = False
-    chunk_size: ChunkOpt = None
-    score_last: ScoreLastOpt = None
-    no_cache: NoCacheOpt = False
-    cache_dir: CacheDirOpt = None
-
-
-@dataclass
-class PasskeyOptions:
-    """Passkey prompts: depths of the key and its length (ropecli.evaluation.passkey has the protocol)."""
-    depths: DepthsOpt = "0,0.25,0.5,0.75,1"
-    digits: DigitsOpt = 5
-
-    def parsed_depths(self) -> list[float]:
-        from ropecli.errors import RopeCliError
-        from ropecli.evaluation.passkey import check_depths
-
-        try:
-            values = [float(x) for x in self.depths.split(",") if x.strip()]
-        except ValueError:
-            raise RopeCliError(f"--depths {self.depths}: pass numbers in [0, 1], comma-separated, e.g. --depths 0,0.5,1") from None
-        if not values:
-            raise RopeCliError("--depths is empty; pass e.g. --depths 0,0.5,1")
-        return check_depths(values)
-
-    def checked_digits(self) -> int:
-        from ropecli.evaluation.passkey import check_digits
-
-        return check_digits(self.digits)
-
-
-@dataclass
-class OutputOptions:
-    """Tables for people, JSON for programs, and a picture."""
-    as_json: JsonOpt = False
-    plot: PlotOpt = None
-
-
-def _alias(value, old, new_name: str, old_name: str):
-    if old is not None and value is not None and old != value:
-        from ropecli.errors import RopeCliError
-
-        raise RopeCliError(f"{new_name} {value} and {old_name} {old} disagree; pass only {new_name}")
-    return value if value is not None else old
-
-
-# --- the decorator --------------------------------------------------------------------------
-
-def with_option_groups(fn):
-    """Let a command take option groups: Typer sees every group's fields as keyword options of the
-    command (in the command's parameter order); the command receives the dataclass instances."""
-    hints = typing.get_type_hints(fn, include_extras=True)
-    params: list[inspect.Parameter] = []
-    groups: dict[str, tuple[type, list[str]]] = {}
-    for p in inspect.signature(fn).parameters.values():
-        ann = hints.get(p.name, p.annotation)
-        if dataclasses.is_dataclass(ann):
-            field_hints = typing.get_type_hints(ann, include_extras=True)
-            fields = dataclasses.fields(ann)
-            groups[p.name] = (ann, [f.name for f in fields])
-            params += [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
-                                         annotation=field_hints[f.name]) for f in fields]
-        else:
-            params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=ann))
-    names = [p.name for p in params]
-    clash = {n for n in names if names.count(n) > 1}
-    if clash:
-        raise TypeError(f"{fn.__name__}: option names defined twice: {sorted(clash)}")
-    own = [p.name for p in inspect.signature(fn).parameters.values() if p.name not in groups]
-
-    @functools.wraps(fn)
-    def wrapper(**parsed):
-        call = {name: parsed[name] for name in own}
-        for pname, (cls, fields) in groups.items():
-            call[pname] = cls(**{f: parsed[f] for f in fields})
-        return fn(**call)
-
-    wrapper.__signature__ = inspect.Signature(params)
-    wrapper.__annotations__ = {p.name: p.annotation for p in params}
-    return wrapper

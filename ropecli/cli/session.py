@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ropecli.cli.common import stderr_console
 from ropecli.errors import RopeCliError
-from ropecli.cli.options import DataOptions, EvalOptions, ModelOptions, PasskeyOptions
+from ropecli.cli.groups import DataOptions, EvalOptions, ModelOptions, PasskeyOptions
 
 if TYPE_CHECKING:  # numpy stays unimported until a command runs: `--help` is instant
     from ropecli.rope.spec import Spec
@@ -46,7 +46,7 @@ class Session:
         """The same model on the windows after this session's (default: as many as it has)."""
         return Session(self.model, self.ev.held_out(samples or self.inputs.samples), self.progress)
 
-    def run(self, specs: list[Spec], lengths: list[int], description: str = "evaluating", metric: str = "ppl") -> list:
+    def run(self, specs: list[Spec], lengths: list[int], metric: str = "ppl") -> list:
         """Every (spec, length) of one metric (ppl, passkey, kl), spec-major, as EvalResults, with one rich
         progress bar (ETA) over all windows or prompts; cached ones are instant."""
         ev = self.ev
@@ -160,7 +160,7 @@ def fmt_ppl(r: dict) -> str:
 
 
 def plot_results(results: list[dict], path: str, session: Session) -> None:
-    from ropecli.report.plots import plot_ppl_vs_length
+    from ropecli.report.result_plots import plot_ppl_vs_length
 
     plot_ppl_vs_length(results, path, f"Perplexity vs length: {session.rope.name} (L = {session.rope.train_len})")
     stderr_console().print(f"wrote {path}")

@@ -1,7 +1,8 @@
 """Evaluation documents: where text comes from and how fixed-length windows are sampled.
 
-Sources (`--data`): text files, directories (every *.txt, *.md, *.jsonl inside, sorted), JSONL files
-(one document per line, from the field `--text-field`, default "text"), or `hf:NAME[:CONFIG][:SPLIT]`
+Sources (`--data`): text files, directories (every *.txt, *.md, *.jsonl, *.json inside, sorted), JSONL
+files (one document per line, from the field `--text-field`, default "text"), JSON files (a list of
+strings or of objects with that field, or one such object), or `hf:NAME[:CONFIG][:SPLIT]`
 for a HF datasets dataset (optional extra). Without `--data`: the held-out Shakespeare plays.
 
 Sampling policy (deterministic in `seed`): each document is tokenized whole; a document shorter than
@@ -49,11 +50,11 @@ def load_documents(data: list[str] | None, text_field: str = "text") -> tuple[li
         if path.is_dir():
             files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES)
             if not files:
-                raise RopeCliError(f"--data {item}: the folder has no .txt, .md or .jsonl files")
+                raise RopeCliError(f"--data {item}: the folder has no .txt, .md, .jsonl or .json files")
         elif path.is_file():
             files = [path]
         else:
-            raise RopeCliError(f"--data {item}: no such file or folder; pass a text file, a folder, a .jsonl file or hf:DATASET")
+            raise RopeCliError(f"--data {item}: no such file or folder; pass a text file, a folder, a .jsonl or .json file, or hf:DATASET")
         for f in files:
             docs.extend(_file_documents(f, text_field))
     docs = [d for d in docs if d.text.strip()]
@@ -67,7 +68,10 @@ def _file_documents(path: Path, text_field: str) -> list[Document]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise RopeCliError(f"cannot read {path} ({exc.__class__.__name__}); pass UTF-8 text files") from None
-    if path.suffix.lower() != ".jsonl":
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        return _json_documents(path, text, text_field)
+    if suffix != ".jsonl":
         return [Document(path.name, text)]
     docs = []
     for i, line in enumerate(text.splitlines(), 1):
@@ -78,6 +82,25 @@ def _file_documents(path: Path, text_field: str) -> list[Document]:
             docs.append(Document(f"{path.name}:{i}", str(record[text_field])))
         except (json.JSONDecodeError, KeyError, TypeError):
             raise RopeCliError(f"{path}:{i} is not a JSON object with a '{text_field}' field; fix the line or pass --text-field") from None
+    return docs
+
+
+def _json_documents(path: Path, text: str, text_field: str) -> list[Document]:
+    """A JSON file: a list of strings, a list of objects with `text_field`, or one such object."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RopeCliError(f"{path} is not valid JSON ({exc.msg}, line {exc.lineno}); fix it, or rename it .txt to score it as prose") from None
+    records = data if isinstance(data, list) else [data]
+    docs = []
+    for i, record in enumerate(records):
+        if isinstance(record, str):
+            docs.append(Document(f"{path.name}:{i}", record))
+        elif isinstance(record, dict) and isinstance(record.get(text_field), str):
+            docs.append(Document(f"{path.name}:{i}", record[text_field]))
+        else:
+            raise RopeCliError(f"{path}: item {i} is neither a string nor an object with a '{text_field}' string; "
+                               "pass --text-field, or write a list of texts")
     return docs
 
 

@@ -15,18 +15,18 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
-
-from ropecli.rope.geometry import Geometry
-from ropecli.rope.methods import Schedule
-from ropecli.rope.spec import Spec
+if TYPE_CHECKING:  # numpy and the schedules load when a result is summed, not when the CLI starts
+    from ropecli.rope.geometry import Geometry
+    from ropecli.rope.methods import Schedule
+    from ropecli.rope.spec import Spec
 
 
 @dataclass(kw_only=True)
 class EvalResult:
     metric: ClassVar[str]
+    paired: ClassVar[str]  # the field of per-unit values that pair across schedules
     method: str
     label: str
     params: dict  # the resolved parameters, explicit factor lists left out
@@ -40,7 +40,7 @@ class EvalResult:
     @property
     def values(self) -> list[float]:
         """Per-unit values that pair across schedules (lower is better); inf where a unit diverged."""
-        raise NotImplementedError
+        return [math.inf if v is None else float(v) for v in getattr(self, self.paired)]
 
     def to_json(self) -> dict[str, Any]:
         return {"metric": self.metric, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
@@ -58,10 +58,6 @@ class EvalResult:
         return cls(**{k: v for k, v in entry.items() if k in names and k != "cached"}, cached=cached)
 
 
-def _inf(values) -> list[float]:
-    return [math.inf if v is None else float(v) for v in values]
-
-
 def _finite(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
@@ -69,6 +65,7 @@ def _finite(x: float) -> float | None:
 @dataclass(kw_only=True)
 class PplResult(EvalResult):
     metric: ClassVar[str] = "ppl"
+    paired: ClassVar[str] = "window_nll"
     ppl: float
     nll: float  # mean NLL per scored token (nats) = log PPL
     tokens: int
@@ -76,14 +73,11 @@ class PplResult(EvalResult):
     window_nll: list  # per-window mean NLL (None: diverged)
     windows: list  # source document of each window
 
-    @property
-    def values(self) -> list[float]:
-        return _inf(self.window_nll)
-
 
 @dataclass(kw_only=True)
 class PasskeyResult(EvalResult):
     metric: ClassVar[str] = "passkey"
+    paired: ClassVar[str] = "prompt_answer_nll"
     accuracy: float
     answer_nll: float | None
     samples: int
@@ -92,14 +86,11 @@ class PasskeyResult(EvalResult):
     prompt_correct: list
     prompt_answer_nll: list
 
-    @property
-    def values(self) -> list[float]:
-        return _inf(self.prompt_answer_nll)
-
 
 @dataclass(kw_only=True)
 class KlResult(EvalResult):
     metric: ClassVar[str] = "kl"
+    paired: ClassVar[str] = "window_kl"
     kl_mean: float
     kl_p99: float
     kl_max: float
@@ -107,10 +98,6 @@ class KlResult(EvalResult):
     tokens: int
     window_kl: list
     windows: list
-
-    @property
-    def values(self) -> list[float]:
-        return _inf(self.window_kl)
 
 
 class Metric(str, Enum):
@@ -132,6 +119,8 @@ def _head(spec: Spec, sched: Schedule, geom: Geometry, length: int, seconds: flo
 def summarize_ppl(spec: Spec, sched: Schedule, geom: Geometry, length: int, per_window: list[tuple[float, int]],
                   names: list[str], seconds: float) -> PplResult:
     """per_window: (sum of NLL, scored tokens) of each window."""
+    import numpy as np
+
     tokens = sum(t for _, t in per_window)
     means = np.array([n / t for n, t in per_window])
     nll = sum(n for n, _ in per_window) / tokens
@@ -148,6 +137,8 @@ def summarize_ppl(spec: Spec, sched: Schedule, geom: Geometry, length: int, per_
 def summarize_passkey(spec: Spec, sched: Schedule, geom: Geometry, length: int, per_prompt: list[tuple[float, float]],
                       prompts: list, depths, seconds: float) -> PasskeyResult:
     """Accuracy and mean answer NLL, overall and per depth; per-prompt values kept for paired statistics."""
+    import numpy as np
+
     correct = np.array([c for c, _ in per_prompt], dtype=np.float64)
     nll = np.array([a for _, a in per_prompt], dtype=np.float64)
     by_depth = []
@@ -164,6 +155,8 @@ def summarize_passkey(spec: Spec, sched: Schedule, geom: Geometry, length: int, 
 def summarize_kl(spec: Spec, sched: Schedule, geom: Geometry, length: int, per_window: list[tuple], names: list[str],
                  seconds: float) -> KlResult:
     """KL(p_unscaled || p_scaled) per token: mean, 99th percentile, max, top-1 agreement (llama.cpp's statistics)."""
+    import numpy as np
+
     tokens = sum(w[1] for w in per_window)
     every = np.concatenate([np.asarray(w[3], dtype=np.float64) for w in per_window])
     return KlResult(**_head(spec, sched, geom, length, seconds), kl_mean=sum(w[0] for w in per_window) / tokens,

@@ -9,22 +9,22 @@ from ropecli.files import atomic_write_text
 
 
 def write_report(result: dict, out_dir: Path, geom, model_name: str) -> Path:
-    from ropecli.report import plots
+    from ropecli.report import plots, result_plots
     from ropecli.rope.geometry import Geometry
     from ropecli.rope.spec import make_spec
 
     rows = result["rows"]
     lengths = result["lengths"]
     images = []
-    plots.plot_advice_ppl(rows, lengths, str(out_dir / "ppl_vs_length.png"),
+    result_plots.plot_advice_ppl(rows, lengths, str(out_dir / "ppl_vs_length.png"),
                           f"{model_name}: PPL vs length on held-out windows (± std. error across windows)",
                           winner=result["winner"])
     images.append(("Perplexity vs length", "ppl_vs_length.png"))
     if result["passkey_measured"]:
-        plots.plot_passkey_heatmaps([r["passkey_result"] for r in rows], str(out_dir / "passkey.png"),
+        result_plots.plot_passkey_heatmaps([r["passkey_result"] for r in rows], str(out_dir / "passkey.png"),
                                     f"{model_name}: passkey accuracy at {max(lengths)} tokens")
         images.append(("Passkey retrieval at the longest target", "passkey.png"))
-    plots.plot_short_cost(rows, str(out_dir / "short_cost.png"), f"{model_name}: cost within L = {geom.train_len} (k = {geom.factor:g})")
+    result_plots.plot_short_cost(rows, str(out_dir / "short_cost.png"), f"{model_name}: cost within L = {geom.train_len} (k = {geom.factor:g})")
     images.append(("Short-context cost", "short_cost.png"))
     g = Geometry(geom.rotary_dim, geom.base, geom.train_len, result["factor"])
     scheds = [(r["candidate"], make_spec(r["method"], r["params"], log_n=r["log_n"]).schedule(g, max(lengths)),
@@ -33,7 +33,7 @@ def write_report(result: dict, out_dir: Path, geom, model_name: str) -> Path:
     images.append(("Λ_m of the winner beside the others", "factors.png"))
     for name, search in result["searches"].items():
         fname = f"search_{name.replace('+', '_')}.png"
-        plots.plot_param_search(search, str(out_dir / fname), f"{name}: search on windows 0…{result['searched_windows'] - 1}")
+        result_plots.plot_param_search(search, str(out_dir / fname), f"{name}: search on windows 0…{result['searched_windows'] - 1}")
         images.append((f"Search of {name}", fname))
 
     md = [f"# ropecli advise: {model_name} at {', '.join(map(str, lengths))} tokens", "",

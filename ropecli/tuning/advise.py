@@ -1,6 +1,7 @@
 """`ropecli advise`: every context-extension method on the same windows, searched where it has knobs,
-ranked by a written rule on held-out windows, ending in a config to deploy. Free of torch and of
-the CLI: `advise` takes the evaluators (Session.run of the searched and of the held-out windows).
+ranked by a written rule on held-out windows, ending in a config to deploy (`export_winner`, through
+`ropecli.export.plan.export_schedule`, the function `ropecli export` runs). Free of torch and of the
+CLI: `advise` takes the evaluators (Session.run of the searched and of the held-out windows).
 
 Candidates (all at the longest target's k at every length, as the deployed config runs them; scored
 on the same windows):
@@ -28,44 +29,17 @@ from __future__ import annotations
 
 import math
 import shlex
-from enum import Enum
 from pathlib import Path
 from typing import Callable
 
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.stats import paired_difference
 from ropecli.rope.geometry import Geometry
-from ropecli.rope.spec import STANDARD_METHODS, Spec, make_spec, target_factor
+from ropecli.rope.spec import Spec, make_spec, target_factor
+from ropecli.tuning.candidates import search_plans, static_candidates
 from ropecli.tuning.objective import Evaluate, Scorer
 from ropecli.tuning.search import run_search
 from ropecli.tuning.space import parse_vary
-
-
-class Candidate(str, Enum):
-    none = "none"
-    pi = "pi"
-    ntk_aware = "ntk-aware"
-    dynamic = "dynamic"
-    yarn = "yarn"
-    yarn_tuned = "yarn-tuned"
-    llama3 = "llama3"
-    ntk_fixed = "ntk-fixed"
-    mixed_b = "mixed-b"
-    mixed_clamped = "mixed-clamped"
-
-
-CANDIDATES = tuple(c.value for c in Candidate)
-# the standard methods as they are (mixed(b=0.625) is not one: the mixed-b search covers its family)
-STATIC = {name: (name, params) for name, params in STANDARD_METHODS if name in CANDIDATES}
-
-
-def search_plans(budget: int) -> dict[str, tuple[str, list[str], int]]:
-    """The searched candidates: name -> (method, varied parameters, evaluations), the one plan both the
-    searches and the progress bar's total read."""
-    return {"yarn-tuned": ("yarn", ["beta_fast", "beta_slow"], max(budget, 7)),
-            "mixed-b": ("mixed", ["b"], max(min(budget, 12), 4)),
-            "mixed-clamped": ("mixed", ["b", "critical"], max(budget, 7))}
-
 
 PASSKEY_BASELINE = 0.5  # the unscaled model must retrieve at least this share of keys within L for passkey to count
 RULE = ("1. out: a candidate breaking --max-short-kl, --max-short-regression or --min-passkey; "
@@ -101,34 +75,35 @@ def advise(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[int]
         for name, found in search_candidates(run, geom, lengths, names, budget, log_n, factor).items():
             searched[name + ("+log-n" if log_n else "")] = found
     candidates: list[tuple[str, Spec]] = []
+    static = static_candidates()
     for log_n in (False, True) if with_log_n else (False,):
         for name in names:
             key = name + ("+log-n" if log_n else "")
-            if name in STATIC:
-                method, params = STATIC[name]
+            if name in static:
+                method, params = static[name]
                 candidates.append((key, make_spec(method, params, factor=factor, log_n=log_n)))
             elif key in searched:
                 candidates.append((key, searched[key]["spec"]))
     L = geom.train_len
     score = Scorer(held_run, L, lengths, "ppl", k)
-    none_L = held_run([make_spec("none")], [L], "held-out: none @ L")[0]
+    none_L = held_run([make_spec("none")], [L])[0]
     # passkey at the longest target counts only if the unscaled model retrieves within L at all
-    none_pk = held_run([make_spec("none")], [L], "held-out: passkey none @ L", "passkey")[0] if passkey else None
+    none_pk = held_run([make_spec("none")], [L], "passkey")[0] if passkey else None
     passkey_ok = passkey and none_pk.accuracy >= PASSKEY_BASELINE
     if passkey and not passkey_ok:
         note(f"passkey skipped: the unscaled model retrieves {none_pk.accuracy:.0%} of keys within L = {L} "
              f"(under {PASSKEY_BASELINE:.0%}), so retrieval at the target says nothing about the schedules")
     rows = []
     for name, spec in candidates:
-        entry = score(spec, f"held-out {name}")
-        at_L = held_run([spec.but(factor=k)], [L], f"held-out {name} @ L")[0]
-        kl = held_run([spec.but(factor=k)], [L], f"held-out KL {name}", "kl")[0]
+        entry = score(spec)
+        at_L = held_run([spec.but(factor=k)], [L])[0]
+        kl = held_run([spec.but(factor=k)], [L], "kl")[0]
         row = {"candidate": name, "label": spec.label, "method": spec.method, "params": dict(spec.params),
                "log_n": spec.log_n, **entry, "short_ppl": at_L.ppl,
                "short_rise_percent": 100.0 * (at_L.ppl / none_L.ppl - 1.0), "short_kl": kl.kl_mean,
                "short_kl_p99": kl.kl_p99, "short_top1": kl.top1_agreement}
         if passkey_ok:
-            pk = held_run([spec], [max(lengths)], f"held-out passkey {name}", "passkey")[0]
+            pk = held_run([spec], [max(lengths)], "passkey")[0]
             row["passkey_accuracy"] = pk.accuracy
             row["passkey_by_depth"] = pk.by_depth
             row["passkey_result"] = pk.to_json()

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import math
 from enum import Enum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from ropecli.evaluation.results import EvalResult
-from ropecli.evaluation.stats import mean_over_lengths
-from ropecli.rope.spec import Spec, make_spec
+if TYPE_CHECKING:  # the CLI imports Objective at start-up: numpy waits until something is scored
+    from ropecli.evaluation.results import EvalResult
+    from ropecli.rope.spec import Spec
 
 
 class Objective(str, Enum):
@@ -31,8 +31,7 @@ class Evaluate(Protocol):
     """How tuning reaches the model: one EvalResult per (spec, length), spec-major. The CLI passes
     `Session.run` (evaluator, cache, progress bar); tests pass injected objectives."""
 
-    def __call__(self, specs: list[Spec], lengths: list[int], description: str = "evaluating",
-                 metric: str = "ppl") -> list[EvalResult]: ...
+    def __call__(self, specs: list[Spec], lengths: list[int], metric: str = "ppl") -> list[EvalResult]: ...
 
 
 class Scorer:
@@ -49,10 +48,12 @@ class Scorer:
         if max_short_regression is not None or max_short_kl is not None:
             self.guard = {"len": train_len, "factor": guard_k, "max_percent": max_short_regression, "max_kl": max_short_kl}
         if max_short_regression is not None:
-            self.guard["none_ppl"] = run([make_spec("none")], [train_len], "guard: none @ L")[0].ppl
+            from ropecli.rope.spec import make_spec
 
-    def __call__(self, spec: Spec, label: str) -> dict:
-        rows = self.run([spec], self.lengths, label, self.objective)
+            self.guard["none_ppl"] = run([make_spec("none")], [train_len])[0].ppl
+
+    def __call__(self, spec: Spec) -> dict:
+        rows = self.run([spec], self.lengths, self.objective)
         entry = {"objective": mean_objective(rows), "windows": window_vector(rows), "cached": all(r.cached for r in rows)}
         if self.objective == "ppl":
             entry["ppl"] = {str(r.len): r.ppl for r in rows}
@@ -62,13 +63,13 @@ class Scorer:
             entry["accuracy"] = {str(r.len): r.accuracy for r in rows}
         short = spec.but(factor=self.guard_k)
         if self.max_rise is not None:
-            at_L = self.run([short], [self.train_len], f"guard {label}")[0]
+            at_L = self.run([short], [self.train_len])[0]
             rise = 100.0 * (at_L.ppl / self.guard["none_ppl"] - 1.0)
             entry["short_ppl"], entry["short_rise_percent"] = at_L.ppl, rise
             if rise > self.max_rise:
                 entry["violates_guard"] = True
         if self.max_kl is not None:
-            kl = self.run([short], [self.train_len], f"KL guard {label}", "kl")[0]
+            kl = self.run([short], [self.train_len], "kl")[0]
             entry["short_kl"], entry["short_top1"] = kl.kl_mean, kl.top1_agreement
             if kl.kl_mean > self.max_kl:
                 entry["violates_guard"] = True
@@ -85,4 +86,6 @@ def mean_objective(rows: list[EvalResult]) -> float:
 def window_vector(rows: list[EvalResult]) -> list[float]:
     """The candidate's per-window (per-prompt) objective, window i averaged over the lengths: what
     pairs it with every other candidate scored on the same windows."""
+    from ropecli.evaluation.stats import mean_over_lengths
+
     return mean_over_lengths([r.values for r in rows])

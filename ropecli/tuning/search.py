@@ -56,7 +56,7 @@ def run_search(run: Evaluate, held_out_run: Evaluate | None, geom: Geometry, met
             evaluations.append({"params": params, "label": format_label(method, {**fixed, **params}),
                                 "objective": math.inf, "infeasible": str(e)})
             return math.inf
-        entry = {"params": params, "label": spec.label, **score(spec, spec.label)}
+        entry = {"params": params, "label": spec.label, **score(spec)}
         evaluations.append(entry)
         return entry["objective"] if not entry.get("violates_guard") else math.inf
 
@@ -133,7 +133,7 @@ def reference_rows(score: Scorer, log_n: bool, factor: float | None, by_b: dict[
             fields = {k: v for k, v in by_b[same_b].items() if k not in ("b", "vs_best", "params", "label")}
             rows.append({"label": spec.label, "method": spec.method, **fields, "same_as": f"mixed(b={same_b:g})"})
         else:
-            rows.append({"label": spec.label, "method": spec.method, **score(spec, f"reference {spec.label}")})
+            rows.append({"label": spec.label, "method": spec.method, **score(spec)})
     return rows
 
 
@@ -165,10 +165,10 @@ def held_out_verdict(run: Evaluate, geom: Geometry, lengths: list[int], objectiv
                      extra: list[Spec], log_n: bool, factor: float | None) -> dict:
     """The winner and the standard methods on held-out windows; the winner against the best of them, paired."""
     score = Scorer(run, geom.train_len, lengths, objective, 1.0)
-    rows = [{"label": winner.label, "role": "winner", **score(winner, f"held-out {winner.label}")}]
+    rows = [{"label": winner.label, "role": "winner", **score(winner)}]
     for spec in standard_specs(factor=factor, log_n=log_n) + list(extra):
         if spec.label != winner.label:
-            rows.append({"label": spec.label, "role": "standard", **score(spec, f"held-out {spec.label}")})
+            rows.append({"label": spec.label, "role": "standard", **score(spec)})
     win = rows[0]
     for r in rows:
         r["vs_winner"] = paired_difference(r["windows"], win["windows"])

@@ -11,8 +11,8 @@ from typing import Annotated, Optional
 import typer
 
 from ropecli.cli.common import console, emit_json, handle_errors
-from ropecli.cli.options import (OUTPUT, CandidatesOpt, DataOptions, EvalOptions, HeldOutOpt, MaxShortKlOpt,
-                                 MaxShortRegressionOpt, ModelOptions, PasskeyOptions, flat_choices, with_option_groups)
+from ropecli.cli.groups import DataOptions, EvalOptions, ModelOptions, PasskeyOptions, with_option_groups
+from ropecli.cli.options import OUTPUT, CandidatesOpt, HeldOutOpt, MaxShortKlOpt, MaxShortRegressionOpt, flat_choices
 from ropecli.cli.session import open_session
 from ropecli.errors import RopeCliError
 
@@ -51,7 +51,8 @@ def advise(
     from ropecli.cli.session import overall_progress
     from ropecli.evaluation.evaluator import check_lengths
     from ropecli.rope.spec import target_factor
-    from ropecli.tuning.advise import CANDIDATES, advise as run_advise, estimate_units, export_winner
+    from ropecli.tuning.advise import advise as run_advise, estimate_units, export_winner
+    from ropecli.tuning.candidates import CANDIDATES
 
     names = flat_choices(candidates, CANDIDATES)
     prompts.parsed_depths(), prompts.checked_digits()

@@ -10,7 +10,8 @@ import typer
 
 from ropecli.cli.common import console, emit_json, g4, geometry_of, handle_errors, schedules_of
 from ropecli.errors import RopeCliError
-from ropecli.cli.options import DEFAULT_METHOD, OUTPUT, GeometryOptions, JsonOpt, OutputFormat, ScheduleOptions, with_option_groups
+from ropecli.cli.groups import GeometryOptions, ScheduleOptions, with_option_groups
+from ropecli.cli.options import DEFAULT_METHOD, OUTPUT, JsonOpt, OutputFormat
 
 
 def _one_schedule(geom, opts: ScheduleOptions):

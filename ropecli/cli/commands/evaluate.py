@@ -8,8 +8,9 @@ import typer
 
 from ropecli.cli.common import console, emit_json, handle_errors
 from ropecli.errors import RopeCliError
-from ropecli.cli.options import (COMPARE_METHODS, DEFAULT_METHOD, SCHEDULE, DataOptions, EvalOptions, MetricOpt, ModelOptions,
-                                 OutputOptions, PasskeyOptions, ScheduleOptions, flat_choices, with_option_groups)
+from ropecli.cli.groups import (DataOptions, EvalOptions, ModelOptions, OutputOptions, PasskeyOptions,
+                                ScheduleOptions, with_option_groups)
+from ropecli.cli.options import COMPARE_METHODS, DEFAULT_METHOD, SCHEDULE, MetricOpt, flat_choices
 from ropecli.cli.session import Session, check_plot_path, fmt_ppl, open_session, plot_results
 
 
@@ -105,11 +106,11 @@ def compare(
     if "ppl" in metrics:
         results += session.run(specs, lengths)
     if "passkey" in metrics:
-        results += session.run(specs, lengths, "passkey", metric="passkey")
+        results += session.run(specs, lengths, "passkey")
     kl_k = None
     if "kl" in metrics:
         kl_k = target_factor(evaluation.k, lengths, L)
-        results += session.run([s.but(factor=kl_k) for s in specs], [L], "KL", metric="kl")
+        results += session.run([s.but(factor=kl_k) for s in specs], [L], "kl")
     results = attach_paired(results)
     ppl_rows = [r for r in results if r["metric"] == "ppl"]
     if output.plot and session.is_main and ppl_rows:

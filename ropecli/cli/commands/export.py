@@ -10,8 +10,8 @@ import typer
 
 from ropecli.cli.common import console, emit_json, geometry_of, handle_errors
 from ropecli.errors import RopeCliError
-from ropecli.cli.options import (DEFAULT_METHOD, OUTPUT, SCHEDULE, GeometryOptions, JsonOpt, LogNOpt, ScheduleOptions,
-                                with_option_groups)
+from ropecli.cli.groups import GeometryOptions, ScheduleOptions, with_option_groups
+from ropecli.cli.options import DEFAULT_METHOD, OUTPUT, SCHEDULE, JsonOpt, LogNOpt
 
 
 class Runtime(str, Enum):

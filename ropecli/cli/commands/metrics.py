@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from ropecli.cli.common import console, emit_json, handle_errors, stderr_console
 from ropecli.errors import RopeCliError
-from ropecli.cli.options import (KL_METHODS, PASSKEY_METHODS, DataOptions, EvalOptions, ModelOptions, OutputOptions,
-                                 PasskeyOptions, ScheduleOptions, TargetLenOpt, with_option_groups)
+from ropecli.cli.groups import (DataOptions, EvalOptions, ModelOptions, OutputOptions, PasskeyOptions,
+                                ScheduleOptions, with_option_groups)
+from ropecli.cli.options import KL_METHODS, PASSKEY_METHODS, TargetLenOpt
 from ropecli.cli.session import check_plot_path, open_session
 
 
@@ -33,9 +34,9 @@ def passkey(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, e
     session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts)
     L = session.rope.train_len
     lengths = check_lengths(evaluation.length or [L, 8 * L])
-    results = attach_paired(session.run(specs, lengths, "passkey", metric="passkey"))
+    results = attach_paired(session.run(specs, lengths, "passkey"))
     if output.plot and session.is_main:
-        from ropecli.report.plots import plot_passkey_heatmaps
+        from ropecli.report.result_plots import plot_passkey_heatmaps
 
         plot_passkey_heatmaps(results, output.plot, f"Passkey accuracy: {session.rope.name} (L = {L}), "
                                                     f"{session.inputs.samples} keys of {session.inputs.digits} digits per cell")
@@ -102,9 +103,9 @@ def kl(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, evalua
     k = resolve_factor(L, evaluation.k, target_len)
     specs = [s.but(factor=k) for s in specs]
     lengths = check_lengths(evaluation.length or [L])
-    results = attach_paired(session.run(specs, lengths, "KL", metric="kl"))
+    results = attach_paired(session.run(specs, lengths, "kl"))
     if output.plot and session.is_main:
-        from ropecli.report.plots import plot_kl
+        from ropecli.report.result_plots import plot_kl
 
         plot_kl(results, output.plot, f"KL against the unscaled model: {session.rope.name} (L = {L}), k = {k:g}")
         stderr_console().print(f"wrote {output.plot}")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import typer
 
 from ropecli.cli.common import OneLineErrorsGroup, console, geometry_of, handle_errors, schedules_of
-from ropecli.cli.options import (DEFAULT_METHOD, OVERVIEW_METHODS, PLOT_SCHEDULE_METHODS, GeometryOptions, OutOpt,
-                                 ScheduleOptions, with_option_groups)
+from ropecli.cli.groups import GeometryOptions, ScheduleOptions, with_option_groups
+from ropecli.cli.options import DEFAULT_METHOD, OVERVIEW_METHODS, PLOT_SCHEDULE_METHODS, OutOpt
 
 app = typer.Typer(help="Draw RoPE pictures to PNG, SVG or PDF; with no subcommand, an overview.", cls=OneLineErrorsGroup,
                   invoke_without_command=True)

@@ -9,9 +9,9 @@ from typing import Annotated, Optional
 import typer
 
 from ropecli.cli.common import console, emit_json, handle_errors, stderr_console
-from ropecli.cli.options import (DEFAULT_METHOD, SEARCH, DataOptions, EvalOptions, ExportConfigOpt, MaxShortKlOpt,
-                                 MaxShortRegressionOpt, ModelOptions, ObjectiveOpt, OptimizerOpt, OutputOptions,
-                                 PasskeyOptions, HeldOutOpt, with_option_groups)
+from ropecli.cli.groups import DataOptions, EvalOptions, ModelOptions, OutputOptions, PasskeyOptions, with_option_groups
+from ropecli.cli.options import (DEFAULT_METHOD, SEARCH, ExportConfigOpt, MaxShortKlOpt, MaxShortRegressionOpt,
+                                 ObjectiveOpt, OptimizerOpt, HeldOutOpt)
 from ropecli.cli.session import check_plot_path, open_session
 from ropecli.errors import RopeCliError
 from ropecli.tuning.objective import Objective
@@ -25,13 +25,13 @@ def search_b(
     data: DataOptions,
     evaluation: EvalOptions,
     output: OutputOptions,
+    prompts: PasskeyOptions,
     lo: Annotated[float, typer.Option("--lo", min=0.0, max=1.0, rich_help_panel=SEARCH, help="Lower end of b (0 = PI).")] = 0.0,
     hi: Annotated[float, typer.Option("--hi", min=0.0, max=1.0, rich_help_panel=SEARCH, help="Upper end of b (1 = NTK-fixed).")] = 1.0,
     tol: Annotated[float, typer.Option("--tol", min=1e-6, rich_help_panel=SEARCH, help="Accuracy of the best b.")] = 0.01,
     max_short_regression: MaxShortRegressionOpt = None,
     max_short_kl: MaxShortKlOpt = None,
     objective: ObjectiveOpt = Objective.ppl,
-    prompts: PasskeyOptions = None,
     export_config: ExportConfigOpt = None,
 ):
     """Search the exponent b of NTK-RoPE-mixed for the lowest perplexity at the target lengths.
@@ -101,7 +101,7 @@ def _deliver(session, out: dict, winner: tuple, geom, evaluation, output, export
 
 
 def plot_search(*args):
-    from ropecli.report.plots import plot_search as draw
+    from ropecli.report.result_plots import plot_search as draw
 
     return draw(*args)
 
@@ -115,14 +115,8 @@ def print_search(out: dict, lengths: list[int]) -> None:
     con.print(f"[bold]verdict:[/] {out['verdict']}", highlight=False)
     passkey = out["objective_name"] == "passkey"
     what = "mean passkey answer NLL over lengths" if passkey else "mean log-PPL over lengths"
-    t = Table(title=f"search-b on {out['model']} (L = {out['train_len']}), objective = {what}"
-                    + (", with log-n" if out["log_n"] else ""))
-    t.add_column("b", justify="right")
-    for n in lengths:
-        t.add_column(f"{'passkey' if passkey else 'PPL'} @ {n}", justify="right")
-    t.add_column("objective", justify="right")
-    t.add_column("Δ vs best (paired)", justify="right")
-    t.add_column("note")
+    t = _table(f"search-b on {out['model']} (L = {out['train_len']}), objective = {what}"
+               + (", with log-n" if out["log_n"] else ""), "b", lengths, passkey, "Δ vs best (paired)", "note")
     for e in sorted(out["evaluations"], key=lambda e: e["b"]):
         note = "best" if e["b"] == out["best_b"] else ("≈ best" if e["vs_best"]["tied"] else "")
         if e.get("violates_guard"):
@@ -132,13 +126,8 @@ def print_search(out: dict, lengths: list[int]) -> None:
         style = "bold green" if e["b"] == out["best_b"] else ""
         t.add_row(f"{e['b']:.4f}", *_cells(e, lengths, passkey), f"{e['objective']:.4f}", fmt_diff(e["vs_best"]), note, style=style)
     con.print(t)
-    r = Table(title="References on the same documents (Δ: minus the best b, paired over windows, ± std. error)")
-    r.add_column("method")
-    for n in lengths:
-        r.add_column(f"{'passkey' if passkey else 'PPL'} @ {n}", justify="right")
-    r.add_column("objective", justify="right")
-    r.add_column("Δ vs best b", justify="right")
-    r.add_column("verdict")
+    r = _table("References on the same documents (Δ: minus the best b, paired over windows, ± std. error)", "method",
+               lengths, passkey, "Δ vs best b", "verdict")
     for ref in sorted(out["references"], key=lambda x: x["objective"]):
         d = ref["vs_best_b"]
         v = "beats best b" if d["beats_best_b"] else ("≈ best b" if not d["distinguishable"] else "worse")
@@ -164,6 +153,20 @@ def print_one_dim_notes(con, out: dict, name: str, lo: float, hi: float, flags: 
                   f"{', '.join(f'{b:.3f}' for b in out['non_unimodal_at'])}); the search may have missed a better valley")
 
 
+def _table(title: str, first: str, lengths: list[int], passkey: bool, diff: str, last: str):
+    """A search-b table: the first column, the objective at each length, the objective, Δ, a note."""
+    from rich.table import Table
+
+    t = Table(title=title)
+    t.add_column(first, justify="right" if first == "b" else "left")
+    for n in lengths:
+        t.add_column(f"{'passkey' if passkey else 'PPL'} @ {n}", justify="right")
+    t.add_column("objective", justify="right")
+    t.add_column(diff, justify="right")
+    t.add_column(last)
+    return t
+
+
 def _cells(e: dict, lengths: list[int], passkey: bool) -> list[str]:
     if passkey:
         return [f"{e['accuracy'][str(n)]:.0%} / {e['answer_nll'][str(n)]:.2f}" for n in lengths]
@@ -181,6 +184,7 @@ def search(
     data: DataOptions,
     evaluation: EvalOptions,
     output: OutputOptions,
+    prompts: PasskeyOptions,
     method: Annotated[str, typer.Option("--method", "-m", rich_help_panel=SEARCH, help="The registry method to tune.")] = DEFAULT_METHOD,
     vary: Annotated[Optional[list[str]], typer.Option(
         "--vary", rich_help_panel=SEARCH,
@@ -196,7 +200,6 @@ def search(
     objective: ObjectiveOpt = Objective.ppl,
     max_short_regression: MaxShortRegressionOpt = None,
     max_short_kl: MaxShortKlOpt = None,
-    prompts: PasskeyOptions = None,
     export_config: ExportConfigOpt = None,
 ):
     """Search the continuous parameters of any method within a budget; verdict on held-out windows.
@@ -243,7 +246,7 @@ def search(
            "forward_passes": session.forward_passes() + held.forward_passes(), "cache": session.cache_stats()}
 
     def plot(path):
-        from ropecli.report.plots import plot_param_search
+        from ropecli.report.result_plots import plot_param_search
 
         plot_param_search(out, path, f"search {method} on {session.rope.name}: lengths {', '.join(map(str, lengths))}")
 
