@@ -29,7 +29,6 @@ def child(mode: str, length: int) -> None:
     import torch
 
     from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
-    from ropecli.rope.geometry import Geometry
     from ropecli.models.load import load_model
     from ropecli.models.patch import apply_schedule, restore
     from ropecli.models.scoring import passkey_scores, window_kl, window_nll

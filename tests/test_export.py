@@ -239,7 +239,6 @@ def test_llama_cpp_runs_the_exported_gguf_like_ropecli(tmp_path):
     from ropecli.models.load import BUILTIN_DIR, load_model
     from ropecli.models.patch import apply_schedule, restore
     from ropecli.models.scoring import window_nll
-    from ropecli.rope.geometry import Geometry
     from ropecli.rope.spec import make_spec
 
     lm = load_model(None, device="cpu", dtype="fp32")

@@ -1,7 +1,6 @@
 """Passkey retrieval, KL against the unscaled model, and paired statistics (issue "Beyond perplexity")."""
 
 import json
-import math
 
 import numpy as np
 import pytest
@@ -126,7 +125,6 @@ def _kl_reference(lm, ids, spec, geom):
 def test_kl_is_zero_for_the_unscaled_schedule_and_chunked_equals_full(tiny, text_file):
     from ropecli.evaluation.cache import EvalCache
     from ropecli.evaluation.evaluator import Evaluator
-    from ropecli.rope.geometry import Geometry
     from ropecli.rope.spec import make_spec
 
     ev = Evaluator.over(tiny, [text_file], samples=2, chunk_tokens=10, cache=EvalCache(enabled=False))

@@ -2,7 +2,6 @@
 windows, resume, bad input."""
 
 import json
-import math
 
 import numpy as np
 import pytest

@@ -143,6 +143,21 @@ MaxShortRegressionOpt = Annotated[Optional[float], typer.Option(
 HeldOutOpt = Annotated[Optional[int], typer.Option(
     "--held-out", min=2, rich_help_panel=SEARCH,
     help="Held-out windows for the verdict, after the searched ones (default: as many as --samples).")]
+# Flags that mean something else in one command: each variant defined here, beside the shared one.
+TunedMethodOpt = Annotated[str, typer.Option(  # search: one method to tune (ScheduleOptions' --method: methods to run)
+    "--method", "-m", rich_help_panel=SEARCH, help="The registry method to tune.")]
+FixedParamOpt = Annotated[Optional[list[str]], typer.Option(  # search: held fixed while others vary
+    "--param", rich_help_panel=SEARCH, help="A parameter held fixed, KEY=VALUE (repeatable).")]
+SearchBudgetOpt = Annotated[int, typer.Option("--budget", rich_help_panel=SEARCH, help="Most evaluations the search may spend.")]
+AdviseBudgetOpt = Annotated[int, typer.Option(
+    "--budget", min=4, rich_help_panel="Advise", help="Evaluations per searched candidate.")]
+ExportLenOpt = Annotated[Optional[int], typer.Option(  # export: one target (EvalOptions' --len: lengths to evaluate)
+    "--len", min=2, rich_help_panel=SCHEDULE, help="Target context length (the same as --target-len).")]
+ExportOutOpt = Annotated[Optional[str], typer.Option(
+    "--out", "-o", rich_help_panel=OUTPUT,
+    help="hf: a folder (with a local --model) or a .json file; vllm: the overrides .json; gguf: the new .gguf.")]
+AdviseOutOpt = Annotated[str, typer.Option(
+    "--out", "-o", rich_help_panel=OUTPUT, help="Folder for advice.json, report.md, pictures and configs.")]
 ExportConfigOpt = Annotated[Optional[str], typer.Option(
     "--export-config", rich_help_panel=OUTPUT, help="Write the transformers rope_parameters block of the best schedule.")]
 

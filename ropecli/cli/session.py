@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ropecli.cli.common import stderr_console
-from ropecli.errors import RopeCliError
 from ropecli.cli.groups import DataOptions, EvalOptions, ModelOptions, PasskeyOptions
 
 if TYPE_CHECKING:  # numpy stays unimported until a command runs: `--help` is instant

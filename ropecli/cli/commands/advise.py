@@ -12,7 +12,8 @@ import typer
 
 from ropecli.cli.common import console, emit_json, handle_errors
 from ropecli.cli.groups import DataOptions, EvalOptions, ModelOptions, PasskeyOptions, with_option_groups
-from ropecli.cli.options import OUTPUT, CandidatesOpt, HeldOutOpt, MaxShortKlOpt, MaxShortRegressionOpt, flat_choices
+from ropecli.cli.options import (AdviseBudgetOpt, AdviseOutOpt, CandidatesOpt, HeldOutOpt, JsonOpt, MaxShortKlOpt,
+                                 MaxShortRegressionOpt, flat_choices)
 from ropecli.cli.session import open_session
 from ropecli.errors import RopeCliError
 
@@ -27,16 +28,16 @@ def advise(
     data: DataOptions,
     evaluation: EvalOptions,
     prompts: PasskeyOptions,
-    out: Annotated[str, typer.Option("--out", "-o", rich_help_panel=OUTPUT, help="Folder for advice.json, report.md, pictures and configs.")] = "ropecli-advice",
+    out: AdviseOutOpt = "ropecli-advice",
     candidates: CandidatesOpt = None,
     with_log_n: Annotated[bool, typer.Option("--with-log-n", rich_help_panel=ADVISE, help="Add every candidate with log-n.")] = False,
-    budget: Annotated[int, typer.Option("--budget", min=4, rich_help_panel=ADVISE, help="Evaluations per searched candidate.")] = 12,
+    budget: AdviseBudgetOpt = 12,
     held_out: HeldOutOpt = None,
     max_short_kl: MaxShortKlOpt = None,
     max_short_regression: MaxShortRegressionOpt = None,
     min_passkey: Annotated[Optional[float], typer.Option(
         "--min-passkey", min=0.0, max=1.0, rich_help_panel=ADVISE, help="Out if passkey accuracy at the longest target is below this.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", rich_help_panel=OUTPUT, help="Print advice.json to stdout too.")] = False,
+    as_json: JsonOpt = False,
 ):
     """Which context extension for my model: every method on the same windows, ranked, exported.
 

@@ -4,14 +4,14 @@ The work is `ropecli.export.plan.export_schedule` (advise calls it too); this pa
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from ropecli.cli.common import console, emit_json, geometry_of, handle_errors
 from ropecli.errors import RopeCliError
 from ropecli.cli.groups import GeometryOptions, ScheduleOptions, with_option_groups
-from ropecli.cli.options import DEFAULT_METHOD, OUTPUT, SCHEDULE, JsonOpt, LogNOpt
+from ropecli.cli.options import DEFAULT_METHOD, OUTPUT, ExportLenOpt, ExportOutOpt, JsonOpt, LogNOpt
 
 
 class Runtime(str, Enum):
@@ -26,11 +26,9 @@ def export(
     geometry: GeometryOptions,
     schedule: ScheduleOptions,
     log_n: LogNOpt = False,
-    length: Annotated[Optional[int], typer.Option("--len", min=2, rich_help_panel=SCHEDULE,
-                                                  help="Target context length (the same as --target-len).")] = None,
+    length: ExportLenOpt = None,
     to: Annotated[Runtime, typer.Option("--to", rich_help_panel=OUTPUT, help="hf (transformers), vllm, or gguf (llama.cpp / Ollama).")] = Runtime.hf,
-    out: Annotated[Optional[str], typer.Option("--out", "-o", rich_help_panel=OUTPUT,
-                                               help="hf: a folder (with a local --model) or a .json file; vllm: the overrides .json; gguf: the new .gguf.")] = None,
+    out: ExportOutOpt = None,
     consistent: Annotated[bool, typer.Option("--consistent", rich_help_panel=OUTPUT,
                                              help="short_factor = long_factor: every runtime applies the schedule at every length.")] = False,
     force: Annotated[bool, typer.Option("--force", rich_help_panel=OUTPUT, help="Overwrite an existing --out.")] = False,

@@ -10,8 +10,8 @@ import typer
 
 from ropecli.cli.common import console, emit_json, handle_errors, stderr_console
 from ropecli.cli.groups import DataOptions, EvalOptions, ModelOptions, OutputOptions, PasskeyOptions, with_option_groups
-from ropecli.cli.options import (DEFAULT_METHOD, SEARCH, ExportConfigOpt, MaxShortKlOpt, MaxShortRegressionOpt,
-                                 ObjectiveOpt, OptimizerOpt, HeldOutOpt)
+from ropecli.cli.options import (DEFAULT_METHOD, SEARCH, ExportConfigOpt, FixedParamOpt, HeldOutOpt, MaxShortKlOpt,
+                                 MaxShortRegressionOpt, ObjectiveOpt, OptimizerOpt, SearchBudgetOpt, TunedMethodOpt)
 from ropecli.cli.session import check_plot_path, open_session
 from ropecli.errors import RopeCliError
 from ropecli.tuning.objective import Objective
@@ -55,10 +55,15 @@ def search_b(
     out = run_search_b(session.run, geom, lengths, lo=lo, hi=hi, tol=tol, log_n=evaluation.log_n, factor=evaluation.k,
                        max_short_regression=max_short_regression, max_short_kl=max_short_kl, objective=objective)
     out = {**session.header(), **out, "forward_passes": session.forward_passes(), "cache": session.cache_stats()}
-    _deliver(session, out, ("mixed", {"b": out["best_b"]}), geom, evaluation, output, export_config,
-             lambda path: plot_search(out["evaluations"], out["references"], out["best_b"], path, objective,
-                                      f"search-b on {session.rope.name}: lengths {', '.join(map(str, lengths))}"
-                                      + (" (log-n)" if evaluation.log_n else "")))
+
+    def plot(path):
+        from ropecli.report.result_plots import plot_search
+
+        plot_search(out["evaluations"], out["references"], out["best_b"], path, objective,
+                    f"search-b on {session.rope.name}: lengths {', '.join(map(str, lengths))}"
+                    + (" (log-n)" if evaluation.log_n else ""))
+
+    _deliver(session, out, ("mixed", {"b": out["best_b"]}), geom, evaluation, output, export_config, plot)
     if output.as_json:
         return emit_json(out)
     print_search(out, lengths)
@@ -100,15 +105,7 @@ def _deliver(session, out: dict, winner: tuple, geom, evaluation, output, export
         stderr_console().print(f"wrote {output.plot}")
 
 
-def plot_search(*args):
-    from ropecli.report.result_plots import plot_search as draw
-
-    return draw(*args)
-
-
 def print_search(out: dict, lengths: list[int]) -> None:
-    from rich.table import Table
-
     from ropecli.evaluation.stats import fmt_diff
 
     con = console()
@@ -185,13 +182,12 @@ def search(
     evaluation: EvalOptions,
     output: OutputOptions,
     prompts: PasskeyOptions,
-    method: Annotated[str, typer.Option("--method", "-m", rich_help_panel=SEARCH, help="The registry method to tune.")] = DEFAULT_METHOD,
+    method: TunedMethodOpt = DEFAULT_METHOD,
     vary: Annotated[Optional[list[str]], typer.Option(
         "--vary", rich_help_panel=SEARCH,
         help="A parameter to search, NAME or NAME=LO:HI (repeatable), e.g. --vary b --vary critical=4:32.")] = None,
-    param: Annotated[Optional[list[str]], typer.Option(
-        "--param", rich_help_panel=SEARCH, help="A parameter held fixed, KEY=VALUE (repeatable).")] = None,
-    budget: Annotated[int, typer.Option("--budget", rich_help_panel=SEARCH, help="Most evaluations the search may spend.")] = 30,
+    param: FixedParamOpt = None,
+    budget: SearchBudgetOpt = 30,
     optimizer: OptimizerOpt = Optimizer.auto,
     held_out: HeldOutOpt = None,
     reference: Annotated[Optional[list[str]], typer.Option(
