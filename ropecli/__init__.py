@@ -1,7 +1,7 @@
 """ropecli: choose how to stretch a RoPE language model's context window without fine-tuning.
 
-The numerical core (`geometry`, `schedules`, `digits`, `factor_files`) is pure numpy; torch and
-transformers are imported only by the modules that load and run models (`ropecli.model`).
+Layers, one folder each (docs/ARCHITECTURE.md): `rope` (numpy only) < `models` (torch) < `evaluation`
+< `export` | `report` < `tuning` < `cli`; each imports only from the layers below it.
 """
 
 __version__ = "0.1.0"

@@ -83,7 +83,7 @@ def _is_usage_error(exc: Exception) -> bool:
 
 
 def geometry_of(opts):
-    """(Geometry, RopeConfig or None): the analysis commands' geometry from a GeometryOptions; with --model, its config is read
+    """(Geometry, ModelRope or None): the analysis commands' geometry from a GeometryOptions; with --model, its config is read
     (no weights, no torch) and described on stderr, as the evaluating commands describe a loaded model."""
     from ropecli.cli.flags import geometry_from_flags
 

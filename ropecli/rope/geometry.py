@@ -1,6 +1,6 @@
 """RoPE geometry of one attention head: inverse frequencies, wavelengths, turns.
 
-Convention (the README's "The math in one paragraph"; formulas per method in `schedules.py`): pairs are m = 1 … d/2, the original inverse frequency of pair m is
+Convention (docs/methods.md, "The math in one paragraph"; formulas per method in `methods.py`): pairs are m = 1 … d/2, the original inverse frequency of pair m is
 theta_m = base^(-2(m-1)/d) and every static scaling method divides it by a per-pair factor
 Lambda_m >= 1. transformers indexes the same pairs from 0 (i = m - 1).
 """

@@ -66,7 +66,7 @@ def search_candidates(run: Evaluate, geom: Geometry, lengths: list[int], names: 
 def advise(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[int], *, names: list[str], budget: int,
            with_log_n: bool = False, factor: float | None = None, max_short_kl: float | None = None,
            max_short_regression: float | None = None, min_passkey: float | None = None, passkey: bool = True,
-           note: Callable[[str], None] = lambda s: None) -> dict:
+           note: Callable[[str], None] = lambda s: None, on_passkey_skipped: Callable[[], None] = lambda: None) -> dict:
     """Search, measure on held-out windows, rank by the rule. Returns every number for advice.json."""
     # one config serves every length once deployed: every candidate runs at the longest target's k at every length
     k = factor = target_factor(factor, lengths, geom.train_len)
@@ -91,6 +91,7 @@ def advise(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[int]
     none_pk = held_run([make_spec("none")], [L], "passkey")[0] if passkey else None
     passkey_ok = passkey and none_pk.accuracy >= PASSKEY_BASELINE
     if passkey and not passkey_ok:
+        on_passkey_skipped()
         note(f"passkey skipped: the unscaled model retrieves {none_pk.accuracy:.0%} of keys within L = {L} "
              f"(under {PASSKEY_BASELINE:.0%}), so retrieval at the target says nothing about the schedules")
     rows = []
@@ -155,15 +156,15 @@ def advise(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[int]
             "searches": {n: s["search"] for n, s in searched.items()}}
 
 
-def estimate_units(names, with_log_n, budget, lengths, inputs, held_inputs) -> int:
+def estimate_units(names, with_log_n, budget, lengths, inputs, held_inputs, passkey: bool) -> int:
     """Forward passes of a full run (cached ones included, they tick at once): the progress bar's total.
-    `inputs`, `held_inputs`: the searched and held-out windows (ropecli.evaluation.inputs.Inputs)."""
+    `inputs`, `held_inputs`: the searched and held-out windows (ropecli.evaluation.inputs.Inputs);
+    `passkey`: whether every candidate is measured on passkey prompts too."""
     plans = search_plans(budget)
     modes = 2 if with_log_n else 1
     n_search = sum(plans[n][2] for n in names if n in plans) * modes
-    per_candidate = held_inputs.units("ppl") * (len(lengths) + 2) + held_inputs.units("passkey")
-    return (n_search * inputs.units("ppl") * len(lengths) + len(names) * modes * per_candidate
-            + held_inputs.units("ppl") + held_inputs.units("passkey"))
+    per_candidate = held_inputs.units("ppl") * (len(lengths) + 2) + (held_inputs.units("passkey") if passkey else 0)
+    return n_search * inputs.units("ppl") * len(lengths) + len(names) * modes * per_candidate + held_inputs.units("ppl")
 
 
 def export_winner(result: dict, rope, model: str | None, gguf_file: str | None, out_dir: Path) -> list[dict]:

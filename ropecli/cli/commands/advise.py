@@ -74,11 +74,16 @@ def advise(
     if passkey:
         held.ev.check_inputs("passkey", max(lengths))
     geom = rope.geometry(target_factor(evaluation.k, lengths, rope.train_len))
-    with overall_progress(estimate_units(names, with_log_n, budget, lengths, session.inputs, held.inputs), "advise") as bar:
-        session.progress = held.progress = bar
+    def units(with_passkey: bool) -> int:  # the bar's total; the unscaled model's passkey baseline ticks too
+        total = estimate_units(names, with_log_n, budget, lengths, session.inputs, held.inputs, with_passkey)
+        return total + (held.inputs.units("passkey") if passkey else 0)
+
+    with overall_progress(units(passkey), "advise") as (bar, task):
+        session.progress = held.progress = (bar, task)
         result = run_advise(session.run, held.run, geom, lengths, names=names, budget=budget, with_log_n=with_log_n,
                             factor=evaluation.k, max_short_kl=max_short_kl, max_short_regression=max_short_regression,
-                            min_passkey=min_passkey, passkey=passkey, note=notes.append)
+                            min_passkey=min_passkey, passkey=passkey, note=notes.append,
+                            on_passkey_skipped=lambda: bar.update(task, total=units(False)))
     result = {**session.header(), **result, "notes": notes, "searched_windows": session.inputs.samples,
               "held_out_windows": held.inputs.samples, "held_out_first_window": held.inputs.first_window,
               "forward_passes": session.forward_passes() + held.forward_passes(), "cache": session.cache_stats()}
