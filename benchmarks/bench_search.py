@@ -46,7 +46,8 @@ def main() -> None:
     again, t_again = invoke(["search-b", "--tol", str(args.tol), *common])
     n_search = first["search_evaluations"]
     n_grid = grid_evaluations(0.0, 1.0, args.tol)
-    print(f"search-b: {n_search} evaluations ({first['forward_passes']} forward passes incl. 4 references), "
+    own = sum("same_as" not in r for r in first["references"])  # references not served by the b = 0 / b = 1 points
+    print(f"search-b: {n_search} evaluations ({first['forward_passes']} forward passes incl. {own} references), "
           f"{t_first:.1f} s, best b = {first['best_b']:.4f}, objective {first['best_objective']:.5f}")
     print(f"cached rerun: {again['forward_passes']} forward passes, {t_again:.2f} s "
           f"(ratio to the first run {t_again / t_first:.3f}x), best b = {again['best_b']:.4f}")
