@@ -52,29 +52,29 @@ class EvalCache:
         return self.dir / f"{key_hash(key)}.json"
 
     def get(self, key: dict) -> dict | None:
+        """The stored result of `key`, or None (a miss; a corrupt, foreign or stale entry is a miss too)."""
         if not self.enabled:
             return None
-        path = self._path(key)
-        if not path.exists():
-            self.misses += 1
-            return None
+        entry = self._read(self._path(key))
+        ok = entry is not None and _canonical(entry.get("key")) == _canonical(key) and \
+            entry.get("checksum") == hashlib.sha256(_canonical(entry.get("result")).encode()).hexdigest()
+        if ok and entry.get("format") == FORMAT:
+            self.hits += 1
+            return entry["result"]
+        self.misses += 1
+        if ok:  # another format: never reused, recomputed and counted for the closing note
+            self.stale += 1
+        elif entry is not None or self._path(key).exists():
+            self.rejected += 1
+        return None
+
+    @staticmethod
+    def _read(path: Path) -> dict | None:
         try:
             entry = json.loads(path.read_text())
-            ok = (_canonical(entry.get("key")) == _canonical(key)
-                  and entry.get("checksum") == hashlib.sha256(_canonical(entry.get("result")).encode()).hexdigest())
-            fmt = entry.get("format")
-        except (OSError, ValueError, AttributeError):
-            ok, fmt = False, None
-        self.misses += 1
-        if ok and fmt != FORMAT:
-            self.stale += 1
+        except (OSError, ValueError):
             return None
-        if not ok:
-            self.rejected += 1
-            return None
-        self.misses -= 1
-        self.hits += 1
-        return entry["result"]
+        return entry if isinstance(entry, dict) else None
 
     def put(self, key: dict, result: dict) -> None:
         if not self.enabled:
@@ -83,10 +83,3 @@ class EvalCache:
         entry = {"format": FORMAT, "key": key, "result": result,
                  "checksum": hashlib.sha256(_canonical(result).encode()).hexdigest()}
         atomic_write_text(self._path(key), json.dumps(entry))
-
-    def stale_note(self) -> str | None:
-        """The one line a command prints when it recomputed entries of another format."""
-        if not self.stale:
-            return None
-        return (f"note: {self.stale} cached result(s) were written by another ropecli cache format and were "
-                f"recomputed (format {FORMAT} now)")

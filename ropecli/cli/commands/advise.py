@@ -74,6 +74,7 @@ def advise(
     if passkey:
         held.ev.check_inputs("passkey", max(lengths))
     geom = rope.geometry(target_factor(evaluation.k, lengths, rope.train_len))
+
     def units(with_passkey: bool) -> int:  # the bar's total; the unscaled model's passkey baseline ticks too
         total = estimate_units(names, with_log_n, budget, lengths, session.inputs, held.inputs, with_passkey)
         return total + (held.inputs.units("passkey") if passkey else 0)
