@@ -55,7 +55,8 @@ class EvalCache:
         """The stored result of `key`, or None (a miss; a corrupt, foreign or stale entry is a miss too)."""
         if not self.enabled:
             return None
-        entry = self._read(self._path(key))
+        path = self._path(key)
+        entry = self._read(path)
         ok = entry is not None and _canonical(entry.get("key")) == _canonical(key) and \
             entry.get("checksum") == hashlib.sha256(_canonical(entry.get("result")).encode()).hexdigest()
         if ok and entry.get("format") == FORMAT:
@@ -64,7 +65,7 @@ class EvalCache:
         self.misses += 1
         if ok:  # another format: never reused, recomputed and counted for the closing note
             self.stale += 1
-        elif entry is not None or self._path(key).exists():
+        elif entry is not None or path.exists():
             self.rejected += 1
         return None
 

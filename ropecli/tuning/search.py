@@ -40,11 +40,12 @@ SAME_AS_MIXED = {"pi": 0.0, "ntk-fixed": 1.0}
 def run_search(run: Evaluate, held_out_run: Evaluate | None, geom: Geometry, method: str, dims: list[Dim], fixed: dict,
                lengths: list[int], *, budget: int, optimizer: str = "auto", objective: str = "ppl", log_n: bool = False,
                factor: float | None = None, max_short_regression: float | None = None, max_short_kl: float | None = None,
-               references: list[Spec] | None = None, tol: float | None = None) -> dict:
+               references: list[Spec] | None = None, tol: float | None = None, score: Scorer | None = None) -> dict:
     """Search `dims` of `method` (other parameters `fixed`) for the lowest objective over `lengths`
-    within `budget` evaluations; with `held_out_run`, re-measure the winner and the standard methods there."""
-    score = Scorer(run, geom.train_len, lengths, objective, target_factor(factor, lengths, geom.train_len),
-                   max_short_regression, max_short_kl)
+    within `budget` evaluations; with `held_out_run`, re-measure the winner and the standard methods there.
+    `score`: a Scorer to share with the caller (search-b scores its references with the same guards)."""
+    score = score or Scorer(run, geom.train_len, lengths, objective, target_factor(factor, lengths, geom.train_len),
+                            max_short_regression, max_short_kl)
     evaluations: list[dict] = []
 
     def f(u: list[float]) -> float:
@@ -104,13 +105,13 @@ def search_b(run: Evaluate, geom: Geometry, lengths: list[int], *, lo: float = 0
     methods on the same windows and the verdict. Returns every number the CLI prints."""
     check_range(lo, hi, tol)
     evals = interior_evaluations(lo, hi, tol) + 2  # both ends, then the interior points
+    score = Scorer(run, geom.train_len, lengths, objective, target_factor(factor, lengths, geom.train_len),
+                   max_short_regression, max_short_kl)  # one Scorer: the references meet the same guards
     out = run_search(run, None, geom, "mixed", [Dim("b", lo, hi)], {}, lengths, budget=evals, optimizer="golden",
-                     objective=objective, log_n=log_n, factor=factor, max_short_regression=max_short_regression,
-                     max_short_kl=max_short_kl, tol=tol / (hi - lo))
+                     objective=objective, log_n=log_n, factor=factor, tol=tol / (hi - lo), score=score)
     for e in out["evaluations"]:
         e["b"] = e["params"]["b"]
     best = next(e for e in out["evaluations"] if e.get("vs_best", {}).get("best"))
-    score = Scorer(run, geom.train_len, lengths, objective, target_factor(factor, lengths, geom.train_len))
     references = reference_rows(score, log_n, factor, {e["b"]: e for e in out["evaluations"] if "windows" in e})
     return {
         "lengths": lengths, "objective_name": objective, "log_n": log_n, "factor": factor, "lo": lo, "hi": hi, "tol": tol,
