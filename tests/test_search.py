@@ -123,7 +123,7 @@ def test_interrupted_search_resumes(tiny_dir, tmp_path, monkeypatch, command):
     assert r.exit_code == 130 and "rerun the same command to resume" in r.output
     monkeypatch.setattr(Evaluator, "_compute", real)
     resumed = json.loads(run(tmp_path / "c").stdout)
-    assert resumed["cache"]["hits"] == 4  # the four finished evaluations were kept
+    assert resumed["cache"]["hits"] == 4 * 2  # the four finished evaluations (two windows each) were kept
     assert resumed.get("best_b", resumed.get("best_params")) == full.get("best_b", full.get("best_params"))
     assert [e["objective"] for e in resumed["evaluations"]] == [e["objective"] for e in full["evaluations"]]
 
@@ -137,11 +137,11 @@ def test_corrupt_and_foreign_cache_entries_are_recomputed(tiny_dir, tmp_path):
     entry["key"]["len"] = 999  # an entry for something else, under this key's name
     files[1].write_text(json.dumps(entry))
     entry = json.loads(files[2].read_text())
-    entry["result"]["ppl"] = 1.0  # tampered result: checksum no longer matches
+    entry["result"]["value"][0] = 1.0  # tampered result: checksum no longer matches
     files[2].write_text(json.dumps(entry))
     again = json.loads(search(tiny_dir, cache).stdout)
     assert again["cache"]["rejected"] == 3
-    assert again["forward_passes"] == 3 * 2  # three evaluations of two windows each
+    assert again["forward_passes"] == 3  # one entry per window: the three bad windows, nothing else
     assert [e["objective"] for e in again["evaluations"]] == [e["objective"] for e in first["evaluations"]]
     strip = lambda refs: [{k: v for k, v in r.items() if k != "cached"} for r in refs]  # noqa: E731
     assert strip(again["references"]) == strip(first["references"])
@@ -159,7 +159,7 @@ def test_entries_of_another_cache_format_are_recomputed_and_said_once(tiny_dir, 
     r = search(tiny_dir, cache)
     again = json.loads(r.stdout)
     assert again["cache"]["stale"] == 3 and again["cache"]["rejected"] == 0
-    assert again["forward_passes"] == 3 * 2  # recomputed, never reused
+    assert again["forward_passes"] == 3  # the three windows recomputed, never reused
     notes = [ln for ln in r.stderr.splitlines() if "another ropecli cache format" in ln]
     assert notes == [f"note: 3 cached result(s) were of another ropecli cache format and were recomputed (format {FORMAT} now)"]
     assert [e["objective"] for e in again["evaluations"]] == [e["objective"] for e in first["evaluations"]]

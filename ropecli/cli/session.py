@@ -45,19 +45,22 @@ class Session:
         """The same model on the windows after this session's (default: as many as it has)."""
         return Session(self.model, self.ev.held_out(samples or self.inputs.samples), self.progress)
 
-    def run(self, specs: list[Spec], lengths: list[int], metric: str = "ppl") -> list:
-        """Every (spec, length) of one metric (ppl, passkey, kl), spec-major, as EvalResults, with one rich
-        progress bar (ETA) over all windows or prompts; cached ones are instant."""
+    def run(self, specs: list[Spec], lengths: list[int], metric: str = "ppl", samples: int | None = None) -> list:
+        """Every (spec, length) of one metric (ppl, passkey, kl), spec-major, as EvalResults on the first
+        `samples` windows (prompts per depth; default: the session's), with one rich progress bar (ETA)
+        over all windows or prompts; cached ones are instant."""
         ev = self.ev
+        inputs = ev.inputs.resized(samples)
         for n in lengths:  # fail on too little text before any forward pass
-            ev.check_inputs(metric, n)
+            ev.check_inputs(metric, n, samples)
         results = []
         shared = self.progress is not None
-        with nullcontext(self.progress) if shared else overall_progress(len(specs) * len(lengths) * ev.inputs.units(metric)) as (bar, task):
+        with nullcontext(self.progress) if shared else overall_progress(len(specs) * len(lengths) * inputs.units(metric)) as (bar, task):
             for spec in specs:
                 for n in lengths:
                     bar.update(task, description=f"{spec.label} @ {n}" + (f" ({metric})" if metric != "ppl" else ""))
-                    results.append(ev.evaluate(spec, n, on_window=lambda k: bar.advance(task, k), metric=metric))
+                    results.append(ev.evaluate(spec, n, on_window=lambda k: bar.advance(task, k), metric=metric,
+                                               samples=samples))
         return results
 
     @property
@@ -80,21 +83,31 @@ class Session:
         """Windows run through the model in this command, summed over ranks (a collective under torchrun)."""
         return sum(self.ev.dist.gather(self.ev.forward_passes))
 
+    def tally(self, *others: "Session") -> dict:
+        """What the run cost, for every evaluating command's `--json`: forward passes (summed over ranks and
+        over `others`, e.g. the held-out session) and the cache's counts (a collective under torchrun)."""
+        return {"forward_passes": self.forward_passes() + sum(o.forward_passes() for o in others),
+                "cache": self.cache_stats()}
+
     def cache_stats(self) -> dict:
         c = self.ev.cache
-        return {"hits": c.hits, "misses": c.misses, "rejected": c.rejected, "stale": c.stale}
+        return {"hits": c.hits, "misses": c.misses, "rejected": c.rejected, "stale": c.stale, "migrated": c.migrated}
 
 
 def closing_notes() -> list[str]:
     """What a command says once at its end about its sessions (entries of another cache format recomputed)."""
     caches = list({id(s.ev.cache): s.ev.cache for s in _OPENED}.values())
     _OPENED.clear()
-    stale = sum(c.stale for c in caches)
-    if not stale:
-        return []
+    stale, migrated = sum(c.stale for c in caches), sum(c.migrated for c in caches)
     from ropecli.evaluation.cache import FORMAT
 
-    return [f"note: {stale} cached result(s) were of another ropecli cache format and were recomputed (format {FORMAT} now)"]
+    notes = []
+    if migrated:
+        notes.append(f"note: {migrated} cached evaluation(s) of the older whole-evaluation format were split into "
+                     f"per-window entries (format {FORMAT}) and reused")
+    if stale:
+        notes.append(f"note: {stale} cached result(s) were of another ropecli cache format and were recomputed (format {FORMAT} now)")
+    return notes
 
 
 @contextmanager

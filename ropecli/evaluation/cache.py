@@ -1,8 +1,11 @@
-"""On-disk cache of finished evaluations, so nothing computed is lost.
+"""On-disk cache of finished forward passes, so nothing computed is lost.
 
-One JSON file per evaluation, named by the sha256 of its key. The key covers everything that
-changes the number: model fingerprint, data fingerprint (the exact token ids), length, samples,
-seed, method and parameters, factor, log-n, dtype, scored tokens. Each entry records the `FORMAT`
+One JSON file per window (or passkey prompt) and schedule, named by the sha256 of its key. The key
+covers everything that changes the number: model fingerprint, the unit's own fingerprint (its exact
+token ids; a prompt's answer position too), length, method and parameters, factor, log-n, dtype,
+scored tokens, metric (`ropecli.evaluation.evaluator.Evaluator.unit_key`). Not the number of windows
+nor the seed: a window is the same window in a 4-window and an 8-window run, so `--samples 8` after
+`--samples 4` computes only the 4 new ones, in any command. Each entry records the `FORMAT`
 (the version of how results are computed and stored) it was written in. A file is trusted only if it
 parses, carries the same key and format, and its checksum matches its result; otherwise it is
 recomputed and overwritten. An entry of another format is never reused: it is recomputed, and the
@@ -20,7 +23,8 @@ from typing import Any
 
 from ropecli.files import atomic_write_text
 
-FORMAT = 1  # bump when a change to scoring or to the stored result would make old entries wrong
+FORMAT = 2  # bump when a change to scoring or to the stored result would make old entries wrong
+LEGACY_FORMAT = 1  # one entry per whole evaluation (samples and seed in the key): read once, split per window
 _NAMING = 1  # part of every file name since the first format, so that entries of any format are found
 
 
@@ -47,19 +51,20 @@ class EvalCache:
         self.misses = 0
         self.rejected = 0  # corrupt or foreign entries found and ignored
         self.stale = 0  # entries of another FORMAT found and recomputed
+        self.migrated = 0  # whole-evaluation entries of LEGACY_FORMAT split into per-window entries
 
     def _path(self, key: dict) -> Path:
         return self.dir / f"{key_hash(key)}.json"
 
-    def get(self, key: dict) -> dict | None:
-        """The stored result of `key`, or None (a miss; a corrupt, foreign or stale entry is a miss too)."""
+    def get(self, key: dict, fmt: int = FORMAT) -> dict | None:
+        """The stored result of `key` in format `fmt`, or None (a miss; a corrupt, foreign or stale entry is a miss too)."""
         if not self.enabled:
             return None
         path = self._path(key)
         entry = self._read(path)
         ok = entry is not None and _canonical(entry.get("key")) == _canonical(key) and \
             entry.get("checksum") == hashlib.sha256(_canonical(entry.get("result")).encode()).hexdigest()
-        if ok and entry.get("format") == FORMAT:
+        if ok and entry.get("format") == fmt:
             self.hits += 1
             return entry["result"]
         self.misses += 1
@@ -68,6 +73,18 @@ class EvalCache:
         elif entry is not None or path.exists():
             self.rejected += 1
         return None
+
+    def legacy(self, key: dict) -> dict | None:
+        """A whole-evaluation entry of LEGACY_FORMAT under `key`, or None; counts nothing (the caller
+        counts what it does with it)."""
+        if not self.enabled:
+            return None
+        entry = self._read(self._path(key))
+        if entry is None or entry.get("format") != LEGACY_FORMAT or _canonical(entry.get("key")) != _canonical(key):
+            return None
+        if entry.get("checksum") != hashlib.sha256(_canonical(entry.get("result")).encode()).hexdigest():
+            return None
+        return entry["result"]
 
     @staticmethod
     def _read(path: Path) -> dict | None:

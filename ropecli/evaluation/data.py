@@ -136,6 +136,12 @@ def tokenize_documents(docs: list[Document], tokenizer) -> list[list[int]]:
     return [tokenizer(d.text, add_special_tokens=False)["input_ids"] for d in docs]
 
 
+def count_windows(token_ids: list[list[int]], length: int, bos_id: int | None) -> int:
+    """How many windows of `length` tokens the documents hold (what `sample_windows` can take at most)."""
+    body = length - (1 if bos_id is not None else 0)
+    return sum(len(ids) // body for ids in token_ids if len(ids) >= body) if body > 0 else 0
+
+
 def sample_windows(docs: list[Document], token_ids: list[list[int]], length: int, samples: int, seed: int,
                    bos_id: int | None) -> Windows:
     if length < 2:

@@ -49,13 +49,17 @@ class Dist:
         """Windows computed across all ranks in the round of this rank's `position`-th window (for progress)."""
         return min(self.world, n_windows - position * self.world)
 
-    def gather_windows(self, local: list[tuple], n_windows: int) -> list[tuple]:
-        """Every rank's (window, *values) (e.g. (window, nll, tokens)), in window order, on every rank,
-        without the index: [values of window 0, values of window 1, …]."""
-        merged = sorted((item for part in self.gather(local) for item in part), key=lambda item: item[0])
-        if [item[0] for item in merged] != list(range(n_windows)):
-            raise RopeCliError(f"distributed evaluation lost windows: got {[item[0] for item in merged]} of {n_windows}")
-        return [tuple(item[1:]) for item in merged]
+    def gather_windows(self, local: list[tuple], indices: list[int]) -> dict[int, tuple]:
+        """Every rank's (unit, *values) (e.g. (window, nll, tokens)), on every rank: {unit: values} for
+        exactly the units `indices` (the ones this evaluation computed, split across ranks)."""
+        merged = {item[0]: tuple(item[1:]) for part in self.gather(local) for item in part}
+        if sorted(merged) != sorted(indices):
+            raise RopeCliError(f"distributed evaluation lost windows: got {sorted(merged)} of {sorted(indices)}")
+        return merged
+
+    def union(self, items: list[int]) -> list[int]:
+        """The union of every rank's `items`, sorted (the units some rank lacks in its cache)."""
+        return sorted(set().union(*map(set, self.gather(items))))
 
     def all_true(self, flag: bool) -> bool:
         return all(self.gather(bool(flag)))

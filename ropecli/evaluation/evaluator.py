@@ -10,14 +10,17 @@ The evaluation protocol, whole (the YaRN repo's):
 - PPL and its error: `results.summarize_ppl`. Passkey and KL: `results.summarize_passkey` / `summarize_kl`.
 - k is `Spec.factor_at(len, L)` = max(1, len / L) per length unless the Spec fixes it; dynamic NTK
   runs at each window's own length (`Spec.schedule(geom, length)`). NaN losses are reported as inf.
-- Every result is cached the moment it is computed (`ropecli.evaluation.cache`), keyed by all of the above.
-- Under torchrun the windows are split across ranks and gathered back in window order
+- Every window (prompt) is cached the moment it is computed (`ropecli.evaluation.cache`), keyed by
+  all of the above and its own token ids, not by how many windows were asked for: 8 windows after
+  4 compute 4, and racing (`ropecli.tuning.racing`) grows a candidate's windows at the cost of the new ones.
+- Under torchrun the windows still missing are split across ranks and gathered back by window
   (`ropecli.evaluation.distributed`): the sums, and so every number, are the single-process ones.
 The model is reached only through `ropecli.models.backend.ModelBackend`; nothing here imports torch.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
@@ -55,12 +58,13 @@ class Evaluator:
         """An evaluator of the `samples` windows (and passkey prompts) after this one's: text this one never scores."""
         return replace(self, inputs=self.inputs.held_out(samples), forward_passes=0)
 
-    def check_inputs(self, metric: str, length: int) -> None:
+    def check_inputs(self, metric: str, length: int, samples: int | None = None) -> None:
         """Fail on too little text, or a length the metric does not take, before any forward pass."""
+        inputs = self.inputs.resized(samples)
         if metric == "passkey":
-            self.inputs.prompts(length)
+            inputs.prompts(length)
             return
-        self.inputs.windows(length)
+        inputs.windows(length)
         if metric == "ppl" and self.score_last and self.score_last >= length:
             raise RopeCliError(f"--score-last {self.score_last} must be below --len {length}")
         L = self.backend.rope.train_len
@@ -73,49 +77,62 @@ class Evaluator:
         geom = self.backend.rope.geometry(spec.factor_at(length, self.backend.rope.train_len))
         return geom, spec.schedule(geom, length)
 
-    def cache_key(self, spec: Spec, length: int, geom: Geometry, sched: Schedule, metric: str = "ppl") -> dict:
-        """Everything that changes the number (`ropecli.evaluation.cache`)."""
+    def unit_key(self, spec: Spec, length: int, geom: Geometry, sched: Schedule, metric: str) -> dict:
+        """Everything that changes one window's (prompt's) number but the window itself: the cache key
+        of a unit is this plus its fingerprint (`ropecli.evaluation.cache`)."""
         key = {
-            "model": self.backend.fingerprint, "data": self.inputs.fingerprint(metric, length), "len": length,
-            "samples": self.inputs.samples, "seed": self.inputs.seed, "method": sched.method,
+            "model": self.backend.fingerprint, "len": length, "metric": metric, "method": sched.method,
             "params": {k: (list(map(float, v)) if k == "factors" else v) for k, v in sched.params.items()},
-            "factor": geom.factor, "log_n": spec.log_n, "dtype": self.backend.dtype, "score_last": self.score_last,
+            "factor": geom.factor, "log_n": spec.log_n, "dtype": self.backend.dtype,
             "rope_layers": list(self.backend.rope.scaled_types) or [None],
         }
-        if metric != "ppl":  # ppl keys stay as they were, so older caches still hit
-            key["metric"] = metric
-            key.pop("score_last")
+        if metric == "ppl":
+            key["score_last"] = self.score_last
         return key
 
     def evaluate(self, spec: Spec, length: int, on_window: Callable[[int], None] | None = None,
-                 metric: str = "ppl") -> EvalResult:
-        """Result for one (spec, length, metric): from the cache, or computed and cached at once. Under
-        torchrun it counts as cached only if every rank finds it (ranks may not share a disk)."""
+                 metric: str = "ppl", samples: int | None = None) -> EvalResult:
+        """Result for one (spec, length, metric) on the first `samples` windows (default: this evaluator's):
+        each window from the cache, or computed and cached the moment it is done. Under torchrun a window
+        counts as cached only if every rank finds it (ranks may not share a disk)."""
         if metric not in METRICS:
             raise RopeCliError(f"unknown metric '{metric}'; choose from {', '.join(METRICS)}")
+        inputs = self.inputs.resized(samples)
         geom, sched = self.schedule_for(spec, length)
-        key = self.cache_key(spec, length, geom, sched, metric)
-        cached = self.cache.get(key)
-        if not self.dist.all_true(cached is not None):
-            if cached is not None:  # this rank had it, another did not: all compute together
-                self.cache.hits, self.cache.misses = self.cache.hits - 1, self.cache.misses + 1
-            cached = None
-        if cached is not None:
-            if on_window:
-                on_window(self.inputs.units(metric))
-            return EvalResult.from_json({"metric": metric, **cached}, cached=True)
-        result = self._compute(spec, length, geom, sched, on_window, metric)
-        if self.dist.is_main:
-            self.cache.put(key, result.stored())
-        return result
+        base = self.unit_key(spec, length, geom, sched, metric)
+        keys = [{**base, "unit": fp} for fp in inputs.unit_fingerprints(metric, length)]
+        values: dict[int, tuple] = {}
+        for i, key in enumerate(keys):
+            got = self.cache.get(key)
+            if got is not None:
+                values[i] = tuple(got["value"]), got["seconds"]
+        if not values:  # an entry of the older whole-evaluation format, split per window
+            values = self._legacy(spec, length, geom, sched, metric, inputs, keys)
+        todo = self.dist.union([i for i in range(len(keys)) if i not in values])
+        if on_window and len(keys) > len(todo):
+            on_window(len(keys) - len(todo))
+        seconds = 0.0
+        if todo:
+            computed = self._compute(spec, geom, sched, metric, inputs.unit_inputs(metric, length), todo, keys, on_window)
+            values.update(computed)
+            seconds = sum(t for _, t in computed.values())
+        per_unit = [values[i][0] for i in range(len(keys))]
+        cached = not todo
+        if metric == "passkey":
+            r = summarize_passkey(spec, sched, geom, length, per_unit, inputs.prompts(length), inputs.depths, seconds)
+        elif metric == "kl":
+            r = summarize_kl(spec, sched, geom, length, per_unit, inputs.windows(length).names, seconds)
+        else:
+            r = summarize_ppl(spec, sched, geom, length, per_unit, inputs.windows(length).names, seconds)
+        r.cached = cached
+        return r
 
-    def _compute(self, spec: Spec, length: int, geom: Geometry, sched: Schedule, on_window, metric: str) -> EvalResult:
+    def _compute(self, spec: Spec, geom: Geometry, sched: Schedule, metric: str, units: list[tuple], todo: list[int],
+                 keys: list[dict], on_window) -> dict[int, tuple]:
+        """The units `todo` through the model, split across ranks: {unit: (values, seconds)}. Rank 0 stores
+        each of its own the moment it is done, and the other ranks' when they are gathered."""
         be = self.backend
-        prompts = self.inputs.prompts(length) if metric == "passkey" else None
-        inputs = [(p.ids, p.answer_start) for p in prompts] if prompts else [(w, None) for w in self.inputs.windows(length).ids]
-        n = len(inputs)
-        local: list[tuple] = []  # (unit index, *values) computed here
-        t0 = time.perf_counter()
+        local: list[tuple] = []  # (unit index, values, seconds) computed here
 
         def one(ids, answer_start):
             if metric == "ppl":
@@ -125,20 +142,72 @@ class Evaluator:
             return be.window_kl(ids, sched, spec.log_n, self.chunk_tokens)
 
         with be.scaled(sched, spec.log_n) if metric != "kl" else nullcontext():  # kl switches states itself
-            for position, i in enumerate(self.dist.mine(n)):
-                local.append((i, *one(*inputs[i])))
+            for position, j in enumerate(self.dist.mine(len(todo))):
+                i = todo[j]
+                t0 = time.perf_counter()
+                value = _plain(one(*units[i]))
+                local.append((i, value, time.perf_counter() - t0))
+                if self.dist.is_main:
+                    self.cache.put(keys[i], {"value": value, "seconds": local[-1][2]})
                 self.forward_passes += 1
                 self.dist.windows_done.append(i)
                 if on_window:
-                    on_window(self.dist.round_size(position, n))
-        per_unit = self.dist.gather_windows(local, n)  # the values of every unit, in unit order
-        seconds = time.perf_counter() - t0
-        if metric == "passkey":
-            return summarize_passkey(spec, sched, geom, length, per_unit, prompts, self.inputs.depths, seconds)
-        names = self.inputs.windows(length).names
+                    on_window(self.dist.round_size(position, len(todo)))
+        gathered = self.dist.gather_windows(local, todo)
+        if self.dist.is_main and self.dist.world > 1:
+            for i, (value, secs) in gathered.items():
+                if i not in {item[0] for item in local}:
+                    self.cache.put(keys[i], {"value": value, "seconds": secs})
+        return {i: (tuple(v), t) for i, (v, t) in gathered.items()}
+
+    def legacy_key(self, spec: Spec, length: int, geom: Geometry, sched: Schedule, metric: str, inputs: Inputs) -> dict:
+        """The key of a whole evaluation in cache format 1 (before per-window entries): read, never written."""
+        key = {
+            "model": self.backend.fingerprint, "data": inputs.fingerprint(metric, length), "len": length,
+            "samples": inputs.samples, "seed": inputs.seed, "method": sched.method,
+            "params": {k: (list(map(float, v)) if k == "factors" else v) for k, v in sched.params.items()},
+            "factor": geom.factor, "log_n": spec.log_n, "dtype": self.backend.dtype, "score_last": self.score_last,
+            "rope_layers": list(self.backend.rope.scaled_types) or [None],
+        }
+        if metric != "ppl":
+            key["metric"] = metric
+            key.pop("score_last")
+        return key
+
+    def _legacy(self, spec, length, geom, sched, metric, inputs, keys) -> dict[int, tuple]:
+        """Per-unit values from a whole-evaluation entry of cache format 1, stored per window at once.
+        PPL and passkey entries hold every window's numbers; KL entries lack the per-token values its
+        percentiles need, so they are recomputed (counted as stale)."""
+        old = self.cache.legacy(self.legacy_key(spec, length, geom, sched, metric, inputs))
+        if old is None:
+            return {}
         if metric == "kl":
-            return summarize_kl(spec, sched, geom, length, per_unit, names, seconds)
-        return summarize_ppl(spec, sched, geom, length, per_unit, names, seconds)
+            self.cache.stale += 1
+            return {}
+        if metric == "ppl":
+            n = len(old["window_nll"])
+            per = old["tokens"] // n  # every window scores the same number of tokens
+            rows = [((math.inf if m is None else m * per), per) for m in old["window_nll"]]
+        else:
+            rows = [(float(c), math.inf if a is None else a) for c, a in zip(old["prompt_correct"], old["prompt_answer_nll"])]
+        if len(rows) != len(keys):
+            return {}
+        self.cache.migrated += 1
+        if self.dist.is_main:
+            for key, value in zip(keys, rows):
+                self.cache.put(key, {"value": list(value), "seconds": 0.0})
+        self.cache.hits, self.cache.misses = self.cache.hits + len(keys), self.cache.misses - len(keys)
+        return {i: (value, 0.0) for i, value in enumerate(rows)}
+
+
+def _plain(value: tuple) -> list:
+    """A backend's per-unit tuple as JSON-able floats and lists (what the cache stores)."""
+    out = []
+    for v in value:
+        if hasattr(v, "tolist"):
+            v = v.tolist()
+        out.append([float(x) for x in v] if isinstance(v, (list, tuple)) else (v if isinstance(v, int) else float(v)))
+    return out
 
 
 def check_lengths(lengths: list[int]) -> list[int]:

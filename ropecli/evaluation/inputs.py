@@ -12,7 +12,8 @@ import hashlib
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ropecli.evaluation.data import Windows, load_documents, sample_windows, tokenize_documents
+from ropecli.errors import RopeCliError
+from ropecli.evaluation.data import Windows, count_windows, load_documents, sample_windows, tokenize_documents
 from ropecli.evaluation.passkey import DEFAULT_DEPTHS
 
 
@@ -30,6 +31,7 @@ class Inputs:
     _windows: dict = field(default_factory=dict, repr=False)
     _prompts: dict = field(default_factory=dict, repr=False)
     _stream: Any = field(default=None, repr=False)
+    _resized: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def load(cls, tokenizer, data: list[str] | None = None, text_field: str = "text", **kw) -> "Inputs":
@@ -38,7 +40,28 @@ class Inputs:
 
     def held_out(self, samples: int) -> "Inputs":
         """The `samples` windows (and prompts) after this one's; the tokenized documents are shared."""
-        return replace(self, samples=samples, first_window=self.first_window + self.samples, _windows={}, _prompts={})
+        return replace(self, samples=samples, first_window=self.first_window + self.samples, _windows={}, _prompts={},
+                       _resized={})
+
+    def resized(self, samples: int | None) -> "Inputs":
+        """The first `samples` windows (prompts per depth) of the same seeded sample, from the same first
+        window: a prefix of a larger sample, so the windows two sizes share are the same windows."""
+        if samples is None or samples == self.samples:
+            return self
+        if samples not in self._resized:
+            self._resized[samples] = replace(self, samples=samples, _windows={}, _prompts={}, _resized={})
+        return self._resized[samples]
+
+    def available(self, length: int) -> int:
+        """Windows at `length` this sample can still take from its first window on (the data's limit)."""
+        bos = getattr(self.tokenizer, "bos_token_id", None)
+        return count_windows(self.tokens, length, bos) - self.first_window
+
+    def check_available(self, length: int, samples: int, what: str = "--max-windows") -> None:
+        have = self.available(length)
+        if have < samples:
+            raise RopeCliError(f"{what} {samples}: the data holds only {max(have, 0)} window(s) of {length} tokens from "
+                               f"window {self.first_window} on; lower {what}, or add text with --data")
 
     def windows(self, length: int) -> Windows:
         if length not in self._windows:
@@ -64,6 +87,22 @@ class Inputs:
     def units(self, metric: str = "ppl") -> int:
         """Forward passes of one evaluation: windows (ppl, kl) or prompts (passkey)."""
         return self.samples * (len(self.depths) if metric == "passkey" else 1)
+
+    def unit_inputs(self, metric: str, length: int) -> list[tuple]:
+        """(token ids, answer start) of each unit: windows (answer start None) or passkey prompts."""
+        if metric == "passkey":
+            return [(p.ids, p.answer_start) for p in self.prompts(length)]
+        return [(w, None) for w in self.windows(length).ids]
+
+    def unit_fingerprints(self, metric: str, length: int) -> list[str]:
+        """sha256 of each unit's exact token ids (and a prompt's answer position): its cache identity."""
+        out = []
+        for ids, answer_start in self.unit_inputs(metric, length):
+            h = hashlib.sha256(ids.astype("int64").tobytes())
+            if answer_start is not None:
+                h.update(f"answer@{answer_start}".encode())
+            out.append(h.hexdigest()[:24])
+        return out
 
     def fingerprint(self, metric: str, length: int) -> str:
         """sha256 of exactly what is scored: the window token ids, or the prompts and their answer positions."""

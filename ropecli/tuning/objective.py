@@ -28,10 +28,13 @@ OBJECTIVES = tuple(o.value for o in Objective)
 
 
 class Evaluate(Protocol):
-    """How tuning reaches the model: one EvalResult per (spec, length), spec-major. The CLI passes
+    """How tuning reaches the model: one EvalResult per (spec, length), spec-major, on the first
+    `samples` windows (prompts per depth; None: the evaluator's own number). Windows are a prefix of
+    one seeded sample, so results on n and on m > n windows agree on the first n. The CLI passes
     `Session.run` (evaluator, cache, progress bar); tests pass injected objectives."""
 
-    def __call__(self, specs: list[Spec], lengths: list[int], metric: str = "ppl") -> list[EvalResult]: ...
+    def __call__(self, specs: list[Spec], lengths: list[int], metric: str = "ppl",
+                 samples: int | None = None) -> list[EvalResult]: ...
 
 
 class Scorer:

@@ -49,7 +49,7 @@ def _evaluate(specs, lengths, model, data, evaluation, output) -> tuple[Session,
     if output.plot and session.is_main:
         plot_results(results, output.plot, session)
     if output.as_json:
-        emit_json({**session.header(), "results": results})
+        emit_json({**session.header(), "results": results, **session.tally()})
         return None
     return session, results
 
@@ -116,7 +116,8 @@ def compare(
     if output.plot and session.is_main and ppl_rows:
         plot_results(ppl_rows, output.plot, session)
     if output.as_json:
-        return emit_json({**session.header(), "metrics": metrics, "kl_factor": kl_k, "results": results})
+        return emit_json({**session.header(), "metrics": metrics, "kl_factor": kl_k, "results": results,
+                          **session.tally()})
     _print_table(session, specs, lengths, results, kl_k)
 
 

@@ -45,7 +45,7 @@ def passkey(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, e
         rows = [{"method": r["label"], "log_n": r["log_n"], "len": r["len"], "factor": r["factor"], **d}
                 for r in results for d in r["by_depth"]]
         return emit_json({**session.header(), "depths": list(session.inputs.depths), "digits": session.inputs.digits,
-                          "rows": rows, "results": results})
+                          "rows": rows, "results": results, **session.tally()})
     print_passkey(results, session)
 
 
@@ -110,7 +110,7 @@ def kl(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, evalua
         plot_kl(results, output.plot, f"KL against the unscaled model: {session.rope.name} (L = {L}), k = {k:g}")
         stderr_console().print(f"wrote {output.plot}")
     if output.as_json:
-        return emit_json({**session.header(), "factor": k, "results": results})
+        return emit_json({**session.header(), "factor": k, "results": results, **session.tally()})
     print_kl(results, session, k)
 
 

@@ -54,7 +54,7 @@ def search_b(
                                "k = 1, nothing to extend; every b gives the same perplexity")
     out = run_search_b(session.run, geom, lengths, lo=lo, hi=hi, tol=tol, log_n=evaluation.log_n, factor=evaluation.k,
                        max_short_regression=max_short_regression, max_short_kl=max_short_kl, objective=objective)
-    out = {**session.header(), **out, "forward_passes": session.forward_passes(), "cache": session.cache_stats()}
+    out = {**session.header(), **out, **session.tally()}
 
     def plot(path):
         from ropecli.report.result_plots import plot_search

@@ -1,0 +1,100 @@
+"""The per-window cache: one entry per (window, schedule, …), so more windows cost only the new ones,
+an interrupt keeps every finished window, and entries of the older whole-evaluation format are reused."""
+
+import hashlib
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from ropecli.cli.app import app
+from ropecli.evaluation.cache import LEGACY_FORMAT, EvalCache, _canonical, key_hash
+from ropecli.evaluation.evaluator import Evaluator
+from ropecli.rope.spec import make_spec
+from tiny_models import save_tiny
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return str(save_tiny(tmp_path_factory.mktemp("tiny") / "model"))
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_dir):
+    from ropecli.models.load import load_model
+
+    return load_model(tiny_dir)
+
+
+@pytest.fixture()
+def text_file(tmp_path):
+    p = tmp_path / "docs.txt"
+    p.write_text(" ".join(f"Line {i} of a long plain text about nothing in particular." for i in range(200)))
+    return str(p)
+
+
+def compare(tiny_dir, text_file, cache, samples, *extra):
+    r = runner.invoke(app, ["compare", "--model", tiny_dir, "--data", text_file, "--len", "128", "--method", "none,yarn",
+                            "--samples", str(samples), "--cache-dir", str(cache), "--json", *extra])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def test_compare_samples_8_after_4_computes_only_the_4_new_windows_per_cell(tiny_dir, text_file, tmp_path):
+    four = compare(tiny_dir, text_file, tmp_path / "c", 4)
+    assert four["forward_passes"] == 2 * 4
+    eight = compare(tiny_dir, text_file, tmp_path / "c", 8)
+    assert eight["forward_passes"] == 2 * 4  # 2 cells x the 4 new windows
+    assert eight["cache"]["hits"] == 2 * 4
+    fresh = compare(tiny_dir, text_file, tmp_path / "fresh", 8)
+    assert [r["window_nll"] for r in eight["results"]] == [r["window_nll"] for r in fresh["results"]]
+    assert [r["ppl"] for r in eight["results"]] == [r["ppl"] for r in fresh["results"]]
+    assert [r["window_nll"][:4] for r in eight["results"]] == [r["window_nll"] for r in four["results"]]
+    again = compare(tiny_dir, text_file, tmp_path / "c", 6)  # fewer windows: all from the cache
+    assert again["forward_passes"] == 0 and all(r["cached"] for r in again["results"])
+
+
+def test_an_interrupt_keeps_every_finished_window(tiny, tmp_path, monkeypatch, text_file):
+    ev = Evaluator.over(tiny, [text_file], samples=4, cache=EvalCache(tmp_path / "c"))
+    real = type(tiny).window_nll
+    calls = {"n": 0}
+
+    def flaky(self, *args):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt  # Ctrl-C during the third window
+        return real(self, *args)
+
+    monkeypatch.setattr(type(tiny), "window_nll", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        ev.evaluate(make_spec("yarn"), 128)
+    monkeypatch.setattr(type(tiny), "window_nll", real)
+    resumed = Evaluator.over(tiny, [text_file], samples=4, cache=EvalCache(tmp_path / "c"))
+    r = resumed.evaluate(make_spec("yarn"), 128)
+    assert resumed.forward_passes == 2 and resumed.cache.hits == 2  # windows 0 and 1 were kept
+
+
+@pytest.mark.parametrize("metric", ["ppl", "passkey", "kl"])
+def test_whole_evaluation_entries_of_the_older_format_are_split_or_recomputed(tiny, tmp_path, text_file, metric):
+    spec, n = make_spec("yarn"), 128 if metric != "kl" else 64
+    first = Evaluator.over(tiny, [text_file], samples=3, cache=EvalCache(tmp_path / "c0"))
+    result = first.evaluate(spec, n, metric=metric)
+    old_cache = EvalCache(tmp_path / "old")  # what ropecli wrote before per-window entries: one file per evaluation
+    key = first.legacy_key(spec, n, *first.schedule_for(spec, n), metric, first.inputs)
+    stored = result.stored()
+    old_cache.dir.mkdir()
+    (old_cache.dir / f"{key_hash(key)}.json").write_text(json.dumps({
+        "format": LEGACY_FORMAT, "key": key, "result": stored,
+        "checksum": hashlib.sha256(_canonical(stored).encode()).hexdigest()}))
+    ev = Evaluator.over(tiny, [text_file], samples=3, cache=old_cache)
+    again = ev.evaluate(spec, n, metric=metric)
+    if metric == "kl":  # its per-token values are not in the old entry: recomputed and counted
+        assert ev.forward_passes == 3 and old_cache.stale == 1 and old_cache.migrated == 0
+    else:
+        assert ev.forward_passes == 0 and old_cache.migrated == 1 and again.cached
+        assert again.values == pytest.approx(result.values, rel=1e-12)
+        later = Evaluator.over(tiny, [text_file], samples=3, cache=old_cache)
+        later.evaluate(spec, n, metric=metric)  # now from the per-window entries
+        assert later.forward_passes == 0 and old_cache.hits == 2 * len(result.values)
