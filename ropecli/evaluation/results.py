@@ -42,6 +42,12 @@ class EvalResult:
         """Per-unit values that pair across schedules (lower is better); inf where a unit diverged."""
         return [math.inf if v is None else float(v) for v in getattr(self, self.paired)]
 
+    @property
+    def clusters(self) -> list[str] | None:
+        """The source document of each unit (windows of one document are not independent); None for
+        passkey prompts (each has its own seeded key and filler offset)."""
+        return list(self.windows) if isinstance(getattr(self, "windows", None), list) else None
+
     def to_json(self) -> dict[str, Any]:
         return {"metric": self.metric, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
 

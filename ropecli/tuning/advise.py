@@ -33,15 +33,15 @@ from pathlib import Path
 from typing import Callable
 
 from ropecli.errors import RopeCliError
-from ropecli.evaluation.stats import paired_difference
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.spec import Spec, make_spec, target_factor
 from ropecli.tuning.candidates import search_plans, static_candidates
-from ropecli.tuning.objective import Evaluate, Scorer
+from ropecli.tuning.held_out import PASSKEY_BASELINE, Measure, Racing, passkey_baseline, race_candidates
+from ropecli.tuning.objective import Evaluate, pair
 from ropecli.tuning.search import run_search
 from ropecli.tuning.space import parse_vary
 
-PASSKEY_BASELINE = 0.5  # the unscaled model must retrieve at least this share of keys within L for passkey to count
+__all__ = ["Racing", "advise", "estimate_units", "export_winner"]
 RULE = ("1. out: a candidate breaking --max-short-kl, --max-short-regression or --min-passkey; "
         "2. ranked by mean log-PPL over the target lengths on held-out windows; "
         "3. candidates not distinguishable from the best (paired t-test, 95%) are tied with it, and a tie goes to the "
@@ -49,7 +49,8 @@ RULE = ("1. out: a candidate breaking --max-short-kl, --max-short-regression or 
 
 
 def search_candidates(run: Evaluate, geom: Geometry, lengths: list[int], names: list[str], budget: int,
-                      log_n: bool, factor: float | None) -> dict[str, dict]:
+                      log_n: bool, factor: float | None, windows: int | None = None, screen: bool = False,
+                      expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None) -> dict[str, dict]:
     """The searched candidates' winners: name -> {spec, search} (the search's JSON)."""
     plans = search_plans(budget)
     out = {}
@@ -58,22 +59,13 @@ def search_candidates(run: Evaluate, geom: Geometry, lengths: list[int], names: 
             continue
         method, vary, n_evals = plans[name]
         dims = parse_vary(vary, method, geom)
-        res = run_search(run, None, geom, method, dims, {}, lengths, budget=n_evals, log_n=log_n, factor=factor)
+        res = run_search(run, None, geom, method, dims, {}, lengths, budget=n_evals, log_n=log_n, factor=factor,
+                         windows=windows, screen=screen, expect=expect)
         out[name] = {"spec": make_spec(method, res["best_params"], factor=factor, log_n=log_n), "search": res}
     return out
 
 
-def advise(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[int], *, names: list[str], budget: int,
-           with_log_n: bool = False, factor: float | None = None, max_short_kl: float | None = None,
-           max_short_regression: float | None = None, min_passkey: float | None = None, passkey: bool = True,
-           note: Callable[[str], None] = lambda s: None, on_passkey_skipped: Callable[[], None] = lambda: None) -> dict:
-    """Search, measure on held-out windows, rank by the rule. Returns every number for advice.json."""
-    # one config serves every length once deployed: every candidate runs at the longest target's k at every length
-    k = factor = target_factor(factor, lengths, geom.train_len)
-    searched: dict[str, dict] = {}
-    for log_n in (False, True) if with_log_n else (False,):
-        for name, found in search_candidates(run, geom, lengths, names, budget, log_n, factor).items():
-            searched[name + ("+log-n" if log_n else "")] = found
+def candidate_specs(names: list[str], searched: dict, with_log_n: bool, factor: float) -> list[tuple[str, Spec]]:
     candidates: list[tuple[str, Spec]] = []
     static = static_candidates()
     for log_n in (False, True) if with_log_n else (False,):
@@ -84,85 +76,148 @@ def advise(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[int]
                 candidates.append((key, make_spec(method, params, factor=factor, log_n=log_n)))
             elif key in searched:
                 candidates.append((key, searched[key]["spec"]))
+    return candidates
+
+
+def constraint_breaks(r: dict, max_short_kl, max_short_regression, min_passkey) -> list[str]:
+    """Why a measured candidate is out (empty: eligible)."""
+    why = []
+    if max_short_kl is not None and r["short_kl"] > max_short_kl:
+        why.append(f"short KL {r['short_kl']:.4f} > --max-short-kl {max_short_kl:g}")
+    if max_short_regression is not None and r["short_rise_percent"] > max_short_regression:
+        why.append(f"PPL at L +{r['short_rise_percent']:.2f}% > --max-short-regression {max_short_regression:g}")
+    if min_passkey is not None and r.get("passkey_accuracy") is not None and r["passkey_accuracy"] < min_passkey:
+        why.append(f"passkey {r['passkey_accuracy']:.0%} < --min-passkey {min_passkey:g}")
+    if not math.isfinite(r["objective"]):
+        why.append("diverged (infinite PPL)")
+    return why
+
+
+def advise(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[int], *, names: list[str], budget: int,
+           with_log_n: bool = False, factor: float | None = None, max_short_kl: float | None = None,
+           max_short_regression: float | None = None, min_passkey: float | None = None, passkey: bool = True,
+           note: Callable[[str], None] = lambda s: None, on_passkey_skipped: Callable[[], None] = lambda: None,
+           held_windows: int = 4, search_windows: int | None = None, racing: Racing | None = None,
+           expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None) -> dict:
+    """Search, measure on held-out windows (every candidate on every window, or `racing`), rank by the
+    rule. Returns every number for advice.json. `expect(count, metric, samples)`: hears of evaluations
+    the plan adds (a race's rounds) or drops (negative: a searched point stopped early)."""
+    # one config serves every length once deployed: every candidate runs at the longest target's k at every length
+    k = factor = target_factor(factor, lengths, geom.train_len)
+    searched: dict[str, dict] = {}
+    for log_n in (False, True) if with_log_n else (False,):
+        for name, found in search_candidates(run, geom, lengths, names, budget, log_n, factor, search_windows,
+                                             racing is not None, expect).items():
+            searched[name + ("+log-n" if log_n else "")] = found
+    candidates = candidate_specs(names, searched, with_log_n, factor)
+    specs = dict(candidates)
     L = geom.train_len
-    score = Scorer(held_run, L, lengths, "ppl", k)
-    none_L = held_run([make_spec("none")], [L])[0]
-    # passkey at the longest target counts only if the unscaled model retrieves within L at all
-    none_pk = held_run([make_spec("none")], [L], "passkey")[0] if passkey else None
-    passkey_ok = passkey and none_pk.accuracy >= PASSKEY_BASELINE
+    m = Measure(held_run, L, lengths, k, held_windows, expect if racing else (lambda *a, **kw: None))
+    passkey_ok, none_acc = (passkey_baseline(m, racing) if passkey else (False, None))
     if passkey and not passkey_ok:
         on_passkey_skipped()
-        note(f"passkey skipped: the unscaled model retrieves {none_pk.accuracy:.0%} of keys within L = {L} "
+        note(f"passkey skipped: the unscaled model retrieves {none_acc:.0%} of keys within L = {L} "
              f"(under {PASSKEY_BASELINE:.0%}), so retrieval at the target says nothing about the schedules")
-    rows = []
-    for name, spec in candidates:
-        entry = score(spec)
-        at_L = held_run([spec.but(factor=k)], [L])[0]
-        kl = held_run([spec.but(factor=k)], [L], "kl")[0]
-        row = {"candidate": name, "label": spec.label, "method": spec.method, "params": dict(spec.params),
-               "log_n": spec.log_n, **entry, "short_ppl": at_L.ppl,
-               "short_rise_percent": 100.0 * (at_L.ppl / none_L.ppl - 1.0), "short_kl": kl.kl_mean,
-               "short_kl_p99": kl.kl_p99, "short_top1": kl.top1_agreement}
-        if passkey_ok:
-            pk = held_run([spec], [max(lengths)], "passkey")[0]
-            row["passkey_accuracy"] = pk.accuracy
-            row["passkey_by_depth"] = pk.by_depth
-            row["passkey_result"] = pk.to_json()
-        rows.append(row)
+    rows = {name: {"candidate": name, "label": spec.label, "method": spec.method, "params": dict(spec.params),
+                   "log_n": spec.log_n} for name, spec in candidates}
+
+    def with_passkey(name: str) -> None:
+        r = rows[name]
+        if passkey_ok and "passkey_accuracy" not in r:
+            pk = m.passkey(specs[name], max(lengths))
+            r.update(passkey_accuracy=pk.accuracy, passkey_by_depth=pk.by_depth, passkey_result=pk.to_json())
+
+    def costs(name: str) -> None:  # the cost within L (and passkey where it decides something), measured once
+        if "short_kl" not in rows[name]:
+            rows[name].update(m.short(specs[name]))
+        if racing is None or min_passkey is not None:  # raced without --min-passkey: passkey is only reported
+            with_passkey(name)
+
+    def breaks(r: dict) -> list[str]:
+        return constraint_breaks(r, max_short_kl, max_short_regression, min_passkey)
+
+    races = (None, None)
+    if racing is None:
+        for name in specs:
+            rows[name].update(m.objective(specs[name]))
+            costs(name)
+    else:
+        constrained = any(c is not None for c in (max_short_kl, max_short_regression, min_passkey))
+        races = race_candidates(m, specs, rows, racing, costs, breaks if constrained else None)
+    out = rank(list(rows.values()), lengths, breaks, *races)
+    with_passkey(out["winner"])  # raced: the winner's retrieval, for the report
+    return {"lengths": lengths, "factor": k, "rule": RULE, "candidates": [n for n, _ in candidates], **out,
+            "passkey_measured": passkey_ok, "unscaled_passkey_at_L": none_acc,
+            "searches": {n: s["search"] for n, s in searched.items()}}
+
+
+def rank(rows: list[dict], lengths: list[int], breaks, ppl_race: dict | None, kl_race: dict | None) -> dict:
+    """The rule on measured rows: constraints, the best by mean log-PPL, the tied ones, the tie to the
+    smallest cost within L. Raced: the tied ones are the PPL race's survivors, the tie goes to the KL
+    race's leader; a dropped candidate ranks below every survivor (by round dropped, then objective)."""
     excluded = []
-    for r in rows:
-        why = []
-        if max_short_kl is not None and r["short_kl"] > max_short_kl:
-            why.append(f"short KL {r['short_kl']:.4f} > --max-short-kl {max_short_kl:g}")
-        if max_short_regression is not None and r["short_rise_percent"] > max_short_regression:
-            why.append(f"PPL at L +{r['short_rise_percent']:.2f}% > --max-short-regression {max_short_regression:g}")
-        if min_passkey is not None and passkey_ok and r["passkey_accuracy"] < min_passkey:
-            why.append(f"passkey {r['passkey_accuracy']:.0%} < --min-passkey {min_passkey:g}")
-        if not math.isfinite(r["objective"]):
-            why.append("diverged (infinite PPL)")
-        r["excluded"] = why
-        if why:
-            excluded.append({"candidate": r["candidate"], "why": why})
+    for r in rows:  # a candidate dropped by the race has no measured cost: only divergence can exclude it
+        r["excluded"] = breaks(r) if "short_kl" in r else [] if math.isfinite(r["objective"]) else ["diverged (infinite PPL)"]
+        if r["excluded"]:
+            excluded.append({"candidate": r["candidate"], "why": r["excluded"]})
     eligible = [r for r in rows if not r["excluded"]]
     if not eligible:
         lines = "; ".join(f"{e['candidate']}: {', '.join(e['why'])}" for e in excluded)
         raise RopeCliError(f"no candidate meets the constraints ({lines}); loosen them")
-    best = min(eligible, key=lambda r: r["objective"])
+    alive = [r for r in eligible if ppl_race is None or r["race"]["status"] in ("leader", "tied")]
+    best = min(alive, key=lambda r: r["objective"])
     for r in rows:
-        r["vs_best"] = paired_difference(r["windows"], best["windows"])
+        r["vs_best"] = pair(r, best)
         r["tied"] = (r is best or not r["vs_best"]["distinguishable"]) and not r["excluded"]
+        if ppl_race is not None:
+            r["tied"] = any(r is a for a in alive)
     tied = [r for r in eligible if r["tied"]]
-    winner = min(tied, key=lambda r: (r["short_kl"], r["objective"]))
-    ranking = sorted(eligible, key=lambda r: r["objective"])
-    for i, r in enumerate(ranking, 1):
+    if kl_race is not None and kl_race["leader"]:
+        winner = next(r for r in tied if r["candidate"] == kl_race["leader"])
+    else:
+        winner = min(tied, key=lambda r: (r.get("short_kl", math.inf), r["objective"]))
+    order = lambda r: (-(r.get("race", {}).get("dropped_round") or 10 ** 6), r["objective"])  # noqa: E731
+    for i, r in enumerate(sorted(eligible, key=order), 1):
         r["rank"] = i
     others = [r["candidate"] for r in tied if r is not winner]
+    return {"rows": rows, "winner": winner["candidate"], "winner_label": winner["label"],
+            "winner_spec": {"method": winner["method"], "params": {p: v for p, v in winner["params"].items() if v is not None},
+                            "log_n": winner["log_n"]},
+            "best_by_ppl": best["candidate"], "tied_with_winner": others, "excluded": excluded,
+            "verdict": verdict(winner, best, others, excluded, lengths, ppl_race, kl_race),
+            "race": ppl_race, "kl_race": kl_race}
+
+
+def verdict(winner: dict, best: dict, others: list[str], excluded: list[dict], lengths: list[int],
+            ppl_race: dict | None, kl_race: dict | None) -> str:
     if winner is best:
         why = f"{winner['candidate']} has the lowest mean log-PPL over {', '.join(map(str, lengths))} ({winner['objective']:.4f})"
     else:
         why = (f"{winner['candidate']} is tied (paired 95%) with the lowest mean log-PPL, {best['candidate']} "
                f"({best['objective']:.4f} vs {winner['objective']:.4f}), and costs less within L "
                f"(KL {winner['short_kl']:.4f} vs {best['short_kl']:.4f})")
-    verdict = why + (f"; statistically tied with it: {', '.join(others)}" if others else
-                     "; every other eligible candidate is distinguishably worse (paired 95%)")
+    if ppl_race is not None:
+        dropped = sum(1 for r in ppl_race["candidates"].values() if r["dropped_round"])
+        why += (f"; raced: {ppl_race['outcome']}" if others else
+                f"; raced: decided after {ppl_race['rounds'][-1]['windows']} windows, {dropped} candidate(s) dropped")
+    elif others:
+        why += f"; statistically tied with it: {', '.join(others)}"
+    else:
+        why += "; every other eligible candidate is distinguishably worse (paired 95%)"
     if excluded:
-        verdict += "; excluded: " + "; ".join(f"{e['candidate']} ({', '.join(e['why'])})" for e in excluded)
-    return {"lengths": lengths, "factor": k, "rule": RULE, "candidates": [n for n, _ in candidates],
-            "rows": rows, "winner": winner["candidate"], "winner_label": winner["label"], "winner_spec": {
-                "method": winner["method"], "params": {p: v for p, v in winner["params"].items() if v is not None},
-                "log_n": winner["log_n"]},
-            "best_by_ppl": best["candidate"], "tied_with_winner": others, "excluded": excluded, "verdict": verdict,
-            "passkey_measured": passkey_ok, "unscaled_passkey_at_L": none_pk.accuracy if none_pk else None,
-            "searches": {n: s["search"] for n, s in searched.items()}}
+        why += "; excluded: " + "; ".join(f"{e['candidate']} ({', '.join(e['why'])})" for e in excluded)
+    return why
 
 
-def estimate_units(names, with_log_n, budget, lengths, inputs, held_inputs, passkey: bool) -> int:
+def estimate_units(names, with_log_n, budget, lengths, inputs, held_inputs, passkey: bool, searches_only: bool = False) -> int:
     """Forward passes of a full run (cached ones included, they tick at once): the progress bar's total.
     `inputs`, `held_inputs`: the searched and held-out windows (ropecli.evaluation.inputs.Inputs);
-    `passkey`: whether every candidate is measured on passkey prompts too."""
+    `passkey`: whether every candidate is measured on passkey prompts too; `searches_only`: the searches' part."""
     plans = search_plans(budget)
     modes = 2 if with_log_n else 1
     n_search = sum(plans[n][2] for n in names if n in plans) * modes
+    if searches_only:
+        return n_search * inputs.units("ppl") * len(lengths)
     per_candidate = held_inputs.units("ppl") * (len(lengths) + 2) + (held_inputs.units("passkey") if passkey else 0)
     return n_search * inputs.units("ppl") * len(lengths) + len(names) * modes * per_candidate + held_inputs.units("ppl")
 

@@ -55,15 +55,20 @@ class Scorer:
 
             self.guard["none_ppl"] = run([make_spec("none")], [train_len])[0].ppl
 
-    def __call__(self, spec: Spec) -> dict:
-        rows = self.run([spec], self.lengths, self.objective)
-        entry = {"objective": mean_objective(rows), "windows": window_vector(rows), "cached": all(r.cached for r in rows)}
+    def __call__(self, spec: Spec, samples: int | None = None, guards: bool = True) -> dict:
+        """The entry of `spec` on the first `samples` windows (default: all); `guards=False` skips the
+        short-context measurements (a point stopped early, a race's first rounds)."""
+        rows = self.run([spec], self.lengths, self.objective, samples)
+        entry = {"objective": mean_objective(rows), "windows": window_vector(rows),
+                 "clusters": window_clusters(rows), "cached": all(r.cached for r in rows)}
         if self.objective == "ppl":
             entry["ppl"] = {str(r.len): r.ppl for r in rows}
             entry["ppl_err"] = {str(r.len): r.ppl_err for r in rows}
         else:
             entry["answer_nll"] = {str(r.len): r.answer_nll for r in rows}
             entry["accuracy"] = {str(r.len): r.accuracy for r in rows}
+        if not guards:
+            return entry
         short = spec.but(factor=self.guard_k)
         if self.max_rise is not None:
             at_L = self.run([short], [self.train_len])[0]
@@ -84,6 +89,22 @@ def mean_objective(rows: list[EvalResult]) -> float:
     values = [r.nll if r.metric == "ppl" else r.answer_nll for r in rows]
     values = [math.inf if v is None else v for v in values]
     return float(sum(values) / len(values))
+
+
+def window_clusters(rows: list[EvalResult]) -> list[int] | None:
+    """The document cluster of each window index (`ropecli.evaluation.stats.clusters_over_lengths`)."""
+    from ropecli.evaluation.stats import clusters_over_lengths
+
+    return clusters_over_lengths([r.clusters for r in rows])
+
+
+def pair(x: dict, y: dict) -> dict:
+    """x's paired difference to y, two Scorer entries on the same windows (clustered by document)."""
+    from ropecli.evaluation.stats import paired_difference
+
+    n = min(len(x["windows"]), len(y["windows"]))  # a race's entries share their first windows
+    clusters = x.get("clusters") or y.get("clusters")
+    return paired_difference(x["windows"][:n], y["windows"][:n], clusters[:n] if clusters else None)
 
 
 def window_vector(rows: list[EvalResult]) -> list[float]:

@@ -21,16 +21,19 @@ replays the finished evaluations from the cache and resumes.
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 from ropecli.errors import RopeCliError
-from ropecli.evaluation.stats import paired_difference
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.methods import format_label
 from ropecli.rope.spec import Spec, make_spec, standard_specs, target_factor
-from ropecli.tuning.objective import Evaluate, Scorer
+from ropecli.tuning.objective import Evaluate, Scorer, pair
 from ropecli.tuning.optimizers import (boundary, check_range, default_optimizer, grid_evaluations, interior_evaluations,
                                        local_maxima, optimize)
+from ropecli.tuning.racing import worse_test
 from ropecli.tuning.space import Dim, start_point
+
+SCREEN_ALPHA = 0.05  # one interim look per point, against the one incumbent
 
 # b at which mixed *is* a standard method (b = 0: Lambda_m = k; b = 1: Lambda_m = k^(2m/d); both identities
 # are tested in test_schedule_identities): an evaluated end of the range is reused instead of run again
@@ -40,13 +43,36 @@ SAME_AS_MIXED = {"pi": 0.0, "ntk-fixed": 1.0}
 def run_search(run: Evaluate, held_out_run: Evaluate | None, geom: Geometry, method: str, dims: list[Dim], fixed: dict,
                lengths: list[int], *, budget: int, optimizer: str = "auto", objective: str = "ppl", log_n: bool = False,
                factor: float | None = None, max_short_regression: float | None = None, max_short_kl: float | None = None,
-               references: list[Spec] | None = None, tol: float | None = None, score: Scorer | None = None) -> dict:
+               references: list[Spec] | None = None, tol: float | None = None, score: Scorer | None = None,
+               windows: int | None = None, screen: bool = False, expect: Callable[[int], None] = lambda units: None) -> dict:
     """Search `dims` of `method` (other parameters `fixed`) for the lowest objective over `lengths`
     within `budget` evaluations; with `held_out_run`, re-measure the winner and the standard methods there.
-    `score`: a Scorer to share with the caller (search-b scores its references with the same guards)."""
+    `score`: a Scorer to share with the caller (search-b scores its references with the same guards).
+    `screen` (with the number of searched `windows`): a point hopeless against the incumbent after its
+    first half of the windows stops there (`screened`); `expect` hears of the windows it did not take."""
     score = score or Scorer(run, geom.train_len, lengths, objective, target_factor(factor, lengths, geom.train_len),
                             max_short_regression, max_short_kl)
     evaluations: list[dict] = []
+
+    def screened(spec: Spec) -> dict | None:
+        """The point's entry on its first windows when it is already significantly worse than the incumbent
+        there (one-sided paired t-test at SCREEN_ALPHA), else None. Its objective is then a *lower bound*:
+        the incumbent's objective plus the lower confidence bound of the paired difference, so the optimizer
+        sees a value the point's full objective exceeds (at that confidence), never an invented one; a
+        golden-section or simplex step only compares values, and the comparison with the incumbent is right."""
+        full = [e for e in evaluations if "windows" in e and "stopped_early" not in e and not e.get("violates_guard")
+                and math.isfinite(e["objective"])]
+        n0 = max(2, (windows or 0) // 2)
+        if not (screen and full and windows and n0 < windows):
+            return None
+        incumbent = min(full, key=lambda e: e["objective"])
+        part = score(spec, samples=n0, guards=False)
+        test = worse_test(part["windows"], incumbent["windows"][:n0], part["clusters"], SCREEN_ALPHA)
+        if not test["worse"] or test["lower"] is None:
+            return None
+        expect(-(windows - n0) * len(lengths))
+        return {**part, "objective": incumbent["objective"] + test["lower"], "stopped_early": {
+            "windows": n0, "of": windows, "vs": incumbent["label"], "diff": test["diff"], "se": test["se"], "bound": "lower"}}
 
     def f(u: list[float]) -> float:
         params = {d.name: d.value(x) for d, x in zip(dims, u)}
@@ -57,7 +83,7 @@ def run_search(run: Evaluate, held_out_run: Evaluate | None, geom: Geometry, met
             evaluations.append({"params": params, "label": format_label(method, {**fixed, **params}),
                                 "objective": math.inf, "infeasible": str(e)})
             return math.inf
-        entry = {"params": params, "label": spec.label, **score(spec)}
+        entry = {"params": params, "label": spec.label, **(screened(spec) or score(spec))}
         evaluations.append(entry)
         return entry["objective"] if not entry.get("violates_guard") else math.inf
 
@@ -84,9 +110,12 @@ def run_search(run: Evaluate, held_out_run: Evaluate | None, geom: Geometry, met
 def compare_with_best(evaluations: list[dict], best: dict, dims: list[Dim], bracket: tuple | None) -> dict:
     """Each scored evaluation's paired difference to the best (`vs_best`, with `tied`); for one
     parameter, the notes of a 1-D search: boundary, bumps, golden bracket, the interval tied with the best."""
-    scored = [e for e in evaluations if "windows" in e]
+    scored = [e for e in evaluations if "windows" in e and "stopped_early" not in e]
+    for e in evaluations:
+        if "stopped_early" in e:
+            e["vs_best"] = {**pair(e, best), "best": False, "tied": False, "stopped_early": True}
     for e in scored:
-        p = paired_difference(e["windows"], best["windows"])
+        p = pair(e, best)
         e["vs_best"] = {**p, "best": e is best, "tied": e is best or (not p["distinguishable"] and not e.get("violates_guard"))}
     if len(dims) != 1:
         return {}
@@ -100,19 +129,23 @@ def compare_with_best(evaluations: list[dict], best: dict, dims: list[Dim], brac
 
 def search_b(run: Evaluate, geom: Geometry, lengths: list[int], *, lo: float = 0.0, hi: float = 1.0, tol: float = 0.01,
              log_n: bool = False, factor: float | None = None, max_short_regression: float | None = None,
-             max_short_kl: float | None = None, objective: str = "ppl") -> dict:
+             max_short_kl: float | None = None, objective: str = "ppl", windows: int | None = None, screen: bool = False,
+             expect: Callable[[int], None] = lambda units: None) -> dict:
     """`search --method mixed --vary b=LO:HI` with golden-section to accuracy `tol`, then the standard
-    methods on the same windows and the verdict. Returns every number the CLI prints."""
+    methods on the same windows and the verdict. Returns every number the CLI prints. `windows`,
+    `screen`, `expect`: as in `run_search` (hopeless points stop after their first windows)."""
     check_range(lo, hi, tol)
     evals = interior_evaluations(lo, hi, tol) + 2  # both ends, then the interior points
     score = Scorer(run, geom.train_len, lengths, objective, target_factor(factor, lengths, geom.train_len),
                    max_short_regression, max_short_kl)  # one Scorer: the references meet the same guards
     out = run_search(run, None, geom, "mixed", [Dim("b", lo, hi)], {}, lengths, budget=evals, optimizer="golden",
-                     objective=objective, log_n=log_n, factor=factor, tol=tol / (hi - lo), score=score)
+                     objective=objective, log_n=log_n, factor=factor, tol=tol / (hi - lo), score=score,
+                     windows=windows, screen=screen, expect=expect)
     for e in out["evaluations"]:
         e["b"] = e["params"]["b"]
     best = next(e for e in out["evaluations"] if e.get("vs_best", {}).get("best"))
-    references = reference_rows(score, log_n, factor, {e["b"]: e for e in out["evaluations"] if "windows" in e})
+    references = reference_rows(score, log_n, factor, {e["b"]: e for e in out["evaluations"]
+                                                        if "windows" in e and "stopped_early" not in e})
     return {
         "lengths": lengths, "objective_name": objective, "log_n": log_n, "factor": factor, "lo": lo, "hi": hi, "tol": tol,
         "best_b": best["b"], "best_objective": best["objective"], "best_ppl": best.get("ppl"),
@@ -142,7 +175,7 @@ def references_verdict(references: list[dict], best: dict) -> dict:
     """Each reference's paired difference to the best b (`vs_best_b`) and the verdict in plain words:
     a reference that beats the best b is named first."""
     for r in references:
-        p = paired_difference(r["windows"], best["windows"])
+        p = pair(r, best)
         r["vs_best_b"] = {**p, "beats_best_b": bool(p["distinguishable"] and p["diff"] is not None and p["diff"] < 0)}
     beating = sorted((r for r in references if r["vs_best_b"]["beats_best_b"]), key=lambda r: r["objective"])
     tied = [r["label"] for r in references if not r["vs_best_b"]["distinguishable"]]
@@ -172,9 +205,9 @@ def held_out_verdict(run: Evaluate, geom: Geometry, lengths: list[int], objectiv
             rows.append({"label": spec.label, "role": "standard", **score(spec)})
     win = rows[0]
     for r in rows:
-        r["vs_winner"] = paired_difference(r["windows"], win["windows"])
+        r["vs_winner"] = pair(r, win)
     best_std = min(rows[1:], key=lambda r: r["objective"])
-    d = paired_difference(win["windows"], best_std["windows"])
+    d = pair(win, best_std)
     if d["diff"] is not None and d["diff"] < 0 and d["distinguishable"]:
         verdict = (f"{winner.label} beats the best standard method, {best_std['label']}, on held-out windows: "
                    f"{d['diff']:+.4f} nats ± {d['se']:.2g} (paired 95%)")

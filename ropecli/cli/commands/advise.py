@@ -13,8 +13,9 @@ import typer
 from ropecli.cli.common import console, emit_json, handle_errors
 from ropecli.cli.groups import DataOptions, EvalOptions, ModelOptions, PasskeyOptions, with_option_groups
 from ropecli.cli.options import (AdviseBudgetOpt, AdviseOutOpt, CandidatesOpt, HeldOutOpt, JsonOpt, MaxShortKlOpt,
-                                 MaxShortRegressionOpt, flat_choices)
+                                 MaxShortRegressionOpt, MaxWindowsOpt, RaceOpt, flat_choices)
 from ropecli.cli.session import open_session
+from ropecli.report.advice import held_out_span
 from ropecli.errors import RopeCliError
 
 ADVISE = "Advise"
@@ -37,6 +38,8 @@ def advise(
     max_short_regression: MaxShortRegressionOpt = None,
     min_passkey: Annotated[Optional[float], typer.Option(
         "--min-passkey", min=0.0, max=1.0, rich_help_panel=ADVISE, help="Out if passkey accuracy at the longest target is below this.")] = None,
+    race: RaceOpt = True,
+    max_windows: MaxWindowsOpt = None,
     as_json: JsonOpt = False,
 ):
     """Which context extension for my model: every method on the same windows, ranked, exported.
@@ -44,7 +47,9 @@ def advise(
     Searches YaRN's betas, the mixed b and the clamped mixed family on the searched windows, then
     ranks every candidate on held-out windows by the written rule (constraints, mean log-PPL, ties by
     paired 95% going to the smallest cost within L) and exports the winner for transformers, vLLM
-    and (GGUF input) llama.cpp. Every evaluation is cached: an interrupted run resumes.
+    and (GGUF input) llama.cpp. Racing (the default; --no-race measures every candidate on every
+    window): candidates significantly worse than the leader are dropped after each round, the tied
+    ones get doubled windows up to --max-windows. Every window is cached: an interrupted run resumes.
 
     Examples: ropecli advise
               ropecli advise --model meta-llama/Llama-2-7b-hf --len 32768 --len 65536 --out llama-advice
@@ -74,20 +79,33 @@ def advise(
     if passkey:
         held.ev.check_inputs("passkey", max(lengths))
     geom = rope.geometry(target_factor(evaluation.k, lengths, rope.train_len))
+    racing = racing_plan(held, lengths, max_windows, notes) if race else None
 
     def units(with_passkey: bool) -> int:  # the bar's total; the unscaled model's passkey baseline ticks too
+        if racing:  # the searches; the race adds its rounds as it decides them (expect)
+            return estimate_units(names, with_log_n, budget, lengths, session.inputs, held.inputs, False, searches_only=True)
         total = estimate_units(names, with_log_n, budget, lengths, session.inputs, held.inputs, with_passkey)
         return total + (held.inputs.units("passkey") if passkey else 0)
 
-    with overall_progress(units(passkey), "advise") as (bar, task):
+    total = [units(passkey)]
+    with overall_progress(total[0], "advise") as (bar, task):
         session.progress = held.progress = (bar, task)
+
+        def expect(count: int, metric: str = "ppl", samples: int | None = None) -> None:
+            total[0] += count * held.inputs.resized(samples).units(metric)
+            bar.update(task, total=total[0])
+
         result = run_advise(session.run, held.run, geom, lengths, names=names, budget=budget, with_log_n=with_log_n,
                             factor=evaluation.k, max_short_kl=max_short_kl, max_short_regression=max_short_regression,
                             min_passkey=min_passkey, passkey=passkey, note=notes.append,
-                            on_passkey_skipped=lambda: bar.update(task, total=units(False)))
+                            on_passkey_skipped=lambda: None if racing else bar.update(task, total=units(False)),
+                            held_windows=held.inputs.samples, search_windows=session.inputs.samples, racing=racing,
+                            expect=expect)
     result = {**session.header(), **result, "notes": notes, "searched_windows": session.inputs.samples,
               "held_out_windows": held.inputs.samples, "held_out_first_window": held.inputs.first_window,
-              "forward_passes": session.forward_passes() + held.forward_passes(), "cache": session.cache_stats()}
+              "racing": vars(racing) if racing else None,
+              "windows_per_candidate": {r["candidate"]: r.get("race", {}).get("windows", held.inputs.samples)
+                                        for r in result["rows"]}, **session.tally(held)}
     if session.is_main:
         from ropecli.files import atomic_write_text
         from ropecli.report.advice import write_report
@@ -99,6 +117,22 @@ def advise(
     if as_json:
         return emit_json(result)
     print_advice(result, out_dir)
+
+
+def racing_plan(held, lengths: list[int], max_windows: int | None, notes: list[str]):
+    """The race's windows: from the --held-out count up to --max-windows (default 4x, as far as the text goes)."""
+    from ropecli.tuning.advise import Racing
+
+    start = held.inputs.samples
+    if max_windows is not None:
+        for n in lengths:
+            held.inputs.check_available(n, max_windows)
+        return Racing(start, max(start, max_windows), start)
+    have = min(held.inputs.available(n) for n in lengths)
+    if have < 4 * start:
+        notes.append(f"racing: at most {max(have, start)} held-out windows (the text's limit at {max(lengths)} tokens), "
+                     f"not {4 * start}; add text with --data for more")
+    return Racing(start, max(start, min(4 * start, have)), start)
 
 
 def prepare_out(out: str) -> Path:
@@ -137,9 +171,7 @@ def print_advice(result: dict, out_dir: Path) -> None:
 
     con = console()
     con.print(f"[bold]winner: {result['winner_label']}[/] — {result['verdict']}", highlight=False)
-    t = Table(title=f"advise on {result['model']} (L = {result['train_len']}): held-out windows "
-                    f"{result['held_out_first_window']}…{result['held_out_first_window'] + result['held_out_windows'] - 1}, "
-                    f"k = {result['factor']:g}")
+    t = Table(title=f"advise on {result['model']} (L = {result['train_len']}): {held_out_span(result)}, k = {result['factor']:g}")
     t.add_column("rank", justify="right")
     t.add_column("candidate")
     for n in result["lengths"]:
@@ -149,27 +181,39 @@ def print_advice(result: dict, out_dir: Path) -> None:
         t.add_column(f"passkey @ {max(result['lengths'])}", justify="right")
     t.add_column("KL @ L", justify="right")
     t.add_column("PPL rise @ L", justify="right")
+    if result["racing"]:
+        t.add_column("windows", justify="right")
     t.add_column("note")
-    for r in sorted(result["rows"], key=lambda r: (bool(r["excluded"]), r["objective"])):
+    best_objective = min(x["objective"] for x in result["rows"] if x["tied"])
+    for r in sorted(result["rows"], key=lambda r: (bool(r["excluded"]), r.get("rank", 10 ** 6))):
         note = "winner" if r["candidate"] == result["winner"] else ("tied" if r["tied"] else "")
+        if r.get("race", {}).get("dropped_round"):
+            note = f"dropped in round {r['race']['dropped_round']}"
         if r["excluded"]:
             note = "out: " + "; ".join(r["excluded"])
         cells = [str(r.get("rank", "—")), f"{r['candidate']}: {r['label']}",
-                 *[f"{r['ppl'][str(n)]:.4g}" for n in result["lengths"]], fmt_diff({**r["vs_best"], "best": r["objective"] ==
-                                                                                     min(x["objective"] for x in result["rows"])})]
+                 *[f"{r['ppl'][str(n)]:.4g}" for n in result["lengths"]],
+                 fmt_diff({**r["vs_best"], "best": r["objective"] == best_objective})]
         if result["passkey_measured"]:
-            cells.append(f"{r['passkey_accuracy']:.0%}")
-        cells += [f"{r['short_kl']:.4f}", f"{r['short_rise_percent']:+.2f}%", note]
-        t.add_row(*cells, style="bold green" if note == "winner" else "")
+            cells.append(f"{r['passkey_accuracy']:.0%}" if "passkey_accuracy" in r else "—")
+        cells += [f"{r['short_kl']:.4f}" if "short_kl" in r else "—",
+                  f"{r['short_rise_percent']:+.2f}%" if "short_rise_percent" in r else "—"]
+        if result["racing"]:
+            cells.append(str(r["race"]["windows"]))
+        t.add_row(*cells, note, style="bold green" if note == "winner" else "")
     con.print(t)
     for n in result["notes"]:
         con.print(f"note: {n}", highlight=False)
     con.print(f"rule: {result['rule']}", highlight=False)
+    if result["race"]:
+        con.print(f"race: {result['race']['outcome']}", highlight=False)
+        if result["kl_race"]:
+            con.print(f"tie-break (KL within L): {result['kl_race']['outcome']}", highlight=False)
     for e in result["exports"]:
         con.print(f"{e['runtime']}: {'ok' if e['ok'] else 'not written'} — {e['command'] or e['output']}", highlight=False,
                   soft_wrap=True)
     con.print(f"wrote {out_dir}/advice.json and {out_dir}/report.md; {result['forward_passes']} forward passes, "
-              f"{result['cache']['hits']} cached results reused", highlight=False)
+              f"{result['cache']['hits']} cached windows reused", highlight=False)
 
 
 def _plain(x):

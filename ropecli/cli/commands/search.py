@@ -11,7 +11,7 @@ import typer
 from ropecli.cli.common import console, emit_json, handle_errors, stderr_console
 from ropecli.cli.groups import DataOptions, EvalOptions, ModelOptions, OutputOptions, PasskeyOptions, with_option_groups
 from ropecli.cli.options import (DEFAULT_METHOD, SEARCH, ExportConfigOpt, FixedParamOpt, HeldOutOpt, MaxShortKlOpt,
-                                 MaxShortRegressionOpt, ObjectiveOpt, OptimizerOpt, SearchBudgetOpt, TunedMethodOpt)
+                                 MaxShortRegressionOpt, ObjectiveOpt, OptimizerOpt, RaceOpt, SearchBudgetOpt, TunedMethodOpt)
 from ropecli.cli.session import check_plot_path, open_session
 from ropecli.errors import RopeCliError
 from ropecli.tuning.objective import Objective
@@ -33,6 +33,7 @@ def search_b(
     max_short_kl: MaxShortKlOpt = None,
     objective: ObjectiveOpt = Objective.ppl,
     export_config: ExportConfigOpt = None,
+    race: RaceOpt = True,
 ):
     """Search the exponent b of NTK-RoPE-mixed for the lowest perplexity at the target lengths.
 
@@ -53,8 +54,9 @@ def search_b(
         stderr_console().print(f"[yellow]warning:[/] every --len is within the training length L={session.rope.train_len}: "
                                "k = 1, nothing to extend; every b gives the same perplexity")
     out = run_search_b(session.run, geom, lengths, lo=lo, hi=hi, tol=tol, log_n=evaluation.log_n, factor=evaluation.k,
-                       max_short_regression=max_short_regression, max_short_kl=max_short_kl, objective=objective)
-    out = {**session.header(), **out, **session.tally()}
+                       max_short_regression=max_short_regression, max_short_kl=max_short_kl, objective=objective,
+                       windows=session.inputs.samples, screen=race)
+    out = {**session.header(), **out, "race": race, **session.tally()}
 
     def plot(path):
         from ropecli.report.result_plots import plot_search
@@ -197,6 +199,7 @@ def search(
     max_short_regression: MaxShortRegressionOpt = None,
     max_short_kl: MaxShortKlOpt = None,
     export_config: ExportConfigOpt = None,
+    race: RaceOpt = True,
 ):
     """Search the continuous parameters of any method within a budget; verdict on held-out windows.
 
@@ -237,9 +240,10 @@ def search(
         held.ev.check_inputs("passkey" if objective == "passkey" else "ppl", n)
     out = run_search(session.run, held.run, geom, method, dims, fixed, lengths, budget=budget, optimizer=optimizer,
                      objective=objective, log_n=evaluation.log_n, factor=evaluation.k,
-                     max_short_regression=max_short_regression, max_short_kl=max_short_kl, references=refs)
+                     max_short_regression=max_short_regression, max_short_kl=max_short_kl, references=refs,
+                     windows=session.inputs.samples, screen=race)
     out = {**session.header(), **out, "held_out_windows": held.inputs.samples, "held_out_first_window": held.inputs.first_window,
-           "forward_passes": session.forward_passes() + held.forward_passes(), "cache": session.cache_stats()}
+           "race": race, **session.tally(held)}
 
     def plot(path):
         from ropecli.report.result_plots import plot_param_search
