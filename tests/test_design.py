@@ -75,7 +75,7 @@ def test_plot_alone_draws_the_overview(tmp_path, monkeypatch):
 
 def fake_evaluator(nll_of, calls):
     """An evaluator with the Session.run contract: one row per (spec, length), spec-major."""
-    def run(specs, lengths, metric="ppl"):
+    def run(specs, lengths, metric="ppl", samples=None):
         rows = []
         for spec in specs:
             for n in lengths:

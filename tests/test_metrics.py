@@ -185,7 +185,7 @@ def test_search_b_paired_interval_and_verdict():
 
     noise = np.array([0.3, -0.2, 0.1, -0.4, 0.2, 0.0])  # text difficulty, shared by every schedule
 
-    def fake(specs, lengths, metric="ppl"):
+    def fake(specs, lengths, metric="ppl", samples=None):
         rows = []
         for spec in specs:
             params = dict(spec.params)

@@ -44,7 +44,8 @@ def run_search(run: Evaluate, held_out_run: Evaluate | None, geom: Geometry, met
                lengths: list[int], *, budget: int, optimizer: str = "auto", objective: str = "ppl", log_n: bool = False,
                factor: float | None = None, max_short_regression: float | None = None, max_short_kl: float | None = None,
                references: list[Spec] | None = None, tol: float | None = None, score: Scorer | None = None,
-               windows: int | None = None, screen: bool = False, expect: Callable[[int], None] = lambda units: None) -> dict:
+               windows: int | None = None, screen: bool = False,
+               expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None) -> dict:
     """Search `dims` of `method` (other parameters `fixed`) for the lowest objective over `lengths`
     within `budget` evaluations; with `held_out_run`, re-measure the winner and the standard methods there.
     `score`: a Scorer to share with the caller (search-b scores its references with the same guards).
@@ -70,7 +71,7 @@ def run_search(run: Evaluate, held_out_run: Evaluate | None, geom: Geometry, met
         test = worse_test(part["windows"], incumbent["windows"][:n0], part["clusters"], SCREEN_ALPHA)
         if not test["worse"] or test["lower"] is None:
             return None
-        expect(-(windows - n0) * len(lengths))
+        expect(-len(lengths), score.objective, windows - n0)  # the windows it did not take, at every length
         return {**part, "objective": incumbent["objective"] + test["lower"], "stopped_early": {
             "windows": n0, "of": windows, "vs": incumbent["label"], "diff": test["diff"], "se": test["se"], "bound": "lower"}}
 
@@ -130,7 +131,7 @@ def compare_with_best(evaluations: list[dict], best: dict, dims: list[Dim], brac
 def search_b(run: Evaluate, geom: Geometry, lengths: list[int], *, lo: float = 0.0, hi: float = 1.0, tol: float = 0.01,
              log_n: bool = False, factor: float | None = None, max_short_regression: float | None = None,
              max_short_kl: float | None = None, objective: str = "ppl", windows: int | None = None, screen: bool = False,
-             expect: Callable[[int], None] = lambda units: None) -> dict:
+             expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None) -> dict:
     """`search --method mixed --vary b=LO:HI` with golden-section to accuracy `tol`, then the standard
     methods on the same windows and the verdict. Returns every number the CLI prints. `windows`,
     `screen`, `expect`: as in `run_search` (hopeless points stop after their first windows)."""
