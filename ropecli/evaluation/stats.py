@@ -117,15 +117,19 @@ def tie_answer(p: dict, unit: str = "windows") -> str:
 
 def rank_against_best(values: dict, clusters: list | None = None) -> dict:
     """label -> paired difference to the best label (the lowest mean), with `best` and `tied` (not
-    distinguishable from the best at 95%; the best is tied with itself)."""
+    distinguishable from the best at 95%; the best is tied with itself). Labels scored on fewer
+    windows (dropped by a race) pair on the windows they share, the first ones; the best is chosen
+    among those scored on the most."""
     finite = {k: v for k, v in values.items() if np.all(np.isfinite(v))}
     if not finite:
         return {k: {"best": False, "tied": False, "diff": None, "se": None, "half_width": None, "n": len(v),
                     "distinguishable": True} for k, v in values.items()}
-    best = min(finite, key=lambda k: float(np.mean(finite[k])))
+    most = max(len(v) for v in finite.values())
+    best = min((k for k, v in finite.items() if len(v) == most), key=lambda k: float(np.mean(finite[k])))
     out = {}
     for k, v in values.items():
-        p = paired_difference(v, values[best], clusters)
+        n = min(len(v), len(values[best]))
+        p = paired_difference(v[:n], values[best][:n], clusters[:n] if clusters else None)
         out[k] = {**p, "best": k == best, "tied": k == best or not p["distinguishable"]}
         if k == best:
             out[k].pop("windows_needed", None)
@@ -172,7 +176,8 @@ def attach_paired(results: list) -> list[dict]:
         groups.setdefault((r.metric, r.len), []).append(i)
     out = [r.to_json() for r in results]
     for idx in groups.values():
-        ranked = rank_against_best({i: results[i].values for i in idx}, results[idx[0]].clusters)
+        widest = max(idx, key=lambda i: len(results[i].values))  # its windows' documents cover every other's
+        ranked = rank_against_best({i: results[i].values for i in idx}, results[widest].clusters)
         for i in idx:
             out[i]["vs_best"] = ranked[i]
     return out

@@ -151,10 +151,33 @@ def summarize(field_: dict, leader: Entrant | None, rounds: list, stop: str, pla
     if leader is None:
         outcome = "no candidate is eligible"
     elif not tied:
-        outcome = f"decided after {n_last} windows: {leader.name} leads; every other candidate was dropped"
+        outcome = f"decided after {n_last} windows: {leader.name} leads"
     else:
         outcome = f"{leader.name} leads, tied after {n_last} windows with " + "; ".join(
             f"{n} ({rows[n]['tie']['answer'].split('; ', 1)[-1]})" for n in tied)
+    dropped = [f"{n} (round {r['dropped_round']}, {r['windows']} windows)" for n, r in rows.items() if r["dropped_round"]]
+    if dropped and leader is not None:
+        outcome += "; dropped: " + ", ".join(dropped)
     return {"leader": leader.name if leader else None, "decided": leader is not None and not tied, "tied": tied,
             "stopped": stop, "looks": plan, "alpha": alpha, "test_level": level, "rounds": rounds,
             "candidates": rows, "outcome": outcome, "windows_spent": sum(r["windows"] for r in rows.values())}
+
+
+def race_specs(run, specs: list, lengths: list[int], metric: str, *, start: int, max_windows: int,
+               on_round: Callable[[int, int, list[str]], None] = lambda r, n, alive: None) -> tuple[list, dict]:
+    """`ropecli compare --race`: race schedules on one metric (ppl, passkey answer NLL or KL), the
+    objective of window i being its mean over `lengths`. `run` is an `ropecli.tuning.objective.Evaluate`.
+    Returns every schedule's EvalResults on the windows it got (spec-major, as `run` gives them) and the
+    race's record."""
+    from ropecli.evaluation.stats import clusters_over_lengths, mean_over_lengths
+
+    by_label = {s.label: s for s in specs}
+    latest: dict[str, list] = {}
+
+    def score(label: str, n: int):
+        latest[label] = run([by_label[label]], lengths, metric, n)
+        rows = latest[label]
+        return mean_over_lengths([r.values for r in rows]), clusters_over_lengths([r.clusters for r in rows])
+
+    record = race(score, list(by_label), start=start, max_windows=max_windows, on_round=on_round)
+    return [r for s in specs for r in latest[s.label]], record

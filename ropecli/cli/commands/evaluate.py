@@ -10,7 +10,7 @@ from ropecli.cli.common import console, emit_json, handle_errors
 from ropecli.errors import RopeCliError
 from ropecli.cli.groups import (DataOptions, EvalOptions, ModelOptions, OutputOptions, PasskeyOptions,
                                 ScheduleOptions, with_option_groups)
-from ropecli.cli.options import COMPARE_METHODS, DEFAULT_METHOD, SCHEDULE, MetricOpt, flat_choices
+from ropecli.cli.options import COMPARE_METHODS, DEFAULT_METHOD, SCHEDULE, MaxWindowsOpt, MetricOpt, flat_choices
 from ropecli.cli.session import Session, check_plot_path, fmt_ppl, open_session, plot_results
 
 
@@ -78,6 +78,10 @@ def compare(
     metric: MetricOpt = None,
     both_log_n: Annotated[bool, typer.Option("--with-and-without-log-n", rich_help_panel=SCHEDULE,
                                              help="Evaluate every method with and without log-n.")] = False,
+    race: Annotated[bool, typer.Option("--race", help="Race the methods: from --samples windows, drop the ones "
+                                       "significantly worse than the best, double the windows of the tied ones up to "
+                                       "--max-windows (per metric, over all --len).")] = False,
+    max_windows: MaxWindowsOpt = None,
 ):
     """The article's table: methods x lengths, on the same documents, with paired confidence.
 
@@ -102,23 +106,50 @@ def compare(
     check_plot_path(output.plot)
     session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts if "passkey" in metrics else None)
     L = session.rope.train_len
-    results: list = []
-    if "ppl" in metrics:
-        results += session.run(specs, lengths)
-    if "passkey" in metrics:
-        results += session.run(specs, lengths, "passkey")
-    kl_k = None
-    if "kl" in metrics:
-        kl_k = target_factor(evaluation.k, lengths, L)
-        results += session.run([s.but(factor=kl_k) for s in specs], [L], "kl")
+    kl_k = target_factor(evaluation.k, lengths, L) if "kl" in metrics else None
+    cells = {"ppl": (specs, lengths), "passkey": (specs, lengths), "kl": ([s.but(factor=kl_k) for s in specs], [L])}
+    results, races = [], {}
+    for m in ("ppl", "passkey", "kl"):
+        if m not in metrics:
+            continue
+        if race and len(specs) > 1:
+            results_m, races[m] = _race(session, *cells[m], m, max_windows)
+            results += results_m
+        else:
+            results += session.run(*cells[m], m)
     results = attach_paired(results)
     ppl_rows = [r for r in results if r["metric"] == "ppl"]
     if output.plot and session.is_main and ppl_rows:
         plot_results(ppl_rows, output.plot, session)
     if output.as_json:
         return emit_json({**session.header(), "metrics": metrics, "kl_factor": kl_k, "results": results,
-                          **session.tally()})
+                          **({"races": races} if race else {}), **session.tally()})
     _print_table(session, specs, lengths, results, kl_k)
+    for m, record in races.items():
+        console().print(f"race ({m}): {record['outcome']}", highlight=False)
+
+
+def _race(session: Session, specs, lengths, metric: str, max_windows: int | None):
+    """One metric's race over every --len, under one progress bar whose total grows with each round."""
+    from ropecli.cli.session import overall_progress
+    from ropecli.tuning.racing import race_specs
+
+    start = session.inputs.samples
+    most = max_windows or 4 * start
+    for n in lengths:
+        session.inputs.check_available(n, most)
+    total = [0]
+    with overall_progress(0, f"race ({metric})") as (bar, task):
+        session.progress = (bar, task)
+
+        def on_round(r, n, alive):
+            total[0] += len(alive) * len(lengths) * session.inputs.resized(n).units(metric)
+            bar.update(task, total=total[0])
+
+        try:
+            return race_specs(session.run, specs, lengths, metric, start=start, max_windows=most, on_round=on_round)
+        finally:
+            session.progress = None
 
 
 def _cell(r: dict, text: str) -> str:
@@ -135,7 +166,9 @@ def _print_table(session: Session, specs, lengths: list[int], results: list[dict
     lm = session.rope
     by = {(r["metric"], r["label"], r["len"]): r for r in results}
     have = {r["metric"] for r in results}
-    t = Table(title=f"{lm.name} (L = {lm.train_len}); {session.inputs.samples} windows/keys per cell; ± = std. error across "
+    counts = sorted({len(r.get("window_nll") or r.get("window_kl") or r.get("prompt_answer_nll") or []) for r in results})
+    per_cell = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]} (raced)"
+    t = Table(title=f"{lm.name} (L = {lm.train_len}); {per_cell} windows/keys per cell; ± = std. error across "
                     "windows; bold = best, ≈ = not distinguishable from the best (paired t-test, 95%)")
     t.add_column("method")
     columns = []
@@ -168,7 +201,10 @@ def _print_table(session: Session, specs, lengths: list[int], results: list[dict
 
 
 def _print_ties(results: list[dict], L: int) -> None:
-    """One line per column: the best, and which candidates are statistically tied with it."""
+    """One line per column: the best, and which candidates are statistically tied with it (and the
+    windows that would resolve each tie)."""
+    from ropecli.evaluation.stats import tie_answer
+
     groups: dict[tuple, list[dict]] = {}
     for r in results:
         groups.setdefault((r["metric"], r["len"]), []).append(r)
@@ -176,7 +212,9 @@ def _print_ties(results: list[dict], L: int) -> None:
         if len(rows) < 2:
             continue
         best = next(r for r in rows if r["vs_best"]["best"])
-        tied = [r["label"] for r in rows if r["vs_best"]["tied"] and not r["vs_best"]["best"]]
+        tied = [r for r in rows if r["vs_best"]["tied"] and not r["vs_best"]["best"]]
         what = {"ppl": f"PPL @ {n}", "passkey": f"passkey answer NLL @ {n}", "kl": f"KL @ L={n}"}[metric]
-        note = f"tied with it (paired 95%): {', '.join(tied)}" if tied else "every other candidate is distinguishably worse (paired 95%)"
+        unit = "keys" if metric == "passkey" else "windows"
+        note = ("tied with it (paired 95%): " + "; ".join(f"{r['label']} ({tie_answer(r['vs_best'], unit)})" for r in tied)
+                if tied else "every other candidate is distinguishably worse (paired 95%)")
         console().print(f"{what}: best {best['label']}; {note}", highlight=False)
