@@ -24,6 +24,7 @@ import math
 from typing import Callable
 
 from ropecli.errors import RopeCliError
+from ropecli.evaluation.stats import tie_answer
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.methods import format_label
 from ropecli.rope.spec import Spec, make_spec, standard_specs, target_factor
@@ -188,8 +189,10 @@ def references_verdict(references: list[dict], best: dict) -> dict:
                    + (f"; so do {', '.join(r['label'] for r in beating[1:])}" if len(beating) > 1 else "")
                    + f". Use {top['label']}, not mixed(b).")
     elif tied:
+        answers = "; ".join(f"{r['label']}: {tie_answer(r['vs_best_b'])}" for r in references
+                            if not r["vs_best_b"]["distinguishable"])
         verdict = (f"best b = {b:.4f} is not distinguishable (paired 95%) from {', '.join(tied)}; "
-                   "the windows cannot tell them apart")
+                   f"the windows cannot tell them apart ({answers})")
     else:
         verdict = f"best b = {b:.4f} beats every reference (paired 95%)"
     return {"verdict": verdict, "references_beating_best_b": [r["label"] for r in beating],
@@ -217,7 +220,7 @@ def held_out_verdict(run: Evaluate, geom: Geometry, lengths: list[int], objectiv
                    f"{-d['diff']:+.4f} nats ± {d['se']:.2g} (paired 95%); use {best_std['label']}")
     else:
         verdict = (f"{winner.label} and the best standard method, {best_std['label']}, are not distinguishable on "
-                   f"held-out windows ({d['diff']:+.4f} nats ± {d['se'] or 0:.2g}, paired 95%)")
+                   f"held-out windows ({d['diff']:+.4f} nats ± {d['se'] or 0:.2g}, paired 95%): {tie_answer(d)}")
     return {"rows": rows, "best_standard": best_std["label"], "winner_vs_best_standard": d, "verdict": verdict,
             "winner_beats_best_standard": bool(d["diff"] is not None and d["diff"] < 0 and d["distinguishable"])}
 
