@@ -154,7 +154,7 @@ def advise(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[int]
 def rank(rows: list[dict], lengths: list[int], breaks, ppl_race: dict | None, kl_race: dict | None) -> dict:
     """The rule on measured rows: constraints, the best by mean log-PPL, the tied ones, the tie to the
     smallest cost within L. Raced: the tied ones are the PPL race's survivors, the tie goes to the KL
-    race's leader; a dropped candidate ranks below every survivor (by round dropped, then objective)."""
+    race's leader."""
     excluded = []
     for r in rows:  # a candidate dropped by the race has no measured cost: only divergence can exclude it
         r["excluded"] = breaks(r) if "short_kl" in r else [] if math.isfinite(r["objective"]) else ["diverged (infinite PPL)"]
@@ -176,7 +176,9 @@ def rank(rows: list[dict], lengths: list[int], breaks, ppl_race: dict | None, kl
         winner = next(r for r in tied if r["candidate"] == kl_race["leader"])
     else:
         winner = min(tied, key=lambda r: (r.get("short_kl", math.inf), r["objective"]))
-    order = lambda r: (-(r.get("race", {}).get("dropped_round") or 10 ** 6), r["objective"])  # noqa: E731
+    # ranked by the paired difference to the best on the windows each shares with it (= by objective
+    # when all have the same windows; a race's dropped candidates have fewer)
+    order = lambda r: r["vs_best"]["diff"] if r["vs_best"]["diff"] is not None else math.inf  # noqa: E731
     for i, r in enumerate(sorted(eligible, key=order), 1):
         r["rank"] = i
     others = [r["candidate"] for r in tied if r is not winner]
