@@ -38,10 +38,10 @@ def hf_ppl_on_held_out(model_dir: str, length: int, first: int, count: int) -> f
     return math.exp(sum(n for n, _ in nll) / sum(t for _, t in nll))
 
 
-@pytest.mark.parametrize("race", ["--race", "--no-race"])
+@pytest.mark.parametrize("race", [[], ["--no-race"]])
 def test_advise_end_to_end_and_the_exported_winner_reproduces_its_ppl(qwen_dir, tmp_path, race):
     out = tmp_path / "advice"
-    r = advise(qwen_dir, out, "--json", race)
+    r = advise(qwen_dir, out, "--json", *race)
     assert r.exit_code == 0, r.output
     result = json.loads(r.stdout)
     saved = json.loads((out / "advice.json").read_text())
@@ -143,7 +143,7 @@ def test_advise_out_must_be_a_fresh_or_advise_folder(qwen_dir, tmp_path):
     assert (d / "mine.txt").read_text() == "keep me"
 
 
-@pytest.mark.parametrize("budget, race", [("4", "--race"), ("6", "--race"), ("4", "--no-race")])
+@pytest.mark.parametrize("budget, race", [("4", []), ("6", []), ("4", ["--no-race"])])
 def test_progress_total_is_the_work_done(qwen_dir, tmp_path, monkeypatch, budget, race):
     """The bar's total comes from the searches' own plan: with --budget below 7 the 2-parameter searches
     still get 7 evaluations, and the total says so (every window ticks once, cached or not)."""
@@ -168,6 +168,6 @@ def test_progress_total_is_the_work_done(qwen_dir, tmp_path, monkeypatch, budget
 
     monkeypatch.setattr(session, "overall_progress", counting)
     r = advise(qwen_dir, tmp_path / "o", "--candidates", "pi,yarn-tuned,mixed-b", "--budget", budget,
-               "--cache-dir", str(tmp_path / "c"), "--json", race)
+               "--cache-dir", str(tmp_path / "c"), "--json", *race)
     assert r.exit_code == 0, r.output
     assert seen["ticks"] == seen["total"] > 0

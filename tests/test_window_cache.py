@@ -98,3 +98,33 @@ def test_whole_evaluation_entries_of_the_older_format_are_split_or_recomputed(ti
         later = Evaluator.over(tiny, [text_file], samples=3, cache=old_cache)
         later.evaluate(spec, n, metric=metric)  # now from the per-window entries
         assert later.forward_passes == 0 and old_cache.hits == 2 * len(result.values)
+
+
+@pytest.mark.parametrize("command", [
+    ["ppl", "--len", "128"],
+    ["compare", "--len", "128", "--method", "none,pi"],
+    ["passkey", "--len", "128", "--method", "none", "--depths", "0.5", "--digits", "3"],
+    ["kl", "--k", "4", "--method", "pi"],
+])
+def test_every_evaluating_command_reports_its_forward_passes(tiny_dir, text_file, tmp_path, command):
+    args = [*command, "--model", tiny_dir, "--data", text_file, "--samples", "2", "--cache-dir", str(tmp_path / "c"), "--json"]
+    first = json.loads(runner.invoke(app, args).stdout)
+    assert first["forward_passes"] > 0 and first["forward_passes"] == first["cache"]["misses"]
+    again = json.loads(runner.invoke(app, args).stdout)
+    assert again["forward_passes"] == 0 and again["cache"]["hits"] == first["cache"]["misses"]
+
+
+def test_compare_race_records_every_candidates_windows(tiny_dir, text_file, tmp_path):
+    """The plumbing of `compare --race` (the decisions are tested on simulated races in test_racing.py):
+    each method's results carry exactly the windows the race gave it, every window is computed once,
+    and the JSON records the race."""
+    out = compare(tiny_dir, text_file, tmp_path / "c", 3, "--race", "--max-windows", "12", "--method", "none,pi,yarn,ntk-fixed")
+    race = out["races"]["ppl"]
+    windows = {r["label"]: len(r["window_nll"]) for r in out["results"]}
+    assert {label: row["windows"] for label, row in race["candidates"].items()} == windows
+    assert out["forward_passes"] == sum(windows.values())  # one length, every window once
+    assert race["looks"] == [3, 6, 12] and race["outcome"]
+    leader = race["leader"]
+    assert all(windows[label] <= windows[leader] for label in windows)
+    for label, row in race["candidates"].items():
+        assert (row["dropped_round"] is not None) == row["status"].startswith("dropped")

@@ -143,10 +143,10 @@ MaxShortRegressionOpt = Annotated[Optional[float], typer.Option(
 HeldOutOpt = Annotated[Optional[int], typer.Option(
     "--held-out", min=2, rich_help_panel=SEARCH,
     help="Held-out windows for the verdict, after the searched ones (default: as many as --samples).")]
-RaceOpt = Annotated[bool, typer.Option(
-    "--race/--no-race", rich_help_panel=SEARCH,
-    help="Spend forward passes where they change the verdict: searched points hopeless after half their windows "
-         "stop there; advise drops candidates significantly worse than the leader and gives the tied ones more windows.")]
+NoRaceOpt = Annotated[bool, typer.Option(
+    "--no-race", rich_help_panel=SEARCH,
+    help="Score every searched point on every window (advise: every candidate on every held-out window and "
+         "prompt). Default: racing, forward passes only where they change the verdict.")]
 MaxWindowsOpt = Annotated[Optional[int], typer.Option(
     "--max-windows", min=2, rich_help_panel=SEARCH,
     help="Racing: most windows (passkey: prompts per depth) a tied candidate gets (default: 4x --samples / --held-out).")]

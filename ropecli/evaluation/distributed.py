@@ -5,15 +5,16 @@ evaluating command joins one torch.distributed process group: NCCL when the rank
 gloo on CPU (`ROPECLI_DIST_BACKEND` asks for one), with a timeout on every collective
 (`ROPECLI_DIST_TIMEOUT`, seconds, default 120) so that a lost rank ends the run instead of hanging it.
 
-What is split: the windows of each evaluation. Window i is computed by rank i mod W, so in round r
-the ranks compute windows rW … rW+W-1 side by side. Each rank returns (window, NLL, tokens) in
-float64; all ranks gather all of them and put them back in window order, so the totals, PPL and its
-error are summed exactly as one process sums them: the numbers are the single-process numbers.
+What is split: the windows of each evaluation that some rank lacks in its cache (the union over
+ranks). The j-th of them is computed by rank j mod W, so in round r the ranks compute r-th windows
+side by side. Each rank returns (window, NLL, tokens) in float64; all ranks gather all of them and
+put them back by window, so the totals, PPL and its error are summed exactly as one process sums
+them: the numbers are the single-process numbers.
 What is not split: the model (each rank holds a whole copy, on its local GPU, or spread with
 `--device-map auto` over a group of local GPUs), and the search (every rank walks the same
 golden-section steps on the same gathered numbers). Rank 0 alone prints, draws progress, writes the
-cache, plots and exports; every rank reads the cache, and an evaluation counts as cached only when
-every rank finds it, so a rerun resumes on any number of ranks.
+cache, plots and exports; every rank reads the cache, and a window counts as cached only when every
+rank finds it, so a rerun resumes on any number of ranks.
 """
 
 from __future__ import annotations
@@ -60,9 +61,6 @@ class Dist:
     def union(self, items: list[int]) -> list[int]:
         """The union of every rank's `items`, sorted (the units some rank lacks in its cache)."""
         return sorted(set().union(*map(set, self.gather(items))))
-
-    def all_true(self, flag: bool) -> bool:
-        return all(self.gather(bool(flag)))
 
     def gather(self, obj: Any) -> list[Any]:
         """`obj` of every rank, in rank order, on every rank ([obj] in a single process)."""

@@ -13,7 +13,7 @@ import typer
 from ropecli.cli.common import console, emit_json, handle_errors
 from ropecli.cli.groups import DataOptions, EvalOptions, ModelOptions, PasskeyOptions, with_option_groups
 from ropecli.cli.options import (AdviseBudgetOpt, AdviseOutOpt, CandidatesOpt, HeldOutOpt, JsonOpt, MaxShortKlOpt,
-                                 MaxShortRegressionOpt, MaxWindowsOpt, RaceOpt, flat_choices)
+                                 MaxShortRegressionOpt, MaxWindowsOpt, NoRaceOpt, flat_choices)
 from ropecli.cli.session import open_session
 from ropecli.report.advice import held_out_span
 from ropecli.errors import RopeCliError
@@ -38,7 +38,7 @@ def advise(
     max_short_regression: MaxShortRegressionOpt = None,
     min_passkey: Annotated[Optional[float], typer.Option(
         "--min-passkey", min=0.0, max=1.0, rich_help_panel=ADVISE, help="Out if passkey accuracy at the longest target is below this.")] = None,
-    race: RaceOpt = True,
+    no_race: NoRaceOpt = False,
     max_windows: MaxWindowsOpt = None,
     as_json: JsonOpt = False,
 ):
@@ -79,7 +79,7 @@ def advise(
     if passkey:
         held.ev.check_inputs("passkey", max(lengths))
     geom = rope.geometry(target_factor(evaluation.k, lengths, rope.train_len))
-    racing = racing_plan(held, lengths, max_windows, notes) if race else None
+    racing = None if no_race else racing_plan(held, lengths, max_windows, notes)
 
     def units(with_passkey: bool) -> int:  # the bar's total; the unscaled model's passkey baseline ticks too
         if racing:  # the searches; the race adds its rounds as it decides them (expect)

@@ -11,7 +11,7 @@ import typer
 from ropecli.cli.common import console, emit_json, handle_errors, stderr_console
 from ropecli.cli.groups import DataOptions, EvalOptions, ModelOptions, OutputOptions, PasskeyOptions, with_option_groups
 from ropecli.cli.options import (DEFAULT_METHOD, SEARCH, ExportConfigOpt, FixedParamOpt, HeldOutOpt, MaxShortKlOpt,
-                                 MaxShortRegressionOpt, ObjectiveOpt, OptimizerOpt, RaceOpt, SearchBudgetOpt, TunedMethodOpt)
+                                 MaxShortRegressionOpt, ObjectiveOpt, OptimizerOpt, NoRaceOpt, SearchBudgetOpt, TunedMethodOpt)
 from ropecli.cli.session import check_plot_path, open_session
 from ropecli.errors import RopeCliError
 from ropecli.tuning.objective import Objective
@@ -33,7 +33,7 @@ def search_b(
     max_short_kl: MaxShortKlOpt = None,
     objective: ObjectiveOpt = Objective.ppl,
     export_config: ExportConfigOpt = None,
-    race: RaceOpt = True,
+    no_race: NoRaceOpt = False,
 ):
     """Search the exponent b of NTK-RoPE-mixed for the lowest perplexity at the target lengths.
 
@@ -55,8 +55,8 @@ def search_b(
                                "k = 1, nothing to extend; every b gives the same perplexity")
     out = run_search_b(session.run, geom, lengths, lo=lo, hi=hi, tol=tol, log_n=evaluation.log_n, factor=evaluation.k,
                        max_short_regression=max_short_regression, max_short_kl=max_short_kl, objective=objective,
-                       windows=session.inputs.samples, screen=race)
-    out = {**session.header(), **out, "race": race, **session.tally()}
+                       windows=session.inputs.samples, screen=not no_race)
+    out = {**session.header(), **out, "screened": not no_race, **session.tally()}
 
     def plot(path):
         from ropecli.report.result_plots import plot_search
@@ -199,7 +199,7 @@ def search(
     max_short_regression: MaxShortRegressionOpt = None,
     max_short_kl: MaxShortKlOpt = None,
     export_config: ExportConfigOpt = None,
-    race: RaceOpt = True,
+    no_race: NoRaceOpt = False,
 ):
     """Search the continuous parameters of any method within a budget; verdict on held-out windows.
 
@@ -241,9 +241,9 @@ def search(
     out = run_search(session.run, held.run, geom, method, dims, fixed, lengths, budget=budget, optimizer=optimizer,
                      objective=objective, log_n=evaluation.log_n, factor=evaluation.k,
                      max_short_regression=max_short_regression, max_short_kl=max_short_kl, references=refs,
-                     windows=session.inputs.samples, screen=race)
+                     windows=session.inputs.samples, screen=not no_race)
     out = {**session.header(), **out, "held_out_windows": held.inputs.samples, "held_out_first_window": held.inputs.first_window,
-           "race": race, **session.tally(held)}
+           "screened": not no_race, **session.tally(held)}
 
     def plot(path):
         from ropecli.report.result_plots import plot_param_search
