@@ -11,3 +11,25 @@ def isolated_cache(tmp_path, monkeypatch):
     """Each test gets its own evaluation cache, never the user's."""
     monkeypatch.setenv("ROPECLI_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("ROPECLI_DEBUG", raising=False)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    """A tiny random-weight LLaMA saved as a transformers folder (a test module may define its own)."""
+    from tiny_models import save_tiny
+
+    return str(save_tiny(tmp_path_factory.mktemp("tiny") / "model"))
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_dir):
+    from ropecli.models.load import load_model
+
+    return load_model(tiny_dir)
+
+
+@pytest.fixture()
+def text_file(tmp_path):
+    p = tmp_path / "docs.txt"
+    p.write_text(" ".join(f"Line {i} of a long plain text about nothing in particular." for i in range(200)))
+    return str(p)

@@ -13,25 +13,13 @@ from ropecli.evaluation.stats import attach_paired, paired_difference, rank_agai
 from fakes import kl_result, ppl_result
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.spec import make_spec
-from tiny_models import char_tokenizer, save_tiny
+from tiny_models import char_tokenizer
 
 runner = CliRunner()
 
 
 def run(*args):
     return runner.invoke(app, list(args))
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return str(save_tiny(tmp_path_factory.mktemp("tiny") / "model"))
-
-
-@pytest.fixture(scope="module")
-def tiny(tiny_dir):
-    from ropecli.models.load import load_model
-
-    return load_model(tiny_dir)
 
 
 @pytest.fixture()

@@ -11,28 +11,8 @@ from ropecli.cli.app import app
 from ropecli.evaluation.cache import LEGACY_FORMAT, EvalCache, _canonical, key_hash
 from ropecli.evaluation.evaluator import Evaluator
 from ropecli.rope.spec import make_spec
-from tiny_models import save_tiny
 
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return str(save_tiny(tmp_path_factory.mktemp("tiny") / "model"))
-
-
-@pytest.fixture(scope="module")
-def tiny(tiny_dir):
-    from ropecli.models.load import load_model
-
-    return load_model(tiny_dir)
-
-
-@pytest.fixture()
-def text_file(tmp_path):
-    p = tmp_path / "docs.txt"
-    p.write_text(" ".join(f"Line {i} of a long plain text about nothing in particular." for i in range(200)))
-    return str(p)
 
 
 def compare(tiny_dir, text_file, cache, samples, *extra):
@@ -74,6 +54,8 @@ def test_an_interrupt_keeps_every_finished_window(tiny, tmp_path, monkeypatch, t
     resumed = Evaluator.over(tiny, [text_file], samples=4, cache=EvalCache(tmp_path / "c"))
     r = resumed.evaluate(make_spec("yarn"), 128)
     assert resumed.forward_passes == 2 and resumed.cache.hits == 2  # windows 0 and 1 were kept
+    fresh = Evaluator.over(tiny, [text_file], samples=4, cache=EvalCache(enabled=False)).evaluate(make_spec("yarn"), 128)
+    assert r.values == fresh.values and r.ppl == fresh.ppl
 
 
 @pytest.mark.parametrize("metric", ["ppl", "passkey", "kl"])
