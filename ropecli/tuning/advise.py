@@ -12,17 +12,20 @@ on the same windows):
 Searches run on windows 0…n-1 (their evaluations are cached and reused, never repeated); the
 ranking uses held-out windows n…n+h-1 that no search saw.
 
-Measures per candidate (held-out): PPL at every target length (paired), passkey accuracy at the
-longest target (skipped, with a note, when the unscaled model retrieves under `PASSKEY_BASELINE` of
-keys within L), and the short-context cost at L: KL against the unscaled model and the PPL rise,
-with the target's k.
+Measures per candidate (held-out; `ropecli.tuning.held_out`): PPL at every target length (paired),
+passkey accuracy at the longest target (skipped, with a note, when the unscaled model retrieves under
+`PASSKEY_BASELINE` of keys within L), and the short-context cost at L: KL against the unscaled model
+and the PPL rise, with the target's k. All of them for every candidate (`racing=None`), or raced: a
+candidate significantly worse than the leader is dropped and measured no further, the tied ones get
+more windows, costs are measured for the candidates left and passkey for the winner.
 
 The ranking rule (printed with the result):
 1. a candidate breaking `max_short_kl`, `max_short_regression` or `min_passkey` is out (each
    exclusion is listed with the constraint that removed it);
 2. the rest are ranked by mean log-PPL over the targets (mean over lengths of NLL per token);
-3. candidates not distinguishable from the best (paired 95%, `ropecli.evaluation.stats`) are tied with it,
-   and a tie goes to the smallest short-context cost (mean KL at L).
+3. candidates not distinguishable from the best (paired 95%, `ropecli.evaluation.stats`; raced: not
+   dropped by the race) are tied with it, and a tie goes to the smallest short-context cost (mean KL at
+   L; raced: the leader of a KL race among them).
 """
 
 from __future__ import annotations
