@@ -14,7 +14,7 @@ def held_out_span(result: dict) -> str:
     if not result.get("racing"):
         return f"held-out windows {first}…{first + n - 1}"
     most = max(result["windows_per_candidate"].values())
-    return f"raced on held-out windows {first}…{first + most - 1} ({n} to {most} per candidate)"
+    return f"held-out windows {first}…{first + most - 1}, raced ({n} to {most} per candidate)"
 
 
 def race_lines(result: dict) -> list[str]:

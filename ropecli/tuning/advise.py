@@ -49,6 +49,11 @@ RULE = ("1. out: a candidate breaking --max-short-kl, --max-short-regression or 
         "2. ranked by mean log-PPL over the target lengths on held-out windows; "
         "3. candidates not distinguishable from the best (paired t-test, 95%) are tied with it, and a tie goes to the "
         "smallest short-context cost (mean KL against the unscaled model at L)")
+RULE_RACED = ("1. out: a candidate breaking --max-short-kl, --max-short-regression or --min-passkey; "
+              "2. raced on held-out windows by mean log-PPL over the target lengths: a candidate significantly worse "
+              "than the leader (paired t-test, one-sided, corrected for every look and every possible leader, 95% "
+              "overall) is dropped, the rest get doubled windows up to --max-windows; "
+              "3. the candidates left are tied, and a tie goes to the smallest short-context cost (a KL race within L)")
 
 
 def search_candidates(run: Evaluate, geom: Geometry, lengths: list[int], names: list[str], budget: int,
@@ -149,7 +154,7 @@ def advise(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[int]
         races = race_candidates(m, specs, rows, racing, costs, breaks if constrained else None)
     out = rank(list(rows.values()), lengths, breaks, *races)
     with_passkey(out["winner"])  # raced: the winner's retrieval, for the report
-    return {"lengths": lengths, "factor": k, "rule": RULE, "candidates": [n for n, _ in candidates], **out,
+    return {"lengths": lengths, "factor": k, "rule": RULE if racing is None else RULE_RACED, "candidates": [n for n, _ in candidates], **out,
             "passkey_measured": passkey_ok, "unscaled_passkey_at_L": none_acc,
             "searches": {n: s["search"] for n, s in searched.items()}}
 
