@@ -155,8 +155,9 @@ class Evaluator:
                     on_window(self.dist.round_size(position, len(todo)))
         gathered = self.dist.gather_windows(local, todo)
         if self.dist.is_main and self.dist.world > 1:
+            mine = {item[0] for item in local}  # stored already
             for i, (value, secs) in gathered.items():
-                if i not in {item[0] for item in local}:
+                if i not in mine:
                     self.cache.put(keys[i], {"value": value, "seconds": secs})
         return {i: (tuple(v), t) for i, (v, t) in gathered.items()}
 
