@@ -32,6 +32,7 @@ class Inputs:
     _prompts: dict = field(default_factory=dict, repr=False)
     _stream: Any = field(default=None, repr=False)
     _resized: dict = field(default_factory=dict, repr=False)
+    _fingerprints: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def load(cls, tokenizer, data: list[str] | None = None, text_field: str = "text", **kw) -> "Inputs":
@@ -41,7 +42,7 @@ class Inputs:
     def held_out(self, samples: int) -> "Inputs":
         """The `samples` windows (and prompts) after this one's; the tokenized documents are shared."""
         return replace(self, samples=samples, first_window=self.first_window + self.samples, _windows={}, _prompts={},
-                       _resized={})
+                       _resized={}, _fingerprints={})
 
     def resized(self, samples: int | None) -> "Inputs":
         """The first `samples` windows (prompts per depth) of the same seeded sample, from the same first
@@ -49,7 +50,8 @@ class Inputs:
         if samples is None or samples == self.samples:
             return self
         if samples not in self._resized:
-            self._resized[samples] = replace(self, samples=samples, _windows={}, _prompts={}, _resized={})
+            self._resized[samples] = replace(self, samples=samples, _windows={}, _prompts={}, _resized={},
+                                             _fingerprints={})
         return self._resized[samples]
 
     def available(self, length: int) -> int:
@@ -95,14 +97,18 @@ class Inputs:
         return [(w, None) for w in self.windows(length).ids]
 
     def unit_fingerprints(self, metric: str, length: int) -> list[str]:
-        """sha256 of each unit's exact token ids (and a prompt's answer position): its cache identity."""
-        out = []
-        for ids, answer_start in self.unit_inputs(metric, length):
-            h = hashlib.sha256(ids.astype("int64").tobytes())
-            if answer_start is not None:
-                h.update(f"answer@{answer_start}".encode())
-            out.append(h.hexdigest()[:24])
-        return out
+        """sha256 of each unit's exact token ids (and a prompt's answer position): its cache identity.
+        Hashed once per (units, length): every schedule of a race asks again."""
+        kind = "passkey" if metric == "passkey" else "windows"
+        if (kind, length) not in self._fingerprints:
+            out = []
+            for ids, answer_start in self.unit_inputs(metric, length):
+                h = hashlib.sha256(ids.astype("int64").tobytes())
+                if answer_start is not None:
+                    h.update(f"answer@{answer_start}".encode())
+                out.append(h.hexdigest()[:24])
+            self._fingerprints[(kind, length)] = out
+        return self._fingerprints[(kind, length)]
 
     def fingerprint(self, metric: str, length: int) -> str:
         """sha256 of exactly what is scored: the window token ids, or the prompts and their answer positions."""

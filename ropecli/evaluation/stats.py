@@ -22,7 +22,7 @@ the cluster-robust (CR1) one, df = G - 1 with G documents:
 
 which is the ordinary se when every window has its own document. `se_iid` keeps the ordinary one
 beside it. With every window from one document there is nothing to cluster on: the ordinary se is
-used and `clustered` says so.
+used, and the result carries no `clustered` key.
 
 Windows needed: a difference that is not distinguishable gets `windows_needed`, the n at which a
 paired two-sided test at 95% has 80% power for a true difference of the observed size, with the

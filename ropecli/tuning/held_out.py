@@ -12,7 +12,7 @@ The race, in `race_candidates`:
 3. KL race among the candidates left (the rule's tie-break: the smallest cost within L), the same
    test on per-window KL at L.
 The unscaled model's passkey at L (does retrieval count at all?) is decided sequentially too
-(`passkey_baseline`): prompts per depth double until a Clopper-Pearson interval, corrected for the
+(`passkey_baseline`): prompts per depth double from 2 until a Clopper-Pearson interval, corrected for the
 looks, lies on one side of `PASSKEY_BASELINE`.
 """
 
@@ -74,7 +74,7 @@ class Measure:
 
 def passkey_baseline(m: Measure, racing: Racing | None) -> tuple[bool, float]:
     """Does the unscaled model retrieve at least PASSKEY_BASELINE of keys at L? (decision, accuracy).
-    Full: on every prompt. Racing: prompts per depth 1, 2, 4, … until the Clopper-Pearson interval at
+    Full: on every prompt. Racing: prompts per depth 2, 4, … (`looks`) until the Clopper-Pearson interval at
     ALPHA / looks lies on one side of the threshold (or the prompts run out: then the accuracy decides)."""
     none = make_spec("none")
     if racing is None:

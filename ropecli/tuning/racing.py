@@ -34,7 +34,9 @@ from typing import Callable
 
 import numpy as np
 
-from ropecli.evaluation.stats import CONFIDENCE, clustered_se, t_quantile, windows_needed
+from ropecli.evaluation.stats import (CONFIDENCE, clustered_se, paired_difference, t_quantile, tie_answer,
+                                      windows_needed)
+from ropecli.tuning.objective import window_clusters, window_vector
 
 ALPHA = 1 - CONFIDENCE  # the chance that the true best is ever dropped
 
@@ -129,8 +131,6 @@ def race(score: Callable[[str, int], tuple[list[float], list | None]], names: li
 def summarize(field_: dict, leader: Entrant | None, rounds: list, stop: str, plan: list[int], level: float,
               alpha: float) -> dict:
     """The race's record: per candidate its windows, status and comparison; the plain-words outcome."""
-    from ropecli.evaluation.stats import paired_difference, tie_answer
-
     rows = {}
     for e in field_.values():
         row = {"windows": len(e.values), "mean": e.mean, "status": "leader" if e is leader else
@@ -169,15 +169,13 @@ def race_specs(run, specs: list, lengths: list[int], metric: str, *, start: int,
     objective of window i being its mean over `lengths`. `run` is an `ropecli.tuning.objective.Evaluate`.
     Returns every schedule's EvalResults on the windows it got (spec-major, as `run` gives them) and the
     race's record."""
-    from ropecli.evaluation.stats import clusters_over_lengths, mean_over_lengths
-
     by_label = {s.label: s for s in specs}
     latest: dict[str, list] = {}
 
     def score(label: str, n: int):
         latest[label] = run([by_label[label]], lengths, metric, n)
         rows = latest[label]
-        return mean_over_lengths([r.values for r in rows]), clusters_over_lengths([r.clusters for r in rows])
+        return window_vector(rows), window_clusters(rows)  # what a Scorer pairs candidates on
 
     record = race(score, list(by_label), start=start, max_windows=max_windows, on_round=on_round)
     return [r for s in specs for r in latest[s.label]], record
