@@ -128,6 +128,47 @@ def test_killed_rank_ends_the_run_and_the_rerun_resumes(tmp_path):
     assert out["cache"]["hits"] >= kept >= finished  # what finished before the kill was not computed again
 
 
+# A rank as ropecli runs one: join the group, load the model (transformers imports torch.distributed.fsdp
+# then, and with it the module whose default arguments used to pin the group), gather, leave.
+RANK_SCRIPT = """
+import json, sys
+from ropecli.evaluation.distributed import group_threads, leave, setup, shutdown
+from ropecli.models.load import load_model
+dist, device = setup("cpu", None)
+load_model(None, device=device)
+during = group_threads()
+dist.gather(dist.rank)
+if sys.argv[1] == "pin":  # someone else keeps the default group: shutdown says so, leave() still exits cleanly
+    import torch.distributed as tdist
+    PINNED = tdist.distributed_c10d._get_default_group()
+ok = shutdown(clean=True)
+print(json.dumps({"rank": dist.rank, "during": during, "ok": ok, "after": group_threads()}))
+if not ok:
+    leave(0)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc to name the process's threads")
+@pytest.mark.parametrize("case", ["plain", "pin"])
+def test_group_threads_end_before_the_interpreter_does(case, tmp_path):
+    """Issue 20: gloo's threads alive at interpreter exit abort a rank in some runs; after `shutdown` none
+    are left, and where a caller still holds the group, `leave` ends the rank without finalization."""
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_SCRIPT)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_port()),
+           str(script), case]
+    r = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = sorted((json.loads(ln) for ln in r.stdout.splitlines() if ln.startswith("{")), key=lambda x: x["rank"])
+    assert [x["rank"] for x in lines] == [0, 1]
+    for x in lines:
+        assert any(t.startswith("gloo") for t in x["during"])  # the check can see the threads it looks for
+        if case == "plain":
+            assert x["ok"] and x["after"] == []
+        else:
+            assert not x["ok"] and x["after"]
+
+
 def test_bad_distributed_setups_are_one_line(monkeypatch):
     import torch
 

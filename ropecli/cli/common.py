@@ -163,7 +163,7 @@ class OneLineErrorsGroup(TyperGroup):
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except Exception as exc:  # click's, or the copy of click that typer vendors: matched by name
-            shutdown(clean=False)
+            clean_exit = shutdown(clean=False)
             kinds = {c.__name__ for c in type(exc).__mro__}
             if "NoArgsIsHelpError" in kinds:
                 print(exc.format_message(), file=sys.stderr)
@@ -174,11 +174,19 @@ class OneLineErrorsGroup(TyperGroup):
                 print("Aborted.", file=sys.stderr)
             else:
                 raise
-            sys.exit(getattr(exc, "exit_code", 1))
+            code = getattr(exc, "exit_code", 1)
+            if not clean_exit:
+                from ropecli.evaluation.distributed import leave
+
+                leave(code)
+            sys.exit(code)
         code = rv if isinstance(rv, int) else 0
         from ropecli.cli.session import closing_notes
 
         for line in closing_notes():
             stderr_console().print(line, highlight=False)
-        shutdown(clean=code == 0)
+        if not shutdown(clean=code == 0):  # something still holds the process group: exit without finalization
+            from ropecli.evaluation.distributed import leave
+
+            leave(code)
         sys.exit(code)

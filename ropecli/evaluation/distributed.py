@@ -121,26 +121,80 @@ def setup(device: str, device_map: str | None) -> tuple[Dist, str]:
     if device.startswith("cuda"):
         torch.cuda.set_device(int(device.split(":")[1]) if ":" in device else local_rank)
     if not tdist.is_initialized():
+        import_before_group()
         tdist.init_process_group(backend=backend, timeout=timeout)
     return Dist(rank, world, local_rank, backend, gpu_group=group), device
 
 
-def shutdown(clean: bool) -> None:
-    """Leave the process group before the interpreter exits (gloo aborts a process that exits with its
-    threads alive). After a clean run the ranks first wait for each other, so none leaves while
-    another still gathers; after an error they leave at once."""
+def import_before_group() -> None:
+    """Import torch.distributed.nn.functional before init_process_group, so nothing pins the group.
+
+    Ten functions there take `group=group.WORLD` as a default argument, and Python evaluates defaults
+    once, at import. transformers imports that module (through torch.distributed.fsdp) while it loads
+    a model, i.e. after the group exists, so those defaults held the default process group for the
+    rest of the process: `destroy_process_group` dropped torch's own references, the C++ group lived
+    on, and gloo's threads (gloo_tcp_loop, pt_gloo_runloop) with it into interpreter finalization,
+    whose teardown of them aborts the process in some runs ("terminate called without an active
+    exception", SIGABRT: 2 of 18 runs of issue 20's command; 2 of 30 runs of an 11-line gloo script that
+    imports the module after the group, 0 of 30 with it imported before). Imported first, the defaults
+    are None (the default group is looked up at call time) and nothing pins the group."""
+    import torch.distributed.nn.functional  # noqa: F401
+
+
+def group_threads() -> list[str]:
+    """Names of this process's native threads that belong to a torch.distributed backend (Linux: from
+    /proc; [] elsewhere). Empty after a clean `shutdown`; non-empty means some object still holds the
+    process group."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return []
+    names = []
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:  # the thread ended while we looked
+            pass
+    return sorted(n for n in names if n.startswith(("gloo", "pt_gloo", "pt_nccl")))
+
+
+def shutdown(clean: bool) -> bool:
+    """Leave the process group before the interpreter exits: after a clean run the ranks first wait for
+    each other (none leaves while another still gathers), after an error they leave at once. True
+    when the group's threads are gone (or there was no group); False when something still holds
+    the group, and the caller must end the process without interpreter finalization (`leave`)."""
     if world_from_env()[1] <= 1:
-        return
+        return True
     import torch.distributed as tdist
 
     if not tdist.is_initialized():
-        return
+        return True
     try:
         if clean:
             tdist.barrier()
-        tdist.destroy_process_group()
     except Exception:  # a peer is gone: nothing left to wait for
         pass
+    try:
+        tdist.destroy_process_group()
+    except Exception:
+        pass
+    return not group_threads()
+
+
+def leave(code: int) -> None:
+    """End a rank whose process group outlived `shutdown`: flush what it wrote and exit at once.
+    os._exit skips interpreter finalization and C++ static destructors, the teardown that aborts a
+    process with backend threads alive; the cache is already on disk (each entry is written whole,
+    by rename), so nothing computed is lost."""
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # a closed pipe: nothing to flush into
+            pass
+    os._exit(code)
 
 
 def quiet_unless_main(dist: Dist) -> None:
