@@ -90,16 +90,31 @@ def test_vllm_overrides_and_command(tiny_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 
     out = tmp_path / "overrides.json"
-    r = run("export", "--model", tiny_dir, "--method", "mixed", "--b", "0.5", "--len", 192, "--to", "vllm", "--out", out)
+    r = run("export", "--model", tiny_dir, "--method", "yarn", "--len", 192, "--to", "vllm", "--out", out)
     assert r.exit_code == 0, r.output
     flat = " ".join(r.stdout.split())
     assert f"vllm serve {tiny_dir} --hf-overrides" in flat and "--max-model-len 192" in flat
     block = json.loads(out.read_text())
     params = block["rope_parameters"]
-    assert params["short_mscale"] == params["long_mscale"] == params["attention_factor"] == 1.0
+    assert params["rope_type"] == "longrope" and params["attention_factor"] > 1
+    assert params["short_mscale"] == params["long_mscale"] == params["attention_factor"]
     # the same JSON is the block transformers loads, and it runs the schedule ropecli evaluated
     model = AutoModelForCausalLM.from_pretrained(tiny_dir, **block).eval()
-    assert hf_ppl(model, 192) == pytest.approx(ropecli_ppl(tiny_dir, 192, "--method", "mixed", "--b", "0.5"), rel=1e-4)
+    assert hf_ppl(model, 192) == pytest.approx(ropecli_ppl(tiny_dir, 192, "--method", "yarn"), rel=1e-4)
+
+
+@pytest.mark.parametrize("flags, mixed_b", [(["--method", "ntk-fixed"], None), (["--method", "mixed", "--b", "0.5"], 0.5),
+                                            (["--method", "mixed", "--b", "0"], 0.0)])
+def test_vllm_native_ntk_for_the_seed_family(tiny_dir, tmp_path, flags, mixed_b):
+    """NTK-fixed and the seed's mixed(b) go as vLLM's own `ntk` type, exact; the clamped family and log-n do not."""
+    out = tmp_path / "overrides.json"
+    r = run("export", "--model", tiny_dir, *flags, "--len", 192, "--to", "vllm", "--out", out)
+    assert r.exit_code == 0, r.output
+    params = json.loads(out.read_text())["rope_parameters"]
+    assert params["rope_type"] == "ntk" and params.get("mixed_b") == mixed_b and params["factor"] > 1
+    for other in (["--method", "mixed", "--b", "0.5", "--param", "critical=6"], ["--method", "ntk-fixed", "--log-n"]):
+        r = run("export", "--model", tiny_dir, *other, "--len", 192, "--to", "vllm", "--json")
+        assert json.loads(r.stdout)["block"]["rope_parameters"]["rope_type"] == "longrope", other
 
 
 def test_hf_block_without_a_model_goes_to_stdout():

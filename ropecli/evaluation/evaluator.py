@@ -81,7 +81,8 @@ class Evaluator:
         """Everything that changes one window's (prompt's) number but the window itself: the cache key
         of a unit is this plus its fingerprint (`ropecli.evaluation.cache`)."""
         key = {
-            "model": self.backend.fingerprint, "len": length, "metric": metric, "method": sched.method,
+            "model": self.backend.fingerprint, "runtime": self.backend.runtime, "len": length, "metric": metric,
+            "method": sched.method,
             "params": {k: (list(map(float, v)) if k == "factors" else v) for k, v in sched.params.items()},
             "factor": geom.factor, "log_n": spec.log_n, "dtype": self.backend.dtype,
             "rope_layers": list(self.backend.rope.scaled_types) or [None],

@@ -5,7 +5,7 @@ config.json (per layer type for Gemma 3 style configs); transformers picks long_
 pass, once the sequence is longer than L (`_compute_longrope_parameters` in transformers'
 modeling_rope_utils.py). vLLM takes the same block through `--hf-overrides` and picks long_factor
 once at start-up, for every request, when `--max-model-len` > L; its longrope scales cos/sin by
-`short_mscale` / `long_mscale`, not by `attention_factor` (`for_vllm`). Dynamic NTK goes as each
+`short_mscale` / `long_mscale`, not by `attention_factor` (`ropecli.export.vllm`). Dynamic NTK goes as each
 runtime's own `dynamic` type. Every file is written atomically; an existing output is refused unless forced.
 """
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -147,18 +146,6 @@ def export_hf_folder(model_dir: Path, out_dir: Path, block: dict, force: bool) -
     return linked
 
 
-def for_vllm(block: dict) -> dict:
-    """The block as vLLM must get it: vLLM's longrope ignores `attention_factor` and scales cos/sin by
-    `short_mscale` / `long_mscale`, defaulting to sqrt(1 + ln(max_len/L) / ln L); both are set to the
-    schedule's attention factor so vLLM applies what transformers applies."""
-    out = json.loads(json.dumps(block))
-    params = out["rope_parameters"]
-    for p in ([params] if "rope_type" in params else [v for v in params.values() if isinstance(v, dict)]):
-        if p.get("rope_type") == "longrope":  # dynamic NTK goes as vLLM's own 'dynamic' type, unchanged
-            p["short_mscale"] = p["long_mscale"] = p["attention_factor"]
-    return out
-
-
 def export_hf_from_gguf(gguf_path: Path, out_dir: Path, block: dict, force: bool) -> None:
     """A transformers folder from a GGUF: transformers dequantizes it (float32 safetensors, its
     tokenizer), then the block is merged into the saved config.json. Minutes for a large model."""
@@ -200,11 +187,5 @@ def export_hf_config(model: str, out_dir: Path, block: dict, force: bool) -> Non
     if (out_dir / "config.json").exists() and not force:
         raise RopeCliError(f"--out {out_dir}/config.json exists; pass --force to overwrite it")
     write_json(str(out_dir / "config.json"), merged_config(config, block))
-
-
-def vllm_command(model: str, block: dict) -> str:
-    overrides = json.dumps(block, separators=(",", ":"))
-    return (f"vllm serve {shlex.quote(model)} --hf-overrides {shlex.quote(overrides)} "
-            f"--max-model-len {block['max_position_embeddings']}")
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from ropecli.errors import RopeCliError
 from ropecli.export.hf import check_writable
 from ropecli.models.config import ModelRope, locate_file
+from ropecli.models.packaged import resolve_model
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.spec import Spec
 
@@ -33,6 +34,7 @@ RUNTIME_BEHAVIOUR = {  # (with short_factor = 1, with --consistent)
 
 
 def is_gguf(model: str | None, gguf_file: str | None) -> bool:
+    model = resolve_model(model)  # `smollm2` is a GGUF
     return bool(model and (model.endswith(".gguf") or gguf_file))
 
 
@@ -81,18 +83,19 @@ def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str,
 
 
 def _source(model: str, gguf_file: str | None) -> Path:
+    model = resolve_model(model)
     return Path(model) if gguf_file is None else locate_file(model, Path(model), gguf_file)
 
 
 def _to_hf_or_vllm(spec, geom, target, runtime, out, model, gguf_file, force, consistent) -> dict:
-    from ropecli.export.hf import (export_hf_config, export_hf_folder, export_hf_from_gguf, for_vllm, rope_block,
-                                   vllm_command, write_json)
+    from ropecli.export.hf import export_hf_config, export_hf_folder, export_hf_from_gguf, rope_block, write_json
+    from ropecli.export.vllm import vllm_block, vllm_command
 
     block, note = rope_block(target, spec, geom.factor, consistent)
     if runtime == "vllm":
-        block = for_vllm(block)
-        note += "; short_mscale = long_mscale = attention_factor (vLLM's longrope reads those)"
-        if target.partial_rotary_factor != 1.0:
+        block, how = vllm_block(target, spec, geom.factor, block)
+        note = how if block["rope_parameters"].get("rope_type") == "ntk" else f"{note}; {how}"
+        if target.partial_rotary_factor != 1.0 and "longrope" in json.dumps(block):
             note += "; note: vLLM's longrope needs rotary_dim = head_dim, this model has partial rotary"
     result = {"runtime": runtime, "model": model, "factor": geom.factor, "target_len": geom.target_len, "note": note,
               "block": block, "lines": [note]}

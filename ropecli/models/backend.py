@@ -29,6 +29,7 @@ class ModelBackend(Protocol):
     fingerprint: str  # identifies weights and config, for the cache key
     dtype: str  # e.g. "float32": part of the cache key
     device: str
+    runtime: str  # "transformers" | "llama.cpp": part of the cache key
 
     def describe(self) -> str: ...
 
@@ -52,6 +53,7 @@ class TransformersBackend:
     dtype: str
     device: str
     fingerprint: str
+    runtime: str = "transformers"
 
     @property
     def name(self) -> str:

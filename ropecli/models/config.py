@@ -93,8 +93,10 @@ def choose_layer_types(types: list[str], rope_layers: str | None) -> tuple[str, 
 def read_rope_config(name: str | None, gguf_file: str | None = None, rope_layers: str | None = None) -> ModelRope:
     """The RoPE geometry of `name` (hub id, folder, .gguf path or 'builtin'); `gguf_file` names a
     GGUF inside a folder or repo. `rope_layers` picks the layer type shown (default full_attention)."""
+    from ropecli.models.packaged import resolve_model
+
     name = name or BUILTIN
-    path = BUILTIN_DIR if name == BUILTIN else Path(name)
+    path = BUILTIN_DIR if name == BUILTIN else Path(resolve_model(name))
     if gguf_file is None and path.suffix == ".gguf":
         if not path.is_file():
             raise RopeCliError(f"--model {name}: no such GGUF file")

@@ -4,6 +4,7 @@ geometry read from the loaded config (the same rules as `ropecli.models.config`)
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import torch
@@ -11,6 +12,7 @@ import torch
 from ropecli.errors import RopeCliError
 from ropecli.models.backend import TransformersBackend
 from ropecli.models.config import BUILTIN, BUILTIN_DIR, ModelRope, choose_layer_types
+from ropecli.models.packaged import resolve_model
 from ropecli.models.patch import find_rotary_slots, layer_types_of, rope_parameters, select_slots, text_config
 
 
@@ -49,7 +51,7 @@ def load_model(name: str | None, *, gguf_file: str | None = None, dtype: str = "
     transformers.utils.logging.disable_progress_bar()
 
     name = name or BUILTIN
-    source = str(BUILTIN_DIR) if name == BUILTIN else name
+    source = str(BUILTIN_DIR) if name == BUILTIN else resolve_model(name)  # a packaged short name: its file
     if name == BUILTIN and not (BUILTIN_DIR / "config.json").exists():
         raise RopeCliError(f"the built-in model is missing from {BUILTIN_DIR}; reinstall ropecli or pass --model")
     path = Path(source)
@@ -120,8 +122,12 @@ def load_model(name: str | None, *, gguf_file: str | None = None, dtype: str = "
 def fingerprint(model) -> str:
     """sha256 over the config and a strided sample of every parameter (values, shapes, dtypes).
 
-    Cheap at any size (<= 4096 values per tensor) yet different for different weights."""
-    h = hashlib.sha256(model.config.to_json_string(use_diff=False).encode())
+    Cheap at any size (<= 4096 values per tensor) yet different for different weights. Where the
+    model was loaded from (`_name_or_path`) is left out: the same file under another path or in another
+    virtual environment finds its cached evaluations."""
+    cfg = model.config.to_dict()
+    cfg.pop("_name_or_path", None)
+    h = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode())
     with torch.no_grad():
         for pname, p in model.named_parameters():
             flat = p.detach().reshape(-1)

@@ -237,8 +237,9 @@ def export_winner(result: dict, rope, model: str | None, gguf_file: str | None, 
     runtime, with the `ropecli export` command that does the same; a runtime that fails is reported, not raised."""
     from ropecli.export.plan import check_export_paths, export_schedule, export_target, is_gguf
     from ropecli.models.config import BUILTIN, BUILTIN_DIR
+    from ropecli.models.packaged import resolve_model
 
-    source = str(BUILTIN_DIR) if model in (None, BUILTIN) else model
+    source = str(BUILTIN_DIR) if model in (None, BUILTIN) else resolve_model(model)
     w = result["winner_spec"]
     spec = make_spec(w["method"], w["params"], log_n=w["log_n"])
     geom = rope.geometry(result["factor"])

