@@ -41,7 +41,9 @@ def native_ntk_params(target: ModelRope, spec: Spec, factor: float) -> dict | No
 
 
 def vllm_block(target: ModelRope, spec: Spec, factor: float, longrope_block: dict) -> tuple[dict, str]:
-    """The block vLLM gets: native `ntk` where exact, else `longrope_block` with its mscales set."""
+    """The block vLLM gets: native `ntk` where exact, else `longrope_block` with its mscales set.
+    `ntk` keeps max_position_embeddings = k*L: vLLM's NTK class builds its cos/sin cache with
+    max_position_embeddings rows (it does not multiply by the factor as the linear class does)."""
     native = native_ntk_params(target, spec, factor)
     if native is not None:
         block = {"rope_parameters": native, "max_position_embeddings": int(round(factor * target.train_len))}
@@ -85,16 +87,15 @@ def ntk_factors(rotary_dim: int, factor: float, mixed_b: float | None) -> np.nda
     return np.exp(a * m ** mixed_b)
 
 
-def longrope_applied(params: dict, max_model_len: int, train_len: int) -> tuple[np.ndarray, float, str]:
-    """(factors, cos/sin scale, which list) vLLM's longrope applies for every request when serving
-    `max_model_len`: long_factor and long_mscale once max_model_len > original_max_position_embeddings,
-    else short_factor and short_mscale; a missing mscale defaults to sqrt(1 + ln(s) / ln L), s =
-    max_model_len / L (1 when s <= 1)."""
+def longrope_applied(params: dict, max_position_embeddings: int, max_model_len: int, train_len: int) -> tuple[np.ndarray, float, str]:
+    """(factors, cos/sin scale, which list) vLLM's longrope applies to every request when serving with
+    --max-model-len `max_model_len` (`Phi3LongRoPEScaledRotaryEmbedding.__init__`: use_long_rope =
+    max_model_len > original_max_position_embeddings, decided once; cos/sin of each cache multiplied by
+    its mscale, whose default is sqrt(1 + ln(s) / ln L), s = max_position_embeddings / L, 1 when s <= 1)."""
     orig = int(params.get("original_max_position_embeddings") or train_len)
-    long = max_model_len > orig
-    which = "long" if long else "short"
+    which = "long" if max_model_len > orig else "short"
     factors = np.asarray(params[f"{which}_factor"], dtype=np.float64)
-    scale = max_model_len / orig
+    scale = max_position_embeddings / orig
     default = math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1 else 1.0
     mscale = params.get(f"{which}_mscale")
     return factors, float(default if mscale is None else mscale), which

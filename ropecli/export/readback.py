@@ -1,0 +1,180 @@
+"""What a runtime will apply, read back from an exported artefact (for `ropecli verify`).
+
+For each scaled layer type: the per-pair factors Lambda_m (the runtime's inv_freq = base^(-2i/d) / Lambda),
+the cos/sin multiplier (attention factor), the base, and the lengths the artefact states, at the
+length it will serve. Each runtime by its own rules:
+- transformers: its own code, `ROPE_INIT_FUNCTIONS[rope_type](config, seq_len=T, layer_type=…)` in
+  transformers/modeling_rope_utils.py (the oracle: longrope picks long_factor when T > original L).
+- vLLM: numpy twins of its rotary classes (`ropecli.export.vllm`): `ntk` (NTKScalingRotaryEmbedding),
+  `longrope` (Phi3LongRoPEScaledRotaryEmbedding: long_factor and long_mscale for every request once
+  --max-model-len > original_max_position_embeddings).
+- llama.cpp: `rope_freqs.weight` divides each pair's angle at every length (ggml-cpu/ops.cpp,
+  `ggml_rope_cache_init`: theta/freq_factors[i0/2]); cos and sin are multiplied by
+  `{arch}.rope.scaling.attn_factor` (src/llama-model.cpp `load_hparams` reads it into
+  hparams.rope_attn_factor; src/llama-context.cpp multiplies cparams.yarn_attn_factor, 1 unless set,
+  by it; ggml `rope_yarn` scales cos/sin by it when ext_factor = 0, i.e. scaling type none or linear);
+  a scaling type `linear` with `rope.scaling.factor` f divides every angle by f on top
+  (rope_freq_scale = 1/f). context_length is n_ctx_train, original_context_length n_ctx_orig_yarn.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ropecli.errors import RopeCliError
+
+
+@dataclass
+class Applied:
+    """What one runtime applies to one layer type at `at_len` tokens."""
+    runtime: str  # transformers | vllm | llama.cpp
+    layer_type: str | None
+    factors: np.ndarray | None  # (d/2,) Lambda_m; None: this rope type is not reconstructed
+    attention_factor: float
+    rope_theta: float
+    train_len: int | None  # the L the artefact states (original_max_position_embeddings / original_context_length)
+    max_len: int | None  # the length it declares (max_position_embeddings / context_length)
+    at_len: int
+    how: str  # e.g. "longrope long_factor", "rope_freqs", "ntk mixed_b=0.625"
+
+
+def kind_of(path: Path, runtime: str | None) -> str:
+    """hf (a model folder or a transformers JSON block), vllm (an overrides file) or gguf."""
+    if runtime:
+        return runtime
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise RopeCliError(f"{path}: not a model folder (no config.json); pass what `ropecli export` wrote")
+        return "hf"
+    if path.suffix == ".gguf":
+        return "gguf"
+    if path.suffix == ".json":
+        text = path.read_text()
+        return "vllm" if ("_mscale" in text or '"ntk"' in text) else "hf"
+    raise RopeCliError(f"{path}: not a model folder, a .json block or a .gguf; pass what `ropecli export` wrote")
+
+
+def read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise RopeCliError(f"cannot read {path}: {exc}") from None
+
+
+def _blocks(rp: dict) -> dict[str | None, dict]:
+    """{layer type or None: rope parameters}; a per-type dict's unchanged entries are kept (they are skipped later)."""
+    if "rope_type" in rp or "type" in rp:
+        return {None: rp}
+    return {t: v for t, v in rp.items() if isinstance(v, dict)}
+
+
+# --- transformers ------------------------------------------------------------------------------
+
+def transformers_applied(config: dict, at_len: int, scaled: tuple[str, ...], head_dim: int | None = None) -> list[Applied]:
+    """A config.json (or a `{"rope_parameters", "max_position_embeddings"}` block with `head_dim`)
+    through transformers' own RoPE functions at `at_len`."""
+    import torch
+    from transformers import AutoConfig, LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    if "model_type" in config:
+        cfg = AutoConfig.for_model(**config)
+    else:  # a bare block: a one-head LLaMA config carries it
+        cfg = LlamaConfig(hidden_size=head_dim, num_attention_heads=1, num_key_value_heads=1, head_dim=head_dim,
+                          max_position_embeddings=config["max_position_embeddings"],
+                          rope_parameters=config["rope_parameters"])
+    text = cfg.get_text_config()
+    out = []
+    for layer_type, params in _blocks(text.rope_parameters).items():
+        if scaled and layer_type is not None and layer_type not in scaled:
+            continue
+        rope_type = params.get("rope_type", "default")
+        base = float(params["rope_theta"])
+        partial = params.get("partial_rotary_factor", 1.0)
+        dim = int(getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads) * partial
+        plain = 1.0 / base ** (np.arange(0, int(dim), 2, dtype=np.float64) / int(dim))
+        if rope_type == "default":
+            factors, attention = np.ones_like(plain), 1.0
+        elif rope_type in ROPE_INIT_FUNCTIONS:
+            inv, attention = ROPE_INIT_FUNCTIONS[rope_type](text, torch.device("cpu"), seq_len=at_len, layer_type=layer_type)
+            factors = plain / inv.double().numpy()
+        else:
+            factors, attention = None, 1.0
+        L = params.get("original_max_position_embeddings") or getattr(text, "original_max_position_embeddings", None)
+        which = ""
+        if rope_type == "longrope":
+            which = " long_factor" if at_len > int(L or text.max_position_embeddings) else " short_factor"
+        out.append(Applied("transformers", layer_type, factors, float(attention), base, L and int(L),
+                           int(text.max_position_embeddings), at_len, f"{rope_type}{which}"))
+    return out
+
+
+# --- vLLM --------------------------------------------------------------------------------------
+
+def vllm_applied(block: dict, at_len: int, rotary_dim: int) -> list[Applied]:
+    """An overrides block served with --max-model-len `at_len`."""
+    from ropecli.export.vllm import longrope_applied, ntk_factors
+
+    max_pos = int(block.get("max_position_embeddings") or 0)
+    out = []
+    for layer_type, p in _blocks(block.get("rope_parameters") or {}).items():
+        rope_type = p.get("rope_type", "default")
+        base = float(p.get("rope_theta", 10000))
+        L = p.get("original_max_position_embeddings")
+        if rope_type == "ntk":
+            mixed_b = p.get("mixed_b")
+            factors, attention = ntk_factors(rotary_dim, float(p["factor"]), mixed_b), 1.0
+            how = "ntk" + (f" mixed_b={mixed_b:g}" if mixed_b is not None else " (fixed)")
+        elif rope_type == "longrope":
+            if L is None:  # get_rope indexes rope_parameters["original_max_position_embeddings"]: vLLM would fail
+                factors, attention, how = None, 1.0, "longrope without original_max_position_embeddings (vLLM raises KeyError)"
+            else:
+                factors, attention, which = longrope_applied(p, max_pos, at_len, int(L))
+                how = f"longrope {which}_factor, {which}_mscale"
+        elif rope_type == "default":
+            factors, attention, how = np.ones(rotary_dim // 2), 1.0, "default"
+        else:
+            factors, attention, how = None, 1.0, f"rope_type '{rope_type}'"
+        out.append(Applied("vllm", layer_type, factors, float(attention), base, L and int(L), max_pos, at_len, how))
+    return out
+
+
+# --- llama.cpp ---------------------------------------------------------------------------------
+
+def gguf_applied(path: Path, at_len: int) -> list[Applied]:
+    from ropecli.models.config import gguf_metadata
+
+    meta = gguf_metadata(path)
+    arch = meta.get("general.architecture", "")
+    get = lambda key, default=None: meta.get(f"{arch}.{key}", default)  # noqa: E731
+    freqs = rope_freqs_of(path)
+    head_dim = get("attention.key_length") or (get("embedding_length") // get("attention.head_count"))
+    d = int(get("rope.dimension_count") or head_dim)
+    factors = np.ones(d // 2) if freqs is None else freqs.astype(np.float64)
+    how = "no rope_freqs" if freqs is None else "rope_freqs"
+    scaling = get("rope.scaling.type", "linear")  # llama.cpp's default when the key is absent
+    f = float(get("rope.scaling.factor") or 0.0)
+    if scaling == "linear" and f:
+        factors, how = factors * f, how + f" x linear factor {f:g}"
+    elif scaling not in ("none", "linear"):
+        factors, how = None, f"rope.scaling.type {scaling}"
+    L = get("rope.scaling.original_context_length")
+    ctx = get("context_length")
+    return [Applied("llama.cpp", None, factors, float(get("rope.scaling.attn_factor", 1.0)), float(get("rope.freq_base", 10000.0)),
+                    L and int(L), ctx and int(ctx), at_len, how)]
+
+
+def rope_freqs_of(path: Path) -> np.ndarray | None:
+    """The F32 `rope_freqs.weight` tensor of a GGUF, or None."""
+    try:
+        import gguf
+    except ImportError:
+        raise RopeCliError("reading a GGUF's tensors needs the 'gguf' package; pip install 'ropecli[gguf]'") from None
+    for t in gguf.GGUFReader(str(path)).tensors:
+        if t.name == "rope_freqs.weight":
+            return np.asarray(t.data, dtype=np.float64).reshape(-1)
+    return None

@@ -1,0 +1,147 @@
+"""`ropecli verify`: does an exported artefact make its runtime apply what ropecli measured?
+
+Expected: a Spec at factor k on the source model's geometry (d, base per layer type, L) and the
+target length T, from `advice.json` or from flags. Found: what the runtime applies at T, read back
+from the artefact by each runtime's own rules (`ropecli.export.readback`). Checked per runtime and
+scaled layer type: the d/2 factors (relative 1e-4), the attention factor (cos/sin multiplier,
+relative 1e-4), the base, the original length L the artefact states, the length it declares (T).
+Where the runtime is installed it also runs (transformers: the artefact reloaded with plain
+from_pretrained scores a window at T with ropecli's patched PPL within 1e-4).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ropecli.export.readback import Applied
+from ropecli.models.config import ModelRope
+from ropecli.rope.geometry import Geometry
+from ropecli.rope.spec import Spec, make_spec
+
+FACTOR_RTOL = 1e-4  # float32 in every runtime: their factors agree with ropecli's float64 to ~1e-7
+ATTENTION_RTOL = 1e-4
+PPL_RTOL = 1e-4  # transformers reload vs ropecli's patched model, same weights and window
+
+
+@dataclass
+class Expected:
+    spec: Spec
+    rope: ModelRope  # the source model's geometry: d, bases, L
+    factor: float
+    target_len: int
+    source: str  # where the expectation came from, in words
+
+    def schedule(self, layer_type: str | None) -> tuple[np.ndarray, float]:
+        """(factors, attention factor) the export must carry for `layer_type` at T; log-n as the
+        constant sqrt(log_L T) the exporters write."""
+        base = self.rope.scaled_bases.get(layer_type, self.rope.base)
+        sched = self.spec.schedule(Geometry(self.rope.rotary_dim, base, self.rope.train_len, self.factor), self.target_len)
+        attention = sched.attention_factor
+        if self.spec.log_n:
+            attention = math.sqrt(math.log(self.target_len) / math.log(self.rope.train_len))
+        return sched.factors, attention
+
+    def base_of(self, layer_type: str | None) -> float:
+        return self.rope.scaled_bases.get(layer_type, self.rope.base)
+
+
+def expected_from_advice(advice: dict, path: Path) -> Expected:
+    w = advice["winner_spec"]
+    spec = make_spec(w["method"], w["params"], log_n=w.get("log_n", False))
+    L, k = int(advice["train_len"]), float(advice["factor"])
+    rope = ModelRope(advice.get("model") or "", int(advice["rotary_dim"]), float(advice["base"]), L)
+    return Expected(spec, rope, k, int(round(k * L)), f"{path} (the winner, {spec.label} at k = {k:g})")
+
+
+@dataclass
+class Check:
+    runtime: str
+    layer_type: str | None
+    what: str
+    expected: str
+    found: str
+    ok: bool
+
+
+@dataclass
+class Verdict:
+    runtime: str
+    checks: list[Check] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def line(self) -> str:
+        bad = [c for c in self.checks if not c.ok]
+        if not bad:
+            return f"{self.runtime}: OK ({len(self.checks)} checks)"
+        c = bad[0]
+        where = f" [{c.layer_type}]" if c.layer_type else ""
+        more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
+        return f"{self.runtime}: MISMATCH{where}: {c.what}: expected {c.expected}, found {c.found}{more}"
+
+
+def compare(applied: list[Applied], exp: Expected) -> list[Check]:
+    checks = []
+    for a in applied:
+        add = lambda what, e, f, ok: checks.append(Check(a.runtime, a.layer_type, what, e, f, ok))  # noqa: E731
+        want, attention = exp.schedule(a.layer_type)
+        if a.factors is None:
+            add("schedule", exp.spec.label, f"{a.how}: ropecli cannot reconstruct it", False)
+        elif len(a.factors) != len(want):
+            add("factors", f"{len(want)} (d/2)", f"{len(a.factors)}", False)
+        else:
+            rel = float(np.max(np.abs(a.factors / want - 1)))
+            detail = f"max relative difference {rel:.2g} ({a.how})"
+            if rel > FACTOR_RTOL:
+                detail += f"; last pair {a.factors[-1]:.6g} vs {want[-1]:.6g}, first {a.factors[0]:.6g} vs {want[0]:.6g}"
+            add("factors", f"{exp.spec.label} at k = {exp.factor:g}", detail, rel <= FACTOR_RTOL)
+        add("attention factor", f"{attention:.6g}", f"{a.attention_factor:.6g}",
+            abs(a.attention_factor / attention - 1) <= ATTENTION_RTOL)
+        base = exp.base_of(a.layer_type)
+        add("base (rope_theta)", f"{base:g}", f"{a.rope_theta:g}", abs(a.rope_theta / base - 1) <= 1e-6)
+        if a.train_len is not None:
+            add("original length L", str(exp.rope.train_len), str(a.train_len), a.train_len == exp.rope.train_len)
+        if a.max_len is not None:
+            add("declared length", str(exp.target_len), str(a.max_len), a.max_len == exp.target_len)
+    return checks
+
+
+def run_transformers(artefact: Path, block: dict | None, model: str | None, exp: Expected, run_len: int,
+                     cache_dir: str | None) -> Check:
+    """The artefact reloaded by transformers alone (a folder: from_pretrained(folder); a block:
+    from_pretrained(model, **block)) scores the first held-out window of `run_len` tokens; ropecli's
+    patched source model scores the same window (through the evaluation cache)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ropecli.evaluation.cache import EvalCache
+    from ropecli.evaluation.evaluator import Evaluator
+    from ropecli.models.load import load_model
+    from ropecli.models.packaged import resolve_model
+    from ropecli.models.scoring import window_nll
+
+    ours = load_model(model, dtype="fp32", device="cpu")
+    ev = Evaluator.over(ours, samples=1, cache=EvalCache(cache_dir))
+    mine = ev.evaluate(exp.spec.but(factor=exp.factor), run_len).ppl
+    ids = ev.inputs.windows(run_len).ids[0]
+    if block is None:
+        plain = AutoModelForCausalLM.from_pretrained(str(artefact), dtype=torch.float32)
+    else:
+        from ropecli.models.config import BUILTIN, BUILTIN_DIR
+
+        source = str(BUILTIN_DIR) if model in (None, BUILTIN) else resolve_model(model)
+        kw = {"gguf_file": Path(source).name} if source.endswith(".gguf") else {}
+        plain = AutoModelForCausalLM.from_pretrained(str(Path(source).parent) if kw else source, dtype=torch.float32,
+                                                     **kw, **block)
+    nll, n = window_nll(plain.eval(), torch.from_numpy(ids)[None])
+    theirs = math.exp(nll / n)
+    rel = abs(theirs / mine - 1)
+    return Check("transformers", None, f"PPL of one {run_len}-token window, reloaded vs ropecli",
+                 f"{mine:.6g} (ropecli, patched)", f"{theirs:.6g} (relative {rel:.2g})", rel <= PPL_RTOL)

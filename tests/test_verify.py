@@ -1,0 +1,166 @@
+"""`ropecli verify`: passes on what export wrote, for every runtime, and fails with one verdict line on
+each mistake users report: a wrong or missing attention factor, factors built for another L or k,
+short/long factors swapped, a GGUF whose context length or original_context_length disagrees."""
+
+import json
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from ropecli.cli.app import app
+from ropecli.models.config import BUILTIN_DIR
+
+runner = CliRunner()
+B = str(BUILTIN_DIR)  # the built-in model: L = 256, d = 64
+YARN_1K = ["--model", B, "--method", "yarn", "--len", "1024"]
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def verdict(r) -> str:
+    return r.stdout.strip().splitlines()[-1]
+
+
+def export(tmp_path, name, *flags):
+    out = tmp_path / name
+    r = run("export", *flags, "--out", out, "--force")
+    assert r.exit_code == 0, r.output
+    return out
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    return export(tmp_path_factory.mktemp("hf"), "yarn-1k", *YARN_1K, "--to", "hf")
+
+
+def edited_copy(src, tmp_path, edit):
+    """A copy of an exported folder (links kept) or .json with its rope_parameters changed by `edit`."""
+    if src.is_dir():
+        dst = tmp_path / "edited"
+        shutil.copytree(src, dst, symlinks=True)
+        cfg_path = dst / "config.json"
+    else:
+        dst = cfg_path = tmp_path / "edited.json"
+        shutil.copy(src, dst)
+    cfg = json.loads(cfg_path.read_text())
+    edit(cfg["rope_parameters"])
+    cfg_path.write_text(json.dumps(cfg))
+    return dst
+
+
+def test_hf_folder_passes_and_its_reload_matches(hf_dir):
+    r = run("verify", hf_dir, *YARN_1K, "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["ok"] and out["verdict"].startswith("transformers: OK")
+    reload = [c for c in out["checks"] if c["what"].startswith("PPL")]
+    assert len(reload) == 1 and reload[0]["ok"]
+
+
+@pytest.mark.parametrize("edit, what", [
+    (lambda p: p.update(attention_factor=1.0), "attention factor"),
+    (lambda p: p.pop("attention_factor"), "attention factor"),  # transformers' longrope default: sqrt(1 + ln k / ln L)
+    (lambda p: p.update(short_factor=p["long_factor"], long_factor=p["short_factor"]), "factors"),
+])
+def test_hf_mistakes_fail_with_one_line(hf_dir, tmp_path, edit, what):
+    r = run("verify", edited_copy(hf_dir, tmp_path, edit), *YARN_1K, "--no-run")
+    assert r.exit_code == 1, r.output
+    assert verdict(r).startswith(f"transformers: MISMATCH: {what}:"), verdict(r)
+
+
+@pytest.mark.parametrize("flags, what", [
+    (["--model", B, "--method", "yarn", "--len", "2048"], "factors"),  # built for k = 8, measured at k = 4
+    (["--model", B, "--method", "yarn", "--len", "1024", "--train-len", "128"], "factors"),  # built for L = 128
+])
+def test_factors_for_another_k_or_L_fail(tmp_path, flags, what):
+    wrong = export(tmp_path, "wrong.json", *flags, "--to", "hf")
+    r = run("verify", wrong, *YARN_1K, "--no-run")
+    assert r.exit_code == 1 and verdict(r).startswith(f"transformers: MISMATCH: {what}:"), r.output
+
+
+def test_vllm_overrides_pass_and_catch_a_dropped_mscale(tmp_path):
+    good = export(tmp_path, "o.json", *YARN_1K, "--to", "vllm")
+    r = run("verify", good, *YARN_1K)
+    assert r.exit_code == 0 and verdict(r) == "vllm: OK (5 checks)", r.output
+    # vLLM ignores attention_factor: without long_mscale it applies sqrt(1 + ln s / ln L), not YaRN's 0.1 ln k + 1
+    r = run("verify", edited_copy(good, tmp_path, lambda p: p.pop("long_mscale")), *YARN_1K)
+    assert r.exit_code == 1 and verdict(r).startswith("vllm: MISMATCH: attention factor:"), r.output
+    swapped = edited_copy(good, tmp_path, lambda p: p.update(short_factor=p["long_factor"], long_factor=p["short_factor"]))
+    assert verdict(run("verify", swapped, *YARN_1K)).startswith("vllm: MISMATCH: factors:")
+
+
+def test_vllm_native_ntk_checked_by_its_formula(tmp_path):
+    flags = ["--model", B, "--method", "mixed", "--b", "0.5", "--len", "1024"]
+    good = export(tmp_path, "n.json", *flags, "--to", "vllm")
+    assert run("verify", good, *flags).exit_code == 0
+    r = run("verify", edited_copy(good, tmp_path, lambda p: p.update(mixed_b=0.75)), *flags)
+    assert r.exit_code == 1 and verdict(r).startswith("vllm: MISMATCH: factors:"), r.output
+
+
+@pytest.fixture(scope="module")
+def builtin_gguf(tmp_path_factory):
+    pytest.importorskip("gguf")
+    from gguf_models import write_llama_gguf
+
+    from ropecli.models.load import load_model
+
+    path = tmp_path_factory.mktemp("gguf") / "builtin.gguf"
+    write_llama_gguf(load_model(None, device="cpu", dtype="fp32").model, path, tokenizer_json=BUILTIN_DIR / "tokenizer.json")
+    return path
+
+
+def written_gguf(src, out, train_len=256, target_len=1024, attention=None, factor_k=4.0):
+    """An exported GGUF with chosen (possibly wrong) metadata, written by the exporter's own function."""
+    from ropecli.export.gguf import export_gguf, read_gguf_input
+    from ropecli.rope.geometry import Geometry
+    from ropecli.rope.spec import make_spec
+
+    sched = make_spec("yarn").schedule(Geometry(64, 1e4, 256, factor_k))
+    gin, reader = read_gguf_input(src)
+    export_gguf(reader, gin, out, sched.factors, sched.attention_factor if attention is None else attention, train_len, target_len)
+    return out
+
+
+@pytest.mark.parametrize("kw, what", [
+    ({}, None),
+    ({"attention": 1.0}, "attention factor"),  # dropped
+    ({"target_len": 2048}, "declared length"),  # context_length disagrees
+    ({"train_len": 512}, "original length L"),  # original_context_length disagrees
+    ({"factor_k": 8.0}, "factors"),
+])
+def test_gguf_checks(builtin_gguf, tmp_path, kw, what):
+    out = written_gguf(builtin_gguf, tmp_path / "x.gguf", **kw)
+    r = run("verify", out, "--model", builtin_gguf, "--method", "yarn", "--len", "1024")
+    if what is None:
+        assert r.exit_code == 0 and verdict(r).startswith("llama.cpp: OK"), r.output
+    else:
+        assert r.exit_code == 1 and verdict(r).startswith(f"llama.cpp: MISMATCH: {what}:"), r.output
+
+
+def test_advice_json_beside_the_export_says_what_was_measured(hf_dir, tmp_path):
+    folder = tmp_path / "advise-out"
+    folder.mkdir()
+    shutil.copytree(hf_dir, folder / "hf", symlinks=True)
+    advice = {"model": B, "rotary_dim": 64, "base": 10000.0, "train_len": 256, "factor": 4.0,
+              "winner_spec": {"method": "yarn", "params": {"beta_fast": 32.0, "beta_slow": 1.0}, "log_n": False}}
+    (folder / "advice.json").write_text(json.dumps(advice))
+    r = run("verify", folder / "hf", "--no-run", "--json")
+    assert r.exit_code == 0, r.output
+    assert "advice.json" in json.loads(r.stdout)["expected"]
+    advice["winner_spec"] = {"method": "pi", "params": {}, "log_n": False}
+    (folder / "advice.json").write_text(json.dumps(advice))
+    assert run("verify", folder / "hf", "--no-run").exit_code == 1
+
+
+def test_bad_input_is_one_line(tmp_path):
+    for args, words in [(["verify", tmp_path / "nope"], "no such file"),
+                        (["verify", tmp_path], "not a model folder"),
+                        ]:
+        r = run(*args)
+        assert r.exit_code != 0 and words in r.output and "Traceback" not in r.output, r.output
+    (tmp_path / "x.json").write_text("{}")
+    r = run("verify", tmp_path / "x.json", "--method", "pi", "--len", "512", "--d", "64", "--train-len", "256")
+    assert r.exit_code != 0 and "no rope_parameters" in r.output
