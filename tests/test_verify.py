@@ -114,7 +114,7 @@ def builtin_gguf(tmp_path_factory):
 
 def written_gguf(src, out, train_len=256, target_len=1024, attention=None, factor_k=4.0):
     """An exported GGUF with chosen (possibly wrong) metadata, written by the exporter's own function."""
-    from ropecli.export.gguf import export_gguf, read_gguf_input
+    from ropecli.models.gguf_rope import export_gguf, read_gguf_input
     from ropecli.rope.geometry import Geometry
     from ropecli.rope.spec import make_spec
 

@@ -20,7 +20,7 @@ import inspect
 import typing
 from dataclasses import dataclass
 
-from ropecli.cli.options import (AttnOpt, BaseOpt, BOpt, CacheDirOpt, ChunkOpt, DataOpt, DepthsOpt, DeviceMapOpt,
+from ropecli.cli.options import (AttnOpt, Backend, BackendOpt, BaseOpt, BOpt, CacheDirOpt, ChunkOpt, DataOpt, DepthsOpt, DeviceMapOpt,
                                  DeviceOpt, DigitsOpt, DOpt, Dtype, DtypeOpt, FactorsOpt, GgufOpt, HeadDimAliasOpt,
                                  JsonOpt, KOpt, LenOpt, LogNOpt, MethodOpt, MethodsAliasOpt, ModelOpt, NoCacheOpt,
                                  ParamOpt, PlotOpt, RopeLayersOpt, SamplesOpt, ScoreLastOpt, SeedOpt, TargetLenOpt,
@@ -52,6 +52,7 @@ class GeometryOptions(ModelSourceOptions):
 @dataclass
 class ModelOptions(ModelSourceOptions):
     """Which model the evaluating commands load, where, and in what precision."""
+    backend: BackendOpt = Backend.transformers
     dtype: DtypeOpt = Dtype.auto
     device: DeviceOpt = "auto"
     device_map: DeviceMapOpt = None
@@ -61,6 +62,7 @@ class ModelOptions(ModelSourceOptions):
     def __post_init__(self):
         super().__post_init__()
         self.dtype = Dtype(self.dtype).value
+        self.backend = Backend(self.backend).value
 
 
 @dataclass

@@ -39,6 +39,11 @@ class Dtype(str, Enum):
     fp32 = "fp32"
 
 
+class Backend(str, Enum):
+    transformers = "transformers"  # the model in torch, RoPE patched in place
+    llamacpp = "llamacpp"  # a GGUF inside llama.cpp (llama-cpp-python), scaled by rope_freqs
+
+
 class OutputFormat(str, Enum):
     table = "table"
     json = "json"
@@ -65,6 +70,9 @@ BaseOpt = Annotated[Optional[float], typer.Option(
 TrainLenOpt = Annotated[Optional[int], typer.Option(
     "--train-len", "-L", min=1, rich_help_panel=MODEL,
     help="Training context length L; overrides --model's. Analysis commands without --model: 4096.")]
+BackendOpt = Annotated[Backend, typer.Option(
+    "--backend", rich_help_panel=MODEL,
+    help="transformers, or llamacpp: a GGUF evaluated inside llama.cpp as it serves it (needs the llamacpp extra).")]
 DtypeOpt = Annotated[Dtype, typer.Option("--dtype", rich_help_panel=MODEL, help="Weights' dtype (auto: fp32 on CPU, bf16 on CUDA).")]
 DeviceOpt = Annotated[str, typer.Option("--device", rich_help_panel=MODEL, help="auto | cpu | cuda | cuda:N.")]
 DeviceMapOpt = Annotated[Optional[str], typer.Option(

@@ -142,10 +142,19 @@ def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions
             err.print(f"note: {dist.world} ranks but {data.samples} window(s) per length: ranks {data.samples}..{dist.world - 1} "
                       f"stay idle; pass --samples {dist.world} or more to use them all", highlight=False)
     with err.status(f"loading {model.model or 'the built-in model'} …", spinner="dots") if not quiet else nullcontext():
-        lm = load_model(model.model, gguf_file=model.gguf_file, dtype=model.dtype, device=device,
-                        device_map=model.device_map, attn_implementation=model.attn_implementation,
-                        trust_remote_code=model.trust_remote_code, rotary_dim=model.d, base=model.base,
-                        train_len=model.train_len, rope_layers=model.rope_layers, gpu_group=dist.gpu_group)
+        if model.backend == "llamacpp":
+            from ropecli.models.llamacpp import open_gguf
+
+            lm = open_gguf(model.model, model.gguf_file, device=device, train_len=model.train_len,
+                           refused={"--dtype": model.dtype != "auto", "--device-map": model.device_map,
+                                    "--attn-implementation": model.attn_implementation, "--base": model.base is not None,
+                                    "--d": model.d is not None, "--trust-remote-code": model.trust_remote_code,
+                                    "--rope-layers": model.rope_layers})
+        else:
+            lm = load_model(model.model, gguf_file=model.gguf_file, dtype=model.dtype, device=device,
+                            device_map=model.device_map, attn_implementation=model.attn_implementation,
+                            trust_remote_code=model.trust_remote_code, rotary_dim=model.d, base=model.base,
+                            train_len=model.train_len, rope_layers=model.rope_layers, gpu_group=dist.gpu_group)
     err.print(f"model {lm.describe()}", highlight=False)
     prompts = {"depths": tuple(passkey.parsed_depths()), "digits": passkey.checked_digits()} if passkey else {}
     inputs = Inputs.load(lm.tokenizer, data.data, data.text_field, samples=data.samples, seed=data.seed, **prompts)

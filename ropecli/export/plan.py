@@ -128,7 +128,7 @@ def _to_hf_or_vllm(spec, geom, target, runtime, out, model, gguf_file, force, co
 
 
 def _to_gguf(spec, geom, out, model, gguf_file, force, replace) -> dict:
-    from ropecli.export.gguf import export_gguf, read_gguf_input
+    from ropecli.models.gguf_rope import export_gguf, read_gguf_input
 
     path = _source(model, gguf_file)
     if path.resolve() == Path(out).resolve():

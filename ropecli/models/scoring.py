@@ -37,14 +37,30 @@ def window_nll(model, ids: torch.Tensor, chunk_tokens: int | None = None, score_
     n = targets.shape[1]
     chunk = chunk_tokens or default_chunk_tokens(head.weight.shape[0])
     cap = _softcap(model)
-    total = torch.zeros((), dtype=torch.float64, device=ids.device)
+    total = 0.0
     for s in range(0, n, chunk):
-        logits = head(hidden[:, s:s + chunk]).float()  # (1, c, V)
-        if cap:
-            logits = torch.tanh(logits / cap) * cap
-        total += F.cross_entropy(logits.view(-1, logits.shape[-1]), targets[:, s:s + chunk].reshape(-1), reduction="sum").double()
-        del logits
-    return float(total), n
+        total += chunk_nll(_logits(model, head, hidden[0, s:s + chunk], cap), targets[0, s:s + chunk])
+    return total, n
+
+
+# --- the measures on logits: shared by every backend (transformers here, llama.cpp in models.llamacpp) ---
+
+def chunk_nll(logits: torch.Tensor, targets: torch.Tensor) -> float:
+    """Sum of -log p(target) over rows of fp32 logits (c, V) and their next tokens (c,), in nats."""
+    return float(F.cross_entropy(logits, targets, reduction="sum").double())
+
+
+def answer_scores(logits: torch.Tensor, target: torch.Tensor) -> tuple[float, float]:
+    """(1.0 if every answer token is the argmax else 0.0, answer NLL) from the logits (A, V) that predict them."""
+    return float(torch.equal(logits.argmax(-1), target)), chunk_nll(logits, target)
+
+
+def chunk_kl(ref_logits: torch.Tensor, new_logits: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(KL(p_ref || p_new) per row in float64, rows whose argmaxes agree) from two (c, V) fp32 logits."""
+    lp_ref = F.log_softmax(ref_logits, dim=-1)
+    lp_new = F.log_softmax(new_logits, dim=-1)
+    kl = (lp_ref.exp() * (lp_ref - lp_new)).sum(-1).double()  # exactly 0 where the two are identical
+    return kl.clamp_min(0.0), int((lp_ref.argmax(-1) == lp_new.argmax(-1)).sum())  # float rounding can give -1e-9
 
 
 def _logits(model, head, hidden: torch.Tensor, cap: float | None) -> torch.Tensor:
@@ -59,10 +75,7 @@ def passkey_scores(model, ids: torch.Tensor, answer_start: int) -> tuple[float, 
     head = model.get_output_embeddings()
     hidden = model.base_model(input_ids=ids, use_cache=False).last_hidden_state  # (1, T, H)
     logits = _logits(model, head, hidden[0, answer_start - 1:-1], _softcap(model))  # (A, V): position t predicts t+1
-    target = ids[0, answer_start:]
-    nll = F.cross_entropy(logits, target, reduction="sum").double()
-    correct = bool(torch.equal(logits.argmax(-1), target))
-    return float(correct), float(nll)
+    return answer_scores(logits, ids[0, answer_start:])
 
 
 @torch.inference_mode()
@@ -81,12 +94,9 @@ def window_kl(model, ids: torch.Tensor, reference, scaled, chunk_tokens: int | N
     chunk = max(1, (chunk_tokens or default_chunk_tokens(head.weight.shape[0])) // 2)
     per_token, agree = [], 0
     for s in range(0, h_ref.shape[0], chunk):
-        lp_ref = F.log_softmax(_logits(model, head, h_ref[s:s + chunk], cap), dim=-1)  # (c, V)
-        lp_new = F.log_softmax(_logits(model, head, h_new[s:s + chunk], cap), dim=-1)
-        kl = (lp_ref.exp() * (lp_ref - lp_new)).sum(-1).double()  # exactly 0 where the two are identical
-        per_token.append(kl.clamp_min(0.0))  # float rounding can give -1e-9
-        agree += int((lp_ref.argmax(-1) == lp_new.argmax(-1)).sum())
-        del lp_ref, lp_new
+        kl, same = chunk_kl(_logits(model, head, h_ref[s:s + chunk], cap), _logits(model, head, h_new[s:s + chunk], cap))
+        per_token.append(kl)
+        agree += same
     values = torch.cat(per_token)
     return float(values.sum()), int(values.numel()), agree, values.cpu().tolist()
 

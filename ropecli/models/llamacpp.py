@@ -1,0 +1,225 @@
+"""The llama.cpp backend (`--backend llamacpp`): a GGUF evaluated inside llama.cpp, as GGUF users serve it.
+
+The schedule is applied the way llama.cpp serves an exported GGUF: a temporary copy of the file with
+`rope_freqs.weight` = the d/2 factors and `{arch}.rope.scaling.attn_factor` (`ropecli.models.gguf_rope`,
+the exporter's own function; what llama.cpp does with both: `ropecli.export.readback`). Windows are
+decoded `n_batch` tokens at a time with logits requested for every position; each batch's logits
+(n_batch x vocab, fp32, llama.cpp's output buffer) are scored at once by the same functions as the
+transformers backend (`ropecli.models.scoring.chunk_nll`, `answer_scores`, `chunk_kl`), so memory
+holds the quantized weights, the KV cache and one batch of logits: a 7B Q4 GGUF needs ~4 GB, not the
+~28 GB of fp32 weights transformers dequantizes it to. Tokens come from transformers' tokenizer of the
+same GGUF: both backends score identical token windows.
+
+llama-cpp-python is an optional extra (`pip install 'ropecli[llamacpp]'`, which builds llama.cpp).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ropecli.errors import RopeCliError
+from ropecli.models.config import ModelRope
+from ropecli.rope.methods import Schedule
+
+N_BATCH = 512  # tokens per llama_decode: llama.cpp's default batch; logits of one batch at a time
+
+
+@dataclass
+class LlamaCppBackend:
+    gguf: Path  # the source GGUF
+    tokenizer: Any
+    rope: ModelRope
+    fingerprint: str
+    dtype: str  # the GGUF's file type, e.g. "gguf MOSTLY_Q4_1": llama.cpp computes with the quantized weights
+    device: str = "cpu"
+    runtime: str = "llama.cpp"
+    threads: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))
+    gpu_layers: int = 0
+    _path: Path | None = None  # the GGUF the current block runs (the source, or a temporary scaled copy)
+    _llms: dict = field(default_factory=dict)  # (path, n_ctx) -> llama_cpp.Llama, reused across windows
+
+    def describe(self) -> str:
+        r = self.rope
+        return (f"{r.name}: rotary dim d={r.rotary_dim}, base={r.base:g}, training length L={r.train_len}, "
+                f"llama.cpp ({self.dtype.removeprefix('gguf ')}, {self.threads} threads)")
+
+    @contextmanager
+    def scaled(self, schedule: Schedule, log_n: bool):
+        """The model under `schedule` inside the block: a temporary GGUF with rope_freqs and attn_factor."""
+        if log_n:
+            raise RopeCliError("--log-n scales each query by its own position, which llama.cpp cannot express; "
+                               "use the transformers backend for log-n")
+        if np.allclose(schedule.factors, 1.0, rtol=0, atol=0) and schedule.attention_factor == 1.0:
+            self._path = self.gguf
+            yield
+            return
+        tmp = self.scaled_copy(schedule)
+        try:
+            self._path = tmp
+            yield
+        finally:
+            self._close(tmp)
+            tmp.unlink(missing_ok=True)
+            self._path = self.gguf
+
+    def scaled_copy(self, schedule: Schedule) -> Path:
+        from ropecli.models.gguf_rope import export_gguf, read_gguf_input
+
+        src, reader = read_gguf_input(self.gguf)
+        fd, name = tempfile.mkstemp(suffix=".gguf", prefix="ropecli-", dir=os.environ.get("ROPECLI_TMPDIR"))
+        os.close(fd)
+        L = self.rope.train_len
+        export_gguf(reader, src, Path(name), schedule.factors, schedule.attention_factor, L, L)
+        return Path(name)
+
+    def _llm(self, path: Path, n_ctx: int):
+        key = (str(path), n_ctx)
+        if key not in self._llms:
+            import llama_cpp
+
+            for old in [k for k in self._llms if k[0] == str(path)]:  # one context per file: the longest wins
+                self._llms.pop(old).close()
+            self._llms[key] = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=N_BATCH, n_ubatch=N_BATCH,
+                                              n_threads=self.threads, n_threads_batch=self.threads,
+                                              n_gpu_layers=self.gpu_layers, verbose=False)
+        return self._llms[key]
+
+    def _close(self, path: Path) -> None:
+        for k in [k for k in self._llms if k[0] == str(path)]:
+            self._llms.pop(k).close()
+
+    def batches(self, ids: np.ndarray, path: Path | None = None):
+        """Yield (start, fp32 logits (b, vocab) of positions start .. start+b-1) over one window; each
+        array is a view of llama.cpp's output buffer, valid until the next step."""
+        llm = self._llm(path or self._path or self.gguf, max(len(ids), 8))
+        llm.reset()
+        llm._ctx.kv_cache_clear()  # a fresh window: nothing of the last one in the KV cache
+        tokens = [int(t) for t in ids]
+        vocab = llm.n_vocab()
+        for start in range(0, len(tokens), N_BATCH):
+            part = tokens[start:start + N_BATCH]
+            llm._batch.set_batch(batch=part, n_past=start, logits_all=True)  # what Llama.eval does, logits kept per batch
+            llm._ctx.decode(llm._batch)
+            yield start, np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(len(part), vocab))
+
+    def window_nll(self, ids: np.ndarray, chunk_tokens: int | None, score_last: int | None) -> tuple[float, int]:
+        from ropecli.models.scoring import chunk_nll
+
+        T = len(ids)
+        first = T - 1 - score_last if score_last else 0  # the first position whose prediction is scored
+        targets = torch.from_numpy(np.asarray(ids, dtype=np.int64))
+        total = 0.0
+        for start, logits in self.batches(ids):
+            lo, hi = max(start, first), min(start + len(logits), T - 1)  # position t predicts token t+1
+            if lo < hi:
+                total += chunk_nll(torch.from_numpy(logits[lo - start:hi - start]), targets[lo + 1:hi + 1])
+        return total, T - 1 - first
+
+    def passkey_scores(self, ids: np.ndarray, answer_start: int) -> tuple[float, float]:
+        from ropecli.models.scoring import answer_scores
+
+        rows = []
+        for start, logits in self.batches(ids):
+            lo, hi = max(start, answer_start - 1), min(start + len(logits), len(ids) - 1)
+            if lo < hi:
+                rows.append(np.array(logits[lo - start:hi - start]))
+        target = torch.from_numpy(np.asarray(ids[answer_start:], dtype=np.int64))
+        return answer_scores(torch.from_numpy(np.concatenate(rows)), target)
+
+    def window_kl(self, ids: np.ndarray, schedule: Schedule, log_n: bool,
+                  chunk_tokens: int | None) -> tuple[float, int, int, list[float]]:
+        """KL(unscaled || scaled) per position: the source GGUF and the scaled copy decode the window in
+        step, batch by batch (two llama.cpp contexts; one batch of logits of each at a time)."""
+        from ropecli.models.scoring import chunk_kl
+
+        with self.scaled(schedule, log_n):
+            scaled = self._path
+            per, agree = [], 0
+            for (_, ref), (_, new) in zip(self.batches(ids, self.gguf), self.batches(ids, scaled)):
+                kl, same = chunk_kl(torch.from_numpy(np.array(ref)), torch.from_numpy(np.array(new)))
+                per.append(kl)
+                agree += same
+        values = torch.cat(per)
+        return float(values.sum()), int(values.numel()), agree, values.tolist()
+
+    def close(self) -> None:
+        for llm in self._llms.values():
+            llm.close()
+        self._llms.clear()
+
+
+def open_gguf(name: str | None, gguf_file: str | None, *, device: str = "cpu", train_len: int | None = None,
+              refused: dict | None = None) -> LlamaCppBackend:
+    """`--model` (a .gguf, a folder or repo with --gguf-file, or a packaged name) for llama.cpp: its
+    tokenizer through transformers (the same token windows as the transformers backend), its RoPE
+    geometry from the header (--train-len may override L). `refused`: flags llama.cpp cannot honour, set."""
+    from ropecli.models.config import locate_file, read_rope_config
+    from ropecli.models.packaged import resolve_model
+
+    for flag, given in (refused or {}).items():
+        if given:
+            raise RopeCliError(f"{flag} does not apply to --backend llamacpp (llama.cpp runs the GGUF's own weights, "
+                               f"base and dimensions); leave it out or use --backend transformers")
+    source = resolve_model(name)
+    if source is None or (gguf_file is None and not source.endswith(".gguf")):
+        raise RopeCliError("--backend llamacpp needs a GGUF: --model FILE.gguf, --model DIR --gguf-file NAME, or --model smollm2")
+    path = Path(source) if gguf_file is None else locate_file(source, Path(source), gguf_file)
+    if not path.is_file():
+        raise RopeCliError(f"--model {name}: no such GGUF file")
+    rope = read_rope_config(name, gguf_file).overridden(train_len=train_len)
+    return load_llamacpp(path, rope, device)
+
+
+def load_llamacpp(path: Path, rope: ModelRope, device: str = "cpu") -> LlamaCppBackend:
+    """A GGUF for llama.cpp, with its geometry `rope` already read."""
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        raise RopeCliError("--backend llamacpp needs llama-cpp-python: pip install 'ropecli[llamacpp]' "
+                           "(builds llama.cpp from source, ~11 min on 2 cores)") from None
+    from ropecli.models.gguf_rope import GGUF_ROPE_FREQS_ARCHS
+    from ropecli.models.config import gguf_metadata
+
+    meta = gguf_metadata(path)
+    arch = meta.get("general.architecture", "")
+    if arch not in GGUF_ROPE_FREQS_ARCHS:
+        raise RopeCliError(f"--backend llamacpp: llama.cpp's loader for GGUF architecture '{arch}' does not read rope_freqs, "
+                           f"so ropecli cannot apply a schedule there; supported: {', '.join(GGUF_ROPE_FREQS_ARCHS)}")
+    import transformers
+    from transformers import AutoTokenizer
+
+    transformers.utils.logging.set_verbosity_error()
+    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    file_type = meta.get("general.file_type")
+    try:
+        import gguf
+
+        kind = gguf.LlamaFileType(file_type).name if file_type is not None else "unknown"
+    except (ImportError, ValueError):
+        kind = str(file_type)
+    gpu = device.startswith("cuda")  # offloads every layer; needs a llama-cpp-python built with CUDA
+    return LlamaCppBackend(path, tokenizer, rope, file_fingerprint(path), f"gguf {kind}",
+                           device=device if gpu else "cpu", gpu_layers=-1 if gpu else 0)
+
+
+def file_fingerprint(path: Path, samples: int = 64, size: int = 1 << 16) -> str:
+    """sha256 over the file's length, its first MiB (header and metadata) and `samples` evenly spaced
+    slices of its tensor data: cheap for a many-GB GGUF, different for different weights."""
+    h = hashlib.sha256()
+    n = path.stat().st_size
+    h.update(str(n).encode())
+    with open(path, "rb") as fh:
+        h.update(fh.read(1 << 20))
+        for i in range(samples):
+            fh.seek(int(n * i / samples))
+            h.update(fh.read(size))
+    return h.hexdigest()[:16]
