@@ -145,3 +145,36 @@ def run_transformers(artefact: Path, block: dict | None, model: str | None, exp:
     rel = abs(theirs / mine - 1)
     return Check("transformers", None, f"PPL of one {run_len}-token window, reloaded vs ropecli",
                  f"{mine:.6g} (ropecli, patched)", f"{theirs:.6g} (relative {rel:.2g})", rel <= PPL_RTOL)
+
+
+EFFECT_TOL = 2e-3  # |effect in llama.cpp - effect in transformers|, in log-PPL (nats per token): ~0.2 %
+
+
+def run_llamacpp(artefact: Path, model: str | None, exp: Expected, run_len: int, cache_dir: str | None) -> Check:
+    """The exported GGUF served by llama.cpp as it is, against the source GGUF unscaled in llama.cpp: the
+    effect log(PPL_export / PPL_source) on one window of `run_len` tokens, compared with the effect
+    of the measured schedule in ropecli's transformers backend on the same window (llama.cpp computes with
+    the quantized weights, transformers with their dequantized copy: levels differ, effects agree)."""
+    from ropecli.evaluation.cache import EvalCache
+    from ropecli.evaluation.evaluator import Evaluator
+    from ropecli.models.llamacpp import load_llamacpp, open_gguf
+    from ropecli.models.load import load_model
+    from ropecli.rope.spec import make_spec
+
+    cache = EvalCache(cache_dir)
+    none = make_spec("none")
+    source = open_gguf(model, None)
+    served = load_llamacpp(artefact, source.rope)
+    served.tokenizer = source.tokenizer
+    ppl = {}
+    for name, backend, spec in (("source", source, none), ("export", served, none)):
+        ppl[name] = Evaluator.over(backend, samples=1, cache=cache).evaluate(spec, run_len).ppl
+        backend.close()
+    ours = Evaluator.over(load_model(model, dtype="fp32", device="cpu"), samples=1, cache=cache)
+    ppl["hf_none"] = ours.evaluate(none, run_len).ppl
+    ppl["hf_scaled"] = ours.evaluate(exp.spec.but(factor=exp.factor), run_len).ppl
+    cpp, hf = math.log(ppl["export"] / ppl["source"]), math.log(ppl["hf_scaled"] / ppl["hf_none"])
+    return Check("llama.cpp", None, f"effect log(PPL scaled / unscaled), one {run_len}-token window",
+                 f"{hf:+.5f} (transformers: {ppl['hf_none']:.5g} -> {ppl['hf_scaled']:.5g})",
+                 f"{cpp:+.5f} (llama.cpp: {ppl['source']:.5g} -> {ppl['export']:.5g}; difference {abs(cpp - hf):.2g})",
+                 abs(cpp - hf) <= EFFECT_TOL)

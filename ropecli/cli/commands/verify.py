@@ -73,9 +73,22 @@ def verify(
         else:
             with stderr_console().status("transformers: reloading the export and scoring a window …"):
                 verdict.checks.append(run_transformers(target, block, model, exp, run_len or exp.target_len, cache_dir))
-    elif run and kind != "hf":
+    elif run and kind == "gguf":
+        try:
+            import llama_cpp  # noqa: F401
+        except ImportError:
+            verdict.notes.append("not run: llama-cpp-python is not installed (pip install 'ropecli[llamacpp]')")
+        else:
+            if model is None:
+                verdict.notes.append("not run: llama.cpp's check needs the source GGUF: --model FILE.gguf")
+            else:
+                from ropecli.export.verify import run_llamacpp
+
+                with stderr_console().status("llama.cpp: scoring a window with the export and the source …"):
+                    verdict.checks.append(run_llamacpp(target, model, exp, run_len or exp.target_len, cache_dir))
+    elif run:
         verdict.notes.append("not run: vLLM is not run by ropecli; the checks above follow vLLM's rotary code (cited in "
-                             "ropecli/export/vllm.py)" if kind == "vllm" else "not run: llama-cpp-python is not installed")
+                             "ropecli/export/vllm.py)")
     result = {"path": str(target), "runtime": verdict.runtime, "expected": exp.source, "ok": verdict.ok,
               "verdict": verdict.line(), "checks": [vars(c) for c in verdict.checks], "notes": verdict.notes}
     if as_json:
