@@ -88,9 +88,10 @@ class LlamaCppBackend:
 
             for old in [k for k in self._llms if k[0] == str(path)]:  # one context per file: the longest wins
                 self._llms.pop(old).close()
-            self._llms[key] = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=N_BATCH, n_ubatch=N_BATCH,
-                                              n_threads=self.threads, n_threads_batch=self.threads,
-                                              n_gpu_layers=self.gpu_layers, verbose=False)
+            with plain_weight_buffers():
+                self._llms[key] = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=N_BATCH, n_ubatch=N_BATCH,
+                                                  n_threads=self.threads, n_threads_batch=self.threads,
+                                                  n_gpu_layers=self.gpu_layers, verbose=False)
         return self._llms[key]
 
     def _close(self, path: Path) -> None:
@@ -209,6 +210,31 @@ def load_llamacpp(path: Path, rope: ModelRope, device: str = "cpu") -> LlamaCppB
     gpu = device.startswith("cuda")  # offloads every layer; needs a llama-cpp-python built with CUDA
     return LlamaCppBackend(path, tokenizer, rope, file_fingerprint(path), f"gguf {kind}",
                            device=device if gpu else "cpu", gpu_layers=-1 if gpu else 0)
+
+
+@contextmanager
+def plain_weight_buffers():
+    """llama.cpp's model parameter `use_extra_bufts` off while a Llama is built (llama-cpp-python does not
+    expose it): the "extra" CPU buffer types repack quantized weights for AMX / AVX-512 kernels, and on this
+    project's machine (a Xeon with AMX, under a sandbox) the first decode of a Q4_1 GGUF died with a general
+    protection fault in libggml-cpu; F32 files were unaffected. ROPECLI_LLAMACPP_REPACK=1 keeps them on."""
+    if os.environ.get("ROPECLI_LLAMACPP_REPACK") == "1":
+        yield
+        return
+    import llama_cpp.llama as api
+
+    default = api.llama_cpp.llama_model_default_params
+
+    def params():
+        p = default()
+        p.use_extra_bufts = False
+        return p
+
+    api.llama_cpp.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        api.llama_cpp.llama_model_default_params = default
 
 
 def file_fingerprint(path: Path, samples: int = 64, size: int = 1 << 16) -> str:
