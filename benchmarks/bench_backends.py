@@ -22,12 +22,7 @@ import subprocess
 import sys
 import time
 
-
-def vm_kib(field: str) -> int:
-    for line in open("/proc/self/status"):
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return 0
+from bench_ppl_memory import vm_kib  # the /proc/self/status reader both memory benchmarks use
 
 
 def child(backend: str, length: int, repeats: int) -> None:

@@ -33,3 +33,18 @@ def text_file(tmp_path):
     p = tmp_path / "docs.txt"
     p.write_text(" ".join(f"Line {i} of a long plain text about nothing in particular." for i in range(200)))
     return str(p)
+
+
+@pytest.fixture(scope="session")
+def builtin_gguf(tmp_path_factory):
+    """The built-in model (L = 256, d = 64) as an F32 llama GGUF with its byte-level BPE vocabulary:
+    a GGUF that llama.cpp loads, written in-process (no download)."""
+    pytest.importorskip("gguf")
+    from gguf_models import write_llama_gguf
+
+    from ropecli.models.config import BUILTIN_DIR
+    from ropecli.models.load import load_model
+
+    path = tmp_path_factory.mktemp("gguf") / "builtin.gguf"
+    write_llama_gguf(load_model(None, device="cpu", dtype="fp32").model, path, tokenizer_json=BUILTIN_DIR / "tokenizer.json")
+    return path

@@ -21,19 +21,6 @@ def run(*args):
     return runner.invoke(app, [str(a) for a in args])
 
 
-@pytest.fixture(scope="module")
-def builtin_gguf(tmp_path_factory):
-    """The built-in model (L = 256) as an F32 llama GGUF with its byte-level BPE vocabulary."""
-    pytest.importorskip("gguf")
-    from gguf_models import write_llama_gguf
-
-    from ropecli.models.load import load_model
-
-    path = tmp_path_factory.mktemp("gguf") / "builtin.gguf"
-    write_llama_gguf(load_model(None, device="cpu", dtype="fp32").model, path, tokenizer_json=BUILTIN_DIR / "tokenizer.json")
-    return path
-
-
 def test_not_installed_is_one_line_with_the_install_command(builtin_gguf, monkeypatch):
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # import llama_cpp raises ImportError
     r = run("ppl", "--model", builtin_gguf, "--backend", "llamacpp", "--len", 128)

@@ -68,3 +68,32 @@ def test_ppl_of_the_real_model_is_a_language_models(tmp_path):
     out = json.loads(r.stdout)
     assert out["model"] == "smollm2" and out["rotary_dim"] == 64 and out["train_len"] == 8192
     assert 5 < out["results"][0]["ppl"] < 60 and math.isfinite(out["results"][0]["ppl"])
+
+
+@pytest.mark.slow
+def test_llamacpp_backend_is_llama_cpps_own_ppl_on_the_real_gguf():
+    """The quantized GGUF inside llama.cpp: ropecli's backend (batch-wise logits, shared scoring) against the
+    PPL computed here from llama-cpp-python's own `Llama.eval` logits, on the same 1024-token window."""
+    path = smollm2_or_skip()
+    llama_cpp = pytest.importorskip("llama_cpp", reason="needs llama-cpp-python: pip install -e '.[llamacpp]'")
+    import numpy as np
+
+    from ropecli.evaluation.cache import EvalCache
+    from ropecli.evaluation.evaluator import Evaluator
+    from ropecli.models.llamacpp import open_gguf, plain_weight_buffers
+    from ropecli.rope.spec import make_spec
+
+    backend = open_gguf("smollm2", None)
+    ev = Evaluator.over(backend, samples=1, cache=EvalCache(enabled=False))
+    ours = ev.evaluate(make_spec("none"), 1024).ppl
+    ids = ev.inputs.windows(1024).ids[0]
+    with plain_weight_buffers():
+        llm = llama_cpp.Llama(model_path=str(path), n_ctx=1024, n_batch=512, n_ubatch=512, logits_all=True,
+                              n_threads=2, verbose=False)
+    llm.eval([int(t) for t in ids])
+    logits = np.asarray(llm.scores[:1024], dtype=np.float64)
+    top = logits.max(1, keepdims=True)
+    logp = logits - top - np.log(np.exp(logits - top).sum(1, keepdims=True))
+    own = math.exp(-float(np.mean(logp[np.arange(1023), ids[1:]])))
+    assert ours == pytest.approx(own, rel=1e-5)
+    assert 5 < ours < 60

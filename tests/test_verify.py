@@ -100,18 +100,6 @@ def test_vllm_native_ntk_checked_by_its_formula(tmp_path):
     assert r.exit_code == 1 and verdict(r).startswith("vllm: MISMATCH: factors:"), r.output
 
 
-@pytest.fixture(scope="module")
-def builtin_gguf(tmp_path_factory):
-    pytest.importorskip("gguf")
-    from gguf_models import write_llama_gguf
-
-    from ropecli.models.load import load_model
-
-    path = tmp_path_factory.mktemp("gguf") / "builtin.gguf"
-    write_llama_gguf(load_model(None, device="cpu", dtype="fp32").model, path, tokenizer_json=BUILTIN_DIR / "tokenizer.json")
-    return path
-
-
 def written_gguf(src, out, train_len=256, target_len=1024, attention=None, factor_k=4.0):
     """An exported GGUF with chosen (possibly wrong) metadata, written by the exporter's own function."""
     from ropecli.models.gguf_rope import export_gguf, read_gguf_input
