@@ -152,3 +152,16 @@ def test_bad_input_is_one_line(tmp_path):
     (tmp_path / "x.json").write_text("{}")
     r = run("verify", tmp_path / "x.json", "--method", "pi", "--len", "512", "--d", "64", "--train-len", "256")
     assert r.exit_code != 0 and "no rope_parameters" in r.output
+
+
+def test_per_layer_type_export_checks_the_scaled_type_only(tmp_path):
+    """Gemma 3 style: only full_attention is scaled; the sliding layers keep their own RoPE and are not checked."""
+    from tiny_models import save_tiny
+
+    gemma = save_tiny(tmp_path / "gemma", "gemma3")
+    flags = ["--model", gemma, "--method", "yarn", "--len", "512"]
+    out = export(tmp_path, "gemma-512", *flags, "--to", "hf")
+    r = run("verify", out, *flags, "--json")
+    assert r.exit_code == 0, r.output
+    checked = {c["layer_type"] for c in json.loads(r.stdout)["checks"]}
+    assert checked == {"full_attention", None}  # None: the reload's PPL row

@@ -73,7 +73,7 @@ class Session:
         it also says how the windows were split (a collective: every rank calls it)."""
         lm, ev, rope = self.model, self.ev, self.rope
         out = {"model": rope.name, "model_fingerprint": lm.fingerprint, "rotary_dim": rope.rotary_dim, "base": rope.base,
-               "train_len": rope.train_len, "dtype": lm.dtype, "device": lm.device, "data": ev.inputs.data_label,
+               "train_len": rope.train_len, "runtime": lm.runtime, "dtype": lm.dtype, "device": lm.device, "data": ev.inputs.data_label,
                "samples": ev.inputs.samples, "seed": ev.inputs.seed, "score_last": ev.score_last, "world_size": ev.dist.world}
         if ev.dist.world > 1:
             out["windows_per_rank"] = [len(w) for w in ev.dist.gather(ev.dist.windows_done)]

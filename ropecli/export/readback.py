@@ -93,6 +93,8 @@ def transformers_applied(config: dict, at_len: int, scaled: tuple[str, ...], hea
         if scaled and layer_type is not None and layer_type not in scaled:
             continue
         rope_type = params.get("rope_type", "default")
+        if layer_type is not None and rope_type == "default":  # a layer type the export left unscaled (Gemma's sliding)
+            continue
         base = float(params["rope_theta"])
         partial = params.get("partial_rotary_factor", 1.0)
         dim = int(getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads) * partial
