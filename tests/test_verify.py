@@ -165,3 +165,45 @@ def test_per_layer_type_export_checks_the_scaled_type_only(tmp_path):
     assert r.exit_code == 0, r.output
     checked = {c["layer_type"] for c in json.loads(r.stdout)["checks"]}
     assert checked == {"full_attention", None}  # None: the reload's PPL row
+
+
+@pytest.mark.parametrize("to", ["hf", "vllm"])
+def test_dynamic_ntk_keeps_L_as_the_declared_length(tmp_path, to):
+    """transformers' and vLLM's `dynamic` types scale from max_position_embeddings, so the export keeps L
+    there; vLLM fixes the base once at k*L (k' = k*k - (k - 1)), which is transformers' value at k*L."""
+    flags = ["--model", B, "--method", "dynamic", "--len", "1024"]
+    out = export(tmp_path, "d.json", *flags, "--to", to)
+    r = run("verify", out, *flags, "--runtime", to, "--no-run")
+    assert r.exit_code == 0, r.output
+
+
+def test_a_vllm_file_without_any_mscale_needs_runtime_vllm(tmp_path):
+    good = export(tmp_path, "o.json", *YARN_1K, "--to", "vllm")
+    bare = edited_copy(good, tmp_path, lambda p: (p.pop("long_mscale"), p.pop("short_mscale")))
+    r = run("verify", bare, *YARN_1K, "--no-run")  # read as a transformers block, and said so
+    assert r.exit_code == 0 and "--runtime vllm" in r.output, r.output
+    r = run("verify", bare, *YARN_1K, "--runtime", "vllm")
+    assert r.exit_code == 1 and verdict(r).startswith("vllm: MISMATCH: attention factor:"), r.output
+
+
+def test_a_scaled_layer_type_left_unscaled_fails(tmp_path):
+    from tiny_models import save_tiny
+
+    gemma = save_tiny(tmp_path / "gemma", "gemma3")
+    flags = ["--model", gemma, "--method", "yarn", "--len", "512"]
+    out = export(tmp_path, "gemma-512", *flags, "--to", "hf")
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["rope_parameters"]["full_attention"] = {"rope_type": "default", "rope_theta": 1e6}
+    (out / "config.json").write_text(json.dumps(cfg))
+    r = run("verify", out, *flags, "--no-run")
+    assert r.exit_code == 1 and verdict(r).startswith("transformers: MISMATCH [full_attention]: factors:"), r.output
+
+
+def test_two_exports_differing_only_in_rope_freqs_have_different_fingerprints(builtin_gguf, tmp_path):
+    from ropecli.models.llamacpp import file_fingerprint
+
+    outs = [export(tmp_path, f"b{b}.gguf", "--model", builtin_gguf, "--method", "mixed", "--b", b, "--len", "1024",
+                   "--to", "gguf") for b in ("0.5", "0.75")]
+    assert outs[0].stat().st_size == outs[1].stat().st_size
+    assert file_fingerprint(outs[0]) != file_fingerprint(outs[1])
+    assert file_fingerprint(outs[0]) == file_fingerprint(outs[0])

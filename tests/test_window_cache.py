@@ -110,3 +110,24 @@ def test_compare_race_records_every_candidates_windows(tiny_dir, text_file, tmp_
     assert all(windows[label] <= windows[leader] for label in windows)
     for label, row in race["candidates"].items():
         assert (row["dropped_round"] is not None) == row["status"].startswith("dropped")
+
+
+def test_windows_stored_before_the_runtime_entered_the_key_are_reused(tiny, tmp_path, text_file):
+    """Entries keyed the earlier way (no `runtime`, the fingerprint that hashed the load path) are found,
+    re-stored under today's key, and counted; no forward pass."""
+    cache = EvalCache(tmp_path / "c")
+    first = Evaluator.over(tiny, [text_file], samples=3, cache=cache)
+    want = first.evaluate(make_spec("yarn"), 128)
+    assert first.forward_passes == 3 and tiny.earlier_fingerprint and tiny.earlier_fingerprint != tiny.fingerprint
+    for path in (tmp_path / "c").glob("*.json"):  # rewrite every entry as ropecli stored it before
+        entry = json.loads(path.read_text())
+        entry["key"] = {k: v for k, v in entry["key"].items() if k != "runtime"} | {"model": tiny.earlier_fingerprint}
+        path.unlink()
+        (tmp_path / "c" / f"{key_hash(entry['key'])}.json").write_text(json.dumps(entry))
+    again = Evaluator.over(tiny, [text_file], samples=3, cache=EvalCache(tmp_path / "c"))
+    got = again.evaluate(make_spec("yarn"), 128)
+    assert again.forward_passes == 0 and again.cache.rekeyed == 3 and again.cache.misses == 0
+    assert got.window_nll == want.window_nll
+    third = Evaluator.over(tiny, [text_file], samples=3, cache=EvalCache(tmp_path / "c"))
+    third.evaluate(make_spec("yarn"), 128)
+    assert third.cache.rekeyed == 0 and third.cache.hits == 3  # stored under today's key

@@ -99,12 +99,15 @@ def closing_notes() -> list[str]:
     caches = list({id(s.ev.cache): s.ev.cache for s in _OPENED}.values())
     _OPENED.clear()
     stale, migrated = sum(c.stale for c in caches), sum(c.migrated for c in caches)
+    rekeyed = sum(c.rekeyed for c in caches)
     from ropecli.evaluation.cache import FORMAT
 
     notes = []
     if migrated:
         notes.append(f"note: {migrated} cached evaluation(s) of the older whole-evaluation format were split into "
                      f"per-window entries (format {FORMAT}) and reused")
+    if rekeyed:
+        notes.append(f"note: {rekeyed} cached window(s) stored before the runtime entered the cache key were reused")
     if stale:
         notes.append(f"note: {stale} cached result(s) were of another ropecli cache format and were recomputed (format {FORMAT} now)")
     return notes

@@ -52,6 +52,7 @@ class EvalCache:
         self.rejected = 0  # corrupt or foreign entries found and ignored
         self.stale = 0  # entries of another FORMAT found and recomputed
         self.migrated = 0  # whole-evaluation entries of LEGACY_FORMAT split into per-window entries
+        self.rekeyed = 0  # per-window entries stored under an earlier key of the same window, reused
 
     def _path(self, key: dict) -> Path:
         return self.dir / f"{key_hash(key)}.json"
@@ -74,13 +75,13 @@ class EvalCache:
             self.rejected += 1
         return None
 
-    def legacy(self, key: dict) -> dict | None:
-        """A whole-evaluation entry of LEGACY_FORMAT under `key`, or None; counts nothing (the caller
-        counts what it does with it)."""
+    def legacy(self, key: dict, fmt: int = LEGACY_FORMAT) -> dict | None:
+        """An entry of format `fmt` (default: a whole evaluation of LEGACY_FORMAT) under `key`, or None;
+        counts nothing (the caller counts what it does with it)."""
         if not self.enabled:
             return None
         entry = self._read(self._path(key))
-        if entry is None or entry.get("format") != LEGACY_FORMAT or _canonical(entry.get("key")) != _canonical(key):
+        if entry is None or entry.get("format") != fmt or _canonical(entry.get("key")) != _canonical(key):
             return None
         if entry.get("checksum") != hashlib.sha256(_canonical(entry.get("result")).encode()).hexdigest():
             return None

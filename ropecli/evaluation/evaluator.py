@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ropecli.errors import RopeCliError
-from ropecli.evaluation.cache import EvalCache
+from ropecli.evaluation.cache import FORMAT, EvalCache
 from ropecli.evaluation.distributed import Dist
 from ropecli.evaluation.inputs import Inputs
 from ropecli.evaluation.results import (METRICS, EvalResult, summarize_kl, summarize_passkey, summarize_ppl)
@@ -107,6 +107,16 @@ class Evaluator:
             got = self.cache.get(key)
             if got is not None:
                 values[i] = tuple(got["value"]), got["seconds"]
+        earlier = getattr(self.backend, "earlier_fingerprint", None)
+        for i in [i for i in range(len(keys)) if i not in values and earlier]:  # stored before the runtime was in the key
+            old = {k: v for k, v in keys[i].items() if k != "runtime"} | {"model": earlier}
+            got = self.cache.legacy(old, FORMAT)
+            if got is not None:
+                values[i] = tuple(got["value"]), got["seconds"]
+                if self.dist.is_main:
+                    self.cache.put(keys[i], got)
+                self.cache.rekeyed += 1
+                self.cache.hits, self.cache.misses = self.cache.hits + 1, self.cache.misses - 1
         if not values:  # an entry of the older whole-evaluation format, split per window
             values = self._legacy(spec, length, geom, sched, metric, inputs, keys)
         todo = self.dist.union([i for i in range(len(keys)) if i not in values])

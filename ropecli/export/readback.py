@@ -7,7 +7,7 @@ length it will serve. Each runtime by its own rules:
   transformers/modeling_rope_utils.py (the oracle: longrope picks long_factor when T > original L).
 - vLLM: numpy twins of its rotary classes (`ropecli.export.vllm`): `ntk` (NTKScalingRotaryEmbedding),
   `longrope` (Phi3LongRoPEScaledRotaryEmbedding: long_factor and long_mscale for every request once
-  --max-model-len > original_max_position_embeddings).
+  --max-model-len > original_max_position_embeddings), `dynamic` (DynamicNTKScalingRotaryEmbedding).
 - llama.cpp: `rope_freqs.weight` divides each pair's angle at every length (ggml-cpu/ops.cpp,
   `ggml_rope_cache_init`: theta/freq_factors[i0/2]); cos and sin are multiplied by
   `{arch}.rope.scaling.attn_factor` (src/llama-model.cpp `load_hparams` reads it into
@@ -90,11 +90,9 @@ def transformers_applied(config: dict, at_len: int, scaled: tuple[str, ...], hea
     text = cfg.get_text_config()
     out = []
     for layer_type, params in _blocks(text.rope_parameters).items():
-        if scaled and layer_type is not None and layer_type not in scaled:
-            continue
         rope_type = params.get("rope_type", "default")
-        if layer_type is not None and rope_type == "default":  # a layer type the export left unscaled (Gemma's sliding)
-            continue
+        if layer_type is not None and (layer_type not in scaled if scaled else rope_type == "default"):
+            continue  # a layer type the schedule leaves alone (Gemma 3's sliding layers)
         base = float(params["rope_theta"])
         partial = params.get("partial_rotary_factor", 1.0)
         dim = int(getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads) * partial
@@ -102,7 +100,14 @@ def transformers_applied(config: dict, at_len: int, scaled: tuple[str, ...], hea
         if rope_type == "default":
             factors, attention = np.ones_like(plain), 1.0
         elif rope_type in ROPE_INIT_FUNCTIONS:
-            inv, attention = ROPE_INIT_FUNCTIONS[rope_type](text, torch.device("cpu"), seq_len=at_len, layer_type=layer_type)
+            try:
+                inv, attention = ROPE_INIT_FUNCTIONS[rope_type](text, torch.device("cpu"), seq_len=at_len, layer_type=layer_type)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise RopeCliError(f"transformers cannot build rope_type '{rope_type}' from this config ({exc!r}); "
+                                   "it would fail at load time too") from None
+            if len(inv) != len(plain):
+                raise RopeCliError(f"rope_type '{rope_type}' gives {len(inv)} frequencies for rotary dim {int(dim)}: "
+                                   "its factor lists do not fit this model")
             factors = plain / inv.double().numpy()
         else:
             factors, attention = None, 1.0
@@ -117,9 +122,10 @@ def transformers_applied(config: dict, at_len: int, scaled: tuple[str, ...], hea
 
 # --- vLLM --------------------------------------------------------------------------------------
 
-def vllm_applied(block: dict, at_len: int, rotary_dim: int) -> list[Applied]:
-    """An overrides block served with --max-model-len `at_len`."""
-    from ropecli.export.vllm import longrope_applied, ntk_factors
+def vllm_applied(block: dict, at_len: int, head_dim: int) -> list[Applied]:
+    """An overrides block served with --max-model-len `at_len`; rotary dim = head_dim x the block's
+    partial_rotary_factor, as vLLM's get_rope computes it."""
+    from ropecli.export.vllm import dynamic_factors, longrope_applied, ntk_factors
 
     max_pos = int(block.get("max_position_embeddings") or 0)
     out = []
@@ -127,7 +133,12 @@ def vllm_applied(block: dict, at_len: int, rotary_dim: int) -> list[Applied]:
         rope_type = p.get("rope_type", "default")
         base = float(p.get("rope_theta", 10000))
         L = p.get("original_max_position_embeddings")
-        if rope_type == "ntk":
+        rotary_dim = int(head_dim * p.get("partial_rotary_factor", 1.0))
+        if rope_type in ("ntk", "dynamic") and "factor" not in p:
+            factors, attention, how = None, 1.0, f"rope_type '{rope_type}' without 'factor' (vLLM raises KeyError)"
+        elif rope_type == "dynamic":
+            factors, attention, how = dynamic_factors(rotary_dim, float(p["factor"])), 1.0, "dynamic (base fixed at k*L)"
+        elif rope_type == "ntk":
             mixed_b = p.get("mixed_b")
             factors, attention = ntk_factors(rotary_dim, float(p["factor"]), mixed_b), 1.0
             how = "ntk" + (f" mixed_b={mixed_b:g}" if mixed_b is not None else " (fixed)")
@@ -153,14 +164,20 @@ def gguf_applied(path: Path, at_len: int) -> list[Applied]:
     meta = gguf_metadata(path)
     arch = meta.get("general.architecture", "")
     get = lambda key, default=None: meta.get(f"{arch}.{key}", default)  # noqa: E731
+    from ropecli.models.gguf_rope import GGUF_ROPE_FREQS_ARCHS
+
     freqs = rope_freqs_of(path)
-    head_dim = get("attention.key_length") or (get("embedding_length") // get("attention.head_count"))
-    d = int(get("rope.dimension_count") or head_dim)
-    factors = np.ones(d // 2) if freqs is None else freqs.astype(np.float64)
+    d = get("rope.dimension_count") or get("attention.key_length") or \
+        (get("embedding_length") and get("attention.head_count") and get("embedding_length") // get("attention.head_count"))
+    if not d:
+        raise RopeCliError(f"{path}: the GGUF states no rope.dimension_count or head size; is it a model file?")
+    factors = np.ones(int(d) // 2) if freqs is None else freqs.astype(np.float64)
     how = "no rope_freqs" if freqs is None else "rope_freqs"
+    if freqs is not None and arch not in GGUF_ROPE_FREQS_ARCHS:
+        factors, how = None, f"rope_freqs in a '{arch}' GGUF, whose llama.cpp loader ignores it"
     scaling = get("rope.scaling.type", "linear")  # llama.cpp's default when the key is absent
-    f = float(get("rope.scaling.factor") or 0.0)
-    if scaling == "linear" and f:
+    f = float(get("rope.scaling.factor") or get("rope.scale_linear") or 0.0)  # load_hparams' fallback key
+    if factors is not None and scaling == "linear" and f:
         factors, how = factors * f, how + f" x linear factor {f:g}"
     elif scaling not in ("none", "linear"):
         factors, how = None, f"rope.scaling.type {scaling}"

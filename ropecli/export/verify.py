@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ropecli.errors import RopeCliError
 from ropecli.export.readback import Applied
 from ropecli.models.config import ModelRope
 from ropecli.rope.geometry import Geometry
@@ -49,11 +50,18 @@ class Expected:
         return self.rope.scaled_bases.get(layer_type, self.rope.base)
 
 
-def expected_from_advice(advice: dict, path: Path) -> Expected:
-    w = advice["winner_spec"]
-    spec = make_spec(w["method"], w["params"], log_n=w.get("log_n", False))
-    L, k = int(advice["train_len"]), float(advice["factor"])
-    rope = ModelRope(advice.get("model") or "", int(advice["rotary_dim"]), float(advice["base"]), L)
+def expected_from_advice(advice: dict, path: Path, rope: ModelRope | None = None) -> Expected:
+    """The winner of an advice.json at its k; `rope` (the model's, read from its config) adds what the
+    file does not keep (partial rotary, layer types), with the advice's d, base and L checked against it."""
+    try:
+        w = advice["winner_spec"]
+        spec = make_spec(w["method"], w["params"], log_n=w.get("log_n", False))
+        L, k, d, base = int(advice["train_len"]), float(advice["factor"]), int(advice["rotary_dim"]), float(advice["base"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RopeCliError(f"{path} is not an advice.json written by `ropecli advise` (missing {exc}); "
+                           "pass --method and --len instead") from None
+    if rope is None or (rope.rotary_dim, rope.train_len) != (d, L):
+        rope = ModelRope(advice.get("model") or "", d, base, L)
     return Expected(spec, rope, k, int(round(k * L)), f"{path} (the winner, {spec.label} at k = {k:g})")
 
 
@@ -87,8 +95,11 @@ class Verdict:
         return f"{self.runtime}: MISMATCH{where}: {c.what}: expected {c.expected}, found {c.found}{more}"
 
 
-def compare(applied: list[Applied], exp: Expected) -> list[Check]:
+def compare(applied: list[Applied], exp: Expected, runtime: str) -> list[Check]:
     checks = []
+    if not applied:
+        want = ", ".join(t for t in exp.rope.scaled_types) or "its RoPE"
+        return [Check(runtime, None, "scaled layer types", want, "none scaled in the artefact", False)]
     for a in applied:
         add = lambda what, e, f, ok: checks.append(Check(a.runtime, a.layer_type, what, e, f, ok))  # noqa: E731
         want, attention = exp.schedule(a.layer_type)
@@ -108,13 +119,14 @@ def compare(applied: list[Applied], exp: Expected) -> list[Check]:
         add("base (rope_theta)", f"{base:g}", f"{a.rope_theta:g}", abs(a.rope_theta / base - 1) <= 1e-6)
         if a.train_len is not None:
             add("original length L", str(exp.rope.train_len), str(a.train_len), a.train_len == exp.rope.train_len)
-        if a.max_len is not None:
-            add("declared length", str(exp.target_len), str(a.max_len), a.max_len == exp.target_len)
+        if a.max_len is not None:  # dynamic NTK keeps L there: both runtimes scale from max_position_embeddings
+            want_len = exp.rope.train_len if a.how.startswith("dynamic") else exp.target_len
+            add("declared length", str(want_len), str(a.max_len), a.max_len == want_len)
     return checks
 
 
 def run_transformers(artefact: Path, block: dict | None, model: str | None, exp: Expected, run_len: int,
-                     cache_dir: str | None) -> Check:
+                     cache_dir: str | None, gguf_file: str | None = None) -> Check:
     """The artefact reloaded by transformers alone (a folder: from_pretrained(folder); a block:
     from_pretrained(model, **block)) scores the first held-out window of `run_len` tokens; ropecli's
     patched source model scores the same window (through the evaluation cache)."""
@@ -127,7 +139,7 @@ def run_transformers(artefact: Path, block: dict | None, model: str | None, exp:
     from ropecli.models.packaged import resolve_model
     from ropecli.models.scoring import window_nll
 
-    ours = load_model(model, dtype="fp32", device="cpu")
+    ours = load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu")
     ev = Evaluator.over(ours, samples=1, cache=EvalCache(cache_dir))
     mine = ev.evaluate(exp.spec.but(factor=exp.factor), run_len).ppl
     ids = ev.inputs.windows(run_len).ids[0]
@@ -137,9 +149,13 @@ def run_transformers(artefact: Path, block: dict | None, model: str | None, exp:
         from ropecli.models.config import BUILTIN, BUILTIN_DIR
 
         source = str(BUILTIN_DIR) if model in (None, BUILTIN) else resolve_model(model)
-        kw = {"gguf_file": Path(source).name} if source.endswith(".gguf") else {}
-        plain = AutoModelForCausalLM.from_pretrained(str(Path(source).parent) if kw else source, dtype=torch.float32,
-                                                     **kw, **block)
+        if gguf_file:
+            kw = {"gguf_file": gguf_file}
+        elif source.endswith(".gguf"):
+            source, kw = str(Path(source).parent), {"gguf_file": Path(source).name}
+        else:
+            kw = {}
+        plain = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, **kw, **block)
     nll, n = window_nll(plain.eval(), torch.from_numpy(ids)[None])
     theirs = math.exp(nll / n)
     rel = abs(theirs / mine - 1)
@@ -150,7 +166,19 @@ def run_transformers(artefact: Path, block: dict | None, model: str | None, exp:
 EFFECT_TOL = 2e-3  # |effect in llama.cpp - effect in transformers|, in log-PPL (nats per token): ~0.2 %
 
 
-def run_llamacpp(artefact: Path, model: str | None, exp: Expected, run_len: int, cache_dir: str | None) -> Check:
+def run_skipped(exp: Expected, run_len: int, consistent: bool) -> str | None:
+    """Why a run could not compare like with like, or None."""
+    if exp.spec.log_n:
+        return ("not run: the export applies log-n as one constant, sqrt(log_L T), where ropecli measured it per "
+                "position; their PPLs differ by design")
+    if run_len <= exp.rope.train_len and not consistent:
+        return (f"not run: --run-len {run_len} is within L = {exp.rope.train_len}, where transformers uses short_factor; "
+                f"give a length above L")
+    return None
+
+
+def run_llamacpp(artefact: Path, model: str | None, exp: Expected, run_len: int, cache_dir: str | None,
+                 gguf_file: str | None = None) -> Check:
     """The exported GGUF served by llama.cpp as it is, against the source GGUF unscaled in llama.cpp: the
     effect log(PPL_export / PPL_source) on one window of `run_len` tokens, compared with the effect
     of the measured schedule in ropecli's transformers backend on the same window (llama.cpp computes with
@@ -163,14 +191,16 @@ def run_llamacpp(artefact: Path, model: str | None, exp: Expected, run_len: int,
 
     cache = EvalCache(cache_dir)
     none = make_spec("none")
-    source = open_gguf(model, None)
+    source = open_gguf(model, gguf_file)
     served = load_llamacpp(artefact, source.rope)
     served.tokenizer = source.tokenizer
     ppl = {}
     for name, backend, spec in (("source", source, none), ("export", served, none)):
-        ppl[name] = Evaluator.over(backend, samples=1, cache=cache).evaluate(spec, run_len).ppl
-        backend.close()
-    ours = Evaluator.over(load_model(model, dtype="fp32", device="cpu"), samples=1, cache=cache)
+        try:
+            ppl[name] = Evaluator.over(backend, samples=1, cache=cache).evaluate(spec, run_len).ppl
+        finally:
+            backend.close()
+    ours = Evaluator.over(load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu"), samples=1, cache=cache)
     ppl["hf_none"] = ours.evaluate(none, run_len).ppl
     ppl["hf_scaled"] = ours.evaluate(exp.spec.but(factor=exp.factor), run_len).ppl
     cpp, hf = math.log(ppl["export"] / ppl["source"]), math.log(ppl["hf_scaled"] / ppl["hf_none"])

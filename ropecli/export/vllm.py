@@ -99,3 +99,15 @@ def longrope_applied(params: dict, max_position_embeddings: int, max_model_len: 
     default = math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1 else 1.0
     mscale = params.get(f"{which}_mscale")
     return factors, float(default if mscale is None else mscale), which
+
+
+def dynamic_factors(rotary_dim: int, factor: float) -> np.ndarray:
+    """vLLM's `dynamic` (DynamicNTKScalingRotaryEmbedding._compute_cos_sin_cache in
+    vllm/model_executor/layers/rotary_embedding/dynamic_ntk_scaling_rope.py) fixes the base once, at
+    max_len = max_position_embeddings * factor:
+        base = self.base * ((self.scaling_factor * max_len / self.max_position_embeddings)
+                            - (self.scaling_factor - 1)) ** (self.rotary_dim / (self.rotary_dim - 2))
+    i.e. NTK-aware with k' = k*k - (k - 1): what transformers' dynamic type applies at k*L tokens."""
+    k_eff = factor * factor - (factor - 1)
+    i = np.arange(rotary_dim // 2, dtype=np.float64)
+    return k_eff ** (2.0 * i / (rotary_dim - 2))

@@ -54,6 +54,7 @@ class TransformersBackend:
     device: str
     fingerprint: str
     runtime: str = "transformers"
+    earlier_fingerprint: str | None = None  # before the runtime entered the cache key: its windows are reused
 
     @property
     def name(self) -> str:

@@ -178,11 +178,21 @@ GEMMA3_SLIDING_BASE = 10000.0  # llama.cpp and transformers fix the Gemma 3 slid
 def gguf_metadata(path: Path) -> dict[str, Any]:
     """The key/value metadata of a GGUF file (v2/v3, little-endian): scalars and strings decoded,
     arrays of strings skipped (the tokenizer's), other arrays kept as lists. Reads the header only."""
+    return _gguf_header(path, tensors=False)[0]
+
+
+def gguf_layout(path: Path) -> tuple[int, list[tuple[str, int]]]:
+    """(byte offset where tensor data starts, [(tensor name, absolute byte offset)]) of a GGUF file."""
+    _, data_start, tensors = _gguf_header(path, tensors=True)
+    return data_start, tensors
+
+
+def _gguf_header(path: Path, tensors: bool) -> tuple[dict[str, Any], int, list[tuple[str, int]]]:
     try:
         with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             if buf[:4] != b"GGUF":
                 raise ValueError("no GGUF magic number")
-            version, _n_tensors, n_kv = struct.unpack_from("<IQQ", buf, 4)
+            version, n_tensors, n_kv = struct.unpack_from("<IQQ", buf, 4)
             if version < 2:
                 raise ValueError(f"GGUF version {version} is not supported (2 or 3)")
             pos, out = 24, {}
@@ -190,7 +200,19 @@ def gguf_metadata(path: Path) -> dict[str, Any]:
                 key, pos = _gguf_string(buf, pos)
                 (vtype,), pos = struct.unpack_from("<I", buf, pos), pos + 4
                 out[key], pos = _gguf_value(buf, pos, vtype)
-            return out
+            if not tensors:
+                return out, 0, []
+            infos = []
+            for _ in range(n_tensors):  # name, n_dims, dims (u64 each), type (u32), offset (u64) within the data
+                name, pos = _gguf_string(buf, pos)
+                (n_dims,) = struct.unpack_from("<I", buf, pos)
+                pos += 4 + 8 * n_dims + 4
+                (offset,) = struct.unpack_from("<Q", buf, pos)
+                pos += 8
+                infos.append((name, offset))
+            align = int(out.get("general.alignment", 32))
+            start = (pos + align - 1) // align * align
+            return out, start, [(name, start + off) for name, off in infos]
     except (OSError, ValueError, struct.error) as exc:
         raise RopeCliError(f"cannot read GGUF metadata of '{path}': {exc}; is it a complete GGUF file?") from None
 

@@ -78,7 +78,11 @@ class LlamaCppBackend:
         fd, name = tempfile.mkstemp(suffix=".gguf", prefix="ropecli-", dir=os.environ.get("ROPECLI_TMPDIR"))
         os.close(fd)
         L = self.rope.train_len
-        export_gguf(reader, src, Path(name), schedule.factors, schedule.attention_factor, L, L)
+        try:
+            export_gguf(reader, src, Path(name), schedule.factors, schedule.attention_factor, L, L)
+        except BaseException:
+            Path(name).unlink(missing_ok=True)
+            raise
         return Path(name)
 
     def _llm(self, path: Path, n_ctx: int):
@@ -86,7 +90,7 @@ class LlamaCppBackend:
         if key not in self._llms:
             import llama_cpp
 
-            for old in [k for k in self._llms if k[0] == str(path)]:  # one context per file: the longest wins
+            for old in [k for k in self._llms if k[0] == str(path)]:  # one context per file, sized for this window
                 self._llms.pop(old).close()
             with plain_weight_buffers():
                 self._llms[key] = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=N_BATCH, n_ubatch=N_BATCH,
@@ -144,6 +148,8 @@ class LlamaCppBackend:
 
         with self.scaled(schedule, log_n):
             scaled = self._path
+            if scaled == self.gguf:  # the unscaled model against itself: exactly 0 everywhere
+                return 0.0, len(ids), len(ids), [0.0] * len(ids)
             per, agree = [], 0
             for (_, ref), (_, new) in zip(self.batches(ids, self.gguf), self.batches(ids, scaled)):
                 kl, same = chunk_kl(torch.from_numpy(np.array(ref)), torch.from_numpy(np.array(new)))
@@ -177,7 +183,14 @@ def open_gguf(name: str | None, gguf_file: str | None, *, device: str = "cpu", t
     if not path.is_file():
         raise RopeCliError(f"--model {name}: no such GGUF file")
     rope = read_rope_config(name, gguf_file).overridden(train_len=train_len)
-    return load_llamacpp(path, rope, device)
+    backend = load_llamacpp(path, rope, device)
+    from ropecli.models.gguf_rope import read_gguf_input
+
+    if read_gguf_input(path)[0].existing_factors is not None:
+        raise RopeCliError(f"--backend llamacpp: {path.name} already carries its own RoPE scaling (rope_freqs or a "
+                           "llama.cpp scaling type); ropecli's schedules start from the unscaled model, as in the "
+                           "transformers backend. Give the unscaled GGUF, or use --backend transformers")
+    return backend
 
 
 def load_llamacpp(path: Path, rope: ModelRope, device: str = "cpu") -> LlamaCppBackend:
@@ -237,15 +250,18 @@ def plain_weight_buffers():
         api.llama_cpp.llama_model_default_params = default
 
 
-def file_fingerprint(path: Path, samples: int = 64, size: int = 1 << 16) -> str:
-    """sha256 over the file's length, its first MiB (header and metadata) and `samples` evenly spaced
-    slices of its tensor data: cheap for a many-GB GGUF, different for different weights."""
+def file_fingerprint(path: Path, per_tensor: int = 4096) -> str:
+    """sha256 over the file's length, its whole header (every key, every tensor's name, shape, type and
+    offset) and the first `per_tensor` bytes of every tensor: cheap for a many-GB GGUF (a few MB read),
+    and different for two exports of one model that differ only in rope_freqs or attn_factor."""
+    from ropecli.models.config import gguf_layout
+
+    data_start, tensors = gguf_layout(path)
     h = hashlib.sha256()
-    n = path.stat().st_size
-    h.update(str(n).encode())
+    h.update(str(path.stat().st_size).encode())
     with open(path, "rb") as fh:
-        h.update(fh.read(1 << 20))
-        for i in range(samples):
-            fh.seek(int(n * i / samples))
-            h.update(fh.read(size))
+        h.update(fh.read(data_start))
+        for _, offset in sorted(tensors, key=lambda t: t[1]):
+            fh.seek(offset)
+            h.update(fh.read(per_tensor))
     return h.hexdigest()[:16]

@@ -115,27 +115,32 @@ def load_model(name: str | None, *, gguf_file: str | None = None, dtype: str = "
     partial = float(rp.get("partial_rotary_factor", getattr(cfg, "partial_rotary_factor", 1.0)) or 1.0)
     bases = {s.layer_type: s.base for s in slots if s.layer_type}
     rope = ModelRope(name, d, chosen[0].base, int(L), partial, bases, scaled)
+    fp, earlier = fingerprint(model)
     return TransformersBackend(model, tokenizer, rope, chosen, str(torch_dtype).replace("torch.", ""),
-                               str(next(model.parameters()).device), fingerprint(model))
+                               str(next(model.parameters()).device), fp, earlier_fingerprint=earlier)
 
 
-def fingerprint(model) -> str:
-    """sha256 over the config and a strided sample of every parameter (values, shapes, dtypes).
+def fingerprint(model) -> tuple[str, str]:
+    """(fingerprint, the fingerprint ropecli 0.x computed before this one): sha256 over the config and a
+    strided sample of every parameter (values, shapes, dtypes).
 
     Cheap at any size (<= 4096 values per tensor) yet different for different weights. Where the
     model was loaded from (`_name_or_path`) is left out: the same file under another path or in another
-    virtual environment finds its cached evaluations."""
+    virtual environment finds its cached evaluations. The earlier one hashed the config with it; the
+    evaluator finds cached windows stored under it (`Evaluator.evaluate`)."""
     cfg = model.config.to_dict()
     cfg.pop("_name_or_path", None)
     h = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode())
+    earlier = hashlib.sha256(model.config.to_json_string(use_diff=False).encode())
     with torch.no_grad():
         for pname, p in model.named_parameters():
             flat = p.detach().reshape(-1)
             step = max(1, flat.numel() // 4096)
             sample = flat[::step][:4096].to("cpu", torch.float64)
-            h.update(f"{pname}{tuple(p.shape)}{p.dtype}".encode())
-            h.update(sample.numpy().tobytes())
-    return h.hexdigest()[:16]
+            for x in (h, earlier):
+                x.update(f"{pname}{tuple(p.shape)}{p.dtype}".encode())
+                x.update(sample.numpy().tobytes())
+    return h.hexdigest()[:16], earlier.hexdigest()[:16]
 
 
 def release_freed_memory() -> None:

@@ -56,39 +56,22 @@ def verify(
     if not target.exists():
         raise RopeCliError(f"{path}: no such file or folder; pass what `ropecli export` wrote")
     kind = kind_of(target, runtime.value if runtime else None)
-    advice_path = Path(advice) if advice else _advice_beside(target)
+    flags_given = bool(schedule.method) or length is not None  # explicit flags win over an advice.json found beside PATH
+    advice_path = Path(advice) if advice else (None if flags_given else _advice_beside(target))
+    model, gguf_file = geometry.model, geometry.gguf_file
     if advice_path is not None:
-        exp = expected_from_advice(read_json(advice_path), advice_path)
-        model = geometry.model or exp.rope.name or None
+        adv = read_json(advice_path)
+        model = model or adv.get("model") or None
+        exp = expected_from_advice(adv, advice_path, _model_rope(model, gguf_file))
     else:
-        exp, model = _expected_from_flags(target, kind, geometry, schedule, log_n, length), geometry.model
+        exp = _expected_from_flags(target, kind, geometry, schedule, log_n, length)
     verdict = Verdict(RUNTIME_NAMES[kind])
     applied, block = _applied(target, kind, exp)
-    verdict.checks += compare(applied, exp)
-    if run and kind == "hf":
-        from ropecli.export.verify import run_transformers
-
-        if block is not None and model is None and advice_path is None and geometry.model is None:
-            verdict.notes.append("not run: a bare block needs --model (the model it was exported for)")
-        else:
-            with stderr_console().status("transformers: reloading the export and scoring a window …"):
-                verdict.checks.append(run_transformers(target, block, model, exp, run_len or exp.target_len, cache_dir))
-    elif run and kind == "gguf":
-        try:
-            import llama_cpp  # noqa: F401
-        except ImportError:
-            verdict.notes.append("not run: llama-cpp-python is not installed (pip install 'ropecli[llamacpp]')")
-        else:
-            if model is None:
-                verdict.notes.append("not run: llama.cpp's check needs the source GGUF: --model FILE.gguf")
-            else:
-                from ropecli.export.verify import run_llamacpp
-
-                with stderr_console().status("llama.cpp: scoring a window with the export and the source …"):
-                    verdict.checks.append(run_llamacpp(target, model, exp, run_len or exp.target_len, cache_dir))
-    elif run:
-        verdict.notes.append("not run: vLLM is not run by ropecli; the checks above follow vLLM's rotary code (cited in "
-                             "ropecli/export/vllm.py)")
+    verdict.checks += compare(applied, exp, verdict.runtime)
+    if kind == "hf" and target.suffix == ".json" and runtime is None:
+        verdict.notes.append("read as a transformers block (no vLLM mscale or ntk in it); a vLLM overrides file: --runtime vllm")
+    if run:
+        _run(verdict, kind, target, block, model, gguf_file, exp, run_len or exp.target_len, cache_dir)
     result = {"path": str(target), "runtime": verdict.runtime, "expected": exp.source, "ok": verdict.ok,
               "verdict": verdict.line(), "checks": [vars(c) for c in verdict.checks], "notes": verdict.notes}
     if as_json:
@@ -97,6 +80,58 @@ def verify(
         _print(verdict, exp, target)
     if not verdict.ok:
         raise typer.Exit(1)
+
+
+def _run(verdict, kind: str, target: Path, block, model, gguf_file, exp, run_len: int, cache_dir) -> None:
+    """The runtime itself, where ropecli can run it; otherwise a note saying why not."""
+    from ropecli.export.verify import run_llamacpp, run_skipped, run_transformers
+
+    if kind == "vllm":
+        verdict.notes.append("not run: vLLM is not run by ropecli; the checks above follow vLLM's rotary code (cited in "
+                             "ropecli/export/vllm.py)")
+        return
+    if model is None:
+        verdict.notes.append("not run: the run compares with the model the export was made from: pass --model")
+        return
+    consistent = kind == "gguf" or _consistent(target, block)
+    why = run_skipped(exp, run_len, consistent)
+    if why:
+        verdict.notes.append(why)
+        return
+    if kind == "hf":
+        with stderr_console().status("transformers: reloading the export and scoring a window …"):
+            verdict.checks.append(run_transformers(target, block, model, exp, run_len, cache_dir, gguf_file))
+        return
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        verdict.notes.append("not run: llama-cpp-python is not installed (pip install 'ropecli[llamacpp]')")
+        return
+    with stderr_console().status("llama.cpp: scoring a window with the export and the source …"):
+        verdict.checks.append(run_llamacpp(target, model, exp, run_len, cache_dir, gguf_file))
+
+
+def _consistent(target: Path, block) -> bool:
+    """True when the export's short_factor equals its long_factor (--consistent): scaled at every length."""
+    from ropecli.export.readback import read_json
+
+    cfg = block or read_json(target / "config.json")
+    text = cfg.get("text_config") or cfg
+    rp = text.get("rope_parameters") or {}
+    blocks = [rp] if "rope_type" in rp else [v for v in rp.values() if isinstance(v, dict)]
+    return all(b.get("short_factor") == b.get("long_factor") for b in blocks if b.get("rope_type") == "longrope")
+
+
+def _model_rope(model: str | None, gguf_file: str | None):
+    """The geometry of `model` from its config, or None where it cannot be read (verify then uses advice.json's)."""
+    if model is None:
+        return None
+    from ropecli.models.config import read_rope_config
+
+    try:
+        return read_rope_config(model, gguf_file)
+    except RopeCliError:
+        return None
 
 
 def _advice_beside(target: Path) -> Path | None:
@@ -119,9 +154,9 @@ def _applied(target: Path, kind: str, exp):
     block = read_json(target)
     if "rope_parameters" not in block:
         raise RopeCliError(f"{target}: no rope_parameters in it; pass a block written by `ropecli export`")
-    if kind == "vllm":
-        return vllm_applied(block, T, exp.rope.rotary_dim), block
     head_dim = int(round(exp.rope.rotary_dim / exp.rope.partial_rotary_factor))
+    if kind == "vllm":
+        return vllm_applied(block, T, head_dim), block
     return transformers_applied(block, T, exp.rope.scaled_types, head_dim=head_dim), block
 
 
@@ -155,6 +190,8 @@ def _artefact_geometry(target: Path, kind: str, d, base, L):
 
     if kind == "gguf":
         a = gguf_applied(target, 1)[0]
+        if a.factors is None and d is None:
+            raise RopeCliError(f"{target}: its rotary dim cannot be read from it; pass --d or --model")
         return d or 2 * len(a.factors), base or a.rope_theta, L or a.train_len
     cfg = read_json(target / "config.json" if target.is_dir() else target)
     text = cfg.get("text_config") or cfg
@@ -175,9 +212,11 @@ def _print(verdict, exp, target: Path) -> None:
     t = Table(title=f"verify {target} for {verdict.runtime} against {exp.source}", title_justify="left")
     for col in ("layer type", "check", "expected", "found", "ok"):
         t.add_column(col)
+    from rich.markup import escape
+
     for c in verdict.checks:
-        t.add_row(c.layer_type or "", c.what, c.expected, c.found, "[green]yes[/]" if c.ok else "[red]NO[/]")
+        t.add_row(c.layer_type or "", escape(c.what), escape(c.expected), escape(c.found), "[green]yes[/]" if c.ok else "[red]NO[/]")
     con.print(t)
     for note in verdict.notes:
-        con.print(note, highlight=False)
-    con.print(verdict.line(), highlight=False, soft_wrap=True)
+        con.print(note, highlight=False, markup=False, soft_wrap=True)
+    con.print(verdict.line(), highlight=False, markup=False, soft_wrap=True)

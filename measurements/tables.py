@@ -1,0 +1,104 @@
+"""Markdown tables of docs/real-model.md from ropecli's own JSON in measurements/smollm2/ (nothing typed by hand).
+
+    python measurements/tables.py            # prints every table whose JSON exists
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent / "smollm2"
+
+
+def load(name: str) -> dict | None:
+    path = HERE / f"{name}.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def vs_best(v: dict) -> str:
+    if v.get("best"):
+        return "best"
+    if v.get("diff") is None or v.get("half_width") is None:
+        return "—"
+    verdict = "tied (within noise)" if not v["distinguishable"] else "worse"
+    return f"+{v['diff']:.4f} ± {v['half_width']:.3g} ({verdict})"
+
+
+def ppl_table(name: str) -> None:
+    d = load(name)
+    if d is None:
+        return
+    print(f"{name}: {d['model']} ({d['runtime']}, {d['dtype']}), {d['samples']} windows of {d['results'][0]['len']} tokens, "
+          f"{d['forward_passes']} forward passes, cache hits {d['cache']['hits']}\n")
+    print("| method | k | PPL ± se | Δ mean log-PPL vs best (paired 95 %) | s/window |")
+    print("|---|---|---|---|---|")
+    for r in sorted(d["results"], key=lambda r: r["ppl"] if r["ppl"] is not None else math.inf):
+        per = r["seconds"] / max(1, len(r["window_nll"]))
+        print(f"| {r['label']} | {r['factor']:g} | {r['ppl']:.3f} ± {r['ppl_err'] or 0:.2g} | {vs_best(r['vs_best'])} | {per:.0f} |")
+    print()
+
+
+def kl_table(name: str) -> None:
+    d = load(name)
+    if d is None:
+        return
+    r0 = d["results"][0]
+    print(f"{name}: KL(unscaled ‖ scaled) within L, {d['samples']} windows of {r0['len']} tokens at k = {r0['factor']:g}\n")
+    print("| method | mean KL (nats/token) | p99 | top-1 agreement | vs best (paired 95 %) |")
+    print("|---|---|---|---|---|")
+    for r in sorted(d["results"], key=lambda r: r["kl_mean"]):
+        print(f"| {r['label']} | {r['kl_mean']:.5f} | {r['kl_p99']:.4f} | {r['top1_agreement']:.2f} % | {vs_best(r['vs_best'])} |")
+    print()
+
+
+def passkey_table(name: str) -> None:
+    d = load(name)
+    if d is None:
+        return
+    r0 = d["results"][0]
+    depths = [b["depth"] for b in r0["by_depth"]]
+    print(f"{name}: passkey at {r0['len']} tokens, {r0['by_depth'][0]['samples']} prompts per depth, {r0['digits']} digits\n")
+    print("| method | accuracy | " + " | ".join(f"depth {x:g}" for x in depths) + " | answer NLL |")
+    print("|---|---|" + "---|" * len(depths) + "---|")
+    for r in d["results"]:
+        cells = " | ".join(f"{b['accuracy']:.0%}" for b in r["by_depth"])
+        print(f"| {r['label']} | {r['accuracy']:.0%} | {cells} | {r['answer_nll']:.3f} |")
+    print()
+
+
+def verify_rows() -> None:
+    rows = [(p.stem, json.loads(p.read_text())) for p in sorted(HERE.glob("verify-*.json")) if p.stat().st_size]
+    if not rows:
+        return
+    print("| export | runtime | verdict | the run |")
+    print("|---|---|---|---|")
+    for name, d in rows:
+        run = next((c for c in d["checks"] if c["what"].startswith(("PPL", "effect"))), None)
+        shown = f"{run['what']}: expected {run['expected']}, found {run['found']}" if run else "; ".join(d["notes"])
+        print(f"| {name} | {d['runtime']} | {d['verdict']} | {shown} |")
+    print()
+
+
+def search_rows() -> None:
+    for p in sorted(HERE.glob("search-*.json")):
+        d = json.loads(p.read_text())
+        print(f"{p.stem}:")
+        print(json.dumps({k: d[k] for k in ("best", "verdict", "held_out") if k in d}, indent=1)[:3000])
+        print()
+
+
+if __name__ == "__main__":
+    for name in ("compare-16k", "llamacpp-16k"):
+        ppl_table(name)
+    kl_table("kl-4k")
+    for name in ("passkey-8k", "passkey-16k"):
+        passkey_table(name)
+    verify_rows()
+    search_rows()
+    sys.stdout.flush()
