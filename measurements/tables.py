@@ -27,20 +27,19 @@ def vs_best(v: dict) -> str:
     if v.get("diff") is None or v.get("half_width") is None:
         return "—"
     verdict = "tied (within noise)" if not v["distinguishable"] else "worse"
-    return f"+{v['diff']:.4f} ± {v['half_width']:.3g} ({verdict})"
+    return f"+{v['diff']:.4f} ± {v['half_width']:.3g}: {verdict}"
 
 
 def ppl_table(name: str) -> None:
     d = load(name)
     if d is None:
         return
-    print(f"{name}: {d['model']} ({d['runtime']}, {d['dtype']}), {d['samples']} windows of {d['results'][0]['len']} tokens, "
+    print(f"{name}: {d['model']} ({d.get('runtime', 'transformers')}, {d['dtype']}), {d['samples']} windows of {d['results'][0]['len']} tokens, "
           f"{d['forward_passes']} forward passes, cache hits {d['cache']['hits']}\n")
-    print("| method | k | PPL ± se | Δ mean log-PPL vs best (paired 95 %) | s/window |")
-    print("|---|---|---|---|---|")
+    print("| method | k | PPL ± se | Δ mean log-PPL vs best (paired 95 %) |")
+    print("|---|---|---|---|")
     for r in sorted(d["results"], key=lambda r: r["ppl"] if r["ppl"] is not None else math.inf):
-        per = r["seconds"] / max(1, len(r["window_nll"]))
-        print(f"| {r['label']} | {r['factor']:g} | {r['ppl']:.3f} ± {r['ppl_err'] or 0:.2g} | {vs_best(r['vs_best'])} | {per:.0f} |")
+        print(f"| {r['label']} | {r['factor']:g} | {r['ppl']:.3f} ± {r['ppl_err'] or 0:.2g} | {vs_best(r['vs_best'])} |")
     print()
 
 
