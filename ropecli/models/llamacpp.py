@@ -42,7 +42,8 @@ class LlamaCppBackend:
     dtype: str  # the GGUF's file type, e.g. "gguf MOSTLY_Q4_1": llama.cpp computes with the quantized weights
     device: str = "cpu"
     runtime: str = "llama.cpp"
-    threads: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))
+    threads: int = field(default_factory=lambda: len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                         else os.cpu_count() or 1)  # the cores this process may use (Linux), else all
     gpu_layers: int = 0
     _path: Path | None = None  # the GGUF the current block runs (the source, or a temporary scaled copy)
     _llms: dict = field(default_factory=dict)  # (path, n_ctx) -> llama_cpp.Llama, reused across windows
