@@ -65,7 +65,7 @@ def read_json(path: Path) -> dict:
         raise RopeCliError(f"cannot read {path}: {exc}") from None
 
 
-def _blocks(rp: dict) -> dict[str | None, dict]:
+def rope_blocks(rp: dict) -> dict[str | None, dict]:
     """{layer type or None: rope parameters}; a per-type dict's unchanged entries are kept (they are skipped later)."""
     if "rope_type" in rp or "type" in rp:
         return {None: rp}
@@ -89,7 +89,7 @@ def transformers_applied(config: dict, at_len: int, scaled: tuple[str, ...], hea
                           rope_parameters=config["rope_parameters"])
     text = cfg.get_text_config()
     out = []
-    for layer_type, params in _blocks(text.rope_parameters).items():
+    for layer_type, params in rope_blocks(text.rope_parameters).items():
         rope_type = params.get("rope_type", "default")
         if layer_type is not None and (layer_type not in scaled if scaled else rope_type == "default"):
             continue  # a layer type the schedule leaves alone (Gemma 3's sliding layers)
@@ -129,7 +129,7 @@ def vllm_applied(block: dict, at_len: int, head_dim: int) -> list[Applied]:
 
     max_pos = int(block.get("max_position_embeddings") or 0)
     out = []
-    for layer_type, p in _blocks(block.get("rope_parameters") or {}).items():
+    for layer_type, p in rope_blocks(block.get("rope_parameters") or {}).items():
         rope_type = p.get("rope_type", "default")
         base = float(p.get("rope_theta", 10000))
         L = p.get("original_max_position_embeddings")

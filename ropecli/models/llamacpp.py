@@ -184,14 +184,15 @@ def open_gguf(name: str | None, gguf_file: str | None, *, device: str = "cpu", t
     if not path.is_file():
         raise RopeCliError(f"--model {name}: no such GGUF file")
     rope = read_rope_config(name, gguf_file).overridden(train_len=train_len)
-    backend = load_llamacpp(path, rope, device)
-    from ropecli.models.gguf_rope import read_gguf_input
+    from ropecli.models.config import gguf_layout, gguf_metadata
 
-    if read_gguf_input(path)[0].existing_factors is not None:
+    arch = gguf_metadata(path).get("general.architecture", "")
+    scaling = gguf_metadata(path).get(f"{arch}.rope.scaling.type")
+    if scaling not in (None, "none") or any(name == "rope_freqs.weight" for name, _ in gguf_layout(path)[1]):
         raise RopeCliError(f"--backend llamacpp: {path.name} already carries its own RoPE scaling (rope_freqs or a "
                            "llama.cpp scaling type); ropecli's schedules start from the unscaled model, as in the "
                            "transformers backend. Give the unscaled GGUF, or use --backend transformers")
-    return backend
+    return load_llamacpp(path, rope, device)
 
 
 def load_llamacpp(path: Path, rope: ModelRope, device: str = "cpu") -> LlamaCppBackend:

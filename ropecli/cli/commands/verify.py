@@ -113,12 +113,11 @@ def _run(verdict, kind: str, target: Path, block, model, gguf_file, exp, run_len
 
 def _consistent(target: Path, block) -> bool:
     """True when the export's short_factor equals its long_factor (--consistent): scaled at every length."""
-    from ropecli.export.readback import read_json
+    from ropecli.export.readback import read_json, rope_blocks
 
     cfg = block or read_json(target / "config.json")
     text = cfg.get("text_config") or cfg
-    rp = text.get("rope_parameters") or {}
-    blocks = [rp] if "rope_type" in rp else [v for v in rp.values() if isinstance(v, dict)]
+    blocks = rope_blocks(text.get("rope_parameters") or {}).values()
     return all(b.get("short_factor") == b.get("long_factor") for b in blocks if b.get("rope_type") == "longrope")
 
 
