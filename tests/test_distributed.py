@@ -3,6 +3,7 @@ numbers of one process exactly, compute each window once, print once; a killed r
 quickly and the rerun resumes from the cache; bad setups are one line."""
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -142,7 +143,8 @@ if sys.argv[1] == "pin":  # someone else keeps the default group: shutdown says 
     import torch.distributed as tdist
     PINNED = tdist.distributed_c10d._get_default_group()
 ok = shutdown(clean=True)
-print(json.dumps({"rank": dist.rank, "during": during, "ok": ok, "after": group_threads()}))
+sys.stdout.write(json.dumps({"rank": dist.rank, "during": during, "ok": ok, "after": group_threads()}) + "\\n")
+sys.stdout.flush()  # one write per rank: the two ranks share torchrun's stdout
 if not ok:
     leave(0)
 """
@@ -159,8 +161,9 @@ def test_group_threads_end_before_the_interpreter_does(case, tmp_path):
            str(script), case]
     r = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    lines = sorted((json.loads(ln) for ln in r.stdout.splitlines() if ln.startswith("{")), key=lambda x: x["rank"])
-    assert [x["rank"] for x in lines] == [0, 1]
+    found = re.findall(r'\{"rank": \d+[^{}]*\}', r.stdout)  # each rank's object, even if two lines interleave
+    lines = sorted((json.loads(obj) for obj in found), key=lambda x: x["rank"])
+    assert [x["rank"] for x in lines] == [0, 1], r.stdout
     for x in lines:
         assert any(t.startswith("gloo") for t in x["during"])  # the check can see the threads it looks for
         if case == "plain":
