@@ -85,11 +85,41 @@ def verify_rows() -> None:
 
 
 def search_rows() -> None:
+    """Per search: what it searched and found on its windows, then the winner against every deployed
+    method on the held-out windows (paired with the winner, 95 %), and the search's own verdict."""
     for p in sorted(HERE.glob("search-*.json")):
         d = json.loads(p.read_text())
-        print(f"{p.stem}:")
-        print(json.dumps({k: d[k] for k in ("best", "verdict", "held_out") if k in d}, indent=1)[:3000])
-        print()
+        vary = ", ".join(f"{v['name']} in [{v['lo']:g}, {v['hi']:g}]" for v in d["vary"])
+        n_windows = len(next(e["windows"] for e in d["evaluations"] if "windows" in e))
+        print(f"{p.stem}: {d['method']}, {vary}; {d['search_evaluations']} evaluations ({d['optimizer']}) on "
+              f"{n_windows} windows at {', '.join(map(str, d['lengths']))}; best {d['best_label']} "
+              f"(mean log-PPL {d['best_objective']:.4f})\n")
+        held = d.get("held_out")
+        if not held:
+            continue
+        first = held["rows"][0]
+        print(f"held out: {len(first['windows'])} windows\n")
+        print("| schedule | role | PPL ± se | Δ mean log-PPL vs the searched winner (paired 95 %) |")
+        print("|---|---|---|---|")
+        for r in sorted(held["rows"], key=lambda r: r["objective"]):
+            ppl = " / ".join(f"{v:.3f} ± {r['ppl_err'][k] or 0:.2g}" for k, v in r["ppl"].items())
+            v = r["vs_winner"]
+            if r is first or r["role"] == "winner":
+                cell = "—"
+            elif v.get("half_width") is None:
+                cell = f"{v['diff']:+.4f}"
+            else:
+                cell = f"{v['diff']:+.4f} ± {v['half_width']:.3g}: " + ("tied (within noise)" if not v["distinguishable"]
+                                                                      else "worse" if v["diff"] > 0 else "better")
+            print(f"| {r['label']} | {r['role']} | {ppl} | {cell} |")
+        d = held["winner_vs_best_standard"]  # recomputed from the numbers, not the JSON's sentence
+        if d.get("half_width") is None:
+            print(f"\nwinner − {held['best_standard']}: {d['diff']}\n")
+            continue
+        word = ("not distinguishable" if not d["distinguishable"] else
+                "the searched winner is better" if d["diff"] < 0 else f"{held['best_standard']} is better")
+        print(f"\nwinner − best deployed ({held['best_standard']}): {d['diff']:+.4f} ± {d['half_width']:.3g} nats "
+              f"(paired 95 % interval, {d['n']} windows): {word}\n")
 
 
 if __name__ == "__main__":

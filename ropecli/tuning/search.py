@@ -185,7 +185,7 @@ def references_verdict(references: list[dict], best: dict) -> dict:
     if beating:
         top = beating[0]
         d = top["vs_best_b"]
-        verdict = (f"{top['label']} beats the best b = {b:.4f}: {d['diff']:+.4f} nats ± {d['se']:.2g} (paired 95%)"
+        verdict = (f"{top['label']} beats the best b = {b:.4f}: {d['diff']:+.4f} nats ± {d['half_width']:.2g} (paired 95% interval)"
                    + (f"; so do {', '.join(r['label'] for r in beating[1:])}" if len(beating) > 1 else "")
                    + f". Use {top['label']}, not mixed(b).")
     elif tied:
@@ -214,13 +214,13 @@ def held_out_verdict(run: Evaluate, geom: Geometry, lengths: list[int], objectiv
     d = pair(win, best_std)
     if d["diff"] is not None and d["diff"] < 0 and d["distinguishable"]:
         verdict = (f"{winner.label} beats the best standard method, {best_std['label']}, on held-out windows: "
-                   f"{d['diff']:+.4f} nats ± {d['se']:.2g} (paired 95%)")
+                   f"{d['diff']:+.4f} nats ± {d['half_width']:.2g} (paired 95% interval)")
     elif d["diff"] is not None and d["diff"] > 0 and d["distinguishable"]:
         verdict = (f"{best_std['label']} beats the searched {winner.label} on held-out windows: "
-                   f"{-d['diff']:+.4f} nats ± {d['se']:.2g} (paired 95%); use {best_std['label']}")
+                   f"{-d['diff']:+.4f} nats ± {d['half_width']:.2g} (paired 95% interval); use {best_std['label']}")
     else:
         verdict = (f"{winner.label} and the best standard method, {best_std['label']}, are not distinguishable on "
-                   f"held-out windows ({d['diff']:+.4f} nats ± {d['se'] or 0:.2g}, paired 95%): {tie_answer(d)}")
+                   f"held-out windows ({d['diff']:+.4f} nats ± {d['half_width'] or 0:.2g}, paired 95% interval): {tie_answer(d)}")
     return {"rows": rows, "best_standard": best_std["label"], "winner_vs_best_standard": d, "verdict": verdict,
             "winner_beats_best_standard": bool(d["diff"] is not None and d["diff"] < 0 and d["distinguishable"])}
 
