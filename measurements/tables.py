@@ -63,11 +63,12 @@ def passkey_table(name: str) -> None:
     r0 = d["results"][0]
     depths = [b["depth"] for b in r0["by_depth"]]
     print(f"{name}: passkey at {r0['len']} tokens, {r0['by_depth'][0]['samples']} prompts per depth, {r0['digits']} digits\n")
-    print("| method | accuracy | " + " | ".join(f"depth {x:g}" for x in depths) + " | answer NLL |")
-    print("|---|---|" + "---|" * len(depths) + "---|")
+    print("| method | accuracy | " + " | ".join(f"depth {x:g}" for x in depths) + " | answer NLL (nats) | vs best (paired 95 %) |")
+    print("|---|---|" + "---|" * len(depths) + "---|---|")
     for r in d["results"]:
         cells = " | ".join(f"{b['accuracy']:.0%}" for b in r["by_depth"])
-        print(f"| {r['label']} | {r['accuracy']:.0%} | {cells} | {r['answer_nll']:.3f} |")
+        best = vs_best(r["vs_best"]) if "vs_best" in r else "—"
+        print(f"| {r['label']} | {r['accuracy']:.0%} | {cells} | {r['answer_nll']:.3f} | {best} |")
     print()
 
 
