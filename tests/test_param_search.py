@@ -149,3 +149,22 @@ def test_llama3_points_outside_the_joint_domain_are_infeasible_not_fatal(tiny_di
     assert bad and good and all(e["objective"] is None for e in bad)
     assert all(e["params"]["high_freq_factor"] <= e["params"]["low_freq_factor"] for e in bad)
     assert out["best_params"]["high_freq_factor"] > out["best_params"]["low_freq_factor"]
+
+
+@pytest.mark.parametrize("optimizer", ["nelder-mead", "powell"])
+def test_the_start_is_evaluated_at_the_stock_defaults_exactly(optimizer):
+    # llama3's defaults (1, 4) sit at 1/3 of their log ranges: rounded to 6 decimals they were evaluated at
+    # high_freq_factor = 3.9999945, a point that missed the stock llama3's cached windows
+    dims = [Dim("low_freq_factor", 0.25, 8.0, True), Dim("high_freq_factor", 1.0, 64.0, True)]
+    x0 = [d.unit(v) for d, v in zip(dims, (1.0, 4.0))]
+    seen = []
+
+    def f(u):
+        seen.append([d.value(x) for d, x in zip(dims, u)])
+        return (u[0] - 0.6) ** 2 + (u[1] - 0.7) ** 2
+
+    trace = optimize(f, 2, 12, optimizer, x0)
+    assert seen[0] == [1.0, 4.0]  # exactly the stock schedule
+    assert trace.points[0][0] == x0
+    assert any(p[1] == 4.0 and p[0] != 1.0 for p in seen)  # a vertex that moves only the other coordinate keeps 4
+    assert min(v for _, v in trace.points) < 0.01  # and the search still goes where f is lowest
