@@ -21,3 +21,5 @@ S="--model smollm2 --len 16384 --samples 2 --held-out 4 --budget 10"
 step search-mixed-clamped search $S --method mixed --vary b --vary critical
 step search-yarn search $S --method yarn --vary beta_fast --vary beta_slow
 step search-llama3 search $S --method llama3 --vary low_freq_factor --vary high_freq_factor
+# what the searched winners cost within L (the same 4,096-token windows as kl-4k; parameters rounded as printed)
+step kl-4k-searched kl --model smollm2 --len 4096 --k 2 --method mixed,yarn,llama3 --b 1.625 --param critical=29.5625 --param beta_fast=128 --param beta_slow=0.2394 --param high_freq_factor=11.3137 --samples 4

@@ -127,6 +127,7 @@ if __name__ == "__main__":
     for name in ("compare-16k", "llamacpp-16k"):
         ppl_table(name)
     kl_table("kl-4k")
+    kl_table("kl-4k-searched")
     for name in ("passkey-8k", "passkey-16k"):
         passkey_table(name)
     verify_rows()

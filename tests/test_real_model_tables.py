@@ -29,9 +29,10 @@ def rows(render, *args) -> list[str]:
 @pytest.mark.parametrize("render, args", [
     ("ppl_table", ("compare-16k",)),
     ("kl_table", ("kl-4k",)),
+    ("kl_table", ("kl-4k-searched",)),
     ("passkey_table", ("passkey-16k",)),
     ("search_rows", ()),
-], ids=["compare-16k", "kl-4k", "passkey-16k", "searches"])
+], ids=["compare-16k", "kl-4k", "kl-4k-searched", "passkey-16k", "searches"])
 def test_each_measured_row_is_in_the_page(render, args):
     found = rows(TABLES[render], *args)
     assert found, f"{render}{args}: no JSON in measurements/smollm2/"
