@@ -21,6 +21,12 @@ def load(name: str) -> dict | None:
         return None
 
 
+def header(*columns: str) -> None:
+    """A markdown table's head: the column names and the rule under them."""
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+
+
 def vs_best(v: dict) -> str:
     if v.get("best"):
         return "best"
@@ -36,8 +42,7 @@ def ppl_table(name: str) -> None:
         return
     print(f"{name}: {d['model']} ({d.get('runtime', 'transformers')}, {d['dtype']}), {d['samples']} windows of {d['results'][0]['len']} tokens, "
           f"{d['forward_passes']} forward passes, cache hits {d['cache']['hits']}\n")
-    print("| method | k | PPL ± se | Δ mean log-PPL vs best (paired 95 %) |")
-    print("|---|---|---|---|")
+    header("method", "k", "PPL ± se", "Δ mean log-PPL vs best (paired 95 %)")
     for r in sorted(d["results"], key=lambda r: r["ppl"] if r["ppl"] is not None else math.inf):
         print(f"| {r['label']} | {r['factor']:g} | {r['ppl']:.3f} ± {r['ppl_err'] or 0:.2g} | {vs_best(r['vs_best'])} |")
     print()
@@ -49,8 +54,7 @@ def kl_table(name: str) -> None:
         return
     r0 = d["results"][0]
     print(f"{name}: KL(unscaled ‖ scaled) within L, {d['samples']} windows of {r0['len']} tokens at k = {r0['factor']:g}\n")
-    print("| method | mean KL (nats/token) | p99 | top-1 agreement | vs best (paired 95 %) |")
-    print("|---|---|---|---|---|")
+    header("method", "mean KL (nats/token)", "p99", "top-1 agreement", "vs best (paired 95 %)")
     for r in sorted(d["results"], key=lambda r: r["kl_mean"]):
         print(f"| {r['label']} | {r['kl_mean']:.5f} | {r['kl_p99']:.4f} | {r['top1_agreement']:.2f} % | {vs_best(r['vs_best'])} |")
     print()
@@ -63,8 +67,7 @@ def passkey_table(name: str) -> None:
     r0 = d["results"][0]
     depths = [b["depth"] for b in r0["by_depth"]]
     print(f"{name}: passkey at {r0['len']} tokens, {r0['by_depth'][0]['samples']} prompts per depth, {r0['digits']} digits\n")
-    print("| method | accuracy | " + " | ".join(f"depth {x:g}" for x in depths) + " | answer NLL (nats) | vs best (paired 95 %) |")
-    print("|---|---|" + "---|" * len(depths) + "---|---|")
+    header("method", "accuracy", *(f"depth {x:g}" for x in depths), "answer NLL (nats)", "vs best (paired 95 %)")
     for r in d["results"]:
         cells = " | ".join(f"{b['accuracy']:.0%}" for b in r["by_depth"])
         best = vs_best(r["vs_best"]) if "vs_best" in r else "—"
@@ -76,8 +79,7 @@ def verify_rows() -> None:
     rows = [(p.stem, json.loads(p.read_text())) for p in sorted(HERE.glob("verify-*.json")) if p.stat().st_size]
     if not rows:
         return
-    print("| export | runtime | verdict | the run |")
-    print("|---|---|---|---|")
+    header("export", "runtime", "verdict", "the run")
     for name, d in rows:
         run = next((c for c in d["checks"] if c["what"].startswith(("PPL", "effect"))), None)
         shown = f"{run['what']}: expected {run['expected']}, found {run['found']}" if run else "; ".join(d["notes"])
@@ -100,8 +102,7 @@ def search_rows() -> None:
             continue
         first = held["rows"][0]
         print(f"held out: {len(first['windows'])} windows\n")
-        print("| schedule | role | PPL ± se | Δ mean log-PPL vs the searched winner (paired 95 %) |")
-        print("|---|---|---|---|")
+        header("schedule", "role", "PPL ± se", "Δ mean log-PPL vs the searched winner (paired 95 %)")
         for r in sorted(held["rows"], key=lambda r: r["objective"]):
             ppl = " / ".join(f"{v:.3f} ± {r['ppl_err'][k] or 0:.2g}" for k, v in r["ppl"].items())
             v = r["vs_winner"]
