@@ -89,7 +89,8 @@ def verify_rows() -> None:
 
 def search_rows() -> None:
     """Per search: what it searched and found on its windows, then the winner against every deployed
-    method on the held-out windows (paired with the winner, 95 %), and the search's own verdict."""
+    method on the held-out windows (paired with the winner, 95 %), and the winner against the best deployed
+    one, recomputed from the numbers rather than the JSON's sentence."""
     for p in sorted(HERE.glob("search-*.json")):
         d = json.loads(p.read_text())
         vary = ", ".join(f"{v['name']} in [{v['lo']:g}, {v['hi']:g}]" for v in d["vary"])
@@ -100,13 +101,12 @@ def search_rows() -> None:
         held = d.get("held_out")
         if not held:
             continue
-        first = held["rows"][0]
-        print(f"held out: {len(first['windows'])} windows\n")
+        print(f"held out: {len(held['rows'][0]['windows'])} windows\n")
         header("schedule", "role", "PPL ± se", "Δ mean log-PPL vs the searched winner (paired 95 %)")
         for r in sorted(held["rows"], key=lambda r: r["objective"]):
             ppl = " / ".join(f"{v:.3f} ± {r['ppl_err'][k] or 0:.2g}" for k, v in r["ppl"].items())
             v = r["vs_winner"]
-            if r is first or r["role"] == "winner":
+            if r["role"] == "winner":
                 cell = "—"
             elif v.get("half_width") is None:
                 cell = f"{v['diff']:+.4f}"
@@ -114,14 +114,14 @@ def search_rows() -> None:
                 cell = f"{v['diff']:+.4f} ± {v['half_width']:.3g}: " + ("tied (within noise)" if not v["distinguishable"]
                                                                       else "worse" if v["diff"] > 0 else "better")
             print(f"| {r['label']} | {r['role']} | {ppl} | {cell} |")
-        d = held["winner_vs_best_standard"]  # recomputed from the numbers, not the JSON's sentence
-        if d.get("half_width") is None:
-            print(f"\nwinner − {held['best_standard']}: {d['diff']}\n")
+        w = held["winner_vs_best_standard"]
+        if w.get("half_width") is None:
+            print(f"\nwinner − {held['best_standard']}: {w['diff']}\n")
             continue
-        word = ("not distinguishable" if not d["distinguishable"] else
-                "the searched winner is better" if d["diff"] < 0 else f"{held['best_standard']} is better")
-        print(f"\nwinner − best deployed ({held['best_standard']}): {d['diff']:+.4f} ± {d['half_width']:.3g} nats "
-              f"(paired 95 % interval, {d['n']} windows): {word}\n")
+        word = ("not distinguishable" if not w["distinguishable"] else
+                "the searched winner is better" if w["diff"] < 0 else f"{held['best_standard']} is better")
+        print(f"\nwinner − best deployed ({held['best_standard']}): {w['diff']:+.4f} ± {w['half_width']:.3g} nats "
+              f"(paired 95 % interval, {w['n']} windows): {word}\n")
 
 
 if __name__ == "__main__":

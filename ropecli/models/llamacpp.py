@@ -186,8 +186,8 @@ def open_gguf(name: str | None, gguf_file: str | None, *, device: str = "cpu", t
     rope = read_rope_config(name, gguf_file).overridden(train_len=train_len)
     from ropecli.models.config import gguf_layout, gguf_metadata
 
-    arch = gguf_metadata(path).get("general.architecture", "")
-    scaling = gguf_metadata(path).get(f"{arch}.rope.scaling.type")
+    meta = gguf_metadata(path)
+    scaling = meta.get(f"{meta.get('general.architecture', '')}.rope.scaling.type")
     if scaling not in (None, "none") or any(name == "rope_freqs.weight" for name, _ in gguf_layout(path)[1]):
         raise RopeCliError(f"--backend llamacpp: {path.name} already carries its own RoPE scaling (rope_freqs or a "
                            "llama.cpp scaling type); ropecli's schedules start from the unscaled model, as in the "

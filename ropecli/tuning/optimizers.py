@@ -143,25 +143,26 @@ def optimize(f: Callable[[list[float]], float], n: int, budget: int, optimizer: 
     seen: dict[tuple, float] = {}
     order: list[tuple[list[float], float]] = []
 
+    def clamp(v) -> float:
+        return min(1.0, max(0.0, float(v)))
+
     def rounded(x) -> tuple:  # points 1e-6 apart are one point: the optimizers' re-visits cost nothing
-        return tuple(round(min(1.0, max(0.0, float(v))), 6) for v in x)
+        return tuple(round(clamp(v), 6) for v in x)
 
     # a coordinate at the start's value is evaluated at exactly that value (the method's defaults map back
     # to themselves: llama3's high_freq_factor 4, not 3.9999945), so the start shares the stock method's
     # cached windows and the first simplex keeps the defaults it does not move
-    start = [{round(min(1.0, max(0.0, float(v))), 6): min(1.0, max(0.0, float(v)))} for v in x0 or []]
-
-    def point(key: tuple) -> list[float]:
-        return [start[i].get(u, u) if start else u for i, u in enumerate(key)]
+    start = [{round(c, 6): c} for c in map(clamp, x0 or [])]
 
     def F(x) -> float:
         key = rounded(x)
         if key not in seen:
             if len(order) >= budget:
                 raise _BudgetSpent
-            v = f(point(key))
+            point = [start[i].get(u, u) if start else u for i, u in enumerate(key)]
+            v = f(point)
             seen[key] = v if v == v else math.inf
-            order.append((point(key), seen[key]))
+            order.append((point, seen[key]))
         return seen[key]
 
     bracket = None
