@@ -14,7 +14,7 @@ import json
 from typer.testing import CliRunner
 
 from ropecli.cli.app import app
-from ropecli.evaluation.stats import t_quantile
+from ropecli.evaluation.inference import t_quantile
 
 METHODS = "none,pi,ntk-aware,dynamic,yarn,llama3,ntk-fixed,mixed"
 

@@ -27,14 +27,15 @@ def advise(model_dir, out, *extra):
 
 
 def hf_ppl_on_held_out(model_dir: str, length: int, first: int, count: int) -> float:
-    """PPL of a freshly loaded, unpatched transformers model on windows first … first+count-1."""
+    """PPL of a freshly loaded, unpatched transformers model on the held-out windows 0 … count-1 (the
+    held-out half of the plays; `first` is the searched windows' count, which the split by document ignores)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     tok = AutoTokenizer.from_pretrained(model_dir)  # the folder's tokenizer, as ropecli loads it
     docs, _ = load_documents(None)
-    win = sample_windows(docs, tokenize_documents(docs, tok), length, first + count, 0, tok.bos_token_id)
-    nll = [naive_window_nll(model, torch.from_numpy(row)[None]) for row in win.ids[first:]]
+    win = sample_windows(docs, tokenize_documents(docs, tok), length, count, 0, tok.bos_token_id, part=1)
+    nll = [naive_window_nll(model, torch.from_numpy(row)[None]) for row in win.ids]
     return math.exp(sum(n for n, _ in nll) / sum(t for _, t in nll))
 
 

@@ -154,10 +154,20 @@ def test_paired_difference_equals_hand_computation():
     assert paired_difference([1.0], [0.0])["se"] is None
 
 
-def test_rank_against_best_marks_ties():
+def test_rank_against_best_ties_only_what_is_shown_equivalent():
+    # b: 0.01 behind on 3 windows, spread 0.01: neither shown worse nor inside ±0.01 -> undecided, not tied
     ranked = rank_against_best({"a": [1.0, 2.0, 3.0], "b": [1.01, 2.0, 3.02], "c": [2.0, 3.0, 4.1]})
-    assert ranked["a"]["best"] and ranked["a"]["tied"]
-    assert ranked["b"]["tied"] and not ranked["c"]["tied"]
+    assert ranked["a"]["best"] and ranked["a"]["tied"] and ranked["a"]["verdict"] == "best"
+    assert ranked["b"]["verdict"] == "undecided" and not ranked["b"]["tied"]
+    assert "would decide it" in ranked["b"]["answer"]
+    assert ranked["c"]["verdict"] == "worse" and not ranked["c"]["tied"]
+    # a steady 0.001 gap on 6 windows: shown non-zero, but the interval lies inside ±0.01 -> equivalent, tied
+    eq = rank_against_best({"a": [1.0, 2.0, 3.0, 1.5, 2.5, 3.5], "b": [1.001, 2.0012, 3.0009, 1.501, 2.5011, 3.5008]})
+    assert eq["b"]["verdict"] == "equivalent" and eq["b"]["tied"]
+    # the same gap with a margin below it: shown worse
+    strict = rank_against_best({"a": [1.0, 2.0, 3.0, 1.5, 2.5, 3.5], "b": [1.001, 2.0012, 3.0009, 1.501, 2.5011, 3.5008]},
+                               margin=0.0005)
+    assert strict["b"]["verdict"] == "worse" and not strict["b"]["tied"]
 
 
 def test_attach_paired_groups_by_metric_and_length():
@@ -187,7 +197,7 @@ def test_search_b_paired_interval_and_verdict():
     out = search_b(fake, Geometry(64, 1e4, 256, 8.0), [2048], tol=0.01)
     assert abs(out["best_b"] - 0.6) <= 0.01
     lo, hi = out["equivalent_b"]
-    assert lo <= out["best_b"] <= hi and hi - lo < 0.5  # paired: only b near the best is tied
+    assert lo <= out["best_b"] <= hi and hi - lo < 0.5  # paired: only b near the best is shown equivalent
     refs = {r["label"]: r for r in out["references"]}
     assert {"yarn(beta_fast=32, beta_slow=1)", "llama3(low_freq_factor=1, high_freq_factor=4)", "dynamic"} <= set(refs)
     assert refs["llama3(low_freq_factor=1, high_freq_factor=4)"]["vs_best_b"]["beats_best_b"]

@@ -90,7 +90,7 @@ def tiny_dir(tmp_path_factory):
     return str(save_tiny(tmp_path_factory.mktemp("tiny") / "model"))
 
 
-def test_held_out_windows_are_disjoint_from_the_searched_ones(tiny_dir):
+def test_held_out_windows_come_from_other_documents(tiny_dir):
     from ropecli.evaluation.cache import EvalCache
     from ropecli.evaluation.data import load_documents
     from ropecli.evaluation.evaluator import Evaluator
@@ -99,14 +99,32 @@ def test_held_out_windows_are_disjoint_from_the_searched_ones(tiny_dir):
     lm = load_model(tiny_dir)
     ev = Evaluator.over(lm, samples=3, cache=EvalCache(enabled=False))
     held = ev.held_out(4)
-    both = Evaluator.over(lm, samples=7, cache=EvalCache(enabled=False))
-    searched, kept, everything = ev.inputs.windows(192).ids, held.inputs.windows(192).ids, both.inputs.windows(192).ids
-    np.testing.assert_array_equal(np.concatenate([searched, kept]), everything)  # the next windows of one sample
+    searched, kept = ev.inputs.windows(192).ids, held.inputs.windows(192).ids
+    names_s, names_h = set(ev.inputs.windows(192).names), set(held.inputs.windows(192).names)
+    assert names_s and names_h and not names_s & names_h  # five plays: the searched and the held-out ones differ
+    assert "held out by document" in held.inputs.split_note(192)
     docs, _ = load_documents(None)
     # windows are non-overlapping cuts of documents: no held-out window repeats a searched one
     assert not {r.tobytes() for r in searched} & {r.tobytes() for r in kept}
     assert held.inputs.windows(192).fingerprint != ev.inputs.windows(192).fingerprint and len(docs) == 5
     assert [p.key for p in held.inputs.prompts(192)] != [p.key for p in ev.inputs.prompts(192)][: len(held.inputs.prompts(192))]
+
+
+def test_one_document_is_held_out_by_window_and_says_so(tiny_dir, tmp_path):
+    from ropecli.evaluation.cache import EvalCache
+    from ropecli.evaluation.corpus import held_out_plays
+    from ropecli.evaluation.evaluator import Evaluator
+    from ropecli.models.load import load_model
+
+    play = tmp_path / "one.txt"
+    play.write_text(next(iter(held_out_plays().values())))
+    lm = load_model(tiny_dir)
+    ev = Evaluator.over(lm, [str(play)], samples=3, cache=EvalCache(enabled=False))
+    held = ev.held_out(4)
+    both = Evaluator.over(lm, [str(play)], samples=7, cache=EvalCache(enabled=False))
+    searched, kept, everything = ev.inputs.windows(192).ids, held.inputs.windows(192).ids, both.inputs.windows(192).ids
+    np.testing.assert_array_equal(np.concatenate([searched, kept]), everything)  # the next windows of one document
+    assert "held out by window" in held.inputs.split_note(192)
 
 
 # --- the command -------------------------------------------------------------------------------------

@@ -157,7 +157,11 @@ NoRaceOpt = Annotated[bool, typer.Option(
          "prompt). Default: racing, forward passes only where they change the verdict.")]
 MaxWindowsOpt = Annotated[Optional[int], typer.Option(
     "--max-windows", min=2, rich_help_panel=SEARCH,
-    help="Racing: most windows (passkey: prompts per depth) a tied candidate gets (default: 4x --samples / --held-out).")]
+    help="Racing: most windows (passkey: prompts per depth) an undecided candidate gets (default: 4x --samples / --held-out).")]
+MarginOpt = Annotated[Optional[float], typer.Option(
+    "--margin", min=0.0, rich_help_panel=SEARCH,
+    help="Equivalence margin, nats of mean log-PPL: a candidate whose paired 95% interval against the best lies inside "
+         "±margin is shown equivalent and may win the tie-break (default 0.01: PPL within 1%).")]
 # Flags that mean something else in one command: each variant defined here, beside the shared one.
 TunedMethodOpt = Annotated[str, typer.Option(  # search: one method to tune (ScheduleOptions' --method: methods to run)
     "--method", "-m", rich_help_panel=SEARCH, help="The registry method to tune.")]

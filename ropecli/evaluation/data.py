@@ -142,26 +142,35 @@ def count_windows(token_ids: list[list[int]], length: int, bos_id: int | None) -
     return sum(len(ids) // body for ids in token_ids if len(ids) >= body) if body > 0 else 0
 
 
+def split_documents(docs: list[Document], token_ids: list[list[int]], length: int, seed: int, bos_id: int | None,
+                    part: int | None) -> list[int]:
+    """Indices of the documents long enough for `length`, in the seeded order; with `part` (0: searched,
+    1: held out) and at least two of them, every other one from `part` on, so that searched and held-out
+    windows come from different documents."""
+    body = length - (1 if bos_id is not None else 0)
+    eligible = [i for i, ids in enumerate(token_ids) if len(ids) >= body]
+    order = [eligible[j] for j in np.random.default_rng(seed).permutation(len(eligible))]
+    return order[part::2] if part is not None and len(order) >= 2 else order
+
+
 def sample_windows(docs: list[Document], token_ids: list[list[int]], length: int, samples: int, seed: int,
-                   bos_id: int | None) -> Windows:
+                   bos_id: int | None, part: int | None = None) -> Windows:
     if length < 2:
         raise RopeCliError(f"--len {length} is too short; perplexity needs at least 2 tokens")
     if samples < 1:
         raise RopeCliError(f"--samples {samples} must be at least 1")
     body = length - (1 if bos_id is not None else 0)  # text tokens per window
-    eligible = [(d, ids) for d, ids in zip(docs, token_ids) if len(ids) >= body]
-    order = np.random.default_rng(seed).permutation(len(eligible))
-    per_doc = [len(eligible[i][1]) // body for i in order]
+    order = split_documents(docs, token_ids, length, seed, bos_id, part)
+    per_doc = [len(token_ids[i]) // body for i in order]
     chosen: list[tuple[str, list[int]]] = []
     for w in range(max(per_doc, default=0)):
         for j, i in enumerate(order):
             if w < per_doc[j] and len(chosen) < samples:
-                doc, ids = eligible[i]
-                chosen.append((doc.name, ids[w * body:(w + 1) * body]))
+                chosen.append((docs[i].name, token_ids[i][w * body:(w + 1) * body]))
     if len(chosen) < samples:
         longest = max((len(t) for t in token_ids), default=0)
         raise RopeCliError(f"too little text for --len {length}: only {len(chosen)} window(s) of {length} tokens "
                            f"(longest document {longest} tokens); lower --len or --samples, or add text with --data")
     prefix = [bos_id] if bos_id is not None else []
     ids = np.array([prefix + w for _, w in chosen], dtype=np.int64)
-    return Windows(length, ids, [n for n, _ in chosen], len(docs) - len(eligible))
+    return Windows(length, ids, [n for n, _ in chosen], len(docs) - len(split_documents(docs, token_ids, length, seed, bos_id, None)))

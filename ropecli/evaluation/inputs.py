@@ -3,7 +3,10 @@ once from the documents and the same for every schedule, so that results are pai
 
 Windows: `ropecli.evaluation.data.sample_windows` (the YaRN protocol on a seeded sample). Prompts:
 `ropecli.evaluation.passkey.make_samples`. A held-out copy (`held_out`) takes the windows and prompts
-that follow this one's in the same seeded sample: text this one never scores.
+that this one never scores: with at least two documents long enough for a length, windows of other
+documents (the seeded order of the documents alternates between the searched and the held-out part,
+`ropecli.evaluation.data.split_documents`), so a held-out verdict is about text the search never saw;
+with one, the windows that follow this one's in the same document (`split_note` says which).
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ropecli.errors import RopeCliError
-from ropecli.evaluation.data import Windows, count_windows, load_documents, sample_windows, tokenize_documents
+from ropecli.evaluation.data import (Windows, count_windows, load_documents, sample_windows, split_documents,
+                                     tokenize_documents)
 from ropecli.evaluation.passkey import DEFAULT_DEPTHS
 
 
@@ -26,6 +30,7 @@ class Inputs:
     samples: int = 4  # windows per length; passkey: prompts per depth and length
     seed: int = 0
     first_window: int = 0  # held-out: windows first_window … first_window+samples-1 of the seeded sample
+    split: str | None = None  # "search" / "held": this part of the documents (held_out splits them)
     depths: tuple = DEFAULT_DEPTHS  # passkey: where the key sits in the filler
     digits: int = 5  # passkey: digits of a key
     _windows: dict = field(default_factory=dict, repr=False)
@@ -40,9 +45,34 @@ class Inputs:
         return cls(tokenizer, docs, tokenize_documents(docs, tokenizer), label, **kw)
 
     def held_out(self, samples: int) -> "Inputs":
-        """The `samples` windows (and prompts) after this one's; the tokenized documents are shared."""
-        return replace(self, samples=samples, first_window=self.first_window + self.samples, _windows={}, _prompts={},
-                       _resized={}, _fingerprints={})
+        """The `samples` held-out windows (and the prompts after this one's): from the other half of the
+        documents where a length has two or more (this one then keeps its own half), else the windows
+        after this one's. The tokenized documents are shared."""
+        if self.split is None:
+            self.split = "search"
+            self._windows.clear(), self._resized.clear(), self._fingerprints.clear()
+        return replace(self, samples=samples, split="held", first_window=self.first_window + self.samples, _windows={},
+                       _prompts={}, _resized={}, _fingerprints={})
+
+    def _part(self, length: int) -> tuple[int | None, int]:
+        """(which half of the documents, first window) of this sample at `length`."""
+        bos = getattr(self.tokenizer, "bos_token_id", None)
+        part = {"search": 0, "held": 1}.get(self.split)
+        if part is not None and len(split_documents(self.docs, self.tokens, length, self.seed, bos, None)) >= 2:
+            return part, 0 if part == 1 else self.first_window
+        return None, self.first_window
+
+    def split_note(self, length: int) -> str:
+        """Where these windows come from relative to the searched ones, in words."""
+        part, _ = self._part(length)
+        if self.split is None:
+            return "no held-out split"
+        if part is None:
+            return ("held out by window: one document is long enough, so the held-out windows follow the searched ones "
+                    "in it (not text the search never saw the like of)")
+        bos = getattr(self.tokenizer, "bos_token_id", None)
+        names = lambda p: ", ".join(self.docs[i].name for i in split_documents(self.docs, self.tokens, length, self.seed, bos, p))  # noqa: E731
+        return f"held out by document: searched on {names(0)}; held out on {names(1)}"
 
     def resized(self, samples: int | None) -> "Inputs":
         """The first `samples` windows (prompts per depth) of the same seeded sample, from the same first
@@ -57,22 +87,32 @@ class Inputs:
     def available(self, length: int) -> int:
         """Windows at `length` this sample can still take from its first window on (the data's limit)."""
         bos = getattr(self.tokenizer, "bos_token_id", None)
-        return count_windows(self.tokens, length, bos) - self.first_window
+        part, first = self._part(length)
+        docs = split_documents(self.docs, self.tokens, length, self.seed, bos, part)
+        return count_windows([self.tokens[i] for i in docs], length, bos) - first
 
     def check_available(self, length: int, samples: int, what: str = "--max-windows") -> None:
         have = self.available(length)
         if have < samples:
-            raise RopeCliError(f"{what} {samples}: the data holds only {max(have, 0)} window(s) of {length} tokens from "
-                               f"window {self.first_window} on; lower {what}, or add text with --data")
+            part, first = self._part(length)
+            where = f"in the {'searched' if part == 0 else 'held-out'} half of the documents" if part is not None else \
+                f"from window {first} on"
+            raise RopeCliError(f"{what} {samples}: the data holds only {max(have, 0)} window(s) of {length} tokens {where}; "
+                               f"lower {what}, or add text with --data")
 
     def windows(self, length: int) -> Windows:
         if length not in self._windows:
             bos = getattr(self.tokenizer, "bos_token_id", None)
-            win = sample_windows(self.docs, self.tokens, length, self.first_window + self.samples, self.seed, bos)
-            if self.first_window:  # the first windows of a larger sample are the smaller sample: skip them
-                win = Windows(length, win.ids[self.first_window:], win.names[self.first_window:], win.skipped)
+            part, first = self._part(length)
+            win = sample_windows(self.docs, self.tokens, length, first + self.samples, self.seed, bos, part)
+            if first:  # the first windows of a larger sample are the smaller sample: skip them
+                win = Windows(length, win.ids[first:], win.names[first:], win.skipped)
             self._windows[length] = win
         return self._windows[length]
+
+    def documents(self, length: int, samples: int | None = None) -> int:
+        """Distinct documents among the first `samples` windows at `length` (default: this sample's)."""
+        return len(set(self.resized(samples).windows(length).names))
 
     def prompts(self, length: int) -> list:
         """The passkey prompts at `length`, depth-major ([depth 0 samples…, depth 1 samples…])."""

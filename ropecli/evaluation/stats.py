@@ -1,32 +1,21 @@
-"""Paired comparisons: is a difference between two schedules above the noise of the windows, and
-how many windows would decide it when it is not?
+"""Paired comparisons as the commands print them: the inference (`ropecli.evaluation.inference`)
+turned into JSON rows, verdict words and table cells.
 
 Every candidate is scored on the same windows (or the same passkey prompts), so differences are
 paired: for candidate x and the best y, d_i = x_i - y_i per window i (per-window mean NLL for PPL,
-answer NLL per prompt for passkey, mean KL per window for KL; with several lengths, x_i is the mean
-over lengths of window i's values, window i being the i-th window at each length). Then
+answer NLL per prompt for passkey, mean KL per window for KL; several lengths are paired length by
+length). `paired_difference` gives
 
-    diff = mean(d),   se = std(d, ddof=1) / sqrt(n),   half = t(0.975, df) * se,   df = n - 1
+    diff, se, df, half_width (95%, two-sided), inference (documents / windows / units),
+    generalizes_to, verdict (worse / better / equivalent / undecided), needs (what would decide it)
 
-and x is *distinguishable* from y at 95% when |diff| > half (a two-sided paired t-test). With one
-window there is no spread: se is None and nothing is called distinguishable. With identical values
-on every window (se = 0) a non-zero diff is distinguishable. Pairing removes what every schedule
-shares (how hard a window's text is), which is most of the across-window spread: a 0.003-nat gap can
-be real with 4 windows when the paired spread is small, and noise when it is not.
-
-Clustered standard errors: windows cut from one document are not independent draws (they share its
-style, its names, its vocabulary), so when `clusters` (the source document of each unit) repeat, se is
-the cluster-robust (CR1) one, df = G - 1 with G documents:
-
-    se^2 = G / (G - 1) * sum_g (sum_{i in g} (d_i - diff))^2 / n^2
-
-which is the ordinary se when every window has its own document. `se_iid` keeps the ordinary one
-beside it. With every window from one document there is nothing to cluster on: the ordinary se is
-used, and the result carries no `clustered` key.
-
-Windows needed: a difference that is not distinguishable gets `windows_needed`, the n at which a
-paired two-sided test at 95% has 80% power for a true difference of the observed size, with the
-observed per-window spread (design effect included): n * ((z(0.975) + z(0.80)) * se / diff)^2.
+One notation everywhere: "±" is the 95% half-width (t(0.975, df) * se), labelled once per table.
+The verdict words are decided at a one-sided level a: by default 0.025 (so "equivalent" means the
+95% interval lies inside ±margin, "worse" that it lies above 0); tables that compare K candidates
+with the best use a = 0.025 / (K - 1) (`rank_against_best`), a 95% statement for the whole table,
+the rule `ropecli advise` ranks by. "Equivalent" is shown, never assumed: a pair that is neither
+shown different nor shown equivalent is *undecided*, with the windows (or documents) that would
+decide it under the variance model used.
 """
 
 from __future__ import annotations
@@ -35,104 +24,91 @@ import math
 
 import numpy as np
 
-CONFIDENCE = 0.95
-POWER = 0.80  # of the windows-needed answer
+from ropecli.evaluation.inference import CONFIDENCE, MARGIN, Paired, paired, units_needed
+
+ONE_SIDED = (1 - CONFIDENCE) / 2  # the level of a verdict word read off one 95% interval
 
 
-def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
-    """Two-sided Student-t critical value, e.g. 2.776 for df = 4 at 95%."""
-    from scipy.stats import t
-
-    return float(t.ppf(0.5 + confidence / 2, df))
-
-
-def z_quantile(p: float) -> float:
-    from scipy.stats import norm
-
-    return float(norm.ppf(p))
-
-
-def windows_needed(diff: float | None, se: float | None, n: int, alpha: float = 1 - CONFIDENCE,
-                   power: float = POWER) -> int | None:
-    """Units a paired two-sided test at level `alpha` needs for `power` against a true difference of |diff|,
-    with the per-unit spread that gives standard error `se` on n units; None when there is nothing to size."""
-    if diff is None or se is None or not diff or not math.isfinite(diff) or se <= 0:
-        return None
-    z = z_quantile(1 - alpha / 2) + z_quantile(power)
-    return max(n + 1, math.ceil(n * (z * se / diff) ** 2))
-
-
-def clustered_se(d: np.ndarray, clusters: list | None) -> tuple[float, int, int | None]:
-    """(se, df, G) of mean(d): cluster-robust (CR1) over the documents of `clusters` when some document
-    gives several units and there are at least two; else the ordinary se (G None)."""
-    n = d.size
-    iid = float(d.std(ddof=1) / math.sqrt(n))
-    if clusters is None or len(clusters) != n:
-        return iid, n - 1, None
-    labels = sorted(set(clusters), key=str)
-    if len(labels) == n or len(labels) < 2:
-        return iid, n - 1, None
-    resid = d - d.mean()
-    sums = np.array([resid[[i for i, c in enumerate(clusters) if c == g]].sum() for g in labels])
-    G = len(labels)
-    return float(math.sqrt(G / (G - 1) * float((sums ** 2).sum()) / n ** 2)), G - 1, G
-
-
-def paired_difference(x, y, clusters: list | None = None) -> dict:
-    """x - y over paired units: {diff, se, half_width, n, distinguishable, …} (nats when x, y are NLLs);
-    `clusters`: the source document of each unit (windows of one document are clustered)."""
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    if x.shape != y.shape or x.ndim != 1 or x.size == 0:
-        raise ValueError(f"paired values need the same non-empty 1-D shape, got {x.shape} and {y.shape}")
-    d = x - y
-    n = d.size
-    diff = float(d.mean())
-    if not np.all(np.isfinite(d)):
-        return {"diff": diff if math.isfinite(diff) else None, "se": None, "half_width": None, "n": n,
-                "distinguishable": bool(np.isfinite(x).sum() != np.isfinite(y).sum())}
-    if n < 2:
-        return {"diff": diff, "se": None, "half_width": None, "n": n, "distinguishable": False}
-    se, df, G = clustered_se(d, clusters)
-    half = t_quantile(df) * se
-    out = {"diff": diff, "se": se, "half_width": half, "n": n,
-           "distinguishable": bool(abs(diff) > half) if se > 0 else diff != 0.0}
-    if G is not None:
-        out.update(clustered=True, documents=G, se_iid=float(d.std(ddof=1) / math.sqrt(n)))
-    if not out["distinguishable"]:
-        out["windows_needed"] = windows_needed(diff, se, n)
+def describe(p: Paired, margin: float = MARGIN, level: float = ONE_SIDED) -> dict:
+    """A Paired as JSON, with its verdict at one-sided `level` and, undecided, what would decide it."""
+    out = {"diff": p.diff, "se": p.se, "df": p.df, "half_width": p.half_width(), "n": p.n, "inference": p.inference,
+           "generalizes_to": p.generalizes_to, "documents": p.documents, "margin": margin, "level": level}
+    if p.diff is None:
+        out.update(verdict="worse" if p.inference == "diverged" else "undecided", distinguishable=p.inference == "diverged")
+        out["answer"] = "diverged" if p.inference == "diverged" else "one unit: nothing to compare with"
+        return out
+    if p.se is None:
+        out.update(verdict="undecided", distinguishable=False, answer=f"undecided after {p.n} unit(s): no spread to judge")
+        return out
+    verdict = p.verdict(margin, level)
+    out.update(verdict=verdict, distinguishable=verdict in ("worse", "better"), lower=p.lower(level), upper=p.upper(level))
+    out["answer"] = answer(out, p, margin, level)
     return out
 
 
+def answer(rec: dict, p: Paired, margin: float, level: float) -> str:
+    """The verdict in words, and for an undecided pair what would decide it."""
+    unit = "prompts" if p.inference == "units" else "windows"
+    v = rec["verdict"]
+    if v != "undecided":
+        return {"worse": "shown worse", "better": "shown better",
+                "equivalent": f"shown equivalent within ±{margin:g}"}[v] + f" after {p.n} {unit}"
+    need = units_needed(p, level, margin)
+    rec["needs"] = need
+    if need.get("windows"):
+        more = f"about {need['windows']} {unit} would decide it (80% power)"
+    elif need.get("documents"):
+        more = (f"not reachable with these {p.documents} documents: about {need['documents']} documents would decide it "
+                "(80% power); add text")
+    else:
+        more = f"not reachable with these documents ({need.get('why')}): add text"
+    return f"undecided after {p.n} {unit}: {more}"
+
+
+def paired_difference(x, y, clusters: list | None = None, margin: float = MARGIN, level: float = ONE_SIDED) -> dict:
+    """x - y over paired units: {diff, se, half_width, verdict, inference, …} (nats when x, y are NLLs);
+    `clusters`: the source document of each unit (per length, or one list; None: independent units)."""
+    xs, ys = np.asarray(x, dtype=object if _ragged(x) else np.float64), np.asarray(y, dtype=object if _ragged(y) else np.float64)
+    if xs.size == 0 or ys.size == 0 or (xs.ndim == 1 and ys.ndim == 1 and xs.shape != ys.shape):
+        raise ValueError(f"paired values need the same non-empty shape, got {xs.shape} and {ys.shape}")
+    return describe(paired(x, y, clusters), margin, level)
+
+
+def _ragged(v) -> bool:
+    return bool(len(v)) and isinstance(v[0], (list, tuple, np.ndarray)) and len({len(r) for r in v}) > 1
+
+
 def tie_answer(p: dict, unit: str = "windows") -> str:
-    """'tied after 4 windows; resolving a difference of this size (+0.019 nats) at 95% needs about 38
-    windows (80% power)' for a pair that is not distinguishable."""
-    n, need = p.get("n"), p.get("windows_needed")
-    if p.get("distinguishable"):
-        return f"decided after {n} {unit}"
-    if need is None:
-        return f"tied after {n} {unit}" + ("; no difference to resolve" if p.get("diff") == 0 else "")
-    return (f"tied after {n} {unit}; resolving a difference of this size ({p['diff']:+.3g}) at 95% needs about "
-            f"{need} {unit} (80% power)")
+    """The words of a comparison's verdict (what `describe` wrote), e.g. 'undecided after 4 windows: about
+    38 windows would decide it (80% power)'."""
+    return p.get("answer") or f"{p.get('verdict', 'undecided')} after {p.get('n')} {unit}"
 
 
-def rank_against_best(values: dict, clusters: list | None = None) -> dict:
-    """label -> paired difference to the best label (the lowest mean), with `best` and `tied` (not
-    distinguishable from the best at 95%; the best is tied with itself). Labels scored on fewer
-    windows (dropped by a race) pair on the windows they share, the first ones; the best is chosen
-    among those scored on the most."""
-    finite = {k: v for k, v in values.items() if np.all(np.isfinite(v))}
+def rank_against_best(values: dict, clusters: list | None = None, margin: float = MARGIN,
+                      level: float | None = None) -> dict:
+    """label -> paired difference to the best label (the lowest mean), with `best`, its verdict and `tied`
+    (shown equivalent; the best is tied with itself). Verdicts at one-sided `level`, by default
+    0.025 / (K - 1): 95% for the table as a whole. Labels scored on fewer windows (dropped by a race)
+    pair on the windows they share, the first ones; the best is chosen among those scored on the most."""
+    def flat(v):
+        arr = np.asarray(v, dtype=np.float64)
+        return arr
+
+    finite = {k: v for k, v in values.items() if np.all(np.isfinite(flat(v)))}
     if not finite:
         return {k: {"best": False, "tied": False, "diff": None, "se": None, "half_width": None, "n": len(v),
-                    "distinguishable": True} for k, v in values.items()}
-    most = max(len(v) for v in finite.values())
-    best = min((k for k, v in finite.items() if len(v) == most), key=lambda k: float(np.mean(finite[k])))
+                    "verdict": "worse", "distinguishable": True} for k, v in values.items()}
+    size = lambda v: np.asarray(v).shape[-1]  # noqa: E731
+    most = max(size(v) for v in finite.values())
+    best = min((k for k, v in finite.items() if size(v) == most), key=lambda k: float(np.mean(finite[k])))
+    level = level if level is not None else ONE_SIDED / max(len(values) - 1, 1)
     out = {}
     for k, v in values.items():
-        n = min(len(v), len(values[best]))
-        p = paired_difference(v[:n], values[best][:n], clusters[:n] if clusters else None)
-        out[k] = {**p, "best": k == best, "tied": k == best or not p["distinguishable"]}
+        out[k] = {**paired_difference(v, values[best], clusters, margin, level), "best": k == best}
+        out[k]["tied"] = k == best or out[k]["verdict"] == "equivalent"
         if k == best:
-            out[k].pop("windows_needed", None)
+            out[k].update(verdict="best", answer="best")
+            out[k].pop("needs", None)
     return out
 
 
@@ -142,52 +118,30 @@ def mean_over_lengths(per_length: list[list[float]]) -> list[float]:
     return [float(v) for v in arr.mean(axis=0)]
 
 
-def clusters_over_lengths(per_length: list[list[str] | None]) -> list[int] | None:
-    """The source documents of window i at each length -> one cluster id per window index: windows i
-    and j share a cluster when they share a document at any length (connected components)."""
-    rows = [r for r in per_length if r is not None]
-    if not rows:
-        return None
-    n = len(rows[0])
-    parent = list(range(n))
-
-    def root(i):
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    for names in rows:
-        first: dict[str, int] = {}
-        for i, name in enumerate(names[:n]):
-            if name in first:
-                parent[root(i)] = root(first[name])
-            else:
-                first[name] = i
-    return [root(i) for i in range(n)]
-
-
-def attach_paired(results: list) -> list[dict]:
+def attach_paired(results: list, margin: float = MARGIN) -> list[dict]:
     """The results (EvalResults) as JSON rows, each with `vs_best`: its paired difference to the best
     result of the same metric and length (the best by mean of `values`: lowest NLL, answer NLL or KL),
-    and whether it is tied with it."""
+    with the verdict of the whole table at 95% (`rank_against_best`)."""
     groups: dict[tuple, list[int]] = {}
     for i, r in enumerate(results):
         groups.setdefault((r.metric, r.len), []).append(i)
     out = [r.to_json() for r in results]
     for idx in groups.values():
         widest = max(idx, key=lambda i: len(results[i].values))  # its windows' documents cover every other's
-        ranked = rank_against_best({i: results[i].values for i in idx}, results[widest].clusters)
+        ranked = rank_against_best({i: results[i].values for i in idx}, results[widest].clusters, margin)
         for i in idx:
             out[i]["vs_best"] = ranked[i]
     return out
 
 
 def fmt_diff(p: dict) -> str:
-    """'+0.0214 ± 0.0031' (nats, ± one standard error); 'best' for the best; '—' without a number."""
+    """'+0.0214 ± 0.0061' (nats, ± the 95% half-width); 'best' for the best; '—' without a number."""
     if p.get("best"):
         return "best"
     if p.get("diff") is None:
         return "—"
-    se = f" ± {p['se']:.2g}" if p.get("se") is not None else ""
-    return f"{p['diff']:+.4f}{se}"
+    half = f" ± {p['half_width']:.2g}" if p.get("half_width") is not None else ""
+    return f"{p['diff']:+.4f}{half}"
+
+
+PLUS_MINUS = "± is the 95% half-width of the paired difference"

@@ -40,20 +40,26 @@ from ropecli.rope.geometry import Geometry
 from ropecli.rope.spec import Spec, make_spec, target_factor
 from ropecli.tuning.candidates import search_plans, static_candidates
 from ropecli.tuning.held_out import PASSKEY_BASELINE, Measure, Racing, passkey_baseline, race_candidates
+from ropecli.evaluation.inference import MARGIN
+from ropecli.evaluation.stats import ONE_SIDED
 from ropecli.tuning.objective import Evaluate, pair
 from ropecli.tuning.search import run_search
 from ropecli.tuning.space import parse_vary
 
 __all__ = ["Racing", "advise", "estimate_units", "export_winner"]
 RULE = ("1. out: a candidate breaking --max-short-kl, --max-short-regression or --min-passkey; "
-        "2. ranked by mean log-PPL over the target lengths on held-out windows; "
-        "3. candidates not distinguishable from the best (paired t-test, 95%) are tied with it, and a tie goes to the "
-        "smallest short-context cost (mean KL against the unscaled model at L)")
+        "2. the best: the lowest mean log-PPL over the target lengths on held-out windows; "
+        "3. every other candidate judged against it, paired, at 95% for the whole ranking (one-sided 0.025/(K-1)): "
+        "shown worse, shown equivalent (interval inside ±margin) or undecided; "
+        "4. the winner: the candidate with the smallest short-context cost (mean KL against the unscaled model at L) "
+        "among the best and those shown equivalent to it; undecided candidates rank by their point estimate and never "
+        "win a tie-break")
 RULE_RACED = ("1. out: a candidate breaking --max-short-kl, --max-short-regression or --min-passkey; "
-              "2. raced on held-out windows by mean log-PPL over the target lengths: a candidate significantly worse "
-              "than the leader (paired t-test, one-sided, corrected for every look and every possible leader, 95% "
-              "overall) is dropped, the rest get doubled windows up to --max-windows; "
-              "3. the candidates left are tied, and a tie goes to the smallest short-context cost (a KL race within L)")
+              "2. raced on held-out windows by mean log-PPL over the target lengths: after each round every candidate is "
+              "judged against the leader, paired, one-sided at 0.05/(looks x (K-1)) (95% for the whole race): shown worse "
+              "(dropped), shown equivalent (interval inside ±margin) or undecided (doubled windows, up to --max-windows); "
+              "3. the winner: the smallest short-context cost (a KL race within L) among the leader and the eligible "
+              "candidates shown equivalent to it; undecided candidates rank by their point estimate and never win a tie-break")
 
 
 def search_candidates(run: Evaluate, geom: Geometry, lengths: list[int], names: list[str], budget: int,
@@ -106,10 +112,12 @@ def advise(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[int]
            max_short_regression: float | None = None, min_passkey: float | None = None, passkey: bool = True,
            note: Callable[[str], None] = lambda s: None, on_passkey_skipped: Callable[[], None] = lambda: None,
            held_windows: int = 4, search_windows: int | None = None, racing: Racing | None = None,
-           expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None) -> dict:
+           expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None,
+           margin: float | None = None) -> dict:
     """Search, measure on held-out windows (every candidate on every window, or `racing`), rank by the
     rule. Returns every number for advice.json. `expect(count, metric, samples)`: hears of evaluations
     the plan adds (a race's rounds) or drops (negative: a searched point stopped early)."""
+    margin = MARGIN if margin is None else margin
     # one config serves every length once deployed: every candidate runs at the longest target's k at every length
     k = factor = target_factor(factor, lengths, geom.train_len)
     searched: dict[str, dict] = {}
@@ -151,18 +159,20 @@ def advise(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[int]
             costs(name)
     else:
         constrained = any(c is not None for c in (max_short_kl, max_short_regression, min_passkey))
-        races = race_candidates(m, specs, rows, racing, costs, breaks if constrained else None)
-    out = rank(list(rows.values()), lengths, breaks, *races)
+        races = race_candidates(m, specs, rows, racing, costs, breaks if constrained else None, margin, breaks)
+    out = rank(list(rows.values()), lengths, breaks, *races, margin=margin)
     with_passkey(out["winner"])  # raced: the winner's retrieval, for the report
     return {"lengths": lengths, "factor": k, "rule": RULE if racing is None else RULE_RACED, "candidates": [n for n, _ in candidates], **out,
             "passkey_measured": passkey_ok, "unscaled_passkey_at_L": none_acc,
             "searches": {n: s["search"] for n, s in searched.items()}}
 
 
-def rank(rows: list[dict], lengths: list[int], breaks, ppl_race: dict | None, kl_race: dict | None) -> dict:
-    """The rule on measured rows: constraints, the best by mean log-PPL, the tied ones, the tie to the
-    smallest cost within L. Raced: the tied ones are the PPL race's survivors, the tie goes to the KL
-    race's leader."""
+def rank(rows: list[dict], lengths: list[int], breaks, ppl_race: dict | None, kl_race: dict | None,
+         margin: float = MARGIN) -> dict:
+    """The rule on measured rows: constraints; the best by mean log-PPL; every other eligible candidate
+    judged against it (worse / equivalent within ±margin / undecided, at the race's corrected level, or
+    0.025 / (K - 1) unraced: a 95% statement for the whole ranking); the tie-break (least KL within L)
+    only among the candidates shown equivalent; undecided ones rank by their point estimate."""
     excluded = []
     for r in rows:  # a candidate dropped by the race has no measured cost: only divergence can exclude it
         r["excluded"] = breaks(r) if "short_kl" in r else [] if math.isfinite(r["objective"]) else ["diverged (infinite PPL)"]
@@ -172,48 +182,71 @@ def rank(rows: list[dict], lengths: list[int], breaks, ppl_race: dict | None, kl
     if not eligible:
         lines = "; ".join(f"{e['candidate']}: {', '.join(e['why'])}" for e in excluded)
         raise RopeCliError(f"no candidate meets the constraints ({lines}); loosen them")
-    alive = [r for r in eligible if ppl_race is None or r["race"]["status"] in ("leader", "tied")]
-    best = min(alive, key=lambda r: r["objective"])
+    alive = [r for r in eligible if ppl_race is None or not r["race"].get("dropped_round")]
+    most = max(len(r["windows"]) for r in alive)
+    best = min((r for r in alive if len(r["windows"]) == most), key=lambda r: r["objective"])
+    level = ppl_race["test_level"] if ppl_race else ONE_SIDED / max(len(eligible) - 1, 1)
     for r in rows:
-        r["vs_best"] = pair(r, best)
-        r["tied"] = (r is best or not r["vs_best"]["distinguishable"]) and not r["excluded"]
-        if ppl_race is not None:
-            r["tied"] = any(r is a for a in alive)
+        r["vs_best"] = {**pair(r, best, level), "best": r is best}
+        r["verdict"] = ("best" if r is best else "excluded" if r["excluded"] else
+                        "worse" if ppl_race is not None and r["race"].get("dropped_round") else r["vs_best"]["verdict"])
+        if r["verdict"] == "better":  # better than the best on shared windows: a race's survivor on fewer windows
+            r["verdict"] = "undecided"
+        r["tied"] = r["verdict"] in ("best", "equivalent")
     tied = [r for r in eligible if r["tied"]]
-    if kl_race is not None and kl_race["leader"]:
+    by_kl = lambda r: (r.get("short_kl", math.inf), r["objective"])  # noqa: E731
+    if kl_race is not None and kl_race["leader"] in {r["candidate"] for r in tied}:
         winner = next(r for r in tied if r["candidate"] == kl_race["leader"])
     else:
-        winner = min(tied, key=lambda r: (r.get("short_kl", math.inf), r["objective"]))
+        winner = min(tied, key=by_kl)
     # ranked by the paired difference to the best on the windows each shares with it (= by objective
     # when all have the same windows; a race's dropped candidates have fewer)
     order = lambda r: r["vs_best"]["diff"] if r["vs_best"]["diff"] is not None else math.inf  # noqa: E731
     for i, r in enumerate(sorted(eligible, key=order), 1):
         r["rank"] = i
     others = [r["candidate"] for r in tied if r is not winner]
+    undecided = [r["candidate"] for r in eligible if r["verdict"] == "undecided"]
     return {"rows": rows, "winner": winner["candidate"], "winner_label": winner["label"],
             "winner_spec": {"method": winner["method"], "params": {p: v for p, v in winner["params"].items() if v is not None},
                             "log_n": winner["log_n"]},
-            "best_by_ppl": best["candidate"], "tied_with_winner": others, "excluded": excluded,
-            "verdict": verdict(winner, best, others, excluded, lengths, ppl_race, kl_race),
+            "best_by_ppl": best["candidate"], "tied_with_winner": others, "equivalent_to_best": others,
+            "undecided": undecided, "excluded": excluded, "margin": margin, "test_level": level,
+            "inference": {k: best["vs_best"].get(k) for k in ("inference", "generalizes_to", "documents")} if len(rows) > 1
+            else None,
+            "verdict": verdict(winner, best, [r for r in eligible if r is not best], excluded, lengths, ppl_race, margin),
             "race": ppl_race, "kl_race": kl_race}
 
 
-def verdict(winner: dict, best: dict, others: list[str], excluded: list[dict], lengths: list[int],
-            ppl_race: dict | None, kl_race: dict | None) -> str:
+def verdict(winner: dict, best: dict, others: list[dict], excluded: list[dict], lengths: list[int],
+            ppl_race: dict | None, margin: float) -> str:
+    """The winner and why, every other candidate's standing, what would decide the undecided ones."""
+    over = ", ".join(map(str, lengths))
     if winner is best:
-        why = f"{winner['candidate']} has the lowest mean log-PPL over {', '.join(map(str, lengths))} ({winner['objective']:.4f})"
+        why = f"{winner['candidate']} has the lowest mean log-PPL over {over} ({winner['objective']:.4f})"
     else:
-        why = (f"{winner['candidate']} is tied (paired 95%) with the lowest mean log-PPL, {best['candidate']} "
-               f"({best['objective']:.4f} vs {winner['objective']:.4f}), and costs less within L "
-               f"(KL {winner['short_kl']:.4f} vs {best['short_kl']:.4f})")
+        why = (f"{winner['candidate']} is shown equivalent within ±{margin:g} nats to the lowest mean log-PPL, "
+               f"{best['candidate']} ({best['objective']:.4f} vs {winner['objective']:.4f}), and costs less within L "
+               f"(KL {winner['short_kl']:.4f} vs {best.get('short_kl', math.nan):.4f})")
+    equivalent = [r["candidate"] for r in others if r["verdict"] == "equivalent"]
+    undecided = [r for r in others if r["verdict"] == "undecided"]
+    worse = [r["candidate"] for r in others if r["verdict"] == "worse"]
+    if equivalent:
+        why += f"; equivalent to the best within ±{margin:g} nats: {', '.join(equivalent)}"
+    if undecided:
+        why += ("; undecided (neither shown worse nor shown equivalent; ranked by their point estimate): " +
+                "; ".join(f"{r['candidate']} ({r['vs_best']['diff']:+.4f}, {r['vs_best'].get('answer', '')})"
+                          for r in undecided))
+    if worse and not undecided and not equivalent:
+        why += "; every other eligible candidate is shown worse"
+    elif worse:
+        why += f"; shown worse: {', '.join(worse)}"
+    if others and others[0]["vs_best"].get("generalizes_to"):
+        p = others[0]["vs_best"]
+        why += (f" ({p['inference']} inference over {p.get('documents') or p['n']} "
+                f"{'documents' if p.get('documents') else 'units'}: generalizes to {p['generalizes_to']})")
     if ppl_race is not None:
         dropped = sum(1 for r in ppl_race["candidates"].values() if r["dropped_round"])
-        why += (f"; raced: {ppl_race['outcome']}" if others else
-                f"; raced: decided after {ppl_race['rounds'][-1]['windows']} windows, {dropped} candidate(s) dropped")
-    elif others:
-        why += f"; statistically tied with it: {', '.join(others)}"
-    else:
-        why += "; every other eligible candidate is distinguishably worse (paired 95%)"
+        why += f"; raced: {ppl_race['rounds'][-1]['windows'] if ppl_race['rounds'] else 0} windows, {dropped} dropped"
     if excluded:
         why += "; excluded: " + "; ".join(f"{e['candidate']} ({', '.join(e['why'])})" for e in excluded)
     return why

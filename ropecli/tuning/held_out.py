@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from ropecli.evaluation.inference import MARGIN
 from ropecli.rope.spec import Spec, make_spec
 from ropecli.tuning.objective import Evaluate, Scorer
 from ropecli.tuning.racing import ALPHA, looks, race
@@ -32,7 +33,7 @@ PASSKEY_BASELINE = 0.5  # the unscaled model must retrieve at least this share o
 class Racing:
     """How `advise` races (None: the full measurement of every candidate on every held-out window)."""
     start: int  # held-out windows of the first round (the --held-out count)
-    max_windows: int  # most held-out windows a tied candidate gets
+    max_windows: int  # most held-out windows an undecided candidate gets
     prompts: int  # most passkey prompts per depth (the --samples count)
 
 
@@ -65,7 +66,7 @@ class Measure:
 
     def kl_windows(self, spec: Spec, n: int) -> tuple[list[float], list | None]:
         kl = self.run([spec.but(factor=self.k)], [self.L], "kl", n)[0]
-        return kl.values, kl.clusters
+        return [kl.values], [kl.clusters] if kl.clusters is not None else None
 
     def passkey(self, spec: Spec, length: int, prompts: int | None = None):
         self.expect(1, "passkey", prompts)
@@ -100,10 +101,13 @@ def clopper_pearson(k: int, n: int, alpha: float) -> tuple[float, float]:
 
 
 def race_candidates(m: Measure, specs: dict[str, Spec], rows: dict[str, dict], racing: Racing,
-                    costs: Callable[[str], None], breaks: Callable[[dict], list[str]] | None) -> tuple[dict, dict | None]:
+                    costs: Callable[[str], None], breaks: Callable[[dict], list[str]] | None, margin: float = MARGIN,
+                    check: Callable[[dict], list[str]] = lambda row: []) -> tuple[dict, dict | None]:
     """The PPL race, then the KL race among the candidates left (module docstring). Fills `rows`;
     returns both races' records. `costs(name)` measures a candidate's cost within L and passkey into its
-    row; `breaks(row)` lists the constraints it breaks (None: there are none, nothing to measure early)."""
+    row; `breaks(row)` lists the constraints it breaks (None: there are none, nothing to measure early);
+    `check(row)`: the same constraints, asked of the candidates left before the KL race (only eligible
+    candidates shown equivalent to the leader enter it)."""
     lengths = len(m.lengths)
 
     def on_round(r: int, n: int, alive: list[str]) -> None:  # every window of a round ticks, cached or new
@@ -111,7 +115,7 @@ def race_candidates(m: Measure, specs: dict[str, Spec], rows: dict[str, dict], r
 
     def score(name: str, n: int):
         rows[name].update(m.objective(specs[name], n))
-        return rows[name]["windows"], rows[name]["clusters"]
+        return rows[name]["values"], rows[name]["docs"]
 
     def eligible(name: str) -> bool:  # asked of a would-be leader: its constraints, measured once
         if breaks is None:
@@ -121,15 +125,15 @@ def race_candidates(m: Measure, specs: dict[str, Spec], rows: dict[str, dict], r
         return not rows[name]["excluded"]
 
     ppl_race = race(score, list(specs), start=racing.start, max_windows=racing.max_windows, eligible=eligible,
-                    on_round=on_round)
-    left = [ppl_race["leader"], *ppl_race["tied"]] if ppl_race["leader"] else []
-    for name in left:
-        costs(name)
+                    on_round=on_round, margin=margin)
+    for name in ([ppl_race["leader"]] if ppl_race["leader"] else []) + ppl_race["tied"]:
+        costs(name)  # the report's costs for every candidate left
+    left = [n for n in ([ppl_race["leader"]] if ppl_race["leader"] else []) + ppl_race["equivalent"]
+            if not check(rows[n])]
     kl_race = None
     if len(left) > 1:
         kl_race = race(lambda name, n: m.kl_windows(specs[name], n), left, start=racing.start,
                        max_windows=racing.max_windows, on_round=lambda r, n, alive: m.expect(len(alive), "kl", n))
     for name, r in ppl_race["candidates"].items():
-        rows[name]["race"] = {k: r[k] for k in ("windows", "status", "dropped_round") if k in r} | (
-            {"tie": r["tie"]} if "tie" in r else {})
+        rows[name]["race"] = {k: r[k] for k in ("windows", "status", "dropped_round") if k in r}
     return ppl_race, kl_race

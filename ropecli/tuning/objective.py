@@ -59,8 +59,8 @@ class Scorer:
         """The entry of `spec` on the first `samples` windows (default: all); `guards=False` skips the
         short-context measurements (a point stopped early, a race's first rounds)."""
         rows = self.run([spec], self.lengths, self.objective, samples)
-        entry = {"objective": mean_objective(rows), "windows": window_vector(rows),
-                 "clusters": window_clusters(rows), "cached": all(r.cached for r in rows)}
+        entry = {"objective": mean_objective(rows), "windows": window_vector(rows), "values": window_values(rows),
+                 "docs": window_docs(rows), "cached": all(r.cached for r in rows)}
         if self.objective == "ppl":
             entry["ppl"] = {str(r.len): r.ppl for r in rows}
             entry["ppl_err"] = {str(r.len): r.ppl_err for r in rows}
@@ -91,20 +91,29 @@ def mean_objective(rows: list[EvalResult]) -> float:
     return float(sum(values) / len(values))
 
 
-def window_clusters(rows: list[EvalResult]) -> list[int] | None:
-    """The document cluster of each window index (`ropecli.evaluation.stats.clusters_over_lengths`)."""
-    from ropecli.evaluation.stats import clusters_over_lengths
+def window_values(rows: list[EvalResult]) -> list[list[float]]:
+    """The candidate's per-window (per-prompt) values at each length, [length][window]: what the paired
+    inference reads, length by length (`ropecli.evaluation.inference.paired`)."""
+    return [r.values for r in rows]
 
-    return clusters_over_lengths([r.clusters for r in rows])
+
+def window_docs(rows: list[EvalResult]) -> list[list[str]] | None:
+    """The document of each window at each length (None for passkey prompts: independent units)."""
+    docs = [r.clusters for r in rows]
+    return None if any(d is None for d in docs) else docs
 
 
-def pair(x: dict, y: dict) -> dict:
-    """x's paired difference to y, two Scorer entries on the same windows (clustered by document)."""
-    from ropecli.evaluation.stats import paired_difference
+def pair(x: dict, y: dict, level: float | None = None) -> dict:
+    """x's paired difference to y, two Scorer entries on the same windows (`ropecli.evaluation.stats`),
+    its verdict at one-sided `level` (default: read off the 95% interval). Entries of earlier ropecli
+    versions (one mean-over-lengths vector and `clusters`) pair on that vector."""
+    from ropecli.evaluation.stats import ONE_SIDED, paired_difference
 
-    n = min(len(x["windows"]), len(y["windows"]))  # a race's entries share their first windows
-    clusters = x.get("clusters") or y.get("clusters")
-    return paired_difference(x["windows"][:n], y["windows"][:n], clusters[:n] if clusters else None)
+    xv, yv = x.get("values") or [x["windows"]], y.get("values") or [y["windows"]]
+    docs = x.get("docs") or y.get("docs")
+    if docs is None and (x.get("clusters") or y.get("clusters")):
+        docs = [x.get("clusters") or y.get("clusters")]
+    return paired_difference(xv, yv, docs, level=ONE_SIDED if level is None else level)
 
 
 def window_vector(rows: list[EvalResult]) -> list[float]:

@@ -1,29 +1,34 @@
 """Racing: spend forward passes only where they change the verdict (F-Race, Birattari et al. 2002, with
-a paired t-test in place of Friedman's, and successive halving's doubling rounds).
+the paired inference of `ropecli.evaluation.inference` in place of Friedman's test, and successive
+halving's doubling rounds).
 
 Every candidate is scored on the same windows in rounds: windows 1…n_1, then 1…n_2, … (`looks`,
-doubling from `start` to `max_windows`); a round costs only its new windows (the per-window cache,
-`ropecli.evaluation.cache`). After each round the leader is the candidate with the lowest mean that is
-eligible (`eligible`, asked lazily: the constraints of `ropecli advise`); a candidate whose paired
-difference to the leader is significantly positive is dropped, and keeps the windows it was scored on.
-The race ends when one candidate is left (*decided*), when the windows run out (`max_windows`), or
-when no remaining gap could be resolved within `max_windows` (futility: the windows-needed estimate of
-`ropecli.evaluation.stats` at the race's level exceeds them); the candidates left are *tied after N
-windows*, each with the windows a fixed 95% test would need.
+doubling from `start` to `max_windows`); a round costs only its new windows (the per-window cache).
+After each round the leader is the eligible candidate with the lowest mean (`eligible`, asked lazily:
+the constraints of `ropecli advise`), and every other candidate c gets one verdict against it:
 
-The test, and why it stays valid under repeated looks. At look r, candidate c is dropped when
+    equivalent  (1 - a) bounds of mean(c - leader) inside ±margin    -> stays, may win the tie-break
+    worse       lower (1 - a) bound of mean(c - leader) > 0, and not equivalent -> dropped (keeps its windows)
+    undecided   neither                                                -> stays, gets the next round's windows
+    a = alpha / (R * (K - 1))   (R looks, K candidates)
 
-    mean(d) - t(1 - a, df) * se > 0,   d_i = c_i - leader_i,   a = alpha / (R * (K - 1))
+The race ends when every candidate left is equivalent to the leader or there is one (*decided*), when
+the windows run out (`max_windows`), or when it is futile: for every undecided candidate, even a true
+gap at its upper confidence bound would not be shown worse by `max_windows` windows, and even a gap at
+the edge of its interval nearest 0 would not be shown inside ±margin (projected with the variance
+model of its inference). The futility stop never drops anyone, so it cannot cost the guarantee.
 
-(one-sided paired t-test; se and df clustered by document as in `ropecli.evaluation.stats`). The true
-best b is dropped only if at some look, against some leader l, the test rejects "b is no worse than l",
-which is true for every l; there are at most R looks and K - 1 possible leaders, so by the union bound
-P(b is ever dropped) <= R * (K - 1) * a = alpha, whatever the dependence between the looks (they
-share windows, so they are strongly dependent: alpha-spending by Bonferroni needs no independence).
-It is conservative; a gap of several standard errors is still dropped at the first look, which is
-where the savings are. The paired t-test is the test `ropecli compare` reports, so a race's "dropped"
-and a table's "distinguishably worse" mean the same thing; `tests/test_racing.py` checks the error rate
-in 1,000+ simulated races.
+The guarantee. The true best b is dropped only if at some look, against some leader l, the test
+rejects "b is no worse than l", true for every l; at most R looks and K - 1 leaders, so by the union
+bound P(b is ever dropped) <= R (K - 1) a = alpha, whatever the dependence between the looks. A
+candidate whose true gap to the leader exceeds the margin is called equivalent with probability at
+most a per test, so at most alpha over the race. Both rest on the paired inference holding at level a
+for the data at hand (documents or windows inference: `ropecli.evaluation.inference`); the
+simulation in benchmarks/bench_verdicts.py (and tests/test_verdicts.py) checks the drop rate over
+fields of 2-10 candidates, 1-20 documents, serial correlation up to 0.8 and skewed document effects.
+
+With fewer than MIN_DOCUMENTS documents the first look covers every document (`race_start`), so the
+estimand, the mean over *these* documents, is the same at every look.
 """
 
 from __future__ import annotations
@@ -34,9 +39,8 @@ from typing import Callable
 
 import numpy as np
 
-from ropecli.evaluation.stats import (CONFIDENCE, clustered_se, paired_difference, t_quantile, tie_answer,
-                                      windows_needed)
-from ropecli.tuning.objective import window_clusters, window_vector
+from ropecli.evaluation.inference import CONFIDENCE, MARGIN, MIN_DOCUMENTS, Paired, paired, projected_se, t_upper
+from ropecli.evaluation.stats import describe
 
 ALPHA = 1 - CONFIDENCE  # the chance that the true best is ever dropped
 
@@ -50,14 +54,22 @@ def looks(start: int, max_windows: int, grow: float = 2.0) -> list[int]:
     return out
 
 
+def race_start(start: int, documents: int) -> int:
+    """The first look: at least every document when there are fewer than MIN_DOCUMENTS (the estimand
+    is then the mean over these documents, the same at every look), at least MIN_DOCUMENTS of them
+    otherwise (the documents inference from the first look on)."""
+    return max(start, min(documents, MIN_DOCUMENTS))
+
+
 @dataclass
 class Entrant:
     name: str
-    values: list[float] = field(default_factory=list)  # per-window objective on the windows it was scored on
+    values: list = field(default_factory=list)  # per-window objective (or per length: [length][window])
     clusters: list | None = None  # source document of each window (None: independent units)
     dropped_round: int | None = None  # 1-based round in which it was dropped
     excluded: bool = False  # not eligible (a constraint), whatever its score
     vs_leader: dict | None = None  # its last comparison with the leader
+    verdict: str | None = None  # worse / equivalent / undecided against the last leader
 
     @property
     def alive(self) -> bool:
@@ -65,30 +77,51 @@ class Entrant:
 
     @property
     def mean(self) -> float:
-        return float(np.mean(self.values)) if self.values and np.all(np.isfinite(self.values)) else math.inf
+        v = np.asarray(self.values, dtype=np.float64)
+        if v.size == 0 or not np.all(np.isfinite(v)):
+            return math.inf
+        return float(v.mean(axis=-1).mean()) if v.ndim == 2 else float(v.mean())
 
 
-def worse_test(x: list[float], y: list[float], clusters: list | None, alpha: float) -> dict:
+def worse_test(x, y, clusters: list | None, alpha: float) -> dict:
     """Is x significantly worse (higher) than y, paired, one-sided at `alpha`? {diff, se, lower, worse}."""
-    a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    n = min(a.size, b.size)
-    d = a[:n] - b[:n]
-    if not np.all(np.isfinite(d)):  # a diverged candidate against a finite leader is out
-        worse = bool(np.isfinite(b[:n]).all() and not np.isfinite(a[:n]).all())
-        return {"diff": None, "se": None, "lower": None, "n": n, "worse": worse}
-    diff = float(d.mean())
-    if n < 2:
-        return {"diff": diff, "se": None, "lower": None, "n": n, "worse": False}
-    se, df, _ = clustered_se(d, clusters[:n] if clusters else None)
-    lower = diff - t_quantile(df, 1 - 2 * alpha) * se  # t(1 - alpha): two-sided confidence 1 - 2 alpha
-    return {"diff": diff, "se": se, "lower": lower, "n": n, "worse": bool(lower > 0 if se > 0 else diff > 0)}
+    p = paired(x, y, clusters)
+    if p.diff is None:  # a diverged candidate against a finite leader is out
+        a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+        n = min(a.shape[-1], b.shape[-1])
+        worse = bool(np.isfinite(b[..., :n]).all() and not np.isfinite(a[..., :n]).all())
+        return {"diff": None, "se": None, "lower": None, "n": p.n, "worse": worse}
+    return {"diff": p.diff, "se": p.se, "lower": p.lower(alpha), "n": p.n, "worse": p.worse(alpha) if p.se is not None
+            else False, "inference": p.inference}
 
 
-def race(score: Callable[[str, int], tuple[list[float], list | None]], names: list[str], *, start: int, max_windows: int,
-         alpha: float = ALPHA, eligible: Callable[[str], bool] = lambda name: True, grow: float = 2.0,
-         on_round: Callable[[int, int, list[str]], None] = lambda r, n, alive: None) -> dict:
+def judge(x, y, clusters, margin: float, level: float) -> tuple[str, dict]:
+    """x against the leader y at one-sided `level`: (verdict, its record)."""
+    p = paired(x, y, clusters)
+    rec = describe(p, margin, level)
+    if p.diff is None:
+        return ("worse" if worse_test(x, y, clusters, level)["worse"] else "undecided"), rec
+    return rec["verdict"], rec
+
+
+def futile(p: Paired, level: float, margin: float, max_windows: int) -> bool:
+    """Could `max_windows` windows decide this pair? No when even a gap at its upper (1 - level) bound
+    would not be shown worse, and even a gap at the edge of its interval nearest 0 would not be shown
+    inside ±margin, with the projected se (the variance model of its inference)."""
+    se = projected_se(p, windows=max_windows)
+    if se is None or p.se is None or p.df is None:
+        return False
+    t = t_upper(max(p.df * max_windows / max(p.n, 1), p.df), level)  # df grow with the windows, at most
+    hi, lo = p.upper(level), p.lower(level)
+    nearest0 = 0.0 if lo <= 0 <= hi else min(abs(lo), abs(hi))
+    return max(abs(hi), abs(lo)) <= t * se and nearest0 + t * se >= margin
+
+
+def race(score: Callable[[str, int], tuple[list, list | None]], names: list[str], *, start: int, max_windows: int,
+         alpha: float = ALPHA, margin: float = MARGIN, eligible: Callable[[str], bool] = lambda name: True,
+         grow: float = 2.0, on_round: Callable[[int, int, list[str]], None] = lambda r, n, alive: None) -> dict:
     """Race `names`: `score(name, n)` gives a candidate's per-window objective on windows 1…n (lower is
-    better) and their document clusters. Returns the race's record (see the module docstring)."""
+    better; per length [length][window], or one vector) and their documents. Returns the race's record."""
     plan = looks(start, max_windows, grow)
     K = len(names)
     level = alpha / (len(plan) * max(K - 1, 1))  # per test: Bonferroni over the looks and the possible leaders
@@ -109,73 +142,81 @@ def race(score: Callable[[str, int], tuple[list[float], list | None]], names: li
             stop = "none eligible"
             break
         dropped = []
+        leader.verdict, leader.vs_leader = None, None
         for e in alive:
             if e is leader or e.excluded:
                 continue
-            e.vs_leader = worse_test(e.values, leader.values, e.clusters or leader.clusters, level)
-            if e.vs_leader["worse"]:
+            e.verdict, e.vs_leader = judge(e.values, leader.values, e.clusters or leader.clusters, margin, level)
+            if e.verdict == "worse":
                 e.dropped_round = r
                 dropped.append(e.name)
-        left = [e for e in field_.values() if e.alive]
-        rounds.append({"round": r, "windows": n, "leader": leader.name, "dropped": dropped, "alive": [e.name for e in left]})
-        if len(left) == 1:
+        left = [e for e in field_.values() if e.alive and e is not leader]
+        rounds.append({"round": r, "windows": n, "leader": leader.name, "dropped": dropped,
+                       "alive": [leader.name] + [e.name for e in left],
+                       "equivalent": [e.name for e in left if e.verdict == "equivalent"]})
+        undecided = [e for e in left if e.verdict != "equivalent"]
+        if not undecided:
             stop = "decided"
             break
-        needs = [windows_needed(e.vs_leader["diff"], e.vs_leader["se"], n, 2 * level) for e in left if e is not leader]
-        if r < len(plan) and all(m is None or m > max_windows for m in needs):
-            stop = "futile"  # no gap left could be resolved within max_windows: more windows would not decide
+        if r < len(plan) and all(futile(paired(e.values, leader.values, e.clusters or leader.clusters), level, margin,
+                                            max_windows) for e in undecided):
+            stop = "futile"
             break
-    return summarize(field_, leader, rounds, stop, plan, level, alpha)
+    return summarize(field_, leader, rounds, stop, plan, level, alpha, margin)
 
 
 def summarize(field_: dict, leader: Entrant | None, rounds: list, stop: str, plan: list[int], level: float,
-              alpha: float) -> dict:
+              alpha: float, margin: float) -> dict:
     """The race's record: per candidate its windows, status and comparison; the plain-words outcome."""
     rows = {}
     for e in field_.values():
-        row = {"windows": len(e.values), "mean": e.mean, "status": "leader" if e is leader else
-               "excluded" if e.excluded else f"dropped in round {e.dropped_round}" if e.dropped_round else "tied",
-               "dropped_round": e.dropped_round, "vs_leader": e.vs_leader}
-        if e.alive and e is not leader and leader is not None:  # the answer for a tie, at the fixed 95% level
-            p = paired_difference(e.values, leader.values, e.clusters or leader.clusters)
-            answer = tie_answer(p)
-            if p["distinguishable"]:  # separated by one 95% test, not at the race's level corrected for its looks
-                need = windows_needed(p["diff"], p["se"], p["n"], 2 * level)
-                answer = (f"tied after {p['n']} windows at the race's level (corrected for {len(plan)} looks); a single "
-                          f"95% test separates them ({p['diff']:+.3g} ± {p['se']:.2g})" +
-                          (f"; the race would need about {need} windows" if need else ""))
-            row["tie"] = {**p, "answer": answer}
-        rows[e.name] = row
-    tied = [n for n, r in rows.items() if r["status"] == "tied"]
+        status = ("leader" if e is leader else "excluded" if e.excluded else
+                  f"dropped in round {e.dropped_round}" if e.dropped_round else e.verdict or "undecided")
+        rows[e.name] = {"windows": len(e.values[0]) if e.values and np.ndim(e.values[0]) == 1 else len(e.values),
+                        "mean": e.mean, "status": status, "dropped_round": e.dropped_round, "vs_leader": e.vs_leader}
+    equivalent = [n for n, r in rows.items() if r["status"] == "equivalent"]
+    undecided = [n for n, r in rows.items() if r["status"] == "undecided"]
     n_last = rounds[-1]["windows"] if rounds else 0
+    why_stop = {"decided": "decided", "max-windows": f"the windows ran out (--max-windows {plan[-1]})",
+                "futile": (f"stopped as futile: for each undecided candidate even a gap at its {1 - level:.4g} bound "
+                           f"could not be decided within {plan[-1]} windows"),
+                "none eligible": "no candidate is eligible"}[stop]
     if leader is None:
         outcome = "no candidate is eligible"
-    elif not tied:
-        outcome = f"decided after {n_last} windows: {leader.name} leads"
     else:
-        outcome = f"{leader.name} leads, tied after {n_last} windows with " + "; ".join(
-            f"{n} ({rows[n]['tie']['answer'].split('; ', 1)[-1]})" for n in tied)
+        outcome = f"{leader.name} leads after {n_last} windows"
+        if equivalent:
+            outcome += f"; equivalent to it within ±{margin:g} nats: {', '.join(equivalent)}"
+        if undecided:
+            outcome += "; undecided: " + "; ".join(f"{n} ({rows[n]['vs_leader']['answer']})" for n in undecided)
+        outcome += f" ({why_stop})"
     dropped = [f"{n} (round {r['dropped_round']}, {r['windows']} windows)" for n, r in rows.items() if r["dropped_round"]]
     if dropped and leader is not None:
-        outcome += "; dropped: " + ", ".join(dropped)
-    return {"leader": leader.name if leader else None, "decided": leader is not None and not tied, "tied": tied,
-            "stopped": stop, "looks": plan, "alpha": alpha, "test_level": level, "rounds": rounds,
+        outcome += "; dropped as worse: " + ", ".join(dropped)
+    inference = next((r["vs_leader"] for r in rows.values() if r["vs_leader"]), None)
+    return {"leader": leader.name if leader else None, "decided": leader is not None and not undecided,
+            "equivalent": equivalent, "undecided": undecided, "tied": equivalent + undecided,
+            "stopped": stop, "looks": plan, "alpha": alpha, "test_level": level, "margin": margin, "rounds": rounds,
+            "inference": inference and {k: inference.get(k) for k in ("inference", "generalizes_to", "documents")},
             "candidates": rows, "outcome": outcome, "windows_spent": sum(r["windows"] for r in rows.values())}
 
 
 def race_specs(run, specs: list, lengths: list[int], metric: str, *, start: int, max_windows: int,
-               on_round: Callable[[int, int, list[str]], None] = lambda r, n, alive: None) -> tuple[list, dict]:
+               margin: float = MARGIN, on_round: Callable[[int, int, list[str]], None] = lambda r, n, alive: None
+               ) -> tuple[list, dict]:
     """`ropecli compare --race`: race schedules on one metric (ppl, passkey answer NLL or KL), the
     objective of window i being its mean over `lengths`. `run` is an `ropecli.tuning.objective.Evaluate`.
     Returns every schedule's EvalResults on the windows it got (spec-major, as `run` gives them) and the
     race's record."""
+    from ropecli.tuning.objective import window_docs, window_values
+
     by_label = {s.label: s for s in specs}
     latest: dict[str, list] = {}
 
     def score(label: str, n: int):
         latest[label] = run([by_label[label]], lengths, metric, n)
         rows = latest[label]
-        return window_vector(rows), window_clusters(rows)  # what a Scorer pairs candidates on
+        return window_values(rows), window_docs(rows)  # what a Scorer pairs candidates on
 
-    record = race(score, list(by_label), start=start, max_windows=max_windows, on_round=on_round)
+    record = race(score, list(by_label), start=start, max_windows=max_windows, margin=margin, on_round=on_round)
     return [r for s in specs for r in latest[s.label]], record

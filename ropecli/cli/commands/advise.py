@@ -12,7 +12,7 @@ import typer
 
 from ropecli.cli.common import console, emit_json, handle_errors
 from ropecli.cli.groups import DataOptions, EvalOptions, ModelOptions, PasskeyOptions, with_option_groups
-from ropecli.cli.options import (AdviseBudgetOpt, AdviseOutOpt, CandidatesOpt, HeldOutOpt, JsonOpt, MaxShortKlOpt,
+from ropecli.cli.options import (AdviseBudgetOpt, AdviseOutOpt, CandidatesOpt, HeldOutOpt, JsonOpt, MarginOpt, MaxShortKlOpt,
                                  MaxShortRegressionOpt, MaxWindowsOpt, NoRaceOpt, flat_choices)
 from ropecli.cli.session import open_session
 from ropecli.report.advice import held_out_span
@@ -39,6 +39,7 @@ def advise(
     min_passkey: Annotated[Optional[float], typer.Option(
         "--min-passkey", min=0.0, max=1.0, rich_help_panel=ADVISE, help="Out if passkey accuracy at the longest target is below this.")] = None,
     no_race: NoRaceOpt = False,
+    margin: MarginOpt = None,
     max_windows: MaxWindowsOpt = None,
     as_json: JsonOpt = False,
 ):
@@ -100,9 +101,10 @@ def advise(
                             min_passkey=min_passkey, passkey=passkey, note=notes.append,
                             on_passkey_skipped=lambda: None if racing else bar.update(task, total=units(False)),
                             held_windows=held.inputs.samples, search_windows=session.inputs.samples, racing=racing,
-                            expect=expect)
+                            expect=expect, margin=margin)
     result = {**session.header(), **result, "notes": notes, "searched_windows": session.inputs.samples,
               "held_out_windows": held.inputs.samples, "held_out_first_window": held.inputs.first_window,
+              "held_out_split": held.inputs.split_note(max(lengths)),
               "racing": vars(racing) if racing else None,
               "windows_per_candidate": {r["candidate"]: r.get("race", {}).get("windows", held.inputs.samples)
                                         for r in result["rows"]}, **session.tally(held)}
@@ -123,16 +125,18 @@ def racing_plan(held, lengths: list[int], max_windows: int | None, notes: list[s
     """The race's windows: from the --held-out count up to --max-windows (default 4x, as far as the text goes)."""
     from ropecli.tuning.advise import Racing
 
-    start = held.inputs.samples
-    if max_windows is not None:
-        for n in lengths:
-            held.inputs.check_available(n, max_windows)
-        return Racing(start, max(start, max_windows), start)
+    from ropecli.tuning.racing import race_start
+
+    prompts = start = held.inputs.samples
     have = min(held.inputs.available(n) for n in lengths)
-    if have < 4 * start:
+    most = max_windows if max_windows is not None else max(start, min(4 * start, have))
+    for n in lengths:
+        held.inputs.check_available(n, most)
+    start = min(most, race_start(start, min(held.inputs.documents(n, most) for n in lengths)))
+    if max_windows is None and have < 4 * prompts:
         notes.append(f"racing: at most {max(have, start)} held-out windows (the text's limit at {max(lengths)} tokens), "
-                     f"not {4 * start}; add text with --data for more")
-    return Racing(start, max(start, min(4 * start, have)), start)
+                     f"not {4 * prompts}; add text with --data for more")
+    return Racing(start, max(start, most), prompts)
 
 
 def prepare_out(out: str) -> Path:

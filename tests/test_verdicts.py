@@ -1,0 +1,57 @@
+"""The race's guarantee on simulated measurements with a known truth (`ropecli.tuning.simulation`):
+the true best is dropped at most at the stated rate in the hardest cells, and each part the guarantee
+rests on (the correction for looks and leaders, the serial-correlation model, the threshold for
+document inference) fails the same check when it is removed. The whole grid: benchmarks/bench_verdicts.py."""
+
+import math
+
+import numpy as np
+import pytest
+
+import ropecli.evaluation.inference as inference
+from ropecli.tuning.racing import ALPHA, looks, race_start
+from ropecli.tuning.simulation import Cell, drop_rate
+
+RACES = 300
+BOUND = ALPHA + 2 * math.sqrt(ALPHA * (1 - ALPHA) / RACES)  # the stated rate plus two binomial standard errors
+
+
+@pytest.mark.parametrize("cell", [
+    Cell(K=6, G=20, phi=0.0, doc_effects="none", field="ties", max_windows=32),  # documents inference, exact ties
+    Cell(K=6, G=5, phi=0.0, doc_effects="none", field="ties", max_windows=32),  # windows inference, exact ties
+    Cell(K=2, G=1, phi=0.8, doc_effects="none", max_windows=32),  # one document drifting along
+    Cell(K=5, G=3, phi=0.5, doc_effects="skewed"),
+    Cell(K=10, G=20, phi=0.8, doc_effects="skewed"),
+], ids=str)
+def test_the_true_best_is_dropped_at_most_at_the_stated_rate(cell):
+    rate, _ = drop_rate(cell, RACES, seed=1)
+    assert rate <= BOUND, rate
+
+
+@pytest.mark.parametrize("G", [20, 5])
+def test_without_the_correction_for_looks_and_leaders_the_best_is_dropped_far_too_often(G):
+    cell = Cell(K=6, G=G, phi=0.0, doc_effects="none", field="ties", max_windows=32)
+    R = len(looks(race_start(cell.start, G), cell.max_windows))
+    naive, _ = drop_rate(cell, RACES, seed=1, alpha=ALPHA * R * (cell.K - 1))  # every test at 5%
+    corrected, _ = drop_rate(cell, RACES, seed=1)
+    assert naive > BOUND and corrected <= BOUND, (naive, corrected)  # measured: 0.24 / 0.15 naive
+
+
+def test_without_the_serial_correlation_model_one_drifting_document_drops_the_best(monkeypatch):
+    cell = Cell(K=2, G=1, phi=0.8, doc_effects="none", max_windows=32)
+    monkeypatch.setattr(inference, "MAX_SERIAL_CORRELATION", 0.0)  # windows as independent draws
+    ignored, _ = drop_rate(cell, RACES, seed=2)
+    monkeypatch.undo()
+    modelled, _ = drop_rate(cell, RACES, seed=2)
+    assert ignored > BOUND and modelled <= BOUND, (ignored, modelled)  # measured: 0.33 / 0.01
+
+
+def test_document_inference_with_too_few_documents_is_not_what_the_threshold_allows(monkeypatch):
+    """With 3 documents and skewed document effects, inference over documents (what the threshold
+    forbids) tests a different truth than the windows inference; the threshold keeps 3 documents on the
+    windows inference, whose truth is these documents."""
+    assert race_start(4, 3) == 4 and race_start(4, 7) == 7 and race_start(4, 30) == inference.MIN_DOCUMENTS
+    p = inference.paired(np.arange(9.0), np.zeros(9), [0, 1, 2] * 3)
+    assert p.inference == "windows" and p.generalizes_to == "windows of these documents"
+    q = inference.paired(np.arange(20.0) % 7, np.zeros(20), list(range(10)) * 2)
+    assert q.inference == "documents" and q.generalizes_to == "new documents like these" and q.df == 9
