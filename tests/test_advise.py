@@ -34,7 +34,7 @@ def hf_ppl_on_held_out(model_dir: str, length: int, first: int, count: int) -> f
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     tok = AutoTokenizer.from_pretrained(model_dir)  # the folder's tokenizer, as ropecli loads it
     docs, _ = load_documents(None)
-    win = sample_windows(docs, tokenize_documents(docs, tok), length, count, 0, tok.bos_token_id, part=1)
+    win = sample_windows(docs, tokenize_documents(docs, tok), length, count, 0, tok.bos_token_id, part=0)
     nll = [naive_window_nll(model, torch.from_numpy(row)[None]) for row in win.ids]
     return math.exp(sum(n for n, _ in nll) / sum(t for _, t in nll))
 
@@ -52,7 +52,8 @@ def test_advise_end_to_end_and_the_exported_winner_reproduces_its_ppl(qwen_dir, 
     assert set(result["searches"]) == {"yarn-tuned", "mixed-b", "mixed-clamped"}
     # random weights retrieve nothing: passkey is skipped, and a note says why
     assert result["passkey_measured"] is False and any("passkey" in n for n in result["notes"]), result["notes"]
-    assert result["held_out_first_window"] == 2 and result["searched_windows"] == 2
+    assert result["held_out_first_window"] == 0 and result["searched_windows"] == 2  # held out by play: from window 0
+    assert result["held_out_split"].startswith("held out by document")
     winner = next(row for row in result["rows"] if row["candidate"] == result["winner"])
     assert winner["tied"] and not winner["excluded"]
     tied = [row for row in result["rows"] if row["tied"]]

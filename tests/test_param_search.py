@@ -140,7 +140,8 @@ def test_search_end_to_end(tiny_dir, tmp_path):
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["optimizer"] == "nelder-mead" and out["search_evaluations"] <= 8
-    assert out["held_out_first_window"] == 2 and out["held_out_windows"] == 2
+    assert out["held_out_first_window"] == 0 and out["held_out_windows"] == 2  # held out by play: from window 0
+    assert out["held_out_split"].startswith("held out by document")
     labels = [row["label"] for row in out["held_out"]["rows"]]
     assert labels[0] == out["best_label"] and "mixed(b=0.9)" in labels and "llama3(low_freq_factor=1, high_freq_factor=4)" in labels
     assert out["held_out"]["verdict"] and (tmp_path / "map.png").stat().st_size > 10_000

@@ -144,9 +144,9 @@ def count_windows(token_ids: list[list[int]], length: int, bos_id: int | None) -
 
 def split_documents(docs: list[Document], token_ids: list[list[int]], length: int, seed: int, bos_id: int | None,
                     part: int | None) -> list[int]:
-    """Indices of the documents long enough for `length`, in the seeded order; with `part` (0: searched,
-    1: held out) and at least two of them, every other one from `part` on, so that searched and held-out
-    windows come from different documents."""
+    """Indices of the documents long enough for `length`, in the seeded order; with `part` and at least
+    two of them, every other one from `part` on (0: the held-out half, the larger one with an odd count;
+    1: the searched half), so that searched and held-out windows come from different documents."""
     body = length - (1 if bos_id is not None else 0)
     eligible = [i for i, ids in enumerate(token_ids) if len(ids) >= body]
     order = [eligible[j] for j in np.random.default_rng(seed).permutation(len(eligible))]

@@ -57,10 +57,15 @@ class Inputs:
     def _part(self, length: int) -> tuple[int | None, int]:
         """(which half of the documents, first window) of this sample at `length`."""
         bos = getattr(self.tokenizer, "bos_token_id", None)
-        part = {"search": 0, "held": 1}.get(self.split)
+        part = {"search": 1, "held": 0}.get(self.split)  # the held-out half is the larger one: its verdict ranks
         if part is not None and len(split_documents(self.docs, self.tokens, length, self.seed, bos, None)) >= 2:
-            return part, 0 if part == 1 else self.first_window
+            return part, 0 if self.split == "held" else self.first_window
         return None, self.first_window
+
+    def first_window_at(self, length: int) -> int:
+        """The index of this sample's first window among its documents' windows at `length` (0 for the
+        held-out half of the documents)."""
+        return self._part(length)[1]
 
     def split_note(self, length: int) -> str:
         """Where these windows come from relative to the searched ones, in words."""
@@ -72,7 +77,7 @@ class Inputs:
                     "in it (not text the search never saw the like of)")
         bos = getattr(self.tokenizer, "bos_token_id", None)
         names = lambda p: ", ".join(self.docs[i].name for i in split_documents(self.docs, self.tokens, length, self.seed, bos, p))  # noqa: E731
-        return f"held out by document: searched on {names(0)}; held out on {names(1)}"
+        return f"held out by document: searched on {names(1)}; held out on {names(0)}"
 
     def resized(self, samples: int | None) -> "Inputs":
         """The first `samples` windows (prompts per depth) of the same seeded sample, from the same first
@@ -95,7 +100,7 @@ class Inputs:
         have = self.available(length)
         if have < samples:
             part, first = self._part(length)
-            where = f"in the {'searched' if part == 0 else 'held-out'} half of the documents" if part is not None else \
+            where = f"in the {'searched' if part == 1 else 'held-out'} half of the documents" if part is not None else \
                 f"from window {first} on"
             raise RopeCliError(f"{what} {samples}: the data holds only {max(have, 0)} window(s) of {length} tokens {where}; "
                                f"lower {what}, or add text with --data")

@@ -29,8 +29,9 @@ from ropecli.evaluation.inference import CONFIDENCE, MARGIN, Paired, paired, uni
 ONE_SIDED = (1 - CONFIDENCE) / 2  # the level of a verdict word read off one 95% interval
 
 
-def describe(p: Paired, margin: float = MARGIN, level: float = ONE_SIDED) -> dict:
-    """A Paired as JSON, with its verdict at one-sided `level` and, undecided, what would decide it."""
+def describe(p: Paired, margin: float = MARGIN, level: float = ONE_SIDED, capacity: int | None = None) -> dict:
+    """A Paired as JSON, with its verdict at one-sided `level` and, undecided, what would decide it
+    (`capacity`: the windows the text holds, when known)."""
     out = {"diff": p.diff, "se": p.se, "df": p.df, "half_width": p.half_width(), "n": p.n, "inference": p.inference,
            "generalizes_to": p.generalizes_to, "documents": p.documents, "margin": margin, "level": level}
     if p.diff is None:
@@ -42,11 +43,11 @@ def describe(p: Paired, margin: float = MARGIN, level: float = ONE_SIDED) -> dic
         return out
     verdict = p.verdict(margin, level)
     out.update(verdict=verdict, distinguishable=verdict in ("worse", "better"), lower=p.lower(level), upper=p.upper(level))
-    out["answer"] = answer(out, p, margin, level)
+    out["answer"] = answer(out, p, margin, level, capacity)
     return out
 
 
-def answer(rec: dict, p: Paired, margin: float, level: float) -> str:
+def answer(rec: dict, p: Paired, margin: float, level: float, capacity: int | None = None) -> str:
     """The verdict in words, and for an undecided pair what would decide it."""
     unit = "prompts" if p.inference == "units" else "windows"
     v = rec["verdict"]
@@ -57,6 +58,8 @@ def answer(rec: dict, p: Paired, margin: float, level: float) -> str:
     rec["needs"] = need
     if need.get("windows"):
         more = f"about {need['windows']} {unit} would decide it (80% power)"
+        if capacity is not None and need["windows"] > capacity:
+            more += f", more than the {capacity} this text holds: add text"
     elif need.get("documents"):
         more = (f"not reachable with these {p.documents} documents: about {need['documents']} documents would decide it "
                 "(80% power); add text")
@@ -65,13 +68,14 @@ def answer(rec: dict, p: Paired, margin: float, level: float) -> str:
     return f"undecided after {p.n} {unit}: {more}"
 
 
-def paired_difference(x, y, clusters: list | None = None, margin: float = MARGIN, level: float = ONE_SIDED) -> dict:
+def paired_difference(x, y, clusters: list | None = None, margin: float = MARGIN, level: float = ONE_SIDED,
+                      capacity: int | None = None) -> dict:
     """x - y over paired units: {diff, se, half_width, verdict, inference, …} (nats when x, y are NLLs);
     `clusters`: the source document of each unit (per length, or one list; None: independent units)."""
     xs, ys = np.asarray(x, dtype=object if _ragged(x) else np.float64), np.asarray(y, dtype=object if _ragged(y) else np.float64)
     if xs.size == 0 or ys.size == 0 or (xs.ndim == 1 and ys.ndim == 1 and xs.shape != ys.shape):
         raise ValueError(f"paired values need the same non-empty shape, got {xs.shape} and {ys.shape}")
-    return describe(paired(x, y, clusters), margin, level)
+    return describe(paired(x, y, clusters), margin, level, capacity)
 
 
 def _ragged(v) -> bool:

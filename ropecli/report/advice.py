@@ -17,6 +17,55 @@ def held_out_span(result: dict) -> str:
     return f"held-out windows {first}…{first + most - 1}, raced ({n} to {most} per candidate)"
 
 
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def verdict_note(r: dict, result: dict) -> str:
+    """A candidate's standing in words: winner, best, equivalent, undecided, worse, dropped, out."""
+    if r["excluded"]:
+        return "out: " + "; ".join(r["excluded"])
+    if r["candidate"] == result["winner"]:
+        return "winner"
+    if r.get("race", {}).get("dropped_round"):
+        return f"worse: dropped in round {r['race']['dropped_round']}"
+    return {"best": "best by PPL", "equivalent": "equivalent to the best", "undecided": "undecided",
+            "worse": "worse"}.get(r.get("verdict"), r.get("verdict") or "")
+
+
+def ranking(result: dict, markdown: bool = False) -> tuple[list[str], list[list[str]]]:
+    """The ranking table, one for the terminal and report.md: (header, rows), best rank first."""
+    from ropecli.evaluation.stats import fmt_diff
+
+    lengths = result["lengths"]
+    head = ["rank", "candidate", *(["schedule"] if markdown else []), *[f"PPL @ {n}" for n in lengths],
+            "Δ vs best (nats, paired, ± 95%)", *([f"passkey @ {max(lengths)}"] if result["passkey_measured"] else []),
+            "KL @ L", "PPL rise @ L", *(["windows"] if result["racing"] else []), "verdict"]
+    rows = []
+    for r in sorted(result["rows"], key=lambda r: (bool(r["excluded"]), r.get("rank", 10 ** 6))):
+        ppl = [f"{r['ppl'][str(n)]:.4g}" for n in lengths]
+        name = [r["candidate"], f"`{r['label']}`"] if markdown else [f"{r['candidate']}: {r['label']}"]
+        note = verdict_note(r, result)
+        rows.append([str(r.get("rank", "—")), *name, *ppl, fmt_diff(r["vs_best"]),
+                     *([f"{r['passkey_accuracy']:.0%}" if "passkey_accuracy" in r else "—"] if result["passkey_measured"] else []),
+                     f"{r['short_kl']:.4f}" if "short_kl" in r else "—",
+                     f"{r['short_rise_percent']:+.2f}%" if "short_rise_percent" in r else "—",
+                     *([str(r["race"]["windows"])] if result["racing"] else []),
+                     f"**{note}**" if markdown and note == "winner" else note])
+    return head, rows
+
+
+def inference_line(result: dict) -> str:
+    """What the verdicts generalize to, and the margin, in one line."""
+    inf = result.get("inference") or {}
+    if not inf.get("inference"):
+        return ""
+    docs = f" over {plural(inf['documents'], 'document')}" if inf.get("documents") else ""
+    return (f"Verdicts: {inf['inference']} inference{docs}, generalizing to {inf['generalizes_to']}; equivalence "
+            f"margin ±{result['margin']:g} nats of mean log-PPL; one-sided level {result['test_level']:.2g} per "
+            f"comparison (95% for the whole ranking). {result.get('held_out_split', '')}".rstrip())
+
+
 def race_lines(result: dict) -> list[str]:
     """The race in words: its outcome, and the tie-break's."""
     if not result.get("race"):
@@ -63,28 +112,9 @@ def write_report(result: dict, out_dir: Path, geom, model_name: str) -> Path:
           f"ranked on {held_out_span(result)}. "
           f"{result['forward_passes']} forward passes ({result['cache']['hits']} windows from the cache).", "",
           "## The rule", "", result["rule"] + ".", "", *race_lines(result), "## Ranking (held-out windows)", ""]
-    head = ["rank", "candidate", "schedule", *[f"PPL @ {n}" for n in lengths], "Δ vs best (nats, paired)",
-            *([f"passkey @ {max(lengths)}"] if result["passkey_measured"] else []), "KL @ L", "PPL rise @ L",
-            *(["windows"] if result["racing"] else []), "note"]
-    md += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    best_obj = min(r["objective"] for r in rows if r["tied"])
-    for r in sorted(rows, key=lambda r: (bool(r["excluded"]), r.get("rank", 10 ** 6))):
-        d = r["vs_best"]
-        diff = "best" if r["objective"] == best_obj else (
-            f"{d['diff']:+.4f} ± {d['se']:.2g}" if d.get("se") is not None else f"{d['diff']:+.4f}")
-        note = "**winner**" if r["candidate"] == result["winner"] else ("tied with the best" if r["tied"] else "")
-        if r.get("race", {}).get("dropped_round"):
-            note = f"dropped in round {r['race']['dropped_round']}"
-        if r["excluded"]:
-            note = "out: " + "; ".join(r["excluded"])
-        cells = [str(r.get("rank", "—")), r["candidate"], f"`{r['label']}`",
-                 *[f"{r['ppl'][str(n)]:.4g} ± {r['ppl_err'][str(n)]:.2g}" if r["ppl_err"][str(n)] else f"{r['ppl'][str(n)]:.4g}"
-                   for n in lengths], diff,
-                 *([f"{r['passkey_accuracy']:.0%}" if "passkey_accuracy" in r else "—"] if result["passkey_measured"] else []),
-                 f"{r['short_kl']:.4f}" if "short_kl" in r else "—",
-                 f"{r['short_rise_percent']:+.2f}%" if "short_rise_percent" in r else "—",
-                 *([str(r["race"]["windows"])] if result["racing"] else []), note]
-        md.append("| " + " | ".join(cells) + " |")
+    head, table = ranking(result, markdown=True)
+    md += [inference_line(result), "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    md += ["| " + " | ".join(cells) + " |" for cells in table]
     md += [""] + [f"Note: {n}" for n in result["notes"]] + ["", "## Deploy", ""]
     for e in result["exports"]:
         md.append(f"- **{e['runtime']}**: " + (f"`{e['command']}`" if e["command"] else "") +

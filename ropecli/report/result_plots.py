@@ -42,17 +42,23 @@ def plot_ppl_vs_length(results: list[dict], path: str, title: str) -> Path:
 
 
 def plot_search(evaluations: list[dict], references: list[dict], best_b: float, path: str, objective: str, title: str) -> Path:
-    """Objective vs b with the evaluated points; error bars are each point's paired standard error
-    against the best b (what decides "not distinguishable"), the shaded band the b interval tied with
-    the best; references as horizontal lines."""
+    """Objective vs b with the evaluated points; error bars are each point's paired 95% half-width
+    against the best b, the shaded band the b interval shown equivalent to the best; points stopped
+    early drawn as lower bounds (a triangle pointing up, no line through them); references as
+    horizontal lines."""
     fig, ax = plt.subplots(figsize=(8.5, 5.2))
-    pts = sorted((e for e in evaluations if np.isfinite(e["objective"])), key=lambda e: e["b"])
-    err = [(e.get("vs_best") or {}).get("se") or 0.0 for e in pts]
+    finite = [e for e in evaluations if np.isfinite(e["objective"])]
+    pts = sorted((e for e in finite if "stopped_early" not in e), key=lambda e: e["b"])
+    err = [(e.get("vs_best") or {}).get("half_width") or 0.0 for e in pts]
     ax.errorbar([e["b"] for e in pts], [e["objective"] for e in pts], yerr=err, fmt="o-", color="tab:blue", capsize=3,
-                label="evaluated b (± paired s.e. vs best)")
+                label="evaluated b (± paired 95% half-width vs best)")
+    bounds = [e for e in finite if "stopped_early" in e]
+    if bounds:
+        ax.plot([e["b"] for e in bounds], [e["objective"] for e in bounds], "^", color="tab:gray", ls="none",
+                label="stopped early: objective at least this")
     tied = [e["b"] for e in pts if (e.get("vs_best") or {}).get("tied")]
     if len(tied) > 1:
-        ax.axvspan(min(tied), max(tied), color="tab:green", alpha=0.12, label="b tied with the best (paired 95%)")
+        ax.axvspan(min(tied), max(tied), color="tab:green", alpha=0.12, label="b shown equivalent to the best (paired 95%)")
     ax.axvline(best_b, color="tab:green", ls="--", lw=1, label=f"best b = {best_b:.3f}")
     colors = ["tab:red", "tab:orange", "tab:purple", "tab:brown", "tab:gray", "tab:pink", "tab:olive", "tab:cyan"]
     for ref, c in zip(references, colors):
@@ -161,8 +167,12 @@ def plot_param_search(out: dict, path: str, title: str) -> Path:
     best = out["best_params"]
     fig, ax = plt.subplots(figsize=(8, 6) if len(names) > 1 else (8, 5))
     if len(names) == 1:
-        pts = sorted(evals, key=lambda e: e["params"][names[0]])
+        pts = sorted((e for e in evals if "stopped_early" not in e), key=lambda e: e["params"][names[0]])
         ax.plot([e["params"][names[0]] for e in pts], [e["objective"] for e in pts], "o-", color="tab:blue")
+        bounds = [e for e in evals if "stopped_early" in e]
+        if bounds:
+            ax.plot([e["params"][names[0]] for e in bounds], [e["objective"] for e in bounds], "^", color="tab:gray",
+                    ls="none", label="stopped early: objective at least this")
         ax.axvline(best[names[0]], color="tab:green", ls="--", label=f"best {names[0]} = {best[names[0]]:.4g}")
         ax.set_xlabel(names[0])
         ax.set_ylabel(f"objective ({out['objective_name']})")
@@ -170,7 +180,12 @@ def plot_param_search(out: dict, path: str, title: str) -> Path:
     else:
         x = [e["params"][names[0]] for e in evals]
         y = [e["params"][names[1]] for e in evals]
-        sc = ax.scatter(x, y, c=[e["objective"] for e in evals], cmap="viridis_r", s=60, edgecolors="black", linewidths=0.5)
+        sc = ax.scatter(x, y, c=[e["objective"] for e in evals], cmap="viridis_r", s=60, edgecolors="black", linewidths=0.5,
+                        marker="o")
+        early = [e for e in evals if "stopped_early" in e]
+        if early:  # their colour is a lower bound of the objective
+            ax.scatter([e["params"][names[0]] for e in early], [e["params"][names[1]] for e in early], s=140,
+                       facecolors="none", edgecolors="tab:red", linewidths=1.0, label="stopped early (colour: a lower bound)")
         for i, e in enumerate(out["evaluations"]):
             if e in evals:
                 ax.annotate(str(i + 1), (e["params"][names[0]], e["params"][names[1]]), fontsize=6, xytext=(3, 3),

@@ -186,8 +186,9 @@ def rank(rows: list[dict], lengths: list[int], breaks, ppl_race: dict | None, kl
     most = max(len(r["windows"]) for r in alive)
     best = min((r for r in alive if len(r["windows"]) == most), key=lambda r: r["objective"])
     level = ppl_race["test_level"] if ppl_race else ONE_SIDED / max(len(eligible) - 1, 1)
+    capacity = ppl_race.get("capacity") if ppl_race else None
     for r in rows:
-        r["vs_best"] = {**pair(r, best, level), "best": r is best}
+        r["vs_best"] = {**pair(r, best, level, capacity), "best": r is best}
         r["verdict"] = ("best" if r is best else "excluded" if r["excluded"] else
                         "worse" if ppl_race is not None and r["race"].get("dropped_round") else r["vs_best"]["verdict"])
         if r["verdict"] == "better":  # better than the best on shared windows: a race's survivor on fewer windows
@@ -242,8 +243,9 @@ def verdict(winner: dict, best: dict, others: list[dict], excluded: list[dict], 
         why += f"; shown worse: {', '.join(worse)}"
     if others and others[0]["vs_best"].get("generalizes_to"):
         p = others[0]["vs_best"]
-        why += (f" ({p['inference']} inference over {p.get('documents') or p['n']} "
-                f"{'documents' if p.get('documents') else 'units'}: generalizes to {p['generalizes_to']})")
+        count, unit = (p["documents"], "document") if p.get("documents") else (p["n"], "unit")
+        why += (f" ({p['inference']} inference over {count} {unit}{'' if count == 1 else 's'}: generalizes to "
+                f"{p['generalizes_to']})")
     if ppl_race is not None:
         dropped = sum(1 for r in ppl_race["candidates"].values() if r["dropped_round"])
         why += f"; raced: {ppl_race['rounds'][-1]['windows'] if ppl_race['rounds'] else 0} windows, {dropped} dropped"

@@ -7,10 +7,10 @@ The race, in `race_candidates`:
    paired per window); a candidate significantly worse than the leader (the best *eligible* one: its
    constraints are measured when it first leads) is dropped; the rest get doubled windows up to
    `max_windows`, until one is left, the windows run out, or no gap could be resolved within them.
-2. The costs within L (PPL rise, KL) and passkey are measured only for the candidates left: a dropped
-   candidate cannot win, so its cost decides nothing.
-3. KL race among the candidates left (the rule's tie-break: the smallest cost within L), the same
-   test on per-window KL at L.
+2. The costs within L (PPL rise, KL) are measured only for the leader and the candidates shown
+   equivalent to it: a dropped or undecided candidate cannot win, so its cost decides nothing.
+3. KL race among those of them that meet the constraints (the rule's tie-break: the smallest cost
+   within L), the same test on per-window KL at L.
 The unscaled model's passkey at L (does retrieval count at all?) is decided sequentially too
 (`passkey_baseline`): prompts per depth double from 2 until a Clopper-Pearson interval, corrected for the
 looks, lies on one side of `PASSKEY_BASELINE`.
@@ -35,6 +35,7 @@ class Racing:
     start: int  # held-out windows of the first round (the --held-out count)
     max_windows: int  # most held-out windows an undecided candidate gets
     prompts: int  # most passkey prompts per depth (the --samples count)
+    available: int | None = None  # held-out windows the text holds (what an undecided answer is compared with)
 
 
 class Measure:
@@ -125,11 +126,14 @@ def race_candidates(m: Measure, specs: dict[str, Spec], rows: dict[str, dict], r
         return not rows[name]["excluded"]
 
     ppl_race = race(score, list(specs), start=racing.start, max_windows=racing.max_windows, eligible=eligible,
-                    on_round=on_round, margin=margin)
-    for name in ([ppl_race["leader"]] if ppl_race["leader"] else []) + ppl_race["tied"]:
-        costs(name)  # the report's costs for every candidate left
-    left = [n for n in ([ppl_race["leader"]] if ppl_race["leader"] else []) + ppl_race["equivalent"]
-            if not check(rows[n])]
+                    on_round=on_round, margin=margin, capacity=racing.available)
+    # the cost within L decides only among the leader and the candidates shown equivalent to it (the
+    # tie-break); a dropped or undecided candidate cannot win, so its cost is not measured (with
+    # constraints it was measured when it first led)
+    left = [n for n in ([ppl_race["leader"]] if ppl_race["leader"] else []) + ppl_race["equivalent"]]
+    for name in left:
+        costs(name)
+    left = [n for n in left if not check(rows[n])]
     kl_race = None
     if len(left) > 1:
         kl_race = race(lambda name, n: m.kl_windows(specs[name], n), left, start=racing.start,

@@ -103,7 +103,7 @@ def window_docs(rows: list[EvalResult]) -> list[list[str]] | None:
     return None if any(d is None for d in docs) else docs
 
 
-def pair(x: dict, y: dict, level: float | None = None) -> dict:
+def pair(x: dict, y: dict, level: float | None = None, capacity: int | None = None) -> dict:
     """x's paired difference to y, two Scorer entries on the same windows (`ropecli.evaluation.stats`),
     its verdict at one-sided `level` (default: read off the 95% interval). Entries of earlier ropecli
     versions (one mean-over-lengths vector and `clusters`) pair on that vector."""
@@ -113,7 +113,7 @@ def pair(x: dict, y: dict, level: float | None = None) -> dict:
     docs = x.get("docs") or y.get("docs")
     if docs is None and (x.get("clusters") or y.get("clusters")):
         docs = [x.get("clusters") or y.get("clusters")]
-    return paired_difference(xv, yv, docs, level=ONE_SIDED if level is None else level)
+    return paired_difference(xv, yv, docs, level=ONE_SIDED if level is None else level, capacity=capacity)
 
 
 def window_vector(rows: list[EvalResult]) -> list[float]:

@@ -10,7 +10,7 @@ the constraints of `ropecli advise`), and every other candidate c gets one verdi
     equivalent  (1 - a) bounds of mean(c - leader) inside ±margin    -> stays, may win the tie-break
     worse       lower (1 - a) bound of mean(c - leader) > 0, and not equivalent -> dropped (keeps its windows)
     undecided   neither                                                -> stays, gets the next round's windows
-    a = alpha / (R * (K - 1))   (R looks, K candidates)
+    a_r = alpha * w_r / (K - 1)   (look r of R, K candidates; w_r proportional to 1/r, summing to 1)
 
 The race ends when every candidate left is equivalent to the leader or there is one (*decided*), when
 the windows run out (`max_windows`), or when it is futile: for every undecided candidate, even a true
@@ -18,11 +18,11 @@ gap at its upper confidence bound would not be shown worse by `max_windows` wind
 the edge of its interval nearest 0 would not be shown inside ±margin (projected with the variance
 model of its inference). The futility stop never drops anyone, so it cannot cost the guarantee.
 
-The guarantee. The true best b is dropped only if at some look, against some leader l, the test
-rejects "b is no worse than l", true for every l; at most R looks and K - 1 leaders, so by the union
-bound P(b is ever dropped) <= R (K - 1) a = alpha, whatever the dependence between the looks. A
-candidate whose true gap to the leader exceeds the margin is called equivalent with probability at
-most a per test, so at most alpha over the race. Both rest on the paired inference holding at level a
+The guarantee. The true best b is dropped only if at some look r, against some leader l, the test
+rejects "b is no worse than l", true for every l; at most K - 1 leaders per look, so by the union
+bound P(b is ever dropped) <= sum_r (K - 1) a_r = alpha, whatever the dependence between the looks.
+A candidate whose true gap to the leader exceeds the margin is called equivalent with probability at
+most a_r per test, so at most alpha over the race. Both rest on the paired inference holding at level a
 for the data at hand (documents or windows inference: `ropecli.evaluation.inference`); the
 simulation in benchmarks/bench_verdicts.py (and tests/test_verdicts.py) checks the drop rate over
 fields of 2-10 candidates, 1-20 documents, serial correlation up to 0.8 and skewed document effects.
@@ -52,6 +52,14 @@ def looks(start: int, max_windows: int, grow: float = 2.0) -> list[int]:
     while out[-1] < max_windows:
         out.append(min(max_windows, max(out[-1] + 1, int(math.ceil(out[-1] * grow)))))
     return out
+
+
+def spending(R: int) -> list[float]:
+    """The share of alpha each look spends, proportional to 1/r (sums to 1): front-loaded, since a
+    candidate dropped at the first look saves every later window, and the early looks, with the
+    fewest windows, need the most room. Any shares summing to 1 keep the union bound."""
+    w = [1.0 / r for r in range(1, R + 1)]
+    return [x / sum(w) for x in w]
 
 
 def race_start(start: int, documents: int) -> int:
@@ -95,23 +103,24 @@ def worse_test(x, y, clusters: list | None, alpha: float) -> dict:
             else False, "inference": p.inference}
 
 
-def judge(x, y, clusters, margin: float, level: float) -> tuple[str, dict]:
+def judge(x, y, clusters, margin: float, level: float, capacity: int | None = None) -> tuple[str, dict]:
     """x against the leader y at one-sided `level`: (verdict, its record)."""
     p = paired(x, y, clusters)
-    rec = describe(p, margin, level)
+    rec = describe(p, margin, level, capacity)
     if p.diff is None:
         return ("worse" if worse_test(x, y, clusters, level)["worse"] else "undecided"), rec
     return rec["verdict"], rec
 
 
-def futile(p: Paired, level: float, margin: float, max_windows: int) -> bool:
+def futile(p: Paired, level: float, last_level: float, margin: float, max_windows: int) -> bool:
     """Could `max_windows` windows decide this pair? No when even a gap at its upper (1 - level) bound
     would not be shown worse, and even a gap at the edge of its interval nearest 0 would not be shown
-    inside ±margin, with the projected se (the variance model of its inference)."""
+    inside ±margin, by the last look's test (level `last_level`) with the projected se (the variance
+    model of its inference)."""
     se = projected_se(p, windows=max_windows)
     if se is None or p.se is None or p.df is None:
         return False
-    t = t_upper(max(p.df * max_windows / max(p.n, 1), p.df), level)  # df grow with the windows, at most
+    t = t_upper(max(p.df * max_windows / max(p.n, 1), p.df), last_level)  # df grow with the windows, at most
     hi, lo = p.upper(level), p.lower(level)
     nearest0 = 0.0 if lo <= 0 <= hi else min(abs(lo), abs(hi))
     return max(abs(hi), abs(lo)) <= t * se and nearest0 + t * se >= margin
@@ -119,15 +128,19 @@ def futile(p: Paired, level: float, margin: float, max_windows: int) -> bool:
 
 def race(score: Callable[[str, int], tuple[list, list | None]], names: list[str], *, start: int, max_windows: int,
          alpha: float = ALPHA, margin: float = MARGIN, eligible: Callable[[str], bool] = lambda name: True,
-         grow: float = 2.0, on_round: Callable[[int, int, list[str]], None] = lambda r, n, alive: None) -> dict:
+         grow: float = 2.0, on_round: Callable[[int, int, list[str]], None] = lambda r, n, alive: None,
+         capacity: int | None = None) -> dict:
     """Race `names`: `score(name, n)` gives a candidate's per-window objective on windows 1…n (lower is
-    better; per length [length][window], or one vector) and their documents. Returns the race's record."""
+    better; per length [length][window], or one vector) and their documents; `capacity`: the windows the
+    text holds (what an undecided candidate's answer compares its need with). Returns the race's record."""
     plan = looks(start, max_windows, grow)
     K = len(names)
-    level = alpha / (len(plan) * max(K - 1, 1))  # per test: Bonferroni over the looks and the possible leaders
+    levels = [alpha * w / max(K - 1, 1) for w in spending(len(plan))]  # per test: the union bound over looks and leaders
     field_ = {n: Entrant(n) for n in names}
     rounds, leader, stop = [], None, "max-windows"
+    level = levels[0]
     for r, n in enumerate(plan, 1):
+        level = levels[r - 1]
         alive = [e for e in field_.values() if e.alive]
         on_round(r, n, [e.name for e in alive])
         for e in alive:
@@ -146,7 +159,8 @@ def race(score: Callable[[str, int], tuple[list, list | None]], names: list[str]
         for e in alive:
             if e is leader or e.excluded:
                 continue
-            e.verdict, e.vs_leader = judge(e.values, leader.values, e.clusters or leader.clusters, margin, level)
+            e.verdict, e.vs_leader = judge(e.values, leader.values, e.clusters or leader.clusters, margin, level,
+                                           capacity)
             if e.verdict == "worse":
                 e.dropped_round = r
                 dropped.append(e.name)
@@ -158,11 +172,13 @@ def race(score: Callable[[str, int], tuple[list, list | None]], names: list[str]
         if not undecided:
             stop = "decided"
             break
-        if r < len(plan) and all(futile(paired(e.values, leader.values, e.clusters or leader.clusters), level, margin,
-                                            max_windows) for e in undecided):
+        if r < len(plan) and all(futile(paired(e.values, leader.values, e.clusters or leader.clusters), level,
+                                        levels[-1], margin, max_windows) for e in undecided):
             stop = "futile"
             break
-    return summarize(field_, leader, rounds, stop, plan, level, alpha, margin)
+    out = summarize(field_, leader, rounds, stop, plan, level, alpha, margin)
+    out.update(test_levels=levels, capacity=capacity)
+    return out
 
 
 def summarize(field_: dict, leader: Entrant | None, rounds: list, stop: str, plan: list[int], level: float,

@@ -110,23 +110,35 @@ def run_search(run: Evaluate, held_out_run: Evaluate | None, geom: Geometry, met
 
 
 def compare_with_best(evaluations: list[dict], best: dict, dims: list[Dim], bracket: tuple | None) -> dict:
-    """Each scored evaluation's paired difference to the best (`vs_best`, with `tied`); for one
-    parameter, the notes of a 1-D search: boundary, bumps, golden bracket, the interval tied with the best."""
+    """Each scored evaluation's paired difference to the best (`vs_best`; `tied`: shown equivalent within
+    the margin); for one parameter, the notes of a 1-D search: boundary, bumps, golden bracket, the
+    interval of values shown equivalent to the best. A point stopped early has only a lower bound for
+    its objective: its tie is unknown (None) and it is left out of the bumps and the interval."""
     scored = [e for e in evaluations if "windows" in e and "stopped_early" not in e]
     for e in evaluations:
         if "stopped_early" in e:
-            e["vs_best"] = {**pair(e, best), "best": False, "tied": False, "stopped_early": True}
+            e["vs_best"] = {**pair(e, best), "best": False, "tied": None, "verdict": "stopped early (lower bound)",
+                            "stopped_early": True}
     for e in scored:
         p = pair(e, best)
-        e["vs_best"] = {**p, "best": e is best, "tied": e is best or (not p["distinguishable"] and not e.get("violates_guard"))}
+        e["vs_best"] = {**p, "best": e is best,
+                        "tied": e is best or (p["verdict"] == "equivalent" and not e.get("violates_guard"))}
     if len(dims) != 1:
         return {}
     d = dims[0]
     x = {id(e): e["params"][d.name] for e in evaluations}
     tied = sorted(x[id(e)] for e in scored if e["vs_best"]["tied"])
+    measured = [e for e in evaluations if "stopped_early" not in e]
     return {"at_boundary": boundary(x[id(best)], d.lo, d.hi),
-            "non_unimodal_at": local_maxima([(x[id(e)], e["objective"]) for e in evaluations]),
+            "non_unimodal_at": local_maxima([(x[id(e)], e["objective"]) for e in measured]),
             "bracket": [d.value(u) for u in bracket] if bracket else None, "equivalent": [tied[0], tied[-1]]}
+
+
+def objective_text(e: dict) -> str:
+    """'3.9142', or '≥ 3.9100' for a point stopped early (its objective is a lower bound)."""
+    if "stopped_early" in e:
+        return f"≥ {e['objective']:.4f}"
+    return f"{e['objective']:.4f}"
 
 
 def search_b(run: Evaluate, geom: Geometry, lengths: list[int], *, lo: float = 0.0, hi: float = 1.0, tol: float = 0.01,
@@ -180,7 +192,7 @@ def references_verdict(references: list[dict], best: dict) -> dict:
         p = pair(r, best)
         r["vs_best_b"] = {**p, "beats_best_b": bool(p["distinguishable"] and p["diff"] is not None and p["diff"] < 0)}
     beating = sorted((r for r in references if r["vs_best_b"]["beats_best_b"]), key=lambda r: r["objective"])
-    tied = [r["label"] for r in references if not r["vs_best_b"]["distinguishable"]]
+    tied = [r["label"] for r in references if not r["vs_best_b"]["distinguishable"]]  # equivalent or undecided
     b = best["b"]
     if beating:
         top = beating[0]
@@ -191,8 +203,7 @@ def references_verdict(references: list[dict], best: dict) -> dict:
     elif tied:
         answers = "; ".join(f"{r['label']}: {tie_answer(r['vs_best_b'])}" for r in references
                             if not r["vs_best_b"]["distinguishable"])
-        verdict = (f"best b = {b:.4f} is not distinguishable (paired 95%) from {', '.join(tied)}; "
-                   f"the windows cannot tell them apart ({answers})")
+        verdict = (f"best b = {b:.4f} is not shown different (paired 95%) from {', '.join(tied)} ({answers})")
     else:
         verdict = f"best b = {b:.4f} beats every reference (paired 95%)"
     return {"verdict": verdict, "references_beating_best_b": [r["label"] for r in beating],
@@ -219,8 +230,9 @@ def held_out_verdict(run: Evaluate, geom: Geometry, lengths: list[int], objectiv
         verdict = (f"{best_std['label']} beats the searched {winner.label} on held-out windows: "
                    f"{-d['diff']:+.4f} nats ± {d['half_width']:.2g} (paired 95% interval); use {best_std['label']}")
     else:
-        verdict = (f"{winner.label} and the best standard method, {best_std['label']}, are not distinguishable on "
+        verdict = (f"{winner.label} and the best standard method, {best_std['label']}, are not shown different on "
                    f"held-out windows ({d['diff']:+.4f} nats ± {d['half_width'] or 0:.2g}, paired 95% interval): {tie_answer(d)}")
+    verdict += f" [{d.get('inference')} inference: generalizes to {d.get('generalizes_to')}]" if d.get("generalizes_to") else ""
     return {"rows": rows, "best_standard": best_std["label"], "winner_vs_best_standard": d, "verdict": verdict,
             "winner_beats_best_standard": bool(d["diff"] is not None and d["diff"] < 0 and d["distinguishable"])}
 

@@ -103,7 +103,7 @@ def advise(
                             held_windows=held.inputs.samples, search_windows=session.inputs.samples, racing=racing,
                             expect=expect, margin=margin)
     result = {**session.header(), **result, "notes": notes, "searched_windows": session.inputs.samples,
-              "held_out_windows": held.inputs.samples, "held_out_first_window": held.inputs.first_window,
+              "held_out_windows": held.inputs.samples, "held_out_first_window": held.inputs.first_window_at(max(lengths)),
               "held_out_split": held.inputs.split_note(max(lengths)),
               "racing": vars(racing) if racing else None,
               "windows_per_candidate": {r["candidate"]: r.get("race", {}).get("windows", held.inputs.samples)
@@ -136,7 +136,7 @@ def racing_plan(held, lengths: list[int], max_windows: int | None, notes: list[s
     if max_windows is None and have < 4 * prompts:
         notes.append(f"racing: at most {max(have, start)} held-out windows (the text's limit at {max(lengths)} tokens), "
                      f"not {4 * prompts}; add text with --data for more")
-    return Racing(start, max(start, most), prompts)
+    return Racing(start, max(start, most), prompts, have)
 
 
 def prepare_out(out: str) -> Path:
@@ -171,41 +171,18 @@ def reproduce_commands(result, model: ModelOptions, data: DataOptions, lengths, 
 def print_advice(result: dict, out_dir: Path) -> None:
     from rich.table import Table
 
-    from ropecli.evaluation.stats import fmt_diff
+    from ropecli.report.advice import inference_line, ranking
 
     con = console()
     con.print(f"[bold]winner: {result['winner_label']}[/] — {result['verdict']}", highlight=False)
     t = Table(title=f"advise on {result['model']} (L = {result['train_len']}): {held_out_span(result)}, k = {result['factor']:g}")
-    t.add_column("rank", justify="right")
-    t.add_column("candidate")
-    for n in result["lengths"]:
-        t.add_column(f"PPL @ {n}", justify="right")
-    t.add_column("Δ vs best (paired)", justify="right")
-    if result["passkey_measured"]:
-        t.add_column(f"passkey @ {max(result['lengths'])}", justify="right")
-    t.add_column("KL @ L", justify="right")
-    t.add_column("PPL rise @ L", justify="right")
-    if result["racing"]:
-        t.add_column("windows", justify="right")
-    t.add_column("note")
-    best_objective = min(x["objective"] for x in result["rows"] if x["tied"])
-    for r in sorted(result["rows"], key=lambda r: (bool(r["excluded"]), r.get("rank", 10 ** 6))):
-        note = "winner" if r["candidate"] == result["winner"] else ("tied" if r["tied"] else "")
-        if r.get("race", {}).get("dropped_round"):
-            note = f"dropped in round {r['race']['dropped_round']}"
-        if r["excluded"]:
-            note = "out: " + "; ".join(r["excluded"])
-        cells = [str(r.get("rank", "—")), f"{r['candidate']}: {r['label']}",
-                 *[f"{r['ppl'][str(n)]:.4g}" for n in result["lengths"]],
-                 fmt_diff({**r["vs_best"], "best": r["objective"] == best_objective})]
-        if result["passkey_measured"]:
-            cells.append(f"{r['passkey_accuracy']:.0%}" if "passkey_accuracy" in r else "—")
-        cells += [f"{r['short_kl']:.4f}" if "short_kl" in r else "—",
-                  f"{r['short_rise_percent']:+.2f}%" if "short_rise_percent" in r else "—"]
-        if result["racing"]:
-            cells.append(str(r["race"]["windows"]))
-        t.add_row(*cells, note, style="bold green" if note == "winner" else "")
+    head, rows = ranking(result)
+    for i, h in enumerate(head):
+        t.add_column(h, justify="left" if i == 1 or h == "verdict" else "right")
+    for cells in rows:
+        t.add_row(*cells, style="bold green" if cells[-1] == "winner" else "")
     con.print(t)
+    con.print(inference_line(result), highlight=False)
     for n in result["notes"]:
         con.print(f"note: {n}", highlight=False)
     con.print(f"rule: {result['rule']}", highlight=False)

@@ -153,11 +153,12 @@ def _race(session: Session, specs, lengths, metric: str, max_windows: int | None
 
 
 def _cell(r: dict, text: str) -> str:
-    """A cell marked by its paired comparison with the best of its column: bold green = best, ≈ = tied."""
+    """A cell marked by its paired comparison with the best of its column: bold green = best, ≈ = shown
+    equivalent, ? = undecided (neither shown worse nor shown equivalent)."""
     p = r["vs_best"]
     if p["best"]:
         return f"[bold green]{text}[/]"
-    return text + (" ≈" if p["tied"] else "")
+    return text + (" ≈" if p["tied"] else " ?" if p.get("verdict") == "undecided" else "")
 
 
 def _print_table(session: Session, specs, lengths: list[int], results: list[dict], kl_k: float | None) -> None:
@@ -169,7 +170,7 @@ def _print_table(session: Session, specs, lengths: list[int], results: list[dict
     counts = sorted({len(r.get("window_nll") or r.get("window_kl") or r.get("prompt_answer_nll") or []) for r in results})
     per_cell = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]} (raced)"
     t = Table(title=f"{lm.name} (L = {lm.train_len}); {per_cell} windows/keys per cell; ± = std. error across "
-                    "windows; bold = best, ≈ = not distinguishable from the best (paired t-test, 95%)")
+                    "windows; bold = best, ≈ = shown equivalent to it, ? = undecided (paired, 95% for the whole column)")
     t.add_column("method")
     columns = []
     if "ppl" in have:
@@ -201,8 +202,8 @@ def _print_table(session: Session, specs, lengths: list[int], results: list[dict
 
 
 def _print_ties(results: list[dict], L: int) -> None:
-    """One line per column: the best, and which candidates are statistically tied with it (and the
-    windows that would resolve each tie)."""
+    """One line per column: the best, the candidates shown equivalent to it, the undecided ones and what
+    would decide each, and what the verdicts generalize to."""
     from ropecli.evaluation.stats import tie_answer
 
     groups: dict[tuple, list[dict]] = {}
@@ -212,9 +213,17 @@ def _print_ties(results: list[dict], L: int) -> None:
         if len(rows) < 2:
             continue
         best = next(r for r in rows if r["vs_best"]["best"])
-        tied = [r for r in rows if r["vs_best"]["tied"] and not r["vs_best"]["best"]]
+        others = [r for r in rows if not r["vs_best"]["best"]]
+        equivalent = [r["label"] for r in others if r["vs_best"]["tied"]]
+        undecided = [r for r in others if r["vs_best"].get("verdict") == "undecided"]
         what = {"ppl": f"PPL @ {n}", "passkey": f"passkey answer NLL @ {n}", "kl": f"KL @ L={n}"}[metric]
         unit = "keys" if metric == "passkey" else "windows"
-        note = ("tied with it (paired 95%): " + "; ".join(f"{r['label']} ({tie_answer(r['vs_best'], unit)})" for r in tied)
-                if tied else "every other candidate is distinguishably worse (paired 95%)")
-        console().print(f"{what}: best {best['label']}; {note}", highlight=False)
+        parts = [f"equivalent within ±{others[0]['vs_best']['margin']:g}: {', '.join(equivalent)}"] if equivalent else []
+        if undecided:
+            parts.append("undecided: " + "; ".join(f"{r['label']} ({tie_answer(r['vs_best'], unit)})" for r in undecided))
+        if not parts:
+            parts.append("every other candidate is shown worse")
+        p = others[0]["vs_best"]
+        scope = f" [{p['inference']} inference: generalizes to {p['generalizes_to']}]" if p.get("generalizes_to") else ""
+        console().print(f"{what}: best {best['label']}; {'; '.join(parts)} (paired, 95% for the column){scope}",
+                        highlight=False)

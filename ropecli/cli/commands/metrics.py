@@ -66,13 +66,15 @@ def print_passkey(results: list[dict], session) -> None:
     t.add_column("answer NLL", justify="right")
     t.add_column("Δ NLL vs best (paired)", justify="right")
     for r in sorted(results, key=lambda r: (r["len"], r["label"])):
-        tie = " ≈" if r["vs_best"]["tied"] and not r["vs_best"]["best"] else ""
+        tie = " ≈" if r["vs_best"]["tied"] and not r["vs_best"]["best"] else (
+            " ?" if r["vs_best"].get("verdict") == "undecided" else "")
         t.add_row(r["label"], str(r["len"]), f"{r['factor']:g}",
                   *[f"{d['accuracy']:.0%}" for d in r["by_depth"]], f"[bold]{r['accuracy']:.0%}[/]",
                   _num(r["answer_nll"]), fmt_diff(r["vs_best"]) + tie)
     console().print(t)
-    console().print("Δ NLL: answer NLL minus the best method's at that length, over the same prompts, ± std. error; "
-                    "≈ = not distinguishable from the best (paired t-test, 95%).", highlight=False)
+    console().print("Δ NLL: answer NLL minus the best method's at that length, over the same prompts, ± the 95% half-width; "
+                    "≈ = shown equivalent to the best within ±0.01 nats, ? = undecided (paired, 95% for the column).",
+                    highlight=False)
 
 
 @handle_errors
@@ -124,12 +126,14 @@ def print_kl(results: list[dict], session, k: float) -> None:
     for col in ["method", "len", "mean KL", "p99 KL", "max KL", "top-1 agree", "Δ vs best (paired)"]:
         t.add_column(col, justify="left" if col == "method" else "right")
     for r in sorted(results, key=lambda r: (r["len"], r["kl_mean"])):
-        tie = " ≈" if r["vs_best"]["tied"] and not r["vs_best"]["best"] else ""
+        tie = " ≈" if r["vs_best"]["tied"] and not r["vs_best"]["best"] else (
+            " ?" if r["vs_best"].get("verdict") == "undecided" else "")
         t.add_row(r["label"], str(r["len"]), f"{r['kl_mean']:.5f}", f"{r['kl_p99']:.4f}",
                   f"{r['kl_max']:.3f}", f"{r['top1_agreement']:.2f}%", fmt_diff(r["vs_best"]) + tie)
     console().print(t)
-    console().print("nats per token; Δ: mean KL minus the lowest one over the same windows, ± std. error; "
-                    "≈ = not distinguishable from the lowest (paired t-test, 95%).", highlight=False)
+    console().print("nats per token; Δ: mean KL minus the lowest one over the same windows, ± the 95% half-width; "
+                    "≈ = shown equivalent to the lowest within ±0.01 nats, ? = undecided (paired, 95% for the column).",
+                    highlight=False)
 
 
 def _num(x) -> str:

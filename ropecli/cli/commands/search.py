@@ -109,6 +109,7 @@ def _deliver(session, out: dict, winner: tuple, geom, evaluation, output, export
 
 def print_search(out: dict, lengths: list[int]) -> None:
     from ropecli.evaluation.stats import fmt_diff
+    from ropecli.tuning.search import objective_text
 
     con = console()
     con.print(f"[bold]verdict:[/] {out['verdict']}", highlight=False)
@@ -117,24 +118,27 @@ def print_search(out: dict, lengths: list[int]) -> None:
     t = _table(f"search-b on {out['model']} (L = {out['train_len']}), objective = {what}"
                + (", with log-n" if out["log_n"] else ""), "b", lengths, passkey, "Δ vs best (paired)", "note")
     for e in sorted(out["evaluations"], key=lambda e: e["b"]):
-        note = "best" if e["b"] == out["best_b"] else ("≈ best" if e["vs_best"]["tied"] else "")
+        note = "best" if e["b"] == out["best_b"] else ("equivalent to the best" if e["vs_best"]["tied"] else
+                                                        "stopped early: a lower bound" if "stopped_early" in e else "")
         if e.get("violates_guard"):
             note = "guard: " + ", ".join(x for x in [
                 f"short PPL +{e['short_rise_percent']:.1f}%" if "short_rise_percent" in e else "",
                 f"short KL {e['short_kl']:.4f}" if "short_kl" in e else ""] if x)
         style = "bold green" if e["b"] == out["best_b"] else ""
-        t.add_row(f"{e['b']:.4f}", *_cells(e, lengths, passkey), f"{e['objective']:.4f}", fmt_diff(e["vs_best"]), note, style=style)
+        t.add_row(f"{e['b']:.4f}", *_cells(e, lengths, passkey), objective_text(e), fmt_diff(e["vs_best"]), note, style=style)
     con.print(t)
-    r = _table("References on the same documents (Δ: minus the best b, paired over windows, ± std. error)", "method",
+    r = _table("References on the same documents (Δ: minus the best b, paired over windows, ± 95% half-width)", "method",
                lengths, passkey, "Δ vs best b", "verdict")
     for ref in sorted(out["references"], key=lambda x: x["objective"]):
         d = ref["vs_best_b"]
-        v = "beats best b" if d["beats_best_b"] else ("≈ best b" if not d["distinguishable"] else "worse")
+        v = "beats best b" if d["beats_best_b"] else {"equivalent": "equivalent to best b", "worse": "worse"}.get(
+            d["verdict"], "undecided")
         r.add_row(ref["label"], *_cells(ref, lengths, passkey), f"{ref['objective']:.4f}", fmt_diff(d), v)
     con.print(r)
     lo_b, hi_b = out["equivalent_b"]
     con.print(f"best b = [bold]{out['best_b']:.4f}[/] (±{out['tol']:g}), objective {out['best_objective']:.4f}; b in "
-              f"[{lo_b:.4f}, {hi_b:.4f}] is not distinguishable from it (paired 95%, evaluated points); "
+              f"[{lo_b:.4f}, {hi_b:.4f}] is shown equivalent to it within ±{out.get('margin', 0.01):g} nats (paired 95%, "
+              "fully evaluated points); "
               f"{out['search_evaluations']} evaluations (a uniform grid of the same accuracy needs "
               f"{out['grid_evaluations_same_accuracy']}); {out['forward_passes']} forward passes, "
               f"{out['cache']['hits']} cached results reused")
@@ -235,14 +239,16 @@ def search(
     make_spec(method, fixed)  # a fixed value outside the domain fails before the model loads
     session, lengths, geom = _open(model, data, evaluation, output, prompts, objective, export_config)
     dims = parse_vary(vary, method, geom)  # default bounds from the model's geometry (critical: 1 … d/2)
-    held = session.held_out(held_out)
-    for n in lengths:  # too little text for the held-out windows fails before any forward pass
+    held = session.held_out(held_out)  # splits the documents: the searched windows are checked again
+    for n in lengths:  # too little text for the searched or held-out windows fails before any forward pass
+        session.ev.check_inputs("passkey" if objective == "passkey" else "ppl", n)
         held.ev.check_inputs("passkey" if objective == "passkey" else "ppl", n)
     out = run_search(session.run, held.run, geom, method, dims, fixed, lengths, budget=budget, optimizer=optimizer,
                      objective=objective, log_n=evaluation.log_n, factor=evaluation.k,
                      max_short_regression=max_short_regression, max_short_kl=max_short_kl, references=refs,
                      windows=session.inputs.samples, screen=not no_race)
-    out = {**session.header(), **out, "held_out_windows": held.inputs.samples, "held_out_first_window": held.inputs.first_window,
+    out = {**session.header(), **out, "held_out_windows": held.inputs.samples, "held_out_first_window": held.inputs.first_window_at(max(lengths)),
+           "held_out_split": held.inputs.split_note(max(lengths)),
            "screened": not no_race, **session.tally(held)}
 
     def plot(path):
@@ -260,11 +266,14 @@ def print_param_search(out: dict, lengths: list[int]) -> None:
     from rich.table import Table
 
     from ropecli.evaluation.stats import fmt_diff
+    from ropecli.tuning.search import objective_text
 
     con = console()
     held = out["held_out"]
     con.print(f"[bold]verdict (held-out windows {out['held_out_first_window']}…"
               f"{out['held_out_first_window'] + out['held_out_windows'] - 1}):[/] {held['verdict']}", highlight=False)
+    if out.get("held_out_split"):
+        con.print(out["held_out_split"], highlight=False)
     names = [d["name"] for d in out["vary"]]
     t = Table(title=f"search {out['method']} over {', '.join(names)} ({out['optimizer']}, {out['search_evaluations']} of "
                     f"{out['budget']} evaluations) on windows 0…{out['samples'] - 1}; best 10 by objective")
@@ -275,11 +284,12 @@ def print_param_search(out: dict, lengths: list[int]) -> None:
     ranked = sorted(out["evaluations"], key=lambda e: (e.get("violates_guard", False), e["objective"]))
     for e in ranked[:10]:
         note = ("best" if e["params"] == out["best_params"] else "guard" if e.get("violates_guard")
-                else "outside the method's domain" if e.get("infeasible") else "")
-        t.add_row(*[f"{e['params'][n]:.4g}" for n in names], f"{e['objective']:.4f}", note,
+                else "outside the method's domain" if e.get("infeasible") else
+                "stopped early: a lower bound" if "stopped_early" in e else "")
+        t.add_row(*[f"{e['params'][n]:.4g}" for n in names], objective_text(e), note,
                   style="bold green" if note == "best" else "")
     con.print(t)
-    h = Table(title="Held-out windows: the winner and the standard methods (Δ: minus the winner, paired, ± std. error)")
+    h = Table(title="Held-out windows: the winner and the standard methods (Δ: minus the winner, paired, ± 95% half-width)")
     h.add_column("schedule")
     if out["objective_name"] == "ppl":
         for n in lengths:
