@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from ropecli.evaluation.inference import (MAX_SERIAL_CORRELATION, corr_sum, paired, projected_se, t_quantile,
-                                          units_needed)
+from ropecli.evaluation.inference import MAX_SERIAL_CORRELATION, corr_sum, paired, t_quantile
+from ropecli.evaluation.sample_size import projected_se, units_needed
 from ropecli.evaluation.stats import paired_difference, tie_answer
 from ropecli.tuning.held_out import clopper_pearson
 from ropecli.tuning.racing import looks, race, worse_test
@@ -212,3 +212,18 @@ def test_a_hopeless_search_point_stops_after_half_its_windows_with_a_lower_bound
         assert best < e["objective"] <= truth[e["b"]] + 1e-12
         assert not e["vs_best"]["tied"]
     assert expected == [(-1, 4)] * len(stopped)  # the progress bar hears of every window not taken
+
+
+@pytest.mark.parametrize("counts", [(2, 1, 1), (8, 8), (16,), (5, 3, 7, 1), (1, 1, 1, 1)])
+@pytest.mark.parametrize("phi", [0.0, 0.5, 0.8])
+def testsatterthwaite_traces_traces_in_closed_form_equal_the_matrices(counts, phi):
+    from ropecli.evaluation.inference import satterthwaite_traces
+
+    n = sum(counts)
+    S, at = np.zeros((n, n)), 0
+    for m in counts:
+        i = np.arange(m)
+        S[at:at + m, at:at + m] = phi ** np.abs(i[:, None] - i[None, :])
+        at += m
+    AS = S - S.sum(axis=0, keepdims=True) / n  # (I - J/n) S
+    assert np.allclose(satterthwaite_traces(counts, phi), (np.trace(AS), np.sum(AS * AS.T)))

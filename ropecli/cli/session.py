@@ -176,11 +176,14 @@ def check_plot_path(path: str | None) -> None:
 
 
 def fmt_ppl(r: dict) -> str:
-    """`59.91 ± 2.65`: PPL with its standard error across windows (a ppl result's JSON row); `inf` for a diverged run."""
+    """`59.91 ± 6.1`: PPL with the 95% half-width of its spread across windows (a ppl result's JSON row);
+    `inf` for a diverged run."""
+    from ropecli.evaluation.stats import ppl_half_width
+
     if r["ppl"] is None or r["ppl"] == float("inf"):
         return "inf"
-    err = f" ± {r['ppl_err']:.3g}" if r.get("ppl_err") else ""
-    return f"{r['ppl']:.4g}{err}"
+    half = ppl_half_width(r.get("ppl_err"), len(r.get("window_nll") or []))
+    return f"{r['ppl']:.4g}" + (f" ± {half:.3g}" if half else "")
 
 
 def plot_results(results: list[dict], path: str, session: Session) -> None:

@@ -81,22 +81,25 @@ def corr_sum(m: int, phi: float) -> float:
     return float(m + 2.0 * np.sum((m - k) * phi ** k))
 
 
-def _ar1(m: int, phi: float) -> np.ndarray:
-    i = np.arange(m)
-    return phi ** np.abs(i[:, None] - i[None, :])
+@lru_cache(maxsize=4096)
+def _row_sums_sq(m: int, phi: float) -> float:
+    """sum over s of (sum over t of phi^|s-t|)^2 for one AR(1) block of m windows."""
+    s = np.arange(m)
+    if phi == 0:
+        return float(m)
+    rows = (1 - phi ** (s + 1)) / (1 - phi) + (1 - phi ** (m - s)) / (1 - phi) - 1
+    return float(np.sum(rows ** 2))
 
 
 @lru_cache(maxsize=1024)
-def _satterthwaite(counts: tuple[int, ...], phi: float) -> tuple[float, float]:
-    """(tr(A S), tr((A S)^2)) for A = I - J/n over all windows and S block-diagonal AR(1) per document."""
+def satterthwaite_traces(counts: tuple[int, ...], phi: float) -> tuple[float, float]:
+    """(tr(A S), tr((A S)^2)) for A = I - J/n over all windows and S block-diagonal AR(1) per document,
+    in closed form: tr(AS) = n - 1'S1/n, tr((AS)^2) = tr(S^2) - 2 |S1|^2/n + (1'S1/n)^2."""
     n = sum(counts)
-    S = np.zeros((n, n))
-    at = 0
-    for m in counts:
-        S[at:at + m, at:at + m] = _ar1(m, phi)
-        at += m
-    AS = S - S.sum(axis=0, keepdims=True) / n
-    return float(np.trace(AS)), float(np.sum(AS * AS.T))
+    one_s_one = sum(corr_sum(m, phi) for m in counts)
+    tr_s2 = sum(corr_sum(m, phi * phi) for m in counts)
+    s1_sq = sum(_row_sums_sq(m, phi) for m in counts)
+    return n - one_s_one / n, tr_s2 - 2 * s1_sq / n + (one_s_one / n) ** 2
 
 
 @dataclass(frozen=True)
@@ -195,7 +198,7 @@ def paired_one(d: np.ndarray, docs: list | None, phi: float | None = None, min_d
         inflate = float(np.mean([corr_sum(m, phi) / m ** 2 for m in counts]))
         tau2 = max(0.0, float(means.var(ddof=1)) - (within or 0.0) * inflate)
         return Paired(est, se, G - 1.0, n, "documents", G, counts, within, tau2)
-    trace, trace2 = _satterthwaite(counts, phi)
+    trace, trace2 = satterthwaite_traces(counts, phi)
     if n < 2 or trace <= 1e-12:
         return Paired(est, None, None, n, "none", G, counts)
     s2 = float(((d - d.mean()) ** 2).sum() / trace)
@@ -252,60 +255,3 @@ def _per_length(v, k: int | None = None, labels: bool = False) -> list:
         return [list(v)] * (k or 1)  # one document list for every length
     arr = [np.asarray(r, dtype=np.float64) for r in v] if len(v) and np.ndim(v[0]) == 1 else [np.asarray(v, dtype=np.float64)]
     return arr
-
-
-def projected_se(p: Paired, windows: int | None = None, documents: int | None = None) -> float | None:
-    """The se the same variance model gives with `windows` in all (round-robin over the documents) and,
-    for the documents inference, `documents` documents."""
-    if p.se is None:
-        return None
-    if p.inference in ("units",):
-        return p.se * math.sqrt(p.n / max(windows or p.n, 1))
-    if p.inference == "windows" and p.sigma2 is not None:
-        G = p.documents or 1
-        counts = _spread(windows or p.n, G)
-        return math.sqrt(p.sigma2 / G ** 2 * sum(corr_sum(m, MAX_SERIAL_CORRELATION) / m ** 2 for m in counts if m))
-    if p.inference == "documents" and p.sigma2 is not None:
-        G = documents or p.documents
-        per_doc = max(1, (windows or p.n) // G)
-        return math.sqrt((p.tau2 + p.sigma2 * corr_sum(per_doc, MAX_SERIAL_CORRELATION) / per_doc ** 2) / G)
-    if p.inference == "documents":
-        return p.se * math.sqrt((p.documents or 1) / (documents or p.documents or 1))
-    return None
-
-
-def _spread(n: int, G: int) -> list[int]:
-    return [n // G + (1 if g < n % G else 0) for g in range(G)]
-
-
-def units_needed(p: Paired, a: float, margin: float = MARGIN, power: float = POWER, limit: int = 1 << 16) -> dict:
-    """What would decide an undecided comparison, in the unit that helps: {'windows': N} (more
-    windows of these documents), {'documents': N} (documents inference: new documents needed), or
-    {'reachable': False, 'why': ...}. Decided means: shown worse when the true gap is the observed
-    one (|diff| > margin), or shown equivalent when it is smaller, each with `power` at level a."""
-    if p.diff is None or p.se is None or p.se <= 0:
-        return {"reachable": False, "why": "no spread to size from"}
-    gap = abs(p.diff)
-    # the standard error at which the test decides with `power` (normal approximation for the target)
-    z = _z(1 - a) + _z(power)
-    target = max(gap, margin - gap) / z  # showing it worse, or equivalent: whichever comes first
-    if p.inference == "documents":
-        floor = projected_se(p, windows=10 ** 9)  # more windows of these documents: the document spread stays
-        if floor is not None and floor > target:
-            G = p.documents
-            while G < limit and projected_se(p, windows=p.n * G // p.documents, documents=G) > target:
-                G *= 2
-            return {"documents": G, "reachable": G < limit}
-    n = p.n
-    while n < limit:
-        se = projected_se(p, windows=n)
-        if se is not None and se <= target:
-            return {"windows": n, "reachable": True}
-        n = max(n + 1, int(n * 1.25))
-    return {"reachable": False, "why": f"more than {limit} windows"}
-
-
-def _z(q: float) -> float:
-    from scipy.stats import norm
-
-    return float(norm.ppf(q))

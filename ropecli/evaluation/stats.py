@@ -24,7 +24,8 @@ import math
 
 import numpy as np
 
-from ropecli.evaluation.inference import CONFIDENCE, MARGIN, Paired, paired, units_needed
+from ropecli.evaluation.inference import CONFIDENCE, MARGIN, Paired, paired, t_quantile
+from ropecli.evaluation.sample_size import units_needed
 
 ONE_SIDED = (1 - CONFIDENCE) / 2  # the level of a verdict word read off one 95% interval
 
@@ -148,4 +149,8 @@ def fmt_diff(p: dict) -> str:
     return f"{p['diff']:+.4f}{half}"
 
 
-PLUS_MINUS = "± is the 95% half-width of the paired difference"
+def ppl_half_width(ppl_err: float | None, windows: int) -> float | None:
+    """The 95% half-width of a PPL from its standard error across `windows` windows (t with n - 1 df)."""
+    if not ppl_err or windows < 2:
+        return None
+    return t_quantile(windows - 1) * ppl_err

@@ -38,7 +38,8 @@ def ranking(result: dict, markdown: bool = False) -> tuple[list[str], list[list[
     from ropecli.evaluation.stats import fmt_diff
 
     lengths = result["lengths"]
-    head = ["rank", "candidate", *(["schedule"] if markdown else []), *[f"PPL @ {n}" for n in lengths],
+    own = " (own windows)" if mixed_windows(result) else ""
+    head = ["rank", "candidate", *(["schedule"] if markdown else []), *[f"PPL @ {n}{own}" for n in lengths],
             "Δ vs best (nats, paired, ± 95%)", *([f"passkey @ {max(lengths)}"] if result["passkey_measured"] else []),
             "KL @ L", "PPL rise @ L", *(["windows"] if result["racing"] else []), "verdict"]
     rows = []
@@ -55,6 +56,11 @@ def ranking(result: dict, markdown: bool = False) -> tuple[list[str], list[list[
     return head, rows
 
 
+def mixed_windows(result: dict) -> bool:
+    """Whether the candidates' PPLs come from different numbers of windows (a race's dropped ones)."""
+    return len({len(r["windows"]) for r in result["rows"]}) > 1
+
+
 def inference_line(result: dict) -> str:
     """What the verdicts generalize to, and the margin, in one line."""
     inf = result.get("inference") or {}
@@ -63,7 +69,9 @@ def inference_line(result: dict) -> str:
     docs = f" over {plural(inf['documents'], 'document')}" if inf.get("documents") else ""
     return (f"Verdicts: {inf['inference']} inference{docs}, generalizing to {inf['generalizes_to']}; equivalence "
             f"margin ±{result['margin']:g} nats of mean log-PPL; one-sided level {result['test_level']:.2g} per "
-            f"comparison (95% for the whole ranking). {result.get('held_out_split', '')}".rstrip())
+            f"comparison (95% for the whole ranking). {result.get('held_out_split', '')}".rstrip() +
+            (". PPL: each candidate on its own windows (the windows column); Δ: paired on the windows both share"
+             if mixed_windows(result) else ""))
 
 
 def race_lines(result: dict) -> list[str]:
@@ -85,7 +93,7 @@ def write_report(result: dict, out_dir: Path, geom, model_name: str) -> Path:
     lengths = result["lengths"]
     images = []
     result_plots.plot_advice_ppl(rows, lengths, str(out_dir / "ppl_vs_length.png"),
-                          f"{model_name}: PPL vs length on held-out windows (± std. error across windows)",
+                          f"{model_name}: PPL vs length on held-out windows (± 95% half-width across windows)",
                           winner=result["winner"])
     images.append(("Perplexity vs length", "ppl_vs_length.png"))
     measured = [r for r in rows if "short_kl" in r]  # a race measures the cost only of the candidates left

@@ -19,13 +19,10 @@ and the PPL rise, with the target's k. All of them for every candidate (`racing=
 candidate significantly worse than the leader is dropped and measured no further, the tied ones get
 more windows, costs are measured for the candidates left and passkey for the winner.
 
-The ranking rule (printed with the result):
-1. a candidate breaking `max_short_kl`, `max_short_regression` or `min_passkey` is out (each
-   exclusion is listed with the constraint that removed it);
-2. the rest are ranked by mean log-PPL over the targets (mean over lengths of NLL per token);
-3. candidates not distinguishable from the best (paired 95%, `ropecli.evaluation.stats`; raced: not
-   dropped by the race) are tied with it, and a tie goes to the smallest short-context cost (mean KL at
-   L; raced: the leader of a KL race among them).
+The ranking rule (`ropecli.tuning.ranking`, printed with the result): constraints; the best by mean
+log-PPL; every other candidate shown worse, shown equivalent within the margin, or undecided (95% for
+the whole ranking, on the inference that fits the data); the tie-break (least cost within L) only
+among the best and the candidates shown equivalent to it.
 """
 
 from __future__ import annotations
@@ -36,32 +33,17 @@ from pathlib import Path
 from typing import Callable
 
 from ropecli.errors import RopeCliError
+from ropecli.evaluation.inference import MARGIN
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.spec import Spec, make_spec, target_factor
 from ropecli.tuning.candidates import search_plans, static_candidates
 from ropecli.tuning.held_out import PASSKEY_BASELINE, Measure, Racing, passkey_baseline, race_candidates
-from ropecli.evaluation.inference import MARGIN
-from ropecli.evaluation.stats import ONE_SIDED
-from ropecli.tuning.objective import Evaluate, pair
+from ropecli.tuning.objective import Evaluate
+from ropecli.tuning.ranking import RULE, RULE_RACED, rank
 from ropecli.tuning.search import run_search
 from ropecli.tuning.space import parse_vary
 
 __all__ = ["Racing", "advise", "estimate_units", "export_winner"]
-RULE = ("1. out: a candidate breaking --max-short-kl, --max-short-regression or --min-passkey; "
-        "2. the best: the lowest mean log-PPL over the target lengths on held-out windows; "
-        "3. every other candidate judged against it, paired, at 95% for the whole ranking (one-sided 0.025/(K-1)): "
-        "shown worse, shown equivalent (interval inside ±margin) or undecided; "
-        "4. the winner: the candidate with the smallest short-context cost (mean KL against the unscaled model at L) "
-        "among the best and those shown equivalent to it; undecided candidates rank by their point estimate and never "
-        "win a tie-break")
-RULE_RACED = ("1. out: a candidate breaking --max-short-kl, --max-short-regression or --min-passkey; "
-              "2. raced on held-out windows by mean log-PPL over the target lengths: after each round every candidate is "
-              "judged against the leader, paired, one-sided at 0.05/(looks x (K-1)) (95% for the whole race): shown worse "
-              "(dropped), shown equivalent (interval inside ±margin) or undecided (doubled windows, up to --max-windows); "
-              "3. the winner: the smallest short-context cost (a KL race within L) among the leader and the eligible "
-              "candidates shown equivalent to it; undecided candidates rank by their point estimate and never win a tie-break")
-
-
 def search_candidates(run: Evaluate, geom: Geometry, lengths: list[int], names: list[str], budget: int,
                       log_n: bool, factor: float | None, windows: int | None = None, screen: bool = False,
                       expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None) -> dict[str, dict]:
@@ -165,93 +147,6 @@ def advise(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[int]
     return {"lengths": lengths, "factor": k, "rule": RULE if racing is None else RULE_RACED, "candidates": [n for n, _ in candidates], **out,
             "passkey_measured": passkey_ok, "unscaled_passkey_at_L": none_acc,
             "searches": {n: s["search"] for n, s in searched.items()}}
-
-
-def rank(rows: list[dict], lengths: list[int], breaks, ppl_race: dict | None, kl_race: dict | None,
-         margin: float = MARGIN) -> dict:
-    """The rule on measured rows: constraints; the best by mean log-PPL; every other eligible candidate
-    judged against it (worse / equivalent within ±margin / undecided, at the race's corrected level, or
-    0.025 / (K - 1) unraced: a 95% statement for the whole ranking); the tie-break (least KL within L)
-    only among the candidates shown equivalent; undecided ones rank by their point estimate."""
-    excluded = []
-    for r in rows:  # a candidate dropped by the race has no measured cost: only divergence can exclude it
-        r["excluded"] = breaks(r) if "short_kl" in r else [] if math.isfinite(r["objective"]) else ["diverged (infinite PPL)"]
-        if r["excluded"]:
-            excluded.append({"candidate": r["candidate"], "why": r["excluded"]})
-    eligible = [r for r in rows if not r["excluded"]]
-    if not eligible:
-        lines = "; ".join(f"{e['candidate']}: {', '.join(e['why'])}" for e in excluded)
-        raise RopeCliError(f"no candidate meets the constraints ({lines}); loosen them")
-    alive = [r for r in eligible if ppl_race is None or not r["race"].get("dropped_round")]
-    most = max(len(r["windows"]) for r in alive)
-    best = min((r for r in alive if len(r["windows"]) == most), key=lambda r: r["objective"])
-    level = ppl_race["test_level"] if ppl_race else ONE_SIDED / max(len(eligible) - 1, 1)
-    capacity = ppl_race.get("capacity") if ppl_race else None
-    for r in rows:
-        r["vs_best"] = {**pair(r, best, level, capacity), "best": r is best}
-        r["verdict"] = ("best" if r is best else "excluded" if r["excluded"] else
-                        "worse" if ppl_race is not None and r["race"].get("dropped_round") else r["vs_best"]["verdict"])
-        if r["verdict"] == "better":  # better than the best on shared windows: a race's survivor on fewer windows
-            r["verdict"] = "undecided"
-        r["tied"] = r["verdict"] in ("best", "equivalent")
-    tied = [r for r in eligible if r["tied"]]
-    by_kl = lambda r: (r.get("short_kl", math.inf), r["objective"])  # noqa: E731
-    if kl_race is not None and kl_race["leader"] in {r["candidate"] for r in tied}:
-        winner = next(r for r in tied if r["candidate"] == kl_race["leader"])
-    else:
-        winner = min(tied, key=by_kl)
-    # ranked by the paired difference to the best on the windows each shares with it (= by objective
-    # when all have the same windows; a race's dropped candidates have fewer)
-    order = lambda r: r["vs_best"]["diff"] if r["vs_best"]["diff"] is not None else math.inf  # noqa: E731
-    for i, r in enumerate(sorted(eligible, key=order), 1):
-        r["rank"] = i
-    others = [r["candidate"] for r in tied if r is not winner]
-    undecided = [r["candidate"] for r in eligible if r["verdict"] == "undecided"]
-    return {"rows": rows, "winner": winner["candidate"], "winner_label": winner["label"],
-            "winner_spec": {"method": winner["method"], "params": {p: v for p, v in winner["params"].items() if v is not None},
-                            "log_n": winner["log_n"]},
-            "best_by_ppl": best["candidate"], "tied_with_winner": others, "equivalent_to_best": others,
-            "undecided": undecided, "excluded": excluded, "margin": margin, "test_level": level,
-            "inference": {k: best["vs_best"].get(k) for k in ("inference", "generalizes_to", "documents")} if len(rows) > 1
-            else None,
-            "verdict": verdict(winner, best, [r for r in eligible if r is not best], excluded, lengths, ppl_race, margin),
-            "race": ppl_race, "kl_race": kl_race}
-
-
-def verdict(winner: dict, best: dict, others: list[dict], excluded: list[dict], lengths: list[int],
-            ppl_race: dict | None, margin: float) -> str:
-    """The winner and why, every other candidate's standing, what would decide the undecided ones."""
-    over = ", ".join(map(str, lengths))
-    if winner is best:
-        why = f"{winner['candidate']} has the lowest mean log-PPL over {over} ({winner['objective']:.4f})"
-    else:
-        why = (f"{winner['candidate']} is shown equivalent within ±{margin:g} nats to the lowest mean log-PPL, "
-               f"{best['candidate']} ({best['objective']:.4f} vs {winner['objective']:.4f}), and costs less within L "
-               f"(KL {winner['short_kl']:.4f} vs {best.get('short_kl', math.nan):.4f})")
-    equivalent = [r["candidate"] for r in others if r["verdict"] == "equivalent"]
-    undecided = [r for r in others if r["verdict"] == "undecided"]
-    worse = [r["candidate"] for r in others if r["verdict"] == "worse"]
-    if equivalent:
-        why += f"; equivalent to the best within ±{margin:g} nats: {', '.join(equivalent)}"
-    if undecided:
-        why += ("; undecided (neither shown worse nor shown equivalent; ranked by their point estimate): " +
-                "; ".join(f"{r['candidate']} ({r['vs_best']['diff']:+.4f}, {r['vs_best'].get('answer', '')})"
-                          for r in undecided))
-    if worse and not undecided and not equivalent:
-        why += "; every other eligible candidate is shown worse"
-    elif worse:
-        why += f"; shown worse: {', '.join(worse)}"
-    if others and others[0]["vs_best"].get("generalizes_to"):
-        p = others[0]["vs_best"]
-        count, unit = (p["documents"], "document") if p.get("documents") else (p["n"], "unit")
-        why += (f" ({p['inference']} inference over {count} {unit}{'' if count == 1 else 's'}: generalizes to "
-                f"{p['generalizes_to']})")
-    if ppl_race is not None:
-        dropped = sum(1 for r in ppl_race["candidates"].values() if r["dropped_round"])
-        why += f"; raced: {ppl_race['rounds'][-1]['windows'] if ppl_race['rounds'] else 0} windows, {dropped} dropped"
-    if excluded:
-        why += "; excluded: " + "; ".join(f"{e['candidate']} ({', '.join(e['why'])})" for e in excluded)
-    return why
 
 
 def estimate_units(names, with_log_n, budget, lengths, inputs, held_inputs, passkey: bool, searches_only: bool = False) -> int:

@@ -39,7 +39,8 @@ from typing import Callable
 
 import numpy as np
 
-from ropecli.evaluation.inference import CONFIDENCE, MARGIN, MIN_DOCUMENTS, Paired, paired, projected_se, t_upper
+from ropecli.evaluation.inference import CONFIDENCE, MARGIN, MIN_DOCUMENTS, Paired, paired, t_upper
+from ropecli.evaluation.sample_size import projected_se
 from ropecli.evaluation.stats import describe
 
 ALPHA = 1 - CONFIDENCE  # the chance that the true best is ever dropped

@@ -169,7 +169,7 @@ def _print_table(session: Session, specs, lengths: list[int], results: list[dict
     have = {r["metric"] for r in results}
     counts = sorted({len(r.get("window_nll") or r.get("window_kl") or r.get("prompt_answer_nll") or []) for r in results})
     per_cell = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]} (raced)"
-    t = Table(title=f"{lm.name} (L = {lm.train_len}); {per_cell} windows/keys per cell; ± = std. error across "
+    t = Table(title=f"{lm.name} (L = {lm.train_len}); {per_cell} windows/keys per cell; ± = 95% half-width across "
                     "windows; bold = best, ≈ = shown equivalent to it, ? = undecided (paired, 95% for the whole column)")
     t.add_column("method")
     columns = []

@@ -240,9 +240,8 @@ def search(
     session, lengths, geom = _open(model, data, evaluation, output, prompts, objective, export_config)
     dims = parse_vary(vary, method, geom)  # default bounds from the model's geometry (critical: 1 … d/2)
     held = session.held_out(held_out)  # splits the documents: the searched windows are checked again
-    for n in lengths:  # too little text for the searched or held-out windows fails before any forward pass
-        session.ev.check_inputs("passkey" if objective == "passkey" else "ppl", n)
-        held.ev.check_inputs("passkey" if objective == "passkey" else "ppl", n)
+    for n, s in ((n, s) for n in lengths for s in (session, held)):  # too little text fails before any forward pass
+        s.ev.check_inputs("passkey" if objective == "passkey" else "ppl", n)
     out = run_search(session.run, held.run, geom, method, dims, fixed, lengths, budget=budget, optimizer=optimizer,
                      objective=objective, log_n=evaluation.log_n, factor=evaluation.k,
                      max_short_regression=max_short_regression, max_short_kl=max_short_kl, references=refs,
@@ -271,9 +270,8 @@ def print_param_search(out: dict, lengths: list[int]) -> None:
     con = console()
     held = out["held_out"]
     con.print(f"[bold]verdict (held-out windows {out['held_out_first_window']}…"
-              f"{out['held_out_first_window'] + out['held_out_windows'] - 1}):[/] {held['verdict']}", highlight=False)
-    if out.get("held_out_split"):
-        con.print(out["held_out_split"], highlight=False)
+              f"{out['held_out_first_window'] + out['held_out_windows'] - 1}; {out['held_out_split']}):[/] {held['verdict']}",
+              highlight=False)
     names = [d["name"] for d in out["vary"]]
     t = Table(title=f"search {out['method']} over {', '.join(names)} ({out['optimizer']}, {out['search_evaluations']} of "
                     f"{out['budget']} evaluations) on windows 0…{out['samples'] - 1}; best 10 by objective")

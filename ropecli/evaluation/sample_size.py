@@ -1,0 +1,72 @@
+"""The sample-size answer: what would decide an undecided comparison, in the unit that helps (more
+windows of these documents, or more documents), under the variance model the inference used
+(`ropecli.evaluation.inference`). Decided means shown worse when the true gap is the observed one, or
+shown equivalent when it is smaller, each with 80% power at the comparison's level; the t quantiles
+use the df the model would have with that many units (Satterthwaite's for the windows inference).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ropecli.evaluation.inference import (MARGIN, MAX_SERIAL_CORRELATION, POWER, Paired, satterthwaite_traces, corr_sum,
+                                          t_upper)
+
+
+def projected(p: Paired, windows: int | None = None, documents: int | None = None) -> tuple[float | None, float | None]:
+    """(se, df) the same variance model gives with `windows` in all (round-robin over the documents)
+    and, for the documents inference, `documents` documents."""
+    if p.se is None:
+        return None, None
+    n = windows or p.n
+    if p.inference == "units":
+        return p.se * math.sqrt(p.n / max(n, 1)), n - 1.0
+    if p.inference == "windows" and p.sigma2 is not None:
+        G = p.documents or 1
+        counts = tuple(m for m in _spread(n, G) if m)
+        trace, trace2 = satterthwaite_traces(counts, MAX_SERIAL_CORRELATION)
+        var = p.sigma2 / G ** 2 * sum(corr_sum(m, MAX_SERIAL_CORRELATION) / m ** 2 for m in counts)
+        return math.sqrt(var), trace ** 2 / trace2
+    if p.inference == "documents":
+        G = documents or p.documents
+        if p.sigma2 is None:
+            return p.se * math.sqrt((p.documents or 1) / G), G - 1.0
+        per_doc = max(1, n // G)
+        return math.sqrt((p.tau2 + p.sigma2 * corr_sum(per_doc, MAX_SERIAL_CORRELATION) / per_doc ** 2) / G), G - 1.0
+    return None, None
+
+
+def projected_se(p: Paired, windows: int | None = None, documents: int | None = None) -> float | None:
+    return projected(p, windows, documents)[0]
+
+
+def _spread(n: int, G: int) -> list[int]:
+    return [n // G + (1 if g < n % G else 0) for g in range(G)]
+
+
+def units_needed(p: Paired, a: float, margin: float = MARGIN, power: float = POWER, limit: int = 1 << 16) -> dict:
+    """{'windows': N} (more windows of these documents), {'documents': N} (the documents inference:
+    new documents needed, more windows of these cannot shrink the spread between them), or
+    {'reachable': False, 'why': ...}."""
+    if p.diff is None or p.se is None or p.se <= 0:
+        return {"reachable": False, "why": "no spread to size from"}
+    gap = abs(p.diff)
+
+    def decides(se_df: tuple) -> bool:  # showing it worse, or equivalent: whichever comes first
+        se, df = se_df
+        if se is None or df is None or df <= 0:
+            return False
+        return max(gap, margin - gap) >= (t_upper(df, a) + t_upper(df, 1 - power)) * se
+
+    if p.inference == "documents":
+        if not decides(projected(p, windows=10 ** 6)):  # more windows of these documents: the document spread stays
+            G = p.documents
+            while G < limit and not decides(projected(p, windows=p.n * G // p.documents, documents=G)):
+                G *= 2
+            return {"documents": G, "reachable": G < limit}
+    n = p.n + 1
+    while n < limit:
+        if decides(projected(p, windows=n)):
+            return {"windows": n, "reachable": True}
+        n = max(n + 1, int(n * 1.1))
+    return {"reachable": False, "why": f"more than {limit} windows"}
