@@ -1,7 +1,8 @@
-"""How much clustering by document changes the verdicts: `ropecli compare` of the standard methods on
-more windows than there are documents (the built-in held-out plays are 5), each method's paired
-difference to the best with the ordinary standard error (windows independent) and the clustered one
-(windows of one play share it), and whether each calls it distinguishable at 95%.
+"""How much the inference that fits the data changes the verdicts: `ropecli compare` of the standard
+methods on more windows than there are documents (the built-in held-out plays are 5), each method's
+paired difference to the best under ropecli's inference (windows of these documents, serial
+correlation up to 0.8 between neighbouring windows) and with the windows taken as independent draws
+(what a plain paired t-test assumes), and the verdict of each at the table's level (95% for the table).
 
     python benchmarks/clustered_verdicts.py [--len 2048] [--samples 16] [--model M] [--method LIST]
 """
@@ -14,7 +15,8 @@ import json
 from typer.testing import CliRunner
 
 from ropecli.cli.app import app
-from ropecli.evaluation.inference import t_quantile
+from ropecli.evaluation import inference
+from ropecli.evaluation.stats import ONE_SIDED, paired_difference
 
 METHODS = "none,pi,ntk-aware,dynamic,yarn,llama3,ntk-fixed,mixed"
 
@@ -32,23 +34,26 @@ def main() -> None:
         raise SystemExit(r.output)
     out = json.loads(r.stdout)
     rows = out["results"]
-    docs = sorted(set(rows[0]["windows"]))
-    print(f"{out['model']}: {args.samples} windows at {args.len} from {len(docs)} documents ({', '.join(docs)})")
-    print(f"{'method':48} {'diff':>8} {'se iid':>8} {'se clustered':>12}  iid verdict      clustered verdict")
+    docs = rows[0]["windows"]
+    best = next(row for row in rows if row["vs_best"]["best"])
+    level = ONE_SIDED / (len(rows) - 1)
+    print(f"{out['model']}: {args.samples} windows at {args.len} from {len(set(docs))} documents ({', '.join(sorted(set(docs)))})")
+    print(f"{'method':48} {'diff':>8} {'se':>8} {'se iid':>8}  verdict (ropecli)   verdict (windows independent)")
     changed = 0
     for row in rows:
-        p = row["vs_best"]
-        if p["best"]:
+        if row is best:
             print(f"{row['label']:48} {'best':>8}")
             continue
-        se_iid = p.get("se_iid", p["se"])
-        iid = abs(p["diff"]) > t_quantile(p["n"] - 1) * se_iid
-        clustered = p["distinguishable"]
-        changed += iid != clustered
-        word = {True: "worse", False: "tied"}
-        print(f"{row['label']:48} {p['diff']:+8.4f} {se_iid:8.4f} {p['se']:12.4f}  {word[iid]:16} {word[clustered]}"
-              + (f"  (needs ~{p['windows_needed']} windows)" if p.get("windows_needed") else ""))
-    print(f"verdicts changed by clustering: {changed} of {len(rows) - 1}; forward passes {out['forward_passes']}")
+        ours = paired_difference(row["window_nll"], best["window_nll"], docs, level=level)
+        saved = inference.MAX_SERIAL_CORRELATION
+        inference.MAX_SERIAL_CORRELATION = 0.0
+        try:
+            iid = paired_difference(row["window_nll"], best["window_nll"], None, level=level)
+        finally:
+            inference.MAX_SERIAL_CORRELATION = saved
+        changed += ours["verdict"] != iid["verdict"]
+        print(f"{row['label']:48} {ours['diff']:+8.4f} {ours['se']:8.4f} {iid['se']:8.4f}  {ours['verdict']:18} {iid['verdict']}")
+    print(f"verdicts changed by the inference: {changed} of {len(rows) - 1}; forward passes {out['forward_passes']}")
 
 
 if __name__ == "__main__":

@@ -27,13 +27,29 @@ def header(*columns: str) -> None:
     print("|" + "---|" * len(columns))
 
 
+def verdicts(results: list[dict], values: str) -> dict[int, dict]:
+    """Each row's paired comparison with the best row, recomputed from its per-window `values` with
+    ropecli's verdict rule (worse / equivalent within ±0.01 / undecided, 95 % for the table)."""
+    from ropecli.evaluation.stats import rank_against_best
+
+    per = {i: [math.inf if v is None else v for v in r[values]] for i, r in enumerate(results)}
+    docs = results[0].get("windows") if isinstance(results[0].get("windows"), list) and values != "windows" else None
+    return rank_against_best(per, docs)
+
+
 def vs_best(v: dict) -> str:
     if v.get("best"):
         return "best"
     if v.get("diff") is None or v.get("half_width") is None:
         return "—"
-    verdict = "tied (within noise)" if not v["distinguishable"] else "worse"
-    return f"+{v['diff']:.4f} ± {v['half_width']:.3g}: {verdict}"
+    return f"{v['diff']:+.4f} ± {v['half_width']:.3g}: {v['verdict']}"
+
+
+def half(r: dict) -> float:
+    """A PPL's 95 % half-width across its windows."""
+    from ropecli.evaluation.stats import ppl_half_width
+
+    return ppl_half_width(r.get("ppl_err"), len(r.get("window_nll") or [])) or 0.0
 
 
 def ppl_table(name: str) -> None:
@@ -42,9 +58,12 @@ def ppl_table(name: str) -> None:
         return
     print(f"{name}: {d['model']} ({d.get('runtime', 'transformers')}, {d['dtype']}), {d['samples']} windows of {d['results'][0]['len']} tokens, "
           f"{d['forward_passes']} forward passes, cache hits {d['cache']['hits']}\n")
-    header("method", "k", "PPL ± se", "Δ mean log-PPL vs best (paired 95 %)")
-    for r in sorted(d["results"], key=lambda r: r["ppl"] if r["ppl"] is not None else math.inf):
-        print(f"| {r['label']} | {r['factor']:g} | {r['ppl']:.3f} ± {r['ppl_err'] or 0:.2g} | {vs_best(r['vs_best'])} |")
+    header("method", "k", "PPL ± 95 %", "Δ mean log-PPL vs best (paired, ± 95 %): verdict")
+    v = verdicts(d["results"], "window_nll")
+    order = sorted(range(len(d["results"])), key=lambda i: d["results"][i]["ppl"] or math.inf)
+    for i in order:
+        r = d["results"][i]
+        print(f"| {r['label']} | {r['factor']:g} | {r['ppl']:.3f} ± {half(r):.2g} | {vs_best(v[i])} |")
     print()
 
 
@@ -54,9 +73,11 @@ def kl_table(name: str) -> None:
         return
     r0 = d["results"][0]
     print(f"{name}: KL(unscaled ‖ scaled) within L, {d['samples']} windows of {r0['len']} tokens at k = {r0['factor']:g}\n")
-    header("method", "mean KL (nats/token)", "p99", "top-1 agreement", "vs best (paired 95 %)")
-    for r in sorted(d["results"], key=lambda r: r["kl_mean"]):
-        print(f"| {r['label']} | {r['kl_mean']:.5f} | {r['kl_p99']:.4f} | {r['top1_agreement']:.2f} % | {vs_best(r['vs_best'])} |")
+    header("method", "mean KL (nats/token)", "p99", "top-1 agreement", "vs best (paired, ± 95 %): verdict")
+    v = verdicts(d["results"], "window_kl")
+    for i in sorted(range(len(d["results"])), key=lambda i: d["results"][i]["kl_mean"]):
+        r = d["results"][i]
+        print(f"| {r['label']} | {r['kl_mean']:.5f} | {r['kl_p99']:.4f} | {r['top1_agreement']:.2f} % | {vs_best(v[i])} |")
     print()
 
 
@@ -67,10 +88,17 @@ def passkey_table(name: str) -> None:
     r0 = d["results"][0]
     depths = [b["depth"] for b in r0["by_depth"]]
     print(f"{name}: passkey at {r0['len']} tokens, {r0['by_depth'][0]['samples']} prompts per depth, {r0['digits']} digits\n")
-    header("method", "accuracy", *(f"depth {x:g}" for x in depths), "answer NLL (nats)", "vs best (paired 95 %)")
-    for r in d["results"]:
+    header("method", "accuracy", *(f"depth {x:g}" for x in depths), "answer NLL (nats)", "vs best (paired, ± 95 %): verdict")
+    groups: dict[int, list[int]] = {}
+    for i, r in enumerate(d["results"]):
+        groups.setdefault(r["len"], []).append(i)
+    v = {}
+    for idx in groups.values():
+        ranked = verdicts([d["results"][i] for i in idx], "prompt_answer_nll")
+        v.update({i: ranked[j] for j, i in enumerate(idx)})
+    for i, r in enumerate(d["results"]):
         cells = " | ".join(f"{b['accuracy']:.0%}" for b in r["by_depth"])
-        best = vs_best(r["vs_best"]) if "vs_best" in r else "—"
+        best = vs_best(v[i]) if len(groups[r["len"]]) > 1 else "—"
         print(f"| {r['label']} | {r['accuracy']:.0%} | {cells} | {r['answer_nll']:.3f} | {best} |")
     print()
 
@@ -102,24 +130,21 @@ def search_rows() -> None:
         if not held:
             continue
         print(f"held out: {len(held['rows'][0]['windows'])} windows\n")
-        header("schedule", "role", "PPL ± se", "Δ mean log-PPL vs the searched winner (paired 95 %)")
+        from ropecli.evaluation.stats import ppl_half_width
+        from ropecli.tuning.objective import pair
+
+        header("schedule", "role", "PPL ± 95 %", "Δ mean log-PPL vs the searched winner (paired, ± 95 %): verdict")
+        win = next(r for r in held["rows"] if r["role"] == "winner")
         for r in sorted(held["rows"], key=lambda r: r["objective"]):
-            ppl = " / ".join(f"{v:.3f} ± {r['ppl_err'][k] or 0:.2g}" for k, v in r["ppl"].items())
-            v = r["vs_winner"]
-            if r["role"] == "winner":
-                cell = "—"
-            elif v.get("half_width") is None:
-                cell = f"{v['diff']:+.4f}"
-            else:
-                cell = f"{v['diff']:+.4f} ± {v['half_width']:.3g}: " + ("tied (within noise)" if not v["distinguishable"]
-                                                                      else "worse" if v["diff"] > 0 else "better")
+            n = len(r["windows"])
+            ppl = " / ".join(f"{v:.3f} ± {ppl_half_width(r['ppl_err'][k], n) or 0:.2g}" for k, v in r["ppl"].items())
+            v = pair(r, win)
+            cell = "—" if r["role"] == "winner" else f"{v['diff']:+.4f} ± {v['half_width']:.3g}: {v['verdict']}"
             print(f"| {r['label']} | {r['role']} | {ppl} | {cell} |")
-        w = held["winner_vs_best_standard"]
-        if w.get("half_width") is None:
-            print(f"\nwinner − {held['best_standard']}: {w['diff']}\n")
-            continue
-        word = ("not distinguishable" if not w["distinguishable"] else
-                "the searched winner is better" if w["diff"] < 0 else f"{held['best_standard']} is better")
+        best_std = min((r for r in held["rows"] if r["role"] != "winner"), key=lambda r: r["objective"])
+        w = pair(win, best_std)
+        word = {"better": "the searched winner is better", "worse": f"{held['best_standard']} is better",
+                "equivalent": "equivalent within ±0.01 nats", "undecided": "undecided"}[w["verdict"]]
         print(f"\nwinner − best deployed ({held['best_standard']}): {w['diff']:+.4f} ± {w['half_width']:.3g} nats "
               f"(paired 95 % interval, {w['n']} windows): {word}\n")
 

@@ -20,10 +20,16 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         raise
 
 
+def normal_mode(path: str | Path, folder: bool = False) -> None:
+    """Give `path` the mode open() or mkdir() would have given it under the umask (mkstemp and mkdtemp
+    make 0600 / 0700: an export must stay readable by another user, e.g. a serving account)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, (0o777 if folder else 0o666) & ~umask)
+
+
 def publish(tmp: str | Path, path: str | Path) -> None:
     """Rename a finished temporary file into place with the mode open() would have given it (mkstemp
     makes 0600: an exported GGUF must stay readable by another user, e.g. Ollama's service)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
+    normal_mode(tmp)
     os.replace(tmp, path)

@@ -135,6 +135,8 @@ def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions
     from ropecli.evaluation.inputs import Inputs
     from ropecli.models.load import load_model
 
+    cache = EvalCache(evaluation.cache_dir, enabled=not evaluation.no_cache)
+    cache.check_writable()  # an impossible --cache-dir fails before the model loads
     dist, device = setup(model.device, model.device_map)
     quiet_unless_main(dist)
     err = stderr_console()
@@ -161,7 +163,7 @@ def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions
     err.print(f"model {lm.describe()}", highlight=False)
     prompts = {"depths": tuple(passkey.parsed_depths()), "digits": passkey.checked_digits()} if passkey else {}
     inputs = Inputs.load(lm.tokenizer, data.data, data.text_field, samples=data.samples, seed=data.seed, **prompts)
-    ev = Evaluator(lm, inputs, cache=EvalCache(evaluation.cache_dir, enabled=not evaluation.no_cache), dist=dist,
+    ev = Evaluator(lm, inputs, cache=cache, dist=dist,
                    chunk_tokens=evaluation.chunk_size, score_last=evaluation.score_last)
     err.print(f"data {inputs.data_label}; {data.samples} window(s) per length, seed {data.seed}", highlight=False)
     return Session(lm, ev)

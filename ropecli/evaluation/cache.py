@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ropecli.errors import RopeCliError
 from ropecli.files import atomic_write_text
 
 FORMAT = 2  # bump when a change to scoring or to the stored result would make old entries wrong
@@ -53,6 +54,19 @@ class EvalCache:
         self.stale = 0  # entries of another FORMAT found and recomputed
         self.migrated = 0  # whole-evaluation entries of LEGACY_FORMAT split into per-window entries
         self.rekeyed = 0  # per-window entries stored under an earlier key of the same window, reused
+
+    def check_writable(self) -> None:
+        """Fail in one line, before any forward pass, when the cache folder cannot be created or written."""
+        if not self.enabled:
+            return
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            probe = self.dir / f".write-test-{os.getpid()}"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as exc:
+            raise RopeCliError(f"--cache-dir {self.dir}: cannot write there ({exc.strerror or exc.__class__.__name__}); "
+                               "pass a writable folder, or --no-cache") from None
 
     def _path(self, key: dict) -> Path:
         return self.dir / f"{key_hash(key)}.json"

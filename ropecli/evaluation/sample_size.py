@@ -64,9 +64,13 @@ def units_needed(p: Paired, a: float, margin: float = MARGIN, power: float = POW
             while G < limit and not decides(projected(p, windows=p.n * G // p.documents, documents=G)):
                 G *= 2
             return {"documents": G, "reachable": G < limit}
-    n = p.n + 1
-    while n < limit:
-        if decides(projected(p, windows=n)):
-            return {"windows": n, "reachable": True}
-        n = max(n + 1, int(n * 1.1))
-    return {"reachable": False, "why": f"more than {limit} windows"}
+    hi = p.n + 1  # double until decided, then bisect: the fewest windows that decide it
+    while hi < limit and not decides(projected(p, windows=hi)):
+        hi *= 2
+    if hi >= limit:
+        return {"reachable": False, "why": f"more than {limit} windows"}
+    lo = max(p.n, hi // 2)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if decides(projected(p, windows=mid)) else (mid, hi)
+    return {"windows": hi, "reachable": True}

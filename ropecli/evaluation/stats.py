@@ -30,9 +30,11 @@ from ropecli.evaluation.sample_size import units_needed
 ONE_SIDED = (1 - CONFIDENCE) / 2  # the level of a verdict word read off one 95% interval
 
 
-def describe(p: Paired, margin: float = MARGIN, level: float = ONE_SIDED, capacity: int | None = None) -> dict:
+def describe(p: Paired, margin: float = MARGIN, level: float = ONE_SIDED, capacity: int | None = None,
+             explain: bool = True) -> dict:
     """A Paired as JSON, with its verdict at one-sided `level` and, undecided, what would decide it
-    (`capacity`: the windows the text holds, when known)."""
+    (`capacity`: the windows the text holds, when known; `explain=False`: the verdict only, as a race's
+    intermediate looks need)."""
     out = {"diff": p.diff, "se": p.se, "df": p.df, "half_width": p.half_width(), "n": p.n, "inference": p.inference,
            "generalizes_to": p.generalizes_to, "documents": p.documents, "margin": margin, "level": level}
     if p.diff is None:
@@ -44,7 +46,8 @@ def describe(p: Paired, margin: float = MARGIN, level: float = ONE_SIDED, capaci
         return out
     verdict = p.verdict(margin, level)
     out.update(verdict=verdict, distinguishable=verdict in ("worse", "better"), lower=p.lower(level), upper=p.upper(level))
-    out["answer"] = answer(out, p, margin, level, capacity)
+    if explain:
+        out["answer"] = answer(out, p, margin, level, capacity)
     return out
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ropecli.errors import RopeCliError
-from ropecli.files import atomic_write_text
+from ropecli.files import atomic_write_text, normal_mode
 from ropecli.models.config import ModelRope
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.spec import Spec
@@ -169,6 +169,7 @@ def export_hf_from_gguf(gguf_path: Path, out_dir: Path, block: dict, force: bool
         AutoTokenizer.from_pretrained(str(gguf_path.parent), **kw).save_pretrained(work)
         config = json.loads((work / "config.json").read_text())
         write_json(str(work / "config.json"), merged_config(config, block))
+        normal_mode(work, folder=True)  # mkdtemp made it 0700: a serving account could not read it
         if out_dir.exists():
             shutil.rmtree(out_dir)
         work.rename(out_dir)

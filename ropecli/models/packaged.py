@@ -56,6 +56,18 @@ def packaged_path(name: str | None) -> Path | None:
 
 
 def resolve_model(name: str | None) -> str | None:
-    """`name` with a packaged short name replaced by its file's path; anything else unchanged."""
+    """`name` with a packaged short name replaced by its file's path; a local path that does not exist
+    fails in one line (a hub id is `name` or `namespace/name`: anything else is a path)."""
     path = packaged_path(name)
-    return str(path) if path is not None else name
+    if path is not None:
+        return str(path)
+    if name and looks_like_path(name) and not Path(name).expanduser().exists():
+        raise RopeCliError(f"--model {name}: no such file or folder; pass a model folder, a GGUF file, or a hub id "
+                           "such as meta-llama/Llama-2-7b-hf")
+    return name
+
+
+def looks_like_path(name: str) -> bool:
+    """A path, not a hub id: absolute, relative with ./ or ~, more than one /, or a weights file's suffix."""
+    return (name.startswith(("/", ".", "~")) or name.count("/") > 1 or "\\" in name
+            or name.lower().endswith((".gguf", ".safetensors", ".bin")))

@@ -104,10 +104,11 @@ def worse_test(x, y, clusters: list | None, alpha: float) -> dict:
             else False, "inference": p.inference}
 
 
-def judge(x, y, clusters, margin: float, level: float, capacity: int | None = None) -> tuple[str, dict]:
-    """x against the leader y at one-sided `level`: (verdict, its record)."""
+def judge(x, y, clusters, margin: float, level: float, capacity: int | None = None,
+          explain: bool = False) -> tuple[str, dict]:
+    """x against the leader y at one-sided `level`: (verdict, its record; `explain`: with what would decide it)."""
     p = paired(x, y, clusters)
-    rec = describe(p, margin, level, capacity)
+    rec = describe(p, margin, level, capacity, explain)
     if p.diff is None:
         return ("worse" if worse_test(x, y, clusters, level)["worse"] else "undecided"), rec
     return rec["verdict"], rec
@@ -177,6 +178,10 @@ def race(score: Callable[[str, int], tuple[list, list | None]], names: list[str]
                                         levels[-1], margin, max_windows) for e in undecided):
             stop = "futile"
             break
+    for e in field_.values():  # the last look's verdicts, with what would decide the undecided ones
+        if e.alive and e is not leader and leader is not None:
+            e.verdict, e.vs_leader = judge(e.values, leader.values, e.clusters or leader.clusters, margin, level,
+                                           capacity, explain=True)
     out = summarize(field_, leader, rounds, stop, plan, level, alpha, margin)
     out.update(test_levels=levels, capacity=capacity)
     return out

@@ -10,7 +10,8 @@ from ropecli.cli.common import console, emit_json, handle_errors
 from ropecli.errors import RopeCliError
 from ropecli.cli.groups import (DataOptions, EvalOptions, ModelOptions, OutputOptions, PasskeyOptions,
                                 ScheduleOptions, with_option_groups)
-from ropecli.cli.options import COMPARE_METHODS, DEFAULT_METHOD, SCHEDULE, MaxWindowsOpt, MetricOpt, flat_choices
+from ropecli.cli.options import (COMPARE_METHODS, DEFAULT_METHOD, SCHEDULE, MarginOpt, MaxWindowsOpt, MetricOpt,
+                                 flat_choices)
 from ropecli.cli.session import Session, check_plot_path, fmt_ppl, open_session, plot_results
 
 
@@ -79,14 +80,16 @@ def compare(
     both_log_n: Annotated[bool, typer.Option("--with-and-without-log-n", rich_help_panel=SCHEDULE,
                                              help="Evaluate every method with and without log-n.")] = False,
     race: Annotated[bool, typer.Option("--race", help="Race the methods: from --samples windows, drop the ones "
-                                       "significantly worse than the best, double the windows of the tied ones up to "
+                                       "shown worse than the leader, double the windows of the undecided ones up to "
                                        "--max-windows (per metric, over all --len).")] = False,
     max_windows: MaxWindowsOpt = None,
+    margin: MarginOpt = None,
 ):
     """The article's table: methods x lengths, on the same documents, with paired confidence.
 
     --metric ppl (default), passkey (accuracy at each --len), kl (at L, schedules for the target's k:
-    --k, or the longest --len / L). Cells not distinguishable from the best (paired 95%) are marked ≈.
+    --k, or the longest --len / L). Cells shown equivalent to the best (paired, within --margin) are
+    marked ≈, undecided ones ?; the verdicts hold at 95% for each column.
 
     Examples: ropecli compare --len 256 --len 2048
               ropecli compare --len 2048 --method none,yarn,llama3,mixed --metric ppl,passkey,kl
@@ -113,11 +116,11 @@ def compare(
         if m not in metrics:
             continue
         if race and len(specs) > 1:
-            results_m, races[m] = _race(session, *cells[m], m, max_windows)
+            results_m, races[m] = _race(session, *cells[m], m, max_windows, margin)
             results += results_m
         else:
             results += session.run(*cells[m], m)
-    results = attach_paired(results)
+    results = attach_paired(results, *([margin] if margin is not None else []))
     ppl_rows = [r for r in results if r["metric"] == "ppl"]
     if output.plot and session.is_main and ppl_rows:
         plot_results(ppl_rows, output.plot, session)
@@ -129,7 +132,7 @@ def compare(
         console().print(f"race ({m}): {record['outcome']}", highlight=False)
 
 
-def _race(session: Session, specs, lengths, metric: str, max_windows: int | None):
+def _race(session: Session, specs, lengths, metric: str, max_windows: int | None, margin: float | None = None):
     """One metric's race over every --len, under one progress bar whose total grows with each round."""
     from ropecli.cli.session import overall_progress
     from ropecli.tuning.racing import race_specs
@@ -147,7 +150,8 @@ def _race(session: Session, specs, lengths, metric: str, max_windows: int | None
             bar.update(task, total=total[0])
 
         try:
-            return race_specs(session.run, specs, lengths, metric, start=start, max_windows=most, on_round=on_round)
+            return race_specs(session.run, specs, lengths, metric, start=start, max_windows=most, on_round=on_round,
+                              **({"margin": margin} if margin is not None else {}))
         finally:
             session.progress = None
 

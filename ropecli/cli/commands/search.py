@@ -116,7 +116,7 @@ def print_search(out: dict, lengths: list[int]) -> None:
     passkey = out["objective_name"] == "passkey"
     what = "mean passkey answer NLL over lengths" if passkey else "mean log-PPL over lengths"
     t = _table(f"search-b on {out['model']} (L = {out['train_len']}), objective = {what}"
-               + (", with log-n" if out["log_n"] else ""), "b", lengths, passkey, "Δ vs best (paired)", "note")
+               + (", with log-n" if out["log_n"] else ""), "b", lengths, passkey, "Δ vs best (paired, ± 95%)", "note")
     for e in sorted(out["evaluations"], key=lambda e: e["b"]):
         note = "best" if e["b"] == out["best_b"] else ("equivalent to the best" if e["vs_best"]["tied"] else
                                                         "stopped early: a lower bound" if "stopped_early" in e else "")

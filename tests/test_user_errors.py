@@ -1,0 +1,50 @@
+"""Failures a user causes name the problem and the fix in one line, before any forward pass: a
+model path that does not exist, a cache folder that cannot be made; and an exported folder gets the
+mode a normal folder gets (a serving account must read it)."""
+
+import os
+import stat
+
+import pytest
+from typer.testing import CliRunner
+
+from ropecli.cli.app import app
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("path", ["/no/such/model", "./missing-folder", "missing.gguf", "~/no/such/model.gguf"])
+def test_a_model_path_that_does_not_exist_says_so(path):
+    r = runner.invoke(app, ["ppl", "--model", path, "--len", "64"])
+    assert r.exit_code == 1
+    line = r.output.strip().splitlines()[-1]
+    assert f"--model {path}: no such file or folder" in line and "hub id" in line and "Repo id" not in r.output
+
+
+def test_a_hub_id_is_not_taken_for_a_path():
+    from ropecli.models.packaged import looks_like_path
+
+    assert not looks_like_path("meta-llama/Llama-2-7b-hf") and not looks_like_path("gpt2")
+    assert looks_like_path("/models/llama") and looks_like_path("a/b/c") and looks_like_path("model.gguf")
+
+
+def test_a_cache_dir_that_cannot_be_created_fails_before_the_model_loads(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    r = runner.invoke(app, ["ppl", "--len", "64", "--cache-dir", str(blocker / "cache")])
+    assert r.exit_code == 1
+    line = r.output.strip().splitlines()[-1]
+    assert line.startswith(f"Error: --cache-dir {blocker / 'cache'}: cannot write there") and "--no-cache" in line
+    assert "model builtin" not in r.output  # the model never loaded
+
+
+def test_an_exported_folder_from_a_gguf_has_a_normal_folder_mode(builtin_gguf, tmp_path):
+    out = tmp_path / "hf"
+    old = os.umask(0o022)
+    try:
+        r = runner.invoke(app, ["export", "--model", str(builtin_gguf), "--method", "yarn", "--len", "512", "--to", "hf",
+                                "--out", str(out)])
+    finally:
+        os.umask(old)
+    assert r.exit_code == 0, r.output
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755  # mkdtemp's 0700 would keep a serving account out
