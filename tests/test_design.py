@@ -19,8 +19,47 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_no_command_module_imports_another():
-    for path in (ROOT / "ropecli" / "commands").glob("*.py"):
-        assert not re.search(r"from ropecli\.commands|import ropecli\.commands", path.read_text()), path.name
+    paths = sorted((ROOT / "ropecli" / "cli" / "commands").glob("*.py"))
+    assert len(paths) >= 8, paths  # the glob must find the commands, or the test checks nothing
+    for path in paths:
+        assert not re.search(r"from ropecli\.cli\.commands|import ropecli\.cli\.commands", path.read_text()), path.name
+
+
+def cli_imports() -> dict[str, set[str]]:
+    """ropecli.cli's modules -> the ropecli.cli modules each imports (at any depth of the file)."""
+    import ast
+
+    graph = {}
+    for path in sorted((ROOT / "ropecli" / "cli").rglob("*.py")):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ropecli.cli"):
+                found.add(node.module)
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names if a.name.startswith("ropecli.cli")}
+        graph[name] = found
+    return graph
+
+
+def test_no_import_circle_in_the_command_layer():
+    graph = cli_imports()
+    assert len(graph) >= 10 and graph["ropecli.cli.session"], graph  # it read the files
+
+    def reaches(start, goal, seen=()):
+        return any(n == goal or (n not in seen and reaches(n, goal, (*seen, n))) for n in graph.get(start, ()))
+
+    circles = [m for m in graph if reaches(m, m)]
+    assert not circles, circles
+
+
+def test_no_aliased_imports_of_ropecli_functions():
+    """`from ropecli.x import f as g` hides a call from readers and tools."""
+    paths = sorted((ROOT / "ropecli").rglob("*.py"))
+    assert len(paths) > 50
+    aliased = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in paths
+               for m in re.finditer(r"from ropecli[\w.]* import [^\n]*\bas\b[^\n]*", p.read_text())]
+    assert not aliased, aliased
 
 
 @pytest.mark.parametrize("cmd", ["ppl", "compare", "search-b"])

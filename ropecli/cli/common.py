@@ -14,6 +14,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
+from ropecli.cli.console import stderr_console
 from ropecli.errors import RopeCliError
 
 DEBUG_ENV = "ROPECLI_DEBUG"
@@ -125,30 +126,6 @@ def _clean(obj: Any) -> Any:
 def g4(x: float) -> str:
     """4 significant digits, the table format for every float."""
     return f"{x:.4g}"
-
-
-def console():
-    from rich.console import Console
-
-    out = Console()
-    if not out.is_terminal:  # piped into a file or a pager: don't squeeze tables into 80 columns
-        out.width = max(out.width, 200)
-    return out
-
-
-def stderr_console():
-    """Messages and progress for people, on stderr (stdout stays clean for --json and pipes); under
-    torchrun only rank 0 shows them."""
-    from rich.console import Console
-
-    from ropecli.evaluation.distributed import world_from_env
-
-    if world_from_env()[0] > 0:
-        return Console(file=open(os.devnull, "w"))
-    err = Console(stderr=True)
-    if not err.is_terminal:  # a log file: one message per line, not wrapped at 80 columns
-        err.width = max(err.width, 200)
-    return err
 
 
 class OneLineErrorsGroup(TyperGroup):

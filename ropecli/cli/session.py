@@ -12,7 +12,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ropecli.cli.common import stderr_console
+from ropecli.cli.console import stderr_console
 from ropecli.cli.groups import DataOptions, EvalOptions, ModelOptions, PasskeyOptions
 
 if TYPE_CHECKING:  # numpy stays unimported until a command runs: `--help` is instant

@@ -1,4 +1,4 @@
-"""`ropecli advise`: the tournament (`ropecli.tuning.advise.run_advise`: searches, ranking, the winner
+"""`ropecli advise`: the tournament (`ropecli.tuning.advise.advise`: searches, ranking, the winner
 exported through the same function as `ropecli export`), then advice.json and report.md in --out."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from ropecli.cli.common import console, emit_json, handle_errors
+from ropecli.cli.common import emit_json, handle_errors
+from ropecli.cli.console import console
 from ropecli.cli.groups import DataOptions, EvalOptions, ModelOptions, PasskeyOptions, with_option_groups
 from ropecli.cli.options import (AdviseBudgetOpt, AdviseOutOpt, CandidatesOpt, HeldOutOpt, JsonOpt, MarginOpt, MaxShortKlOpt,
                                  MaxShortRegressionOpt, MaxWindowsOpt, NoRaceOpt, flat_choices)
@@ -58,7 +59,8 @@ def advise(
     from ropecli.cli.session import overall_progress
     from ropecli.evaluation.evaluator import check_lengths
     from ropecli.rope.spec import target_factor
-    from ropecli.tuning.advise import advise as run_advise, estimate_units, export_winner
+    import ropecli.tuning.advise
+    from ropecli.tuning.advise import estimate_units, export_winner
     from ropecli.tuning.candidates import CANDIDATES
 
     names = flat_choices(candidates, CANDIDATES)
@@ -96,12 +98,13 @@ def advise(
             total[0] += count * held.inputs.resized(samples).units(metric)
             bar.update(task, total=total[0])
 
-        result = run_advise(session.run, held.run, geom, lengths, names=names, budget=budget, with_log_n=with_log_n,
-                            factor=evaluation.k, max_short_kl=max_short_kl, max_short_regression=max_short_regression,
-                            min_passkey=min_passkey, passkey=passkey, note=notes.append,
-                            on_passkey_skipped=lambda: None if racing else bar.update(task, total=units(False)),
-                            held_windows=held.inputs.samples, search_windows=session.inputs.samples, racing=racing,
-                            expect=expect, margin=margin)
+        result = ropecli.tuning.advise.advise(
+            session.run, held.run, geom, lengths, names=names, budget=budget, with_log_n=with_log_n,
+            factor=evaluation.k, max_short_kl=max_short_kl, max_short_regression=max_short_regression,
+            min_passkey=min_passkey, passkey=passkey, note=notes.append,
+            on_passkey_skipped=lambda: None if racing else bar.update(task, total=units(False)),
+            held_windows=held.inputs.samples, search_windows=session.inputs.samples, racing=racing,
+            expect=expect, margin=margin)
     result = {**session.header(), **result, "notes": notes, "searched_windows": session.inputs.samples,
               "held_out_windows": held.inputs.samples, "held_out_first_window": held.inputs.first_window_at(max(lengths)),
               "held_out_split": held.inputs.split_note(max(lengths)),

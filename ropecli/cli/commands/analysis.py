@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from ropecli.cli.common import console, emit_json, g4, geometry_of, handle_errors, schedules_of
+from ropecli.cli.common import emit_json, g4, geometry_of, handle_errors, schedules_of
+from ropecli.cli.console import console
 from ropecli.errors import RopeCliError
 from ropecli.cli.groups import GeometryOptions, ScheduleOptions, with_option_groups
 from ropecli.cli.options import DEFAULT_METHOD, OUTPUT, JsonOpt, OutputFormat

@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from ropecli.cli.common import console, emit_json, handle_errors
+from ropecli.cli.common import emit_json, handle_errors
+from ropecli.cli.console import console
 from ropecli.errors import RopeCliError
 from ropecli.cli.groups import (DataOptions, EvalOptions, ModelOptions, OutputOptions, PasskeyOptions,
                                 ScheduleOptions, with_option_groups)

@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from ropecli.cli.common import console, emit_json, geometry_of, handle_errors
+from ropecli.cli.common import emit_json, geometry_of, handle_errors
+from ropecli.cli.console import console
 from ropecli.errors import RopeCliError
 from ropecli.cli.groups import GeometryOptions, ScheduleOptions, with_option_groups
 from ropecli.cli.options import DEFAULT_METHOD, OUTPUT, ExportLenOpt, ExportOutOpt, JsonOpt, LogNOpt

@@ -3,7 +3,8 @@ Protocols: `ropecli.evaluation.passkey` (prompts) and `ropecli.models.scoring` (
 
 from __future__ import annotations
 
-from ropecli.cli.common import console, emit_json, handle_errors, stderr_console
+from ropecli.cli.common import emit_json, handle_errors
+from ropecli.cli.console import console, stderr_console
 from ropecli.errors import RopeCliError
 from ropecli.cli.groups import (DataOptions, EvalOptions, ModelOptions, OutputOptions, PasskeyOptions,
                                 ScheduleOptions, with_option_groups)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import typer
 
-from ropecli.cli.common import OneLineErrorsGroup, console, geometry_of, handle_errors, schedules_of
+from ropecli.cli.common import OneLineErrorsGroup, geometry_of, handle_errors, schedules_of
+from ropecli.cli.console import console
 from ropecli.cli.groups import GeometryOptions, ScheduleOptions, with_option_groups
 from ropecli.cli.options import DEFAULT_METHOD, OVERVIEW_METHODS, PLOT_SCHEDULE_METHODS, OutOpt
 

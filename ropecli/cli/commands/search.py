@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from ropecli.cli.common import console, emit_json, handle_errors, stderr_console
+from ropecli.cli.common import emit_json, handle_errors
+from ropecli.cli.console import console, stderr_console
 from ropecli.cli.groups import DataOptions, EvalOptions, ModelOptions, OutputOptions, PasskeyOptions, with_option_groups
 from ropecli.cli.options import (DEFAULT_METHOD, SEARCH, ExportConfigOpt, FixedParamOpt, HeldOutOpt, MaxShortKlOpt,
                                  MaxShortRegressionOpt, ObjectiveOpt, OptimizerOpt, NoRaceOpt, SearchBudgetOpt, TunedMethodOpt)
@@ -45,7 +46,7 @@ def search_b(
               ropecli search-b --model meta-llama/Llama-2-7b-hf --len 8192 --len 16384 --export-config rope.json
     """
     from ropecli.tuning.optimizers import check_range
-    from ropecli.tuning.search import search_b as run_search_b
+    import ropecli.tuning.search
 
     objective = Objective(objective).value
     check_range(lo, hi, tol)
@@ -53,9 +54,10 @@ def search_b(
     if all(n <= session.rope.train_len for n in lengths) and evaluation.k is None:
         stderr_console().print(f"[yellow]warning:[/] every --len is within the training length L={session.rope.train_len}: "
                                "k = 1, nothing to extend; every b gives the same perplexity")
-    out = run_search_b(session.run, geom, lengths, lo=lo, hi=hi, tol=tol, log_n=evaluation.log_n, factor=evaluation.k,
-                       max_short_regression=max_short_regression, max_short_kl=max_short_kl, objective=objective,
-                       windows=session.inputs.samples, screen=not no_race)
+    out = ropecli.tuning.search.search_b(
+        session.run, geom, lengths, lo=lo, hi=hi, tol=tol, log_n=evaluation.log_n, factor=evaluation.k,
+        max_short_regression=max_short_regression, max_short_kl=max_short_kl, objective=objective,
+        windows=session.inputs.samples, screen=not no_race)
     out = {**session.header(), **out, "screened": not no_race, **session.tally()}
 
     def plot(path):

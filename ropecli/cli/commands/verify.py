@@ -9,7 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from ropecli.cli.common import console, emit_json, handle_errors, stderr_console
+from ropecli.cli.common import emit_json, handle_errors
+from ropecli.cli.console import console, stderr_console
 from ropecli.cli.groups import GeometryOptions, ScheduleOptions, with_option_groups
 from ropecli.cli.options import EVALUATION, OUTPUT, SCHEDULE, CacheDirOpt, ExportLenOpt, JsonOpt, LogNOpt
 from ropecli.errors import RopeCliError

@@ -1,0 +1,31 @@
+"""Where ropecli talks to people: tables on stdout, messages and progress on stderr (rank 0 only under
+torchrun). Imported by the error boundary (`ropecli.cli.common`) and the session alike, so neither
+imports the other for it."""
+
+from __future__ import annotations
+
+import os
+
+
+def console():
+    from rich.console import Console
+
+    out = Console()
+    if not out.is_terminal:  # piped into a file or a pager: don't squeeze tables into 80 columns
+        out.width = max(out.width, 200)
+    return out
+
+
+def stderr_console():
+    """Messages and progress for people, on stderr (stdout stays clean for --json and pipes); under
+    torchrun only rank 0 shows them."""
+    from rich.console import Console
+
+    from ropecli.evaluation.distributed import world_from_env
+
+    if world_from_env()[0] > 0:
+        return Console(file=open(os.devnull, "w"))
+    err = Console(stderr=True)
+    if not err.is_terminal:  # a log file: one message per line, not wrapped at 80 columns
+        err.width = max(err.width, 200)
+    return err
