@@ -141,7 +141,7 @@ BAD = [
     (["schedule", "--method", "longrope", "--factors", "/nonexistent/f.json"], "cannot read factor file"),
     (["schedule", "--method", "pi,mixed", "--format", "hf"], "one schedule"),
     (["schedule", "--format", "xml"], "is not one of"),
-    (["freqs", "--model", "/nonexistent/model"], "not a folder"),
+    (["freqs", "--model", "/nonexistent/model"], "no such file or folder"),
     (["freqs", "--rope-layers", "all"], "pass --model too"),
     (["freqs", "--d", "64", "--head-dim", "128"], "disagree"),
     (["plot", "--out", "x.gif"], "must end in"),

@@ -66,7 +66,7 @@ def test_compare_table_json_and_plot(tiny_dir, text_file, tmp_path):
 
 
 BAD = [
-    (["ppl", "--model", "/nonexistent/model", "--len", "64"], "cannot load model"),
+    (["ppl", "--model", "/nonexistent/model", "--len", "64"], "--model /nonexistent/model: no such file or folder"),
     (["ppl", "--len", "64", "--method", "pi", "--b", "0.5"], "does not apply"),
     (["ppl", "--len", "1"], "x>=2"),
     (["ppl", "--len", "64", "--samples", "0"], "x>=1"),

@@ -55,3 +55,34 @@ def test_document_inference_with_too_few_documents_is_not_what_the_threshold_all
     assert p.inference == "windows" and p.generalizes_to == "windows of these documents"
     q = inference.paired(np.arange(20.0) % 7, np.zeros(20), list(range(10)) * 2)
     assert q.inference == "documents" and q.generalizes_to == "new documents like these" and q.df == 9
+
+
+def test_the_tie_break_never_goes_to_an_ineligible_or_undecided_candidate():
+    """20 seeded tournaments of fake measurements (the review's crash: the KL leader failing a
+    constraint raised StopIteration in 8 of 20): the winner is always eligible, the best or shown
+    equivalent to it, and never worse than the best by more than the margin."""
+    from ropecli.tuning.ranking import rank
+
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        names = ["a", "b", "c", "d", "e"]
+        base = rng.normal(0, 0.3, 8)
+        rows = []
+        for i, name in enumerate(names):
+            w = list(3.0 + base + rng.choice([0.0, 0.002, 0.3]) * (i > 0) + rng.normal(0, 0.001, 8))
+            rows.append({"candidate": name, "label": name, "method": "none", "params": {}, "log_n": False,
+                         "objective": float(np.mean(w)), "windows": w, "values": [w], "docs": [list("abcdefgh")],
+                         "short_kl": float(rng.uniform(0, 0.1)), "short_rise_percent": 1.0,
+                         "passkey_accuracy": float(rng.choice([0.0, 1.0]))})
+
+        def breaks(r):
+            return ["passkey below --min-passkey"] if r["passkey_accuracy"] < 0.5 else []
+
+        if not any(not breaks(r) for r in rows):
+            continue
+        lowest_kl = min(rows, key=lambda r: r["short_kl"])["candidate"]  # a KL race's leader, eligible or not
+        out = rank(rows, [2048], breaks, None, {"leader": lowest_kl})
+        by = {r["candidate"]: r for r in out["rows"]}
+        winner, best = by[out["winner"]], by[out["best_by_ppl"]]
+        assert not breaks(winner) and winner["verdict"] in ("best", "equivalent")
+        assert winner["objective"] - best["objective"] <= out["margin"]

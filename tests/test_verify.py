@@ -132,6 +132,7 @@ def test_advice_json_beside_the_export_says_what_was_measured(hf_dir, tmp_path):
     folder = tmp_path / "advise-out"
     folder.mkdir()
     shutil.copytree(hf_dir, folder / "hf", symlinks=True)
+    (folder / "hf" / "ropecli-export.json").unlink(missing_ok=True)  # an export of an older ropecli: no manifest
     advice = {"model": B, "rotary_dim": 64, "base": 10000.0, "train_len": 256, "factor": 4.0,
               "winner_spec": {"method": "yarn", "params": {"beta_fast": 32.0, "beta_slow": 1.0}, "log_n": False}}
     (folder / "advice.json").write_text(json.dumps(advice))

@@ -79,7 +79,35 @@ def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str,
               else _to_hf_or_vllm(spec, geom, target, runtime, out, model, gguf_file, force, consistent))
     result["runtimes"] = {name: both[1 if consistent else 0] for name, both in RUNTIME_BEHAVIOUR.items()}
     result["consistent"] = consistent
+    if out is not None:
+        result["manifest"] = write_manifest(out, spec, geom, target, runtime, model, gguf_file, consistent)
+        result["lines"].append(f"wrote {result['manifest']}: what was exported (`ropecli verify {out}` reads it)")
     return result
+
+
+MANIFEST = "ropecli-export.json"  # in an exported folder; beside a file: FILE.ropecli.json
+
+
+def manifest_path(out: str | Path) -> Path:
+    """Where the manifest of an export at `out` lives: inside a folder, beside a file."""
+    out = Path(out)
+    return out / MANIFEST if out.is_dir() else out.with_name(out.name + ".ropecli.json")
+
+
+def write_manifest(out: str, spec: Spec, geom: Geometry, target: ModelRope, runtime: str, model: str | None,
+                   gguf_file: str | None, consistent: bool) -> str:
+    """What an export wrote, for `ropecli verify` to check it against with no flags: the schedule, k, the
+    target length and the geometry it used."""
+    from ropecli.files import atomic_write_text
+
+    path = manifest_path(out)
+    atomic_write_text(path, json.dumps({
+        "ropecli_export": 1, "runtime": runtime, "method": spec.method, "label": spec.label,
+        "params": {k: v for k, v in dict(spec.params).items() if v is not None and k != "factors"}, "log_n": spec.log_n,
+        "factor": geom.factor, "target_len": geom.target_len, "train_len": geom.train_len,
+        "rotary_dim": geom.rotary_dim, "base": geom.base, "model": model, "gguf_file": gguf_file,
+        "consistent": consistent, "scaled_layer_types": list(target.scaled_types)}, indent=1))
+    return str(path)
 
 
 def _source(model: str, gguf_file: str | None) -> Path:

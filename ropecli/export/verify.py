@@ -65,6 +65,24 @@ def expected_from_advice(advice: dict, path: Path, rope: ModelRope | None = None
     return Expected(spec, rope, k, int(round(k * L)), f"{path} (the winner, {spec.label} at k = {k:g})")
 
 
+def expected_from_export(manifest: dict, path: Path, rope: ModelRope | None = None) -> Expected:
+    """What `ropecli export` wrote beside an artefact (`ropecli.export.plan.write_manifest`): its schedule at
+    its k on the geometry it used; `rope` (the model's) adds partial rotary and layer types."""
+    try:
+        params = manifest["params"]
+        if not isinstance(params, dict):
+            raise TypeError("params")
+        spec = make_spec(manifest["method"], params, log_n=bool(manifest.get("log_n", False)))
+        L, k, d = int(manifest["train_len"]), float(manifest["factor"]), int(manifest["rotary_dim"])
+        base, T = float(manifest["base"]), int(manifest["target_len"])
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        raise RopeCliError(f"{path} is not a manifest written by `ropecli export` (bad or missing {exc}); "
+                           "export again, or pass --method and --len") from None
+    if rope is None or (rope.rotary_dim, rope.train_len) != (d, L):
+        rope = ModelRope(manifest.get("model") or "", d, base, L)
+    return Expected(spec, rope, k, T, f"{path} ({spec.label} at k = {k:g})")
+
+
 @dataclass
 class Check:
     runtime: str

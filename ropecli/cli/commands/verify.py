@@ -51,16 +51,22 @@ def verify(
               ropecli verify model-32k.gguf --model model.gguf --method mixed --b 0.75 --len 32768
     """
     from ropecli.export.readback import kind_of, read_json
-    from ropecli.export.verify import Verdict, compare, expected_from_advice
+    from ropecli.export.plan import manifest_path
+    from ropecli.export.verify import Verdict, compare, expected_from_advice, expected_from_export
 
     target = Path(path)
     if not target.exists():
         raise RopeCliError(f"{path}: no such file or folder; pass what `ropecli export` wrote")
     kind = kind_of(target, runtime.value if runtime else None)
     flags_given = bool(schedule.method) or length is not None  # explicit flags win over an advice.json found beside PATH
-    advice_path = Path(advice) if advice else (None if flags_given else _advice_beside(target))
+    manifest = None if (advice or flags_given) else manifest_path(target)
+    advice_path = Path(advice) if advice else (None if flags_given or manifest.is_file() else _advice_beside(target))
     model, gguf_file = geometry.model, geometry.gguf_file
-    if advice_path is not None:
+    if manifest is not None and manifest.is_file():  # what `ropecli export` wrote beside PATH
+        made = read_json(manifest)
+        model, gguf_file = model or made.get("model") or None, gguf_file or made.get("gguf_file")
+        exp = expected_from_export(made, manifest, _model_rope(model, gguf_file))
+    elif advice_path is not None:
         adv = read_json(advice_path)
         model = model or adv.get("model") or None
         exp = expected_from_advice(adv, advice_path, _model_rope(model, gguf_file))
