@@ -68,6 +68,17 @@ class EvalCache:
             raise RopeCliError(f"--cache-dir {self.dir}: cannot write there ({exc.strerror or exc.__class__.__name__}); "
                                "pass a writable folder, or --no-cache") from None
 
+    def reused(self, n: int, counter: str | None = None) -> None:
+        """`n` windows found by a migration (`ropecli.evaluation.cache_migrations`) after `get` missed them:
+        hits, not misses; `counter` (rekeyed) counts them too."""
+        self.hits, self.misses = self.hits + n, self.misses - n
+        if counter:
+            self.count(counter, n)
+
+    def count(self, counter: str, n: int = 1) -> None:
+        """One more entry of a kind the closing note reports: stale, migrated, rekeyed."""
+        setattr(self, counter, getattr(self, counter) + n)
+
     def _path(self, key: dict) -> Path:
         return self.dir / f"{key_hash(key)}.json"
 

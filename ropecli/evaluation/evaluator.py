@@ -20,14 +20,14 @@ The model is reached only through `ropecli.models.backend.ModelBackend`; nothing
 
 from __future__ import annotations
 
-import math
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ropecli.errors import RopeCliError
-from ropecli.evaluation.cache import FORMAT, EvalCache
+from ropecli.evaluation.cache import EvalCache
+from ropecli.evaluation.cache_migrations import rekeyed, whole_evaluation
 from ropecli.evaluation.distributed import Dist
 from ropecli.evaluation.inputs import Inputs
 from ropecli.evaluation.results import (METRICS, EvalResult, summarize_kl, summarize_passkey, summarize_ppl)
@@ -107,18 +107,12 @@ class Evaluator:
             got = self.cache.get(key)
             if got is not None:
                 values[i] = tuple(got["value"]), got["seconds"]
-        earlier = getattr(self.backend, "earlier_fingerprint", None)
-        for i in [i for i in range(len(keys)) if i not in values and earlier]:  # stored before the runtime was in the key
-            old = {k: v for k, v in keys[i].items() if k != "runtime"} | {"model": earlier}
-            got = self.cache.legacy(old, FORMAT)
-            if got is not None:
-                values[i] = tuple(got["value"]), got["seconds"]
-                if self.dist.is_main:
-                    self.cache.put(keys[i], got)
-                self.cache.rekeyed += 1
-                self.cache.hits, self.cache.misses = self.cache.hits + 1, self.cache.misses - 1
-        if not values:  # an entry of the older whole-evaluation format, split per window
-            values = self._legacy(spec, length, geom, sched, metric, inputs, keys)
+        missing = [i for i in range(len(keys)) if i not in values]  # the formats the cache still reads
+        values.update(rekeyed(self.cache, keys, missing, getattr(self.backend, "earlier_fingerprint", None),
+                              self.dist.is_main))
+        if not values:
+            values = whole_evaluation(self.cache, self.legacy_key(spec, length, geom, sched, metric, inputs), metric,
+                                      keys, self.dist.is_main)
         todo = self.dist.union([i for i in range(len(keys)) if i not in values])
         if on_window and len(keys) > len(todo):
             on_window(len(keys) - len(todo))
@@ -186,31 +180,6 @@ class Evaluator:
             key.pop("score_last")
         return key
 
-    def _legacy(self, spec, length, geom, sched, metric, inputs, keys) -> dict[int, tuple]:
-        """Per-unit values from a whole-evaluation entry of cache format 1, stored per window at once.
-        PPL and passkey entries hold every window's numbers; KL entries lack the per-token values its
-        percentiles need, so they are recomputed (counted as stale)."""
-        old = self.cache.legacy(self.legacy_key(spec, length, geom, sched, metric, inputs))
-        if old is None:
-            return {}
-        if metric == "kl":
-            self.cache.stale += 1
-            return {}
-        if metric == "ppl":
-            n = len(old["window_nll"])
-            per = old["tokens"] // n  # every window scores the same number of tokens
-            rows = [((math.inf if m is None else m * per), per) for m in old["window_nll"]]
-        else:
-            rows = [(float(c), math.inf if a is None else a) for c, a in zip(old["prompt_correct"], old["prompt_answer_nll"])]
-        if len(rows) != len(keys):
-            return {}
-        self.cache.migrated += 1
-        if self.dist.is_main:
-            for key, value in zip(keys, rows):
-                self.cache.put(key, {"value": list(value), "seconds": 0.0})
-        self.cache.hits, self.cache.misses = self.cache.hits + len(keys), self.cache.misses - len(keys)
-        return {i: (value, 0.0) for i, value in enumerate(rows)}
-
 
 def _plain(value: tuple) -> list:
     """A backend's per-unit tuple as JSON-able floats and lists (what the cache stores)."""
@@ -220,6 +189,14 @@ def _plain(value: tuple) -> list:
             v = v.tolist()
         out.append([float(x) for x in v] if isinstance(v, (list, tuple)) else (v if isinstance(v, int) else float(v)))
     return out
+
+
+DEFAULT_EXTENSION = 8  # the target when no --len is given: 8 L, the article's k = 8
+
+
+def default_target(train_len: int) -> int:
+    """The one default target length of search-b, search, advise and passkey: 8 L."""
+    return DEFAULT_EXTENSION * train_len
 
 
 def check_lengths(lengths: list[int]) -> list[int]:

@@ -34,7 +34,7 @@ def check_writable(path: str, flag: str, force: bool = True) -> None:
     import os
 
     p = Path(path)
-    if not p.resolve().parent.exists():
+    if not p.resolve().parent.is_dir():
         raise RopeCliError(f"{flag} {path}: the folder does not exist; create it or write elsewhere")
     if not os.access(p.resolve().parent, os.W_OK):
         raise RopeCliError(f"{flag} {path}: the folder is not writable; write elsewhere")

@@ -158,10 +158,15 @@ def _to_hf_or_vllm(spec, geom, target, runtime, out, model, gguf_file, force, co
 def _to_gguf(spec, geom, out, model, gguf_file, force, replace) -> dict:
     from ropecli.models.gguf_rope import export_gguf, read_gguf_input
 
+    from ropecli.export.readback import UNREADABLE, unreadable
+
     path = _source(model, gguf_file)
     if path.resolve() == Path(out).resolve():
         raise RopeCliError("--out is the input GGUF; write a new file")
-    src, reader = read_gguf_input(path)
+    try:
+        src, reader = read_gguf_input(path)
+    except UNREADABLE as exc:  # a truncated or corrupt GGUF
+        raise unreadable(path, exc) from None
     if src.existing_factors is not None and not replace:
         shown = ", ".join(f"{x:.4g}" for x in src.existing_factors[:8]) + (" …" if len(src.existing_factors) > 8 else "")
         what = f"rope_freqs ({shown})" if src.existing_factors else "a llama.cpp rope scaling"

@@ -60,9 +60,23 @@ def kind_of(path: Path, runtime: str | None) -> str:
 
 def read_json(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise RopeCliError(f"cannot read {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise RopeCliError(f"{path} holds a JSON {type(data).__name__}, not the object `ropecli export` writes; "
+                           "pass what it wrote, or export again")
+    return data
+
+
+UNREADABLE = (KeyError, ValueError, TypeError, OverflowError, IndexError, AttributeError)  # a hand-edited or truncated artefact
+
+
+def unreadable(path: Path, exc: Exception) -> RopeCliError:
+    """The one line for an artefact whose contents ropecli (or the runtime's own code) cannot read back."""
+    first = (str(exc).splitlines() or [exc.__class__.__name__])[0].strip("'\"")[:160]
+    return RopeCliError(f"{path}: its contents cannot be read back ({first}); pass the artefact as `ropecli export` "
+                        "wrote it, or export again")
 
 
 def rope_blocks(rp: dict) -> dict[str | None, dict]:

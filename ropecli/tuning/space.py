@@ -57,6 +57,11 @@ def default_bounds(method: str, name: str, geom: Geometry, varied: list[str]) ->
     return table[(method, name)]
 
 
+# Any model's geometry at once (d of two million: every critical pair is in range): --vary's names,
+# syntax and domains are checked against it before the model loads; its bounds come later from the model's
+ANY_GEOMETRY = Geometry(2_000_000, 1e4, 4096, 8.0)
+
+
 def parse_vary(items: list[str] | None, method: str, geom: Geometry) -> list[Dim]:
     """`--vary b`, `--vary critical=4:32` -> Dims, checked against the method's parameters and domain."""
     m = resolve_method(method)

@@ -57,7 +57,7 @@ def advise(
               ropecli advise --model meta-llama/Llama-2-7b-hf --len 32768 --len 65536 --out llama-advice
     """
     from ropecli.cli.session import overall_progress
-    from ropecli.evaluation.evaluator import check_lengths
+    from ropecli.evaluation.evaluator import check_lengths, default_target
     from ropecli.rope.spec import target_factor
     import ropecli.tuning.advise
     from ropecli.tuning.advise import estimate_units, export_winner
@@ -68,7 +68,7 @@ def advise(
     out_dir = prepare_out(out)
     session = open_session(model, data, evaluation, quiet=as_json, passkey=prompts)
     rope = session.rope
-    lengths = check_lengths(evaluation.length or [8 * rope.train_len])
+    lengths = check_lengths(evaluation.length or [default_target(rope.train_len)])
     held = session.held_out(held_out)
     for n in lengths:
         session.ev.check_inputs("ppl", n), held.ev.check_inputs("ppl", n)

@@ -24,7 +24,7 @@ def passkey(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, e
     Examples: ropecli passkey --len 256 --len 2048 --method none --method mixed --plot pk.png
               ropecli passkey --model meta-llama/Llama-2-7b-hf --len 4096 --len 16384 --method yarn,mixed --samples 20
     """
-    from ropecli.evaluation.evaluator import check_lengths
+    from ropecli.evaluation.evaluator import check_lengths, default_target
     from ropecli.cli.flags import specs_from_flags
     from ropecli.evaluation.stats import attach_paired
 
@@ -34,7 +34,7 @@ def passkey(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, e
     check_plot_path(output.plot)
     session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts)
     L = session.rope.train_len
-    lengths = check_lengths(evaluation.length or [L, 8 * L])
+    lengths = check_lengths(evaluation.length or [L, default_target(L)])
     results = attach_paired(session.run(specs, lengths, "passkey"))
     if output.plot and session.is_main:
         from ropecli.report.result_plots import plot_passkey_heatmaps

@@ -76,7 +76,7 @@ def search_b(
 def _open(model, data, evaluation, output, prompts, objective: str, export_config):
     """Check every path, load the model, and fail on too little text before the first forward pass:
     (session, lengths, geometry at the target's k)."""
-    from ropecli.evaluation.evaluator import check_lengths
+    from ropecli.evaluation.evaluator import check_lengths, default_target
     from ropecli.export.hf import check_writable
     from ropecli.rope.spec import target_factor
 
@@ -87,7 +87,7 @@ def _open(model, data, evaluation, output, prompts, objective: str, export_confi
         check_writable(export_config, "--export-config")
     session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts if objective == "passkey" else None)
     rope = session.rope
-    lengths = check_lengths(evaluation.length or [8 * rope.train_len])
+    lengths = check_lengths(evaluation.length or [default_target(rope.train_len)])
     for n in lengths:
         session.ev.check_inputs("passkey" if objective == "passkey" else "ppl", n)
     return session, lengths, rope.geometry(target_factor(evaluation.k, lengths, rope.train_len))
@@ -133,17 +133,14 @@ def print_search(out: dict, lengths: list[int]) -> None:
                lengths, passkey, "Δ vs best b", "verdict")
     for ref in sorted(out["references"], key=lambda x: x["objective"]):
         d = ref["vs_best_b"]
-        v = "beats best b" if d["beats_best_b"] else {"equivalent": "equivalent to best b", "worse": "worse"}.get(
-            d["verdict"], "undecided")
-        r.add_row(ref["label"], *_cells(ref, lengths, passkey), f"{ref['objective']:.4f}", fmt_diff(d), v)
+        r.add_row(ref["label"], *_cells(ref, lengths, passkey), f"{ref['objective']:.4f}", fmt_diff(d),
+                  "beats best b" if d["beats_best_b"] else d["verdict"])
     con.print(r)
     lo_b, hi_b = out["equivalent_b"]
-    con.print(f"best b = [bold]{out['best_b']:.4f}[/] (±{out['tol']:g}), objective {out['best_objective']:.4f}; b in "
-              f"[{lo_b:.4f}, {hi_b:.4f}] is shown equivalent to it within ±{out.get('margin', 0.01):g} nats (paired 95%, "
-              "fully evaluated points); "
-              f"{out['search_evaluations']} evaluations (a uniform grid of the same accuracy needs "
-              f"{out['grid_evaluations_same_accuracy']}); {out['forward_passes']} forward passes, "
-              f"{out['cache']['hits']} cached results reused")
+    con.print(f"best b = [bold]{out['best_b']:.4f}[/] (±{out['tol']:g}), objective {out['best_objective']:.4f}; b in [{lo_b:.4f}, "
+              f"{hi_b:.4f}] is shown equivalent to it (paired 95%, fully evaluated points); {out['search_evaluations']} "
+              f"evaluations (a uniform grid of the same accuracy needs {out['grid_evaluations_same_accuracy']}); "
+              f"{out['forward_passes']} forward passes, {out['cache']['hits']} cached results reused")
     print_one_dim_notes(con, out, "b", out["lo"], out["hi"], "--lo/--hi")
 
 
@@ -218,18 +215,16 @@ def search(
               ropecli search --model meta-llama/Llama-2-7b-hf --len 16384 --method llama3 --vary low_freq_factor --vary high_freq_factor
     """
     from ropecli.cli.flags import parse_params
-    from ropecli.rope.geometry import Geometry
     from ropecli.rope.methods import resolve_method
     from ropecli.rope.spec import make_spec
     from ropecli.tuning.optimizers import min_budget
     from ropecli.tuning.search import parse_reference, run_search
-    from ropecli.tuning.space import parse_vary
+    from ropecli.tuning.space import ANY_GEOMETRY, parse_vary
 
     objective, optimizer = Objective(objective).value, Optimizer(optimizer).value
     method = resolve_method(method).name
     fixed = parse_params(param)
-    # names, syntax and domains now (any d); critical's upper bound d/2 once the model's geometry is read
-    dims = parse_vary(vary, method, Geometry(2_000_000, 1e4, 4096, 8.0))
+    dims = parse_vary(vary, method, ANY_GEOMETRY)  # names, syntax, domains now; critical's bound d/2 once the model is read
     clash = [d.name for d in dims if d.name in fixed]
     if clash:
         raise RopeCliError(f"{clash[0]} is both varied (--vary) and fixed (--param); pass it once")

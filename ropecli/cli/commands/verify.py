@@ -149,7 +149,16 @@ def _advice_beside(target: Path) -> Path | None:
 
 
 def _applied(target: Path, kind: str, exp):
-    """(list of Applied, the block for a .json artefact or None)."""
+    """(list of Applied, the block for a .json artefact or None); a malformed artefact fails in one line."""
+    from ropecli.export.readback import UNREADABLE, unreadable
+
+    try:
+        return _read_back(target, kind, exp)
+    except UNREADABLE as exc:
+        raise unreadable(target, exc) from None
+
+
+def _read_back(target: Path, kind: str, exp):
     from ropecli.export.readback import gguf_applied, read_json, transformers_applied, vllm_applied
 
     T = exp.target_len
@@ -181,7 +190,12 @@ def _expected_from_flags(target: Path, kind: str, geometry, schedule, log_n: boo
         raise RopeCliError("verify checks one schedule: one --method, at most one --b")
     d, base, L = geometry.d, geometry.base, geometry.train_len
     if geometry.model is None and None in (d, base, L):  # the artefact's own geometry fills the gaps (said in the output)
-        d, base, L = _artefact_geometry(target, kind, d, base, L)
+        from ropecli.export.readback import UNREADABLE, unreadable
+
+        try:
+            d, base, L = _artefact_geometry(target, kind, d, base, L)
+        except UNREADABLE as exc:
+            raise unreadable(target, exc) from None
     geom, rope = geometry_from_flags(d, base, L, geometry.k, length or geometry.target_len, geometry.model,
                                      geometry.gguf_file, geometry.rope_layers)
     from ropecli.models.config import ModelRope

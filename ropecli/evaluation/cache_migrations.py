@@ -1,0 +1,59 @@
+"""The cache formats ropecli still reads, and how each becomes today's per-window entries (the
+evaluator asks `migrate` for the windows its cache lookup missed; nothing here runs a model).
+
+- Format 2, the key of an earlier ropecli (no runtime in it, the model fingerprint with its load path:
+  `earlier_fingerprint` of the backend): a window found there is stored under today's key and reused
+  (`rekeyed`).
+- Format 1 (`LEGACY_FORMAT`): one entry per whole evaluation (samples and seed in the key). PPL and
+  passkey entries hold every window's numbers and are split into per-window entries at once
+  (`migrated`); KL entries lack the per-token values its percentiles need, so they are recomputed
+  (counted as `stale`).
+Counters move only through the cache's own methods (`EvalCache.reused`, `count`).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ropecli.evaluation.cache import FORMAT, EvalCache
+
+
+def rekeyed(cache: EvalCache, keys: list[dict], missing: list[int], earlier_fingerprint: str | None,
+            store: bool) -> dict[int, tuple]:
+    """Windows stored under the earlier key (no runtime, the earlier fingerprint): {index: (value, seconds)}."""
+    found: dict[int, tuple] = {}
+    if not earlier_fingerprint:
+        return found
+    for i in missing:
+        old = {k: v for k, v in keys[i].items() if k != "runtime"} | {"model": earlier_fingerprint}
+        got = cache.legacy(old, FORMAT)
+        if got is not None:
+            found[i] = tuple(got["value"]), got["seconds"]
+            if store:
+                cache.put(keys[i], got)
+            cache.reused(1, "rekeyed")
+    return found
+
+
+def whole_evaluation(cache: EvalCache, legacy_key: dict, metric: str, keys: list[dict], store: bool) -> dict[int, tuple]:
+    """Per-window values from a format-1 whole-evaluation entry, stored per window at once."""
+    old = cache.legacy(legacy_key)
+    if old is None:
+        return {}
+    if metric == "kl":
+        cache.count("stale")
+        return {}
+    if metric == "ppl":
+        n = len(old["window_nll"])
+        per = old["tokens"] // n  # every window scores the same number of tokens
+        rows = [((math.inf if m is None else m * per), per) for m in old["window_nll"]]
+    else:
+        rows = [(float(c), math.inf if a is None else a) for c, a in zip(old["prompt_correct"], old["prompt_answer_nll"])]
+    if len(rows) != len(keys):
+        return {}
+    cache.count("migrated")
+    if store:
+        for key, value in zip(keys, rows):
+            cache.put(key, {"value": list(value), "seconds": 0.0})
+    cache.reused(len(keys))
+    return {i: (value, 0.0) for i, value in enumerate(rows)}
