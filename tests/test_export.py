@@ -211,7 +211,7 @@ def test_bad_inputs_are_one_line_and_leave_nothing(tiny_dir, llama_gguf, tmp_pat
         (["--model", tiny_dir, "--method", "longrope", "--factors", factors, "--len", 128], "needs d/2 = 8 factors"),
         (["--model", llama_gguf, "--method", "pi", "--len", 128, "--to", "gguf", "--out", readonly / "o.gguf"], "not writable"),
         (["--model", tiny_dir, "--method", "pi", "--to", "hf"], "--len"),
-        (["--model", llama_gguf, "--method", "pi", "--len", 128, "--to", "vllm", "--out", tmp_path / "d.json"], "--to gguf"),
+        (["--model", llama_gguf, "--method", "pi", "--len", 128, "--to", "vllm", "--out", tmp_path / "d.txt"], "JSON"),
         (["--model", tiny_dir, "--method", "pi", "--len", 128, "--to", "vllm", "--out", tmp_path / "o.txt"], "JSON"),
     ]
     if os.geteuid() == 0:  # root writes anywhere: the read-only case cannot fail here

@@ -58,3 +58,28 @@ def test_a_changed_manifest_is_caught_and_a_broken_one_is_one_line(tmp_path):
     assert r.exit_code == 1
     line = r.output.strip().splitlines()[-1]
     assert "is not a manifest written by `ropecli export`" in line and "ValueError" not in r.output
+
+
+def test_vllm_overrides_from_a_gguf_name_the_checkpoint_to_serve(builtin_gguf, tmp_path):
+    out = tmp_path / "overrides.json"
+    r = runner.invoke(app, ["export", "--model", str(builtin_gguf), "--method", "yarn", "--len", "1024", "--to", "vllm",
+                            "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "vLLM serves the transformers checkpoint this GGUF was made from" in r.output
+    assert "vllm serve HF-CHECKPOINT-OF-" in r.output  # the test GGUF names no source repository
+    assert json.loads(out.read_text())["rope_parameters"]["original_max_position_embeddings"] == 256
+    r = runner.invoke(app, ["verify", str(out), "--no-run"])
+    assert r.exit_code == 0 and "vllm: OK (" in r.output, r.output
+
+
+def test_a_gguf_names_its_source_checkpoint(tmp_path):
+    import gguf
+
+    from ropecli.export.plan import gguf_origin
+
+    path = tmp_path / "m.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_string("general.source.huggingface.repository", "HuggingFaceTB/SmolLM2-135M-Instruct")
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file()
+    w.close()
+    assert gguf_origin(path) == "HuggingFaceTB/SmolLM2-135M-Instruct"

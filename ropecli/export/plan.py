@@ -48,7 +48,7 @@ def check_export_paths(runtime: str, out: str | None, model: str | None, gguf_fi
         check_writable(out, "--out", force)
         return
     to_folder = runtime == "hf" and out is not None and not out.endswith(".json")
-    if is_gguf(model, gguf_file) and not to_folder:
+    if is_gguf(model, gguf_file) and not to_folder and runtime != "vllm":
         raise RopeCliError(f"a GGUF model goes to llama.cpp with --to gguf, or to a transformers folder with --to hf --out DIR "
                            f"(then --to {runtime} from that folder)")
     if to_folder and model is None:
@@ -110,6 +110,19 @@ def write_manifest(out: str, spec: Spec, geom: Geometry, target: ModelRope, runt
     return str(path)
 
 
+def gguf_origin(path: Path) -> str:
+    """The transformers checkpoint a GGUF says it was converted from (llama.cpp's convert_hf_to_gguf writes
+    general.source.huggingface.repository / general.base_model.0.repo_url), else a placeholder naming it."""
+    from ropecli.models.config import gguf_metadata
+
+    meta = gguf_metadata(path)
+    for key in ("general.source.huggingface.repository", "general.base_model.0.repo_url", "general.source.url"):
+        if isinstance(meta.get(key), str) and meta[key]:
+            return meta[key].removeprefix("https://huggingface.co/")
+    name = meta.get("general.name") or path.stem
+    return f"HF-CHECKPOINT-OF-{str(name).replace(' ', '-')}"
+
+
 def _source(model: str, gguf_file: str | None) -> Path:
     model = resolve_model(model)
     return Path(model) if gguf_file is None else locate_file(model, Path(model), gguf_file)
@@ -128,7 +141,12 @@ def _to_hf_or_vllm(spec, geom, target, runtime, out, model, gguf_file, force, co
     result = {"runtime": runtime, "model": model, "factor": geom.factor, "target_len": geom.target_len, "note": note,
               "block": block, "lines": [note]}
     if runtime == "vllm":
-        result["command"] = vllm_command(model or "MODEL", block)
+        checkpoint = model or "MODEL"
+        if is_gguf(model, gguf_file):  # vLLM serves the transformers checkpoint; the overrides hold only geometry
+            checkpoint = gguf_origin(_source(model, gguf_file))
+            result["lines"].append(f"vLLM serves the transformers checkpoint this GGUF was made from ({checkpoint}); "
+                                   "the overrides depend only on the geometry its header states (d, base, L)")
+        result["command"] = vllm_command(checkpoint, block)
         result["lines"].append(result["command"])
     if out is None:
         if runtime == "hf":
