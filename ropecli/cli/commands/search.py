@@ -100,9 +100,8 @@ def _deliver(session, out: dict, winner: tuple, geom, evaluation, output, export
     if export_config:
         from ropecli.export.hf import write_hf_block
         from ropecli.rope.spec import make_spec
-
-        spec = make_spec(*winner, log_n=evaluation.log_n)
-        out["export_config"] = write_hf_block(export_config, session.rope, spec, geom.factor)
+        out["export_config"] = write_hf_block(export_config, session.rope, make_spec(*winner, log_n=evaluation.log_n),
+                                              geom.factor)
         stderr_console().print(f"wrote {export_config}: {out['export_config']['note']}", highlight=False)
     if output.plot:
         plot(output.plot)
@@ -163,16 +162,15 @@ def _table(title: str, first: str, lengths: list[int], passkey: bool, diff: str,
     t.add_column(first, justify="right" if first == "b" else "left")
     for n in lengths:
         t.add_column(f"{'passkey' if passkey else 'PPL'} @ {n}", justify="right")
-    t.add_column("objective", justify="right")
-    t.add_column(diff, justify="right")
+    for column in ("objective", diff):
+        t.add_column(column, justify="right")
     t.add_column(last)
     return t
 
 
 def _cells(e: dict, lengths: list[int], passkey: bool) -> list[str]:
-    if passkey:
-        return [f"{e['accuracy'][str(n)]:.0%} / {e['answer_nll'][str(n)]:.2f}" for n in lengths]
-    return [_p(e["ppl"][str(n)]) for n in lengths]
+    return [f"{e['accuracy'][str(n)]:.0%} / {e['answer_nll'][str(n)]:.2f}" if passkey else _p(e["ppl"][str(n)])
+            for n in lengths]
 
 
 def _p(x) -> str:
@@ -260,7 +258,6 @@ def search(
 
 def print_param_search(out: dict, lengths: list[int]) -> None:
     from rich.table import Table
-
     from ropecli.evaluation.stats import fmt_diff
     from ropecli.tuning.search import objective_text
 
