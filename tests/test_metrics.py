@@ -280,3 +280,9 @@ def test_too_little_text_at_a_later_length_fails_before_any_forward_pass(tiny_di
     r = run("passkey", "--model", tiny_dir, "--data", text_file, "--len", "128", "--len", "100000", "--cache-dir", str(cache))
     assert r.exit_code != 0 and "too little text" in r.output
     assert not cache.exists() or not any(cache.iterdir())
+
+
+def test_a_candidate_dropped_by_a_race_pairs_on_the_windows_it_has():
+    # compare --race: a dropped method has fewer windows than the best; it pairs on the first ones
+    ranked = rank_against_best({"a": [1.0, 2.0, 3.0, 4.1], "b": [2.0, 3.1]})
+    assert ranked["a"]["best"] and ranked["b"]["n"] == 2 and ranked["b"]["diff"] == pytest.approx(1.05)

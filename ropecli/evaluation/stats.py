@@ -76,14 +76,9 @@ def paired_difference(x, y, clusters: list | None = None, margin: float = MARGIN
                       capacity: int | None = None) -> dict:
     """x - y over paired units: {diff, se, half_width, verdict, inference, …} (nats when x, y are NLLs);
     `clusters`: the source document of each unit (per length, or one list; None: independent units)."""
-    xs, ys = np.asarray(x, dtype=object if _ragged(x) else np.float64), np.asarray(y, dtype=object if _ragged(y) else np.float64)
-    if xs.size == 0 or ys.size == 0 or (xs.ndim == 1 and ys.ndim == 1 and xs.shape != ys.shape):
-        raise ValueError(f"paired values need the same non-empty shape, got {xs.shape} and {ys.shape}")
-    return describe(paired(x, y, clusters), margin, level, capacity)
-
-
-def _ragged(v) -> bool:
-    return bool(len(v)) and isinstance(v[0], (list, tuple, np.ndarray)) and len({len(r) for r in v}) > 1
+    if not len(x) or not len(y):
+        raise ValueError("paired values need at least one unit on each side")
+    return describe(paired(x, y, clusters), margin, level, capacity)  # pairs the windows both have: the first ones
 
 
 def tie_answer(p: dict, unit: str = "windows") -> str:
@@ -98,11 +93,7 @@ def rank_against_best(values: dict, clusters: list | None = None, margin: float 
     (shown equivalent; the best is tied with itself). Verdicts at one-sided `level`, by default
     0.025 / (K - 1): 95% for the table as a whole. Labels scored on fewer windows (dropped by a race)
     pair on the windows they share, the first ones; the best is chosen among those scored on the most."""
-    def flat(v):
-        arr = np.asarray(v, dtype=np.float64)
-        return arr
-
-    finite = {k: v for k, v in values.items() if np.all(np.isfinite(flat(v)))}
+    finite = {k: v for k, v in values.items() if np.all(np.isfinite(np.asarray(v, dtype=np.float64)))}
     if not finite:
         return {k: {"best": False, "tied": False, "diff": None, "se": None, "half_width": None, "n": len(v),
                     "verdict": "worse", "distinguishable": True} for k, v in values.items()}
