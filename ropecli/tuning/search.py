@@ -13,7 +13,7 @@ Verdicts, against the methods people deploy (`ropecli.rope.spec.STANDARD_METHODS
   same windows (`reference_rows`; PI and NTK-fixed are the b = 0 and b = 1 evaluations, reused) and
   the verdict (`references_verdict`), which says first when a reference beats the best b;
 - `search`: the winner and the standard methods (and any `--reference`) re-measured on held-out
-  windows n … n+h-1 of the same seeded sample (`held_out_verdict`).
+  windows no search saw: other documents where there are two or more (`held_out_verdict`).
 Results are cached per evaluation and the optimizers are deterministic, so a rerun after an interrupt
 replays the finished evaluations from the cache and resumes.
 """
