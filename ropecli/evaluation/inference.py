@@ -45,7 +45,7 @@ Decisions, each at a stated one-sided level a (a race corrects a for its looks a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -116,7 +116,6 @@ class Paired:
     sigma2: float | None = None  # per-window variance (windows inference)
     tau2: float | None = None  # variance of a document's true mean difference (documents inference)
     lengths: int = 1
-    notes: tuple = field(default=())
 
     @property
     def generalizes_to(self) -> str | None:
@@ -242,8 +241,7 @@ def combine(parts: list[Paired]) -> Paired:
     order = ["documents", "units", "windows"]  # least general last
     inference = max((p.inference for p in parts), key=order.index)
     return Paired(diff, float(np.mean([p.se for p in parts])), float(min(p.df for p in parts)), n, inference,
-                  min(p.documents or 0 for p in parts) or None, lengths=len(parts),
-                  notes=("se over lengths: the mean of the per-length se's (an upper bound)",))
+                  min(p.documents or 0 for p in parts) or None, lengths=len(parts))
 
 
 def _per_length(v, k: int | None = None, labels: bool = False) -> list:

@@ -92,14 +92,18 @@ class Entrant:
         return float(v.mean(axis=-1).mean()) if v.ndim == 2 else float(v.mean())
 
 
+def diverged_worse(x, y) -> bool:
+    """A diverged candidate (inf somewhere) against a finite leader, on the windows both have, is out."""
+    a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    n = min(a.shape[-1], b.shape[-1])
+    return bool(np.isfinite(b[..., :n]).all() and not np.isfinite(a[..., :n]).all())
+
+
 def worse_test(x, y, clusters: list | None, alpha: float) -> dict:
     """Is x significantly worse (higher) than y, paired, one-sided at `alpha`? {diff, se, lower, worse}."""
     p = paired(x, y, clusters)
-    if p.diff is None:  # a diverged candidate against a finite leader is out
-        a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-        n = min(a.shape[-1], b.shape[-1])
-        worse = bool(np.isfinite(b[..., :n]).all() and not np.isfinite(a[..., :n]).all())
-        return {"diff": None, "se": None, "lower": None, "n": p.n, "worse": worse}
+    if p.diff is None:
+        return {"diff": None, "se": None, "lower": None, "n": p.n, "worse": diverged_worse(x, y)}
     return {"diff": p.diff, "se": p.se, "lower": p.lower(alpha), "n": p.n, "worse": p.worse(alpha) if p.se is not None
             else False, "inference": p.inference}
 
@@ -110,7 +114,7 @@ def judge(x, y, clusters, margin: float, level: float, capacity: int | None = No
     p = paired(x, y, clusters)
     rec = describe(p, margin, level, capacity, explain)
     if p.diff is None:
-        return ("worse" if worse_test(x, y, clusters, level)["worse"] else "undecided"), rec
+        return ("worse" if diverged_worse(x, y) else "undecided"), rec
     return rec["verdict"], rec
 
 
