@@ -152,23 +152,24 @@ def test_progress_total_is_the_work_done(qwen_dir, tmp_path, monkeypatch, budget
     from contextlib import contextmanager
 
     import ropecli.cli.session as session
+    from ropecli.evaluation.session import Progress
 
     seen = {"total": None, "ticks": 0}
 
-    class Bar:
-        def update(self, task, total=None, **kw):
-            if total is not None:  # advise shrinks the total once it knows passkey is skipped
+    class Counting(Progress):
+        @contextmanager
+        def task(self, total, label):
+            if seen["total"] is None:  # the outer task: advise's whole bar
                 seen["total"] = total
+            yield
 
-        def advance(self, task, k):
-            seen["ticks"] += k
+        def grow(self, count):  # a race adds its rounds; a skipped passkey takes its part back
+            seen["total"] += count
 
-    @contextmanager
-    def counting(total, description="evaluating"):
-        seen["total"] = total
-        yield Bar(), 0
+        def advance(self, count):
+            seen["ticks"] += count
 
-    monkeypatch.setattr(session, "overall_progress", counting)
+    monkeypatch.setattr(session, "RichProgress", Counting)
     r = advise(qwen_dir, tmp_path / "o", "--candidates", "pi,yarn-tuned,mixed-b", "--budget", budget,
                "--cache-dir", str(tmp_path / "c"), "--json", *race)
     assert r.exit_code == 0, r.output

@@ -189,7 +189,8 @@ def test_a_hopeless_search_point_stops_after_half_its_windows_with_a_lower_bound
 
     from fakes import ppl_result
     from ropecli.rope.geometry import Geometry
-    from ropecli.tuning.search import objective_text, search_b
+    from ropecli.report.search_tables import objective_text
+    from ropecli.tuning.search import search_b
 
     difficulty = np.array([0.3, -0.2, 0.1, -0.4, 0.2, 0.0, 0.15, -0.1])
 

@@ -86,7 +86,7 @@ def _is_usage_error(exc: Exception) -> bool:
 def geometry_of(opts):
     """(Geometry, ModelRope or None): the analysis commands' geometry from a GeometryOptions; with --model, its config is read
     (no weights, no torch) and described on stderr, as the evaluating commands describe a loaded model."""
-    from ropecli.cli.flags import geometry_from_flags
+    from ropecli.models.geometry import geometry_from_flags
 
     geom, rope = geometry_from_flags(opts.d, opts.base, opts.train_len, opts.k, opts.target_len,
                                      opts.model, opts.gguf_file, opts.rope_layers)
@@ -97,9 +97,8 @@ def geometry_of(opts):
 
 def schedules_of(geom, opts, default: str) -> list:
     """The Schedules a ScheduleOptions asks for, on one geometry (one per method, per b for mixed)."""
-    from ropecli.cli.flags import specs_from_flags
 
-    return [spec.schedule(geom) for spec in specs_from_flags(opts.method, opts.b, opts.param, opts.factors, default=default)]
+    return [spec.schedule(geom) for spec in opts.specs(default)]
 
 
 def emit_json(obj: Any) -> None:
@@ -121,11 +120,6 @@ def _clean(obj: Any) -> Any:
     if hasattr(obj, "item"):
         return _clean(obj.item())
     return obj
-
-
-def g4(x: float) -> str:
-    """4 significant digits, the table format for every float."""
-    return f"{x:.4g}"
 
 
 class OneLineErrorsGroup(TyperGroup):
@@ -158,7 +152,7 @@ class OneLineErrorsGroup(TyperGroup):
                 leave(code)
             sys.exit(code)
         code = rv if isinstance(rv, int) else 0
-        from ropecli.cli.session import closing_notes
+        from ropecli.evaluation.session import closing_notes
 
         for line in closing_notes():
             stderr_console().print(line, highlight=False)

@@ -29,3 +29,11 @@ def stderr_console():
     if not err.is_terminal:  # a log file: one message per line, not wrapped at 80 columns
         err.width = max(err.width, 200)
     return err
+
+
+def show(items: list, wrap: bool = True) -> None:
+    """Print what a report function returns (`ropecli.report.*_tables`): rich Tables, and lines in rich
+    markup; `wrap=False` keeps long lines (commands to copy) on one line."""
+    out = console()
+    for item in items:
+        out.print(item, highlight=False, soft_wrap=not wrap)

@@ -20,6 +20,11 @@ import inspect
 import typing
 from dataclasses import dataclass
 
+from ropecli.tuning.objective import Objective
+
+from ropecli.cli.options import (ExportConfigOpt, ObjectiveOpt)
+from ropecli.cli.options import (AdviseBudgetOpt, CandidatesOpt, HeldOutOpt, MarginOpt, MaxShortKlOpt, MaxShortRegressionOpt,
+                                 MaxWindowsOpt, MinPasskeyOpt, NoRaceOpt, WithLogNOpt, flat_choices)
 from ropecli.cli.options import (AttnOpt, Backend, BackendOpt, BaseOpt, BOpt, CacheDirOpt, ChunkOpt, DataOpt, DepthsOpt, DeviceMapOpt,
                                  DeviceOpt, DigitsOpt, DOpt, Dtype, DtypeOpt, FactorsOpt, GgufOpt, HeadDimAliasOpt,
                                  JsonOpt, KOpt, LenOpt, LogNOpt, MethodOpt, MethodsAliasOpt, ModelOpt, NoCacheOpt,
@@ -77,6 +82,13 @@ class ScheduleOptions:
     def __post_init__(self):
         self.method = [*(self.method or []), *(self.methods or [])] or None
 
+    def specs(self, default: str, factor: float | None = None, log_n_modes: tuple[bool, ...] = (False,)) -> list:
+        """One Spec per method, per b, per log-n mode (`ropecli.rope.spec.parse_specs`); `default`: the
+        command's methods when no --method is given."""
+        from ropecli.rope.spec import parse_specs
+
+        return parse_specs(self.method, self.b, self.param, self.factors, default=default, factor=factor, log_n_modes=log_n_modes)
+
 
 @dataclass
 class DataOptions:
@@ -121,6 +133,48 @@ class PasskeyOptions:
         from ropecli.evaluation.passkey import check_digits
 
         return check_digits(self.digits)
+
+
+@dataclass
+class AdviseOptions:
+    """advise's own flags; `plan()` is the tournament's plan (`ropecli.tuning.tournament.AdvisePlan`, the same fields)."""
+    candidates: CandidatesOpt = None
+    with_log_n: WithLogNOpt = False
+    budget: AdviseBudgetOpt = 12
+    held_out: HeldOutOpt = None
+    max_short_kl: MaxShortKlOpt = None
+    max_short_regression: MaxShortRegressionOpt = None
+    min_passkey: MinPasskeyOpt = None
+    no_race: NoRaceOpt = False
+    margin: MarginOpt = None
+    max_windows: MaxWindowsOpt = None
+
+    def plan(self):
+        from ropecli.tuning.candidates import CANDIDATES
+        from ropecli.tuning.tournament import AdvisePlan
+
+        return AdvisePlan(**{**vars(self), "candidates": flat_choices(self.candidates, CANDIDATES)})
+
+
+@dataclass
+class SearchOptions:
+    """What search-b and search share: the objective, the guards, the winner's export, racing."""
+    objective: ObjectiveOpt = Objective.ppl
+    max_short_regression: MaxShortRegressionOpt = None
+    max_short_kl: MaxShortKlOpt = None
+    export_config: ExportConfigOpt = None
+    no_race: NoRaceOpt = False
+
+    def plan(self, evaluation: "EvalOptions", output: "OutputOptions", prompts: "PasskeyOptions"):
+        """The search's plan (`ropecli.tuning.search_run.SearchPlan`), its paths checked before the model loads."""
+        from ropecli.tuning.search_run import SearchPlan
+
+        plan = SearchPlan(Objective(self.objective).value, self.max_short_regression, self.max_short_kl, self.export_config,
+                          self.no_race, output.plot, evaluation.log_n, evaluation.k)
+        if plan.objective == "passkey":
+            prompts.parsed_depths(), prompts.checked_digits()
+        plan.check_paths()
+        return plan
 
 
 @dataclass

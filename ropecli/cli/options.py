@@ -44,6 +44,12 @@ class Backend(str, Enum):
     llamacpp = "llamacpp"  # a GGUF inside llama.cpp (llama-cpp-python), scaled by rope_freqs
 
 
+class Artefact(str, Enum):  # export --to, verify --runtime: which runtime's files
+    hf = "hf"  # transformers: a config folder or a rope_parameters block
+    vllm = "vllm"  # vLLM's --hf-overrides
+    gguf = "gguf"  # llama.cpp / Ollama: a GGUF with rope_freqs
+
+
 class OutputFormat(str, Enum):
     table = "table"
     json = "json"
@@ -162,6 +168,14 @@ MarginOpt = Annotated[Optional[float], typer.Option(
     "--margin", min=0.0, rich_help_panel=SEARCH,
     help="Equivalence margin, nats of mean log-PPL: a candidate whose paired 95% interval against the best lies inside "
          "±margin is shown equivalent and may win the tie-break (default 0.01: PPL within 1%).")]
+WithLogNOpt = Annotated[bool, typer.Option("--with-log-n", rich_help_panel="Advise", help="Add every candidate with log-n.")]
+MinPasskeyOpt = Annotated[Optional[float], typer.Option(
+    "--min-passkey", min=0.0, max=1.0, rich_help_panel="Advise", help="Out if passkey accuracy at the longest target is below this.")]
+BothLogNOpt = Annotated[bool, typer.Option(
+    "--with-and-without-log-n", rich_help_panel=SCHEDULE, help="Evaluate every method with and without log-n.")]
+RaceOpt = Annotated[bool, typer.Option(
+    "--race", rich_help_panel=SEARCH, help="Race the methods: from --samples windows, drop the ones shown worse than the leader, "
+    "double the windows of the undecided ones up to --max-windows (per metric, over all --len).")]
 # Flags that mean something else in one command: each variant defined here, beside the shared one.
 TunedMethodOpt = Annotated[str, typer.Option(  # search: one method to tune (ScheduleOptions' --method: methods to run)
     "--method", "-m", rich_help_panel=SEARCH, help="The registry method to tune.")]
@@ -192,3 +206,31 @@ CacheDirOpt = Annotated[Optional[str], typer.Option(
 JsonOpt = Annotated[bool, typer.Option("--json", rich_help_panel=OUTPUT, help="Print JSON for programs instead of tables.")]
 PlotOpt = Annotated[Optional[str], typer.Option("--plot", rich_help_panel=OUTPUT, help="Write a PNG/SVG/PDF picture of the results.")]
 OutOpt = Annotated[Optional[str], typer.Option("--out", "-o", rich_help_panel=OUTPUT, help="Output file (.png, .svg or .pdf).")]
+
+# export's and verify's own
+ToOpt = Annotated[Artefact, typer.Option("--to", rich_help_panel=OUTPUT, help="hf (transformers), vllm, or gguf (llama.cpp / Ollama).")]
+ConsistentOpt = Annotated[bool, typer.Option(
+    "--consistent", rich_help_panel=OUTPUT, help="short_factor = long_factor: every runtime applies the schedule at every length.")]
+ForceOpt = Annotated[bool, typer.Option("--force", rich_help_panel=OUTPUT, help="Overwrite an existing --out.")]
+ReplaceOpt = Annotated[bool, typer.Option(
+    "--replace", rich_help_panel=OUTPUT, help="gguf: replace the rope_freqs / scaling the input already has.")]
+ArtefactPathArg = Annotated[str, typer.Argument(
+    help="What export wrote: a transformers folder, a .json block / vLLM overrides, or a .gguf.")]
+AdviceOpt = Annotated[Optional[str], typer.Option(
+    "--advice", rich_help_panel=SCHEDULE, help="advise's advice.json (default: the one beside PATH, if any); else give --method and --len.")]
+ReadAsOpt = Annotated[Optional[Artefact], typer.Option(
+    "--runtime", rich_help_panel=OUTPUT, help="Which runtime reads PATH: hf, vllm or gguf (default: from the file).")]
+RunOpt = Annotated[bool, typer.Option(
+    "--run/--no-run", rich_help_panel=EVALUATION, help="Also run the runtime where it is installed (transformers: reload and score a window).")]
+RunLenOpt = Annotated[Optional[int], typer.Option(
+    "--run-len", min=2, rich_help_panel=EVALUATION, help="Tokens of the window the run scores (default: the target length).")]
+
+# search-b's and search's own
+LoOpt = Annotated[float, typer.Option("--lo", min=0.0, max=1.0, rich_help_panel=SEARCH, help="Lower end of b (0 = PI).")]
+HiOpt = Annotated[float, typer.Option("--hi", min=0.0, max=1.0, rich_help_panel=SEARCH, help="Upper end of b (1 = NTK-fixed).")]
+TolOpt = Annotated[float, typer.Option("--tol", min=1e-6, rich_help_panel=SEARCH, help="Accuracy of the best b.")]
+VaryOpt = Annotated[Optional[list[str]], typer.Option(
+    "--vary", rich_help_panel=SEARCH, help="A parameter to search, NAME or NAME=LO:HI (repeatable), e.g. --vary b --vary critical=4:32.")]
+ReferenceOpt = Annotated[Optional[list[str]], typer.Option(
+    "--reference", rich_help_panel=SEARCH,
+    help="Another schedule for the held-out verdict, METHOD[:KEY=VALUE,...] (repeatable), e.g. mixed:b=0.95.")]

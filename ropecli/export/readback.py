@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ropecli.errors import RopeCliError
+from ropecli.models.geometry import config_geometry
 
 
 @dataclass
@@ -108,8 +109,7 @@ def transformers_applied(config: dict, at_len: int, scaled: tuple[str, ...], hea
         if layer_type is not None and (layer_type not in scaled if scaled else rope_type == "default"):
             continue  # a layer type the schedule leaves alone (Gemma 3's sliding layers)
         base = float(params["rope_theta"])
-        partial = params.get("partial_rotary_factor", 1.0)
-        dim = int(getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads) * partial
+        dim = config_geometry(text.to_dict(), params).rotary_dim  # as transformers' default init: head_dim x partial
         plain = 1.0 / base ** (np.arange(0, int(dim), 2, dtype=np.float64) / int(dim))
         if rope_type == "default":
             factors, attention = np.ones_like(plain), 1.0
@@ -125,7 +125,7 @@ def transformers_applied(config: dict, at_len: int, scaled: tuple[str, ...], hea
             factors = plain / inv.double().numpy()
         else:
             factors, attention = None, 1.0
-        L = params.get("original_max_position_embeddings") or getattr(text, "original_max_position_embeddings", None)
+        L = config_geometry(text.to_dict(), params).original_len
         which = ""
         if rope_type == "longrope":
             which = " long_factor" if at_len > int(L or text.max_position_embeddings) else " short_factor"
@@ -211,3 +211,21 @@ def rope_freqs_of(path: Path) -> np.ndarray | None:
         if t.name == "rope_freqs.weight":
             return np.asarray(t.data, dtype=np.float64).reshape(-1)
     return None
+
+
+def artefact_geometry(target: Path, kind: str) -> dict:
+    """d, base and L as an artefact states them (a GGUF's header, a config.json or a block; None where it
+    does not), by the one rule (`ropecli.models.geometry.config_geometry`); one line if it is unreadable."""
+    try:
+        if kind == "gguf":
+            a = gguf_applied(target, 1)[0]
+            return {"rotary_dim": a.factors is not None and 2 * len(a.factors), "base": a.rope_theta, "train_len": a.train_len}
+        cfg = read_json(target / "config.json" if target.is_dir() else target)
+        text = cfg.get("text_config") or cfg
+        rp = text.get("rope_parameters") or {}
+        rp = rp if "rope_type" in rp else next((v for v in rp.values() if isinstance(v, dict)), {})
+        g = config_geometry(text, rp)
+        return {"rotary_dim": 2 * len(rp.get("long_factor") or []) or g.rotary_dim, "base": rp.get("rope_theta"),
+                "train_len": g.original_len}
+    except UNREADABLE as exc:
+        raise unreadable(target, exc) from None

@@ -18,69 +18,13 @@ from pathlib import Path
 import numpy as np
 
 from ropecli.errors import RopeCliError
+
+from ropecli.export.expected import Expected
 from ropecli.export.readback import Applied
-from ropecli.models.config import ModelRope
-from ropecli.rope.geometry import Geometry
-from ropecli.rope.spec import Spec, make_spec
 
 FACTOR_RTOL = 1e-4  # float32 in every runtime: their factors agree with ropecli's float64 to ~1e-7
 ATTENTION_RTOL = 1e-4
 PPL_RTOL = 1e-4  # transformers reload vs ropecli's patched model, same weights and window
-
-
-@dataclass
-class Expected:
-    spec: Spec
-    rope: ModelRope  # the source model's geometry: d, bases, L
-    factor: float
-    target_len: int
-    source: str  # where the expectation came from, in words
-
-    def schedule(self, layer_type: str | None) -> tuple[np.ndarray, float]:
-        """(factors, attention factor) the export must carry for `layer_type` at T; log-n as the
-        constant sqrt(log_L T) the exporters write."""
-        base = self.rope.scaled_bases.get(layer_type, self.rope.base)
-        sched = self.spec.schedule(Geometry(self.rope.rotary_dim, base, self.rope.train_len, self.factor), self.target_len)
-        attention = sched.attention_factor
-        if self.spec.log_n:
-            attention = math.sqrt(math.log(self.target_len) / math.log(self.rope.train_len))
-        return sched.factors, attention
-
-    def base_of(self, layer_type: str | None) -> float:
-        return self.rope.scaled_bases.get(layer_type, self.rope.base)
-
-
-def expected_from_advice(advice: dict, path: Path, rope: ModelRope | None = None) -> Expected:
-    """The winner of an advice.json at its k; `rope` (the model's, read from its config) adds what the
-    file does not keep (partial rotary, layer types), with the advice's d, base and L checked against it."""
-    try:
-        w = advice["winner_spec"]
-        spec = make_spec(w["method"], w["params"], log_n=w.get("log_n", False))
-        L, k, d, base = int(advice["train_len"]), float(advice["factor"]), int(advice["rotary_dim"]), float(advice["base"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise RopeCliError(f"{path} is not an advice.json written by `ropecli advise` (missing {exc}); "
-                           "pass --method and --len instead") from None
-    if rope is None or (rope.rotary_dim, rope.train_len) != (d, L):
-        rope = ModelRope(advice.get("model") or "", d, base, L)
-    return Expected(spec, rope, k, int(round(k * L)), f"{path} (the winner, {spec.label} at k = {k:g})")
-
-
-def expected_from_export(manifest: dict, path: Path, rope: ModelRope | None = None) -> Expected:
-    """What `ropecli export` wrote beside an artefact (`ropecli.export.plan.write_manifest`): its schedule at
-    its k on the geometry it used; `rope` (the model's) adds partial rotary and layer types."""
-    try:
-        params = manifest["params"]
-        if not isinstance(params, dict):
-            raise TypeError("params")
-        spec = make_spec(manifest["method"], params, log_n=bool(manifest.get("log_n", False)))
-        L, k, d = int(manifest["train_len"]), float(manifest["factor"]), int(manifest["rotary_dim"])
-        base, T = float(manifest["base"]), int(manifest["target_len"])
-    except (KeyError, TypeError, ValueError, OverflowError) as exc:
-        raise RopeCliError(f"{path} is not a manifest written by `ropecli export` (bad or missing {exc}); "
-                           "export again, or pass --method and --len") from None
-    if rope is None or (rope.rotary_dim, rope.train_len) != (d, L):
-        rope = ModelRope(manifest.get("model") or "", d, base, L)
-    return Expected(spec, rope, k, T, f"{path} ({spec.label} at k = {k:g})")
 
 
 @dataclass
@@ -226,3 +170,80 @@ def run_llamacpp(artefact: Path, model: str | None, exp: Expected, run_len: int,
                  f"{hf:+.5f} (transformers: {ppl['hf_none']:.5g} -> {ppl['hf_scaled']:.5g})",
                  f"{cpp:+.5f} (llama.cpp: {ppl['source']:.5g} -> {ppl['export']:.5g}; difference {abs(cpp - hf):.2g})",
                  abs(cpp - hf) <= EFFECT_TOL)
+
+
+RUNTIME_NAMES = {"hf": "transformers", "vllm": "vllm", "gguf": "llama.cpp"}
+
+
+def verify_artefact(target: Path, kind: str, exp: Expected, model: str | None, gguf_file: str | None, *,
+                    run: bool = True, run_len: int | None = None, cache_dir: str | None = None,
+                    runtime_given: bool = False, status=None) -> Verdict:
+    """Read `target` back as runtime `kind` reads it, check it against `exp`, and run the runtime where
+    ropecli can (`status(text)`: a context manager the CLI shows while a run takes seconds)."""
+    from contextlib import nullcontext
+
+    from ropecli.export.readback import UNREADABLE, unreadable
+
+    verdict = Verdict(RUNTIME_NAMES[kind])
+    try:
+        applied, block = read_back(target, kind, exp)
+    except UNREADABLE as exc:  # a malformed artefact fails in one line
+        raise unreadable(target, exc) from None
+    verdict.checks += compare(applied, exp, verdict.runtime)
+    if kind == "hf" and target.suffix == ".json" and not runtime_given:
+        verdict.notes.append("read as a transformers block (no vLLM mscale or ntk in it); a vLLM overrides file: --runtime vllm")
+    if not run:
+        return verdict
+    why = run_unavailable(kind, target, block, model, exp, run_len or exp.target_len)
+    if why:
+        verdict.notes.append(why)
+        return verdict
+    with (status or (lambda text: nullcontext()))(f"{verdict.runtime}: scoring a window with the export …"):
+        run_one = run_transformers if kind == "hf" else run_llamacpp
+        args = (block,) if kind == "hf" else ()
+        verdict.checks.append(run_one(target, *args, model, exp, run_len or exp.target_len, cache_dir, gguf_file))
+    return verdict
+
+
+def run_unavailable(kind: str, target: Path, block, model: str | None, exp: Expected, run_len: int) -> str | None:
+    """Why the runtime itself is not run here (a note), or None."""
+    if kind == "vllm":
+        return "not run: vLLM is not run by ropecli; the checks above follow vLLM's rotary code (cited in ropecli/export/vllm.py)"
+    if model is None:
+        return "not run: the run compares with the model the export was made from: pass --model"
+    why = run_skipped(exp, run_len, kind == "gguf" or consistent_export(target, block))
+    if why or kind == "hf":
+        return why
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return "not run: llama-cpp-python is not installed (pip install 'ropecli[llamacpp]')"
+    return None
+
+
+def consistent_export(target: Path, block) -> bool:
+    """True when the export's short_factor equals its long_factor (--consistent): scaled at every length."""
+    from ropecli.export.readback import read_json, rope_blocks
+
+    cfg = block or read_json(target / "config.json")
+    text = cfg.get("text_config") or cfg
+    blocks = rope_blocks(text.get("rope_parameters") or {}).values()
+    return all(b.get("short_factor") == b.get("long_factor") for b in blocks if b.get("rope_type") == "longrope")
+
+
+def read_back(target: Path, kind: str, exp: Expected):
+    """(what the runtime applies at T: a list of Applied, the block of a .json artefact or None)."""
+    from ropecli.export.readback import gguf_applied, read_json, transformers_applied, vllm_applied
+
+    T = exp.target_len
+    if kind == "gguf":
+        return gguf_applied(target, T), None
+    if target.is_dir():
+        return transformers_applied(read_json(target / "config.json"), T, exp.rope.scaled_types), None
+    block = read_json(target)
+    if "rope_parameters" not in block:
+        raise RopeCliError(f"{target}: no rope_parameters in it; pass a block written by `ropecli export`")
+    head_dim = int(round(exp.rope.rotary_dim / exp.rope.partial_rotary_factor))
+    if kind == "vllm":
+        return vllm_applied(block, T, head_dim), block
+    return transformers_applied(block, T, exp.rope.scaled_types, head_dim=head_dim), block

@@ -2,13 +2,10 @@
 
 Sources: a local folder's `config.json`, a hub id's `config.json` (one small download through
 huggingface_hub, cached), or a GGUF file's metadata (header only, parsed here: the `gguf` package's
-reader decodes every tokenizer string and takes seconds). The rules are the ones the model layer
-(`ropecli.models.load`) applies to a loaded model, tested to agree on LLaMA, Qwen2, GPT-NeoX
-(partial rotary) and Gemma 3 (RoPE per layer type):
-- d = head_dim * partial_rotary_factor (head_dim, else hidden_size / num_attention_heads);
-- base = rope_theta of the layer type shown;
-- L = original_max_position_embeddings where the config states one, else max_position_embeddings.
-Gemma 3 style configs keep one RoPE per layer type; ropecli scales `full_attention` by default.
+reader decodes every tokenizer string and takes seconds). The rule for d, base and L is
+`ropecli.models.geometry.config_geometry`, the one the model layer (`ropecli.models.load`) applies to a
+loaded model, tested to agree on LLaMA, Qwen2, GPT-NeoX (partial rotary) and Gemma 3 (RoPE per layer
+type). Gemma 3 style configs keep one RoPE per layer type; ropecli scales `full_attention` by default.
 """
 
 from __future__ import annotations
@@ -21,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from ropecli.errors import RopeCliError
+from ropecli.models.geometry import DEFAULT_BASE, config_geometry
 from ropecli.rope.geometry import Geometry
 
 BUILTIN = "builtin"
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "builtin_model"  # ropecli/builtin_model
-DEFAULT_BASE = 10000.0  # transformers' and llama.cpp's default rope_theta
 
 
 @dataclass(frozen=True)
@@ -150,22 +147,13 @@ def _from_hf_config(name: str, cfg: dict, rope_layers: str | None) -> ModelRope:
     layer_type = scaled[0] if scaled else None
     # transformers 4 configs: rope_theta at the top level, scaling in rope_scaling
     rp = dict(per_type.get(layer_type, {})) if layer_type else {**(text.get("rope_scaling") or {}), **rp_all}
-    head_dim = text.get("head_dim") or _ratio(text.get("hidden_size") or text.get("n_embd"),
-                                              text.get("num_attention_heads") or text.get("n_head"), name)
-    partial = rp.get("partial_rotary_factor") or text.get("partial_rotary_factor") or text.get("rotary_pct") or 1.0
-    d = int(text["rotary_dim"]) if isinstance(text.get("rotary_dim"), int) else int(head_dim * partial)
-    base = bases[layer_type] if layer_type else float(rp.get("rope_theta") or text.get("rope_theta") or DEFAULT_BASE)
-    L = rp.get("original_max_position_embeddings") or text.get("original_max_position_embeddings") \
-        or text.get("max_position_embeddings") or text.get("n_positions")
-    if not L:
-        raise RopeCliError(f"model '{name}' states no training length in its config; pass --train-len")
-    return ModelRope(name, d, base, int(L), float(partial), bases, scaled)
-
-
-def _ratio(hidden: Any, heads: Any, name: str) -> int:
-    if not hidden or not heads:
+    g = config_geometry(text, rp)
+    if g.rotary_dim is None:
         raise RopeCliError(f"model '{name}': its config gives neither head_dim nor hidden_size and num_attention_heads; pass --d")
-    return int(hidden) // int(heads)
+    if not g.train_len:
+        raise RopeCliError(f"model '{name}' states no training length in its config; pass --train-len")
+    return ModelRope(name, g.rotary_dim, bases[layer_type] if layer_type else g.base, g.train_len, g.partial_rotary_factor,
+                     bases, scaled)
 
 
 # --- GGUF metadata -----------------------------------------------------------------------------
@@ -253,12 +241,16 @@ def _from_gguf(name: str, path: Path, rope_layers: str | None) -> ModelRope:
     def get(key: str):
         return meta.get(f"{arch}.{key}")
 
-    head_dim = get("attention.key_length") or _ratio(get("embedding_length"), get("attention.head_count"), name)
-    d = int(get("rope.dimension_count") or head_dim)
-    base = float(get("rope.freq_base") or DEFAULT_BASE)
-    L = get("rope.scaling.original_context_length") or get("context_length")
-    if not L:
+    # the GGUF keys under the names of the one rule (llama.cpp's convert_hf_to_gguf.py writes them from those)
+    g = config_geometry({"head_dim": get("attention.key_length"), "hidden_size": get("embedding_length"),
+                         "num_attention_heads": get("attention.head_count"), "rotary_dim": get("rope.dimension_count"),
+                         "rope_theta": get("rope.freq_base"), "max_position_embeddings": get("context_length"),
+                         "original_max_position_embeddings": get("rope.scaling.original_context_length")})
+    if g.head_dim is None:
+        raise RopeCliError(f"GGUF '{path}' states neither attention.key_length nor embedding_length and head_count; pass --d")
+    if not g.train_len:
         raise RopeCliError(f"GGUF '{path}' states no context length; pass --train-len")
+    d, base = g.rotary_dim or g.head_dim, g.base
     bases = {"full_attention": base, "sliding_attention": GEMMA3_SLIDING_BASE} if arch.startswith("gemma3") else {}
     scaled = choose_layer_types(sorted(bases), rope_layers)
-    return ModelRope(name, d, bases[scaled[0]] if scaled else base, int(L), d / head_dim, bases, scaled)
+    return ModelRope(name, d, bases[scaled[0]] if scaled else base, g.train_len, d / g.head_dim, bases, scaled)

@@ -13,6 +13,7 @@ from ropecli.errors import RopeCliError
 from ropecli.models.backend import TransformersBackend
 from ropecli.models.config import BUILTIN, BUILTIN_DIR, ModelRope, choose_layer_types
 from ropecli.models.packaged import resolve_model
+from ropecli.models.geometry import config_geometry
 from ropecli.models.patch import find_rotary_slots, layer_types_of, rope_parameters, select_slots, text_config
 
 
@@ -104,17 +105,15 @@ def load_model(name: str | None, *, gguf_file: str | None = None, dtype: str = "
     d = chosen[0].rotary_dim
     if rotary_dim is not None and rotary_dim != d:
         raise RopeCliError(f"--d {rotary_dim} disagrees with the model's rotary dim {d} (inv_freq has {d // 2} entries); leave --d out")
-    rp = rope_parameters(cfg, chosen[0].layer_type)
-    L = train_len or rp.get("original_max_position_embeddings") or getattr(cfg, "original_max_position_embeddings", None) \
-        or getattr(cfg, "max_position_embeddings", None)
+    g = config_geometry(cfg.to_dict(), rope_parameters(cfg, chosen[0].layer_type))  # the rule read_rope_config applies
+    L = train_len or g.train_len
     if not L:
         raise RopeCliError(f"model '{name}' states no training length; pass --train-len")
     if base is not None:
         for s in chosen:
             s.base = base
-    partial = float(rp.get("partial_rotary_factor", getattr(cfg, "partial_rotary_factor", 1.0)) or 1.0)
     bases = {s.layer_type: s.base for s in slots if s.layer_type}
-    rope = ModelRope(name, d, chosen[0].base, int(L), partial, bases, scaled)
+    rope = ModelRope(name, d, chosen[0].base, int(L), g.partial_rotary_factor, bases, scaled)
     fp, earlier = fingerprint(model)
     return TransformersBackend(model, tokenizer, rope, chosen, str(torch_dtype).replace("torch.", ""),
                                str(next(model.parameters()).device), fp, earlier_fingerprint=earlier)

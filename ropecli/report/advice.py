@@ -3,6 +3,7 @@ viewer, GitHub, an editor's preview). Every number in it comes from advice.json.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from ropecli.files import atomic_write_text
@@ -21,6 +22,28 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
+@dataclass(frozen=True)
+class RankingRow:
+    """One candidate's line of the advise ranking, typed: what the terminal table and report.md show
+    (`ranking`), read once from advice.json's row (`of`)."""
+    rank: int | None  # None: out (a constraint) or diverged
+    candidate: str  # e.g. yarn-tuned
+    label: str  # the schedule, e.g. yarn(beta_fast=20.1, beta_slow=1.3)
+    ppl: list[float]  # at each target length, on the candidate's own windows
+    vs_best: dict  # the paired difference to the best (ropecli.evaluation.stats)
+    passkey: float | None  # accuracy at the longest target (None: not measured)
+    short_kl: float | None  # KL against the unscaled model at L (None: not measured, e.g. dropped by the race)
+    short_rise: float | None  # PPL rise at L over the unscaled model, percent
+    windows: int  # held-out windows it was measured on
+    verdict: str  # winner, best by PPL, equivalent to the best, undecided, worse (dropped in round r), out: …
+
+    @classmethod
+    def of(cls, r: dict, result: dict) -> "RankingRow":
+        return cls(r.get("rank"), r["candidate"], r["label"], [r["ppl"][str(n)] for n in result["lengths"]], r["vs_best"],
+                   r.get("passkey_accuracy"), r.get("short_kl"), r.get("short_rise_percent"),
+                   r.get("race", {}).get("windows", len(r["windows"])), verdict_note(r, result))
+
+
 def verdict_note(r: dict, result: dict) -> str:
     """A candidate's standing in words: winner, best, equivalent, undecided, worse, dropped, out."""
     if r["excluded"]:
@@ -37,23 +60,49 @@ def ranking(result: dict, markdown: bool = False) -> tuple[list[str], list[list[
     """The ranking table, one for the terminal and report.md: (header, rows), best rank first."""
     from ropecli.evaluation.stats import fmt_diff
 
-    lengths = result["lengths"]
+    lengths, pk, raced = result["lengths"], result["passkey_measured"], bool(result["racing"])
     own = " (own windows)" if mixed_windows(result) else ""
     head = ["rank", "candidate", *(["schedule"] if markdown else []), *[f"PPL @ {n}{own}" for n in lengths],
-            "Δ vs best (nats, paired, ± 95%)", *([f"passkey @ {max(lengths)}"] if result["passkey_measured"] else []),
-            "KL @ L", "PPL rise @ L", *(["windows"] if result["racing"] else []), "verdict"]
+            "Δ vs best (nats, paired, ± 95%)", *([f"passkey @ {max(lengths)}"] if pk else []),
+            "KL @ L", "PPL rise @ L", *(["windows"] if raced else []), "verdict"]
+    ordered = sorted(result["rows"], key=lambda r: (bool(r["excluded"]), r.get("rank", 10 ** 6)))
     rows = []
-    for r in sorted(result["rows"], key=lambda r: (bool(r["excluded"]), r.get("rank", 10 ** 6))):
-        ppl = [f"{r['ppl'][str(n)]:.4g}" for n in lengths]
-        name = [r["candidate"], f"`{r['label']}`"] if markdown else [f"{r['candidate']}: {r['label']}"]
-        note = verdict_note(r, result)
-        rows.append([str(r.get("rank", "—")), *name, *ppl, fmt_diff(r["vs_best"]),
-                     *([f"{r['passkey_accuracy']:.0%}" if "passkey_accuracy" in r else "—"] if result["passkey_measured"] else []),
-                     f"{r['short_kl']:.4f}" if "short_kl" in r else "—",
-                     f"{r['short_rise_percent']:+.2f}%" if "short_rise_percent" in r else "—",
-                     *([str(r["race"]["windows"])] if result["racing"] else []),
-                     f"**{note}**" if markdown and note == "winner" else note])
+    for row in (RankingRow.of(r, result) for r in ordered):
+        name = [row.candidate, f"`{row.label}`"] if markdown else [f"{row.candidate}: {row.label}"]
+        rows.append([str(row.rank or "—"), *name, *[f"{x:.4g}" for x in row.ppl], fmt_diff(row.vs_best),
+                     *([_or_dash(row.passkey, "{:.0%}")] if pk else []), _or_dash(row.short_kl, "{:.4f}"),
+                     _or_dash(row.short_rise, "{:+.2f}%"), *([str(row.windows)] if raced else []),
+                     f"**{row.verdict}**" if markdown and row.verdict == "winner" else row.verdict])
     return head, rows
+
+
+def _or_dash(x: float | None, fmt: str) -> str:
+    return "—" if x is None else fmt.format(x)
+
+
+def advice_lines(result: dict, out_dir) -> list:
+    """What `ropecli advise` prints: the winner, the ranking table, what the verdicts generalize to, the
+    notes and rule, the races, the exports, the files written."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from ropecli.report.text import plain
+
+    t = Table(title=f"advise on {result['model']} (L = {result['train_len']}): {held_out_span(result)}, k = {result['factor']:g}")
+    head, rows = ranking(result)
+    for i, h in enumerate(head):
+        t.add_column(h, justify="left" if i == 1 or h == "verdict" else "right")
+    for cells in rows:
+        t.add_row(*cells, style="bold green" if cells[-1] == "winner" else "")
+    text = [inference_line(result), *[f"note: {n}" for n in result["notes"]], f"rule: {result['rule']}"]
+    if result["race"]:
+        text.append(f"race: {result['race']['outcome']}")
+        if result["kl_race"]:
+            text.append(f"tie-break (KL within L): {result['kl_race']['outcome']}")
+    text += [f"{e['runtime']}: {'ok' if e['ok'] else 'not written'} — {e['command'] or e['output']}" for e in result["exports"]]
+    text.append(f"wrote {out_dir}/advice.json and {out_dir}/report.md; {result['forward_passes']} forward passes, "
+                f"{result['cache']['hits']} cached windows reused")
+    return [f"[bold]winner: {escape(result['winner_label'])}[/] — {escape(result['verdict'])}", t, *map(plain, text)]
 
 
 def mixed_windows(result: dict) -> bool:

@@ -6,6 +6,8 @@ at a length, and the one list of standard methods. Numpy only.
 - k: a Spec may fix it (`factor`); otherwise a window of n tokens runs at k = max(1, n / L)
   (`Spec.factor_at`), and a schedule meant for several target lengths runs at the longest one's k
   (`target_factor`): the deployed config serves every length with one k.
+- `parse_specs`: method names (repeated or comma lists), b values, `KEY=VALUE` parameters and a
+  factor file, as the flags give them, become Specs; every given parameter must fit a chosen method.
 - A method whose schedule depends on the current sequence length (dynamic NTK) says so in the
   registry (`Method.current_length`); `Spec.schedule(geom, length)` fills it in.
 """
@@ -16,7 +18,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from ropecli.rope.geometry import Geometry, default_factor
-from ropecli.rope.methods import REGISTRY, Schedule, compute_schedule, format_label, resolve_params
+from ropecli.errors import RopeCliError
+from ropecli.rope.methods import (REGISTRY, Method, Schedule, compute_schedule, format_label, resolve_method,
+                                  resolve_params)
 
 # The methods people deploy, with transformers' defaults: search-b's references, search's held-out
 # verdict and advise's fixed candidates are all taken from this one list.
@@ -76,3 +80,62 @@ def target_factor(k: float | None, lengths: Sequence[int], train_len: int) -> fl
 def standard_specs(*, factor: float | None = None, log_n: bool = False) -> list[Spec]:
     """STANDARD_METHODS as Specs."""
     return [make_spec(name, params, factor=factor, log_n=log_n) for name, params in STANDARD_METHODS]
+
+
+def parse_params(pairs: list[str] | None) -> dict[str, float]:
+    """`--param KEY=VALUE` (repeatable) as a dict of floats; dashes in keys become underscores."""
+    out: dict[str, float] = {}
+    for item in pairs or []:
+        key, sep, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise RopeCliError(f"--param '{item}' is not KEY=VALUE; write e.g. --param beta_fast=32")
+        try:
+            out[key] = float(value)
+        except ValueError:
+            raise RopeCliError(f"--param {key}: '{value}' is not a number; write e.g. --param {key}=1.5") from None
+    return out
+
+
+def split_methods(methods: list[str] | None, default: str) -> list[str]:
+    """Repeated and comma-separated `--method` values as one list; `default` when none is given."""
+    names = [n.strip() for item in (methods or [default]) for n in item.split(",") if n.strip()]
+    if not names:
+        raise RopeCliError(f"no method given; pass e.g. --method {default}")
+    return names
+
+
+def check_params_fit(methods: list[Method], keys: list[str]) -> None:
+    """Every given parameter must belong to at least one of the chosen methods."""
+    accepted = {p.name for m in methods for p in m.params}
+    for key in keys:
+        if key not in accepted:
+            owners = [m.name for m in REGISTRY.values() if any(p.name == key for p in m.params)]
+            hint = f"it belongs to {', '.join(owners)}" if owners else "no method takes it"
+            raise RopeCliError(f"parameter '{key}' does not apply: it fits none of the chosen methods "
+                               f"({', '.join(m.name for m in methods)}); {hint}")
+
+
+def parse_specs(methods: list[str] | None, bs: list[float] | None = None, param: list[str] | None = None,
+                     factors_file: str | None = None, *, default: str = "mixed", factor: float | None = None,
+                     log_n_modes: tuple[bool, ...] = (False,)) -> list[Spec]:
+    """One Spec per method, per b for methods that take b, per log-n mode, in that order."""
+    params = parse_params(param)
+    chosen = [resolve_method(n) for n in split_methods(methods, default)]
+    check_params_fit(chosen, [*params, *(["b"] if bs else []), *(["factors"] if factors_file else [])])
+    factors = None
+    if factors_file:
+        from ropecli.rope.factor_files import read_factors
+
+        factors = read_factors(factors_file)
+    specs = []
+    for method in chosen:
+        takes = {p.name for p in method.params}
+        kwargs = {k: v for k, v in params.items() if k in takes}
+        if "factors" in takes:
+            kwargs["factors"] = factors
+        for b in (bs or [None]) if "b" in takes else [None]:
+            for log_n in log_n_modes:
+                specs.append(make_spec(method.name, {**kwargs, **({"b": b} if b is not None else {})},
+                                       factor=factor, log_n=log_n))
+    return specs

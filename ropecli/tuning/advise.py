@@ -1,5 +1,5 @@
 """`ropecli advise`: every context-extension method on the same windows, searched where it has knobs,
-ranked by a written rule on held-out windows, ending in a config to deploy (`export_winner`, through
+ranked by a written rule on held-out windows, ending in a config to deploy (`ropecli.tuning.tournament.export_winner`, through
 `ropecli.export.plan.export_schedule`, the function `ropecli export` runs). Free of torch and of the
 CLI: `advise` takes the evaluators (Session.run of the searched and of the held-out windows).
 
@@ -28,11 +28,8 @@ among the best and the candidates shown equivalent to it.
 from __future__ import annotations
 
 import math
-import shlex
-from pathlib import Path
 from typing import Callable
 
-from ropecli.errors import RopeCliError
 from ropecli.evaluation.inference import MARGIN
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.spec import Spec, make_spec, target_factor
@@ -43,7 +40,9 @@ from ropecli.tuning.ranking import RULE, RULE_RACED, rank
 from ropecli.tuning.search import run_search
 from ropecli.tuning.space import parse_vary
 
-__all__ = ["Racing", "advise", "estimate_units", "export_winner"]
+__all__ = ["Racing", "advise"]
+
+
 def search_candidates(run: Evaluate, geom: Geometry, lengths: list[int], names: list[str], budget: int,
                       log_n: bool, factor: float | None, windows: int | None = None, screen: bool = False,
                       expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None) -> dict[str, dict]:
@@ -147,49 +146,3 @@ def advise(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[int]
     return {"lengths": lengths, "factor": k, "rule": RULE if racing is None else RULE_RACED, "candidates": [n for n, _ in candidates], **out,
             "passkey_measured": passkey_ok, "unscaled_passkey_at_L": none_acc,
             "searches": {n: s["search"] for n, s in searched.items()}}
-
-
-def estimate_units(names, with_log_n, budget, lengths, inputs, held_inputs, passkey: bool, searches_only: bool = False) -> int:
-    """Forward passes of a full run (cached ones included, they tick at once): the progress bar's total.
-    `inputs`, `held_inputs`: the searched and held-out windows (ropecli.evaluation.inputs.Inputs);
-    `passkey`: whether every candidate is measured on passkey prompts too; `searches_only`: the searches' part."""
-    plans = search_plans(budget)
-    modes = 2 if with_log_n else 1
-    n_search = sum(plans[n][2] for n in names if n in plans) * modes
-    if searches_only:
-        return n_search * inputs.units("ppl") * len(lengths)
-    per_candidate = held_inputs.units("ppl") * (len(lengths) + 2) + (held_inputs.units("passkey") if passkey else 0)
-    return n_search * inputs.units("ppl") * len(lengths) + len(names) * modes * per_candidate + held_inputs.units("ppl")
-
-
-def export_winner(result: dict, rope, model: str | None, gguf_file: str | None, out_dir: Path) -> list[dict]:
-    """The winner through `ropecli.export.plan.export_schedule` (what `ropecli export` runs), for each
-    runtime, with the `ropecli export` command that does the same; a runtime that fails is reported, not raised."""
-    from ropecli.export.plan import check_export_paths, export_schedule, export_target, is_gguf
-    from ropecli.models.config import BUILTIN, BUILTIN_DIR
-    from ropecli.models.packaged import resolve_model
-
-    source = str(BUILTIN_DIR) if model in (None, BUILTIN) else resolve_model(model)
-    w = result["winner_spec"]
-    spec = make_spec(w["method"], w["params"], log_n=w["log_n"])
-    geom = rope.geometry(result["factor"])
-    target = export_target(geom, rope, base_given=False)
-    jobs = [("transformers", "hf", out_dir / "hf"), ("vllm", "vllm", out_dir / "vllm-overrides.json")]
-    if is_gguf(source, gguf_file):
-        jobs.append(("llama.cpp", "gguf", out_dir / "model-extended.gguf"))
-    flags = ["--model", source, *(["--gguf-file", gguf_file] if gguf_file else []), "--method", spec.method,
-             *[x for k, v in w["params"].items() for x in ("--param", f"{k}={v:.10g}")], *(["--log-n"] if spec.log_n else []),
-             "--len", str(geom.target_len), "--force"]
-    done = []
-    for runtime, to, out in jobs:
-        command = " ".join(shlex.quote(c) for c in ["ropecli", "export", *flags, "--to", to, "--out", str(out)])
-        try:
-            check_export_paths(to, str(out), source, gguf_file, force=True)
-            written = export_schedule(spec, geom, target, to, str(out), model=source, gguf_file=gguf_file, force=True)
-            done.append({"runtime": runtime, "command": command, "ok": True, "output": "\n".join(written["lines"])[-2000:]})
-        except RopeCliError as exc:
-            done.append({"runtime": runtime, "command": command, "ok": False, "output": str(exc)})
-    if not is_gguf(source, gguf_file):
-        done.append({"runtime": "llama.cpp", "command": None, "ok": False,
-                     "output": "skipped: the model is not a GGUF file (convert it, then `ropecli export --to gguf`)"})
-    return done

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from enum import Enum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # the CLI imports Objective at start-up: numpy waits until something is scored
     from ropecli.evaluation.results import EvalResult
@@ -35,6 +35,27 @@ class Evaluate(Protocol):
 
     def __call__(self, specs: list[Spec], lengths: list[int], metric: str = "ppl",
                  samples: int | None = None) -> list[EvalResult]: ...
+
+
+class Bench(Protocol):
+    """A model with its windows, as the tuning layer's orchestrations (advise, compare's race) take it:
+    `ropecli.evaluation.session.Session`. `run` is the Evaluate; `check` fails in one line on too little
+    text before any forward pass; `held_out` is the same model on the following windows (documents)."""
+    rope: Any  # ropecli.models.config.ModelRope
+    inputs: Any  # ropecli.evaluation.inputs.Inputs
+    progress: Any  # ropecli.evaluation.session.Progress
+    is_main: bool
+
+    def run(self, specs: list[Spec], lengths: list[int], metric: str = "ppl",
+            samples: int | None = None) -> list[EvalResult]: ...
+
+    def check(self, metric: str, length: int, samples: int | None = None) -> None: ...
+
+    def held_out(self, samples: int | None) -> "Bench": ...
+
+    def header(self) -> dict: ...
+
+    def tally(self, *others: "Bench") -> dict: ...
 
 
 class Scorer:

@@ -134,13 +134,6 @@ def compare_with_best(evaluations: list[dict], best: dict, dims: list[Dim], brac
             "bracket": [d.value(u) for u in bracket] if bracket else None, "equivalent": [tied[0], tied[-1]]}
 
 
-def objective_text(e: dict) -> str:
-    """'3.9142', or '≥ 3.9100' for a point stopped early (its objective is a lower bound)."""
-    if "stopped_early" in e:
-        return f"≥ {e['objective']:.4f}"
-    return f"{e['objective']:.4f}"
-
-
 def search_b(run: Evaluate, geom: Geometry, lengths: list[int], *, lo: float = 0.0, hi: float = 1.0, tol: float = 0.01,
              log_n: bool = False, factor: float | None = None, max_short_regression: float | None = None,
              max_short_kl: float | None = None, objective: str = "ppl", windows: int | None = None, screen: bool = False,

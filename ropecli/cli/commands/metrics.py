@@ -4,7 +4,7 @@ Protocols: `ropecli.evaluation.passkey` (prompts) and `ropecli.models.scoring` (
 from __future__ import annotations
 
 from ropecli.cli.common import emit_json, handle_errors
-from ropecli.cli.console import console, stderr_console
+from ropecli.cli.console import show, stderr_console
 from ropecli.errors import RopeCliError
 from ropecli.cli.groups import (DataOptions, EvalOptions, ModelOptions, OutputOptions, PasskeyOptions,
                                 ScheduleOptions, with_option_groups)
@@ -25,57 +25,27 @@ def passkey(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, e
               ropecli passkey --model meta-llama/Llama-2-7b-hf --len 4096 --len 16384 --method yarn,mixed --samples 20
     """
     from ropecli.evaluation.evaluator import check_lengths, default_target
-    from ropecli.cli.flags import specs_from_flags
     from ropecli.evaluation.stats import attach_paired
+    from ropecli.report.tables import passkey_table
 
     prompts.parsed_depths(), prompts.checked_digits()  # bad --depths / --digits fail before the model loads
-    specs = specs_from_flags(schedule.method, schedule.b, schedule.param, schedule.factors, default=PASSKEY_METHODS,
+    specs = schedule.specs(PASSKEY_METHODS,
                              factor=evaluation.k, log_n_modes=(evaluation.log_n,))
     check_plot_path(output.plot)
     session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts)
-    L = session.rope.train_len
-    lengths = check_lengths(evaluation.length or [L, default_target(L)])
-    results = attach_paired(session.run(specs, lengths, "passkey"))
+    L, ins = session.rope.train_len, session.inputs
+    results = attach_paired(session.run(specs, check_lengths(evaluation.length or [L, default_target(L)]), "passkey"))
+    rows = [{"method": r["label"], "log_n": r["log_n"], "len": r["len"], "factor": r["factor"], **d}
+            for r in results for d in r["by_depth"]]
+    out = {**session.header(), "depths": list(ins.depths), "digits": ins.digits, "rows": rows, "results": results,
+           **session.tally()}
     if output.plot and session.is_main:
         from ropecli.report.result_plots import plot_passkey_heatmaps
 
         plot_passkey_heatmaps(results, output.plot, f"Passkey accuracy: {session.rope.name} (L = {L}), "
-                                                    f"{session.inputs.samples} keys of {session.inputs.digits} digits per cell")
+                                                    f"{ins.samples} keys of {ins.digits} digits per cell")
         stderr_console().print(f"wrote {output.plot}")
-    if output.as_json:
-        rows = [{"method": r["label"], "log_n": r["log_n"], "len": r["len"], "factor": r["factor"], **d}
-                for r in results for d in r["by_depth"]]
-        return emit_json({**session.header(), "depths": list(session.inputs.depths), "digits": session.inputs.digits,
-                          "rows": rows, "results": results, **session.tally()})
-    print_passkey(results, session)
-
-
-def print_passkey(results: list[dict], session) -> None:
-    from rich.table import Table
-
-    from ropecli.evaluation.stats import fmt_diff
-
-    ev = session.inputs
-    t = Table(title=f"Passkey accuracy on {session.rope.name} (L = {session.rope.train_len}): {ev.samples} key(s) of "
-                    f"{ev.digits} digits per depth; depth 0 = key farthest from the question")
-    t.add_column("method")
-    t.add_column("len", justify="right")
-    t.add_column("k", justify="right")
-    for d in ev.depths:
-        t.add_column(f"depth {d:g}", justify="right")
-    t.add_column("all", justify="right")
-    t.add_column("answer NLL", justify="right")
-    t.add_column("Δ NLL vs best (paired)", justify="right")
-    for r in sorted(results, key=lambda r: (r["len"], r["label"])):
-        tie = " ≈" if r["vs_best"]["tied"] and not r["vs_best"]["best"] else (
-            " ?" if r["vs_best"].get("verdict") == "undecided" else "")
-        t.add_row(r["label"], str(r["len"]), f"{r['factor']:g}",
-                  *[f"{d['accuracy']:.0%}" for d in r["by_depth"]], f"[bold]{r['accuracy']:.0%}[/]",
-                  _num(r["answer_nll"]), fmt_diff(r["vs_best"]) + tie)
-    console().print(t)
-    console().print("Δ NLL: answer NLL minus the best method's at that length, over the same prompts, ± the 95% half-width; "
-                    "≈ = shown equivalent to the best within ±0.01 nats, ? = undecided (paired, 95% for the column).",
-                    highlight=False)
+    return emit_json(out) if output.as_json else show(passkey_table(out))
 
 
 @handle_errors
@@ -91,52 +61,24 @@ def kl(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, evalua
     Examples: ropecli kl --k 8
               ropecli kl --model meta-llama/Llama-2-7b-hf --target-len 32768 --method yarn,llama3,mixed
     """
+    from ropecli.models.geometry import resolve_factor
     from ropecli.evaluation.evaluator import check_lengths
-    from ropecli.cli.flags import resolve_factor, specs_from_flags
     from ropecli.evaluation.stats import attach_paired
+    from ropecli.report.tables import kl_table
 
     if evaluation.k is None and target_len is None:
         raise RopeCliError("kl needs the target's factor: pass --k 8 or --target-len N (at k = 1 every schedule is the "
                            "unscaled model and every KL is 0)")
-    specs = specs_from_flags(schedule.method, schedule.b, schedule.param, schedule.factors,
-                             default=KL_METHODS, log_n_modes=(evaluation.log_n,))
+    specs = schedule.specs(KL_METHODS, log_n_modes=(evaluation.log_n,))
     check_plot_path(output.plot)
     session = open_session(model, data, evaluation, quiet=output.as_json)
     L = session.rope.train_len
     k = resolve_factor(L, evaluation.k, target_len)
-    specs = [s.but(factor=k) for s in specs]
-    lengths = check_lengths(evaluation.length or [L])
-    results = attach_paired(session.run(specs, lengths, "kl"))
+    results = attach_paired(session.run([s.but(factor=k) for s in specs], check_lengths(evaluation.length or [L]), "kl"))
     if output.plot and session.is_main:
         from ropecli.report.result_plots import plot_kl
 
         plot_kl(results, output.plot, f"KL against the unscaled model: {session.rope.name} (L = {L}), k = {k:g}")
         stderr_console().print(f"wrote {output.plot}")
-    if output.as_json:
-        return emit_json({**session.header(), "factor": k, "results": results, **session.tally()})
-    print_kl(results, session, k)
-
-
-def print_kl(results: list[dict], session, k: float) -> None:
-    from rich.table import Table
-
-    from ropecli.evaluation.stats import fmt_diff
-
-    t = Table(title=f"KL(unscaled || scaled) per token on {session.rope.name} (L = {session.rope.train_len}), schedules "
-                    f"for k = {k:g}; {session.inputs.samples} windows")
-    for col in ["method", "len", "mean KL", "p99 KL", "max KL", "top-1 agree", "Δ vs best (paired)"]:
-        t.add_column(col, justify="left" if col == "method" else "right")
-    for r in sorted(results, key=lambda r: (r["len"], r["kl_mean"])):
-        tie = " ≈" if r["vs_best"]["tied"] and not r["vs_best"]["best"] else (
-            " ?" if r["vs_best"].get("verdict") == "undecided" else "")
-        t.add_row(r["label"], str(r["len"]), f"{r['kl_mean']:.5f}", f"{r['kl_p99']:.4f}",
-                  f"{r['kl_max']:.3f}", f"{r['top1_agreement']:.2f}%", fmt_diff(r["vs_best"]) + tie)
-    console().print(t)
-    console().print("nats per token; Δ: mean KL minus the lowest one over the same windows, ± the 95% half-width; "
-                    "≈ = shown equivalent to the lowest within ±0.01 nats, ? = undecided (paired, 95% for the column).",
-                    highlight=False)
-
-
-def _num(x) -> str:
-    return "inf" if x is None else f"{x:.3f}"
-
+    out = {**session.header(), "factor": k, "results": results, **session.tally()}
+    return emit_json(out) if output.as_json else show(kl_table(out))

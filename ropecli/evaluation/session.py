@@ -1,0 +1,124 @@
+"""An evaluation session: a loaded model backend and its Evaluator, with what every evaluating command
+does around them: run specs x lengths under one progress bar, check the text before any forward pass,
+describe the run for `--json`, count what it cost. `Session` is what the tuning layer takes
+(`ropecli.tuning.objective.Bench`; its `run` is the `Evaluate`). The CLI opens one
+(`ropecli.cli.session.open_session`) and hands it a rich progress bar; tests use `Progress()`.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterator
+
+if TYPE_CHECKING:
+    from ropecli.rope.spec import Spec
+
+
+class Progress:
+    """Where a session reports progress; this one reports nowhere (the CLI's draws a rich bar).
+    `task(total, label)` opens a bar over a block (a block inside an open one adds nothing: the
+    outer total counts it); `grow(count)` raises the open bar's total, `show` names what runs,
+    `advance(count)` ticks."""
+
+    @contextmanager
+    def task(self, total: int, label: str) -> Iterator[None]:
+        yield
+
+    def grow(self, count: int) -> None: ...
+
+    def show(self, label: str) -> None: ...
+
+    def advance(self, count: int) -> None: ...
+
+
+_OPENED: list["Session"] = []  # every session of this process, for the closing notes
+
+
+@dataclass
+class Session:
+    model: Any  # a ropecli.models.backend.ModelBackend
+    ev: Any  # ropecli.evaluation.evaluator.Evaluator
+    progress: Progress = field(default_factory=Progress)  # shared by a command's sessions: one bar over everything
+
+    def __post_init__(self):
+        _OPENED.append(self)
+
+    @property
+    def rope(self):
+        """The model's RoPE geometry (ModelRope)."""
+        return self.model.rope
+
+    @property
+    def inputs(self):
+        """The windows and passkey prompts scored (ropecli.evaluation.inputs.Inputs)."""
+        return self.ev.inputs
+
+    @property
+    def is_main(self) -> bool:
+        """True in a single process and on rank 0 under torchrun: the process that prints and writes."""
+        return self.ev.dist.is_main
+
+    def held_out(self, samples: int | None) -> "Session":
+        """The same model on the windows after this session's (default: as many as it has)."""
+        return Session(self.model, self.ev.held_out(samples or self.inputs.samples), self.progress)
+
+    def check(self, metric: str, length: int, samples: int | None = None) -> None:
+        """Fail in one line when the text cannot give `samples` windows (prompts) at `length`, before any forward pass."""
+        self.ev.check_inputs(metric, length, samples)
+
+    def run(self, specs: list[Spec], lengths: list[int], metric: str = "ppl", samples: int | None = None) -> list:
+        """Every (spec, length) of one metric (ppl, passkey, kl), spec-major, as EvalResults on the first
+        `samples` windows (prompts per depth; default: the session's); cached ones are instant."""
+        for n in lengths:  # fail on too little text before any forward pass
+            self.check(metric, n, samples)
+        units = self.inputs.resized(samples).units(metric)
+        results, bar = [], self.progress
+        with bar.task(len(specs) * len(lengths) * units, "evaluating"):
+            for spec in specs:
+                for n in lengths:
+                    bar.show(f"{spec.label} @ {n}" + (f" ({metric})" if metric != "ppl" else ""))
+                    results.append(self.ev.evaluate(spec, n, on_window=bar.advance, metric=metric, samples=samples))
+        return results
+
+    def header(self) -> dict:
+        """What was evaluated on what: the head of every evaluating command's `--json`. Under torchrun
+        it also says how the windows were split (a collective: every rank calls it)."""
+        lm, ev, rope = self.model, self.ev, self.rope
+        out = {"model": rope.name, "model_fingerprint": lm.fingerprint, "rotary_dim": rope.rotary_dim, "base": rope.base,
+               "train_len": rope.train_len, "runtime": lm.runtime, "dtype": lm.dtype, "device": lm.device,
+               "data": ev.inputs.data_label, "samples": ev.inputs.samples, "seed": ev.inputs.seed,
+               "score_last": ev.score_last, "world_size": ev.dist.world}
+        if ev.dist.world > 1:
+            out["windows_per_rank"] = [len(w) for w in ev.dist.gather(ev.dist.windows_done)]
+        return out
+
+    def forward_passes(self) -> int:
+        """Windows run through the model in this command, summed over ranks (a collective under torchrun)."""
+        return sum(self.ev.dist.gather(self.ev.forward_passes))
+
+    def tally(self, *others: "Session") -> dict:
+        """What the run cost, for every evaluating command's `--json`: forward passes (summed over ranks and
+        over `others`, e.g. the held-out session) and the cache's counts (a collective under torchrun)."""
+        c = self.ev.cache
+        return {"forward_passes": self.forward_passes() + sum(o.forward_passes() for o in others),
+                "cache": {"hits": c.hits, "misses": c.misses, "rejected": c.rejected, "stale": c.stale, "migrated": c.migrated}}
+
+
+def closing_notes() -> list[str]:
+    """What a command says once at its end about its sessions (entries of another cache format recomputed)."""
+    from ropecli.evaluation.cache import FORMAT
+
+    caches = list({id(s.ev.cache): s.ev.cache for s in _OPENED}.values())
+    _OPENED.clear()
+    stale, migrated = sum(c.stale for c in caches), sum(c.migrated for c in caches)
+    rekeyed = sum(c.rekeyed for c in caches)
+    notes = []
+    if migrated:
+        notes.append(f"note: {migrated} cached evaluation(s) of the older whole-evaluation format were split into "
+                     f"per-window entries (format {FORMAT}) and reused")
+    if rekeyed:
+        notes.append(f"note: {rekeyed} cached window(s) stored before the runtime entered the cache key were reused")
+    if stale:
+        notes.append(f"note: {stale} cached result(s) were of another ropecli cache format and were recomputed (format {FORMAT} now)")
+    return notes

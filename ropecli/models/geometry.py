@@ -1,0 +1,87 @@
+"""The one rule for a model's rotary geometry (d, base, L), from a config's fields, and the geometry the
+commands compute with (flags over config over defaults). Torch-free: loading (`ropecli.models.load`),
+the config reader (`ropecli.models.config`), export's readback and verify all take d, base and L from
+`config_geometry`:
+
+- head_dim = head_dim, else hidden_size / num_attention_heads (GPT-2 style: n_embd / n_head);
+- d = rotary_dim where a config states it as an int, else int(head_dim x partial_rotary_factor), the
+  factor read from the rope parameters first, then the config (GPT-NeoX: rotary_pct), else 1;
+- base = rope_theta of the rope parameters, then of the config, else 10000;
+- L = original_max_position_embeddings (rope parameters, then config), else max_position_embeddings
+  (GPT-2 style: n_positions).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ropecli.errors import RopeCliError
+from ropecli.rope.geometry import Geometry
+
+DEFAULT_BASE = 10000.0  # transformers' and llama.cpp's default rope_theta
+DEFAULT_FACTOR = 8.0  # k when neither --k nor a target length is given
+DEFAULT_GEOMETRY = {"rotary_dim": 128, "base": DEFAULT_BASE, "train_len": 4096}  # LLaMA-2-7B's, without --model
+
+
+@dataclass(frozen=True)
+class ConfigGeometry:
+    """What a config's fields say of its rotary geometry (None: the config does not say)."""
+    head_dim: int | None
+    partial_rotary_factor: float
+    rotary_dim: int | None  # d
+    base: float
+    original_len: int | None  # original_max_position_embeddings, where stated
+    max_len: int | None  # max_position_embeddings
+
+    @property
+    def train_len(self) -> int | None:
+        """L: the original length where the config states one, else its maximum length."""
+        return self.original_len or self.max_len
+
+
+def config_geometry(text: dict[str, Any], rope_parameters: dict[str, Any] | None = None) -> ConfigGeometry:
+    """The rule on a (text) config as a dict and the rope parameters of the layer type in question (a
+    transformers 5 `rope_parameters` block, or a transformers 4 config's `rope_scaling`)."""
+    rp = rope_parameters or {}
+    hidden, heads = text.get("hidden_size") or text.get("n_embd"), text.get("num_attention_heads") or text.get("n_head")
+    head_dim = text.get("head_dim") or (int(hidden) // int(heads) if hidden and heads else None)
+    partial = float(rp.get("partial_rotary_factor") or text.get("partial_rotary_factor") or text.get("rotary_pct") or 1.0)
+    d = int(text["rotary_dim"]) if isinstance(text.get("rotary_dim"), int) else (int(head_dim * partial) if head_dim else None)
+    original = rp.get("original_max_position_embeddings") or text.get("original_max_position_embeddings")
+    max_len = text.get("max_position_embeddings") or text.get("n_positions")
+    return ConfigGeometry(head_dim and int(head_dim), partial, d, float(rp.get("rope_theta") or text.get("rope_theta") or DEFAULT_BASE),
+                          original and int(original), max_len and int(max_len))
+
+
+def resolve_factor(train_len: int, k: float | None, target_len: int | None, default: float = DEFAULT_FACTOR) -> float:
+    """k from `--k` or `--target-len` (target / L); `default` when neither is given."""
+    if k is not None and target_len is not None:
+        raise RopeCliError("--k and --target-len both set the factor; pass only one of them")
+    if target_len is not None:
+        if target_len < train_len:
+            raise RopeCliError(f"--target-len {target_len} is below --train-len {train_len}; nothing to extend (k would be < 1)")
+        return target_len / train_len
+    return default if k is None else k
+
+
+def geometry_from_flags(rotary_dim: int | None, base: float | None, train_len: int | None, k: float | None,
+                        target_len: int | None, model: str | None = None, gguf_file: str | None = None,
+                        rope_layers: str | None = None, fallback: dict | None = None):
+    """(Geometry, ModelRope or None): d, base, L from `model`'s config where given, else from `fallback`
+    (e.g. what an artefact states), else DEFAULT_GEOMETRY; an explicit flag overrides any of them."""
+    rope = None
+    fallback = {**DEFAULT_GEOMETRY, **{key: v for key, v in (fallback or {}).items() if v}}
+    if model is not None or gguf_file is not None:
+        from ropecli.models.config import read_rope_config
+
+        rope = read_rope_config(model, gguf_file=gguf_file, rope_layers=rope_layers)
+        fallback = {"rotary_dim": rope.rotary_dim, "base": rope.base, "train_len": rope.train_len}
+    elif rope_layers is not None:
+        raise RopeCliError("--rope-layers chooses among a model's RoPE layer types; pass --model too")
+    d = fallback["rotary_dim"] if rotary_dim is None else rotary_dim
+    b = fallback["base"] if base is None else base
+    L = fallback["train_len"] if train_len is None else train_len
+    if L <= 0:
+        raise RopeCliError(f"training length L={L} must be positive; pass e.g. --train-len 4096")
+    return Geometry(d, b, L, resolve_factor(L, k, target_len)), rope

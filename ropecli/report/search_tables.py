@@ -1,0 +1,109 @@
+"""The terminal tables of `ropecli search-b` and `ropecli search`, from their JSON (`ropecli.tuning.search`):
+each function returns what to print, rich Tables and lines (`ropecli.cli.console.show` prints them)."""
+
+from __future__ import annotations
+
+import math
+
+from ropecli.evaluation.stats import fmt_diff
+from rich.markup import escape
+
+from ropecli.report.text import table
+
+
+def objective_text(e: dict) -> str:
+    """'3.9142', or '≥ 3.9100' for a point stopped early (its objective is a lower bound)."""
+    if "stopped_early" in e:
+        return f"≥ {e['objective']:.4f}"
+    return f"{e['objective']:.4f}"
+
+
+def _p(x) -> str:
+    return "inf" if x is None or x == math.inf else f"{x:.4g}"
+
+
+def _cells(e: dict, lengths: list[int], passkey: bool) -> list[str]:
+    return [f"{e['accuracy'][str(n)]:.0%} / {e['answer_nll'][str(n)]:.2f}" if passkey else _p(e["ppl"][str(n)])
+            for n in lengths]
+
+
+def _b_note(e: dict, out: dict) -> str:
+    if e.get("violates_guard"):
+        return "guard: " + ", ".join(x for x in [
+            f"short PPL +{e['short_rise_percent']:.1f}%" if "short_rise_percent" in e else "",
+            f"short KL {e['short_kl']:.4f}" if "short_kl" in e else ""] if x)
+    return "best" if e["b"] == out["best_b"] else ("equivalent to the best" if e["vs_best"]["tied"] else
+                                                   "stopped early: a lower bound" if "stopped_early" in e else "")
+
+
+def search_b_tables(out: dict) -> list:
+    """`ropecli search-b`: every evaluated b, the references on the same documents, the summary and notes."""
+    lengths = out["lengths"]
+    passkey = out["objective_name"] == "passkey"
+    what = "mean passkey answer NLL over lengths" if passkey else "mean log-PPL over lengths"
+    per_len = [f"{'passkey' if passkey else 'PPL'} @ {n}" for n in lengths]
+    t = table(f"search-b on {out['model']} (L = {out['train_len']}), objective = {what}" + (", with log-n" if out["log_n"] else ""),
+              ["b", *per_len, "objective", "Δ vs best (paired, ± 95%)", "note"], left=("note",))
+    for e in sorted(out["evaluations"], key=lambda e: e["b"]):
+        t.add_row(f"{e['b']:.4f}", *_cells(e, lengths, passkey), objective_text(e), fmt_diff(e["vs_best"]), _b_note(e, out),
+                  style="bold green" if e["b"] == out["best_b"] else "")
+    r = table("References on the same documents (Δ: minus the best b, paired over windows, ± 95% half-width)",
+              ["method", *per_len, "objective", "Δ vs best b", "verdict"], left=("method", "verdict"))
+    for ref in sorted(out["references"], key=lambda x: x["objective"]):
+        d = ref["vs_best_b"]
+        r.add_row(ref["label"], *_cells(ref, lengths, passkey), f"{ref['objective']:.4f}", fmt_diff(d),
+                  "beats best b" if d["beats_best_b"] else d["verdict"])
+    lo_b, hi_b = out["equivalent_b"]
+    return [f"[bold]verdict:[/] {escape(out['verdict'])}", t, r,
+            f"best b = [bold]{out['best_b']:.4f}[/] (±{out['tol']:g}), objective {out['best_objective']:.4f}; b in [{lo_b:.4f}, "
+            f"{hi_b:.4f}] is shown equivalent to it (paired 95%, fully evaluated points); {out['search_evaluations']} "
+            f"evaluations (a uniform grid of the same accuracy needs {out['grid_evaluations_same_accuracy']}); "
+            f"{out['forward_passes']} forward passes, {out['cache']['hits']} cached results reused",
+            *one_dim_notes(out, "b", out["lo"], out["hi"], "--lo/--hi")]
+
+
+def one_dim_notes(out: dict, name: str, lo: float, hi: float, flags: str) -> list[str]:
+    """The notes of a one-parameter search (`ropecli.tuning.search.compare_with_best`): best at an end, bumps."""
+    lines = []
+    if out.get("at_boundary"):
+        end = lo if out["at_boundary"] == "lo" else hi
+        what = (" (PI)" if end == 0 else " (NTK-fixed)" if end == 1 else "") if name == "b" and out.get("method", "mixed") == "mixed" else ""
+        lines.append(f"[yellow]note:[/] the minimum sits at the boundary {name} = {end:g}{what}; widen {flags} if the range allows")
+    if out.get("non_unimodal_at"):
+        lines.append(f"[yellow]warning:[/] the objective is not unimodal over the evaluated points (a bump at {name} = "
+                     f"{', '.join(f'{b:.3f}' for b in out['non_unimodal_at'])}); the search may have missed a better valley")
+    return lines
+
+
+def _point_note(e: dict, out: dict) -> str:
+    return ("best" if e["params"] == out["best_params"] else "guard" if e.get("violates_guard")
+            else "outside the method's domain" if e.get("infeasible") else
+            "stopped early: a lower bound" if "stopped_early" in e else "")
+
+
+def search_tables(out: dict) -> list:
+    """`ropecli search`: the held-out verdict, the best 10 searched points, the held-out table, the notes."""
+    held, lengths = out["held_out"], out["lengths"]
+    names = [d["name"] for d in out["vary"]]
+    t = table(f"search {out['method']} over {', '.join(names)} ({out['optimizer']}, {out['search_evaluations']} of "
+              f"{out['budget']} evaluations) on windows 0…{out['samples'] - 1}; best 10 by objective",
+              [*names, "objective", "note"], left=("note",))
+    for e in sorted(out["evaluations"], key=lambda e: (e.get("violates_guard", False), e["objective"]))[:10]:
+        note = _point_note(e, out)
+        t.add_row(*[f"{e['params'][n]:.4g}" for n in names], objective_text(e), note, style="bold green" if note == "best" else "")
+    ppl = out["objective_name"] == "ppl"
+    h = table("Held-out windows: the winner and the standard methods (Δ: minus the winner, paired, ± 95% half-width)",
+              ["schedule", *([f"PPL @ {n}" for n in lengths] if ppl else []), "objective", "Δ vs winner"], left=("schedule",))
+    for r in sorted(held["rows"], key=lambda r: r["objective"]):
+        h.add_row(r["label"], *([_p(r["ppl"][str(n)]) for n in lengths] if ppl else []), f"{r['objective']:.4f}",
+                  "winner" if r["role"] == "winner" else fmt_diff(r["vs_winner"]),
+                  style="bold green" if r["role"] == "winner" else "")
+    first = out["held_out_first_window"]
+    lines = [f"[bold]verdict (held-out windows {first}…{first + out['held_out_windows'] - 1}; {escape(out['held_out_split'])}):[/] "
+             f"{escape(held['verdict'])}", t, h,
+             f"best {out['best_label']}: objective {out['best_objective']:.4f} on the searched windows; "
+             f"{out['forward_passes']} forward passes, {out['cache']['hits']} cached results reused"]
+    if len(out["vary"]) == 1:
+        d = out["vary"][0]
+        lines += one_dim_notes(out, d["name"], d["lo"], d["hi"], f"--vary {d['name']}=LO:HI")
+    return lines

@@ -1,0 +1,137 @@
+"""The terminal tables of the evaluating commands (`ppl`, `compare`, `passkey`, `kl`), from their JSON
+rows: each function returns what to print, rich Tables and lines (`ropecli.cli.console.show` prints
+them). Cells judged against the best of their column: bold = best, ≈ = shown equivalent, ? = undecided."""
+
+from __future__ import annotations
+
+from ropecli.evaluation.inference import MARGIN
+from ropecli.evaluation.stats import fmt_diff, ppl_half_width, tie_answer
+from ropecli.report.text import plain, table
+
+
+def fmt_ppl(r: dict) -> str:
+    """`59.91 ± 6.1`: PPL with the 95% half-width of its spread across windows (a ppl result's JSON row);
+    `inf` for a diverged run."""
+    if r["ppl"] is None or r["ppl"] == float("inf"):
+        return "inf"
+    half = ppl_half_width(r.get("ppl_err"), len(r.get("window_nll") or []))
+    return f"{r['ppl']:.4g}" + (f" ± {half:.3g}" if half else "")
+
+
+def mark(p: dict) -> str:
+    """' ≈' shown equivalent to the best, ' ?' undecided, '' otherwise (a row's `vs_best`)."""
+    if p.get("best"):
+        return ""
+    return " ≈" if p["tied"] else " ?" if p.get("verdict") == "undecided" else ""
+
+
+def ppl_table(results: list[dict], title: str) -> list:
+    t = table(title, ["method", "len", "k", "PPL", "NLL/token", "tokens", "cached"])
+    for r in results:
+        t.add_row(r["label"], str(r["len"]), f"{r['factor']:g}", fmt_ppl(r), f"{r['nll']:.4f}", str(r["tokens"]),
+                  "yes" if r.get("cached") else "")
+    return [t]
+
+
+def _cell(r: dict, text: str) -> str:
+    return f"[bold green]{text}[/]" if r["vs_best"]["best"] else text + mark(r["vs_best"])
+
+
+def compare_table(out: dict, labels: list[str], lengths: list[int]) -> list:
+    """`ropecli compare`: methods x (PPL / passkey at each length, KL and top-1 at L), then one line per column."""
+    results, L, kl_k = out["results"], out["train_len"], out["kl_factor"]
+    by = {(r["metric"], r["label"], r["len"]): r for r in results}
+    have = {r["metric"] for r in results}
+    counts = sorted({len(r.get("window_nll") or r.get("window_kl") or r.get("prompt_answer_nll") or []) for r in results})
+    per_cell = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]} (raced)"
+    columns = [("ppl", n, f"PPL {n}" + (" (train)" if n == L else "")) for n in lengths if "ppl" in have]
+    columns += [("passkey", n, f"passkey {n}") for n in lengths if "passkey" in have]
+    if "kl" in have:
+        columns += [("kl", L, f"KL @ L (k={kl_k:g})"), ("kl-top1", L, "top-1 @ L")]
+    t = table(f"{out['model']} (L = {L}); {per_cell} windows/keys per cell; ± = 95% half-width across windows; bold = "
+              "best, ≈ = shown equivalent to it, ? = undecided (paired, 95% for the whole column)",
+              ["method", *[c[2] for c in columns]])
+    text = {"ppl": fmt_ppl, "passkey": lambda r: f"{r['accuracy']:.0%}", "kl": lambda r: f"{r['kl_mean']:.4f}"}
+    for label in labels:
+        cells = []
+        for metric, n, _ in columns:
+            r = by[("kl" if metric == "kl-top1" else metric, label, n)]
+            cells.append(f"{r['top1_agreement']:.1f}%" if metric == "kl-top1" else _cell(r, text[metric](r)))
+        t.add_row(label, *cells)
+    lines = [t]
+    if "passkey" in have:
+        lines.append(plain("passkey: accuracy over all depths; bold/≈ rank by the answer NLL (paired over the same prompts)."))
+    races = [plain(f"race ({m}): {rec['outcome']}") for m, rec in out.get("races", {}).items()]
+    return lines + [plain(line) for line in tie_lines(results)] + races
+
+
+def tie_lines(results: list[dict]) -> list[str]:
+    """One line per column: the best, the candidates shown equivalent to it, the undecided ones and what
+    would decide each, and what the verdicts generalize to."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in results:
+        groups.setdefault((r["metric"], r["len"]), []).append(r)
+    lines = []
+    for (metric, n), rows in groups.items():
+        if len(rows) < 2:
+            continue
+        best = next(r for r in rows if r["vs_best"]["best"])
+        others = [r for r in rows if not r["vs_best"]["best"]]
+        equivalent = [r["label"] for r in others if r["vs_best"]["tied"]]
+        undecided = [r for r in others if r["vs_best"].get("verdict") == "undecided"]
+        what = {"ppl": f"PPL @ {n}", "passkey": f"passkey answer NLL @ {n}", "kl": f"KL @ L={n}"}[metric]
+        unit = "keys" if metric == "passkey" else "windows"
+        parts = [f"equivalent within ±{others[0]['vs_best']['margin']:g}: {', '.join(equivalent)}"] if equivalent else []
+        if undecided:
+            parts.append("undecided: " + "; ".join(f"{r['label']} ({tie_answer(r['vs_best'], unit)})" for r in undecided))
+        p = others[0]["vs_best"]
+        scope = f" [{p['inference']} inference: generalizes to {p['generalizes_to']}]" if p.get("generalizes_to") else ""
+        lines.append(f"{what}: best {best['label']}; {'; '.join(parts or ['every other candidate is shown worse'])} "
+                     f"(paired, 95% for the column){scope}")
+    return lines
+
+
+def passkey_table(out: dict) -> list:
+    """`ropecli passkey`: accuracy per depth, overall, the answer NLL and its paired Δ to the best."""
+    depths, results = out["depths"], out["results"]
+    t = table(f"Passkey accuracy on {out['model']} (L = {out['train_len']}): {out['samples']} key(s) of "
+              f"{out['digits']} digits per depth; depth 0 = key farthest from the question",
+              ["method", "len", "k", *[f"depth {d:g}" for d in depths], "all", "answer NLL", "Δ NLL vs best (paired)"])
+    for r in sorted(results, key=lambda r: (r["len"], r["label"])):
+        t.add_row(r["label"], str(r["len"]), f"{r['factor']:g}", *[f"{d['accuracy']:.0%}" for d in r["by_depth"]],
+                  f"[bold]{r['accuracy']:.0%}[/]", "inf" if r["answer_nll"] is None else f"{r['answer_nll']:.3f}",
+                  fmt_diff(r["vs_best"]) + mark(r["vs_best"]))
+    return [t, plain("Δ NLL: answer NLL minus the best method's at that length, over the same prompts, ± the 95% half-width; "
+               f"≈ = shown equivalent to the best within ±{MARGIN:g} nats, ? = undecided (paired, 95% for the column).")]
+
+
+def kl_table(out: dict) -> list:
+    """`ropecli kl`: mean, p99 and max KL against the unscaled model, top-1 agreement, paired Δ to the lowest."""
+    t = table(f"KL(unscaled || scaled) per token on {out['model']} (L = {out['train_len']}), schedules for "
+              f"k = {out['factor']:g}; {out['samples']} windows",
+              ["method", "len", "mean KL", "p99 KL", "max KL", "top-1 agree", "Δ vs best (paired)"])
+    for r in sorted(out["results"], key=lambda r: (r["len"], r["kl_mean"])):
+        t.add_row(r["label"], str(r["len"]), f"{r['kl_mean']:.5f}", f"{r['kl_p99']:.4f}", f"{r['kl_max']:.3f}",
+                  f"{r['top1_agreement']:.2f}%", fmt_diff(r["vs_best"]) + mark(r["vs_best"]))
+    return [t, plain("nats per token; Δ: mean KL minus the lowest one over the same windows, ± the 95% half-width; "
+               f"≈ = shown equivalent to the lowest within ±{MARGIN:g} nats, ? = undecided (paired, 95% for the column).")]
+
+
+def verify_table(verdict, exp, target) -> list:
+    """`ropecli verify`: each check (expected, found, ok), the notes, the verdict line."""
+    from rich.markup import escape
+
+    t = table(f"verify {target} for {verdict.runtime} against {exp.source}", ["layer type", "check", "expected", "found", "ok"],
+              left=("layer type", "check", "expected", "found", "ok"))
+    t.title_justify = "left"
+    for c in verdict.checks:
+        t.add_row(c.layer_type or "", escape(c.what), escape(c.expected), escape(c.found), "[green]yes[/]" if c.ok else "[red]NO[/]")
+    return [t, *map(plain, verdict.notes), plain(verdict.line())]
+
+
+def export_lines(result: dict, consistent: bool) -> list[str]:
+    """What `ropecli export` prints: what it wrote, and what each runtime does with it."""
+    lines = [*result["lines"], "What each runtime does with it:", *[f"  {n}: {what}" for n, what in result["runtimes"].items()]]
+    if not consistent:
+        lines.append("  (--consistent writes short_factor = long_factor, so that all three apply the schedule at every length)")
+    return [plain(line) for line in lines]

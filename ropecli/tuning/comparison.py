@@ -1,0 +1,49 @@
+"""`ropecli compare` on an open session (`Bench`): every schedule on every metric, on the same windows
+(or raced, `ropecli.tuning.racing.race_specs`), each cell judged against the best of its column
+(`ropecli.evaluation.stats.attach_paired`). Returns the command's JSON; the command prints it."""
+
+from __future__ import annotations
+
+from ropecli.tuning.objective import Bench
+
+METRIC_ORDER = ("ppl", "passkey", "kl")
+
+
+def compare_schedules(session: Bench, specs: list, lengths: list[int], metrics: list[str], factor: float | None, *,
+            race: bool = False, max_windows: int | None = None, margin: float | None = None) -> dict:
+    """Every spec x length on each metric (kl: at L, the schedules built for the target's k: `factor`, or
+    the longest length / L). With `race`, each metric is raced over all lengths from --samples windows."""
+    from ropecli.evaluation.stats import attach_paired
+    from ropecli.rope.spec import target_factor
+
+    L = session.rope.train_len
+    kl_k = target_factor(factor, lengths, L) if "kl" in metrics else None
+    cells = {"ppl": (specs, lengths), "passkey": (specs, lengths), "kl": ([s.but(factor=kl_k) for s in specs], [L])}
+    results, races = [], {}
+    for m in (m for m in METRIC_ORDER if m in metrics):
+        if race and len(specs) > 1:
+            got, races[m] = race_on(session, *cells[m], m, max_windows, margin)
+            results += got
+        else:
+            results += session.run(*cells[m], m)
+    results = attach_paired(results, *([margin] if margin is not None else []))
+    return {**session.header(), "metrics": metrics, "kl_factor": kl_k, "results": results,
+            **({"races": races} if race else {}), **session.tally()}
+
+
+def race_on(session: Bench, specs, lengths, metric: str, max_windows: int | None, margin: float | None = None):
+    """One metric's race over every length, from --samples windows up to `max_windows` (default 4x),
+    under one progress bar whose total grows with each round: (results, the race's record)."""
+    from ropecli.tuning.racing import race_specs
+
+    start = session.inputs.samples
+    most = max_windows or 4 * start
+    for n in lengths:
+        session.inputs.check_available(n, most)
+
+    def on_round(r, n, alive):
+        session.progress.grow(len(alive) * len(lengths) * session.inputs.resized(n).units(metric))
+
+    with session.progress.task(0, f"race ({metric})"):
+        return race_specs(session.run, specs, lengths, metric, start=start, max_windows=most, on_round=on_round,
+                          **({"margin": margin} if margin is not None else {}))

@@ -1,0 +1,134 @@
+"""`ropecli search-b` and `ropecli search` end to end on an open session (`Bench`): the checks that need no
+model (before it loads: `check_search`), the pre-flight (lengths, enough text before the first forward
+pass), the one search engine (`ropecli.tuning.search`), and what the run delivers on the main rank: the
+winner's transformers block (--export-config) and the picture (--plot). Returns the command's JSON; the
+files written are listed in its `written` (the command says so on stderr)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ropecli.errors import RopeCliError
+from ropecli.tuning.objective import Bench
+
+
+@dataclass
+class SearchPlan:
+    """The flags search-b and search share (their Search panel) and where the results go."""
+    objective: str = "ppl"
+    max_short_regression: float | None = None
+    max_short_kl: float | None = None
+    export_config: str | None = None  # the winner's transformers rope_parameters block, written here
+    no_race: bool = False  # score every point on every window (default: stop hopeless points early)
+    plot: str | None = None
+    log_n: bool = False
+    factor: float | None = None  # k (default: the longest length / L)
+
+    def check_paths(self) -> None:
+        """--plot and --export-config must be writable: checked before the model loads."""
+        if self.plot:
+            from ropecli.report.plots import check_out
+
+            check_out(self.plot)
+        if self.export_config:
+            from ropecli.export.hf import check_writable
+
+            check_writable(self.export_config, "--export-config")
+
+
+def preflight(session: Bench, plan: SearchPlan, lengths: list[int] | None, *sessions: Bench):
+    """(lengths, geometry at the target's k): the default target 8·L, and enough text at every length for
+    the session and `sessions` (the held-out one), before any forward pass."""
+    from ropecli.evaluation.evaluator import check_lengths, default_target
+    from ropecli.rope.spec import target_factor
+
+    rope = session.rope
+    lengths = check_lengths(lengths or [default_target(rope.train_len)])
+    for n in lengths:
+        for s in (session, *sessions):
+            s.check("passkey" if plan.objective == "passkey" else "ppl", n)
+    return lengths, rope.geometry(target_factor(plan.factor, lengths, rope.train_len))
+
+
+def search_b_on(session: Bench, plan: SearchPlan, lengths: list[int] | None, lo: float, hi: float, tol: float) -> dict:
+    """search-b: golden-section over the mixed b, then the standard methods on the same windows."""
+    from ropecli.tuning.search import search_b
+
+    lengths, geom = preflight(session, plan, lengths)
+    out = search_b(session.run, geom, lengths, lo=lo, hi=hi, tol=tol, log_n=plan.log_n, factor=plan.factor,
+                   max_short_regression=plan.max_short_regression, max_short_kl=plan.max_short_kl,
+                   objective=plan.objective, windows=session.inputs.samples, screen=not plan.no_race)
+    out = {**session.header(), **out, "screened": not plan.no_race, **session.tally()}
+    if all(n <= session.rope.train_len for n in lengths) and plan.factor is None:
+        out["warning"] = (f"every --len is within the training length L={session.rope.train_len}: k = 1, nothing to "
+                          "extend; every b gives the same perplexity")
+    title = f"search-b on {session.rope.name}: lengths {', '.join(map(str, lengths))}" + (" (log-n)" if plan.log_n else "")
+    deliver(session, plan, out, ("mixed", {"b": out["best_b"]}), geom.factor,
+            lambda path: _plots().plot_search(out["evaluations"], out["references"], out["best_b"], path, plan.objective, title))
+    return out
+
+
+def check_search(method: str, vary: list[str] | None, param: list[str] | None, budget: int, optimizer: str,
+                 references: list[str] | None, plan: SearchPlan):
+    """What `ropecli search` can check before the model loads: (method, fixed parameters, reference specs)."""
+    from ropecli.rope.methods import resolve_method
+    from ropecli.rope.spec import make_spec, parse_params
+    from ropecli.tuning.optimizers import min_budget
+    from ropecli.tuning.search import parse_reference
+    from ropecli.tuning.space import ANY_GEOMETRY, parse_vary
+
+    method, fixed = resolve_method(method).name, parse_params(param)
+    dims = parse_vary(vary, method, ANY_GEOMETRY)  # names, syntax, domains now; critical's bound d/2 once the model is read
+    clash = [d.name for d in dims if d.name in fixed]
+    if clash:
+        raise RopeCliError(f"{clash[0]} is both varied (--vary) and fixed (--param); pass it once")
+    if budget < min_budget(len(dims)):
+        raise RopeCliError(f"--budget {budget} is below the minimum {min_budget(len(dims))} for {len(dims)} parameter(s)")
+    if optimizer == "golden" and len(dims) != 1:
+        raise RopeCliError("--optimizer golden searches one parameter; pass one --vary, or use powell")
+    make_spec(method, fixed)  # a fixed value outside the domain fails before the model loads
+    return method, fixed, [parse_reference(r, plan.factor, plan.log_n) for r in references or []]
+
+
+def search_on(session: Bench, plan: SearchPlan, lengths: list[int] | None, method: str, vary: list[str] | None,
+              fixed: dict, refs: list, budget: int, optimizer: str, held_out: int | None) -> dict:
+    """search: any method's parameters on the searched windows, the verdict on held-out ones (other documents)."""
+    from ropecli.tuning.search import run_search
+    from ropecli.tuning.space import parse_vary
+
+    held = session.held_out(held_out)  # splits the documents: the searched windows are checked again
+    lengths, geom = preflight(session, plan, lengths, held)
+    dims = parse_vary(vary, method, geom)  # default bounds from the model's geometry (critical: 1 … d/2)
+    out = run_search(session.run, held.run, geom, method, dims, fixed, lengths, budget=budget, optimizer=optimizer,
+                     objective=plan.objective, log_n=plan.log_n, factor=plan.factor, references=refs,
+                     max_short_regression=plan.max_short_regression, max_short_kl=plan.max_short_kl,
+                     windows=session.inputs.samples, screen=not plan.no_race)
+    out = {**session.header(), **out, "held_out_windows": held.inputs.samples,
+           "held_out_first_window": held.inputs.first_window_at(max(lengths)),
+           "held_out_split": held.inputs.split_note(max(lengths)), "screened": not plan.no_race, **session.tally(held)}
+    title = f"search {method} on {session.rope.name}: lengths {', '.join(map(str, lengths))}"
+    deliver(session, plan, out, (method, {**fixed, **out["best_params"]}), geom.factor,
+            lambda path: _plots().plot_param_search(out, path, title))
+    return out
+
+
+def deliver(session: Bench, plan: SearchPlan, out: dict, winner: tuple, factor: float, draw) -> None:
+    """On the main rank: the winner's transformers block to --export-config, the picture to --plot."""
+    out["written"] = []
+    if not session.is_main:
+        return
+    if plan.export_config:
+        from ropecli.export.hf import write_hf_block
+        from ropecli.rope.spec import make_spec
+
+        out["export_config"] = write_hf_block(plan.export_config, session.rope, make_spec(*winner, log_n=plan.log_n), factor)
+        out["written"].append(f"wrote {plan.export_config}: {out['export_config']['note']}")
+    if plan.plot:
+        draw(plan.plot)
+        out["written"].append(f"wrote {plan.plot}")
+
+
+def _plots():
+    from ropecli.report import result_plots
+
+    return result_plots

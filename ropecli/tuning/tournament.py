@@ -1,0 +1,208 @@
+"""`ropecli advise` end to end on an open session (`Bench`): the pre-flight (lengths, enough text for
+every search, held-out window and passkey prompt before the first forward pass), the race's plan, the
+progress bar's total, the tournament (`ropecli.tuning.advise.advise`), and the files in --out: the
+winner's exports, report.md, advice.json. The command only parses, calls `run_advise`, and prints.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from ropecli.errors import RopeCliError
+from ropecli.rope.spec import make_spec
+from ropecli.tuning.candidates import search_plans
+from ropecli.tuning.objective import Bench
+
+MARKER = ".ropecli-advise"  # a folder advise made: a rerun may write into it again
+
+
+@dataclass
+class AdvisePlan:
+    """What the user asked of advise (the flags of its own panel), defaults as the CLI shows them."""
+    candidates: list[str] | None = None  # None: every candidate (ropecli.tuning.candidates.CANDIDATES)
+    with_log_n: bool = False
+    budget: int = 12  # evaluations per searched candidate
+    held_out: int | None = None  # held-out windows of the first round (default: --samples)
+    max_short_kl: float | None = None
+    max_short_regression: float | None = None
+    min_passkey: float | None = None
+    no_race: bool = False
+    margin: float | None = None
+    max_windows: int | None = None
+
+
+@dataclass
+class Source:
+    """Where the model and the text came from, as the user named them: for the exports and the command
+    that reproduces the run."""
+    model: str | None = None
+    gguf_file: str | None = None
+    data: list[str] | None = None
+
+
+def run_advise(session: Bench, plan: AdvisePlan, lengths: list[int] | None, factor: float | None, out_dir: Path,
+               source: Source) -> dict:
+    """The whole of `ropecli advise` into `out_dir` (made by `prepare_out`); returns advice.json's content
+    (written on the main rank)."""
+    from ropecli.evaluation.evaluator import check_lengths, default_target
+    from ropecli.rope.spec import target_factor
+    from ropecli.tuning.advise import advise
+    from ropecli.tuning.candidates import CANDIDATES
+
+    names = plan.candidates or list(CANDIDATES)
+    rope = session.rope
+    lengths = check_lengths(lengths or [default_target(rope.train_len)])
+    held = session.held_out(plan.held_out)
+    for n in lengths:
+        session.check("ppl", n), held.check("ppl", n)
+    notes: list[str] = []
+    passkey = passkey_possible(held, rope.train_len, max(lengths), notes)
+    racing = None if plan.no_race else racing_plan(held, lengths, plan.max_windows, notes)
+    geom = rope.geometry(target_factor(factor, lengths, rope.train_len))
+    with session.progress.task(bar_total(plan, names, lengths, session, held, racing, passkey), "advise"):
+        result = advise(
+            session.run, held.run, geom, lengths, names=names, budget=plan.budget, with_log_n=plan.with_log_n,
+            factor=factor, max_short_kl=plan.max_short_kl, max_short_regression=plan.max_short_regression,
+            min_passkey=plan.min_passkey, passkey=passkey, note=notes.append,
+            on_passkey_skipped=lambda: None if racing else session.progress.grow(  # every candidate's prompts
+                -held.inputs.units("passkey") * len(names) * (2 if plan.with_log_n else 1)),
+            held_windows=held.inputs.samples, search_windows=session.inputs.samples, racing=racing,
+            expect=lambda count, metric="ppl", samples=None: session.progress.grow(
+                count * held.inputs.resized(samples).units(metric)), margin=plan.margin)
+    result = {**session.header(), **result, "notes": notes, "searched_windows": session.inputs.samples,
+              "held_out_windows": held.inputs.samples, "held_out_first_window": held.inputs.first_window_at(max(lengths)),
+              "held_out_split": held.inputs.split_note(max(lengths)), "racing": vars(racing) if racing else None,
+              "windows_per_candidate": {r["candidate"]: r.get("race", {}).get("windows", held.inputs.samples)
+                                        for r in result["rows"]}, **session.tally(held)}
+    if session.is_main:
+        write_advice(result, session, plan, source, lengths, out_dir)
+    return result
+
+
+def passkey_possible(held: Bench, L: int, longest: int, notes: list[str]) -> bool:
+    """Whether passkey prompts fit within L (else a note says why it is skipped); enough text at the longest target."""
+    try:
+        held.check("passkey", L)
+    except RopeCliError as exc:  # L shorter than the prompt: no passkey test possible at all
+        notes.append(f"passkey skipped: {exc}")
+        return False
+    held.check("passkey", longest)
+    return True
+
+
+def racing_plan(held: Bench, lengths: list[int], max_windows: int | None, notes: list[str]):
+    """The race's windows: from the --held-out count up to --max-windows (default 4x, as far as the text goes)."""
+    from ropecli.tuning.held_out import Racing
+    from ropecli.tuning.racing import race_start
+
+    prompts = start = held.inputs.samples
+    have = min(held.inputs.available(n) for n in lengths)
+    most = max_windows if max_windows is not None else max(start, min(4 * start, have))
+    for n in lengths:
+        held.inputs.check_available(n, most)
+    start = min(most, race_start(start, min(held.inputs.documents(n, most) for n in lengths)))
+    if max_windows is None and have < 4 * prompts:
+        notes.append(f"racing: at most {max(have, start)} held-out windows (the text's limit at {max(lengths)} tokens), "
+                     f"not {4 * prompts}; add text with --data for more")
+    return Racing(start, max(start, most), prompts, have)
+
+
+def bar_total(plan: AdvisePlan, names, lengths, session: Bench, held: Bench, racing, passkey: bool) -> int:
+    """Forward passes the progress bar expects up front (cached ones tick too); a race adds its rounds as it
+    decides them (`expect`), a skipped passkey takes its part back (`on_passkey_skipped`)."""
+    args = (names, plan.with_log_n, plan.budget, lengths, session.inputs, held.inputs)
+    if racing:
+        return estimate_units(*args, False, searches_only=True)
+    return estimate_units(*args, passkey) + (held.inputs.units("passkey") if passkey else 0)
+
+
+def prepare_out(out: str) -> Path:
+    """--out must be creatable and writable, and empty unless an earlier advise made it."""
+    p = Path(out)
+    if p.exists() and not p.is_dir():
+        raise RopeCliError(f"--out {out} is a file; pass a folder")
+    if p.exists() and any(p.iterdir()) and not (p / MARKER).exists():
+        raise RopeCliError(f"--out {out} is not empty and was not made by ropecli advise; pass a new or empty folder")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        (p / MARKER).write_text("made by ropecli advise; a rerun writes here again\n")
+    except OSError as exc:
+        raise RopeCliError(f"--out {out} is not writable ({exc.strerror}); pass a folder you can write") from None
+    return p
+
+
+def write_advice(result: dict, session: Bench, plan: AdvisePlan, source: Source, lengths, out_dir: Path) -> None:
+    """The winner exported for every runtime, report.md with its pictures, and advice.json, in --out."""
+    from ropecli.files import atomic_write_text
+    from ropecli.report.advice import write_report
+
+    rope = session.rope
+    result["exports"] = export_winner(result, rope, source.model, source.gguf_file, out_dir)
+    result["commands"] = [reproduce_command(plan, source, lengths, session.inputs, str(out_dir)),
+                          *[e["command"] for e in result["exports"] if e["command"]]]
+    write_report(result, out_dir, rope.geometry(result["factor"]), rope.name)
+    atomic_write_text(out_dir / "advice.json", json.dumps(result, indent=1, default=_plain))
+
+
+def reproduce_command(plan: AdvisePlan, source: Source, lengths, inputs, out: str) -> str:
+    parts = ["ropecli", "advise", *(["--model", source.model] if source.model else [])]
+    parts += [x for n in lengths for x in ("--len", str(n))] + [x for d in source.data or [] for x in ("--data", d)]
+    parts += ["--samples", str(inputs.samples), "--seed", str(inputs.seed), "--budget", str(plan.budget), "--out", out]
+    return " ".join(shlex.quote(p) for p in parts + (["--with-log-n"] if plan.with_log_n else []))
+
+
+def estimate_units(names, with_log_n, budget, lengths, inputs, held_inputs, passkey: bool, searches_only: bool = False) -> int:
+    """Forward passes of a full run (cached ones included, they tick at once): the progress bar's total.
+    `inputs`, `held_inputs`: the searched and held-out windows (ropecli.evaluation.inputs.Inputs);
+    `passkey`: whether every candidate is measured on passkey prompts too; `searches_only`: the searches' part."""
+    plans = search_plans(budget)
+    modes = 2 if with_log_n else 1
+    n_search = sum(plans[n][2] for n in names if n in plans) * modes
+    if searches_only:
+        return n_search * inputs.units("ppl") * len(lengths)
+    per_candidate = held_inputs.units("ppl") * (len(lengths) + 2) + (held_inputs.units("passkey") if passkey else 0)
+    return n_search * inputs.units("ppl") * len(lengths) + len(names) * modes * per_candidate + held_inputs.units("ppl")
+
+
+def export_winner(result: dict, rope, model: str | None, gguf_file: str | None, out_dir: Path) -> list[dict]:
+    """The winner through `ropecli.export.plan.export_schedule` (what `ropecli export` runs), for each
+    runtime, with the `ropecli export` command that does the same; a runtime that fails is reported, not raised."""
+    from ropecli.export.plan import check_export_paths, export_schedule, export_target, is_gguf
+    from ropecli.models.config import BUILTIN, BUILTIN_DIR
+    from ropecli.models.packaged import resolve_model
+
+    source = str(BUILTIN_DIR) if model in (None, BUILTIN) else resolve_model(model)
+    w = result["winner_spec"]
+    spec = make_spec(w["method"], w["params"], log_n=w["log_n"])
+    geom = rope.geometry(result["factor"])
+    target = export_target(geom, rope, base_given=False)
+    jobs = [("transformers", "hf", out_dir / "hf"), ("vllm", "vllm", out_dir / "vllm-overrides.json")]
+    if is_gguf(source, gguf_file):
+        jobs.append(("llama.cpp", "gguf", out_dir / "model-extended.gguf"))
+    flags = ["--model", source, *(["--gguf-file", gguf_file] if gguf_file else []), "--method", spec.method,
+             *[x for k, v in w["params"].items() for x in ("--param", f"{k}={v:.10g}")], *(["--log-n"] if spec.log_n else []),
+             "--len", str(geom.target_len), "--force"]
+    done = []
+    for runtime, to, out in jobs:
+        command = " ".join(shlex.quote(c) for c in ["ropecli", "export", *flags, "--to", to, "--out", str(out)])
+        try:
+            check_export_paths(to, str(out), source, gguf_file, force=True)
+            written = export_schedule(spec, geom, target, to, str(out), model=source, gguf_file=gguf_file, force=True)
+            done.append({"runtime": runtime, "command": command, "ok": True, "output": "\n".join(written["lines"])[-2000:]})
+        except RopeCliError as exc:
+            done.append({"runtime": runtime, "command": command, "ok": False, "output": str(exc)})
+    if not is_gguf(source, gguf_file):
+        done.append({"runtime": "llama.cpp", "command": None, "ok": False,
+                     "output": "skipped: the model is not a GGUF file (convert it, then `ropecli export --to gguf`)"})
+    return done
+
+
+def _plain(x):
+    import numpy as np
+
+    if isinstance(x, np.generic):
+        return x.item()
+    raise TypeError(f"not JSON: {type(x)}")
