@@ -20,16 +20,15 @@ import inspect
 import typing
 from dataclasses import dataclass
 
+from ropecli.cli.options import (AdviseBudgetOpt, AttnOpt, Backend, BackendOpt, BaseOpt, BOpt, CacheDirOpt, CandidatesOpt,
+                                 ChunkOpt, DataOpt, DepthsOpt, DeviceMapOpt, DeviceOpt, DigitsOpt, DOpt, Dtype, DtypeOpt,
+                                 ExportConfigOpt, FactorsOpt, GgufOpt, HeadDimAliasOpt, HeldOutOpt, JsonOpt, KOpt, LenOpt,
+                                 LogNOpt, MarginOpt, MaxShortKlOpt, MaxShortRegressionOpt, MaxWindowsOpt, MethodOpt,
+                                 MethodsAliasOpt, MinPasskeyOpt, ModelOpt, NoCacheOpt, NoRaceOpt, ObjectiveOpt, ParamOpt,
+                                 PlotOpt, RopeLayersOpt, SamplesOpt, ScoreLastOpt, SeedOpt, TargetLenOpt, TextFieldOpt,
+                                 TrainLenOpt, TrustOpt, WithLogNOpt, flat_choices)
 from ropecli.tuning.objective import Objective
 
-from ropecli.cli.options import (ExportConfigOpt, ObjectiveOpt)
-from ropecli.cli.options import (AdviseBudgetOpt, CandidatesOpt, HeldOutOpt, MarginOpt, MaxShortKlOpt, MaxShortRegressionOpt,
-                                 MaxWindowsOpt, MinPasskeyOpt, NoRaceOpt, WithLogNOpt, flat_choices)
-from ropecli.cli.options import (AttnOpt, Backend, BackendOpt, BaseOpt, BOpt, CacheDirOpt, ChunkOpt, DataOpt, DepthsOpt, DeviceMapOpt,
-                                 DeviceOpt, DigitsOpt, DOpt, Dtype, DtypeOpt, FactorsOpt, GgufOpt, HeadDimAliasOpt,
-                                 JsonOpt, KOpt, LenOpt, LogNOpt, MethodOpt, MethodsAliasOpt, ModelOpt, NoCacheOpt,
-                                 ParamOpt, PlotOpt, RopeLayersOpt, SamplesOpt, ScoreLastOpt, SeedOpt, TargetLenOpt,
-                                 TextFieldOpt, TrainLenOpt, TrustOpt)
 
 @dataclass
 class ModelSourceOptions:
@@ -138,16 +137,16 @@ class PasskeyOptions:
 @dataclass
 class AdviseOptions:
     """advise's own flags; `plan()` is the tournament's plan (`ropecli.tuning.tournament.AdvisePlan`, the same fields)."""
-    candidates: CandidatesOpt = None
-    with_log_n: WithLogNOpt = False
-    budget: AdviseBudgetOpt = 12
-    held_out: HeldOutOpt = None
-    max_short_kl: MaxShortKlOpt = None
+    candidates: CandidatesOpt = None  # None: every candidate
+    with_log_n: WithLogNOpt = False  # each candidate also with log-n
+    budget: AdviseBudgetOpt = 12  # evaluations per searched candidate
+    held_out: HeldOutOpt = None  # held-out windows of the first round; None: --samples
+    max_short_kl: MaxShortKlOpt = None  # the constraints: out if broken
     max_short_regression: MaxShortRegressionOpt = None
     min_passkey: MinPasskeyOpt = None
-    no_race: NoRaceOpt = False
-    margin: MarginOpt = None
-    max_windows: MaxWindowsOpt = None
+    no_race: NoRaceOpt = False  # every candidate on every held-out window
+    margin: MarginOpt = None  # None: ropecli.evaluation.inference.MARGIN
+    max_windows: MaxWindowsOpt = None  # None: 4x the first round, as far as the text goes
 
     def plan(self):
         from ropecli.tuning.candidates import CANDIDATES
