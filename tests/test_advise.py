@@ -65,7 +65,7 @@ def test_advise_end_to_end_and_the_exported_winner_reproduces_its_ppl(qwen_dir, 
     assert result["forward_passes"] > 0 and set(result["windows_per_candidate"]) == set(names)
     report = (out / "report.md").read_text()
     assert "## The rule" in report and result["winner_label"] in report
-    for png in ["ppl_vs_length.png", "short_cost.png", "factors.png", "search_mixed-clamped.png"]:
+    for png in ["ppl_vs_length.png", "loss_by_position.png", "short_cost.png", "factors.png", "search_mixed-clamped.png"]:
         assert (out / png).stat().st_size > 10_000, png
         assert f"]({png})" in report
     exports = {e["runtime"]: e for e in result["exports"]}

@@ -275,7 +275,7 @@ def test_llama_cpp_runs_the_exported_gguf_like_ropecli(tmp_path):
     for slot in lm.slots:
         apply_schedule(slot, sched.factors, sched.attention_factor)
     try:
-        nll, n = window_nll(lm.model, torch.from_numpy(ids)[None])
+        nll, n, _ = window_nll(lm.model, torch.from_numpy(ids)[None])
     finally:
         for slot in lm.slots:
             restore(slot)

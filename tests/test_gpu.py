@@ -20,9 +20,9 @@ def test_cuda_matches_cpu(family):
     factors = np.linspace(1.0, 4.0, slots[0].rotary_dim // 2)
     for s in slots:
         apply_schedule(s, factors, 1.1)
-    cpu, n = window_nll(model, ids, chunk_tokens=17)
+    cpu, n, _ = window_nll(model, ids, chunk_tokens=17)
     model.cuda()
-    gpu, _ = window_nll(model, ids.cuda(), chunk_tokens=17)
+    gpu, _, _ = window_nll(model, ids.cuda(), chunk_tokens=17)
     ref, _ = naive_window_nll(model, ids.cuda())
     assert gpu / n == pytest.approx(cpu / n, rel=1e-4)
     assert gpu == pytest.approx(ref, rel=1e-4)

@@ -156,7 +156,7 @@ def test_log_n_equals_scaled_queries_by_hand():
 def test_chunked_loss_equals_naive(family, chunk):
     model = build(family)
     ids = ids_of(2 * L + 3)
-    nll, n = window_nll(model, ids, chunk_tokens=chunk)
+    nll, n, _ = window_nll(model, ids, chunk_tokens=chunk)
     ref, n_ref = naive_window_nll(model, ids)
     assert n == n_ref == 2 * L + 2
     assert nll == pytest.approx(ref, rel=1e-5)
@@ -165,8 +165,8 @@ def test_chunked_loss_equals_naive(family, chunk):
 def test_score_last():
     model = build("llama")
     ids = ids_of(L)
-    full, n = window_nll(model, ids)
-    last, m = window_nll(model, ids, score_last=10)
+    full, n, _ = window_nll(model, ids)
+    last, m, _ = window_nll(model, ids, score_last=10)
     assert m == 10 and n == L - 1 and last < full
 
 

@@ -31,7 +31,7 @@ def test_chunked_equals_naive_on_gemma3(gguf_path):
     docs, _ = load_documents(None)
     win = sample_windows(docs, tokenize_documents(docs, lm.tokenizer), 512, 1, 0, lm.tokenizer.bos_token_id)
     ids = torch.from_numpy(win.ids[0])[None]
-    a, n = window_nll(lm.model, ids)
+    a, n, _ = window_nll(lm.model, ids)
     b, _ = naive_window_nll(lm.model, ids)
     assert a / n == pytest.approx(b / n, rel=1e-5)
     assert 5 < math.exp(a / n) < 200  # a real language model on real English
@@ -77,5 +77,5 @@ def test_export_hf_from_gemma3_gguf_reproduces_ppl(gguf_path, tmp_path):
     docs, _ = load_documents(None)
     win = sample_windows(docs, tokenize_documents(docs, tok), 512, 1, 0, tok.bos_token_id)
     with torch.inference_mode():
-        nll, n = window_nll(model, torch.from_numpy(win.ids[0])[None])
+        nll, n, _ = window_nll(model, torch.from_numpy(win.ids[0])[None])
     assert math.exp(nll / n) == pytest.approx(expected, rel=1e-4)

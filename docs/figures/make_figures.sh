@@ -2,7 +2,8 @@
 # Regenerates every figure of README.md and docs/*.md on the built-in model, offline, on a CPU.
 # Usage (from anywhere, in the environment where ropecli is installed):
 #     bash docs/figures/make_figures.sh
-# Writes into this script's own folder: passkey-builtin.png, search-mixed-map.png, advise-factors.png.
+# Writes into this script's own folder: passkey-builtin.png, position-builtin.png, search-mixed-map.png,
+# advise-factors.png.
 # Set ROPECLI_CACHE_DIR to reuse (or keep) the evaluations between runs.
 # Measured with an empty cache on a 2-core CPU shared with other work: passkey 6 min, search 8 min,
 # advise 9 min (about 23 min in all); a rerun with the same cache only redraws.
@@ -15,6 +16,10 @@ trap 'rm -rf "$work"' EXIT
 # Passkey accuracy by depth and length, one panel per schedule (docs/evaluation.md's passkey table).
 ropecli passkey --len 256 --len 512 --len 1024 --len 2048 --method none,pi,ntk-fixed,mixed \
     --b 0.625 --b 1 --samples 4 --plot "$here/passkey-builtin.png"
+
+# Loss by position at 8L, the paired differences to the best below (docs/evaluation.md's loss by position).
+ropecli compare --len 2048 --method none,pi,ntk-fixed,yarn,mixed --samples 8 --plot "$work/ppl.png"
+cp "$work/ppl-position.png" "$here/position-builtin.png"
 
 # The clamped mixed family's search at 8L: evaluated points, numbered in order (docs/search-and-advise.md).
 ropecli search --method mixed --vary b --vary critical --samples 8 --plot "$here/search-mixed-map.png"

@@ -78,6 +78,10 @@ class PplResult(EvalResult):
     ppl_err: float | None
     window_nll: list  # per-window mean NLL (None: diverged)
     windows: list  # source document of each window
+    # loss by position: mean NLL of the predictions in each of POSITION_BINS equal bins of the window,
+    # [window][bin] and averaged over windows; None where a window came from a cache entry without them
+    window_position_nll: list | None = None
+    position_nll: list | None = None
 
 
 @dataclass(kw_only=True)
@@ -124,20 +128,35 @@ def _head(spec: Spec, sched: Schedule, geom: Geometry, length: int, seconds: flo
 
 def summarize_ppl(spec: Spec, sched: Schedule, geom: Geometry, length: int, per_window: list[tuple[float, int]],
                   names: list[str], seconds: float) -> PplResult:
-    """per_window: (sum of NLL, scored tokens) of each window."""
+    """per_window: (sum of NLL, scored tokens[, NLL summed in each position bin]) of each window."""
     import numpy as np
 
-    tokens = sum(t for _, t in per_window)
-    means = np.array([n / t for n, t in per_window])
-    nll = sum(n for n, _ in per_window) / tokens
+    tokens = sum(v[1] for v in per_window)
+    means = np.array([v[0] / v[1] for v in per_window])
+    nll = sum(v[0] for v in per_window) / tokens
     if not math.isfinite(nll):
         nll = math.inf
     ppl = math.exp(nll) if nll < 700 else math.inf
     err = None
     if len(means) > 1 and np.all(np.isfinite(means)) and math.isfinite(ppl):
         err = ppl * float(np.std(means, ddof=1)) / math.sqrt(len(means))
+    by_window = position_means(per_window, length)
     return PplResult(**_head(spec, sched, geom, length, seconds), ppl=ppl, nll=nll, tokens=tokens, ppl_err=err,
-                     window_nll=[_finite(m) for m in means], windows=names)
+                     window_nll=[_finite(m) for m in means], windows=names,
+                     window_position_nll=None if by_window is None else [[_finite(x) for x in w] for w in by_window],
+                     position_nll=None if by_window is None else [_finite(x) for x in by_window.mean(axis=0)])
+
+
+def position_means(per_window: list[tuple], length: int):
+    """Each window's mean NLL in each position bin, (windows, POSITION_BINS); None when a window has no
+    bins (a cache entry written before they were kept)."""
+    import numpy as np
+
+    from ropecli.models.token_losses import bin_means
+
+    if not per_window or any(len(v) < 3 or not v[2] for v in per_window):
+        return None
+    return np.array([bin_means(v[2], length) for v in per_window])
 
 
 def summarize_passkey(spec: Spec, sched: Schedule, geom: Geometry, length: int, per_prompt: list[tuple[float, float]],

@@ -128,9 +128,25 @@ def attach_paired(results: list, margin: float = MARGIN) -> list[dict]:
     for idx in groups.values():
         widest = max(idx, key=lambda i: len(results[i].values))  # its windows' documents cover every other's
         ranked = rank_against_best({i: results[i].values for i in idx}, results[widest].clusters, margin)
+        best = next(i for i in idx if ranked[i]["best"])
         for i in idx:
             out[i]["vs_best"] = ranked[i]
+            if i != best and out[i].get("window_position_nll") and out[best].get("window_position_nll"):
+                out[i]["position_vs_best"] = position_differences(out[i]["window_position_nll"],
+                                                                  out[best]["window_position_nll"], results[widest].clusters)
     return out
+
+
+def position_differences(x: list[list], y: list[list], clusters: list | None = None) -> dict:
+    """Loss by position, paired: x - y in each position bin over the windows both have ([window][bin] mean
+    NLLs), with the 95% half-width of each bin under the same inference as the whole (pointwise: each bin's
+    interval holds at 95% by itself, not all 32 at once)."""
+    n = min(len(x), len(y))
+    a = np.array([[math.inf if v is None else v for v in w] for w in x[:n]], dtype=np.float64)
+    b = np.array([[math.inf if v is None else v for v in w] for w in y[:n]], dtype=np.float64)
+    per_bin = [paired(list(a[:, j]), list(b[:, j]), clusters) for j in range(a.shape[1])]
+    return {"diff": [p.diff for p in per_bin], "half_width": [p.half_width() for p in per_bin], "windows": n,
+            "inference": per_bin[0].inference, "pointwise": True}
 
 
 def fmt_diff(p: dict) -> str:

@@ -118,7 +118,7 @@ def run_transformers(artefact: Path, block: dict | None, model: str | None, exp:
         else:
             kw = {}
         plain = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, **kw, **block)
-    nll, n = window_nll(plain.eval(), torch.from_numpy(ids)[None])
+    nll, n, _ = window_nll(plain.eval(), torch.from_numpy(ids)[None])
     theirs = math.exp(nll / n)
     rel = abs(theirs / mine - 1)
     return Check("transformers", None, f"PPL of one {run_len}-token window, reloaded vs ropecli",

@@ -117,18 +117,18 @@ class LlamaCppBackend:
             llm._ctx.decode(llm._batch)
             yield start, np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(len(part), vocab))
 
-    def window_nll(self, ids: np.ndarray, chunk_tokens: int | None, score_last: int | None) -> tuple[float, int]:
-        from ropecli.models.scoring import chunk_nll
+    def window_nll(self, ids: np.ndarray, chunk_tokens: int | None, score_last: int | None) -> tuple[float, int, list[float]]:
+        from ropecli.models.scoring import token_nll
+        from ropecli.models.token_losses import token_summary
 
         T = len(ids)
-        first = T - 1 - score_last if score_last else 0  # the first position whose prediction is scored
         targets = torch.from_numpy(np.asarray(ids, dtype=np.int64))
-        total = 0.0
+        per_token = np.empty(T - 1, dtype=np.float64)
         for start, logits in self.batches(ids):
-            lo, hi = max(start, first), min(start + len(logits), T - 1)  # position t predicts token t+1
-            if lo < hi:
-                total += chunk_nll(torch.from_numpy(logits[lo - start:hi - start]), targets[lo + 1:hi + 1])
-        return total, T - 1 - first
+            hi = min(start + len(logits), T - 1)  # position t predicts token t+1
+            if start < hi:
+                per_token[start:hi] = token_nll(torch.from_numpy(logits[:hi - start]), targets[start + 1:hi + 1]).numpy()
+        return token_summary(per_token, score_last)
 
     def passkey_scores(self, ids: np.ndarray, answer_start: int) -> tuple[float, float]:
         from ropecli.models.scoring import answer_scores

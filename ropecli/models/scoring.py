@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from ropecli.errors import RopeCliError
+from ropecli.models.token_losses import token_summary
 
 LOGIT_BUDGET_BYTES = 1 << 28  # 256 MiB of fp32 logits per chunk
 
@@ -27,20 +28,20 @@ def _softcap(model) -> float | None:
 
 
 @torch.inference_mode()
-def window_nll(model, ids: torch.Tensor, chunk_tokens: int | None = None, score_last: int | None = None) -> tuple[float, int]:
-    """(sum of NLL in nats, number of scored tokens) for one window `ids` of shape (1, T)."""
+def window_nll(model, ids: torch.Tensor, chunk_tokens: int | None = None,
+               score_last: int | None = None) -> tuple[float, int, list[float]]:
+    """(sum of NLL in nats over the scored tokens, their number, the NLL summed in each of the
+    POSITION_BINS bins of all T-1 predictions) for one window `ids` of shape (1, T)."""
     head = model.get_output_embeddings()
     hidden = model.base_model(input_ids=ids, use_cache=False).last_hidden_state  # (1, T, H)
-    hidden, targets = hidden[:, :-1], ids[:, 1:]  # position t predicts token t+1
-    if score_last:
-        hidden, targets = hidden[:, -score_last:], targets[:, -score_last:]
-    n = targets.shape[1]
+    hidden, targets = hidden[0, :-1], ids[0, 1:]  # position t predicts token t+1
+    n = targets.shape[0]
     chunk = chunk_tokens or default_chunk_tokens(head.weight.shape[0])
     cap = _softcap(model)
-    total = 0.0
+    per_token = torch.empty(n, dtype=torch.float64)
     for s in range(0, n, chunk):
-        total += chunk_nll(_logits(model, head, hidden[0, s:s + chunk], cap), targets[0, s:s + chunk])
-    return total, n
+        per_token[s:s + chunk] = token_nll(_logits(model, head, hidden[s:s + chunk], cap), targets[s:s + chunk]).cpu()
+    return token_summary(per_token.cpu().numpy(), score_last)  # POSITION_BINS bins: ropecli.models.token_losses
 
 
 # --- the measures on logits: shared by every backend (transformers here, llama.cpp in models.llamacpp) ---
@@ -48,6 +49,11 @@ def window_nll(model, ids: torch.Tensor, chunk_tokens: int | None = None, score_
 def chunk_nll(logits: torch.Tensor, targets: torch.Tensor) -> float:
     """Sum of -log p(target) over rows of fp32 logits (c, V) and their next tokens (c,), in nats."""
     return float(F.cross_entropy(logits, targets, reduction="sum").double())
+
+
+def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """-log p(target) of each row of fp32 logits (c, V), in float64 (c,)."""
+    return F.cross_entropy(logits, targets, reduction="none").double()
 
 
 def answer_scores(logits: torch.Tensor, target: torch.Tensor) -> tuple[float, float]:

@@ -134,7 +134,7 @@ def race_lines(result: dict) -> list[str]:
 
 
 def write_report(result: dict, out_dir: Path, geom, model_name: str) -> Path:
-    from ropecli.report import plots, result_plots
+    from ropecli.report import plots, position_plots, result_plots
     from ropecli.rope.geometry import Geometry
     from ropecli.rope.spec import make_spec
 
@@ -150,6 +150,12 @@ def write_report(result: dict, out_dir: Path, geom, model_name: str) -> Path:
         result_plots.plot_passkey_heatmaps([r["passkey_result"] for r in rows if "passkey_result" in r], str(out_dir / "passkey.png"),
                                     f"{model_name}: passkey accuracy at {max(lengths)} tokens")
         images.append(("Passkey retrieval at the longest target", "passkey.png"))
+    n = max(lengths)
+    at_n = [{**r, "position_nll": (r.get("position_nll") or {}).get(str(n))} for r in rows]
+    if position_plots.plot_loss_by_position(at_n, n, geom.train_len, str(out_dir / "loss_by_position.png"),
+                                            f"{model_name}: loss by position at {n} tokens (held-out windows)",
+                                            winner=result["winner"]):
+        images.append(("Loss by position at the longest target", "loss_by_position.png"))
     result_plots.plot_short_cost(measured, str(out_dir / "short_cost.png"), f"{model_name}: cost within L = {geom.train_len} (k = {geom.factor:g})")
     images.append(("Short-context cost", "short_cost.png"))
     g = Geometry(geom.rotary_dim, geom.base, geom.train_len, result["factor"])

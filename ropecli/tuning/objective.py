@@ -85,6 +85,7 @@ class Scorer:
         if self.objective == "ppl":
             entry["ppl"] = {str(r.len): r.ppl for r in rows}
             entry["ppl_err"] = {str(r.len): r.ppl_err for r in rows}
+            entry["position_nll"] = {str(r.len): r.position_nll for r in rows}
         else:
             entry["answer_nll"] = {str(r.len): r.answer_nll for r in rows}
             entry["accuracy"] = {str(r.len): r.accuracy for r in rows}

@@ -14,12 +14,18 @@ from ropecli.cli.session import check_plot_path, open_session
 
 
 def plot_ppl(results: list[dict], path: str | None, session) -> None:
-    """PPL against length, one line per schedule, L marked, on the main rank."""
+    """On the main rank: PPL against length, one line per schedule; beside it the loss by position at the
+    longest length (ppl-position.png), L marked."""
     if path and session.is_main and results:
+        from ropecli.report.position_plots import plot_loss_by_position, position_path
         from ropecli.report.result_plots import plot_ppl_vs_length
 
-        plot_ppl_vs_length(results, path, f"Perplexity vs length: {session.rope.name} (L = {session.rope.train_len})")
+        rope, n = session.rope, max(r["len"] for r in results)
+        plot_ppl_vs_length(results, path, f"Perplexity vs length: {rope.name} (L = {rope.train_len})")
         stderr_console().print(f"wrote {path}")
+        if plot_loss_by_position([r for r in results if r["len"] == n], n, rope.train_len, position_path(path),
+                                 f"Loss by position at {n} tokens: {rope.name} (L = {rope.train_len})"):
+            stderr_console().print(f"wrote {position_path(path)}")
 
 
 @handle_errors

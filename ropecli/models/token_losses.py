@@ -1,0 +1,31 @@
+"""What a forward pass's per-prediction losses become in the cache (numpy only, shared by every backend):
+the NLL summed over the scored predictions and their number (the perplexity), and the NLL summed in
+each of POSITION_BINS equal bins of the window's predictions (the loss by position: where a schedule
+breaks, just past L or everywhere). Prediction t is of token t+1, so a window of T tokens has T-1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+POSITION_BINS = 32
+
+
+def position_edges(predictions: int) -> list[int]:
+    """Bin edges over predictions 0..predictions-1: POSITION_BINS bins of equal size (up to one)."""
+    return [round(j * predictions / POSITION_BINS) for j in range(POSITION_BINS + 1)]
+
+
+def token_summary(per_token: np.ndarray, score_last: int | None) -> tuple[float, int, list[float]]:
+    """A window's per-prediction NLL (T-1,) as the cache keeps it: (sum over the scored predictions (all,
+    or the last `score_last`), their number, the sum in each position bin of all predictions)."""
+    scored = per_token[-score_last:] if score_last else per_token
+    edges = position_edges(len(per_token))
+    return (float(np.sum(scored, dtype=np.float64)), len(scored),
+            [float(np.sum(per_token[a:b], dtype=np.float64)) for a, b in zip(edges[:-1], edges[1:])])
+
+
+def bin_means(bin_sums: list[float], length: int) -> np.ndarray:
+    """A window of `length` tokens: its mean NLL in each position bin (POSITION_BINS,)."""
+    counts = np.diff(position_edges(length - 1))
+    return np.asarray(bin_sums, dtype=np.float64) / np.maximum(counts, 1)
