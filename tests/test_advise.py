@@ -26,16 +26,17 @@ def advise(model_dir, out, *extra):
     return runner.invoke(app, ["advise", "--model", model_dir, *FAST, "--out", str(out), *extra])
 
 
-def hf_ppl_on_held_out(model_dir: str, length: int, first: int, count: int) -> float:
+def hf_ppl_on_held_out(model_dir: str, length: int, first: int, count: int, longest: int | None = None) -> float:
     """PPL of a freshly loaded, unpatched transformers model on the held-out windows 0 … count-1 (the
-    held-out half of the plays; `first` is the searched windows' count, which the split by document ignores)."""
+    held-out half of the plays; `first` is the searched windows' count, which the split by document ignores).
+    With several target lengths, the windows at `length` are the first tokens of those at `longest`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     tok = AutoTokenizer.from_pretrained(model_dir)  # the folder's tokenizer, as ropecli loads it
     docs, _ = load_documents(None)
-    win = sample_windows(docs, tokenize_documents(docs, tok), length, count, 0, tok.bos_token_id, part=0)
-    nll = [naive_window_nll(model, torch.from_numpy(row)[None]) for row in win.ids]
+    win = sample_windows(docs, tokenize_documents(docs, tok), longest or length, count, 0, tok.bos_token_id, part=0)
+    nll = [naive_window_nll(model, torch.from_numpy(row[:length])[None]) for row in win.ids]
     return math.exp(sum(n for n, _ in nll) / sum(t for _, t in nll))
 
 
@@ -73,7 +74,7 @@ def test_advise_end_to_end_and_the_exported_winner_reproduces_its_ppl(qwen_dir, 
     assert json.loads((out / "vllm-overrides.json").read_text())["rope_parameters"]
     n_windows = result["windows_per_candidate"][result["winner"]]  # raced: the winner may have more than --held-out
     for n in (128, 256):  # the exported folder, loaded with no keyword arguments, gives the winner's held-out PPL
-        assert hf_ppl_on_held_out(str(out / "hf"), n, 2, n_windows) == pytest.approx(winner["ppl"][str(n)], rel=1e-4)
+        assert hf_ppl_on_held_out(str(out / "hf"), n, 2, n_windows, 256) == pytest.approx(winner["ppl"][str(n)], rel=1e-4)
 
 
 def test_builtin_model_advise_winner_reproduces_its_ppl(tmp_path):
@@ -98,11 +99,11 @@ def test_interrupted_advise_repeats_no_finished_evaluation(qwen_dir, tmp_path, m
     real = Evaluator._compute
     calls = {"n": 0, "stop": None}
 
-    def counting(self, *args):
+    def counting(self, *args, **kw):
         calls["n"] += 1
         if calls["n"] == calls["stop"]:
             raise KeyboardInterrupt
-        return real(self, *args)
+        return real(self, *args, **kw)
 
     monkeypatch.setattr(Evaluator, "_compute", counting)
     narrow = ["--candidates", "none,pi,yarn,mixed-clamped"]

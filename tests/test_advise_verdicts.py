@@ -29,7 +29,7 @@ def plays(tmp_path_factory):
 def test_advise_at_8x_on_one_or_two_documents_never_picks_a_worse_winner(plays, tmp_path, documents, race):
     files = sorted(plays.iterdir())
     data = str(files[0]) if documents == 1 else str(plays)
-    r = runner.invoke(app, ["advise", "--data", data, "--len", "2048", "--samples", "2", "--held-out", "4",
+    r = runner.invoke(app, ["advise", "--data", data, "--len", "2048", "--samples", "2", "--held-out", "4", "--max-windows", "8",
                             "--budget", "7", "--candidates", CANDIDATES, "--out", str(tmp_path / "a"),
                             "--cache-dir", str(tmp_path.parent / "verdicts-cache"), "--json", *race])
     assert r.exit_code == 0, r.output

@@ -51,7 +51,7 @@ def cache_entries(cache: Path) -> dict:
 
 
 @pytest.mark.parametrize("args", [
-    ["ppl", "--len", "256", "--len", "512", "--method", "mixed", "--samples", "3"],
+    ["ppl", "--len", "256", "--len", "512", "--method", "mixed", "--k", "2", "--samples", "3"],  # one pass scores both lengths
     ["compare", "--len", "512", "--method", "none,ntk-fixed", "--samples", "2"],
     ["search-b", "--len", "512", "--samples", "2", "--tol", "0.15"],
 ], ids=["ppl", "compare", "search-b"])
@@ -69,6 +69,8 @@ def test_two_ranks_equal_one_process(args, tmp_path):
     if args[0] == "search-b":
         assert one["best_b"] == two["best_b"] and one["references"] == two["references"]
         assert two["forward_passes"] == one["forward_passes"]  # each window computed once across ranks
+    if "--k" in args:  # a static schedule at two lengths: one pass per window scores both, across ranks too
+        assert one["forward_passes"] == two["forward_passes"] == 3
     computed = one["forward_passes"] if "forward_passes" in one else sum(len(a["window_nll"]) for a in one["results"])
     assert two["world_size"] == 2 and min(two["windows_per_rank"]) > 0
     assert sum(two["windows_per_rank"]) == computed  # every window once, across both ranks

@@ -112,11 +112,11 @@ def test_interrupted_search_resumes(tiny_dir, tmp_path, monkeypatch, command):
     real = Evaluator._compute
     calls = {"n": 0}
 
-    def flaky(self, *args):
+    def flaky(self, *args, **kw):
         calls["n"] += 1
         if calls["n"] == 5:
             raise KeyboardInterrupt  # the user presses Ctrl-C during the 5th evaluation
-        return real(self, *args)
+        return real(self, *args, **kw)
 
     monkeypatch.setattr(Evaluator, "_compute", flaky)
     r = run(tmp_path / "c")

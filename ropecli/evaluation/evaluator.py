@@ -92,13 +92,62 @@ class Evaluator:
         return key
 
     def evaluate(self, spec: Spec, length: int, on_window: Callable[[int], None] | None = None,
-                 metric: str = "ppl", samples: int | None = None) -> EvalResult:
+                 metric: str = "ppl", samples: int | None = None, span: int | None = None) -> EvalResult:
         """Result for one (spec, length, metric) on the first `samples` windows (default: this evaluator's):
         each window from the cache, or computed and cached the moment it is done. Under torchrun a window
-        counts as cached only if every rank finds it (ranks may not share a disk)."""
+        counts as cached only if every rank finds it (ranks may not share a disk). `span`: the windows are
+        the prefixes of those at `span` (`Inputs.spanning`)."""
         if metric not in METRICS:
             raise RopeCliError(f"unknown metric '{metric}'; choose from {', '.join(METRICS)}")
-        inputs = self.inputs.resized(samples)
+        inputs = self.inputs.resized(samples).spanning(span)
+        geom, sched, keys, values = self._lookup(spec, length, metric, inputs)
+        todo = self.dist.union([i for i in range(len(keys)) if i not in values])
+        if on_window and len(keys) > len(todo):
+            on_window(len(keys) - len(todo))
+        seconds = 0.0
+        if todo:
+            computed = self._compute(spec, geom, sched, metric, inputs.unit_inputs(metric, length), todo, keys, on_window)
+            values.update(computed)
+            seconds = sum(t for _, t in computed.values())
+        return self._summarize(spec, length, metric, inputs, geom, sched, values, seconds, cached=not todo)
+
+    def evaluate_lengths(self, spec: Spec, lengths: list[int], on_window: Callable[[int], None] | None = None,
+                         metric: str = "ppl", samples: int | None = None) -> list[EvalResult]:
+        """One spec at every length, in order. Several ppl lengths score the same text: the windows at a
+        length below the longest are the first tokens of the longest ones; where the spec runs the same
+        schedule at both (a static schedule at one k; not dynamic NTK, not k = n / L), one forward pass of
+        the longest window scores every such length (causal attention: the first n tokens of a window are
+        the n-token window), and each length's result is cached as if it had run alone."""
+        if metric != "ppl" or len(set(lengths)) < 2:
+            return [self.evaluate(spec, n, on_window, metric, samples) for n in lengths]
+        T = max(lengths)
+        sched_T = self.schedule_for(spec, T)[1]
+        shared = sorted(n for n in set(lengths) if same_schedule(self.schedule_for(spec, n)[1], sched_T))
+        done = self._prefixes(spec, shared, on_window, samples, T) if len(shared) > 1 else {}
+        return [done[n] if n in done else self.evaluate(spec, n, on_window, metric, samples, span=T) for n in lengths]
+
+    def _prefixes(self, spec: Spec, lengths: list[int], on_window, samples: int | None, T: int) -> dict[int, EvalResult]:
+        """Every length of `lengths` (ascending, the last T) from one forward pass per window at T."""
+        inputs = self.inputs.resized(samples).spanning(T)
+        found = {n: self._lookup(spec, n, "ppl", inputs) for n in lengths}
+        windows = len(found[T][2])
+        todo = self.dist.union([i for i in range(windows) if any(i not in f[3] for f in found.values())])
+        if on_window and windows > len(todo):
+            on_window((windows - len(todo)) * len(lengths))
+        seconds = 0.0
+        if todo:
+            keys = [[found[n][2][i] for n in lengths] for i in range(windows)]  # per window: its key at each length
+            computed = self._compute(spec, found[T][0], found[T][1], "ppl", inputs.unit_inputs("ppl", T), todo, keys,
+                                     (lambda k: on_window(k * len(lengths))) if on_window else None, prefixes=lengths)
+            for i, (per_length, secs) in computed.items():
+                for n, value in zip(lengths, per_length):
+                    found[n][3][i] = (tuple(value), secs / len(lengths))
+            seconds = sum(t for _, t in computed.values())
+        return {n: self._summarize(spec, n, "ppl", inputs, geom, sched, values, seconds / len(lengths), cached=not todo)
+                for n, (geom, sched, _, values) in found.items()}
+
+    def _lookup(self, spec: Spec, length: int, metric: str, inputs: Inputs):
+        """(geometry, schedule, each unit's cache key, {unit: (value, seconds)} of the units found cached)."""
         geom, sched = self.schedule_for(spec, length)
         base = self.unit_key(spec, length, geom, sched, metric)
         keys = [{**base, "unit": fp} for fp in inputs.unit_fingerprints(metric, length)]
@@ -113,16 +162,11 @@ class Evaluator:
         if not values:
             values = whole_evaluation(self.cache, self.legacy_key(spec, length, geom, sched, metric, inputs), metric,
                                       keys, self.dist.is_main)
-        todo = self.dist.union([i for i in range(len(keys)) if i not in values])
-        if on_window and len(keys) > len(todo):
-            on_window(len(keys) - len(todo))
-        seconds = 0.0
-        if todo:
-            computed = self._compute(spec, geom, sched, metric, inputs.unit_inputs(metric, length), todo, keys, on_window)
-            values.update(computed)
-            seconds = sum(t for _, t in computed.values())
-        per_unit = [values[i][0] for i in range(len(keys))]
-        cached = not todo
+        return geom, sched, keys, values
+
+    def _summarize(self, spec: Spec, length: int, metric: str, inputs: Inputs, geom: Geometry, sched: Schedule,
+                   values: dict, seconds: float, cached: bool) -> EvalResult:
+        per_unit = [values[i][0] for i in range(len(values))]
         if metric == "passkey":
             r = summarize_passkey(spec, sched, geom, length, per_unit, inputs.prompts(length), inputs.depths, seconds)
         elif metric == "kl":
@@ -133,13 +177,16 @@ class Evaluator:
         return r
 
     def _compute(self, spec: Spec, geom: Geometry, sched: Schedule, metric: str, units: list[tuple], todo: list[int],
-                 keys: list[dict], on_window) -> dict[int, tuple]:
+                 keys: list, on_window, prefixes: list[int] | None = None) -> dict[int, tuple]:
         """The units `todo` through the model, split across ranks: {unit: (values, seconds)}. Rank 0 stores
-        each of its own the moment it is done, and the other ranks' when they are gathered."""
+        each of its own the moment it is done, and the other ranks' when they are gathered. With `prefixes`
+        (ppl), a unit's values are one per prefix length and its key a list of the keys at those lengths."""
         be = self.backend
         local: list[tuple] = []  # (unit index, values, seconds) computed here
 
         def one(ids, answer_start):
+            if prefixes:
+                return [_plain(v) for v in be.window_nll(ids, self.chunk_tokens, self.score_last, prefixes)]
             if metric == "ppl":
                 return be.window_nll(ids, self.chunk_tokens, self.score_last)
             if metric == "passkey":
@@ -150,10 +197,10 @@ class Evaluator:
             for position, j in enumerate(self.dist.mine(len(todo))):
                 i = todo[j]
                 t0 = time.perf_counter()
-                value = _plain(one(*units[i]))
+                value = one(*units[i]) if prefixes else _plain(one(*units[i]))
                 local.append((i, value, time.perf_counter() - t0))
                 if self.dist.is_main:
-                    self.cache.put(keys[i], {"value": value, "seconds": local[-1][2]})
+                    self._store(keys[i], value, local[-1][2], prefixes)
                 self.forward_passes += 1
                 self.dist.windows_done.append(i)
                 if on_window:
@@ -163,8 +210,13 @@ class Evaluator:
             mine = {item[0] for item in local}  # stored already
             for i, (value, secs) in gathered.items():
                 if i not in mine:
-                    self.cache.put(keys[i], {"value": value, "seconds": secs})
+                    self._store(keys[i], value, secs, prefixes)
         return {i: (tuple(v), t) for i, (v, t) in gathered.items()}
+
+    def _store(self, key, value, seconds: float, prefixes: list[int] | None) -> None:
+        """One unit's entry; with prefixes, one entry per prefix length (each as if it had run alone)."""
+        for k, v in zip(key, value) if prefixes else [(key, value)]:
+            self.cache.put(k, {"value": v, "seconds": seconds / (len(prefixes) if prefixes else 1)})
 
     def legacy_key(self, spec: Spec, length: int, geom: Geometry, sched: Schedule, metric: str, inputs: Inputs) -> dict:
         """The key of a whole evaluation in cache format 1 (before per-window entries): read, never written."""
@@ -206,3 +258,11 @@ def check_lengths(lengths: list[int]) -> list[int]:
     if bad:
         raise RopeCliError(f"--len {bad[0]} is too short; pass lengths of at least 2 tokens")
     return sorted(dict.fromkeys(lengths))
+
+
+def same_schedule(a: Schedule, b: Schedule) -> bool:
+    """Whether two schedules put the same rotation on every position: the same factors and attention factor
+    (log-n depends on the position only, so it never tells two lengths apart)."""
+    import numpy as np
+
+    return a.attention_factor == b.attention_factor and np.array_equal(a.factors, b.factors)

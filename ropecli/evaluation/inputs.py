@@ -15,6 +15,8 @@ import hashlib
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.data import (Windows, count_windows, load_documents, sample_windows, split_documents,
                                      tokenize_documents)
@@ -33,6 +35,7 @@ class Inputs:
     split: str | None = None  # "search" / "held": this part of the documents (held_out splits them)
     depths: tuple = DEFAULT_DEPTHS  # passkey: where the key sits in the filler
     digits: int = 5  # passkey: digits of a key
+    span: int | None = None  # windows at a length below it are the prefixes of the windows at `span`
     _windows: dict = field(default_factory=dict, repr=False)
     _prompts: dict = field(default_factory=dict, repr=False)
     _stream: Any = field(default=None, repr=False)
@@ -65,10 +68,11 @@ class Inputs:
     def first_window_at(self, length: int) -> int:
         """The index of this sample's first window among its documents' windows at `length` (0 for the
         held-out half of the documents)."""
-        return self._part(length)[1]
+        return self._part(self._at(length))[1]
 
     def split_note(self, length: int) -> str:
         """Where these windows come from relative to the searched ones, in words."""
+        length = self._at(length)
         part, _ = self._part(length)
         if self.split is None:
             return "no held-out split"
@@ -78,6 +82,18 @@ class Inputs:
         bos = getattr(self.tokenizer, "bos_token_id", None)
         names = lambda p: ", ".join(self.docs[i].name for i in split_documents(self.docs, self.tokens, length, self.seed, bos, p))  # noqa: E731
         return f"held out by document: searched on {names(1)}; held out on {names(0)}"
+
+    def spanning(self, span: int | None) -> "Inputs":
+        """The same sample, with the windows at every length below `span` the first tokens of the windows at
+        `span`: several lengths of one evaluation score the same text at growing context, and a static
+        schedule scores them all in one forward pass of the longest (`Evaluator.evaluate_lengths`)."""
+        if span == self.span:
+            return self
+        return replace(self, span=span, _windows={}, _prompts={}, _resized={}, _fingerprints={})
+
+    def _at(self, length: int) -> int:
+        """The length whose windows those at `length` are cut from."""
+        return self.span if self.span and length < self.span else length
 
     def resized(self, samples: int | None) -> "Inputs":
         """The first `samples` windows (prompts per depth) of the same seeded sample, from the same first
@@ -91,12 +107,14 @@ class Inputs:
 
     def available(self, length: int) -> int:
         """Windows at `length` this sample can still take from its first window on (the data's limit)."""
+        length = self._at(length)
         bos = getattr(self.tokenizer, "bos_token_id", None)
         part, first = self._part(length)
         docs = split_documents(self.docs, self.tokens, length, self.seed, bos, part)
         return count_windows([self.tokens[i] for i in docs], length, bos) - first
 
     def check_available(self, length: int, samples: int, what: str = "--max-windows") -> None:
+        length = self._at(length)
         have = self.available(length)
         if have < samples:
             part, first = self._part(length)
@@ -106,6 +124,9 @@ class Inputs:
                                f"lower {what}, or add text with --data")
 
     def windows(self, length: int) -> Windows:
+        if length not in self._windows and self._at(length) != length:  # the prefixes of the spanning windows
+            full = self.windows(self.span)
+            self._windows[length] = Windows(length, np.ascontiguousarray(full.ids[:, :length]), full.names, full.skipped)
         if length not in self._windows:
             bos = getattr(self.tokenizer, "bos_token_id", None)
             part, first = self._part(length)

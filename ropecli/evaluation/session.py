@@ -69,16 +69,17 @@ class Session:
 
     def run(self, specs: list[Spec], lengths: list[int], metric: str = "ppl", samples: int | None = None) -> list:
         """Every (spec, length) of one metric (ppl, passkey, kl), spec-major, as EvalResults on the first
-        `samples` windows (prompts per depth; default: the session's); cached ones are instant."""
+        `samples` windows (prompts per depth; default: the session's); cached ones are instant. Several
+        ppl lengths score the first tokens of the longest windows, a static schedule all of them in one
+        forward pass per window (`Evaluator.evaluate_lengths`)."""
         for n in lengths:  # fail on too little text before any forward pass
             self.check(metric, n, samples)
         units = self.inputs.resized(samples).units(metric)
         results, bar = [], self.progress
         with bar.task(len(specs) * len(lengths) * units, "evaluating"):
             for spec in specs:
-                for n in lengths:
-                    bar.show(f"{spec.label} @ {n}" + (f" ({metric})" if metric != "ppl" else ""))
-                    results.append(self.ev.evaluate(spec, n, on_window=bar.advance, metric=metric, samples=samples))
+                bar.show(f"{spec.label} @ {', '.join(map(str, lengths))}" + (f" ({metric})" if metric != "ppl" else ""))
+                results += self.ev.evaluate_lengths(spec, lengths, on_window=bar.advance, metric=metric, samples=samples)
         return results
 
     def header(self) -> dict:

@@ -35,8 +35,8 @@ class ModelBackend(Protocol):
 
     def scaled(self, schedule: Schedule, log_n: bool) -> AbstractContextManager[None]: ...
 
-    def window_nll(self, ids: np.ndarray, chunk_tokens: int | None,
-                   score_last: int | None) -> tuple[float, int, list[float]]: ...  # (sum, scored tokens, position bins)
+    def window_nll(self, ids: np.ndarray, chunk_tokens: int | None, score_last: int | None,
+                   prefixes: list[int] | None = None): ...  # (sum, scored tokens, position bins), or one per prefix
 
     def passkey_scores(self, ids: np.ndarray, answer_start: int) -> tuple[float, float]: ...
 
@@ -98,10 +98,10 @@ class TransformersBackend:
                 raise oom_error(len(ids)) from None
             raise
 
-    def window_nll(self, ids: np.ndarray, chunk_tokens: int | None, score_last: int | None) -> tuple[float, int, list[float]]:
+    def window_nll(self, ids: np.ndarray, chunk_tokens: int | None, score_last: int | None, prefixes: list[int] | None = None):
         from ropecli.models.scoring import window_nll
 
-        return self._run(window_nll, ids, chunk_tokens, score_last)
+        return self._run(window_nll, ids, chunk_tokens, score_last, prefixes)
 
     def passkey_scores(self, ids: np.ndarray, answer_start: int) -> tuple[float, float]:
         from ropecli.models.scoring import passkey_scores

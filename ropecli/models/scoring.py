@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from ropecli.errors import RopeCliError
-from ropecli.models.token_losses import token_summary
+from ropecli.models.token_losses import prefix_summaries
 
 LOGIT_BUDGET_BYTES = 1 << 28  # 256 MiB of fp32 logits per chunk
 
@@ -28,10 +28,12 @@ def _softcap(model) -> float | None:
 
 
 @torch.inference_mode()
-def window_nll(model, ids: torch.Tensor, chunk_tokens: int | None = None,
-               score_last: int | None = None) -> tuple[float, int, list[float]]:
+def window_nll(model, ids: torch.Tensor, chunk_tokens: int | None = None, score_last: int | None = None,
+               prefixes: list[int] | None = None):
     """(sum of NLL in nats over the scored tokens, their number, the NLL summed in each of the
-    POSITION_BINS bins of all T-1 predictions) for one window `ids` of shape (1, T)."""
+    POSITION_BINS bins of all T-1 predictions) for one window `ids` of shape (1, T); with `prefixes`
+    (lengths up to T), a list of those for the window's first n tokens, n in `prefixes`, from this one
+    forward pass (causal attention: the first n tokens see nothing after them)."""
     head = model.get_output_embeddings()
     hidden = model.base_model(input_ids=ids, use_cache=False).last_hidden_state  # (1, T, H)
     hidden, targets = hidden[0, :-1], ids[0, 1:]  # position t predicts token t+1
@@ -41,7 +43,7 @@ def window_nll(model, ids: torch.Tensor, chunk_tokens: int | None = None,
     per_token = torch.empty(n, dtype=torch.float64)
     for s in range(0, n, chunk):
         per_token[s:s + chunk] = token_nll(_logits(model, head, hidden[s:s + chunk], cap), targets[s:s + chunk]).cpu()
-    return token_summary(per_token.cpu().numpy(), score_last)  # POSITION_BINS bins: ropecli.models.token_losses
+    return prefix_summaries(per_token.cpu().numpy(), score_last, prefixes)  # ropecli.models.token_losses
 
 
 # --- the measures on logits: shared by every backend (transformers here, llama.cpp in models.llamacpp) ---

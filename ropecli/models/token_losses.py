@@ -29,3 +29,11 @@ def bin_means(bin_sums: list[float], length: int) -> np.ndarray:
     """A window of `length` tokens: its mean NLL in each position bin (POSITION_BINS,)."""
     counts = np.diff(position_edges(length - 1))
     return np.asarray(bin_sums, dtype=np.float64) / np.maximum(counts, 1)
+
+
+def prefix_summaries(per_token: np.ndarray, score_last: int | None, prefixes: list[int] | None = None):
+    """`token_summary` of the whole window, or (with `prefixes`) a list of it for the window's first n
+    tokens, n in `prefixes` (their first n - 1 predictions)."""
+    if prefixes is None:
+        return token_summary(per_token, score_last)
+    return [token_summary(per_token[:n - 1], score_last) for n in prefixes]
