@@ -98,3 +98,23 @@ def test_cache_entries_without_bins_still_give_the_ppl(tiny_dir, text_file, tmp_
     assert again["cache"]["misses"] == 0
     row = again["results"][0]
     assert row["ppl"] == first["ppl"] and row["position_nll"] is None and first["position_nll"] is not None
+
+
+def test_kept_token_losses_are_every_prediction_and_force_a_recompute_of_entries_without_them(tiny_dir, text_file, tmp_path):
+    """--keep-token-losses stores each prediction's NLL (float16) with its window: they add up to the window's
+    NLL and its bins; a cached window without them is computed again, one with them is reused."""
+    from ropecli.models.token_losses import decode_tokens
+
+    base = ["ppl", "--model", tiny_dir, "--data", text_file, "--len", "128", "--samples", "2", "--method", "yarn", "--k", "2",
+            "--cache-dir", str(tmp_path / "c"), "--json"]
+    assert json.loads(runner.invoke(app, base).stdout)["forward_passes"] == 2
+    kept = json.loads(runner.invoke(app, [*base, "--keep-token-losses"]).stdout)
+    assert kept["forward_passes"] == 2  # the entries had no per-token losses: computed again
+    assert json.loads(runner.invoke(app, [*base, "--keep-token-losses"]).stdout)["forward_passes"] == 0
+    values = [json.loads(p.read_text())["result"]["value"] for p in (tmp_path / "c").rglob("*.json")]
+    for total, n, bins, tokens in (v for v in values if len(v) == 4):
+        per_token = decode_tokens(tokens)
+        assert len(per_token) == n == 127
+        assert per_token.sum() == pytest.approx(total, rel=2e-3) == pytest.approx(sum(bins), rel=1e-9)
+        edges = position_edges(127)
+        assert np.allclose([per_token[a:b].sum() for a, b in zip(edges[:-1], edges[1:])], bins, rtol=2e-3)

@@ -26,7 +26,7 @@ from ropecli.cli.options import (AdviseBudgetOpt, AttnOpt, Backend, BackendOpt, 
                                  LogNOpt, MarginOpt, MaxShortKlOpt, MaxShortRegressionOpt, MaxWindowsOpt, MethodOpt,
                                  MethodsAliasOpt, MinPasskeyOpt, ModelOpt, NoCacheOpt, NoRaceOpt, ObjectiveOpt, ParamOpt,
                                  PlotOpt, RopeLayersOpt, SamplesOpt, ScoreLastOpt, SeedOpt, TargetLenOpt, TextFieldOpt,
-                                 TrainLenOpt, TrustOpt, WithLogNOpt, flat_choices)
+                                 TokenLossesOpt, TrainLenOpt, TrustOpt, WithLogNOpt, flat_choices)
 from ropecli.tuning.objective import Objective
 
 
@@ -108,6 +108,7 @@ class EvalOptions:
     score_last: ScoreLastOpt = None
     no_cache: NoCacheOpt = False
     cache_dir: CacheDirOpt = None
+    keep_token_losses: TokenLossesOpt = False
 
 
 @dataclass

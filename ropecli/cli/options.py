@@ -199,6 +199,10 @@ ChunkOpt = Annotated[Optional[int], typer.Option(
     "--chunk-size", min=1, rich_help_panel=EVALUATION, help="Tokens per lm_head/cross-entropy chunk (default: 256 MiB of logits).")]
 ScoreLastOpt = Annotated[Optional[int], typer.Option(
     "--score-last", min=1, rich_help_panel=EVALUATION, help="Score only the last N tokens of each window.")]
+TokenLossesOpt = Annotated[bool, typer.Option(
+    "--keep-token-losses", rich_help_panel=EVALUATION,
+    help="Keep every prediction's NLL (float16, 2 bytes a token) in the cache with its window, for metrics over "
+         "chosen tokens computed later without a forward pass; cached windows without them are computed again.")]
 NoCacheOpt = Annotated[bool, typer.Option("--no-cache", rich_help_panel=EVALUATION, help="Neither read nor write the evaluation cache.")]
 CacheDirOpt = Annotated[Optional[str], typer.Option(
     "--cache-dir", rich_help_panel=EVALUATION, help="Evaluation cache folder (default ~/.cache/ropecli or $ROPECLI_CACHE_DIR).")]

@@ -74,7 +74,8 @@ def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions
     err.print(f"model {lm.describe()}", highlight=False)
     prompts = {"depths": tuple(passkey.parsed_depths()), "digits": passkey.checked_digits()} if passkey else {}
     inputs = Inputs.load(lm.tokenizer, data.data, data.text_field, samples=data.samples, seed=data.seed, **prompts)
-    ev = Evaluator(lm, inputs, cache=cache, dist=dist, chunk_tokens=evaluation.chunk_size, score_last=evaluation.score_last)
+    ev = Evaluator(lm, inputs, cache=cache, dist=dist, chunk_tokens=evaluation.chunk_size, score_last=evaluation.score_last,
+                   keep_tokens=evaluation.keep_token_losses)
     err.print(f"data {inputs.data_label}; {data.samples} window(s) per length, seed {data.seed}", highlight=False)
     return Session(lm, ev, RichProgress())
 

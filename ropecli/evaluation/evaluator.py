@@ -46,6 +46,7 @@ class Evaluator:
     chunk_tokens: int | None = None  # rows of logits per chunk (None: 256 MiB of them)
     score_last: int | None = None  # score only the last N tokens of each window
     forward_passes: int = 0  # windows (or prompts) this process ran through the model (cache misses)
+    keep_tokens: bool = False  # ppl: keep every prediction's NLL in the cache (entries without it are computed again)
 
     @classmethod
     def over(cls, backend: ModelBackend, data: list[str] | None = None, *, samples: int = 4, seed: int = 0,
@@ -162,6 +163,8 @@ class Evaluator:
         if not values:
             values = whole_evaluation(self.cache, self.legacy_key(spec, length, geom, sched, metric, inputs), metric,
                                       keys, self.dist.is_main)
+        if self.keep_tokens and metric == "ppl":  # an entry without the per-token NLL is computed again
+            values = {i: v for i, v in values.items() if len(v[0]) > 3}
         return geom, sched, keys, values
 
     def _summarize(self, spec: Spec, length: int, metric: str, inputs: Inputs, geom: Geometry, sched: Schedule,
@@ -186,9 +189,9 @@ class Evaluator:
 
         def one(ids, answer_start):
             if prefixes:
-                return [_plain(v) for v in be.window_nll(ids, self.chunk_tokens, self.score_last, prefixes)]
+                return [_plain(v) for v in be.window_nll(ids, self.chunk_tokens, self.score_last, prefixes, self.keep_tokens)]
             if metric == "ppl":
-                return be.window_nll(ids, self.chunk_tokens, self.score_last)
+                return be.window_nll(ids, self.chunk_tokens, self.score_last, keep_tokens=self.keep_tokens)
             if metric == "passkey":
                 return be.passkey_scores(ids, answer_start)
             return be.window_kl(ids, sched, spec.log_n, self.chunk_tokens)
@@ -239,7 +242,7 @@ def _plain(value: tuple) -> list:
     for v in value:
         if hasattr(v, "tolist"):
             v = v.tolist()
-        out.append([float(x) for x in v] if isinstance(v, (list, tuple)) else (v if isinstance(v, int) else float(v)))
+        out.append([float(x) for x in v] if isinstance(v, (list, tuple)) else v if isinstance(v, (int, str)) else float(v))
     return out
 
 

@@ -36,7 +36,8 @@ class ModelBackend(Protocol):
     def scaled(self, schedule: Schedule, log_n: bool) -> AbstractContextManager[None]: ...
 
     def window_nll(self, ids: np.ndarray, chunk_tokens: int | None, score_last: int | None,
-                   prefixes: list[int] | None = None): ...  # (sum, scored tokens, position bins), or one per prefix
+                   prefixes: list[int] | None = None, keep_tokens: bool = False): ...
+    # (sum, scored tokens, position bins[, per-token NLL]), or one of those per prefix length
 
     def passkey_scores(self, ids: np.ndarray, answer_start: int) -> tuple[float, float]: ...
 
@@ -98,10 +99,11 @@ class TransformersBackend:
                 raise oom_error(len(ids)) from None
             raise
 
-    def window_nll(self, ids: np.ndarray, chunk_tokens: int | None, score_last: int | None, prefixes: list[int] | None = None):
+    def window_nll(self, ids: np.ndarray, chunk_tokens: int | None, score_last: int | None, prefixes: list[int] | None = None,
+                   keep_tokens: bool = False):
         from ropecli.models.scoring import window_nll
 
-        return self._run(window_nll, ids, chunk_tokens, score_last, prefixes)
+        return self._run(window_nll, ids, chunk_tokens, score_last, prefixes, keep_tokens)
 
     def passkey_scores(self, ids: np.ndarray, answer_start: int) -> tuple[float, float]:
         from ropecli.models.scoring import passkey_scores

@@ -117,7 +117,8 @@ class LlamaCppBackend:
             llm._ctx.decode(llm._batch)
             yield start, np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(len(part), vocab))
 
-    def window_nll(self, ids: np.ndarray, chunk_tokens: int | None, score_last: int | None, prefixes: list[int] | None = None):
+    def window_nll(self, ids: np.ndarray, chunk_tokens: int | None, score_last: int | None, prefixes: list[int] | None = None,
+                   keep_tokens: bool = False):
         from ropecli.models.scoring import token_nll
         from ropecli.models.token_losses import prefix_summaries
 
@@ -128,7 +129,7 @@ class LlamaCppBackend:
             hi = min(start + len(logits), T - 1)  # position t predicts token t+1
             if start < hi:
                 per_token[start:hi] = token_nll(torch.from_numpy(logits[:hi - start]), targets[start + 1:hi + 1]).numpy()
-        return prefix_summaries(per_token, score_last, prefixes)
+        return prefix_summaries(per_token, score_last, prefixes, keep_tokens)
 
     def passkey_scores(self, ids: np.ndarray, answer_start: int) -> tuple[float, float]:
         from ropecli.models.scoring import answer_scores

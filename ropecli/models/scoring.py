@@ -29,11 +29,12 @@ def _softcap(model) -> float | None:
 
 @torch.inference_mode()
 def window_nll(model, ids: torch.Tensor, chunk_tokens: int | None = None, score_last: int | None = None,
-               prefixes: list[int] | None = None):
+               prefixes: list[int] | None = None, keep_tokens: bool = False):
     """(sum of NLL in nats over the scored tokens, their number, the NLL summed in each of the
     POSITION_BINS bins of all T-1 predictions) for one window `ids` of shape (1, T); with `prefixes`
     (lengths up to T), a list of those for the window's first n tokens, n in `prefixes`, from this one
-    forward pass (causal attention: the first n tokens see nothing after them)."""
+    forward pass (causal attention: the first n tokens see nothing after them); `keep_tokens` adds every
+    prediction's NLL (`ropecli.models.token_losses.encode_tokens`)."""
     head = model.get_output_embeddings()
     hidden = model.base_model(input_ids=ids, use_cache=False).last_hidden_state  # (1, T, H)
     hidden, targets = hidden[0, :-1], ids[0, 1:]  # position t predicts token t+1
@@ -43,7 +44,7 @@ def window_nll(model, ids: torch.Tensor, chunk_tokens: int | None = None, score_
     per_token = torch.empty(n, dtype=torch.float64)
     for s in range(0, n, chunk):
         per_token[s:s + chunk] = token_nll(_logits(model, head, hidden[s:s + chunk], cap), targets[s:s + chunk]).cpu()
-    return prefix_summaries(per_token.cpu().numpy(), score_last, prefixes)  # ropecli.models.token_losses
+    return prefix_summaries(per_token.cpu().numpy(), score_last, prefixes, keep_tokens)  # ropecli.models.token_losses
 
 
 # --- the measures on logits: shared by every backend (transformers here, llama.cpp in models.llamacpp) ---
