@@ -48,3 +48,14 @@ def builtin_gguf(tmp_path_factory):
     path = tmp_path_factory.mktemp("gguf") / "builtin.gguf"
     write_llama_gguf(load_model(None, device="cpu", dtype="fp32").model, path, tokenizer_json=BUILTIN_DIR / "tokenizer.json")
     return path
+
+
+@pytest.fixture()
+def long_text_file(tmp_path):
+    """Six documents of ~1,800 characters each (a tiny model's char tokenizer: ~1,800 tokens), as JSONL."""
+    import json
+
+    p = tmp_path / "docs.jsonl"
+    lines = [json.dumps({"text": ("To be, or not to be, that is the question. " * 40)[i:] + f" doc {i}"}) for i in range(6)]
+    p.write_text("\n".join(lines))
+    return str(p)

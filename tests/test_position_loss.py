@@ -19,14 +19,6 @@ from ropecli.models.token_losses import POSITION_BINS, bin_means, position_edges
 runner = CliRunner()
 
 
-@pytest.fixture()
-def text_file(tmp_path):
-    p = tmp_path / "docs.jsonl"
-    lines = [json.dumps({"text": ("To be, or not to be, that is the question. " * 30)[i:] + f" doc {i}"}) for i in range(6)]
-    p.write_text("\n".join(lines))
-    return str(p)
-
-
 def test_bins_are_the_per_token_losses_of_the_full_logits(tiny):
     ids = torch.randint(3, 60, (1, 200))
     total, n, bins = window_nll(tiny.model, ids, chunk_tokens=17)
@@ -47,8 +39,8 @@ def test_score_last_scores_the_tail_and_bins_still_cover_the_window():
     assert np.allclose(bin_means(bins, 101) * np.diff(position_edges(100)), bins)
 
 
-def test_compare_json_and_pictures_carry_the_loss_by_position(tiny_dir, text_file, tmp_path):
-    r = runner.invoke(app, ["compare", "--model", tiny_dir, "--data", text_file, "--len", "64", "--len", "256",
+def test_compare_json_and_pictures_carry_the_loss_by_position(tiny_dir, long_text_file, tmp_path):
+    r = runner.invoke(app, ["compare", "--model", tiny_dir, "--data", long_text_file, "--len", "64", "--len", "256",
                             "--method", "none,pi,mixed", "--samples", "3", "--plot", str(tmp_path / "ppl.png"), "--json"])
     assert r.exit_code == 0, r.output
     results = json.loads(r.stdout)["results"]
@@ -83,8 +75,8 @@ def test_the_unscaled_builtin_model_breaks_just_past_L_and_pi_does_not():
     assert np.mean([rows["pi"][j] for j in within]) > np.mean([rows["none"][j] for j in within]) + 0.5
 
 
-def test_cache_entries_without_bins_still_give_the_ppl(tiny_dir, text_file, tmp_path):
-    args = ["ppl", "--model", tiny_dir, "--data", text_file, "--len", "128", "--samples", "2", "--method", "pi",
+def test_cache_entries_without_bins_still_give_the_ppl(tiny_dir, long_text_file, tmp_path):
+    args = ["ppl", "--model", tiny_dir, "--data", long_text_file, "--len", "128", "--samples", "2", "--method", "pi",
             "--cache-dir", str(tmp_path / "c"), "--json"]
     first = json.loads(runner.invoke(app, args).stdout)["results"][0]
     cache, rewritten = EvalCache(str(tmp_path / "c")), 0
@@ -100,12 +92,12 @@ def test_cache_entries_without_bins_still_give_the_ppl(tiny_dir, text_file, tmp_
     assert row["ppl"] == first["ppl"] and row["position_nll"] is None and first["position_nll"] is not None
 
 
-def test_kept_token_losses_are_every_prediction_and_force_a_recompute_of_entries_without_them(tiny_dir, text_file, tmp_path):
+def test_kept_token_losses_are_every_prediction_and_force_a_recompute_of_entries_without_them(tiny_dir, long_text_file, tmp_path):
     """--keep-token-losses stores each prediction's NLL (float16) with its window: they add up to the window's
     NLL and its bins; a cached window without them is computed again, one with them is reused."""
     from ropecli.models.token_losses import decode_tokens
 
-    base = ["ppl", "--model", tiny_dir, "--data", text_file, "--len", "128", "--samples", "2", "--method", "yarn", "--k", "2",
+    base = ["ppl", "--model", tiny_dir, "--data", long_text_file, "--len", "128", "--samples", "2", "--method", "yarn", "--k", "2",
             "--cache-dir", str(tmp_path / "c"), "--json"]
     assert json.loads(runner.invoke(app, base).stdout)["forward_passes"] == 2
     kept = json.loads(runner.invoke(app, [*base, "--keep-token-losses"]).stdout)
