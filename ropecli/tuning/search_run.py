@@ -64,7 +64,7 @@ def search_b_on(session: Bench, plan: SearchPlan, lengths: list[int] | None, lo:
                           "extend; every b gives the same perplexity")
     title = f"search-b on {session.rope.name}: lengths {', '.join(map(str, lengths))}" + (" (log-n)" if plan.log_n else "")
     deliver(session, plan, out, ("mixed", {"b": out["best_b"]}), geom.factor,
-            lambda path: _plots().plot_search(out["evaluations"], out["references"], out["best_b"], path, plan.objective, title))
+            lambda path: result_plots().plot_search(out["evaluations"], out["references"], out["best_b"], path, plan.objective, title))
     return out
 
 
@@ -108,7 +108,7 @@ def search_on(session: Bench, plan: SearchPlan, lengths: list[int] | None, metho
            "held_out_split": held.inputs.split_note(max(lengths)), "screened": not plan.no_race, **session.tally(held)}
     title = f"search {method} on {session.rope.name}: lengths {', '.join(map(str, lengths))}"
     deliver(session, plan, out, (method, {**fixed, **out["best_params"]}), geom.factor,
-            lambda path: _plots().plot_param_search(out, path, title))
+            lambda path: result_plots().plot_param_search(out, path, title))
     return out
 
 
@@ -128,7 +128,8 @@ def deliver(session: Bench, plan: SearchPlan, out: dict, winner: tuple, factor: 
         out["written"].append(f"wrote {plan.plot}")
 
 
-def _plots():
-    from ropecli.report import result_plots
+def result_plots():
+    """ropecli.report.result_plots, imported only when a picture is drawn (it imports matplotlib)."""
+    import ropecli.report.result_plots
 
-    return result_plots
+    return ropecli.report.result_plots
