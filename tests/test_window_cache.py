@@ -41,11 +41,11 @@ def test_an_interrupt_keeps_every_finished_window(tiny, tmp_path, monkeypatch, t
     real = type(tiny).window_nll
     calls = {"n": 0}
 
-    def flaky(self, *args):
+    def flaky(self, *args, **kw):
         calls["n"] += 1
         if calls["n"] == 3:
             raise KeyboardInterrupt  # Ctrl-C during the third window
-        return real(self, *args)
+        return real(self, *args, **kw)
 
     monkeypatch.setattr(type(tiny), "window_nll", flaky)
     with pytest.raises(KeyboardInterrupt):
