@@ -41,6 +41,7 @@ class Inputs:
     _stream: Any = field(default=None, repr=False)
     _resized: dict = field(default_factory=dict, repr=False)
     _fingerprints: dict = field(default_factory=dict, repr=False)
+    _spanned: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def load(cls, tokenizer, data: list[str] | None = None, text_field: str = "text", **kw) -> "Inputs":
@@ -53,9 +54,9 @@ class Inputs:
         after this one's. The tokenized documents are shared."""
         if self.split is None:
             self.split = "search"
-            self._windows.clear(), self._resized.clear(), self._fingerprints.clear()
+            self._windows.clear(), self._resized.clear(), self._fingerprints.clear(), self._spanned.clear()
         return replace(self, samples=samples, split="held", first_window=self.first_window + self.samples, _windows={},
-                       _prompts={}, _resized={}, _fingerprints={})
+                       _prompts={}, _resized={}, _fingerprints={}, _spanned={})
 
     def _part(self, length: int) -> tuple[int | None, int]:
         """(which half of the documents, first window) of this sample at `length`."""
@@ -89,7 +90,10 @@ class Inputs:
         schedule scores them all in one forward pass of the longest (`Evaluator.evaluate_lengths`)."""
         if span == self.span:
             return self
-        return replace(self, span=span, _windows={}, _prompts={}, _resized={}, _fingerprints={})
+        if span not in self._spanned:  # kept: every evaluation of a multi-length run asks again
+            self._spanned[span] = replace(self, span=span, _windows={}, _prompts={}, _resized={}, _fingerprints={},
+                                          _spanned={})
+        return self._spanned[span]
 
     def _at(self, length: int) -> int:
         """The length whose windows those at `length` are cut from."""
@@ -102,7 +106,7 @@ class Inputs:
             return self
         if samples not in self._resized:
             self._resized[samples] = replace(self, samples=samples, _windows={}, _prompts={}, _resized={},
-                                             _fingerprints={})
+                                             _fingerprints={}, _spanned={})
         return self._resized[samples]
 
     def available(self, length: int) -> int:
