@@ -263,7 +263,7 @@ def test_kl_command(tiny_dir, text_file):
     (["passkey", "--len", "100000"], "too little text for the passkey filler"),
     (["kl"], "kl needs the target's factor"),
     (["kl", "--k", "4", "--len", "512"], "beyond the training length"),
-    (["compare", "--len", "128", "--metric", "bleu"], "--metric bleu: choose from ppl, passkey, kl"),
+    (["compare", "--len", "128", "--metric", "bleu"], "--metric bleu: choose from ppl, key-ppl, passkey, kl"),
     (["search-b", "--objective", "bleu"], "'--objective': 'bleu' is not one of"),
 ])
 def test_bad_input_is_one_line(tiny_dir, text_file, args, needle, tmp_path):

@@ -82,7 +82,7 @@ def test_cache_entries_without_bins_still_give_the_ppl(tiny_dir, long_text_file,
     cache, rewritten = EvalCache(str(tmp_path / "c")), 0
     for path in (tmp_path / "c").rglob("*.json"):  # as ropecli wrote them before the bins were kept
         entry = json.loads(path.read_text())
-        if len(entry["result"]["value"]) == 3:
+        if len(entry["result"]["value"]) >= 3:  # (sum, n, bins[, per-prediction NLL]) -> (sum, n)
             cache.put(entry["key"], {**entry["result"], "value": entry["result"]["value"][:2]})
             rewritten += 1
     assert rewritten == 2
@@ -90,6 +90,7 @@ def test_cache_entries_without_bins_still_give_the_ppl(tiny_dir, long_text_file,
     assert again["cache"]["misses"] == 0
     row = again["results"][0]
     assert row["ppl"] == first["ppl"] and row["position_nll"] is None and first["position_nll"] is not None
+    assert row["key_ppl"] is None and first["key_ppl"] is not None  # no per-prediction NLL: no key-token PPL either
 
 
 def test_kept_token_losses_are_every_prediction_and_force_a_recompute_of_entries_without_them(tiny_dir, long_text_file, tmp_path):
@@ -99,7 +100,7 @@ def test_kept_token_losses_are_every_prediction_and_force_a_recompute_of_entries
 
     base = ["ppl", "--model", tiny_dir, "--data", long_text_file, "--len", "128", "--samples", "2", "--method", "yarn", "--k", "2",
             "--cache-dir", str(tmp_path / "c"), "--json"]
-    assert json.loads(runner.invoke(app, base).stdout)["forward_passes"] == 2
+    assert json.loads(runner.invoke(app, [*base, "--key-tokens", "off"]).stdout)["forward_passes"] == 2  # no NLL kept
     kept = json.loads(runner.invoke(app, [*base, "--keep-token-losses"]).stdout)
     assert kept["forward_passes"] == 2  # the entries had no per-token losses: computed again
     assert json.loads(runner.invoke(app, [*base, "--keep-token-losses"]).stdout)["forward_passes"] == 0

@@ -20,9 +20,10 @@ import inspect
 import typing
 from dataclasses import dataclass
 
-from ropecli.cli.options import (AdviseBudgetOpt, AttnOpt, Backend, BackendOpt, BaseOpt, BOpt, CacheDirOpt, CandidatesOpt,
+from ropecli.cli.options import (AdviseBudgetOpt, AdviseMetric, AdviseMetricOpt, AttnOpt, Backend, BackendOpt, BaseOpt, BOpt, CacheDirOpt, CandidatesOpt,
                                  ChunkOpt, DataOpt, DepthsOpt, DeviceMapOpt, DeviceOpt, DigitsOpt, DOpt, Dtype, DtypeOpt,
-                                 ExportConfigOpt, FactorsOpt, GgufOpt, HeadDimAliasOpt, HeldOutOpt, JsonOpt, KOpt, LenOpt,
+                                 ExportConfigOpt, FactorsOpt, GgufOpt, HeadDimAliasOpt, HeldOutOpt, JsonOpt, KeyEvaluatorOpt,
+                                 KeyShortOpt, KeyTokens, KeyTokensOpt, KOpt, LenOpt,
                                  LogNOpt, MarginOpt, MaxShortKlOpt, MaxShortRegressionOpt, MaxWindowsOpt, MethodOpt,
                                  MethodsAliasOpt, MinPasskeyOpt, ModelOpt, NoCacheOpt, NoRaceOpt, ObjectiveOpt, ParamOpt,
                                  PlotOpt, RopeLayersOpt, SamplesOpt, ScoreLastOpt, SeedOpt, TargetLenOpt, TextFieldOpt,
@@ -109,6 +110,9 @@ class EvalOptions:
     no_cache: NoCacheOpt = False
     cache_dir: CacheDirOpt = None
     keep_token_losses: TokenLossesOpt = False
+    key_tokens: KeyTokensOpt = KeyTokens.far_repeat
+    key_evaluator: KeyEvaluatorOpt = None
+    key_short: KeyShortOpt = None
 
 
 @dataclass
@@ -148,12 +152,14 @@ class AdviseOptions:
     no_race: NoRaceOpt = False  # every candidate on every held-out window
     margin: MarginOpt = None  # None: ropecli.evaluation.inference.MARGIN
     max_windows: MaxWindowsOpt = None  # None: 4x the first round, as far as the text goes
+    metric: AdviseMetricOpt = AdviseMetric.ppl  # what the searches minimize and the rule ranks by
 
     def plan(self):
         from ropecli.tuning.candidates import CANDIDATES
         from ropecli.tuning.tournament import AdvisePlan
 
-        return AdvisePlan(**{**vars(self), "candidates": flat_choices(self.candidates, CANDIDATES)})
+        return AdvisePlan(**{**vars(self), "candidates": flat_choices(self.candidates, CANDIDATES),
+                             "metric": AdviseMetric(self.metric).value})
 
 
 @dataclass

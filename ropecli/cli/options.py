@@ -139,7 +139,8 @@ def flat_choices(values: list | None, default: tuple[str, ...]) -> list[str]:
 
 MetricOpt = Annotated[Optional[list[str]], typer.Option(
     "--metric", click_type=CommaChoices(Metric, "--metric"), rich_help_panel=EVALUATION,
-    help="What to measure: ppl, passkey, kl (repeat or comma-separate). kl runs at L with the target's k.")]
+    help="What to measure: ppl (with key-token PPL beside it, --key-tokens), key-ppl (ranked by key-token PPL), passkey, "
+         "kl (repeat or comma-separate). kl runs at L with the target's k.")]
 ObjectiveOpt = Annotated[Objective, typer.Option(
     "--objective", rich_help_panel=SEARCH, help="ppl: mean log-PPL over the lengths; passkey: mean passkey answer NLL over the lengths.")]
 OptimizerOpt = Annotated[Optimizer, typer.Option(
@@ -168,6 +169,15 @@ MarginOpt = Annotated[Optional[float], typer.Option(
     "--margin", min=0.0, rich_help_panel=SEARCH,
     help="Equivalence margin, nats of mean log-PPL: a candidate whose paired 95% interval against the best lies inside "
          "±margin is shown equivalent and may win the tie-break (default 0.01: PPL within 1%).")]
+class AdviseMetric(str, Enum):
+    ppl = "ppl"
+    key_ppl = "key-ppl"
+
+
+AdviseMetricOpt = Annotated[AdviseMetric, typer.Option(
+    "--metric", rich_help_panel="Advise",
+    help="What the searches minimize and the rule ranks by: ppl (log-PPL over the targets) or key-ppl (log key-token "
+         "PPL: the tokens that need the long context, --key-tokens).")]
 WithLogNOpt = Annotated[bool, typer.Option("--with-log-n", rich_help_panel="Advise", help="Add every candidate with log-n.")]
 MinPasskeyOpt = Annotated[Optional[float], typer.Option(
     "--min-passkey", min=0.0, max=1.0, rich_help_panel="Advise", help="Out if passkey accuracy at the longest target is below this.")]
@@ -203,6 +213,23 @@ TokenLossesOpt = Annotated[bool, typer.Option(
     "--keep-token-losses", rich_help_panel=EVALUATION,
     help="Keep every prediction's NLL (float16, 2 bytes a token) in the cache with its window, for metrics over "
          "chosen tokens computed later without a forward pass; cached windows without them are computed again.")]
+class KeyTokens(str, Enum):
+    far_repeat = "far-repeat"  # no model: tokens that continue a span last seen beyond the short context
+    long_short = "long-short"  # LongPPL's: an evaluator model's long-short loss contrast
+    off = "off"
+
+
+KeyTokensOpt = Annotated[KeyTokens, typer.Option(
+    "--key-tokens", rich_help_panel=EVALUATION,
+    help="Key-token PPL beside PPL: far-repeat (default; no evaluator: tokens that continue a 4-token span last seen "
+         "more than --key-short tokens back), long-short (LongPPL's rule with --key-evaluator), or off.")]
+KeyEvaluatorOpt = Annotated[Optional[str], typer.Option(
+    "--key-evaluator", rich_help_panel=EVALUATION,
+    help="long-short: the evaluator model that picks the key tokens (a hub id, folder, .gguf or smollm2; default: the "
+         "model itself, which must read the whole window).")]
+KeyShortOpt = Annotated[Optional[int], typer.Option(
+    "--key-short", min=1, rich_help_panel=EVALUATION,
+    help="The short context of the key-token rule, tokens (default: 4096, or L/2 where that is less).")]
 NoCacheOpt = Annotated[bool, typer.Option("--no-cache", rich_help_panel=EVALUATION, help="Neither read nor write the evaluation cache.")]
 CacheDirOpt = Annotated[Optional[str], typer.Option(
     "--cache-dir", rich_help_panel=EVALUATION, help="Evaluation cache folder (default ~/.cache/ropecli or $ROPECLI_CACHE_DIR).")]

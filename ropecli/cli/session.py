@@ -75,9 +75,25 @@ def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions
     prompts = {"depths": tuple(passkey.parsed_depths()), "digits": passkey.checked_digits()} if passkey else {}
     inputs = Inputs.load(lm.tokenizer, data.data, data.text_field, samples=data.samples, seed=data.seed, **prompts)
     ev = Evaluator(lm, inputs, cache=cache, dist=dist, chunk_tokens=evaluation.chunk_size, score_last=evaluation.score_last,
-                   keep_tokens=evaluation.keep_token_losses)
+                   keep_tokens=evaluation.keep_token_losses, key_rule=_key_rule(evaluation, lm, cache, device))
     err.print(f"data {inputs.data_label}; {data.samples} window(s) per length, seed {data.seed}", highlight=False)
     return Session(lm, ev, RichProgress())
+
+
+def _key_rule(evaluation: EvalOptions, lm, cache, device: str):
+    """--key-tokens as a KeyRule (None for off); long-short loads its --key-evaluator (default: the model)."""
+    from ropecli.evaluation.key_tokens import FarRepeat, short_default
+
+    short = evaluation.key_short or short_default(lm.rope.train_len)
+    if evaluation.key_tokens.value == "off":
+        return None
+    if evaluation.key_tokens.value == "far-repeat":
+        return FarRepeat(short)
+    from ropecli.evaluation.longppl import LongShort
+    from ropecli.models.load import load_model
+
+    judge = lm if evaluation.key_evaluator is None else load_model(evaluation.key_evaluator, device=device)
+    return LongShort(judge, lm.tokenizer, cache, trunc_len=short, chunk_tokens=evaluation.chunk_size)
 
 
 def _load(model: ModelOptions, device: str, dist):

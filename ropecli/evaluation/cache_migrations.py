@@ -57,3 +57,18 @@ def whole_evaluation(cache: EvalCache, legacy_key: dict, metric: str, keys: list
             cache.put(key, {"value": list(value), "seconds": 0.0})
     cache.reused(len(keys))
     return {i: (value, 0.0) for i, value in enumerate(rows)}
+
+
+def legacy_key(backend, score_last: int | None, spec, length: int, geom, sched, metric: str, inputs) -> dict:
+    """The key of a whole evaluation in cache format 1 (before per-window entries): read, never written."""
+    key = {
+        "model": backend.fingerprint, "data": inputs.fingerprint(metric, length), "len": length,
+        "samples": inputs.samples, "seed": inputs.seed, "method": sched.method,
+        "params": {k: (list(map(float, v)) if k == "factors" else v) for k, v in sched.params.items()},
+        "factor": geom.factor, "log_n": spec.log_n, "dtype": backend.dtype, "score_last": score_last,
+        "rope_layers": list(backend.rope.scaled_types) or [None],
+    }
+    if metric != "ppl":
+        key["metric"] = metric
+        key.pop("score_last")
+    return key

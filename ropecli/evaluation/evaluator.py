@@ -27,9 +27,11 @@ from typing import Callable
 
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.cache import EvalCache
-from ropecli.evaluation.cache_migrations import rekeyed, whole_evaluation
+from ropecli.evaluation.cache_migrations import legacy_key, rekeyed, whole_evaluation
 from ropecli.evaluation.distributed import Dist
 from ropecli.evaluation.inputs import Inputs
+from ropecli.evaluation.key_metric import key_fields, window_key_sums
+from ropecli.evaluation.key_tokens import KeyRule, describe_rule
 from ropecli.evaluation.results import (METRICS, EvalResult, summarize_kl, summarize_passkey, summarize_ppl)
 from ropecli.models.backend import ModelBackend
 from ropecli.rope.geometry import Geometry
@@ -46,7 +48,8 @@ class Evaluator:
     chunk_tokens: int | None = None  # rows of logits per chunk (None: 256 MiB of them)
     score_last: int | None = None  # score only the last N tokens of each window
     forward_passes: int = 0  # windows (or prompts) this process ran through the model (cache misses)
-    keep_tokens: bool = False  # ppl: keep every prediction's NLL in the cache (entries without it are computed again)
+    keep_tokens: bool = False  # ppl: entries without every prediction's NLL are computed again
+    key_rule: KeyRule | None = None  # which predictions are key (`key_tokens`): key PPL beside PPL; kept NLL with it
 
     @classmethod
     def over(cls, backend: ModelBackend, data: list[str] | None = None, *, samples: int = 4, seed: int = 0,
@@ -100,6 +103,8 @@ class Evaluator:
         the prefixes of those at `span` (`Inputs.spanning`)."""
         if metric not in METRICS:
             raise RopeCliError(f"unknown metric '{metric}'; choose from {', '.join(METRICS)}")
+        if metric == "key-ppl" and self.key_rule is None:
+            raise RopeCliError("--metric key-ppl needs a key-token rule: pass --key-tokens far-repeat (or long-short)")
         inputs = self.inputs.resized(samples).spanning(span)
         geom, sched, keys, values = self._lookup(spec, length, metric, inputs)
         todo = self.dist.union([i for i in range(len(keys)) if i not in values])
@@ -107,7 +112,8 @@ class Evaluator:
             on_window(len(keys) - len(todo))
         seconds = 0.0
         if todo:
-            computed = self._compute(spec, geom, sched, metric, inputs.unit_inputs(metric, length), todo, keys, on_window)
+            unit = _unit(metric)
+            computed = self._compute(spec, geom, sched, unit, inputs.unit_inputs(unit, length), todo, keys, on_window)
             values.update(computed)
             seconds = sum(t for _, t in computed.values())
         return self._summarize(spec, length, metric, inputs, geom, sched, values, seconds, cached=not todo)
@@ -119,18 +125,19 @@ class Evaluator:
         schedule at both (a static schedule at one k; not dynamic NTK, not k = n / L), one forward pass of
         the longest window scores every such length (causal attention: the first n tokens of a window are
         the n-token window), and each length's result is cached as if it had run alone."""
-        if metric != "ppl" or len(set(lengths)) < 2:
+        if _unit(metric) != "ppl" or len(set(lengths)) < 2:
             return [self.evaluate(spec, n, on_window, metric, samples) for n in lengths]
         T = max(lengths)
         sched_T = self.schedule_for(spec, T)[1]
         shared = sorted(n for n in set(lengths) if same_schedule(self.schedule_for(spec, n)[1], sched_T))
-        done = self._prefixes(spec, shared, on_window, samples, T) if len(shared) > 1 else {}
+        done = self._prefixes(spec, shared, on_window, samples, T, metric) if len(shared) > 1 else {}
         return [done[n] if n in done else self.evaluate(spec, n, on_window, metric, samples, span=T) for n in lengths]
 
-    def _prefixes(self, spec: Spec, lengths: list[int], on_window, samples: int | None, T: int) -> dict[int, EvalResult]:
+    def _prefixes(self, spec: Spec, lengths: list[int], on_window, samples: int | None, T: int,
+                  metric: str = "ppl") -> dict[int, EvalResult]:
         """Every length of `lengths` (ascending, the last T) from one forward pass per window at T."""
         inputs = self.inputs.resized(samples).spanning(T)
-        found = {n: self._lookup(spec, n, "ppl", inputs) for n in lengths}
+        found = {n: self._lookup(spec, n, metric, inputs) for n in lengths}
         windows = len(found[T][2])
         todo = self.dist.union([i for i in range(windows) if any(i not in f[3] for f in found.values())])
         if on_window and windows > len(todo):
@@ -144,11 +151,13 @@ class Evaluator:
                 for n, value in zip(lengths, per_length):
                     found[n][3][i] = (tuple(value), secs / len(lengths))
             seconds = sum(t for _, t in computed.values())
-        return {n: self._summarize(spec, n, "ppl", inputs, geom, sched, values, seconds / len(lengths), cached=not todo)
+        return {n: self._summarize(spec, n, metric, inputs, geom, sched, values, seconds / len(lengths), cached=not todo)
                 for n, (geom, sched, _, values) in found.items()}
 
     def _lookup(self, spec: Spec, length: int, metric: str, inputs: Inputs):
         """(geometry, schedule, each unit's cache key, {unit: (value, seconds)} of the units found cached)."""
+        need_tokens = self.keep_tokens or (metric == "key-ppl")  # entries without per-prediction NLL: computed again
+        metric = _unit(metric)
         geom, sched = self.schedule_for(spec, length)
         base = self.unit_key(spec, length, geom, sched, metric)
         keys = [{**base, "unit": fp} for fp in inputs.unit_fingerprints(metric, length)]
@@ -163,8 +172,8 @@ class Evaluator:
         if not values:
             values = whole_evaluation(self.cache, self.legacy_key(spec, length, geom, sched, metric, inputs), metric,
                                       keys, self.dist.is_main)
-        if self.keep_tokens and metric == "ppl":  # an entry without the per-token NLL is computed again
-            values = {i: v for i, v in values.items() if len(v[0]) > 3}
+        if need_tokens and metric == "ppl":
+            values = {i: v for i, v in values.items() if len(v[0]) > 3 and v[0][3]}
         return geom, sched, keys, values
 
     def _summarize(self, spec: Spec, length: int, metric: str, inputs: Inputs, geom: Geometry, sched: Schedule,
@@ -175,9 +184,18 @@ class Evaluator:
         elif metric == "kl":
             r = summarize_kl(spec, sched, geom, length, per_unit, inputs.windows(length).names, seconds)
         else:
-            r = summarize_ppl(spec, sched, geom, length, per_unit, inputs.windows(length).names, seconds)
+            r = summarize_ppl(spec, sched, geom, length, per_unit, inputs.windows(length).names, seconds,
+                              self._key_fields(per_unit, inputs, length), metric)
         r.cached = cached
         return r
+
+    def _key_fields(self, per_unit: list, inputs: Inputs, length: int) -> dict | None:
+        """The key-token fields of a ppl result (None without a key rule)."""
+        if self.key_rule is None:
+            return None
+        masks = [self.key_rule.mask(ids) for ids, _ in inputs.unit_inputs("ppl", length)]
+        return key_fields(window_key_sums(per_unit, masks, self.score_last),
+                          describe_rule(self.key_rule.name, self.key_rule.params()))
 
     def _compute(self, spec: Spec, geom: Geometry, sched: Schedule, metric: str, units: list[tuple], todo: list[int],
                  keys: list, on_window, prefixes: list[int] | None = None) -> dict[int, tuple]:
@@ -186,12 +204,13 @@ class Evaluator:
         (ppl), a unit's values are one per prefix length and its key a list of the keys at those lengths."""
         be = self.backend
         local: list[tuple] = []  # (unit index, values, seconds) computed here
+        keep = self.keep_tokens or self.key_rule is not None
 
         def one(ids, answer_start):
             if prefixes:
-                return [_plain(v) for v in be.window_nll(ids, self.chunk_tokens, self.score_last, prefixes, self.keep_tokens)]
+                return [_plain(v) for v in be.window_nll(ids, self.chunk_tokens, self.score_last, prefixes, keep)]
             if metric == "ppl":
-                return be.window_nll(ids, self.chunk_tokens, self.score_last, keep_tokens=self.keep_tokens)
+                return be.window_nll(ids, self.chunk_tokens, self.score_last, keep_tokens=keep)
             if metric == "passkey":
                 return be.passkey_scores(ids, answer_start)
             return be.window_kl(ids, sched, spec.log_n, self.chunk_tokens)
@@ -222,18 +241,8 @@ class Evaluator:
             self.cache.put(k, {"value": v, "seconds": seconds / (len(prefixes) if prefixes else 1)})
 
     def legacy_key(self, spec: Spec, length: int, geom: Geometry, sched: Schedule, metric: str, inputs: Inputs) -> dict:
-        """The key of a whole evaluation in cache format 1 (before per-window entries): read, never written."""
-        key = {
-            "model": self.backend.fingerprint, "data": inputs.fingerprint(metric, length), "len": length,
-            "samples": inputs.samples, "seed": inputs.seed, "method": sched.method,
-            "params": {k: (list(map(float, v)) if k == "factors" else v) for k, v in sched.params.items()},
-            "factor": geom.factor, "log_n": spec.log_n, "dtype": self.backend.dtype, "score_last": self.score_last,
-            "rope_layers": list(self.backend.rope.scaled_types) or [None],
-        }
-        if metric != "ppl":
-            key["metric"] = metric
-            key.pop("score_last")
-        return key
+        """The key of a whole evaluation in cache format 1 (`cache_migrations.legacy_key`): read, never written."""
+        return legacy_key(self.backend, self.score_last, spec, length, geom, sched, metric, inputs)
 
 
 def _plain(value: tuple) -> list:
@@ -244,6 +253,11 @@ def _plain(value: tuple) -> list:
             v = v.tolist()
         out.append([float(x) for x in v] if isinstance(v, (list, tuple)) else v if isinstance(v, (int, str)) else float(v))
     return out
+
+
+def _unit(metric: str) -> str:
+    """The metric a unit is computed and cached under: key-ppl reads ppl's windows."""
+    return "ppl" if metric == "key-ppl" else metric
 
 
 DEFAULT_EXTENSION = 8  # the target when no --len is given: 8 L, the article's k = 8

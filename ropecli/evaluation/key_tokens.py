@@ -16,6 +16,9 @@ Two definitions:
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Protocol
+
 import numpy as np
 
 TRUNC_LEN, SLIDING_WINDOW, ALPHA, BETA = 4096, 1024, 2.0, -2.0  # longppl's find_key_token defaults
@@ -59,3 +62,48 @@ def key_nll(per_token: np.ndarray, mask: np.ndarray) -> tuple[float, int]:
     """(NLL summed over the key predictions, their number) of one window under one schedule."""
     per_token = np.asarray(per_token, dtype=np.float64)
     return float(per_token[mask].sum()), int(mask.sum())
+
+
+def short_default(train_len: int) -> int:
+    """The short context of both rules when none is given: LongPPL's 4,096, or half the model's training
+    length L where that is less (4,096 is L/2 of SmolLM2; for a model of L = 256, 128)."""
+    return min(TRUNC_LEN, max(train_len // 2, 1))
+
+
+class KeyRule(Protocol):
+    """Which predictions of a window are key: `mask(ids)` (T,) int ids -> (T-1,) bool, a function of the
+    window's tokens alone (so the same for every schedule scored on it, and a window's prefix gets the
+    prefix of its mask); `name` and `params` describe it (JSON, cache keys); `passes`: forward passes of
+    an evaluator model it ran (0 for rules without one)."""
+    name: str
+    passes: int
+
+    def params(self) -> dict: ...
+
+    def mask(self, ids: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass
+class FarRepeat:
+    """`far_repeat_mask` as a KeyRule (no model, no forward pass)."""
+    short: int
+    span: int = SPAN
+    name: str = "far-repeat"
+    passes: int = 0
+    _masks: dict = field(default_factory=dict, repr=False)
+
+    def params(self) -> dict:
+        return {"short": self.short, "span": self.span}
+
+    def mask(self, ids: np.ndarray) -> np.ndarray:
+        ids = np.asarray(ids, dtype=np.int64)
+        key = ids.tobytes()
+        if key not in self._masks:
+            self._masks[key] = far_repeat_mask(ids, self.short, self.span)
+        return self._masks[key]
+
+
+def describe_rule(name: str, params: dict) -> str:
+    """'far-repeat (span 4, short 4096)' — a rule in words, for tables and reports."""
+    inner = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in params.items())
+    return f"{name} ({inner})" if inner else name

@@ -82,6 +82,43 @@ class PplResult(EvalResult):
     # [window][bin] and averaged over windows; None where a window came from a cache entry without them
     window_position_nll: list | None = None
     position_nll: list | None = None
+    # the key-token metric (`ropecli.evaluation.key_metric`): the NLL of the predictions a KeyRule marks in
+    # each window; None without a rule, or where a window's cache entry has no per-prediction NLL
+    key_rule: str | None = None
+    key_ppl: float | None = None
+    key_nll: float | None = None
+    key_ppl_err: float | None = None
+    key_tokens: int | None = None
+    window_key_nll: list | None = None  # per-window mean key NLL (None: no key prediction, or diverged)
+    window_key_tokens: list | None = None
+
+    def _with_keys(self) -> list[int]:
+        return [i for i, n in enumerate(self.window_key_tokens or []) if n]
+
+    def key_values(self) -> list[float] | None:
+        """Per-window key NLL over the windows with key predictions (inf: diverged); None without them.
+        The same windows for every schedule: the key set depends on the tokens only."""
+        if self.window_key_nll is None:
+            return None
+        return [math.inf if self.window_key_nll[i] is None else float(self.window_key_nll[i]) for i in self._with_keys()]
+
+    def key_clusters(self) -> list[str]:
+        return [self.windows[i] for i in self._with_keys()]
+
+
+@dataclass(kw_only=True)
+class KeyPplResult(PplResult):
+    """A ppl evaluation read on its key predictions: pairs on the per-window key NLL (`key_values`)."""
+    metric: ClassVar[str] = "key-ppl"
+    paired: ClassVar[str] = "window_key_nll"
+
+    @property
+    def values(self) -> list[float]:
+        return self.key_values() or []
+
+    @property
+    def clusters(self) -> list[str] | None:
+        return self.key_clusters()
 
 
 @dataclass(kw_only=True)
@@ -112,11 +149,13 @@ class KlResult(EvalResult):
 
 class Metric(str, Enum):
     ppl = "ppl"
+    key_ppl = "key-ppl"  # PPL over the key predictions only (`ropecli.evaluation.key_metric`)
     passkey = "passkey"
     kl = "kl"
 
 
-RESULT_TYPES: dict[str, type[EvalResult]] = {"ppl": PplResult, "passkey": PasskeyResult, "kl": KlResult}
+RESULT_TYPES: dict[str, type[EvalResult]] = {"ppl": PplResult, "key-ppl": KeyPplResult, "passkey": PasskeyResult,
+                                             "kl": KlResult}
 METRICS = tuple(m.value for m in Metric)
 
 
@@ -127,8 +166,9 @@ def _head(spec: Spec, sched: Schedule, geom: Geometry, length: int, seconds: flo
 
 
 def summarize_ppl(spec: Spec, sched: Schedule, geom: Geometry, length: int, per_window: list[tuple[float, int]],
-                  names: list[str], seconds: float) -> PplResult:
-    """per_window: (sum of NLL, scored tokens[, NLL summed in each position bin]) of each window."""
+                  names: list[str], seconds: float, keys: dict | None = None, metric: str = "ppl") -> PplResult:
+    """per_window: (sum of NLL, scored tokens[, NLL summed in each position bin]) of each window; `keys`:
+    the key-token fields (`key_metric.key_fields`); metric "key-ppl" gives a KeyPplResult."""
     import numpy as np
 
     tokens = sum(v[1] for v in per_window)
@@ -141,7 +181,8 @@ def summarize_ppl(spec: Spec, sched: Schedule, geom: Geometry, length: int, per_
     if len(means) > 1 and np.all(np.isfinite(means)) and math.isfinite(ppl):
         err = ppl * float(np.std(means, ddof=1)) / math.sqrt(len(means))
     by_window = position_means(per_window, length)
-    return PplResult(**_head(spec, sched, geom, length, seconds), ppl=ppl, nll=nll, tokens=tokens, ppl_err=err,
+    cls = KeyPplResult if metric == "key-ppl" else PplResult
+    return cls(**_head(spec, sched, geom, length, seconds), **(keys or {}), ppl=ppl, nll=nll, tokens=tokens, ppl_err=err,
                      window_nll=[_finite(m) for m in means], windows=names,
                      window_position_nll=None if by_window is None else [[_finite(x) for x in w] for w in by_window],
                      position_nll=None if by_window is None else [_finite(x) for x in by_window.mean(axis=0)])

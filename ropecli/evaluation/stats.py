@@ -129,12 +129,26 @@ def attach_paired(results: list, margin: float = MARGIN) -> list[dict]:
         widest = max(idx, key=lambda i: len(results[i].values))  # its windows' documents cover every other's
         ranked = rank_against_best({i: results[i].values for i in idx}, results[widest].clusters, margin)
         best = next(i for i in idx if ranked[i]["best"])
-        for i in idx:
+        keyed = key_ranking([results[i] for i in idx], margin) if results[idx[0]].metric == "ppl" else None
+        for j, i in enumerate(idx):
             out[i]["vs_best"] = ranked[i]
+            if keyed:
+                out[i]["key_vs_best"] = keyed[j]
             if i != best and out[i].get("window_position_nll") and out[best].get("window_position_nll"):
                 out[i]["position_vs_best"] = position_differences(out[i]["window_position_nll"],
                                                                   out[best]["window_position_nll"], results[widest].clusters)
     return out
+
+
+def key_ranking(results: list, margin: float = MARGIN) -> list[dict] | None:
+    """The key-token NLL of ppl results of one length, ranked as `rank_against_best` ranks PPL (its own
+    best; the windows with key predictions); None unless every result has it."""
+    values = [r.key_values() for r in results]
+    if any(not v for v in values):
+        return None
+    widest = max(range(len(results)), key=lambda i: len(values[i]))
+    ranked = rank_against_best(dict(enumerate(values)), results[widest].key_clusters(), margin)
+    return [ranked[i] for i in range(len(results))]
 
 
 def position_differences(x: list[list], y: list[list], clusters: list | None = None) -> dict:

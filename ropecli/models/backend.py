@@ -39,6 +39,9 @@ class ModelBackend(Protocol):
                    prefixes: list[int] | None = None, keep_tokens: bool = False): ...
     # (sum, scored tokens, position bins[, per-token NLL]), or one of those per prefix length
 
+    def token_losses(self, ids: np.ndarray, chunk_tokens: int | None = None) -> np.ndarray: ...
+    # every prediction's NLL, float64 (T-1,): what a key-token evaluator reads
+
     def passkey_scores(self, ids: np.ndarray, answer_start: int) -> tuple[float, float]: ...
 
     def window_kl(self, ids: np.ndarray, schedule: Schedule, log_n: bool,
@@ -104,6 +107,11 @@ class TransformersBackend:
         from ropecli.models.scoring import window_nll
 
         return self._run(window_nll, ids, chunk_tokens, score_last, prefixes, keep_tokens)
+
+    def token_losses(self, ids: np.ndarray, chunk_tokens: int | None = None) -> np.ndarray:
+        from ropecli.models.scoring import token_losses
+
+        return self._run(token_losses, ids, chunk_tokens)
 
     def passkey_scores(self, ids: np.ndarray, answer_start: int) -> tuple[float, float]:
         from ropecli.models.scoring import passkey_scores

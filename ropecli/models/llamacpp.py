@@ -119,8 +119,12 @@ class LlamaCppBackend:
 
     def window_nll(self, ids: np.ndarray, chunk_tokens: int | None, score_last: int | None, prefixes: list[int] | None = None,
                    keep_tokens: bool = False):
-        from ropecli.models.scoring import token_nll
         from ropecli.models.token_losses import prefix_summaries
+
+        return prefix_summaries(self.token_losses(ids), score_last, prefixes, keep_tokens)
+
+    def token_losses(self, ids: np.ndarray, chunk_tokens: int | None = None) -> np.ndarray:
+        from ropecli.models.scoring import token_nll
 
         T = len(ids)
         targets = torch.from_numpy(np.asarray(ids, dtype=np.int64))
@@ -129,7 +133,7 @@ class LlamaCppBackend:
             hi = min(start + len(logits), T - 1)  # position t predicts token t+1
             if start < hi:
                 per_token[start:hi] = token_nll(torch.from_numpy(logits[:hi - start]), targets[start + 1:hi + 1]).numpy()
-        return prefix_summaries(per_token, score_last, prefixes, keep_tokens)
+        return per_token
 
     def passkey_scores(self, ids: np.ndarray, answer_start: int) -> tuple[float, float]:
         from ropecli.models.scoring import answer_scores

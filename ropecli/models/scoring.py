@@ -35,6 +35,13 @@ def window_nll(model, ids: torch.Tensor, chunk_tokens: int | None = None, score_
     (lengths up to T), a list of those for the window's first n tokens, n in `prefixes`, from this one
     forward pass (causal attention: the first n tokens see nothing after them); `keep_tokens` adds every
     prediction's NLL (`ropecli.models.token_losses.encode_tokens`)."""
+    return prefix_summaries(token_losses(model, ids, chunk_tokens), score_last, prefixes, keep_tokens)  # models.token_losses
+
+
+@torch.inference_mode()
+def token_losses(model, ids: torch.Tensor, chunk_tokens: int | None = None):
+    """-log p(x_{t+1} | x_<=t) of every prediction of one window `ids` (1, T): numpy float64 (T-1,), the
+    logits `chunk_tokens` rows at a time."""
     head = model.get_output_embeddings()
     hidden = model.base_model(input_ids=ids, use_cache=False).last_hidden_state  # (1, T, H)
     hidden, targets = hidden[0, :-1], ids[0, 1:]  # position t predicts token t+1
@@ -44,7 +51,7 @@ def window_nll(model, ids: torch.Tensor, chunk_tokens: int | None = None, score_
     per_token = torch.empty(n, dtype=torch.float64)
     for s in range(0, n, chunk):
         per_token[s:s + chunk] = token_nll(_logits(model, head, hidden[s:s + chunk], cap), targets[s:s + chunk]).cpu()
-    return prefix_summaries(per_token.cpu().numpy(), score_last, prefixes, keep_tokens)  # ropecli.models.token_losses
+    return per_token.numpy()
 
 
 # --- the measures on logits: shared by every backend (transformers here, llama.cpp in models.llamacpp) ---

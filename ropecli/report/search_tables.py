@@ -22,9 +22,19 @@ def _p(x) -> str:
     return "inf" if x is None or x == math.inf else f"{x:.4g}"
 
 
-def _cells(e: dict, lengths: list[int], passkey: bool) -> list[str]:
-    return [f"{e['accuracy'][str(n)]:.0%} / {e['answer_nll'][str(n)]:.2f}" if passkey else _p(e["ppl"][str(n)])
-            for n in lengths]
+def _cells(e: dict, lengths: list[int], passkey: bool, keyed: bool = False) -> list[str]:
+    cells = [f"{e['accuracy'][str(n)]:.0%} / {e['answer_nll'][str(n)]:.2f}" if passkey else _p(e["ppl"][str(n)])
+             for n in lengths]
+    return cells + ([_p((e.get("key_ppl") or {}).get(str(n))) if e.get("key_ppl") else "—" for n in lengths] if keyed else [])
+
+
+def _keyed(*groups: list[dict]) -> bool:
+    """Whether the entries carry key-token PPL (then a key PPL column per length)."""
+    return any(e.get("key_ppl") for g in groups for e in g)
+
+
+OBJECTIVE_WORDS = {"passkey": "mean passkey answer NLL over lengths", "ppl": "mean log-PPL over lengths",
+                   "key-ppl": "mean log key-token PPL over lengths"}
 
 
 def _b_note(e: dict, out: dict) -> str:
@@ -40,18 +50,19 @@ def search_b_tables(out: dict) -> list:
     """`ropecli search-b`: every evaluated b, the references on the same documents, the summary and notes."""
     lengths = out["lengths"]
     passkey = out["objective_name"] == "passkey"
-    what = "mean passkey answer NLL over lengths" if passkey else "mean log-PPL over lengths"
-    per_len = [f"{'passkey' if passkey else 'PPL'} @ {n}" for n in lengths]
+    what = OBJECTIVE_WORDS[out["objective_name"]]
+    keyed = _keyed(out["evaluations"], out["references"])
+    per_len = [f"{'passkey' if passkey else 'PPL'} @ {n}" for n in lengths] + ([f"key PPL @ {n}" for n in lengths] if keyed else [])
     t = table(f"search-b on {out['model']} (L = {out['train_len']}), objective = {what}" + (", with log-n" if out["log_n"] else ""),
               ["b", *per_len, "objective", "Δ vs best (paired, ± 95%)", "note"], left=("note",))
     for e in sorted(out["evaluations"], key=lambda e: e["b"]):
-        t.add_row(f"{e['b']:.4f}", *_cells(e, lengths, passkey), objective_text(e), fmt_diff(e["vs_best"]), _b_note(e, out),
+        t.add_row(f"{e['b']:.4f}", *_cells(e, lengths, passkey, keyed), objective_text(e), fmt_diff(e["vs_best"]), _b_note(e, out),
                   style="bold green" if e["b"] == out["best_b"] else "")
     r = table("References on the same documents (Δ: minus the best b, paired over windows, ± 95% half-width)",
               ["method", *per_len, "objective", "Δ vs best b", "verdict"], left=("method", "verdict"))
     for ref in sorted(out["references"], key=lambda x: x["objective"]):
         d = ref["vs_best_b"]
-        r.add_row(ref["label"], *_cells(ref, lengths, passkey), f"{ref['objective']:.4f}", fmt_diff(d),
+        r.add_row(ref["label"], *_cells(ref, lengths, passkey, keyed), f"{ref['objective']:.4f}", fmt_diff(d),
                   "beats best b" if d["beats_best_b"] else d["verdict"])
     lo_b, hi_b = out["equivalent_b"]
     return [f"[bold]verdict:[/] {escape(out['verdict'])}", t, r,
@@ -91,11 +102,12 @@ def search_tables(out: dict) -> list:
     for e in sorted(out["evaluations"], key=lambda e: (e.get("violates_guard", False), e["objective"]))[:10]:
         note = _point_note(e, out)
         t.add_row(*[f"{e['params'][n]:.4g}" for n in names], objective_text(e), note, style="bold green" if note == "best" else "")
-    ppl = out["objective_name"] == "ppl"
+    ppl, keyed = out["objective_name"] != "passkey", _keyed(held["rows"])
     h = table("Held-out windows: the winner and the standard methods (Δ: minus the winner, paired, ± 95% half-width)",
-              ["schedule", *([f"PPL @ {n}" for n in lengths] if ppl else []), "objective", "Δ vs winner"], left=("schedule",))
+              ["schedule", *([f"PPL @ {n}" for n in lengths] if ppl else []),
+               *([f"key PPL @ {n}" for n in lengths] if keyed else []), "objective", "Δ vs winner"], left=("schedule",))
     for r in sorted(held["rows"], key=lambda r: r["objective"]):
-        h.add_row(r["label"], *([_p(r["ppl"][str(n)]) for n in lengths] if ppl else []), f"{r['objective']:.4f}",
+        h.add_row(r["label"], *(_cells(r, lengths, False, keyed) if ppl else []), f"{r['objective']:.4f}",
                   "winner" if r["role"] == "winner" else fmt_diff(r["vs_winner"]),
                   style="bold green" if r["role"] == "winner" else "")
     first = out["held_out_first_window"]

@@ -18,6 +18,27 @@ def fmt_ppl(r: dict) -> str:
     return f"{r['ppl']:.4g}" + (f" ± {half:.3g}" if half else "")
 
 
+def fmt_key(r: dict) -> str:
+    """Key-token PPL ± its 95% half-width (over the windows that have key predictions); '—' without it."""
+    if r.get("key_ppl") is None:
+        return "—"
+    if r["key_ppl"] == float("inf"):
+        return "inf"
+    half = ppl_half_width(r.get("key_ppl_err"), sum(1 for n in r.get("window_key_tokens") or [] if n))
+    return f"{r['key_ppl']:.4g}" + (f" ± {half:.3g}" if half else "")
+
+
+def key_note(results: list[dict]) -> list:
+    """The line that says what key PPL is, once per table (nothing when no result has it)."""
+    rule = next((r["key_rule"] for r in results if r.get("key_ppl") is not None), None)
+    if rule is None:
+        return []
+    counts = sorted({r["key_tokens"] for r in results if r.get("key_tokens") is not None})
+    many = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+    return [plain(f"key PPL: PPL over the key predictions only ({many} per cell; rule: {rule}): the tokens that need "
+                  "the long context, the same for every method, paired over the windows that have them.")]
+
+
 def mark(p: dict) -> str:
     """' ≈' shown equivalent to the best, ' ?' undecided, '' otherwise (a row's `vs_best`)."""
     if p.get("best"):
@@ -26,15 +47,17 @@ def mark(p: dict) -> str:
 
 
 def ppl_table(results: list[dict], title: str) -> list:
-    t = table(title, ["method", "len", "k", "PPL", "NLL/token", "tokens", "cached"])
+    t = table(title, ["method", "len", "k", "PPL", "NLL/token", "tokens", "key PPL", "key tokens", "cached"])
     for r in results:
         t.add_row(r["label"], str(r["len"]), f"{r['factor']:g}", fmt_ppl(r), f"{r['nll']:.4f}", str(r["tokens"]),
-                  "yes" if r.get("cached") else "")
-    return [t]
+                  fmt_key(r), "—" if r.get("key_tokens") is None else str(r["key_tokens"]), "yes" if r.get("cached") else "")
+    return [t, *key_note(results)]
 
 
-def _cell(r: dict, text: str) -> str:
-    return f"[bold green]{text}[/]" if r["vs_best"]["best"] else text + mark(r["vs_best"])
+def _cell(r: dict, text: str, against: str = "vs_best") -> str:
+    if against not in r:
+        return text
+    return f"[bold green]{text}[/]" if r[against]["best"] else text + mark(r[against])
 
 
 def compare_table(out: dict, labels: list[str], lengths: list[int]) -> list:
@@ -44,21 +67,29 @@ def compare_table(out: dict, labels: list[str], lengths: list[int]) -> list:
     have = {r["metric"] for r in results}
     counts = sorted({len(r.get("window_nll") or r.get("window_kl") or r.get("prompt_answer_nll") or []) for r in results})
     per_cell = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]} (raced)"
-    columns = [("ppl", n, f"PPL {n}" + (" (train)" if n == L else "")) for n in lengths if "ppl" in have]
+    columns = []
+    for n in lengths:
+        columns += [("ppl", n, f"PPL {n}" + (" (train)" if n == L else ""))] if "ppl" in have else []
+        keyed = all(r.get("key_ppl") is not None for r in results if r["metric"] == "ppl" and r["len"] == n)
+        columns += [("key", n, f"key PPL {n}")] if "ppl" in have and keyed else []
+        columns += [("key-ppl", n, f"key PPL {n}")] if "key-ppl" in have and not ("ppl" in have and keyed) else []
     columns += [("passkey", n, f"passkey {n}") for n in lengths if "passkey" in have]
     if "kl" in have:
         columns += [("kl", L, f"KL @ L (k={kl_k:g})"), ("kl-top1", L, "top-1 @ L")]
     t = table(f"{out['model']} (L = {L}); {per_cell} windows/keys per cell; ± = 95% half-width across windows; bold = "
               "best, ≈ = shown equivalent to it, ? = undecided (paired, 95% for the whole column)",
               ["method", *[c[2] for c in columns]])
-    text = {"ppl": fmt_ppl, "passkey": lambda r: f"{r['accuracy']:.0%}", "kl": lambda r: f"{r['kl_mean']:.4f}"}
+    text = {"ppl": fmt_ppl, "key": fmt_key, "key-ppl": fmt_key, "passkey": lambda r: f"{r['accuracy']:.0%}",
+            "kl": lambda r: f"{r['kl_mean']:.4f}"}
+    source = {"kl-top1": "kl", "key": "ppl"}
     for label in labels:
         cells = []
         for metric, n, _ in columns:
-            r = by[("kl" if metric == "kl-top1" else metric, label, n)]
-            cells.append(f"{r['top1_agreement']:.1f}%" if metric == "kl-top1" else _cell(r, text[metric](r)))
+            r = by[(source.get(metric, metric), label, n)]
+            cells.append(f"{r['top1_agreement']:.1f}%" if metric == "kl-top1" else
+                         _cell(r, text[metric](r), "key_vs_best" if metric == "key" else "vs_best"))
         t.add_row(label, *cells)
-    lines = [t]
+    lines = [t, *key_note(results)]
     if "passkey" in have:
         lines.append(plain("passkey: accuracy over all depths; bold/≈ rank by the answer NLL (paired over the same prompts)."))
     races = [plain(f"race ({m}): {rec['outcome']}") for m, rec in out.get("races", {}).items()]
@@ -70,21 +101,24 @@ def tie_lines(results: list[dict]) -> list[str]:
     would decide each, and what the verdicts generalize to."""
     groups: dict[tuple, list[dict]] = {}
     for r in results:
-        groups.setdefault((r["metric"], r["len"]), []).append(r)
+        groups.setdefault((r["metric"], r["len"], "vs_best"), []).append(r)
+        if "key_vs_best" in r:
+            groups.setdefault(("key", r["len"], "key_vs_best"), []).append(r)
     lines = []
-    for (metric, n), rows in groups.items():
+    for (metric, n, against), rows in groups.items():
         if len(rows) < 2:
             continue
-        best = next(r for r in rows if r["vs_best"]["best"])
-        others = [r for r in rows if not r["vs_best"]["best"]]
-        equivalent = [r["label"] for r in others if r["vs_best"]["tied"]]
-        undecided = [r for r in others if r["vs_best"].get("verdict") == "undecided"]
-        what = {"ppl": f"PPL @ {n}", "passkey": f"passkey answer NLL @ {n}", "kl": f"KL @ L={n}"}[metric]
+        best = next(r for r in rows if r[against]["best"])
+        others = [r for r in rows if not r[against]["best"]]
+        equivalent = [r["label"] for r in others if r[against]["tied"]]
+        undecided = [r for r in others if r[against].get("verdict") == "undecided"]
+        what = {"ppl": f"PPL @ {n}", "key": f"key PPL @ {n}", "key-ppl": f"key PPL @ {n}",
+                "passkey": f"passkey answer NLL @ {n}", "kl": f"KL @ L={n}"}[metric]
         unit = "keys" if metric == "passkey" else "windows"
-        parts = [f"equivalent within ±{others[0]['vs_best']['margin']:g}: {', '.join(equivalent)}"] if equivalent else []
+        parts = [f"equivalent within ±{others[0][against]['margin']:g}: {', '.join(equivalent)}"] if equivalent else []
         if undecided:
-            parts.append("undecided: " + "; ".join(f"{r['label']} ({tie_answer(r['vs_best'], unit)})" for r in undecided))
-        p = others[0]["vs_best"]
+            parts.append("undecided: " + "; ".join(f"{r['label']} ({tie_answer(r[against], unit)})" for r in undecided))
+        p = others[0][against]
         scope = f" [{p['inference']} inference: generalizes to {p['generalizes_to']}]" if p.get("generalizes_to") else ""
         lines.append(f"{what}: best {best['label']}; {'; '.join(parts or ['every other candidate is shown worse'])} "
                      f"(paired, 95% for the column){scope}")

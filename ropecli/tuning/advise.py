@@ -45,8 +45,9 @@ __all__ = ["Racing", "advise"]
 
 def search_candidates(run: Evaluate, geom: Geometry, lengths: list[int], names: list[str], budget: int,
                       log_n: bool, factor: float | None, windows: int | None = None, screen: bool = False,
-                      expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None) -> dict[str, dict]:
-    """The searched candidates' winners: name -> {spec, search} (the search's JSON)."""
+                      expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None,
+                      metric: str = "ppl") -> dict[str, dict]:
+    """The searched candidates' winners: name -> {spec, search} (the search's JSON), each searched on `metric`."""
     plans = search_plans(budget)
     out = {}
     for name in names:
@@ -55,7 +56,7 @@ def search_candidates(run: Evaluate, geom: Geometry, lengths: list[int], names: 
         method, vary, n_evals = plans[name]
         dims = parse_vary(vary, method, geom)
         res = run_search(run, None, geom, method, dims, {}, lengths, budget=n_evals, log_n=log_n, factor=factor,
-                         windows=windows, screen=screen, expect=expect)
+                         windows=windows, screen=screen, expect=expect, objective=metric)
         out[name] = {"spec": make_spec(method, res["best_params"], factor=factor, log_n=log_n), "search": res}
     return out
 
@@ -94,22 +95,23 @@ def advise(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[int]
            note: Callable[[str], None] = lambda s: None, on_passkey_skipped: Callable[[], None] = lambda: None,
            held_windows: int = 4, search_windows: int | None = None, racing: Racing | None = None,
            expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None,
-           margin: float | None = None) -> dict:
+           margin: float | None = None, metric: str = "ppl") -> dict:
     """Search, measure on held-out windows (every candidate on every window, or `racing`), rank by the
     rule. Returns every number for advice.json. `expect(count, metric, samples)`: hears of evaluations
-    the plan adds (a race's rounds) or drops (negative: a searched point stopped early)."""
+    the plan adds (a race's rounds) or drops (negative: a searched point stopped early). `metric`: what
+    the searches minimize and the rule ranks by, ppl (log-PPL) or key-ppl (log key-token PPL)."""
     margin = MARGIN if margin is None else margin
     # one config serves every length once deployed: every candidate runs at the longest target's k at every length
     k = factor = target_factor(factor, lengths, geom.train_len)
     searched: dict[str, dict] = {}
     for log_n in (False, True) if with_log_n else (False,):
         for name, found in search_candidates(run, geom, lengths, names, budget, log_n, factor, search_windows,
-                                             racing is not None, expect).items():
+                                             racing is not None, expect, metric).items():
             searched[name + ("+log-n" if log_n else "")] = found
     candidates = candidate_specs(names, searched, with_log_n, factor)
     specs = dict(candidates)
     L = geom.train_len
-    m = Measure(held_run, L, lengths, k, held_windows, expect if racing else (lambda *a, **kw: None))
+    m = Measure(held_run, L, lengths, k, held_windows, expect if racing else (lambda *a, **kw: None), metric)
     passkey_ok, none_acc = (passkey_baseline(m, racing) if passkey else (False, None))
     if passkey and not passkey_ok:
         on_passkey_skipped()
@@ -144,5 +146,5 @@ def advise(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[int]
     out = rank(list(rows.values()), lengths, breaks, *races, margin=margin)
     with_passkey(out["winner"])  # raced: the winner's retrieval, for the report
     return {"lengths": lengths, "factor": k, "rule": RULE if racing is None else RULE_RACED, "candidates": [n for n, _ in candidates], **out,
-            "passkey_measured": passkey_ok, "unscaled_passkey_at_L": none_acc,
+            "metric": metric, "passkey_measured": passkey_ok, "unscaled_passkey_at_L": none_acc,
             "searches": {n: s["search"] for n, s in searched.items()}}

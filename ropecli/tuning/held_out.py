@@ -45,9 +45,9 @@ class Measure:
     bar's total grows with a race; a no-op when the total was known up front)."""
 
     def __init__(self, held_run: Evaluate, L: int, lengths: list[int], k: float, windows: int,
-                 expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None):
+                 expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None, metric: str = "ppl"):
         self.run, self.L, self.lengths, self.k, self.windows, self.expect = held_run, L, lengths, k, windows, expect
-        self.score = Scorer(held_run, L, lengths, "ppl", k)
+        self.score = Scorer(held_run, L, lengths, metric, k)  # the objective: ppl or key-ppl
         self._none_L = None
 
     def objective(self, spec: Spec, n: int | None = None) -> dict:

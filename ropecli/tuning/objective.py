@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # the CLI imports Objective at start-up: numpy waits until so
 
 class Objective(str, Enum):
     ppl = "ppl"  # mean log-PPL over the lengths
+    key_ppl = "key-ppl"  # mean log key-token PPL over the lengths (`ropecli.evaluation.key_metric`)
     passkey = "passkey"  # mean passkey answer NLL over the lengths
 
 
@@ -82,10 +83,14 @@ class Scorer:
         rows = self.run([spec], self.lengths, self.objective, samples)
         entry = {"objective": mean_objective(rows), "windows": window_vector(rows), "values": window_values(rows),
                  "docs": window_docs(rows), "cached": all(r.cached for r in rows)}
-        if self.objective == "ppl":
+        if self.objective in ("ppl", "key-ppl"):
             entry["ppl"] = {str(r.len): r.ppl for r in rows}
             entry["ppl_err"] = {str(r.len): r.ppl_err for r in rows}
             entry["position_nll"] = {str(r.len): r.position_nll for r in rows}
+            if all(r.key_ppl is not None for r in rows):
+                entry["key_ppl"] = {str(r.len): r.key_ppl for r in rows}
+                entry["key_ppl_err"] = {str(r.len): r.key_ppl_err for r in rows}
+                entry["key_rule"] = rows[0].key_rule
         else:
             entry["answer_nll"] = {str(r.len): r.answer_nll for r in rows}
             entry["accuracy"] = {str(r.len): r.accuracy for r in rows}
@@ -107,8 +112,9 @@ class Scorer:
 
 
 def mean_objective(rows: list[EvalResult]) -> float:
-    """Mean over lengths of log-PPL (= NLL per token), or of the passkey answer NLL."""
-    values = [r.nll if r.metric == "ppl" else r.answer_nll for r in rows]
+    """Mean over lengths of log-PPL (= NLL per token), of log key-token PPL, or of the passkey answer NLL."""
+    values = [{"ppl": "nll", "key-ppl": "key_nll"}.get(r.metric) for r in rows]
+    values = [getattr(r, v) if v else r.answer_nll for r, v in zip(rows, values)]
     values = [math.inf if v is None else v for v in values]
     return float(sum(values) / len(values))
 

@@ -32,6 +32,7 @@ class AdvisePlan:
     no_race: bool = False
     margin: float | None = None
     max_windows: int | None = None
+    metric: str = "ppl"  # what the searches minimize and the rule ranks by: ppl or key-ppl
 
 
 @dataclass
@@ -71,7 +72,7 @@ def run_advise(session: Bench, plan: AdvisePlan, lengths: list[int] | None, fact
                 -held.inputs.units("passkey") * len(names) * (2 if plan.with_log_n else 1)),
             held_windows=held.inputs.samples, search_windows=session.inputs.samples, racing=racing,
             expect=lambda count, metric="ppl", samples=None: session.progress.grow(
-                count * held.inputs.resized(samples).units(metric)), margin=plan.margin)
+                count * held.inputs.resized(samples).units(metric)), margin=plan.margin, metric=plan.metric)
     result = {**session.header(), **result, "notes": notes, "searched_windows": session.inputs.samples,
               "held_out_windows": held.inputs.samples, "held_out_first_window": held.inputs.first_window_at(max(lengths)),
               "held_out_split": held.inputs.split_note(max(lengths)), "racing": vars(racing) if racing else None,
