@@ -64,6 +64,7 @@ class Evaluator:
 
     def check_inputs(self, metric: str, length: int, samples: int | None = None) -> None:
         """Fail on too little text, or a length the metric does not take, before any forward pass."""
+        self._check_rule(metric)
         inputs = self.inputs.resized(samples)
         if metric == "passkey":
             inputs.prompts(length)
@@ -75,6 +76,10 @@ class Evaluator:
         if metric == "kl" and length > L:
             raise RopeCliError(f"--len {length} is beyond the training length L = {L}: KL against the "
                                "unscaled model measures a schedule's cost within L; pass --len at most L")
+
+    def _check_rule(self, metric: str) -> None:
+        if metric == "key-ppl" and self.key_rule is None:
+            raise RopeCliError("--metric key-ppl needs a key-token rule: pass --key-tokens far-repeat (or long-short)")
 
     def schedule_for(self, spec: Spec, length: int) -> tuple[Geometry, Schedule]:
         """The geometry and schedule a window of `length` tokens runs under."""
@@ -103,8 +108,7 @@ class Evaluator:
         the prefixes of those at `span` (`Inputs.spanning`)."""
         if metric not in METRICS:
             raise RopeCliError(f"unknown metric '{metric}'; choose from {', '.join(METRICS)}")
-        if metric == "key-ppl" and self.key_rule is None:
-            raise RopeCliError("--metric key-ppl needs a key-token rule: pass --key-tokens far-repeat (or long-short)")
+        self._check_rule(metric)
         inputs = self.inputs.resized(samples).spanning(span)
         geom, sched, keys, values = self._lookup(spec, length, metric, inputs)
         todo = self.dist.union([i for i in range(len(keys)) if i not in values])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ropecli.tuning.objective import Bench
 
-METRIC_ORDER = ("ppl", "passkey", "kl")
+METRIC_ORDER = ("ppl", "key-ppl", "passkey", "kl")
 
 
 def compare_schedules(session: Bench, specs: list, lengths: list[int], metrics: list[str], factor: float | None, *,
@@ -18,7 +18,7 @@ def compare_schedules(session: Bench, specs: list, lengths: list[int], metrics: 
 
     L = session.rope.train_len
     kl_k = target_factor(factor, lengths, L) if "kl" in metrics else None
-    cells = {"ppl": (specs, lengths), "passkey": (specs, lengths), "kl": ([s.but(factor=kl_k) for s in specs], [L])}
+    cells = {"ppl": (specs, lengths), "key-ppl": (specs, lengths), "passkey": (specs, lengths), "kl": ([s.but(factor=kl_k) for s in specs], [L])}
     results, races = [], {}
     for m in (m for m in METRIC_ORDER if m in metrics):
         if race and len(specs) > 1:
