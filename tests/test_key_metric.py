@@ -214,3 +214,15 @@ def test_key_ppl_as_the_search_objective():
 def test_key_ppl_without_a_rule_is_one_line():
     out = runner.invoke(app, ["compare", "--method", "pi", "--len", "256", "--metric", "key-ppl", "--key-tokens", "off"])
     assert out.exit_code != 0 and "--key-tokens far-repeat" in out.output and "Traceback" not in out.output
+
+
+def test_advise_ranks_by_key_ppl(tmp_path):
+    """advise --metric key-ppl: the objective of every row is its mean log key-token PPL, the rule says so."""
+    out = runner.invoke(app, ["advise", "--len", "512", "--candidates", "pi,yarn,ntk-fixed", "--samples", "2", "--no-race",
+                              "--metric", "key-ppl", "--out", str(tmp_path / "a")])
+    assert out.exit_code == 0, out.output
+    advice = json.loads((tmp_path / "a" / "advice.json").read_text())
+    assert advice["metric"] == "key-ppl" and "key-token PPL" in advice["rule"]
+    for r in advice["rows"]:
+        assert r["objective"] == pytest.approx(float(np.log(r["key_ppl"]["512"])), rel=1e-9)
+    assert "key PPL @ 512" in (tmp_path / "a" / "report.md").read_text()

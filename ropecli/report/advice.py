@@ -36,12 +36,14 @@ class RankingRow:
     short_rise: float | None  # PPL rise at L over the unscaled model, percent
     windows: int  # held-out windows it was measured on
     verdict: str  # winner, best by PPL, equivalent to the best, undecided, worse (dropped in round r), out: …
+    key_ppl: list | None = None  # key-token PPL at each target length (None: no key-token rule)
 
     @classmethod
     def of(cls, r: dict, result: dict) -> "RankingRow":
         return cls(r.get("rank"), r["candidate"], r["label"], [r["ppl"][str(n)] for n in result["lengths"]], r["vs_best"],
                    r.get("passkey_accuracy"), r.get("short_kl"), r.get("short_rise_percent"),
-                   r.get("race", {}).get("windows", len(r["windows"])), verdict_note(r, result))
+                   r.get("race", {}).get("windows", len(r["windows"])), verdict_note(r, result),
+                   [r["key_ppl"][str(n)] for n in result["lengths"]] if r.get("key_ppl") else None)
 
 
 def verdict_note(r: dict, result: dict) -> str:
@@ -52,7 +54,8 @@ def verdict_note(r: dict, result: dict) -> str:
         return "winner"
     if r.get("race", {}).get("dropped_round"):
         return f"worse: dropped in round {r['race']['dropped_round']}"
-    return {"best": "best by PPL", "equivalent": "equivalent to the best", "undecided": "undecided",
+    best = "best by key PPL" if result.get("metric") == "key-ppl" else "best by PPL"
+    return {"best": best, "equivalent": "equivalent to the best", "undecided": "undecided",
             "worse": "worse"}.get(r.get("verdict"), r.get("verdict") or "")
 
 
@@ -62,14 +65,17 @@ def ranking(result: dict, markdown: bool = False) -> tuple[list[str], list[list[
 
     lengths, pk, raced = result["lengths"], result["passkey_measured"], bool(result["racing"])
     own = " (own windows)" if mixed_windows(result) else ""
+    keyed = any(r.get("key_ppl") for r in result["rows"])
     head = ["rank", "candidate", *(["schedule"] if markdown else []), *[f"PPL @ {n}{own}" for n in lengths],
-            "Δ vs best (nats, paired, ± 95%)", *([f"passkey @ {max(lengths)}"] if pk else []),
+            *([f"key PPL @ {n}" for n in lengths] if keyed else []),
+            "Δ vs best (nats" + (" of key NLL" if result.get("metric") == "key-ppl" else "") + ", paired, ± 95%)", *([f"passkey @ {max(lengths)}"] if pk else []),
             "KL @ L", "PPL rise @ L", *(["windows"] if raced else []), "verdict"]
     ordered = sorted(result["rows"], key=lambda r: (bool(r["excluded"]), r.get("rank", 10 ** 6)))
     rows = []
     for row in (RankingRow.of(r, result) for r in ordered):
         name = [row.candidate, f"`{row.label}`"] if markdown else [f"{row.candidate}: {row.label}"]
-        rows.append([str(row.rank or "—"), *name, *[f"{x:.4g}" for x in row.ppl], fmt_diff(row.vs_best),
+        keys = [_or_dash(x, "{:.4g}") for x in row.key_ppl or [None] * len(lengths)] if keyed else []
+        rows.append([str(row.rank or "—"), *name, *[f"{x:.4g}" for x in row.ppl], *keys, fmt_diff(row.vs_best),
                      *([_or_dash(row.passkey, "{:.0%}")] if pk else []), _or_dash(row.short_kl, "{:.4f}"),
                      _or_dash(row.short_rise, "{:+.2f}%"), *([str(row.windows)] if raced else []),
                      f"**{row.verdict}**" if markdown and row.verdict == "winner" else row.verdict])
@@ -117,7 +123,7 @@ def inference_line(result: dict) -> str:
         return ""
     docs = f" over {plural(inf['documents'], 'document')}" if inf.get("documents") else ""
     return (f"Verdicts: {inf['inference']} inference{docs}, generalizing to {inf['generalizes_to']}; equivalence "
-            f"margin ±{result['margin']:g} nats of mean log-PPL; one-sided level {result['test_level']:.2g} per "
+            f"margin ±{result['margin']:g} nats of mean log-{'key-token ' if result.get('metric') == 'key-ppl' else ''}PPL; one-sided level {result['test_level']:.2g} per "
             f"comparison (95% for the whole ranking). {result.get('held_out_split', '')}".rstrip() +
             (". PPL: each candidate on its own windows (the windows column); Δ: paired on the windows both share"
              if mixed_windows(result) else ""))

@@ -143,8 +143,11 @@ def advise(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[int]
     else:
         constrained = any(c is not None for c in (max_short_kl, max_short_regression, min_passkey))
         races = race_candidates(m, specs, rows, racing, costs, breaks if constrained else None, margin, breaks)
-    out = rank(list(rows.values()), lengths, breaks, *races, margin=margin)
+    out = rank(list(rows.values()), lengths, breaks, *races, margin=margin,
+               measure="log key-token PPL" if metric == "key-ppl" else "log-PPL")
     with_passkey(out["winner"])  # raced: the winner's retrieval, for the report
-    return {"lengths": lengths, "factor": k, "rule": RULE if racing is None else RULE_RACED, "candidates": [n for n, _ in candidates], **out,
+    rule = RULE if racing is None else RULE_RACED
+    rule = rule.replace("log-PPL", "log key-token PPL") if metric == "key-ppl" else rule
+    return {"lengths": lengths, "factor": k, "rule": rule, "candidates": [n for n, _ in candidates], **out,
             "metric": metric, "passkey_measured": passkey_ok, "unscaled_passkey_at_L": none_acc,
             "searches": {n: s["search"] for n, s in searched.items()}}

@@ -28,8 +28,8 @@ RULE_RACED = ("1. out: a candidate breaking --max-short-kl, --max-short-regressi
 
 
 def rank(rows: list[dict], lengths: list[int], breaks, ppl_race: dict | None, kl_race: dict | None,
-         margin: float = MARGIN) -> dict:
-    """The rule on measured rows: constraints; the best by mean log-PPL; every other eligible candidate
+         margin: float = MARGIN, measure: str = "log-PPL") -> dict:
+    """The rule on measured rows (`measure`: the objective in words): constraints; the best by mean log-PPL; every other eligible candidate
     judged against it (worse / equivalent within ±margin / undecided, at the race's corrected level, or
     0.025 / (K - 1) unraced: a 95% statement for the whole ranking); the tie-break (least KL within L)
     only among the candidates shown equivalent; undecided ones rank by their point estimate."""
@@ -74,18 +74,18 @@ def rank(rows: list[dict], lengths: list[int], breaks, ppl_race: dict | None, kl
             "undecided": undecided, "excluded": excluded, "margin": margin, "test_level": level,
             "inference": {k: best["vs_best"].get(k) for k in ("inference", "generalizes_to", "documents")} if len(rows) > 1
             else None,
-            "verdict": verdict(winner, best, [r for r in eligible if r is not best], excluded, lengths, ppl_race, margin),
+            "verdict": verdict(winner, best, [r for r in eligible if r is not best], excluded, lengths, ppl_race, margin, measure),
             "race": ppl_race, "kl_race": kl_race}
 
 
 def verdict(winner: dict, best: dict, others: list[dict], excluded: list[dict], lengths: list[int],
-            ppl_race: dict | None, margin: float) -> str:
+            ppl_race: dict | None, margin: float, measure: str = "log-PPL") -> str:
     """The winner and why, every other candidate's standing, what would decide the undecided ones."""
     over = ", ".join(map(str, lengths))
     if winner is best:
-        why = f"{winner['candidate']} has the lowest mean log-PPL over {over} ({winner['objective']:.4f})"
+        why = f"{winner['candidate']} has the lowest mean {measure} over {over} ({winner['objective']:.4f})"
     else:
-        why = (f"{winner['candidate']} is shown equivalent within ±{margin:g} nats to the lowest mean log-PPL, "
+        why = (f"{winner['candidate']} is shown equivalent within ±{margin:g} nats to the lowest mean {measure}, "
                f"{best['candidate']} ({best['objective']:.4f} vs {winner['objective']:.4f}), and costs less within L "
                f"(KL {winner['short_kl']:.4f} vs {best.get('short_kl', math.nan):.4f})")
     equivalent = [r["candidate"] for r in others if r["verdict"] == "equivalent"]
