@@ -149,6 +149,60 @@ def search_rows() -> None:
               f"(paired 95 % interval, {w['n']} windows): {word}\n")
 
 
+def key_table(*names: str) -> None:
+    """PPL and key-token PPL of every schedule of the `names` runs (the same windows: paired across runs), each
+    ranked by ropecli's rule, and how far each metric separates the schedules (median |Δ|/SE over the pairs)."""
+    from ropecli.evaluation.stats import separation
+
+    runs = [d for d in map(load, names) if d is not None]
+    if len(runs) < len(names):
+        return
+    results = [r for d in runs for r in d["results"] if r["metric"] == "ppl"]
+    keys = [[math.inf if v is None else v for v, n in zip(r["window_key_nll"], r["window_key_tokens"]) if n] for r in results]
+    ppl_v = verdicts(results, "window_nll")
+    key_v = verdicts([{"k": k, "windows": [w for w, n in zip(r["windows"], r["window_key_tokens"]) if n]}
+                      for k, r in zip(keys, results)], "k")
+    docs = results[0]["windows"]
+    print(f"{' + '.join(names)}: {results[0]['len']} tokens, {len(docs)} windows ({', '.join(docs)}); key rule "
+          f"{results[0]['key_rule']}: {results[0]['key_tokens']} key predictions of {results[0]['tokens']}\n")
+    header("method", "PPL ± 95 %", "key PPL ± 95 %", "Δ log-PPL vs best: verdict", "Δ key NLL vs best: verdict")
+    for i in sorted(range(len(results)), key=lambda i: results[i]["ppl"]):
+        r = results[i]
+        khalf = ppl_half_width(r["key_ppl_err"], len(keys[i])) or 0.0
+        print(f"| {r['label']} | {r['ppl']:.3f} ± {half(r):.2g} | {r['key_ppl']:.3f} ± {khalf:.2g} | {vs_best(ppl_v[i])} | "
+              f"{vs_best(key_v[i])} |")
+    labels = [r["label"] for r in results]
+    kdocs = [w for w, n in zip(docs, results[0]["window_key_tokens"]) if n]
+    sep = {m: separation(dict(zip(labels, v)), d) for m, v, d in
+           (("PPL", [r["window_nll"] for r in results], docs), ("key PPL", keys, kdocs))}
+    n = len(sep["PPL"]["pairs"])
+    print("\n" + "; ".join(f"median |Δ|/SE over the {n} pairs, {m}: {s['median_ratio']:.2f}" for m, s in sep.items()))
+    for m, order in (("PPL", sorted(results, key=lambda r: r["ppl"])), ("key PPL", sorted(results, key=lambda r: r["key_ppl"]))):
+        print(f"\nranked by {m}: " + " < ".join(r["label"].split("(")[0] for r in order))
+    print()
+
+
+def ppl_half_width(err, n):
+    from ropecli.evaluation.stats import ppl_half_width as hw
+
+    return hw(err, n)
+
+
+def key_rules_rows() -> None:
+    d = load("key-rules-8k")
+    if d is None:
+        return
+    s = d["summary"]
+    print(f"key-rules-8k: {d['model']}, the first L = {d['L']} tokens of {len(d['windows'])} windows; predictions judged "
+          f"by LongPPL's rule (after the first {d['trunc_len']}): {s['judged']}\n")
+    header("rule", "key predictions", "mean long-context gain (nats)")
+    print(f"| far-repeat | {s['far_repeat']} | {s['gain_far_repeat']:.3f} |")
+    print(f"| long-short (LongPPL, SmolLM2 itself as the evaluator) | {s['long_short']} | {s['gain_long_short']:.3f} |")
+    print(f"| every prediction | {s['judged']} | {s['gain_all']:.3f} |")
+    print(f"\nboth rules: {s['both']} predictions; far-repeat finds {s['recall_of_long_short']:.0%} of LongPPL's key tokens, "
+          f"{s['precision_against_long_short']:.0%} of far-repeat's are LongPPL's\n")
+
+
 if __name__ == "__main__":
     for name in ("compare-16k", "llamacpp-16k"):
         ppl_table(name)
@@ -158,4 +212,6 @@ if __name__ == "__main__":
         passkey_table(name)
     verify_rows()
     search_rows()
+    key_table("tokens-16k", "tokens-16k-winner")
+    key_rules_rows()
     sys.stdout.flush()

@@ -89,10 +89,15 @@ class Session:
         out = {"model": rope.name, "model_fingerprint": lm.fingerprint, "rotary_dim": rope.rotary_dim, "base": rope.base,
                "train_len": rope.train_len, "runtime": lm.runtime, "dtype": lm.dtype, "device": lm.device,
                "data": ev.inputs.data_label, "samples": ev.inputs.samples, "seed": ev.inputs.seed,
-               "score_last": ev.score_last, "world_size": ev.dist.world}
+               "score_last": ev.score_last, "world_size": ev.dist.world, "key_rule": self.key_rule()}
         if ev.dist.world > 1:
             out["windows_per_rank"] = [len(w) for w in ev.dist.gather(ev.dist.windows_done)]
         return out
+
+    def key_rule(self) -> dict | None:
+        """The key-token rule in use (`ropecli.evaluation.key_tokens`): name and parameters; None when off."""
+        rule = self.ev.key_rule
+        return None if rule is None else {"name": rule.name, **rule.params()}
 
     def forward_passes(self) -> int:
         """Windows run through the model in this command, summed over ranks (a collective under torchrun)."""
@@ -102,7 +107,9 @@ class Session:
         """What the run cost, for every evaluating command's `--json`: forward passes (summed over ranks and
         over `others`, e.g. the held-out session) and the cache's counts (a collective under torchrun)."""
         c = self.ev.cache
+        rule = self.ev.key_rule
         return {"forward_passes": self.forward_passes() + sum(o.forward_passes() for o in others),
+                "key_evaluator_passes": rule.passes if rule is not None else 0,  # a long-short evaluator's own
                 "cache": {"hits": c.hits, "misses": c.misses, "rejected": c.rejected, "stale": c.stale, "migrated": c.migrated}}
 
 

@@ -178,3 +178,20 @@ def ppl_half_width(ppl_err: float | None, windows: int) -> float | None:
     if not ppl_err or windows < 2:
         return None
     return t_quantile(windows - 1) * ppl_err
+
+
+def separation(values: dict, clusters: list | None = None) -> dict:
+    """How well a metric tells the schedules apart: for every pair (a, b) of `values` (label -> per-unit
+    values on the same units), |paired difference| / its standard error under the comparison's inference
+    (`inference.paired`), and the median over the pairs. A larger ratio: a metric that separates the
+    schedules more on the same windows. Pairs with a non-finite value are left out."""
+    labels = [k for k, v in values.items() if np.all(np.isfinite(np.asarray(v, dtype=np.float64)))]
+    pairs = []
+    for i, a in enumerate(labels):
+        for b in labels[i + 1:]:
+            p = paired(values[a], values[b], clusters)
+            if p.diff is not None and p.se:
+                pairs.append({"a": a, "b": b, "diff": p.diff, "se": p.se, "ratio": abs(p.diff) / p.se})
+    ratios = [q["ratio"] for q in pairs]
+    return {"pairs": pairs, "median_ratio": float(np.median(ratios)) if ratios else None,
+            "inference": paired(values[labels[0]], values[labels[1]], clusters).inference if len(labels) > 1 else None}

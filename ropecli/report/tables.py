@@ -31,6 +31,10 @@ def fmt_key(r: dict) -> str:
 def key_note(results: list[dict]) -> list:
     """The line that says what key PPL is, once per table (nothing when no result has it)."""
     rule = next((r["key_rule"] for r in results if r.get("key_ppl") is not None), None)
+    stale = sum(1 for r in results if r.get("key_rule") and r.get("key_ppl") is None and r["metric"] == "ppl")
+    if stale:
+        return [plain(f"key PPL: not shown for {stale} result(s) whose cached windows predate the per-prediction NLL "
+                      "it needs; --keep-token-losses computes those windows again")]
     if rule is None:
         return []
     counts = sorted({r["key_tokens"] for r in results if r.get("key_tokens") is not None})
