@@ -226,3 +226,18 @@ def test_advise_ranks_by_key_ppl(tmp_path):
     for r in advice["rows"]:
         assert r["objective"] == pytest.approx(float(np.log(r["key_ppl"]["512"])), rel=1e-9)
     assert "key PPL @ 512" in (tmp_path / "a" / "report.md").read_text()
+
+
+def test_long_short_from_the_cli_is_cached_and_refuses_windows_past_the_evaluator(tmp_path):
+    args = ["compare", "--method", "none,yarn", "--len", "256", "--samples", "2", "--key-tokens", "long-short",
+            "--key-short", "64", "--cache-dir", str(tmp_path / "c"), "--json"]
+    first = json.loads(runner.invoke(app, args).stdout)
+    assert first["key_rule"]["name"] == "long-short" and first["key_rule"]["trunc_len"] == 64
+    assert first["key_evaluator_passes"] == 2 * (1 + len(range(0, 256 - 64, 1024)))  # per window: full + short blocks
+    again = json.loads(runner.invoke(app, args).stdout)
+    assert again["key_evaluator_passes"] == 0 and again["forward_passes"] == 0
+    assert [r["window_key_tokens"] for r in again["results"]] == [r["window_key_tokens"] for r in first["results"]]
+    past = runner.invoke(app, [a if a != "256" else "512" for a in args])
+    assert past.exit_code != 0 and "--key-evaluator" in past.output and "Traceback" not in past.output
+    wrong = runner.invoke(app, ["compare", "--len", "256", "--key-evaluator", "x"])
+    assert wrong.exit_code != 0 and "--key-tokens long-short" in wrong.output

@@ -9,6 +9,7 @@ from __future__ import annotations
 from contextlib import contextmanager, nullcontext
 
 from ropecli.cli.console import stderr_console
+from ropecli.errors import RopeCliError
 from ropecli.cli.groups import DataOptions, EvalOptions, ModelOptions, PasskeyOptions
 from ropecli.evaluation.session import Progress, Session
 
@@ -58,6 +59,9 @@ def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions
     from ropecli.evaluation.evaluator import Evaluator
     from ropecli.evaluation.inputs import Inputs
 
+    if evaluation.key_evaluator and evaluation.key_tokens.value != "long-short":
+        raise RopeCliError(f"--key-evaluator is the long-short rule's evaluator; add --key-tokens long-short "
+                           f"(now --key-tokens {evaluation.key_tokens.value})")
     cache = EvalCache(evaluation.cache_dir, enabled=not evaluation.no_cache)
     cache.check_writable()  # an impossible --cache-dir fails before the model loads
     dist, device = setup(model.device, model.device_map)
@@ -75,12 +79,12 @@ def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions
     prompts = {"depths": tuple(passkey.parsed_depths()), "digits": passkey.checked_digits()} if passkey else {}
     inputs = Inputs.load(lm.tokenizer, data.data, data.text_field, samples=data.samples, seed=data.seed, **prompts)
     ev = Evaluator(lm, inputs, cache=cache, dist=dist, chunk_tokens=evaluation.chunk_size, score_last=evaluation.score_last,
-                   keep_tokens=evaluation.keep_token_losses, key_rule=_key_rule(evaluation, lm, cache, device))
+                   keep_tokens=evaluation.keep_token_losses, key_rule=_key_rule(evaluation, lm, cache, device, dist.is_main))
     err.print(f"data {inputs.data_label}; {data.samples} window(s) per length, seed {data.seed}", highlight=False)
     return Session(lm, ev, RichProgress())
 
 
-def _key_rule(evaluation: EvalOptions, lm, cache, device: str):
+def _key_rule(evaluation: EvalOptions, lm, cache, device: str, store: bool):
     """--key-tokens as a KeyRule (None for off); long-short loads its --key-evaluator (default: the model)."""
     from ropecli.evaluation.key_tokens import FarRepeat, short_default
 
@@ -93,7 +97,7 @@ def _key_rule(evaluation: EvalOptions, lm, cache, device: str):
     from ropecli.models.load import load_model
 
     judge = lm if evaluation.key_evaluator is None else load_model(evaluation.key_evaluator, device=device)
-    return LongShort(judge, lm.tokenizer, cache, trunc_len=short, chunk_tokens=evaluation.chunk_size)
+    return LongShort(judge, lm.tokenizer, cache, trunc_len=short, chunk_tokens=evaluation.chunk_size, store=store)
 
 
 def _load(model: ModelOptions, device: str, dist):

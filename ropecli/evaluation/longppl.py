@@ -36,6 +36,7 @@ class LongShort:
     alpha: float = ALPHA
     beta: float = BETA
     chunk_tokens: int | None = None
+    store: bool = True  # write key sets to the cache (under torchrun: rank 0 only; every rank computes its own)
     name: str = "long-short"
     passes: int = 0  # evaluator forward passes run here (cache misses)
     _masks: dict = field(default_factory=dict, repr=False)
@@ -53,7 +54,8 @@ class LongShort:
             got = self.cache.get(key)
             if got is None:
                 got = {"value": [int(i) for i in np.flatnonzero(self._compute(ids))]}
-                self.cache.put(key, got)
+                if self.store:
+                    self.cache.put(key, got)
             mask = np.zeros(len(ids) - 1, dtype=bool)
             mask[np.asarray(got["value"], dtype=np.int64)] = True
             self._masks[digest] = mask
