@@ -178,8 +178,13 @@ def key_table(*names: str) -> None:
     n = len(sep["PPL"]["pairs"])
     print("\n" + "; ".join(f"median |Δ|/SE over the {n} pairs, {m}: {s['median_ratio']:.2f}" for m, s in sep.items()))
     for m, order in (("PPL", sorted(results, key=lambda r: r["ppl"])), ("key PPL", sorted(results, key=lambda r: r["key_ppl"]))):
-        print(f"\nranked by {m}: " + " < ".join(r["label"].split("(")[0] for r in order))
+        print(f"\nranked by {m}: " + " < ".join(short_label(r["label"]) for r in order))
     print()
+
+
+def short_label(label: str) -> str:
+    """A schedule's name, with its parameters only where they tell two of one method apart (mixed)."""
+    return label if label.startswith("mixed") else label.split("(")[0]
 
 
 def ppl_half_width(err, n):

@@ -32,7 +32,9 @@ def rows(render, *args) -> list[str]:
     ("kl_table", ("kl-4k-searched",)),
     ("passkey_table", ("passkey-16k",)),
     ("search_rows", ()),
-], ids=["compare-16k", "kl-4k", "kl-4k-searched", "passkey-16k", "searches"])
+    ("key_table", ("tokens-16k", "tokens-16k-winner")),
+    ("key_rules_rows", ()),
+], ids=["compare-16k", "kl-4k", "kl-4k-searched", "passkey-16k", "searches", "key-tokens-16k", "key-rules-8k"])
 def test_each_measured_row_is_in_the_page(render, args):
     found = rows(TABLES[render], *args)
     assert found, f"{render}{args}: no JSON in measurements/smollm2/"
@@ -49,3 +51,23 @@ def test_the_searches_each_have_a_held_out_verdict():
     assert len(verdicts) == len(searches)
     for line in verdicts:
         assert line in page
+
+
+def test_the_key_token_separation_and_rankings_are_in_the_page():
+    """docs/real-model.md's |Δ|/SE medians and the two rankings are what the stored windows give."""
+    lines = [x for x in printed(TABLES["key_table"], "tokens-16k", "tokens-16k-winner")
+             if x.startswith(("median |Δ|/SE", "ranked by"))]
+    assert len(lines) == 3
+    page = PAGE.read_text()
+    assert all(line in page for line in lines), lines
+
+
+def test_separation_counts_pairs_and_orders_by_ratio():
+    from ropecli.evaluation.stats import separation
+
+    values = {"a": [1.0, 2.0, 3.0, 4.0], "b": [1.1, 2.1, 3.2, 4.1], "c": [2.0, 3.1, 3.9, 5.0], "d": [float("inf")] * 4}
+    s = separation(values)
+    assert [(p["a"], p["b"]) for p in s["pairs"]] == [("a", "b"), ("a", "c"), ("b", "c")]  # d (diverged) left out
+    ab = s["pairs"][0]
+    assert ab["ratio"] == pytest.approx(0.125 / (0.05 / 2))  # mean 0.125, sd 0.05, 4 units
+    assert s["median_ratio"] == pytest.approx(sorted(p["ratio"] for p in s["pairs"])[1])
