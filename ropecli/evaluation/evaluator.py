@@ -70,7 +70,7 @@ class Evaluator:
             inputs.prompts(length)
             return
         inputs.windows(length)
-        if metric == "ppl" and self.score_last and self.score_last >= length:
+        if _unit(metric) == "ppl" and self.score_last and self.score_last >= length:
             raise RopeCliError(f"--score-last {self.score_last} must be below --len {length}")
         L = self.backend.rope.train_len
         if metric == "kl" and length > L:
