@@ -20,14 +20,15 @@ import inspect
 import typing
 from dataclasses import dataclass
 
-from ropecli.cli.options import (AdviseBudgetOpt, AdviseMetric, AdviseMetricOpt, AttnOpt, Backend, BackendOpt, BaseOpt, BOpt, CacheDirOpt, CandidatesOpt,
-                                 ChunkOpt, DataOpt, DepthsOpt, DeviceMapOpt, DeviceOpt, DigitsOpt, DOpt, Dtype, DtypeOpt,
-                                 ExportConfigOpt, FactorsOpt, GgufOpt, HeadDimAliasOpt, HeldOutOpt, JsonOpt, KeyEvaluatorOpt,
-                                 KeyShortOpt, KeyTokens, KeyTokensOpt, KOpt, LenOpt,
-                                 LogNOpt, MarginOpt, MaxShortKlOpt, MaxShortRegressionOpt, MaxWindowsOpt, MethodOpt,
-                                 MethodsAliasOpt, MinPasskeyOpt, ModelOpt, NoCacheOpt, NoRaceOpt, ObjectiveOpt, ParamOpt,
-                                 PlotOpt, RopeLayersOpt, SamplesOpt, ScoreLastOpt, SeedOpt, TargetLenOpt, TextFieldOpt,
-                                 TokenLossesOpt, TrainLenOpt, TrustOpt, WithLogNOpt, flat_choices)
+from ropecli.cli.options import (AdviseBudgetOpt, AdviseMetric, AdviseMetricOpt, AttnOpt, Backend, BackendOpt, BaseOpt, BOpt,
+                                 CacheDirOpt, CandidatesOpt, ChunkOpt, DataOpt, DepthsOpt, DeviceMapOpt, DeviceOpt, DigitsOpt,
+                                 DOpt, Dtype, DtypeOpt, ExportConfigOpt, FactorsOpt, GgufOpt, HeadDimAliasOpt, HeldOutOpt,
+                                 JsonOpt, KeyEvaluatorOpt, KeyShortOpt, KeyTokens, KeyTokensOpt, KOpt, LenOpt, LogNOpt,
+                                 MarginOpt, MaxShortKlOpt, MaxShortRegressionOpt, MaxWindowsOpt, MethodOpt, MethodsAliasOpt,
+                                 MinPasskeyOpt, ModelOpt, NoCacheOpt, NoRaceOpt, ObjectiveOpt, ParamOpt, PlotOpt, RopeLayersOpt,
+                                 SamplesOpt, ScoreLastOpt, SeedOpt, ServeRuntime, ServeRuntimeOpt, TargetLenOpt, TextFieldOpt,
+                                 TokenLossesOpt, TrainLenOpt, TrustOpt, WithLogNOpt, WorkloadOpt, flat_choices)
+from ropecli.errors import RopeCliError
 from ropecli.tuning.objective import Objective
 
 
@@ -113,6 +114,27 @@ class EvalOptions:
     key_tokens: KeyTokensOpt = KeyTokens.far_repeat
     key_evaluator: KeyEvaluatorOpt = None
     key_short: KeyShortOpt = None
+
+
+@dataclass
+class ServingOptions:
+    """--workload and --runtime: a candidate's expected loss over the request lengths served, per runtime."""
+    workload: WorkloadOpt = None
+    runtime: ServeRuntimeOpt = None
+
+    def runtimes(self) -> list[str]:
+        return flat_choices(self.runtime, tuple(r.value for r in ServeRuntime))
+
+    def plan(self, lengths: list[int] | None) -> tuple[tuple | None, list[int]]:
+        """((workload, runtimes) or None, the target lengths: --len, or with --workload alone its longest request)."""
+        if not self.workload:
+            if self.runtime:
+                raise RopeCliError("--runtime ranks the candidates over a --workload; add one, e.g. --workload 2048:0.6,8192:0.4")
+            return None, lengths or []
+        from ropecli.tuning.workload import parse_workload
+
+        w = parse_workload(self.workload, max(lengths) if lengths else None)
+        return (w, self.runtimes()), lengths or [w.longest]
 
 
 @dataclass

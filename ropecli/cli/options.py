@@ -169,6 +169,22 @@ MarginOpt = Annotated[Optional[float], typer.Option(
     "--margin", min=0.0, rich_help_panel=SEARCH,
     help="Equivalence margin, nats of mean log-PPL: a candidate whose paired 95% interval against the best lies inside "
          "±margin is shown equivalent and may win the tie-break (default 0.01: PPL within 1%).")]
+class ServeRuntime(str, Enum):
+    transformers = "transformers"
+    vllm = "vllm"
+    llamacpp = "llamacpp"
+
+
+WorkloadOpt = Annotated[Optional[str], typer.Option(
+    "--workload", rich_help_panel="Serving",
+    help="The request lengths you serve: LENGTH:SHARE pairs (2048:0.6,8192:0.3,16384:0.1) or a file of request lengths, "
+         "one per line (histogrammed to powers of two). Ranks every candidate per runtime by its expected loss over "
+         "them, each length under the schedule that runtime applies there. Default: the target length alone.")]
+ServeRuntimeOpt = Annotated[Optional[list[str]], typer.Option(
+    "--runtime", click_type=CommaChoices(ServeRuntime, "--runtime"), rich_help_panel="Serving",
+    help="With --workload: transformers, vllm, llamacpp (repeat or comma-separate; default all three).")]
+
+
 class AdviseMetric(str, Enum):
     ppl = "ppl"
     key_ppl = "key-ppl"

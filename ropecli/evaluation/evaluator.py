@@ -123,33 +123,35 @@ class Evaluator:
         return self._summarize(spec, length, metric, inputs, geom, sched, values, seconds, cached=not todo)
 
     def evaluate_lengths(self, spec: Spec, lengths: list[int], on_window: Callable[[int], None] | None = None,
-                         metric: str = "ppl", samples: int | None = None) -> list[EvalResult]:
+                         metric: str = "ppl", samples: int | None = None, span: int | None = None) -> list[EvalResult]:
         """One spec at every length, in order. Several ppl lengths score the same text: the windows at a
         length below the longest are the first tokens of the longest ones; where the spec runs the same
         schedule at both (a static schedule at one k; not dynamic NTK, not k = n / L), one forward pass of
         the longest window scores every such length (causal attention: the first n tokens of a window are
         the n-token window), and each length's result is cached as if it had run alone."""
-        if _unit(metric) != "ppl" or len(set(lengths)) < 2:
+        if _unit(metric) != "ppl" or (len(set(lengths)) < 2 and not span):
             return [self.evaluate(spec, n, on_window, metric, samples) for n in lengths]
-        T = max(lengths)
-        sched_T = self.schedule_for(spec, T)[1]
-        shared = sorted(n for n in set(lengths) if same_schedule(self.schedule_for(spec, n)[1], sched_T))
+        T = max([*lengths, span or 0])  # the windows: the first tokens of those at T
+        top = self.schedule_for(spec, max(lengths))[1]
+        shared = sorted(n for n in set(lengths) if same_schedule(self.schedule_for(spec, n)[1], top))
         done = self._prefixes(spec, shared, on_window, samples, T, metric) if len(shared) > 1 else {}
         return [done[n] if n in done else self.evaluate(spec, n, on_window, metric, samples, span=T) for n in lengths]
 
     def _prefixes(self, spec: Spec, lengths: list[int], on_window, samples: int | None, T: int,
                   metric: str = "ppl") -> dict[int, EvalResult]:
-        """Every length of `lengths` (ascending, the last T) from one forward pass per window at T."""
+        """Every length of `lengths` (ascending) from one forward pass per window at the longest, on the first
+        tokens of the windows at T (>= the longest)."""
         inputs = self.inputs.resized(samples).spanning(T)
         found = {n: self._lookup(spec, n, metric, inputs) for n in lengths}
-        windows = len(found[T][2])
+        top = lengths[-1]
+        windows = len(found[top][2])
         todo = self.dist.union([i for i in range(windows) if any(i not in f[3] for f in found.values())])
         if on_window and windows > len(todo):
             on_window((windows - len(todo)) * len(lengths))
         seconds = 0.0
         if todo:
             keys = [[found[n][2][i] for n in lengths] for i in range(windows)]  # per window: its key at each length
-            computed = self._compute(spec, found[T][0], found[T][1], "ppl", inputs.unit_inputs("ppl", T), todo, keys,
+            computed = self._compute(spec, found[top][0], found[top][1], "ppl", inputs.unit_inputs("ppl", top), todo, keys,
                                      (lambda k: on_window(k * len(lengths))) if on_window else None, prefixes=lengths)
             for i, (per_length, secs) in computed.items():
                 for n, value in zip(lengths, per_length):

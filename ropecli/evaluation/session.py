@@ -67,11 +67,13 @@ class Session:
         """Fail in one line when the text cannot give `samples` windows (prompts) at `length`, before any forward pass."""
         self.ev.check_inputs(metric, length, samples)
 
-    def run(self, specs: list[Spec], lengths: list[int], metric: str = "ppl", samples: int | None = None) -> list:
+    def run(self, specs: list[Spec], lengths: list[int], metric: str = "ppl", samples: int | None = None,
+            span: int | None = None) -> list:
         """Every (spec, length) of one metric (ppl, passkey, kl), spec-major, as EvalResults on the first
         `samples` windows (prompts per depth; default: the session's); cached ones are instant. Several
         ppl lengths score the first tokens of the longest windows, a static schedule all of them in one
-        forward pass per window (`Evaluator.evaluate_lengths`)."""
+        forward pass per window (`Evaluator.evaluate_lengths`); `span`: the windows are the prefixes of those
+        at `span` tokens (a longer length scored elsewhere), whatever the lengths asked here."""
         for n in lengths:  # fail on too little text before any forward pass
             self.check(metric, n, samples)
         units = self.inputs.resized(samples).units(metric)
@@ -79,7 +81,8 @@ class Session:
         with bar.task(len(specs) * len(lengths) * units, "evaluating"):
             for spec in specs:
                 bar.show(f"{spec.label} @ {', '.join(map(str, lengths))}" + (f" ({metric})" if metric != "ppl" else ""))
-                results += self.ev.evaluate_lengths(spec, lengths, on_window=bar.advance, metric=metric, samples=samples)
+                results += self.ev.evaluate_lengths(spec, lengths, on_window=bar.advance, metric=metric, samples=samples,
+                                                    span=span)
         return results
 
     def header(self) -> dict:

@@ -10,9 +10,12 @@ METRIC_ORDER = ("ppl", "key-ppl", "passkey", "kl")
 
 
 def compare_schedules(session: Bench, specs: list, lengths: list[int], metrics: list[str], factor: float | None, *,
-            race: bool = False, max_windows: int | None = None, margin: float | None = None) -> dict:
+            race: bool = False, max_windows: int | None = None, margin: float | None = None,
+            serving: tuple | None = None) -> dict:
     """Every spec x length on each metric (kl: at L, the schedules built for the target's k: `factor`, or
-    the longest length / L). With `race`, each metric is raced over all lengths from --samples windows."""
+    the longest length / L). With `race`, each metric is raced over all lengths from --samples windows.
+    `serving` = (workload, runtimes): also each spec served by each runtime over the workload
+    (`ropecli.tuning.serving`), its schedules exported for the target's k."""
     from ropecli.evaluation.stats import attach_paired
     from ropecli.rope.spec import target_factor
 
@@ -27,8 +30,14 @@ def compare_schedules(session: Bench, specs: list, lengths: list[int], metrics: 
         else:
             results += session.run(*cells[m], m)
     results = attach_paired(results, *([margin] if margin is not None else []))
+    served = None
+    if serving is not None:
+        from ropecli.tuning.serving import serve_workload
+
+        k = target_factor(factor, lengths, L)
+        served = {**serve_workload(session.run, specs, serving[0], serving[1], session.rope, k, margin), "factor": k}
     return {**session.header(), "metrics": metrics, "kl_factor": kl_k, "results": results,
-            **({"races": races} if race else {}), **session.tally()}
+            **({"races": races} if race else {}), **({"serving": served} if served else {}), **session.tally()}
 
 
 def race_on(session: Bench, specs, lengths, metric: str, max_windows: int | None, margin: float | None = None):

@@ -35,7 +35,7 @@ class Evaluate(Protocol):
     `Session.run` (evaluator, cache, progress bar); tests pass injected objectives."""
 
     def __call__(self, specs: list[Spec], lengths: list[int], metric: str = "ppl",
-                 samples: int | None = None) -> list[EvalResult]: ...
+                 samples: int | None = None, span: int | None = None) -> list[EvalResult]: ...
 
 
 class Bench(Protocol):
@@ -48,7 +48,7 @@ class Bench(Protocol):
     is_main: bool
 
     def run(self, specs: list[Spec], lengths: list[int], metric: str = "ppl",
-            samples: int | None = None) -> list[EvalResult]: ...
+            samples: int | None = None, span: int | None = None) -> list[EvalResult]: ...
 
     def check(self, metric: str, length: int, samples: int | None = None) -> None: ...
 

@@ -6,16 +6,22 @@ from __future__ import annotations
 from ropecli.cli.common import emit_json, handle_errors
 from ropecli.cli.console import show, stderr_console
 from ropecli.errors import RopeCliError
-from ropecli.cli.groups import (DataOptions, EvalOptions, ModelOptions, OutputOptions, PasskeyOptions,
+from ropecli.cli.groups import (DataOptions, EvalOptions, ModelOptions, OutputOptions, PasskeyOptions, ServingOptions,
                                 ScheduleOptions, with_option_groups)
 from ropecli.cli.options import (COMPARE_METHODS, DEFAULT_METHOD, BothLogNOpt, MarginOpt, MaxWindowsOpt, MetricOpt,
                                  RaceOpt, flat_choices)
 from ropecli.cli.session import check_plot_path, open_session
 
 
-def plot_ppl(results: list[dict], path: str | None, session) -> None:
+def plot_ppl(results: list[dict], path: str | None, session, serving: dict | None = None) -> None:
     """On the main rank: PPL against length, one line per schedule; beside it the loss by position at the
-    longest length (ppl-position.png), L marked."""
+    longest length (ppl-position.png), L marked; with a workload, loss against request length per runtime
+    (ppl-serving.png)."""
+    if path and session.is_main and serving:
+        from ropecli.report.serving_plots import plot_serving, serving_path
+
+        plot_serving(serving, session.rope.train_len, serving_path(path), f"{session.rope.name}: loss by request length")
+        stderr_console().print(f"wrote {serving_path(path)}")
     if path and session.is_main and results:
         from ropecli.report.position_plots import plot_loss_by_position, position_path
         from ropecli.report.result_plots import plot_ppl_vs_length
@@ -62,6 +68,7 @@ def compare(
     evaluation: EvalOptions,
     prompts: PasskeyOptions,
     output: OutputOptions,
+    serving: ServingOptions,
     metric: MetricOpt = None,
     both_log_n: BothLogNOpt = False,
     race: RaceOpt = False,
@@ -79,16 +86,19 @@ def compare(
               ropecli compare --model meta-llama/Llama-2-7b-hf --len 4096 --len 16384 --method none,pi,ntk-fixed,mixed --log-n --plot ppl.png
     """
     from ropecli.evaluation.evaluator import check_lengths
+    from ropecli.report.serving_tables import serving_tables
     from ropecli.report.tables import compare_table
     from ropecli.tuning.comparison import compare_schedules
 
-    metrics, lengths = flat_choices(metric, ("ppl",)), check_lengths(evaluation.length or [])
+    serve, lengths = serving.plan(evaluation.length)
+    metrics, lengths = flat_choices(metric, ("ppl",)), check_lengths(lengths)
     if "passkey" in metrics:
         prompts.parsed_depths(), prompts.checked_digits()
     specs = schedule.specs(COMPARE_METHODS,
                              factor=evaluation.k, log_n_modes=(False, True) if both_log_n else (evaluation.log_n,))
     check_plot_path(output.plot)
     session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts if "passkey" in metrics else None)
-    out = compare_schedules(session, specs, lengths, metrics, evaluation.k, race=race, max_windows=max_windows, margin=margin)
-    plot_ppl([r for r in out["results"] if r["metric"] == "ppl"], output.plot, session)
-    return emit_json(out) if output.as_json else show(compare_table(out, [s.label for s in specs], lengths))
+    out = compare_schedules(session, specs, lengths, metrics, evaluation.k, race=race, max_windows=max_windows, margin=margin,
+                            serving=serve)
+    plot_ppl([r for r in out["results"] if r["metric"] == "ppl"], output.plot, session, out.get("serving"))
+    return emit_json(out) if output.as_json else show(compare_table(out, [s.label for s in specs], lengths) + serving_tables(out))

@@ -1,0 +1,99 @@
+"""What a runtime applies to a request of n tokens, for a schedule exported at factor k: the one rule,
+read through the same code `ropecli verify` reads an artefact with (`ropecli.export.readback`).
+
+- transformers (`rope_block` -> `transformers_applied`, i.e. transformers' own `ROPE_INIT_FUNCTIONS`
+  at seq_len = n): longrope switches per forward pass, short_factor up to L (1 by default: the
+  unscaled frequencies, with the export's attention_factor still on cos/sin), long_factor beyond;
+  `--consistent` (short_factor = long_factor) applies the schedule at every length; dynamic NTK is
+  transformers' own `dynamic` type, computed at the current length.
+- vLLM (`vllm_block` -> `vllm_applied` at --max-model-len = k*L): decided once at start-up, the same
+  for every request, short ones included (`Phi3LongRoPEScaledRotaryEmbedding.__init__`: use_long_rope
+  = max_model_len > original_max_position_embeddings); `dynamic` fixes its base once at k*L
+  (`DynamicNTKScalingRotaryEmbedding._compute_cos_sin_cache`). A short/long switch cannot be served.
+- llama.cpp (a GGUF with `rope_freqs.weight`): `llama_model::get_rope_factors` (src/llama-model.cpp)
+  returns rope_freqs whenever the tensor is present, at every length; only LongRoPE GGUFs'
+  rope_long/rope_short switch, and by the context size the server was started with (n_ctx / n_seq_max >
+  n_ctx_orig_yarn), not per request. llama.cpp has no dynamic NTK (its rope scaling types are none,
+  linear, yarn, longrope): a dynamic candidate cannot be served there.
+The served schedule is returned as a Spec: the candidate itself where the runtime applies exactly its
+schedule (so its cached windows are reused), `none` where it applies the unscaled model, else the
+factors and attention factor the runtime applies, as a `longrope` spec.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ropecli.errors import RopeCliError
+from ropecli.models.config import ModelRope
+from ropecli.rope.geometry import Geometry
+from ropecli.rope.spec import Spec, make_spec
+
+RUNTIMES = ("transformers", "vllm", "llamacpp")
+
+
+@dataclass(frozen=True)
+class Served:
+    """The schedule runtime R applies to a request of `length` tokens (spec None: it cannot serve it)."""
+    runtime: str
+    length: int
+    spec: Spec | None
+    how: str
+
+
+def served(runtime: str, spec: Spec, length: int, rope: ModelRope, factor: float, consistent: bool = False) -> Served:
+    """What `runtime` applies at `length` tokens to `spec` exported at factor k = `factor`."""
+    if runtime not in RUNTIMES:
+        raise RopeCliError(f"unknown runtime '{runtime}'; choose from {', '.join(RUNTIMES)}")
+    if spec.length_dependent and not spec.log_n:  # dynamic NTK
+        if runtime == "transformers":
+            return Served(runtime, length, spec, "dynamic at the request's length")
+        if runtime == "llamacpp":
+            return Served(runtime, length, None, "llama.cpp has no dynamic NTK")
+    factors, attention, how = _applied(runtime, spec, length, rope, factor, consistent)
+    return Served(runtime, length, as_spec(spec, factors, attention, rope, factor), how)
+
+
+def _applied(runtime: str, spec: Spec, length: int, rope: ModelRope, factor: float, consistent: bool):
+    """(factors, attention factor, how) from the export's readback (transformers, vLLM) or rope_freqs (llama.cpp)."""
+    from ropecli.export.hf import rope_block
+    from ropecli.export.readback import transformers_applied, vllm_applied
+
+    if rope.layer_types:
+        raise RopeCliError("a workload per runtime needs one rotary geometry; models with per-layer-type RoPE "
+                           "(Gemma 3) are not supported yet: compare at each length instead")
+    geom = rope.geometry(factor)
+    if runtime == "llamacpp":  # rope_freqs = the schedule, at every length; log-n as one constant (export/plan.py)
+        import math
+
+        sched = spec.schedule(geom)
+        attention = math.sqrt(math.log(geom.target_len) / math.log(geom.train_len)) if spec.log_n else sched.attention_factor
+        return sched.factors, attention, "rope_freqs at every length"
+    block, _ = rope_block(rope, spec, factor, consistent)
+    head_dim = int(round(rope.rotary_dim / rope.partial_rotary_factor))
+    if runtime == "vllm":
+        from ropecli.export.vllm import vllm_block
+
+        block, _ = vllm_block(rope, spec, factor, block)
+        a = vllm_applied(block, geom.target_len, head_dim)[0]
+    else:
+        a = transformers_applied(block, length, (), head_dim)[0]
+    if a.factors is None:
+        raise RopeCliError(f"{runtime}: {a.how} cannot be reconstructed")
+    return a.factors, a.attention_factor, a.how
+
+
+def as_spec(spec: Spec, factors: np.ndarray, attention: float, rope: ModelRope, factor: float) -> Spec:
+    """The candidate where `factors`/`attention` are its own schedule at k (within float32 rounding), `none`
+    where they are the unscaled model, else an explicit `longrope` spec at k."""
+    geom = Geometry(rope.rotary_dim, rope.base, rope.train_len, factor)
+    if not spec.log_n and not spec.length_dependent:
+        own = spec.schedule(geom)
+        if np.allclose(own.factors, factors, rtol=1e-5) and abs(own.attention_factor - attention) < 1e-6:
+            return spec.but(factor=factor)  # at the export's k whatever the request length
+    if np.allclose(factors, 1.0, rtol=1e-6) and abs(attention - 1.0) < 1e-6:
+        return make_spec("none")  # k per length: the unscaled model's windows are shared with every other run
+    return make_spec("longrope", {"factors": tuple(float(x) for x in factors), "attention_factor": float(attention)},
+                     factor=factor)

@@ -1,0 +1,55 @@
+"""The workload tables of `compare --workload` (`ropecli.tuning.serving`): one per runtime, each candidate
+and export variant with what the runtime applies, PPL at each request length, the expected loss over the
+mix, and its paired difference to the best with the verdict (95% for the table)."""
+
+from __future__ import annotations
+
+import math
+
+from ropecli.evaluation.stats import fmt_diff
+from ropecli.report.text import plain, table
+
+RUNTIME_NAMES = {"transformers": "transformers", "vllm": "vLLM", "llamacpp": "llama.cpp"}
+
+
+def serving_tables(out: dict) -> list:
+    """Nothing without a workload; else a line on the workload, then a table and a verdict line per runtime."""
+    serving = out.get("serving")
+    if not serving:
+        return []
+    shares = serving["workload"]["shares"]
+    lengths = list(shares)
+    mix = ", ".join(f"{n}: {w:.0%}" for n, w in shares.items())
+    lines = [plain(f"workload: {mix} of requests ({serving['workload']['source']}); schedules exported for k = "
+                   f"{serving['factor']:g}; expected loss = Σ share × mean NLL per token at each request length, "
+                   "paired over the same windows")]
+    for runtime, block in serving["runtimes"].items():
+        t = table(f"served by {RUNTIME_NAMES[runtime]}", ["candidate", "export", *[f"PPL @ {n}" for n in lengths],
+                                                          "expected NLL", "Δ vs best (paired, ± 95%)", "applies"],
+                  left=("candidate", "export", "applies"))
+        for r in sorted(block["rows"], key=lambda r: r.get("expected_nll", math.inf)):
+            applies = " / ".join(dict.fromkeys(v.split(" (")[0] for v in r["served"].values()))
+            if "unservable" in r:
+                t.add_row(r["candidate"], r["variant"], *["—"] * len(lengths), "—", "cannot be served", r["unservable"])
+                continue
+            best = r["vs_best"].get("best")
+            mark = "" if best else " ≈" if r["vs_best"].get("tied") else " ?" if r["vs_best"].get("verdict") == "undecided" else ""
+            t.add_row(r["candidate"], r["variant"], *[f"{r['ppl'][n]:.4g}" for n in lengths], f"{r['expected_nll']:.4f}",
+                      fmt_diff(r["vs_best"]) + mark, applies, style="bold green" if best else "")
+        lines += [t, plain(verdict_line(runtime, block))]
+    return lines
+
+
+def verdict_line(runtime: str, block: dict) -> str:
+    """'transformers: best yarn (--consistent); shown equivalent: …; undecided: …'."""
+    rows = [r for r in block["rows"] if "vs_best" in r]
+    if not block.get("best"):
+        return f"{RUNTIME_NAMES[runtime]}: no candidate can be served"
+    name = lambda r: f"{r['candidate']} ({r['variant']})"  # noqa: E731
+    best = next(r for r in rows if r["vs_best"].get("best"))
+    equivalent = [name(r) for r in rows if r is not best and r["vs_best"].get("tied")]
+    undecided = [name(r) for r in rows if r["vs_best"].get("verdict") == "undecided"]
+    parts = [f"{RUNTIME_NAMES[runtime]}: best {name(best)}"]
+    parts += [f"shown equivalent: {', '.join(equivalent)}"] if equivalent else []
+    parts += [f"undecided: {', '.join(undecided)}"] if undecided else []
+    return "; ".join(parts) + (" (the rest shown worse)" if len(rows) > 1 + len(equivalent) + len(undecided) else "")
