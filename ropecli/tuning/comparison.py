@@ -22,6 +22,12 @@ def compare_schedules(session: Bench, specs: list, lengths: list[int], metrics: 
     L = session.rope.train_len
     kl_k = target_factor(factor, lengths, L) if "kl" in metrics else None
     cells = {"ppl": (specs, lengths), "key-ppl": (specs, lengths), "passkey": (specs, lengths), "kl": ([s.but(factor=kl_k) for s in specs], [L])}
+    served = None
+    if serving is not None:  # first: its prefix passes at the target's k leave the table's windows at k cached
+        from ropecli.tuning.serving import serve_workload
+
+        k = target_factor(factor, lengths, L)
+        served = {**serve_workload(session.run, specs, serving[0], serving[1], session.rope, k, margin), "factor": k}
     results, races = [], {}
     for m in (m for m in METRIC_ORDER if m in metrics):
         if race and len(specs) > 1:
@@ -30,12 +36,6 @@ def compare_schedules(session: Bench, specs: list, lengths: list[int], metrics: 
         else:
             results += session.run(*cells[m], m)
     results = attach_paired(results, *([margin] if margin is not None else []))
-    served = None
-    if serving is not None:
-        from ropecli.tuning.serving import serve_workload
-
-        k = target_factor(factor, lengths, L)
-        served = {**serve_workload(session.run, specs, serving[0], serving[1], session.rope, k, margin), "factor": k}
     return {**session.header(), "metrics": metrics, "kl_factor": kl_k, "results": results,
             **({"races": races} if race else {}), **({"serving": served} if served else {}), **session.tally()}
 

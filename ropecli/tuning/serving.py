@@ -23,35 +23,25 @@ def variants(runtime: str, spec: Spec) -> list[bool]:
 
 def serve_workload(run: Evaluate, specs: list[Spec], workload: Workload, runtimes: list[str], rope, factor: float,
                    margin: float | None = None) -> dict:
-    """{runtime: {rows, best, winner}} plus the workload; every row: the candidate, its export variant, what
-    the runtime applies at each length, PPL there, the expected loss and its per-window values, vs_best."""
+    """{runtime: {rows, best}} plus the workload; every row: the candidate, its export variant, what the
+    runtime applies at each length, PPL there, the expected loss and its per-window values, vs_best."""
     from ropecli.evaluation.stats import rank_against_best
     from ropecli.export.served import served
 
-    T, memo = workload.longest, {}
-    out = {}
+    plans: dict[str, list] = {}  # runtime -> [(spec, consistent, {length: Served})], each distinct plan once
     for runtime in runtimes:
-        rows, seen = [], set()
+        seen = set()
         for spec in specs:
             for consistent in variants(runtime, spec):
                 plan = {n: served(runtime, spec, n, rope, factor, consistent) for n in workload.lengths}
-                if (spec.label, tuple(repr(s.spec) for s in plan.values())) in seen:
-                    continue  # the other export serves the same schedules (e.g. none, or vLLM's one schedule)
-                seen.add((spec.label, tuple(repr(s.spec) for s in plan.values())))
-                row = {"candidate": spec.label, "consistent": consistent,
-                       "variant": VARIANTS[consistent] if runtime == "transformers" else "as exported",
-                       "served": {str(n): f"{s.spec.label if s.spec else '—'} ({s.how})" for n, s in plan.items()}}
-                missing = [s.how for s in plan.values() if s.spec is None]
-                if missing:
-                    rows.append({**row, "unservable": missing[0]})
-                    continue
-                results = _evaluate(run, plan, T, memo)
-                row.update(ppl={str(n): r.ppl for n, r in results.items()}, nll={str(n): r.nll for n, r in results.items()},
-                           docs=results[max(results)].clusters)
-                row["values"] = [sum(workload.shares[n] * r.values[i] for n, r in results.items())
-                                 for i in range(min(len(r.values) for r in results.values()))]
-                row["expected_nll"] = sum(workload.shares[n] * r.nll for n, r in results.items())
-                rows.append(row)
+                key = (spec.label, tuple(repr(x.spec) for x in plan.values()))
+                if key not in seen:  # the other export serves the same schedules (none; vLLM's one schedule)
+                    seen.add(key)
+                    plans.setdefault(runtime, []).append((spec, consistent, plan))
+    results = _evaluate(run, [p for ps in plans.values() for _, _, p in ps], workload.longest)
+    out = {}
+    for runtime, entries in plans.items():
+        rows = [_row(runtime, spec, consistent, plan, workload, results) for spec, consistent, plan in entries]
         measured = [i for i, r in enumerate(rows) if "values" in r]
         ranked = rank_against_best({i: rows[i]["values"] for i in measured}, rows[measured[0]]["docs"],
                                    **({"margin": margin} if margin is not None else {})) if measured else {}
@@ -63,17 +53,28 @@ def serve_workload(run: Evaluate, specs: list[Spec], workload: Workload, runtime
             "runtimes": out}
 
 
-def _evaluate(run: Evaluate, plan: dict, T: int, memo: dict) -> dict:
-    """{length: PplResult} of a row's served schedules: lengths that share a served schedule in one call
-    (prefix scoring), on the first tokens of the windows at T; each (schedule, length) once per workload."""
-    groups: dict[tuple, list[int]] = {}
-    specs = {}
-    for n, s in plan.items():
-        key = repr(s.spec)  # a Spec is frozen: its repr names method, params, k and log-n
-        specs[key] = s.spec
-        if (key, n) not in memo:
-            groups.setdefault(key, []).append(n)
-    for key, lengths in groups.items():
-        for r in run([specs[key]], lengths, span=T):
-            memo[(key, r.len)] = r
-    return {n: memo[(repr(s.spec), n)] for n, s in plan.items()}
+def _row(runtime: str, spec: Spec, consistent: bool, plan: dict, workload: Workload, results: dict) -> dict:
+    row = {"candidate": spec.label, "consistent": consistent,
+           "variant": VARIANTS[consistent] if runtime == "transformers" else "as exported",
+           "served": {str(n): f"{s.spec.label if s.spec else '—'} ({s.how})" for n, s in plan.items()}}
+    missing = [s.how for s in plan.values() if s.spec is None]
+    if missing:
+        return {**row, "unservable": missing[0]}
+    at = {n: results[(repr(s.spec), n)] for n, s in plan.items()}
+    row.update(ppl={str(n): r.ppl for n, r in at.items()}, nll={str(n): r.nll for n, r in at.items()},
+               docs=at[max(at)].clusters, expected_nll=sum(workload.shares[n] * r.nll for n, r in at.items()))
+    row["values"] = [sum(workload.shares[n] * r.values[i] for n, r in at.items())
+                     for i in range(min(len(r.values) for r in at.values()))]
+    return row
+
+
+def _evaluate(run: Evaluate, plans: list[dict], T: int) -> dict:
+    """{(served spec, length): PplResult}: every served schedule once, at every length some plan serves it,
+    in one call (prefix scoring: one pass per window at its longest), on the first tokens of the windows at T."""
+    need: dict[str, tuple] = {}
+    for plan in plans:
+        for n, s in plan.items():
+            if s.spec is not None:
+                key = repr(s.spec)  # a Spec is frozen: its repr names method, params, k and log-n
+                need.setdefault(key, (s.spec, set()))[1].add(n)
+    return {(key, r.len): r for key, (spec, lengths) in need.items() for r in run([spec], sorted(lengths), span=T)}
