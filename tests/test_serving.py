@@ -149,3 +149,53 @@ def test_a_file_of_request_lengths_is_histogrammed(tmp_path):
     w = parse_workload(str(f), 1024)
     assert w.shares == {128: 0.4, 256: 0.4, 1024: 0.2}
     assert parse_workload(None, 512).shares == {512: 1.0}
+
+
+def test_advise_serves_its_candidates_per_runtime_and_exports_to_match(tmp_path):
+    """advise --workload: a serving section over the candidates (on the first round's held-out windows), its
+    tables in report.md, and each runtime's export the candidate and variant `runtime_pick` chose."""
+    from ropecli.tuning.tournament import runtime_pick
+
+    out = tmp_path / "a"
+    r = runner.invoke(app, ["advise", "--len", "512", "--candidates", "none,yarn,ntk-fixed,dynamic", "--samples", "2",
+                            "--workload", MIX, "--runtime", "transformers,vllm", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    advice = json.loads((out / "advice.json").read_text())
+    runtimes = advice["serving"]["runtimes"]
+    assert set(runtimes) == {"transformers", "vllm"}
+    assert {row["name"] for row in runtimes["vllm"]["rows"]} == {"none", "yarn", "ntk-fixed", "dynamic"}
+    for runtime, e in zip(("transformers", "vllm"), advice["exports"]):
+        pick = runtime_pick(runtimes[runtime], advice["winner"])
+        assert e["ok"] and f"--method {pick['method']}" in e["command"]
+        assert ("--consistent" in e["command"]) == pick["consistent"]
+    report = (out / "report.md").read_text()
+    assert "## Served over your workload" in report and "### vLLM" in report and (out / "serving.png").is_file()
+
+
+def test_runtime_pick_keeps_the_winner_unless_it_is_shown_worse():
+    from ropecli.tuning.tournament import runtime_pick
+
+    def row(name, nll, verdict, consistent=False):
+        return {"name": name, "expected_nll": nll, "consistent": consistent,
+                "vs_best": {"best": verdict == "best", "verdict": verdict}}
+
+    block = {"rows": [row("a", 3.0, "best"), row("w", 3.1, "undecided"), row("w", 3.05, "undecided", True)]}
+    assert runtime_pick(block, "w")["consistent"]  # undecided: the winner stays, in its better export
+    block = {"rows": [row("a", 3.0, "best"), row("w", 3.2, "worse"), row("w", 3.3, "worse", True)]}
+    assert runtime_pick(block, "w")["name"] == "a"
+    assert runtime_pick(None, "w") is None
+
+
+def test_shorter_lengths_come_from_a_cached_window_kept_nll(tmp_path):
+    """A window cached at 512 with every prediction's NLL kept gives its 128- and 256-token prefixes with no
+    forward pass; they agree with a fresh forward pass to 2e-4 nats at 128 tokens (float16-kept NLL: the
+    rounding averages out as 1/sqrt(n); the verdicts' margin is 0.01)."""
+    base = ["compare", "--method", "yarn", "--k", "2", "--samples", "2", "--json"]
+    first = json.loads(runner.invoke(app, [*base, "--len", "512", "--cache-dir", str(tmp_path / "c")]).stdout)
+    lengths = ["--len", "128", "--len", "256", "--len", "512"]
+    derived = json.loads(runner.invoke(app, [*base, *lengths, "--cache-dir", str(tmp_path / "c")]).stdout)
+    fresh = json.loads(runner.invoke(app, [*base, *lengths, "--cache-dir", str(tmp_path / "d")]).stdout)
+    assert first["forward_passes"] == 2 and derived["forward_passes"] == 0 and fresh["forward_passes"] == 2
+    for a, b in zip(derived["results"], fresh["results"]):
+        assert a["len"] == b["len"] and a["nll"] == pytest.approx(b["nll"], abs=2e-4)
+        assert np.allclose(a["window_nll"], b["window_nll"], atol=3e-4)

@@ -175,13 +175,18 @@ class AdviseOptions:
     margin: MarginOpt = None  # None: ropecli.evaluation.inference.MARGIN
     max_windows: MaxWindowsOpt = None  # None: 4x the first round, as far as the text goes
     metric: AdviseMetricOpt = AdviseMetric.ppl  # what the searches minimize and the rule ranks by
+    workload: WorkloadOpt = None  # also every candidate served per runtime over these request lengths
+    runtime: ServeRuntimeOpt = None
 
     def plan(self):
         from ropecli.tuning.candidates import CANDIDATES
         from ropecli.tuning.tournament import AdvisePlan
 
+        serving = ServingOptions(self.workload, self.runtime)
+        serving.plan(None)  # --runtime without --workload, or a bad --workload: one line before the model loads
         return AdvisePlan(**{**vars(self), "candidates": flat_choices(self.candidates, CANDIDATES),
-                             "metric": AdviseMetric(self.metric).value})
+                             "metric": AdviseMetric(self.metric).value,
+                             "runtime": serving.runtimes() if self.workload else None})
 
 
 @dataclass

@@ -34,6 +34,7 @@ from ropecli.evaluation.key_metric import key_fields, window_key_sums
 from ropecli.evaluation.key_tokens import KeyRule, describe_rule
 from ropecli.evaluation.results import (METRICS, EvalResult, summarize_kl, summarize_passkey, summarize_ppl)
 from ropecli.models.backend import ModelBackend
+from ropecli.models.token_losses import plain, prefixes_from_kept
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.methods import Schedule
 from ropecli.rope.spec import Spec
@@ -145,6 +146,11 @@ class Evaluator:
         found = {n: self._lookup(spec, n, metric, inputs) for n in lengths}
         top = lengths[-1]
         windows = len(found[top][2])
+        for i, got in ((i, found[top][3].get(i)) for i in range(windows)):  # a cached window's kept NLL gives its prefixes
+            for n, value in prefixes_from_kept(got and got[0], [n for n in lengths[:-1] if i not in found[n][3]], self.score_last):
+                found[n][3][i] = (tuple(value), 0.0)
+                if self.dist.is_main:
+                    self.cache.put(found[n][2][i], {"value": value, "seconds": 0.0})
         todo = self.dist.union([i for i in range(windows) if any(i not in f[3] for f in found.values())])
         if on_window and windows > len(todo):
             on_window((windows - len(todo)) * len(lengths))
@@ -214,7 +220,7 @@ class Evaluator:
 
         def one(ids, answer_start):
             if prefixes:
-                return [_plain(v) for v in be.window_nll(ids, self.chunk_tokens, self.score_last, prefixes, keep)]
+                return [plain(v) for v in be.window_nll(ids, self.chunk_tokens, self.score_last, prefixes, keep)]
             if metric == "ppl":
                 return be.window_nll(ids, self.chunk_tokens, self.score_last, keep_tokens=keep)
             if metric == "passkey":
@@ -225,7 +231,7 @@ class Evaluator:
             for position, j in enumerate(self.dist.mine(len(todo))):
                 i = todo[j]
                 t0 = time.perf_counter()
-                value = one(*units[i]) if prefixes else _plain(one(*units[i]))
+                value = one(*units[i]) if prefixes else plain(one(*units[i]))
                 local.append((i, value, time.perf_counter() - t0))
                 if self.dist.is_main:
                     self._store(keys[i], value, local[-1][2], prefixes)
@@ -249,16 +255,6 @@ class Evaluator:
     def legacy_key(self, spec: Spec, length: int, geom: Geometry, sched: Schedule, metric: str, inputs: Inputs) -> dict:
         """The key of a whole evaluation in cache format 1 (`cache_migrations.legacy_key`): read, never written."""
         return legacy_key(self.backend, self.score_last, spec, length, geom, sched, metric, inputs)
-
-
-def _plain(value: tuple) -> list:
-    """A backend's per-unit tuple as JSON-able floats and lists (what the cache stores)."""
-    out = []
-    for v in value:
-        if hasattr(v, "tolist"):
-            v = v.tolist()
-        out.append([float(x) for x in v] if isinstance(v, (list, tuple)) else v if isinstance(v, (int, str)) else float(v))
-    return out
 
 
 def _unit(metric: str) -> str:

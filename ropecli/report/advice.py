@@ -106,9 +106,12 @@ def advice_lines(result: dict, out_dir) -> list:
         if result["kl_race"]:
             text.append(f"tie-break (KL within L): {result['kl_race']['outcome']}")
     text += [f"{e['runtime']}: {'ok' if e['ok'] else 'not written'} — {e['command'] or e['output']}" for e in result["exports"]]
+    from ropecli.report.serving_tables import serving_tables
+
+    served = serving_tables(result)
     text.append(f"wrote {out_dir}/advice.json and {out_dir}/report.md; {result['forward_passes']} forward passes, "
                 f"{result['cache']['hits']} cached windows reused")
-    return [f"[bold]winner: {escape(result['winner_label'])}[/] — {escape(result['verdict'])}", t, *map(plain, text)]
+    return [f"[bold]winner: {escape(result['winner_label'])}[/] — {escape(result['verdict'])}", t, *served, *map(plain, text)]
 
 
 def mixed_windows(result: dict) -> bool:
@@ -184,7 +187,15 @@ def write_report(result: dict, out_dir: Path, geom, model_name: str) -> Path:
     head, table = ranking(result, markdown=True)
     md += [inference_line(result), "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     md += ["| " + " | ".join(cells) + " |" for cells in table]
-    md += [""] + [f"Note: {n}" for n in result["notes"]] + ["", "## Deploy", ""]
+    md += [""] + [f"Note: {n}" for n in result["notes"]] + [""]
+    if result.get("serving"):
+        from ropecli.report.serving_plots import plot_serving
+        from ropecli.report.serving_tables import serving_markdown
+
+        md += serving_markdown(result["serving"])
+        plot_serving(result["serving"], geom.train_len, str(out_dir / "serving.png"), f"{model_name}: loss by request length")
+        images.append(("Loss by request length, per runtime", "serving.png"))
+    md += ["## Deploy", ""]
     for e in result["exports"]:
         md.append(f"- **{e['runtime']}**: " + (f"`{e['command']}`" if e["command"] else "") +
                   ("" if e["ok"] else f" — {e['output']}"))

@@ -53,3 +53,28 @@ def verdict_line(runtime: str, block: dict) -> str:
     parts += [f"shown equivalent: {', '.join(equivalent)}"] if equivalent else []
     parts += [f"undecided: {', '.join(undecided)}"] if undecided else []
     return "; ".join(parts) + (" (the rest shown worse)" if len(rows) > 1 + len(equivalent) + len(undecided) else "")
+
+
+def serving_markdown(serving: dict) -> list[str]:
+    """report.md's section: the workload, then per runtime a table and its verdict line."""
+    shares = serving["workload"]["shares"]
+    lengths = list(shares)
+    md = ["## Served over your workload", "",
+          f"Requests: {', '.join(f'{n} tokens {w:.0%}' for n, w in shares.items())} ({serving['workload']['source']}). "
+          f"Each candidate as each runtime serves it (exported for k = {serving['factor']:g}); expected loss = Σ share × "
+          "mean NLL per token at each length, paired over the same held-out windows (the race's first round). Deploy "
+          "exports, per runtime, its best here where the tournament's winner is shown worse than it, else the winner in "
+          "its better export.", ""]
+    for runtime, block in serving["runtimes"].items():
+        md += [f"### {RUNTIME_NAMES[runtime]}", "",
+               "| candidate | export | " + " | ".join(f"PPL @ {n}" for n in lengths) + " | expected NLL | Δ vs best (paired, ± 95%) |",
+               "|" + "---|" * (len(lengths) + 4)]
+        for r in sorted(block["rows"], key=lambda r: r.get("expected_nll", math.inf)):
+            if "unservable" in r:
+                md.append(f"| {r['name']} | {r['variant']} | " + " | ".join("—" for _ in lengths) +
+                          f" | — | cannot be served: {r['unservable']} |")
+                continue
+            md.append(f"| {r['name']} | {r['variant']} | " + " | ".join(f"{r['ppl'][n]:.4g}" for n in lengths) +
+                      f" | {r['expected_nll']:.4f} | {fmt_diff(r['vs_best'])} |")
+        md += ["", verdict_line(runtime, block) + ".", ""]
+    return md

@@ -95,11 +95,14 @@ def advise(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[int]
            note: Callable[[str], None] = lambda s: None, on_passkey_skipped: Callable[[], None] = lambda: None,
            held_windows: int = 4, search_windows: int | None = None, racing: Racing | None = None,
            expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None,
-           margin: float | None = None, metric: str = "ppl") -> dict:
+           margin: float | None = None, metric: str = "ppl", serving: tuple | None = None) -> dict:
     """Search, measure on held-out windows (every candidate on every window, or `racing`), rank by the
     rule. Returns every number for advice.json. `expect(count, metric, samples)`: hears of evaluations
     the plan adds (a race's rounds) or drops (negative: a searched point stopped early). `metric`: what
-    the searches minimize and the rule ranks by, ppl (log-PPL) or key-ppl (log key-token PPL)."""
+    the searches minimize and the rule ranks by, ppl (log-PPL) or key-ppl (log key-token PPL). `serving` =
+    (workload, runtimes, the model's rope): every candidate also served by each runtime over the workload on
+    the first round's held-out windows (`ropecli.tuning.serving`), before the race, whose first round then
+    finds its windows at the target cached."""
     margin = MARGIN if margin is None else margin
     # one config serves every length once deployed: every candidate runs at the longest target's k at every length
     k = factor = target_factor(factor, lengths, geom.train_len)
@@ -112,6 +115,13 @@ def advise(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[int]
     specs = dict(candidates)
     L = geom.train_len
     m = Measure(held_run, L, lengths, k, held_windows, expect if racing else (lambda *a, **kw: None), metric)
+    served = None
+    if serving is not None:
+        from ropecli.tuning.serving import serve_workload
+
+        workload, runtimes, rope = serving
+        served = {**serve_workload(held_run, list(specs.values()), workload, runtimes, rope, k, margin, list(specs)),
+                  "factor": k}
     passkey_ok, none_acc = (passkey_baseline(m, racing) if passkey else (False, None))
     if passkey and not passkey_ok:
         on_passkey_skipped()
@@ -149,5 +159,5 @@ def advise(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[int]
     rule = RULE if racing is None else RULE_RACED
     rule = rule.replace("log-PPL", "log key-token PPL") if metric == "key-ppl" else rule
     return {"lengths": lengths, "factor": k, "rule": rule, "candidates": [n for n, _ in candidates], **out,
-            "metric": metric, "passkey_measured": passkey_ok, "unscaled_passkey_at_L": none_acc,
+            "metric": metric, **({"serving": served} if served else {}), "passkey_measured": passkey_ok, "unscaled_passkey_at_L": none_acc,
             "searches": {n: s["search"] for n, s in searched.items()}}

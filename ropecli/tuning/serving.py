@@ -22,39 +22,42 @@ def variants(runtime: str, spec: Spec) -> list[bool]:
 
 
 def serve_workload(run: Evaluate, specs: list[Spec], workload: Workload, runtimes: list[str], rope, factor: float,
-                   margin: float | None = None) -> dict:
+                   margin: float | None = None, names: list[str] | None = None) -> dict:
     """{runtime: {rows, best}} plus the workload; every row: the candidate, its export variant, what the
     runtime applies at each length, PPL there, the expected loss and its per-window values, vs_best."""
     from ropecli.evaluation.stats import rank_against_best
     from ropecli.export.served import served
 
-    plans: dict[str, list] = {}  # runtime -> [(spec, consistent, {length: Served})], each distinct plan once
+    plans: dict[str, list] = {}  # runtime -> [(name, spec, consistent, {length: Served})], each distinct plan once
     for runtime in runtimes:
         seen = set()
-        for spec in specs:
+        for name, spec in zip(names or [s.label for s in specs], specs):
             for consistent in variants(runtime, spec):
                 plan = {n: served(runtime, spec, n, rope, factor, consistent) for n in workload.lengths}
                 key = (spec.label, tuple(repr(x.spec) for x in plan.values()))
                 if key not in seen:  # the other export serves the same schedules (none; vLLM's one schedule)
                     seen.add(key)
-                    plans.setdefault(runtime, []).append((spec, consistent, plan))
-    results = _evaluate(run, [p for ps in plans.values() for _, _, p in ps], workload.longest)
+                    plans.setdefault(runtime, []).append((name, spec, consistent, plan))
+    results = _evaluate(run, [p for ps in plans.values() for *_, p in ps], workload.longest)
     out = {}
     for runtime, entries in plans.items():
-        rows = [_row(runtime, spec, consistent, plan, workload, results) for spec, consistent, plan in entries]
+        rows = [{"name": name, **_row(runtime, spec, consistent, plan, workload, results)}
+                for name, spec, consistent, plan in entries]
         measured = [i for i, r in enumerate(rows) if "values" in r]
         ranked = rank_against_best({i: rows[i]["values"] for i in measured}, rows[measured[0]]["docs"],
                                    **({"margin": margin} if margin is not None else {})) if measured else {}
         for i in measured:
             rows[i]["vs_best"] = ranked[i]
         best = next((rows[i] for i in measured if ranked[i]["best"]), None)
-        out[runtime] = {"rows": rows, "best": best and {"candidate": best["candidate"], "variant": best["variant"]}}
+        out[runtime] = {"rows": rows, "best": best and {k: best[k] for k in ("name", "candidate", "variant", "consistent",
+                                                                              "method", "params", "log_n")}}
     return {"workload": {"shares": {str(n): w for n, w in workload.shares.items()}, "source": workload.source},
             "runtimes": out}
 
 
 def _row(runtime: str, spec: Spec, consistent: bool, plan: dict, workload: Workload, results: dict) -> dict:
-    row = {"candidate": spec.label, "consistent": consistent,
+    row = {"candidate": spec.label, "consistent": consistent, "method": spec.method, "params": dict(spec.params),
+           "log_n": spec.log_n,
            "variant": VARIANTS[consistent] if runtime == "transformers" else "as exported",
            "served": {str(n): f"{s.spec.label if s.spec else '—'} ({s.how})" for n, s in plan.items()}}
     missing = [s.how for s in plan.values() if s.spec is None]

@@ -33,6 +33,8 @@ class AdvisePlan:
     margin: float | None = None
     max_windows: int | None = None
     metric: str = "ppl"  # what the searches minimize and the rule ranks by: ppl or key-ppl
+    workload: str | None = None  # --workload: also every candidate served per runtime over these request lengths
+    runtime: list[str] | None = None  # the runtimes of --workload (None: all three)
 
 
 @dataclass
@@ -63,6 +65,12 @@ def run_advise(session: Bench, plan: AdvisePlan, lengths: list[int] | None, fact
     passkey = passkey_possible(held, rope.train_len, max(lengths), notes)
     racing = None if plan.no_race else racing_plan(held, lengths, plan.max_windows, notes)
     geom = rope.geometry(target_factor(factor, lengths, rope.train_len))
+    serving = None
+    if plan.workload:
+        from ropecli.export.served import RUNTIMES
+        from ropecli.tuning.workload import parse_workload
+
+        serving = (parse_workload(plan.workload, max(lengths)), plan.runtime or list(RUNTIMES), rope)
     with session.progress.task(bar_total(plan, names, lengths, session, held, racing, passkey), "advise"):
         result = advise(
             session.run, held.run, geom, lengths, names=names, budget=plan.budget, with_log_n=plan.with_log_n,
@@ -72,7 +80,8 @@ def run_advise(session: Bench, plan: AdvisePlan, lengths: list[int] | None, fact
                 -held.inputs.units("passkey") * len(names) * (2 if plan.with_log_n else 1)),
             held_windows=held.inputs.samples, search_windows=session.inputs.samples, racing=racing,
             expect=lambda count, metric="ppl", samples=None: session.progress.grow(
-                count * held.inputs.resized(samples).units(metric)), margin=plan.margin, metric=plan.metric)
+                count * held.inputs.resized(samples).units(metric)), margin=plan.margin, metric=plan.metric,
+            serving=serving)
     result = {**session.header(), **result, "notes": notes, "searched_windows": session.inputs.samples,
               "held_out_windows": held.inputs.samples, "held_out_first_window": held.inputs.first_window_at(max(lengths)),
               "held_out_split": held.inputs.split_note(max(lengths)), "racing": vars(racing) if racing else None,
@@ -170,28 +179,34 @@ def estimate_units(names, with_log_n, budget, lengths, inputs, held_inputs, pass
 
 def export_winner(result: dict, rope, model: str | None, gguf_file: str | None, out_dir: Path) -> list[dict]:
     """The winner through `ropecli.export.plan.export_schedule` (what `ropecli export` runs), for each
-    runtime, with the `ropecli export` command that does the same; a runtime that fails is reported, not raised."""
+    runtime, with the `ropecli export` command that does the same; a runtime that fails is reported, not raised.
+    With a workload (`result["serving"]`) each runtime gets `runtime_pick`'s candidate and export variant."""
     from ropecli.export.plan import check_export_paths, export_schedule, export_target, is_gguf
     from ropecli.models.config import BUILTIN, BUILTIN_DIR
     from ropecli.models.packaged import resolve_model
 
     source = str(BUILTIN_DIR) if model in (None, BUILTIN) else resolve_model(model)
-    w = result["winner_spec"]
-    spec = make_spec(w["method"], w["params"], log_n=w["log_n"])
+    served = (result.get("serving") or {}).get("runtimes", {})
     geom = rope.geometry(result["factor"])
     target = export_target(geom, rope, base_given=False)
     jobs = [("transformers", "hf", out_dir / "hf"), ("vllm", "vllm", out_dir / "vllm-overrides.json")]
     if is_gguf(source, gguf_file):
         jobs.append(("llama.cpp", "gguf", out_dir / "model-extended.gguf"))
-    flags = ["--model", source, *(["--gguf-file", gguf_file] if gguf_file else []), "--method", spec.method,
-             *[x for k, v in w["params"].items() for x in ("--param", f"{k}={v:.10g}")], *(["--log-n"] if spec.log_n else []),
-             "--len", str(geom.target_len), "--force"]
     done = []
     for runtime, to, out in jobs:
+        best = runtime_pick(served.get(runtime.replace(".", "")), result["winner"])
+        w = best or result["winner_spec"]
+        params = {k: v for k, v in w["params"].items() if v is not None and k != "factors"}
+        spec = make_spec(w["method"], params, log_n=w["log_n"])
+        consistent = bool(best and best["consistent"])
+        flags = ["--model", source, *(["--gguf-file", gguf_file] if gguf_file else []), "--method", spec.method,
+                 *[x for k, v in params.items() for x in ("--param", f"{k}={v:.10g}")], *(["--log-n"] if spec.log_n else []),
+                 "--len", str(geom.target_len), "--force", *(["--consistent"] if consistent else [])]
         command = " ".join(shlex.quote(c) for c in ["ropecli", "export", *flags, "--to", to, "--out", str(out)])
         try:
             check_export_paths(to, str(out), source, gguf_file, force=True)
-            written = export_schedule(spec, geom, target, to, str(out), model=source, gguf_file=gguf_file, force=True)
+            written = export_schedule(spec, geom, target, to, str(out), model=source, gguf_file=gguf_file, force=True,
+                                      consistent=consistent)
             done.append({"runtime": runtime, "command": command, "ok": True, "output": "\n".join(written["lines"])[-2000:]})
         except RopeCliError as exc:
             done.append({"runtime": runtime, "command": command, "ok": False, "output": str(exc)})
@@ -199,6 +214,20 @@ def export_winner(result: dict, rope, model: str | None, gguf_file: str | None, 
         done.append({"runtime": "llama.cpp", "command": None, "ok": False,
                      "output": "skipped: the model is not a GGUF file (convert it, then `ropecli export --to gguf`)"})
     return done
+
+
+def runtime_pick(block: dict | None, winner: str) -> dict | None:
+    """The export one runtime gets over the workload: its best row where the tournament's winner is shown worse
+    than it there (every variant of the winner), else the winner's best variant (transformers: --consistent
+    or not); None without a workload or where the winner cannot be served (the tournament's export stands)."""
+    if not block:
+        return None
+    rows = [r for r in block["rows"] if "vs_best" in r]
+    mine = sorted((r for r in rows if r["name"] == winner), key=lambda r: r["expected_nll"])
+    best = next((r for r in rows if r["vs_best"].get("best")), None)
+    if best is not None and mine and all(r["vs_best"].get("verdict") == "worse" for r in mine):
+        return best
+    return mine[0] if mine else None
 
 
 def _plain(x):
