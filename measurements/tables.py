@@ -208,6 +208,29 @@ def key_rules_rows() -> None:
           f"{s['precision_against_long_short']:.0%} of far-repeat's are LongPPL's\n")
 
 
+def workload_rows(name: str) -> None:
+    """One run of `compare --workload`: per runtime, every candidate and export with its PPL at each request
+    length, the expected NLL and the paired Δ to the runtime's best with the verdict."""
+    d = load(name)
+    if d is None or "serving" not in d:
+        return
+    s = d["serving"]
+    shares = s["workload"]["shares"]
+    print(f"{name}: requests {', '.join(f'{n}: {w:.0%}' for n, w in shares.items())}; exported for k = {s['factor']:g}; "
+          f"{d['samples']} windows\n")
+    for runtime, block in s["runtimes"].items():
+        print(f"{runtime}:\n")
+        header("candidate", "export", *[f"PPL @ {n}" for n in shares], "expected NLL", "Δ vs best (paired, ± 95 %): verdict")
+        for r in sorted(block["rows"], key=lambda r: r.get("expected_nll", math.inf)):
+            if "unservable" in r:
+                print(f"| {short_label(r['candidate'])} | {r['variant']} | " + " | ".join("—" for _ in shares) +
+                      f" | — | cannot be served: {r['unservable']} |")
+                continue
+            print(f"| {short_label(r['candidate'])} | {r['variant']} | " + " | ".join(f"{r['ppl'][n]:.3f}" for n in shares) +
+                  f" | {r['expected_nll']:.4f} | {vs_best(r['vs_best'])} |")
+        print()
+
+
 if __name__ == "__main__":
     for name in ("compare-16k", "llamacpp-16k"):
         ppl_table(name)
@@ -219,4 +242,6 @@ if __name__ == "__main__":
     search_rows()
     key_table("tokens-16k", "tokens-16k-winner")
     key_rules_rows()
+    for name in ("workload-short", "workload-long"):
+        workload_rows(name)
     sys.stdout.flush()

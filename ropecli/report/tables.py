@@ -65,7 +65,10 @@ def _cell(r: dict, text: str, against: str = "vs_best") -> str:
 
 
 def compare_table(out: dict, labels: list[str], lengths: list[int]) -> list:
-    """`ropecli compare`: methods x (PPL / passkey at each length, KL and top-1 at L), then one line per column."""
+    """`ropecli compare`: methods x (PPL / passkey at each length, KL and top-1 at L), then one line per column;
+    with --workload, the tables per runtime (`ropecli.report.serving_tables`)."""
+    from ropecli.report.serving_tables import serving_tables
+
     results, L, kl_k = out["results"], out["train_len"], out["kl_factor"]
     by = {(r["metric"], r["label"], r["len"]): r for r in results}
     have = {r["metric"] for r in results}
@@ -97,7 +100,7 @@ def compare_table(out: dict, labels: list[str], lengths: list[int]) -> list:
     if "passkey" in have:
         lines.append(plain("passkey: accuracy over all depths; bold/≈ rank by the answer NLL (paired over the same prompts)."))
     races = [plain(f"race ({m}): {rec['outcome']}") for m, rec in out.get("races", {}).items()]
-    return lines + [plain(line) for line in tie_lines(results)] + races
+    return lines + [plain(line) for line in tie_lines(results)] + races + serving_tables(out)
 
 
 def tie_lines(results: list[dict]) -> list[str]:

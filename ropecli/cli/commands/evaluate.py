@@ -79,14 +79,13 @@ def compare(
 
     --metric ppl (default), passkey (accuracy at each --len), kl (at L, schedules for the target's k:
     --k, or the longest --len / L). Cells shown equivalent to the best (paired, within --margin) are
-    marked ≈, undecided ones ?; the verdicts hold at 95% for each column.
+    marked ≈, undecided ones ?; the verdicts hold at 95% for each column. --workload: also per runtime.
 
     Examples: ropecli compare --len 256 --len 2048
               ropecli compare --len 2048 --method none,yarn,llama3,mixed --metric ppl,passkey,kl
               ropecli compare --model meta-llama/Llama-2-7b-hf --len 4096 --len 16384 --method none,pi,ntk-fixed,mixed --log-n --plot ppl.png
     """
     from ropecli.evaluation.evaluator import check_lengths
-    from ropecli.report.serving_tables import serving_tables
     from ropecli.report.tables import compare_table
     from ropecli.tuning.comparison import compare_schedules
 
@@ -94,11 +93,10 @@ def compare(
     metrics, lengths = flat_choices(metric, ("ppl",)), check_lengths(lengths)
     if "passkey" in metrics:
         prompts.parsed_depths(), prompts.checked_digits()
-    specs = schedule.specs(COMPARE_METHODS,
-                             factor=evaluation.k, log_n_modes=(False, True) if both_log_n else (evaluation.log_n,))
+    specs = schedule.specs(COMPARE_METHODS, factor=evaluation.k, log_n_modes=(False, True) if both_log_n else (evaluation.log_n,))
     check_plot_path(output.plot)
     session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts if "passkey" in metrics else None)
     out = compare_schedules(session, specs, lengths, metrics, evaluation.k, race=race, max_windows=max_windows, margin=margin,
                             serving=serve)
     plot_ppl([r for r in out["results"] if r["metric"] == "ppl"], output.plot, session, out.get("serving"))
-    return emit_json(out) if output.as_json else show(compare_table(out, [s.label for s in specs], lengths) + serving_tables(out))
+    return emit_json(out) if output.as_json else show(compare_table(out, [s.label for s in specs], lengths))
