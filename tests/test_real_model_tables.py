@@ -34,7 +34,10 @@ def rows(render, *args) -> list[str]:
     ("search_rows", ()),
     ("key_table", ("tokens-16k", "tokens-16k-winner")),
     ("key_rules_rows", ()),
-], ids=["compare-16k", "kl-4k", "kl-4k-searched", "passkey-16k", "searches", "key-tokens-16k", "key-rules-8k"])
+    ("workload_rows", ("workload-short",)),
+    ("workload_rows", ("workload-long",)),
+], ids=["compare-16k", "kl-4k", "kl-4k-searched", "passkey-16k", "searches", "key-tokens-16k", "key-rules-8k",
+        "workload-short", "workload-long"])
 def test_each_measured_row_is_in_the_page(render, args):
     found = rows(TABLES[render], *args)
     assert found, f"{render}{args}: no JSON in measurements/smollm2/"
