@@ -86,7 +86,7 @@ def _is_usage_error(exc: Exception) -> bool:
 def geometry_of(opts):
     """(Geometry, ModelRope or None): the analysis commands' geometry from a GeometryOptions; with --model, its config is read
     (no weights, no torch) and described on stderr, as the evaluating commands describe a loaded model."""
-    from ropecli.models.geometry import geometry_from_flags
+    from ropecli.models.config import geometry_from_flags
 
     geom, rope = geometry_from_flags(opts.d, opts.base, opts.train_len, opts.k, opts.target_len,
                                      opts.model, opts.gguf_file, opts.rope_layers)

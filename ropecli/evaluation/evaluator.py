@@ -73,10 +73,10 @@ class Evaluator:
         inputs.windows(length)
         if _unit(metric) == "ppl" and self.score_last and self.score_last >= length:
             raise RopeCliError(f"--score-last {self.score_last} must be below --len {length}")
-        L = self.backend.rope.train_len
+        L = self.backend.rope.shipped_len
         if metric == "kl" and length > L:
-            raise RopeCliError(f"--len {length} is beyond the training length L = {L}: KL against the "
-                               "unscaled model measures a schedule's cost within L; pass --len at most L")
+            raise RopeCliError(f"--len {length} is beyond the shipped length Ls = {L}: KL against the model as shipped "
+                               "measures a schedule's cost within it; pass --len at most Ls")
 
     def _check_rule(self, metric: str) -> None:
         if metric == "key-ppl" and self.key_rule is None:
@@ -99,6 +99,10 @@ class Evaluator:
         }
         if metric == "ppl":
             key["score_last"] = self.score_last
+        if sched.params.get("truncate") is None:  # added after caches were committed: absent = transformers' default
+            key["params"].pop("truncate", None)
+        if metric == "kl" and self.backend.rope.shipped is not None:
+            key["reference"] = "native"  # KL against the model as shipped (plain models: against none, as always)
         return key
 
     def evaluate(self, spec: Spec, length: int, on_window: Callable[[int], None] | None = None,

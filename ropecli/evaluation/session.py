@@ -90,7 +90,8 @@ class Session:
         it also says how the windows were split (a collective: every rank calls it)."""
         lm, ev, rope = self.model, self.ev, self.rope
         out = {"model": rope.name, "model_fingerprint": lm.fingerprint, "rotary_dim": rope.rotary_dim, "base": rope.base,
-               "train_len": rope.train_len, "runtime": lm.runtime, "dtype": lm.dtype, "device": lm.device,
+               "train_len": rope.train_len, "L0": rope.train_len, "Ls": rope.shipped_len,
+               "shipped": rope.shipped.to_json() if rope.shipped else None, "runtime": lm.runtime, "dtype": lm.dtype, "device": lm.device,
                "data": ev.inputs.data_label, "samples": ev.inputs.samples, "seed": ev.inputs.seed,
                "score_last": ev.score_last, "world_size": ev.dist.world, "key_rule": self.key_rule()}
         if ev.dist.world > 1:

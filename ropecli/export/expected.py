@@ -17,7 +17,6 @@ import numpy as np
 
 from ropecli.errors import RopeCliError
 from ropecli.models.config import ModelRope
-from ropecli.rope.geometry import Geometry
 from ropecli.rope.spec import Spec, make_spec
 
 
@@ -33,11 +32,18 @@ class Expected:
         """(factors, attention factor) the export must carry for `layer_type` at T; log-n as the
         constant sqrt(log_L T) the exporters write."""
         base = self.rope.scaled_bases.get(layer_type, self.rope.base)
-        sched = self.spec.schedule(Geometry(self.rope.rotary_dim, base, self.rope.train_len, self.factor), self.target_len)
+        sched = self.spec.schedule(self.rope.geometry(self.factor, base), self.target_len)
         attention = sched.attention_factor
         if self.spec.log_n:
             attention = math.sqrt(math.log(self.target_len) / math.log(self.rope.train_len))
         return sched.factors, attention
+
+    def switch_len(self, how: str) -> int:
+        """The original length an artefact must state: L0, or for a model that ships a schedule and a longrope
+        export, Ls (transformers switches from the shipped short_factor to the extension past it)."""
+        if self.rope.shipped is not None and not how.startswith("dynamic"):
+            return self.rope.shipped_len
+        return self.rope.train_len
 
     def base_of(self, layer_type: str | None) -> float:
         return self.rope.scaled_bases.get(layer_type, self.rope.base)
@@ -48,7 +54,7 @@ def expected_from_advice(advice: dict, path: Path, rope: ModelRope | None = None
     file does not keep (partial rotary, layer types), with the advice's d, base and L checked against it."""
     try:
         w = advice["winner_spec"]
-        spec = make_spec(w["method"], w["params"], log_n=w.get("log_n", False))
+        spec = make_spec(("native+" if w.get("composed") else "") + w["method"], w["params"], log_n=w.get("log_n", False))
         L, k, d, base = int(advice["train_len"]), float(advice["factor"]), int(advice["rotary_dim"]), float(advice["base"])
     except (KeyError, TypeError, ValueError) as exc:
         raise RopeCliError(f"{path} is not an advice.json written by `ropecli advise` (missing {exc}); "
@@ -65,7 +71,8 @@ def expected_from_export(manifest: dict, path: Path, rope: ModelRope | None = No
         params = manifest["params"]
         if not isinstance(params, dict):
             raise TypeError("params")
-        spec = make_spec(manifest["method"], params, log_n=bool(manifest.get("log_n", False)))
+        method = ("native+" if manifest.get("composed") else "") + manifest["method"]
+        spec = make_spec(method, params, log_n=bool(manifest.get("log_n", False)))
         L, k, d = int(manifest["train_len"]), float(manifest["factor"]), int(manifest["rotary_dim"])
         base, T = float(manifest["base"]), int(manifest["target_len"])
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
@@ -137,7 +144,7 @@ def expected_from_flags(target: Path, kind: str, f: Measured) -> Expected:
     """The schedule from --method/--b/--param at --len on the geometry of --model (or --d/--base/--train-len,
     or, lacking those, what the artefact states)."""
     from ropecli.export.readback import artefact_geometry
-    from ropecli.models.geometry import geometry_from_flags
+    from ropecli.models.config import geometry_from_flags
     from ropecli.rope.spec import parse_specs
 
     if f.target_len is None and f.k is None:

@@ -48,13 +48,16 @@ def rope_block(target: ModelRope, spec: Spec, factor: float, consistent: bool = 
     factor is the constant sqrt(log_L(k*L)): log-n's query scale at the target length."""
     from ropecli.rope.factor_files import rope_parameters_block
 
-    if spec.length_dependent and not spec.log_n:  # dynamic NTK: transformers' own type follows the length
+    if spec.length_dependent and not spec.log_n and not spec.composed:  # dynamic NTK: transformers' own type follows the length
         return dynamic_block(target, factor)
     per_type: dict[Any, dict] = {}
     for layer_type, base in target.scaled_bases.items():
-        geom = Geometry(target.rotary_dim, base, target.train_len, factor)
+        geom = target.geometry(factor, base)
         block = rope_parameters_block(geom, spec.schedule(geom), partial_rotary_factor=target.partial_rotary_factor)
         params = block["rope_parameters"]
+        if target.shipped is not None:  # the shipped schedule up to Ls (short_factor), the extension past it
+            params["original_max_position_embeddings"] = target.shipped_len
+            params["short_factor"] = [float(x) for x in target.shipped.at(target.rotary_dim, base)[0]]
         if spec.log_n:
             params["attention_factor"] = math.sqrt(math.log(geom.target_len) / math.log(target.train_len))
         if consistent:
@@ -65,7 +68,12 @@ def rope_block(target: ModelRope, spec: Spec, factor: float, consistent: bool = 
     if spec.log_n:
         note += (" = sqrt(log_L(k*L)) approximates the per-position log-n query scale by its value at the target "
                  "length (transformers applies one constant to q and k)")
-    note += "; short_factor = long_factor (--consistent)" if consistent else "; short_factor = 1 (unscaled up to L)"
+    if consistent:
+        note += "; short_factor = long_factor (--consistent)"
+    elif target.shipped is not None:
+        note += f"; short_factor = the shipped {target.shipped.label} up to Ls = {target.shipped_len}"
+    else:
+        note += "; short_factor = 1 (unscaled up to L)"
     max_pos = int(round(factor * target.train_len))
     if not target.layer_types:
         return {"rope_parameters": first, "max_position_embeddings": max_pos}, note

@@ -33,6 +33,17 @@ RUNTIME_BEHAVIOUR = {  # (with short_factor = 1, with --consistent)
 }
 
 
+def runtime_behaviour(target: ModelRope, consistent: bool) -> dict[str, str]:
+    """What each runtime does with an export, in words; for a model that ships a schedule, the short
+    factors are the shipped schedule up to Ls, not the unscaled model up to L."""
+    out = {name: both[1 if consistent else 0] for name, both in RUNTIME_BEHAVIOUR.items()}
+    if target.shipped is not None and not consistent:
+        out["transformers"] = (f"per forward pass: long_factor once the sequence is longer than Ls = {target.shipped_len}, "
+                               f"the shipped {target.shipped.label} (short_factor) up to Ls")
+        out["vllm"] = out["vllm"].replace("> L", "> Ls")
+    return out
+
+
 def is_gguf(model: str | None, gguf_file: str | None) -> bool:
     model = resolve_model(model)  # `smollm2` is a GGUF
     return bool(model and (model.endswith(".gguf") or gguf_file))
@@ -74,15 +85,45 @@ def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str,
                     model: str | None = None, gguf_file: str | None = None, force: bool = False,
                     consistent: bool = False, replace: bool = False) -> dict:
     """Write `spec` at geom's k for `runtime` (paths checked by `check_export_paths` first); returns what
-    was written, the lines to tell the user, and what each runtime does with it."""
+    was written, the lines to tell the user, and what each runtime does with it. `native` (the model as
+    shipped) writes nothing: the model already is what was measured."""
+    if spec.native:
+        return native_export(target, runtime)
     result = (_to_gguf(spec, geom, out, model, gguf_file, force, replace) if runtime == "gguf"
               else _to_hf_or_vllm(spec, geom, target, runtime, out, model, gguf_file, force, consistent))
-    result["runtimes"] = {name: both[1 if consistent else 0] for name, both in RUNTIME_BEHAVIOUR.items()}
+    result["runtimes"] = runtime_behaviour(target, consistent)
     result["consistent"] = consistent
+    flag = replaces_shipped(target, runtime, consistent)
+    if flag:
+        result["replaces_shipped"] = flag
+        result["lines"].append(f"note: {flag}")
     if out is not None:
         result["manifest"] = write_manifest(out, spec, geom, target, runtime, model, gguf_file, consistent)
         result["lines"].append(f"wrote {result['manifest']}: what was exported (`ropecli verify {out}` reads it)")
     return result
+
+
+def native_export(target: ModelRope, runtime: str) -> dict:
+    """`native` exported: nothing to write, and the line that says so."""
+    line = (f"native is {target.name or 'the model'} as shipped ({target.describe_shipped()}): nothing to export, no "
+            f"file written; serve the model as it is")
+    return {"runtime": runtime, "native": True, "factor": 1.0, "target_len": target.shipped_len, "block": None,
+            "lines": [line], "runtimes": {}, "consistent": False}
+
+
+def replaces_shipped(target: ModelRope, runtime: str, consistent: bool) -> str | None:
+    """Whether an export would replace the shipped schedule within Ls, in the runtime's own terms (None: it keeps it)."""
+    if target.shipped is None:
+        return None
+    what = f"the shipped {target.shipped.label}"
+    if runtime == "gguf":
+        return f"llama.cpp applies rope_freqs at every length: this export replaces {what} within Ls = {target.shipped_len} too"
+    if runtime == "vllm":
+        return (f"vLLM picks long_factor once at start-up for every request: this export replaces {what} within "
+                f"Ls = {target.shipped_len} too")
+    if consistent:
+        return f"--consistent writes the extension at every length: it replaces {what} within Ls = {target.shipped_len}"
+    return None
 
 
 MANIFEST = "ropecli-export.json"  # in an exported folder; beside a file: FILE.ropecli.json
@@ -102,7 +143,8 @@ def write_manifest(out: str, spec: Spec, geom: Geometry, target: ModelRope, runt
 
     path = manifest_path(out)
     atomic_write_text(path, json.dumps({
-        "ropecli_export": 1, "runtime": runtime, "method": spec.method, "label": spec.label,
+        "ropecli_export": 1, "runtime": runtime, "method": spec.method, "composed": spec.composed, "label": spec.label,
+        "shipped": target.shipped.to_json() if target.shipped else None,
         "params": {k: v for k, v in dict(spec.params).items() if v is not None and k != "factors"}, "log_n": spec.log_n,
         "factor": geom.factor, "target_len": geom.target_len, "train_len": geom.train_len,
         "rotary_dim": geom.rotary_dim, "base": geom.base, "model": model, "gguf_file": gguf_file,

@@ -80,7 +80,9 @@ def compare(applied: list[Applied], exp: Expected, runtime: str) -> list[Check]:
         base = exp.base_of(a.layer_type)
         add("base (rope_theta)", f"{base:g}", f"{a.rope_theta:g}", abs(a.rope_theta / base - 1) <= 1e-6)
         if a.train_len is not None:
-            add("original length L", str(exp.rope.train_len), str(a.train_len), a.train_len == exp.rope.train_len)
+            switch = exp.switch_len(a.how)
+            add("original length L" if switch == exp.rope.train_len else "switch length Ls (shipped up to it)",
+                str(switch), str(a.train_len), a.train_len == switch)
         if a.max_len is not None:  # dynamic NTK keeps L there: both runtimes scale from max_position_embeddings
             want_len = exp.rope.train_len if a.how.startswith("dynamic") else exp.target_len
             add("declared length", str(want_len), str(a.max_len), a.max_len == want_len)
@@ -133,8 +135,9 @@ def run_skipped(exp: Expected, run_len: int, consistent: bool) -> str | None:
     if exp.spec.log_n:
         return ("not run: the export applies log-n as one constant, sqrt(log_L T), where ropecli measured it per "
                 "position; their PPLs differ by design")
-    if run_len <= exp.rope.train_len and not consistent:
-        return (f"not run: --run-len {run_len} is within L = {exp.rope.train_len}, where transformers uses short_factor; "
+    switch = exp.switch_len("longrope")
+    if run_len <= switch and not consistent:
+        return (f"not run: --run-len {run_len} is within L = {switch}, where transformers uses short_factor; "
                 f"give a length above L")
     return None
 

@@ -48,6 +48,15 @@ class ModelBackend(Protocol):
                   chunk_tokens: int | None) -> tuple[float, int, int, list[float]]: ...
 
 
+def native_reference(rope: ModelRope, schedule: Schedule) -> Schedule:
+    """KL's reference: the model as shipped (`native`); plain RoPE (Lambda_m = 1) for a model that ships none,
+    written as `none` so that its patched arithmetic stays the one every cached KL was measured against."""
+    if rope.shipped is None:
+        return Schedule("none", np.ones_like(schedule.factors), 1.0)
+    factors, attention = rope.shipped.at(rope.rotary_dim, rope.base)
+    return Schedule("native", factors, attention)
+
+
 @dataclass
 class TransformersBackend:
     """A transformers causal LM whose rotary modules ropecli patches in place (`ropecli.models.patch`)."""
@@ -60,6 +69,7 @@ class TransformersBackend:
     fingerprint: str
     runtime: str = "transformers"
     earlier_fingerprint: str | None = None  # before the runtime entered the cache key: its windows are reused
+    native_patched: bool = False  # the loaded rotary modules lack the shipped schedule (a GGUF's rope_freqs): write it
 
     @property
     def name(self) -> str:
@@ -69,7 +79,7 @@ class TransformersBackend:
         r = self.rope
         scaled = f", scaling layer types {','.join(r.scaled_types)}" if r.layer_bases else ""
         return (f"{r.name}: rotary dim d={r.rotary_dim}, base={r.base:g}, training length L={r.train_len}, "
-                f"{self.dtype} on {self.device}{scaled}")
+                f"{self.dtype} on {self.device}{scaled}; {r.describe_shipped()}")
 
     @contextmanager
     def scaled(self, schedule: Schedule, log_n: bool):
@@ -78,7 +88,8 @@ class TransformersBackend:
 
         hooks = []
         try:
-            for slot in self.slots:
+            as_loaded = schedule.method == "native" and not self.native_patched  # the model as shipped: untouched
+            for slot in [] if as_loaded else self.slots:
                 apply_schedule(slot, schedule.factors, schedule.attention_factor)
             if log_n:
                 hooks = add_log_n_hooks(self.model, self.rope.train_len, list(self.rope.scaled_types) or None)
@@ -122,6 +133,6 @@ class TransformersBackend:
                   chunk_tokens: int | None) -> tuple[float, int, int, list[float]]:
         from ropecli.models.scoring import window_kl
 
-        ones = Schedule("none", np.ones_like(schedule.factors), 1.0)  # the reference: Lambda_m = 1, no log-n
-        return self._run(window_kl, ids, reference=lambda: self.scaled(ones, False),
+        reference = native_reference(self.rope, schedule)  # the model as shipped, no log-n
+        return self._run(window_kl, ids, reference=lambda: self.scaled(reference, False),
                          scaled=lambda: self.scaled(schedule, log_n), chunk_tokens=chunk_tokens)

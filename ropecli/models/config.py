@@ -11,6 +11,7 @@ type). Gemma 3 style configs keep one RoPE per layer type; ropecli scales `full_
 from __future__ import annotations
 
 import json
+import math
 import mmap
 import struct
 from dataclasses import dataclass, field, replace
@@ -18,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from ropecli.errors import RopeCliError
-from ropecli.models.geometry import DEFAULT_BASE, config_geometry
+from ropecli.models.geometry import DEFAULT_BASE, DEFAULT_GEOMETRY, config_geometry, resolve_factor
 from ropecli.rope.geometry import Geometry
+from ropecli.rope.shipped import Shipped, read_shipped
 
 BUILTIN = "builtin"
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "builtin_model"  # ropecli/builtin_model
@@ -36,6 +38,13 @@ class ModelRope:
     partial_rotary_factor: float = 1.0  # d / head_dim
     layer_bases: dict[str, float] = field(default_factory=dict)  # RoPE base per layer type; {} with one RoPE
     scaled_types: tuple[str, ...] = ()  # the layer types ropecli scales (--rope-layers); () with one RoPE
+    shipped: Shipped | None = None  # the schedule the model ships on the (first) scaled layer type; None: plain RoPE
+    # train_len is L0, the length the shipped schedule was built from (the training length of a plain model)
+
+    @property
+    def shipped_len(self) -> int:
+        """Ls: the length the model is shipped for (L0 for a model that ships plain RoPE)."""
+        return self.shipped.shipped_len if self.shipped else self.train_len
 
     @property
     def layer_type(self) -> str | None:
@@ -52,21 +61,38 @@ class ModelRope:
         """Base of each scaled layer type ({None: base} for a model with one RoPE)."""
         return {t: self.layer_bases[t] for t in self.scaled_types} if self.scaled_types else {None: self.base}
 
-    def geometry(self, factor: float) -> Geometry:
-        return Geometry(self.rotary_dim, self.base, self.train_len, factor)
+    def geometry(self, factor: float, base: float | None = None) -> Geometry:
+        """The geometry of L0 at factor k (k = N / L0), carrying the shipped schedule; `base`: a layer type's."""
+        return Geometry(self.rotary_dim, self.base if base is None else base, self.train_len, factor, self.shipped)
 
     def overridden(self, rotary_dim: int | None = None, base: float | None = None, train_len: int | None = None) -> "ModelRope":
         """Explicit flags win over the config: --base replaces the base of every scaled layer type."""
         bases = {t: (base if base is not None and t in self.scaled_types else b) for t, b in self.layer_bases.items()}
+        shipped = self.shipped
+        if shipped is not None and train_len and train_len != self.train_len:  # --train-len names L0
+            shipped = replace(shipped, original_len=train_len, shipped_len=max(shipped.shipped_len, train_len))
         return replace(self, rotary_dim=rotary_dim or self.rotary_dim, base=self.base if base is None else base,
-                       train_len=train_len or self.train_len, layer_bases=bases)
+                       train_len=train_len or self.train_len, layer_bases=bases, shipped=shipped)
+
+    def describe_shipped(self) -> str:
+        """What the model ships, in one phrase: `ships llama3(factor=8, …) from L0=8192 for Ls=131072 (…)`."""
+        if self.shipped is None:
+            return f"ships plain RoPE (native = none), L0 = Ls = {self.train_len}"
+        return self.shipped.describe()
 
     def describe(self) -> str:
         types = ""
         if self.layer_bases:
             others = ", ".join(f"{t} base {b:g}" for t, b in self.layer_bases.items() if t != self.layer_type)
             types = f", layer type {self.layer_type}" + (f" (also {others})" if others else "")
-        return f"{self.name}: rotary dim d={self.rotary_dim}, base={self.base:g}, training length L={self.train_len}{types}"
+        return (f"{self.name}: rotary dim d={self.rotary_dim}, base={self.base:g}, training length L={self.train_len}{types}; "
+                f"{self.describe_shipped()}")
+
+    def to_json(self) -> dict[str, Any]:
+        """The model's RoPE for --json headers: d, base, L0, Ls and what it ships."""
+        return {"rotary_dim": self.rotary_dim, "base": self.base, "L0": self.train_len, "Ls": self.shipped_len,
+                "shipped": self.shipped.to_json() if self.shipped else None,
+                "layer_types": self.layer_types, "scaled_types": list(self.scaled_types)}
 
 
 def choose_layer_types(types: list[str], rope_layers: str | None) -> tuple[str, ...]:
@@ -131,29 +157,40 @@ def _read_json(path: Path, name: str) -> dict:
 
 # --- transformers config.json ------------------------------------------------------------------
 
-def _from_hf_config(name: str, cfg: dict, rope_layers: str | None) -> ModelRope:
+def rope_from_config(name: str, cfg: dict, rope_layers: str | None) -> ModelRope:
+    """The one reading of a config.json's RoPE (a folder's, a hub repo's, a loaded model's `to_dict()`):
+    `text_config` nesting; transformers-5 `rope_parameters` (one block, or one per layer type);
+    transformers-4 `rope_theta` + `rope_scaling` (`type` or `rope_type`), Gemma 3's applying to its global
+    (full_attention) layers only; d, base and L0 by `config_geometry`, the shipped schedule by `read_shipped`."""
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
     rp_all = text.get("rope_parameters") or {}
     per_type = {t: v for t, v in rp_all.items() if isinstance(v, dict)}
+    scaling = text.get("rope_scaling") if isinstance(text.get("rope_scaling"), dict) else {}
     if per_type:  # transformers 5, Gemma 3 style: {"full_attention": {...}, "sliding_attention": {...}}
         bases = {t: float(v.get("rope_theta") or text.get("rope_theta") or DEFAULT_BASE) for t, v in sorted(per_type.items())}
-    elif "rope_local_base_freq" in text:  # transformers 4 Gemma 3 config
+    elif "rope_local_base_freq" in text:  # transformers 4 Gemma 3 config: rope_scaling scales the global layers
         bases = {"full_attention": float(text.get("rope_theta") or DEFAULT_BASE),
                  "sliding_attention": float(text["rope_local_base_freq"])}
-        per_type = {t: {} for t in bases}
+        per_type = {"full_attention": dict(scaling), "sliding_attention": {}}
     else:
         bases = {}
     scaled = choose_layer_types(sorted(bases), rope_layers)
     layer_type = scaled[0] if scaled else None
     # transformers 4 configs: rope_theta at the top level, scaling in rope_scaling
-    rp = dict(per_type.get(layer_type, {})) if layer_type else {**(text.get("rope_scaling") or {}), **rp_all}
+    rp = dict(per_type.get(layer_type, {})) if layer_type else {**scaling, **rp_all}
+    source = "rope_parameters" if rp_all and not scaling else "rope_scaling" if scaling else "rope_parameters"
     g = config_geometry(text, rp)
     if g.rotary_dim is None:
         raise RopeCliError(f"model '{name}': its config gives neither head_dim nor hidden_size and num_attention_heads; pass --d")
-    if not g.train_len:
+    shipped = read_shipped(rp, max_len=g.max_len, original_len=text.get("original_max_position_embeddings"), source=source)
+    L0 = shipped.original_len if shipped else g.train_len
+    if not L0:
         raise RopeCliError(f"model '{name}' states no training length in its config; pass --train-len")
-    return ModelRope(name, g.rotary_dim, bases[layer_type] if layer_type else g.base, g.train_len, g.partial_rotary_factor,
-                     bases, scaled)
+    return ModelRope(name, g.rotary_dim, bases[layer_type] if layer_type else g.base, int(L0), g.partial_rotary_factor,
+                     bases, scaled, shipped)
+
+
+_from_hf_config = rope_from_config
 
 
 # --- GGUF metadata -----------------------------------------------------------------------------
@@ -253,4 +290,88 @@ def _from_gguf(name: str, path: Path, rope_layers: str | None) -> ModelRope:
     d, base = g.rotary_dim or g.head_dim, g.base
     bases = {"full_attention": base, "sliding_attention": GEMMA3_SLIDING_BASE} if arch.startswith("gemma3") else {}
     scaled = choose_layer_types(sorted(bases), rope_layers)
-    return ModelRope(name, d, bases[scaled[0]] if scaled else base, g.train_len, d / g.head_dim, bases, scaled)
+    shipped = None if scaled and scaled[0] != "full_attention" else gguf_shipped(path, meta, arch, d)
+    L0 = shipped.original_len if shipped else g.train_len
+    return ModelRope(name, d, bases[scaled[0]] if scaled else base, L0, d / g.head_dim, bases, scaled, shipped)
+
+
+# llama.cpp's names (`src/llama-arch.cpp`, LLM_KV_ROPE_SCALING_*): rope.scaling.type is none|linear|yarn|longrope
+_GGUF_TYPES = {"linear": "linear", "yarn": "yarn", "longrope": "longrope"}
+
+
+def gguf_shipped(path: Path, meta: dict[str, Any], arch: str, rotary_dim: int) -> Shipped | None:
+    """The schedule a GGUF ships: `{arch}.rope.scaling.*` keys (type, factor, original_context_length,
+    attn_factor, yarn_beta_fast/slow), else a `rope_freqs` tensor (how llama.cpp's converter writes
+    Llama 3.1's llama3 factors: per-pair divisors, read as explicit factors; L0 = Ls / k where no
+    original length is stated), Phi-3's `rope_factors_long`/`_short` tensors with longrope."""
+    def get(key: str):
+        return meta.get(f"{arch}.{key}")
+
+    ctx = get("context_length")
+    kind = str(get("rope.scaling.type") or "none")
+    factor = get("rope.scaling.factor") or (1.0 / get("rope.scale_linear") if get("rope.scale_linear") else None)
+    original = get("rope.scaling.original_context_length")
+    attn = get("rope.scaling.attn_factor")
+    tensors = {}
+    names = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
+    if any(n.encode() in _head_bytes(path) for n in names):
+        data_start, layout = gguf_layout(path)
+        tensors = {n: _read_f32(path, off, rotary_dim // 2) for n, off in layout if n in names}
+    if kind == "longrope" or "rope_factors_long.weight" in tensors:
+        block = {"rope_type": "longrope", "long_factor": tensors.get("rope_factors_long.weight"),
+                 "short_factor": tensors.get("rope_factors_short.weight"), "factor": factor,
+                 "original_max_position_embeddings": original, "attention_factor": attn}
+        return read_shipped(block, max_len=ctx, source="gguf")
+    if kind in _GGUF_TYPES and factor and float(factor) > 1:
+        block = {"rope_type": _GGUF_TYPES[kind], "factor": float(factor), "original_max_position_embeddings": original,
+                 "beta_fast": get("rope.scaling.yarn_beta_fast"), "beta_slow": get("rope.scaling.yarn_beta_slow")}
+        if kind == "yarn" and attn and float(attn) != 1.0:  # llama.cpp: mscale = attn_factor * (1 + 0.1 ln k)
+            block["attention_factor"] = float(attn) * (1 + 0.1 * math.log(float(factor)))
+        return read_shipped(block, max_len=ctx, source="gguf")
+    freqs = tensors.get("rope_freqs.weight")
+    if freqs is not None and max(freqs) > 1:
+        k = float(max(freqs))
+        L0 = int(original or round((ctx or 0) / k))
+        block = {"rope_type": "longrope", "long_factor": freqs, "short_factor": freqs, "factor": k,
+                 "original_max_position_embeddings": L0, "attention_factor": float(attn or 1.0)}
+        return replace(read_shipped(block, max_len=ctx, source="gguf rope_freqs"), rope_type="rope_freqs")
+    return None
+
+
+def _head_bytes(path: Path, size: int = 1 << 22) -> bytes:
+    """The first bytes of a file (where a GGUF's metadata and tensor names are)."""
+    with open(path, "rb") as fh:
+        return fh.read(size)
+
+
+def _read_f32(path: Path, offset: int, n: int) -> list[float]:
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        raw = fh.read(4 * n)
+    if len(raw) < 4 * n:
+        raise RopeCliError(f"GGUF '{path}' ends inside a rope factor tensor; is it a complete GGUF file?")
+    return list(struct.unpack(f"<{n}f", raw))
+
+
+# --- the geometry the analysis commands compute with --------------------------------------------
+
+def geometry_from_flags(rotary_dim: int | None, base: float | None, train_len: int | None, k: float | None,
+                        target_len: int | None, model: str | None = None, gguf_file: str | None = None,
+                        rope_layers: str | None = None, fallback: dict | None = None):
+    """(Geometry, ModelRope or None): d, base, L0 from `model`'s config where given, else from `fallback`
+    (e.g. what an artefact states), else DEFAULT_GEOMETRY; an explicit flag overrides any of them. The
+    geometry carries the model's shipped schedule (`native`, `native+METHOD`)."""
+    rope = None
+    fallback = {**DEFAULT_GEOMETRY, **{key: v for key, v in (fallback or {}).items() if v}}
+    if model is not None or gguf_file is not None:
+        rope = read_rope_config(model, gguf_file=gguf_file, rope_layers=rope_layers)
+        rope = rope.overridden(train_len=train_len)
+        fallback = {"rotary_dim": rope.rotary_dim, "base": rope.base, "train_len": rope.train_len}
+    elif rope_layers is not None:
+        raise RopeCliError("--rope-layers chooses among a model's RoPE layer types; pass --model too")
+    d = fallback["rotary_dim"] if rotary_dim is None else rotary_dim
+    b = fallback["base"] if base is None else base
+    L = fallback["train_len"] if train_len is None else train_len
+    if L <= 0:
+        raise RopeCliError(f"training length L={L} must be positive; pass e.g. --train-len 4096")
+    return Geometry(d, b, L, resolve_factor(L, k, target_len), rope.shipped if rope else None), rope

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ropecli.errors import RopeCliError
-from ropecli.rope.geometry import Geometry
 
 DEFAULT_BASE = 10000.0  # transformers' and llama.cpp's default rope_theta
 DEFAULT_FACTOR = 8.0  # k when neither --k nor a target length is given
@@ -63,25 +62,3 @@ def resolve_factor(train_len: int, k: float | None, target_len: int | None, defa
             raise RopeCliError(f"--target-len {target_len} is below --train-len {train_len}; nothing to extend (k would be < 1)")
         return target_len / train_len
     return default if k is None else k
-
-
-def geometry_from_flags(rotary_dim: int | None, base: float | None, train_len: int | None, k: float | None,
-                        target_len: int | None, model: str | None = None, gguf_file: str | None = None,
-                        rope_layers: str | None = None, fallback: dict | None = None):
-    """(Geometry, ModelRope or None): d, base, L from `model`'s config where given, else from `fallback`
-    (e.g. what an artefact states), else DEFAULT_GEOMETRY; an explicit flag overrides any of them."""
-    rope = None
-    fallback = {**DEFAULT_GEOMETRY, **{key: v for key, v in (fallback or {}).items() if v}}
-    if model is not None or gguf_file is not None:
-        from ropecli.models.config import read_rope_config
-
-        rope = read_rope_config(model, gguf_file=gguf_file, rope_layers=rope_layers)
-        fallback = {"rotary_dim": rope.rotary_dim, "base": rope.base, "train_len": rope.train_len}
-    elif rope_layers is not None:
-        raise RopeCliError("--rope-layers chooses among a model's RoPE layer types; pass --model too")
-    d = fallback["rotary_dim"] if rotary_dim is None else rotary_dim
-    b = fallback["base"] if base is None else base
-    L = fallback["train_len"] if train_len is None else train_len
-    if L <= 0:
-        raise RopeCliError(f"training length L={L} must be positive; pass e.g. --train-len 4096")
-    return Geometry(d, b, L, resolve_factor(L, k, target_len)), rope

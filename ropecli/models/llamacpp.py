@@ -59,7 +59,8 @@ class LlamaCppBackend:
         if log_n:
             raise RopeCliError("--log-n scales each query by its own position, which llama.cpp cannot express; "
                                "use the transformers backend for log-n")
-        if np.allclose(schedule.factors, 1.0, rtol=0, atol=0) and schedule.attention_factor == 1.0:
+        native = schedule.method == "native"  # the GGUF as shipped, untouched
+        if native or (np.allclose(schedule.factors, 1.0, rtol=0, atol=0) and schedule.attention_factor == 1.0):
             self._path = self.gguf
             yield
             return

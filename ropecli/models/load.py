@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from ropecli.errors import RopeCliError
 from ropecli.models.backend import TransformersBackend
-from ropecli.models.config import BUILTIN, BUILTIN_DIR, ModelRope, choose_layer_types
+from ropecli.models.config import BUILTIN, BUILTIN_DIR, choose_layer_types, rope_from_config
 from ropecli.models.packaged import resolve_model
-from ropecli.models.geometry import config_geometry
-from ropecli.models.patch import find_rotary_slots, layer_types_of, rope_parameters, select_slots, text_config
+from ropecli.models.patch import find_rotary_slots, layer_types_of, select_slots, text_config
 
 
 def resolve_dtype(dtype: str, device: str) -> torch.dtype:
@@ -101,22 +101,28 @@ def load_model(name: str | None, *, gguf_file: str | None = None, dtype: str = "
     types = layer_types_of(slots)
     scaled = choose_layer_types(types, rope_layers)
     chosen = select_slots(slots, scaled)
-    cfg = text_config(model)
     d = chosen[0].rotary_dim
     if rotary_dim is not None and rotary_dim != d:
         raise RopeCliError(f"--d {rotary_dim} disagrees with the model's rotary dim {d} (inv_freq has {d // 2} entries); leave --d out")
-    g = config_geometry(cfg.to_dict(), rope_parameters(cfg, chosen[0].layer_type))  # the rule read_rope_config applies
-    L = train_len or g.train_len
-    if not L:
-        raise RopeCliError(f"model '{name}' states no training length; pass --train-len")
     if base is not None:
         for s in chosen:
             s.base = base
+    # the one reading of a config (read_rope_config applies it to config.json); d and the bases from the rotary modules
+    read = rope_from_config(name, text_config(model).to_dict(), ",".join(scaled) if scaled else None)
+    native_patched = False  # True: the loaded modules do not carry the shipped schedule; `native` writes it
+    if gguf_file:  # the GGUF's own keys and rope_freqs: what transformers' GGUF loader may have dropped
+        from ropecli.models.config import _from_gguf
+
+        in_gguf = _from_gguf(name, Path(source) / gguf_file, ",".join(scaled) if scaled else None)
+        native_patched = in_gguf.shipped is not None and read.shipped is None
+        read = replace(read, shipped=in_gguf.shipped, train_len=in_gguf.train_len if in_gguf.shipped else read.train_len)
     bases = {s.layer_type: s.base for s in slots if s.layer_type}
-    rope = ModelRope(name, d, chosen[0].base, int(L), g.partial_rotary_factor, bases, scaled)
+    rope = replace(read, rotary_dim=d, base=chosen[0].base, layer_bases=bases, scaled_types=scaled)
+    rope = rope.overridden(train_len=train_len)
     fp, earlier = fingerprint(model)
     return TransformersBackend(model, tokenizer, rope, chosen, str(torch_dtype).replace("torch.", ""),
-                               str(next(model.parameters()).device), fp, earlier_fingerprint=earlier)
+                               str(next(model.parameters()).device), fp, earlier_fingerprint=earlier,
+                               native_patched=native_patched)
 
 
 def fingerprint(model) -> tuple[str, str]:

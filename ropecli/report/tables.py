@@ -172,6 +172,8 @@ def verify_table(verdict, exp, target) -> list:
 
 def export_lines(result: dict, consistent: bool) -> list[str]:
     """What `ropecli export` prints: what it wrote, and what each runtime does with it."""
+    if result.get("native"):
+        return [plain(line) for line in result["lines"]]
     lines = [*result["lines"], "What each runtime does with it:", *[f"  {n}: {what}" for n, what in result["runtimes"].items()]]
     if not consistent:
         lines.append("  (--consistent writes short_factor = long_factor, so that all three apply the schedule at every length)")

@@ -8,11 +8,15 @@ Lambda_m >= 1. transformers indexes the same pairs from 0 (i = m - 1).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ropecli.errors import RopeCliError
+
+if TYPE_CHECKING:
+    from ropecli.rope.shipped import Shipped
 
 TWO_PI = 2.0 * math.pi
 
@@ -23,9 +27,16 @@ class Geometry:
     base: float  # rope_theta; beta = base^(2/d)
     train_len: int  # L: the context the model was trained at
     factor: float  # k: extension factor (target length / L unless given)
+    shipped: "Shipped | None" = field(default=None, compare=False)  # the schedule the model ships (L = its L0), if any
 
     def __post_init__(self) -> None:
         validate_geometry(self.rotary_dim, self.base, self.train_len, self.factor)
+
+    @property
+    def shipped_len(self) -> int:
+        """Ls: the length the model is shipped for (L for a model that ships plain RoPE): costs within it are
+        measured there, against `native`."""
+        return self.shipped.shipped_len if self.shipped is not None else self.train_len
 
     @property
     def n_pairs(self) -> int:

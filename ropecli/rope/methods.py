@@ -171,16 +171,20 @@ def dynamic_schedule(geom: Geometry, seq_len: float | None) -> tuple[np.ndarray,
     Param("mscale", None, "DeepSeek-style mscale (with mscale_all_dim)", lo=0.0),
     Param("mscale_all_dim", None, "DeepSeek-style mscale_all_dim (with mscale)", lo=0.0),
     Param("attention_factor", None, "override the attention factor", lo=0.0),
+    Param("truncate", None, "0: keep the ramp's ends fractional (gpt-oss); default 1, floor/ceil as transformers", lo=0.0, hi=1.0),
 )
 def yarn_schedule(geom: Geometry, beta_fast: float, beta_slow: float, mscale: float | None,
-                  mscale_all_dim: float | None, attention_factor: float | None) -> tuple[np.ndarray, float]:
+                  mscale_all_dim: float | None, attention_factor: float | None,
+                  truncate: float | None) -> tuple[np.ndarray, float]:
     d, base, k = geom.rotary_dim, geom.base, geom.factor
 
     def correction_dim(rotations: float) -> float:  # pair index (0-based) that turns `rotations` times within L
         return d * math.log(geom.train_len / (rotations * TWO_PI)) / (2 * math.log(base))
 
-    low = max(math.floor(correction_dim(beta_fast)), 0)
-    high = min(math.ceil(correction_dim(beta_slow)), d - 1)
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if truncate is None or truncate >= 0.5:  # transformers' `truncate` (default True)
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, d - 1)
     if low == high:
         high += 0.001  # as transformers: avoid a zero-width ramp
     ramp = np.clip((np.arange(geom.n_pairs, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
@@ -233,6 +237,19 @@ def longrope_schedule(geom: Geometry, factors: Any, attention_factor: float | No
     return arr, float(attention_factor)
 
 
+@register(
+    "native",
+    "the model as shipped: the schedule its config carries (llama3, yarn, longrope, linear, dynamic …), unpatched; "
+    "plain RoPE (Lambda_m = 1) for a model that ships none",
+    Param("seq_len", None, "request length n (default: the target length)", lo=1),
+    current_length="seq_len",
+)
+def native_schedule(geom: Geometry, seq_len: float | None) -> tuple[np.ndarray, float]:
+    if geom.shipped is None:
+        return _ones(geom), 1.0
+    return geom.shipped.at(geom.rotary_dim, geom.base, int(seq_len or geom.target_len))
+
+
 def _need_two_pairs(geom: Geometry, name: str) -> None:
     if geom.rotary_dim < 4:
         raise RopeCliError(f"{name} divides by d-2 and needs d >= 4 (got d={geom.rotary_dim}); pass a larger --d")
@@ -245,7 +262,10 @@ def method_names() -> list[str]:
 
 
 def resolve_method(name: str) -> Method:
-    key = ALIASES.get(name.strip().lower(), name.strip().lower())
+    """The method of a name or alias; `native+METHOD` (composed on the shipped schedule) is METHOD's."""
+    key = name.strip().lower()
+    key = key[len("native+"):] if key.startswith("native+") else key
+    key = ALIASES.get(key, key)
     if key not in REGISTRY:
         raise RopeCliError(f"unknown method '{name}'; choose one of: {', '.join(REGISTRY)} (aliases: {', '.join(ALIASES)})")
     return REGISTRY[key]

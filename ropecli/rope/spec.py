@@ -10,6 +10,12 @@ at a length, and the one list of standard methods. Numpy only.
   factor file, as the flags give them, become Specs; every given parameter must fit a chosen method.
 - A method whose schedule depends on the current sequence length (dynamic NTK) says so in the
   registry (`Method.current_length`); `Spec.schedule(geom, length)` fills it in.
+- A model that ships a scaled RoPE (`ropecli.rope.shipped`, on `geom.shipped`) is extended past its
+  shipped length Ls in two families: *re-derived* (any method, k = N / L0 on the geometry of L0: a plain
+  Spec) and *composed* (`native+METHOD`, `Spec.composed`): the shipped schedule at Ls times METHOD at
+  k' = N / Ls on the geometry of Ls, Lambda_m = Lambda_shipped,m * Lambda_extra,m, attention factors
+  multiplied (every runtime multiplies cos and sin by one attention factor: transformers'
+  `attention_scaling`, vLLM's `mscale`, llama.cpp's `attn_factor`). `native` is the model as shipped.
 """
 
 from __future__ import annotations
@@ -37,11 +43,17 @@ class Spec:
     params: tuple = ()  # (name, value) pairs in the method's order, defaults filled; hashable
     factor: float | None = None  # None: k = max(1, n / L) for a window of n tokens (`factor_at`)
     log_n: bool = False
+    composed: bool = False  # native+METHOD: on top of the shipped schedule (k' = N / Ls), not re-derived from L0
 
     @property
     def label(self) -> str:
         """`mixed(b=0.625)`, `+log-n` appended when the queries are scaled: the one label of a Spec."""
-        return format_label(self.method, dict(self.params)) + ("+log-n" if self.log_n else "")
+        return (COMPOSED_PREFIX if self.composed else "") + format_label(self.method, dict(self.params)) + ("+log-n" if self.log_n else "")
+
+    @property
+    def native(self) -> bool:
+        """The model as shipped (no patching)."""
+        return self.method == "native"
 
     @property
     def length_dependent(self) -> bool:
@@ -58,6 +70,8 @@ class Spec:
         params = dict(self.params)
         if self.length_dependent and length is not None:
             params[REGISTRY[self.method].current_length] = float(length)
+        if self.composed and geom.shipped is not None:
+            return composed_schedule(self.method, params, geom)
         return compute_schedule(self.method, geom, **params)
 
     def but(self, **changes: Any) -> "Spec":
@@ -65,11 +79,53 @@ class Spec:
         return replace(self, **changes)
 
 
+COMPOSED_PREFIX = "native+"
+
+
+def composed_schedule(method: str, params: dict[str, Any], geom: Geometry) -> Schedule:
+    """The shipped schedule at Ls times `method` at k' = N / Ls on the geometry of Ls (N = geom's target length)."""
+    sh = geom.shipped
+    N = geom.target_len
+    extra_geom = Geometry(geom.rotary_dim, geom.base, sh.shipped_len, max(1.0, N / sh.shipped_len))
+    extra = compute_schedule(method, extra_geom, **params)
+    base_factors, base_attention = sh.at(geom.rotary_dim, geom.base, sh.shipped_len)
+    return Schedule(COMPOSED_PREFIX + method, base_factors * extra.factors, base_attention * extra.attention_factor,
+                    {**extra.params, "over": sh.label, "k_extra": extra_geom.factor})
+
+
+def split_composed(name: str) -> tuple[str, bool]:
+    """`native+yarn` -> ("yarn", True); anything else -> (name, False)."""
+    n = name.strip()
+    if n.lower().startswith(COMPOSED_PREFIX):
+        rest = n[len(COMPOSED_PREFIX):]
+        if resolve_method(rest).name == "native":
+            raise RopeCliError("native+native is native; pass --method native")
+        return rest, True
+    return n, False
+
+
 def make_spec(name: str, params: dict[str, Any] | None = None, *, factor: float | None = None, log_n: bool = False) -> Spec:
+    name, composed = split_composed(name)
     method, resolved = resolve_params(name, params or {})
     if resolved.get("factors") is not None:
         resolved["factors"] = tuple(float(x) for x in resolved["factors"])
-    return Spec(method.name, tuple(resolved.items()), factor, log_n)
+    return Spec(method.name, tuple(resolved.items()), factor, log_n, composed)
+
+
+def reference_spec(geom: Geometry) -> Spec:
+    """What a cost within the shipped length is measured against: the model as shipped (`native`), which for
+    a model that ships plain RoPE is `none` (kept as `none` there: the arithmetic every cached number used)."""
+    return make_spec("native" if geom.shipped is not None else "none")
+
+
+def standard_specs_for(geom: Geometry, *, factor: float | None = None, log_n: bool = False) -> list[Spec]:
+    """The methods people deploy on this model: STANDARD_METHODS, and for a model that ships a schedule
+    `native` (the model as shipped) and each method composed on top of it (`native+METHOD`)."""
+    specs = standard_specs(factor=factor, log_n=log_n)
+    if geom.shipped is None:
+        return specs
+    composed = [s.but(composed=True) for s in specs if s.method not in ("none", "native")]
+    return [make_spec("native", factor=factor, log_n=log_n), *specs, *composed]
 
 
 def target_factor(k: float | None, lengths: Sequence[int], train_len: int) -> float:
@@ -121,7 +177,8 @@ def parse_specs(methods: list[str] | None, bs: list[float] | None = None, param:
                      log_n_modes: tuple[bool, ...] = (False,)) -> list[Spec]:
     """One Spec per method, per b for methods that take b, per log-n mode, in that order."""
     params = parse_params(param)
-    chosen = [resolve_method(n) for n in split_methods(methods, default)]
+    named = [split_composed(n) for n in split_methods(methods, default)]
+    chosen = [resolve_method(n) for n, _ in named]
     check_params_fit(chosen, [*params, *(["b"] if bs else []), *(["factors"] if factors_file else [])])
     factors = None
     if factors_file:
@@ -129,13 +186,13 @@ def parse_specs(methods: list[str] | None, bs: list[float] | None = None, param:
 
         factors = read_factors(factors_file)
     specs = []
-    for method in chosen:
+    for method, (_, composed) in zip(chosen, named):
         takes = {p.name for p in method.params}
         kwargs = {k: v for k, v in params.items() if k in takes}
         if "factors" in takes:
             kwargs["factors"] = factors
         for b in (bs or [None]) if "b" in takes else [None]:
             for log_n in log_n_modes:
-                specs.append(make_spec(method.name, {**kwargs, **({"b": b} if b is not None else {})},
-                                       factor=factor, log_n=log_n))
+                specs.append(make_spec((COMPOSED_PREFIX if composed else "") + method.name,
+                                       {**kwargs, **({"b": b} if b is not None else {})}, factor=factor, log_n=log_n))
     return specs

@@ -32,7 +32,7 @@ from typing import Callable
 
 from ropecli.evaluation.inference import MARGIN
 from ropecli.rope.geometry import Geometry
-from ropecli.rope.spec import Spec, make_spec, target_factor
+from ropecli.rope.spec import Spec, make_spec, reference_spec, target_factor
 from ropecli.tuning.candidates import search_plans, static_candidates
 from ropecli.tuning.held_out import PASSKEY_BASELINE, Measure, Racing, passkey_baseline, race_candidates
 from ropecli.tuning.objective import Evaluate
@@ -113,8 +113,9 @@ def advise(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[int]
             searched[name + ("+log-n" if log_n else "")] = found
     candidates = candidate_specs(names, searched, with_log_n, factor)
     specs = dict(candidates)
-    L = geom.train_len
-    m = Measure(held_run, L, lengths, k, held_windows, expect if racing else (lambda *a, **kw: None), metric)
+    L = geom.shipped_len  # costs within the shipped length, against the model as shipped
+    m = Measure(held_run, L, lengths, k, held_windows, expect if racing else (lambda *a, **kw: None), metric,
+                reference_spec(geom))
     served = None
     if serving is not None:
         from ropecli.tuning.serving import serve_workload

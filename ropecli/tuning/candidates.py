@@ -17,9 +17,22 @@ class Candidate(str, Enum):
     ntk_fixed = "ntk-fixed"
     mixed_b = "mixed-b"
     mixed_clamped = "mixed-clamped"
+    # a model that ships a schedule (Llama 3.1, Qwen YaRN, Phi-3 …): as shipped, and extended on top of it
+    native = "native"
+    native_pi = "native+pi"
+    native_yarn = "native+yarn"
+    native_llama3 = "native+llama3"
+    native_ntk_fixed = "native+ntk-fixed"
+    native_yarn_tuned = "native+yarn-tuned"
 
 
 CANDIDATES = tuple(c.value for c in Candidate)
+SHIPPED_ONLY = tuple(c for c in CANDIDATES if c.startswith("native"))  # meaningful only for a model that ships a schedule
+
+
+def default_candidates(ships_schedule: bool) -> list[str]:
+    """Every candidate; the native ones only for a model that ships a schedule (else native is none)."""
+    return [c for c in CANDIDATES if ships_schedule or c not in SHIPPED_ONLY]
 
 
 def static_candidates() -> dict[str, tuple[str, dict]]:
@@ -27,7 +40,10 @@ def static_candidates() -> dict[str, tuple[str, dict]]:
     mixed(b=0.625) is not one: the mixed-b search covers its family."""
     from ropecli.rope.spec import STANDARD_METHODS
 
-    return {name: (name, params) for name, params in STANDARD_METHODS if name in CANDIDATES}
+    plain = {name: (name, params) for name, params in STANDARD_METHODS if name in CANDIDATES}
+    composed = {"native+" + name: ("native+" + name, params) for name, params in STANDARD_METHODS
+                if "native+" + name in CANDIDATES}
+    return {**plain, "native": ("native", {}), **composed}
 
 
 def search_plans(budget: int) -> dict[str, tuple[str, list[str], int]]:
@@ -35,4 +51,5 @@ def search_plans(budget: int) -> dict[str, tuple[str, list[str], int]]:
     searches and the progress bar's total read."""
     return {"yarn-tuned": ("yarn", ["beta_fast", "beta_slow"], max(budget, 7)),
             "mixed-b": ("mixed", ["b"], max(min(budget, 12), 4)),
-            "mixed-clamped": ("mixed", ["b", "critical"], max(budget, 7))}
+            "mixed-clamped": ("mixed", ["b", "critical"], max(budget, 7)),
+            "native+yarn-tuned": ("native+yarn", ["beta_fast", "beta_slow"], max(budget, 7))}

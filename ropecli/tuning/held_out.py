@@ -45,8 +45,10 @@ class Measure:
     bar's total grows with a race; a no-op when the total was known up front)."""
 
     def __init__(self, held_run: Evaluate, L: int, lengths: list[int], k: float, windows: int,
-                 expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None, metric: str = "ppl"):
+                 expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None, metric: str = "ppl",
+                 reference: Spec | None = None):
         self.run, self.L, self.lengths, self.k, self.windows, self.expect = held_run, L, lengths, k, windows, expect
+        self.reference = reference or make_spec("none")  # native for a model that ships a schedule (`reference_spec`)
         self.score = Scorer(held_run, L, lengths, metric, k)  # the objective: ppl or key-ppl
         self._none_L = None
 
@@ -59,7 +61,7 @@ class Measure:
         self.expect(2 if self._none_L is None else 1, "ppl", n)
         self.expect(1, "kl", n)
         if self._none_L is None:
-            self._none_L = self.run([make_spec("none")], [self.L], "ppl", n)[0]
+            self._none_L = self.run([self.reference], [self.L], "ppl", n)[0]
         at_L = self.run([spec.but(factor=self.k)], [self.L], "ppl", n)[0]
         kl = self.run([spec.but(factor=self.k)], [self.L], "kl", n)[0]
         return {"short_ppl": at_L.ppl, "short_rise_percent": 100.0 * (at_L.ppl / self._none_L.ppl - 1.0),
@@ -78,7 +80,7 @@ def passkey_baseline(m: Measure, racing: Racing | None) -> tuple[bool, float]:
     """Does the unscaled model retrieve at least PASSKEY_BASELINE of keys at L? (decision, accuracy).
     Full: on every prompt. Racing: prompts per depth 2, 4, … (`looks`) until the Clopper-Pearson interval at
     ALPHA / looks lies on one side of the threshold (or the prompts run out: then the accuracy decides)."""
-    none = make_spec("none")
+    none = m.reference  # the model as shipped (unscaled RoPE for a model that ships none)
     if racing is None:
         acc = m.passkey(none, m.L).accuracy
         return acc >= PASSKEY_BASELINE, acc

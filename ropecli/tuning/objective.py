@@ -65,7 +65,10 @@ class Scorer:
     both with the target's k."""
 
     def __init__(self, run: Evaluate, train_len: int, lengths: list[int], objective: str, guard_k: float,
-                 max_short_regression: float | None = None, max_short_kl: float | None = None):
+                 max_short_regression: float | None = None, max_short_kl: float | None = None,
+                 reference: Spec | None = None):
+        """`train_len`: the length the guards measure at (Ls, the shipped length); `reference`: what the PPL
+        rise is over (`reference_spec`: native for a model that ships a schedule, else none)."""
         self.run, self.train_len, self.lengths = run, train_len, lengths
         self.objective = Objective(objective).value
         self.guard_k, self.max_rise, self.max_kl = guard_k, max_short_regression, max_short_kl
@@ -75,7 +78,9 @@ class Scorer:
         if max_short_regression is not None:
             from ropecli.rope.spec import make_spec
 
-            self.guard["none_ppl"] = run([make_spec("none")], [train_len])[0].ppl
+            ref = reference or make_spec("none")
+            self.guard["reference"] = ref.label
+            self.guard["none_ppl"] = run([ref], [train_len])[0].ppl
 
     def __call__(self, spec: Spec, samples: int | None = None, guards: bool = True) -> dict:
         """The entry of `spec` on the first `samples` windows (default: all); `guards=False` skips the

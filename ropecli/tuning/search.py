@@ -27,7 +27,7 @@ from ropecli.errors import RopeCliError
 from ropecli.evaluation.stats import tie_answer
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.methods import format_label
-from ropecli.rope.spec import Spec, make_spec, standard_specs, target_factor
+from ropecli.rope.spec import Spec, make_spec, reference_spec, standard_specs_for, target_factor
 from ropecli.tuning.objective import Evaluate, Scorer, pair
 from ropecli.tuning.optimizers import (boundary, check_range, default_optimizer, grid_evaluations, interior_evaluations,
                                        local_maxima, optimize)
@@ -52,8 +52,8 @@ def run_search(run: Evaluate, held_out_run: Evaluate | None, geom: Geometry, met
     `score`: a Scorer to share with the caller (search-b scores its references with the same guards).
     `screen` (with the number of searched `windows`): a point hopeless against the incumbent after its
     first half of the windows stops there (`screened`); `expect` hears of the windows it did not take."""
-    score = score or Scorer(run, geom.train_len, lengths, objective, target_factor(factor, lengths, geom.train_len),
-                            max_short_regression, max_short_kl)
+    score = score or Scorer(run, geom.shipped_len, lengths, objective, target_factor(factor, lengths, geom.train_len),
+                            max_short_regression, max_short_kl, reference_spec(geom))
     evaluations: list[dict] = []
 
     def screened(spec: Spec) -> dict | None:
@@ -143,8 +143,8 @@ def search_b(run: Evaluate, geom: Geometry, lengths: list[int], *, lo: float = 0
     `screen`, `expect`: as in `run_search` (hopeless points stop after their first windows)."""
     check_range(lo, hi, tol)
     evals = interior_evaluations(lo, hi, tol) + 2  # both ends, then the interior points
-    score = Scorer(run, geom.train_len, lengths, objective, target_factor(factor, lengths, geom.train_len),
-                   max_short_regression, max_short_kl)  # one Scorer: the references meet the same guards
+    score = Scorer(run, geom.shipped_len, lengths, objective, target_factor(factor, lengths, geom.train_len),
+                   max_short_regression, max_short_kl, reference_spec(geom))  # one Scorer: the references meet the same guards
     out = run_search(run, None, geom, "mixed", [Dim("b", lo, hi)], {}, lengths, budget=evals, optimizer="golden",
                      objective=objective, log_n=log_n, factor=factor, tol=tol / (hi - lo), score=score,
                      windows=windows, screen=screen, expect=expect)
@@ -167,7 +167,7 @@ def reference_rows(score: Scorer, log_n: bool, factor: float | None, by_b: dict[
     """The standard methods on the searched windows; PI, NTK-fixed (and b = 0.625) come from the
     search's evaluations at the same b when it made them."""
     rows = []
-    for spec in standard_specs(factor=factor, log_n=log_n):
+    for spec in standard_specs_for(geom, factor=factor, log_n=log_n):
         params = dict(spec.params)
         same_b = SAME_AS_MIXED.get(spec.method, params.get("b") if spec.method == "mixed" and params.get("critical") is None else None)
         if same_b in by_b:
@@ -206,9 +206,9 @@ def references_verdict(references: list[dict], best: dict) -> dict:
 def held_out_verdict(run: Evaluate, geom: Geometry, lengths: list[int], objective: str, winner: Spec,
                      extra: list[Spec], log_n: bool, factor: float | None) -> dict:
     """The winner and the standard methods on held-out windows; the winner against the best of them, paired."""
-    score = Scorer(run, geom.train_len, lengths, objective, 1.0)
+    score = Scorer(run, geom.shipped_len, lengths, objective, 1.0)
     rows = [{"label": winner.label, "role": "winner", **score(winner)}]
-    for spec in standard_specs(factor=factor, log_n=log_n) + list(extra):
+    for spec in standard_specs_for(geom, factor=factor, log_n=log_n) + list(extra):
         if spec.label != winner.label:
             rows.append({"label": spec.label, "role": "standard", **score(spec)})
     win = rows[0]

@@ -53,16 +53,19 @@ def run_advise(session: Bench, plan: AdvisePlan, lengths: list[int] | None, fact
     from ropecli.evaluation.evaluator import check_lengths, default_target
     from ropecli.rope.spec import target_factor
     from ropecli.tuning.advise import advise
-    from ropecli.tuning.candidates import CANDIDATES
+    from ropecli.tuning.candidates import SHIPPED_ONLY, default_candidates
 
-    names = plan.candidates or list(CANDIDATES)
     rope = session.rope
+    names = plan.candidates or default_candidates(rope.shipped is not None)
+    if rope.shipped is None and any(n in SHIPPED_ONLY for n in names):
+        raise RopeCliError(f"--candidates {','.join(n for n in names if n in SHIPPED_ONLY)}: {rope.name} ships plain RoPE, "
+                           "so native is none and native+METHOD is METHOD; leave those candidates out")
     lengths = check_lengths(lengths or [default_target(rope.train_len)])
     held = session.held_out(plan.held_out)
     for n in lengths:
         session.check("ppl", n), held.check("ppl", n)
     notes: list[str] = []
-    passkey = passkey_possible(held, rope.train_len, max(lengths), notes)
+    passkey = passkey_possible(held, rope.shipped_len, max(lengths), notes)
     racing = None if plan.no_race else racing_plan(held, lengths, plan.max_windows, notes)
     geom = rope.geometry(target_factor(factor, lengths, rope.train_len))
     serving = None
