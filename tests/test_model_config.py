@@ -53,7 +53,7 @@ def test_gemma3_layer_types(folders):
 def test_freqs_with_model_prints_geometry_and_flags_override(folders):
     r = runner.invoke(app, ["freqs", "--model", folders["gpt_neox"], "--k", "8", "--json"])
     assert r.exit_code == 0, r.output
-    assert "rotary dim d=8, base=10000, training length L=64" in r.stderr
+    assert "rotary dim d=8, base=10000, training length L0=64, shipped length Ls=64" in r.stderr
     data = json.loads(r.stdout)
     assert (data["rotary_dim"], data["base"], data["train_len"], data["factor"]) == (8, 1e4, 64, 8.0)
     data = json.loads(runner.invoke(app, ["freqs", "--model", folders["gpt_neox"], "--base", "500000", "--target-len", "256",

@@ -19,7 +19,6 @@ from typing import Any
 from ropecli.errors import RopeCliError
 from ropecli.files import atomic_write_text, normal_mode
 from ropecli.models.config import ModelRope
-from ropecli.rope.geometry import Geometry
 from ropecli.rope.spec import Spec
 
 
@@ -58,6 +57,7 @@ def rope_block(target: ModelRope, spec: Spec, factor: float, consistent: bool = 
         if target.shipped is not None:  # the shipped schedule up to Ls (short_factor), the extension past it
             params["original_max_position_embeddings"] = target.shipped_len
             params["short_factor"] = [float(x) for x in target.shipped.at(target.rotary_dim, base)[0]]
+            params.update(softmax_scale_keys(target))
         if spec.log_n:
             params["attention_factor"] = math.sqrt(math.log(geom.target_len) / math.log(target.train_len))
         if consistent:
@@ -80,6 +80,17 @@ def rope_block(target: ModelRope, spec: Spec, factor: float, consistent: bool = 
     note += "; per layer type: merge the scaled entries into your config's rope_parameters, keep the others"
     return {"rope_parameters": {lt: per_type.get(lt, "unchanged") for lt in target.layer_types},
             "max_position_embeddings": max_pos}, note
+
+
+def softmax_scale_keys(target: ModelRope) -> dict:
+    """Keys of the shipped block that a model reads outside its rotary module, kept in the export: DeepSeek-V2/V3
+    multiply the softmax scale by mscale(factor, mscale_all_dim)^2 whenever rope_type is not default
+    (`DeepseekV3Attention.__init__`, transformers' modeling_deepseek_v3.py), so the export keeps the shipped
+    factor and mscale_all_dim: the attention scale ropecli measured under (it patches the rotary only)."""
+    shipped = dict(target.shipped.params) if target.shipped else {}
+    if shipped.get("mscale_all_dim"):
+        return {"factor": target.shipped.factor, "mscale_all_dim": shipped["mscale_all_dim"]}
+    return {}
 
 
 def dynamic_block(target: ModelRope, factor: float) -> tuple[dict, str]:
@@ -129,6 +140,10 @@ def merged_config(config: dict, block: dict) -> dict:
         text["rope_parameters"] = new
     for stale in ("rope_scaling", "rope_theta", "rope_local_base_freq"):
         text.pop(stale, None)
+    if "original_max_position_embeddings" in text:  # Phi-3 keeps it at the top level, and it wins over the block's
+        first = new if "rope_type" in new else next((p for p in new.values() if isinstance(p, dict)), {})
+        text["original_max_position_embeddings"] = first.get("original_max_position_embeddings",
+                                                             text["original_max_position_embeddings"])
     text["max_position_embeddings"] = block["max_position_embeddings"]
     return out
 

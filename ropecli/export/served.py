@@ -28,7 +28,6 @@ import numpy as np
 
 from ropecli.errors import RopeCliError
 from ropecli.models.config import ModelRope
-from ropecli.rope.geometry import Geometry
 from ropecli.rope.spec import Spec, make_spec
 
 RUNTIMES = ("transformers", "vllm", "llamacpp")
@@ -47,7 +46,9 @@ def served(runtime: str, spec: Spec, length: int, rope: ModelRope, factor: float
     """What `runtime` applies at `length` tokens to `spec` exported at factor k = `factor`."""
     if runtime not in RUNTIMES:
         raise RopeCliError(f"unknown runtime '{runtime}'; choose from {', '.join(RUNTIMES)}")
-    if spec.length_dependent and not spec.log_n:  # dynamic NTK
+    if spec.native:  # nothing exported: every runtime serves the model as shipped
+        return Served(runtime, length, spec, "the model as shipped")
+    if spec.length_dependent and not spec.log_n and not spec.composed:  # dynamic NTK
         if runtime == "transformers":
             return Served(runtime, length, spec, "dynamic at the request's length")
         if runtime == "llamacpp":
@@ -61,9 +62,6 @@ def _applied(runtime: str, spec: Spec, length: int, rope: ModelRope, factor: flo
     from ropecli.export.hf import rope_block
     from ropecli.export.readback import transformers_applied, vllm_applied
 
-    if rope.layer_types:
-        raise RopeCliError("a workload per runtime needs one rotary geometry; models with per-layer-type RoPE "
-                           "(Gemma 3) are not supported yet: compare at each length instead")
     geom = rope.geometry(factor)
     if runtime == "llamacpp":  # rope_freqs = the schedule, at every length; log-n as one constant (export/plan.py)
         import math
@@ -72,6 +70,8 @@ def _applied(runtime: str, spec: Spec, length: int, rope: ModelRope, factor: flo
         attention = math.sqrt(math.log(geom.target_len) / math.log(geom.train_len)) if spec.log_n else sched.attention_factor
         return sched.factors, attention, "rope_freqs at every length"
     block, _ = rope_block(rope, spec, factor, consistent)
+    if rope.layer_types:  # per layer type: the scaled type's block (the one ropecli's evaluation patches with)
+        block = {**block, "rope_parameters": block["rope_parameters"][rope.layer_type]}
     head_dim = int(round(rope.rotary_dim / rope.partial_rotary_factor))
     if runtime == "vllm":
         from ropecli.export.vllm import vllm_block
@@ -88,7 +88,11 @@ def _applied(runtime: str, spec: Spec, length: int, rope: ModelRope, factor: flo
 def as_spec(spec: Spec, factors: np.ndarray, attention: float, rope: ModelRope, factor: float) -> Spec:
     """The candidate where `factors`/`attention` are its own schedule at k (within float32 rounding), `none`
     where they are the unscaled model, else an explicit `longrope` spec at k."""
-    geom = Geometry(rope.rotary_dim, rope.base, rope.train_len, factor)
+    geom = rope.geometry(factor)
+    if rope.shipped is not None and not spec.log_n:  # the shipped schedule at this length: the model as shipped
+        native, native_attention = rope.shipped.at(rope.rotary_dim, rope.base)
+        if np.allclose(native, factors, rtol=1e-5) and abs(native_attention - attention) < 1e-6:
+            return make_spec("native")
     if not spec.log_n and not spec.length_dependent:
         own = spec.schedule(geom)
         if np.allclose(own.factors, factors, rtol=1e-5) and abs(own.attention_factor - attention) < 1e-6:

@@ -57,6 +57,14 @@ def native_reference(rope: ModelRope, schedule: Schedule) -> Schedule:
     return Schedule("native", factors, attention)
 
 
+def native_as_loaded(rope: ModelRope, schedule: Schedule, patched: bool) -> bool:
+    """Whether `schedule` is run by leaving the model as loaded: `native`, unless the loaded modules lack the
+    shipped schedule (`patched`) or it is dynamic NTK, whose transformers state (the largest length seen) would
+    make a window's number depend on the windows before it: that one is written at each window's length, as a
+    fresh model computes it."""
+    return schedule.method == "native" and not patched and not (rope.shipped and rope.shipped.method == "dynamic")
+
+
 @dataclass
 class TransformersBackend:
     """A transformers causal LM whose rotary modules ropecli patches in place (`ropecli.models.patch`)."""
@@ -76,10 +84,7 @@ class TransformersBackend:
         return self.rope.name
 
     def describe(self) -> str:
-        r = self.rope
-        scaled = f", scaling layer types {','.join(r.scaled_types)}" if r.layer_bases else ""
-        return (f"{r.name}: rotary dim d={r.rotary_dim}, base={r.base:g}, training length L={r.train_len}, "
-                f"{self.dtype} on {self.device}{scaled}; {r.describe_shipped()}")
+        return self.rope.describe(f"{self.dtype} on {self.device}")
 
     @contextmanager
     def scaled(self, schedule: Schedule, log_n: bool):
@@ -88,7 +93,7 @@ class TransformersBackend:
 
         hooks = []
         try:
-            as_loaded = schedule.method == "native" and not self.native_patched  # the model as shipped: untouched
+            as_loaded = native_as_loaded(self.rope, schedule, self.native_patched)  # the model as shipped: untouched
             for slot in [] if as_loaded else self.slots:
                 apply_schedule(slot, schedule.factors, schedule.attention_factor)
             if log_n:

@@ -77,16 +77,17 @@ class ModelRope:
     def describe_shipped(self) -> str:
         """What the model ships, in one phrase: `ships llama3(factor=8, …) from L0=8192 for Ls=131072 (…)`."""
         if self.shipped is None:
-            return f"ships plain RoPE (native = none), L0 = Ls = {self.train_len}"
+            return f"ships plain RoPE (native = none) from L0=Ls={self.train_len}"
         return self.shipped.describe()
 
-    def describe(self) -> str:
+    def describe(self, runs: str = "") -> str:
+        """`NAME: rotary dim d=…, base=…, L0=…, Ls=…[, RUNS][, layer types]; ships …` (RUNS: dtype and device)."""
         types = ""
         if self.layer_bases:
             others = ", ".join(f"{t} base {b:g}" for t, b in self.layer_bases.items() if t != self.layer_type)
             types = f", layer type {self.layer_type}" + (f" (also {others})" if others else "")
-        return (f"{self.name}: rotary dim d={self.rotary_dim}, base={self.base:g}, training length L={self.train_len}{types}; "
-                f"{self.describe_shipped()}")
+        return (f"{self.name}: rotary dim d={self.rotary_dim}, base={self.base:g}, training length L0={self.train_len}, "
+                f"shipped length Ls={self.shipped_len}{', ' + runs if runs else ''}{types}; {self.describe_shipped()}")
 
     def to_json(self) -> dict[str, Any]:
         """The model's RoPE for --json headers: d, base, L0, Ls and what it ships."""

@@ -3,7 +3,7 @@ commands compute with (flags over config over defaults). Torch-free: loading (`r
 the config reader (`ropecli.models.config`), export's readback and verify all take d, base and L from
 `config_geometry`:
 
-- head_dim = head_dim, else hidden_size / num_attention_heads (GPT-2 style: n_embd / n_head);
+- head_dim = qk_rope_head_dim (MLA), else head_dim, else hidden_size / num_attention_heads (GPT-2 style: n_embd / n_head);
 - d = rotary_dim where a config states it as an int, else int(head_dim x partial_rotary_factor), the
   factor read from the rope parameters first, then the config (GPT-NeoX: rotary_pct), else 1;
 - base = rope_theta of the rope parameters, then of the config, else 10000;
@@ -44,7 +44,8 @@ def config_geometry(text: dict[str, Any], rope_parameters: dict[str, Any] | None
     transformers 5 `rope_parameters` block, or a transformers 4 config's `rope_scaling`)."""
     rp = rope_parameters or {}
     hidden, heads = text.get("hidden_size") or text.get("n_embd"), text.get("num_attention_heads") or text.get("n_head")
-    head_dim = text.get("head_dim") or (int(hidden) // int(heads) if hidden and heads else None)
+    head_dim = (text.get("qk_rope_head_dim")  # MLA (DeepSeek-V2/V3): only the qk_rope part of a head rotates
+                or text.get("head_dim") or (int(hidden) // int(heads) if hidden and heads else None))
     partial = float(rp.get("partial_rotary_factor") or text.get("partial_rotary_factor") or text.get("rotary_pct") or 1.0)
     d = int(text["rotary_dim"]) if isinstance(text.get("rotary_dim"), int) else (int(head_dim * partial) if head_dim else None)
     original = rp.get("original_max_position_embeddings") or text.get("original_max_position_embeddings")

@@ -49,9 +49,7 @@ class LlamaCppBackend:
     _llms: dict = field(default_factory=dict)  # (path, n_ctx) -> llama_cpp.Llama, reused across windows
 
     def describe(self) -> str:
-        r = self.rope
-        return (f"{r.name}: rotary dim d={r.rotary_dim}, base={r.base:g}, training length L={r.train_len}, "
-                f"llama.cpp ({self.dtype.removeprefix('gguf ')}, {self.threads} threads)")
+        return self.rope.describe(f"llama.cpp ({self.dtype.removeprefix('gguf ')}, {self.threads} threads)")
 
     @contextmanager
     def scaled(self, schedule: Schedule, log_n: bool):

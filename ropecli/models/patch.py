@@ -108,7 +108,7 @@ def apply_schedule(slot: RotarySlot, factors: np.ndarray, attention_factor: floa
         }
     buf = getattr(m, p + "inv_freq")
     new = torch.from_numpy(original_inv_freq(slot) / factors).to(device=buf.device, dtype=buf.dtype)
-    buf.copy_(new)
+    _write(m, p + "inv_freq", new)
     orig = getattr(m, p + "original_inv_freq", None)
     if isinstance(orig, torch.Tensor) and "original_inv_freq" not in slot.saved:
         slot.saved["original_inv_freq"] = orig.detach().clone()
@@ -120,12 +120,22 @@ def restore(slot: RotarySlot) -> None:
     if not slot.saved:
         return
     m, p = slot.module, slot.prefix
-    getattr(m, p + "inv_freq").copy_(slot.saved["inv_freq"])
+    _write(m, p + "inv_freq", slot.saved["inv_freq"])
     if "original_inv_freq" in slot.saved:
-        getattr(m, p + "original_inv_freq").copy_(slot.saved["original_inv_freq"])
+        _write(m, p + "original_inv_freq", slot.saved["original_inv_freq"])
     setattr(m, p + "attention_scaling", slot.saved["attention_scaling"])
     _set_rope_type(m, slot.layer_type, slot.saved["rope_type"])
     slot.saved = {}
+
+
+def _write(module, name: str, value: torch.Tensor) -> None:
+    """Write `value` into the buffer `name` in place (its address kept: CUDA graphs replay from it), or replace it
+    where it is an inference tensor (transformers' dynamic NTK re-registers inv_freq inside inference mode)."""
+    buf = getattr(module, name)
+    if buf.is_inference() and not torch.is_inference_mode_enabled():
+        module.register_buffer(name, value.detach().clone().to(device=buf.device, dtype=buf.dtype), persistent=False)
+    else:
+        buf.copy_(value)
 
 
 def _get_rope_type(m, layer_type):

@@ -9,6 +9,13 @@ import io
 from ropecli.report.text import table
 
 
+def lengths(geom) -> str:
+    """`L=4096`, or for a model that ships a schedule `L0=8192, Ls=131072 (ships llama3(factor=8, …))`."""
+    if geom.shipped is None:
+        return f"L={geom.train_len}"
+    return f"L0={geom.train_len}, Ls={geom.shipped_len} (ships {geom.shipped.label})"
+
+
 def g4(x: float) -> str:
     """4 significant digits, the table format for every float."""
     return f"{x:.4g}"
@@ -19,7 +26,7 @@ STATUS_STYLE = {"extrapolated": "yellow", "interpolated": "cyan", "in between": 
 
 def freqs_table(report: dict, geom) -> list:
     """`ropecli freqs`: per pair before and after the schedule, then the critical pair in words."""
-    t = table(f"{report['label']}: d={geom.rotary_dim}, base={geom.base:g}, L={geom.train_len}, k={geom.factor:g} "
+    t = table(f"{report['label']}: d={geom.rotary_dim}, base={geom.base:g}, {lengths(geom)}, k={geom.factor:g} "
               f"(target {geom.target_len}), attention factor {report['attention_factor']:.4f}",
               ["m", "inv_freq", "factor Λ", "scaled inv_freq", "wavelength", "scaled wavelength", "turns in L",
                "turns in kL", "status", "in range"], left=("status", "in range"))
@@ -85,7 +92,7 @@ def schedule_csv(geom, schedules: list) -> str:
 def schedule_table(geom, schedules: list) -> list:
     from rich.table import Table
 
-    t = Table(title=f"Schedules for d={geom.rotary_dim}, base={geom.base:g}, L={geom.train_len}, k={geom.factor:g}")
+    t = Table(title=f"Schedules for d={geom.rotary_dim}, base={geom.base:g}, {lengths(geom)}, k={geom.factor:g}")
     t.add_column("m", justify="right")
     for s in schedules:
         t.add_column(f"{s.label()}\nΛ_m", justify="right")

@@ -67,6 +67,9 @@ def frequency_report(geom: Geometry, schedule: Schedule) -> dict[str, Any]:
         "beta": geom.beta,
         "factor": geom.factor,
         "train_len": geom.train_len,
+        "L0": geom.train_len,  # the length the shipped schedule was built from (the training length of a plain model)
+        "Ls": geom.shipped_len,  # the length the model is shipped for
+        "shipped": geom.shipped.to_json() if geom.shipped is not None else None,
         "target_len": geom.target_len,
         "attention_factor": schedule.attention_factor,
         "critical_pair": critical_pair(geom),

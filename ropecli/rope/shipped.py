@@ -20,7 +20,7 @@ runtime applies to a request of n tokens: exactly what transformers computes (te
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -45,7 +45,7 @@ class Shipped:
     original_len: int  # L0
     shipped_len: int  # Ls
     short_factors: tuple | None = None  # longrope: Lambda_m up to L0
-    source: str = "rope_parameters"  # where it was read: rope_parameters, rope_scaling, gguf
+    source: str = field(default="rope_parameters", compare=False)  # where it was read: rope_parameters, rope_scaling, gguf
 
     @property
     def label(self) -> str:

@@ -151,7 +151,7 @@ def search_b(run: Evaluate, geom: Geometry, lengths: list[int], *, lo: float = 0
     for e in out["evaluations"]:
         e["b"] = e["params"]["b"]
     best = next(e for e in out["evaluations"] if e.get("vs_best", {}).get("best"))
-    references = reference_rows(score, log_n, factor, {e["b"]: e for e in out["evaluations"]
+    references = reference_rows(score, geom, log_n, factor, {e["b"]: e for e in out["evaluations"]
                                                         if "windows" in e and "stopped_early" not in e})
     return {
         "lengths": lengths, "objective_name": objective, "log_n": log_n, "factor": factor, "lo": lo, "hi": hi, "tol": tol,
@@ -163,7 +163,7 @@ def search_b(run: Evaluate, geom: Geometry, lengths: list[int], *, lo: float = 0
     }
 
 
-def reference_rows(score: Scorer, log_n: bool, factor: float | None, by_b: dict[float, dict]) -> list[dict]:
+def reference_rows(score: Scorer, geom: Geometry, log_n: bool, factor: float | None, by_b: dict[float, dict]) -> list[dict]:
     """The standard methods on the searched windows; PI, NTK-fixed (and b = 0.625) come from the
     search's evaluations at the same b when it made them."""
     rows = []

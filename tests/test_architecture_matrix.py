@@ -1,0 +1,100 @@
+"""The architecture matrix (docs/architectures.md): every architecture of `tests/architectures.py` through
+`freqs`, `ppl`, `compare --workload`, `export` to every runtime and `verify`, in-process. Per row: the
+geometry, the shipped schedule and L0 / Ls read right (from config.json and from the loaded model alike);
+every command exits 0 or refuses in one line that names the fix; never a traceback."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from architectures import ARCHS, L0, Arch, save_arch
+from ropecli.cli.app import app
+from ropecli.models.config import read_rope_config
+
+runner = CliRunner()
+IDS = [a.name for a in ARCHS]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    return {a.name: save_arch(a, tmp_path_factory.mktemp("arch") / "model") for a in ARCHS}
+
+
+@pytest.fixture(scope="module")
+def text(tmp_path_factory):
+    from ropecli.evaluation.corpus import held_out_plays
+
+    path = tmp_path_factory.mktemp("text") / "plays.txt"
+    path.write_text(" ".join(list(held_out_plays().values())[0].split())[:20000])
+    return str(path)
+
+
+def invoke(args: list[str]):
+    r = runner.invoke(app, args)
+    assert "Traceback" not in r.output and not isinstance(r.exception, (TypeError, AttributeError, KeyError, IndexError)), \
+        (args, r.output, repr(r.exception))
+    return r
+
+
+def one_line_refusal(r) -> str:
+    """A refusal: exit 1 and one line `Error: … ` that names what to do instead."""
+    assert r.exit_code == 1, r.output
+    err = r.stderr.strip()
+    assert err.startswith("Error:") and len(err.splitlines()) == 1, err
+    return err
+
+
+@pytest.mark.parametrize("arch", ARCHS, ids=IDS)
+def test_geometry_and_shipped_schedule_read_right(folders, arch: Arch):
+    from ropecli.models.load import load_model
+
+    rope = read_rope_config(str(folders[arch.name]))
+    assert (rope.rotary_dim, rope.base, rope.train_len, rope.shipped_len) == (arch.d, arch.base, L0, arch.Ls)
+    assert (rope.shipped.rope_type if rope.shipped else None) == arch.shipped
+    assert bool(rope.layer_types) == arch.per_type
+    assert load_model(str(folders[arch.name]), device="cpu").rope == rope  # config.json and the loaded model agree
+
+
+@pytest.mark.parametrize("arch", ARCHS, ids=IDS)
+def test_freqs_names_the_shipped_schedule(folders, arch: Arch):
+    r = invoke(["freqs", "--model", str(folders[arch.name]), "--method", "native", "--k", "2", "--json"])
+    assert r.exit_code == 0, r.output
+    said = " ".join(r.stderr.split())  # rich wraps long lines
+    assert f"training length L0={L0}, shipped length Ls={arch.Ls}" in said
+    assert json.loads(r.stdout)["shipped"] == (read_rope_config(str(folders[arch.name])).shipped.to_json() if arch.shipped else None)
+    if arch.shipped:
+        assert f"ships {arch.shipped}(factor=" in said
+
+
+@pytest.mark.parametrize("arch", ARCHS, ids=IDS)
+def test_evaluate_serve_export_verify(folders, text, tmp_path, arch: Arch):
+    model = str(folders[arch.name])
+    n = 2 * arch.Ls
+    methods = "native,none,yarn" + (",native+yarn" if arch.shipped else "")
+    r = invoke(["compare", "--model", model, "--data", text, "--len", str(n), "--method", methods, "--samples", "2",
+                "--workload", f"{arch.Ls}:0.5,{n}:0.5", "--json", "--cache-dir", str(tmp_path / "cache")])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["L0"] == L0 and out["Ls"] == arch.Ls
+    labels = {row["label"] for row in out["results"]}
+    assert "native" in labels and "none" in labels
+    assert set(out["serving"]["runtimes"]) >= {"transformers", "vllm"}
+    r = invoke(["ppl", "--model", model, "--data", text, "--len", str(arch.Ls), "--method", "native", "--samples", "1",
+                "--cache-dir", str(tmp_path / "cache")])
+    assert r.exit_code == 0, r.output
+    spec = "native+yarn" if arch.shipped else "yarn"
+    r = invoke(["export", "--model", model, "--method", spec, "--len", str(n), "--to", "hf", "--out", str(tmp_path / "hf")])
+    assert r.exit_code == 0, r.output
+    r = invoke(["verify", str(tmp_path / "hf"), "--run-len", str(n), "--cache-dir", str(tmp_path / "cache")])
+    assert r.exit_code == 0, r.output  # the export reloads in transformers and reproduces what ropecli measured
+    r = invoke(["export", "--model", model, "--method", spec, "--len", str(n), "--to", "vllm", "--out", str(tmp_path / "v.json")])
+    assert r.exit_code == 0, r.output
+    r = invoke(["verify", str(tmp_path / "v.json"), "--runtime", "vllm"])
+    assert r.exit_code in (0, 1), r.output  # vLLM's rules read back; a schedule vLLM cannot hold is a verdict, not a crash
+    r = invoke(["export", "--model", model, "--method", spec, "--len", str(n), "--to", "gguf", "--out", str(tmp_path / "m.gguf")])
+    assert "--to gguf needs --model FILE.gguf" in one_line_refusal(r)
+    r = invoke(["export", "--model", model, "--method", "native", "--len", str(n), "--to", "hf"])
+    assert r.exit_code == 0 and "nothing to export" in r.output
