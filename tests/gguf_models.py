@@ -13,7 +13,10 @@ def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_llama_gguf(model, path, arch: str = "llama", tokenizer_json=None) -> None:
+def write_llama_gguf(model, path, arch: str = "llama", tokenizer_json=None, rope_keys: dict | None = None,
+                     rope_tensors: dict | None = None) -> None:
+    """`rope_keys`: extra `{arch}.rope.*` metadata (name after `{arch}.` -> value), as llama.cpp's converter writes
+    a shipped scaling; `rope_tensors`: e.g. {"rope_freqs.weight": factors} (float32)."""
     import gguf
 
     cfg = model.config
@@ -28,6 +31,13 @@ def write_llama_gguf(model, path, arch: str = "llama", tokenizer_json=None) -> N
     w.add_rope_dimension_count(cfg.head_dim)
     w.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    for key, value in (rope_keys or {}).items():
+        if isinstance(value, str):
+            w.add_string(f"{arch}.{key}", value)
+        elif isinstance(value, int):
+            w.add_uint32(f"{arch}.{key}", value)
+        else:
+            w.add_float32(f"{arch}.{key}", float(value))
     if tokenizer_json is None:
         w.add_tokenizer_model("no_vocab")
     else:
@@ -43,6 +53,8 @@ def write_llama_gguf(model, path, arch: str = "llama", tokenizer_json=None) -> N
         w.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in tok["model"]["merges"]])
         w.add_bos_token_id(cfg.bos_token_id)
         w.add_eos_token_id(cfg.eos_token_id)
+    for name, values in (rope_tensors or {}).items():
+        w.add_tensor(name, np.asarray(values, dtype=np.float32))
     w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
     w.add_tensor("output_norm.weight", sd["model.norm.weight"])
     w.add_tensor("output.weight", sd["lm_head.weight"])

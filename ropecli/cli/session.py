@@ -73,15 +73,41 @@ def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions
         if dist.world > data.samples:
             err.print(f"note: {dist.world} ranks but {data.samples} window(s) per length: ranks {data.samples}..{dist.world - 1} "
                       f"stay idle; pass --samples {dist.world} or more to use them all", highlight=False)
+    memory = _memory(model, device, evaluation.length)  # before loading: a model that cannot fit is refused here
     with err.status(f"loading {model.model or 'the built-in model'} …", spinner="dots") if not quiet else nullcontext():
         lm = _load(model, device, dist)
     err.print(f"model {lm.describe()}", highlight=False)
+    if memory is not None:
+        err.print(memory[0].describe(memory[1]), highlight=False)
     prompts = {"depths": tuple(passkey.parsed_depths()), "digits": passkey.checked_digits()} if passkey else {}
     inputs = Inputs.load(lm.tokenizer, data.data, data.text_field, samples=data.samples, seed=data.seed, **prompts)
     ev = Evaluator(lm, inputs, cache=cache, dist=dist, chunk_tokens=evaluation.chunk_size, score_last=evaluation.score_last,
                    keep_tokens=evaluation.keep_token_losses, key_rule=_key_rule(evaluation, lm, cache, device, dist.is_main))
     err.print(f"data {inputs.data_label}; {data.samples} window(s) per length, seed {data.seed}", highlight=False)
-    return Session(lm, ev, RichProgress())
+    return Session(lm, ev, RichProgress(), memory=memory[0].to_json() if memory else None)
+
+
+def _memory(model: ModelOptions, device: str, lengths: list[int] | None):
+    """(MemoryPlan, bytes available) of the model at the longest --len, or None where its files cannot be read before
+    loading (a hub id not yet downloaded). Weights that cannot fit are refused in one line."""
+    from ropecli.models.load import resolve_device, resolve_dtype
+    from ropecli.models.memory import available_memory, human, memory_before_loading
+
+    dev = resolve_device(device)
+    runtime = "llama.cpp" if model.backend == "llamacpp" else "transformers"
+    dtype = str(resolve_dtype(model.dtype, dev)).replace("torch.", "")
+    try:
+        plan = memory_before_loading(model.model, model.gguf_file, dtype, max(lengths) if lengths else None, runtime)
+    except (RopeCliError, OSError, ValueError):
+        return None  # the loader says what is wrong with the files, in its own words
+    if plan is None:
+        return None
+    free = available_memory(dev) if not model.device_map else None
+    if free and plan.weights and plan.weights > free:
+        raise RopeCliError(f"{model.model or 'the model'} needs {human(plan.weights)} for its weights in {dtype}, more than "
+                           f"the {human(free)} available on {dev}; pass --dtype bf16, --device-map auto, or --backend llamacpp "
+                           "with a quantized GGUF")
+    return plan, free
 
 
 def _key_rule(evaluation: EvalOptions, lm, cache, device: str, store: bool):

@@ -40,6 +40,7 @@ class Session:
     model: Any  # a ropecli.models.backend.ModelBackend
     ev: Any  # ropecli.evaluation.evaluator.Evaluator
     progress: Progress = field(default_factory=Progress)  # shared by a command's sessions: one bar over everything
+    memory: dict | None = None  # weights and KV cache at the longest length, read before loading (`ropecli.models.memory`)
 
     def __post_init__(self):
         _OPENED.append(self)
@@ -61,7 +62,7 @@ class Session:
 
     def held_out(self, samples: int | None) -> "Session":
         """The same model on the windows after this session's (default: as many as it has)."""
-        return Session(self.model, self.ev.held_out(samples or self.inputs.samples), self.progress)
+        return Session(self.model, self.ev.held_out(samples or self.inputs.samples), self.progress, self.memory)
 
     def check(self, metric: str, length: int, samples: int | None = None) -> None:
         """Fail in one line when the text cannot give `samples` windows (prompts) at `length`, before any forward pass."""
@@ -93,7 +94,7 @@ class Session:
                "train_len": rope.train_len, "L0": rope.train_len, "Ls": rope.shipped_len,
                "shipped": rope.shipped.to_json() if rope.shipped else None, "runtime": lm.runtime, "dtype": lm.dtype, "device": lm.device,
                "data": ev.inputs.data_label, "samples": ev.inputs.samples, "seed": ev.inputs.seed,
-               "score_last": ev.score_last, "world_size": ev.dist.world, "key_rule": self.key_rule()}
+               "score_last": ev.score_last, "world_size": ev.dist.world, "key_rule": self.key_rule(), "memory": self.memory}
         if ev.dist.world > 1:
             out["windows_per_rank"] = [len(w) for w in ev.dist.gather(ev.dist.windows_done)]
         return out

@@ -207,13 +207,18 @@ def gguf_metadata(path: Path) -> dict[str, Any]:
     return _gguf_header(path, tensors=False)[0]
 
 
+def gguf_parameters(path: Path) -> int:
+    """The parameter count of a GGUF (the product of every tensor's dims): what transformers dequantizes."""
+    return sum(_gguf_header(path, tensors=True)[3])
+
+
 def gguf_layout(path: Path) -> tuple[int, list[tuple[str, int]]]:
     """(byte offset where tensor data starts, [(tensor name, absolute byte offset)]) of a GGUF file."""
-    _, data_start, tensors = _gguf_header(path, tensors=True)
+    _, data_start, tensors, _ = _gguf_header(path, tensors=True)
     return data_start, tensors
 
 
-def _gguf_header(path: Path, tensors: bool) -> tuple[dict[str, Any], int, list[tuple[str, int]]]:
+def _gguf_header(path: Path, tensors: bool) -> tuple[dict[str, Any], int, list[tuple[str, int]], list[int]]:
     try:
         with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             if buf[:4] != b"GGUF":
@@ -227,18 +232,24 @@ def _gguf_header(path: Path, tensors: bool) -> tuple[dict[str, Any], int, list[t
                 (vtype,), pos = struct.unpack_from("<I", buf, pos), pos + 4
                 out[key], pos = _gguf_value(buf, pos, vtype)
             if not tensors:
-                return out, 0, []
-            infos = []
+                return out, 0, [], []
+            infos, sizes = [], []
             for _ in range(n_tensors):  # name, n_dims, dims (u64 each), type (u32), offset (u64) within the data
                 name, pos = _gguf_string(buf, pos)
                 (n_dims,) = struct.unpack_from("<I", buf, pos)
+                if n_dims > 8:
+                    raise ValueError(f"tensor {name!r} has {n_dims} dimensions")
+                size = 1
+                for dim in struct.unpack_from(f"<{n_dims}Q", buf, pos + 4):
+                    size *= dim
+                sizes.append(size)
                 pos += 4 + 8 * n_dims + 4
                 (offset,) = struct.unpack_from("<Q", buf, pos)
                 pos += 8
                 infos.append((name, offset))
             align = int(out.get("general.alignment", 32))
             start = (pos + align - 1) // align * align
-            return out, start, [(name, start + off) for name, off in infos]
+            return out, start, [(name, start + off) for name, off in infos], sizes
     except (OSError, ValueError, struct.error) as exc:
         raise RopeCliError(f"cannot read GGUF metadata of '{path}': {exc}; is it a complete GGUF file?") from None
 
@@ -335,7 +346,8 @@ def gguf_shipped(path: Path, meta: dict[str, Any], arch: str, rotary_dim: int) -
         L0 = int(original or round((ctx or 0) / k))
         block = {"rope_type": "longrope", "long_factor": freqs, "short_factor": freqs, "factor": k,
                  "original_max_position_embeddings": L0, "attention_factor": float(attn or 1.0)}
-        return replace(read_shipped(block, max_len=ctx, source="gguf rope_freqs"), rope_type="rope_freqs")
+        source = "gguf rope_freqs" + ("" if original else "; L0 = Ls / k assumed, --train-len sets it")
+        return replace(read_shipped(block, max_len=ctx, source=source), rope_type="rope_freqs")
     return None
 
 

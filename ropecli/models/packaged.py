@@ -33,6 +33,15 @@ PACKAGED = {
 }
 
 
+# ropecli's own models beside the package, by short name (`builtin`, the plain one, is `ropecli.models.config.BUILTIN`)
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # ropecli/
+BUILTIN_FOLDERS = {
+    # the built-in model fine-tuned at 4 x L0 = 1024 under a llama3 x4 schedule written into its config, as Llama 3.1
+    # was extended (examples/train_prescaled_model.py): a model that ships a scaled RoPE
+    "builtin-llama3": PACKAGE_DIR / "builtin_llama3_model",
+}
+
+
 def packaged_path(name: str | None) -> Path | None:
     """The file a short name stands for (None when `name` is not one); a one-line error with the
     install command when its package is missing."""
@@ -58,6 +67,8 @@ def packaged_path(name: str | None) -> Path | None:
 def resolve_model(name: str | None) -> str | None:
     """`name` with a packaged short name replaced by its file's path; a local path that does not exist
     fails in one line (a hub id is `name` or `namespace/name`: anything else is a path)."""
+    if name in BUILTIN_FOLDERS and not Path(name).exists():
+        return str(BUILTIN_FOLDERS[name])
     path = packaged_path(name)
     if path is not None:
         return str(path)

@@ -1,0 +1,63 @@
+"""Memory before the run (`ropecli.models.memory`): the estimate from the files against what transformers
+allocates (weights, and the KV cache of one sequence), and a model that cannot fit refused before loading."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from architectures import ARCHS, build_arch
+from ropecli.cli.app import app
+from ropecli.models.memory import kv_cache_bytes, memory_before_loading
+
+
+def allocated_kv(model, n: int) -> int:
+    """Bytes of the KV cache transformers builds for one sequence of n tokens."""
+    with torch.no_grad():
+        cache = model(torch.zeros(1, n, dtype=torch.long), use_cache=True).past_key_values
+    return sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+
+
+@pytest.mark.parametrize("name", ["builtin", "builtin-llama3"])
+def test_builtin_models_estimate_equals_allocation(name):
+    from ropecli.models.load import load_model
+
+    n = 300
+    plan = memory_before_loading(name, None, "float32", n)
+    lm = load_model(name, device="cpu", dtype="fp32")
+    weights = sum(p.numel() * p.element_size() for p in lm.model.parameters())
+    assert plan.weights == weights
+    assert plan.kv_cache == allocated_kv(lm.model, n)
+
+
+@pytest.mark.parametrize("arch", [a for a in ARCHS if a.name.startswith(("gemma3", "gpt_oss", "mistral", "qwen2", "llama"))],
+                         ids=lambda a: a.name)
+def test_kv_cache_estimate_with_sliding_layers(arch):
+    """Sliding-window layers hold at most sliding_window - 1 tokens (Gemma 3, gpt-oss); the others every token."""
+    model = build_arch(arch)
+    for n in (8, 100):
+        assert kv_cache_bytes(model.config.to_dict(), n, 4)[0] == allocated_kv(model, n), (arch.name, n)
+
+
+def test_memory_in_the_header_and_json(tmp_path, text_file):
+    r = CliRunner().invoke(app, ["ppl", "--len", "256", "--samples", "1", "--data", text_file, "--json",
+                                 "--cache-dir", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    mem = json.loads(r.stdout)["memory"]
+    assert mem["length"] == 256 and mem["kv_cache_bytes"] == 4 * 2 * 4 * 64 * 4 * 256  # layers x K,V x heads x dim x fp32
+    assert "memory: weights 17" in r.stderr and "KV cache at 256 tokens" in r.stderr
+
+
+def test_a_model_that_cannot_fit_is_refused_before_loading(tmp_path, text_file, monkeypatch):
+    import ropecli.models.load as load
+    import ropecli.models.memory as memory
+
+    monkeypatch.setattr(memory, "available_memory", lambda device: 1000)
+    monkeypatch.setattr(load, "load_model", lambda *a, **kw: pytest.fail("loaded a model that cannot fit"))
+    r = CliRunner().invoke(app, ["ppl", "--len", "256", "--samples", "1", "--data", text_file, "--cache-dir", str(tmp_path)])
+    assert r.exit_code == 1
+    err = r.stderr.strip()
+    assert len(err.splitlines()) == 1 and "needs 17" in err and "--dtype bf16" in err
