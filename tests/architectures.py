@@ -128,3 +128,12 @@ def save_arch(arch: Arch, path: Path) -> Path:
             cfg["rope_local_base_freq"] = 1e4
         cfg_path.write_text(json.dumps(cfg, indent=2))
     return Path(path)
+
+
+def docs_table() -> str:
+    """The matrix as docs/architectures.md shows it (tests/test_architecture_matrix.py checks the two agree)."""
+    rows = ["| architecture | stands for | d | base | L0 | Ls | ships |", "|---|---|---|---|---|---|---|"]
+    for a in ARCHS:
+        ships = "plain RoPE" if not a.shipped else f"{a.shipped} ({'rope_scaling' if a.v4 else 'rope_parameters'})"
+        rows.append(f"| {a.name} | {a.like} | {a.d} | {a.base:g} | {L0} | {a.Ls} | {ships} |")
+    return "\n".join(rows)

@@ -98,3 +98,12 @@ def test_evaluate_serve_export_verify(folders, text, tmp_path, arch: Arch):
     assert "--to gguf needs --model FILE.gguf" in one_line_refusal(r)
     r = invoke(["export", "--model", model, "--method", "native", "--len", str(n), "--to", "hf"])
     assert r.exit_code == 0 and "nothing to export" in r.output
+
+
+def test_docs_table_is_the_matrix():
+    from pathlib import Path
+
+    from architectures import docs_table
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "architectures.md").read_text()
+    assert docs_table() in doc, "docs/architectures.md's table differs from tests/architectures.py: paste docs_table()"

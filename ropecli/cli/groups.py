@@ -184,7 +184,8 @@ class AdviseOptions:
 
         serving = ServingOptions(self.workload, self.runtime)
         serving.plan(None)  # --runtime without --workload, or a bad --workload: one line before the model loads
-        return AdvisePlan(**{**vars(self), "candidates": flat_choices(self.candidates, CANDIDATES),
+        chosen = flat_choices(self.candidates, CANDIDATES) if self.candidates else None  # None: every one the model admits
+        return AdvisePlan(**{**vars(self), "candidates": chosen,
                              "metric": AdviseMetric(self.metric).value,
                              "runtime": serving.runtimes() if self.workload else None})
 

@@ -75,7 +75,8 @@ BaseOpt = Annotated[Optional[float], typer.Option(
     help="RoPE base (rope_theta); overrides --model's. Analysis commands without --model: 10000.")]
 TrainLenOpt = Annotated[Optional[int], typer.Option(
     "--train-len", "-L", min=1, rich_help_panel=MODEL,
-    help="Training context length L; overrides --model's. Analysis commands without --model: 4096.")]
+    help="Training length L0 (a model that ships a scaled RoPE: the length its schedule was built from, "
+         "original_max_position_embeddings); overrides --model's. Analysis commands without --model: 4096.")]
 BackendOpt = Annotated[Backend, typer.Option(
     "--backend", rich_help_panel=MODEL,
     help="transformers, or llamacpp: a GGUF evaluated inside llama.cpp as it serves it (needs the llamacpp extra).")]
@@ -92,7 +93,8 @@ KOpt = Annotated[Optional[float], typer.Option(
 TargetLenOpt = Annotated[Optional[int], typer.Option(
     "--target-len", min=1, rich_help_panel=SCHEDULE, help="Target context length; sets k = target-len / L.")]
 MethodOpt = Annotated[Optional[list[str]], typer.Option(
-    "--method", "-m", rich_help_panel=SCHEDULE, help="Scaling method (see `ropecli methods`); repeat or comma-separate for several.")]
+    "--method", "-m", rich_help_panel=SCHEDULE, help="Scaling method (see `ropecli methods`); repeat or comma-separate for several. native: the model as "
+         "shipped; native+METHOD: METHOD on top of the shipped schedule (k' = N / Ls).")]
 MethodsAliasOpt = Annotated[Optional[list[str]], typer.Option("--methods", hidden=True, help="Old name of --method.")]
 BOpt = Annotated[Optional[list[float]], typer.Option(
     "--b", rich_help_panel=SCHEDULE, help="Exponent b of the mixed method (default 0.625; [0, 1] for the seed's family, up to 16 with --param critical=M); repeat for several.")]

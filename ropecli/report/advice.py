@@ -92,9 +92,9 @@ def advice_lines(result: dict, out_dir) -> list:
     from rich.markup import escape
     from rich.table import Table
 
-    from ropecli.report.text import plain
+    from ropecli.report.text import lengths_of, plain
 
-    t = Table(title=f"advise on {result['model']} (L = {result['train_len']}): {held_out_span(result)}, k = {result['factor']:g}")
+    t = Table(title=f"advise on {result['model']} ({lengths_of(result)}): {held_out_span(result)}, k = {result['factor']:g}")
     head, rows = ranking(result)
     for i, h in enumerate(head):
         t.add_column(h, justify="left" if i == 1 or h == "verdict" else "right")

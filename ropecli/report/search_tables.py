@@ -8,7 +8,7 @@ import math
 from ropecli.evaluation.stats import fmt_diff
 from rich.markup import escape
 
-from ropecli.report.text import table
+from ropecli.report.text import lengths_of, table
 
 
 def objective_text(e: dict) -> str:
@@ -53,7 +53,7 @@ def search_b_tables(out: dict) -> list:
     what = OBJECTIVE_WORDS[out["objective_name"]]
     keyed = _keyed(out["evaluations"], out["references"])
     per_len = [f"{'passkey' if passkey else 'PPL'} @ {n}" for n in lengths] + ([f"key PPL @ {n}" for n in lengths] if keyed else [])
-    t = table(f"search-b on {out['model']} (L = {out['train_len']}), objective = {what}" + (", with log-n" if out["log_n"] else ""),
+    t = table(f"search-b on {out['model']} ({lengths_of(out)}), objective = {what}" + (", with log-n" if out["log_n"] else ""),
               ["b", *per_len, "objective", "Δ vs best (paired, ± 95%)", "note"], left=("note",))
     for e in sorted(out["evaluations"], key=lambda e: e["b"]):
         t.add_row(f"{e['b']:.4f}", *_cells(e, lengths, passkey, keyed), objective_text(e), fmt_diff(e["vs_best"]), _b_note(e, out),

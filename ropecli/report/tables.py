@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ropecli.evaluation.inference import MARGIN
 from ropecli.evaluation.stats import fmt_diff, ppl_half_width, tie_answer
-from ropecli.report.text import plain, table
+from ropecli.report.text import lengths_of, plain, table
 
 
 def fmt_ppl(r: dict) -> str:
@@ -83,7 +83,7 @@ def compare_table(out: dict, labels: list[str], lengths: list[int]) -> list:
     columns += [("passkey", n, f"passkey {n}") for n in lengths if "passkey" in have]
     if "kl" in have:
         columns += [("kl", L, f"KL @ L (k={kl_k:g})"), ("kl-top1", L, "top-1 @ L")]
-    t = table(f"{out['model']} (L = {L}); {per_cell} windows/keys per cell; ± = 95% half-width across windows; bold = "
+    t = table(f"{out['model']} ({lengths_of(out)}); {per_cell} windows/keys per cell; ± = 95% half-width across windows; bold = "
               "best, ≈ = shown equivalent to it, ? = undecided (paired, 95% for the whole column)",
               ["method", *[c[2] for c in columns]])
     text = {"ppl": fmt_ppl, "key": fmt_key, "key-ppl": fmt_key, "passkey": lambda r: f"{r['accuracy']:.0%}",
@@ -135,7 +135,7 @@ def tie_lines(results: list[dict]) -> list[str]:
 def passkey_table(out: dict) -> list:
     """`ropecli passkey`: accuracy per depth, overall, the answer NLL and its paired Δ to the best."""
     depths, results = out["depths"], out["results"]
-    t = table(f"Passkey accuracy on {out['model']} (L = {out['train_len']}): {out['samples']} key(s) of "
+    t = table(f"Passkey accuracy on {out['model']} ({lengths_of(out)}): {out['samples']} key(s) of "
               f"{out['digits']} digits per depth; depth 0 = key farthest from the question",
               ["method", "len", "k", *[f"depth {d:g}" for d in depths], "all", "answer NLL", "Δ NLL vs best (paired)"])
     for r in sorted(results, key=lambda r: (r["len"], r["label"])):
@@ -148,7 +148,7 @@ def passkey_table(out: dict) -> list:
 
 def kl_table(out: dict) -> list:
     """`ropecli kl`: mean, p99 and max KL against the unscaled model, top-1 agreement, paired Δ to the lowest."""
-    t = table(f"KL(unscaled || scaled) per token on {out['model']} (L = {out['train_len']}), schedules for "
+    t = table(f"KL({'native' if out.get('shipped') else 'unscaled'} || scaled) per token on {out['model']} ({lengths_of(out)}), schedules for "
               f"k = {out['factor']:g}; {out['samples']} windows",
               ["method", "len", "mean KL", "p99 KL", "max KL", "top-1 agree", "Δ vs best (paired)"])
     for r in sorted(out["results"], key=lambda r: (r["len"], r["kl_mean"])):

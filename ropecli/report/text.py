@@ -18,3 +18,12 @@ def table(title: str, columns: list[str], left: tuple[str, ...] = ("method",)):
     for col in columns:
         t.add_column(col, justify="left" if col in left else "right")
     return t
+
+
+def lengths_of(out: dict) -> str:
+    """A command's lengths from its JSON header: `L = 256`, or `L0 = 256, Ls = 1024, ships llama3(factor=4, …)`
+    for a model that ships a scaled RoPE (older outputs without L0/Ls: their train_len)."""
+    shipped = out.get("shipped")
+    if not shipped:
+        return f"L = {out.get('L0', out.get('train_len'))}"
+    return f"L0 = {out['L0']}, Ls = {out['Ls']}, ships {shipped['label']}"

@@ -75,6 +75,40 @@ def candidate_specs(names: list[str], searched: dict, with_log_n: bool, factor: 
     return candidates
 
 
+def families(rows: list[dict]) -> dict | None:
+    """Past the shipped length, which family won: the best composed candidate (native+METHOD: on top of the shipped
+    schedule) against the best re-derived one (a method rebuilt from L0 with k = N / L0; not none, not native), each
+    with its paired difference to the overall best (the ranking's own pairs: same windows, same level). None when a
+    family has no eligible candidate (a model that ships plain RoPE has no composed one)."""
+    def diff(r: dict) -> float:
+        d = r["vs_best"].get("diff")
+        return 0.0 if r["verdict"] == "best" else (d if d is not None else math.inf)
+
+    eligible = [r for r in rows if not r["excluded"]]
+    composed = [r for r in eligible if r["candidate"].startswith("native+")]
+    rederived = [r for r in eligible if not r["candidate"].startswith("native") and r["candidate"] != "none"]
+    if not composed or not rederived:
+        return None
+    best = {"composed": min(composed, key=diff), "re-derived": min(rederived, key=diff)}
+    won = min(best, key=lambda f: diff(best[f]))
+    lost = "re-derived" if won == "composed" else "composed"
+
+    def standing(r: dict) -> str:
+        if r["verdict"] == "best":
+            return "the best"
+        ci = r["vs_best"].get("half_width")
+        return f"{diff(r):+.4f} nats vs the best" + (f" ± {ci:.2g}" if ci is not None else "") + f", {r['verdict']}"
+
+    decided = best[lost]["verdict"] == "worse"  # "wins" only where the other family's best is shown worse
+    head = (f"past Ls the {won} family wins" if decided else
+            f"past Ls the {won} family leads by its point estimate, not shown better")
+    line = (f"{head}: its best, {best[won]['candidate']}, is {standing(best[won])}; the {lost} family's best, "
+            f"{best[lost]['candidate']}, is {standing(best[lost])} ({diff(best[lost]) - diff(best[won]):.4f} nats of mean "
+            "log-PPL apart)")
+    return {"winner_family": won, "decided": decided, "composed_best": best["composed"]["candidate"],
+            "rederived_best": best["re-derived"]["candidate"], "gap_nats": diff(best[lost]) - diff(best[won]), "line": line}
+
+
 def constraint_breaks(r: dict, max_short_kl, max_short_regression, min_passkey) -> list[str]:
     """Why a measured candidate is out (empty: eligible)."""
     why = []
@@ -128,7 +162,8 @@ def advise(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[int]
         on_passkey_skipped()
         note(f"passkey skipped: the unscaled model retrieves {none_acc:.0%} of keys within L = {L} "
              f"(under {PASSKEY_BASELINE:.0%}), so retrieval at the target says nothing about the schedules")
-    rows = {name: {"candidate": name, "label": spec.label, "method": spec.method, "params": dict(spec.params),
+    rows = {name: {"candidate": name, "label": spec.label, "method": spec.method, "composed": spec.composed,
+                   "params": dict(spec.params),
                    "log_n": spec.log_n} for name, spec in candidates}
 
     def with_passkey(name: str) -> None:
@@ -156,6 +191,9 @@ def advise(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[int]
         races = race_candidates(m, specs, rows, racing, costs, breaks if constrained else None, margin, breaks)
     out = rank(list(rows.values()), lengths, breaks, *races, margin=margin,
                measure="log key-token PPL" if metric == "key-ppl" else "log-PPL")
+    out["families"] = families(out["rows"])
+    if out["families"]:
+        out["verdict"] += f"; {out['families']['line']}"
     with_passkey(out["winner"])  # raced: the winner's retrieval, for the report
     rule = RULE if racing is None else RULE_RACED
     rule = rule.replace("log-PPL", "log key-token PPL") if metric == "key-ppl" else rule

@@ -68,7 +68,7 @@ def rank(rows: list[dict], lengths: list[int], breaks, ppl_race: dict | None, kl
     others = [r["candidate"] for r in tied if r is not winner]
     undecided = [r["candidate"] for r in eligible if r["verdict"] == "undecided"]
     return {"rows": rows, "winner": winner["candidate"], "winner_label": winner["label"],
-            "winner_spec": {"method": winner["method"], "params": {p: v for p, v in winner["params"].items() if v is not None},
+            "winner_spec": {"method": winner["method"], "composed": winner.get("composed", False), "params": {p: v for p, v in winner["params"].items() if v is not None},
                             "log_n": winner["log_n"]},
             "best_by_ppl": best["candidate"], "tied_with_winner": others, "equivalent_to_best": others,
             "undecided": undecided, "excluded": excluded, "margin": margin, "test_level": level,

@@ -50,13 +50,14 @@ def serve_workload(run: Evaluate, specs: list[Spec], workload: Workload, runtime
             rows[i]["vs_best"] = ranked[i]
         best = next((rows[i] for i in measured if ranked[i]["best"]), None)
         out[runtime] = {"rows": rows, "best": best and {k: best[k] for k in ("name", "candidate", "variant", "consistent",
-                                                                              "method", "params", "log_n")}}
+                                                                              "method", "composed", "params", "log_n")}}
     return {"workload": {"shares": {str(n): w for n, w in workload.shares.items()}, "source": workload.source},
             "runtimes": out}
 
 
 def _row(runtime: str, spec: Spec, consistent: bool, plan: dict, workload: Workload, results: dict) -> dict:
-    row = {"candidate": spec.label, "consistent": consistent, "method": spec.method, "params": dict(spec.params),
+    row = {"candidate": spec.label, "consistent": consistent, "method": spec.method, "composed": spec.composed,
+           "params": dict(spec.params),
            "log_n": spec.log_n,
            "variant": VARIANTS[consistent] if runtime == "transformers" else "as exported",
            "served": {str(n): f"{s.spec.label if s.spec else '—'} ({s.how})" for n, s in plan.items()}}

@@ -186,7 +186,7 @@ def export_winner(result: dict, rope, model: str | None, gguf_file: str | None, 
     With a workload (`result["serving"]`) each runtime gets `runtime_pick`'s candidate and export variant."""
     from ropecli.export.plan import check_export_paths, export_schedule, export_target, is_gguf
     from ropecli.models.config import BUILTIN, BUILTIN_DIR
-    from ropecli.models.packaged import resolve_model
+    from ropecli.models.packaged import BUILTIN_FOLDERS, resolve_model
 
     source = str(BUILTIN_DIR) if model in (None, BUILTIN) else resolve_model(model)
     served = (result.get("serving") or {}).get("runtimes", {})
@@ -200,9 +200,11 @@ def export_winner(result: dict, rope, model: str | None, gguf_file: str | None, 
         best = runtime_pick(served.get(runtime.replace(".", "")), result["winner"])
         w = best or result["winner_spec"]
         params = {k: v for k, v in w["params"].items() if v is not None and k != "factors"}
-        spec = make_spec(w["method"], params, log_n=w["log_n"])
+        spec = make_spec(("native+" if w.get("composed") else "") + w["method"], params, log_n=w["log_n"])
         consistent = bool(best and best["consistent"])
-        flags = ["--model", source, *(["--gguf-file", gguf_file] if gguf_file else []), "--method", spec.method,
+        shown = model if model in BUILTIN_FOLDERS else source  # a short name stays one in the printed command
+        name = ("native+" if spec.composed else "") + spec.method
+        flags = ["--model", shown, *(["--gguf-file", gguf_file] if gguf_file else []), "--method", name,
                  *[x for k, v in params.items() for x in ("--param", f"{k}={v:.10g}")], *(["--log-n"] if spec.log_n else []),
                  "--len", str(geom.target_len), "--force", *(["--consistent"] if consistent else [])]
         command = " ".join(shlex.quote(c) for c in ["ropecli", "export", *flags, "--to", to, "--out", str(out)])
