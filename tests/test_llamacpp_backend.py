@@ -100,12 +100,16 @@ def test_kl_and_passkey_run_inside_llama_cpp(builtin_gguf):
     assert 0 <= json.loads(r.stdout)["results"][0]["accuracy"] <= 1
 
 
-def test_a_gguf_that_is_already_scaled_is_refused(builtin_gguf, tmp_path):
+def test_a_gguf_that_is_already_scaled_runs_only_as_native(builtin_gguf, tmp_path):
     pytest.importorskip("llama_cpp", reason="needs llama-cpp-python: pip install -e '.[llamacpp]' (builds llama.cpp)")
     scaled = tmp_path / "scaled.gguf"
     assert run("export", "--model", builtin_gguf, "--method", "pi", "--len", 512, "--to", "gguf", "--out", scaled).exit_code == 0
-    r = run("ppl", "--model", scaled, "--backend", "llamacpp", "--len", 128)
-    assert r.exit_code != 0 and "already carries its own RoPE scaling" in r.output and "Traceback" not in r.output
+    r = run("ppl", "--model", scaled, "--backend", "llamacpp", "--len", 128, "--method", "pi")
+    assert r.exit_code != 0 and "carries its own RoPE scaling" in r.output and "Traceback" not in r.output
+    r = run("ppl", "--model", scaled, "--backend", "llamacpp", "--len", 128, "--method", "native", "--samples", 1, "--json",
+            "--no-cache")  # the scaled GGUF as it is: what llama.cpp serves
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["shipped"]["rope_type"] == "rope_freqs"
 
 
 def test_kl_of_the_unscaled_model_against_itself_is_zero(builtin_gguf):

@@ -262,7 +262,7 @@ def test_kl_command(tiny_dir, text_file):
     (["passkey", "--len", "40"], "shorter than the passkey prompt"),
     (["passkey", "--len", "100000"], "too little text for the passkey filler"),
     (["kl"], "kl needs the target's factor"),
-    (["kl", "--k", "4", "--len", "512"], "beyond the training length"),
+    (["kl", "--k", "4", "--len", "512"], "beyond the shipped length Ls"),
     (["compare", "--len", "128", "--metric", "bleu"], "--metric bleu: choose from ppl, key-ppl, passkey, kl"),
     (["search-b", "--objective", "bleu"], "'--objective': 'bleu' is not one of"),
 ])

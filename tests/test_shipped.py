@@ -220,3 +220,24 @@ def test_gguf_shipped_schedule(tmp_path, case):
         assert (sh.method, rope.train_len, attention) == ("longrope", 16, pytest.approx(1.25))
         np.testing.assert_allclose(factors, tensors["rope_factors_long.weight"])
         np.testing.assert_allclose(sh.at(rope.rotary_dim, rope.base, 16)[0], 1.0)  # short factors up to L0
+
+
+def test_native_is_the_prescaled_builtin_model_as_it_loads():
+    """The pre-scaled built-in model (llama3 x4 shipped): native equals the unpatched model at 2 x Ls; none does not."""
+    from transformers import AutoModelForCausalLM
+
+    from ropecli.models.load import load_model
+    from ropecli.models.packaged import BUILTIN_FOLDERS
+    from ropecli.models.scoring import window_nll
+
+    lm = load_model("builtin-llama3", device="cpu", dtype="fp32")
+    assert (lm.rope.train_len, lm.rope.shipped_len, lm.rope.shipped.rope_type) == (256, 1024, "llama3")
+    plain = AutoModelForCausalLM.from_pretrained(BUILTIN_FOLDERS["builtin-llama3"], dtype=torch.float32).eval()
+    ids = np.random.default_rng(0).integers(5, 4000, size=2048).astype(np.int64)
+    geom = lm.rope.geometry(2048 / 256)
+    with lm.scaled(make_spec("native").schedule(geom, 2048), False):
+        ours = lm.window_nll(ids, None, None)[0]
+    with lm.scaled(make_spec("none").schedule(geom, 2048), False):
+        unscaled = lm.window_nll(ids, None, None)[0]
+    theirs = window_nll(plain, torch.from_numpy(ids)[None])[0]
+    assert ours == pytest.approx(theirs, rel=1e-5) and abs(unscaled - theirs) > 1e-3 * abs(theirs)

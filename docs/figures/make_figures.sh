@@ -3,7 +3,7 @@
 # Usage (from anywhere, in the environment where ropecli is installed):
 #     bash docs/figures/make_figures.sh
 # Writes into this script's own folder: passkey-builtin.png, position-builtin.png, search-mixed-map.png,
-# advise-factors.png.
+# advise-factors.png, shipped-factors.png.
 # Set ROPECLI_CACHE_DIR to reuse (or keep) the evaluations between runs.
 # Measured with an empty cache on a 2-core CPU shared with other work: passkey 6 min, search 8 min,
 # advise 9 min (about 23 min in all); a rerun with the same cache only redraws.
@@ -29,3 +29,7 @@ ropecli advise --out "$work/advice"
 cp "$work/advice/factors.png" "$here/advise-factors.png"
 
 echo "figures written to $here"
+
+# The pre-scaled built-in model's shipped schedule (native), composed YaRN and re-derived llama3 at 2 x Ls
+# (docs/shipped.md); no evaluation, instant.
+ropecli plot --model builtin-llama3 --method native,native+yarn,llama3 --target-len 2048 --out "$here/shipped-factors.png"

@@ -203,8 +203,8 @@ def _to_hf_or_vllm(spec, geom, target, runtime, out, model, gguf_file, force, co
         export_hf_from_gguf(path, Path(out), block, force)
         result["lines"].append(f"wrote {out}: {path.name} dequantized by transformers (safetensors, tokenizer) with the "
                                f"block in its config.json: from_pretrained('{out}') needs no keyword arguments")
-    elif Path(model).is_dir():
-        linked = export_hf_folder(Path(model), Path(out), block, force)
+    elif Path(resolve_model(model)).is_dir():  # a folder, or a short name of ropecli's own (builtin-llama3)
+        linked = export_hf_folder(Path(resolve_model(model)), Path(out), block, force)
         result["lines"].append(f"wrote {out}/config.json; linked {len(linked)} file(s) of {model} beside it "
                                f"({', '.join(linked)}): from_pretrained('{out}') needs no keyword arguments")
         result["linked"] = linked

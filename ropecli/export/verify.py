@@ -193,6 +193,10 @@ def verify_artefact(target: Path, kind: str, exp: Expected, model: str | None, g
     except UNREADABLE as exc:  # a malformed artefact fails in one line
         raise unreadable(target, exc) from None
     verdict.checks += compare(applied, exp, verdict.runtime)
+    if exp.rope.shipped is not None:  # a model that ships a schedule: is it kept within Ls?
+        kept = shipped_within_Ls(target, kind, block, exp, verdict.runtime)
+        verdict.checks += [kept] if isinstance(kept, Check) else []
+        verdict.notes += [kept] if isinstance(kept, str) else []
     if kind == "hf" and target.suffix == ".json" and not runtime_given:
         verdict.notes.append("read as a transformers block (no vLLM mscale or ntk in it); a vLLM overrides file: --runtime vllm")
     if not run:
@@ -222,6 +226,29 @@ def run_unavailable(kind: str, target: Path, block, model: str | None, exp: Expe
     except ImportError:
         return "not run: llama-cpp-python is not installed (pip install 'ropecli[llamacpp]')"
     return None
+
+
+def shipped_within_Ls(target: Path, kind: str, block, exp: Expected, runtime: str) -> Check | str | None:
+    """For a model that ships a schedule: transformers' short_factor must be the shipped schedule (a check); an
+    export that replaces it within Ls (vLLM, llama.cpp, --consistent) is flagged (a note)."""
+    from ropecli.export.plan import replaces_shipped
+    from ropecli.export.readback import read_json, rope_blocks
+
+    if kind != "hf" or (kind == "hf" and consistent_export(target, block)):
+        flag = replaces_shipped(exp.rope, {"hf": "hf", "vllm": "vllm", "gguf": "gguf"}[kind], True)
+        return f"flag: {flag}" if flag else None
+    cfg = block or read_json(target / "config.json")
+    text = cfg.get("text_config") or cfg
+    blocks = rope_blocks(text.get("rope_parameters") or {})
+    b = blocks.get(exp.rope.layer_type) or next(iter(blocks.values()), {})
+    if b.get("rope_type") != "longrope":
+        return None  # dynamic NTK: its own type, no short variant
+    want = exp.rope.shipped.at(exp.rope.rotary_dim, exp.base_of(exp.rope.layer_type))[0]
+    short = np.asarray(b.get("short_factor") or [], dtype=np.float64)
+    ok = short.shape == want.shape and bool(np.allclose(short, want, rtol=FACTOR_RTOL))
+    found = f"max relative difference {float(np.max(np.abs(short / want - 1))):.2g}" if short.shape == want.shape else f"{short.size} factors"
+    return Check(runtime, exp.rope.layer_type, f"within Ls = {exp.rope.shipped_len}: short_factor",
+                 f"the shipped {exp.rope.shipped.label}", found if ok else found + " (replaces the shipped schedule within Ls)", ok)
 
 
 def consistent_export(target: Path, block) -> bool:

@@ -47,6 +47,7 @@ class LlamaCppBackend:
     gpu_layers: int = 0
     _path: Path | None = None  # the GGUF the current block runs (the source, or a temporary scaled copy)
     _llms: dict = field(default_factory=dict)  # (path, n_ctx) -> llama_cpp.Llama, reused across windows
+    native_only: bool = False  # the GGUF carries its own scaling: only `native` (the file as it is) runs here
 
     def describe(self) -> str:
         return self.rope.describe(f"llama.cpp ({self.dtype.removeprefix('gguf ')}, {self.threads} threads)")
@@ -58,6 +59,10 @@ class LlamaCppBackend:
             raise RopeCliError("--log-n scales each query by its own position, which llama.cpp cannot express; "
                                "use the transformers backend for log-n")
         native = schedule.method == "native"  # the GGUF as shipped, untouched
+        if self.native_only and not native:
+            raise RopeCliError(f"--backend llamacpp: {self.gguf.name} carries its own RoPE scaling (rope_freqs or a llama.cpp "
+                               f"scaling type), which a schedule written as rope_freqs would stack on; here it runs only as "
+                               f"--method native. Other schedules: --backend transformers")
         if native or (np.allclose(schedule.factors, 1.0, rtol=0, atol=0) and schedule.attention_factor == 1.0):
             self._path = self.gguf
             yield
@@ -192,11 +197,10 @@ def open_gguf(name: str | None, gguf_file: str | None, *, device: str = "cpu", t
 
     meta = gguf_metadata(path)
     scaling = meta.get(f"{meta.get('general.architecture', '')}.rope.scaling.type")
-    if scaling not in (None, "none") or any(name == "rope_freqs.weight" for name, _ in gguf_layout(path)[1]):
-        raise RopeCliError(f"--backend llamacpp: {path.name} already carries its own RoPE scaling (rope_freqs or a "
-                           "llama.cpp scaling type); ropecli's schedules start from the unscaled model, as in the "
-                           "transformers backend. Give the unscaled GGUF, or use --backend transformers")
-    return load_llamacpp(path, rope, device)
+    carries = scaling not in (None, "none") or any(name == "rope_freqs.weight" for name, _ in gguf_layout(path)[1])
+    backend = load_llamacpp(path, rope, device)
+    backend.native_only = carries  # a GGUF with its own scaling runs as shipped; other schedules are refused per run
+    return backend
 
 
 def load_llamacpp(path: Path, rope: ModelRope, device: str = "cpu") -> LlamaCppBackend:

@@ -165,7 +165,7 @@ def write_report(result: dict, out_dir: Path, geom, model_name: str) -> Path:
                                             f"{model_name}: loss by position at {n} tokens (held-out windows)",
                                             winner=result["winner"]):
         images.append(("Loss by position at the longest target", "loss_by_position.png"))
-    result_plots.plot_short_cost(measured, str(out_dir / "short_cost.png"), f"{model_name}: cost within L = {geom.train_len} (k = {geom.factor:g})")
+    result_plots.plot_short_cost(measured, str(out_dir / "short_cost.png"), f"{model_name}: cost within {'Ls' if geom.shipped else 'L'} = {geom.shipped_len} (k = {geom.factor:g})")
     images.append(("Short-context cost", "short_cost.png"))
     g = Geometry(geom.rotary_dim, geom.base, geom.train_len, result["factor"])
     scheds = [(r["candidate"], make_spec(r["method"], r["params"], log_n=r["log_n"]).schedule(g, max(lengths)),

@@ -42,7 +42,9 @@ def _wavelengths(ax, geom, schedules: Sequence) -> None:
     ax.plot(m, 2 * np.pi / geom.inv_freq(), color="black", lw=2, label="original")
     for s in schedules:
         ax.plot(m, 2 * np.pi / s.scaled_inv_freq(geom), lw=1.6, label=s.label())
-    ax.axhline(geom.train_len, color="tab:red", ls="--", lw=1, label=f"L = {geom.train_len}")
+    ax.axhline(geom.train_len, color="tab:red", ls="--", lw=1, label=f"L{'0' if geom.shipped else ''} = {geom.train_len}")
+    if geom.shipped is not None:
+        ax.axhline(geom.shipped_len, color="tab:orange", ls="--", lw=1, label=f"Ls = {geom.shipped_len}")
     ax.axhline(geom.target_len, color="tab:purple", ls=":", lw=1.2, label=f"k·L = {geom.target_len}")
     ax.set_yscale("log")
     ax.set_xlabel("frequency pair m (1 = fastest)")
@@ -72,7 +74,9 @@ def _factors(ax, geom, schedules: Sequence, radix: bool = False) -> None:
 
 
 def _geometry_title(geom) -> str:
-    return f"d={geom.rotary_dim}, base={geom.base:g}, L={geom.train_len}, k={geom.factor:g}"
+    lengths = (f"L={geom.train_len}" if geom.shipped is None else
+               f"L0={geom.train_len}, Ls={geom.shipped_len} (ships {geom.shipped.label})")
+    return f"d={geom.rotary_dim}, base={geom.base:g}, {lengths}, k={geom.factor:g}"
 
 
 def plot_wavelengths(geom, schedules: Sequence, path: str) -> Path:

@@ -89,8 +89,9 @@ def composed_schedule(method: str, params: dict[str, Any], geom: Geometry) -> Sc
     extra_geom = Geometry(geom.rotary_dim, geom.base, sh.shipped_len, max(1.0, N / sh.shipped_len))
     extra = compute_schedule(method, extra_geom, **params)
     base_factors, base_attention = sh.at(geom.rotary_dim, geom.base, sh.shipped_len)
+    # the label and cache key name the composition in the method; the shipped schedule is the model's (its fingerprint)
     return Schedule(COMPOSED_PREFIX + method, base_factors * extra.factors, base_attention * extra.attention_factor,
-                    {**extra.params, "over": sh.label, "k_extra": extra_geom.factor})
+                    dict(extra.params))
 
 
 def split_composed(name: str) -> tuple[str, bool]:
