@@ -11,14 +11,12 @@ type). Gemma 3 style configs keep one RoPE per layer type; ropecli scales `full_
 from __future__ import annotations
 
 import json
-import math
-import struct
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ropecli.errors import RopeCliError
-from ropecli.models.gguf_header import gguf_layout, gguf_metadata, gguf_parameters  # noqa: F401 (re-exported)
+from ropecli.models.gguf_header import gguf_layout, gguf_metadata, gguf_parameters, gguf_shipped  # noqa: F401 (re-exported)
 from ropecli.models.geometry import DEFAULT_BASE, DEFAULT_GEOMETRY, config_geometry, resolve_factor
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.shipped import Shipped, read_shipped
@@ -127,7 +125,7 @@ def read_rope_config(name: str | None, gguf_file: str | None = None, rope_layers
         return _from_gguf(name, path, rope_layers)
     if gguf_file is not None:
         return _from_gguf(name, locate_file(name, path, gguf_file), rope_layers)
-    return _from_hf_config(name, _read_json(locate_file(name, path, "config.json"), name), rope_layers)
+    return rope_from_config(name, _read_json(locate_file(name, path, "config.json"), name), rope_layers)
 
 
 def locate_file(name: str, path: Path, filename: str) -> Path:
@@ -191,8 +189,6 @@ def rope_from_config(name: str, cfg: dict, rope_layers: str | None) -> ModelRope
                      bases, scaled, shipped)
 
 
-_from_hf_config = rope_from_config
-
 
 # --- GGUF metadata (the header parser: ropecli.models.gguf_header) ------------------------------
 
@@ -223,65 +219,6 @@ def _from_gguf(name: str, path: Path, rope_layers: str | None) -> ModelRope:
     shipped = None if scaled and scaled[0] != "full_attention" else gguf_shipped(path, meta, arch, d)
     L0 = shipped.original_len if shipped else g.train_len
     return ModelRope(name, d, bases[scaled[0]] if scaled else base, L0, d / g.head_dim, bases, scaled, shipped)
-
-
-# llama.cpp's names (`src/llama-arch.cpp`, LLM_KV_ROPE_SCALING_*): rope.scaling.type is none|linear|yarn|longrope
-_GGUF_TYPES = {"linear": "linear", "yarn": "yarn", "longrope": "longrope"}
-
-
-def gguf_shipped(path: Path, meta: dict[str, Any], arch: str, rotary_dim: int) -> Shipped | None:
-    """The schedule a GGUF ships: `{arch}.rope.scaling.*` keys (type, factor, original_context_length,
-    attn_factor, yarn_beta_fast/slow), else a `rope_freqs` tensor (how llama.cpp's converter writes
-    Llama 3.1's llama3 factors: per-pair divisors, read as explicit factors; L0 = Ls / k where no
-    original length is stated), Phi-3's `rope_factors_long`/`_short` tensors with longrope."""
-    def get(key: str):
-        return meta.get(f"{arch}.{key}")
-
-    ctx = get("context_length")
-    kind = str(get("rope.scaling.type") or "none")
-    factor = get("rope.scaling.factor") or (1.0 / get("rope.scale_linear") if get("rope.scale_linear") else None)
-    original = get("rope.scaling.original_context_length")
-    attn = get("rope.scaling.attn_factor")
-    tensors = {}
-    names = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
-    if any(n.encode() in _head_bytes(path) for n in names):
-        data_start, layout = gguf_layout(path)
-        tensors = {n: _read_f32(path, off, rotary_dim // 2) for n, off in layout if n in names}
-    if kind == "longrope" or "rope_factors_long.weight" in tensors:
-        block = {"rope_type": "longrope", "long_factor": tensors.get("rope_factors_long.weight"),
-                 "short_factor": tensors.get("rope_factors_short.weight"), "factor": factor,
-                 "original_max_position_embeddings": original, "attention_factor": attn}
-        return read_shipped(block, max_len=ctx, source="gguf")
-    if kind in _GGUF_TYPES and factor and float(factor) > 1:
-        block = {"rope_type": _GGUF_TYPES[kind], "factor": float(factor), "original_max_position_embeddings": original,
-                 "beta_fast": get("rope.scaling.yarn_beta_fast"), "beta_slow": get("rope.scaling.yarn_beta_slow")}
-        if kind == "yarn" and attn and float(attn) != 1.0:  # llama.cpp: mscale = attn_factor * (1 + 0.1 ln k)
-            block["attention_factor"] = float(attn) * (1 + 0.1 * math.log(float(factor)))
-        return read_shipped(block, max_len=ctx, source="gguf")
-    freqs = tensors.get("rope_freqs.weight")
-    if freqs is not None and max(freqs) > 1:
-        k = float(max(freqs))
-        L0 = int(original or round((ctx or 0) / k))
-        block = {"rope_type": "longrope", "long_factor": freqs, "short_factor": freqs, "factor": k,
-                 "original_max_position_embeddings": L0, "attention_factor": float(attn or 1.0)}
-        source = "gguf rope_freqs" + ("" if original else "; L0 = Ls / k assumed, --train-len sets it")
-        return replace(read_shipped(block, max_len=ctx, source=source), rope_type="rope_freqs")
-    return None
-
-
-def _head_bytes(path: Path, size: int = 1 << 22) -> bytes:
-    """The first bytes of a file (where a GGUF's metadata and tensor names are)."""
-    with open(path, "rb") as fh:
-        return fh.read(size)
-
-
-def _read_f32(path: Path, offset: int, n: int) -> list[float]:
-    with open(path, "rb") as fh:
-        fh.seek(offset)
-        raw = fh.read(4 * n)
-    if len(raw) < 4 * n:
-        raise RopeCliError(f"GGUF '{path}' ends inside a rope factor tensor; is it a complete GGUF file?")
-    return list(struct.unpack(f"<{n}f", raw))
 
 
 # --- the geometry the analysis commands compute with --------------------------------------------

@@ -1,15 +1,19 @@
 """A GGUF file's header, parsed here without the `gguf` package (whose reader decodes every tokenizer string
-and takes seconds): the key/value metadata, the tensors' data offsets and sizes. v2/v3, little-endian; a
+and takes seconds): the key/value metadata, the tensors' data offsets and sizes; and the RoPE schedule a GGUF
+ships (`gguf_shipped`: llama.cpp's scaling keys and rope factor tensors). v2/v3, little-endian; a
 malformed file fails in one line (`RopeCliError`), never with a bare exception (tests/test_fuzz_inputs.py)."""
 
 from __future__ import annotations
 
+import math
 import mmap
 import struct
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ropecli.errors import RopeCliError
+from ropecli.rope.shipped import Shipped, read_shipped
 
 # GGUF value types: fixed-size scalars (struct format), 8 = string, 9 = array
 _SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
@@ -93,3 +97,62 @@ def _gguf_value(buf, pos: int, vtype: int) -> tuple[Any, int]:
             return None, pos
         raise ValueError(f"nested GGUF array of type {item}")
     raise ValueError(f"unknown GGUF value type {vtype}")
+
+
+# llama.cpp's names (`src/llama-arch.cpp`, LLM_KV_ROPE_SCALING_*): rope.scaling.type is none|linear|yarn|longrope
+_GGUF_TYPES = {"linear": "linear", "yarn": "yarn", "longrope": "longrope"}
+
+
+def gguf_shipped(path: Path, meta: dict[str, Any], arch: str, rotary_dim: int) -> Shipped | None:
+    """The schedule a GGUF ships: `{arch}.rope.scaling.*` keys (type, factor, original_context_length,
+    attn_factor, yarn_beta_fast/slow), else a `rope_freqs` tensor (how llama.cpp's converter writes
+    Llama 3.1's llama3 factors: per-pair divisors, read as explicit factors; L0 = Ls / k where no
+    original length is stated), Phi-3's `rope_factors_long`/`_short` tensors with longrope."""
+    def get(key: str):
+        return meta.get(f"{arch}.{key}")
+
+    ctx = get("context_length")
+    kind = str(get("rope.scaling.type") or "none")
+    factor = get("rope.scaling.factor") or (1.0 / get("rope.scale_linear") if get("rope.scale_linear") else None)
+    original = get("rope.scaling.original_context_length")
+    attn = get("rope.scaling.attn_factor")
+    tensors = {}
+    names = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
+    if any(n.encode() in _head_bytes(path) for n in names):
+        data_start, layout = gguf_layout(path)
+        tensors = {n: _read_f32(path, off, rotary_dim // 2) for n, off in layout if n in names}
+    if kind == "longrope" or "rope_factors_long.weight" in tensors:
+        block = {"rope_type": "longrope", "long_factor": tensors.get("rope_factors_long.weight"),
+                 "short_factor": tensors.get("rope_factors_short.weight"), "factor": factor,
+                 "original_max_position_embeddings": original, "attention_factor": attn}
+        return read_shipped(block, max_len=ctx, source="gguf")
+    if kind in _GGUF_TYPES and factor and float(factor) > 1:
+        block = {"rope_type": _GGUF_TYPES[kind], "factor": float(factor), "original_max_position_embeddings": original,
+                 "beta_fast": get("rope.scaling.yarn_beta_fast"), "beta_slow": get("rope.scaling.yarn_beta_slow")}
+        if kind == "yarn" and attn and float(attn) != 1.0:  # llama.cpp: mscale = attn_factor * (1 + 0.1 ln k)
+            block["attention_factor"] = float(attn) * (1 + 0.1 * math.log(float(factor)))
+        return read_shipped(block, max_len=ctx, source="gguf")
+    freqs = tensors.get("rope_freqs.weight")
+    if freqs is not None and max(freqs) > 1:
+        k = float(max(freqs))
+        L0 = int(original or round((ctx or 0) / k))
+        block = {"rope_type": "longrope", "long_factor": freqs, "short_factor": freqs, "factor": k,
+                 "original_max_position_embeddings": L0, "attention_factor": float(attn or 1.0)}
+        source = "gguf rope_freqs" + ("" if original else "; L0 = Ls / k assumed, --train-len sets it")
+        return replace(read_shipped(block, max_len=ctx, source=source), rope_type="rope_freqs")
+    return None
+
+
+def _head_bytes(path: Path, size: int = 1 << 22) -> bytes:
+    """The first bytes of a file (where a GGUF's metadata and tensor names are)."""
+    with open(path, "rb") as fh:
+        return fh.read(size)
+
+
+def _read_f32(path: Path, offset: int, n: int) -> list[float]:
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        raw = fh.read(4 * n)
+    if len(raw) < 4 * n:
+        raise RopeCliError(f"GGUF '{path}' ends inside a rope factor tensor; is it a complete GGUF file?")
+    return list(struct.unpack(f"<{n}f", raw))
