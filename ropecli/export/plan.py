@@ -165,6 +165,13 @@ def gguf_origin(path: Path) -> str:
     return f"HF-CHECKPOINT-OF-{str(name).replace(' ', '-')}"
 
 
+def model_folder(model: str) -> str:
+    """Where a model's files are: the built-in model's folder for `builtin`, a packaged short name's, else `model`."""
+    from ropecli.models.config import BUILTIN, BUILTIN_DIR
+
+    return str(BUILTIN_DIR) if model == BUILTIN else resolve_model(model)
+
+
 def _source(model: str, gguf_file: str | None) -> Path:
     model = resolve_model(model)
     return Path(model) if gguf_file is None else locate_file(model, Path(model), gguf_file)
@@ -203,8 +210,8 @@ def _to_hf_or_vllm(spec, geom, target, runtime, out, model, gguf_file, force, co
         export_hf_from_gguf(path, Path(out), block, force)
         result["lines"].append(f"wrote {out}: {path.name} dequantized by transformers (safetensors, tokenizer) with the "
                                f"block in its config.json: from_pretrained('{out}') needs no keyword arguments")
-    elif Path(resolve_model(model)).is_dir():  # a folder, or a short name of ropecli's own (builtin-llama3)
-        linked = export_hf_folder(Path(resolve_model(model)), Path(out), block, force)
+    elif Path(model_folder(model)).is_dir():  # a folder, or a short name of ropecli's own (builtin, builtin-llama3)
+        linked = export_hf_folder(Path(model_folder(model)), Path(out), block, force)
         result["lines"].append(f"wrote {out}/config.json; linked {len(linked)} file(s) of {model} beside it "
                                f"({', '.join(linked)}): from_pretrained('{out}') needs no keyword arguments")
         result["linked"] = linked

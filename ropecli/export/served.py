@@ -29,8 +29,8 @@ import numpy as np
 from ropecli.errors import RopeCliError
 from ropecli.models.config import ModelRope
 from ropecli.rope.spec import Spec, make_spec
+from ropecli.runtimes import AT_START_UP, PER_FORWARD, runtime as runtime_record
 
-RUNTIMES = ("transformers", "vllm", "llamacpp")
 
 
 @dataclass(frozen=True)
@@ -43,27 +43,64 @@ class Served:
 
 
 def served(runtime: str, spec: Spec, length: int, rope: ModelRope, factor: float, consistent: bool = False) -> Served:
-    """What `runtime` applies at `length` tokens to `spec` exported at factor k = `factor`."""
-    if runtime not in RUNTIMES:
-        raise RopeCliError(f"unknown runtime '{runtime}'; choose from {', '.join(RUNTIMES)}")
+    """What `runtime` (a name or alias) applies at `length` tokens to `spec` exported at factor k = `factor`,
+    by the runtime's rule (`ropecli.runtimes.record.RULES`)."""
+    rec = runtime_record(runtime)
+    runtime = rec.name
     if spec.native:  # nothing exported: every runtime serves the model as shipped
         return Served(runtime, length, spec, "the model as shipped")
-    if spec.length_dependent and not spec.log_n and not spec.composed:  # dynamic NTK
-        if runtime == "transformers":
-            return Served(runtime, length, spec, "dynamic at the request's length")
-        if runtime == "llamacpp":
-            return Served(runtime, length, None, "llama.cpp has no dynamic NTK")
-    factors, attention, how = _applied(runtime, spec, length, rope, factor, consistent)
+    if is_dynamic(spec):
+        if not rec.serves_dynamic:
+            return Served(runtime, length, None, f"{rec.label} has no dynamic NTK")
+        if rec.dynamic_rule == PER_FORWARD:  # the export's factor k, at the current length (k' = k*n/L - (k-1))
+            return Served(runtime, length, spec.but(factor=factor), "dynamic at the request's length")
+    factors, attention, how = _applied(rec.rule, spec, length, rope, factor, consistent)
     return Served(runtime, length, as_spec(spec, factors, attention, rope, factor), how)
 
 
-def _applied(runtime: str, spec: Spec, length: int, rope: ModelRope, factor: float, consistent: bool):
+def is_dynamic(spec: Spec) -> bool:
+    """Dynamic NTK (a schedule that follows the current length), not log-n or a composed schedule."""
+    return spec.length_dependent and not spec.log_n and not spec.composed
+
+
+def decode_segments(runtime: str, spec: Spec, rope: ModelRope, factor: float, consistent: bool, prompt_len: int,
+                    total_len: int) -> list[tuple[int, Served]]:
+    """Generation as `runtime` runs it: a prompt of `prompt_len` tokens prefilled, then the continuation decoded
+    with a KV cache up to `total_len`, as [(end, served)]: the tokens up to `end` (from the previous end) go
+    through forward passes that all apply `served`; the first entry is the prefill. Exact for token-by-token
+    decoding: a runtime that decides per forward pass (transformers) changes its schedule only where its rule
+    says — longrope at the switch length, dynamic NTK at every token past L — so the tokens between two such
+    points share one schedule; the others decide once (one segment after the prefill)."""
+    rec = runtime_record(runtime)
+    ends = [prompt_len, total_len]
+    if rec.dynamic_rule == PER_FORWARD and is_dynamic(spec):
+        L = rope.train_len  # forward passes ending at or below L run unscaled; past it, each token its own base
+        ends = [prompt_len, *([L] if prompt_len < L < total_len else []), *range(max(prompt_len, L) + 1, total_len + 1)]
+    elif rec.rule == PER_FORWARD:
+        switch = switch_length(rope, spec, consistent)
+        ends = sorted({prompt_len, total_len, *([switch] if prompt_len < switch < total_len else [])})
+    if rec.rule == AT_START_UP:  # decided once, for the longest request: every segment runs at total_len
+        once = served(rec.name, spec, total_len, rope, factor, consistent)
+        return [(n, once) for n in dict.fromkeys(ends)]
+    return [(n, served(rec.name, spec, n, rope, factor, consistent)) for n in dict.fromkeys(ends)]
+
+
+def switch_length(rope: ModelRope, spec: Spec, consistent: bool) -> int:
+    """Where a transformers export switches from short to long factors: Ls for a model that ships a schedule,
+    else L; never for --consistent (returned as 0: no switch)."""
+    if consistent or spec.native:
+        return 0
+    return rope.shipped_len if rope.shipped is not None else rope.train_len
+
+
+def _applied(rule: str, spec: Spec, length: int, rope: ModelRope, factor: float, consistent: bool):
     """(factors, attention factor, how) from the export's readback (transformers, vLLM) or rope_freqs (llama.cpp)."""
     from ropecli.export.hf import rope_block
     from ropecli.export.readback import transformers_applied, vllm_applied
+    from ropecli.runtimes import ROPE_FREQS
 
     geom = rope.geometry(factor)
-    if runtime == "llamacpp":  # rope_freqs = the schedule, at every length; log-n as one constant (export/plan.py)
+    if rule == ROPE_FREQS:  # rope_freqs = the schedule, at every length; log-n as one constant (export/plan.py)
         import math
 
         sched = spec.schedule(geom)
@@ -73,7 +110,7 @@ def _applied(runtime: str, spec: Spec, length: int, rope: ModelRope, factor: flo
     if rope.layer_types:  # per layer type: the scaled type's block (the one ropecli's evaluation patches with)
         block = {**block, "rope_parameters": block["rope_parameters"][rope.layer_type]}
     head_dim = int(round(rope.rotary_dim / rope.partial_rotary_factor))
-    if runtime == "vllm":
+    if rule == AT_START_UP:
         from ropecli.export.vllm import vllm_block
 
         block, _ = vllm_block(rope, spec, factor, block)
@@ -81,7 +118,7 @@ def _applied(runtime: str, spec: Spec, length: int, rope: ModelRope, factor: flo
     else:
         a = transformers_applied(block, length, (), head_dim)[0]
     if a.factors is None:
-        raise RopeCliError(f"{runtime}: {a.how} cannot be reconstructed")
+        raise RopeCliError(f"{a.runtime}: {a.how} cannot be reconstructed")
     return a.factors, a.attention_factor, a.how
 
 

@@ -129,6 +129,15 @@ class TransformersBackend:
 
         return self._run(token_losses, ids, chunk_tokens)
 
+    def decode_losses(self, ids: np.ndarray, segments: list[tuple[int, Schedule, bool]]) -> np.ndarray:
+        """Generation teacher-forced through the KV cache (`ropecli.models.decode`): the window's first
+        segments[0][0] tokens prefilled, then each segment [previous end, end) in one forward pass under its
+        schedule; the NLL of every continuation token, float64."""
+        from ropecli.models.decode import cached_token_losses
+
+        enter = lambda sched, log_n: (lambda: self.scaled(sched, log_n))  # noqa: E731
+        return self._run(cached_token_losses, ids[:segments[-1][0]], [(n, enter(s, ln)) for n, s, ln in segments])
+
     def passkey_scores(self, ids: np.ndarray, answer_start: int) -> tuple[float, float]:
         from ropecli.models.scoring import passkey_scores
 

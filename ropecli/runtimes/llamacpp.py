@@ -1,0 +1,31 @@
+"""llama.cpp: a GGUF copy carrying the schedule, run with `llama-server` / `llama-cli`.
+
+Two ways in, by architecture (`ropecli.models.gguf_rope`): `rope_freqs.weight` (d/2 divisors of the
+frequencies, applied at every length and context size: `llama_model::get_rope_factors`, src/llama-model.cpp)
+for the architectures whose loaders create LLM_TENSOR_ROPE_FREQS (llama and its kin); for the others
+(qwen2, qwen3, gemma, …, whose loaders never read it) the native `{arch}.rope.scaling.*` keys: yarn or
+linear, which llama.cpp computes itself (`ggml_rope_yarn_corr_dims`, `rope_yarn` in ggml). Either way one
+rotation at every step: a KV cache never goes stale. It has no dynamic NTK (scaling types none, linear,
+yarn, longrope).
+"""
+
+from __future__ import annotations
+
+from ropecli.runtimes.record import ROPE_FREQS, Runtime, Version
+
+RECORD = Runtime(
+    name="llamacpp", label="llama.cpp", aliases=("gguf", "llama.cpp", "llama-cpp", "llama_cpp"), package="llama-cpp-python",
+    artefact="a GGUF copy with rope_freqs.weight, or the native {arch}.rope.scaling.* keys (yarn, linear) for "
+             "architectures whose loaders ignore rope_freqs; the llama-server line",
+    reads="rope_freqs.weight (architectures that create it), {arch}.rope.scaling.type/factor/original_context_length/"
+          "attn_factor, {arch}.context_length; llama-server flags override the keys",
+    at_length="rope_freqs and the scaling keys at every length and context size",
+    decoding="one rotation for every step: the KV cache stays consistent",
+    rule=ROPE_FREQS, serves_dynamic=False,
+    versions=(
+        Version(">=0.2.0", "rope_freqs.weight applied at every length (llama_model::get_rope_factors)",
+                "llama.cpp src/llama-model.cpp: llama_model::get_rope_factors; llama-cpp-python 0.2 bundles it"),
+        Version(">=0.2.0", "{arch}.rope.scaling.type yarn|linear with factor and original_context_length",
+                "llama.cpp src/llama-model.cpp: llama_model::load_hparams (LLM_KV_ROPE_SCALING_*)"),
+    ),
+)

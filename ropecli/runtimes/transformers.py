@@ -1,0 +1,38 @@
+"""transformers: a model folder whose config.json carries the schedule (or the rope_parameters block alone).
+
+Reads `rope_parameters` (transformers 5) — and, written beside it for a single-RoPE model, the transformers-4
+`rope_scaling` + `rope_theta`, which transformers 5 also accepts (`convert_rope_params_to_dict` in
+modeling_rope_utils.py: `rope_scaling or rope_parameters`, so the two must agree, and they do).
+At a request of n tokens: longrope picks long_factor when the forward pass's length exceeds
+original_max_position_embeddings, short_factor otherwise (`longrope_frequency_update`, per forward pass);
+dynamic NTK grows its base with the longest length seen and resets below L (`dynamic_frequency_update`).
+While decoding with a KV cache that choice is made again at every step, and the keys already cached keep
+the rotation they were made with: a switching export (short_factor != long_factor) decodes a prompt shorter
+than the switch into a continuation past it with stale keys. Only Phi-3's `prepare_inputs_for_generation`
+(modeling_phi3.py; PR #33129) drops its cache at the switch. ropecli's default export is consistent
+(short_factor = long_factor); `--switching` writes the switch, with its measured decode damage printed.
+"""
+
+from __future__ import annotations
+
+from ropecli.runtimes.record import PER_FORWARD, Runtime, Version
+
+RECORD = Runtime(
+    name="transformers", label="transformers", aliases=("hf", "huggingface"), package="transformers",
+    artefact="a model folder (config.json merged, the weights linked) or the rope_parameters block as JSON",
+    reads="config.json: rope_parameters (5.x), rope_scaling + rope_theta (4.x), max_position_embeddings",
+    at_length="per forward pass: longrope's long_factor past original_max_position_embeddings, short_factor up to it; "
+              "dynamic NTK at the longest length seen",
+    decoding="the choice is made again at every decoding step; cached keys keep their rotation (stale after a switch), "
+             "except Phi-3, whose generate() drops the cache at the switch",
+    rule=PER_FORWARD, serves_dynamic=True, drops_cache_at_switch=("phi3",),
+    versions=(
+        Version(">=5.0", "reads rope_parameters (rope_type, rope_theta, factors) from config.json",
+                "transformers 5.0, modeling_rope_utils.py: RotaryEmbeddingConfigMixin.convert_rope_params_to_dict",
+                older="4.x reads rope_scaling + rope_theta: ropecli writes both forms for a single-RoPE model"),
+        Version(">=4.43", "longrope with per-forward short/long switching (longrope_frequency_update)",
+                "transformers 4.43, modeling_rope_utils.py: _compute_longrope_parameters, dynamic_rope_update"),
+        Version(">=4.45", "Phi-3 drops its KV cache at the short/long switch in generate()",
+                "transformers PR #33129, modeling_phi3.py: Phi3ForCausalLM.prepare_inputs_for_generation"),
+    ),
+)
