@@ -8,7 +8,7 @@ import typer
 
 from ropecli import __version__
 from ropecli.cli.common import OneLineErrorsGroup
-from ropecli.cli.commands import advise, analysis, evaluate, export, metrics, plot, search, verify
+from ropecli.cli.commands import advise, analysis, evaluate, export, metrics, plot, runtimes, search, verify
 
 app = typer.Typer(
     name="ropecli",
@@ -36,6 +36,7 @@ COMMANDS = {  # name -> function, in the order `ropecli --help` lists them
     "freqs": analysis.freqs, "digits": analysis.digits, "schedule": analysis.schedule, "methods": analysis.methods,
     "ppl": evaluate.ppl, "compare": evaluate.compare, "passkey": metrics.passkey, "kl": metrics.kl,
     "search": search.search, "search-b": search.search_b, "export": export.export, "verify": verify.verify, "advise": advise.advise,
+    "runtimes": runtimes.runtimes,
 }
 for name, command in COMMANDS.items():
     app.command(name)(command)

@@ -26,7 +26,7 @@ from ropecli.cli.options import (AdviseBudgetOpt, AdviseMetric, AdviseMetricOpt,
                                  JsonOpt, KeyEvaluatorOpt, KeyShortOpt, KeyTokens, KeyTokensOpt, KOpt, LenOpt, LogNOpt,
                                  MarginOpt, MaxShortKlOpt, MaxShortRegressionOpt, MaxWindowsOpt, MethodOpt, MethodsAliasOpt,
                                  MinPasskeyOpt, ModelOpt, NoCacheOpt, NoRaceOpt, ObjectiveOpt, ParamOpt, PlotOpt, RopeLayersOpt,
-                                 SamplesOpt, ScoreLastOpt, SeedOpt, ServeRuntime, ServeRuntimeOpt, TargetLenOpt, TextFieldOpt,
+                                 SamplesOpt, ScoreLastOpt, SeedOpt, ServeRuntimeOpt, TargetLenOpt, TextFieldOpt,
                                  TokenLossesOpt, TrainLenOpt, TrustOpt, WithLogNOpt, WorkloadOpt, flat_choices)
 from ropecli.errors import RopeCliError
 from ropecli.tuning.objective import Objective
@@ -123,7 +123,9 @@ class ServingOptions:
     runtime: ServeRuntimeOpt = None
 
     def runtimes(self) -> list[str]:
-        return flat_choices(self.runtime, tuple(r.value for r in ServeRuntime))
+        from ropecli.runtimes import SERVED_BY_DEFAULT
+
+        return flat_choices(self.runtime, SERVED_BY_DEFAULT)
 
     def plan(self, lengths: list[int] | None) -> tuple[tuple | None, list[int]]:
         """((workload, runtimes) or None, the target lengths: --len, or with --workload alone its longest request)."""

@@ -44,12 +44,6 @@ class Backend(str, Enum):
     llamacpp = "llamacpp"  # a GGUF inside llama.cpp (llama-cpp-python), scaled by rope_freqs
 
 
-class Artefact(str, Enum):  # export --to, verify --runtime: which runtime's files
-    hf = "hf"  # transformers: a config folder or a rope_parameters block
-    vllm = "vllm"  # vLLM's --hf-overrides
-    gguf = "gguf"  # llama.cpp / Ollama: a GGUF with rope_freqs
-
-
 class OutputFormat(str, Enum):
     table = "table"
     json = "json"
@@ -134,6 +128,30 @@ class CommaChoices(click.ParamType):
         return names
 
 
+class RuntimeName(click.ParamType):
+    """A runtime by its name or an alias (`ropecli.runtimes`: hf, gguf, llama.cpp … are accepted), given as its
+    one spelling; `many`: repeatable and comma-separated. A wrong one is a one-line usage error."""
+
+    def __init__(self, flag: str, many: bool = False):
+        from ropecli.runtimes import names
+
+        self.flag, self.many = flag, many
+        self.name = "[" + "|".join(names()) + "]" + (",…" if many else "")
+
+    def convert(self, value, param, ctx):
+        from ropecli.runtimes import names, spellings
+
+        if isinstance(value, list):
+            return value
+        words = [n.strip() for n in str(value).split(",") if n.strip()] if self.many else [str(value)]
+        bad = [w for w in words if w.lower() not in spellings()] or ([] if words else [repr(value)])
+        if bad:
+            self.fail(f"{self.flag} {bad[0]}: choose from {', '.join(names())}" + (" (a comma list is fine)" if self.many else ""),
+                      param, ctx)
+        got = [spellings()[w.lower()] for w in words]
+        return got if self.many else got[0]
+
+
 def flat_choices(values: list | None, default: tuple[str, ...]) -> list[str]:
     """The chosen values of a CommaChoices option, in order, each once."""
     return list(dict.fromkeys([n for v in (values or [list(default)]) for n in (v if isinstance(v, list) else [v])]))
@@ -171,20 +189,14 @@ MarginOpt = Annotated[Optional[float], typer.Option(
     "--margin", min=0.0, rich_help_panel=SEARCH,
     help="Equivalence margin, nats of mean log-PPL: a candidate whose paired 95% interval against the best lies inside "
          "±margin is shown equivalent and may win the tie-break (default 0.01: PPL within 1%).")]
-class ServeRuntime(str, Enum):
-    transformers = "transformers"
-    vllm = "vllm"
-    llamacpp = "llamacpp"
-
-
 WorkloadOpt = Annotated[Optional[str], typer.Option(
     "--workload", rich_help_panel="Serving",
     help="The request lengths you serve: LENGTH:SHARE pairs (2048:0.6,8192:0.3,16384:0.1) or a file of request lengths, "
          "one per line (histogrammed to powers of two). Ranks every candidate per runtime by its expected loss over "
          "them, each length under the schedule that runtime applies there. Default: the target length alone.")]
 ServeRuntimeOpt = Annotated[Optional[list[str]], typer.Option(
-    "--runtime", click_type=CommaChoices(ServeRuntime, "--runtime"), rich_help_panel="Serving",
-    help="With --workload: transformers, vllm, llamacpp (repeat or comma-separate; default all three).")]
+    "--runtime", click_type=RuntimeName("--runtime", many=True), rich_help_panel="Serving",
+    help="With --workload: transformers, vllm, llamacpp, sglang, ollama (repeat or comma-separate; default the first three).")]
 
 
 class AdviseMetric(str, Enum):
@@ -257,9 +269,14 @@ PlotOpt = Annotated[Optional[str], typer.Option("--plot", rich_help_panel=OUTPUT
 OutOpt = Annotated[Optional[str], typer.Option("--out", "-o", rich_help_panel=OUTPUT, help="Output file (.png, .svg or .pdf).")]
 
 # export's and verify's own
-ToOpt = Annotated[Artefact, typer.Option("--to", rich_help_panel=OUTPUT, help="hf (transformers), vllm, or gguf (llama.cpp / Ollama).")]
+ToOpt = Annotated[str, typer.Option(
+    "--to", click_type=RuntimeName("--to"), rich_help_panel=OUTPUT,
+    help="transformers (alias hf), vllm, llamacpp (alias gguf), sglang or ollama.")]
 ConsistentOpt = Annotated[bool, typer.Option(
-    "--consistent", rich_help_panel=OUTPUT, help="short_factor = long_factor: every runtime applies the schedule at every length.")]
+    "--consistent/--switching", rich_help_panel=OUTPUT,
+    help="--consistent (default): short_factor = long_factor, the schedule at every length, so generation through a KV "
+         "cache is safe in every runtime. --switching: transformers switches to the extension only past L (Ls) per "
+         "forward pass, and keys cached before the switch go stale; its measured decode damage is printed.")]
 ForceOpt = Annotated[bool, typer.Option("--force", rich_help_panel=OUTPUT, help="Overwrite an existing --out.")]
 ReplaceOpt = Annotated[bool, typer.Option(
     "--replace", rich_help_panel=OUTPUT, help="gguf: replace the rope_freqs / scaling the input already has.")]
@@ -267,8 +284,9 @@ ArtefactPathArg = Annotated[str, typer.Argument(
     help="What export wrote: a transformers folder, a .json block / vLLM overrides, or a .gguf.")]
 AdviceOpt = Annotated[Optional[str], typer.Option(
     "--advice", rich_help_panel=SCHEDULE, help="advise's advice.json (default: the one beside PATH, if any); else give --method and --len.")]
-ReadAsOpt = Annotated[Optional[Artefact], typer.Option(
-    "--runtime", rich_help_panel=OUTPUT, help="Which runtime reads PATH: hf, vllm or gguf (default: from the file).")]
+ReadAsOpt = Annotated[Optional[str], typer.Option(
+    "--runtime", click_type=RuntimeName("--runtime"), rich_help_panel=OUTPUT,
+    help="Which runtime reads PATH: transformers, vllm, llamacpp, sglang or ollama (default: from the file).")]
 RunOpt = Annotated[bool, typer.Option(
     "--run/--no-run", rich_help_panel=EVALUATION, help="Also run the runtime where it is installed (transformers: reload and score a window).")]
 RunLenOpt = Annotated[Optional[int], typer.Option(

@@ -94,7 +94,7 @@ def _memory(model: ModelOptions, device: str, lengths: list[int] | None):
     from ropecli.models.memory import available_memory, human, memory_before_loading
 
     dev = resolve_device(device)
-    runtime = "llama.cpp" if model.backend == "llamacpp" else "transformers"
+    runtime = "llamacpp" if model.backend == "llamacpp" else "transformers"
     dtype = str(resolve_dtype(model.dtype, dev)).replace("torch.", "")
     try:
         plan = memory_before_loading(model.model, model.gguf_file, dtype, max(lengths) if lengths else None, runtime)

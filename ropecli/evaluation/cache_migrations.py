@@ -4,6 +4,8 @@ evaluator asks `migrate` for the windows its cache lookup missed; nothing here r
 - Format 2, the key of an earlier ropecli (no runtime in it, the model fingerprint with its load path:
   `earlier_fingerprint` of the backend): a window found there is stored under today's key and reused
   (`rekeyed`).
+- Format 2 with the runtime spelled as an earlier ropecli spelled it (`llama.cpp`, now `llamacpp`: one
+  spelling per runtime, `ropecli.runtimes`): found under the old spelling, stored under today's (`respelled`).
 - Format 1 (`LEGACY_FORMAT`): one entry per whole evaluation (samples and seed in the key). PPL and
   passkey entries hold every window's numbers and are split into per-window entries at once
   (`migrated`); KL entries lack the per-token values its percentiles need, so they are recomputed
@@ -32,6 +34,24 @@ def rekeyed(cache: EvalCache, keys: list[dict], missing: list[int], earlier_fing
             if store:
                 cache.put(keys[i], got)
             cache.reused(1, "rekeyed")
+    return found
+
+
+OLD_SPELLINGS = {"llamacpp": ("llama.cpp",)}  # runtime -> how earlier cache keys spelled it
+
+
+def respelled(cache: EvalCache, keys: list[dict], missing: list[int], store: bool) -> dict[int, tuple]:
+    """Windows stored under an earlier spelling of the runtime: {index: (value, seconds)}, stored under today's key."""
+    found: dict[int, tuple] = {}
+    for i in missing:
+        for old_name in OLD_SPELLINGS.get(keys[i].get("runtime"), ()):
+            got = cache.legacy({**keys[i], "runtime": old_name}, FORMAT)
+            if got is not None:
+                found[i] = tuple(got["value"]), got["seconds"]
+                if store:
+                    cache.put(keys[i], got)
+                cache.reused(1, "rekeyed")
+                break
     return found
 
 

@@ -27,7 +27,7 @@ from typing import Callable
 
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.cache import EvalCache
-from ropecli.evaluation.cache_migrations import legacy_key, rekeyed, whole_evaluation
+from ropecli.evaluation.cache_migrations import legacy_key, rekeyed, respelled, whole_evaluation
 from ropecli.evaluation.distributed import Dist
 from ropecli.evaluation.inputs import Inputs
 from ropecli.evaluation.key_metric import key_fields, window_key_sums
@@ -185,6 +185,7 @@ class Evaluator:
         missing = [i for i in range(len(keys)) if i not in values]  # the formats the cache still reads
         values.update(rekeyed(self.cache, keys, missing, getattr(self.backend, "earlier_fingerprint", None),
                               self.dist.is_main))
+        values.update(respelled(self.cache, keys, [i for i in missing if i not in values], self.dist.is_main))
         if not values:
             values = whole_evaluation(self.cache, self.legacy_key(spec, length, geom, sched, metric, inputs), metric,
                                       keys, self.dist.is_main)

@@ -126,7 +126,8 @@ def write_hf_block(path: str, rope: ModelRope, spec: Spec, factor: float) -> dic
 
 def merged_config(config: dict, block: dict) -> dict:
     """A copy of a model's config.json with the block merged (into text_config where the model has
-    one); per layer type, only the scaled types are replaced. Old `rope_scaling` keys are dropped."""
+    one); per layer type, only the scaled types are replaced. Old `rope_scaling` keys are dropped; a single-RoPE
+    model gets `rope_scaling` (the same dict) and `rope_theta` beside `rope_parameters`, for transformers-4 readers."""
     out = json.loads(json.dumps(config))
     text = out["text_config"] if isinstance(out.get("text_config"), dict) else out
     new = block["rope_parameters"]
@@ -145,6 +146,8 @@ def merged_config(config: dict, block: dict) -> dict:
         text["original_max_position_embeddings"] = first.get("original_max_position_embeddings",
                                                              text["original_max_position_embeddings"])
     text["max_position_embeddings"] = block["max_position_embeddings"]
+    if "rope_type" in new:  # transformers 4 reads rope_scaling + rope_theta; 5 takes rope_scaling over rope_parameters
+        text["rope_scaling"], text["rope_theta"] = dict(new), new["rope_theta"]  # (convert_rope_params_to_dict): the same dict
     return out
 
 

@@ -1,12 +1,13 @@
 """The one export function: `ropecli export` and `ropecli advise` both call `export_schedule`.
 
-Routing (what goes where): `hf` writes a transformers model folder (a local folder: its files linked
-beside the merged config.json; a hub id: the merged config.json; a GGUF: dequantized by transformers)
-or, with `--out FILE.json` or no --out, the rope_parameters block; `vllm` writes the block as
-`--hf-overrides` JSON and gives the `vllm serve` command; `gguf` writes a GGUF copy with
-rope_freqs. With the default short_factor = 1 the three runtimes disagree on prompts shorter than L
-(transformers: unscaled; vLLM and llama.cpp: scaled); `consistent` writes short_factor =
-long_factor and all three apply the schedule at every length.
+Routing: each runtime's module writes its artefact (`ropecli.runtimes.<name>.write`): transformers a model
+folder (a local folder: its files linked beside the merged config.json; a hub id: the merged config.json; a
+GGUF: dequantized by transformers) or, with `--out FILE.json` or no --out, the rope_parameters block; vllm
+the block as `--hf-overrides` JSON and the `vllm serve` line; llamacpp a GGUF copy (rope_freqs, or the native
+scaling keys); sglang the override JSON and launch line; ollama a GGUF and its Modelfile. By default the
+export is consistent (short_factor = long_factor): every runtime applies the schedule at every length and
+generation through a KV cache is safe. `consistent=False` (--switching) keeps transformers' short/long
+switch at L (Ls): cached keys go stale across it, and the damage is measured and printed.
 """
 
 from __future__ import annotations
@@ -22,25 +23,21 @@ from ropecli.models.packaged import resolve_model
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.spec import Spec
 
-RUNTIMES = ("hf", "vllm", "gguf")
-RUNTIME_BEHAVIOUR = {  # (with short_factor = 1, with --consistent)
-    "transformers": ("per forward pass: long_factor once the sequence is longer than L, the unscaled model (short_factor = 1) up to L",
-                     "the schedule at every length"),
-    "vllm": ("once at start-up: --max-model-len > L selects long_factor for every request, short prompts included",
-             "the schedule at every length"),
-    "llama.cpp": ("rope_freqs is applied at every length and every context size (it has no short variant)",
-                  "the schedule at every length"),
-}
-
-
 def runtime_behaviour(target: ModelRope, consistent: bool) -> dict[str, str]:
-    """What each runtime does with an export, in words; for a model that ships a schedule, the short
-    factors are the shipped schedule up to Ls, not the unscaled model up to L."""
-    out = {name: both[1 if consistent else 0] for name, both in RUNTIME_BEHAVIOUR.items()}
+    """What each runtime does with an export, in words (from its record, `ropecli.runtimes`); a switching
+    export (short_factor = 1, or the shipped schedule up to Ls) is described where it switches."""
+    from ropecli.runtimes import records
+
+    out = {}
+    for name, rec in records().items():
+        if consistent:
+            out[name] = f"the schedule at every length; decoding: {rec.decoding}"
+        else:
+            out[name] = f"{rec.at_length}; decoding: {rec.decoding}"
     if target.shipped is not None and not consistent:
         out["transformers"] = (f"per forward pass: long_factor once the sequence is longer than Ls = {target.shipped_len}, "
-                               f"the shipped {target.shipped.label} (short_factor) up to Ls")
-        out["vllm"] = out["vllm"].replace("> L", "> Ls")
+                               f"the shipped {target.shipped.label} (short_factor) up to Ls; decoding: "
+                               f"{records()['transformers'].decoding}")
     return out
 
 
@@ -51,20 +48,25 @@ def is_gguf(model: str | None, gguf_file: str | None) -> bool:
 
 def check_export_paths(runtime: str, out: str | None, model: str | None, gguf_file: str | None, force: bool) -> None:
     """Refuse, before any work, an output that cannot be written or a runtime the input cannot go to."""
-    if runtime == "gguf":
+    from ropecli.runtimes import canonical
+
+    runtime = canonical(runtime)
+    if runtime in ("llamacpp", "ollama"):
         if not is_gguf(model, gguf_file):
-            raise RopeCliError("--to gguf needs --model FILE.gguf (or --model DIR --gguf-file NAME), the GGUF to export into")
-        if not out or not out.endswith(".gguf"):
-            raise RopeCliError("--to gguf needs --out NEW.gguf")
-        check_writable(out, "--out", force)
+            raise RopeCliError(f"--to {runtime} needs --model FILE.gguf (or --model DIR --gguf-file NAME), the GGUF to export into")
+        if runtime == "llamacpp" and (not out or not out.endswith(".gguf")):
+            raise RopeCliError("--to llamacpp needs --out NEW.gguf")
+        if runtime == "ollama" and (not out or out.endswith((".gguf", ".json"))):
+            raise RopeCliError("--to ollama needs --out DIR, the folder for the GGUF and its Modelfile")
+        check_writable(out.rstrip("/"), "--out", force)
         return
-    to_folder = runtime == "hf" and out is not None and not out.endswith(".json")
-    if is_gguf(model, gguf_file) and not to_folder and runtime != "vllm":
-        raise RopeCliError(f"a GGUF model goes to llama.cpp with --to gguf, or to a transformers folder with --to hf --out DIR "
-                           f"(then --to {runtime} from that folder)")
+    to_folder = runtime == "transformers" and out is not None and not out.endswith(".json")
+    if is_gguf(model, gguf_file) and not to_folder and runtime not in ("vllm", "sglang"):
+        raise RopeCliError(f"a GGUF model goes to llama.cpp with --to llamacpp, or to a transformers folder with "
+                           f"--to transformers --out DIR (then --to {runtime} from that folder)")
     if to_folder and model is None:
-        raise RopeCliError("--to hf --out DIR writes a model folder and needs --model (a local folder or hub id); "
-                           "without a model pass --out FILE.json")
+        raise RopeCliError("--to transformers --out DIR writes a model folder and needs --model (a local folder or hub "
+                           "id); without a model pass --out FILE.json")
     if out is not None and not to_folder:
         if not out.endswith(".json"):
             raise RopeCliError(f"--out {out}: the overrides are JSON; write e.g. --out overrides.json")
@@ -83,24 +85,60 @@ def export_target(geom: Geometry, rope: ModelRope | None, base_given: bool) -> M
 
 def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str, out: str | None, *,
                     model: str | None = None, gguf_file: str | None = None, force: bool = False,
-                    consistent: bool = False, replace: bool = False) -> dict:
-    """Write `spec` at geom's k for `runtime` (paths checked by `check_export_paths` first); returns what
-    was written, the lines to tell the user, and what each runtime does with it. `native` (the model as
-    shipped) writes nothing: the model already is what was measured."""
+                    consistent: bool = True, replace: bool = False, measure_switching: bool = True) -> dict:
+    """Write `spec` at geom's k for `runtime` (a name or alias; paths checked by `check_export_paths` first) with
+    the runtime's writer (`ropecli.runtimes.<name>.write`); returns what was written, the lines to tell the user,
+    and what each runtime does with it. `native` (the model as shipped) writes nothing. `consistent=False`
+    (--switching) writes the short/long switch; transformers then decodes across it with stale keys, and that
+    damage is measured on `model` and printed (`measure_switching`)."""
+    from ropecli.runtimes import PER_FORWARD, canonical, module, runtime as record
+
+    runtime = canonical(runtime)
     if spec.native:
         return native_export(target, runtime)
-    result = (_to_gguf(spec, geom, out, model, gguf_file, force, replace) if runtime == "gguf"
-              else _to_hf_or_vllm(spec, geom, target, runtime, out, model, gguf_file, force, consistent))
+    result = module(runtime).write(spec, geom, target, out, model=model, gguf_file=gguf_file, force=force,
+                                   consistent=consistent, replace=replace)
+    result["runtime"] = runtime
     result["runtimes"] = runtime_behaviour(target, consistent)
     result["consistent"] = consistent
+    result["versions"] = works_with(runtime)
+    rec = record(runtime)
+    result["lines"] += [f"works with {rec.label} " + "; ".join(f"{v.requirement or 'any'}: {v.what.split(' (')[0]}"
+                                                      for v in rec.versions)
+                        + f" (sources: `ropecli runtimes {runtime}`)", *installed_lines(runtime)]
     flag = replaces_shipped(target, runtime, consistent)
     if flag:
         result["replaces_shipped"] = flag
         result["lines"].append(f"note: {flag}")
+    if record(runtime).rule == PER_FORWARD and (not consistent or _is_dynamic(spec)):
+        from ropecli.export.switching import switching_report
+
+        result.update(switching_report(spec, geom, target, model, gguf_file, measure_switching))
+        result["lines"] += result["switching_lines"]
     if out is not None:
         result["manifest"] = write_manifest(out, spec, geom, target, runtime, model, gguf_file, consistent)
         result["lines"].append(f"wrote {result['manifest']}: what was exported (`ropecli verify {out}` reads it)")
     return result
+
+
+def _is_dynamic(spec: Spec) -> bool:
+    from ropecli.export.served import is_dynamic
+
+    return is_dynamic(spec)
+
+
+def works_with(runtime: str) -> list[dict]:
+    """The versions of `runtime` the artefact works with (its record's), for --json and the manifest."""
+    from ropecli.runtimes import runtime as record
+
+    return record(runtime).describe()["versions"]
+
+
+def installed_lines(runtime: str) -> list[str]:
+    """One line where the runtime installed here is older than the artefact needs (`ropecli.runtimes.installed`)."""
+    from ropecli.runtimes.installed import too_old
+
+    return too_old(runtime)
 
 
 def native_export(target: ModelRope, runtime: str) -> dict:
@@ -116,9 +154,12 @@ def replaces_shipped(target: ModelRope, runtime: str, consistent: bool) -> str |
     if target.shipped is None:
         return None
     what = f"the shipped {target.shipped.label}"
-    if runtime == "gguf":
+    from ropecli.runtimes import canonical
+
+    runtime = canonical(runtime)
+    if runtime in ("llamacpp", "ollama"):
         return f"llama.cpp applies rope_freqs at every length: this export replaces {what} within Ls = {target.shipped_len} too"
-    if runtime == "vllm":
+    if runtime in ("vllm", "sglang"):
         return (f"vLLM picks long_factor once at start-up for every request: this export replaces {what} within "
                 f"Ls = {target.shipped_len} too")
     if consistent:
@@ -177,7 +218,8 @@ def _source(model: str, gguf_file: str | None) -> Path:
     return Path(model) if gguf_file is None else locate_file(model, Path(model), gguf_file)
 
 
-def _to_hf_or_vllm(spec, geom, target, runtime, out, model, gguf_file, force, consistent) -> dict:
+def to_hf_or_vllm(spec, geom, target, runtime, out, model, gguf_file, force, consistent) -> dict:
+    """transformers (`runtime` "transformers") or vLLM ("vllm"): the block, and a folder or a JSON file."""
     from ropecli.export.hf import export_hf_config, export_hf_folder, export_hf_from_gguf, rope_block, write_json
     from ropecli.export.vllm import vllm_block, vllm_command
 
@@ -198,11 +240,11 @@ def _to_hf_or_vllm(spec, geom, target, runtime, out, model, gguf_file, force, co
         result["command"] = vllm_command(checkpoint, block)
         result["lines"].append(result["command"])
     if out is None:
-        if runtime == "hf":
+        if runtime == "transformers":
             result["lines"].insert(0, json.dumps(block, indent=2))
         return result
     result["path"] = out
-    if runtime != "hf" or out.endswith(".json"):
+    if runtime != "transformers" or out.endswith(".json"):
         write_json(out, block)
         result["lines"].append(f"wrote {out}")
     elif is_gguf(model, gguf_file):
@@ -222,8 +264,9 @@ def _to_hf_or_vllm(spec, geom, target, runtime, out, model, gguf_file, force, co
     return result
 
 
-def _to_gguf(spec, geom, out, model, gguf_file, force, replace) -> dict:
-    from ropecli.models.gguf_rope import export_gguf, read_gguf_input
+def to_gguf(spec, geom, out, model, gguf_file, force, replace) -> dict:
+    """llama.cpp: a GGUF copy carrying the schedule (`ropecli.models.gguf_rope.export_gguf`)."""
+    from ropecli.models.gguf_rope import export_gguf, native_scaling, read_gguf_input
 
     from ropecli.export.readback import UNREADABLE, unreadable
 
@@ -242,13 +285,19 @@ def _to_gguf(spec, geom, out, model, gguf_file, force, replace) -> dict:
     attention = sched.attention_factor
     if spec.log_n:  # llama.cpp scales cos/sin by one constant: log-n's query scale at the target length
         attention = math.sqrt(math.log(geom.target_len) / math.log(geom.train_len))
-    written = export_gguf(reader, src, Path(out), sched.factors, attention, geom.train_len, geom.target_len)
-    lines = [f"{spec.label} at k={geom.factor:g}: rope_freqs.weight ({geom.n_pairs} factors) and context length "
-             f"{geom.target_len} written to {out} ({written['tensors']} tensors)",
-             f"Ollama: a Modelfile with the lines `FROM ./{Path(out).name}` and `PARAMETER num_ctx {geom.target_len}`; "
-             f"llama.cpp: llama-cli -m {out} -c {geom.target_len}"]
-    if abs(attention - 1) > 1e-12:
+    native = None if src.reads_rope_freqs else native_scaling(spec, geom)  # qwen2/3, gemma …: the scaling keys
+    written = export_gguf(reader, src, Path(out), sched.factors, attention, geom.train_len, geom.target_len, native)
+    how = (f"rope_freqs.weight ({geom.n_pairs} factors)" if native is None else
+           f"{src.arch}.rope.scaling.type {native['type']}, factor {native['factor']:g} (llama.cpp's loader for "
+           f"'{src.arch}' ignores rope_freqs)")
+    lines = [f"{spec.label} at k={geom.factor:g}: {how} and context length {geom.target_len} written to {out} "
+             f"({written['tensors']} tensors)",
+             f"llama.cpp: llama-server -m {out} -c {geom.target_len}" + (
+                 f"  (the same from the source GGUF with flags: llama-server -m {src.path.name} -c {geom.target_len} "
+                 f"--rope-scaling {native['type']} --rope-scale {native['factor']:g} --yarn-orig-ctx {geom.train_len})"
+                 if native else "")]
+    if abs(attention - 1) > 1e-12 and native is None:
         lines.append(f"attention factor {attention:.6g} written to {src.arch}.rope.scaling.attn_factor"
                      + (" (sqrt(log_L(k*L)): log-n's query scale at the target length, as one constant)" if spec.log_n else ""))
-    return {"runtime": "gguf", "model": model, "factor": geom.factor, "target_len": geom.target_len,
+    return {"runtime": "llamacpp", "model": model, "factor": geom.factor, "target_len": geom.target_len,
             "factors": sched.factors, "attention_factor": attention, "lines": lines, **written}

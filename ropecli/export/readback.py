@@ -44,18 +44,34 @@ class Applied:
 
 
 def kind_of(path: Path, runtime: str | None) -> str:
-    """hf (a model folder or a transformers JSON block), vllm (an overrides file) or gguf."""
+    """The runtime that reads `path` (`ropecli.runtimes`): given, else the one its export manifest names, else from
+    the file: a model folder -> transformers, an Ollama folder (a Modelfile) -> ollama, a .gguf -> llamacpp, a .json
+    -> vllm (with mscale or ntk keys) or transformers."""
+    from ropecli.runtimes import canonical
+
     if runtime:
-        return runtime
+        return canonical(runtime)
+    from ropecli.export.plan import manifest_path
+
+    made = manifest_path(path)
+    if made.is_file():
+        try:
+            named = json.loads(made.read_text()).get("runtime")
+            if isinstance(named, str):
+                return canonical(named)
+        except (OSError, ValueError, RopeCliError):
+            pass
     if path.is_dir():
+        if (path / "Modelfile").is_file():
+            return "ollama"
         if not (path / "config.json").is_file():
             raise RopeCliError(f"{path}: not a model folder (no config.json); pass what `ropecli export` wrote")
-        return "hf"
+        return "transformers"
     if path.suffix == ".gguf":
-        return "gguf"
+        return "llamacpp"
     if path.suffix == ".json":
         text = path.read_text()
-        return "vllm" if ("_mscale" in text or '"ntk"' in text) else "hf"
+        return "vllm" if ("_mscale" in text or '"ntk"' in text) else "transformers"
     raise RopeCliError(f"{path}: not a model folder, a .json block or a .gguf; pass what `ropecli export` wrote")
 
 
@@ -193,11 +209,19 @@ def gguf_applied(path: Path, at_len: int) -> list[Applied]:
     f = float(get("rope.scaling.factor") or get("rope.scale_linear") or 0.0)  # load_hparams' fallback key
     if factors is not None and scaling == "linear" and f:
         factors, how = factors * f, how + f" x linear factor {f:g}"
+    elif scaling == "yarn" and f and freqs is None:  # llama.cpp's own yarn (models.gguf_rope.llamacpp_yarn)
+        from ropecli.models.gguf_rope import llamacpp_yarn
+
+        L0 = int(get("rope.scaling.original_context_length") or get("context_length"))
+        factors, scale = llamacpp_yarn(int(d), float(get("rope.freq_base", 10000.0)), f, L0)
+        return [Applied("llamacpp", None, factors, scale * float(get("rope.scaling.attn_factor", 1.0)),
+                        float(get("rope.freq_base", 10000.0)), L0, int(get("context_length") or 0) or None, at_len,
+                        f"rope.scaling.type yarn, factor {f:g} (llama.cpp's yarn)")]
     elif scaling not in ("none", "linear"):
         factors, how = None, f"rope.scaling.type {scaling}"
     L = get("rope.scaling.original_context_length")
     ctx = get("context_length")
-    return [Applied("llama.cpp", None, factors, float(get("rope.scaling.attn_factor", 1.0)), float(get("rope.freq_base", 10000.0)),
+    return [Applied("llamacpp", None, factors, float(get("rope.scaling.attn_factor", 1.0)), float(get("rope.freq_base", 10000.0)),
                     L and int(L), ctx and int(ctx), at_len, how)]
 
 
@@ -217,7 +241,7 @@ def artefact_geometry(target: Path, kind: str) -> dict:
     """d, base and L as an artefact states them (a GGUF's header, a config.json or a block; None where it
     does not), by the one rule (`ropecli.models.geometry.config_geometry`); one line if it is unreadable."""
     try:
-        if kind == "gguf":
+        if kind == "llamacpp":
             a = gguf_applied(target, 1)[0]
             return {"rotary_dim": a.factors is not None and 2 * len(a.factors), "base": a.rope_theta, "train_len": a.train_len}
         cfg = read_json(target / "config.json" if target.is_dir() else target)

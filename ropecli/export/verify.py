@@ -84,7 +84,7 @@ def compare(applied: list[Applied], exp: Expected, runtime: str) -> list[Check]:
             add("original length L" if switch == exp.rope.train_len else "switch length Ls (shipped up to it)",
                 str(switch), str(a.train_len), a.train_len == switch)
         if a.max_len is not None:  # dynamic NTK keeps L there: both runtimes scale from max_position_embeddings
-            want_len = exp.rope.train_len if a.how.startswith("dynamic") else exp.target_len
+            want_len = exp.rope.train_len if a.how.startswith("dynamic") and a.runtime == "transformers" else exp.target_len
             add("declared length", str(want_len), str(a.max_len), a.max_len == want_len)
     return checks
 
@@ -169,13 +169,10 @@ def run_llamacpp(artefact: Path, model: str | None, exp: Expected, run_len: int,
     ppl["hf_none"] = ours.evaluate(none, run_len).ppl
     ppl["hf_scaled"] = ours.evaluate(exp.spec.but(factor=exp.factor), run_len).ppl
     cpp, hf = math.log(ppl["export"] / ppl["source"]), math.log(ppl["hf_scaled"] / ppl["hf_none"])
-    return Check("llama.cpp", None, f"effect log(PPL scaled / unscaled), one {run_len}-token window",
+    return Check("llamacpp", None, f"effect log(PPL scaled / unscaled), one {run_len}-token window",
                  f"{hf:+.5f} (transformers: {ppl['hf_none']:.5g} -> {ppl['hf_scaled']:.5g})",
                  f"{cpp:+.5f} (llama.cpp: {ppl['source']:.5g} -> {ppl['export']:.5g}; difference {abs(cpp - hf):.2g})",
                  abs(cpp - hf) <= EFFECT_TOL)
-
-
-RUNTIME_NAMES = {"hf": "transformers", "vllm": "vllm", "gguf": "llama.cpp"}
 
 
 def verify_artefact(target: Path, kind: str, exp: Expected, model: str | None, gguf_file: str | None, *,
@@ -187,7 +184,10 @@ def verify_artefact(target: Path, kind: str, exp: Expected, model: str | None, g
 
     from ropecli.export.readback import UNREADABLE, unreadable
 
-    verdict = Verdict(RUNTIME_NAMES[kind])
+    from ropecli.runtimes import canonical
+
+    kind = canonical(kind)
+    verdict = Verdict(kind)
     try:
         applied, block = read_back(target, kind, exp)
     except UNREADABLE as exc:  # a malformed artefact fails in one line
@@ -197,7 +197,7 @@ def verify_artefact(target: Path, kind: str, exp: Expected, model: str | None, g
         kept = shipped_within_Ls(target, kind, block, exp, verdict.runtime)
         verdict.checks += [kept] if isinstance(kept, Check) else []
         verdict.notes += [kept] if isinstance(kept, str) else []
-    if kind == "hf" and target.suffix == ".json" and not runtime_given:
+    if kind == "transformers" and target.suffix == ".json" and not runtime_given:
         verdict.notes.append("read as a transformers block (no vLLM mscale or ntk in it); a vLLM overrides file: --runtime vllm")
     if not run:
         return verdict
@@ -206,20 +206,22 @@ def verify_artefact(target: Path, kind: str, exp: Expected, model: str | None, g
         verdict.notes.append(why)
         return verdict
     with (status or (lambda text: nullcontext()))(f"{verdict.runtime}: scoring a window with the export …"):
-        run_one = run_transformers if kind == "hf" else run_llamacpp
-        args = (block,) if kind == "hf" else ()
+        run_one = run_transformers if kind == "transformers" else run_llamacpp
+        args = (block,) if kind == "transformers" else ()
+        target = artefact_file(target, kind)
         verdict.checks.append(run_one(target, *args, model, exp, run_len or exp.target_len, cache_dir, gguf_file))
     return verdict
 
 
 def run_unavailable(kind: str, target: Path, block, model: str | None, exp: Expected, run_len: int) -> str | None:
     """Why the runtime itself is not run here (a note), or None."""
-    if kind == "vllm":
-        return "not run: vLLM is not run by ropecli; the checks above follow vLLM's rotary code (cited in ropecli/export/vllm.py)"
+    if kind in ("vllm", "sglang"):
+        return (f"not run: {kind} is not run by ropecli; the checks above follow its rotary code (cited in "
+                f"ropecli/runtimes/{kind}.py)")
     if model is None:
         return "not run: the run compares with the model the export was made from: pass --model"
-    why = run_skipped(exp, run_len, kind == "gguf" or consistent_export(target, block))
-    if why or kind == "hf":
+    why = run_skipped(exp, run_len, kind in ("llamacpp", "ollama") or consistent_export(target, block))
+    if why or kind == "transformers":
         return why
     try:
         import llama_cpp  # noqa: F401
@@ -234,8 +236,8 @@ def shipped_within_Ls(target: Path, kind: str, block, exp: Expected, runtime: st
     from ropecli.export.plan import replaces_shipped
     from ropecli.export.readback import read_json, rope_blocks
 
-    if kind != "hf" or (kind == "hf" and consistent_export(target, block)):
-        flag = replaces_shipped(exp.rope, {"hf": "hf", "vllm": "vllm", "gguf": "gguf"}[kind], True)
+    if kind != "transformers" or (kind == "transformers" and consistent_export(target, block)):
+        flag = replaces_shipped(exp.rope, kind, True)
         return f"flag: {flag}" if flag else None
     cfg = block or read_json(target / "config.json")
     text = cfg.get("text_config") or cfg
@@ -251,10 +253,21 @@ def shipped_within_Ls(target: Path, kind: str, block, exp: Expected, runtime: st
                  f"the shipped {exp.rope.shipped.label}", found if ok else found + " (replaces the shipped schedule within Ls)", ok)
 
 
+def artefact_file(target: Path, kind: str) -> Path:
+    """The file a runtime runs: an Ollama folder's GGUF (its Modelfile's FROM), else the artefact itself."""
+    if kind == "ollama":
+        from ropecli.runtimes.ollama import modelfile_gguf
+
+        return modelfile_gguf(target)
+    return target
+
+
 def consistent_export(target: Path, block) -> bool:
     """True when the export's short_factor equals its long_factor (--consistent): scaled at every length."""
     from ropecli.export.readback import read_json, rope_blocks
 
+    if not target.is_dir() and block is None:  # a GGUF (llama.cpp, Ollama): one schedule at every length
+        return True
     cfg = block or read_json(target / "config.json")
     text = cfg.get("text_config") or cfg
     blocks = rope_blocks(text.get("rope_parameters") or {}).values()
@@ -266,8 +279,12 @@ def read_back(target: Path, kind: str, exp: Expected):
     from ropecli.export.readback import gguf_applied, read_json, transformers_applied, vllm_applied
 
     T = exp.target_len
-    if kind == "gguf":
+    if kind == "llamacpp":
         return gguf_applied(target, T), None
+    if kind in ("sglang", "ollama"):
+        from ropecli.runtimes import module
+
+        return module(kind).read_back(target, exp)
     if target.is_dir():
         return transformers_applied(read_json(target / "config.json"), T, exp.rope.scaled_types), None
     block = read_json(target)

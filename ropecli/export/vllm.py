@@ -52,10 +52,27 @@ def vllm_block(target: ModelRope, spec: Spec, factor: float, longrope_block: dic
                        "applied at every length")
     out = json.loads(json.dumps(longrope_block))
     params = out["rope_parameters"]
+    how = "short_mscale = long_mscale = attention_factor (vLLM's longrope reads those)"
     for p in ([params] if "rope_type" in params else [v for v in params.values() if isinstance(v, dict)]):
-        if p.get("rope_type") == "longrope":  # dynamic NTK goes as vLLM's own 'dynamic' type, unchanged
+        if p.get("rope_type") == "longrope":
             p["short_mscale"] = p["long_mscale"] = p["attention_factor"]
-    return out, "short_mscale = long_mscale = attention_factor (vLLM's longrope reads those)"
+        elif p.get("rope_type") == "dynamic":  # both of vLLM's formulas give k' = k^2 - k + 1 with these (runtimes/vllm.py)
+            p["max_trained_positions"] = target.train_len
+            out["max_position_embeddings"] = int(round(factor * target.train_len))
+            how = (f"dynamic: max_position_embeddings = k*L = {out['max_position_embeddings']}, max_trained_positions = L "
+                   f"= {target.train_len}: the base vLLM fixes at start-up is transformers' dynamic at k*L, in vLLM before and "
+                   "after PR #41277")
+    return with_v4_keys(out), how
+
+
+def with_v4_keys(block: dict) -> dict:
+    """The block with `rope_scaling` beside `rope_parameters` (the same dict): vLLM before 0.12.0 reads only
+    rope_scaling from --hf-overrides (`patch_rope_scaling`), later ones either (`patch_rope_parameters`). Per layer
+    type there is no rope_scaling form: unchanged."""
+    params = block["rope_parameters"]
+    if "rope_type" not in params:
+        return block
+    return {**block, "rope_scaling": dict(params)}
 
 
 def vllm_command(model: str, block: dict) -> str:

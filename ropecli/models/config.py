@@ -37,6 +37,7 @@ class ModelRope:
     layer_bases: dict[str, float] = field(default_factory=dict)  # RoPE base per layer type; {} with one RoPE
     scaled_types: tuple[str, ...] = ()  # the layer types ropecli scales (--rope-layers); () with one RoPE
     shipped: Shipped | None = None  # the schedule the model ships on the (first) scaled layer type; None: plain RoPE
+    model_type: str = ""  # the config's model_type (llama, qwen2, phi3 …): what a runtime's loader does depends on it
     # train_len is L0, the length the shipped schedule was built from (the training length of a plain model)
 
     @property
@@ -186,7 +187,7 @@ def rope_from_config(name: str, cfg: dict, rope_layers: str | None) -> ModelRope
     if not L0:
         raise RopeCliError(f"model '{name}' states no training length in its config; pass --train-len")
     return ModelRope(name, g.rotary_dim, bases[layer_type] if layer_type else g.base, int(L0), g.partial_rotary_factor,
-                     bases, scaled, shipped)
+                     bases, scaled, shipped, str(text.get("model_type") or cfg.get("model_type") or ""))
 
 
 

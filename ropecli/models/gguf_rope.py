@@ -28,6 +28,56 @@ class GgufInput:
     arch: str
     existing_factors: list[float] | None  # rope_freqs already in the file ([] for a llama.cpp scaling type)
 
+    @property
+    def reads_rope_freqs(self) -> bool:
+        """Whether llama.cpp's loader for this architecture reads rope_freqs (else: the native scaling keys)."""
+        return self.arch in GGUF_ROPE_FREQS_ARCHS
+
+
+def llamacpp_yarn(rotary_dim: int, base: float, factor: float, original_len: int, beta_fast: float = 32.0,
+                  beta_slow: float = 1.0) -> tuple:
+    """(Lambda_m, m = 1 .. d/2, the cos/sin scale) llama.cpp computes for rope.scaling.type yarn with factor k:
+    ggml's `ggml_rope_yarn_corr_dims` (ggml/src/ggml.c: low = floor(corr(beta_fast)), high = ceil(corr(beta_slow)),
+    clamped to [0, d-1], corr(r) = d ln(L / (2 pi r)) / (2 ln base)) and `rope_yarn` (ggml-cpu/ops.cpp: theta =
+    theta_interp (1 - ramp) + theta_extrap ramp, ramp = 1 - clamp((i - low) / max(0.001, high - low)), theta_interp =
+    theta_extrap / k); the scale (1 + 0.1 ln k) times rope.scaling.attn_factor (llama-context.cpp cancels ggml's own
+    boost, PR #17945, so the net is this)."""
+    import math
+
+    import numpy as np
+
+    d = rotary_dim
+    corr = lambda r: d * math.log(original_len / (r * 2 * math.pi)) / (2 * math.log(base))  # noqa: E731
+    low, high = max(0.0, math.floor(corr(beta_fast))), min(d - 1.0, math.ceil(corr(beta_slow)))
+    i = np.arange(d // 2, dtype=np.float64)
+    extrap = base ** (-2 * i / d)
+    ramp = 1 - np.clip((i - low) / max(0.001, high - low), 0, 1)
+    theta = extrap / factor * (1 - ramp) + extrap * ramp
+    return extrap / theta, (1 + 0.1 * math.log(factor)) if factor > 1 else 1.0
+
+
+def native_scaling(spec, geom) -> dict:
+    """The llama.cpp scaling keys that give `spec` at geom's k exactly, for an architecture that ignores rope_freqs:
+    {"type": "yarn"|"linear", "factor", "attn_factor"}; one line where llama.cpp has no such form."""
+    import numpy as np
+
+    params = dict(spec.params)
+    if spec.log_n or spec.composed:
+        raise RopeCliError(f"{spec.label} has no llama.cpp scaling key for this architecture (it ignores rope_freqs); "
+                           "export yarn or pi, or --to transformers / --to vllm")
+    sched = spec.schedule(geom)
+    if spec.method == "pi":
+        return {"type": "linear", "factor": geom.factor, "attn_factor": sched.attention_factor}
+    if spec.method == "yarn":
+        factors, scale = llamacpp_yarn(geom.rotary_dim, geom.base, geom.factor, geom.train_len)
+        if np.allclose(factors, sched.factors, rtol=1e-6):
+            return {"type": "yarn", "factor": geom.factor, "attn_factor": sched.attention_factor / scale}
+        shown = ", ".join(f"{k}={v:g}" for k, v in params.items() if isinstance(v, (int, float)) and v is not None)
+        raise RopeCliError(f"yarn ({shown}) differs from llama.cpp's yarn for this architecture, which reads only its "
+                           "factor and original length (beta_fast 32, beta_slow 1): export default yarn, or --to transformers")
+    raise RopeCliError(f"llama.cpp's loader for this architecture ignores rope_freqs, and {spec.method} has no llama.cpp "
+                       "scaling type (none, linear, yarn): export yarn or pi here, or --to transformers / --to vllm")
+
 
 def read_gguf_input(path: Path):
     """(GgufInput, gguf.GGUFReader) of a GGUF to export into; refuses architectures llama.cpp does not scale by rope_freqs."""
@@ -35,9 +85,6 @@ def read_gguf_input(path: Path):
 
     meta = gguf_metadata(path)
     arch = meta.get("general.architecture", "")
-    if arch not in GGUF_ROPE_FREQS_ARCHS:
-        raise RopeCliError(f"GGUF architecture '{arch}': llama.cpp's loader for it does not read rope_freqs; "
-                           f"--to gguf supports {', '.join(GGUF_ROPE_FREQS_ARCHS)}. Use --to hf or --to vllm instead")
     scaling = meta.get(f"{arch}.rope.scaling.type")
     existing = None
     try:
@@ -53,10 +100,12 @@ def read_gguf_input(path: Path):
     return GgufInput(path, arch, existing), reader
 
 
-def export_gguf(reader, src: GgufInput, out: Path, factors, attention_factor: float, train_len: int, target_len: int) -> dict:
+def export_gguf(reader, src: GgufInput, out: Path, factors, attention_factor: float, train_len: int, target_len: int,
+                native: dict | None = None) -> dict:
     """Copy every key and tensor of the input GGUF to `out`, plus rope_freqs.weight (d/2 float32
     factors), context_length = target, the original length kept in rope.scaling.original_context_length,
-    rope.scaling.type none, and the attention factor in rope.scaling.attn_factor where it is not 1."""
+    rope.scaling.type none, and the attention factor in rope.scaling.attn_factor where it is not 1. With `native`
+    (`native_scaling`: an architecture that ignores rope_freqs) no tensor: rope.scaling.type/factor/attn_factor."""
     import os
     import tempfile
 
@@ -70,6 +119,10 @@ def export_gguf(reader, src: GgufInput, out: Path, factors, attention_factor: fl
         f"{arch}.rope.scaling.type": (gguf.GGUFValueType.STRING, "none"),
     }
     drop = {f"{arch}.rope.scaling.factor", f"{arch}.rope.scaling.attn_factor"}
+    if native is not None:
+        new[f"{arch}.rope.scaling.type"] = (gguf.GGUFValueType.STRING, native["type"])
+        new[f"{arch}.rope.scaling.factor"] = (gguf.GGUFValueType.FLOAT32, float(native["factor"]))
+        attention_factor = native["attn_factor"]
     if abs(attention_factor - 1.0) > 1e-12:
         new[f"{arch}.rope.scaling.attn_factor"] = (gguf.GGUFValueType.FLOAT32, float(attention_factor))
     freqs = np.asarray(factors, dtype=np.float32)
@@ -88,16 +141,19 @@ def export_gguf(reader, src: GgufInput, out: Path, factors, attention_factor: fl
         tensors = [t for t in reader.tensors if t.name != "rope_freqs.weight"]
         for t in tensors:
             writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
-        writer.add_tensor_info("rope_freqs.weight", freqs.shape, freqs.dtype, freqs.nbytes, gguf.GGMLQuantizationType.F32)
+        if native is None:
+            writer.add_tensor_info("rope_freqs.weight", freqs.shape, freqs.dtype, freqs.nbytes, gguf.GGMLQuantizationType.F32)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
         for t in tensors:
             writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
-        writer.write_tensor_data(freqs)
+        if native is None:
+            writer.write_tensor_data(freqs)
         writer.close()
         publish(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return {"path": str(out), "arch": arch, "tensors": len(tensors) + 1, "context_length": int(target_len)}
+    return {"path": str(out), "arch": arch, "tensors": len(tensors) + (native is None), "context_length": int(target_len),
+            "scaling": native}

@@ -41,7 +41,7 @@ class LlamaCppBackend:
     fingerprint: str
     dtype: str  # the GGUF's file type, e.g. "gguf MOSTLY_Q4_1": llama.cpp computes with the quantized weights
     device: str = "cpu"
-    runtime: str = "llama.cpp"
+    runtime: str = "llamacpp"  # the cache key: entries of the older spelling "llama.cpp" are migrated (cache_migrations)
     threads: int = field(default_factory=lambda: len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                          else os.cpu_count() or 1)  # the cores this process may use (Linux), else all
     gpu_layers: int = 0

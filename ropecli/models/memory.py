@@ -136,7 +136,7 @@ def memory_before_loading(name: str | None, gguf_file: str | None, dtype: str, l
                 "head_dim": meta.get(f"{arch}.attention.key_length") or (meta.get(f"{arch}.embedding_length") or 0)
                 // max(1, meta.get(f"{arch}.attention.head_count") or 1),
                 "sliding_window": meta.get(f"{arch}.attention.sliding_window")}
-        if runtime == "llama.cpp":  # the quantized file as it is; llama.cpp's KV cache is f16 by default
+        if runtime == "llamacpp":  # the quantized file as it is; llama.cpp's KV cache is f16 by default
             kv, layers, per_token = kv_cache_bytes(text, length, 2)
             return MemoryPlan(path.stat().st_size, kv, length, "gguf + f16 KV", layers, per_token)
         return plan_memory(text, gguf_parameters(path), length, dtype)

@@ -175,6 +175,7 @@ def export_lines(result: dict, consistent: bool) -> list[str]:
     if result.get("native"):
         return [plain(line) for line in result["lines"]]
     lines = [*result["lines"], "What each runtime does with it:", *[f"  {n}: {what}" for n, what in result["runtimes"].items()]]
-    if not consistent:
-        lines.append("  (--consistent writes short_factor = long_factor, so that all three apply the schedule at every length)")
+    if consistent:
+        lines.append("  (consistent: short_factor = long_factor, so every runtime applies the schedule at every length and "
+                     "generation through a KV cache is safe; --switching keeps transformers' short/long switch)")
     return [plain(line) for line in lines]

@@ -29,3 +29,10 @@ RECORD = Runtime(
                 "llama.cpp src/llama-model.cpp: llama_model::load_hparams (LLM_KV_ROPE_SCALING_*)"),
     ),
 )
+
+
+def write(spec, geom, target, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:
+    """A GGUF copy with the schedule (rope_freqs, or the native scaling keys) and the llama-server line."""
+    from ropecli.export.plan import to_gguf
+
+    return to_gguf(spec, geom, out, model, gguf_file, force, replace)

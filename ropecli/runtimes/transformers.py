@@ -36,3 +36,10 @@ RECORD = Runtime(
                 "transformers PR #33129, modeling_phi3.py: Phi3ForCausalLM.prepare_inputs_for_generation"),
     ),
 )
+
+
+def write(spec, geom, target, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:
+    """The rope_parameters block (and the transformers-4 keys) in a folder's config.json or a JSON file."""
+    from ropecli.export.plan import to_hf_or_vllm
+
+    return to_hf_or_vllm(spec, geom, target, "transformers", out, model, gguf_file, force, consistent)

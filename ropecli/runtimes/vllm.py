@@ -19,14 +19,24 @@ RECORD = Runtime(
     decoding="fixed at start-up: every step, prefill and decode, uses the same rotation; the KV cache stays consistent",
     rule=AT_START_UP, serves_dynamic=True,
     versions=(
-        Version(">=0.11.1", "reads rope_parameters in --hf-overrides (transformers-5 naming)",
-                "vLLM PR #28542, vllm/transformers_utils/config.py: patch_rope_parameters",
-                older="older vLLM reads only rope_scaling: the rope_parameters override is ignored and the model is "
-                      "served unscaled, silently"),
-        Version(">=0.11.1", "longrope picks long_factor from max_model_len > original_max_position_embeddings",
-                "vLLM PR #27431, phi3_long_rope_scaled_rope.py: Phi3LongRoPEScaledRotaryEmbedding.__init__"),
-        Version("", "dynamic NTK: base fixed once at max_position_embeddings x factor",
-                "dynamic_ntk_scaling_rope.py: DynamicNTKScalingRotaryEmbedding._compute_cos_sin_cache "
-                "(formula per version: ropecli.export.vllm.dynamic_factors)"),
+        Version("", "reads the override as rope_parameters (>= 0.12.0: patch_rope_parameters) or rope_scaling (older: "
+                "patch_rope_scaling); ropecli writes both, the same block",
+                "vLLM PR #28542 (0.12.0), vllm/transformers_utils/config.py: patch_rope_parameters"),
+        Version(">=0.11.1", "longrope: long_factor for every request once --max-model-len > original_max_position_embeddings",
+                "vLLM PR #27431 (0.11.1), phi3_long_rope_scaled_rope.py: Phi3LongRoPEScaledRotaryEmbedding.__init__",
+                older="0.11.0 and older pick per batch (torch.any(positions > original)), like transformers: the same "
+                      "for a consistent export (the default); a --switching export decodes with stale keys there"),
+        Version(">=0.22.0", "dynamic NTK: base * (k * max_position_embeddings / max_trained_positions - (k - 1))^(d/(d-2))",
+                "vLLM PR #41277 (0.22.0), dynamic_ntk_scaling_rope.py: DynamicNTKScalingRotaryEmbedding._compute_cos_sin_cache",
+                older="<= 0.21: base * (k * max_len / max_position_embeddings - (k - 1))^(d/(d-2)), max_len = "
+                      "max_position_embeddings * k; ropecli writes max_position_embeddings = k*L and max_trained_positions "
+                      "= L, for which both give k' = k^2 - k + 1 (transformers' dynamic at k*L)"),
     ),
 )
+
+
+def write(spec, geom, target, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:
+    """--hf-overrides JSON and the `vllm serve` line."""
+    from ropecli.export.plan import to_hf_or_vllm
+
+    return to_hf_or_vllm(spec, geom, target, "vllm", out, model, gguf_file, force, consistent)

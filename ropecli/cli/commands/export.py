@@ -7,20 +7,20 @@ from ropecli.cli.common import emit_json, geometry_of, handle_errors
 from ropecli.cli.console import show
 from ropecli.errors import RopeCliError
 from ropecli.cli.groups import GeometryOptions, ScheduleOptions, with_option_groups
-from ropecli.cli.options import (DEFAULT_METHOD, Artefact, ConsistentOpt, ExportLenOpt, ExportOutOpt, ForceOpt, JsonOpt, LogNOpt,
+from ropecli.cli.options import (DEFAULT_METHOD, ConsistentOpt, ExportLenOpt, ExportOutOpt, ForceOpt, JsonOpt, LogNOpt,
                                  ReplaceOpt, ToOpt)
 
 
 @handle_errors
 @with_option_groups
 def export(geometry: GeometryOptions, schedule: ScheduleOptions, log_n: LogNOpt = False, length: ExportLenOpt = None,
-           to: ToOpt = Artefact.hf, out: ExportOutOpt = None, consistent: ConsistentOpt = False, force: ForceOpt = False,
+           to: ToOpt = "transformers", out: ExportOutOpt = None, consistent: ConsistentOpt = True, force: ForceOpt = False,
            replace: ReplaceOpt = False, as_json: JsonOpt = False):
-    """Write a schedule where a runtime reads it: transformers config, vLLM overrides, or a GGUF with rope_freqs.
+    """Write a schedule where a runtime reads it: transformers, vLLM, llama.cpp, SGLang or Ollama.
 
-    Examples: ropecli export --model path/to/llama --method mixed --b 0.75 --len 32768 --to hf --out llama-32k
+    Examples: ropecli export --model path/to/llama --method mixed --b 0.75 --len 32768 --to transformers --out llama-32k
               ropecli export --model meta-llama/Llama-2-7b-hf --method yarn --len 32768 --to vllm --out overrides.json
-              ropecli export --model model.gguf --method mixed --b 0.75 --len 32768 --to gguf --out model-32k.gguf
+              ropecli export --model model.gguf --method mixed --b 0.75 --len 32768 --to llamacpp --out model-32k.gguf
     """
     from ropecli.export.plan import check_export_paths, export_schedule, export_target
     from ropecli.report.tables import export_lines
@@ -34,9 +34,9 @@ def export(geometry: GeometryOptions, schedule: ScheduleOptions, log_n: LogNOpt 
     specs = schedule.specs(DEFAULT_METHOD, log_n_modes=(log_n,))
     if len(specs) != 1:
         raise RopeCliError("export writes one schedule: one --method, at most one --b")
-    check_export_paths(to.value, out, geometry.model, geometry.gguf_file, force)
+    check_export_paths(to, out, geometry.model, geometry.gguf_file, force)
     geom, rope = geometry_of(geometry)
-    result = export_schedule(specs[0], geom, export_target(geom, rope, base_given=geometry.base is not None), to.value, out,
+    result = export_schedule(specs[0], geom, export_target(geom, rope, base_given=geometry.base is not None), to, out,
                              model=geometry.model, gguf_file=geometry.gguf_file, force=force, consistent=consistent,
                              replace=replace)
     return emit_json(result) if as_json else show(export_lines(result, consistent), wrap=False)

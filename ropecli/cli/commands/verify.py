@@ -34,7 +34,7 @@ def verify(path: ArtefactPathArg, geometry: GeometryOptions, schedule: ScheduleO
     target = Path(path)
     if not target.exists():
         raise RopeCliError(f"{path}: no such file or folder; pass what `ropecli export` wrote")
-    kind = kind_of(target, runtime.value if runtime else None)
+    kind = kind_of(target, runtime)
     g, s = geometry, schedule
     exp, model, gguf_file = what_was_measured(target, kind, Measured(
         g.model, g.gguf_file, g.d, g.base, g.train_len, g.rope_layers, g.k, length or g.target_len, s.method, s.b, s.param,

@@ -1,0 +1,57 @@
+"""A switching transformers export, measured before it is written: what generation across the switch costs.
+
+transformers picks short or long factors again at every forward pass (`longrope_frequency_update`) and grows
+dynamic NTK's base token by token (`dynamic_frequency_update`); keys already in the KV cache keep their
+rotation. `switching_report` measures that damage on the model being exported (`ropecli.evaluation.decode`:
+a prompt ending 1/8 of L before the switch, decoded a quarter of L past it, on held-out windows, against one
+forward pass of the same tokens) and returns the lines `ropecli export` prints. Without a model it says
+that it could not measure.
+"""
+
+from __future__ import annotations
+
+from ropecli.models.config import ModelRope
+from ropecli.rope.geometry import Geometry
+from ropecli.rope.spec import Spec
+
+SAMPLES = 4  # held-out windows: the damage is a paired mean over them, with its interval
+
+
+def switching_report(spec: Spec, geom: Geometry, target: ModelRope, model: str | None, gguf_file: str | None,
+                     measure: bool = True) -> dict:
+    """{switching: the measurement or None, switching_lines: what to print}."""
+    from ropecli.export.served import is_dynamic, switch_length
+
+    dynamic = is_dynamic(spec)
+    switch = target.train_len if dynamic else switch_length(target, spec, consistent=False)
+    what = (f"dynamic NTK in transformers grows its base at every token past L = {switch}" if dynamic else
+            f"--switching: transformers applies the extension only to forward passes longer than {switch} tokens")
+    head = f"{what}; keys cached before the switch keep their rotation, so a prompt shorter than {switch} continued past it decodes with stale keys"
+    if target.model_type in ("phi3",):
+        head += "; Phi-3's generate() drops its cache at the switch (modeling_phi3.py), a serving loop that keeps it does not"
+    if not measure or model is None:
+        why = "not measured: pass --model to measure it" if model is None else "not measured"
+        return {"switching": None, "switching_lines": [f"warning: {head}; decode damage {why}"]}
+    result = _measure(spec, geom, model, gguf_file, switch)
+    d = result["damage"]
+    words = {"worse": "shown damaged", "equivalent": "shown harmless (within the margin)"}.get(d["verdict"], "undecided")
+    line = (f"warning: {head}. Measured on {result['windows']} held-out windows ({result['prompt_len']}-token prompt decoded "
+            f"to {result['total_len']}): {result['decode_nll']:.4f} nats/token through the cache against "
+            f"{result['one_pass_nll']:.4f} in one forward pass, Δ {d['diff']:+.4f} ± {d['half_width'] or float('nan'):.2g} "
+            f"({words}); worst token off by {result['worst_token']:.3g} nats")
+    advice = ("drop --switching for an export that generates safely" if not dynamic else
+              "export a static schedule (yarn, ntk-fixed …), or serve dynamic NTK in vLLM (fixed at start-up)")
+    return {"switching": result, "switching_lines": [line, f"  {advice}"]}
+
+
+def _measure(spec: Spec, geom: Geometry, model: str, gguf_file: str | None, switch: int) -> dict:
+    """The decode damage on the first SAMPLES held-out windows of the model (through the evaluation cache)."""
+    from ropecli.evaluation.cache import EvalCache
+    from ropecli.evaluation.decode import DecodePlan, measure_decode
+    from ropecli.evaluation.evaluator import Evaluator
+    from ropecli.models.load import load_model
+
+    backend = load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu")
+    ev = Evaluator.over(backend, samples=SAMPLES, cache=EvalCache())
+    total = min(geom.target_len, switch + max(2, switch // 4))
+    return measure_decode(ev, "transformers", spec, geom.factor, False, DecodePlan.across(switch, total))

@@ -1,0 +1,50 @@
+"""Which version of a runtime is installed here, and one line where it is older than an export needs."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from importlib import metadata
+
+from ropecli.runtimes import runtime
+
+
+def installed_version(name: str) -> str | None:
+    """The installed version of the runtime's package (or its executable's `--version`), None where absent."""
+    rec = runtime(name)
+    if rec.package:
+        try:
+            return metadata.version(rec.package)
+        except metadata.PackageNotFoundError:
+            return None
+    if rec.command and shutil.which(rec.command):
+        try:
+            out = subprocess.run([rec.command, "--version"], capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None
+        words = [w for w in out.replace("version", " ").split() if w[:1].isdigit()]
+        return words[-1] if words else None
+    return None
+
+
+def too_old(name: str, version: str | None = None) -> list[str]:
+    """A line per version requirement the installed (or given) version fails: what it does instead."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    rec = runtime(name)
+    version = version or installed_version(name)
+    if version is None:
+        return []
+    lines = []
+    for req in rec.versions:
+        if not req.requirement:
+            continue
+        try:
+            ok = Version(version) in SpecifierSet(req.requirement)
+        except (InvalidVersion, InvalidSpecifier):
+            continue
+        if not ok:
+            lines.append(f"{rec.label} {version} is installed here, older than {req.requirement} that {req.what} needs"
+                         + (f": {req.older}" if req.older else ""))
+    return lines
