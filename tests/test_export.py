@@ -74,7 +74,7 @@ def test_hf_folder_reproduces_ropecli_ppl(family, schedule, tiny_dir, gemma_dir,
 def test_consistent_applies_the_schedule_within_L(tiny_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    for flag, name in [([], "default"), (["--consistent"], "consistent")]:
+    for flag, name in [(["--switching"], "default"), ([], "consistent")]:  # consistent is the default
         r = run("export", "--model", tiny_dir, "--method", "pi", "--len", 256, "--out", tmp_path / name, *flag)
         assert r.exit_code == 0, r.output
     default = AutoModelForCausalLM.from_pretrained(tmp_path / "default").eval()
@@ -143,7 +143,7 @@ def test_gguf_export_reads_back(llama_gguf, tmp_path):
     out = tmp_path / "tiny-256.gguf"
     r = run("export", "--model", llama_gguf, "--method", "yarn", "--len", 256, "--to", "gguf", "--out", out)
     assert r.exit_code == 0, r.output
-    assert "PARAMETER num_ctx 256" in " ".join(r.stdout.split())
+    assert "--to ollama --out DIR writes this GGUF with a Modelfile (PARAMETER num_ctx 256)" in " ".join(r.stdout.split())
     umask = os.umask(0)
     os.umask(umask)
     assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # as open() makes it: Ollama's service user can read it
@@ -185,14 +185,26 @@ def test_gguf_refuses_existing_factors_without_replace(llama_gguf, tmp_path):
     assert r.exit_code == 0, r.output
 
 
-def test_gguf_unsupported_architecture(tmp_path):
+def test_gguf_architecture_without_rope_freqs_gets_llamacpp_scaling_keys(tmp_path):
+    """llama.cpp's qwen2 loader never reads rope_freqs: pi goes as rope.scaling.type linear, yarn as yarn; a method
+    llama.cpp has no type for is refused in one line naming what works."""
     pytest.importorskip("gguf")
     from gguf_models import write_llama_gguf
 
+    from ropecli.models.config import gguf_metadata
+
     path = tmp_path / "qwen.gguf"
     write_llama_gguf(build("llama"), path, arch="qwen2")
-    r = run("export", "--model", path, "--method", "pi", "--len", 128, "--to", "gguf", "--out", tmp_path / "o.gguf")
-    assert r.exit_code == 1 and "architecture 'qwen2'" in r.output and "llama" in r.output and "--to hf" in r.output
+    for method, kind in (("pi", "linear"), ("yarn", "yarn")):
+        out = tmp_path / f"{method}.gguf"
+        r = run("export", "--model", path, "--method", method, "--len", 128, "--to", "gguf", "--out", out)
+        assert r.exit_code == 0, r.output
+        meta = gguf_metadata(out)
+        assert meta["qwen2.rope.scaling.type"] == kind and meta["qwen2.rope.scaling.factor"] == pytest.approx(2.0)
+        assert "--rope-scaling " + kind in " ".join(r.stdout.split())  # the equivalent llama-server flags
+        assert run("verify", out, "--no-run").exit_code == 0
+    r = run("export", "--model", path, "--method", "ntk-fixed", "--len", 128, "--to", "gguf", "--out", tmp_path / "o.gguf")
+    assert r.exit_code == 1 and "ignores rope_freqs" in r.output and "yarn or pi" in r.output
 
 
 def test_bad_inputs_are_one_line_and_leave_nothing(tiny_dir, llama_gguf, tmp_path):

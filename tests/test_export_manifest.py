@@ -41,7 +41,7 @@ def test_export_gguf_then_verify_with_no_flags(builtin_gguf, tmp_path):
     assert (tmp_path / "extended.gguf.ropecli.json").is_file()
     r = runner.invoke(app, ["verify", str(out), "--no-run"])
     assert r.exit_code == 0, r.output
-    assert "llama.cpp: OK (" in r.output
+    assert "llamacpp: OK (" in r.output
 
 
 def test_a_changed_manifest_is_caught_and_a_broken_one_is_one_line(tmp_path):

@@ -57,8 +57,8 @@ def test_expected_loss_is_each_length_evaluated_alone_under_the_runtime_rule(ser
     ev = Evaluator.over(builtin, samples=3)
     rows = served_out["serving"]["runtimes"][runtime]["rows"]
     assert {(r["candidate"].split("(")[0], r["consistent"]) for r in rows} == (
-        {("yarn", False), ("yarn", True), ("ntk-fixed", False), ("ntk-fixed", True), ("dynamic", False)}
-        if runtime == "transformers" else {("yarn", False), ("ntk-fixed", False), ("dynamic", False)})
+        {("yarn", False), ("yarn", True), ("ntk-fixed", False), ("ntk-fixed", True), ("dynamic", True)}
+        if runtime == "transformers" else {("yarn", True), ("ntk-fixed", True), ("dynamic", True)})
     for r in rows:
         method = r["candidate"].split("(")[0]
         if runtime == "llamacpp" and method == "dynamic":
@@ -89,8 +89,9 @@ def test_prefix_scoring_keeps_a_three_length_workload_cheap(tmp_path):
     runs = {rt: json.loads(runner.invoke(app, [*args, "--workload", MIX, "--runtime", rt, "--cache-dir",
                                                  str(tmp_path / rt)]).stdout) for rt in ("llamacpp", "transformers")}
     assert single["forward_passes"] == 6
-    assert runs["llamacpp"]["forward_passes"] == 6
-    assert runs["transformers"]["forward_passes"] == 6 + 3 + 3  # + none below L, + yarn's short_factor = 1 export
+    # + decode across L: one window for an export that runs one schedule at every step, every window for a switching one
+    assert runs["llamacpp"]["forward_passes"] == 6 + 2
+    assert runs["transformers"]["forward_passes"] == 6 + 3 + 3 + 2 + 2 * 3  # + none below L, + yarn's short_factor = 1
 
 
 @pytest.mark.parametrize("method", ["yarn", "ntk-fixed", "mixed", "llama3", "dynamic"])
@@ -103,7 +104,7 @@ def test_the_rule_is_what_verify_reads_back_from_each_export(builtin, tmp_path, 
     for to, consistent in (("hf", False), ("hf", True), ("vllm", False)):
         out = tmp_path / f"{to}-{consistent}.json"
         flags = ["export", "--model", str(BUILTIN_DIR), "--method", method, "--len", "512", "--to", to, "--out", str(out)]
-        r = runner.invoke(app, flags + (["--consistent"] if consistent else []))
+        r = runner.invoke(app, flags + (["--consistent"] if consistent else ["--switching"]))
         assert r.exit_code == 0, r.output
         block = json.loads(out.read_text())
         for n in (128, 512):
@@ -167,22 +168,27 @@ def test_advise_serves_its_candidates_per_runtime_and_exports_to_match(tmp_path)
     for runtime, e in zip(("transformers", "vllm"), advice["exports"]):
         pick = runtime_pick(runtimes[runtime], advice["winner"])
         assert e["ok"] and f"--method {pick['method']}" in e["command"]
-        assert ("--consistent" in e["command"]) == pick["consistent"]
+        assert ("--switching" in e["command"]) == (not pick["consistent"])
     report = (out / "report.md").read_text()
-    assert "## Served over your workload" in report and "### vLLM" in report and (out / "serving.png").is_file()
+    assert "## Served over your workload" in report and "### vllm" in report and (out / "serving.png").is_file()
 
 
 def test_runtime_pick_keeps_the_winner_unless_it_is_shown_worse():
     from ropecli.tuning.tournament import runtime_pick
 
-    def row(name, nll, verdict, consistent=False):
-        return {"name": name, "expected_nll": nll, "consistent": consistent,
-                "vs_best": {"best": verdict == "best", "verdict": verdict}}
+    def row(name, nll, verdict, consistent=True, safe=None):
+        return {"name": name, "expected_nll": nll, "consistent": consistent, "vs_best": {"best": verdict == "best", "verdict": verdict},
+                **({"generation_safe": safe} if safe is not None else {})}
 
-    block = {"rows": [row("a", 3.0, "best"), row("w", 3.1, "undecided"), row("w", 3.05, "undecided", True)]}
-    assert runtime_pick(block, "w")["consistent"]  # undecided: the winner stays, in its better export
-    block = {"rows": [row("a", 3.0, "best"), row("w", 3.2, "worse"), row("w", 3.3, "worse", True)]}
+    block = {"rows": [row("a", 3.0, "best"), row("w", 3.05, "undecided", False, True), row("w", 3.1, "undecided")]}
+    assert not runtime_pick(block, "w")["consistent"]  # undecided: the winner stays, in its better safe export
+    block = {"rows": [row("a", 3.0, "best"), row("w", 3.2, "worse"), row("w", 3.3, "worse", False, True)]}
     assert runtime_pick(block, "w")["name"] == "a"
+    # a switching export whose decode damage is not shown harmless is never picked, however well it scores in one pass
+    block = {"rows": [row("w", 3.0, "best", False, False), row("w", 3.1, "undecided")]}
+    assert runtime_pick(block, "w")["consistent"]
+    block = {"rows": [row("w", 3.0, "best", False)]}  # switching, decode not measured: not safe
+    assert runtime_pick(block, "w") is None
     assert runtime_pick(None, "w") is None
 
 

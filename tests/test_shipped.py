@@ -174,11 +174,13 @@ def test_an_export_that_replaces_the_shipped_schedule_within_Ls_is_flagged(tmp_p
 
     folder = save_arch(SHIPPED[0], tmp_path / "m")
     run = CliRunner().invoke
-    kept = json.loads(run(app, ["export", "--model", str(folder), "--method", "native+yarn", "--len", "512", "--json"]).stdout)
-    assert "replaces_shipped" not in kept  # transformers: the shipped short_factor up to Ls
+    kept = json.loads(run(app, ["export", "--model", str(folder), "--method", "native+yarn", "--len", "512", "--json",
+                                "--switching"]).stdout)
+    assert "replaces_shipped" not in kept  # transformers --switching: the shipped short_factor up to Ls
     rp = kept["block"]["rope_parameters"]
     assert rp["original_max_position_embeddings"] == SHIPPED[0].Ls and rp["short_factor"] != [1.0] * 8
-    for extra in (["--consistent"], ["--to", "vllm"]):
+    assert kept["switching"]["total_len"] > SHIPPED[0].Ls  # … and its decode damage across Ls measured
+    for extra in ([], ["--consistent"], ["--to", "vllm"]):  # the default is consistent
         out = json.loads(run(app, ["export", "--model", str(folder), "--method", "native+yarn", "--len", "512", "--json",
                                    *extra]).stdout)
         assert "replaces" in out["replaces_shipped"]

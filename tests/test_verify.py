@@ -36,7 +36,7 @@ def hf_dir(tmp_path_factory):
     return export(tmp_path_factory.mktemp("hf"), "yarn-1k", *YARN_1K, "--to", "hf")
 
 
-def edited_copy(src, tmp_path, edit):
+def edited_copy(src, tmp_path, edit, both: bool = True):
     """A copy of an exported folder (links kept) or .json with its rope_parameters changed by `edit`."""
     if src.is_dir():
         dst = tmp_path / "edited"
@@ -47,8 +47,19 @@ def edited_copy(src, tmp_path, edit):
         shutil.copy(src, dst)
     cfg = json.loads(cfg_path.read_text())
     edit(cfg["rope_parameters"])
+    if "rope_scaling" in cfg and both:  # the transformers-4 form edited alike (else verify flags the two differ)
+        cfg["rope_scaling"] = dict(cfg["rope_parameters"])
     cfg_path.write_text(json.dumps(cfg))
     return dst
+
+
+def test_an_edit_of_one_form_only_is_caught(hf_dir, tmp_path):
+    """transformers 5 reads rope_scaling over rope_parameters: an export whose two forms differ fails in one line."""
+    r = run("verify", edited_copy(hf_dir, tmp_path, lambda p: p.update(attention_factor=1.0), both=False), *YARN_1K,
+            "--no-run")
+    assert r.exit_code == 1, r.output
+    assert "rope_scaling (transformers 4, older vLLM) = rope_parameters: expected the same block, found they differ in " \
+           "attention_factor" in verdict(r), verdict(r)
 
 
 def test_hf_folder_passes_and_its_reload_matches(hf_dir):
@@ -63,7 +74,7 @@ def test_hf_folder_passes_and_its_reload_matches(hf_dir):
 @pytest.mark.parametrize("edit, what", [
     (lambda p: p.update(attention_factor=1.0), "attention factor"),
     (lambda p: p.pop("attention_factor"), "attention factor"),  # transformers' longrope default: sqrt(1 + ln k / ln L)
-    (lambda p: p.update(short_factor=p["long_factor"], long_factor=p["short_factor"]), "factors"),
+    (lambda p: p.update(long_factor=[1.0] * len(p["long_factor"]), short_factor=[1.0] * len(p["long_factor"])), "factors"),
 ])
 def test_hf_mistakes_fail_with_one_line(hf_dir, tmp_path, edit, what):
     r = run("verify", edited_copy(hf_dir, tmp_path, edit), *YARN_1K, "--no-run")
@@ -84,11 +95,11 @@ def test_factors_for_another_k_or_L_fail(tmp_path, flags, what):
 def test_vllm_overrides_pass_and_catch_a_dropped_mscale(tmp_path):
     good = export(tmp_path, "o.json", *YARN_1K, "--to", "vllm")
     r = run("verify", good, *YARN_1K)
-    assert r.exit_code == 0 and verdict(r) == "vllm: OK (5 checks)", r.output
+    assert r.exit_code == 0 and verdict(r) == "vllm: OK (6 checks)", r.output
     # vLLM ignores attention_factor: without long_mscale it applies sqrt(1 + ln s / ln L), not YaRN's 0.1 ln k + 1
     r = run("verify", edited_copy(good, tmp_path, lambda p: p.pop("long_mscale")), *YARN_1K)
     assert r.exit_code == 1 and verdict(r).startswith("vllm: MISMATCH: attention factor:"), r.output
-    swapped = edited_copy(good, tmp_path, lambda p: p.update(short_factor=p["long_factor"], long_factor=p["short_factor"]))
+    swapped = edited_copy(good, tmp_path, lambda p: p.update(long_factor=[1.0] * len(p["long_factor"])))  # a wrong long_factor
     assert verdict(run("verify", swapped, *YARN_1K)).startswith("vllm: MISMATCH: factors:")
 
 
@@ -123,9 +134,9 @@ def test_gguf_checks(builtin_gguf, tmp_path, kw, what):
     out = written_gguf(builtin_gguf, tmp_path / "x.gguf", **kw)
     r = run("verify", out, "--model", builtin_gguf, "--method", "yarn", "--len", "1024")
     if what is None:
-        assert r.exit_code == 0 and verdict(r).startswith("llama.cpp: OK"), r.output
+        assert r.exit_code == 0 and verdict(r).startswith("llamacpp: OK"), r.output
     else:
-        assert r.exit_code == 1 and verdict(r).startswith(f"llama.cpp: MISMATCH: {what}:"), r.output
+        assert r.exit_code == 1 and verdict(r).startswith(f"llamacpp: MISMATCH: {what}:"), r.output
 
 
 def test_advice_json_beside_the_export_says_what_was_measured(hf_dir, tmp_path):

@@ -16,6 +16,9 @@ import click
 import typer
 
 from ropecli.evaluation.results import Metric
+from ropecli.runtimes import SERVED_BY_DEFAULT
+from ropecli.runtimes import names as runtime_names
+from ropecli.runtimes import spellings as runtime_spellings
 from ropecli.tuning.candidates import Candidate
 from ropecli.tuning.objective import Objective
 from ropecli.tuning.optimizers import Optimizer
@@ -196,7 +199,8 @@ WorkloadOpt = Annotated[Optional[str], typer.Option(
          "them, each length under the schedule that runtime applies there. Default: the target length alone.")]
 ServeRuntimeOpt = Annotated[Optional[list[str]], typer.Option(
     "--runtime", click_type=RuntimeName("--runtime", many=True), rich_help_panel="Serving",
-    help="With --workload: transformers, vllm, llamacpp, sglang, ollama (repeat or comma-separate; default the first three).")]
+    help=f"With --workload: {', '.join(runtime_names())} (repeat or comma-separate; default "
+         f"{', '.join(SERVED_BY_DEFAULT)}).")]
 
 
 class AdviseMetric(str, Enum):
@@ -271,7 +275,8 @@ OutOpt = Annotated[Optional[str], typer.Option("--out", "-o", rich_help_panel=OU
 # export's and verify's own
 ToOpt = Annotated[str, typer.Option(
     "--to", click_type=RuntimeName("--to"), rich_help_panel=OUTPUT,
-    help="transformers (alias hf), vllm, llamacpp (alias gguf), sglang or ollama.")]
+    help=f"The runtime: {', '.join(runtime_names())} (aliases: {', '.join(a for a in runtime_spellings() if a not in runtime_names())}); "
+         "`ropecli runtimes` shows each one's record.")]
 ConsistentOpt = Annotated[bool, typer.Option(
     "--consistent/--switching", rich_help_panel=OUTPUT,
     help="--consistent (default): short_factor = long_factor, the schedule at every length, so generation through a KV "
@@ -286,7 +291,7 @@ AdviceOpt = Annotated[Optional[str], typer.Option(
     "--advice", rich_help_panel=SCHEDULE, help="advise's advice.json (default: the one beside PATH, if any); else give --method and --len.")]
 ReadAsOpt = Annotated[Optional[str], typer.Option(
     "--runtime", click_type=RuntimeName("--runtime"), rich_help_panel=OUTPUT,
-    help="Which runtime reads PATH: transformers, vllm, llamacpp, sglang or ollama (default: from the file).")]
+    help=f"Which runtime reads PATH: {', '.join(runtime_names())} (default: the export's manifest, or from the file).")]
 RunOpt = Annotated[bool, typer.Option(
     "--run/--no-run", rich_help_panel=EVALUATION, help="Also run the runtime where it is installed (transformers: reload and score a window).")]
 RunLenOpt = Annotated[Optional[int], typer.Option(

@@ -31,15 +31,18 @@ class DecodePlan:
     total_len: int
 
     @classmethod
-    def across(cls, switch: int, total_len: int, prompt_len: int | None = None) -> "DecodePlan":
+    def across(cls, switch: int, longest: int, prompt_len: int | None = None) -> "DecodePlan":
+        """From 1/8 of the switch before it to a quarter past it (or `longest`, if shorter): the tokens where a
+        switch's stale keys show, at a fraction of a pass over the longest request."""
         P = prompt_len if prompt_len is not None else max(1, switch - max(1, switch // 8))
+        total_len = min(longest, switch + max(2, switch // 4))
         if not 0 < P < total_len:
             raise ValueError(f"the prompt ({P} tokens) must be shorter than the decoded length {total_len}")
         return cls(P, total_len)
 
 
 def measure_decode(ev: Evaluator, runtime: str, spec: Spec, factor: float, consistent: bool, plan: DecodePlan,
-                   samples: int | None = None, margin: float = MARGIN) -> dict:
+                   samples: int | None = None, margin: float = MARGIN, span: int | None = None) -> dict:
     """The decode damage of `spec` exported at k = `factor` (`consistent`: short_factor = long_factor) as
     `runtime` generates, on the first `samples` windows of `plan.total_len` tokens: {runtime, candidate, consistent,
     prompt_len, total_len, segments, decode_nll, one_pass_nll, damage (paired: diff, half_width, verdict …),
@@ -55,13 +58,18 @@ def measure_decode(ev: Evaluator, runtime: str, spec: Spec, factor: float, consi
                                          for n, s in _runs(segments)]}
     if whole.spec is None or any(s.spec is None for _, s in segments):
         return {**head, "unservable": whole.how}
-    windows = ev.inputs.resized(samples).windows(N)
     scheduled = [(n, *_schedule(ev, s.spec, n)) for n, s in segments]
     one = _schedule(ev, whole.spec, N)
-    base = {"model": ev.backend.fingerprint, "runtime": ev.backend.runtime, "metric": "decode", "served_by": head["runtime"],
-            "len": N, "prompt_len": P, "dtype": ev.backend.dtype,
+    one_schedule = all(_key(sched) == _key(one[0]) and log_n == one[1] for _, sched, log_n in scheduled)
+    if one_schedule and samples is None:  # no switch: equal to one pass in exact arithmetic; measured on one window
+        samples = 1
+    head["one_schedule"] = one_schedule
+    inputs = ev.inputs.resized(samples).spanning(span)  # `span`: the first N tokens of the windows at span (paired)
+    windows = inputs.windows(N)
+    base = {"model": ev.backend.fingerprint, "runtime": ev.backend.runtime, "metric": "decode",  # not who serves: the
+            "len": N,  # schedules are the key, so runtimes that run the same ones share a window "prompt_len": P, "dtype": ev.backend.dtype,
             "segments": [[n, _key(sched), log_n] for n, sched, log_n in scheduled], "one_pass": [_key(one[0]), one[1]]}
-    fps = ev.inputs.resized(samples).unit_fingerprints("ppl", N)
+    fps = inputs.unit_fingerprints("ppl", N)
     rows = []
     for i, ids in enumerate(windows.ids):
         key = {**base, "unit": fps[i]}
@@ -75,7 +83,12 @@ def measure_decode(ev: Evaluator, runtime: str, spec: Spec, factor: float, consi
         rows.append(value)
     decode = [r[0] / r[2] for r in rows]
     single = [r[1] / r[2] for r in rows]
-    damage = paired_difference(decode, single, windows.names, margin)
+    if len(rows) > 1:
+        damage = paired_difference(decode, single, windows.names, margin)
+    else:  # one window: the difference, no interval (a single schedule: float rounding only)
+        diff = decode[0] - single[0]
+        damage = {"diff": diff, "half_width": None, "n": 1,
+                  "verdict": "equivalent" if one_schedule and abs(diff) < margin else "undecided"}
     return {**head, "decode_nll": float(np.mean(decode)), "one_pass_nll": float(np.mean(single)), "damage": damage,
             "worst_token": float(max(r[3] for r in rows)), "windows": len(rows),
             "per_window": [[d, s] for d, s in zip(decode, single)]}

@@ -64,6 +64,14 @@ class Session:
         """The same model on the windows after this session's (default: as many as it has)."""
         return Session(self.model, self.ev.held_out(samples or self.inputs.samples), self.progress, self.memory)
 
+    def decode(self, runtime: str, spec, factor: float, consistent: bool, plan, samples: int | None = None,
+               span: int | None = None) -> dict:
+        """Decode across L (`ropecli.evaluation.decode.measure_decode`) on this session's windows."""
+        from ropecli.evaluation.decode import measure_decode
+
+        with self.progress.task(1, "decoding"):
+            return measure_decode(self.ev, runtime, spec, factor, consistent, plan, samples, span=span)
+
     def check(self, metric: str, length: int, samples: int | None = None) -> None:
         """Fail in one line when the text cannot give `samples` windows (prompts) at `length`, before any forward pass."""
         self.ev.check_inputs(metric, length, samples)

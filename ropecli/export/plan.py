@@ -1,10 +1,10 @@
 """The one export function: `ropecli export` and `ropecli advise` both call `export_schedule`.
 
-Routing: each runtime's module writes its artefact (`ropecli.runtimes.<name>.write`): transformers a model
-folder (a local folder: its files linked beside the merged config.json; a hub id: the merged config.json; a
-GGUF: dequantized by transformers) or, with `--out FILE.json` or no --out, the rope_parameters block; vllm
-the block as `--hf-overrides` JSON and the `vllm serve` line; llamacpp a GGUF copy (rope_freqs, or the native
-scaling keys); sglang the override JSON and launch line; ollama a GGUF and its Modelfile. By default the
+Routing: each runtime's module writes its artefact (`ropecli.runtimes.<name>.write`, its record's `artefact`):
+transformers a model folder (a local folder: its files linked beside the merged config.json; a hub id: the
+merged config.json; a GGUF: dequantized by transformers) or, with `--out FILE.json` or no --out, the
+rope_parameters block (`to_hf_or_vllm`, shared with vllm's overrides); llamacpp a GGUF copy (`to_gguf`:
+rope_freqs, or the native scaling keys), which the GGUF-based runtimes reuse. By default the
 export is consistent (short_factor = long_factor): every runtime applies the schedule at every length and
 generation through a KV cache is safe. `consistent=False` (--switching) keeps transformers' short/long
 switch at L (Ls): cached keys go stale across it, and the damage is measured and printed.
@@ -48,24 +48,25 @@ def is_gguf(model: str | None, gguf_file: str | None) -> bool:
 
 def check_export_paths(runtime: str, out: str | None, model: str | None, gguf_file: str | None, force: bool) -> None:
     """Refuse, before any work, an output that cannot be written or a runtime the input cannot go to."""
-    from ropecli.runtimes import canonical
+    from ropecli.runtimes import canonical, runtime as record
 
-    runtime = canonical(runtime)
-    if runtime in ("llamacpp", "ollama"):
+    rec = record(canonical(runtime))
+    runtime = rec.name
+    if rec.needs_gguf:
         if not is_gguf(model, gguf_file):
             raise RopeCliError(f"--to {runtime} needs --model FILE.gguf (or --model DIR --gguf-file NAME), the GGUF to export into")
-        if runtime == "llamacpp" and (not out or not out.endswith(".gguf")):
-            raise RopeCliError("--to llamacpp needs --out NEW.gguf")
-        if runtime == "ollama" and (not out or out.endswith((".gguf", ".json"))):
-            raise RopeCliError("--to ollama needs --out DIR, the folder for the GGUF and its Modelfile")
+        if rec.output == "gguf" and (not out or not out.endswith(".gguf")):
+            raise RopeCliError(f"--to {runtime} needs --out NEW.gguf")
+        if rec.output == "folder" and (not out or out.endswith((".gguf", ".json"))):
+            raise RopeCliError(f"--to {runtime} needs --out DIR, the folder it writes ({rec.artefact})")
         check_writable(out.rstrip("/"), "--out", force)
         return
-    to_folder = runtime == "transformers" and out is not None and not out.endswith(".json")
-    if is_gguf(model, gguf_file) and not to_folder and runtime not in ("vllm", "sglang"):
+    to_folder = rec.output == "folder-or-json" and out is not None and not out.endswith(".json")
+    if is_gguf(model, gguf_file) and not to_folder and rec.output != "json":
         raise RopeCliError(f"a GGUF model goes to llama.cpp with --to llamacpp, or to a transformers folder with "
                            f"--to transformers --out DIR (then --to {runtime} from that folder)")
     if to_folder and model is None:
-        raise RopeCliError("--to transformers --out DIR writes a model folder and needs --model (a local folder or hub "
+        raise RopeCliError(f"--to {runtime} --out DIR writes a model folder and needs --model (a local folder or hub "
                            "id); without a model pass --out FILE.json")
     if out is not None and not to_folder:
         if not out.endswith(".json"):
@@ -154,16 +155,17 @@ def replaces_shipped(target: ModelRope, runtime: str, consistent: bool) -> str |
     if target.shipped is None:
         return None
     what = f"the shipped {target.shipped.label}"
-    from ropecli.runtimes import canonical
+    from ropecli.runtimes import AT_START_UP, ROPE_FREQS, runtime as record
 
-    runtime = canonical(runtime)
-    if runtime in ("llamacpp", "ollama"):
-        return f"llama.cpp applies rope_freqs at every length: this export replaces {what} within Ls = {target.shipped_len} too"
-    if runtime in ("vllm", "sglang"):
-        return (f"vLLM picks long_factor once at start-up for every request: this export replaces {what} within "
+    rec = record(runtime)
+    if rec.rule == ROPE_FREQS:
+        return f"{rec.label} applies the GGUF's schedule at every length: this export replaces {what} within Ls = {target.shipped_len} too"
+    if rec.rule == AT_START_UP:
+        return (f"{rec.label} picks long_factor once at start-up for every request: this export replaces {what} within "
                 f"Ls = {target.shipped_len} too")
     if consistent:
-        return f"--consistent writes the extension at every length: it replaces {what} within Ls = {target.shipped_len}"
+        return (f"the consistent export (the default) writes the extension at every length: it replaces {what} within "
+                f"Ls = {target.shipped_len} (--switching keeps it, with stale keys when generation crosses Ls)")
     return None
 
 
@@ -295,7 +297,9 @@ def to_gguf(spec, geom, out, model, gguf_file, force, replace) -> dict:
              f"llama.cpp: llama-server -m {out} -c {geom.target_len}" + (
                  f"  (the same from the source GGUF with flags: llama-server -m {src.path.name} -c {geom.target_len} "
                  f"--rope-scaling {native['type']} --rope-scale {native['factor']:g} --yarn-orig-ctx {geom.train_len})"
-                 if native else "")]
+                 if native else ""),
+             f"Ollama truncates requests to num_ctx: --to ollama --out DIR writes this GGUF with a Modelfile "
+             f"(PARAMETER num_ctx {geom.target_len})"]
     if abs(attention - 1) > 1e-12 and native is None:
         lines.append(f"attention factor {attention:.6g} written to {src.arch}.rope.scaling.attn_factor"
                      + (" (sqrt(log_L(k*L)): log-n's query scale at the target length, as one constant)" if spec.log_n else ""))

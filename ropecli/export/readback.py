@@ -44,10 +44,9 @@ class Applied:
 
 
 def kind_of(path: Path, runtime: str | None) -> str:
-    """The runtime that reads `path` (`ropecli.runtimes`): given, else the one its export manifest names, else from
-    the file: a model folder -> transformers, an Ollama folder (a Modelfile) -> ollama, a .gguf -> llamacpp, a .json
-    -> vllm (with mscale or ntk keys) or transformers."""
-    from ropecli.runtimes import canonical
+    """The runtime that reads `path` (`ropecli.runtimes`): given, else the one its export manifest names, else the
+    first whose module claims the file (a model folder, an Ollama folder, a .gguf, a .json block or overrides)."""
+    from ropecli.runtimes import canonical, module, names
 
     if runtime:
         return canonical(runtime)
@@ -61,17 +60,11 @@ def kind_of(path: Path, runtime: str | None) -> str:
                 return canonical(named)
         except (OSError, ValueError, RopeCliError):
             pass
+    for name in names():
+        if module(name).claims(path):
+            return name
     if path.is_dir():
-        if (path / "Modelfile").is_file():
-            return "ollama"
-        if not (path / "config.json").is_file():
-            raise RopeCliError(f"{path}: not a model folder (no config.json); pass what `ropecli export` wrote")
-        return "transformers"
-    if path.suffix == ".gguf":
-        return "llamacpp"
-    if path.suffix == ".json":
-        text = path.read_text()
-        return "vllm" if ("_mscale" in text or '"ntk"' in text) else "transformers"
+        raise RopeCliError(f"{path}: not a model folder (no config.json); pass what `ropecli export` wrote")
     raise RopeCliError(f"{path}: not a model folder, a .json block or a .gguf; pass what `ropecli export` wrote")
 
 

@@ -53,5 +53,4 @@ def _measure(spec: Spec, geom: Geometry, model: str, gguf_file: str | None, swit
 
     backend = load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu")
     ev = Evaluator.over(backend, samples=SAMPLES, cache=EvalCache())
-    total = min(geom.target_len, switch + max(2, switch // 4))
-    return measure_decode(ev, "transformers", spec, geom.factor, False, DecodePlan.across(switch, total))
+    return measure_decode(ev, "transformers", spec, geom.factor, False, DecodePlan.across(switch, geom.target_len))

@@ -184,15 +184,17 @@ def verify_artefact(target: Path, kind: str, exp: Expected, model: str | None, g
 
     from ropecli.export.readback import UNREADABLE, unreadable
 
-    from ropecli.runtimes import canonical
+    from ropecli.runtimes import canonical, module, runtime as record
 
     kind = canonical(kind)
     verdict = Verdict(kind)
     try:
-        applied, block = read_back(target, kind, exp)
+        applied, block = module(kind).read_back(target, exp)
     except UNREADABLE as exc:  # a malformed artefact fails in one line
         raise unreadable(target, exc) from None
     verdict.checks += compare(applied, exp, verdict.runtime)
+    if record(kind).output in ("json", "folder-or-json"):
+        verdict.checks += both_forms_agree(target, block, verdict.runtime)
     if exp.rope.shipped is not None:  # a model that ships a schedule: is it kept within Ls?
         kept = shipped_within_Ls(target, kind, block, exp, verdict.runtime)
         verdict.checks += [kept] if isinstance(kept, Check) else []
@@ -206,28 +208,22 @@ def verify_artefact(target: Path, kind: str, exp: Expected, model: str | None, g
         verdict.notes.append(why)
         return verdict
     with (status or (lambda text: nullcontext()))(f"{verdict.runtime}: scoring a window with the export …"):
-        run_one = run_transformers if kind == "transformers" else run_llamacpp
-        args = (block,) if kind == "transformers" else ()
-        target = artefact_file(target, kind)
-        verdict.checks.append(run_one(target, *args, model, exp, run_len or exp.target_len, cache_dir, gguf_file))
+        verdict.checks.append(module(kind).run(target, block, model, exp, run_len or exp.target_len, cache_dir, gguf_file))
     return verdict
 
 
 def run_unavailable(kind: str, target: Path, block, model: str | None, exp: Expected, run_len: int) -> str | None:
     """Why the runtime itself is not run here (a note), or None."""
-    if kind in ("vllm", "sglang"):
-        return (f"not run: {kind} is not run by ropecli; the checks above follow its rotary code (cited in "
+    from ropecli.runtimes import PER_FORWARD, module, runtime as record
+
+    rec, mod = record(kind), module(kind)
+    if not hasattr(mod, "run"):
+        return (f"not run: {rec.label} is not run by ropecli; the checks above follow its code (cited in "
                 f"ropecli/runtimes/{kind}.py)")
     if model is None:
         return "not run: the run compares with the model the export was made from: pass --model"
-    why = run_skipped(exp, run_len, kind in ("llamacpp", "ollama") or consistent_export(target, block))
-    if why or kind == "transformers":
-        return why
-    try:
-        import llama_cpp  # noqa: F401
-    except ImportError:
-        return "not run: llama-cpp-python is not installed (pip install 'ropecli[llamacpp]')"
-    return None
+    why = run_skipped(exp, run_len, rec.rule != PER_FORWARD or consistent_export(target, block))
+    return why or (mod.unavailable() if hasattr(mod, "unavailable") else None)
 
 
 def shipped_within_Ls(target: Path, kind: str, block, exp: Expected, runtime: str) -> Check | str | None:
@@ -236,7 +232,9 @@ def shipped_within_Ls(target: Path, kind: str, block, exp: Expected, runtime: st
     from ropecli.export.plan import replaces_shipped
     from ropecli.export.readback import read_json, rope_blocks
 
-    if kind != "transformers" or (kind == "transformers" and consistent_export(target, block)):
+    from ropecli.runtimes import PER_FORWARD, runtime as record
+
+    if record(kind).rule != PER_FORWARD or consistent_export(target, block):
         flag = replaces_shipped(exp.rope, kind, True)
         return f"flag: {flag}" if flag else None
     cfg = block or read_json(target / "config.json")
@@ -253,13 +251,20 @@ def shipped_within_Ls(target: Path, kind: str, block, exp: Expected, runtime: st
                  f"the shipped {exp.rope.shipped.label}", found if ok else found + " (replaces the shipped schedule within Ls)", ok)
 
 
-def artefact_file(target: Path, kind: str) -> Path:
-    """The file a runtime runs: an Ollama folder's GGUF (its Modelfile's FROM), else the artefact itself."""
-    if kind == "ollama":
-        from ropecli.runtimes.ollama import modelfile_gguf
+def both_forms_agree(target: Path, block, runtime: str) -> list[Check]:
+    """Where an artefact carries `rope_scaling` beside `rope_parameters` (for transformers-4 readers and older vLLM),
+    the two must be the same block: transformers 5 takes rope_scaling over rope_parameters
+    (`convert_rope_params_to_dict`), older vLLM reads only rope_scaling. One check, or none without rope_scaling."""
+    from ropecli.export.readback import read_json
 
-        return modelfile_gguf(target)
-    return target
+    cfg = block if block is not None else read_json(target / "config.json")
+    text = cfg.get("text_config") or cfg
+    v4, v5 = text.get("rope_scaling"), text.get("rope_parameters")
+    if not isinstance(v4, dict) or not isinstance(v5, dict) or "rope_type" not in v5:
+        return []
+    differ = sorted(k for k in set(v4) | set(v5) if v4.get(k) != v5.get(k))
+    return [Check(runtime, None, "rope_scaling (transformers 4, older vLLM) = rope_parameters", "the same block",
+                  "the same block" if not differ else f"they differ in {', '.join(differ)}", not differ)]
 
 
 def consistent_export(target: Path, block) -> bool:
@@ -272,25 +277,3 @@ def consistent_export(target: Path, block) -> bool:
     text = cfg.get("text_config") or cfg
     blocks = rope_blocks(text.get("rope_parameters") or {}).values()
     return all(b.get("short_factor") == b.get("long_factor") for b in blocks if b.get("rope_type") == "longrope")
-
-
-def read_back(target: Path, kind: str, exp: Expected):
-    """(what the runtime applies at T: a list of Applied, the block of a .json artefact or None)."""
-    from ropecli.export.readback import gguf_applied, read_json, transformers_applied, vllm_applied
-
-    T = exp.target_len
-    if kind == "llamacpp":
-        return gguf_applied(target, T), None
-    if kind in ("sglang", "ollama"):
-        from ropecli.runtimes import module
-
-        return module(kind).read_back(target, exp)
-    if target.is_dir():
-        return transformers_applied(read_json(target / "config.json"), T, exp.rope.scaled_types), None
-    block = read_json(target)
-    if "rope_parameters" not in block:
-        raise RopeCliError(f"{target}: no rope_parameters in it; pass a block written by `ropecli export`")
-    head_dim = int(round(exp.rope.rotary_dim / exp.rope.partial_rotary_factor))
-    if kind == "vllm":
-        return vllm_applied(block, T, head_dim), block
-    return transformers_applied(block, T, exp.rope.scaled_types, head_dim=head_dim), block

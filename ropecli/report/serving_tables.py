@@ -9,7 +9,19 @@ import math
 from ropecli.evaluation.stats import fmt_diff
 from ropecli.report.text import plain, table
 
-RUNTIME_NAMES = {"transformers": "transformers", "vllm": "vLLM", "llamacpp": "llama.cpp"}
+
+
+def decode_cell(r: dict) -> str:
+    """'+0.53 ± 0.2 damaged' / '0 (one schedule)' / '—' (not measured): the decode-across-L damage of a row."""
+    d = r.get("decode")
+    if not d or not d.get("damage"):
+        return "—"
+    if d.get("one_schedule"):
+        return f"{d['damage']['diff']:+.1e} (one schedule)"
+    dmg = d["damage"]
+    hw = f" ± {dmg['half_width']:.2g}" if dmg.get("half_width") is not None else ""
+    word = {"worse": "damaged", "equivalent": "safe"}.get(dmg.get("verdict"), "undecided")
+    return f"{dmg['diff']:+.3f}{hw} {word}"
 
 
 def serving_tables(out: dict) -> list:
@@ -23,19 +35,27 @@ def serving_tables(out: dict) -> list:
     lines = [plain(f"workload: {mix} of requests ({serving['workload']['source']}); schedules exported for k = "
                    f"{serving['factor']:g}; expected loss = Σ share × mean NLL per token at each request length, "
                    "paired over the same windows")]
+    across = serving.get("decode")
+    if across:
+        lines.append(plain(f"decode across L: a {across['prompt_len']}-token prompt (shorter than the switch at "
+                           f"{across['switch']}) decoded through the KV cache to {across['total_len']} tokens as each runtime "
+                           "runs it, against one forward pass of the same tokens: Δ nats/token (paired, ± 95%)"))
     for runtime, block in serving["runtimes"].items():
-        t = table(f"served by {RUNTIME_NAMES[runtime]}", ["candidate", "export", *[f"PPL @ {n}" for n in lengths],
-                                                          "expected NLL", "Δ vs best (paired, ± 95%)", "applies"],
+        t = table(f"served by {runtime}", ["candidate", "export", *[f"PPL @ {n}" for n in lengths],
+                                           "expected NLL", "Δ vs best (paired, ± 95%)", *(["decode across L"] if across else []),
+                                           "applies"],
                   left=("candidate", "export", "applies"))
         for r in sorted(block["rows"], key=lambda r: r.get("expected_nll", math.inf)):
             applies = " / ".join(dict.fromkeys(v.split(" (")[0] for v in r["served"].values()))
             if "unservable" in r:
-                t.add_row(r["candidate"], r["variant"], *["—"] * len(lengths), "—", "cannot be served", r["unservable"])
+                t.add_row(r["candidate"], r["variant"], *["—"] * len(lengths), "—", "cannot be served",
+                          *(["—"] if across else []), r["unservable"])
                 continue
             best = r["vs_best"].get("best")
             mark = "" if best else " ≈" if r["vs_best"].get("tied") else " ?" if r["vs_best"].get("verdict") == "undecided" else ""
             t.add_row(r["candidate"], r["variant"], *[f"{r['ppl'][n]:.4g}" for n in lengths], f"{r['expected_nll']:.4f}",
-                      fmt_diff(r["vs_best"]) + mark, applies, style="bold green" if best else "")
+                      fmt_diff(r["vs_best"]) + mark, *([decode_cell(r)] if across else []), applies,
+                      style="bold green" if best else "")
         lines += [t, plain(verdict_line(runtime, block))]
     return lines
 
@@ -44,14 +64,16 @@ def verdict_line(runtime: str, block: dict) -> str:
     """'transformers: best yarn (--consistent); shown equivalent: …; undecided: …'."""
     rows = [r for r in block["rows"] if "vs_best" in r]
     if not block.get("best"):
-        return f"{RUNTIME_NAMES[runtime]}: no candidate can be served"
+        return f"{runtime}: no candidate can be served"
     name = lambda r: f"{r['candidate']} ({r['variant']})"  # noqa: E731
     best = next(r for r in rows if r["vs_best"].get("best"))
     equivalent = [name(r) for r in rows if r is not best and r["vs_best"].get("tied")]
     undecided = [name(r) for r in rows if r["vs_best"].get("verdict") == "undecided"]
-    parts = [f"{RUNTIME_NAMES[runtime]}: best {name(best)}"]
+    parts = [f"{runtime}: best {name(best)}"]
     parts += [f"shown equivalent: {', '.join(equivalent)}"] if equivalent else []
     parts += [f"undecided: {', '.join(undecided)}"] if undecided else []
+    damaged = [name(r) for r in rows if r.get("decode") and not r.get("generation_safe")]
+    parts += [f"not generation-safe (decode across L not shown harmless): {', '.join(damaged)}"] if damaged else []
     return "; ".join(parts) + (" (the rest shown worse)" if len(rows) > 1 + len(equivalent) + len(undecided) else "")
 
 
@@ -66,15 +88,15 @@ def serving_markdown(serving: dict) -> list[str]:
           "exports, per runtime, its best here where the tournament's winner is shown worse than it, else the winner in "
           "its better export.", ""]
     for runtime, block in serving["runtimes"].items():
-        md += [f"### {RUNTIME_NAMES[runtime]}", "",
-               "| candidate | export | " + " | ".join(f"PPL @ {n}" for n in lengths) + " | expected NLL | Δ vs best (paired, ± 95%) |",
-               "|" + "---|" * (len(lengths) + 4)]
+        md += [f"### {runtime}", "",
+               "| candidate | export | " + " | ".join(f"PPL @ {n}" for n in lengths) + " | expected NLL | Δ vs best (paired, ± 95%) "
+               "| decode across L |", "|" + "---|" * (len(lengths) + 5)]
         for r in sorted(block["rows"], key=lambda r: r.get("expected_nll", math.inf)):
             if "unservable" in r:
                 md.append(f"| {r['name']} | {r['variant']} | " + " | ".join("—" for _ in lengths) +
-                          f" | — | cannot be served: {r['unservable']} |")
+                          f" | — | cannot be served: {r['unservable']} | — |")
                 continue
             md.append(f"| {r['name']} | {r['variant']} | " + " | ".join(f"{r['ppl'][n]:.4g}" for n in lengths) +
-                      f" | {r['expected_nll']:.4f} | {fmt_diff(r['vs_best'])} |")
+                      f" | {r['expected_nll']:.4f} | {fmt_diff(r['vs_best'])} | {decode_cell(r)} |")
         md += ["", verdict_line(runtime, block) + ".", ""]
     return md

@@ -14,6 +14,7 @@ from __future__ import annotations
 from ropecli.runtimes.record import ROPE_FREQS, Runtime, Version
 
 RECORD = Runtime(
+    output="gguf", needs_gguf=True,
     name="llamacpp", label="llama.cpp", aliases=("gguf", "llama.cpp", "llama-cpp", "llama_cpp"), package="llama-cpp-python",
     artefact="a GGUF copy with rope_freqs.weight, or the native {arch}.rope.scaling.* keys (yarn, linear) for "
              "architectures whose loaders ignore rope_freqs; the llama-server line",
@@ -36,3 +37,29 @@ def write(spec, geom, target, out, *, model=None, gguf_file=None, force=False, c
     from ropecli.export.plan import to_gguf
 
     return to_gguf(spec, geom, out, model, gguf_file, force, replace)
+
+
+def claims(path) -> bool:
+    return path.suffix == ".gguf"
+
+
+def read_back(target, exp):
+    """What llama.cpp applies: rope_freqs, or its own yarn/linear from the scaling keys (`gguf_applied`)."""
+    from ropecli.export.readback import gguf_applied
+
+    return gguf_applied(target, exp.target_len), None
+
+
+def run(target, block, model, exp, run_len, cache_dir, gguf_file):
+    """llama.cpp serves the GGUF; its effect against the source is compared with ropecli's (`run_llamacpp`)."""
+    from ropecli.export.verify import run_llamacpp
+
+    return run_llamacpp(target, model, exp, run_len, cache_dir, gguf_file)
+
+
+def unavailable() -> str | None:
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return "not run: llama-cpp-python is not installed (pip install 'ropecli[llamacpp]')"
+    return None

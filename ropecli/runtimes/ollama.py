@@ -16,7 +16,7 @@ from ropecli.errors import RopeCliError
 from ropecli.runtimes.record import ROPE_FREQS, Runtime, Version
 
 RECORD = Runtime(
-    name="ollama", label="Ollama", command="ollama",
+    name="ollama", label="Ollama", command="ollama", output="folder", needs_gguf=True,
     artefact="a folder: the GGUF with the schedule and a Modelfile (FROM, PARAMETER num_ctx = k*L); `ollama create`",
     reads="the GGUF (as llama.cpp reads it: rope_freqs or the scaling keys) and the Modelfile's num_ctx",
     at_length="the GGUF's schedule at every length, requests truncated to num_ctx",
@@ -82,3 +82,20 @@ def read_back(target, exp):
 
     applied = gguf_applied(modelfile_gguf(Path(target)), exp.target_len)
     return [replace(a, runtime="ollama", max_len=num_ctx(Path(target))) for a in applied], None
+
+
+def claims(path) -> bool:
+    return path.is_dir() and (path / "Modelfile").is_file()
+
+
+def run(target, block, model, exp, run_len, cache_dir, gguf_file):
+    """Ollama runs the GGUF with llama-server: llama.cpp runs it here (`ropecli.export.verify.run_llamacpp`)."""
+    from ropecli.export.verify import run_llamacpp
+
+    return run_llamacpp(modelfile_gguf(Path(target)), model, exp, run_len, cache_dir, gguf_file)
+
+
+def unavailable() -> str | None:
+    from ropecli.runtimes.llamacpp import unavailable as llamacpp_unavailable
+
+    return llamacpp_unavailable()

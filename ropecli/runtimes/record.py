@@ -41,6 +41,8 @@ class Runtime:
     versions: tuple[Version, ...] = field(default_factory=tuple)
     drops_cache_at_switch: tuple[str, ...] = ()  # model types whose generate() re-prefills at a short/long switch
     dynamic_rule: str = ""  # how it runs dynamic NTK where that differs from `rule` (SGLang: fixed at start-up)
+    output: str = "json"  # what --out takes: "json" (a file), "folder-or-json", "gguf" (NEW.gguf), "folder"
+    needs_gguf: bool = False  # the export goes into a GGUF (--model FILE.gguf)
 
     def __post_init__(self):
         if not self.dynamic_rule:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from ropecli.runtimes.record import PER_FORWARD, Runtime, Version
 
 RECORD = Runtime(
+    output="folder-or-json",
     name="transformers", label="transformers", aliases=("hf", "huggingface"), package="transformers",
     artefact="a model folder (config.json merged, the weights linked) or the rope_parameters block as JSON",
     reads="config.json: rope_parameters (5.x), rope_scaling + rope_theta (4.x), max_position_embeddings",
@@ -43,3 +44,35 @@ def write(spec, geom, target, out, *, model=None, gguf_file=None, force=False, c
     from ropecli.export.plan import to_hf_or_vllm
 
     return to_hf_or_vllm(spec, geom, target, "transformers", out, model, gguf_file, force, consistent)
+
+
+def claims(path) -> bool:
+    """A model folder, or a .json block without vLLM's mscale or ntk keys."""
+    if path.is_dir():
+        return (path / "config.json").is_file()
+    return path.suffix == ".json" and not _vllm_keys(path.read_text())
+
+
+def _vllm_keys(text: str) -> bool:
+    return "_mscale" in text or '"ntk"' in text
+
+
+def read_back(target, exp):
+    """What transformers applies at T: its own ROPE_INIT_FUNCTIONS on the folder's config or the block."""
+    from ropecli.errors import RopeCliError
+    from ropecli.export.readback import read_json, transformers_applied
+
+    if target.is_dir():
+        return transformers_applied(read_json(target / "config.json"), exp.target_len, exp.rope.scaled_types), None
+    block = read_json(target)
+    if "rope_parameters" not in block:
+        raise RopeCliError(f"{target}: no rope_parameters in it; pass a block written by `ropecli export`")
+    head_dim = int(round(exp.rope.rotary_dim / exp.rope.partial_rotary_factor))
+    return transformers_applied(block, exp.target_len, exp.rope.scaled_types, head_dim=head_dim), block
+
+
+def run(target, block, model, exp, run_len, cache_dir, gguf_file):
+    """The artefact reloaded by transformers alone scores a window (`ropecli.export.verify.run_transformers`)."""
+    from ropecli.export.verify import run_transformers
+
+    return run_transformers(target, block, model, exp, run_len, cache_dir, gguf_file)

@@ -40,3 +40,20 @@ def write(spec, geom, target, out, *, model=None, gguf_file=None, force=False, c
     from ropecli.export.plan import to_hf_or_vllm
 
     return to_hf_or_vllm(spec, geom, target, "vllm", out, model, gguf_file, force, consistent)
+
+
+def claims(path) -> bool:
+    """A .json overrides file with vLLM's mscale or ntk keys."""
+    return path.suffix == ".json" and ("_mscale" in path.read_text() or '"ntk"' in path.read_text())
+
+
+def read_back(target, exp):
+    """What vLLM applies to every request at --max-model-len T (`ropecli.export.readback.vllm_applied`)."""
+    from ropecli.errors import RopeCliError
+    from ropecli.export.readback import read_json, vllm_applied
+
+    block = read_json(target)
+    if "rope_parameters" not in block:
+        raise RopeCliError(f"{target}: no rope_parameters in it; pass a block written by `ropecli export`")
+    head_dim = int(round(exp.rope.rotary_dim / exp.rope.partial_rotary_factor))
+    return vllm_applied(block, exp.target_len, head_dim), block

@@ -11,14 +11,18 @@ from ropecli.rope.spec import Spec
 from ropecli.tuning.objective import Evaluate
 from ropecli.tuning.workload import Workload
 
-VARIANTS = {False: "as exported (short_factor = 1)", True: "--consistent"}
+VARIANTS = {True: "consistent (default)", False: "--switching"}
 
 
 def variants(runtime: str, spec: Spec) -> list[bool]:
-    """The exports of a candidate worth serving in `runtime`: transformers switches a default (short_factor
-    = 1) export per forward pass, so both it and --consistent are candidates; vLLM and llama.cpp apply one
-    schedule to every request (the two exports serve the same), dynamic NTK has one export."""
-    return [False, True] if runtime == "transformers" and not spec.length_dependent else [False]
+    """The exports of a candidate worth serving in `runtime`: a runtime that picks short or long factors per
+    forward pass (transformers, SGLang) serves the consistent export (the default) and the --switching one
+    differently; the others apply one schedule to every request (both exports serve the same); dynamic NTK has one
+    export."""
+    from ropecli.export.served import is_dynamic
+    from ropecli.runtimes import PER_FORWARD, runtime as record
+
+    return [True, False] if record(runtime).rule == PER_FORWARD and not is_dynamic(spec) else [True]
 
 
 def serve_workload(run: Evaluate, specs: list[Spec], workload: Workload, runtimes: list[str], rope, factor: float,
@@ -51,15 +55,39 @@ def serve_workload(run: Evaluate, specs: list[Spec], workload: Workload, runtime
         best = next((rows[i] for i in measured if ranked[i]["best"]), None)
         out[runtime] = {"rows": rows, "best": best and {k: best[k] for k in ("name", "candidate", "variant", "consistent",
                                                                               "method", "composed", "params", "log_n")}}
+    decode = getattr(getattr(run, "__self__", None), "decode", None)  # a Session's; injected objectives have none
+    across = decode_across(decode, plans, out, rope, factor, workload.longest)
     return {"workload": {"shares": {str(n): w for n, w in workload.shares.items()}, "source": workload.source},
-            "runtimes": out}
+            "runtimes": out, **({"decode": across} if across else {})}
+
+
+def decode_across(decode, plans: dict, out: dict, rope, factor: float, longest: int) -> dict | None:
+    """Each served row's generation across the switch (L, or Ls for a model that ships a schedule): a prompt
+    ending 1/8 of it before, decoded through the KV cache to a quarter past it (`DecodePlan.across`), in the runtime's
+    segments (`ropecli.evaluation.decode`); the row gets `decode` (its damage) and `generation_safe`. None
+    without a decode measure or a request past the switch."""
+    from ropecli.evaluation.decode import DecodePlan
+
+    switch = rope.shipped_len
+    if decode is None or longest <= switch:
+        return None
+    plan = DecodePlan.across(switch, longest)
+    for runtime, entries in plans.items():
+        for row, (name, spec, consistent, _) in zip(out[runtime]["rows"], entries):
+            if "unservable" in row:
+                continue
+            d = decode(runtime, spec, factor, consistent, plan, span=longest)
+            row["decode"] = {k: d.get(k) for k in ("decode_nll", "one_pass_nll", "worst_token", "windows", "one_schedule",
+                                                   "segments", "unservable")} | {"damage": d.get("damage")}
+            row["generation_safe"] = bool(d.get("one_schedule") or (d.get("damage") or {}).get("verdict") == "equivalent")
+    return {"prompt_len": plan.prompt_len, "total_len": plan.total_len, "switch": switch}
 
 
 def _row(runtime: str, spec: Spec, consistent: bool, plan: dict, workload: Workload, results: dict) -> dict:
     row = {"candidate": spec.label, "consistent": consistent, "method": spec.method, "composed": spec.composed,
            "params": dict(spec.params),
            "log_n": spec.log_n,
-           "variant": VARIANTS[consistent] if runtime == "transformers" else "as exported",
+           "variant": VARIANTS[consistent] if len(variants(runtime, spec)) > 1 else "as exported",
            "served": {str(n): f"{s.spec.label if s.spec else '—'} ({s.how})" for n, s in plan.items()}}
     missing = [s.how for s in plan.values() if s.spec is None]
     if missing:

@@ -70,10 +70,10 @@ def run_advise(session: Bench, plan: AdvisePlan, lengths: list[int] | None, fact
     geom = rope.geometry(target_factor(factor, lengths, rope.train_len))
     serving = None
     if plan.workload:
-        from ropecli.export.served import RUNTIMES
+        from ropecli.runtimes import SERVED_BY_DEFAULT
         from ropecli.tuning.workload import parse_workload
 
-        serving = (parse_workload(plan.workload, max(lengths)), plan.runtime or list(RUNTIMES), rope)
+        serving = (parse_workload(plan.workload, max(lengths)), plan.runtime or list(SERVED_BY_DEFAULT), rope)
     with session.progress.task(bar_total(plan, names, lengths, session, held, racing, passkey), "advise"):
         result = advise(
             session.run, held.run, geom, lengths, names=names, budget=plan.budget, with_log_n=plan.with_log_n,
@@ -192,47 +192,55 @@ def export_winner(result: dict, rope, model: str | None, gguf_file: str | None, 
     served = (result.get("serving") or {}).get("runtimes", {})
     geom = rope.geometry(result["factor"])
     target = export_target(geom, rope, base_given=False)
-    jobs = [("transformers", "hf", out_dir / "hf"), ("vllm", "vllm", out_dir / "vllm-overrides.json")]
+    jobs = [("transformers", out_dir / "hf"), ("vllm", out_dir / "vllm-overrides.json")]
     if is_gguf(source, gguf_file):
-        jobs.append(("llama.cpp", "gguf", out_dir / "model-extended.gguf"))
+        jobs.append(("llamacpp", out_dir / "model-extended.gguf"))
     done = []
-    for runtime, to, out in jobs:
-        best = runtime_pick(served.get(runtime.replace(".", "")), result["winner"])
+    for runtime, out in jobs:
+        to = runtime
+        best = runtime_pick(served.get(runtime), result["winner"])
         w = best or result["winner_spec"]
         params = {k: v for k, v in w["params"].items() if v is not None and k != "factors"}
         spec = make_spec(("native+" if w.get("composed") else "") + w["method"], params, log_n=w["log_n"])
-        consistent = bool(best and best["consistent"])
+        consistent = not best or bool(best["consistent"])  # switching only where its decode damage was shown harmless
         shown = model if model in BUILTIN_FOLDERS else source  # a short name stays one in the printed command
         name = ("native+" if spec.composed else "") + spec.method
         flags = ["--model", shown, *(["--gguf-file", gguf_file] if gguf_file else []), "--method", name,
                  *[x for k, v in params.items() for x in ("--param", f"{k}={v:.10g}")], *(["--log-n"] if spec.log_n else []),
-                 "--len", str(geom.target_len), "--force", *(["--consistent"] if consistent else [])]
+                 "--len", str(geom.target_len), "--force", *([] if consistent else ["--switching"])]
         command = " ".join(shlex.quote(c) for c in ["ropecli", "export", *flags, "--to", to, "--out", str(out)])
         try:
             check_export_paths(to, str(out), source, gguf_file, force=True)
             written = export_schedule(spec, geom, target, to, str(out), model=source, gguf_file=gguf_file, force=True,
-                                      consistent=consistent)
+                                      consistent=consistent, measure_switching=False)
             done.append({"runtime": runtime, "command": command, "ok": True, "output": "\n".join(written["lines"])[-2000:]})
         except RopeCliError as exc:
             done.append({"runtime": runtime, "command": command, "ok": False, "output": str(exc)})
     if not is_gguf(source, gguf_file):
-        done.append({"runtime": "llama.cpp", "command": None, "ok": False,
+        done.append({"runtime": "llamacpp", "command": None, "ok": False,
                      "output": "skipped: the model is not a GGUF file (convert it, then `ropecli export --to gguf`)"})
     return done
 
 
 def runtime_pick(block: dict | None, winner: str) -> dict | None:
-    """The export one runtime gets over the workload: its best row where the tournament's winner is shown worse
-    than it there (every variant of the winner), else the winner's best variant (transformers: --consistent
-    or not); None without a workload or where the winner cannot be served (the tournament's export stands)."""
+    """The export one runtime gets over the workload, among the rows that generate safely (`generation_safe`: one
+    schedule at every decoding step, or decode damage across the switch shown within the margin; unmeasured rows
+    count as safe only if consistent): the best such row where every safe variant of the tournament's winner is
+    shown worse than it, else the winner's best safe variant; None without a workload or where the winner cannot be
+    served safely (the tournament's export, consistent, stands)."""
     if not block:
         return None
-    rows = [r for r in block["rows"] if "vs_best" in r]
+    rows = [r for r in block["rows"] if "vs_best" in r and r.get("generation_safe", r["consistent"])]
     mine = sorted((r for r in rows if r["name"] == winner), key=lambda r: r["expected_nll"])
-    best = next((r for r in rows if r["vs_best"].get("best")), None)
-    if best is not None and mine and all(r["vs_best"].get("verdict") == "worse" for r in mine):
+    best = min(rows, key=lambda r: r["expected_nll"], default=None)
+    if best is not None and mine and all(_worse_than(r, best) for r in mine):
         return best
     return mine[0] if mine else None
+
+
+def _worse_than(row: dict, best: dict) -> bool:
+    """`row` shown worse than `best` by the table's paired verdict (only where `best` is the table's best)."""
+    return best["vs_best"].get("best") and row["vs_best"].get("verdict") == "worse"
 
 
 def _plain(x):
