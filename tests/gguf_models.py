@@ -16,7 +16,9 @@ def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
 def write_llama_gguf(model, path, arch: str = "llama", tokenizer_json=None, rope_keys: dict | None = None,
                      rope_tensors: dict | None = None) -> None:
     """`rope_keys`: extra `{arch}.rope.*` metadata (name after `{arch}.` -> value), as llama.cpp's converter writes
-    a shipped scaling; `rope_tensors`: e.g. {"rope_freqs.weight": factors} (float32)."""
+    a shipped scaling; `rope_tensors`: e.g. {"rope_freqs.weight": factors} (float32). arch "qwen2" is laid out as
+    convert_hf_to_gguf's Qwen2Model does it: q/k rows as HF has them (llama.cpp runs qwen2 with NEOX rotation, HF's
+    rotate-half) and q/k/v biases (zero: the built-in LLaMA has none)."""
     import gguf
 
     cfg = model.config
@@ -61,8 +63,14 @@ def write_llama_gguf(model, path, arch: str = "llama", tokenizer_json=None, rope
     for i in range(cfg.num_hidden_layers):
         p = f"model.layers.{i}."
         w.add_tensor(f"blk.{i}.attn_norm.weight", sd[p + "input_layernorm.weight"])
-        w.add_tensor(f"blk.{i}.attn_q.weight", _permute(sd[p + "self_attn.q_proj.weight"], cfg.num_attention_heads))
-        w.add_tensor(f"blk.{i}.attn_k.weight", _permute(sd[p + "self_attn.k_proj.weight"], cfg.num_key_value_heads))
+        q, k = sd[p + "self_attn.q_proj.weight"], sd[p + "self_attn.k_proj.weight"]
+        if arch == "qwen2":
+            for name, rows in (("q", q.shape[0]), ("k", k.shape[0]), ("v", sd[p + "self_attn.v_proj.weight"].shape[0])):
+                w.add_tensor(f"blk.{i}.attn_{name}.bias", np.zeros(rows, dtype=np.float32))
+        else:
+            q, k = _permute(q, cfg.num_attention_heads), _permute(k, cfg.num_key_value_heads)
+        w.add_tensor(f"blk.{i}.attn_q.weight", q)
+        w.add_tensor(f"blk.{i}.attn_k.weight", k)
         w.add_tensor(f"blk.{i}.attn_v.weight", sd[p + "self_attn.v_proj.weight"])
         w.add_tensor(f"blk.{i}.attn_output.weight", sd[p + "self_attn.o_proj.weight"])
         w.add_tensor(f"blk.{i}.ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])

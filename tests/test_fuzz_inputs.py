@@ -118,7 +118,11 @@ def test_truncated_and_random_gguf(builtin_gguf, tmp_path):
             b[rng.randrange(len(b))] = rng.randrange(256)
         p.write_bytes(bytes(b) + data[4096:] if k % 2 else bytes(b))
         files.append(p)
-    for p in files:  # 20 files x 4 commands
+    for k in range(8):  # the magic, version 3 and random bytes: the header's counts are random (up to 2^64)
+        p = tmp_path / f"header{k}.gguf"
+        p.write_bytes(b"GGUF" + (3).to_bytes(4, "little") + bytes(rng.randrange(256) for _ in range(64)))
+        files.append(p)
+    for p in files:  # 28 files x 4 commands
         args = ["ppl", "--backend", "llamacpp", "--model", str(p), "--len", "64", "--samples", "1", "--no-cache"]
         answered(runner.invoke(app, args), args)
         answered(runner.invoke(app, ["verify", str(p), "--no-run", "--method", "yarn", "--len", "1024"]), ["verify", str(p), "--no-run", "--method", "yarn", "--len", "1024"])

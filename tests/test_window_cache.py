@@ -112,16 +112,22 @@ def test_compare_race_records_every_candidates_windows(tiny_dir, text_file, tmp_
         assert (row["dropped_round"] is not None) == row["status"].startswith("dropped")
 
 
-def test_windows_stored_before_the_runtime_entered_the_key_are_reused(tiny, tmp_path, text_file):
-    """Entries keyed the earlier way (no `runtime`, the fingerprint that hashed the load path) are found,
-    re-stored under today's key, and counted; no forward pass."""
+@pytest.mark.parametrize("earlier", ["versioned", "oldest"])
+def test_windows_stored_under_an_earlier_fingerprint_are_reused(tiny, tmp_path, text_file, earlier):
+    """Entries keyed an earlier way (`versioned`: the fingerprint with transformers' version in it, which an upgrade
+    changed; `oldest`: no `runtime`, the fingerprint that hashed the load path) are found, re-stored under today's
+    key, and counted; no forward pass."""
     cache = EvalCache(tmp_path / "c")
     first = Evaluator.over(tiny, [text_file], samples=3, cache=cache)
     want = first.evaluate(make_spec("yarn"), 128)
-    assert first.forward_passes == 3 and tiny.earlier_fingerprint and tiny.earlier_fingerprint != tiny.fingerprint
+    versioned, oldest = tiny.earlier_fingerprints
+    assert first.forward_passes == 3 and len({tiny.fingerprint, versioned, oldest}) == 3
     for path in (tmp_path / "c").glob("*.json"):  # rewrite every entry as ropecli stored it before
         entry = json.loads(path.read_text())
-        entry["key"] = {k: v for k, v in entry["key"].items() if k != "runtime"} | {"model": tiny.earlier_fingerprint}
+        if earlier == "versioned":
+            entry["key"] = entry["key"] | {"model": versioned}
+        else:
+            entry["key"] = {k: v for k, v in entry["key"].items() if k != "runtime"} | {"model": oldest}
         path.unlink()
         (tmp_path / "c" / f"{key_hash(entry['key'])}.json").write_text(json.dumps(entry))
     again = Evaluator.over(tiny, [text_file], samples=3, cache=EvalCache(tmp_path / "c"))

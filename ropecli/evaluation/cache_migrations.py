@@ -1,9 +1,9 @@
 """The cache formats ropecli still reads, and how each becomes today's per-window entries (the
 evaluator asks `migrate` for the windows its cache lookup missed; nothing here runs a model).
 
-- Format 2, the key of an earlier ropecli (no runtime in it, the model fingerprint with its load path:
-  `earlier_fingerprint` of the backend): a window found there is stored under today's key and reused
-  (`rekeyed`).
+- Format 2 under an earlier fingerprint of the same weights (`earlier_fingerprints` of the backend: the one with
+  transformers' version in it; ropecli 0.x's, with no runtime in the key): a window found there is stored under
+  today's key and reused (`rekeyed`).
 - Format 2 with the runtime spelled as an earlier ropecli spelled it (`llama.cpp`, now `llamacpp`: one
   spelling per runtime, `ropecli.runtimes`): found under the old spelling, stored under today's (`respelled`).
 - Format 1 (`LEGACY_FORMAT`): one entry per whole evaluation (samples and seed in the key). PPL and
@@ -20,20 +20,23 @@ import math
 from ropecli.evaluation.cache import FORMAT, EvalCache
 
 
-def rekeyed(cache: EvalCache, keys: list[dict], missing: list[int], earlier_fingerprint: str | None,
-            store: bool) -> dict[int, tuple]:
-    """Windows stored under the earlier key (no runtime, the earlier fingerprint): {index: (value, seconds)}."""
+def rekeyed(cache: EvalCache, keys: list[dict], missing: list[int], earlier: tuple[str, ...], store: bool) -> dict[int, tuple]:
+    """Windows stored under an earlier fingerprint of the same weights (`ropecli.models.load.fingerprint`): the one
+    with transformers' version in it (today's key otherwise), then ropecli 0.x's (no runtime in the key):
+    {index: (value, seconds)}, each stored under today's key."""
     found: dict[int, tuple] = {}
-    if not earlier_fingerprint:
-        return found
+    versioned, oldest = (tuple(earlier) + (None, None))[:2]
     for i in missing:
-        old = {k: v for k, v in keys[i].items() if k != "runtime"} | {"model": earlier_fingerprint}
-        got = cache.legacy(old, FORMAT)
-        if got is not None:
-            found[i] = tuple(got["value"]), got["seconds"]
-            if store:
-                cache.put(keys[i], got)
-            cache.reused(1, "rekeyed")
+        olds = [keys[i] | {"model": versioned}] if versioned else []
+        olds += [{k: v for k, v in keys[i].items() if k != "runtime"} | {"model": oldest}] if oldest else []
+        for old in olds:
+            got = cache.legacy(old, FORMAT)
+            if got is not None:
+                found[i] = tuple(got["value"]), got["seconds"]
+                if store:
+                    cache.put(keys[i], got)
+                cache.reused(1, "rekeyed")
+                break
     return found
 
 

@@ -183,7 +183,7 @@ class Evaluator:
             if got is not None:
                 values[i] = tuple(got["value"]), got["seconds"]
         missing = [i for i in range(len(keys)) if i not in values]  # the formats the cache still reads
-        values.update(rekeyed(self.cache, keys, missing, getattr(self.backend, "earlier_fingerprint", None),
+        values.update(rekeyed(self.cache, keys, missing, getattr(self.backend, "earlier_fingerprints", ()),
                               self.dist.is_main))
         values.update(respelled(self.cache, keys, [i for i in missing if i not in values], self.dist.is_main))
         if not values:

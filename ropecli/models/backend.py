@@ -76,7 +76,7 @@ class TransformersBackend:
     device: str
     fingerprint: str
     runtime: str = "transformers"
-    earlier_fingerprint: str | None = None  # before the runtime entered the cache key: its windows are reused
+    earlier_fingerprints: tuple[str, ...] = ()  # (with transformers' version in it, ropecli 0.x's): their windows are reused
     native_patched: bool = False  # the loaded rotary modules lack the shipped schedule (a GGUF's rope_freqs): write it
 
     @property

@@ -44,6 +44,8 @@ def _gguf_header(path: Path, tensors: bool) -> tuple[dict[str, Any], int, list[t
             version, n_tensors, n_kv = struct.unpack_from("<IQQ", buf, 4)
             if version < 2:
                 raise ValueError(f"GGUF version {version} is not supported (2 or 3)")
+            if n_kv * 12 > len(buf) or n_tensors * 24 > len(buf):  # each entry takes at least that many bytes
+                raise ValueError(f"its header counts {n_kv} keys and {n_tensors} tensors, more than {len(buf)} bytes hold")
             pos, out = 24, {}
             for _ in range(n_kv):
                 key, pos = _gguf_string(buf, pos)
@@ -68,13 +70,20 @@ def _gguf_header(path: Path, tensors: bool) -> tuple[dict[str, Any], int, list[t
             align = int(out.get("general.alignment", 32))
             start = (pos + align - 1) // align * align
             return out, start, [(name, start + off) for name, off in infos], sizes
-    except (OSError, ValueError, struct.error) as exc:
+    except (OSError, ValueError, OverflowError, MemoryError, struct.error) as exc:
         raise RopeCliError(f"cannot read GGUF metadata of '{path}': {exc}; is it a complete GGUF file?") from None
 
 
 def _gguf_string(buf, pos: int) -> tuple[str, int]:
     (n,) = struct.unpack_from("<Q", buf, pos)
+    _fits(buf, pos + 8, n, "a string")
     return bytes(buf[pos + 8:pos + 8 + n]).decode("utf-8", "replace"), pos + 8 + n
+
+
+def _fits(buf, pos: int, n: int, what: str) -> None:
+    """A length read from the file must fit in what remains of it (random counts reach here before any read)."""
+    if n < 0 or pos + n > len(buf):
+        raise ValueError(f"{what} of {n} bytes at offset {pos} runs past the end of the file ({len(buf)} bytes)")
 
 
 def _gguf_value(buf, pos: int, vtype: int) -> tuple[Any, int]:
@@ -89,10 +98,13 @@ def _gguf_value(buf, pos: int, vtype: int) -> tuple[Any, int]:
         if item in _SCALAR:
             fmt = "<" + _SCALAR[item]
             size = struct.calcsize(fmt)
+            _fits(buf, pos, n * size, "an array")
             return list(struct.unpack_from(f"<{n}{_SCALAR[item]}", buf, pos)), pos + n * size
         if item == 8:  # strings (a tokenizer's vocabulary): skipped, only their lengths are read
+            _fits(buf, pos, n * 8, "an array of strings")
             for _ in range(n):
                 (m,) = struct.unpack_from("<Q", buf, pos)
+                _fits(buf, pos + 8, m, "a string")
                 pos += 8 + m
             return None, pos
         raise ValueError(f"nested GGUF array of type {item}")

@@ -80,6 +80,12 @@ class LlamaCppBackend:
         from ropecli.models.gguf_rope import export_gguf, read_gguf_input
 
         src, reader = read_gguf_input(self.gguf)
+        if not src.reads_rope_freqs:
+            from ropecli.models.gguf_rope import GGUF_ROPE_FREQS_ARCHS
+
+            raise RopeCliError(f"--backend llamacpp: llama.cpp's loader for GGUF architecture '{src.arch}' does not read "
+                               f"rope_freqs, so ropecli cannot apply a schedule there (supported: "
+                               f"{', '.join(GGUF_ROPE_FREQS_ARCHS)}); it runs here only as --method native or none")
         fd, name = tempfile.mkstemp(suffix=".gguf", prefix="ropecli-", dir=os.environ.get("ROPECLI_TMPDIR"))
         os.close(fd)
         L = self.rope.train_len
@@ -210,19 +216,17 @@ def load_llamacpp(path: Path, rope: ModelRope, device: str = "cpu") -> LlamaCppB
     except ImportError:
         raise RopeCliError("--backend llamacpp needs llama-cpp-python: pip install 'ropecli[llamacpp]' "
                            "(builds llama.cpp from source, ~11 min on 2 cores)") from None
-    from ropecli.models.gguf_rope import GGUF_ROPE_FREQS_ARCHS
     from ropecli.models.config import gguf_metadata
 
     meta = gguf_metadata(path)
-    arch = meta.get("general.architecture", "")
-    if arch not in GGUF_ROPE_FREQS_ARCHS:
-        raise RopeCliError(f"--backend llamacpp: llama.cpp's loader for GGUF architecture '{arch}' does not read rope_freqs, "
-                           f"so ropecli cannot apply a schedule there; supported: {', '.join(GGUF_ROPE_FREQS_ARCHS)}")
     import transformers
     from transformers import AutoTokenizer
 
     transformers.utils.logging.set_verbosity_error()
-    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    except (KeyError, ValueError, TypeError, OverflowError, IndexError, AttributeError) as exc:  # a truncated or corrupt file
+        raise RopeCliError(f"cannot read the tokenizer of '{path}': {exc}; is it a complete GGUF file?") from None
     file_type = meta.get("general.file_type")
     try:
         import gguf

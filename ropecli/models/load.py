@@ -121,31 +121,36 @@ def load_model(name: str | None, *, gguf_file: str | None = None, dtype: str = "
     rope = rope.overridden(train_len=train_len)
     fp, earlier = fingerprint(model)
     return TransformersBackend(model, tokenizer, rope, chosen, str(torch_dtype).replace("torch.", ""),
-                               str(next(model.parameters()).device), fp, earlier_fingerprint=earlier,
+                               str(next(model.parameters()).device), fp, earlier_fingerprints=earlier,
                                native_patched=native_patched)
 
 
-def fingerprint(model) -> tuple[str, str]:
-    """(fingerprint, the fingerprint ropecli 0.x computed before this one): sha256 over the config and a
-    strided sample of every parameter (values, shapes, dtypes).
+def fingerprint(model, transformers_version: str | None = None) -> tuple[str, tuple[str, ...]]:
+    """(fingerprint, the fingerprints earlier ropecli versions computed for the same weights): sha256 over the
+    config and a strided sample of every parameter (values, shapes, dtypes).
 
-    Cheap at any size (<= 4096 values per tensor) yet different for different weights. Where the
-    model was loaded from (`_name_or_path`) is left out: the same file under another path or in another
-    virtual environment finds its cached evaluations. The earlier one hashed the config with it; the
-    evaluator finds cached windows stored under it (`Evaluator.evaluate`)."""
+    Cheap at any size (<= 4096 values per tensor) yet different for different weights. Where the model was
+    loaded from (`_name_or_path`) is left out, so the same file under another path finds its cached evaluations,
+    and so is the transformers version the config records (`transformers_version`): a cache outlives an upgrade.
+    Earlier fingerprints, found by the evaluator's migrations (`ropecli.evaluation.cache_migrations.rekeyed`): the
+    one with the version in it (`transformers_version`: which one; default the installed), and ropecli 0.x's
+    (the whole config JSON, the path with it)."""
     cfg = model.config.to_dict()
     cfg.pop("_name_or_path", None)
-    h = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode())
-    earlier = hashlib.sha256(model.config.to_json_string(use_diff=False).encode())
+    version = cfg.pop("transformers_version", None)
+    hashes = [hashlib.sha256(json.dumps(c, sort_keys=True, default=str).encode()) for c in
+              (cfg, {**cfg, **({"transformers_version": transformers_version or version} if version else {})})]
+    hashes.append(hashlib.sha256(model.config.to_json_string(use_diff=False).encode()))
     with torch.no_grad():
         for pname, p in model.named_parameters():
             flat = p.detach().reshape(-1)
             step = max(1, flat.numel() // 4096)
             sample = flat[::step][:4096].to("cpu", torch.float64)
-            for x in (h, earlier):
+            for x in hashes:
                 x.update(f"{pname}{tuple(p.shape)}{p.dtype}".encode())
                 x.update(sample.numpy().tobytes())
-    return h.hexdigest()[:16], earlier.hexdigest()[:16]
+    new, versioned, oldest = (h.hexdigest()[:16] for h in hashes)
+    return new, (versioned, oldest)
 
 
 def release_freed_memory() -> None:
