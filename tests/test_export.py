@@ -143,7 +143,7 @@ def test_gguf_export_reads_back(llama_gguf, tmp_path):
     out = tmp_path / "tiny-256.gguf"
     r = run("export", "--model", llama_gguf, "--method", "yarn", "--len", 256, "--to", "gguf", "--out", out)
     assert r.exit_code == 0, r.output
-    assert "--to ollama --out DIR writes this GGUF with a Modelfile (PARAMETER num_ctx 256)" in " ".join(r.stdout.split())
+    assert "Ollama: --to ollama writes a folder: the GGUF with the schedule and a Modelfile" in " ".join(r.stdout.split())
     umask = os.umask(0)
     os.umask(umask)
     assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # as open() makes it: Ollama's service user can read it

@@ -269,6 +269,7 @@ def to_hf_or_vllm(spec, geom, target, runtime, out, model, gguf_file, force, con
 def to_gguf(spec, geom, out, model, gguf_file, force, replace) -> dict:
     """llama.cpp: a GGUF copy carrying the schedule (`ropecli.models.gguf_rope.export_gguf`)."""
     from ropecli.models.gguf_rope import export_gguf, native_scaling, read_gguf_input
+    from ropecli.runtimes import records
 
     from ropecli.export.readback import UNREADABLE, unreadable
 
@@ -298,8 +299,8 @@ def to_gguf(spec, geom, out, model, gguf_file, force, replace) -> dict:
                  f"  (the same from the source GGUF with flags: llama-server -m {src.path.name} -c {geom.target_len} "
                  f"--rope-scaling {native['type']} --rope-scale {native['factor']:g} --yarn-orig-ctx {geom.train_len})"
                  if native else ""),
-             f"Ollama truncates requests to num_ctx: --to ollama --out DIR writes this GGUF with a Modelfile "
-             f"(PARAMETER num_ctx {geom.target_len})"]
+             *[f"{rec.label}: --to {rec.name} writes {rec.artefact} (context {geom.target_len})"
+               for rec in records().values() if rec.needs_gguf and rec.name != "llamacpp"]]
     if abs(attention - 1) > 1e-12 and native is None:
         lines.append(f"attention factor {attention:.6g} written to {src.arch}.rope.scaling.attn_factor"
                      + (" (sqrt(log_L(k*L)): log-n's query scale at the target length, as one constant)" if spec.log_n else ""))

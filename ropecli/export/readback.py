@@ -160,7 +160,11 @@ def vllm_applied(block: dict, at_len: int, head_dim: int) -> list[Applied]:
         if rope_type in ("ntk", "dynamic") and "factor" not in p:
             factors, attention, how = None, 1.0, f"rope_type '{rope_type}' without 'factor' (vLLM raises KeyError)"
         elif rope_type == "dynamic":
-            factors, attention, how = dynamic_factors(rotary_dim, float(p["factor"])), 1.0, "dynamic (base fixed at k*L)"
+            k, trained = float(p["factor"]), p.get("max_trained_positions")
+            factors, attention = dynamic_factors(rotary_dim, k, max_pos, trained), 1.0
+            how = "dynamic (base fixed at start-up; vLLM >= 0.22)"
+            if not np.allclose(factors, dynamic_factors(rotary_dim, k, max_pos, trained, before_41277=True)):
+                how += "; vLLM <= 0.21 computes another base from this block (PR #41277)"
         elif rope_type == "ntk":
             mixed_b = p.get("mixed_b")
             factors, attention = ntk_factors(rotary_dim, float(p["factor"]), mixed_b), 1.0

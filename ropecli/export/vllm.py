@@ -118,13 +118,20 @@ def longrope_applied(params: dict, max_position_embeddings: int, max_model_len: 
     return factors, float(default if mscale is None else mscale), which
 
 
-def dynamic_factors(rotary_dim: int, factor: float) -> np.ndarray:
-    """vLLM's `dynamic` (DynamicNTKScalingRotaryEmbedding._compute_cos_sin_cache in
-    vllm/model_executor/layers/rotary_embedding/dynamic_ntk_scaling_rope.py) fixes the base once, at
-    max_len = max_position_embeddings * factor:
-        base = self.base * ((self.scaling_factor * max_len / self.max_position_embeddings)
-                            - (self.scaling_factor - 1)) ** (self.rotary_dim / (self.rotary_dim - 2))
-    i.e. NTK-aware with k' = k*k - (k - 1): what transformers' dynamic type applies at k*L tokens."""
-    k_eff = factor * factor - (factor - 1)
+def dynamic_factors(rotary_dim: int, factor: float, max_position_embeddings: int | None = None,
+                    max_trained_positions: int | None = None, before_41277: bool = False) -> np.ndarray:
+    """Lambda_m of vLLM's `dynamic` (DynamicNTKScalingRotaryEmbedding._compute_cos_sin_cache in
+    vllm/model_executor/layers/rotary_embedding/dynamic_ntk_scaling_rope.py), base fixed once at start-up:
+    - vLLM >= 0.22 (PR #41277): base * (k * max_position_embeddings / max_trained_positions - (k - 1))^(d/(d-2)),
+      max_trained_positions from rope_parameters, default max_position_embeddings (then no scaling at all);
+    - vLLM <= 0.21 (`before_41277`): base * (k * max_len / max_position_embeddings - (k - 1))^(d/(d-2)) with
+      max_len = max_position_embeddings * k: k' = k*k - (k - 1) whatever the lengths.
+    ropecli writes max_position_embeddings = k*L and max_trained_positions = L, for which both are k' = k^2 - k + 1:
+    what transformers' dynamic type applies at k*L tokens."""
+    if before_41277 or max_position_embeddings is None:
+        k_eff = factor * factor - (factor - 1)
+    else:
+        trained = max_trained_positions or max_position_embeddings
+        k_eff = max(1.0, factor * max_position_embeddings / trained - (factor - 1))
     i = np.arange(rotary_dim // 2, dtype=np.float64)
     return k_eff ** (2.0 * i / (rotary_dim - 2))
