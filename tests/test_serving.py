@@ -89,8 +89,10 @@ def test_prefix_scoring_keeps_a_three_length_workload_cheap(tmp_path):
     runs = {rt: json.loads(runner.invoke(app, [*args, "--workload", MIX, "--runtime", rt, "--cache-dir",
                                                  str(tmp_path / rt)]).stdout) for rt in ("llamacpp", "transformers")}
     assert single["forward_passes"] == 6
-    # + decode across L: one window for an export that runs one schedule at every step, every window for a switching one
-    assert runs["llamacpp"]["forward_passes"] == 6 + 2
+    # + decode across L: one window for an export that runs one schedule at every step, every window for a switching
+    # one; + the model as shipped at L, the reference of the cost within L (transformers: the unscaled model it serves
+    # below L already)
+    assert runs["llamacpp"]["forward_passes"] == 6 + 2 + 3
     assert runs["transformers"]["forward_passes"] == 6 + 3 + 3 + 2 + 2 * 3  # + none below L, + yarn's short_factor = 1
 
 

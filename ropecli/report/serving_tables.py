@@ -11,6 +11,16 @@ from ropecli.report.text import plain, table
 
 
 
+def within_cell(r: dict) -> str:
+    """'+3.1% ± 0.9 (33.2)': PPL at Ls as the runtime serves the export, against the model as shipped."""
+    w = r.get("within_L")
+    if not w:
+        return "—"
+    d = w["vs_native"]
+    hw = f" ± {d['half_width']:.2g}" if d.get("half_width") is not None else ""
+    return f"{w['rise_percent']:+.1f}% (Δ {d['diff']:+.3f}{hw})"
+
+
 def decode_cell(r: dict) -> str:
     """'+0.53 ± 0.2 damaged' / '0 (one schedule)' / '—' (not measured): the decode-across-L damage of a row."""
     d = r.get("decode")
@@ -36,6 +46,10 @@ def serving_tables(out: dict) -> list:
                    f"{serving['factor']:g}; expected loss = Σ share × mean NLL per token at each request length, "
                    "paired over the same windows")]
     across = serving.get("decode")
+    within = next((r["within_L"]["len"] for b in serving["runtimes"].values() for r in b["rows"] if r.get("within_L")), None)
+    if within:
+        lines.append(plain(f"within Ls = {within}: PPL of what each runtime serves at {within} tokens against the model as "
+                           "shipped (the cost of the export where the model already worked), paired"))
     if across:
         lines.append(plain(f"decode across L: a {across['prompt_len']}-token prompt (shorter than the switch at "
                            f"{across['switch']}) decoded through the KV cache to {across['total_len']} tokens as each runtime "
@@ -43,18 +57,19 @@ def serving_tables(out: dict) -> list:
     for runtime, block in serving["runtimes"].items():
         t = table(f"served by {runtime}", ["candidate", "export", *[f"PPL @ {n}" for n in lengths],
                                            "expected NLL", "Δ vs best (paired, ± 95%)", *(["decode across L"] if across else []),
-                                           "applies"],
+                                           *([f"PPL @ {within} vs native"] if within else []), "applies"],
                   left=("candidate", "export", "applies"))
         for r in sorted(block["rows"], key=lambda r: r.get("expected_nll", math.inf)):
             applies = " / ".join(dict.fromkeys(v.split(" (")[0] for v in r["served"].values()))
             if "unservable" in r:
                 t.add_row(r["candidate"], r["variant"], *["—"] * len(lengths), "—", "cannot be served",
-                          *(["—"] if across else []), r["unservable"])
+                          *(["—"] if across else []), *(["—"] if within else []), r["unservable"])
                 continue
             best = r["vs_best"].get("best")
             mark = "" if best else " ≈" if r["vs_best"].get("tied") else " ?" if r["vs_best"].get("verdict") == "undecided" else ""
             t.add_row(r["candidate"], r["variant"], *[f"{r['ppl'][n]:.4g}" for n in lengths], f"{r['expected_nll']:.4f}",
-                      fmt_diff(r["vs_best"]) + mark, *([decode_cell(r)] if across else []), applies,
+                      fmt_diff(r["vs_best"]) + mark, *([decode_cell(r)] if across else []),
+                      *([within_cell(r)] if within else []), applies,
                       style="bold green" if best else "")
         lines += [t, plain(verdict_line(runtime, block))]
     return lines
@@ -90,13 +105,13 @@ def serving_markdown(serving: dict) -> list[str]:
     for runtime, block in serving["runtimes"].items():
         md += [f"### {runtime}", "",
                "| candidate | export | " + " | ".join(f"PPL @ {n}" for n in lengths) + " | expected NLL | Δ vs best (paired, ± 95%) "
-               "| decode across L |", "|" + "---|" * (len(lengths) + 5)]
+               "| decode across L | PPL @ Ls vs native |", "|" + "---|" * (len(lengths) + 6)]
         for r in sorted(block["rows"], key=lambda r: r.get("expected_nll", math.inf)):
             if "unservable" in r:
                 md.append(f"| {r['name']} | {r['variant']} | " + " | ".join("—" for _ in lengths) +
-                          f" | — | cannot be served: {r['unservable']} | — |")
+                          f" | — | cannot be served: {r['unservable']} | — | — |")
                 continue
             md.append(f"| {r['name']} | {r['variant']} | " + " | ".join(f"{r['ppl'][n]:.4g}" for n in lengths) +
-                      f" | {r['expected_nll']:.4f} | {fmt_diff(r['vs_best'])} | {decode_cell(r)} |")
+                      f" | {r['expected_nll']:.4f} | {fmt_diff(r['vs_best'])} | {decode_cell(r)} | {within_cell(r)} |")
         md += ["", verdict_line(runtime, block) + ".", ""]
     return md

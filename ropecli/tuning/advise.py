@@ -199,4 +199,5 @@ def advise(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[int]
     rule = rule.replace("log-PPL", "log key-token PPL") if metric == "key-ppl" else rule
     return {"lengths": lengths, "factor": k, "rule": rule, "candidates": [n for n, _ in candidates], **out,
             "metric": metric, **({"serving": served} if served else {}), "passkey_measured": passkey_ok, "unscaled_passkey_at_L": none_acc,
-            "searches": {n: s["search"] for n, s in searched.items()}}
+            "searches": {n: s["search"] for n, s in searched.items()},
+            "constraints": {"max_short_kl": max_short_kl, "max_short_regression": max_short_regression, "min_passkey": min_passkey}}

@@ -30,7 +30,8 @@ def serve_workload(run: Evaluate, specs: list[Spec], workload: Workload, runtime
     """{runtime: {rows, best}} plus the workload; every row: the candidate, its export variant, what the
     runtime applies at each length, PPL there, the expected loss and its per-window values, vs_best."""
     from ropecli.evaluation.stats import rank_against_best
-    from ropecli.export.served import served
+    from ropecli.export.served import Served, served
+    from ropecli.rope.spec import reference_spec
 
     plans: dict[str, list] = {}  # runtime -> [(name, spec, consistent, {length: Served})], each distinct plan once
     for runtime in runtimes:
@@ -42,11 +43,20 @@ def serve_workload(run: Evaluate, specs: list[Spec], workload: Workload, runtime
                 if key not in seen:  # the other export serves the same schedules (none; vLLM's one schedule)
                     seen.add(key)
                     plans.setdefault(runtime, []).append((name, spec, consistent, plan))
-    results = _evaluate(run, [p for ps in plans.values() for *_, p in ps], workload.longest)
+    Ls = rope.shipped_len  # the cost within the shipped length, as each runtime serves the export there
+    at_L = {(runtime, i): served(runtime, spec, Ls, rope, factor, consistent)
+            for runtime, entries in plans.items() for i, (_, spec, consistent, _) in enumerate(entries)
+            } if Ls <= workload.longest else {}
+    native = Served("native", Ls, reference_spec(rope.geometry(factor)), "the model as shipped")
+    results = _evaluate(run, [p for ps in plans.values() for *_, p in ps] + [{Ls: s} for s in [*at_L.values(), native]
+                                                                              if at_L], workload.longest)
     out = {}
     for runtime, entries in plans.items():
         rows = [{"name": name, **_row(runtime, spec, consistent, plan, workload, results)}
                 for name, spec, consistent, plan in entries]
+        for i, row in enumerate(rows):
+            if (runtime, i) in at_L and "values" in row:
+                row["within_L"] = within_L(at_L[(runtime, i)], native, results, margin)
         measured = [i for i, r in enumerate(rows) if "values" in r]
         ranked = rank_against_best({i: rows[i]["values"] for i in measured}, rows[measured[0]]["docs"],
                                    **({"margin": margin} if margin is not None else {})) if measured else {}
@@ -59,6 +69,19 @@ def serve_workload(run: Evaluate, specs: list[Spec], workload: Workload, runtime
     across = decode_across(decode, plans, out, rope, factor, workload.longest)
     return {"workload": {"shares": {str(n): w for n, w in workload.shares.items()}, "source": workload.source},
             "runtimes": out, **({"decode": across} if across else {})}
+
+
+def within_L(at: "Served", native: "Served", results: dict, margin: float | None) -> dict:
+    """The cost within Ls of what the runtime serves there: PPL at Ls against the model as shipped, paired over the
+    same windows (the first Ls tokens of the workload's), as a rise in percent and a paired difference in nats."""
+    import math
+
+    from ropecli.evaluation.stats import paired_difference
+
+    mine, ref = results[(repr(at.spec), at.length)], results[(repr(native.spec), native.length)]
+    d = paired_difference(mine.values, ref.values, mine.clusters, **({"margin": margin} if margin is not None else {}))
+    return {"len": at.length, "applies": at.spec.label, "ppl": mine.ppl, "native_ppl": ref.ppl,
+            "rise_percent": 100 * (math.exp(mine.nll - ref.nll) - 1), "vs_native": d}
 
 
 def decode_across(decode, plans: dict, out: dict, rope, factor: float, longest: int) -> dict | None:

@@ -198,7 +198,7 @@ def export_winner(result: dict, rope, model: str | None, gguf_file: str | None, 
     done = []
     for runtime, out in jobs:
         to = runtime
-        best = runtime_pick(served.get(runtime), result["winner"])
+        best = runtime_pick(served.get(runtime), result["winner"], (result.get("constraints") or {}).get("max_short_regression"))
         w = best or result["winner_spec"]
         params = {k: v for k, v in w["params"].items() if v is not None and k != "factors"}
         spec = make_spec(("native+" if w.get("composed") else "") + w["method"], params, log_n=w["log_n"])
@@ -222,15 +222,17 @@ def export_winner(result: dict, rope, model: str | None, gguf_file: str | None, 
     return done
 
 
-def runtime_pick(block: dict | None, winner: str) -> dict | None:
+def runtime_pick(block: dict | None, winner: str, max_rise: float | None = None) -> dict | None:
     """The export one runtime gets over the workload, among the rows that generate safely (`generation_safe`: one
     schedule at every decoding step, or decode damage across the switch shown within the margin; unmeasured rows
     count as safe only if consistent): the best such row where every safe variant of the tournament's winner is
     shown worse than it, else the winner's best safe variant; None without a workload or where the winner cannot be
-    served safely (the tournament's export, consistent, stands)."""
+    served safely (the tournament's export, consistent, stands). `max_rise` (--max-short-regression, percent): rows
+    whose PPL at Ls as this runtime serves them (`within_L`) rises more over the model as shipped are left out."""
     if not block:
         return None
-    rows = [r for r in block["rows"] if "vs_best" in r and r.get("generation_safe", r["consistent"])]
+    rows = [r for r in block["rows"] if "vs_best" in r and r.get("generation_safe", r["consistent"])
+            and (max_rise is None or r.get("within_L", {}).get("rise_percent", 0.0) <= max_rise)]
     mine = sorted((r for r in rows if r["name"] == winner), key=lambda r: r["expected_nll"])
     best = min(rows, key=lambda r: r["expected_nll"], default=None)
     if best is not None and mine and all(_worse_than(r, best) for r in mine):
