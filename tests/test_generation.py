@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from ropecli.cli.app import app
 from ropecli.evaluation.cache import EvalCache
-from ropecli.evaluation.decode import DecodePlan, measure_decode
+from ropecli.evaluation.decode import DecodePlan
+from ropecli.export.served import decode_damage
 from ropecli.evaluation.evaluator import Evaluator
 from ropecli.models.decode import cache_keyword
 from ropecli.rope.spec import make_spec
@@ -82,7 +83,7 @@ def test_ropecli_decodes_as_transformers_does(tmp_path, builtin, window, method,
     folder, _ = export(tmp_path, method, "--method", method, *flags)
     want, one, _ = transformers_decoding(folder, window)
     ev = Evaluator.over(builtin, samples=1, cache=EvalCache(enabled=False))
-    got = measure_decode(ev, "transformers", make_spec(method), 4.0, not flags, DecodePlan(PROMPT, TOTAL))
+    got = decode_damage(ev, "transformers", make_spec(method), 4.0, not flags, DecodePlan(PROMPT, TOTAL))
     assert got["decode_nll"] == pytest.approx(want, abs=1e-4) and got["one_pass_nll"] == pytest.approx(one, abs=1e-4)
 
 
@@ -93,9 +94,9 @@ def test_fixed_runtimes_decode_as_one_pass_and_switching_is_measured(builtin):
     plan = DecodePlan.across(256, 1024)
     assert (plan.prompt_len, plan.total_len) == (224, 320)
     for runtime in ("vllm", "llamacpp", "ollama"):
-        r = measure_decode(ev, runtime, make_spec("yarn"), 4.0, False, plan)
+        r = decode_damage(ev, runtime, make_spec("yarn"), 4.0, False, plan)
         assert r["one_schedule"] and abs(r["damage"]["diff"]) < 1e-5 and r["windows"] == 1
-    r = measure_decode(ev, "transformers", make_spec("yarn"), 4.0, False, plan)
+    r = decode_damage(ev, "transformers", make_spec("yarn"), 4.0, False, plan)
     assert not r["one_schedule"] and r["windows"] == 4 and r["damage"]["verdict"] == "worse"
     assert [s["how"] for s in r["segments"]] == ["longrope short_factor", "longrope long_factor"]
 

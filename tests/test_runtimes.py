@@ -1,4 +1,4 @@
-"""One record per runtime (`ropecli.runtimes`): one spelling in flags, JSON and tables; a runtime is one module;
+"""One record per runtime (`ropecli.export.runtimes`): one spelling in flags, JSON and tables; a runtime is one module;
 each one's artefact written, read back by `verify` and, where the runtime is installed, run."""
 
 import json
@@ -59,18 +59,18 @@ def test_sglang_and_ollama_live_in_one_module_each():
     named = [p.relative_to(ROOT) for p in (ROOT / "ropecli").rglob("*.py")
              if re.search(r"sglang|ollama", code_words(p), flags=re.I) and p.parent.name != "runtimes"]
     assert named == [], named
-    assert {p.stem for p in (ROOT / "ropecli" / "runtimes").glob("*.py")} >= {"sglang", "ollama"}
+    assert {p.stem for p in (ROOT / "ropecli" / "export" / "runtimes").glob("*.py")} >= {"sglang", "ollama"}
 
 
 def test_a_new_runtime_is_one_module(tmp_path, monkeypatch):
     """A module with a RECORD, `write`, `read_back` and `claims`, dropped into the package, is a runtime: exported
     to, listed, read back by verify (the served rule follows its record)."""
-    import ropecli.runtimes as runtimes
+    import ropecli.export.runtimes as runtimes
 
     pkg = tmp_path / "extra"
     pkg.mkdir()
     (pkg / "toyrt.py").write_text('''
-from ropecli.runtimes.record import AT_START_UP, Runtime, Version
+from ropecli.export.runtimes.record import AT_START_UP, Runtime, Version
 RECORD = Runtime(name="toyrt", label="Toy", artefact="the vLLM block", reads="it", at_length="fixed",
                  decoding="fixed", rule=AT_START_UP, serves_dynamic=False, aliases=("toy",),
                  versions=(Version("", "everything", "toyrt.py: write"),))
@@ -81,15 +81,15 @@ def write(spec, geom, target, out, **kw):
                          kw.get("consistent"))
 
 def read_back(target, exp):
-    from ropecli.runtimes.vllm import read_back as vllm_read_back
+    from ropecli.export.runtimes.vllm import read_back as vllm_read_back
     return vllm_read_back(target, exp)
 
 def claims(path):
     return False
 ''')
     monkeypatch.setattr(runtimes, "__path__", [*runtimes.__path__, str(pkg)])
-    monkeypatch.setitem(sys.modules, "ropecli.runtimes.toyrt", None)
-    del sys.modules["ropecli.runtimes.toyrt"]
+    monkeypatch.setitem(sys.modules, "ropecli.export.runtimes.toyrt", None)
+    del sys.modules["ropecli.export.runtimes.toyrt"]
     runtimes.records.cache_clear()
     try:
         assert "toyrt" in runtimes.names() and runtimes.canonical("toy") == "toyrt"
@@ -105,11 +105,11 @@ def claims(path):
         assert served("toy", make_spec("dynamic"), 512, read_rope_config("builtin"), 4.0).spec is None  # no dynamic
     finally:
         runtimes.records.cache_clear()
-        sys.modules.pop("ropecli.runtimes.toyrt", None)
+        sys.modules.pop("ropecli.export.runtimes.toyrt", None)
 
 
 def test_versions_say_when_the_installed_runtime_is_too_old():
-    from ropecli.runtimes.installed import too_old
+    from ropecli.export.runtimes.installed import too_old
 
     lines = too_old("vllm", "0.11.0")
     assert any(">=0.11.1" in line and "per batch" in line for line in lines)  # PR #27431's rule, and what came before
@@ -197,3 +197,11 @@ def test_a_qwen_gguf_exported_with_yarn_runs_in_llamacpp_with_ropecli_ppl(qwen_g
     checks = json.loads(r.stdout)["checks"]
     ran = [c for c in checks if c["what"].startswith("effect")]
     assert r.exit_code == 0 and len(ran) == 1 and ran[0]["ok"], r.output
+
+
+def test_the_docs_table_is_the_records():
+    from ropecli.export.runtimes.markdown import runtimes_markdown
+
+    text = (ROOT / "docs" / "runtimes.md").read_text()
+    block = text.split("<!-- runtimes-table:")[1].split("-->", 1)[1].split("<!-- /runtimes-table -->")[0]
+    assert block.strip().splitlines() == runtimes_markdown()

@@ -123,7 +123,7 @@ class ServingOptions:
     runtime: ServeRuntimeOpt = None
 
     def runtimes(self) -> list[str]:
-        from ropecli.runtimes import SERVED_BY_DEFAULT
+        from ropecli.export.runtimes import SERVED_BY_DEFAULT
 
         return flat_choices(self.runtime, SERVED_BY_DEFAULT)
 

@@ -16,9 +16,8 @@ import click
 import typer
 
 from ropecli.evaluation.results import Metric
-from ropecli.runtimes import SERVED_BY_DEFAULT
-from ropecli.runtimes import names as runtime_names
-from ropecli.runtimes import spellings as runtime_spellings
+from ropecli.export.runtimes import SERVED_BY_DEFAULT
+from ropecli.export import runtimes
 from ropecli.tuning.candidates import Candidate
 from ropecli.tuning.objective import Objective
 from ropecli.tuning.optimizers import Optimizer
@@ -132,17 +131,17 @@ class CommaChoices(click.ParamType):
 
 
 class RuntimeName(click.ParamType):
-    """A runtime by its name or an alias (`ropecli.runtimes`: hf, gguf, llama.cpp … are accepted), given as its
+    """A runtime by its name or an alias (`ropecli.export.runtimes`: hf, gguf, llama.cpp … are accepted), given as its
     one spelling; `many`: repeatable and comma-separated. A wrong one is a one-line usage error."""
 
     def __init__(self, flag: str, many: bool = False):
-        from ropecli.runtimes import names
+        from ropecli.export.runtimes import names
 
         self.flag, self.many = flag, many
         self.name = "[" + "|".join(names()) + "]" + (",…" if many else "")
 
     def convert(self, value, param, ctx):
-        from ropecli.runtimes import names, spellings
+        from ropecli.export.runtimes import names, spellings
 
         if isinstance(value, list):
             return value
@@ -199,7 +198,7 @@ WorkloadOpt = Annotated[Optional[str], typer.Option(
          "them, each length under the schedule that runtime applies there. Default: the target length alone.")]
 ServeRuntimeOpt = Annotated[Optional[list[str]], typer.Option(
     "--runtime", click_type=RuntimeName("--runtime", many=True), rich_help_panel="Serving",
-    help=f"With --workload: {', '.join(runtime_names())} (repeat or comma-separate; default "
+    help=f"With --workload: {', '.join(runtimes.names())} (repeat or comma-separate; default "
          f"{', '.join(SERVED_BY_DEFAULT)}).")]
 
 
@@ -275,7 +274,7 @@ OutOpt = Annotated[Optional[str], typer.Option("--out", "-o", rich_help_panel=OU
 # export's and verify's own
 ToOpt = Annotated[str, typer.Option(
     "--to", click_type=RuntimeName("--to"), rich_help_panel=OUTPUT,
-    help=f"The runtime: {', '.join(runtime_names())} (aliases: {', '.join(a for a in runtime_spellings() if a not in runtime_names())}); "
+    help=f"The runtime: {', '.join(runtimes.names())} (aliases: {', '.join(a for a in runtimes.spellings() if a not in runtimes.names())}); "
          "`ropecli runtimes` shows each one's record.")]
 ConsistentOpt = Annotated[bool, typer.Option(
     "--consistent/--switching", rich_help_panel=OUTPUT,
@@ -291,7 +290,7 @@ AdviceOpt = Annotated[Optional[str], typer.Option(
     "--advice", rich_help_panel=SCHEDULE, help="advise's advice.json (default: the one beside PATH, if any); else give --method and --len.")]
 ReadAsOpt = Annotated[Optional[str], typer.Option(
     "--runtime", click_type=RuntimeName("--runtime"), rich_help_panel=OUTPUT,
-    help=f"Which runtime reads PATH: {', '.join(runtime_names())} (default: the export's manifest, or from the file).")]
+    help=f"Which runtime reads PATH: {', '.join(runtimes.names())} (default: the export's manifest, or from the file).")]
 RunOpt = Annotated[bool, typer.Option(
     "--run/--no-run", rich_help_panel=EVALUATION, help="Also run the runtime where it is installed (transformers: reload and score a window).")]
 RunLenOpt = Annotated[Optional[int], typer.Option(

@@ -5,7 +5,7 @@ evaluator asks `migrate` for the windows its cache lookup missed; nothing here r
   transformers' version in it; ropecli 0.x's, with no runtime in the key): a window found there is stored under
   today's key and reused (`rekeyed`).
 - Format 2 with the runtime spelled as an earlier ropecli spelled it (`llama.cpp`, now `llamacpp`: one
-  spelling per runtime, `ropecli.runtimes`): found under the old spelling, stored under today's (`respelled`).
+  spelling per runtime, `ropecli.export.runtimes`): found under the old spelling, stored under today's (`respelled`).
 - Format 1 (`LEGACY_FORMAT`): one entry per whole evaluation (samples and seed in the key). PPL and
   passkey entries hold every window's numbers and are split into per-window entries at once
   (`migrated`); KL entries lack the per-token values its percentiles need, so they are recomputed

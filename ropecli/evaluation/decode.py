@@ -4,7 +4,8 @@ A runtime serves a prompt and then generates through a KV cache; where its sched
 (transformers switching a longrope export from short to long factors at L, or growing dynamic NTK's base token
 by token) the keys already cached keep the rotation they were made with. The measurement: each held-out
 window of N tokens, its first P (< the switch) a prompt prefilled, the rest teacher-forced through the cache
-in the runtime's own segments (`ropecli.export.served.decode_segments`), scored token by token; beside it the
+in the runtime's own segments (`ropecli.export.served.decode_segments`, computed by the caller: the export layer
+knows the runtimes), scored token by token; beside it the
 same tokens in one forward pass under what the runtime applies at N. The damage is the paired difference
 of the two mean NLLs over the continuation (nats per token), with its 95% interval over windows and a
 verdict: "equivalent" (generation-safe, shown within ±margin), "worse" (generation is damaged), undecided.
@@ -41,21 +42,17 @@ class DecodePlan:
         return cls(P, total_len)
 
 
-def measure_decode(ev: Evaluator, runtime: str, spec: Spec, factor: float, consistent: bool, plan: DecodePlan,
-                   samples: int | None = None, margin: float = MARGIN, span: int | None = None) -> dict:
-    """The decode damage of `spec` exported at k = `factor` (`consistent`: short_factor = long_factor) as
-    `runtime` generates, on the first `samples` windows of `plan.total_len` tokens: {runtime, candidate, consistent,
-    prompt_len, total_len, segments, decode_nll, one_pass_nll, damage (paired: diff, half_width, verdict …),
-    worst_token, windows}; `unservable` where the runtime cannot serve the export."""
-    from ropecli.export.served import decode_segments, served
-
-    rope = ev.backend.rope
+def measure_decode(ev: Evaluator, label: str, segments: list, whole, plan: DecodePlan, samples: int | None = None,
+                   margin: float = MARGIN, span: int | None = None) -> dict:
+    """The decode damage of one export as a runtime generates, on the first `samples` windows of `plan.total_len`
+    tokens (`span`: the first tokens of the windows at span). `segments` [(end, Served)] are the runtime's forward
+    passes after the prefill (`ropecli.export.served.decode_segments`), `whole` what it applies to one pass of
+    total_len tokens. Returns {runtime, candidate, prompt_len, total_len, segments, one_schedule, decode_nll,
+    one_pass_nll, damage (paired: diff, half_width, verdict …), worst_token, windows}; `unservable` where the
+    runtime cannot serve the export."""
     P, N = plan.prompt_len, plan.total_len
-    segments = decode_segments(runtime, spec, rope, factor, consistent, P, N)
-    whole = served(runtime, spec, N, rope, factor, consistent)
-    head = {"runtime": segments[0][1].runtime, "candidate": spec.label, "consistent": consistent, "prompt_len": P,
-            "total_len": N, "segments": [{"end": n, "applies": s.spec.label if s.spec else None, "how": s.how}
-                                         for n, s in _runs(segments)]}
+    head = {"runtime": whole.runtime, "candidate": label, "prompt_len": P, "total_len": N,
+            "segments": [{"end": n, "applies": s.spec.label if s.spec else None, "how": s.how} for n, s in _runs(segments)]}
     if whole.spec is None or any(s.spec is None for _, s in segments):
         return {**head, "unservable": whole.how}
     scheduled = [(n, *_schedule(ev, s.spec, n)) for n, s in segments]

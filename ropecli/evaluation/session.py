@@ -64,14 +64,6 @@ class Session:
         """The same model on the windows after this session's (default: as many as it has)."""
         return Session(self.model, self.ev.held_out(samples or self.inputs.samples), self.progress, self.memory)
 
-    def decode(self, runtime: str, spec, factor: float, consistent: bool, plan, samples: int | None = None,
-               span: int | None = None) -> dict:
-        """Decode across L (`ropecli.evaluation.decode.measure_decode`) on this session's windows."""
-        from ropecli.evaluation.decode import measure_decode
-
-        with self.progress.task(1, "decoding"):
-            return measure_decode(self.ev, runtime, spec, factor, consistent, plan, samples, span=span)
-
     def check(self, metric: str, length: int, samples: int | None = None) -> None:
         """Fail in one line when the text cannot give `samples` windows (prompts) at `length`, before any forward pass."""
         self.ev.check_inputs(metric, length, samples)
@@ -139,7 +131,8 @@ def closing_notes() -> list[str]:
         notes.append(f"note: {migrated} cached evaluation(s) of the older whole-evaluation format were split into "
                      f"per-window entries (format {FORMAT}) and reused")
     if rekeyed:
-        notes.append(f"note: {rekeyed} cached window(s) stored before the runtime entered the cache key were reused")
+        notes.append(f"note: {rekeyed} cached window(s) stored under an earlier key (another transformers version, an "
+                     "older spelling of the runtime, or ropecli 0.x) were reused and stored under today's")
     if stale:
         notes.append(f"note: {stale} cached result(s) were of another ropecli cache format and were recomputed (format {FORMAT} now)")
     return notes

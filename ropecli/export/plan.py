@@ -1,6 +1,6 @@
 """The one export function: `ropecli export` and `ropecli advise` both call `export_schedule`.
 
-Routing: each runtime's module writes its artefact (`ropecli.runtimes.<name>.write`, its record's `artefact`):
+Routing: each runtime's module writes its artefact (`ropecli.export.runtimes.<name>.write`, its record's `artefact`):
 transformers a model folder (a local folder: its files linked beside the merged config.json; a hub id: the
 merged config.json; a GGUF: dequantized by transformers) or, with `--out FILE.json` or no --out, the
 rope_parameters block (`to_hf_or_vllm`, shared with vllm's overrides); llamacpp a GGUF copy (`to_gguf`:
@@ -24,9 +24,9 @@ from ropecli.rope.geometry import Geometry
 from ropecli.rope.spec import Spec
 
 def runtime_behaviour(target: ModelRope, consistent: bool) -> dict[str, str]:
-    """What each runtime does with an export, in words (from its record, `ropecli.runtimes`); a switching
+    """What each runtime does with an export, in words (from its record, `ropecli.export.runtimes`); a switching
     export (short_factor = 1, or the shipped schedule up to Ls) is described where it switches."""
-    from ropecli.runtimes import records
+    from ropecli.export.runtimes import records
 
     out = {}
     for name, rec in records().items():
@@ -48,7 +48,7 @@ def is_gguf(model: str | None, gguf_file: str | None) -> bool:
 
 def check_export_paths(runtime: str, out: str | None, model: str | None, gguf_file: str | None, force: bool) -> None:
     """Refuse, before any work, an output that cannot be written or a runtime the input cannot go to."""
-    from ropecli.runtimes import canonical, runtime as record
+    from ropecli.export.runtimes import canonical, record
 
     rec = record(canonical(runtime))
     runtime = rec.name
@@ -88,11 +88,11 @@ def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str,
                     model: str | None = None, gguf_file: str | None = None, force: bool = False,
                     consistent: bool = True, replace: bool = False, measure_switching: bool = True) -> dict:
     """Write `spec` at geom's k for `runtime` (a name or alias; paths checked by `check_export_paths` first) with
-    the runtime's writer (`ropecli.runtimes.<name>.write`); returns what was written, the lines to tell the user,
+    the runtime's writer (`ropecli.export.runtimes.<name>.write`); returns what was written, the lines to tell the user,
     and what each runtime does with it. `native` (the model as shipped) writes nothing. `consistent=False`
     (--switching) writes the short/long switch; transformers then decodes across it with stale keys, and that
     damage is measured on `model` and printed (`measure_switching`)."""
-    from ropecli.runtimes import PER_FORWARD, canonical, module, runtime as record
+    from ropecli.export.runtimes import PER_FORWARD, canonical, module, record
 
     runtime = canonical(runtime)
     if spec.native:
@@ -130,14 +130,14 @@ def _is_dynamic(spec: Spec) -> bool:
 
 def works_with(runtime: str) -> list[dict]:
     """The versions of `runtime` the artefact works with (its record's), for --json and the manifest."""
-    from ropecli.runtimes import runtime as record
+    from ropecli.export.runtimes import record
 
     return record(runtime).describe()["versions"]
 
 
 def installed_lines(runtime: str) -> list[str]:
-    """One line where the runtime installed here is older than the artefact needs (`ropecli.runtimes.installed`)."""
-    from ropecli.runtimes.installed import too_old
+    """One line where the runtime installed here is older than the artefact needs (`ropecli.export.runtimes.installed`)."""
+    from ropecli.export.runtimes.installed import too_old
 
     return too_old(runtime)
 
@@ -155,7 +155,7 @@ def replaces_shipped(target: ModelRope, runtime: str, consistent: bool) -> str |
     if target.shipped is None:
         return None
     what = f"the shipped {target.shipped.label}"
-    from ropecli.runtimes import AT_START_UP, ROPE_FREQS, runtime as record
+    from ropecli.export.runtimes import AT_START_UP, ROPE_FREQS, record
 
     rec = record(runtime)
     if rec.rule == ROPE_FREQS:
@@ -269,7 +269,7 @@ def to_hf_or_vllm(spec, geom, target, runtime, out, model, gguf_file, force, con
 def to_gguf(spec, geom, out, model, gguf_file, force, replace) -> dict:
     """llama.cpp: a GGUF copy carrying the schedule (`ropecli.models.gguf_rope.export_gguf`)."""
     from ropecli.models.gguf_rope import export_gguf, native_scaling, read_gguf_input
-    from ropecli.runtimes import records
+    from ropecli.export.runtimes import records
 
     from ropecli.export.readback import UNREADABLE, unreadable
 

@@ -44,9 +44,9 @@ class Applied:
 
 
 def kind_of(path: Path, runtime: str | None) -> str:
-    """The runtime that reads `path` (`ropecli.runtimes`): given, else the one its export manifest names, else the
+    """The runtime that reads `path` (`ropecli.export.runtimes`): given, else the one its export manifest names, else the
     first whose module claims the file (a model folder, an Ollama folder, a .gguf, a .json block or overrides)."""
-    from ropecli.runtimes import canonical, module, names
+    from ropecli.export.runtimes import canonical, module, names
 
     if runtime:
         return canonical(runtime)

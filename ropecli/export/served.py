@@ -29,7 +29,7 @@ import numpy as np
 from ropecli.errors import RopeCliError
 from ropecli.models.config import ModelRope
 from ropecli.rope.spec import Spec, make_spec
-from ropecli.runtimes import AT_START_UP, PER_FORWARD, runtime as runtime_record
+from ropecli.export.runtimes import AT_START_UP, PER_FORWARD, record
 
 
 
@@ -44,8 +44,8 @@ class Served:
 
 def served(runtime: str, spec: Spec, length: int, rope: ModelRope, factor: float, consistent: bool = False) -> Served:
     """What `runtime` (a name or alias) applies at `length` tokens to `spec` exported at factor k = `factor`,
-    by the runtime's rule (`ropecli.runtimes.record.RULES`)."""
-    rec = runtime_record(runtime)
+    by the runtime's rule (`ropecli.export.runtimes.record.RULES`)."""
+    rec = record(runtime)
     runtime = rec.name
     if spec.native:  # nothing exported: every runtime serves the model as shipped
         return Served(runtime, length, spec, "the model as shipped")
@@ -71,7 +71,7 @@ def decode_segments(runtime: str, spec: Spec, rope: ModelRope, factor: float, co
     decoding: a runtime that decides per forward pass (transformers) changes its schedule only where its rule
     says — longrope at the switch length, dynamic NTK at every token past L — so the tokens between two such
     points share one schedule; the others decide once (one segment after the prefill)."""
-    rec = runtime_record(runtime)
+    rec = record(runtime)
     ends = [prompt_len, total_len]
     if rec.dynamic_rule == PER_FORWARD and is_dynamic(spec):
         L = rope.train_len  # forward passes ending at or below L run unscaled; past it, each token its own base
@@ -97,7 +97,7 @@ def _applied(rule: str, spec: Spec, length: int, rope: ModelRope, factor: float,
     """(factors, attention factor, how) from the export's readback (transformers, vLLM) or rope_freqs (llama.cpp)."""
     from ropecli.export.hf import rope_block
     from ropecli.export.readback import transformers_applied, vllm_applied
-    from ropecli.runtimes import ROPE_FREQS
+    from ropecli.export.runtimes import ROPE_FREQS
 
     geom = rope.geometry(factor)
     if rule == ROPE_FREQS:  # rope_freqs = the schedule, at every length; log-n as one constant (export/plan.py)
@@ -138,3 +138,15 @@ def as_spec(spec: Spec, factors: np.ndarray, attention: float, rope: ModelRope, 
         return make_spec("none")  # k per length: the unscaled model's windows are shared with every other run
     return make_spec("longrope", {"factors": tuple(float(x) for x in factors), "attention_factor": float(attention)},
                      factor=factor)
+
+
+def decode_damage(ev, runtime: str, spec: Spec, factor: float, consistent: bool, plan, samples: int | None = None,
+                  span: int | None = None) -> dict:
+    """Decode across L of `spec` exported at k = `factor` as `runtime` generates (`ropecli.evaluation.decode`)."""
+    from ropecli.evaluation.decode import measure_decode
+
+    rope = ev.backend.rope
+    segments = decode_segments(runtime, spec, rope, factor, consistent, plan.prompt_len, plan.total_len)
+    whole = served(runtime, spec, plan.total_len, rope, factor, consistent)
+    result = measure_decode(ev, spec.label, segments, whole, plan, samples, span=span)
+    return {**result, "consistent": consistent}

@@ -47,10 +47,11 @@ def switching_report(spec: Spec, geom: Geometry, target: ModelRope, model: str |
 def _measure(spec: Spec, geom: Geometry, model: str, gguf_file: str | None, switch: int) -> dict:
     """The decode damage on the first SAMPLES held-out windows of the model (through the evaluation cache)."""
     from ropecli.evaluation.cache import EvalCache
-    from ropecli.evaluation.decode import DecodePlan, measure_decode
+    from ropecli.evaluation.decode import DecodePlan
+    from ropecli.export.served import decode_damage
     from ropecli.evaluation.evaluator import Evaluator
     from ropecli.models.load import load_model
 
     backend = load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu")
     ev = Evaluator.over(backend, samples=SAMPLES, cache=EvalCache())
-    return measure_decode(ev, "transformers", spec, geom.factor, False, DecodePlan.across(switch, geom.target_len))
+    return decode_damage(ev, "transformers", spec, geom.factor, False, DecodePlan.across(switch, geom.target_len))

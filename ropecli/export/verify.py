@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ropecli.errors import RopeCliError
 
 from ropecli.export.expected import Expected
 from ropecli.export.readback import Applied
@@ -184,7 +183,7 @@ def verify_artefact(target: Path, kind: str, exp: Expected, model: str | None, g
 
     from ropecli.export.readback import UNREADABLE, unreadable
 
-    from ropecli.runtimes import canonical, module, runtime as record
+    from ropecli.export.runtimes import canonical, module, record
 
     kind = canonical(kind)
     verdict = Verdict(kind)
@@ -214,12 +213,12 @@ def verify_artefact(target: Path, kind: str, exp: Expected, model: str | None, g
 
 def run_unavailable(kind: str, target: Path, block, model: str | None, exp: Expected, run_len: int) -> str | None:
     """Why the runtime itself is not run here (a note), or None."""
-    from ropecli.runtimes import PER_FORWARD, module, runtime as record
+    from ropecli.export.runtimes import PER_FORWARD, module, record
 
     rec, mod = record(kind), module(kind)
     if not hasattr(mod, "run"):
         return (f"not run: {rec.label} is not run by ropecli; the checks above follow its code (cited in "
-                f"ropecli/runtimes/{kind}.py)")
+                f"ropecli/export/runtimes/{kind}.py)")
     if model is None:
         return "not run: the run compares with the model the export was made from: pass --model"
     why = run_skipped(exp, run_len, rec.rule != PER_FORWARD or consistent_export(target, block))
@@ -232,7 +231,7 @@ def shipped_within_Ls(target: Path, kind: str, block, exp: Expected, runtime: st
     from ropecli.export.plan import replaces_shipped
     from ropecli.export.readback import read_json, rope_blocks
 
-    from ropecli.runtimes import PER_FORWARD, runtime as record
+    from ropecli.export.runtimes import PER_FORWARD, record
 
     if record(kind).rule != PER_FORWARD or consistent_export(target, block):
         flag = replaces_shipped(exp.rope, kind, True)

@@ -29,7 +29,7 @@ class ModelBackend(Protocol):
     fingerprint: str  # identifies weights and config, for the cache key
     dtype: str  # e.g. "float32": part of the cache key
     device: str
-    runtime: str  # "transformers" | "llamacpp" (`ropecli.runtimes`): part of the cache key
+    runtime: str  # "transformers" | "llamacpp" (`ropecli.export.runtimes`): part of the cache key
 
     def describe(self) -> str: ...
 

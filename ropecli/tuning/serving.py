@@ -20,7 +20,7 @@ def variants(runtime: str, spec: Spec) -> list[bool]:
     differently; the others apply one schedule to every request (both exports serve the same); dynamic NTK has one
     export."""
     from ropecli.export.served import is_dynamic
-    from ropecli.runtimes import PER_FORWARD, runtime as record
+    from ropecli.export.runtimes import PER_FORWARD, record
 
     return [True, False] if record(runtime).rule == PER_FORWARD and not is_dynamic(spec) else [True]
 
@@ -65,14 +65,15 @@ def serve_workload(run: Evaluate, specs: list[Spec], workload: Workload, runtime
         best = next((rows[i] for i in measured if ranked[i]["best"]), None)
         out[runtime] = {"rows": rows, "best": best and {k: best[k] for k in ("name", "candidate", "variant", "consistent",
                                                                               "method", "composed", "params", "log_n")}}
-    decode = getattr(getattr(run, "__self__", None), "decode", None)  # a Session's; injected objectives have none
-    across = decode_across(decode, plans, out, rope, factor, workload.longest)
+    ev = getattr(getattr(run, "__self__", None), "ev", None)  # a Session's evaluator; injected objectives have none
+    across = decode_across(ev, plans, out, rope, factor, workload.longest)
     return {"workload": {"shares": {str(n): w for n, w in workload.shares.items()}, "source": workload.source},
             "runtimes": out, **({"decode": across} if across else {})}
 
 
-def within_L(at: "Served", native: "Served", results: dict, margin: float | None) -> dict:
-    """The cost within Ls of what the runtime serves there: PPL at Ls against the model as shipped, paired over the
+def within_L(at, native, results: dict, margin: float | None) -> dict:
+    """The cost within Ls of what the runtime serves there (`at`, a Served; `native`, the model as shipped): PPL at Ls
+    against the model as shipped, paired over the
     same windows (the first Ls tokens of the workload's), as a rise in percent and a paired difference in nats."""
     import math
 
@@ -84,22 +85,23 @@ def within_L(at: "Served", native: "Served", results: dict, margin: float | None
             "rise_percent": 100 * (math.exp(mine.nll - ref.nll) - 1), "vs_native": d}
 
 
-def decode_across(decode, plans: dict, out: dict, rope, factor: float, longest: int) -> dict | None:
+def decode_across(ev, plans: dict, out: dict, rope, factor: float, longest: int) -> dict | None:
     """Each served row's generation across the switch (L, or Ls for a model that ships a schedule): a prompt
     ending 1/8 of it before, decoded through the KV cache to a quarter past it (`DecodePlan.across`), in the runtime's
-    segments (`ropecli.evaluation.decode`); the row gets `decode` (its damage) and `generation_safe`. None
-    without a decode measure or a request past the switch."""
+    segments (`ropecli.export.served.decode_damage`); the row gets `decode` (its damage) and `generation_safe`.
+    None without an evaluator (injected objectives) or a request past the switch."""
     from ropecli.evaluation.decode import DecodePlan
+    from ropecli.export.served import decode_damage
 
     switch = rope.shipped_len
-    if decode is None or longest <= switch:
+    if ev is None or longest <= switch:
         return None
     plan = DecodePlan.across(switch, longest)
     for runtime, entries in plans.items():
         for row, (name, spec, consistent, _) in zip(out[runtime]["rows"], entries):
             if "unservable" in row:
                 continue
-            d = decode(runtime, spec, factor, consistent, plan, span=longest)
+            d = decode_damage(ev, runtime, spec, factor, consistent, plan, span=longest)
             row["decode"] = {k: d.get(k) for k in ("decode_nll", "one_pass_nll", "worst_token", "windows", "one_schedule",
                                                    "segments", "unservable")} | {"damage": d.get("damage")}
             row["generation_safe"] = bool(d.get("one_schedule") or (d.get("damage") or {}).get("verdict") == "equivalent")

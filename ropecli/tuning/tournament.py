@@ -70,7 +70,7 @@ def run_advise(session: Bench, plan: AdvisePlan, lengths: list[int] | None, fact
     geom = rope.geometry(target_factor(factor, lengths, rope.train_len))
     serving = None
     if plan.workload:
-        from ropecli.runtimes import SERVED_BY_DEFAULT
+        from ropecli.export.runtimes import SERVED_BY_DEFAULT
         from ropecli.tuning.workload import parse_workload
 
         serving = (parse_workload(plan.workload, max(lengths)), plan.runtime or list(SERVED_BY_DEFAULT), rope)

@@ -1,4 +1,4 @@
-"""`ropecli runtimes [NAME]`: the runtimes ropecli exports to, each one's record (`ropecli.runtimes`): what it
+"""`ropecli runtimes [NAME]`: the runtimes ropecli exports to, each one's record (`ropecli.export.runtimes`): what it
 reads, how it applies a schedule at a request and while decoding, the versions that holds for, what is installed."""
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ def runtimes(name: RuntimeArg = None, as_json: JsonOpt = False):
               ropecli runtimes vllm --json
     """
     from ropecli.report.text import plain
-    from ropecli.runtimes import records
-    from ropecli.runtimes.installed import installed_version, too_old
+    from ropecli.export.runtimes import records
+    from ropecli.export.runtimes.installed import installed_version, too_old
 
     chosen = [records()[name]] if name else list(records().values())
     out = [{**rec.describe(), "installed": installed_version(rec.name), "too_old": too_old(rec.name)} for rec in chosen]

@@ -1,8 +1,8 @@
 """One record per runtime: what ropecli writes for it, what it reads, how it applies a schedule at a request
 of n tokens and while it decodes with a KV cache, which of its versions that holds for, and how to find the
 installed version. The records are data; the code that writes and reads an artefact lives beside each
-record in its runtime's module (`ropecli.runtimes.<name>`), and everything else asks the registry
-(`ropecli.runtimes.runtime(name)`) instead of spelling runtime names itself.
+record in its runtime's module (`ropecli.export.runtimes.<name>`), and everything else asks the registry
+(`ropecli.export.runtimes.record(name)`) instead of spelling runtime names itself.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class Runtime:
     serves_dynamic: bool  # whether it has dynamic NTK
     aliases: tuple[str, ...] = ()  # older words, accepted everywhere
     package: str | None = None  # the pip distribution whose installed version is read
-    command: str | None = None  # or the executable whose `--version` is read
+    command: str | None = None  # or the executable whose presence is checked
     versions: tuple[Version, ...] = field(default_factory=tuple)
     drops_cache_at_switch: tuple[str, ...] = ()  # model types whose generate() re-prefills at a short/long switch
     dynamic_rule: str = ""  # how it runs dynamic NTK where that differs from `rule` (SGLang: fixed at start-up)

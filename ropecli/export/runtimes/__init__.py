@@ -1,6 +1,6 @@
 """The runtimes ropecli serves to, one module and one record each (`record.Runtime`), found by name.
 
-`runtime(name)` resolves a name or an alias (hf, gguf, llama.cpp, …) to its record; `names()` is every
+`record(name)` resolves a name or an alias (hf, gguf, llama.cpp, …) to its record; `names()` is every
 runtime in a fixed order. A module in this package that defines `RECORD` is a runtime: adding one is adding
 its module. Nothing here imports torch.
 """
@@ -12,7 +12,7 @@ import pkgutil
 from functools import lru_cache
 
 from ropecli.errors import RopeCliError
-from ropecli.runtimes.record import AT_START_UP, PER_FORWARD, ROPE_FREQS, Runtime, Version  # noqa: F401
+from ropecli.export.runtimes.record import AT_START_UP, PER_FORWARD, ROPE_FREQS, Runtime, Version  # noqa: F401
 
 ORDER = ("transformers", "vllm", "llamacpp", "sglang", "ollama")  # how tables and lists show them; others after
 SERVED_BY_DEFAULT = ("transformers", "vllm", "llamacpp")  # compare --workload without --runtime
@@ -51,7 +51,7 @@ def canonical(name: str) -> str:
     return got
 
 
-def runtime(name: str) -> Runtime:
+def record(name: str) -> Runtime:
     return records()[canonical(name)]
 
 
@@ -61,4 +61,4 @@ def module(name: str):
 
 
 def label(name: str) -> str:
-    return runtime(name).label
+    return record(name).label

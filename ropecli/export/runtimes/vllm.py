@@ -9,7 +9,7 @@ goes stale. The block ropecli writes and what vLLM computes from it: `ropecli.ex
 
 from __future__ import annotations
 
-from ropecli.runtimes.record import AT_START_UP, Runtime, Version
+from ropecli.export.runtimes.record import AT_START_UP, Runtime, Version
 
 RECORD = Runtime(
     name="vllm", label="vLLM", package="vllm",

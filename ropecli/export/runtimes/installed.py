@@ -1,29 +1,24 @@
-"""Which version of a runtime is installed here, and one line where it is older than an export needs."""
+"""Which version of a runtime is installed here (its pip distribution's; an executable only as present: ropecli
+runs no subprocess), and one line where it is older than an export needs."""
 
 from __future__ import annotations
 
 import shutil
-import subprocess
 from importlib import metadata
 
-from ropecli.runtimes import runtime
+from ropecli.export.runtimes import record
 
 
 def installed_version(name: str) -> str | None:
     """The installed version of the runtime's package (or its executable's `--version`), None where absent."""
-    rec = runtime(name)
+    rec = record(name)
     if rec.package:
         try:
             return metadata.version(rec.package)
         except metadata.PackageNotFoundError:
             return None
-    if rec.command and shutil.which(rec.command):
-        try:
-            out = subprocess.run([rec.command, "--version"], capture_output=True, text=True, timeout=10).stdout
-        except (OSError, subprocess.SubprocessError):
-            return None
-        words = [w for w in out.replace("version", " ").split() if w[:1].isdigit()]
-        return words[-1] if words else None
+    if rec.command and shutil.which(rec.command):  # an executable (Ollama): present; its version is not read here
+        return "installed (version not read)"
     return None
 
 
@@ -32,7 +27,7 @@ def too_old(name: str, version: str | None = None) -> list[str]:
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
     from packaging.version import InvalidVersion, Version
 
-    rec = runtime(name)
+    rec = record(name)
     version = version or installed_version(name)
     if version is None:
         return []

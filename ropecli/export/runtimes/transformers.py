@@ -15,7 +15,7 @@ than the switch into a continuation past it with stale keys. Only Phi-3's `prepa
 
 from __future__ import annotations
 
-from ropecli.runtimes.record import PER_FORWARD, Runtime, Version
+from ropecli.export.runtimes.record import PER_FORWARD, Runtime, Version
 
 RECORD = Runtime(
     output="folder-or-json",

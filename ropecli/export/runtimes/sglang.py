@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from ropecli.runtimes.record import AT_START_UP, PER_FORWARD, Runtime, Version
+from ropecli.export.runtimes.record import AT_START_UP, PER_FORWARD, Runtime, Version
 
 RECORD = Runtime(
     name="sglang", label="SGLang", package="sglang",

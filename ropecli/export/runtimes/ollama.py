@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ropecli.errors import RopeCliError
-from ropecli.runtimes.record import ROPE_FREQS, Runtime, Version
+from ropecli.export.runtimes.record import ROPE_FREQS, Runtime, Version
 
 RECORD = Runtime(
     name="ollama", label="Ollama", command="ollama", output="folder", needs_gguf=True,
@@ -96,6 +96,6 @@ def run(target, block, model, exp, run_len, cache_dir, gguf_file):
 
 
 def unavailable() -> str | None:
-    from ropecli.runtimes.llamacpp import unavailable as llamacpp_unavailable
+    from ropecli.export.runtimes import llamacpp
 
-    return llamacpp_unavailable()
+    return llamacpp.unavailable()

@@ -11,7 +11,7 @@ yarn, longrope).
 
 from __future__ import annotations
 
-from ropecli.runtimes.record import ROPE_FREQS, Runtime, Version
+from ropecli.export.runtimes.record import ROPE_FREQS, Runtime, Version
 
 RECORD = Runtime(
     output="gguf", needs_gguf=True,
