@@ -210,25 +210,46 @@ def key_rules_rows() -> None:
 
 def workload_rows(name: str) -> None:
     """One run of `compare --workload`: per runtime, every candidate and export with its PPL at each request
-    length, the expected NLL and the paired Δ to the runtime's best with the verdict."""
+    length, the expected NLL and the paired Δ to the runtime's best with the verdict, its decode across L (a prompt
+    shorter than L decoded past it through the KV cache, against one pass) and its PPL at L against the model
+    as shipped (both as that runtime serves the export)."""
     d = load(name)
     if d is None or "serving" not in d:
         return
     s = d["serving"]
     shares = s["workload"]["shares"]
+    across = s.get("decode")
     print(f"{name}: requests {', '.join(f'{n}: {w:.0%}' for n, w in shares.items())}; exported for k = {s['factor']:g}; "
-          f"{d['samples']} windows\n")
+          f"{d['samples']} windows" + (f"; decode across L: a {across['prompt_len']}-token prompt decoded to "
+                                       f"{across['total_len']}" if across else "") + "\n")
     for runtime, block in s["runtimes"].items():
         print(f"{runtime}:\n")
-        header("candidate", "export", *[f"PPL @ {n}" for n in shares], "expected NLL", "Δ vs best (paired, ± 95 %): verdict")
+        header("candidate", "export", *[f"PPL @ {n}" for n in shares], "expected NLL", "Δ vs best (paired, ± 95 %): verdict",
+               "decode across L (Δ nats/token)", "PPL @ L vs native")
         for r in sorted(block["rows"], key=lambda r: r.get("expected_nll", math.inf)):
             if "unservable" in r:
                 print(f"| {short_label(r['candidate'])} | {r['variant']} | " + " | ".join("—" for _ in shares) +
-                      f" | — | cannot be served: {r['unservable']} |")
+                      f" | — | cannot be served: {r['unservable']} | — | — |")
                 continue
             print(f"| {short_label(r['candidate'])} | {r['variant']} | " + " | ".join(f"{r['ppl'][n]:.3f}" for n in shares) +
-                  f" | {r['expected_nll']:.4f} | {vs_best(r['vs_best'])} |")
+                  f" | {r['expected_nll']:.4f} | {vs_best(r['vs_best'])} | {decode_cell(r)} | {within_cell(r)} |")
         print()
+
+
+def decode_cell(r: dict) -> str:
+    d = r.get("decode")
+    if not d or not d.get("damage"):
+        return "—"
+    dmg = d["damage"]
+    if d.get("one_schedule"):
+        return f"{dmg['diff']:+.1e} (one schedule, 1 window)"
+    hw = f" ± {dmg['half_width']:.3g}" if dmg.get("half_width") is not None else ""
+    return f"{dmg['diff']:+.4f}{hw}: {dmg['verdict']}; worst token {d['worst_token']:.2f}"
+
+
+def within_cell(r: dict) -> str:
+    w = r.get("within_L")
+    return "—" if not w else f"{w['ppl']:.3f} ({w['rise_percent']:+.1f} %)"
 
 
 if __name__ == "__main__":

@@ -95,7 +95,7 @@ def test_evaluate_serve_export_verify(folders, text, tmp_path, arch: Arch):
     r = invoke(["verify", str(tmp_path / "v.json"), "--runtime", "vllm"])
     assert r.exit_code in (0, 1), r.output  # vLLM's rules read back; a schedule vLLM cannot hold is a verdict, not a crash
     r = invoke(["export", "--model", model, "--method", spec, "--len", str(n), "--to", "gguf", "--out", str(tmp_path / "m.gguf")])
-    assert "--to gguf needs --model FILE.gguf" in one_line_refusal(r)
+    assert "--to llamacpp needs --model FILE.gguf" in one_line_refusal(r)
     r = invoke(["export", "--model", model, "--method", "native", "--len", str(n), "--to", "hf"])
     assert r.exit_code == 0 and "nothing to export" in r.output
 
