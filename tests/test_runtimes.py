@@ -118,6 +118,15 @@ def test_versions_say_when_the_installed_runtime_is_too_old():
     assert too_old("transformers", "4.40.0") and too_old("transformers", "5.24.0") == []
 
 
+def test_export_and_verify_name_the_versions(tmp_path):
+    out = tmp_path / "o.json"
+    r = run("export", "--model", "builtin", "--method", "yarn", "--len", "1024", "--to", "vllm", "--out", out, "--json")
+    assert "works with vLLM >=0.11.1, >=0.22.0" in " ".join(json.loads(r.stdout)["lines"])
+    assert json.loads(out.with_name("o.json.ropecli.json").read_text())["works_with"][0]["source"].startswith("vLLM PR #28542")
+    notes = json.loads(run("verify", out, "--json").stdout)["notes"]
+    assert any(n.startswith("works with vLLM >=0.11.1") for n in notes)
+
+
 def test_vllm_dynamic_ntk_is_the_same_base_before_and_after_its_fix(tmp_path):
     """vLLM PR #41277 changed the dynamic NTK formula; the block ropecli writes gives transformers' dynamic at k*L
     in both (k' = k^2 - k + 1), and verify reads it back."""

@@ -1,6 +1,6 @@
 """What `ropecli verify` checks an artefact against (`Expected`): a Spec at factor k on the source model's
 geometry and the target length T. Found, in this order (`what_was_measured`):
-1. the manifest `ropecli export` wrote beside the artefact (`ropecli.export.plan.write_manifest`);
+1. the manifest `ropecli export` wrote beside the artefact (`ropecli.export.manifest.write_manifest`);
 2. advise's advice.json (--advice, or the one beside the artefact): its winner;
 3. the flags (--method, --b, --param, --len) on --model's geometry, or the flags' and what the artefact
    itself states (`ropecli.export.readback.artefact_geometry`).
@@ -65,7 +65,7 @@ def expected_from_advice(advice: dict, path: Path, rope: ModelRope | None = None
 
 
 def expected_from_export(manifest: dict, path: Path, rope: ModelRope | None = None) -> Expected:
-    """What `ropecli export` wrote beside an artefact (`ropecli.export.plan.write_manifest`): its schedule at
+    """What `ropecli export` wrote beside an artefact (`ropecli.export.manifest.write_manifest`): its schedule at
     its k on the geometry it used; `rope` (the model's) adds partial rotary and layer types."""
     try:
         params = manifest["params"]
@@ -105,7 +105,7 @@ class Measured:
 def what_was_measured(target: Path, kind: str, flags: Measured) -> tuple[Expected, str | None, str | None]:
     """(Expected, the source model, its GGUF file name): from the manifest beside `target`, an advice.json,
     or the flags, in that order unless flags are given."""
-    from ropecli.export.plan import manifest_path
+    from ropecli.export.manifest import manifest_path
     from ropecli.export.readback import read_json
 
     flags_given = bool(flags.methods) or flags.target_len is not None

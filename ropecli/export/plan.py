@@ -103,10 +103,7 @@ def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str,
     result["runtimes"] = runtime_behaviour(target, consistent)
     result["consistent"] = consistent
     result["versions"] = works_with(runtime)
-    rec = record(runtime)
-    result["lines"] += [f"works with {rec.label} " + "; ".join(f"{v.requirement or 'any'}: {v.what.split(' (')[0]}"
-                                                      for v in rec.versions)
-                        + f" (sources: `ropecli runtimes {runtime}`)", *installed_lines(runtime)]
+    result["lines"] += [works_with_line(runtime), *installed_lines(runtime)]
     flag = replaces_shipped(target, runtime, consistent)
     if flag:
         result["replaces_shipped"] = flag
@@ -117,6 +114,8 @@ def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str,
         result.update(switching_report(spec, geom, target, model, gguf_file, measure_switching))
         result["lines"] += result["switching_lines"]
     if out is not None:
+        from ropecli.export.manifest import write_manifest
+
         result["manifest"] = write_manifest(out, spec, geom, target, runtime, model, gguf_file, consistent)
         result["lines"].append(f"wrote {result['manifest']}: what was exported (`ropecli verify {out}` reads it)")
     return result
@@ -133,6 +132,15 @@ def works_with(runtime: str) -> list[dict]:
     from ropecli.export.runtimes import record
 
     return record(runtime).describe()["versions"]
+
+
+def works_with_line(runtime: str) -> str:
+    """'works with vLLM >=0.11.1, >=0.22.0 (what each version changes: `ropecli runtimes vllm`)'."""
+    from ropecli.export.runtimes import record
+
+    rec = record(runtime)
+    reqs = ", ".join(dict.fromkeys(v.requirement for v in rec.versions if v.requirement)) or "any version"
+    return f"works with {rec.label} {reqs} (what each version changes, with sources: `ropecli runtimes {rec.name}`)"
 
 
 def installed_lines(runtime: str) -> list[str]:
@@ -167,32 +175,6 @@ def replaces_shipped(target: ModelRope, runtime: str, consistent: bool) -> str |
         return (f"the consistent export (the default) writes the extension at every length: it replaces {what} within "
                 f"Ls = {target.shipped_len} (--switching keeps it, with stale keys when generation crosses Ls)")
     return None
-
-
-MANIFEST = "ropecli-export.json"  # in an exported folder; beside a file: FILE.ropecli.json
-
-
-def manifest_path(out: str | Path) -> Path:
-    """Where the manifest of an export at `out` lives: inside a folder, beside a file."""
-    out = Path(out)
-    return out / MANIFEST if out.is_dir() else out.with_name(out.name + ".ropecli.json")
-
-
-def write_manifest(out: str, spec: Spec, geom: Geometry, target: ModelRope, runtime: str, model: str | None,
-                   gguf_file: str | None, consistent: bool) -> str:
-    """What an export wrote, for `ropecli verify` to check it against with no flags: the schedule, k, the
-    target length and the geometry it used."""
-    from ropecli.files import atomic_write_text
-
-    path = manifest_path(out)
-    atomic_write_text(path, json.dumps({
-        "ropecli_export": 1, "runtime": runtime, "method": spec.method, "composed": spec.composed, "label": spec.label,
-        "shipped": target.shipped.to_json() if target.shipped else None,
-        "params": {k: v for k, v in dict(spec.params).items() if v is not None and k != "factors"}, "log_n": spec.log_n,
-        "factor": geom.factor, "target_len": geom.target_len, "train_len": geom.train_len,
-        "rotary_dim": geom.rotary_dim, "base": geom.base, "model": model, "gguf_file": gguf_file,
-        "consistent": consistent, "scaled_layer_types": list(target.scaled_types)}, indent=1))
-    return str(path)
 
 
 def gguf_origin(path: Path) -> str:

@@ -50,7 +50,7 @@ def kind_of(path: Path, runtime: str | None) -> str:
 
     if runtime:
         return canonical(runtime)
-    from ropecli.export.plan import manifest_path
+    from ropecli.export.manifest import manifest_path
 
     made = manifest_path(path)
     if made.is_file():

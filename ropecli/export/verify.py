@@ -198,6 +198,9 @@ def verify_artefact(target: Path, kind: str, exp: Expected, model: str | None, g
         kept = shipped_within_Ls(target, kind, block, exp, verdict.runtime)
         verdict.checks += [kept] if isinstance(kept, Check) else []
         verdict.notes += [kept] if isinstance(kept, str) else []
+    from ropecli.export.plan import installed_lines, works_with_line
+
+    verdict.notes += [works_with_line(kind), *installed_lines(kind)]
     if kind == "transformers" and target.suffix == ".json" and not runtime_given:
         verdict.notes.append("read as a transformers block (no vLLM mscale or ntk in it); a vLLM overrides file: --runtime vllm")
     if not run:

@@ -9,7 +9,8 @@ import typer
 
 from ropecli.cli.common import emit_json, handle_errors
 from ropecli.cli.console import show
-from ropecli.cli.options import JsonOpt, RuntimeName
+from ropecli.cli.options import JsonOpt
+from ropecli.cli.runtime_name import RuntimeName
 
 RuntimeArg = Annotated[Optional[str], typer.Argument(click_type=RuntimeName("NAME"), help="One runtime (default: all).",
                                                      show_default=False)]
