@@ -63,9 +63,11 @@ def measure_decode(ev: Evaluator, label: str, segments: list, whole, plan: Decod
     head["one_schedule"] = one_schedule
     inputs = ev.inputs.resized(samples).spanning(span)  # `span`: the first N tokens of the windows at span (paired)
     windows = inputs.windows(N)
-    base = {"model": ev.backend.fingerprint, "runtime": ev.backend.runtime, "metric": "decode",  # not who serves: the
-            "len": N,  # schedules are the key, so runtimes that run the same ones share a window "prompt_len": P, "dtype": ev.backend.dtype,
-            "segments": [[n, _key(sched), log_n] for n, sched, log_n in scheduled], "one_pass": [_key(one[0]), one[1]]}
+    # not who serves: the schedules (the first segment's end is the prompt's length) are the key, so runtimes that
+    # run the same ones share a window
+    base = {"model": ev.backend.fingerprint, "runtime": ev.backend.runtime, "metric": "decode", "len": N,
+            "dtype": ev.backend.dtype, "segments": [[n, _key(sched), log_n] for n, sched, log_n in scheduled],
+            "one_pass": [_key(one[0]), one[1]]}
     fps = inputs.unit_fingerprints("ppl", N)
     rows = []
     for i, ids in enumerate(windows.ids):
