@@ -126,3 +126,15 @@ def test_compare_workload_has_a_decode_row_per_runtime():
     assert rows[("transformers", "--switching")]["decode"]["damage"]["diff"] > 0.1
     assert all(rows[k]["generation_safe"] for k in rows if k[1] != "--switching")
     assert np.isclose(rows[("vllm", "as exported")]["decode"]["damage"]["diff"], 0, atol=1e-5)
+
+
+def test_verify_decodes_across_L(tmp_path):
+    """verify's transformers run includes generation: the default export passes, a switching one fails in one line
+    naming the damage."""
+    folder, _ = export(tmp_path, "default", "--method", "yarn")
+    r = runner.invoke(app, ["verify", str(folder), "--json"])
+    checks = {c["what"].split(" (")[0]: c for c in json.loads(r.stdout)["checks"]}
+    assert r.exit_code == 0 and checks["decode across L"]["ok"], r.output
+    switching, _ = export(tmp_path, "switching", "--method", "yarn", "--switching")
+    r = runner.invoke(app, ["verify", str(switching)])
+    assert r.exit_code == 1 and "MISMATCH: decode across L" in r.output and "go stale" in " ".join(r.output.split())

@@ -55,3 +55,31 @@ def _measure(spec: Spec, geom: Geometry, model: str, gguf_file: str | None, swit
     backend = load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu")
     ev = Evaluator.over(backend, samples=SAMPLES, cache=EvalCache())
     return decode_damage(ev, "transformers", spec, geom.factor, False, DecodePlan.across(switch, geom.target_len))
+
+
+def decode_check(model: str, gguf_file: str | None, exp, consistent: bool, cache_dir: str | None):
+    """verify's generation check of a transformers export: a prompt 1/8 of the switch length before it, decoded through
+    the KV cache a quarter past it (or to T) in transformers' per-forward rule, against one pass; passes where the two
+    agree within 1e-4 nats per token (a consistent export: one schedule at every step), fails with the damage where
+    the export switches (`--switching`, dynamic NTK)."""
+    from ropecli.evaluation.cache import EvalCache
+    from ropecli.evaluation.decode import DecodePlan
+    from ropecli.evaluation.evaluator import Evaluator
+    from ropecli.export.served import decode_damage, is_dynamic, switch_length
+    from ropecli.export.verify import Check
+    from ropecli.models.load import load_model
+
+    ev = Evaluator.over(load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu"), samples=SAMPLES,
+                        cache=EvalCache(cache_dir))
+    spec = exp.spec.but(factor=exp.factor)
+    switch = exp.rope.train_len if is_dynamic(spec) or consistent else switch_length(exp.rope, spec, consistent)
+    r = decode_damage(ev, "transformers", spec, exp.factor, consistent, DecodePlan.across(switch, exp.target_len))
+    d = r["damage"]
+    ok = abs(d["diff"]) <= DECODE_TOL and (r["one_schedule"] or d["verdict"] == "equivalent")
+    found = (f"Δ {d['diff']:+.2g} nats/token through the cache vs one pass on {r['windows']} window(s)"
+             + ("" if ok else f"; worst token {r['worst_token']:.3g} nats: keys cached before the switch go stale"))
+    return Check("transformers", None, f"decode across L ({r['prompt_len']}-token prompt to {r['total_len']}, KV cache)",
+                 f"= one pass within {DECODE_TOL:g}", found, ok)
+
+
+DECODE_TOL = 1e-4  # nats per token: a consistent export decodes as one pass up to float rounding (~1e-7 measured)

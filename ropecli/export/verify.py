@@ -211,6 +211,11 @@ def verify_artefact(target: Path, kind: str, exp: Expected, model: str | None, g
         return verdict
     with (status or (lambda text: nullcontext()))(f"{verdict.runtime}: scoring a window with the export …"):
         verdict.checks.append(module(kind).run(target, block, model, exp, run_len or exp.target_len, cache_dir, gguf_file))
+    if kind == "transformers" and exp.target_len > exp.rope.shipped_len and not exp.spec.log_n:
+        from ropecli.export.switching import decode_check
+
+        with (status or (lambda text: nullcontext()))("transformers: decoding across L through the KV cache …"):
+            verdict.checks.append(decode_check(model, gguf_file, exp, consistent_export(target, block), cache_dir))
     return verdict
 
 
