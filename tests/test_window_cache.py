@@ -137,3 +137,20 @@ def test_windows_stored_under_an_earlier_fingerprint_are_reused(tiny, tmp_path, 
     third = Evaluator.over(tiny, [text_file], samples=3, cache=EvalCache(tmp_path / "c"))
     third.evaluate(make_spec("yarn"), 128)
     assert third.cache.rekeyed == 0 and third.cache.hits == 3  # stored under today's key
+
+
+def test_windows_stored_under_the_old_spelling_of_a_runtime_are_reused(tiny, tmp_path, text_file):
+    """One spelling per runtime: entries keyed `"runtime": "llama.cpp"` (before `llamacpp`) are found and re-stored."""
+    from dataclasses import replace
+
+    backend = replace(tiny, runtime="llamacpp", earlier_fingerprints=())
+    first = Evaluator.over(backend, [text_file], samples=2, cache=EvalCache(tmp_path / "c"))
+    want = first.evaluate(make_spec("yarn"), 128)
+    for path in (tmp_path / "c").glob("*.json"):
+        entry = json.loads(path.read_text())
+        entry["key"] = entry["key"] | {"runtime": "llama.cpp"}
+        path.unlink()
+        (tmp_path / "c" / f"{key_hash(entry['key'])}.json").write_text(json.dumps(entry))
+    again = Evaluator.over(backend, [text_file], samples=2, cache=EvalCache(tmp_path / "c"))
+    got = again.evaluate(make_spec("yarn"), 128)
+    assert again.forward_passes == 0 and again.cache.rekeyed == 2 and got.window_nll == want.window_nll
