@@ -154,3 +154,18 @@ def test_windows_stored_under_the_old_spelling_of_a_runtime_are_reused(tiny, tmp
     again = Evaluator.over(backend, [text_file], samples=2, cache=EvalCache(tmp_path / "c"))
     got = again.evaluate(make_spec("yarn"), 128)
     assert again.forward_passes == 0 and again.cache.rekeyed == 2 and got.window_nll == want.window_nll
+
+
+def test_the_fingerprint_outlives_a_transformers_upgrade(tiny):
+    """The config's transformers_version is not in the fingerprint (it once was: a new transformers orphaned every
+    cached window); the fingerprint with it is kept as an earlier one, for the windows stored under it."""
+    from ropecli.models.load import fingerprint
+
+    before, (versioned, _) = fingerprint(tiny.model)
+    old = tiny.model.config.transformers_version
+    try:
+        tiny.model.config.transformers_version = "5.0.0"
+        after, (versioned_after, _) = fingerprint(tiny.model)
+    finally:
+        tiny.model.config.transformers_version = old
+    assert after == before and versioned_after != versioned
