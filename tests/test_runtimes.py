@@ -214,3 +214,18 @@ def test_the_docs_table_is_the_records():
     text = (ROOT / "docs" / "runtimes.md").read_text()
     block = text.split("<!-- runtimes-table:")[1].split("-->", 1)[1].split("<!-- /runtimes-table -->")[0]
     assert block.strip().splitlines() == runtimes_markdown()
+
+
+def test_sglang_switches_longrope_per_forward_but_fixes_dynamic_ntk_at_start_up():
+    from ropecli.export.served import decode_segments, served
+    from ropecli.models.config import read_rope_config
+    from ropecli.rope.spec import make_spec
+
+    rope = read_rope_config("builtin")
+    dyn = make_spec("dynamic")
+    assert repr(served("sglang", dyn, 300, rope, 4.0).spec) == repr(served("vllm", dyn, 300, rope, 4.0).spec)
+    assert len(decode_segments("sglang", dyn, rope, 4.0, True, 200, 320)) == 2  # prefill, then one fixed schedule
+    yarn = make_spec("yarn")
+    assert [s.how for _, s in decode_segments("sglang", yarn, rope, 4.0, False, 200, 320)] == [
+        "longrope short_factor", "longrope short_factor", "longrope long_factor"]
+    assert len({repr(s.spec) for _, s in decode_segments("sglang", yarn, rope, 4.0, True, 200, 320)}) == 1

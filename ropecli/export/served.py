@@ -54,7 +54,8 @@ def served(runtime: str, spec: Spec, length: int, rope: ModelRope, factor: float
             return Served(runtime, length, None, f"{rec.label} has no dynamic NTK")
         if rec.dynamic_rule == PER_FORWARD:  # the export's factor k, at the current length (k' = k*n/L - (k-1))
             return Served(runtime, length, spec.but(factor=factor), "dynamic at the request's length")
-    factors, attention, how = _applied(rec.rule, spec, length, rope, factor, consistent)
+    rule = rec.dynamic_rule if is_dynamic(spec) else rec.rule
+    factors, attention, how = _applied(rule, spec, length, rope, factor, consistent)
     return Served(runtime, length, as_spec(spec, factors, attention, rope, factor), how)
 
 
@@ -72,14 +73,15 @@ def decode_segments(runtime: str, spec: Spec, rope: ModelRope, factor: float, co
     says — longrope at the switch length, dynamic NTK at every token past L — so the tokens between two such
     points share one schedule; the others decide once (one segment after the prefill)."""
     rec = record(runtime)
+    rule = rec.dynamic_rule if is_dynamic(spec) else rec.rule
     ends = [prompt_len, total_len]
-    if rec.dynamic_rule == PER_FORWARD and is_dynamic(spec):
+    if rule == PER_FORWARD and is_dynamic(spec):
         L = rope.train_len  # forward passes ending at or below L run unscaled; past it, each token its own base
         ends = [prompt_len, *([L] if prompt_len < L < total_len else []), *range(max(prompt_len, L) + 1, total_len + 1)]
-    elif rec.rule == PER_FORWARD:
+    elif rule == PER_FORWARD:
         switch = switch_length(rope, spec, consistent)
         ends = sorted({prompt_len, total_len, *([switch] if prompt_len < switch < total_len else [])})
-    if rec.rule == AT_START_UP:  # decided once, for the longest request: every segment runs at total_len
+    if rule == AT_START_UP:  # decided once, for the longest request: every segment runs at total_len
         once = served(rec.name, spec, total_len, rope, factor, consistent)
         return [(n, once) for n in dict.fromkeys(ends)]
     return [(n, served(rec.name, spec, n, rope, factor, consistent)) for n in dict.fromkeys(ends)]
