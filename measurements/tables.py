@@ -225,14 +225,15 @@ def workload_rows(name: str) -> None:
     for runtime, block in s["runtimes"].items():
         print(f"{runtime}:\n")
         header("candidate", "export", *[f"PPL @ {n}" for n in shares], "expected NLL", "Δ vs best (paired, ± 95 %): verdict",
-               "decode across L (Δ nats/token)", "PPL @ L vs native")
+               *(["decode across L (Δ nats/token)", "PPL @ L vs native"] if across else []))
         for r in sorted(block["rows"], key=lambda r: r.get("expected_nll", math.inf)):
             if "unservable" in r:
                 print(f"| {short_label(r['candidate'])} | {r['variant']} | " + " | ".join("—" for _ in shares) +
-                      f" | — | cannot be served: {r['unservable']} | — | — |")
+                      f" | — | cannot be served: {r['unservable']} |" + (" — | — |" if across else ""))
                 continue
             print(f"| {short_label(r['candidate'])} | {r['variant']} | " + " | ".join(f"{r['ppl'][n]:.3f}" for n in shares) +
-                  f" | {r['expected_nll']:.4f} | {vs_best(r['vs_best'])} | {decode_cell(r)} | {within_cell(r)} |")
+                  f" | {r['expected_nll']:.4f} | {vs_best(r['vs_best'])} |" +
+                  (f" {decode_cell(r)} | {within_cell(r)} |" if across else ""))
         print()
 
 
