@@ -108,10 +108,11 @@ def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str,
     if flag:
         result["replaces_shipped"] = flag
         result["lines"].append(f"note: {flag}")
-    if record(runtime).rule == PER_FORWARD and (not consistent or _is_dynamic(spec)):
+    rec, dynamic = record(runtime), _is_dynamic(spec)
+    if (rec.dynamic_rule if dynamic else rec.rule) == PER_FORWARD and (not consistent or dynamic):
         from ropecli.export.switching import switching_report
 
-        result.update(switching_report(spec, geom, target, model, gguf_file, measure_switching))
+        result.update(switching_report(spec, geom, target, model, gguf_file, measure_switching, runtime))
         result["lines"] += result["switching_lines"]
     if out is not None:
         from ropecli.export.manifest import write_manifest

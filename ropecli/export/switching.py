@@ -18,21 +18,24 @@ SAMPLES = 4  # held-out windows: the damage is a paired mean over them, with its
 
 
 def switching_report(spec: Spec, geom: Geometry, target: ModelRope, model: str | None, gguf_file: str | None,
-                     measure: bool = True) -> dict:
-    """{switching: the measurement or None, switching_lines: what to print}."""
+                     measure: bool = True, runtime: str = "transformers") -> dict:
+    """{switching: the measurement or None, switching_lines: what to print}, for a runtime that picks its schedule
+    per forward pass (transformers; SGLang's longrope)."""
+    from ropecli.export.runtimes import record
     from ropecli.export.served import is_dynamic, switch_length
 
     dynamic = is_dynamic(spec)
     switch = target.train_len if dynamic else switch_length(target, spec, consistent=False)
-    what = (f"dynamic NTK in transformers grows its base at every token past L = {switch}" if dynamic else
-            f"--switching: transformers applies the extension only to forward passes longer than {switch} tokens")
+    label = record(runtime).label
+    what = (f"dynamic NTK in {label} grows its base at every token past L = {switch}" if dynamic else
+            f"--switching: {label} applies the extension only to forward passes longer than {switch} tokens")
     head = f"{what}; keys cached before the switch keep their rotation, so a prompt shorter than {switch} continued past it decodes with stale keys"
     if target.model_type in ("phi3",):
         head += "; Phi-3's generate() drops its cache at the switch (modeling_phi3.py), a serving loop that keeps it does not"
     if not measure or model is None:
         why = "not measured: pass --model to measure it" if model is None else "not measured"
         return {"switching": None, "switching_lines": [f"warning: {head}; decode damage {why}"]}
-    result = _measure(spec, geom, model, gguf_file, switch)
+    result = _measure(spec, geom, model, gguf_file, switch, runtime)
     d = result["damage"]
     words = {"worse": "shown damaged", "equivalent": "shown harmless (within the margin)"}.get(d["verdict"], "undecided")
     line = (f"warning: {head}. Measured on {result['windows']} held-out windows ({result['prompt_len']}-token prompt decoded "
@@ -44,7 +47,7 @@ def switching_report(spec: Spec, geom: Geometry, target: ModelRope, model: str |
     return {"switching": result, "switching_lines": [line, f"  {advice}"]}
 
 
-def _measure(spec: Spec, geom: Geometry, model: str, gguf_file: str | None, switch: int) -> dict:
+def _measure(spec: Spec, geom: Geometry, model: str, gguf_file: str | None, switch: int, runtime: str) -> dict:
     """The decode damage on the first SAMPLES held-out windows of the model (through the evaluation cache)."""
     from ropecli.evaluation.cache import EvalCache
     from ropecli.evaluation.decode import DecodePlan
@@ -54,7 +57,7 @@ def _measure(spec: Spec, geom: Geometry, model: str, gguf_file: str | None, swit
 
     backend = load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu")
     ev = Evaluator.over(backend, samples=SAMPLES, cache=EvalCache())
-    return decode_damage(ev, "transformers", spec, geom.factor, False, DecodePlan.across(switch, geom.target_len))
+    return decode_damage(ev, runtime, spec, geom.factor, False, DecodePlan.across(switch, geom.target_len))
 
 
 def decode_check(model: str, gguf_file: str | None, exp, consistent: bool, cache_dir: str | None):
