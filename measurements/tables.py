@@ -264,6 +264,6 @@ if __name__ == "__main__":
     search_rows()
     key_table("tokens-16k", "tokens-16k-winner")
     key_rules_rows()
-    for name in ("workload-short", "workload-long"):
+    for name in ("workload-short", "workload-long", "workload-decode"):
         workload_rows(name)
     sys.stdout.flush()
