@@ -24,20 +24,12 @@ def rekeyed(cache: EvalCache, keys: list[dict], missing: list[int], earlier: tup
     """Windows stored under an earlier fingerprint of the same weights (`ropecli.models.load.fingerprint`): the one
     with transformers' version in it (today's key otherwise), then ropecli 0.x's (no runtime in the key):
     {index: (value, seconds)}, each stored under today's key."""
-    found: dict[int, tuple] = {}
     versioned, oldest = (tuple(earlier) + (None, None))[:2]
-    for i in missing:
-        olds = [keys[i] | {"model": versioned}] if versioned else []
-        olds += [{k: v for k, v in keys[i].items() if k != "runtime"} | {"model": oldest}] if oldest else []
-        for old in olds:
-            got = cache.legacy(old, FORMAT)
-            if got is not None:
-                found[i] = tuple(got["value"]), got["seconds"]
-                if store:
-                    cache.put(keys[i], got)
-                cache.reused(1, "rekeyed")
-                break
-    return found
+
+    def olds(key: dict) -> list[dict]:
+        return ([key | {"model": versioned}] if versioned else []) + \
+               ([{k: v for k, v in key.items() if k != "runtime"} | {"model": oldest}] if oldest else [])
+    return _reuse(cache, keys, missing, olds, store)
 
 
 OLD_SPELLINGS = {"llamacpp": ("llama.cpp",)}  # runtime -> how earlier cache keys spelled it
@@ -45,16 +37,21 @@ OLD_SPELLINGS = {"llamacpp": ("llama.cpp",)}  # runtime -> how earlier cache key
 
 def respelled(cache: EvalCache, keys: list[dict], missing: list[int], store: bool) -> dict[int, tuple]:
     """Windows stored under an earlier spelling of the runtime: {index: (value, seconds)}, stored under today's key."""
+    return _reuse(cache, keys, missing,
+                  lambda key: [{**key, "runtime": old} for old in OLD_SPELLINGS.get(key.get("runtime"), ())], store)
+
+
+def _reuse(cache: EvalCache, keys: list[dict], missing: list[int], olds, store: bool) -> dict[int, tuple]:
+    """{index: (value, seconds)} of the missing windows found under one of `olds(key)` (tried in order), each
+    stored under today's key (where `store`: rank 0) and counted as rekeyed."""
     found: dict[int, tuple] = {}
     for i in missing:
-        for old_name in OLD_SPELLINGS.get(keys[i].get("runtime"), ()):
-            got = cache.legacy({**keys[i], "runtime": old_name}, FORMAT)
-            if got is not None:
-                found[i] = tuple(got["value"]), got["seconds"]
-                if store:
-                    cache.put(keys[i], got)
-                cache.reused(1, "rekeyed")
-                break
+        got = next((g for g in (cache.legacy(old, FORMAT) for old in olds(keys[i])) if g is not None), None)
+        if got is not None:
+            found[i] = tuple(got["value"]), got["seconds"]
+            if store:
+                cache.put(keys[i], got)
+            cache.reused(1, "rekeyed")
     return found
 
 
