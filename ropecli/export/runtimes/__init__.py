@@ -58,7 +58,3 @@ def record(name: str) -> Runtime:
 def module(name: str):
     """The runtime's module: its writer (`write`) and reader (`read_back`) beside its record."""
     return importlib.import_module(f"{__name__}.{canonical(name)}")
-
-
-def label(name: str) -> str:
-    return record(name).label
