@@ -41,7 +41,7 @@ def test_advise_at_8x_on_one_or_two_documents_never_picks_a_worse_winner(plays, 
     assert winner["verdict"] in ("best", "equivalent")
     # what the verdicts are about, said once
     assert result["inference"]["inference"] == "windows"
-    assert result["inference"]["generalizes_to"] == "windows of these documents"
+    assert result["inference"]["generalizes_to"] == "every window of these documents"
     split = result["held_out_split"]
     assert ("held out by document" in split) if documents == 2 else ("held out by window" in split)
     # none and PI are far behind on every window: ranked behind the winner; shown worse once the race gives

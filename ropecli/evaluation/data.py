@@ -7,16 +7,21 @@ for a HF datasets dataset (optional extra). Without `--data`: the held-out Shake
 
 Sampling policy (deterministic in `seed`): each document is tokenized whole; a document shorter than
 the evaluation length is skipped; every eligible document is cut into non-overlapping windows of
-`length` tokens (a BOS token first where the tokenizer has one), window 0 being the document's head
-(YaRN's "truncate to the target length"). Windows are then taken round-robin over the documents in
-a seeded order: first windows of all documents, then second windows, … until `samples` are chosen.
-So with fewer samples than documents it is exactly YaRN's protocol on a seeded subset of documents.
+`length` tokens (a BOS token first where the tokenizer has one). Windows are then taken round-robin
+over the documents in a seeded order: a first window of every document, then a second, … until
+`samples` are chosen. Which window of a document comes first, second, …: a stratified random order
+along it (`stratified_order`): its first 2^j windows lie one in each 2^j-th of the document, each at
+random inside its part. So the windows sampled from a document are a stratified random sample of the
+windows it holds, whatever their number, and the estimand (`ropecli.evaluation.estimand`) is the mean
+over the whole text, not over its heads (YaRN's "truncate to the target length" reads only heads: a
+text whose loss drifts along it would be misread).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import zlib
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -162,11 +167,15 @@ def sample_windows(docs: list[Document], token_ids: list[list[int]], length: int
     body = length - (1 if bos_id is not None else 0)  # text tokens per window
     order = split_documents(docs, token_ids, length, seed, bos_id, part)
     per_doc = [len(token_ids[i]) // body for i in order]
+    along: dict[int, list[int]] = {}  # document -> its windows' sampling order, made when first needed
     chosen: list[tuple[str, list[int]]] = []
     for w in range(max(per_doc, default=0)):
         for j, i in enumerate(order):
             if w < per_doc[j] and len(chosen) < samples:
-                chosen.append((docs[i].name, token_ids[i][w * body:(w + 1) * body]))
+                if i not in along:
+                    along[i] = stratified_order(per_doc[j], np.random.default_rng([seed, zlib.crc32(docs[i].name.encode())]))
+                at = along[i][w]
+                chosen.append((docs[i].name, token_ids[i][at * body:(at + 1) * body]))
     if len(chosen) < samples:
         longest = max((len(t) for t in token_ids), default=0)
         raise RopeCliError(f"too little text for --len {length}: only {len(chosen)} window(s) of {length} tokens "
@@ -174,3 +183,31 @@ def sample_windows(docs: list[Document], token_ids: list[list[int]], length: int
     prefix = [bos_id] if bos_id is not None else []
     ids = np.array([prefix + w for _, w in chosen], dtype=np.int64)
     return Windows(length, ids, [n for n, _ in chosen], len(docs) - len(split_documents(docs, token_ids, length, seed, bos_id, None)))
+
+
+def stratified_order(m: int, rng: np.random.Generator) -> list[int]:
+    """The positions 0…m-1 of a document's windows in sampling order: for every j, the first 2^j lie
+    one in each 2^j-th of the document (as far as m allows), each at random inside its part. An
+    Owen-scrambled base-2 van der Corput sequence (Owen 1995): point k's binary digits are k's bits
+    reversed, each flipped by a coin of its node in the binary tree of parts, plus a uniform offset in
+    its finest part; position = floor(u * m); positions already taken are skipped, and any never hit
+    come last in random order. m = 1: [0]."""
+    if m <= 1:
+        return list(range(m))
+    depth = (m - 1).bit_length() + 1  # 2^depth >= 2m points
+    flips: dict[tuple, int] = {}
+    out, seen = [], set()
+    for k in range(1 << depth):
+        digits: list[int] = []
+        for i in range(depth):
+            node = tuple(digits)
+            if node not in flips:
+                flips[node] = int(rng.integers(2))
+            digits.append(((k >> i) & 1) ^ flips[node])
+        u = sum(b / (2 << i) for i, b in enumerate(digits)) + rng.random() / (1 << depth)
+        pos = min(int(u * m), m - 1)
+        if pos not in seen:
+            seen.add(pos)
+            out.append(pos)
+    rest = [p for p in range(m) if p not in seen]
+    return out + [rest[i] for i in rng.permutation(len(rest))]

@@ -212,7 +212,7 @@ class Evaluator:
             return None
         masks = [self.key_rule.mask(ids) for ids, _ in inputs.unit_inputs("ppl", length)]
         return key_fields(window_key_sums(per_unit, masks, self.score_last),
-                          describe_rule(self.key_rule.name, self.key_rule.params()))
+                          describe_rule(self.key_rule.name, self.key_rule.params()), inputs.windows(length).names)
 
     def _compute(self, spec: Spec, geom: Geometry, sched: Schedule, metric: str, units: list[tuple], todo: list[int],
                  keys: list, on_window, prefixes: list[int] | None = None) -> dict[int, tuple]:

@@ -15,17 +15,22 @@ there are; ropecli picks the inference from the number of documents G among the 
     (df 9) to 10 (df 4) or more, and its size depends on the shape of the document effects, which a
     handful of documents cannot show (simulated: benchmarks/bench_verdicts.py).
 
-``windows`` (G < MIN_DOCUMENTS, one document included): the unit is a window, the documents are
-    fixed. Estimate = the same mean over documents of document means; the estimand is the mean
-    difference over windows of *these documents* (each weighted equally), so a document's own effect
-    is part of the estimand, not noise. Windows along a document are modelled as a stationary AR(1)
-    series with correlation phi = MAX_SERIAL_CORRELATION (0.8, the most the guarantee is stated
-    for; a smaller true phi makes the test conservative):
-        Var(estimate) = s^2 / G^2 * sum_g c(n_g) / n_g^2,  c(m) = sum_{s,t<m} phi^|s-t|
-    with s^2 = sum_i (d_i - mean d)^2 / (n - sum_g c(n_g) / n), unbiased under that model (the
-    spread between documents counts as noise in it: conservative), and df from Satterthwaite's
-    rule for that quadratic form, tr(A S)^2 / tr((A S)^2). With one window per document this is the
-    ordinary paired t-test.
+``windows`` (G < MIN_DOCUMENTS, one document included): the documents are fixed, and the estimand
+    is the mean over *these documents* of each one's mean over every window it holds (each document
+    weighted equally). The randomness is the sampling ropecli does: a document's windows are a
+    stratified random sample along it (`ropecli.evaluation.data.stratified_order`). So nothing is
+    assumed about how neighbouring windows correlate (no AR(1), no phi): the variance of a document's
+    mean is estimated from the spread of its sampled windows as if they were a simple random sample,
+        v_g = s_g^2 / n_g,  s_g^2 = sum_i (z_i - mean z)^2 / (n_g - 1),  z_i = t_i (d_i - R_g) / mean t
+    (R_g the document's estimate, t_i its tokens: the linearized variance of a ratio; t_i = 1 for
+    PPL), which over-states the variance of a stratified sample (the spread between strata counts
+    as noise: conservative; a text whose loss drifts along it makes it more so, never less), and
+    Var(estimate) = sum_g v_g / G^2 with Satterthwaite's df, (sum v_g)^2 / sum v_g^2 / (n_g - 1).
+    Where the data cannot say it, the fallback is conservative and said: a document with one window
+    borrows the largest per-window variance of the others; when no document has two windows, the
+    documents themselves are the units (the t-test over document values, G - 1 df), which needs no
+    within-document variance. Checked by simulation with serial correlation up to 0.99 and drift
+    along the documents (benchmarks/bench_verdicts.py).
 
 ``units`` (no documents: passkey prompts, each with its own key and filler): independent units,
     the ordinary paired t-test with n - 1 df.
@@ -46,18 +51,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
 CONFIDENCE = 0.95
 MIN_DOCUMENTS = 10  # documents from which inference is over documents (generalizes to new ones)
-MAX_SERIAL_CORRELATION = 0.8  # AR(1) correlation of neighbouring windows the windows inference is valid up to
 MARGIN = 0.01  # nats of mean log-PPL within which two candidates count as equivalent (PPL within 1.0 %)
 POWER = 0.80  # of the units-needed answer
 
-GENERALIZES = {"documents": "new documents like these", "windows": "windows of these documents",
-               "units": "new prompts drawn the same way"}
+GENERALIZES = {"documents": "new documents like these", "windows": "every window of these documents",
+               "document units": "the documents of this text", "units": "new prompts drawn the same way"}
 
 
 def t_quantile(df: float, confidence: float = CONFIDENCE) -> float:
@@ -74,47 +77,22 @@ def t_upper(df: float, a: float) -> float:
     return float(t.isf(a, df))
 
 
-@lru_cache(maxsize=4096)
-def corr_sum(m: int, phi: float) -> float:
-    """c(m) = sum over s, t < m of phi^|s - t|: m times the variance inflation of an AR(1) mean."""
-    k = np.arange(1, m)
-    return float(m + 2.0 * np.sum((m - k) * phi ** k))
-
-
-@lru_cache(maxsize=4096)
-def _row_sums_sq(m: int, phi: float) -> float:
-    """sum over s of (sum over t of phi^|s-t|)^2 for one AR(1) block of m windows."""
-    s = np.arange(m)
-    if phi == 0:
-        return float(m)
-    rows = (1 - phi ** (s + 1)) / (1 - phi) + (1 - phi ** (m - s)) / (1 - phi) - 1
-    return float(np.sum(rows ** 2))
-
-
-@lru_cache(maxsize=1024)
-def satterthwaite_traces(counts: tuple[int, ...], phi: float) -> tuple[float, float]:
-    """(tr(A S), tr((A S)^2)) for A = I - J/n over all windows and S block-diagonal AR(1) per document,
-    in closed form: tr(AS) = n - 1'S1/n, tr((AS)^2) = tr(S^2) - 2 |S1|^2/n + (1'S1/n)^2."""
-    n = sum(counts)
-    one_s_one = sum(corr_sum(m, phi) for m in counts)
-    tr_s2 = sum(corr_sum(m, phi * phi) for m in counts)
-    s1_sq = sum(_row_sums_sq(m, phi) for m in counts)
-    return n - one_s_one / n, tr_s2 - 2 * s1_sq / n + (one_s_one / n) ** 2
-
-
 @dataclass(frozen=True)
 class Paired:
-    """x - y over paired windows (nats when x, y are NLLs): the estimate, its se and df, and how far it
-    generalizes. `sigma2`, `tau2`, `counts`: the variance model, for projecting to more windows."""
+    """x - y over paired windows (nats when x, y are NLLs): the estimate (`ropecli.evaluation.estimand`),
+    its se and df, and how far it generalizes. `sigma2`, `tau2`, `counts`: the variance model, for
+    projecting to more windows (sigma2: the per-window variance inside a document, pooled; tau2: the
+    variance of documents' true means)."""
     diff: float | None
     se: float | None
     df: float | None
     n: int
     inference: str  # documents | windows | units | none (nothing to estimate from)
     documents: int | None = None
-    counts: tuple = ()  # windows per document (windows inference) or per document (documents inference)
-    sigma2: float | None = None  # per-window variance (windows inference)
+    counts: tuple = ()  # windows per document
+    sigma2: float | None = None  # per-window variance inside a document (pooled over documents)
     tau2: float | None = None  # variance of a document's true mean difference (documents inference)
+    doc_var: tuple = ()  # per-window variance of each document (windows inference; projections)
     lengths: int = 1
 
     @property
@@ -162,20 +140,29 @@ class Paired:
         return "better" if self.better(a) else "undecided"
 
 
-def _documents(d: np.ndarray, docs: list | None) -> tuple[list, list[np.ndarray]]:
-    """Windows grouped by document in order of first appearance (each group in window order)."""
-    if docs is None:
-        return [], []
+def _documents(n: int, docs: list) -> list[np.ndarray]:
+    """Window indices grouped by document in order of first appearance (each group in window order)."""
     order: dict = {}
-    for i, g in enumerate(docs):
+    for i, g in enumerate(docs[:n]):
         order.setdefault(g, []).append(i)
-    return list(order), [d[idx] for idx in order.values()]
+    return [np.array(idx) for idx in order.values()]
 
 
-def paired_one(d: np.ndarray, docs: list | None, phi: float | None = None, min_documents: int | None = None) -> Paired:
-    """The inference for one length's differences `d` with the document of each window (None: units)."""
-    phi = MAX_SERIAL_CORRELATION if phi is None else phi
+def document_values(d: np.ndarray, t: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
+    """Each document's estimate: its token-weighted mean of d (a ratio: sum t d / sum t)."""
+    return np.array([float(np.dot(t[g], d[g]) / t[g].sum()) for g in groups])
+
+
+def paired_one(d: np.ndarray, docs: list | None, tokens=None, min_documents: int | None = None) -> Paired:
+    """The inference for one length's differences `d`, with the document of each window (None: units)
+    and its scored predictions `tokens` (None: equal; key PPL: key predictions, windows with none left out)."""
     min_documents = MIN_DOCUMENTS if min_documents is None else min_documents
+    t = np.ones(d.size) if tokens is None else np.asarray(tokens, dtype=np.float64)[:d.size]
+    if t.size < d.size:
+        raise ValueError(f"{d.size} windows but {t.size} token counts")
+    keep = t > 0
+    d, t = d[keep], t[keep]
+    docs = None if docs is None else [g for g, k in zip(docs, keep) if k]
     n = d.size
     if n == 0:
         return Paired(None, None, None, 0, "none")
@@ -186,51 +173,67 @@ def paired_one(d: np.ndarray, docs: list | None, phi: float | None = None, min_d
             return Paired(float(d.mean()), None, None, n, "none")
         return Paired(float(d.mean()), float(d.std(ddof=1) / math.sqrt(n)), n - 1.0, n, "units", sigma2=float(d.var(ddof=1)),
                       counts=(1,) * n)
-    names, groups = _documents(d, docs)
+    groups = _documents(n, docs)
     G = len(groups)
-    means = np.array([g.mean() for g in groups])
+    means = document_values(d, t, groups)
     est = float(means.mean())
     counts = tuple(g.size for g in groups)
-    if G >= min_documents:
+    within = _within(d, t, groups, means)
+    replicated = [v for v, m in zip(within, counts) if m > 1]
+    sigma2 = float(np.mean(replicated)) if replicated else None
+    if G >= min_documents or (not replicated and G >= 2):  # documents as the units
         se = float(means.std(ddof=1) / math.sqrt(G))
-        within = _within_variance(groups, phi)
-        inflate = float(np.mean([corr_sum(m, phi) / m ** 2 for m in counts]))
-        tau2 = max(0.0, float(means.var(ddof=1)) - (within or 0.0) * inflate)
-        return Paired(est, se, G - 1.0, n, "documents", G, counts, within, tau2)
-    trace, trace2 = satterthwaite_traces(counts, phi)
-    if n < 2 or trace <= 1e-12:
+        tau2 = max(0.0, float(means.var(ddof=1)) - (sigma2 or 0.0) * float(np.mean([1 / m for m in counts])))
+        return Paired(est, se, G - 1.0, n, "documents" if G >= min_documents else "document units", G, counts, sigma2, tau2)
+    if not replicated:
         return Paired(est, None, None, n, "none", G, counts)
-    s2 = float(((d - d.mean()) ** 2).sum() / trace)
-    var = s2 / G ** 2 * sum(corr_sum(m, phi) / m ** 2 for m in counts)
-    return Paired(est, math.sqrt(var), trace ** 2 / trace2, n, "windows", G, counts, s2)
+    borrowed = max(replicated)
+    per_doc = [v if m > 1 else borrowed for v, m in zip(within, counts)]
+    v = np.array([s2 / m for s2, m in zip(per_doc, counts)])
+    dof = np.array([m - 1 if m > 1 else max(c for c in counts) - 1 for m in counts], dtype=np.float64)
+    var = float(v.sum()) / G ** 2
+    df = float(v.sum() ** 2 / np.sum(v ** 2 / dof)) if var > 0 else float(sum(m - 1 for m in counts if m > 1))
+    return Paired(est, math.sqrt(var), max(df, 1.0), n, "windows", G, counts, sigma2, doc_var=tuple(per_doc))
 
 
-def _within_variance(groups: list[np.ndarray], phi: float) -> float | None:
-    """Per-window variance from the spread inside documents (AR(1)-unbiased); None without replicates."""
-    ss = sum(float(((g - g.mean()) ** 2).sum()) for g in groups)
-    dof = sum(g.size - corr_sum(g.size, phi) / g.size for g in groups)
-    return ss / dof if dof > 1e-12 else None
+def _within(d: np.ndarray, t: np.ndarray, groups: list[np.ndarray], means: np.ndarray) -> list[float]:
+    """Per document, the per-window variance of the linearized ratio z_i = t_i (d_i - R_g) / mean t (0 with one window)."""
+    out = []
+    for g, r in zip(groups, means):
+        if g.size < 2:
+            out.append(0.0)
+            continue
+        z = t[g] * (d[g] - r) / t[g].mean()
+        out.append(float(z.var(ddof=1)))
+    return out
 
 
-def paired(x, y, docs=None, *, phi: float | None = None, min_documents: int | None = None) -> Paired:
+def paired(x, y, docs=None, *, tokens=None, min_documents: int | None = None) -> Paired:
     """x - y, paired. x, y: per-window values (1-D), or per length ([length][window]); docs: the
-    document of each window (1-D or per length; None: independent units). Windows the two do not
-    share (a race's dropped candidate has fewer) are left out: the first min(len) are paired."""
+    document of each window (1-D or per length; None: independent units); tokens: each window's
+    scored predictions (the same shapes; None: equal). Windows the two do not share (a race's dropped
+    candidate has fewer) are left out: the first min(len) are paired."""
     xs, ys = _per_length(x), _per_length(y)
     if len(xs) != len(ys):
         raise ValueError(f"paired values need the same lengths, got {len(xs)} and {len(ys)}")
     ds = _per_length(docs, len(xs), labels=True) if docs is not None else [None] * len(xs)
+    ts = _per_length(tokens, len(xs), labels=True) if tokens is not None else [None] * len(xs)
     parts = []
-    for a, b, g in zip(xs, ys, ds):
+    for a, b, g, t in zip(xs, ys, ds, ts):
         n = min(a.size, b.size)
-        parts.append(paired_one(a[:n] - b[:n], list(g[:n]) if g is not None else None, phi, min_documents))
+        parts.append(paired_one(a[:n] - b[:n], list(g[:n]) if g is not None else None,
+                                None if t is None else list(t[:n]), min_documents))
     if len(parts) == 1:
         return parts[0]
     return combine(parts)
 
 
 def combine(parts: list[Paired]) -> Paired:
-    """The mean over lengths of per-length differences: se the mean of the se's (an upper bound), df the smallest."""
+    """The mean over lengths of per-length differences: se the mean of the se's (an upper bound), df the
+    smallest. A length without units (no key predictions there) is left out, as the estimand leaves it out."""
+    parts = [p for p in parts if p.n > 0] or parts
+    if len(parts) == 1:
+        return parts[0]
     n = min(p.n for p in parts)
     if any(p.diff is None for p in parts):
         return Paired(None, None, None, n, "diverged" if any(p.inference == "diverged" for p in parts) else "none",
@@ -238,7 +241,7 @@ def combine(parts: list[Paired]) -> Paired:
     diff = float(np.mean([p.diff for p in parts]))
     if any(p.se is None for p in parts):
         return Paired(diff, None, None, n, "none", lengths=len(parts))
-    order = ["documents", "units", "windows"]  # least general last
+    order = ["documents", "units", "document units", "windows"]  # least general last
     inference = max((p.inference for p in parts), key=order.index)
     return Paired(diff, float(np.mean([p.se for p in parts])), float(min(p.df for p in parts)), n, inference,
                   min(p.documents or 0 for p in parts) or None, lengths=len(parts))

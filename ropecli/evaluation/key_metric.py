@@ -3,8 +3,9 @@ mask, the same for every schedule), from the per-prediction NLL the cache keeps 
 
 Per window: key NLL = mean NLL over its key predictions among the scored ones (all T-1, or the last
 `score_last`); a window with no key prediction has none (it is left out of the pairing, for every
-schedule alike: the mask depends on the tokens only). Overall: key PPL = exp(total key NLL / total key
-predictions), its standard error from the spread of the per-window means (as PPL's, `results`).
+schedule alike: the mask depends on the tokens only). Overall: key PPL = exp(the estimand,
+`ropecli.evaluation.estimand`: per document the key NLL pooled over its key predictions, the mean
+over documents), its standard error under the verdicts' inference (as PPL's, `results`).
 The per-prediction NLL is stored in float16 (`token_losses.encode_tokens`): a key NLL read from it
 differs from the float64 sum by less than 3e-4 relative (2^-12 per term; `tests/test_key_metric.py`).
 """
@@ -32,20 +33,24 @@ def window_key_sums(per_window: list[tuple], masks: list[np.ndarray], score_last
     return out
 
 
-def key_fields(sums: list[tuple[float, int]] | None, rule: str | None) -> dict:
-    """The key-token fields of a PplResult from `window_key_sums` (all None without them)."""
+def key_fields(sums: list[tuple[float, int]] | None, rule: str | None, names: list[str] | None = None) -> dict:
+    """The key-token fields of a PplResult from `window_key_sums` (all None without them); `names`: each
+    window's document (None: one document)."""
+    from ropecli.evaluation.estimand import estimate
+    from ropecli.evaluation.results import estimate_se
+
     if sums is None or rule is None:
         return {"key_rule": rule, "key_ppl": None, "key_nll": None, "key_ppl_err": None, "key_tokens": None,
                 "window_key_nll": None, "window_key_tokens": None}
     count = sum(n for _, n in sums)
     means = [s / n if n else None for s, n in sums]
-    nll = sum(s for s, _ in sums) / count if count else None
+    kept = [i for i, (_, n) in enumerate(sums) if n]
+    docs = [names[i] for i in kept] if names is not None else None
+    scored = np.array([means[i] for i in kept], dtype=np.float64)
+    nll = estimate(scored, docs, [sums[i][1] for i in kept]) if count else None
     finite = nll is not None and math.isfinite(nll)
     ppl = math.exp(nll) if finite and nll < 700 else (None if nll is None else math.inf)
-    scored = np.array([m for m in means if m is not None], dtype=np.float64)
-    err = None
-    if finite and len(scored) > 1 and np.all(np.isfinite(scored)):
-        err = ppl * float(np.std(scored, ddof=1)) / math.sqrt(len(scored))
+    err = estimate_se(scored, docs, [sums[i][1] for i in kept], ppl) if finite else None
     return {"key_rule": rule, "key_ppl": ppl, "key_nll": nll if finite else (None if nll is None else math.inf),
             "key_ppl_err": err, "key_tokens": count,
             "window_key_nll": [None if m is None else (float(m) if math.isfinite(m) else None) for m in means],

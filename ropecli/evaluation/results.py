@@ -5,8 +5,10 @@ per-prompt answer NLL for passkey, per-window mean KL for kl; lower is better), 
 statistics read (`ropecli.evaluation.stats`). `to_json()` is the shape printed by `--json` and kept in
 the cache; `from_json` reads it back (entries written before `metric` was stored on ppl included).
 
-PPL = exp(total NLL / total scored tokens); `ppl_err` is the standard error from the spread across
-windows: ppl * std(per-window mean NLL) / sqrt(windows) (delta method; None for one window).
+PPL = exp(the estimand, `ropecli.evaluation.estimand`: the mean over documents of each document's NLL
+per scored token); `ppl_err` = ppl * its standard error under the inference the verdicts use
+(`ropecli.evaluation.inference.paired_one`; delta method; None where it has none). Key PPL the same
+on the key predictions.
 """
 
 from __future__ import annotations
@@ -41,6 +43,11 @@ class EvalResult:
     def values(self) -> list[float]:
         """Per-unit values that pair across schedules (lower is better); inf where a unit diverged."""
         return [math.inf if v is None else float(v) for v in getattr(self, self.paired)]
+
+    @property
+    def weights(self) -> list | None:
+        """Each unit's weight in the estimand where units differ (key PPL: key predictions); None: equal."""
+        return None
 
     @property
     def clusters(self) -> list[str] | None:
@@ -105,6 +112,15 @@ class PplResult(EvalResult):
     def key_clusters(self) -> list[str]:
         return [self.windows[i] for i in self._with_keys()]
 
+    def key_weights(self) -> list[int]:
+        """The key predictions of each window with key predictions: the estimand's weights."""
+        return [int(self.window_key_tokens[i]) for i in self._with_keys()]
+
+    @property
+    def weights(self) -> list | None:
+        """Each unit's scored predictions where they differ between units (None: equal)."""
+        return None
+
 
 @dataclass(kw_only=True)
 class KeyPplResult(PplResult):
@@ -119,6 +135,10 @@ class KeyPplResult(PplResult):
     @property
     def clusters(self) -> list[str] | None:
         return self.key_clusters()
+
+    @property
+    def weights(self) -> list | None:
+        return self.key_weights()
 
 
 @dataclass(kw_only=True)
@@ -171,21 +191,31 @@ def summarize_ppl(spec: Spec, sched: Schedule, geom: Geometry, length: int, per_
     the key-token fields (`key_metric.key_fields`); metric "key-ppl" gives a KeyPplResult."""
     import numpy as np
 
+    from ropecli.evaluation.estimand import estimate
+
     tokens = sum(v[1] for v in per_window)
     means = np.array([v[0] / v[1] for v in per_window])
-    nll = sum(v[0] for v in per_window) / tokens
-    if not math.isfinite(nll):
-        nll = math.inf
+    nll = estimate(means, names, [v[1] for v in per_window])
     ppl = math.exp(nll) if nll < 700 else math.inf
-    err = None
-    if len(means) > 1 and np.all(np.isfinite(means)) and math.isfinite(ppl):
-        err = ppl * float(np.std(means, ddof=1)) / math.sqrt(len(means))
+    err = estimate_se(means, names, [v[1] for v in per_window], ppl)
     by_window = position_means(per_window, length)
     cls = KeyPplResult if metric == "key-ppl" else PplResult
     return cls(**_head(spec, sched, geom, length, seconds), **(keys or {}), ppl=ppl, nll=nll, tokens=tokens, ppl_err=err,
                      window_nll=[_finite(m) for m in means], windows=names,
                      window_position_nll=None if by_window is None else [[_finite(x) for x in w] for w in by_window],
                      position_nll=None if by_window is None else [_finite(x) for x in by_window.mean(axis=0)])
+
+
+def estimate_se(means, names: list | None, tokens: list, ppl: float) -> float | None:
+    """ppl * the standard error of the estimand (delta method) under the verdicts' inference; None without one."""
+    import numpy as np
+
+    from ropecli.evaluation.inference import paired_one
+
+    if not math.isfinite(ppl) or len(means) < 2:
+        return None
+    p = paired_one(np.asarray(means, dtype=np.float64), names, tokens)
+    return ppl * p.se if p.se is not None else None
 
 
 def position_means(per_window: list[tuple], length: int):

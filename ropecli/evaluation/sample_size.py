@@ -3,14 +3,14 @@ windows of these documents, or more documents), under the variance model the inf
 (`ropecli.evaluation.inference`). Decided means shown worse when the true gap is the observed one, or
 shown equivalent when it is smaller, each with 80% power at the comparison's level; the t quantiles
 use the df the model would have with that many units (Satterthwaite's for the windows inference).
+Projections keep each document's per-window variance; windows spread round-robin over the documents.
 """
 
 from __future__ import annotations
 
 import math
 
-from ropecli.evaluation.inference import (MARGIN, MAX_SERIAL_CORRELATION, POWER, Paired, satterthwaite_traces, corr_sum,
-                                          t_upper)
+from ropecli.evaluation.inference import MARGIN, POWER, Paired, t_upper
 
 
 def projected(p: Paired, windows: int | None = None, documents: int | None = None) -> tuple[float | None, float | None]:
@@ -21,18 +21,18 @@ def projected(p: Paired, windows: int | None = None, documents: int | None = Non
     n = windows or p.n
     if p.inference == "units":
         return p.se * math.sqrt(p.n / max(n, 1)), n - 1.0
-    if p.inference == "windows" and p.sigma2 is not None:
+    if p.inference == "windows" and p.doc_var:
         G = p.documents or 1
-        counts = tuple(m for m in _spread(n, G) if m)
-        trace, trace2 = satterthwaite_traces(counts, MAX_SERIAL_CORRELATION)
-        var = p.sigma2 / G ** 2 * sum(corr_sum(m, MAX_SERIAL_CORRELATION) / m ** 2 for m in counts)
-        return math.sqrt(var), trace ** 2 / trace2
-    if p.inference == "documents":
+        counts = [max(m, 1) for m in _spread(n, G)]
+        v = [s2 / m for s2, m in zip(p.doc_var, counts)]
+        dof = sum(x * x / max(m - 1, 1) for x, m in zip(v, counts))
+        return math.sqrt(sum(v)) / G, (sum(v) ** 2 / dof if dof > 0 else float(n - G))
+    if p.inference in ("documents", "document units"):
         G = documents or p.documents
-        if p.sigma2 is None:
+        if p.sigma2 is None or p.tau2 is None:
             return p.se * math.sqrt((p.documents or 1) / G), G - 1.0
         per_doc = max(1, n // G)
-        return math.sqrt((p.tau2 + p.sigma2 * corr_sum(per_doc, MAX_SERIAL_CORRELATION) / per_doc ** 2) / G), G - 1.0
+        return math.sqrt((p.tau2 + p.sigma2 / per_doc) / G), G - 1.0
     return None, None
 
 
@@ -58,7 +58,7 @@ def units_needed(p: Paired, a: float, margin: float = MARGIN, power: float = POW
             return False
         return max(gap, margin - gap) >= (t_upper(df, a) + t_upper(df, 1 - power)) * se
 
-    if p.inference == "documents":
+    if p.inference in ("documents", "document units"):
         if not decides(projected(p, windows=10 ** 6)):  # more windows of these documents: the document spread stays
             G = p.documents
             while G < limit and not decides(projected(p, windows=p.n * G // p.documents, documents=G)):

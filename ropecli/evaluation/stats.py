@@ -73,12 +73,13 @@ def answer(rec: dict, p: Paired, margin: float, level: float, capacity: int | No
 
 
 def paired_difference(x, y, clusters: list | None = None, margin: float = MARGIN, level: float = ONE_SIDED,
-                      capacity: int | None = None) -> dict:
+                      capacity: int | None = None, weights: list | None = None) -> dict:
     """x - y over paired units: {diff, se, half_width, verdict, inference, …} (nats when x, y are NLLs);
-    `clusters`: the source document of each unit (per length, or one list; None: independent units)."""
+    `clusters`: the source document of each unit (per length, or one list; None: independent units);
+    `weights`: each unit's scored predictions where they differ (key PPL), the estimand's weights."""
     if not len(x) or not len(y):
         raise ValueError("paired values need at least one unit on each side")
-    return describe(paired(x, y, clusters), margin, level, capacity)  # pairs the windows both have: the first ones
+    return describe(paired(x, y, clusters, tokens=weights), margin, level, capacity)  # the windows both have: the first ones
 
 
 def tie_answer(p: dict, unit: str = "windows") -> str:
@@ -88,27 +89,37 @@ def tie_answer(p: dict, unit: str = "windows") -> str:
 
 
 def rank_against_best(values: dict, clusters: list | None = None, margin: float = MARGIN,
-                      level: float | None = None) -> dict:
-    """label -> paired difference to the best label (the lowest mean), with `best`, its verdict and `tied`
-    (shown equivalent; the best is tied with itself). Verdicts at one-sided `level`, by default
-    0.025 / (K - 1): 95% for the table as a whole. Labels scored on fewer windows (dropped by a race)
-    pair on the windows they share, the first ones; the best is chosen among those scored on the most."""
-    finite = {k: v for k, v in values.items() if np.all(np.isfinite(np.asarray(v, dtype=np.float64)))}
+                      level: float | None = None, weights: list | None = None) -> dict:
+    """label -> paired difference to the best label (the lowest estimand, `ropecli.evaluation.estimand`:
+    the number every Δ is a difference of), with `best`, its verdict and `tied` (shown equivalent; the
+    best is tied with itself). Verdicts at one-sided `level`, by default 0.025 / (K - 1): 95% for the
+    table as a whole. Labels scored on fewer windows (dropped by a race) pair on the windows they
+    share, the first ones; the best is chosen among those scored on the most."""
+    from ropecli.evaluation.estimand import over_lengths
+
+    finite = {k: v for k, v in values.items() if np.all(np.isfinite(_flat(v)))}
     if not finite:
         return {k: {"best": False, "tied": False, "diff": None, "se": None, "half_width": None, "n": len(v),
                     "verdict": "worse", "distinguishable": True} for k, v in values.items()}
-    size = lambda v: np.asarray(v).shape[-1]  # noqa: E731
+    size = lambda v: _flat(v).size  # noqa: E731
     most = max(size(v) for v in finite.values())
-    best = min((k for k, v in finite.items() if size(v) == most), key=lambda k: float(np.mean(finite[k])))
+    best = min((k for k, v in finite.items() if size(v) == most), key=lambda k: over_lengths(finite[k], clusters, weights))
     level = level if level is not None else ONE_SIDED / max(len(values) - 1, 1)
     out = {}
     for k, v in values.items():
-        out[k] = {**paired_difference(v, values[best], clusters, margin, level), "best": k == best}
+        out[k] = {**paired_difference(v, values[best], clusters, margin, level, weights=weights), "best": k == best}
         out[k]["tied"] = k == best or out[k]["verdict"] == "equivalent"
         if k == best:
             out[k].update(verdict="best", answer="best")
             out[k].pop("needs", None)
     return out
+
+
+def _flat(v) -> np.ndarray:
+    """Per-unit values, one vector or per length (ragged allowed), as one float vector."""
+    if len(v) and np.ndim(v[0]) == 1:
+        return np.concatenate([np.asarray(r, dtype=np.float64) for r in v]) if len(v) else np.zeros(0)
+    return np.asarray(v, dtype=np.float64)
 
 
 def mean_over_lengths(per_length: list[list[float]]) -> list[float]:
@@ -127,7 +138,8 @@ def attach_paired(results: list, margin: float = MARGIN) -> list[dict]:
     out = [r.to_json() for r in results]
     for idx in groups.values():
         widest = max(idx, key=lambda i: len(results[i].values))  # its windows' documents cover every other's
-        ranked = rank_against_best({i: results[i].values for i in idx}, results[widest].clusters, margin)
+        ranked = rank_against_best({i: results[i].values for i in idx}, results[widest].clusters, margin,
+                                   weights=results[widest].weights)
         best = next(i for i in idx if ranked[i]["best"])
         keyed = key_ranking([results[i] for i in idx], margin) if results[idx[0]].metric == "ppl" else None
         for j, i in enumerate(idx):
@@ -147,7 +159,8 @@ def key_ranking(results: list, margin: float = MARGIN) -> list[dict] | None:
     if any(not v for v in values):
         return None
     widest = max(range(len(results)), key=lambda i: len(values[i]))
-    ranked = rank_against_best(dict(enumerate(values)), results[widest].key_clusters(), margin)
+    ranked = rank_against_best(dict(enumerate(values)), results[widest].key_clusters(), margin,
+                               weights=results[widest].key_weights())
     return [ranked[i] for i in range(len(results))]
 
 
@@ -185,7 +198,7 @@ def separation(values: dict, clusters: list | None = None) -> dict:
     values on the same units), |paired difference| / its standard error under the comparison's inference
     (`inference.paired`), and the median over the pairs. A larger ratio: a metric that separates the
     schedules more on the same windows. Pairs with a non-finite value are left out."""
-    labels = [k for k, v in values.items() if np.all(np.isfinite(np.asarray(v, dtype=np.float64)))]
+    labels = [k for k, v in values.items() if np.all(np.isfinite(_flat(v)))]
     pairs = []
     for i, a in enumerate(labels):
         for b in labels[i + 1:]:

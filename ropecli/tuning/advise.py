@@ -190,7 +190,7 @@ def advise(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[int]
         constrained = any(c is not None for c in (max_short_kl, max_short_regression, min_passkey))
         races = race_candidates(m, specs, rows, racing, costs, breaks if constrained else None, margin, breaks)
     out = rank(list(rows.values()), lengths, breaks, *races, margin=margin,
-               measure="log key-token PPL" if metric == "key-ppl" else "log-PPL")
+               measure="log key-token PPL" if metric == "key-ppl" else "log-PPL", metric=metric)
     out["families"] = families(out["rows"])
     if out["families"]:
         out["verdict"] += f"; {out['families']['line']}"

@@ -118,7 +118,7 @@ def race_candidates(m: Measure, specs: dict[str, Spec], rows: dict[str, dict], r
 
     def score(name: str, n: int):
         rows[name].update(m.objective(specs[name], n))
-        return rows[name]["values"], rows[name]["docs"]
+        return rows[name]["values"], rows[name]["docs"], rows[name].get("weights")
 
     def eligible(name: str) -> bool:  # asked of a would-be leader: its constraints, measured once
         if breaks is None:

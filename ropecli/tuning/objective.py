@@ -87,7 +87,7 @@ class Scorer:
         short-context measurements (a point stopped early, a race's first rounds)."""
         rows = self.run([spec], self.lengths, self.objective, samples)
         entry = {"objective": mean_objective(rows), "windows": window_vector(rows), "values": window_values(rows),
-                 "docs": window_docs(rows), "cached": all(r.cached for r in rows)}
+                 "docs": window_docs(rows), "weights": window_weights(rows), "cached": all(r.cached for r in rows)}
         if self.objective in ("ppl", "key-ppl"):
             entry["ppl"] = {str(r.len): r.ppl for r in rows}
             entry["ppl_err"] = {str(r.len): r.ppl_err for r in rows}
@@ -96,6 +96,7 @@ class Scorer:
                 entry["key_ppl"] = {str(r.len): r.key_ppl for r in rows}
                 entry["key_ppl_err"] = {str(r.len): r.key_ppl_err for r in rows}
                 entry["key_rule"] = rows[0].key_rule
+                entry["also"] = other_metric(rows, self.objective)
         else:
             entry["answer_nll"] = {str(r.len): r.answer_nll for r in rows}
             entry["accuracy"] = {str(r.len): r.accuracy for r in rows}
@@ -116,10 +117,24 @@ class Scorer:
         return entry
 
 
-def mean_objective(rows: list[EvalResult]) -> float:
-    """Mean over lengths of log-PPL (= NLL per token), of log key-token PPL, or of the passkey answer NLL."""
-    values = [{"ppl": "nll", "key-ppl": "key_nll"}.get(r.metric) for r in rows]
-    values = [getattr(r, v) if v else r.answer_nll for r, v in zip(rows, values)]
+def other_metric(rows: list[EvalResult], objective: str) -> dict:
+    """The metric the objective is not, on the same windows (ppl ranks: key PPL; key-ppl ranks: PPL), as a
+    Scorer entry's `values`, `docs`, `weights` and `objective` (the estimand): what `advise` decides too."""
+    if objective == "key-ppl":
+        return {"metric": "ppl", "objective": mean_objective(rows, "ppl"), "docs": [list(r.windows) for r in rows],
+                "values": [[math.inf if v is None else float(v) for v in r.window_nll] for r in rows], "weights": None}
+    return {"metric": "key-ppl", "objective": mean_objective(rows, "key-ppl"), "values": [r.key_values() for r in rows],
+            "docs": [r.key_clusters() for r in rows], "weights": [r.key_weights() for r in rows]}
+
+
+def mean_objective(rows: list[EvalResult], metric: str | None = None) -> float:
+    """The estimand (`ropecli.evaluation.estimand`) over lengths: log-PPL (= NLL per token), log key-token PPL
+    (`metric` "key-ppl" reads a ppl result's keys), or the passkey answer NLL."""
+    fields = [{"ppl": "nll", "key-ppl": "key_nll"}.get(metric or r.metric) for r in rows]
+    if "key_nll" in fields:  # a length without key predictions (no far repeat within it) is left out
+        rows = [r for r in rows if r.key_tokens != 0] or rows
+        fields = ["key_nll"] * len(rows)
+    values = [getattr(r, v) if v else r.answer_nll for r, v in zip(rows, fields)]
     values = [math.inf if v is None else v for v in values]
     return float(sum(values) / len(values))
 
@@ -128,6 +143,12 @@ def window_values(rows: list[EvalResult]) -> list[list[float]]:
     """The candidate's per-window (per-prompt) values at each length, [length][window]: what the paired
     inference reads, length by length (`ropecli.evaluation.inference.paired`)."""
     return [r.values for r in rows]
+
+
+def window_weights(rows: list[EvalResult]) -> list[list[int]] | None:
+    """Each window's weight in the estimand at each length where windows differ (key PPL: key predictions)."""
+    weights = [r.weights for r in rows]
+    return None if any(w is None for w in weights) else weights
 
 
 def window_docs(rows: list[EvalResult]) -> list[list[str]] | None:
@@ -146,7 +167,8 @@ def pair(x: dict, y: dict, level: float | None = None, capacity: int | None = No
     docs = x.get("docs") or y.get("docs")
     if docs is None and (x.get("clusters") or y.get("clusters")):
         docs = [x.get("clusters") or y.get("clusters")]
-    return paired_difference(xv, yv, docs, level=ONE_SIDED if level is None else level, capacity=capacity)
+    return paired_difference(xv, yv, docs, level=ONE_SIDED if level is None else level, capacity=capacity,
+                             weights=x.get("weights") or y.get("weights"))
 
 
 def window_vector(rows: list[EvalResult]) -> list[float]:

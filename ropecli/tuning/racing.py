@@ -4,8 +4,9 @@ halving's doubling rounds).
 
 Every candidate is scored on the same windows in rounds: windows 1…n_1, then 1…n_2, … (`looks`,
 doubling from `start` to `max_windows`); a round costs only its new windows (the per-window cache).
-After each round the leader is the eligible candidate with the lowest mean (`eligible`, asked lazily:
-the constraints of `ropecli advise`), and every other candidate c gets one verdict against it:
+After each round the leader is the eligible candidate with the lowest estimate (the estimand of
+`ropecli.evaluation.estimand`, the number every verdict's Δ is a difference of; `eligible`, asked
+lazily: the constraints of `ropecli advise`), and every other candidate c gets one verdict against it:
 
     equivalent  (1 - a) bounds of mean(c - leader) inside ±margin    -> stays, may win the tie-break
     worse       lower (1 - a) bound of mean(c - leader) > 0, and not equivalent -> dropped (keeps its windows)
@@ -25,7 +26,8 @@ A candidate whose true gap to the leader exceeds the margin is called equivalent
 most a_r per test, so at most alpha over the race. Both rest on the paired inference holding at level a
 for the data at hand (documents or windows inference: `ropecli.evaluation.inference`); the
 simulation in benchmarks/bench_verdicts.py (and tests/test_verdicts.py) checks the drop rate over
-fields of 2-10 candidates, 1-20 documents, serial correlation up to 0.8 and skewed document effects.
+fields of 2-10 candidates, 1-20 documents, serial correlation up to 0.99, drift along the documents
+and skewed document effects.
 
 With fewer than MIN_DOCUMENTS documents the first look covers every document (`race_start`), so the
 estimand, the mean over *these* documents, is the same at every look.
@@ -39,6 +41,7 @@ from typing import Callable
 
 import numpy as np
 
+from ropecli.evaluation.estimand import over_lengths
 from ropecli.evaluation.inference import CONFIDENCE, MARGIN, MIN_DOCUMENTS, Paired, paired, t_upper
 from ropecli.evaluation.sample_size import projected_se
 from ropecli.evaluation.stats import describe
@@ -75,6 +78,7 @@ class Entrant:
     name: str
     values: list = field(default_factory=list)  # per-window objective (or per length: [length][window])
     clusters: list | None = None  # source document of each window (None: independent units)
+    tokens: list | None = None  # scored predictions of each window (None: equal; key PPL: key predictions)
     dropped_round: int | None = None  # 1-based round in which it was dropped
     excluded: bool = False  # not eligible (a constraint), whatever its score
     vs_leader: dict | None = None  # its last comparison with the leader
@@ -86,22 +90,22 @@ class Entrant:
 
     @property
     def mean(self) -> float:
-        v = np.asarray(self.values, dtype=np.float64)
-        if v.size == 0 or not np.all(np.isfinite(v)):
-            return math.inf
-        return float(v.mean(axis=-1).mean()) if v.ndim == 2 else float(v.mean())
+        """The estimand on its windows (`ropecli.evaluation.estimand.over_lengths`): what verdicts difference."""
+        return over_lengths(self.values, self.clusters, self.tokens) if len(self.values) else math.inf
 
 
 def diverged_worse(x, y) -> bool:
     """A diverged candidate (inf somewhere) against a finite leader, on the windows both have, is out."""
-    a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    n = min(a.shape[-1], b.shape[-1])
-    return bool(np.isfinite(b[..., :n]).all() and not np.isfinite(a[..., :n]).all())
+    xs = [x] if len(x) and np.ndim(x[0]) == 0 else x
+    ys = [y] if len(y) and np.ndim(y[0]) == 0 else y
+    pairs = [(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)) for a, b in zip(xs, ys)]
+    pairs = [(a[:min(a.size, b.size)], b[:min(a.size, b.size)]) for a, b in pairs]
+    return all(np.isfinite(b).all() for _, b in pairs) and not all(np.isfinite(a).all() for a, _ in pairs)
 
 
-def worse_test(x, y, clusters: list | None, alpha: float) -> dict:
+def worse_test(x, y, clusters: list | None, alpha: float, tokens=None) -> dict:
     """Is x significantly worse (higher) than y, paired, one-sided at `alpha`? {diff, se, lower, worse}."""
-    p = paired(x, y, clusters)
+    p = paired(x, y, clusters, tokens=tokens)
     if p.diff is None:
         return {"diff": None, "se": None, "lower": None, "n": p.n, "worse": diverged_worse(x, y)}
     return {"diff": p.diff, "se": p.se, "lower": p.lower(alpha), "n": p.n, "worse": p.worse(alpha) if p.se is not None
@@ -109,9 +113,9 @@ def worse_test(x, y, clusters: list | None, alpha: float) -> dict:
 
 
 def judge(x, y, clusters, margin: float, level: float, capacity: int | None = None,
-          explain: bool = False) -> tuple[str, dict]:
+          explain: bool = False, tokens=None) -> tuple[str, dict]:
     """x against the leader y at one-sided `level`: (verdict, its record; `explain`: with what would decide it)."""
-    p = paired(x, y, clusters)
+    p = paired(x, y, clusters, tokens=tokens)
     rec = describe(p, margin, level, capacity, explain)
     if p.diff is None:
         return ("worse" if diverged_worse(x, y) else "undecided"), rec
@@ -137,7 +141,8 @@ def race(score: Callable[[str, int], tuple[list, list | None]], names: list[str]
          grow: float = 2.0, on_round: Callable[[int, int, list[str]], None] = lambda r, n, alive: None,
          capacity: int | None = None) -> dict:
     """Race `names`: `score(name, n)` gives a candidate's per-window objective on windows 1…n (lower is
-    better; per length [length][window], or one vector) and their documents; `capacity`: the windows the
+    better; per length [length][window], or one vector), their documents and optionally each window's
+    scored predictions (the estimand's weights: key PPL's key predictions); `capacity`: the windows the
     text holds (what an undecided candidate's answer compares its need with). Returns the race's record."""
     plan = looks(start, max_windows, grow)
     K = len(names)
@@ -150,7 +155,9 @@ def race(score: Callable[[str, int], tuple[list, list | None]], names: list[str]
         alive = [e for e in field_.values() if e.alive]
         on_round(r, n, [e.name for e in alive])
         for e in alive:
-            e.values, e.clusters = score(e.name, n)
+            scored = score(e.name, n)
+            e.values, e.clusters = scored[0], scored[1]
+            e.tokens = scored[2] if len(scored) > 2 else None
         leader = None
         for e in sorted(alive, key=lambda e: e.mean):  # the best eligible candidate leads
             if eligible(e.name):
@@ -166,7 +173,7 @@ def race(score: Callable[[str, int], tuple[list, list | None]], names: list[str]
             if e is leader or e.excluded:
                 continue
             e.verdict, e.vs_leader = judge(e.values, leader.values, e.clusters or leader.clusters, margin, level,
-                                           capacity)
+                                           capacity, tokens=e.tokens or leader.tokens)
             if e.verdict == "worse":
                 e.dropped_round = r
                 dropped.append(e.name)
@@ -178,14 +185,15 @@ def race(score: Callable[[str, int], tuple[list, list | None]], names: list[str]
         if not undecided:
             stop = "decided"
             break
-        if r < len(plan) and all(futile(paired(e.values, leader.values, e.clusters or leader.clusters), level,
+        if r < len(plan) and all(futile(paired(e.values, leader.values, e.clusters or leader.clusters,
+                                               tokens=e.tokens or leader.tokens), level,
                                         levels[-1], margin, max_windows) for e in undecided):
             stop = "futile"
             break
     for e in field_.values():  # the last look's verdicts, with what would decide the undecided ones
         if e.alive and e is not leader and leader is not None:
             e.verdict, e.vs_leader = judge(e.values, leader.values, e.clusters or leader.clusters, margin, level,
-                                           capacity, explain=True)
+                                           capacity, explain=True, tokens=e.tokens or leader.tokens)
     out = summarize(field_, leader, rounds, stop, plan, level, alpha, margin)
     out.update(test_levels=levels, capacity=capacity)
     return out
@@ -198,7 +206,7 @@ def summarize(field_: dict, leader: Entrant | None, rounds: list, stop: str, pla
     for e in field_.values():
         status = ("leader" if e is leader else "excluded" if e.excluded else
                   f"dropped in round {e.dropped_round}" if e.dropped_round else e.verdict or "undecided")
-        rows[e.name] = {"windows": len(e.values[0]) if e.values and np.ndim(e.values[0]) == 1 else len(e.values),
+        rows[e.name] = {"windows": max(map(len, e.values)) if e.values and np.ndim(e.values[0]) == 1 else len(e.values),
                         "mean": e.mean, "status": status, "dropped_round": e.dropped_round, "vs_leader": e.vs_leader}
     equivalent = [n for n, r in rows.items() if r["status"] == "equivalent"]
     undecided = [n for n, r in rows.items() if r["status"] == "undecided"]
@@ -234,7 +242,7 @@ def race_specs(run, specs: list, lengths: list[int], metric: str, *, start: int,
     objective of window i being its mean over `lengths`. `run` is an `ropecli.tuning.objective.Evaluate`.
     Returns every schedule's EvalResults on the windows it got (spec-major, as `run` gives them) and the
     race's record."""
-    from ropecli.tuning.objective import window_docs, window_values
+    from ropecli.tuning.objective import window_docs, window_values, window_weights
 
     by_label = {s.label: s for s in specs}
     latest: dict[str, list] = {}
@@ -242,7 +250,7 @@ def race_specs(run, specs: list, lengths: list[int], metric: str, *, start: int,
     def score(label: str, n: int):
         latest[label] = run([by_label[label]], lengths, metric, n)
         rows = latest[label]
-        return window_values(rows), window_docs(rows)  # what a Scorer pairs candidates on
+        return window_values(rows), window_docs(rows), window_weights(rows)  # what a Scorer pairs candidates on
 
     record = race(score, list(by_label), start=start, max_windows=max_windows, margin=margin, on_round=on_round)
     return [r for s in specs for r in latest[s.label]], record

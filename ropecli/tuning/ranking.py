@@ -10,25 +10,32 @@ from ropecli.errors import RopeCliError
 from ropecli.evaluation.inference import MARGIN
 from ropecli.evaluation.stats import ONE_SIDED
 from ropecli.tuning.objective import pair
+from ropecli.tuning.other_metric import decide_other
 
+OTHER = ("5. the other metric (key-token PPL; PPL with --metric key-ppl) decided on the same windows: if the winner "
+         "is shown worse on it than its best by more than the margin, the metrics disagree and the verdict leads with "
+         "what each choice costs")
 RULE = ("1. out: a candidate breaking --max-short-kl, --max-short-regression or --min-passkey; "
-        "2. the best: the lowest mean log-PPL over the target lengths on held-out windows; "
+        "2. the best: the lowest log-PPL on held-out windows (the estimand: the mean over documents of each one's "
+        "log-PPL, the mean over the target lengths); "
         "3. every other candidate judged against it, paired, at 95% for the whole ranking (one-sided 0.025/(K-1)): "
         "shown worse, shown equivalent (interval inside ±margin) or undecided; "
         "4. the winner: the candidate with the smallest short-context cost (mean KL against the unscaled model at L) "
         "among the best and those shown equivalent to it; undecided candidates rank by their point estimate and never "
-        "win a tie-break")
+        "win a tie-break; " + OTHER)
 RULE_RACED = ("1. out: a candidate breaking --max-short-kl, --max-short-regression or --min-passkey; "
-              "2. raced on held-out windows by mean log-PPL over the target lengths: after each round every candidate is "
+              "2. raced on held-out windows by log-PPL (the estimand: the mean over documents of each one's log-PPL, the "
+              "mean over the target lengths): after each round every candidate is "
               "judged against the leader, paired, one-sided at 0.05 w_r/(K-1) at look r (w_r proportional to 1/r, summing to 1: "
               "95% for the whole race): shown worse "
               "(dropped), shown equivalent (interval inside ±margin) or undecided (doubled windows, up to --max-windows); "
               "3. the winner: the smallest short-context cost (a KL race within L) among the leader and the eligible "
-              "candidates shown equivalent to it; undecided candidates rank by their point estimate and never win a tie-break")
+              "candidates shown equivalent to it; undecided candidates rank by their point estimate and never win a tie-break; "
+              + OTHER)
 
 
 def rank(rows: list[dict], lengths: list[int], breaks, ppl_race: dict | None, kl_race: dict | None,
-         margin: float = MARGIN, measure: str = "log-PPL") -> dict:
+         margin: float = MARGIN, measure: str = "log-PPL", metric: str = "ppl") -> dict:
     """The rule on measured rows (`measure`: the objective in words): constraints; the best by mean log-PPL; every other eligible candidate
     judged against it (worse / equivalent within ±margin / undecided, at the race's corrected level, or
     0.025 / (K - 1) unraced: a 95% statement for the whole ranking); the tie-break (least KL within L)
@@ -51,8 +58,6 @@ def rank(rows: list[dict], lengths: list[int], breaks, ppl_race: dict | None, kl
         r["vs_best"] = {**pair(r, best, level, capacity), "best": r is best}
         r["verdict"] = ("best" if r is best else "excluded" if r["excluded"] else
                         "worse" if ppl_race is not None and r["race"].get("dropped_round") else r["vs_best"]["verdict"])
-        if r["verdict"] == "better":  # better than the best on shared windows: a race's survivor on fewer windows
-            r["verdict"] = "undecided"
         r["tied"] = r["verdict"] in ("best", "equivalent")
     tied = [r for r in eligible if r["tied"]]
     by_kl = lambda r: (r.get("short_kl", math.inf), r["objective"])  # noqa: E731
@@ -67,6 +72,13 @@ def rank(rows: list[dict], lengths: list[int], breaks, ppl_race: dict | None, kl
         r["rank"] = i
     others = [r["candidate"] for r in tied if r is not winner]
     undecided = [r["candidate"] for r in eligible if r["verdict"] == "undecided"]
+    both = decide_other(rows, winner, metric, margin, level)
+    words = verdict(winner, best, [r for r in eligible if r is not best], excluded, lengths, ppl_race, margin, measure)
+    regret = regret_bound(winner, [r for r in alive if r is not winner], level, ppl_race)
+    if regret:
+        words += f"; {regret['line']}"
+    if both:
+        words = f"{both['line']}. {words}" if both["disagree"] else f"{words}; {both['line']}"
     return {"rows": rows, "winner": winner["candidate"], "winner_label": winner["label"],
             "winner_spec": {"method": winner["method"], "composed": winner.get("composed", False), "params": {p: v for p, v in winner["params"].items() if v is not None},
                             "log_n": winner["log_n"]},
@@ -74,8 +86,25 @@ def rank(rows: list[dict], lengths: list[int], breaks, ppl_race: dict | None, kl
             "undecided": undecided, "excluded": excluded, "margin": margin, "test_level": level,
             "inference": {k: best["vs_best"].get(k) for k in ("inference", "generalizes_to", "documents")} if len(rows) > 1
             else None,
-            "verdict": verdict(winner, best, [r for r in eligible if r is not best], excluded, lengths, ppl_race, margin, measure),
-            "race": ppl_race, "kl_race": kl_race}
+            "verdict": words, "other_metric": both, "regret": regret, "race": ppl_race, "kl_race": kl_race}
+
+
+def regret_bound(winner: dict, rivals: list[dict], level: float, ppl_race: dict | None) -> dict | None:
+    """What the equivalence guarantees against the true best: the largest upper (1 - level) bound of winner -
+    c over the candidates c still standing. The true best is among them unless the race dropped it (at most
+    the race's alpha), and each bound holds at 1 - level, so with probability at least 1 - alpha - K' level
+    the winner's estimand is at most that far above the true best's (0: shown the best)."""
+    if not rivals:
+        return None
+    bounds = [pair(winner, r, level).get("upper") for r in rivals]
+    if any(b is None for b in bounds):
+        return None
+    confidence = 1 - (ppl_race["alpha"] if ppl_race else 0.0) - level * len(rivals)
+    nats = max(0.0, max(bounds))
+    return {"nats": nats, "confidence": confidence, "line": (
+        f"guarantee: with {confidence:.0%} confidence {winner['candidate']} is at most {nats:.4f} nats of the "
+        f"estimand above the true best of the {len(rivals) + 1} candidates left (each bound one-sided at {level:.2g}"
+        + (f", plus the race's {ppl_race['alpha']:g} chance of dropping the true best)" if ppl_race else ")"))}
 
 
 def verdict(winner: dict, best: dict, others: list[dict], excluded: list[dict], lengths: list[int],

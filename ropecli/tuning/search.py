@@ -69,7 +69,7 @@ def run_search(run: Evaluate, held_out_run: Evaluate | None, geom: Geometry, met
             return None
         incumbent = min(full, key=lambda e: e["objective"])
         part = score(spec, samples=n0, guards=False)
-        test = worse_test(part["values"], incumbent["values"], part["docs"], SCREEN_ALPHA)
+        test = worse_test(part["values"], incumbent["values"], part["docs"], SCREEN_ALPHA, tokens=part.get("weights"))
         if not test["worse"] or test["lower"] is None:
             return None
         expect(-len(lengths), score.objective, windows - n0)  # the windows it did not take, at every length
