@@ -37,7 +37,11 @@ def hf_ppl_on_held_out(model_dir: str, length: int, first: int, count: int, long
     docs, _ = load_documents(None)
     win = sample_windows(docs, tokenize_documents(docs, tok), longest or length, count, 0, tok.bos_token_id, part=0)
     nll = [naive_window_nll(model, torch.from_numpy(row[:length])[None]) for row in win.ids]
-    return math.exp(sum(n for n, _ in nll) / sum(t for _, t in nll))
+    per_doc: dict = {}  # the estimand: each document's NLL per token, then the mean over documents
+    for (n, t), doc in zip(nll, win.names):
+        s, c = per_doc.get(doc, (0.0, 0))
+        per_doc[doc] = (s + n, c + t)
+    return math.exp(sum(s / c for s, c in per_doc.values()) / len(per_doc))
 
 
 @pytest.mark.parametrize("race", [[], ["--no-race"]])

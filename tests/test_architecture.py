@@ -29,7 +29,7 @@ def test_the_layer_contracts_hold():
 @pytest.mark.parametrize("module, line, broken", [
     ("rope/geometry.py", "from ropecli.tuning.search import run_search", "ropecli.rope is not allowed to import ropecli.tuning"),
     ("rope/methods.py", "import torch", "ropecli.rope is not allowed to import torch"),
-    ("tuning/advise.py", "import subprocess", "ropecli.tuning is not allowed to import subprocess"),
+    ("tuning/tournament.py", "import subprocess", "ropecli.tuning is not allowed to import subprocess"),
 ])
 def test_a_forbidden_import_breaks_a_contract(tmp_path, module, line, broken):
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")

@@ -6,18 +6,12 @@ import pytest
 from typer.testing import CliRunner
 
 from ropecli.cli.app import app
-from tiny_models import save_tiny
 
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return str(save_tiny(tmp_path_factory.mktemp("tiny") / "model"))
-
-
 @pytest.fixture()
-def text_file(tmp_path):
+def jsonl_file(tmp_path):
     p = tmp_path / "docs.jsonl"
     lines = [json.dumps({"text": ("To be, or not to be, that is the question. " * 12)[i:] + f" doc {i}"}) for i in range(4)]
     p.write_text("\n".join(lines))
@@ -28,8 +22,8 @@ def run(*args):
     return runner.invoke(app, list(args))
 
 
-def test_ppl_json(tiny_dir, text_file):
-    r = run("ppl", "--model", tiny_dir, "--data", text_file, "--len", "64", "--len", "256", "--method", "mixed",
+def test_ppl_json(tiny_dir, jsonl_file):
+    r = run("ppl", "--model", tiny_dir, "--data", jsonl_file, "--len", "64", "--len", "256", "--method", "mixed",
             "--samples", "2", "--json")
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
@@ -41,15 +35,15 @@ def test_ppl_json(tiny_dir, text_file):
         assert x["tokens"] == 2 * (x["len"] - 1)
         assert x["ppl"] == pytest.approx(2.718281828 ** x["nll"], rel=1e-9)
     # the second run comes from the cache, identical
-    again = json.loads(run("ppl", "--model", tiny_dir, "--data", text_file, "--len", "64", "--len", "256",
+    again = json.loads(run("ppl", "--model", tiny_dir, "--data", jsonl_file, "--len", "64", "--len", "256",
                            "--samples", "2", "--json").stdout)
     assert [x["ppl"] for x in again["results"]] == [x["ppl"] for x in data["results"]]
     assert all(x["cached"] for x in again["results"])
 
 
-def test_compare_table_json_and_plot(tiny_dir, text_file, tmp_path):
+def test_compare_table_json_and_plot(tiny_dir, jsonl_file, tmp_path):
     out = tmp_path / "ppl.png"
-    r = run("compare", "--model", tiny_dir, "--data", text_file, "--len", "64", "--len", "192",
+    r = run("compare", "--model", tiny_dir, "--data", jsonl_file, "--len", "64", "--len", "192",
             "--methods", "none,pi,ntk-fixed,mixed", "--b", "0.3", "--b", "0.625", "--samples", "2", "--json", "--plot", str(out))
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
@@ -59,7 +53,7 @@ def test_compare_table_json_and_plot(tiny_dir, text_file, tmp_path):
     at_L = {x["label"]: x["ppl"] for x in data["results"] if x["len"] == 64}
     assert len(set(at_L.values())) == 1  # k = 1 at L: every method is the unscaled model
     assert out.stat().st_size > 5000
-    r = run("compare", "--model", tiny_dir, "--data", text_file, "--len", "192", "--methods", "pi,mixed", "--samples", "2",
+    r = run("compare", "--model", tiny_dir, "--data", jsonl_file, "--len", "192", "--methods", "pi,mixed", "--samples", "2",
             "--with-and-without-log-n")
     assert r.exit_code == 0, r.output
     assert "pi+log-n" in r.output and "mixed(b=0.625)+log-n" in r.output
@@ -89,8 +83,8 @@ def test_bad_input(args, fragment, tiny_dir):
     assert "Traceback" not in r.output
 
 
-def test_too_little_text(tiny_dir, text_file):
-    r = run("ppl", "--model", tiny_dir, "--data", text_file, "--len", "100000")
+def test_too_little_text(tiny_dir, jsonl_file):
+    r = run("ppl", "--model", tiny_dir, "--data", jsonl_file, "--len", "100000")
     assert r.exit_code == 1 and "too little text" in r.output
 
 
@@ -105,7 +99,7 @@ def test_model_without_rope(tmp_path):
     assert r.exit_code == 1 and "no rotary position embedding" in r.output
 
 
-def test_nan_loss_is_inf(tiny_dir, text_file, tmp_path):
+def test_nan_loss_is_inf(tiny_dir, jsonl_file, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -114,19 +108,19 @@ def test_nan_loss_is_inf(tiny_dir, text_file, tmp_path):
         m.model.norm.weight.fill_(float("nan"))
     m.save_pretrained(tmp_path / "nan")
     AutoTokenizer.from_pretrained(tiny_dir).save_pretrained(tmp_path / "nan")
-    r = run("ppl", "--model", str(tmp_path / "nan"), "--data", text_file, "--len", "64", "--samples", "1", "--json")
+    r = run("ppl", "--model", str(tmp_path / "nan"), "--data", jsonl_file, "--len", "64", "--samples", "1", "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["results"][0]["ppl"] is None  # inf in JSON is null
 
 
-def test_out_of_memory_is_one_clear_line(tiny_dir, text_file, monkeypatch):
+def test_out_of_memory_is_one_clear_line(tiny_dir, jsonl_file, monkeypatch):
     import ropecli.models.scoring as scoring
 
     def oom(*a, **k):
         raise RuntimeError("CUDA out of memory. Tried to allocate 80.00 GiB")
 
     monkeypatch.setattr(scoring, "window_nll", oom)
-    r = run("ppl", "--model", tiny_dir, "--data", text_file, "--len", "64", "--no-cache")
+    r = run("ppl", "--model", tiny_dir, "--data", jsonl_file, "--len", "64", "--no-cache")
     assert r.exit_code == 1
     assert "out of memory at --len 64" in r.output and "--device-map auto" in r.output and "--chunk-size" in r.output
     assert "Traceback" not in r.output
@@ -142,9 +136,9 @@ def test_gguf_without_the_gguf_package(tmp_path, monkeypatch):
     assert r.exit_code == 1 and "pip install 'ropecli[gguf]'" in r.output and "Traceback" not in r.output
 
 
-def test_ppl_takes_the_shared_schedule_and_output_options(tiny_dir, text_file, tmp_path):
+def test_ppl_takes_the_shared_schedule_and_output_options(tiny_dir, jsonl_file, tmp_path):
     out = tmp_path / "ppl.png"
-    r = run("ppl", "--model", tiny_dir, "--data", text_file, "--len", "64", "--len", "128", "--method", "yarn",
+    r = run("ppl", "--model", tiny_dir, "--data", jsonl_file, "--len", "64", "--len", "128", "--method", "yarn",
             "--param", "beta_fast=16", "--samples", "1", "--plot", str(out), "--json")
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
@@ -152,7 +146,7 @@ def test_ppl_takes_the_shared_schedule_and_output_options(tiny_dir, text_file, t
     assert out.stat().st_size > 5000
 
 
-def test_progress_draws_only_on_a_terminal(tiny_dir, text_file, tmp_path):
+def test_progress_draws_only_on_a_terminal(tiny_dir, jsonl_file, tmp_path):
     """stderr to a file (a log, CI, nohup): the messages, one per line, and no progress frames or blank lines."""
     import os
     import subprocess
@@ -160,7 +154,7 @@ def test_progress_draws_only_on_a_terminal(tiny_dir, text_file, tmp_path):
 
     log = tmp_path / "log.txt"
     with open(log, "w") as err:
-        r = subprocess.run([sys.executable, "-m", "ropecli", "ppl", "--model", tiny_dir, "--data", text_file, "--len", "64",
+        r = subprocess.run([sys.executable, "-m", "ropecli", "ppl", "--model", tiny_dir, "--data", jsonl_file, "--len", "64",
                             "--samples", "2", "--cache-dir", str(tmp_path / "c")], stdout=subprocess.PIPE, stderr=err,
                            text=True, env={**os.environ, "COLUMNS": "120"})
     assert r.returncode == 0

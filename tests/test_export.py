@@ -23,11 +23,6 @@ def run(*args):
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return str(save_tiny(tmp_path_factory.mktemp("tiny") / "model"))
-
-
-@pytest.fixture(scope="module")
 def gemma_dir(tmp_path_factory):
     return str(save_tiny(tmp_path_factory.mktemp("gemma") / "model", "gemma3"))
 

@@ -18,21 +18,16 @@ runner = CliRunner()
 BARE = re.compile(r"Error: [A-Z][A-Za-z]*(Error|Exception)\b|Traceback|set ROPECLI_DEBUG")
 
 
-FAILURES: list[str] = []
-ANSWERED = 0  # malformed inputs answered so far
-
-
 def answered(r, args=None) -> str:
-    global ANSWERED
-    ANSWERED += 1
+    """The answer to one malformed input, asserted on the spot: one clear line, never a bare exception."""
     # CliRunner closes its stream after each call; a library logger still bound to an earlier one prints
     # "--- Logging error ---" with the logging module's own traceback: the harness's, not ropecli's output
     out = re.sub(r"--- Logging error ---.*?(?=\n[^ \n]|\Z)", "", r.output, flags=re.S)
     out = "\n".join(line for line in out.splitlines() if not line.startswith((" ", "Message:", "Arguments:", "Call stack:",
                                                                              "Traceback (most recent call last):",
                                                                              "ValueError: I/O operation on closed file")))
-    if BARE.search(out) or "Traceback" in out:
-        FAILURES.append((out.strip().splitlines()[-1] if out.strip() else "(empty)")[:160] + f"  <- {args}")
+    assert not (BARE.search(out) or "Traceback" in out), (
+        f"bare answer: {(out.strip().splitlines()[-1] if out.strip() else '(empty)')[:160]}  <- {args}")
     return out
 
 
@@ -122,6 +117,7 @@ def test_truncated_and_random_gguf(builtin_gguf, tmp_path):
         p = tmp_path / f"header{k}.gguf"
         p.write_bytes(b"GGUF" + (3).to_bytes(4, "little") + bytes(rng.randrange(256) for _ in range(64)))
         files.append(p)
+    assert len(files) == 28
     for p in files:  # 28 files x 4 commands
         args = ["ppl", "--backend", "llamacpp", "--model", str(p), "--len", "64", "--samples", "1", "--no-cache"]
         answered(runner.invoke(app, args), args)
@@ -158,7 +154,3 @@ def test_malformed_data_files(tmp_path):
         answered(runner.invoke(app, ["ppl", "--len", "64", "--data", str(p), "--no-cache"]), ["ppl", "--len", "64", "--data", str(p), "--no-cache"])
 
 
-def test_zz_no_bare_exception_anywhere():
-    assert ANSWERED >= 200, ANSWERED  # the fuzz ran: at least the 200 malformed inputs the issue asks for
-    print(f"{ANSWERED} malformed inputs answered")
-    assert not FAILURES, f"{len(FAILURES)} bare answers:\n" + "\n".join(sorted(set(FAILURES)))

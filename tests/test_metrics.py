@@ -22,13 +22,6 @@ def run(*args):
     return runner.invoke(app, list(args))
 
 
-@pytest.fixture()
-def text_file(tmp_path):
-    p = tmp_path / "docs.txt"
-    p.write_text(" ".join(f"Line {i} of a long plain text about nothing in particular." for i in range(120)))
-    return str(p)
-
-
 # --- prompts ----------------------------------------------------------------------------------
 
 def test_prompt_layout_depth_and_answer():

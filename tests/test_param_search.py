@@ -13,7 +13,6 @@ from ropecli.rope.geometry import Geometry
 from ropecli.rope.spec import make_spec
 from ropecli.tuning.optimizers import min_budget, optimize
 from ropecli.tuning.space import Dim, parse_vary, start_point
-from tiny_models import save_tiny
 
 runner = CliRunner()
 GEOM = Geometry(64, 1e4, 256, 8.0)  # the built-in model's geometry at 8 L
@@ -84,11 +83,6 @@ def test_min_budget():
 
 
 # --- held-out windows -----------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return str(save_tiny(tmp_path_factory.mktemp("tiny") / "model"))
-
 
 def test_held_out_windows_come_from_other_documents(tiny_dir):
     from ropecli.evaluation.cache import EvalCache

@@ -11,7 +11,6 @@ from typer.testing import CliRunner
 from ropecli.cli.app import app
 from ropecli.errors import RopeCliError
 from ropecli.tuning.optimizers import golden_section, grid_evaluations, interior_evaluations, local_maxima
-from tiny_models import save_tiny
 
 runner = CliRunner()
 
@@ -55,11 +54,6 @@ def test_bad_ranges(lo, hi, tol, fragment):
 
 
 # --- end to end ------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return str(save_tiny(tmp_path_factory.mktemp("tiny") / "model"))
-
 
 def search(tiny_dir, cache, *extra):
     return runner.invoke(app, ["search-b", "--model", tiny_dir, "--len", "192", "--samples", "2", "--tol", "0.05",

@@ -64,9 +64,11 @@ def test_expected_loss_is_each_length_evaluated_alone_under_the_runtime_rule(ser
         if runtime == "llamacpp" and method == "dynamic":
             assert r["unservable"] == "llama.cpp has no dynamic NTK"
             continue
-        alone = {n: ev.evaluate(by_hand(builtin, runtime, method, r["consistent"], n), n) for n in SHARES}
-        assert r["expected_nll"] == pytest.approx(sum(w * alone[n].nll for n, w in SHARES.items()), abs=1e-5)
-        per_window = [sum(w * alone[n].values[i] for n, w in SHARES.items()) for i in range(3)]
+        alone = {n: ev.evaluate(by_hand(builtin, runtime, method, r["consistent"], n), n, span=max(SHARES))  # the same windows' first n tokens
+                 for n in SHARES}
+        tokens = {n: w * n / sum(v * m for m, v in SHARES.items()) for n, w in SHARES.items()}  # each served token weighs the same
+        assert r["expected_nll"] == pytest.approx(sum(w * alone[n].nll for n, w in tokens.items()), abs=1e-5)
+        per_window = [sum(w * alone[n].values[i] for n, w in tokens.items()) for i in range(3)]
         assert np.allclose(r["values"], per_window, atol=1e-5)
 
 
@@ -151,13 +153,14 @@ def test_a_file_of_request_lengths_is_histogrammed(tmp_path):
     f.write_text("100\n130\n250\n260\n1000\n")
     w = parse_workload(str(f), 1024)
     assert w.shares == {128: 0.4, 256: 0.4, 1024: 0.2}
+    assert w.token_shares == pytest.approx({128: 51.2 / 358.4, 256: 102.4 / 358.4, 1024: 204.8 / 358.4})
     assert parse_workload(None, 512).shares == {512: 1.0}
 
 
 def test_advise_serves_its_candidates_per_runtime_and_exports_to_match(tmp_path):
     """advise --workload: a serving section over the candidates (on the first round's held-out windows), its
     tables in report.md, and each runtime's export the candidate and variant `runtime_pick` chose."""
-    from ropecli.tuning.tournament import runtime_pick
+    from ropecli.tuning.advise import runtime_pick
 
     out = tmp_path / "a"
     r = runner.invoke(app, ["advise", "--len", "512", "--candidates", "none,yarn,ntk-fixed,dynamic", "--samples", "2",
@@ -176,7 +179,7 @@ def test_advise_serves_its_candidates_per_runtime_and_exports_to_match(tmp_path)
 
 
 def test_runtime_pick_keeps_the_winner_unless_it_is_shown_worse():
-    from ropecli.tuning.tournament import runtime_pick
+    from ropecli.tuning.advise import runtime_pick
 
     def row(name, nll, verdict, consistent=True, safe=None):
         return {"name": name, "expected_nll": nll, "consistent": consistent, "vs_best": {"best": verdict == "best", "verdict": verdict},

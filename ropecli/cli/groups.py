@@ -165,7 +165,7 @@ class PasskeyOptions:
 
 @dataclass
 class AdviseOptions:
-    """advise's own flags; `plan()` is the tournament's plan (`ropecli.tuning.tournament.AdvisePlan`, the same fields)."""
+    """advise's own flags; `plan()` is the tournament's plan (`ropecli.tuning.advise.AdvisePlan`, the same fields)."""
     candidates: CandidatesOpt = None  # None: every candidate
     with_log_n: WithLogNOpt = False  # each candidate also with log-n
     budget: AdviseBudgetOpt = 12  # evaluations per searched candidate
@@ -182,7 +182,7 @@ class AdviseOptions:
 
     def plan(self):
         from ropecli.tuning.candidates import CANDIDATES
-        from ropecli.tuning.tournament import AdvisePlan
+        from ropecli.tuning.advise import AdvisePlan
 
         serving = ServingOptions(self.workload, self.runtime)
         serving.plan(None)  # --runtime without --workload, or a bad --workload: one line before the model loads

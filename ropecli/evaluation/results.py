@@ -250,12 +250,16 @@ def summarize_passkey(spec: Spec, sched: Schedule, geom: Geometry, length: int, 
 
 def summarize_kl(spec: Spec, sched: Schedule, geom: Geometry, length: int, per_window: list[tuple], names: list[str],
                  seconds: float) -> KlResult:
-    """KL(p_unscaled || p_scaled) per token: mean, 99th percentile, max, top-1 agreement (llama.cpp's statistics)."""
+    """KL(p_unscaled || p_scaled) per token: mean (the estimand: over documents of each one's mean per token), 99th
+    percentile, max, top-1 agreement (llama.cpp's statistics, over all tokens)."""
     import numpy as np
+
+    from ropecli.evaluation.estimand import estimate
 
     tokens = sum(w[1] for w in per_window)
     every = np.concatenate([np.asarray(w[3], dtype=np.float64) for w in per_window])
-    return KlResult(**_head(spec, sched, geom, length, seconds), kl_mean=sum(w[0] for w in per_window) / tokens,
+    kl_mean = estimate([w[0] / w[1] for w in per_window], names, [w[1] for w in per_window])  # the one estimand
+    return KlResult(**_head(spec, sched, geom, length, seconds), kl_mean=kl_mean,
                     kl_p99=float(np.percentile(every, 99)), kl_max=float(every.max()),
                     top1_agreement=100.0 * sum(w[2] for w in per_window) / tokens, tokens=tokens,
                     window_kl=[w[0] / w[1] for w in per_window], windows=names)

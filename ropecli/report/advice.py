@@ -37,13 +37,14 @@ class RankingRow:
     windows: int  # held-out windows it was measured on
     verdict: str  # winner, best by PPL, equivalent to the best, undecided, worse (dropped in round r), out: …
     key_ppl: list | None = None  # key-token PPL at each target length (None: no key-token rule)
+    also_vs_best: dict | None = None  # its paired Δ on the metric advise does not rank by, to that metric's best
 
     @classmethod
     def of(cls, r: dict, result: dict) -> "RankingRow":
         return cls(r.get("rank"), r["candidate"], r["label"], [r["ppl"][str(n)] for n in result["lengths"]], r["vs_best"],
                    r.get("passkey_accuracy"), r.get("short_kl"), r.get("short_rise_percent"),
                    r.get("race", {}).get("windows", len(r["windows"])), verdict_note(r, result),
-                   [r["key_ppl"][str(n)] for n in result["lengths"]] if r.get("key_ppl") else None)
+                   [r["key_ppl"][str(n)] for n in result["lengths"]] if r.get("key_ppl") else None, r.get("also_vs_best"))
 
 
 def verdict_note(r: dict, result: dict) -> str:
@@ -67,19 +68,26 @@ def ranking(result: dict, markdown: bool = False) -> tuple[list[str], list[list[
     own = " (own windows)" if mixed_windows(result) else ""
     keyed = any(r.get("key_ppl") for r in result["rows"])
     head = ["rank", "candidate", *(["schedule"] if markdown else []), *[f"PPL @ {n}{own}" for n in lengths],
-            *([f"key PPL @ {n}" for n in lengths] if keyed else []),
-            "Δ vs best (nats" + (" of key NLL" if result.get("metric") == "key-ppl" else "") + ", paired, ± 95%)", *([f"passkey @ {max(lengths)}"] if pk else []),
+            *([f"key PPL @ {n}{own}" for n in lengths] if keyed else []),
+            "Δ vs best (nats" + (" of key NLL" if result.get("metric") == "key-ppl" else "") + ", paired, ± 95%)",
+            *([f"Δ {other_name(result)} vs its best ({result['other_metric']['best']})"] if result.get("other_metric") else []),
+            *([f"passkey @ {max(lengths)}"] if pk else []),
             "KL @ L", "PPL rise @ L", *(["windows"] if raced else []), "verdict"]
     ordered = sorted(result["rows"], key=lambda r: (bool(r["excluded"]), r.get("rank", 10 ** 6)))
     rows = []
     for row in (RankingRow.of(r, result) for r in ordered):
         name = [row.candidate, f"`{row.label}`"] if markdown else [f"{row.candidate}: {row.label}"]
         keys = [_or_dash(x, "{:.4g}") for x in row.key_ppl or [None] * len(lengths)] if keyed else []
-        rows.append([str(row.rank or "—"), *name, *[f"{x:.4g}" for x in row.ppl], *keys, fmt_diff(row.vs_best),
+        also = [fmt_diff(row.also_vs_best) if row.also_vs_best else "—"] if result.get("other_metric") else []
+        rows.append([str(row.rank or "—"), *name, *[f"{x:.4g}" for x in row.ppl], *keys, fmt_diff(row.vs_best), *also,
                      *([_or_dash(row.passkey, "{:.0%}")] if pk else []), _or_dash(row.short_kl, "{:.4f}"),
                      _or_dash(row.short_rise, "{:+.2f}%"), *([str(row.windows)] if raced else []),
                      f"**{row.verdict}**" if markdown and row.verdict == "winner" else row.verdict])
     return head, rows
+
+
+def other_name(result: dict) -> str:
+    return {"ppl": "PPL", "key-ppl": "key PPL"}[result["other_metric"]["metric"]]
 
 
 def _or_dash(x: float | None, fmt: str) -> str:
@@ -100,7 +108,8 @@ def advice_lines(result: dict, out_dir) -> list:
         t.add_column(h, justify="left" if i == 1 or h == "verdict" else "right")
     for cells in rows:
         t.add_row(*cells, style="bold green" if cells[-1] == "winner" else "")
-    text = [inference_line(result), *[f"note: {n}" for n in result["notes"]], f"rule: {result['rule']}"]
+    text = [inference_line(result), *[f"note: {n}" for n in result["notes"]], f"rule: {result['rule']}",
+            *([result["error_budget"]["line"]] if result.get("error_budget") else [])]
     if result["race"]:
         text.append(f"race: {result['race']['outcome']}")
         if result["kl_race"]:
@@ -177,13 +186,18 @@ def write_report(result: dict, out_dir: Path, geom, model_name: str) -> Path:
         result_plots.plot_param_search(search, str(out_dir / fname), f"{name}: search on windows 0…{result['searched_windows'] - 1}")
         images.append((f"Search of {name}", fname))
 
+    other = result.get("other_metric")
     md = [f"# ropecli advise: {model_name} at {', '.join(map(str, lengths))} tokens", "",
+          *([f"**The metrics disagree.** {other['line']}.", ""] if other and other["disagree"] else []),
           f"**Winner: `{result['winner_label']}`** ({result['winner']}). {result['verdict']}.", "",
           f"Model {model_name}: d = {result['rotary_dim']}, base {result['base']:g}, L = {result['train_len']}, "
           f"k = {result['factor']:g}. Data: {result['data']}. Searched on windows 0…{result['searched_windows'] - 1}; "
           f"ranked on {held_out_span(result)}. "
           f"{result['forward_passes']} forward passes ({result['cache']['hits']} windows from the cache).", "",
-          "## The rule", "", result["rule"] + ".", "", *race_lines(result), "## Ranking (held-out windows)", ""]
+          "## The rule", "", result["rule"] + ".", "",
+          *([result["error_budget"]["line"][0].upper() + result["error_budget"]["line"][1:] + ".", ""]
+            if result.get("error_budget") else []),
+          *race_lines(result), "## Ranking (held-out windows)", ""]
     head, table = ranking(result, markdown=True)
     md += [inference_line(result), "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     md += ["| " + " | ".join(cells) + " |" for cells in table]

@@ -42,9 +42,10 @@ def serving_tables(out: dict) -> list:
     shares = serving["workload"]["shares"]
     lengths = list(shares)
     mix = ", ".join(f"{n}: {w:.0%}" for n, w in shares.items())
-    lines = [plain(f"workload: {mix} of requests ({serving['workload']['source']}); schedules exported for k = "
-                   f"{serving['factor']:g}; expected loss = Σ share × mean NLL per token at each request length, "
-                   "paired over the same windows")]
+    tokens = ", ".join(f"{n}: {w:.0%}" for n, w in serving["workload"].get("token_shares", shares).items())
+    lines = [plain(f"workload: {mix} of requests ({serving['workload']['source']}), {tokens} of served tokens; schedules "
+                   f"exported for k = {serving['factor']:g}; expected loss = Σ token share × mean NLL per token at each "
+                   "request length (nats per served token), paired over the same windows")]
     across = serving.get("decode")
     within = next((r["within_L"]["len"] for b in serving["runtimes"].values() for r in b["rows"] if r.get("within_L")), None)
     if within:
@@ -97,9 +98,10 @@ def serving_markdown(serving: dict) -> list[str]:
     shares = serving["workload"]["shares"]
     lengths = list(shares)
     md = ["## Served over your workload", "",
-          f"Requests: {', '.join(f'{n} tokens {w:.0%}' for n, w in shares.items())} ({serving['workload']['source']}). "
-          f"Each candidate as each runtime serves it (exported for k = {serving['factor']:g}); expected loss = Σ share × "
-          "mean NLL per token at each length, paired over the same held-out windows (the race's first round). Deploy "
+          f"Requests: {', '.join(f'{n} tokens {w:.0%}' for n, w in shares.items())} ({serving['workload']['source']}); "
+          f"of served tokens: {', '.join(f'{n} tokens {w:.0%}' for n, w in serving['workload'].get('token_shares', shares).items())}. "
+          f"Each candidate as each runtime serves it (exported for k = {serving['factor']:g}); expected loss = Σ token share × "
+          "mean NLL per token at each length (nats per served token), paired over the same held-out windows (the race's first round). Deploy "
           "exports, per runtime, its best here where the tournament's winner is shown worse than it, else the winner in "
           "its better export.", ""]
     for runtime, block in serving["runtimes"].items():

@@ -1,203 +1,250 @@
-"""`ropecli advise`: every context-extension method on the same windows, searched where it has knobs,
-ranked by a written rule on held-out windows, ending in a config to deploy (`ropecli.tuning.tournament.export_winner`, through
-`ropecli.export.plan.export_schedule`, the function `ropecli export` runs). Free of torch and of the
-CLI: `advise` takes the evaluators (Session.run of the searched and of the held-out windows).
-
-Candidates (all at the longest target's k at every length, as the deployed config runs them; scored
-on the same windows):
-    none, pi, ntk-aware, dynamic, yarn (transformers' defaults), llama3 (defaults), ntk-fixed,
-    yarn-tuned      YaRN's beta_fast, beta_slow searched (`ropecli search`), as its authors advise
-    mixed-b         the seed's mixed family, b in [0, 1] by golden-section (`search-b`)
-    mixed-clamped   the clamped mixed family, b and the critical pair m_c searched (`ropecli search`)
-Searches run on windows 0…n-1 (their evaluations are cached and reused, never repeated); the
-ranking uses held-out windows n…n+h-1 that no search saw.
-
-Measures per candidate (held-out; `ropecli.tuning.held_out`): PPL at every target length (paired),
-passkey accuracy at the longest target (skipped, with a note, when the unscaled model retrieves under
-`PASSKEY_BASELINE` of keys within L), and the short-context cost at L: KL against the unscaled model
-and the PPL rise, with the target's k. All of them for every candidate (`racing=None`), or raced: a
-candidate significantly worse than the leader is dropped and measured no further, the tied ones get
-more windows, costs are measured for the candidates left and passkey for the winner.
-
-The ranking rule (`ropecli.tuning.ranking`, printed with the result): constraints; the best by mean
-log-PPL; every other candidate shown worse, shown equivalent within the margin, or undecided (95% for
-the whole ranking, on the inference that fits the data); the tie-break (least cost within L) only
-among the best and the candidates shown equivalent to it.
+"""`ropecli advise` end to end on an open session (`Bench`): the pre-flight (lengths, enough text for
+every search, held-out window and passkey prompt before the first forward pass), the race's plan, the
+progress bar's total, the tournament (`ropecli.tuning.tournament.tournament`), and the files in --out: the
+winner's exports, report.md, advice.json. The command only parses, calls `run_advise`, and prints.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Callable
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
 
-from ropecli.evaluation.inference import MARGIN
-from ropecli.rope.geometry import Geometry
-from ropecli.rope.spec import Spec, make_spec, reference_spec, target_factor
-from ropecli.tuning.candidates import search_plans, static_candidates
-from ropecli.tuning.held_out import PASSKEY_BASELINE, Measure, Racing, passkey_baseline, race_candidates
-from ropecli.tuning.objective import Evaluate
-from ropecli.tuning.ranking import RULE, RULE_RACED, rank
-from ropecli.tuning.search import run_search
-from ropecli.tuning.space import parse_vary
+from ropecli.errors import RopeCliError
+from ropecli.rope.spec import make_spec
+from ropecli.tuning.candidates import search_plans
+from ropecli.tuning.objective import Bench
 
-__all__ = ["Racing", "advise"]
+MARKER = ".ropecli-advise"  # a folder advise made: a rerun may write into it again
 
 
-def search_candidates(run: Evaluate, geom: Geometry, lengths: list[int], names: list[str], budget: int,
-                      log_n: bool, factor: float | None, windows: int | None = None, screen: bool = False,
-                      expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None,
-                      metric: str = "ppl") -> dict[str, dict]:
-    """The searched candidates' winners: name -> {spec, search} (the search's JSON), each searched on `metric`."""
+@dataclass
+class AdvisePlan:
+    """What the user asked of advise (the flags of its own panel), defaults as the CLI shows them."""
+    candidates: list[str] | None = None  # None: every candidate (ropecli.tuning.candidates.CANDIDATES)
+    with_log_n: bool = False
+    budget: int = 12  # evaluations per searched candidate
+    held_out: int | None = None  # held-out windows of the first round (default: --samples)
+    max_short_kl: float | None = None
+    max_short_regression: float | None = None
+    min_passkey: float | None = None
+    no_race: bool = False
+    margin: float | None = None
+    max_windows: int | None = None
+    metric: str = "ppl"  # what the searches minimize and the rule ranks by: ppl or key-ppl
+    workload: str | None = None  # --workload: also every candidate served per runtime over these request lengths
+    runtime: list[str] | None = None  # the runtimes of --workload (None: all three)
+
+
+@dataclass
+class Source:
+    """Where the model and the text came from, as the user named them: for the exports and the command
+    that reproduces the run."""
+    model: str | None = None
+    gguf_file: str | None = None
+    data: list[str] | None = None
+
+
+def run_advise(session: Bench, plan: AdvisePlan, lengths: list[int] | None, factor: float | None, out_dir: Path,
+               source: Source) -> dict:
+    """The whole of `ropecli advise` into `out_dir` (made by `prepare_out`); returns advice.json's content
+    (written on the main rank)."""
+    from ropecli.evaluation.evaluator import check_lengths, default_target
+    from ropecli.rope.spec import target_factor
+    from ropecli.tuning.tournament import tournament
+    from ropecli.tuning.candidates import SHIPPED_ONLY, default_candidates
+
+    rope = session.rope
+    names = plan.candidates or default_candidates(rope.shipped is not None)
+    if rope.shipped is None and any(n in SHIPPED_ONLY for n in names):
+        raise RopeCliError(f"--candidates {','.join(n for n in names if n in SHIPPED_ONLY)}: {rope.name} ships plain RoPE, "
+                           "so native is none and native+METHOD is METHOD; leave those candidates out")
+    lengths = check_lengths(lengths or [default_target(rope.train_len)])
+    held = session.held_out(plan.held_out)
+    for n in lengths:
+        session.check("ppl", n), held.check("ppl", n)
+    notes: list[str] = []
+    passkey = passkey_possible(held, rope.shipped_len, max(lengths), notes)
+    racing = None if plan.no_race else racing_plan(held, lengths, plan.max_windows, notes)
+    geom = rope.geometry(target_factor(factor, lengths, rope.train_len))
+    serving = None
+    if plan.workload:
+        from ropecli.export.runtimes import SERVED_BY_DEFAULT
+        from ropecli.tuning.workload import parse_workload
+
+        serving = (parse_workload(plan.workload, max(lengths)), plan.runtime or list(SERVED_BY_DEFAULT), rope)
+    with session.progress.task(bar_total(plan, names, lengths, session, held, racing, passkey), "advise"):
+        result = tournament(
+            session.run, held.run, geom, lengths, plan, names=names, factor=factor, passkey=passkey, note=notes.append,
+            on_passkey_skipped=lambda: None if racing else session.progress.grow(  # every candidate's prompts
+                -held.inputs.units("passkey") * len(names) * (2 if plan.with_log_n else 1)),
+            held_windows=held.inputs.samples, search_windows=session.inputs.samples, racing=racing,
+            expect=lambda count, metric="ppl", samples=None: session.progress.grow(
+                count * held.inputs.resized(samples).units(metric)), serving=serving)
+    result = {**session.header(), **result, "notes": notes, "searched_windows": session.inputs.samples,
+              "held_out_windows": held.inputs.samples, "held_out_first_window": held.inputs.first_window_at(max(lengths)),
+              "held_out_split": held.inputs.split_note(max(lengths)), "racing": vars(racing) if racing else None,
+              "windows_per_candidate": {r["candidate"]: r.get("race", {}).get("windows", held.inputs.samples)
+                                        for r in result["rows"]}, **session.tally(held)}
+    if session.is_main:
+        write_advice(result, session, plan, source, lengths, out_dir)
+    return result
+
+
+def passkey_possible(held: Bench, L: int, longest: int, notes: list[str]) -> bool:
+    """Whether passkey prompts fit within L (else a note says why it is skipped); enough text at the longest target."""
+    try:
+        held.check("passkey", L)
+    except RopeCliError as exc:  # L shorter than the prompt: no passkey test possible at all
+        notes.append(f"passkey skipped: {exc}")
+        return False
+    held.check("passkey", longest)
+    return True
+
+
+def racing_plan(held: Bench, lengths: list[int], max_windows: int | None, notes: list[str]):
+    """The race's windows: from the --held-out count up to --max-windows (default 4x, as far as the text goes)."""
+    from ropecli.tuning.held_out import Racing
+    from ropecli.tuning.racing import race_start
+
+    prompts = start = held.inputs.samples
+    have = min(held.inputs.available(n) for n in lengths)
+    most = max_windows if max_windows is not None else max(start, min(4 * start, have))
+    for n in lengths:
+        held.inputs.check_available(n, most)
+    start = min(most, race_start(start, min(held.inputs.documents(n, most) for n in lengths)))
+    if max_windows is None and have < 4 * prompts:
+        notes.append(f"racing: at most {max(have, start)} held-out windows (the text's limit at {max(lengths)} tokens), "
+                     f"not {4 * prompts}; add text with --data for more")
+    return Racing(start, max(start, most), prompts, have)
+
+
+def bar_total(plan: AdvisePlan, names, lengths, session: Bench, held: Bench, racing, passkey: bool) -> int:
+    """Forward passes the progress bar expects up front (cached ones tick too); a race adds its rounds as it
+    decides them (`expect`), a skipped passkey takes its part back (`on_passkey_skipped`)."""
+    args = (names, plan.with_log_n, plan.budget, lengths, session.inputs, held.inputs)
+    if racing:
+        return estimate_units(*args, False, searches_only=True)
+    return estimate_units(*args, passkey) + (held.inputs.units("passkey") if passkey else 0)
+
+
+def prepare_out(out: str) -> Path:
+    """--out must be creatable and writable, and empty unless an earlier advise made it."""
+    p = Path(out)
+    if p.exists() and not p.is_dir():
+        raise RopeCliError(f"--out {out} is a file; pass a folder")
+    if p.exists() and any(p.iterdir()) and not (p / MARKER).exists():
+        raise RopeCliError(f"--out {out} is not empty and was not made by ropecli advise; pass a new or empty folder")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        (p / MARKER).write_text("made by ropecli advise; a rerun writes here again\n")
+    except OSError as exc:
+        raise RopeCliError(f"--out {out} is not writable ({exc.strerror}); pass a folder you can write") from None
+    return p
+
+
+def write_advice(result: dict, session: Bench, plan: AdvisePlan, source: Source, lengths, out_dir: Path) -> None:
+    """The winner exported for every runtime, report.md with its pictures, and advice.json, in --out."""
+    from ropecli.files import atomic_write_text
+    from ropecli.report.advice import write_report
+
+    rope = session.rope
+    result["exports"] = export_winner(result, rope, source.model, source.gguf_file, out_dir)
+    result["commands"] = [reproduce_command(plan, source, lengths, session.inputs, str(out_dir)),
+                          *[e["command"] for e in result["exports"] if e["command"]]]
+    write_report(result, out_dir, rope.geometry(result["factor"]), rope.name)
+    atomic_write_text(out_dir / "advice.json", json.dumps(result, indent=1, default=_plain))
+
+
+def reproduce_command(plan: AdvisePlan, source: Source, lengths, inputs, out: str) -> str:
+    parts = ["ropecli", "advise", *(["--model", source.model] if source.model else [])]
+    parts += [x for n in lengths for x in ("--len", str(n))] + [x for d in source.data or [] for x in ("--data", d)]
+    parts += ["--samples", str(inputs.samples), "--seed", str(inputs.seed), "--budget", str(plan.budget), "--out", out]
+    return " ".join(shlex.quote(p) for p in parts + (["--with-log-n"] if plan.with_log_n else []))
+
+
+def estimate_units(names, with_log_n, budget, lengths, inputs, held_inputs, passkey: bool, searches_only: bool = False) -> int:
+    """Forward passes of a full run (cached ones included, they tick at once): the progress bar's total.
+    `inputs`, `held_inputs`: the searched and held-out windows (ropecli.evaluation.inputs.Inputs);
+    `passkey`: whether every candidate is measured on passkey prompts too; `searches_only`: the searches' part."""
     plans = search_plans(budget)
-    out = {}
-    for name in names:
-        if name not in plans:
-            continue
-        method, vary, n_evals = plans[name]
-        dims = parse_vary(vary, method, geom)
-        res = run_search(run, None, geom, method, dims, {}, lengths, budget=n_evals, log_n=log_n, factor=factor,
-                         windows=windows, screen=screen, expect=expect, objective=metric)
-        out[name] = {"spec": make_spec(method, res["best_params"], factor=factor, log_n=log_n), "search": res}
-    return out
+    modes = 2 if with_log_n else 1
+    n_search = sum(plans[n][2] for n in names if n in plans) * modes
+    if searches_only:
+        return n_search * inputs.units("ppl") * len(lengths)
+    per_candidate = held_inputs.units("ppl") * (len(lengths) + 2) + (held_inputs.units("passkey") if passkey else 0)
+    return n_search * inputs.units("ppl") * len(lengths) + len(names) * modes * per_candidate + held_inputs.units("ppl")
 
 
-def candidate_specs(names: list[str], searched: dict, with_log_n: bool, factor: float) -> list[tuple[str, Spec]]:
-    candidates: list[tuple[str, Spec]] = []
-    static = static_candidates()
-    for log_n in (False, True) if with_log_n else (False,):
-        for name in names:
-            key = name + ("+log-n" if log_n else "")
-            if name in static:
-                method, params = static[name]
-                candidates.append((key, make_spec(method, params, factor=factor, log_n=log_n)))
-            elif key in searched:
-                candidates.append((key, searched[key]["spec"]))
-    return candidates
+def export_winner(result: dict, rope, model: str | None, gguf_file: str | None, out_dir: Path) -> list[dict]:
+    """The winner through `ropecli.export.plan.export_schedule` (what `ropecli export` runs), for each
+    runtime, with the `ropecli export` command that does the same; a runtime that fails is reported, not raised.
+    With a workload (`result["serving"]`) each runtime gets `runtime_pick`'s candidate and export variant."""
+    from ropecli.export.plan import check_export_paths, export_schedule, export_target, is_gguf
+    from ropecli.models.config import BUILTIN, BUILTIN_DIR
+    from ropecli.models.packaged import BUILTIN_FOLDERS, resolve_model
+
+    source = str(BUILTIN_DIR) if model in (None, BUILTIN) else resolve_model(model)
+    served = (result.get("serving") or {}).get("runtimes", {})
+    geom = rope.geometry(result["factor"])
+    target = export_target(geom, rope, base_given=False)
+    jobs = [("transformers", out_dir / "hf"), ("vllm", out_dir / "vllm-overrides.json")]
+    if is_gguf(source, gguf_file):
+        jobs.append(("llamacpp", out_dir / "model-extended.gguf"))
+    done = []
+    for runtime, out in jobs:
+        to = runtime
+        best = runtime_pick(served.get(runtime), result["winner"], (result.get("constraints") or {}).get("max_short_regression"))
+        w = best or result["winner_spec"]
+        params = {k: v for k, v in w["params"].items() if v is not None and k != "factors"}
+        spec = make_spec(("native+" if w.get("composed") else "") + w["method"], params, log_n=w["log_n"])
+        consistent = not best or bool(best["consistent"])  # switching only where its decode damage was shown harmless
+        shown = model if model in BUILTIN_FOLDERS else source  # a short name stays one in the printed command
+        name = ("native+" if spec.composed else "") + spec.method
+        flags = ["--model", shown, *(["--gguf-file", gguf_file] if gguf_file else []), "--method", name,
+                 *[x for k, v in params.items() for x in ("--param", f"{k}={v:.10g}")], *(["--log-n"] if spec.log_n else []),
+                 "--len", str(geom.target_len), "--force", *([] if consistent else ["--switching"])]
+        command = " ".join(shlex.quote(c) for c in ["ropecli", "export", *flags, "--to", to, "--out", str(out)])
+        try:
+            check_export_paths(to, str(out), source, gguf_file, force=True)
+            written = export_schedule(spec, geom, target, to, str(out), model=source, gguf_file=gguf_file, force=True,
+                                      consistent=consistent, measure_switching=False)
+            done.append({"runtime": runtime, "command": command, "ok": True, "output": "\n".join(written["lines"])[-2000:]})
+        except RopeCliError as exc:
+            done.append({"runtime": runtime, "command": command, "ok": False, "output": str(exc)})
+    if not is_gguf(source, gguf_file):
+        done.append({"runtime": "llamacpp", "command": None, "ok": False,
+                     "output": "skipped: the model is not a GGUF file (convert it, then `ropecli export --to gguf`)"})
+    return done
 
 
-def families(rows: list[dict]) -> dict | None:
-    """Past the shipped length, which family won: the best composed candidate (native+METHOD: on top of the shipped
-    schedule) against the best re-derived one (a method rebuilt from L0 with k = N / L0; not none, not native), each
-    with its paired difference to the overall best (the ranking's own pairs: same windows, same level). None when a
-    family has no eligible candidate (a model that ships plain RoPE has no composed one)."""
-    def diff(r: dict) -> float:
-        d = r["vs_best"].get("diff")
-        return 0.0 if r["verdict"] == "best" else (d if d is not None else math.inf)
-
-    eligible = [r for r in rows if not r["excluded"]]
-    composed = [r for r in eligible if r["candidate"].startswith("native+")]
-    rederived = [r for r in eligible if not r["candidate"].startswith("native") and r["candidate"] != "none"]
-    if not composed or not rederived:
+def runtime_pick(block: dict | None, winner: str, max_rise: float | None = None) -> dict | None:
+    """The export one runtime gets over the workload, among the rows that generate safely (`generation_safe`: one
+    schedule at every decoding step, or decode damage across the switch shown within the margin; unmeasured rows
+    count as safe only if consistent): the best such row where every safe variant of the tournament's winner is
+    shown worse than it, else the winner's best safe variant; None without a workload or where the winner cannot be
+    served safely (the tournament's export, consistent, stands). `max_rise` (--max-short-regression, percent): rows
+    whose PPL at Ls as this runtime serves them (`within_L`) rises more over the model as shipped are left out."""
+    if not block:
         return None
-    best = {"composed": min(composed, key=diff), "re-derived": min(rederived, key=diff)}
-    won = min(best, key=lambda f: diff(best[f]))
-    lost = "re-derived" if won == "composed" else "composed"
-
-    def standing(r: dict) -> str:
-        if r["verdict"] == "best":
-            return "the best"
-        ci = r["vs_best"].get("half_width")
-        return f"{diff(r):+.4f} nats vs the best" + (f" ± {ci:.2g}" if ci is not None else "") + f", {r['verdict']}"
-
-    decided = best[lost]["verdict"] == "worse"  # "wins" only where the other family's best is shown worse
-    head = (f"past Ls the {won} family wins" if decided else
-            f"past Ls the {won} family leads by its point estimate, not shown better")
-    line = (f"{head}: its best, {best[won]['candidate']}, is {standing(best[won])}; the {lost} family's best, "
-            f"{best[lost]['candidate']}, is {standing(best[lost])} ({diff(best[lost]) - diff(best[won]):.4f} nats of mean "
-            "log-PPL apart)")
-    return {"winner_family": won, "decided": decided, "composed_best": best["composed"]["candidate"],
-            "rederived_best": best["re-derived"]["candidate"], "gap_nats": diff(best[lost]) - diff(best[won]), "line": line}
+    rows = [r for r in block["rows"] if "vs_best" in r and r.get("generation_safe", r["consistent"])
+            and (max_rise is None or r.get("within_L", {}).get("rise_percent", 0.0) <= max_rise)]
+    mine = sorted((r for r in rows if r["name"] == winner), key=lambda r: r["expected_nll"])
+    best = min(rows, key=lambda r: r["expected_nll"], default=None)
+    if best is not None and mine and all(_worse_than(r, best) for r in mine):
+        return best
+    return mine[0] if mine else None
 
 
-def constraint_breaks(r: dict, max_short_kl, max_short_regression, min_passkey) -> list[str]:
-    """Why a measured candidate is out (empty: eligible)."""
-    why = []
-    if max_short_kl is not None and r["short_kl"] > max_short_kl:
-        why.append(f"short KL {r['short_kl']:.4f} > --max-short-kl {max_short_kl:g}")
-    if max_short_regression is not None and r["short_rise_percent"] > max_short_regression:
-        why.append(f"PPL at L +{r['short_rise_percent']:.2f}% > --max-short-regression {max_short_regression:g}")
-    if min_passkey is not None and r.get("passkey_accuracy") is not None and r["passkey_accuracy"] < min_passkey:
-        why.append(f"passkey {r['passkey_accuracy']:.0%} < --min-passkey {min_passkey:g}")
-    if not math.isfinite(r["objective"]):
-        why.append("diverged (infinite PPL)")
-    return why
+def _worse_than(row: dict, best: dict) -> bool:
+    """`row` shown worse than `best` by the table's paired verdict (only where `best` is the table's best)."""
+    return best["vs_best"].get("best") and row["vs_best"].get("verdict") == "worse"
 
 
-def advise(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[int], *, names: list[str], budget: int,
-           with_log_n: bool = False, factor: float | None = None, max_short_kl: float | None = None,
-           max_short_regression: float | None = None, min_passkey: float | None = None, passkey: bool = True,
-           note: Callable[[str], None] = lambda s: None, on_passkey_skipped: Callable[[], None] = lambda: None,
-           held_windows: int = 4, search_windows: int | None = None, racing: Racing | None = None,
-           expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None,
-           margin: float | None = None, metric: str = "ppl", serving: tuple | None = None) -> dict:
-    """Search, measure on held-out windows (every candidate on every window, or `racing`), rank by the
-    rule. Returns every number for advice.json. `expect(count, metric, samples)`: hears of evaluations
-    the plan adds (a race's rounds) or drops (negative: a searched point stopped early). `metric`: what
-    the searches minimize and the rule ranks by, ppl (log-PPL) or key-ppl (log key-token PPL). `serving` =
-    (workload, runtimes, the model's rope): every candidate also served by each runtime over the workload on
-    the first round's held-out windows (`ropecli.tuning.serving`), before the race, whose first round then
-    finds its windows at the target cached."""
-    margin = MARGIN if margin is None else margin
-    # one config serves every length once deployed: every candidate runs at the longest target's k at every length
-    k = factor = target_factor(factor, lengths, geom.train_len)
-    searched: dict[str, dict] = {}
-    for log_n in (False, True) if with_log_n else (False,):
-        for name, found in search_candidates(run, geom, lengths, names, budget, log_n, factor, search_windows,
-                                             racing is not None, expect, metric).items():
-            searched[name + ("+log-n" if log_n else "")] = found
-    candidates = candidate_specs(names, searched, with_log_n, factor)
-    specs = dict(candidates)
-    L = geom.shipped_len  # costs within the shipped length, against the model as shipped
-    m = Measure(held_run, L, lengths, k, held_windows, expect if racing else (lambda *a, **kw: None), metric,
-                reference_spec(geom))
-    served = None
-    if serving is not None:
-        from ropecli.tuning.serving import serve_workload
+def _plain(x):
+    import numpy as np
 
-        workload, runtimes, rope = serving
-        served = {**serve_workload(held_run, list(specs.values()), workload, runtimes, rope, k, margin, list(specs)),
-                  "factor": k}
-    passkey_ok, none_acc = (passkey_baseline(m, racing) if passkey else (False, None))
-    if passkey and not passkey_ok:
-        on_passkey_skipped()
-        note(f"passkey skipped: the unscaled model retrieves {none_acc:.0%} of keys within L = {L} "
-             f"(under {PASSKEY_BASELINE:.0%}), so retrieval at the target says nothing about the schedules")
-    rows = {name: {"candidate": name, "label": spec.label, "method": spec.method, "composed": spec.composed,
-                   "params": dict(spec.params),
-                   "log_n": spec.log_n} for name, spec in candidates}
-
-    def with_passkey(name: str) -> None:
-        r = rows[name]
-        if passkey_ok and "passkey_accuracy" not in r:
-            pk = m.passkey(specs[name], max(lengths))
-            r.update(passkey_accuracy=pk.accuracy, passkey_by_depth=pk.by_depth, passkey_result=pk.to_json())
-
-    def costs(name: str) -> None:  # the cost within L (and passkey where it decides something), measured once
-        if "short_kl" not in rows[name]:
-            rows[name].update(m.short(specs[name]))
-        if racing is None or min_passkey is not None:  # raced without --min-passkey: passkey is only reported
-            with_passkey(name)
-
-    def breaks(r: dict) -> list[str]:
-        return constraint_breaks(r, max_short_kl, max_short_regression, min_passkey)
-
-    races = (None, None)
-    if racing is None:
-        for name in specs:
-            rows[name].update(m.objective(specs[name]))
-            costs(name)
-    else:
-        constrained = any(c is not None for c in (max_short_kl, max_short_regression, min_passkey))
-        races = race_candidates(m, specs, rows, racing, costs, breaks if constrained else None, margin, breaks)
-    out = rank(list(rows.values()), lengths, breaks, *races, margin=margin,
-               measure="log key-token PPL" if metric == "key-ppl" else "log-PPL", metric=metric)
-    out["families"] = families(out["rows"])
-    if out["families"]:
-        out["verdict"] += f"; {out['families']['line']}"
-    with_passkey(out["winner"])  # raced: the winner's retrieval, for the report
-    rule = RULE if racing is None else RULE_RACED
-    rule = rule.replace("log-PPL", "log key-token PPL") if metric == "key-ppl" else rule
-    return {"lengths": lengths, "factor": k, "rule": rule, "candidates": [n for n, _ in candidates], **out,
-            "metric": metric, **({"serving": served} if served else {}), "passkey_measured": passkey_ok, "unscaled_passkey_at_L": none_acc,
-            "searches": {n: s["search"] for n, s in searched.items()},
-            "constraints": {"max_short_kl": max_short_kl, "max_short_regression": max_short_regression, "min_passkey": min_passkey}}
+    if isinstance(x, np.generic):
+        return x.item()
+    raise TypeError(f"not JSON: {type(x)}")

@@ -67,7 +67,8 @@ def serve_workload(run: Evaluate, specs: list[Spec], workload: Workload, runtime
                                                                               "method", "composed", "params", "log_n")}}
     ev = getattr(getattr(run, "__self__", None), "ev", None)  # a Session's evaluator; injected objectives have none
     across = decode_across(ev, plans, out, rope, factor, workload.longest)
-    return {"workload": {"shares": {str(n): w for n, w in workload.shares.items()}, "source": workload.source},
+    return {"workload": {"shares": {str(n): w for n, w in workload.shares.items()},
+                         "token_shares": {str(n): w for n, w in workload.token_shares.items()}, "source": workload.source},
             "runtimes": out, **({"decode": across} if across else {})}
 
 
@@ -119,8 +120,8 @@ def _row(runtime: str, spec: Spec, consistent: bool, plan: dict, workload: Workl
         return {**row, "unservable": missing[0]}
     at = {n: results[(repr(s.spec), n)] for n, s in plan.items()}
     row.update(ppl={str(n): r.ppl for n, r in at.items()}, nll={str(n): r.nll for n, r in at.items()},
-               docs=at[max(at)].clusters, expected_nll=sum(workload.shares[n] * r.nll for n, r in at.items()))
-    row["values"] = [sum(workload.shares[n] * r.values[i] for n, r in at.items())
+               docs=at[max(at)].clusters, expected_nll=sum(workload.token_shares[n] * r.nll for n, r in at.items()))
+    row["values"] = [sum(workload.token_shares[n] * r.values[i] for n, r in at.items())
                      for i in range(min(len(r.values) for r in at.values()))]
     return row
 

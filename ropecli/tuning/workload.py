@@ -4,7 +4,11 @@ A workload is a mix of request lengths with shares (`--workload 2048:0.6,8192:0.
 of request lengths, one per line, histogrammed to the nearest power of two). Its expected loss under a
 candidate served by runtime R is
 
-    E = sum_n w_n * NLL_n(the schedule R applies at n)        (nats per token, each request weighted by its share)
+    E = sum_n t_n * NLL_n(the schedule R applies at n)        (nats per served token)
+    t_n = w_n n / sum_m w_m m                                  (the share of served tokens in n-token requests)
+
+(a mix of 2048:0.6, 8192:0.3, 16384:0.1 requests is 23/46/31% of tokens: every served token weighs the
+same, so the label "nats per token" is what E is)
 
 where NLL_n is the mean NLL per token of an n-token request: the first n tokens of the same windows for
 every candidate and length (prefix scoring: `Inputs.spanning`), so E pairs window by window
@@ -38,6 +42,12 @@ class Workload:
     @property
     def longest(self) -> int:
         return max(self.shares)
+
+    @property
+    def token_shares(self) -> dict:
+        """request length -> its share of the served tokens (w_n n / sum w_m m): E's weights."""
+        total = sum(w * n for n, w in self.shares.items())
+        return {n: w * n / total for n, w in self.shares.items()}
 
 
 def parse_workload(text: str | None, target: int | None) -> Workload:

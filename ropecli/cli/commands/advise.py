@@ -1,4 +1,4 @@
-"""`ropecli advise`: the tournament end to end (`ropecli.tuning.tournament.run_advise`: pre-flight,
+"""`ropecli advise`: the tournament end to end (`ropecli.tuning.advise.run_advise`: pre-flight,
 searches, ranking, the winner exported through the same function as `ropecli export`, advice.json and
 report.md in --out); this parses, calls it, and prints."""
 
@@ -28,7 +28,7 @@ def advise(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, prom
               ropecli advise --model meta-llama/Llama-2-7b-hf --len 32768 --len 65536 --out llama-advice
     """
     from ropecli.report.advice import advice_lines
-    from ropecli.tuning.tournament import Source, prepare_out, run_advise
+    from ropecli.tuning.advise import Source, prepare_out, run_advise
 
     prompts.parsed_depths(), prompts.checked_digits()
     out_dir = prepare_out(out)  # a bad --out fails before the model loads
