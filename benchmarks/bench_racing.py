@@ -6,7 +6,10 @@ Prints, for both: forward passes, wall time, the winner, the candidates tied wit
 (racing / full) and whether the winners agree. The issue's target: racing <= 0.5x the forward passes
 and the same winner, or a decided ranking where the full one reports a tie.
 
-    python benchmarks/bench_racing.py [--len 2048] [--samples 4] [--max-windows N] [--model M]
+    python benchmarks/bench_racing.py [--len 2048] [--samples 4] [--max-windows N] [--model M] [--keep DIR]
+
+--keep DIR: the two caches and advise folders go under DIR (kept): `ropecli advise --cache-dir DIR/racing-cache`
+then prints the racing run's tables from its cache, without a forward pass.
 """
 
 from __future__ import annotations
@@ -22,8 +25,11 @@ from typer.testing import CliRunner
 from ropecli.cli.app import app
 
 
-def advise(common: list[str], *extra: str) -> tuple[dict, float]:
-    cache, out = tempfile.mkdtemp(prefix="ropecli-bench-cache-"), tempfile.mkdtemp(prefix="ropecli-bench-out-")
+def advise(common: list[str], *extra: str, keep: str | None = None, name: str = "run") -> tuple[dict, float]:
+    if keep:
+        cache, out = str(Path(keep) / f"{name}-cache"), str(Path(keep) / f"{name}-out")
+    else:
+        cache, out = tempfile.mkdtemp(prefix="ropecli-bench-cache-"), tempfile.mkdtemp(prefix="ropecli-bench-out-")
     t0 = time.perf_counter()
     r = CliRunner().invoke(app, ["advise", *common, "--cache-dir", cache, "--out", str(Path(out) / "a"), "--json", *extra])
     dt = time.perf_counter() - t0
@@ -49,11 +55,13 @@ def main() -> None:
     ap.add_argument("--len", type=int, default=None, help="target length (default: advise's, 8 L)")
     ap.add_argument("--samples", type=int, default=4)
     ap.add_argument("--max-windows", type=int, default=None)
+    ap.add_argument("--keep", default=None, help="a folder for the caches and advise outputs (kept)")
     args = ap.parse_args()
     common = ["--samples", str(args.samples), *(["--len", str(args.len)] if args.len else []),
               *(["--model", args.model] if args.model else [])]
-    full, t_full = advise(common, "--no-race")
-    raced, t_race = advise(common, *(["--max-windows", str(args.max_windows)] if args.max_windows else []))
+    full, t_full = advise(common, "--no-race", keep=args.keep, name="full")
+    raced, t_race = advise(common, *(["--max-windows", str(args.max_windows)] if args.max_windows else []),
+                           keep=args.keep, name="racing")
     describe("full", full, t_full)
     describe("racing", raced, t_race)
     ratio = raced["forward_passes"] / full["forward_passes"]

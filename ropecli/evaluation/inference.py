@@ -27,7 +27,8 @@ there are; ropecli picks the inference from the number of documents G among the 
     as noise: conservative; a text whose loss drifts along it makes it more so, never less), and
     Var(estimate) = sum_g v_g / G^2 with Satterthwaite's df, (sum v_g)^2 / sum v_g^2 / (n_g - 1).
     Where the data cannot say it, the fallback is conservative and said: a document with one window
-    borrows the largest per-window variance of the others; when no document has two windows, the
+    borrows the largest per-window variance of the others (and its df: in Satterthwaite's sum it is
+    the donor's estimate again, not a new one); when no document has two windows, the
     documents themselves are the units (the t-test over document values, G - 1 df), which needs no
     within-document variance. Checked by simulation with serial correlation up to 0.99 and drift
     along the documents (benchmarks/bench_verdicts.py).
@@ -187,12 +188,15 @@ def paired_one(d: np.ndarray, docs: list | None, tokens=None, min_documents: int
         return Paired(est, se, G - 1.0, n, "documents" if G >= min_documents else "document units", G, counts, sigma2, tau2)
     if not replicated:
         return Paired(est, None, None, n, "none", G, counts)
-    borrowed = max(replicated)
-    per_doc = [v if m > 1 else borrowed for v, m in zip(within, counts)]
-    v = np.array([s2 / m for s2, m in zip(per_doc, counts)])
-    dof = np.array([m - 1 if m > 1 else max(c for c in counts) - 1 for m in counts], dtype=np.float64)
-    var = float(v.sum()) / G ** 2
-    df = float(v.sum() ** 2 / np.sum(v ** 2 / dof)) if var > 0 else float(sum(m - 1 for m in counts if m > 1))
+    donor = max((i for i, m in enumerate(counts) if m > 1), key=lambda i: within[i])
+    per_doc = [v if m > 1 else within[donor] for v, m in zip(within, counts)]
+    # Satterthwaite over the independent variance estimates: a borrowing document's term is the donor's
+    # estimate again, so it joins the donor's term (its df), not a term of its own
+    terms = [within[i] / m for i, m in enumerate(counts) if m > 1]
+    dof = [m - 1.0 for m in counts if m > 1]
+    terms[[i for i, m in enumerate(counts) if m > 1].index(donor)] += sum(within[donor] / m for m in counts if m == 1)
+    var = sum(terms) / G ** 2
+    df = sum(terms) ** 2 / sum(t * t / f for t, f in zip(terms, dof)) if var > 0 else float(sum(dof))
     return Paired(est, math.sqrt(var), max(df, 1.0), n, "windows", G, counts, sigma2, doc_var=tuple(per_doc))
 
 

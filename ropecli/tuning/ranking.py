@@ -120,6 +120,10 @@ def verdict(winner: dict, best: dict, others: list[dict], excluded: list[dict], 
     equivalent = [r["candidate"] for r in others if r["verdict"] == "equivalent"]
     undecided = [r for r in others if r["verdict"] == "undecided"]
     worse = [r["candidate"] for r in others if r["verdict"] == "worse"]
+    better = [r for r in others if r["verdict"] == "better"]  # only on fewer shared windows: never hidden
+    if better:
+        why += ("; shown better than the best on the windows both have (it was measured on fewer): " +
+                ", ".join(f"{r['candidate']} ({r['vs_best']['diff']:+.4f})" for r in better))
     if equivalent:
         why += f"; equivalent to the best within ±{margin:g} nats: {', '.join(equivalent)}"
     if undecided:
