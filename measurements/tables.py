@@ -253,6 +253,26 @@ def within_cell(r: dict) -> str:
     return "—" if not w else f"{w['ppl']:.3f} ({w['rise_percent']:+.1f} %)"
 
 
+def advise_rows(name: str) -> None:
+    """One `ropecli advise` run: its ranking (PPL and key PPL on each candidate's windows, the paired Δ on each
+    metric to that metric's best, the windows, the verdict), then the verdict, the other metric's rule and the
+    error budget, as advice.json has them."""
+    d = load(name)
+    if d is None:
+        return
+    n = str(max(d["lengths"]))
+    print(f"{name}: {d['model']}, {d['held_out_windows']} held-out windows in the first round, {d['forward_passes']} forward passes\n")
+    header("rank", "candidate", f"PPL @ {n}", f"key PPL @ {n}", "Δ vs best (nats, ± 95 %)", "Δ key PPL vs its best",
+           "windows", "verdict")
+    for r in sorted(d["rows"], key=lambda r: r.get("rank") or 99):
+        verdict = "winner" if r["candidate"] == d["winner"] else (
+            f"dropped in round {r['race']['dropped_round']}" if r.get("race", {}).get("dropped_round") else r["verdict"])
+        print(f"| {r.get('rank') or '—'} | {r['candidate']} | {r['ppl'][n]:.3f} | {(r.get('key_ppl') or {}).get(n, math.nan):.3f} | "
+              f"{vs_best(r['vs_best'])} | {vs_best(r['also_vs_best']) if r.get('also_vs_best') else '—'} | "
+              f"{r.get('race', {}).get('windows', len(r['windows']))} | {verdict} |")
+    print(f"\nverdict: {d['verdict']}\n\n{d['error_budget']['line']}\n")
+
+
 if __name__ == "__main__":
     for name in ("compare-16k", "llamacpp-16k"):
         ppl_table(name)
@@ -266,4 +286,5 @@ if __name__ == "__main__":
     key_rules_rows()
     for name in ("workload-short", "workload-long", "workload-decode"):
         workload_rows(name)
+    advise_rows("advise-16k")
     sys.stdout.flush()
