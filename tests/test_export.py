@@ -58,7 +58,7 @@ def test_hf_folder_reproduces_ropecli_ppl(family, schedule, tiny_dir, gemma_dir,
     expected = ropecli_ppl(src, 192, *schedule)
     assert hf_ppl(model, 192) == pytest.approx(expected, rel=1e-4)
     unscaled = ropecli_ppl(src, 192, "--method", "none")
-    assert abs(expected / unscaled - 1) > 5e-4  # the schedule changes the result by more than the tolerance above
+    assert abs(expected / unscaled - 1) > 2e-4  # the schedule changes the result by twice the tolerance above
     cfg = json.loads((out / "config.json").read_text())
     if family == "gemma3":  # only the full-attention layers are scaled; the sliding ones keep their RoPE
         assert cfg["rope_parameters"]["full_attention"]["rope_type"] == "longrope"
