@@ -116,11 +116,6 @@ class PplResult(EvalResult):
         """The key predictions of each window with key predictions: the estimand's weights."""
         return [int(self.window_key_tokens[i]) for i in self._with_keys()]
 
-    @property
-    def weights(self) -> list | None:
-        """Each unit's scored predictions where they differ between units (None: equal)."""
-        return None
-
 
 @dataclass(kw_only=True)
 class KeyPplResult(PplResult):
