@@ -38,7 +38,7 @@ def test_the_race_crowns_the_candidate_the_verdicts_favour():
     order = list(range(10)) + list(range(10, 50))  # a first window of every document, then the book's others
     values = {"X": x[order], "Y": y[order]}
     out = race(lambda name, n: ([list(values[name][:n])], [[docs[i] for i in order[:n]]]), ["X", "Y"],
-               start=12, max_windows=50)
+               start=50, max_windows=50)  # one look on every window: where a window mean would crown X
     assert out["leader"] == "Y" and out["candidates"]["X"]["status"] != "leader"
     assert not any(r["vs_leader"] and r["vs_leader"].get("verdict") == "better" for r in out["candidates"].values())
 
