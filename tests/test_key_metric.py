@@ -244,3 +244,17 @@ def test_long_short_from_the_cli_is_cached_and_refuses_windows_past_the_evaluato
     assert past.exit_code != 0 and "--key-evaluator" in past.output and "Traceback" not in past.output
     wrong = runner.invoke(app, ["compare", "--len", "256", "--key-evaluator", "x"])
     assert wrong.exit_code != 0 and "--key-tokens long-short" in wrong.output
+
+
+def test_cached_windows_without_per_prediction_nll_are_computed_again_for_key_ppl(tmp_path):
+    """Windows cached by a run without a key rule (no per-prediction NLL kept) are scored again when the
+    next run asks for key PPL, instead of silently leaving key PPL out (what advise on SmolLM2 did)."""
+    cache = str(tmp_path / "cache")
+    args = ["compare", "--method", "none,yarn", "--len", "512", "--samples", "2", "--cache-dir", cache, "--json"]
+    first = runner.invoke(app, [*args, "--key-tokens", "off"])
+    assert first.exit_code == 0, first.output
+    assert all(r["key_ppl"] is None for r in json.loads(first.stdout)["results"])
+    again = runner.invoke(app, args)
+    assert again.exit_code == 0, again.output
+    out = json.loads(again.stdout)
+    assert out["forward_passes"] == 4 and all(r["key_ppl"] is not None for r in out["results"])

@@ -221,6 +221,7 @@ def test_a_hopeless_search_point_stops_after_half_its_windows_with_a_lower_bound
     expected = []
     screened = search_b(run, geom, [2048], tol=0.01, windows=8, screen=True, expect=lambda c, m="ppl", s=None: expected.append((c, s)))
     assert screened["best_b"] == full["best_b"]  # the same answer
+    assert [e["b"] for e in screened["evaluations"]] == [e["b"] for e in full["evaluations"]]  # by the same path
     stopped = [e for e in screened["evaluations"] if "stopped_early" in e]
     assert stopped and all(e["stopped_early"]["windows"] == 4 for e in stopped)
     assert all(e["stopped_early"]["se"] > 0 for e in stopped)  # a real interval, not a constant difference

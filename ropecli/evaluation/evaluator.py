@@ -172,7 +172,8 @@ class Evaluator:
 
     def _lookup(self, spec: Spec, length: int, metric: str, inputs: Inputs):
         """(geometry, schedule, each unit's cache key, {unit: (value, seconds)} of the units found cached)."""
-        need_tokens = self.keep_tokens or (metric == "key-ppl")  # entries without per-prediction NLL: computed again
+        # entries without per-prediction NLL are computed again where key PPL (or --keep-tokens) needs them
+        need_tokens = self.keep_tokens or metric == "key-ppl" or self.key_rule is not None
         metric = _unit(metric)
         geom, sched = self.schedule_for(spec, length)
         base = self.unit_key(spec, length, geom, sched, metric)

@@ -72,15 +72,20 @@ def check_range(lo: float, hi: float, tol: float) -> None:
         raise RopeCliError(f"--tol {tol} must be positive; e.g. --tol 0.01")
 
 
-def golden_section(f: Callable[[float], float], lo: float = 0.0, hi: float = 1.0, tol: float = 0.01) -> SearchResult:
+def golden_section(f: Callable[..., float], lo: float = 0.0, hi: float = 1.0, tol: float = 0.01,
+                   bounded: bool = False) -> SearchResult:
+    """Golden-section search of f on [lo, hi]. An interior point is only ever compared with the other
+    interior point, so (`bounded`) f is told that value: f(b, above) may answer with a lower bound of f(b) when the
+    bound exceeds `above` (a screened point: the comparison goes as with its full value); `above` = inf:
+    the point is compared before its rival exists, so it needs its full value."""
     check_range(lo, hi, tol)
     seen: dict[float, float] = {}
     order: list[tuple[float, float]] = []
 
-    def F(b: float) -> float:
+    def F(b: float, above: float | None = None) -> float:
         b = round(b, 12)
         if b not in seen:
-            v = f(b)
+            v = f(b, above) if bounded else f(b)
             seen[b] = v if v == v else math.inf  # NaN counts as worst
             order.append((b, seen[b]))
         return seen[b]
@@ -89,16 +94,17 @@ def golden_section(f: Callable[[float], float], lo: float = 0.0, hi: float = 1.0
     F(hi)
     a, c = lo, hi
     x1, x2 = c - INV_PHI * (c - a), a + INV_PHI * (c - a)
-    f1, f2 = F(x1), F(x2)
+    f1 = F(x1, math.inf)
+    f2 = F(x2, f1)
     for _ in range(interior_evaluations(lo, hi, tol) - 2):
         if f1 <= f2:  # minimum in [a, x2]
             c, x2, f2 = x2, x1, f1
             x1 = c - INV_PHI * (c - a)
-            f1 = F(x1)
+            f1 = F(x1, f2)
         else:  # minimum in [x1, c]
             a, x1, f1 = x1, x2, f2
             x2 = a + INV_PHI * (c - a)
-            f2 = F(x2)
+            f2 = F(x2, f1)
     best_b, best_f = min(order, key=lambda p: (p[1], p[0]))
     return SearchResult(best_b, best_f, order, (a, c), boundary(best_b, lo, hi), local_maxima(order))
 
@@ -131,10 +137,12 @@ class _BudgetSpent(Exception):
     pass
 
 
-def optimize(f: Callable[[list[float]], float], n: int, budget: int, optimizer: str = "auto",
-             x0: list[float] | None = None, tol: float | None = None) -> Trace:
+def optimize(f: Callable[..., float], n: int, budget: int, optimizer: str = "auto",
+             x0: list[float] | None = None, tol: float | None = None, bounded: bool = False) -> Trace:
     """Minimize f over [0, 1]^n within `budget` distinct evaluations. `tol`: golden-section's accuracy
-    (default: as fine as the budget allows), the scipy optimizers' xtol (default 1e-3)."""
+    (default: as fine as the budget allows), the scipy optimizers' xtol (default 1e-3). `bounded`: f(x, above), as
+    in `golden_section`, where the optimizer knows the one value x is compared with (golden-section);
+    f(x, None) elsewhere (f then decides what a bound must exceed)."""
     if budget < min_budget(n):
         raise RopeCliError(f"--budget {budget} is below the minimum {min_budget(n)} for {n} parameter(s)")
     chosen = default_optimizer(n) if optimizer == "auto" else Optimizer(optimizer).value
@@ -154,13 +162,13 @@ def optimize(f: Callable[[list[float]], float], n: int, budget: int, optimizer: 
     # cached windows and the first simplex keeps the defaults it does not move
     start = [{round(c, 6): c} for c in map(clamp, x0 or [])]
 
-    def F(x) -> float:
+    def F(x, above: float | None = None) -> float:
         key = rounded(x)
         if key not in seen:
             if len(order) >= budget:
                 raise _BudgetSpent
             point = [start[i].get(u, u) if start else u for i, u in enumerate(key)]
-            v = f(point)
+            v = f(point, above) if bounded else f(point)
             seen[key] = v if v == v else math.inf
             order.append((point, seen[key]))
         return seen[key]
@@ -168,7 +176,8 @@ def optimize(f: Callable[[list[float]], float], n: int, budget: int, optimizer: 
     bracket = None
     try:
         if chosen == "golden":  # on [0, 1], as many interior points as the budget allows unless tol says fewer
-            found = golden_section(lambda u: F([u]), 0.0, 1.0, tol=tol or INV_PHI ** (budget - 2.5))
+            found = golden_section(lambda u, above=None: F([u], above), 0.0, 1.0, tol=tol or INV_PHI ** (budget - 2.5),
+                                   bounded=True)
             bracket = found.bracket
         elif chosen == "grid":
             _grid(F, n, budget)

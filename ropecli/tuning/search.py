@@ -56,12 +56,15 @@ def run_search(run: Evaluate, held_out_run: Evaluate | None, geom: Geometry, met
                             max_short_regression, max_short_kl, reference_spec(geom))
     evaluations: list[dict] = []
 
-    def screened(spec: Spec) -> dict | None:
+    def screened(spec: Spec, above: float | None) -> dict | None:
         """The point's entry on its first windows when it is already significantly worse than the incumbent
         there (one-sided paired t-test at SCREEN_ALPHA), else None. Its objective is then a *lower bound*:
         the incumbent's objective plus the lower confidence bound of the paired difference, so the optimizer
-        sees a value the point's full objective exceeds (at that confidence), never an invented one; a
-        golden-section or simplex step only compares values, and the comparison with the incumbent is right."""
+        sees a value the point's full objective exceeds (at that confidence), never an invented one. It stops
+        only when that bound also lies above the value it is compared with (`above`, golden-section's other
+        interior point), or, where the optimizer does not say (a simplex), above every value it has seen: an
+        optimizer only compares values, so each comparison goes as with the full objective and the screened
+        search visits the points the full one does (benchmarks/bench_racing.py)."""
         full = [e for e in evaluations if "windows" in e and "stopped_early" not in e and not e.get("violates_guard")
                 and math.isfinite(e["objective"])]
         n0 = max(2, (windows or 0) // 2)
@@ -72,11 +75,15 @@ def run_search(run: Evaluate, held_out_run: Evaluate | None, geom: Geometry, met
         test = worse_test(part["values"], incumbent["values"], part["docs"], SCREEN_ALPHA, tokens=part.get("weights"))
         if not test["worse"] or test["lower"] is None:
             return None
+        if above is None:
+            above = max(e["objective"] for e in evaluations if math.isfinite(e["objective"]) and not e.get("violates_guard"))
+        if not incumbent["objective"] + test["lower"] > above:  # the optimizer could rank it below its rival
+            return None
         expect(-len(lengths), score.objective, windows - n0)  # the windows it did not take, at every length
         return {**part, "objective": incumbent["objective"] + test["lower"], "stopped_early": {
             "windows": n0, "of": windows, "vs": incumbent["label"], "diff": test["diff"], "se": test["se"], "bound": "lower"}}
 
-    def f(u: list[float]) -> float:
+    def f(u: list[float], above: float | None = None) -> float:
         params = {d.name: d.value(x) for d, x in zip(dims, u)}
         try:  # a point outside the method's joint domain is infeasible, not an error
             spec = make_spec(method, {**fixed, **params}, factor=factor, log_n=log_n)
@@ -85,12 +92,12 @@ def run_search(run: Evaluate, held_out_run: Evaluate | None, geom: Geometry, met
             evaluations.append({"params": params, "label": format_label(method, {**fixed, **params}),
                                 "objective": math.inf, "infeasible": str(e)})
             return math.inf
-        entry = {"params": params, "label": spec.label, **(screened(spec) or score(spec))}
+        entry = {"params": params, "label": spec.label, **(screened(spec, above) or score(spec))}
         evaluations.append(entry)
         return entry["objective"] if not entry.get("violates_guard") else math.inf
 
     x0 = start_point(method, dims, fixed, geom)
-    trace = optimize(f, len(dims), budget, optimizer, x0, tol)
+    trace = optimize(f, len(dims), budget, optimizer, x0, tol, bounded=True)
     best = evaluations[min(range(len(trace.points)), key=lambda i: trace.points[i][1])]
     if not math.isfinite(best["objective"]) or best.get("violates_guard"):
         raise RopeCliError("every evaluated schedule broke a guard or diverged; loosen --max-short-kl / "
