@@ -16,6 +16,7 @@ import click
 import typer
 
 from ropecli.evaluation.results import Metric
+from ropecli.evaluation.ruler.templates import TASKS
 from ropecli.export.runtimes import SERVED_BY_DEFAULT
 from ropecli.cli.runtime_name import RuntimeName
 from ropecli.export import runtimes
@@ -117,8 +118,8 @@ class CommaChoices(click.ParamType):
     """Values of an Enum, repeatable and comma-separated (`--metric ppl,kl --metric passkey`), checked by
     click before any work: a wrong one is a one-line usage error naming the choices."""
 
-    def __init__(self, enum: type[Enum], flag: str):
-        self.choices, self.flag = [e.value for e in enum], flag
+    def __init__(self, enum: type[Enum] | list[str], flag: str):
+        self.choices, self.flag = [e if isinstance(e, str) else e.value for e in enum], flag
         self.name = "[" + "|".join(self.choices) + "],…"
 
     def convert(self, value, param, ctx):
@@ -137,9 +138,16 @@ def flat_choices(values: list | None, default: tuple[str, ...]) -> list[str]:
 
 
 MetricOpt = Annotated[Optional[list[str]], typer.Option(
-    "--metric", click_type=CommaChoices(Metric, "--metric"), rich_help_panel=EVALUATION,
+    "--metric", click_type=CommaChoices([m.value for m in Metric] + list(TASKS), "--metric"), rich_help_panel=EVALUATION,
     help="What to measure: ppl (with key-token PPL beside it, --key-tokens), key-ppl (ranked by key-token PPL), passkey, "
-         "kl (repeat or comma-separate). kl runs at L with the target's k.")]
+         "kl, or a RULER task (--task) (repeat or comma-separate). kl runs at L with the target's k.")]
+TaskOpt = Annotated[Optional[list[str]], typer.Option(
+    "--task", click_type=CommaChoices(list(TASKS), "--task"), rich_help_panel=EVALUATION,
+    help="RULER's synthetic tasks on your text, a column each, ranked by the answer's NLL (paired by prompt; --depths "
+         "places the needle): " + ", ".join(TASKS) + ". Added to --metric.")]
+GenerateOpt = Annotated[bool, typer.Option(
+    "--generate", rich_help_panel=EVALUATION,
+    help="Tasks: also RULER's own score, string match of a greedy answer (tokens_to_generate tokens per prompt).")]
 ObjectiveOpt = Annotated[Objective, typer.Option(
     "--objective", rich_help_panel=SEARCH, help="ppl: mean log-PPL over the lengths; passkey: mean passkey answer NLL over the lengths.")]
 OptimizerOpt = Annotated[Optimizer, typer.Option(

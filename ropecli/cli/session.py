@@ -52,7 +52,7 @@ class RichProgress(Progress):
 
 
 def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, quiet: bool,
-                 passkey: PasskeyOptions | None = None) -> Session:
+                 passkey: PasskeyOptions | None = None, generate: bool = False) -> Session:
     """Load the model (spinner unless `quiet`) and its evaluator; both described on stderr."""
     from ropecli.evaluation.cache import EvalCache
     from ropecli.evaluation.distributed import quiet_unless_main, setup
@@ -82,7 +82,7 @@ def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions
     prompts = {"depths": tuple(passkey.parsed_depths()), "digits": passkey.checked_digits()} if passkey else {}
     inputs = Inputs.load(lm.tokenizer, data.data, data.text_field, samples=data.samples, seed=data.seed, **prompts)
     ev = Evaluator(lm, inputs, cache=cache, dist=dist, chunk_tokens=evaluation.chunk_size, score_last=evaluation.score_last,
-                   keep_tokens=evaluation.keep_token_losses, key_rule=_key_rule(evaluation, lm, cache, device, dist.is_main))
+                   keep_tokens=evaluation.keep_token_losses, generate=generate, key_rule=_key_rule(evaluation, lm, cache, device, dist.is_main))
     err.print(f"data {inputs.data_label}; {data.samples} window(s) per length, seed {data.seed}", highlight=False)
     return Session(lm, ev, RichProgress(), memory=memory[0].to_json() if memory else None)
 

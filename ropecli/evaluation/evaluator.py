@@ -32,7 +32,8 @@ from ropecli.evaluation.distributed import Dist
 from ropecli.evaluation.inputs import Inputs
 from ropecli.evaluation.key_metric import key_fields, window_key_sums
 from ropecli.evaluation.key_tokens import KeyRule, describe_rule
-from ropecli.evaluation.results import (METRICS, EvalResult, summarize_kl, summarize_passkey, summarize_ppl)
+from ropecli.evaluation.ruler.scoring import passes, score_prompt
+from ropecli.evaluation.results import (METRICS, EvalResult, is_task, summarize_kl, summarize_passkey, summarize_ppl)
 from ropecli.models.backend import ModelBackend
 from ropecli.models.token_losses import plain, prefixes_from_kept
 from ropecli.rope.geometry import Geometry
@@ -51,6 +52,7 @@ class Evaluator:
     forward_passes: int = 0  # windows (or prompts) this process ran through the model (cache misses)
     keep_tokens: bool = False  # ppl: entries without every prediction's NLL are computed again
     key_rule: KeyRule | None = None  # which predictions are key (`key_tokens`): key PPL beside PPL; kept NLL with it
+    generate: bool = False  # tasks: also RULER's generation score (a greedy answer per prompt)
 
     @classmethod
     def over(cls, backend: ModelBackend, data: list[str] | None = None, *, samples: int = 4, seed: int = 0,
@@ -69,6 +71,9 @@ class Evaluator:
         inputs = self.inputs.resized(samples)
         if metric == "passkey":
             inputs.prompts(length)
+            return
+        if is_task(metric):
+            inputs.task_units(metric, length)
             return
         inputs.windows(length)
         if _unit(metric) == "ppl" and self.score_last and self.score_last >= length:
@@ -111,8 +116,8 @@ class Evaluator:
         each window from the cache, or computed and cached the moment it is done. Under torchrun a window
         counts as cached only if every rank finds it (ranks may not share a disk). `span`: the windows are
         the prefixes of those at `span` (`Inputs.spanning`)."""
-        if metric not in METRICS:
-            raise RopeCliError(f"unknown metric '{metric}'; choose from {', '.join(METRICS)}")
+        if metric not in METRICS and not is_task(metric):
+            raise RopeCliError(f"unknown metric '{metric}'; choose from {', '.join(METRICS)} or a task (--task)")
         self._check_rule(metric)
         inputs = self.inputs.resized(samples).spanning(span)
         geom, sched, keys, values = self._lookup(spec, length, metric, inputs)
@@ -187,11 +192,13 @@ class Evaluator:
         values.update(rekeyed(self.cache, keys, missing, getattr(self.backend, "earlier_fingerprints", ()),
                               self.dist.is_main))
         values.update(respelled(self.cache, keys, [i for i in missing if i not in values], self.dist.is_main))
-        if not values:
+        if not values and not is_task(metric):
             values = whole_evaluation(self.cache, self.legacy_key(spec, length, geom, sched, metric, inputs), metric,
                                       keys, self.dist.is_main)
         if need_tokens and metric == "ppl":
             values = {i: v for i, v in values.items() if len(v[0]) > 3 and v[0][3]}
+        if self.generate and is_task(metric):  # prompts cached without a generation: computed again
+            values = {i: v for i, v in values.items() if v[0][4] is not None}
         return geom, sched, keys, values
 
     def _summarize(self, spec: Spec, length: int, metric: str, inputs: Inputs, geom: Geometry, sched: Schedule,
@@ -199,6 +206,10 @@ class Evaluator:
         per_unit = [values[i][0] for i in range(len(values))]
         if metric == "passkey":
             r = summarize_passkey(spec, sched, geom, length, per_unit, inputs.prompts(length), inputs.depths, seconds)
+        elif is_task(metric):
+            from ropecli.evaluation.task_results import summarize_task
+
+            r = summarize_task(spec, sched, geom, length, metric, per_unit, inputs.task_units(metric, length), seconds)
         elif metric == "kl":
             r = summarize_kl(spec, sched, geom, length, per_unit, inputs.windows(length).names, seconds)
         else:
@@ -231,6 +242,8 @@ class Evaluator:
                 return be.window_nll(ids, self.chunk_tokens, self.score_last, keep_tokens=keep)
             if metric == "passkey":
                 return be.passkey_scores(ids, answer_start)
+            if is_task(metric):
+                return score_prompt(be, ids, self.generate)  # ids: the TaskUnit
             return be.window_kl(ids, sched, spec.log_n, self.chunk_tokens)
 
         with be.scaled(sched, spec.log_n) if metric != "kl" else nullcontext():  # kl switches states itself
@@ -241,7 +254,7 @@ class Evaluator:
                 local.append((i, value, time.perf_counter() - t0))
                 if self.dist.is_main:
                     self._store(keys[i], value, local[-1][2], prefixes)
-                self.forward_passes += 1
+                self.forward_passes += passes(units[i][0], self.generate) if is_task(metric) else 1
                 self.dist.windows_done.append(i)
                 if on_window:
                     on_window(self.dist.round_size(position, len(todo)))

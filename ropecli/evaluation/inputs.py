@@ -38,6 +38,8 @@ class Inputs:
     span: int | None = None  # windows at a length below it are the prefixes of the windows at `span`
     _windows: dict = field(default_factory=dict, repr=False)
     _prompts: dict = field(default_factory=dict, repr=False)
+    _tasks: dict = field(default_factory=dict, repr=False)  # (task, length) -> its TaskUnits
+    _haystack: Any = field(default=None, repr=False)
     _stream: Any = field(default=None, repr=False)
     _resized: dict = field(default_factory=dict, repr=False)
     _fingerprints: dict = field(default_factory=dict, repr=False)
@@ -56,7 +58,7 @@ class Inputs:
             self.split = "search"
             self._windows.clear(), self._resized.clear(), self._fingerprints.clear(), self._spanned.clear()
         return replace(self, samples=samples, split="held", first_window=self.first_window + self.samples, _windows={},
-                       _prompts={}, _resized={}, _fingerprints={}, _spanned={})
+                       _prompts={}, _tasks={}, _resized={}, _fingerprints={}, _spanned={})
 
     def _part(self, length: int) -> tuple[int | None, int]:
         """(which half of the documents, first window) of this sample at `length`."""
@@ -91,7 +93,7 @@ class Inputs:
         if span == self.span:
             return self
         if span not in self._spanned:  # kept: every evaluation of a multi-length run asks again
-            self._spanned[span] = replace(self, span=span, _windows={}, _prompts={}, _resized={}, _fingerprints={},
+            self._spanned[span] = replace(self, span=span, _windows={}, _prompts={}, _tasks={}, _resized={}, _fingerprints={},
                                           _spanned={})
         return self._spanned[span]
 
@@ -105,7 +107,7 @@ class Inputs:
         if samples is None or samples == self.samples:
             return self
         if samples not in self._resized:
-            self._resized[samples] = replace(self, samples=samples, _windows={}, _prompts={}, _resized={},
+            self._resized[samples] = replace(self, samples=samples, _windows={}, _prompts={}, _tasks={}, _resized={},
                                              _fingerprints={}, _spanned={})
         return self._resized[samples]
 
@@ -156,23 +158,54 @@ class Inputs:
             self._prompts[length] = [p for row in rows for p in row]
         return self._prompts[length]
 
+    def task_units(self, task: str, length: int) -> list:
+        """A RULER task's prompts at `length` (`ropecli.evaluation.ruler.generate.make_units`), depth-major:
+        `samples` per depth of `depths`, the haystack the documents' text."""
+        if (task, length) not in self._tasks:
+            from ropecli.evaluation.ruler.builders import Haystack
+            from ropecli.evaluation.ruler.generate import make_units
+
+            if self._haystack is None:
+                self._haystack = Haystack.of([d.text for d in self.docs])
+            self._tasks[(task, length)] = make_units(self.tokenizer, self._haystack, task, length, list(self.depths),
+                                                     self.samples, self.seed, first_sample=self.first_window)
+        return self._tasks[(task, length)]
+
     def units(self, metric: str = "ppl") -> int:
-        """Forward passes of one evaluation: windows (ppl, kl) or prompts (passkey)."""
-        return self.samples * (len(self.depths) if metric == "passkey" else 1)
+        """Units of one evaluation: windows (ppl, kl), prompts (passkey, a task: samples per depth)."""
+        from ropecli.evaluation.results import is_task
+
+        return self.samples * (len(self.depths) if metric == "passkey" or is_task(metric) else 1)
 
     def unit_inputs(self, metric: str, length: int) -> list[tuple]:
-        """(token ids, answer start) of each unit: windows (answer start None) or passkey prompts."""
+        """(token ids, answer start) of each unit: windows (answer start None), passkey prompts, or a task's
+        (TaskUnit, None)."""
+        from ropecli.evaluation.results import is_task
+
         if metric == "passkey":
             return [(p.ids, p.answer_start) for p in self.prompts(length)]
+        if is_task(metric):
+            return [(u, None) for u in self.task_units(metric, length)]
         return [(w, None) for w in self.windows(length).ids]
 
     def unit_fingerprints(self, metric: str, length: int) -> list[str]:
         """sha256 of each unit's exact token ids (and a prompt's answer position): its cache identity.
         Hashed once per (units, length): every schedule of a race asks again."""
-        kind = "passkey" if metric == "passkey" else "windows"
+        from ropecli.evaluation.results import is_task
+
+        kind = metric if metric == "passkey" or is_task(metric) else "windows"
         if (kind, length) not in self._fingerprints:
             out = []
             for ids, answer_start in self.unit_inputs(metric, length):
+                if is_task(metric):  # the prompt, the answer's place and the control prompt
+                    u = ids
+                    h = hashlib.sha256(u.ids.tobytes())
+                    h.update(f"answer@{u.answer_start}".encode())
+                    if u.control_ids is not None:
+                        h.update(u.control_ids.tobytes())
+                        h.update(f"control@{u.control_start}".encode())
+                    out.append(h.hexdigest()[:24])
+                    continue
                 h = hashlib.sha256(ids.astype("int64").tobytes())
                 if answer_start is not None:
                     h.update(f"answer@{answer_start}".encode())
@@ -182,6 +215,10 @@ class Inputs:
 
     def fingerprint(self, metric: str, length: int) -> str:
         """sha256 of exactly what is scored: the window token ids, or the prompts and their answer positions."""
+        from ropecli.evaluation.results import is_task
+
+        if is_task(metric):
+            return hashlib.sha256("".join(self.unit_fingerprints(metric, length)).encode()).hexdigest()[:16]
         if metric != "passkey":
             return self.windows(length).fingerprint
         h = hashlib.sha256()

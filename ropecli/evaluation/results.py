@@ -66,7 +66,7 @@ class EvalResult:
 
     @staticmethod
     def from_json(entry: dict[str, Any], cached: bool = False) -> "EvalResult":
-        cls = RESULT_TYPES[entry.get("metric", "ppl")]  # ppl entries of older ropecli versions carry no metric
+        cls = result_type(entry.get("metric", "ppl"))  # ppl entries of older ropecli versions carry no metric
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in entry.items() if k in names and k != "cached"}, cached=cached)
 
@@ -172,6 +172,21 @@ class Metric(str, Enum):
 RESULT_TYPES: dict[str, type[EvalResult]] = {"ppl": PplResult, "key-ppl": KeyPplResult, "passkey": PasskeyResult,
                                              "kl": KlResult}
 METRICS = tuple(m.value for m in Metric)
+
+
+def is_task(metric: str) -> bool:
+    """A RULER task (`ropecli.evaluation.ruler`): its name is its metric's."""
+    from ropecli.evaluation.ruler.templates import TASKS
+
+    return metric in TASKS
+
+
+def result_type(metric: str) -> type[EvalResult]:
+    if is_task(metric):
+        from ropecli.evaluation.task_results import TaskResult
+
+        return TaskResult
+    return RESULT_TYPES[metric]
 
 
 def _head(spec: Spec, sched: Schedule, geom: Geometry, length: int, seconds: float) -> dict:

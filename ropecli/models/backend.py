@@ -43,6 +43,10 @@ class ModelBackend(Protocol):
     # every prediction's NLL, float64 (T-1,): what a key-token evaluator reads
 
     def passkey_scores(self, ids: np.ndarray, answer_start: int) -> tuple[float, float]: ...
+    # (1.0 if every answer token ids[answer_start:] is the argmax else 0.0, their NLL summed)
+
+    def greedy(self, ids: np.ndarray, max_new: int) -> str: ...
+    # the greedy continuation of the prompt `ids`, max_new tokens at most, decoded (RULER's generation)
 
     def window_kl(self, ids: np.ndarray, schedule: Schedule, log_n: bool,
                   chunk_tokens: int | None) -> tuple[float, int, int, list[float]]: ...
@@ -142,6 +146,12 @@ class TransformersBackend:
         from ropecli.models.scoring import passkey_scores
 
         return self._run(passkey_scores, ids, answer_start)
+
+    def greedy(self, ids: np.ndarray, max_new: int) -> str:
+        from ropecli.models.scoring import greedy_tokens
+
+        new = self._run(greedy_tokens, ids, max_new, self.tokenizer.eos_token_id)
+        return self.tokenizer.decode(new, skip_special_tokens=True)
 
     def window_kl(self, ids: np.ndarray, schedule: Schedule, log_n: bool,
                   chunk_tokens: int | None) -> tuple[float, int, int, list[float]]:

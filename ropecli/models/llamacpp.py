@@ -156,6 +156,12 @@ class LlamaCppBackend:
         target = torch.from_numpy(np.asarray(ids[answer_start:], dtype=np.int64))
         return answer_scores(torch.from_numpy(np.concatenate(rows)), target)
 
+    def greedy(self, ids: np.ndarray, max_new: int) -> str:
+        from ropecli.errors import RopeCliError
+
+        raise RopeCliError("--generate (RULER's generation score) runs on the transformers backend; drop --generate "
+                           "(the answer likelihood is scored here too) or pass --backend transformers")
+
     def window_kl(self, ids: np.ndarray, schedule: Schedule, log_n: bool,
                   chunk_tokens: int | None) -> tuple[float, int, int, list[float]]:
         """KL(unscaled || scaled) per position: the source GGUF and the scaled copy decode the window in

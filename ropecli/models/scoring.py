@@ -95,6 +95,15 @@ def passkey_scores(model, ids: torch.Tensor, answer_start: int) -> tuple[float, 
 
 
 @torch.inference_mode()
+def greedy_tokens(model, ids: torch.Tensor, max_new: int, eos: int | None) -> list[int]:
+    """Greedy decoding through the KV cache from the prompt `ids` (1, T): up to `max_new` new token ids,
+    stopping after EOS (RULER's HF runner: do_sample=False, no repetition penalty)."""
+    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new, do_sample=False,
+                         num_beams=1, pad_token_id=eos, eos_token_id=eos)
+    return [int(t) for t in out[0, ids.shape[1]:]]
+
+
+@torch.inference_mode()
 def window_kl(model, ids: torch.Tensor, reference, scaled, chunk_tokens: int | None = None) -> tuple[float, int, int, list[float]]:
     """KL(p_reference || p_scaled) at every position of one window `ids` (1, T), nats:
     (sum of KL, positions, positions where both argmaxes agree, per-position KL).

@@ -72,5 +72,6 @@ def plain(value: tuple) -> list:
     for v in value:
         if hasattr(v, "tolist"):
             v = v.tolist()
-        out.append([float(x) for x in v] if isinstance(v, (list, tuple)) else v if isinstance(v, (int, str)) else float(v))
+        out.append([float(x) for x in v] if isinstance(v, (list, tuple)) else
+                   v if v is None or isinstance(v, (int, str)) else float(v))
     return out

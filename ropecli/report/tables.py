@@ -72,8 +72,9 @@ def compare_table(out: dict, labels: list[str], lengths: list[int]) -> list:
     results, L, kl_k = out["results"], out["train_len"], out["kl_factor"]
     by = {(r["metric"], r["label"], r["len"]): r for r in results}
     have = {r["metric"] for r in results}
-    counts = sorted({len(r.get("window_nll") or r.get("window_kl") or r.get("prompt_answer_nll") or []) for r in results})
-    per_cell = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]} (raced)"
+    counts = sorted({len(r.get("window_nll") or r.get("window_kl") or r.get("prompt_answer_nll") or []) for r in results
+                     if "task" not in r})
+    per_cell = "" if not counts else f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]} (raced)"
     columns = []
     for n in lengths:
         columns += [("ppl", n, f"PPL {n}" + (" (train)" if n == L else ""))] if "ppl" in have else []
@@ -81,14 +82,18 @@ def compare_table(out: dict, labels: list[str], lengths: list[int]) -> list:
         columns += [("key", n, f"key PPL {n}")] if "ppl" in have and keyed else []
         columns += [("key-ppl", n, f"key PPL {n}")] if "key-ppl" in have and not ("ppl" in have and keyed) else []
     columns += [("passkey", n, f"passkey {n}") for n in lengths if "passkey" in have]
+    tasks = [m for m in dict.fromkeys(r["metric"] for r in results) if "task" in next(x for x in results if x["metric"] == m)]
+    columns += [(t, n, f"{t} {n}") for t in tasks for n in lengths]
     if "kl" in have:
         columns += [("kl", L, f"KL @ L (k={kl_k:g})"), ("kl-top1", L, "top-1 @ L")]
-    t = table(f"{out['model']} ({lengths_of(out)}); {per_cell} windows/keys per cell; ± = 95% half-width across windows; bold = "
+    per_cell = f"{per_cell} windows/keys per cell; " if per_cell else ""
+    t = table(f"{out['model']} ({lengths_of(out)}); {per_cell}± = 95% half-width across windows; bold = "
               "best, ≈ = shown equivalent to it, ? = undecided (paired, 95% for the whole column)",
               ["method", *[c[2] for c in columns]])
     text = {"ppl": fmt_ppl, "key": fmt_key, "key-ppl": fmt_key, "passkey": lambda r: f"{r['accuracy']:.0%}",
             "kl": lambda r: f"{r['kl_mean']:.4f}"}
     source = {"kl-top1": "kl", "key": "ppl"}
+    text.update({t: fmt_task for t in tasks})
     for label in labels:
         cells = []
         for metric, n, _ in columns:
@@ -99,8 +104,22 @@ def compare_table(out: dict, labels: list[str], lengths: list[int]) -> list:
     lines = [t, *key_note(results)]
     if "passkey" in have:
         lines.append(plain("passkey: accuracy over all depths; bold/≈ rank by the answer NLL (paired over the same prompts)."))
+    if tasks:
+        some = next(r for r in results if "task" in r)
+        lines.append(plain(f"tasks (RULER's, on this text; {some['samples']} prompts per cell): the answer's NLL in nats, "
+                           "-log p(answer | prompt, answer prefix), mean over prompts, lower is better; (+g) its gain over "
+                           "the same prompt without the needle; with --generate, RULER's string-match score; bold/≈ rank "
+                           "by the answer NLL (paired over the same prompts)."))
     races = [plain(f"race ({m}): {rec['outcome']}") for m, rec in out.get("races", {}).items()]
     return lines + [plain(line) for line in tie_lines(results)] + races + serving_tables(out)
+
+
+def fmt_task(r: dict) -> str:
+    """A task cell: answer NLL (+ gain over the needle-free prompt)[, RULER's score]."""
+    out = "inf" if r["answer_nll"] is None else f"{r['answer_nll']:.2f}"
+    out += f" (+{r['gain']:.1f})" if r.get("gain") is not None and r["gain"] >= 0 else \
+        f" ({r['gain']:.1f})" if r.get("gain") is not None else ""
+    return out + (f" {r['match']:.0%}" if r.get("match") is not None else "")
 
 
 def tie_lines(results: list[dict]) -> list[str]:
@@ -120,8 +139,8 @@ def tie_lines(results: list[dict]) -> list[str]:
         equivalent = [r["label"] for r in others if r[against]["tied"]]
         undecided = [r for r in others if r[against].get("verdict") == "undecided"]
         what = {"ppl": f"PPL @ {n}", "key": f"key PPL @ {n}", "key-ppl": f"key PPL @ {n}",
-                "passkey": f"passkey answer NLL @ {n}", "kl": f"KL @ L={n}"}[metric]
-        unit = "keys" if metric == "passkey" else "windows"
+                "passkey": f"passkey answer NLL @ {n}", "kl": f"KL @ L={n}"}.get(metric, f"{metric} answer NLL @ {n}")
+        unit = "keys" if metric == "passkey" else "prompts" if "task" in rows[0] else "windows"
         parts = [f"equivalent within ±{others[0][against]['margin']:g}: {', '.join(equivalent)}"] if equivalent else []
         if undecided:
             parts.append("undecided: " + "; ".join(f"{r['label']} ({tie_answer(r[against], unit)})" for r in undecided))

@@ -29,12 +29,12 @@ def compare_schedules(session: Bench, specs: list, lengths: list[int], metrics: 
         k = target_factor(factor, lengths, L)
         served = {**serve_workload(session.run, specs, serving[0], serving[1], session.rope, k, margin), "factor": k}
     results, races = [], {}
-    for m in (m for m in METRIC_ORDER if m in metrics):
+    for m in [m for m in METRIC_ORDER if m in metrics] + [m for m in metrics if m not in METRIC_ORDER]:  # then the tasks
         if race and len(specs) > 1:
-            got, races[m] = race_on(session, *cells[m], m, max_windows, margin)
+            got, races[m] = race_on(session, *cells.get(m, (specs, lengths)), m, max_windows, margin)
             results += got
         else:
-            results += session.run(*cells[m], m)
+            results += session.run(*cells.get(m, (specs, lengths)), m)
     results = attach_paired(results, *([margin] if margin is not None else []))
     return {**session.header(), "metrics": metrics, "kl_factor": kl_k, "results": results,
             **({"races": races} if race else {}), **({"serving": served} if served else {}), **session.tally()}

@@ -8,8 +8,8 @@ from ropecli.cli.console import show, stderr_console
 from ropecli.errors import RopeCliError
 from ropecli.cli.groups import (DataOptions, EvalOptions, ModelOptions, OutputOptions, PasskeyOptions, ServingOptions,
                                 ScheduleOptions, with_option_groups)
-from ropecli.cli.options import (COMPARE_METHODS, DEFAULT_METHOD, BothLogNOpt, MarginOpt, MaxWindowsOpt, MetricOpt,
-                                 RaceOpt, flat_choices)
+from ropecli.cli.options import (COMPARE_METHODS, DEFAULT_METHOD, BothLogNOpt, GenerateOpt, MarginOpt, MaxWindowsOpt,
+                                 MetricOpt, RaceOpt, TaskOpt, flat_choices)
 from ropecli.cli.session import check_plot_path, open_session
 
 
@@ -74,28 +74,37 @@ def compare(
     race: RaceOpt = False,
     max_windows: MaxWindowsOpt = None,
     margin: MarginOpt = None,
+    task: TaskOpt = None,
+    generate: GenerateOpt = False,
 ):
     """The article's table: methods x lengths, on the same documents, with paired confidence.
 
     --metric ppl (default), passkey (accuracy at each --len), kl (at L, schedules for the target's k:
-    --k, or the longest --len / L). Cells shown equivalent to the best (paired, within --margin) are
-    marked ≈, undecided ones ?; the verdicts hold at 95% for each column. --workload: also per runtime.
+    --k, or the longest --len / L); --task: RULER's tasks (answer NLL per prompt). Cells shown equivalent
+    to the best (paired, within --margin) are marked ≈, undecided ones ?; the verdicts hold at 95% for each
+    column. --workload: also per runtime.
 
     Examples: ropecli compare --len 256 --len 2048
               ropecli compare --len 2048 --method none,yarn,llama3,mixed --metric ppl,passkey,kl
+              ropecli compare --len 2048 --task niah-multikey,vt
               ropecli compare --model meta-llama/Llama-2-7b-hf --len 4096 --len 16384 --method none,pi,ntk-fixed,mixed --log-n --plot ppl.png
     """
     from ropecli.evaluation.evaluator import check_lengths
+    from ropecli.evaluation.results import is_task
     from ropecli.report.tables import compare_table
     from ropecli.tuning.comparison import compare_schedules
 
     serve, lengths = serving.plan(evaluation.length)
-    metrics, lengths = flat_choices(metric, ("ppl",)), check_lengths(lengths)
-    if "passkey" in metrics:
+    tasks = flat_choices(task, ())
+    metrics, lengths = flat_choices(metric, ("ppl",) if not tasks else ()) + tasks, check_lengths(lengths)
+    metrics = list(dict.fromkeys(metrics))
+    prompted = any(m == "passkey" or is_task(m) for m in metrics)
+    if prompted:
         prompts.parsed_depths(), prompts.checked_digits()
     specs = schedule.specs(COMPARE_METHODS, factor=evaluation.k, log_n_modes=(False, True) if both_log_n else (evaluation.log_n,))
     check_plot_path(output.plot)
-    session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts if "passkey" in metrics else None)
+    session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts if prompted else None,
+                           generate=generate)
     out = compare_schedules(session, specs, lengths, metrics, evaluation.k, race=race, max_windows=max_windows, margin=margin,
                             serving=serve)
     plot_ppl([r for r in out["results"] if r["metric"] == "ppl"], output.plot, session, out.get("serving"))
