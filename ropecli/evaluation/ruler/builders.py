@@ -80,11 +80,12 @@ def niah(task: Task, hay: Haystack, n: int, depth: float, rng: np.random.Generat
     cfg = task.niah
     u = rng.random()
     keys, values, needles = [], [], []  # needles: (key index, text)
-    for k in range(cfg.num_k):
+    num_k = max(cfg.num_k, cfg.num_q)  # niah.py: args.num_needle_k = max(args.num_needle_k, args.num_needle_q)
+    for k in range(num_k):
         keys.append(random_value(rng, cfg.type_k, hay))
         values.append([random_value(rng, cfg.type_v, hay) for _ in range(cfg.num_v)])
         needles += [(k, NEEDLE.format(type_needle_v=cfg.type_v, key=keys[k], value=v)) for v in values[k]]
-    queried = [int(i) for i in rng.permutation(cfg.num_k)[:cfg.num_q]]
+    queried = [int(i) for i in rng.permutation(num_k)[:cfg.num_q]]
     others = [d / 100 for d in rng.choice(DEPTHS, size=len(needles), replace=False)]
     first = next(i for i, (k, _) in enumerate(needles) if k == queried[0])
     depths = [depth if i == first else others[i] for i in range(len(needles))]

@@ -72,7 +72,7 @@ TASKS = {t.name: t for t in (
     Task("niah-multikey-needle", "niah_multikey_2", "niah", Niah("needle", "words", "numbers")),
     Task("niah-multikey-uuid", "niah_multikey_3", "niah", Niah("needle", "uuids", "uuids")),
     Task("niah-multivalue", "niah_multivalue", "niah", Niah("essay", "words", "numbers", num_v=4)),
-    Task("niah-multiquery", "niah_multiquery", "niah", Niah("essay", "words", "numbers", num_k=4, num_q=4)),
+    Task("niah-multiquery", "niah_multiquery", "niah", Niah("essay", "words", "numbers", num_q=4)),
     Task("vt", "vt", "vt"),  # num_chains 1, num_hops 4, noise haystack
     Task("cwe", "cwe", "cwe", has_needle=False),  # freq_cw 30, freq_ucw 3, num_cw 10
     Task("fwe", "fwe", "fwe", has_needle=False),  # alpha 2.0
