@@ -34,6 +34,18 @@ def plot_ppl(results: list[dict], path: str | None, session, serving: dict | Non
             stderr_console().print(f"wrote {position_path(path)}")
 
 
+def plot_tasks(results: list[dict], path: str | None, session, tasks: list[str]) -> None:
+    """On the main rank: each task's heat map (score against depth x length, a panel per schedule) beside `path`."""
+    if not (path and session.is_main):
+        return
+    from ropecli.report.task_plots import plot_task_heatmap, tasks_path
+
+    for t in tasks:
+        if plot_task_heatmap(results, t, session.rope.train_len, tasks_path(path, t), f"{t} on {session.rope.name} "
+                             f"(L = {session.rope.train_len}): by needle depth and length"):
+            stderr_console().print(f"wrote {tasks_path(path, t)}")
+
+
 @handle_errors
 @with_option_groups
 def ppl(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, evaluation: EvalOptions, output: OutputOptions):
@@ -108,4 +120,5 @@ def compare(
     out = compare_schedules(session, specs, lengths, metrics, evaluation.k, race=race, max_windows=max_windows, margin=margin,
                             serving=serve)
     plot_ppl([r for r in out["results"] if r["metric"] == "ppl"], output.plot, session, out.get("serving"))
+    plot_tasks(out["results"], output.plot, session, tasks)
     return emit_json(out) if output.as_json else show(compare_table(out, [s.label for s in specs], lengths))
