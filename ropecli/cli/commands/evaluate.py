@@ -48,14 +48,17 @@ def plot_tasks(results: list[dict], path: str | None, session, tasks: list[str])
 
 @handle_errors
 @with_option_groups
-def ppl(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, evaluation: EvalOptions, output: OutputOptions):
-    """Perplexity of a model under one schedule at one or more lengths.
+def ppl(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, evaluation: EvalOptions, output: OutputOptions,
+        prompts: PasskeyOptions, task: TaskOpt = None, generate: GenerateOpt = False):
+    """Perplexity of a model under one schedule at one or more lengths (and RULER's tasks with --task).
 
     Examples: ropecli ppl --len 256 --len 2048 --method mixed --b 0.625
               ropecli ppl --model meta-llama/Llama-2-7b-hf --len 4096 --len 8192 --method mixed --log-n
+              ropecli ppl --len 2048 --method yarn --task niah-single,vt
     """
     from ropecli.evaluation.evaluator import check_lengths
     from ropecli.report.tables import ppl_table
+    from ropecli.report.task_tables import task_table
 
     lengths = check_lengths(evaluation.length or [])
     specs = schedule.specs(DEFAULT_METHOD,
@@ -63,12 +66,20 @@ def ppl(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, evalu
     if len(specs) != 1:
         raise RopeCliError("ppl evaluates one schedule (one --method, at most one --b); use `ropecli compare` for several")
     check_plot_path(output.plot)
-    session = open_session(model, data, evaluation, quiet=output.as_json)
+    tasks = flat_choices(task, ())
+    if tasks:
+        prompts.parsed_depths()
+    session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts if tasks else None,
+                           generate=generate)
     results = [r.to_json() for r in session.run(specs, lengths)]
+    done = [r.to_json() for t in tasks for r in session.run(specs, lengths, t)]
     plot_ppl(results, output.plot, session)
+    plot_tasks(done, output.plot, session, tasks)
     if output.as_json:
-        return emit_json({**session.header(), "results": results, **session.tally()})
+        return emit_json({**session.header(), "results": results + done, **session.tally()})
     show(ppl_table(results, f"{specs[0].label} on {session.rope.name}"))
+    if done:
+        show(task_table(done, f"RULER's tasks on {session.rope.name} under {specs[0].label} ({session.inputs.data_label})"))
 
 
 @handle_errors
