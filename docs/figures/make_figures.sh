@@ -3,7 +3,7 @@
 # Usage (from anywhere, in the environment where ropecli is installed):
 #     bash docs/figures/make_figures.sh
 # Writes into this script's own folder: passkey-builtin.png, position-builtin.png, search-mixed-map.png,
-# advise-factors.png, shipped-factors.png.
+# advise-factors.png, tasks-niah-single-builtin.png, shipped-factors.png.
 # Set ROPECLI_CACHE_DIR to reuse (or keep) the evaluations between runs.
 # Measured with an empty cache on a 2-core CPU shared with other work: passkey 6 min, search 8 min,
 # advise 9 min (about 23 min in all); a rerun with the same cache only redraws.
@@ -27,6 +27,11 @@ ropecli search --method mixed --vary b --vary critical --samples 8 --plot "$here
 # The advise tournament with no arguments; its report's Λ_m picture (factors.png) is the figure.
 ropecli advise --out "$work/advice"
 cp "$work/advice/factors.png" "$here/advise-factors.png"
+
+# RULER's niah-single on the plays, answer-likelihood gain by needle depth x length (docs/tasks.md).
+ropecli compare --len 512 --len 1024 --len 2048 --task niah-single --method none,pi,yarn,llama3 --samples 2 \
+    --depths 0,0.25,0.5,0.75,1 --plot "$work/ppl.png"
+cp "$work/ppl-niah-single.png" "$here/tasks-niah-single-builtin.png"
 
 echo "figures written to $here"
 
