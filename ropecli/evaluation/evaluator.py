@@ -33,6 +33,7 @@ from ropecli.evaluation.inputs import Inputs
 from ropecli.evaluation.key_metric import key_fields, window_key_sums
 from ropecli.evaluation.key_tokens import KeyRule, describe_rule
 from ropecli.evaluation.ruler.scoring import passes, score_prompt
+from ropecli.evaluation.task_results import summarize_task
 from ropecli.evaluation.results import (METRICS, EvalResult, is_task, summarize_kl, summarize_passkey, summarize_ppl)
 from ropecli.models.backend import ModelBackend
 from ropecli.models.token_losses import plain, prefixes_from_kept
@@ -69,11 +70,8 @@ class Evaluator:
         """Fail on too little text, or a length the metric does not take, before any forward pass."""
         self._check_rule(metric)
         inputs = self.inputs.resized(samples)
-        if metric == "passkey":
-            inputs.prompts(length)
-            return
-        if is_task(metric):
-            inputs.task_units(metric, length)
+        if metric == "passkey" or is_task(metric):
+            inputs.prompts(length) if metric == "passkey" else inputs.task_units(metric, length)
             return
         inputs.windows(length)
         if _unit(metric) == "ppl" and self.score_last and self.score_last >= length:
@@ -112,10 +110,9 @@ class Evaluator:
 
     def evaluate(self, spec: Spec, length: int, on_window: Callable[[int], None] | None = None,
                  metric: str = "ppl", samples: int | None = None, span: int | None = None) -> EvalResult:
-        """Result for one (spec, length, metric) on the first `samples` windows (default: this evaluator's):
-        each window from the cache, or computed and cached the moment it is done. Under torchrun a window
-        counts as cached only if every rank finds it (ranks may not share a disk). `span`: the windows are
-        the prefixes of those at `span` (`Inputs.spanning`)."""
+        """Result for one (spec, length, metric) on the first `samples` windows (default: this evaluator's), each
+        cached or computed and cached when done; under torchrun cached only if every rank finds it (ranks may not
+        share a disk). `span`: the windows are the prefixes of those at `span` (`Inputs.spanning`)."""
         if metric not in METRICS and not is_task(metric):
             raise RopeCliError(f"unknown metric '{metric}'; choose from {', '.join(METRICS)} or a task (--task)")
         self._check_rule(metric)
@@ -207,8 +204,6 @@ class Evaluator:
         if metric == "passkey":
             r = summarize_passkey(spec, sched, geom, length, per_unit, inputs.prompts(length), inputs.depths, seconds)
         elif is_task(metric):
-            from ropecli.evaluation.task_results import summarize_task
-
             r = summarize_task(spec, sched, geom, length, metric, per_unit, inputs.task_units(metric, length), seconds)
         elif metric == "kl":
             r = summarize_kl(spec, sched, geom, length, per_unit, inputs.windows(length).names, seconds)
@@ -276,8 +271,7 @@ class Evaluator:
         return legacy_key(self.backend, self.score_last, spec, length, geom, sched, metric, inputs)
 
 
-def _unit(metric: str) -> str:
-    """The metric a unit is computed and cached under: key-ppl reads ppl's windows."""
+def _unit(metric: str) -> str:  # the metric a unit is computed and cached under: key-ppl reads ppl's windows
     return "ppl" if metric == "key-ppl" else metric
 
 
