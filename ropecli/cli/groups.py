@@ -207,7 +207,7 @@ class SearchOptions:
 
         plan = SearchPlan(Objective(self.objective).value, self.max_short_regression, self.max_short_kl, self.export_config,
                           self.no_race, output.plot, evaluation.log_n, evaluation.k)
-        if plan.objective == "passkey":
+        if plan.prompted:
             prompts.parsed_depths(), prompts.checked_digits()
         plan.check_paths()
         return plan

@@ -49,10 +49,10 @@ def _b_note(e: dict, out: dict) -> str:
 def search_b_tables(out: dict) -> list:
     """`ropecli search-b`: every evaluated b, the references on the same documents, the summary and notes."""
     lengths = out["lengths"]
-    passkey = out["objective_name"] == "passkey"
-    what = OBJECTIVE_WORDS[out["objective_name"]]
+    passkey = out["objective_name"] not in ("ppl", "key-ppl")  # prompts: passkey or a task (accuracy / answer NLL)
+    what = OBJECTIVE_WORDS.get(out["objective_name"], f"mean {out['objective_name']} answer NLL over lengths")
     keyed = _keyed(out["evaluations"], out["references"])
-    per_len = [f"{'passkey' if passkey else 'PPL'} @ {n}" for n in lengths] + ([f"key PPL @ {n}" for n in lengths] if keyed else [])
+    per_len = [f"{out['objective_name'] if passkey else 'PPL'} @ {n}" for n in lengths] + ([f"key PPL @ {n}" for n in lengths] if keyed else [])
     t = table(f"search-b on {out['model']} ({lengths_of(out)}), objective = {what}" + (", with log-n" if out["log_n"] else ""),
               ["b", *per_len, "objective", "Δ vs best (paired, ± 95%)", "note"], left=("note",))
     for e in sorted(out["evaluations"], key=lambda e: e["b"]):
@@ -102,7 +102,7 @@ def search_tables(out: dict) -> list:
     for e in sorted(out["evaluations"], key=lambda e: (e.get("violates_guard", False), e["objective"]))[:10]:
         note = _point_note(e, out)
         t.add_row(*[f"{e['params'][n]:.4g}" for n in names], objective_text(e), note, style="bold green" if note == "best" else "")
-    ppl, keyed = out["objective_name"] != "passkey", _keyed(held["rows"])
+    ppl, keyed = out["objective_name"] in ("ppl", "key-ppl"), _keyed(held["rows"])
     h = table("Held-out windows: the winner and the standard methods (Δ: minus the winner, paired, ± 95% half-width)",
               ["schedule", *([f"PPL @ {n}" for n in lengths] if ppl else []),
                *([f"key PPL @ {n}" for n in lengths] if keyed else []), "objective", "Δ vs winner"], left=("schedule",))

@@ -1,7 +1,8 @@
 """What a search minimizes, and the guards that reject a schedule whatever its score.
 
-Objective (`Objective`): mean log-PPL over the target lengths (`ppl`, = mean NLL per token), or the
-mean passkey answer NLL (`passkey`, a smooth stand-in for retrieval accuracy); every candidate is
+Objective (`Objective`): mean log-PPL over the target lengths (`ppl`, = mean NLL per token), the
+mean passkey answer NLL (`passkey`, a smooth stand-in for retrieval accuracy), or a RULER task's mean
+answer NLL (its name, `ropecli.evaluation.ruler`); every candidate is
 scored on the same windows/prompts, so candidates pair. Guards, at the training length L with the
 target's k: `max_short_regression` (PPL may rise at most that many percent over the unscaled model)
 and `max_short_kl` (mean KL against the unscaled model, nats per token); a schedule breaking either
@@ -19,10 +20,16 @@ if TYPE_CHECKING:  # the CLI imports Objective at start-up: numpy waits until so
     from ropecli.rope.spec import Spec
 
 
-class Objective(str, Enum):
-    ppl = "ppl"  # mean log-PPL over the lengths
-    key_ppl = "key-ppl"  # mean log key-token PPL over the lengths (`ropecli.evaluation.key_metric`)
-    passkey = "passkey"  # mean passkey answer NLL over the lengths
+def _objectives() -> list[tuple[str, str]]:
+    from ropecli.evaluation.ruler.templates import TASKS  # strings only: cheap at start-up
+
+    return [("ppl", "ppl"),  # mean log-PPL over the lengths
+            ("key_ppl", "key-ppl"),  # mean log key-token PPL over the lengths (`ropecli.evaluation.key_metric`)
+            ("passkey", "passkey"),  # mean passkey answer NLL over the lengths
+            *[(t.replace("-", "_"), t) for t in TASKS]]  # a RULER task's mean answer NLL (`ropecli.evaluation.ruler`)
+
+
+Objective = Enum("Objective", _objectives(), type=str)
 
 
 OBJECTIVES = tuple(o.value for o in Objective)

@@ -24,6 +24,13 @@ class SearchPlan:
     log_n: bool = False
     factor: float | None = None  # k (default: the longest length / L)
 
+    @property
+    def prompted(self) -> bool:
+        """The objective scores prompts (passkey or a RULER task): --depths places their needles."""
+        from ropecli.evaluation.results import is_task
+
+        return self.objective == "passkey" or is_task(self.objective)
+
     def check_paths(self) -> None:
         """--plot and --export-config must be writable: checked before the model loads."""
         if self.plot:
@@ -46,7 +53,7 @@ def preflight(session: Bench, plan: SearchPlan, lengths: list[int] | None, *sess
     lengths = check_lengths(lengths or [default_target(rope.train_len)])
     for n in lengths:
         for s in (session, *sessions):
-            s.check("passkey" if plan.objective == "passkey" else "ppl", n)
+            s.check("ppl" if plan.objective == "key-ppl" else plan.objective, n)
     return lengths, rope.geometry(target_factor(plan.factor, lengths, rope.train_len))
 
 

@@ -39,7 +39,7 @@ def search_b(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, ou
 
     check_range(lo, hi, tol)
     plan = search.plan(evaluation, output, prompts)
-    session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts if plan.objective == "passkey" else None)
+    session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts if plan.prompted else None)
     deliver(search_b_on(session, plan, evaluation.length, lo, hi, tol), output.as_json, search_b_tables)
 
 
@@ -66,6 +66,6 @@ def search(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, outp
     plan = search.plan(evaluation, output, prompts)
     optimizer = Optimizer(optimizer).value
     method, fixed, refs = check_search(method, vary, param, budget, optimizer, reference, plan)
-    session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts if plan.objective == "passkey" else None)
+    session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts if plan.prompted else None)
     out = search_on(session, plan, evaluation.length, method, vary, fixed, refs, budget, optimizer, held_out)
     deliver(out, output.as_json, search_tables)
