@@ -77,6 +77,19 @@ def test_two_ranks_equal_one_process(args, tmp_path):
     assert cache_entries(tmp_path / "one") == cache_entries(tmp_path / "two")  # the same cache entries
 
 
+def test_a_task_on_two_ranks_equals_one_process(tmp_path):
+    """RULER task prompts are split across ranks and gathered back: the same per-prompt scores and cache."""
+    args = ["compare", "--len", "1024", "--task", "niah-single", "--method", "none,yarn", "--samples", "2", "--depths", "0,1"]
+    one, _ = single(args, tmp_path / "one")
+    r = torchrun(args, tmp_path / "two")
+    assert r.returncode == 0, r.stderr
+    two = json.loads(r.stdout)
+    for a, b in zip(one["results"], two["results"]):
+        assert a["prompt_answer_nll"] == b["prompt_answer_nll"] and a["prompt_gain"] == b["prompt_gain"]
+    assert sum(two["windows_per_rank"]) == 8 and min(two["windows_per_rank"]) > 0  # 2 methods x 4 prompts, once
+    assert cache_entries(tmp_path / "one") == cache_entries(tmp_path / "two")
+
+
 def test_more_ranks_than_windows_idle_ranks_said_once(tmp_path):
     args = ["ppl", "--len", "256", "--method", "none", "--samples", "1"]
     one, _ = single(args, tmp_path / "one")
