@@ -32,9 +32,8 @@ from ropecli.evaluation.distributed import Dist
 from ropecli.evaluation.inputs import Inputs
 from ropecli.evaluation.key_metric import key_fields, window_key_sums
 from ropecli.evaluation.key_tokens import KeyRule, describe_rule
-from ropecli.evaluation.ruler.scoring import passes, score_prompt
-from ropecli.evaluation.task_results import summarize_task
-from ropecli.evaluation.results import (METRICS, EvalResult, is_task, summarize_kl, summarize_passkey, summarize_ppl)
+from ropecli.evaluation.metrics import metric as metric_of
+from ropecli.evaluation.results import EvalResult
 from ropecli.models.backend import ModelBackend
 from ropecli.models.token_losses import plain, prefixes_from_kept
 from ropecli.rope.geometry import Geometry
@@ -68,22 +67,11 @@ class Evaluator:
 
     def check_inputs(self, metric: str, length: int, samples: int | None = None) -> None:
         """Fail on too little text, or a length the metric does not take, before any forward pass."""
-        self._check_rule(metric)
-        inputs = self.inputs.resized(samples)
-        if metric == "passkey" or is_task(metric):
-            inputs.prompts(length) if metric == "passkey" else inputs.task_units(metric, length)
-            return
-        inputs.windows(length)
-        if _unit(metric) == "ppl" and self.score_last and self.score_last >= length:
-            raise RopeCliError(f"--score-last {self.score_last} must be below --len {length}")
-        L = self.backend.rope.shipped_len
-        if metric == "kl" and length > L:
-            raise RopeCliError(f"--len {length} is beyond the shipped length Ls = {L}: KL against the model as shipped "
-                               "measures a schedule's cost within it; pass --len at most Ls")
-
-    def _check_rule(self, metric: str) -> None:
-        if metric == "key-ppl" and self.key_rule is None:
-            raise RopeCliError("--metric key-ppl needs a key-token rule: pass --key-tokens far-repeat (or long-short)")
+        m = metric_of(metric)
+        if metric == "key-ppl":
+            m.check(self, length)  # the missing rule first: it needs no text
+        self.inputs.resized(samples).unit_inputs(m.unit_metric, length)
+        m.check(self, length)
 
     def schedule_for(self, spec: Spec, length: int) -> tuple[Geometry, Schedule]:
         """The geometry and schedule a window of `length` tokens runs under."""
@@ -99,13 +87,10 @@ class Evaluator:
             "params": {k: (list(map(float, v)) if k == "factors" else v) for k, v in sched.params.items()},
             "factor": geom.factor, "log_n": spec.log_n, "dtype": self.backend.dtype,
             "rope_layers": list(self.backend.rope.scaled_types) or [None],
+            **metric_of(metric).key(self, self.backend.rope),  # the metric's own fields (score_last, KL's reference)
         }
-        if metric == "ppl":
-            key["score_last"] = self.score_last
         if sched.params.get("truncate") is None:  # added after caches were committed: absent = transformers' default
             key["params"].pop("truncate", None)
-        if metric == "kl" and self.backend.rope.shipped is not None:
-            key["reference"] = "native"  # KL against the model as shipped (plain models: against none, as always)
         return key
 
     def evaluate(self, spec: Spec, length: int, on_window: Callable[[int], None] | None = None,
@@ -113,9 +98,9 @@ class Evaluator:
         """Result for one (spec, length, metric) on the first `samples` windows (default: this evaluator's), each
         cached or computed and cached when done; under torchrun cached only if every rank finds it (ranks may not
         share a disk). `span`: the windows are the prefixes of those at `span` (`Inputs.spanning`)."""
-        if metric not in METRICS and not is_task(metric):
-            raise RopeCliError(f"unknown metric '{metric}'; choose from {', '.join(METRICS)} or a task (--task)")
-        self._check_rule(metric)
+        m = metric_of(metric)
+        if metric == "key-ppl":
+            m.check(self, length)
         inputs = self.inputs.resized(samples).spanning(span)
         geom, sched, keys, values = self._lookup(spec, length, metric, inputs)
         todo = self.dist.union([i for i in range(len(keys)) if i not in values])
@@ -123,7 +108,7 @@ class Evaluator:
             on_window(len(keys) - len(todo))
         seconds = 0.0
         if todo:
-            unit = _unit(metric)
+            unit = m.unit_metric
             computed = self._compute(spec, geom, sched, unit, inputs.unit_inputs(unit, length), todo, keys, on_window)
             values.update(computed)
             seconds = sum(t for _, t in computed.values())
@@ -136,7 +121,7 @@ class Evaluator:
         schedule at both (a static schedule at one k; not dynamic NTK, not k = n / L), one forward pass of
         the longest window scores every such length (causal attention: the first n tokens of a window are
         the n-token window), and each length's result is cached as if it had run alone."""
-        if _unit(metric) != "ppl" or (len(set(lengths)) < 2 and not span):
+        if metric_of(metric).unit_metric != "ppl" or (len(set(lengths)) < 2 and not span):
             return [self.evaluate(spec, n, on_window, metric, samples) for n in lengths]
         T = max([*lengths, span or 0])  # the windows: the first tokens of those at T
         top = self.schedule_for(spec, max(lengths))[1]
@@ -174,9 +159,8 @@ class Evaluator:
 
     def _lookup(self, spec: Spec, length: int, metric: str, inputs: Inputs):
         """(geometry, schedule, each unit's cache key, {unit: (value, seconds)} of the units found cached)."""
-        # entries without per-prediction NLL are computed again where key PPL (or --keep-tokens) needs them
-        need_tokens = self.keep_tokens or metric == "key-ppl" or self.key_rule is not None
-        metric = _unit(metric)
+        m = metric_of(metric)
+        metric = m.unit_metric
         geom, sched = self.schedule_for(spec, length)
         base = self.unit_key(spec, length, geom, sched, metric)
         keys = [{**base, "unit": fp} for fp in inputs.unit_fingerprints(metric, length)]
@@ -189,31 +173,19 @@ class Evaluator:
         values.update(rekeyed(self.cache, keys, missing, getattr(self.backend, "earlier_fingerprints", ()),
                               self.dist.is_main))
         values.update(respelled(self.cache, keys, [i for i in missing if i not in values], self.dist.is_main))
-        if not values and not is_task(metric):
+        if not values and m.units != "task":
             values = whole_evaluation(self.cache, self.legacy_key(spec, length, geom, sched, metric, inputs), metric,
                                       keys, self.dist.is_main)
-        if need_tokens and metric == "ppl":
-            values = {i: v for i, v in values.items() if len(v[0]) > 3 and v[0][3]}
-        if self.generate and is_task(metric):  # prompts cached without a generation: computed again
-            values = {i: v for i, v in values.items() if v[0][4] is not None}
-        return geom, sched, keys, values
+        return geom, sched, keys, {i: v for i, v in values.items() if m.fresh(self, v[0])}  # stale ones: computed again
 
     def _summarize(self, spec: Spec, length: int, metric: str, inputs: Inputs, geom: Geometry, sched: Schedule,
                    values: dict, seconds: float, cached: bool) -> EvalResult:
         per_unit = [values[i][0] for i in range(len(values))]
-        if metric == "passkey":
-            r = summarize_passkey(spec, sched, geom, length, per_unit, inputs.prompts(length), inputs.depths, seconds)
-        elif is_task(metric):
-            r = summarize_task(spec, sched, geom, length, metric, per_unit, inputs.task_units(metric, length), seconds)
-        elif metric == "kl":
-            r = summarize_kl(spec, sched, geom, length, per_unit, inputs.windows(length).names, seconds)
-        else:
-            r = summarize_ppl(spec, sched, geom, length, per_unit, inputs.windows(length).names, seconds,
-                              self._key_fields(per_unit, inputs, length), metric)
+        r = metric_of(metric).summarize(self, spec, sched, geom, length, metric, per_unit, inputs, seconds)
         r.cached = cached
         return r
 
-    def _key_fields(self, per_unit: list, inputs: Inputs, length: int) -> dict | None:
+    def key_fields(self, per_unit: list, inputs: Inputs, length: int) -> dict | None:
         """The key-token fields of a ppl result (None without a key rule)."""
         if self.key_rule is None:
             return None
@@ -226,30 +198,24 @@ class Evaluator:
         """The units `todo` through the model, split across ranks: {unit: (values, seconds)}. Rank 0 stores
         each of its own the moment it is done, and the other ranks' when they are gathered. With `prefixes`
         (ppl), a unit's values are one per prefix length and its key a list of the keys at those lengths."""
-        be = self.backend
+        be, m = self.backend, metric_of(metric)
         local: list[tuple] = []  # (unit index, values, seconds) computed here
         keep = self.keep_tokens or self.key_rule is not None
 
-        def one(ids, answer_start):
-            if prefixes:
-                return [plain(v) for v in be.window_nll(ids, self.chunk_tokens, self.score_last, prefixes, keep)]
-            if metric == "ppl":
-                return be.window_nll(ids, self.chunk_tokens, self.score_last, keep_tokens=keep)
-            if metric == "passkey":
-                return be.passkey_scores(ids, answer_start)
-            if is_task(metric):
-                return score_prompt(be, ids, self.generate)  # ids: the TaskUnit
-            return be.window_kl(ids, sched, spec.log_n, self.chunk_tokens)
+        def one(unit):
+            if prefixes:  # ppl's windows: every prefix length from one pass
+                return [plain(v) for v in be.window_nll(unit[0], self.chunk_tokens, self.score_last, prefixes, keep)]
+            return plain(m.score(self, spec, sched, unit))
 
-        with be.scaled(sched, spec.log_n) if metric != "kl" else nullcontext():  # kl switches states itself
+        with be.scaled(sched, spec.log_n) if m.scales else nullcontext():
             for position, j in enumerate(self.dist.mine(len(todo))):
                 i = todo[j]
                 t0 = time.perf_counter()
-                value = one(*units[i]) if prefixes else plain(one(*units[i]))
+                value = one(units[i])
                 local.append((i, value, time.perf_counter() - t0))
                 if self.dist.is_main:
                     self._store(keys[i], value, local[-1][2], prefixes)
-                self.forward_passes += passes(units[i][0], self.generate) if is_task(metric) else 1
+                self.forward_passes += m.passes(self, units[i])
                 self.dist.windows_done.append(i)
                 if on_window:
                     on_window(self.dist.round_size(position, len(todo)))
@@ -269,10 +235,6 @@ class Evaluator:
     def legacy_key(self, spec: Spec, length: int, geom: Geometry, sched: Schedule, metric: str, inputs: Inputs) -> dict:
         """The key of a whole evaluation in cache format 1 (`cache_migrations.legacy_key`): read, never written."""
         return legacy_key(self.backend, self.score_last, spec, length, geom, sched, metric, inputs)
-
-
-def _unit(metric: str) -> str:  # the metric a unit is computed and cached under: key-ppl reads ppl's windows
-    return "ppl" if metric == "key-ppl" else metric
 
 
 DEFAULT_EXTENSION = 8  # the target when no --len is given: 8 L, the article's k = 8

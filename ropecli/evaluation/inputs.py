@@ -173,31 +173,26 @@ class Inputs:
 
     def units(self, metric: str = "ppl") -> int:
         """Units of one evaluation: windows (ppl, kl), prompts (passkey, a task: samples per depth)."""
-        from ropecli.evaluation.results import is_task
-
-        return self.samples * (len(self.depths) if metric == "passkey" or is_task(metric) else 1)
+        return self.samples * (1 if _kind(metric) == "windows" else len(self.depths))
 
     def unit_inputs(self, metric: str, length: int) -> list[tuple]:
         """(token ids, answer start) of each unit: windows (answer start None), passkey prompts, or a task's
-        (TaskUnit, None)."""
-        from ropecli.evaluation.results import is_task
-
-        if metric == "passkey":
+        (TaskUnit, None): by the metric's units (`ropecli.evaluation.metrics`)."""
+        kind = _kind(metric)
+        if kind == "prompts":
             return [(p.ids, p.answer_start) for p in self.prompts(length)]
-        if is_task(metric):
+        if kind == "task":
             return [(u, None) for u in self.task_units(metric, length)]
         return [(w, None) for w in self.windows(length).ids]
 
     def unit_fingerprints(self, metric: str, length: int) -> list[str]:
         """sha256 of each unit's exact token ids (and a prompt's answer position): its cache identity.
         Hashed once per (units, length): every schedule of a race asks again."""
-        from ropecli.evaluation.results import is_task
-
-        kind = metric if metric == "passkey" or is_task(metric) else "windows"
+        kind = "windows" if _kind(metric) == "windows" else metric
         if (kind, length) not in self._fingerprints:
             out = []
             for ids, answer_start in self.unit_inputs(metric, length):
-                if is_task(metric):  # the prompt, the answer's place and the control prompt
+                if _kind(metric) == "task":  # the prompt, the answer's place and the control prompt
                     u = ids
                     h = hashlib.sha256(u.ids.tobytes())
                     h.update(f"answer@{u.answer_start}".encode())
@@ -215,14 +210,19 @@ class Inputs:
 
     def fingerprint(self, metric: str, length: int) -> str:
         """sha256 of exactly what is scored: the window token ids, or the prompts and their answer positions."""
-        from ropecli.evaluation.results import is_task
-
-        if is_task(metric):
+        if _kind(metric) == "task":
             return hashlib.sha256("".join(self.unit_fingerprints(metric, length)).encode()).hexdigest()[:16]
-        if metric != "passkey":
+        if _kind(metric) == "windows":
             return self.windows(length).fingerprint
         h = hashlib.sha256()
         for p in self.prompts(length):
             h.update(p.ids.tobytes())
             h.update(str(p.answer_start).encode())
         return h.hexdigest()[:16]
+
+
+def _kind(metric: str) -> str:
+    """What a metric's units are: windows, prompts (passkey) or task (`ropecli.evaluation.metrics`)."""
+    from ropecli.evaluation.metrics import metric as metric_of
+
+    return metric_of(metric).units

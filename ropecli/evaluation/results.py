@@ -176,9 +176,9 @@ METRICS = tuple(m.value for m in Metric)
 
 def is_task(metric: str) -> bool:
     """A RULER task (`ropecli.evaluation.ruler`): its name is its metric's."""
-    from ropecli.evaluation.ruler.templates import TASKS
+    from ropecli.evaluation.metrics import REGISTRY
 
-    return metric in TASKS
+    return metric in REGISTRY and REGISTRY[metric].units == "task"
 
 
 def result_type(metric: str) -> type[EvalResult]:

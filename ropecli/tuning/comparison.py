@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from ropecli.tuning.objective import Bench
 
-METRIC_ORDER = ("ppl", "key-ppl", "passkey", "kl")
 
 
 def compare_schedules(session: Bench, specs: list, lengths: list[int], metrics: list[str], factor: float | None, *,
@@ -16,6 +15,7 @@ def compare_schedules(session: Bench, specs: list, lengths: list[int], metrics: 
     the longest length / L). With `race`, each metric is raced over all lengths from --samples windows.
     `serving` = (workload, runtimes): also each spec served by each runtime over the workload
     (`ropecli.tuning.serving`), its schedules exported for the target's k."""
+    from ropecli.evaluation.metrics import REGISTRY
     from ropecli.evaluation.stats import attach_paired
     from ropecli.rope.spec import target_factor
 
@@ -29,7 +29,7 @@ def compare_schedules(session: Bench, specs: list, lengths: list[int], metrics: 
         k = target_factor(factor, lengths, L)
         served = {**serve_workload(session.run, specs, serving[0], serving[1], session.rope, k, margin), "factor": k}
     results, races = [], {}
-    for m in [m for m in METRIC_ORDER if m in metrics] + [m for m in metrics if m not in METRIC_ORDER]:  # then the tasks
+    for m in [m for m in REGISTRY if m in metrics]:  # the registry's order: ppl, key-ppl, passkey, kl, the tasks
         if race and len(specs) > 1:
             got, races[m] = race_on(session, *cells.get(m, (specs, lengths)), m, max_windows, margin)
             results += got

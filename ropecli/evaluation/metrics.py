@@ -1,0 +1,143 @@
+"""A metric is one record (`Metric`): what its units are, what one unit needs from the model, how a
+cached unit is checked, summed into a typed result and named in a table. The `Evaluator` keeps only the
+protocol (windows or prompts, the cache, ranks, the schedule applied) and asks the record for the rest:
+
+    units       "windows" (token windows of the text) or "prompts" (passkey) or "task" (a RULER task's)
+    cached_as   the metric whose units it reads (key-ppl reads ppl's windows); itself by default
+    score       (evaluator, spec, schedule, unit) -> the unit's value: one forward pass (or a few)
+    passes      (evaluator, unit) -> full-length forward passes `score` runs (what `forward_passes` counts)
+    fresh       (evaluator, value) -> whether a cached value still serves (ppl under a key rule needs every
+                prediction's NLL; a task under --generate needs its generation)
+    key         (evaluator, backend rope) -> the fields of the unit's cache key beyond the common ones
+    check       (evaluator, length) -> raises on a length the metric does not take, before any forward pass
+    scales      the evaluator applies the schedule around `score` (KL switches between states itself)
+    summarize   (evaluator, spec, schedule, geometry, length, metric, values, inputs, seconds) -> EvalResult
+    words       what its per-unit value is, in a verdict line ("PPL", "passkey answer NLL", …)
+    unit_word   what its units are called in a verdict line (windows, keys, prompts)
+
+Adding a metric is adding a record here (and its result type); PPL, key-token PPL, passkey, KL and every
+RULER task are records. Torch-free: scoring reaches the model through the backend protocol.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ropecli.errors import RopeCliError
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    units: str
+    score: Callable[..., Any]
+    summarize: Callable[..., Any]
+    words: str
+    unit_word: str = "windows"
+    cached_as: str | None = None
+    passes: Callable[..., int] = lambda ev, unit: 1
+    fresh: Callable[..., bool] = lambda ev, value: True
+    key: Callable[..., dict] = lambda ev, rope: {}
+    check: Callable[..., None] = lambda ev, length: None
+    scales: bool = True
+
+    @property
+    def unit_metric(self) -> str:
+        """The metric its units are computed and cached under."""
+        return self.cached_as or self.name
+
+
+def _ppl_score(ev, spec, sched, unit) -> tuple:
+    return ev.backend.window_nll(unit[0], ev.chunk_tokens, ev.score_last, keep_tokens=ev.keep_tokens or ev.key_rule is not None)
+
+
+def _ppl_fresh(ev, value) -> bool:  # entries without per-prediction NLL serve only where nobody reads them
+    return not (ev.keep_tokens or ev.key_rule is not None) or (len(value) > 3 and bool(value[3]))
+
+
+def _ppl_summary(ev, spec, sched, geom, length, metric, per_unit, inputs, seconds):
+    from ropecli.evaluation.results import summarize_ppl
+
+    return summarize_ppl(spec, sched, geom, length, per_unit, inputs.windows(length).names, seconds,
+                         ev.key_fields(per_unit, inputs, length), metric)
+
+
+def _passkey_summary(ev, spec, sched, geom, length, metric, per_unit, inputs, seconds):
+    from ropecli.evaluation.results import summarize_passkey
+
+    return summarize_passkey(spec, sched, geom, length, per_unit, inputs.prompts(length), inputs.depths, seconds)
+
+
+def _kl_summary(ev, spec, sched, geom, length, metric, per_unit, inputs, seconds):
+    from ropecli.evaluation.results import summarize_kl
+
+    return summarize_kl(spec, sched, geom, length, per_unit, inputs.windows(length).names, seconds)
+
+
+def _task_score(ev, spec, sched, unit) -> tuple:
+    from ropecli.evaluation.ruler.scoring import score_prompt
+
+    return score_prompt(ev.backend, unit[0], ev.generate)
+
+
+def _task_passes(ev, unit) -> int:
+    from ropecli.evaluation.ruler.scoring import passes
+
+    return passes(unit[0], ev.generate)
+
+
+def _task_summary(ev, spec, sched, geom, length, metric, per_unit, inputs, seconds):
+    from ropecli.evaluation.task_results import summarize_task
+
+    return summarize_task(spec, sched, geom, length, metric, per_unit, inputs.task_units(metric, length), seconds)
+
+
+def _ppl_check(ev, length: int) -> None:
+    if ev.score_last and ev.score_last >= length:
+        raise RopeCliError(f"--score-last {ev.score_last} must be below --len {length}")
+
+
+def _key_ppl_check(ev, length: int) -> None:
+    if ev.key_rule is None:
+        raise RopeCliError("--metric key-ppl needs a key-token rule: pass --key-tokens far-repeat (or long-short)")
+    _ppl_check(ev, length)
+
+
+def _kl_check(ev, length: int) -> None:
+    L = ev.backend.rope.shipped_len
+    if length > L:
+        raise RopeCliError(f"--len {length} is beyond the shipped length Ls = {L}: KL against the model as shipped "
+                           "measures a schedule's cost within it; pass --len at most Ls")
+
+
+PPL = Metric("ppl", "windows", _ppl_score, _ppl_summary, "PPL", fresh=_ppl_fresh,
+             key=lambda ev, rope: {"score_last": ev.score_last}, check=_ppl_check)
+KEY_PPL = Metric("key-ppl", "windows", _ppl_score, _ppl_summary, "key PPL", cached_as="ppl", fresh=_ppl_fresh,
+                 check=_key_ppl_check)
+PASSKEY = Metric("passkey", "prompts", lambda ev, spec, sched, unit: ev.backend.passkey_scores(*unit),
+                 _passkey_summary, "passkey answer NLL", unit_word="keys")
+KL = Metric("kl", "windows", lambda ev, spec, sched, unit: ev.backend.window_kl(unit[0], sched, spec.log_n, ev.chunk_tokens),
+            _kl_summary, "KL", key=lambda ev, rope: {"reference": "native"} if rope.shipped is not None else {},  # vs as shipped
+            check=_kl_check, scales=False)
+
+
+def _task(name: str) -> Metric:
+    return Metric(name, "task", _task_score, _task_summary, f"{name} answer NLL", unit_word="prompts",
+                  passes=_task_passes, fresh=lambda ev, value: not ev.generate or value[4] is not None)
+
+
+def _registry() -> dict[str, Metric]:
+    from ropecli.evaluation.ruler.templates import TASKS
+
+    return {m.name: m for m in (PPL, KEY_PPL, PASSKEY, KL, *map(_task, TASKS))}
+
+
+REGISTRY = _registry()
+
+
+def metric(name: str) -> Metric:
+    """The record of `name`, or one line naming the choices."""
+    if name not in REGISTRY:
+        raise RopeCliError(f"unknown metric '{name}'; choose from {', '.join(REGISTRY)}")
+    return REGISTRY[name]
