@@ -112,7 +112,17 @@ def compare_table(out: dict, labels: list[str], lengths: list[int]) -> list:
                            "the same prompt without the needle; with --generate, RULER's string-match score; bold/≈ rank "
                            "by the answer NLL (paired over the same prompts)."))
     races = [plain(f"race ({m}): {rec['outcome']}") for m, rec in out.get("races", {}).items()]
+    races += [plain(agreement_line(a)) for a in out.get("agreement", [])]
     return lines + [plain(line) for line in tie_lines(results)] + races + serving_tables(out)
+
+
+def agreement_line(a: dict) -> str:
+    """A task's ranking against PPL's (or key PPL's) at one length: Spearman's rho and its 95 % interval."""
+    what = {"ppl": "PPL", "key-ppl": "key PPL"}[a["vs"]]
+    if a["rho"] is None:
+        return f"{a['task']} vs {what} @ {a['len']}: no rank correlation ({a['why']})"
+    return (f"{a['task']} vs {what} @ {a['len']}: Spearman's rho {a['rho']:+.2f} (95% bootstrap interval "
+            f"{a['low']:+.2f} to {a['high']:+.2f}, {a['schedules']} schedules; prompts and windows resampled)")
 
 
 def fmt_task(r: dict) -> str:

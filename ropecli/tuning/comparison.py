@@ -35,8 +35,10 @@ def compare_schedules(session: Bench, specs: list, lengths: list[int], metrics: 
             results += got
         else:
             results += session.run(*cells.get(m, (specs, lengths)), m)
+    agreement = task_agreement(results)
     results = attach_paired(results, *([margin] if margin is not None else []))
     return {**session.header(), "metrics": metrics, "kl_factor": kl_k, "results": results,
+            **({"agreement": agreement} if agreement else {}),
             **({"races": races} if race else {}), **({"serving": served} if served else {}), **session.tally()}
 
 
@@ -56,3 +58,31 @@ def race_on(session: Bench, specs, lengths, metric: str, max_windows: int | None
     with session.progress.task(0, f"race ({metric})"):
         return race_specs(session.run, specs, lengths, metric, start=start, max_windows=most, on_round=on_round,
                           **({"margin": margin} if margin is not None else {}))
+
+
+def task_agreement(results: list) -> list[dict]:
+    """For each RULER task and length also measured by PPL: Spearman's rho between the schedules' ranking by
+    the task's answer NLL and by PPL (and by key-token PPL where measured), with a bootstrap 95 % interval
+    (`ropecli.evaluation.agreement`; prompts resampled for the task, documents then windows for PPL)."""
+    from ropecli.evaluation.agreement import rank_agreement
+    from ropecli.evaluation.results import is_task
+
+    out = []
+    ppl = {(r.label, r.len): r for r in results if r.metric == "ppl"}
+    for n in sorted({r.len for r in results}):
+        tasks = sorted({r.metric for r in results if is_task(r.metric) and r.len == n})
+        for t in tasks:
+            rows = [r for r in results if r.metric == t and r.len == n and (r.label, n) in ppl]
+            if len(rows) < 3:
+                continue
+            task_values = {r.label: r.values for r in rows}
+            base = [ppl[(r.label, n)] for r in rows]
+            keyed = all(p.key_values() for p in base)
+            for name, values, clusters, weights in (
+                    ("ppl", {p.label: p.values for p in base}, base[0].clusters, None),
+                    ("key-ppl", {p.label: p.key_values() for p in base} if keyed else None, base[0].key_clusters(),
+                     base[0].key_weights() if keyed else None)):
+                if values:
+                    out.append({"task": t, "len": n, "vs": name,
+                                **rank_agreement(task_values, values, None, clusters, weights_b=weights)})
+    return out
