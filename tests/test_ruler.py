@@ -277,3 +277,19 @@ def test_an_unknown_task_or_a_too_short_length_is_one_line():
     assert out.exit_code != 0 and "niah-bogus" in out.output and "niah-single" in out.output
     out = runner.invoke(app, ["compare", "--len", "256", "--task", "cwe", "--samples", "1", "--no-cache"])
     assert out.exit_code == 1 and "too short for the task cwe" in out.output and "Traceback" not in out.output
+
+
+def test_compare_says_whether_a_task_ranks_the_schedules_as_ppl_does(tmp_path):
+    out = runner.invoke(app, ["compare", "--len", "1024", "--metric", "ppl", "--task", "niah-single", "--method",
+                              "none,yarn,pi", "--samples", "2", "--depths", "0,1", "--cache-dir", str(tmp_path), "--json"])
+    assert out.exit_code == 0, out.output
+    res = json.loads(out.stdout)
+    got = {a["vs"]: a for a in res["agreement"]}
+    assert set(got) == {"ppl", "key-ppl"} and all(a["task"] == "niah-single" and a["schedules"] == 3 for a in got.values())
+    a = got["ppl"]
+    assert a["low"] <= a["rho"] <= a["high"] and a["rho"] in (-1.0, -0.5, 0.5, 1.0)  # 3 schedules: rho's values
+    ppl = {r["label"]: r["nll"] for r in res["results"] if r["metric"] == "ppl"}
+    assert a["order_b"] == sorted(ppl, key=ppl.get)  # PPL's order is the estimand's
+    table = runner.invoke(app, ["compare", "--len", "1024", "--metric", "ppl", "--task", "niah-single", "--method",
+                                "none,yarn,pi", "--samples", "2", "--depths", "0,1", "--cache-dir", str(tmp_path)])
+    assert "niah-single vs PPL @ 1024: Spearman's rho" in table.output
