@@ -25,7 +25,7 @@ from ropecli.cli.options import (AdviseBudgetOpt, AdviseMetric, AdviseMetricOpt,
                                  DOpt, Dtype, DtypeOpt, ExportConfigOpt, FactorsOpt, GgufOpt, HeadDimAliasOpt, HeldOutOpt,
                                  JsonOpt, KeyEvaluatorOpt, KeyShortOpt, KeyTokens, KeyTokensOpt, KOpt, LenOpt, LogNOpt,
                                  MarginOpt, MaxShortKlOpt, MaxShortRegressionOpt, MaxWindowsOpt, MethodOpt, MethodsAliasOpt,
-                                 MinPasskeyOpt, ModelOpt, NoCacheOpt, NoRaceOpt, ObjectiveOpt, ParamOpt, PlotOpt, RopeLayersOpt,
+                                 MinPasskeyOpt, ModelOpt, TaskGuardOpt, NoCacheOpt, NoRaceOpt, ObjectiveOpt, ParamOpt, PlotOpt, RopeLayersOpt,
                                  SamplesOpt, ScoreLastOpt, SeedOpt, ServeRuntimeOpt, TargetLenOpt, TextFieldOpt,
                                  TokenLossesOpt, TrainLenOpt, TrustOpt, WithLogNOpt, WorkloadOpt, flat_choices)
 from ropecli.errors import RopeCliError
@@ -173,6 +173,7 @@ class AdviseOptions:
     max_short_kl: MaxShortKlOpt = None  # the constraints: out if broken
     max_short_regression: MaxShortRegressionOpt = None
     min_passkey: MinPasskeyOpt = None
+    task_guard: TaskGuardOpt = None  # a RULER task: out if shown worse at the target than as shipped within Ls
     no_race: NoRaceOpt = False  # every candidate on every held-out window
     margin: MarginOpt = None  # None: ropecli.evaluation.inference.MARGIN
     max_windows: MaxWindowsOpt = None  # None: 4x the first round, as far as the text goes

@@ -197,6 +197,10 @@ AdviseMetricOpt = Annotated[AdviseMetric, typer.Option(
     help="What the searches minimize and the rule ranks by: ppl (log-PPL over the targets) or key-ppl (log key-token "
          "PPL: the tokens that need the long context, --key-tokens).")]
 WithLogNOpt = Annotated[bool, typer.Option("--with-log-n", rich_help_panel="Advise", help="Add every candidate with log-n.")]
+TaskGuardOpt = Annotated[Optional[str], typer.Option(
+    "--task-guard", click_type=click.Choice(list(TASKS)), rich_help_panel="Advise",
+    help="A RULER task (docs/tasks.md): out if its answer NLL at the longest target is shown worse (unpaired, one-sided "
+         "97.5%, beyond --margin) than the model as shipped at its shipped length.")]
 MinPasskeyOpt = Annotated[Optional[float], typer.Option(
     "--min-passkey", min=0.0, max=1.0, rich_help_panel="Advise", help="Out if passkey accuracy at the longest target is below this.")]
 BothLogNOpt = Annotated[bool, typer.Option(

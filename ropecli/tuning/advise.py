@@ -33,6 +33,7 @@ class AdvisePlan:
     margin: float | None = None
     max_windows: int | None = None
     metric: str = "ppl"  # what the searches minimize and the rule ranks by: ppl or key-ppl
+    task_guard: str | None = None  # a RULER task: out if shown worse at the target than as shipped within Ls
     workload: str | None = None  # --workload: also every candidate served per runtime over these request lengths
     runtime: list[str] | None = None  # the runtimes of --workload (None: all three)
 
@@ -66,6 +67,14 @@ def run_advise(session: Bench, plan: AdvisePlan, lengths: list[int] | None, fact
         session.check("ppl", n), held.check("ppl", n)
     notes: list[str] = []
     passkey = passkey_possible(held, rope.shipped_len, max(lengths), notes)
+    if plan.task_guard:  # its prompts at Ls and at the target: too little text or too short fails here
+        try:
+            held.check(plan.task_guard, rope.shipped_len)
+        except RopeCliError as exc:
+            raise RopeCliError(f"--task-guard {plan.task_guard} compares with the model as shipped at its shipped length "
+                               f"Ls = {rope.shipped_len}, and there: {str(exc).split('; pass')[0]}; pick a task with shorter prompts "
+                               "(niah-single-noise, niah-multikey-needle) or leave --task-guard out") from None
+        held.check(plan.task_guard, max(lengths))
     racing = None if plan.no_race else racing_plan(held, lengths, plan.max_windows, notes)
     geom = rope.geometry(target_factor(factor, lengths, rope.train_len))
     serving = None

@@ -7,6 +7,7 @@ Families, each at its own stated rate:
     KL tie-break     the candidate with the least cost within L among the tied ones is dropped
     passkey baseline the unscaled model's retrieval within L is misjudged (Clopper-Pearson, corrected for looks)
     other metric     some verdict on the metric advise does not rank by is wrong (one-sided 0.025 / (K - 1))
+    task guard       a candidate is wrongly shown worse on the task (`ropecli.tuning.task_guard`, 0.025 each)
 The serving tables and the decode-across-L verdicts are statements about each runtime on their own, each
 at 95%, and are not part of the winner's level.
 """
@@ -28,6 +29,10 @@ def error_budget(result: dict) -> dict:
     if result.get("passkey_baseline_alpha"):
         fam.append({"family": "passkey baseline", "rate": result["passkey_baseline_alpha"],
                     "risk": "the unscaled model's retrieval within L is misjudged"})
+    guarded = [r["task_guard"] for r in result.get("rows", []) if r.get("task_guard")]
+    if guarded:  # one one-sided test per candidate guarded: a wrong exclusion may drop the true best
+        fam.append({"family": f"{guarded[0]['task']} guard", "rate": sum(g["level"] for g in guarded),
+                    "risk": "a candidate is wrongly shown worse at the target than as shipped within Ls"})
     other = result.get("other_metric")
     if other:
         tests = max(len([r for r in result["rows"] if r.get("also_vs_best")]) - 1, 1)

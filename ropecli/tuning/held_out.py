@@ -71,6 +71,11 @@ class Measure:
         kl = self.run([spec.but(factor=self.k)], [self.L], "kl", n)[0]
         return [kl.values], [kl.clusters] if kl.clusters is not None else None
 
+    def task(self, spec: Spec, length: int, task: str):
+        """A RULER task's result (`ropecli.evaluation.task_results.TaskResult`) at `length`, on every prompt."""
+        self.expect(1, task, None)
+        return self.run([spec], [length], task)[0]
+
     def passkey(self, spec: Spec, length: int, prompts: int | None = None):
         self.expect(1, "passkey", prompts)
         return self.run([spec], [length], "passkey", prompts)[0]

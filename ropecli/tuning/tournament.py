@@ -124,6 +124,10 @@ def constraint_breaks(r: dict, max_short_kl, max_short_regression, min_passkey) 
         why.append(f"PPL at L +{r['short_rise_percent']:.2f}% > --max-short-regression {max_short_regression:g}")
     if min_passkey is not None and r.get("passkey_accuracy") is not None and r["passkey_accuracy"] < min_passkey:
         why.append(f"passkey {r['passkey_accuracy']:.0%} < --min-passkey {min_passkey:g}")
+    if (r.get("task_guard") or {}).get("worse"):
+        from ropecli.tuning.task_guard import why as guard_why
+
+        why.append(guard_why(r["task_guard"]))
     if not math.isfinite(r["objective"]):
         why.append("diverged (infinite PPL)")
     return why
@@ -144,6 +148,7 @@ def tournament(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[
     the race, whose first round then finds its windows at the target cached."""
     budget, with_log_n, metric = plan.budget, plan.with_log_n, plan.metric
     max_short_kl, max_short_regression, min_passkey = plan.max_short_kl, plan.max_short_regression, plan.min_passkey
+    task_guard = getattr(plan, "task_guard", None)
     margin = MARGIN if plan.margin is None else plan.margin
     # one config serves every length once deployed: every candidate runs at the longest target's k at every length
     k = factor = target_factor(factor, lengths, geom.train_len)
@@ -179,9 +184,17 @@ def tournament(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[
             pk = m.passkey(specs[name], max(lengths))
             r.update(passkey_accuracy=pk.accuracy, passkey_by_depth=pk.by_depth, passkey_result=pk.to_json())
 
+    guard_ref: list = []  # the model as shipped on the guard's task at Ls, measured once
+
     def costs(name: str) -> None:  # the cost within L (and passkey where it decides something), measured once
         if "short_kl" not in rows[name]:
             rows[name].update(m.short(specs[name]))
+        if task_guard and "task_guard" not in rows[name]:
+            from ropecli.tuning.task_guard import guard_row
+
+            guard_ref[:] = guard_ref or [m.task(m.reference, L, task_guard)]
+            rows[name]["task_guard"] = guard_row(task_guard, m.task(specs[name], max(lengths), task_guard), guard_ref[0],
+                                                 margin)
         if racing is None or min_passkey is not None:  # raced without --min-passkey: passkey is only reported
             with_passkey(name)
 
@@ -194,7 +207,7 @@ def tournament(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[
             rows[name].update(m.objective(specs[name]))
             costs(name)
     else:
-        constrained = any(c is not None for c in (max_short_kl, max_short_regression, min_passkey))
+        constrained = any(c is not None for c in (max_short_kl, max_short_regression, min_passkey, task_guard))
         races = race_candidates(m, specs, rows, racing, costs, breaks if constrained else None, margin, breaks)
     out = rank(list(rows.values()), lengths, breaks, *races, margin=margin,
                measure="log key-token PPL" if metric == "key-ppl" else "log-PPL", metric=metric)
@@ -202,12 +215,18 @@ def tournament(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[
     if out["families"]:
         out["verdict"] += f"; {out['families']['line']}"
     with_passkey(out["winner"])  # raced: the winner's retrieval, for the report
+    guard = next((r.get("task_guard") for r in out["rows"] if r["candidate"] == out["winner"]), None)
+    if guard:
+        from ropecli.tuning.task_guard import line as guard_line
+
+        out["verdict"] += f"; {guard_line(out['winner'], guard)}"
     rule = RULE if racing is None else RULE_RACED
     rule = rule.replace("log-PPL", "log key-token PPL") if metric == "key-ppl" else rule
     result = {"lengths": lengths, "factor": k, "rule": rule, "candidates": [n for n, _ in candidates], **out,
             "metric": metric, **({"serving": served} if served else {}), "passkey_measured": passkey_ok, "unscaled_passkey_at_L": none_acc,
             "searches": {n: s["search"] for n, s in searched.items()},
-            "constraints": {"max_short_kl": max_short_kl, "max_short_regression": max_short_regression, "min_passkey": min_passkey},
+            "constraints": {"max_short_kl": max_short_kl, "max_short_regression": max_short_regression, "min_passkey": min_passkey,
+                            "task_guard": task_guard},
               "passkey_baseline_alpha": ALPHA if racing is not None and passkey else None}
     result["error_budget"] = error_budget(result)
     return result
