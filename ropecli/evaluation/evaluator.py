@@ -32,7 +32,7 @@ from ropecli.evaluation.distributed import Dist
 from ropecli.evaluation.inputs import Inputs
 from ropecli.evaluation.key_metric import key_fields, window_key_sums
 from ropecli.evaluation.key_tokens import KeyRule, describe_rule
-from ropecli.evaluation.metrics import metric as metric_of
+from ropecli.evaluation.metrics import metric_record
 from ropecli.evaluation.results import EvalResult
 from ropecli.models.backend import ModelBackend
 from ropecli.models.token_losses import plain, prefixes_from_kept
@@ -67,7 +67,7 @@ class Evaluator:
 
     def check_inputs(self, metric: str, length: int, samples: int | None = None) -> None:
         """Fail on too little text, or a length the metric does not take, before any forward pass."""
-        m = metric_of(metric)
+        m = metric_record(metric)
         if metric == "key-ppl":
             m.check(self, length)  # the missing rule first: it needs no text
         self.inputs.resized(samples).unit_inputs(m.unit_metric, length)
@@ -87,7 +87,7 @@ class Evaluator:
             "params": {k: (list(map(float, v)) if k == "factors" else v) for k, v in sched.params.items()},
             "factor": geom.factor, "log_n": spec.log_n, "dtype": self.backend.dtype,
             "rope_layers": list(self.backend.rope.scaled_types) or [None],
-            **metric_of(metric).key(self, self.backend.rope),  # the metric's own fields (score_last, KL's reference)
+            **metric_record(metric).key(self, self.backend.rope),  # the metric's own fields (score_last, KL's reference)
         }
         if sched.params.get("truncate") is None:  # added after caches were committed: absent = transformers' default
             key["params"].pop("truncate", None)
@@ -98,7 +98,7 @@ class Evaluator:
         """Result for one (spec, length, metric) on the first `samples` windows (default: this evaluator's), each
         cached or computed and cached when done; under torchrun cached only if every rank finds it (ranks may not
         share a disk). `span`: the windows are the prefixes of those at `span` (`Inputs.spanning`)."""
-        m = metric_of(metric)
+        m = metric_record(metric)
         if metric == "key-ppl":
             m.check(self, length)
         inputs = self.inputs.resized(samples).spanning(span)
@@ -121,7 +121,7 @@ class Evaluator:
         schedule at both (a static schedule at one k; not dynamic NTK, not k = n / L), one forward pass of
         the longest window scores every such length (causal attention: the first n tokens of a window are
         the n-token window), and each length's result is cached as if it had run alone."""
-        if metric_of(metric).unit_metric != "ppl" or (len(set(lengths)) < 2 and not span):
+        if metric_record(metric).unit_metric != "ppl" or (len(set(lengths)) < 2 and not span):
             return [self.evaluate(spec, n, on_window, metric, samples) for n in lengths]
         T = max([*lengths, span or 0])  # the windows: the first tokens of those at T
         top = self.schedule_for(spec, max(lengths))[1]
@@ -159,7 +159,7 @@ class Evaluator:
 
     def _lookup(self, spec: Spec, length: int, metric: str, inputs: Inputs):
         """(geometry, schedule, each unit's cache key, {unit: (value, seconds)} of the units found cached)."""
-        m = metric_of(metric)
+        m = metric_record(metric)
         metric = m.unit_metric
         geom, sched = self.schedule_for(spec, length)
         base = self.unit_key(spec, length, geom, sched, metric)
@@ -181,7 +181,7 @@ class Evaluator:
     def _summarize(self, spec: Spec, length: int, metric: str, inputs: Inputs, geom: Geometry, sched: Schedule,
                    values: dict, seconds: float, cached: bool) -> EvalResult:
         per_unit = [values[i][0] for i in range(len(values))]
-        r = metric_of(metric).summarize(self, spec, sched, geom, length, metric, per_unit, inputs, seconds)
+        r = metric_record(metric).summarize(self, spec, sched, geom, length, metric, per_unit, inputs, seconds)
         r.cached = cached
         return r
 
@@ -198,7 +198,7 @@ class Evaluator:
         """The units `todo` through the model, split across ranks: {unit: (values, seconds)}. Rank 0 stores
         each of its own the moment it is done, and the other ranks' when they are gathered. With `prefixes`
         (ppl), a unit's values are one per prefix length and its key a list of the keys at those lengths."""
-        be, m = self.backend, metric_of(metric)
+        be, m = self.backend, metric_record(metric)
         local: list[tuple] = []  # (unit index, values, seconds) computed here
         keep = self.keep_tokens or self.key_rule is not None
 

@@ -223,6 +223,6 @@ class Inputs:
 
 def _kind(metric: str) -> str:
     """What a metric's units are: windows, prompts (passkey) or task (`ropecli.evaluation.metrics`)."""
-    from ropecli.evaluation.metrics import metric as metric_of
+    from ropecli.evaluation.metrics import metric_record
 
-    return metric_of(metric).units
+    return metric_record(metric).units

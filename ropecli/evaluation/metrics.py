@@ -136,7 +136,7 @@ def _registry() -> dict[str, Metric]:
 REGISTRY = _registry()
 
 
-def metric(name: str) -> Metric:
+def metric_record(name: str) -> Metric:
     """The record of `name`, or one line naming the choices."""
     if name not in REGISTRY:
         raise RopeCliError(f"unknown metric '{name}'; choose from {', '.join(REGISTRY)}")

@@ -5,7 +5,7 @@ them). Cells judged against the best of their column: bold = best, ≈ = shown e
 from __future__ import annotations
 
 from ropecli.evaluation.inference import MARGIN
-from ropecli.evaluation.metrics import metric as metric_of
+from ropecli.evaluation.metrics import metric_record
 from ropecli.evaluation.stats import fmt_diff, ppl_half_width, tie_answer
 from ropecli.report.text import lengths_of, plain, table
 
@@ -149,7 +149,7 @@ def tie_lines(results: list[dict]) -> list[str]:
         others = [r for r in rows if not r[against]["best"]]
         equivalent = [r["label"] for r in others if r[against]["tied"]]
         undecided = [r for r in others if r[against].get("verdict") == "undecided"]
-        m = metric_of("key-ppl" if metric == "key" else metric)  # "key": ppl's key-token ranking
+        m = metric_record("key-ppl" if metric == "key" else metric)  # "key": ppl's key-token ranking
         what = f"{m.words} @ L={n}" if metric == "kl" else f"{m.words} @ {n}"
         unit = m.unit_word
         parts = [f"equivalent within ±{others[0][against]['margin']:g}: {', '.join(equivalent)}"] if equivalent else []

@@ -45,13 +45,13 @@ def guard_row(task: str, candidate, reference, margin: float) -> dict:
             **w, "margin": margin, "level": LEVEL, "worse": worse}
 
 
-def why(g: dict) -> str:
+def guard_why(g: dict) -> str:
     return (f"{g['task']} at {g['len']} shown worse than the model as shipped at {g['reference_len']} by "
             f"{g['diff']:+.2f} nats of answer NLL (one-sided {1 - g['level']:.3g} lower bound {g['lower']:+.2f} > "
             f"the ±{g['margin']:g} margin)")
 
 
-def line(name: str, g: dict) -> str:
+def guard_line(name: str, g: dict) -> str:
     """The winner's guard in words, for the verdict."""
     bound = f", lower bound {g['lower']:+.2f}" if g.get("lower") is not None else ""
     return (f"{g['task']} guard: {name} at {g['len']} against the model as shipped at {g['reference_len']}, "

@@ -125,7 +125,7 @@ def constraint_breaks(r: dict, max_short_kl, max_short_regression, min_passkey) 
     if min_passkey is not None and r.get("passkey_accuracy") is not None and r["passkey_accuracy"] < min_passkey:
         why.append(f"passkey {r['passkey_accuracy']:.0%} < --min-passkey {min_passkey:g}")
     if (r.get("task_guard") or {}).get("worse"):
-        from ropecli.tuning.task_guard import why as guard_why
+        from ropecli.tuning.task_guard import guard_why
 
         why.append(guard_why(r["task_guard"]))
     if not math.isfinite(r["objective"]):
@@ -217,7 +217,7 @@ def tournament(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[
     with_passkey(out["winner"])  # raced: the winner's retrieval, for the report
     guard = next((r.get("task_guard") for r in out["rows"] if r["candidate"] == out["winner"]), None)
     if guard:
-        from ropecli.tuning.task_guard import line as guard_line
+        from ropecli.tuning.task_guard import guard_line
 
         out["verdict"] += f"; {guard_line(out['winner'], guard)}"
     rule = RULE if racing is None else RULE_RACED

@@ -13,10 +13,12 @@ from ropecli.cli.options import (COMPARE_METHODS, DEFAULT_METHOD, BothLogNOpt, G
 from ropecli.cli.session import check_plot_path, open_session
 
 
-def plot_ppl(results: list[dict], path: str | None, session, serving: dict | None = None) -> None:
+def plot_ppl(results: list[dict], path: str | None, session, serving: dict | None = None, tasks: tuple = ()) -> None:
     """On the main rank: PPL against length, one line per schedule; beside it the loss by position at the
     longest length (ppl-position.png), L marked; with a workload, loss against request length per runtime
-    (ppl-serving.png)."""
+    (ppl-serving.png); each of `tasks` (RULER's, in `results` too) as its heat map (ppl-TASK.png)."""
+    plot_tasks(results, path, session, tasks)
+    results = [r for r in results if r["metric"] == "ppl"]
     if path and session.is_main and serving:
         from ropecli.report.serving_plots import plot_serving, serving_path
 
@@ -46,6 +48,19 @@ def plot_tasks(results: list[dict], path: str | None, session, tasks: list[str])
             stderr_console().print(f"wrote {tasks_path(path, t)}")
 
 
+def chosen_metrics(metric: list | None, task: list | None, prompts: PasskeyOptions) -> tuple[list, list, bool]:
+    """(metrics in order, the tasks among them, whether any scores prompts): --metric (ppl unless only --task is
+    given) then --task; depths and digits checked before the model loads where prompts are scored."""
+    from ropecli.evaluation.results import is_task
+
+    tasks = flat_choices(task, ())
+    metrics = list(dict.fromkeys(flat_choices(metric, ("ppl",) if not tasks else ()) + tasks))
+    prompted = any(m == "passkey" or is_task(m) for m in metrics)
+    if prompted:
+        prompts.parsed_depths(), prompts.checked_digits()
+    return metrics, [m for m in metrics if is_task(m)], prompted
+
+
 @handle_errors
 @with_option_groups
 def ppl(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, evaluation: EvalOptions, output: OutputOptions,
@@ -73,8 +88,7 @@ def ppl(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, evalu
                            generate=generate)
     results = [r.to_json() for r in session.run(specs, lengths)]
     done = [r.to_json() for t in tasks for r in session.run(specs, lengths, t)]
-    plot_ppl(results, output.plot, session)
-    plot_tasks(done, output.plot, session, tasks)
+    plot_ppl(results + done, output.plot, session, tasks=tasks)
     if output.as_json:
         return emit_json({**session.header(), "results": results + done, **session.tally()})
     show(ppl_table(results, f"{specs[0].label} on {session.rope.name}"))
@@ -102,10 +116,8 @@ def compare(
 ):
     """The article's table: methods x lengths, on the same documents, with paired confidence.
 
-    --metric ppl (default), passkey (accuracy at each --len), kl (at L, schedules for the target's k:
-    --k, or the longest --len / L); --task: RULER's tasks (answer NLL per prompt). Cells shown equivalent
-    to the best (paired, within --margin) are marked ≈, undecided ones ?; the verdicts hold at 95% for each
-    column. --workload: also per runtime.
+    --metric ppl (default), passkey, kl (at L, for the target's k), RULER's tasks (--task: answer NLL per prompt).
+    ≈ = shown equivalent to the best within --margin, ? = undecided; 95% per column. --workload: per runtime.
 
     Examples: ropecli compare --len 256 --len 2048
               ropecli compare --len 2048 --method none,yarn,llama3,mixed --metric ppl,passkey,kl
@@ -113,23 +125,15 @@ def compare(
               ropecli compare --model meta-llama/Llama-2-7b-hf --len 4096 --len 16384 --method none,pi,ntk-fixed,mixed --log-n --plot ppl.png
     """
     from ropecli.evaluation.evaluator import check_lengths
-    from ropecli.evaluation.results import is_task
     from ropecli.report.tables import compare_table
     from ropecli.tuning.comparison import compare_schedules
 
-    serve, lengths = serving.plan(evaluation.length)
-    tasks = flat_choices(task, ())
-    metrics, lengths = flat_choices(metric, ("ppl",) if not tasks else ()) + tasks, check_lengths(lengths)
-    metrics = list(dict.fromkeys(metrics))
-    prompted = any(m == "passkey" or is_task(m) for m in metrics)
-    if prompted:
-        prompts.parsed_depths(), prompts.checked_digits()
+    (serve, lengths), (metrics, tasks, prompted) = serving.plan(evaluation.length), chosen_metrics(metric, task, prompts)
     specs = schedule.specs(COMPARE_METHODS, factor=evaluation.k, log_n_modes=(False, True) if both_log_n else (evaluation.log_n,))
     check_plot_path(output.plot)
     session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts if prompted else None,
                            generate=generate)
-    out = compare_schedules(session, specs, lengths, metrics, evaluation.k, race=race, max_windows=max_windows, margin=margin,
-                            serving=serve)
-    plot_ppl([r for r in out["results"] if r["metric"] == "ppl"], output.plot, session, out.get("serving"))
-    plot_tasks(out["results"], output.plot, session, tasks)
+    out = compare_schedules(session, specs, lengths := check_lengths(lengths), metrics, evaluation.k, race=race,
+                            max_windows=max_windows, margin=margin, serving=serve)
+    plot_ppl(out["results"], output.plot, session, out.get("serving"), tasks=tasks)
     return emit_json(out) if output.as_json else show(compare_table(out, [s.label for s in specs], lengths))
