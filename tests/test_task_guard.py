@@ -58,7 +58,8 @@ def test_advise_with_a_task_guard_on_the_prescaled_model(tmp_path):
     assert any(f["family"] == "niah-single guard" for f in res["error_budget"]["families"])
 
 
-def test_a_task_guard_that_cannot_fit_the_shipped_length_is_one_line():
-    out = CliRunner().invoke(app, ["advise", "--len", "1024", "--task-guard", "niah-single", "--no-cache"])
+def test_a_task_guard_that_cannot_fit_the_shipped_length_is_one_line(tmp_path):
+    out = CliRunner().invoke(app, ["advise", "--len", "1024", "--task-guard", "niah-single", "--no-cache",
+                                   "--out", str(tmp_path / "a")])
     assert out.exit_code == 1 and "--task-guard niah-single" in out.output and "Ls = 256" in out.output
     assert "Traceback" not in out.output
