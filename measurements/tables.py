@@ -273,6 +273,30 @@ def advise_rows(name: str) -> None:
     print(f"\nverdict: {d['verdict']}\n\n{d['error_budget']['line']}\n")
 
 
+def tasks_rows(name: str) -> None:
+    """One `compare --task` run: per task and length, each schedule's answer NLL, its gain over the needle-free
+    prompt, the gain at each depth, and the paired Δ to the column's best (as compare judged it); then the rank
+    agreement lines with PPL where the run measured PPL too."""
+    d = load(name)
+    if d is None:
+        return
+    rows = [r for r in d["results"] if "task" in r]
+    if not rows:
+        return
+    depths = [x["depth"] for x in rows[0]["by_depth"]]
+    print(f"{name}: {d['model']}, {rows[0]['samples']} prompts per cell, {d['forward_passes']} forward passes\n")
+    header("task", "len", "schedule", "answer NLL", "gain", *[f"gain @ {x:g}" for x in depths], "Δ vs best (nats, ± 95 %)")
+    for r in sorted(rows, key=lambda r: (r["task"], r["len"], r["answer_nll"] if r["answer_nll"] is not None else math.inf)):
+        gains = [f"{x['gain']:+.2f}" if x["gain"] is not None else "—" for x in r["by_depth"]]
+        nll = "inf" if r["answer_nll"] is None else f"{r['answer_nll']:.2f}"
+        gain = "—" if r["gain"] is None else f"{r['gain']:+.2f}"
+        print(f"| {r['task']} | {r['len']} | {short_label(r['label'])} | {nll} | {gain} | {' | '.join(gains)} | "
+              f"{vs_best(r['vs_best'])} |")
+    for a in d.get("agreement", []):
+        print(f"\n{a['task']} vs {a['vs']} @ {a['len']}: Spearman's rho {a['rho']:+.2f} ({a['low']:+.2f} to {a['high']:+.2f})")
+    print()
+
+
 if __name__ == "__main__":
     for name in ("compare-16k", "llamacpp-16k"):
         ppl_table(name)
@@ -287,4 +311,6 @@ if __name__ == "__main__":
     for name in ("workload-short", "workload-long", "workload-decode"):
         workload_rows(name)
     advise_rows("advise-16k")
+    for name in ("tasks-8k", "tasks-16k", "tasks"):
+        tasks_rows(name)
     sys.stdout.flush()
