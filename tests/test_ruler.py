@@ -293,3 +293,32 @@ def test_compare_says_whether_a_task_ranks_the_schedules_as_ppl_does(tmp_path):
     table = runner.invoke(app, ["compare", "--len", "1024", "--metric", "ppl", "--task", "niah-single", "--method",
                                 "none,yarn,pi", "--samples", "2", "--depths", "0,1", "--cache-dir", str(tmp_path)])
     assert "niah-single vs PPL @ 1024: Spearman's rho" in table.output
+
+
+def test_generate_adds_rulers_score_and_recomputes_prompts_cached_without_it(tmp_path):
+    """--generate: a greedy answer per prompt scored by string_match_all (RULER's), kept in the cache; prompts
+    cached by a run without it are computed again (their likelihood alone does not answer)."""
+    args = ["compare", "--len", "1024", "--task", "niah-single-noise", "--method", "yarn", "--samples", "1",
+            "--depths", "0.5", "--cache-dir", str(tmp_path), "--json"]
+    plain = json.loads(runner.invoke(app, args).stdout)["results"][0]
+    assert plain["match"] is None and plain["generated"] is None
+    out = runner.invoke(app, [*args, "--generate"])
+    assert out.exit_code == 0, out.output
+    res = json.loads(out.stdout)
+    r = res["results"][0]
+    assert res["forward_passes"] == 3  # the prompt, its control, the generation's prefill
+    assert isinstance(r["generated"][0], str) and r["prompt_references"][0][0].isdigit()
+    assert r["match"] == r["prompt_match"][0] == string_match_all(r["generated"][0], r["prompt_references"][0])
+    assert r["prompt_answer_nll"] == plain["prompt_answer_nll"]  # the same likelihood, computed again
+    again = json.loads(runner.invoke(app, [*args, "--generate"]).stdout)
+    assert again["forward_passes"] == 0 and again["results"][0]["generated"] == r["generated"]
+
+
+def test_a_task_as_the_search_objective(tmp_path):
+    out = runner.invoke(app, ["search-b", "--len", "1024", "--objective", "niah-single-noise", "--samples", "1",
+                              "--depths", "0.5", "--tol", "0.3", "--cache-dir", str(tmp_path), "--json"])
+    assert out.exit_code == 0, out.output
+    res = json.loads(out.stdout)
+    assert res["objective_name"] == "niah-single-noise"
+    best = min(res["evaluations"], key=lambda e: e["objective"])
+    assert best["b"] == res["best_b"] and all("answer_nll" in e for e in res["evaluations"] if "stopped_early" not in e)

@@ -42,6 +42,7 @@ class TaskResult(EvalResult):
     prompt_match: list | None
     prompt_depth: list
     prompt_answer_tokens: list
+    prompt_references: list | None = None  # what RULER's string match looks for in each prompt's answer
     generated: list | None = None  # the greedy generations (with --generate)
 
     @property
@@ -75,4 +76,5 @@ def summarize_task(spec: "Spec", sched: "Schedule", geom: "Geometry", length: in
                       answer_nll=_mean(nll), gain=_mean(gain), accuracy=sum(correct) / len(correct),
                       match=_mean(match) if match else None, by_depth=by_depth, prompt_answer_nll=nll, prompt_gain=gain,
                       prompt_correct=correct, prompt_match=match, prompt_depth=depth,
-                      prompt_answer_tokens=[int(p[2]) for p in per_prompt], generated=generated)
+                      prompt_answer_tokens=[int(p[2]) for p in per_prompt],
+                      prompt_references=[list(u.prompt.references) for u in units], generated=generated)
