@@ -12,4 +12,4 @@ A="--model smollm2 --method none,pi,ntk-aware,ntk-fixed,yarn,llama3 --task niah-
 step() { local out=$1; shift; echo "$(date -u +%H:%M:%S) $out: ropecli $*"; ropecli "$@" --cache-dir "$C" --json > "$O/$out.json.tmp" 2> "$O/$out.log" && mv "$O/$out.json.tmp" "$O/$out.json"; }
 step tasks-8k compare $A --len 8192
 step tasks-16k compare $A --len 16384
-step tasks compare $A --len 8192 --len 16384 --plot "$O/tasks.png"
+step tasks compare $A --len 8192 --len 16384 --metric ppl --plot "$O/tasks.png"  # + PPL: the rank agreement
