@@ -17,9 +17,8 @@ The formulas, all in this file (each method's function below carries its own in 
     yarn        ramp 1 -> k by turns within L                transformers 'yarn' (Peng et al. 2023)
     llama3      1 / blend / k by wavelength against L        transformers 'llama3'
     longrope    any explicit list of d/2 factors             transformers 'longrope' long_factor
-transformers' `ROPE_INIT_FUNCTIONS` is the test oracle for linear, dynamic, yarn, llama3 and longrope;
-the articles' identities (b=0 -> pi, b=1 -> ntk-fixed, ntk-aware = base change) are tested too.
-"""
+transformers' `ROPE_INIT_FUNCTIONS` is the test oracle for linear, dynamic, yarn, llama3 and longrope; the
+articles' identities (b=0 -> pi, b=1 -> ntk-fixed, ntk-aware = base change) are tested too."""
 
 from __future__ import annotations
 
@@ -256,15 +255,13 @@ def _need_two_pairs(geom: Geometry, name: str) -> None:
 
 
 # --- lookup and evaluation ------------------------------------------------------------------
-
 def method_names() -> list[str]:
     return list(REGISTRY)
 
 
 def resolve_method(name: str) -> Method:
     """The method of a name or alias; `native+METHOD` (composed on the shipped schedule) is METHOD's."""
-    key = name.strip().lower()
-    key = key[len("native+"):] if key.startswith("native+") else key
+    key = name.strip().lower().removeprefix("native+")
     key = ALIASES.get(key, key)
     if key not in REGISTRY:
         raise RopeCliError(f"unknown method '{name}'; choose one of: {', '.join(REGISTRY)} (aliases: {', '.join(ALIASES)})")
@@ -279,21 +276,20 @@ def resolve_params(name: str, params: dict[str, Any]) -> tuple[Method, dict[str,
     known = {p.name: p for p in method.params}
     unknown = set(k for k, v in params.items() if v is not None) - set(known)
     if unknown:
-        accepted = ", ".join(known) or "none"
-        raise RopeCliError(f"method '{method.name}' takes no parameter {', '.join(sorted(unknown))} (it accepts: {accepted})")
+        raise RopeCliError(f"method '{method.name}' takes no parameter {', '.join(sorted(unknown))} "
+                           f"(it accepts: {', '.join(known) or 'none'})")
     resolved: dict[str, Any] = {}
     for p in method.params:
         value = params.get(p.name)
         if value is None:
             if p.default is REQUIRED:
-                hint = "--factors FILE" if p.name == "factors" else f"--{p.name.replace('_', '-')}"
-                raise RopeCliError(f"method '{method.name}' needs its parameter '{p.name}' ({p.help}); pass {hint}")
+                raise RopeCliError(f"method '{method.name}' needs its parameter '{p.name}' ({p.help}); pass "
+                                   + ("--factors FILE" if p.name == "factors" else f"--{p.name.replace('_', '-')}"))
             value = p.default
         if value is not None and p.name != "factors":
             value = float(value)
             if (p.lo is not None and value < p.lo) or (p.hi is not None and value > p.hi):
-                lo = "-inf" if p.lo is None else f"{p.lo:g}"
-                hi = "inf" if p.hi is None else f"{p.hi:g}"
+                lo, hi = ("-inf" if p.lo is None else f"{p.lo:g}"), ("inf" if p.hi is None else f"{p.hi:g}")
                 raise RopeCliError(f"{method.name} parameter {p.name}={value:g} is outside [{lo}, {hi}]; pick a value in that range")
         resolved[p.name] = value
     return method, resolved
@@ -302,5 +298,5 @@ def resolve_params(name: str, params: dict[str, Any]) -> tuple[Method, dict[str,
 def compute_schedule(name: str, geom: Geometry, **params: Any) -> Schedule:
     """Validate `params` against the method's parameter list, fill defaults, then run it."""
     method, resolved = resolve_params(name, params)
-    factors, attention_factor = method.fn(geom, **resolved)
-    return Schedule(method.name, np.asarray(factors, dtype=np.float64), float(attention_factor), resolved)
+    factors, attention = method.fn(geom, **resolved)
+    return Schedule(method.name, np.asarray(factors, dtype=np.float64), float(attention), resolved)

@@ -148,7 +148,7 @@ def tournament(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[
     the race, whose first round then finds its windows at the target cached."""
     budget, with_log_n, metric = plan.budget, plan.with_log_n, plan.metric
     max_short_kl, max_short_regression, min_passkey = plan.max_short_kl, plan.max_short_regression, plan.min_passkey
-    task_guard = getattr(plan, "task_guard", None)
+    task_guard = plan.task_guard
     margin = MARGIN if plan.margin is None else plan.margin
     # one config serves every length once deployed: every candidate runs at the longest target's k at every length
     k = factor = target_factor(factor, lengths, geom.train_len)
