@@ -322,3 +322,36 @@ def test_a_task_as_the_search_objective(tmp_path):
     assert res["objective_name"] == "niah-single-noise"
     best = min(res["evaluations"], key=lambda e: e["objective"])
     assert best["b"] == res["best_b"] and all("answer_nll" in e for e in res["evaluations"] if "stopped_early" not in e)
+
+
+def test_prompts_per_depth_apart_from_windows(tmp_path):
+    """--prompts: PPL on --samples windows beside a task's --prompts prompts per depth, in one compare; the
+    prompts are the first ones of the seeded sequence (the same as a --samples 1 run's, so cached)."""
+    base = ["compare", "--len", "1024", "--task", "niah-single", "--method", "none,yarn,pi", "--depths", "0,1",
+            "--cache-dir", str(tmp_path), "--json"]
+    alone = json.loads(runner.invoke(app, [*base, "--samples", "1"]).stdout)
+    out = runner.invoke(app, [*base, "--metric", "ppl", "--samples", "3", "--prompts", "1"])
+    assert out.exit_code == 0, out.output
+    res = json.loads(out.stdout)
+    assert res["samples"] == 3 and res["prompts"] == 1
+    assert {len(r["window_nll"]) for r in res["results"] if r["metric"] == "ppl"} == {3}
+    tasks = [r for r in res["results"] if r["metric"] == "niah-single"]
+    assert {len(r["prompt_answer_nll"]) for r in tasks} == {2}  # 2 depths x 1 prompt
+    assert res["forward_passes"] == 3 * 3  # the windows only: every prompt was the --samples 1 run's
+    before = {r["label"]: r["prompt_answer_nll"] for r in alone["results"]}
+    assert {r["label"]: r["prompt_answer_nll"] for r in tasks} == before
+
+
+def test_held_out_prompts_follow_this_samples_prompts(builtin):
+    """A held-out copy takes the prompts after this one's, counted by --prompts (not by --samples)."""
+    from ropecli.evaluation.inputs import Inputs
+
+    ins = Inputs.load(builtin.tokenizer, None, samples=3, prompt_count=1, depths=(0.0, 1.0))
+    held = ins.held_out(2)
+    assert (ins.count("ppl"), ins.count("passkey"), held.count("passkey")) == (3, 1, 1)
+    assert held.prompt_start == 1 and held.first_window == 3
+    ids = lambda i, n: [tuple(u.ids) for u in i.task_units("niah-single", n)]  # noqa: E731
+    two = Inputs.load(builtin.tokenizer, None, samples=2, depths=(0.0, 1.0))
+    both = ids(two, 1024)  # depth-major: [depth 0: prompt 0, 1; depth 1: prompt 0, 1]
+    assert ids(ins, 1024) == [both[0], both[2]] and ids(held, 1024) == [both[1], both[3]]
+    assert ins.resized(2).count("passkey") == 2 and ins.resized(3).count("passkey") == 3

@@ -25,7 +25,8 @@ from ropecli.cli.options import (AdviseBudgetOpt, AdviseMetric, AdviseMetricOpt,
                                  DOpt, Dtype, DtypeOpt, ExportConfigOpt, FactorsOpt, GgufOpt, HeadDimAliasOpt, HeldOutOpt,
                                  JsonOpt, KeyEvaluatorOpt, KeyShortOpt, KeyTokens, KeyTokensOpt, KOpt, LenOpt, LogNOpt,
                                  MarginOpt, MaxShortKlOpt, MaxShortRegressionOpt, MaxWindowsOpt, MethodOpt, MethodsAliasOpt,
-                                 MinPasskeyOpt, ModelOpt, TaskGuardOpt, NoCacheOpt, NoRaceOpt, ObjectiveOpt, ParamOpt, PlotOpt, RopeLayersOpt,
+                                 MinPasskeyOpt, ModelOpt, TaskGuardOpt, NoCacheOpt, NoRaceOpt, ObjectiveOpt, ParamOpt, PlotOpt, PromptsOpt,
+                                 RopeLayersOpt,
                                  SamplesOpt, ScoreLastOpt, SeedOpt, ServeRuntimeOpt, TargetLenOpt, TextFieldOpt,
                                  TokenLossesOpt, TrainLenOpt, TrustOpt, WithLogNOpt, WorkloadOpt, flat_choices)
 from ropecli.errors import RopeCliError
@@ -144,6 +145,7 @@ class PasskeyOptions:
     """Passkey prompts: depths of the key and its length (ropecli.evaluation.passkey has the protocol)."""
     depths: DepthsOpt = "0,0.25,0.5,0.75,1"
     digits: DigitsOpt = 5
+    prompts: PromptsOpt = None
 
     def parsed_depths(self) -> list[float]:
         from ropecli.errors import RopeCliError

@@ -113,6 +113,10 @@ SeedOpt = Annotated[int, typer.Option("--seed", rich_help_panel=DATA, help="Seed
 DepthsOpt = Annotated[str, typer.Option(
     "--depths", rich_help_panel=EVALUATION,
     help="Passkey: where the key sits in the filler, comma list in [0, 1] (0 = right after BOS, farthest from the question).")]
+PromptsOpt = Annotated[Optional[int], typer.Option(
+    "--prompts", min=1, rich_help_panel=EVALUATION,
+    help="Passkey and RULER tasks: prompts per depth and length (default: as many as --samples), e.g. --samples 4 "
+         "--prompts 1 for PPL on 4 windows beside one prompt per depth.")]
 DigitsOpt = Annotated[int, typer.Option("--digits", rich_help_panel=EVALUATION, help="Passkey: digits of a key (1..20).")]
 class CommaChoices(click.ParamType):
     """Values of an Enum, repeatable and comma-separated (`--metric ppl,kl --metric passkey`), checked by

@@ -79,11 +79,13 @@ def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions
     err.print(f"model {lm.describe()}", highlight=False)
     if memory is not None:
         err.print(memory[0].describe(memory[1]), highlight=False)
-    prompts = {"depths": tuple(passkey.parsed_depths()), "digits": passkey.checked_digits()} if passkey else {}
+    prompts = {"depths": tuple(passkey.parsed_depths()), "digits": passkey.checked_digits(),
+               "prompt_count": passkey.prompts} if passkey else {}
     inputs = Inputs.load(lm.tokenizer, data.data, data.text_field, samples=data.samples, seed=data.seed, **prompts)
     ev = Evaluator(lm, inputs, cache=cache, dist=dist, chunk_tokens=evaluation.chunk_size, score_last=evaluation.score_last,
                    keep_tokens=evaluation.keep_token_losses, generate=generate, key_rule=_key_rule(evaluation, lm, cache, device, dist.is_main))
-    err.print(f"data {inputs.data_label}; {data.samples} window(s) per length, seed {data.seed}", highlight=False)
+    per_depth = f", {inputs.prompt_count} prompt(s) per depth" if inputs.prompt_count is not None else ""
+    err.print(f"data {inputs.data_label}; {data.samples} window(s) per length{per_depth}, seed {data.seed}", highlight=False)
     return Session(lm, ev, RichProgress(), memory=memory[0].to_json() if memory else None)
 
 

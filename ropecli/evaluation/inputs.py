@@ -29,9 +29,11 @@ class Inputs:
     docs: list  # Documents
     tokens: list  # token ids of each document
     data_label: str  # where the text came from, in words
-    samples: int = 4  # windows per length; passkey: prompts per depth and length
+    samples: int = 4  # windows per length (and prompts per depth where `prompt_count` is None)
     seed: int = 0
     first_window: int = 0  # held-out: windows first_window … first_window+samples-1 of the seeded sample
+    prompt_count: int | None = None  # passkey and RULER tasks: prompts per depth and length (None: `samples`)
+    first_prompt: int | None = None  # held-out: the first prompt per depth (None: `first_window`)
     split: str | None = None  # "search" / "held": this part of the documents (held_out splits them)
     depths: tuple = DEFAULT_DEPTHS  # passkey: where the key sits in the filler
     digits: int = 5  # passkey: digits of a key
@@ -57,8 +59,24 @@ class Inputs:
         if self.split is None:
             self.split = "search"
             self._windows.clear(), self._resized.clear(), self._fingerprints.clear(), self._spanned.clear()
-        return replace(self, samples=samples, split="held", first_window=self.first_window + self.samples, _windows={},
-                       _prompts={}, _tasks={}, _resized={}, _fingerprints={}, _spanned={})
+        first_prompt = self.prompt_start + self.per_depth if self.prompt_count is not None else None
+        return replace(self, samples=samples, split="held", first_window=self.first_window + self.samples,
+                       first_prompt=first_prompt, _windows={}, _prompts={}, _tasks={}, _resized={}, _fingerprints={},
+                       _spanned={})
+
+    @property
+    def per_depth(self) -> int:
+        """Prompts per depth and length (passkey, RULER tasks): --prompts, else --samples."""
+        return self.samples if self.prompt_count is None else self.prompt_count
+
+    @property
+    def prompt_start(self) -> int:
+        """The index of this sample's first prompt per depth in the seeded sequence of prompts."""
+        return self.first_window if self.first_prompt is None else self.first_prompt
+
+    def count(self, metric: str = "ppl") -> int:
+        """How many of its units an evaluation of `metric` takes: windows per length, or prompts per depth."""
+        return self.samples if _kind(metric) == "windows" else self.per_depth
 
     def _part(self, length: int) -> tuple[int | None, int]:
         """(which half of the documents, first window) of this sample at `length`."""
@@ -102,13 +120,15 @@ class Inputs:
         return self.span if self.span and length < self.span else length
 
     def resized(self, samples: int | None) -> "Inputs":
-        """The first `samples` windows (prompts per depth) of the same seeded sample, from the same first
-        window: a prefix of a larger sample, so the windows two sizes share are the same windows."""
-        if samples is None or samples == self.samples:
+        """The first `samples` windows and prompts per depth of the same seeded sample, from the same first
+        ones: a prefix of a larger sample, so the windows two sizes share are the same windows (a race or a
+        screening step asks for a count of the units of the metric it runs)."""
+        if samples is None or (samples == self.samples and self.prompt_count in (None, samples)):
             return self
         if samples not in self._resized:
-            self._resized[samples] = replace(self, samples=samples, _windows={}, _prompts={}, _tasks={}, _resized={},
-                                             _fingerprints={}, _spanned={})
+            self._resized[samples] = replace(self, samples=samples, prompt_count=None if self.prompt_count is None else samples,
+                                             _windows={}, _prompts={}, _tasks={}, _resized={}, _fingerprints={},
+                                             _spanned={})
         return self._resized[samples]
 
     def available(self, length: int) -> int:
@@ -153,14 +173,14 @@ class Inputs:
 
             if self._stream is None:
                 self._stream = filler_stream(self.tokens)
-            rows = make_samples(self.tokenizer, self._stream, length, list(self.depths), self.samples,
-                                self.digits, self.seed, first_sample=self.first_window)
+            rows = make_samples(self.tokenizer, self._stream, length, list(self.depths), self.per_depth,
+                                self.digits, self.seed, first_sample=self.prompt_start)
             self._prompts[length] = [p for row in rows for p in row]
         return self._prompts[length]
 
     def task_units(self, task: str, length: int) -> list:
         """A RULER task's prompts at `length` (`ropecli.evaluation.ruler.generate.make_units`), depth-major:
-        `samples` per depth of `depths`, the haystack the documents' text."""
+        `per_depth` per depth of `depths`, the haystack the documents' text."""
         if (task, length) not in self._tasks:
             from ropecli.evaluation.ruler.builders import Haystack
             from ropecli.evaluation.ruler.generate import make_units
@@ -168,12 +188,12 @@ class Inputs:
             if self._haystack is None:
                 self._haystack = Haystack.of([d.text for d in self.docs])
             self._tasks[(task, length)] = make_units(self.tokenizer, self._haystack, task, length, list(self.depths),
-                                                     self.samples, self.seed, first_sample=self.first_window)
+                                                     self.per_depth, self.seed, first_sample=self.prompt_start)
         return self._tasks[(task, length)]
 
     def units(self, metric: str = "ppl") -> int:
-        """Units of one evaluation: windows (ppl, kl), prompts (passkey, a task: samples per depth)."""
-        return self.samples * (1 if _kind(metric) == "windows" else len(self.depths))
+        """Units of one evaluation: windows (ppl, kl), prompts (passkey, a task: per_depth per depth)."""
+        return self.samples if _kind(metric) == "windows" else self.per_depth * len(self.depths)
 
     def unit_inputs(self, metric: str, length: int) -> list[tuple]:
         """(token ids, answer start) of each unit: windows (answer start None), passkey prompts, or a task's

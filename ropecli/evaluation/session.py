@@ -93,7 +93,8 @@ class Session:
         out = {"model": rope.name, "model_fingerprint": lm.fingerprint, "rotary_dim": rope.rotary_dim, "base": rope.base,
                "train_len": rope.train_len, "L0": rope.train_len, "Ls": rope.shipped_len,
                "shipped": rope.shipped.to_json() if rope.shipped else None, "runtime": lm.runtime, "dtype": lm.dtype, "device": lm.device,
-               "data": ev.inputs.data_label, "samples": ev.inputs.samples, "seed": ev.inputs.seed,
+               "data": ev.inputs.data_label, "samples": ev.inputs.samples,
+               **({"prompts": ev.inputs.prompt_count} if ev.inputs.prompt_count is not None else {}), "seed": ev.inputs.seed,
                "score_last": ev.score_last, "world_size": ev.dist.world, "key_rule": self.key_rule(), "memory": self.memory}
         if ev.dist.world > 1:
             out["windows_per_rank"] = [len(w) for w in ev.dist.gather(ev.dist.windows_done)]

@@ -65,6 +65,12 @@ def _cell(r: dict, text: str, against: str = "vs_best") -> str:
     return f"[bold green]{text}[/]" if r[against]["best"] else text + mark(r[against])
 
 
+def _count(results: list[dict], fields: tuple) -> str:
+    """How many units the cells of `fields` hold: "4", or "4–16 (raced)", or "" where no cell has them."""
+    counts = sorted({len(r[f]) for r in results if "task" not in r for f in fields if r.get(f)})
+    return "" if not counts else f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]} (raced)"
+
+
 def compare_table(out: dict, labels: list[str], lengths: list[int]) -> list:
     """`ropecli compare`: methods x (PPL / passkey at each length, KL and top-1 at L), then one line per column;
     with --workload, the tables per runtime (`ropecli.report.serving_tables`)."""
@@ -73,9 +79,8 @@ def compare_table(out: dict, labels: list[str], lengths: list[int]) -> list:
     results, L, kl_k = out["results"], out["train_len"], out["kl_factor"]
     by = {(r["metric"], r["label"], r["len"]): r for r in results}
     have = {r["metric"] for r in results}
-    counts = sorted({len(r.get("window_nll") or r.get("window_kl") or r.get("prompt_answer_nll") or []) for r in results
-                     if "task" not in r})
-    per_cell = "" if not counts else f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]} (raced)"
+    per_cell = "; ".join(f"{_count(results, fields)} {what} per cell" for fields, what in (
+        (("window_nll", "window_kl"), "windows"), (("prompt_answer_nll",), "passkey prompts")) if _count(results, fields))
     columns = []
     for n in lengths:
         columns += [("ppl", n, f"PPL {n}" + (" (train)" if n == L else ""))] if "ppl" in have else []
@@ -87,7 +92,7 @@ def compare_table(out: dict, labels: list[str], lengths: list[int]) -> list:
     columns += [(t, n, f"{t} {n}") for t in tasks for n in lengths]
     if "kl" in have:
         columns += [("kl", L, f"KL @ L (k={kl_k:g})"), ("kl-top1", L, "top-1 @ L")]
-    per_cell = f"{per_cell} windows/keys per cell; " if per_cell else ""
+    per_cell = f"{per_cell}; " if per_cell else ""
     t = table(f"{out['model']} ({lengths_of(out)}); {per_cell}± = 95% half-width across windows; bold = "
               "best, ≈ = shown equivalent to it, ? = undecided (paired, 95% for the whole column)",
               ["method", *[c[2] for c in columns]])

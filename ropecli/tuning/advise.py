@@ -117,16 +117,16 @@ def racing_plan(held: Bench, lengths: list[int], max_windows: int | None, notes:
     from ropecli.tuning.held_out import Racing
     from ropecli.tuning.racing import race_start
 
-    prompts = start = held.inputs.samples
+    first = held.inputs.samples
     have = min(held.inputs.available(n) for n in lengths)
-    most = max_windows if max_windows is not None else max(start, min(4 * start, have))
+    most = max_windows if max_windows is not None else max(first, min(4 * first, have))
     for n in lengths:
         held.inputs.check_available(n, most)
-    start = min(most, race_start(start, min(held.inputs.documents(n, most) for n in lengths)))
-    if max_windows is None and have < 4 * prompts:
+    start = min(most, race_start(first, min(held.inputs.documents(n, most) for n in lengths)))
+    if max_windows is None and have < 4 * first:
         notes.append(f"racing: at most {max(have, start)} held-out windows (the text's limit at {max(lengths)} tokens), "
-                     f"not {4 * prompts}; add text with --data for more")
-    return Racing(start, max(start, most), prompts, have)
+                     f"not {4 * first}; add text with --data for more")
+    return Racing(start, max(start, most), held.inputs.per_depth, have)
 
 
 def bar_total(plan: AdvisePlan, names, lengths, session: Bench, held: Bench, racing, passkey: bool) -> int:

@@ -47,7 +47,7 @@ def race_on(session: Bench, specs, lengths, metric: str, max_windows: int | None
     under one progress bar whose total grows with each round: (results, the race's record)."""
     from ropecli.tuning.racing import race_specs
 
-    start = session.inputs.samples
+    start = session.inputs.count(metric)  # windows, or prompts per depth
     most = max_windows or 4 * start
     for n in lengths:
         session.inputs.check_available(n, most)

@@ -64,7 +64,7 @@ def search_b_on(session: Bench, plan: SearchPlan, lengths: list[int] | None, lo:
     lengths, geom = preflight(session, plan, lengths)
     out = search_b(session.run, geom, lengths, lo=lo, hi=hi, tol=tol, log_n=plan.log_n, factor=plan.factor,
                    max_short_regression=plan.max_short_regression, max_short_kl=plan.max_short_kl,
-                   objective=plan.objective, windows=session.inputs.samples, screen=not plan.no_race)
+                   objective=plan.objective, windows=session.inputs.count(plan.objective), screen=not plan.no_race)
     out = {**session.header(), **out, "screened": not plan.no_race, **session.tally()}
     if all(n <= session.rope.train_len for n in lengths) and plan.factor is None:
         out["warning"] = (f"every --len is within the training length L={session.rope.train_len}: k = 1, nothing to "
@@ -109,7 +109,7 @@ def search_on(session: Bench, plan: SearchPlan, lengths: list[int] | None, metho
     out = run_search(session.run, held.run, geom, method, dims, fixed, lengths, budget=budget, optimizer=optimizer,
                      objective=plan.objective, log_n=plan.log_n, factor=plan.factor, references=refs,
                      max_short_regression=plan.max_short_regression, max_short_kl=plan.max_short_kl,
-                     windows=session.inputs.samples, screen=not plan.no_race)
+                     windows=session.inputs.count(plan.objective), screen=not plan.no_race)
     out = {**session.header(), **out, "held_out_windows": held.inputs.samples,
            "held_out_first_window": held.inputs.first_window_at(max(lengths)),
            "held_out_split": held.inputs.split_note(max(lengths)), "screened": not plan.no_race, **session.tally(held)}

@@ -43,7 +43,7 @@ def passkey(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, e
         from ropecli.report.result_plots import plot_passkey_heatmaps
 
         plot_passkey_heatmaps(results, output.plot, f"Passkey accuracy: {session.rope.name} (L = {L}), "
-                                                    f"{ins.samples} keys of {ins.digits} digits per cell")
+                                                    f"{ins.per_depth} keys of {ins.digits} digits per cell")
         stderr_console().print(f"wrote {output.plot}")
     return emit_json(out) if output.as_json else show(passkey_table(out))
 
