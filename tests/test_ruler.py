@@ -355,3 +355,14 @@ def test_held_out_prompts_follow_this_samples_prompts(builtin):
     both = ids(two, 1024)  # depth-major: [depth 0: prompt 0, 1; depth 1: prompt 0, 1]
     assert ids(ins, 1024) == [both[0], both[2]] and ids(held, 1024) == [both[1], both[3]]
     assert ins.resized(2).count("passkey") == 2 and ins.resized(3).count("passkey") == 3
+
+
+def test_a_task_race_counts_prompts_per_depth(tmp_path):
+    """compare --race --task: the race grows prompts per depth from --prompts, and its outcome says so."""
+    out = runner.invoke(app, ["compare", "--len", "1024", "--task", "niah-single", "--method", "none,pi,yarn", "--race",
+                              "--samples", "4", "--prompts", "2", "--max-windows", "4", "--depths", "0,1",
+                              "--cache-dir", str(tmp_path), "--json"])
+    assert out.exit_code == 0, out.output
+    race = json.loads(out.stdout)["races"]["niah-single"]
+    assert race["looks"] == [2, 4]  # from --prompts 2, not --samples 4
+    assert "prompts per depth" in race["outcome"] and " windows" not in race["outcome"]

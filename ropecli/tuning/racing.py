@@ -139,11 +139,12 @@ def futile(p: Paired, level: float, last_level: float, margin: float, max_window
 def race(score: Callable[[str, int], tuple[list, list | None]], names: list[str], *, start: int, max_windows: int,
          alpha: float = ALPHA, margin: float = MARGIN, eligible: Callable[[str], bool] = lambda name: True,
          grow: float = 2.0, on_round: Callable[[int, int, list[str]], None] = lambda r, n, alive: None,
-         capacity: int | None = None) -> dict:
+         capacity: int | None = None, unit: str = "windows") -> dict:
     """Race `names`: `score(name, n)` gives a candidate's per-window objective on windows 1…n (lower is
     better; per length [length][window], or one vector), their documents and optionally each window's
     scored predictions (the estimand's weights: key PPL's key predictions); `capacity`: the windows the
-    text holds (what an undecided candidate's answer compares its need with). Returns the race's record."""
+    text holds (what an undecided candidate's answer compares its need with); `unit`: what a look counts, in
+    the outcome's words (windows; a task's prompts per depth). Returns the race's record."""
     plan = looks(start, max_windows, grow)
     K = len(names)
     levels = [alpha * w / max(K - 1, 1) for w in spending(len(plan))]  # per test: the union bound over looks and leaders
@@ -194,13 +195,13 @@ def race(score: Callable[[str, int], tuple[list, list | None]], names: list[str]
         if e.alive and e is not leader and leader is not None:
             e.verdict, e.vs_leader = judge(e.values, leader.values, e.clusters or leader.clusters, margin, level,
                                            capacity, explain=True, tokens=e.tokens or leader.tokens)
-    out = summarize(field_, leader, rounds, stop, plan, level, alpha, margin)
+    out = summarize(field_, leader, rounds, stop, plan, level, alpha, margin, unit)
     out.update(test_levels=levels, capacity=capacity)
     return out
 
 
 def summarize(field_: dict, leader: Entrant | None, rounds: list, stop: str, plan: list[int], level: float,
-              alpha: float, margin: float) -> dict:
+              alpha: float, margin: float, unit: str = "windows") -> dict:
     """The race's record: per candidate its windows, status and comparison; the plain-words outcome."""
     rows = {}
     for e in field_.values():
@@ -211,20 +212,20 @@ def summarize(field_: dict, leader: Entrant | None, rounds: list, stop: str, pla
     equivalent = [n for n, r in rows.items() if r["status"] == "equivalent"]
     undecided = [n for n, r in rows.items() if r["status"] == "undecided"]
     n_last = rounds[-1]["windows"] if rounds else 0
-    why_stop = {"decided": "decided", "max-windows": f"the windows ran out (--max-windows {plan[-1]})",
+    why_stop = {"decided": "decided", "max-windows": f"the {unit} ran out (--max-windows {plan[-1]})",
                 "futile": (f"stopped as futile: for each undecided candidate even a gap at its {1 - level:.4g} bound "
-                           f"could not be decided within {plan[-1]} windows"),
+                           f"could not be decided within {plan[-1]} {unit}"),
                 "none eligible": "no candidate is eligible"}[stop]
     if leader is None:
         outcome = "no candidate is eligible"
     else:
-        outcome = f"{leader.name} leads after {n_last} windows"
+        outcome = f"{leader.name} leads after {n_last} {unit}"
         if equivalent:
             outcome += f"; equivalent to it within ±{margin:g} nats: {', '.join(equivalent)}"
         if undecided:
             outcome += "; undecided: " + "; ".join(f"{n} ({rows[n]['vs_leader']['answer']})" for n in undecided)
         outcome += f" ({why_stop})"
-    dropped = [f"{n} (round {r['dropped_round']}, {r['windows']} windows)" for n, r in rows.items() if r["dropped_round"]]
+    dropped = [f"{n} (round {r['dropped_round']}, {r['windows']} {unit})" for n, r in rows.items() if r["dropped_round"]]
     if dropped and leader is not None:
         outcome += "; dropped as worse: " + ", ".join(dropped)
     inference = next((r["vs_leader"] for r in rows.values() if r["vs_leader"]), None)
@@ -242,6 +243,7 @@ def race_specs(run, specs: list, lengths: list[int], metric: str, *, start: int,
     objective of window i being its mean over `lengths`. `run` is an `ropecli.tuning.objective.Evaluate`.
     Returns every schedule's EvalResults on the windows it got (spec-major, as `run` gives them) and the
     race's record."""
+    from ropecli.evaluation.metrics import metric_record
     from ropecli.tuning.objective import window_docs, window_values, window_weights
 
     by_label = {s.label: s for s in specs}
@@ -252,5 +254,8 @@ def race_specs(run, specs: list, lengths: list[int], metric: str, *, start: int,
         rows = latest[label]
         return window_values(rows), window_docs(rows), window_weights(rows)  # what a Scorer pairs candidates on
 
-    record = race(score, list(by_label), start=start, max_windows=max_windows, margin=margin, on_round=on_round)
+    m = metric_record(metric)
+    unit = "windows" if m.units == "windows" else f"{m.unit_word} per depth"
+    record = race(score, list(by_label), start=start, max_windows=max_windows, margin=margin, on_round=on_round,
+                  unit=unit)
     return [r for s in specs for r in latest[s.label]], record
