@@ -15,7 +15,7 @@ from typing import Annotated, Optional
 import click
 import typer
 
-from ropecli.evaluation.results import Metric
+from ropecli.evaluation.metrics import REGISTRY
 from ropecli.evaluation.ruler.templates import TASKS
 from ropecli.export.runtimes import SERVED_BY_DEFAULT
 from ropecli.cli.runtime_name import RuntimeName
@@ -142,7 +142,7 @@ def flat_choices(values: list | None, default: tuple[str, ...]) -> list[str]:
 
 
 MetricOpt = Annotated[Optional[list[str]], typer.Option(
-    "--metric", click_type=CommaChoices([m.value for m in Metric] + list(TASKS), "--metric"), rich_help_panel=EVALUATION,
+    "--metric", click_type=CommaChoices(list(REGISTRY), "--metric"), rich_help_panel=EVALUATION,
     help="What to measure: ppl (with key-token PPL beside it, --key-tokens), key-ppl (ranked by key-token PPL), passkey, "
          "kl, or a RULER task (--task) (repeat or comma-separate). kl runs at L with the target's k.")]
 TaskOpt = Annotated[Optional[list[str]], typer.Option(

@@ -68,10 +68,8 @@ class Evaluator:
     def check_inputs(self, metric: str, length: int, samples: int | None = None) -> None:
         """Fail on too little text, or a length the metric does not take, before any forward pass."""
         m = metric_record(metric)
-        if metric == "key-ppl":
-            m.check(self, length)  # the missing rule first: it needs no text
+        m.check(self, length)  # first: a metric's own check needs no text (key-ppl's missing rule, KL beyond Ls)
         self.inputs.resized(samples).unit_inputs(m.unit_metric, length)
-        m.check(self, length)
 
     def schedule_for(self, spec: Spec, length: int) -> tuple[Geometry, Schedule]:
         """The geometry and schedule a window of `length` tokens runs under."""
@@ -99,8 +97,7 @@ class Evaluator:
         cached or computed and cached when done; under torchrun cached only if every rank finds it (ranks may not
         share a disk). `span`: the windows are the prefixes of those at `span` (`Inputs.spanning`)."""
         m = metric_record(metric)
-        if metric == "key-ppl":
-            m.check(self, length)
+        m.check(self, length)  # cheap, and a key-ppl result without a rule would be no result
         inputs = self.inputs.resized(samples).spanning(span)
         geom, sched, keys, values = self._lookup(spec, length, metric, inputs)
         todo = self.dist.union([i for i in range(len(keys)) if i not in values])
@@ -121,7 +118,7 @@ class Evaluator:
         schedule at both (a static schedule at one k; not dynamic NTK, not k = n / L), one forward pass of
         the longest window scores every such length (causal attention: the first n tokens of a window are
         the n-token window), and each length's result is cached as if it had run alone."""
-        if metric_record(metric).unit_metric != "ppl" or (len(set(lengths)) < 2 and not span):
+        if not metric_record(metric).prefixes or (len(set(lengths)) < 2 and not span):
             return [self.evaluate(spec, n, on_window, metric, samples) for n in lengths]
         T = max([*lengths, span or 0])  # the windows: the first tokens of those at T
         top = self.schedule_for(spec, max(lengths))[1]
@@ -148,7 +145,8 @@ class Evaluator:
         seconds = 0.0
         if todo:
             keys = [[found[n][2][i] for n in lengths] for i in range(windows)]  # per window: its key at each length
-            computed = self._compute(spec, found[top][0], found[top][1], "ppl", inputs.unit_inputs("ppl", top), todo, keys,
+            unit = metric_record(metric).unit_metric  # ppl's windows (key-ppl reads them too)
+            computed = self._compute(spec, found[top][0], found[top][1], unit, inputs.unit_inputs(unit, top), todo, keys,
                                      (lambda k: on_window(k * len(lengths))) if on_window else None, prefixes=lengths)
             for i, (per_length, secs) in computed.items():
                 for n, value in zip(lengths, per_length):

@@ -14,8 +14,13 @@ protocol (windows or prompts, the cache, ranks, the schedule applied) and asks t
     summarize   (evaluator, spec, schedule, geometry, length, metric, values, inputs, seconds) -> EvalResult
     words       what its per-unit value is, in a verdict line ("PPL", "passkey answer NLL", …)
     unit_word   what its units are called in a verdict line (windows, keys, prompts)
+    column      its column's heading in a table ("PPL", "passkey", a task's name)
+    result      () -> its result type (`ropecli.evaluation.results`): what crosses the layers, typed
+    estimand    the result's field the estimand of a search or a ranking reads (nll, key_nll, answer_nll)
+    prefixes    whether one forward pass of a long window scores every shorter length (its windows' kept
+                per-prediction NLL: ppl and key-ppl), `Evaluator.evaluate_lengths`
 
-Adding a metric is adding a record here (and its result type); PPL, key-token PPL, passkey, KL and every
+Adding a metric is adding a record here and its result type (with its cell in `ropecli.report.tables`); PPL, key-token PPL, passkey, KL and every
 RULER task are records. Torch-free: scoring reaches the model through the backend protocol.
 """
 
@@ -34,7 +39,11 @@ class Metric:
     score: Callable[..., Any]
     summarize: Callable[..., Any]
     words: str
+    column: str
+    result: Callable[[], type]
+    estimand: str
     unit_word: str = "windows"
+    prefixes: bool = False
     cached_as: str | None = None
     passes: Callable[..., int] = lambda ev, unit: 1
     fresh: Callable[..., bool] = lambda ev, value: True
@@ -111,20 +120,34 @@ def _kl_check(ev, length: int) -> None:
                            "measures a schedule's cost within it; pass --len at most Ls")
 
 
-PPL = Metric("ppl", "windows", _ppl_score, _ppl_summary, "PPL", fresh=_ppl_fresh,
-             key=lambda ev, rope: {"score_last": ev.score_last}, check=_ppl_check)
-KEY_PPL = Metric("key-ppl", "windows", _ppl_score, _ppl_summary, "key PPL", cached_as="ppl", fresh=_ppl_fresh,
-                 check=_key_ppl_check)
+def _result(name: str) -> Callable[[], type]:
+    """The result type `name`, imported when a result is built (the CLI starts without numpy)."""
+    def get() -> type:
+        if name == "TaskResult":
+            from ropecli.evaluation import task_results
+
+            return task_results.TaskResult
+        from ropecli.evaluation import results
+
+        return getattr(results, name)
+    return get
+
+
+PPL = Metric("ppl", "windows", _ppl_score, _ppl_summary, "PPL", "PPL", _result("PplResult"), "nll", fresh=_ppl_fresh,
+             key=lambda ev, rope: {"score_last": ev.score_last}, check=_ppl_check, prefixes=True)
+KEY_PPL = Metric("key-ppl", "windows", _ppl_score, _ppl_summary, "key PPL", "key PPL", _result("KeyPplResult"), "key_nll",
+                 cached_as="ppl", fresh=_ppl_fresh, check=_key_ppl_check, prefixes=True)
 PASSKEY = Metric("passkey", "prompts", lambda ev, spec, sched, unit: ev.backend.passkey_scores(*unit),
-                 _passkey_summary, "passkey answer NLL", unit_word="keys")
+                 _passkey_summary, "passkey answer NLL", "passkey", _result("PasskeyResult"), "answer_nll", unit_word="keys")
 KL = Metric("kl", "windows", lambda ev, spec, sched, unit: ev.backend.window_kl(unit[0], sched, spec.log_n, ev.chunk_tokens),
-            _kl_summary, "KL", key=lambda ev, rope: {"reference": "native"} if rope.shipped is not None else {},  # vs as shipped
+            _kl_summary, "KL", "KL", _result("KlResult"), "kl_mean",
+            key=lambda ev, rope: {"reference": "native"} if rope.shipped is not None else {},  # vs as shipped
             check=_kl_check, scales=False)
 
 
 def _task(name: str) -> Metric:
-    return Metric(name, "task", _task_score, _task_summary, f"{name} answer NLL", unit_word="prompts",
-                  passes=_task_passes, fresh=lambda ev, value: not ev.generate or value[4] is not None)
+    return Metric(name, "task", _task_score, _task_summary, f"{name} answer NLL", name, _result("TaskResult"), "answer_nll",
+                  unit_word="prompts", passes=_task_passes, fresh=lambda ev, value: not ev.generate or value[4] is not None)
 
 
 def _registry() -> dict[str, Metric]:
@@ -134,6 +157,16 @@ def _registry() -> dict[str, Metric]:
 
 
 REGISTRY = _registry()
+
+
+def is_task(name: str) -> bool:
+    """A RULER task (`ropecli.evaluation.ruler`): its name is its metric's."""
+    return name in REGISTRY and REGISTRY[name].units == "task"
+
+
+def prompted(name: str) -> bool:
+    """Whether the metric scores prompts (passkey, a task) rather than windows of the text."""
+    return metric_record(name).units != "windows"
 
 
 def metric_record(name: str) -> Metric:

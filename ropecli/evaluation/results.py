@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:  # numpy and the schedules load when a result is summed, not when the CLI starts
@@ -162,31 +161,11 @@ class KlResult(EvalResult):
     windows: list
 
 
-class Metric(str, Enum):
-    ppl = "ppl"
-    key_ppl = "key-ppl"  # PPL over the key predictions only (`ropecli.evaluation.key_metric`)
-    passkey = "passkey"
-    kl = "kl"
-
-
-RESULT_TYPES: dict[str, type[EvalResult]] = {"ppl": PplResult, "key-ppl": KeyPplResult, "passkey": PasskeyResult,
-                                             "kl": KlResult}
-METRICS = tuple(m.value for m in Metric)
-
-
-def is_task(metric: str) -> bool:
-    """A RULER task (`ropecli.evaluation.ruler`): its name is its metric's."""
-    from ropecli.evaluation.metrics import REGISTRY
-
-    return metric in REGISTRY and REGISTRY[metric].units == "task"
-
-
 def result_type(metric: str) -> type[EvalResult]:
-    if is_task(metric):
-        from ropecli.evaluation.task_results import TaskResult
+    """The result type of `metric`: its record's (`ropecli.evaluation.metrics`)."""
+    from ropecli.evaluation.metrics import metric_record
 
-        return TaskResult
-    return RESULT_TYPES[metric]
+    return metric_record(metric).result()
 
 
 def _head(spec: Spec, sched: Schedule, geom: Geometry, length: int, seconds: float) -> dict:
@@ -209,7 +188,7 @@ def summarize_ppl(spec: Spec, sched: Schedule, geom: Geometry, length: int, per_
     ppl = math.exp(nll) if nll < 700 else math.inf
     err = estimate_se(means, names, [v[1] for v in per_window], ppl)
     by_window = position_means(per_window, length)
-    cls = KeyPplResult if metric == "key-ppl" else PplResult
+    cls = result_type(metric)  # PplResult, or KeyPplResult ranked by its keys
     return cls(**_head(spec, sched, geom, length, seconds), **(keys or {}), ppl=ppl, nll=nll, tokens=tokens, ppl_err=err,
                      window_nll=[_finite(m) for m in means], windows=names,
                      window_position_nll=None if by_window is None else [[_finite(x) for x in w] for w in by_window],

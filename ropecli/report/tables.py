@@ -65,6 +65,17 @@ def _cell(r: dict, text: str, against: str = "vs_best") -> str:
     return f"[bold green]{text}[/]" if r[against]["best"] else text + mark(r[against])
 
 
+def cell_text(r: dict) -> str:
+    """A result's cell, by its metric's result type: PPL ± half-width, key PPL, passkey accuracy, mean KL, or a
+    task's answer NLL (+ gain)."""
+    from ropecli.evaluation.results import KeyPplResult, KlResult, PasskeyResult, PplResult, result_type
+    from ropecli.evaluation.task_results import TaskResult
+
+    cells = {PplResult: fmt_ppl, KeyPplResult: fmt_key, PasskeyResult: lambda r: f"{r['accuracy']:.0%}",
+             KlResult: lambda r: f"{r['kl_mean']:.4f}", TaskResult: fmt_task}
+    return cells[result_type(r["metric"])](r)
+
+
 def _count(results: list[dict], fields: tuple) -> str:
     """How many units the cells of `fields` hold: "4", or "4–16 (raced)", or "" where no cell has them."""
     counts = sorted({len(r[f]) for r in results if "task" not in r for f in fields if r.get(f)})
@@ -81,31 +92,29 @@ def compare_table(out: dict, labels: list[str], lengths: list[int]) -> list:
     have = {r["metric"] for r in results}
     per_cell = "; ".join(f"{_count(results, fields)} {what} per cell" for fields, what in (
         (("window_nll", "window_kl"), "windows"), (("prompt_answer_nll",), "passkey prompts")) if _count(results, fields))
+    heading = lambda m, n: f"{metric_record(m).column} {n}"  # noqa: E731
     columns = []
-    for n in lengths:
-        columns += [("ppl", n, f"PPL {n}" + (" (train)" if n == L else ""))] if "ppl" in have else []
+    for n in lengths:  # the window metrics length by length, key PPL beside PPL (from PPL's windows)
+        columns += [("ppl", n, heading("ppl", n) + (" (train)" if n == L else ""))] if "ppl" in have else []
         keyed = all(r.get("key_ppl") is not None for r in results if r["metric"] == "ppl" and r["len"] == n)
-        columns += [("key", n, f"key PPL {n}")] if "ppl" in have and keyed else []
-        columns += [("key-ppl", n, f"key PPL {n}")] if "key-ppl" in have and not ("ppl" in have and keyed) else []
-    columns += [("passkey", n, f"passkey {n}") for n in lengths if "passkey" in have]
-    tasks = [m for m in dict.fromkeys(r["metric"] for r in results) if "task" in next(x for x in results if x["metric"] == m)]
-    columns += [(t, n, f"{t} {n}") for t in tasks for n in lengths]
-    if "kl" in have:
+        columns += [("key", n, heading("key-ppl", n))] if "ppl" in have and keyed else []
+        columns += [("key-ppl", n, heading("key-ppl", n))] if "key-ppl" in have and not ("ppl" in have and keyed) else []
+    prompted = [m for m in dict.fromkeys(r["metric"] for r in results) if metric_record(m).units != "windows"]
+    columns += [(m, n, heading(m, n)) for m in prompted for n in lengths]  # passkey, then each task
+    tasks = [m for m in prompted if metric_record(m).units == "task"]
+    if "kl" in have:  # at L, for the target's k, with the top-1 agreement beside it
         columns += [("kl", L, f"KL @ L (k={kl_k:g})"), ("kl-top1", L, "top-1 @ L")]
     per_cell = f"{per_cell}; " if per_cell else ""
     t = table(f"{out['model']} ({lengths_of(out)}); {per_cell}± = 95% half-width across windows; bold = "
               "best, ≈ = shown equivalent to it, ? = undecided (paired, 95% for the whole column)",
               ["method", *[c[2] for c in columns]])
-    text = {"ppl": fmt_ppl, "key": fmt_key, "key-ppl": fmt_key, "passkey": lambda r: f"{r['accuracy']:.0%}",
-            "kl": lambda r: f"{r['kl_mean']:.4f}"}
     source = {"kl-top1": "kl", "key": "ppl"}
-    text.update({t: fmt_task for t in tasks})
     for label in labels:
         cells = []
         for metric, n, _ in columns:
             r = by[(source.get(metric, metric), label, n)]
             cells.append(f"{r['top1_agreement']:.1f}%" if metric == "kl-top1" else
-                         _cell(r, text[metric](r), "key_vs_best" if metric == "key" else "vs_best"))
+                         _cell(r, fmt_key(r) if metric == "key" else cell_text(r), "key_vs_best" if metric == "key" else "vs_best"))
         t.add_row(label, *cells)
     lines = [t, *key_note(results)]
     if "passkey" in have:
@@ -123,7 +132,7 @@ def compare_table(out: dict, labels: list[str], lengths: list[int]) -> list:
 
 def agreement_line(a: dict) -> str:
     """A task's ranking against PPL's (or key PPL's) at one length: Spearman's rho and its 95 % interval."""
-    what = {"ppl": "PPL", "key-ppl": "key PPL"}[a["vs"]]
+    what = metric_record(a["vs"]).column
     if a["rho"] is None:
         return f"{a['task']} vs {what} @ {a['len']}: no rank correlation ({a['why']})"
     return (f"{a['task']} vs {what} @ {a['len']}: Spearman's rho {a['rho']:+.2f} (95% bootstrap interval "

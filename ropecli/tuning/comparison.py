@@ -65,7 +65,7 @@ def task_agreement(results: list) -> list[dict]:
     the task's answer NLL and by PPL (and by key-token PPL where measured), with a bootstrap 95 % interval
     (`ropecli.evaluation.agreement`; prompts resampled for the task, documents then windows for PPL)."""
     from ropecli.evaluation.agreement import rank_agreement
-    from ropecli.evaluation.results import is_task
+    from ropecli.evaluation.metrics import is_task
 
     out = []
     ppl = {(r.label, r.len): r for r in results if r.metric == "ppl"}

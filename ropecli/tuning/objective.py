@@ -136,12 +136,15 @@ def other_metric(rows: list[EvalResult], objective: str) -> dict:
 
 def mean_objective(rows: list[EvalResult], metric: str | None = None) -> float:
     """The estimand (`ropecli.evaluation.estimand`) over lengths: log-PPL (= NLL per token), log key-token PPL
-    (`metric` "key-ppl" reads a ppl result's keys), or the passkey answer NLL."""
-    fields = [{"ppl": "nll", "key-ppl": "key_nll"}.get(metric or r.metric) for r in rows]
+    (`metric` "key-ppl" reads a ppl result's keys), or the answer NLL of passkey or a task: the field its
+    metric's record names (`ropecli.evaluation.metrics`)."""
+    from ropecli.evaluation.metrics import metric_record
+
+    fields = [metric_record(metric or r.metric).estimand for r in rows]
     if "key_nll" in fields:  # a length without key predictions (no far repeat within it) is left out
         rows = [r for r in rows if r.key_tokens != 0] or rows
         fields = ["key_nll"] * len(rows)
-    values = [getattr(r, v) if v else r.answer_nll for r, v in zip(rows, fields)]
+    values = [getattr(r, v) for r, v in zip(rows, fields)]
     values = [math.inf if v is None else v for v in values]
     return float(sum(values) / len(values))
 

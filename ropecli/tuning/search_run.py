@@ -27,9 +27,9 @@ class SearchPlan:
     @property
     def prompted(self) -> bool:
         """The objective scores prompts (passkey or a RULER task): --depths places their needles."""
-        from ropecli.evaluation.results import is_task
+        from ropecli.evaluation.metrics import prompted
 
-        return self.objective == "passkey" or is_task(self.objective)
+        return prompted(self.objective)
 
     def check_paths(self) -> None:
         """--plot and --export-config must be writable: checked before the model loads."""

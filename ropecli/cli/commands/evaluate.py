@@ -51,14 +51,14 @@ def plot_tasks(results: list[dict], path: str | None, session, tasks: list[str])
 def chosen_metrics(metric: list | None, task: list | None, prompts: PasskeyOptions) -> tuple[list, list, bool]:
     """(metrics in order, the tasks among them, whether any scores prompts): --metric (ppl unless only --task is
     given) then --task; depths and digits checked before the model loads where prompts are scored."""
-    from ropecli.evaluation.results import is_task
+    from ropecli.evaluation.metrics import is_task, prompted
 
     tasks = flat_choices(task, ())
     metrics = list(dict.fromkeys(flat_choices(metric, ("ppl",) if not tasks else ()) + tasks))
-    prompted = any(m == "passkey" or is_task(m) for m in metrics)
-    if prompted:
+    any_prompted = any(map(prompted, metrics))
+    if any_prompted:
         prompts.parsed_depths(), prompts.checked_digits()
-    return metrics, [m for m in metrics if is_task(m)], prompted
+    return metrics, [m for m in metrics if is_task(m)], any_prompted
 
 
 @handle_errors
