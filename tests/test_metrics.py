@@ -279,3 +279,22 @@ def test_a_candidate_dropped_by_a_race_pairs_on_the_windows_it_has():
     # compare --race: a dropped method has fewer windows than the best; it pairs on the first ones
     ranked = rank_against_best({"a": [1.0, 2.0, 3.0, 4.1], "b": [2.0, 3.1]})
     assert ranked["a"]["best"] and ranked["b"]["n"] == 2 and ranked["b"]["diff"] == pytest.approx(1.05)
+
+
+def test_every_metric_record_is_whole():
+    """A record names a result type that carries its metric, the field its estimand reads, a column heading, and a
+    cell in compare's table: a metric added without one of them fails here, not in a user's run."""
+    import dataclasses
+
+    from ropecli.evaluation.metrics import REGISTRY
+    from ropecli.evaluation.results import EvalResult
+    from ropecli.report.tables import cell_formats
+
+    cells = cell_formats()
+    for name, m in REGISTRY.items():
+        cls = m.result()
+        assert issubclass(cls, EvalResult), name
+        assert m.units == "task" or cls.metric == name, name
+        assert m.estimand in {f.name for f in dataclasses.fields(cls)}, (name, m.estimand)
+        assert cls in cells and m.column, name
+        assert m.prefixes == (m.unit_metric == "ppl"), name  # one pass of a long window serves the shorter ones

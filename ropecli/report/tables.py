@@ -65,15 +65,21 @@ def _cell(r: dict, text: str, against: str = "vs_best") -> str:
     return f"[bold green]{text}[/]" if r[against]["best"] else text + mark(r[against])
 
 
-def cell_text(r: dict) -> str:
-    """A result's cell, by its metric's result type: PPL ± half-width, key PPL, passkey accuracy, mean KL, or a
-    task's answer NLL (+ gain)."""
-    from ropecli.evaluation.results import KeyPplResult, KlResult, PasskeyResult, PplResult, result_type
+def cell_formats() -> dict:
+    """Result type -> how a row of it is shown in a compare cell: PPL ± half-width, key PPL, passkey accuracy,
+    mean KL, a task's answer NLL (+ gain). A new metric's result type adds its line here."""
+    from ropecli.evaluation.results import KeyPplResult, KlResult, PasskeyResult, PplResult
     from ropecli.evaluation.task_results import TaskResult
 
-    cells = {PplResult: fmt_ppl, KeyPplResult: fmt_key, PasskeyResult: lambda r: f"{r['accuracy']:.0%}",
-             KlResult: lambda r: f"{r['kl_mean']:.4f}", TaskResult: fmt_task}
-    return cells[result_type(r["metric"])](r)
+    return {PplResult: fmt_ppl, KeyPplResult: fmt_key, PasskeyResult: lambda r: f"{r['accuracy']:.0%}",
+            KlResult: lambda r: f"{r['kl_mean']:.4f}", TaskResult: fmt_task}
+
+
+def cell_text(r: dict) -> str:
+    """A result row's compare cell, by its metric's result type."""
+    from ropecli.evaluation.results import result_type
+
+    return cell_formats()[result_type(r["metric"])](r)
 
 
 def _count(results: list[dict], fields: tuple) -> str:
