@@ -292,8 +292,31 @@ def tasks_rows(name: str) -> None:
         gain = "—" if r["gain"] is None else f"{r['gain']:+.2f}"
         print(f"| {r['task']} | {r['len']} | {short_label(r['label'])} | {nll} | {gain} | {' | '.join(gains)} | "
               f"{vs_best(r['vs_best'])} |")
+    print()
+    tasks_ppl_rows(d)
+
+
+def tasks_ppl_rows(d: dict) -> None:
+    """A `compare --task --metric ppl` run's PPL side: each schedule's PPL and key-token PPL at each length on the
+    run's windows, the paired Δ to each column's best; then each task's rank agreement with them."""
+    rows = [r for r in d["results"] if r["metric"] == "ppl"]
+    if not rows:
+        return
+    windows = len(rows[0]["window_nll"])
+    print(f"PPL beside the tasks: {windows} windows per length ({', '.join(dict.fromkeys(rows[0]['windows']))})\n")
+    header("len", "schedule", "PPL ± 95 %", "Δ log-PPL vs best", "key PPL", "Δ log key PPL vs best")
+    for r in sorted(rows, key=lambda r: (r["len"], r["nll"])):
+        key = "—" if r.get("key_ppl") is None else f"{r['key_ppl']:.3f}"
+        print(f"| {r['len']} | {short_label(r['label'])} | {r['ppl']:.3f} ± {half(r):.2g} | {vs_best(r['vs_best'])} | {key} | "
+              f"{vs_best(r['key_vs_best']) if r.get('key_vs_best') else '—'} |")
+    print()
     for a in d.get("agreement", []):
-        print(f"\n{a['task']} vs {a['vs']} @ {a['len']}: Spearman's rho {a['rho']:+.2f} ({a['low']:+.2f} to {a['high']:+.2f})")
+        what = {"ppl": "PPL", "key-ppl": "key PPL"}[a["vs"]]
+        if a["rho"] is None:
+            print(f"{a['task']} vs {what} @ {a['len']}: no rank correlation ({a['why']})")
+            continue
+        print(f"{a['task']} vs {what} @ {a['len']}: Spearman's rho {a['rho']:+.2f} (95 % bootstrap interval "
+              f"{a['low']:+.2f} to {a['high']:+.2f}, {a['schedules']} schedules)")
     print()
 
 

@@ -20,8 +20,8 @@ protocol (windows or prompts, the cache, ranks, the schedule applied) and asks t
     prefixes    whether one forward pass of a long window scores every shorter length (its windows' kept
                 per-prediction NLL: ppl and key-ppl), `Evaluator.evaluate_lengths`
 
-Adding a metric is adding a record here and its result type (with its cell in `ropecli.report.tables`); PPL, key-token PPL, passkey, KL and every
-RULER task are records. Torch-free: scoring reaches the model through the backend protocol.
+Adding a metric is adding a record here and its result type (with its cell in `ropecli.report.tables`);
+PPL, key-token PPL, passkey, KL and every RULER task are records (`tests/test_metrics.py` checks each is whole). Torch-free: scoring reaches the model through the backend protocol.
 """
 
 from __future__ import annotations
