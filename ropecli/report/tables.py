@@ -185,7 +185,7 @@ def tie_lines(results: list[dict]) -> list[str]:
 def passkey_table(out: dict) -> list:
     """`ropecli passkey`: accuracy per depth, overall, the answer NLL and its paired Δ to the best."""
     depths, results = out["depths"], out["results"]
-    t = table(f"Passkey accuracy on {out['model']} ({lengths_of(out)}): {out['samples']} key(s) of "
+    t = table(f"Passkey accuracy on {out['model']} ({lengths_of(out)}): {out.get('prompts', out['samples'])} key(s) of "
               f"{out['digits']} digits per depth; depth 0 = key farthest from the question",
               ["method", "len", "k", *[f"depth {d:g}" for d in depths], "all", "answer NLL", "Δ NLL vs best (paired)"])
     for r in sorted(results, key=lambda r: (r["len"], r["label"])):

@@ -19,7 +19,7 @@ def passkey(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, e
     """Passkey retrieval: a random key stated once at each depth of real text, asked for at the end.
 
     Accuracy = share of prompts whose every key token is the model's argmax (teacher-forced); answer
-    NLL = -log P(key | prompt). --samples keys per depth and length; the same prompts for every method.
+    NLL = -log P(key | prompt). --prompts keys per depth and length (default --samples); the same prompts for every method.
 
     Examples: ropecli passkey --len 256 --len 2048 --method none --method mixed --plot pk.png
               ropecli passkey --model meta-llama/Llama-2-7b-hf --len 4096 --len 16384 --method yarn,mixed --samples 20
