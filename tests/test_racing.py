@@ -234,3 +234,18 @@ def test_a_hopeless_search_point_stops_after_half_its_windows_with_a_lower_bound
     assert not any(lo <= e["b"] <= hi for e in stopped)
     assert not set(screened["non_unimodal_at"]) & {e["b"] for e in stopped}
     assert expected == [(-1, 4)] * len(stopped)  # the progress bar hears of every window not taken
+
+
+def test_futility_projects_a_prompt_race_in_prompts_over_every_depth(monkeypatch):
+    """A look of n prompts per depth holds n x depths prompts: the futility projection to --max-windows counts
+    the same units (it projected max_windows prompts in all, far too few, and stopped races early)."""
+    from ropecli.tuning import racing
+
+    seen = []
+    monkeypatch.setattr(racing, "futile", lambda p, level, last, margin, most: seen.append((p.n, most)) or False)
+    rng = np.random.default_rng(0)
+    a, b = racing.Entrant("a", list(rng.normal(size=6))), racing.Entrant("b", list(rng.normal(size=6)))
+    racing.futile_at_most(a, b, 2, 8, 0.01, 0.01, 0.01)  # 2 prompts per depth x 3 depths, most 8 per depth
+    assert seen == [(6, 24)]
+    racing.futile_at_most(a, b, 6, 8, 0.01, 0.01, 0.01)  # windows: a look of 6 is 6 units
+    assert seen[-1] == (6, 8)

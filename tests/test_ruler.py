@@ -360,9 +360,30 @@ def test_held_out_prompts_follow_this_samples_prompts(builtin):
 def test_a_task_race_counts_prompts_per_depth(tmp_path):
     """compare --race --task: the race grows prompts per depth from --prompts, and its outcome says so."""
     out = runner.invoke(app, ["compare", "--len", "1024", "--task", "niah-single", "--method", "none,pi,yarn", "--race",
-                              "--samples", "4", "--prompts", "2", "--max-windows", "4", "--depths", "0,1",
+                              "--samples", "4", "--prompts", "2", "--max-windows", "4", "--depths", "0,0.5,1",
                               "--cache-dir", str(tmp_path), "--json"])
     assert out.exit_code == 0, out.output
     race = json.loads(out.stdout)["races"]["niah-single"]
     assert race["looks"] == [2, 4]  # from --prompts 2, not --samples 4
     assert "prompts per depth" in race["outcome"] and " windows" not in race["outcome"]
+    assert {c["windows"] for c in race["candidates"].values()} <= {2, 4}  # per depth, not x 3 depths
+
+
+def test_needle_free_tasks_held_out_prompts_do_not_repeat_the_searched_ones(builtin, hay):
+    """cwe and fwe take samples x depths prompts; a later first sample (a held-out copy's) starts after them, and a
+    larger sample keeps the smaller one as its prefix."""
+    make = lambda first, n: [tuple(u.ids) for u in make_units(builtin.tokenizer, hay, "fwe", 1024, [0.0, 1.0], n, 0,  # noqa: E731
+                                                            first_sample=first)]
+    searched, held, both = make(0, 2), make(2, 1), make(0, 3)
+    assert len(searched) == 4 and len(held) == 2 and not set(searched) & set(held)
+    assert both == searched + held
+
+
+def test_a_task_race_asks_the_text_for_no_windows(tmp_path, text_file):
+    """A prompt race is sized in prompts; the text's windows at the length do not bound it (a short text that holds
+    3 windows of 1024 tokens still makes 4 prompts per depth)."""
+    out = runner.invoke(app, ["compare", "--len", "1024", "--task", "niah-single", "--method", "none,pi", "--race",
+                              "--data", text_file, "--samples", "1", "--prompts", "2", "--max-windows", "4", "--depths", "1",
+                              "--cache-dir", str(tmp_path), "--json"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout)["races"]["niah-single"]["looks"] == [2, 4]

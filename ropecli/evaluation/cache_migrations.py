@@ -83,7 +83,7 @@ def legacy_key(backend, score_last: int | None, spec, length: int, geom, sched, 
     """The key of a whole evaluation in cache format 1 (before per-window entries): read, never written."""
     key = {
         "model": backend.fingerprint, "data": inputs.fingerprint(metric, length), "len": length,
-        "samples": inputs.samples, "seed": inputs.seed, "method": sched.method,
+        "samples": inputs.count(metric), "seed": inputs.seed, "method": sched.method,  # windows, or prompts per depth
         "params": {k: (list(map(float, v)) if k == "factors" else v) for k, v in sched.params.items()},
         "factor": geom.factor, "log_n": spec.log_n, "dtype": backend.dtype, "score_last": score_last,
         "rope_layers": list(backend.rope.scaled_types) or [None],

@@ -170,6 +170,7 @@ def reproduce_command(plan: AdvisePlan, source: Source, lengths, inputs, out: st
     parts = ["ropecli", "advise", *(["--model", source.model] if source.model else [])]
     parts += [x for n in lengths for x in ("--len", str(n))] + [x for d in source.data or [] for x in ("--data", d)]
     parts += ["--samples", str(inputs.samples), "--seed", str(inputs.seed), "--budget", str(plan.budget), "--out", out]
+    parts += ["--prompts", str(inputs.prompt_count)] if inputs.prompt_count is not None else []
     return " ".join(shlex.quote(p) for p in parts + (["--with-log-n"] if plan.with_log_n else []))
 
 

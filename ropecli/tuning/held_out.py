@@ -34,7 +34,7 @@ class Racing:
     """How `advise` races (None: the full measurement of every candidate on every held-out window)."""
     start: int  # held-out windows of the first round (the --held-out count)
     max_windows: int  # most held-out windows an undecided candidate gets
-    prompts: int  # most passkey prompts per depth (--prompts, else the --samples count)
+    prompts: int  # most passkey prompts per depth (--prompts, else the --held-out count)
     available: int | None = None  # held-out windows the text holds (what an undecided answer is compared with)
 
 

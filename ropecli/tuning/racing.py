@@ -83,6 +83,7 @@ class Entrant:
     excluded: bool = False  # not eligible (a constraint), whatever its score
     vs_leader: dict | None = None  # its last comparison with the leader
     verdict: str | None = None  # worse / equivalent / undecided against the last leader
+    look: int = 0  # the count it was last scored on (windows, or prompts per depth)
 
     @property
     def alive(self) -> bool:
@@ -123,10 +124,10 @@ def judge(x, y, clusters, margin: float, level: float, capacity: int | None = No
 
 
 def futile(p: Paired, level: float, last_level: float, margin: float, max_windows: int) -> bool:
-    """Could `max_windows` windows decide this pair? No when even a gap at its upper (1 - level) bound
-    would not be shown worse, and even a gap at the edge of its interval nearest 0 would not be shown
-    inside ±margin, by the last look's test (level `last_level`) with the projected se (the variance
-    model of its inference)."""
+    """Could `max_windows` units (windows, or prompts over every depth) decide this pair? No when even a gap
+    at its upper (1 - level) bound would not be shown worse, and even a gap at the edge of its interval nearest
+    0 would not be shown inside ±margin, by the last look's test (level `last_level`) with the projected se
+    (the variance model of its inference)."""
     se = projected_se(p, windows=max_windows)
     if se is None or p.se is None or p.df is None:
         return False
@@ -134,6 +135,14 @@ def futile(p: Paired, level: float, last_level: float, margin: float, max_window
     hi, lo = p.upper(level), p.lower(level)
     nearest0 = 0.0 if lo <= 0 <= hi else min(abs(lo), abs(hi))
     return max(abs(hi), abs(lo)) <= t * se and nearest0 + t * se >= margin
+
+
+def futile_at_most(e: Entrant, leader: Entrant, n: int, max_windows: int, level: float, last_level: float,
+                   margin: float) -> bool:
+    """`futile` for e against the leader at the look of `n` (windows, or prompts per depth), projected to
+    `max_windows` of the same count: in units, a prompt race's look holds n x its depths prompts."""
+    p = paired(e.values, leader.values, e.clusters or leader.clusters, tokens=e.tokens or leader.tokens)
+    return futile(p, level, last_level, margin, max(1, round(max_windows * max(p.n, 1) / n)))
 
 
 def race(score: Callable[[str, int], tuple[list, list | None]], names: list[str], *, start: int, max_windows: int,
@@ -157,7 +166,7 @@ def race(score: Callable[[str, int], tuple[list, list | None]], names: list[str]
         on_round(r, n, [e.name for e in alive])
         for e in alive:
             scored = score(e.name, n)
-            e.values, e.clusters = scored[0], scored[1]
+            e.values, e.clusters, e.look = scored[0], scored[1], n
             e.tokens = scored[2] if len(scored) > 2 else None
         leader = None
         for e in sorted(alive, key=lambda e: e.mean):  # the best eligible candidate leads
@@ -186,9 +195,7 @@ def race(score: Callable[[str, int], tuple[list, list | None]], names: list[str]
         if not undecided:
             stop = "decided"
             break
-        if r < len(plan) and all(futile(paired(e.values, leader.values, e.clusters or leader.clusters,
-                                               tokens=e.tokens or leader.tokens), level,
-                                        levels[-1], margin, max_windows) for e in undecided):
+        if r < len(plan) and all(futile_at_most(e, leader, n, max_windows, level, levels[-1], margin) for e in undecided):
             stop = "futile"
             break
     for e in field_.values():  # the last look's verdicts, with what would decide the undecided ones
@@ -207,7 +214,7 @@ def summarize(field_: dict, leader: Entrant | None, rounds: list, stop: str, pla
     for e in field_.values():
         status = ("leader" if e is leader else "excluded" if e.excluded else
                   f"dropped in round {e.dropped_round}" if e.dropped_round else e.verdict or "undecided")
-        rows[e.name] = {"windows": max(map(len, e.values)) if e.values and np.ndim(e.values[0]) == 1 else len(e.values),
+        rows[e.name] = {"windows": e.look or (max(map(len, e.values)) if e.values and np.ndim(e.values[0]) == 1 else len(e.values)),
                         "mean": e.mean, "status": status, "dropped_round": e.dropped_round, "vs_leader": e.vs_leader}
     equivalent = [n for n, r in rows.items() if r["status"] == "equivalent"]
     undecided = [n for n, r in rows.items() if r["status"] == "undecided"]

@@ -106,8 +106,9 @@ def make_units(tokenizer, hay: Haystack, task_name: str, length: int, depths: li
     budget = length - bos - task.tokens_to_generate
     count = lambda t: len(encode(tokenizer, t))  # noqa: E731
     shot = icl_noise(tokenizer, length) if task.kind == "vt" else 0
+    D = len(depths)  # no needle (cwe, fwe): samples x depths prompts, sample indices counted in blocks of D, so that
     where = [(d, s) for d in depths for s in range(first_sample, first_sample + samples)] if task.has_needle else \
-        [(None, s) for s in range(first_sample, first_sample + samples * len(depths))]
+        [(None, s) for s in range(first_sample * D, (first_sample + samples) * D)]  # a later first_sample follows
     units = []
     for depth, s in where:
         fresh = rng_for(seed, length, task_name, depth, s)
