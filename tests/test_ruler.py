@@ -387,3 +387,15 @@ def test_a_task_race_asks_the_text_for_no_windows(tmp_path, text_file):
                               "--cache-dir", str(tmp_path), "--json"])
     assert out.exit_code == 0, out.output
     assert json.loads(out.stdout)["races"]["niah-single"]["looks"] == [2, 4]
+
+
+def test_a_task_search_holds_out_prompts_and_says_so(tmp_path):
+    """search --objective TASK: searched on the first --prompts prompts per depth, held out on the next ones, and
+    the split named as prompts (the documents' split is the windows')."""
+    args = ["search", "--method", "yarn", "--vary", "beta_fast", "--len", "1024", "--objective", "niah-single",
+            "--samples", "2", "--prompts", "1", "--depths", "0,1", "--budget", "4", "--cache-dir", str(tmp_path)]
+    res = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    assert res["searched_prompts"] == [0, 1] and res["held_out_prompts"] == [1, 1]
+    assert res["held_out_split"].startswith("held out by prompt")
+    table = runner.invoke(app, args).output
+    assert "held-out prompts 1…1 per depth" in table and "prompts 0…0 per depth" in table

@@ -92,12 +92,21 @@ def _point_note(e: dict, out: dict) -> str:
             "stopped early: a lower bound" if "stopped_early" in e else "")
 
 
+def _span(out: dict, part: str) -> str:
+    """Which units a part of a search scored: "windows 0…3", or a prompted objective's "prompts 0…1 per depth"."""
+    if f"{part}_prompts" in out:
+        first, n = out[f"{part}_prompts"]
+        return f"prompts {first}…{first + n - 1} per depth"
+    first, n = (0, out["samples"]) if part == "searched" else (out["held_out_first_window"], out["held_out_windows"])
+    return f"windows {first}…{first + n - 1}"
+
+
 def search_tables(out: dict) -> list:
     """`ropecli search`: the held-out verdict, the best 10 searched points, the held-out table, the notes."""
     held, lengths = out["held_out"], out["lengths"]
     names = [d["name"] for d in out["vary"]]
     t = table(f"search {out['method']} over {', '.join(names)} ({out['optimizer']}, {out['search_evaluations']} of "
-              f"{out['budget']} evaluations) on windows 0…{out['samples'] - 1}; best 10 by objective",
+              f"{out['budget']} evaluations) on {_span(out, 'searched')}; best 10 by objective",
               [*names, "objective", "note"], left=("note",))
     for e in sorted(out["evaluations"], key=lambda e: (e.get("violates_guard", False), e["objective"]))[:10]:
         note = _point_note(e, out)
@@ -110,8 +119,7 @@ def search_tables(out: dict) -> list:
         h.add_row(r["label"], *(_cells(r, lengths, False, keyed) if ppl else []), f"{r['objective']:.4f}",
                   "winner" if r["role"] == "winner" else fmt_diff(r["vs_winner"]),
                   style="bold green" if r["role"] == "winner" else "")
-    first = out["held_out_first_window"]
-    lines = [f"[bold]verdict (held-out windows {first}…{first + out['held_out_windows'] - 1}; {escape(out['held_out_split'])}):[/] "
+    lines = [f"[bold]verdict (held-out {_span(out, 'held_out')}; {escape(out['held_out_split'])}):[/] "
              f"{escape(held['verdict'])}", t, h,
              f"best {out['best_label']}: objective {out['best_objective']:.4f} on the searched windows; "
              f"{out['forward_passes']} forward passes, {out['cache']['hits']} cached results reused"]

@@ -113,6 +113,11 @@ def search_on(session: Bench, plan: SearchPlan, lengths: list[int] | None, metho
     out = {**session.header(), **out, "held_out_windows": held.inputs.samples,
            "held_out_first_window": held.inputs.first_window_at(max(lengths)),
            "held_out_split": held.inputs.split_note(max(lengths)), "screened": not plan.no_race, **session.tally(held)}
+    if plan.prompted:  # a passkey or task objective: what was searched and held out are prompts per depth
+        out.update(searched_prompts=[session.inputs.prompt_start, session.inputs.per_depth],
+                   held_out_prompts=[held.inputs.prompt_start, held.inputs.per_depth],
+                   held_out_split="held out by prompt: prompts of their own seeds (needles, keys, haystack cuts) "
+                                  "from the same text; the windows' split by document does not apply to prompts")
     title = f"search {method} on {session.rope.name}: lengths {', '.join(map(str, lengths))}"
     deliver(session, plan, out, (method, {**fixed, **out["best_params"]}), geom.factor,
             lambda path: result_plots().plot_param_search(out, path, title))
