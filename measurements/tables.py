@@ -315,8 +315,9 @@ def tasks_ppl_rows(d: dict) -> None:
         if a["rho"] is None:
             print(f"{a['task']} vs {what} @ {a['len']}: no rank correlation ({a['why']})")
             continue
-        print(f"{a['task']} vs {what} @ {a['len']}: Spearman's rho {a['rho']:+.2f} (95 % bootstrap interval "
-              f"{a['low']:+.2f} to {a['high']:+.2f}, {a['schedules']} schedules)")
+        print(f"{a['task']} vs {what} @ {a['len']}: Spearman's rho {a['rho']:+.2f} (95 % simultaneous interval "
+              f"{a['low']:+.2f} to {a['high']:+.2f}; pairs ordered: {a['ordered_a']} by the task, {a['ordered_b']} by "
+              f"{what}, of {a['pairs']})")
     print()
 
 

@@ -40,8 +40,10 @@ def rows(render, *args) -> list[str]:
     ("advise_rows", ("advise-16k",)),
     ("tasks_rows", ("tasks-8k",)),
     ("tasks_rows", ("tasks-16k",)),
+    ("tasks_rows", ("tasks",)),
 ], ids=["compare-16k", "kl-4k", "kl-4k-searched", "passkey-16k", "searches", "key-tokens-16k", "key-rules-8k",
-        "workload-short", "workload-long", "workload-decode", "advise-16k", "tasks-8k", "tasks-16k"])
+        "workload-short", "workload-long", "workload-decode", "advise-16k", "tasks-8k", "tasks-16k",
+        "tasks-with-ppl"])
 def test_each_measured_row_is_in_the_page(render, args):
     found = rows(TABLES[render], *args)
     assert found, f"{render}{args}: no JSON in measurements/smollm2/"
@@ -65,6 +67,14 @@ def test_the_key_token_separation_and_rankings_are_in_the_page():
     lines = [x for x in printed(TABLES["key_table"], "tokens-16k", "tokens-16k-winner")
              if x.startswith(("median |Δ|/SE", "ranked by"))]
     assert len(lines) == 3
+    page = PAGE.read_text()
+    assert all(line in page for line in lines), lines
+
+
+def test_the_task_rank_agreement_lines_are_in_the_page():
+    """Each task's rank correlation with PPL and key PPL at L and 2L, as the stored run gives it."""
+    lines = [x for x in printed(TABLES["tasks_rows"], "tasks") if "Spearman's rho" in x]
+    assert len(lines) == 8
     page = PAGE.read_text()
     assert all(line in page for line in lines), lines
 

@@ -141,8 +141,11 @@ def agreement_line(a: dict) -> str:
     what = metric_record(a["vs"]).column
     if a["rho"] is None:
         return f"{a['task']} vs {what} @ {a['len']}: no rank correlation ({a['why']})"
-    return (f"{a['task']} vs {what} @ {a['len']}: Spearman's rho {a['rho']:+.2f} (95% bootstrap interval "
-            f"{a['low']:+.2f} to {a['high']:+.2f}, {a['schedules']} schedules; prompts and windows resampled)")
+    if a["low"] is None:
+        return f"{a['task']} vs {what} @ {a['len']}: Spearman's rho {a['rho']:+.2f} ({a['why']})"
+    return (f"{a['task']} vs {what} @ {a['len']}: Spearman's rho {a['rho']:+.2f} (95% simultaneous interval "
+            f"{a['low']:+.2f} to {a['high']:+.2f}: the rankings allowed by {a['ordered_a']} and {a['ordered_b']} "
+            f"of {a['pairs']} pairs ordered; {a['schedules']} schedules)")
 
 
 def fmt_task(r: dict) -> str:

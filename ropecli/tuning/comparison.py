@@ -66,8 +66,9 @@ def race_on(session: Bench, specs, lengths, metric: str, max_windows: int | None
 
 def task_agreement(results: list) -> list[dict]:
     """For each RULER task and length also measured by PPL: Spearman's rho between the schedules' ranking by
-    the task's answer NLL and by PPL (and by key-token PPL where measured), with a bootstrap 95 % interval
-    (`ropecli.evaluation.agreement`; prompts resampled for the task, documents then windows for PPL)."""
+    the task's answer NLL and by PPL (and by key-token PPL where measured), with a simultaneous 95 % interval
+    (`ropecli.evaluation.agreement`; pairs ordered by paired intervals: prompts as units for the task, the
+    documents-or-windows inference for PPL)."""
     from ropecli.evaluation.agreement import rank_agreement
     from ropecli.evaluation.metrics import is_task
 
