@@ -396,6 +396,6 @@ def test_a_task_search_holds_out_prompts_and_says_so(tmp_path):
             "--samples", "2", "--prompts", "1", "--depths", "0,1", "--budget", "4", "--cache-dir", str(tmp_path)]
     res = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
     assert res["searched_prompts"] == [0, 1] and res["held_out_prompts"] == [1, 1]
-    assert res["held_out_split"].startswith("held out by prompt")
+    assert res["held_out_split"].startswith("held out by prompt") and "on held-out prompts" in res["held_out"]["verdict"]
     table = runner.invoke(app, args).output
     assert "held-out prompts 1…1 per depth" in table and "prompts 0…0 per depth" in table

@@ -121,7 +121,8 @@ def search_tables(out: dict) -> list:
                   style="bold green" if r["role"] == "winner" else "")
     lines = [f"[bold]verdict (held-out {_span(out, 'held_out')}; {escape(out['held_out_split'])}):[/] "
              f"{escape(held['verdict'])}", t, h,
-             f"best {out['best_label']}: objective {out['best_objective']:.4f} on the searched windows; "
+             f"best {out['best_label']}: objective {out['best_objective']:.4f} on the searched "
+             f"{'prompts' if 'searched_prompts' in out else 'windows'}; "
              f"{out['forward_passes']} forward passes, {out['cache']['hits']} cached results reused"]
     if len(out["vary"]) == 1:
         d = out["vary"][0]

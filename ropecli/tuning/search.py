@@ -212,7 +212,10 @@ def references_verdict(references: list[dict], best: dict) -> dict:
 
 def held_out_verdict(run: Evaluate, geom: Geometry, lengths: list[int], objective: str, winner: Spec,
                      extra: list[Spec], log_n: bool, factor: float | None) -> dict:
-    """The winner and the standard methods on held-out windows; the winner against the best of them, paired."""
+    """The winner and the standard methods on held-out windows (prompts, for a passkey or task objective); the
+    winner against the best of them, paired."""
+    from ropecli.evaluation.metrics import prompted
+
     score = Scorer(run, geom.shipped_len, lengths, objective, 1.0)
     rows = [{"label": winner.label, "role": "winner", **score(winner)}]
     for spec in standard_specs_for(geom, factor=factor, log_n=log_n) + list(extra):
@@ -223,15 +226,16 @@ def held_out_verdict(run: Evaluate, geom: Geometry, lengths: list[int], objectiv
         r["vs_winner"] = pair(r, win)
     best_std = min(rows[1:], key=lambda r: r["objective"])
     d = pair(win, best_std)
+    where = "held-out prompts" if prompted(objective) else "held-out windows"
     if d["diff"] is not None and d["diff"] < 0 and d["distinguishable"]:
-        verdict = (f"{winner.label} beats the best standard method, {best_std['label']}, on held-out windows: "
+        verdict = (f"{winner.label} beats the best standard method, {best_std['label']}, on {where}: "
                    f"{d['diff']:+.4f} nats ± {d['half_width']:.2g} (paired 95% interval)")
     elif d["diff"] is not None and d["diff"] > 0 and d["distinguishable"]:
-        verdict = (f"{best_std['label']} beats the searched {winner.label} on held-out windows: "
+        verdict = (f"{best_std['label']} beats the searched {winner.label} on {where}: "
                    f"{-d['diff']:+.4f} nats ± {d['half_width']:.2g} (paired 95% interval); use {best_std['label']}")
     else:
         verdict = (f"{winner.label} and the best standard method, {best_std['label']}, are not shown different on "
-                   f"held-out windows ({d['diff']:+.4f} nats ± {d['half_width'] or 0:.2g}, paired 95% interval): {tie_answer(d)}")
+                   f"{where} ({d['diff']:+.4f} nats ± {d['half_width'] or 0:.2g}, paired 95% interval): {tie_answer(d)}")
     verdict += f" [{d.get('inference')} inference: generalizes to {d.get('generalizes_to')}]" if d.get("generalizes_to") else ""
     return {"rows": rows, "best_standard": best_std["label"], "winner_vs_best_standard": d, "verdict": verdict,
             "winner_beats_best_standard": bool(d["diff"] is not None and d["diff"] < 0 and d["distinguishable"])}
