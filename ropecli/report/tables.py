@@ -5,7 +5,7 @@ them). Cells judged against the best of their column: bold = best, ≈ = shown e
 from __future__ import annotations
 
 from ropecli.evaluation.inference import MARGIN
-from ropecli.evaluation.metrics import metric_record
+from ropecli.evaluation.metrics import is_task, metric_record, prompted
 from ropecli.evaluation.stats import fmt_diff, ppl_half_width, tie_answer
 from ropecli.report.text import lengths_of, plain, table
 
@@ -96,8 +96,9 @@ def compare_table(out: dict, labels: list[str], lengths: list[int]) -> list:
     results, L, kl_k = out["results"], out["train_len"], out["kl_factor"]
     by = {(r["metric"], r["label"], r["len"]): r for r in results}
     have = {r["metric"] for r in results}
-    per_cell = "; ".join(f"{_count(results, fields)} {what} per cell" for fields, what in (
-        (("window_nll", "window_kl"), "windows"), (("prompt_answer_nll",), "passkey prompts")) if _count(results, fields))
+    counts = [(_count(results, fields), what) for fields, what in
+              ((("window_nll", "window_kl"), "windows"), (("prompt_answer_nll",), "passkey prompts"))]
+    per_cell = "; ".join(f"{n} {what} per cell" for n, what in counts if n)
     heading = lambda m, n: f"{metric_record(m).column} {n}"  # noqa: E731
     columns = []
     for n in lengths:  # the window metrics length by length, key PPL beside PPL (from PPL's windows)
@@ -105,9 +106,9 @@ def compare_table(out: dict, labels: list[str], lengths: list[int]) -> list:
         keyed = all(r.get("key_ppl") is not None for r in results if r["metric"] == "ppl" and r["len"] == n)
         columns += [("key", n, heading("key-ppl", n))] if "ppl" in have and keyed else []
         columns += [("key-ppl", n, heading("key-ppl", n))] if "key-ppl" in have and not ("ppl" in have and keyed) else []
-    prompted = [m for m in dict.fromkeys(r["metric"] for r in results) if metric_record(m).units != "windows"]
-    columns += [(m, n, heading(m, n)) for m in prompted for n in lengths]  # passkey, then each task
-    tasks = [m for m in prompted if metric_record(m).units == "task"]
+    scored_prompts = [m for m in dict.fromkeys(r["metric"] for r in results) if prompted(m)]
+    columns += [(m, n, heading(m, n)) for m in scored_prompts for n in lengths]  # passkey, then each task
+    tasks = [m for m in scored_prompts if is_task(m)]
     if "kl" in have:  # at L, for the target's k, with the top-1 agreement beside it
         columns += [("kl", L, f"KL @ L (k={kl_k:g})"), ("kl-top1", L, "top-1 @ L")]
     per_cell = f"{per_cell}; " if per_cell else ""

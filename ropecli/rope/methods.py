@@ -269,13 +269,11 @@ def resolve_method(name: str) -> Method:
 
 
 def resolve_params(name: str, params: dict[str, Any]) -> tuple[Method, dict[str, Any]]:
-    """The method and its full parameter dict, in the method's order: given values checked against
-    the parameter list and its bounds, every missing one filled with its default (None = optional).
-    The one place defaults are filled: `compute_schedule` and `ropecli.rope.spec` both call it."""
+    """The method and its full parameter dict in the method's order: given values checked against its parameters
+    and bounds, missing ones filled with their defaults (None = optional); `compute_schedule` and spec call it."""
     method = resolve_method(name)
     known = {p.name: p for p in method.params}
-    unknown = set(k for k, v in params.items() if v is not None) - set(known)
-    if unknown:
+    if unknown := set(k for k, v in params.items() if v is not None) - set(known):
         raise RopeCliError(f"method '{method.name}' takes no parameter {', '.join(sorted(unknown))} "
                            f"(it accepts: {', '.join(known) or 'none'})")
     resolved: dict[str, Any] = {}

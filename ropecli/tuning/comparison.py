@@ -45,13 +45,13 @@ def compare_schedules(session: Bench, specs: list, lengths: list[int], metrics: 
 def race_on(session: Bench, specs, lengths, metric: str, max_windows: int | None, margin: float | None = None):
     """One metric's race over every length, from --samples windows up to `max_windows` (default 4x),
     under one progress bar whose total grows with each round: (results, the race's record)."""
-    from ropecli.evaluation.metrics import metric_record
+    from ropecli.evaluation.metrics import prompted
     from ropecli.tuning.racing import race_specs
 
     start = session.inputs.count(metric)  # windows, or prompts per depth
     most = max_windows or 4 * start
     for n in lengths:  # windows the text must hold; prompts are made, checked for their length only
-        if metric_record(metric).units == "windows":
+        if not prompted(metric):
             session.inputs.check_available(n, most)
         else:
             session.check(metric, n, most)
