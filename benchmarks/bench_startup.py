@@ -1,11 +1,13 @@
-"""Wall time of `ropecli freqs` against `python -c "import numpy"`, measured in the same run.
+"""Wall time of the analysis commands against `python -c "import typer, rich, numpy"`, measured in the same run.
 
-Targets: `ropecli freqs …` answers in <= 0.5 s on the project's 2-core machine, and so does
-`ropecli freqs --model DIR --k 8` for a model folder with a config.json (the built-in model's here),
-which means the analysis path imports neither torch nor transformers. Prints the median of N runs of each
-and their ratio, and checks that torch stays unimported.
+Targets (issue 47): `ropecli freqs`, `digits`, `schedule` and `--help` answer in <= 0.5 s on the project's 2-core
+machine and within ~1.4x of importing typer, rich and numpy (what any ropecli command needs): the app imports a
+command's modules only when that command runs (`ropecli.cli.app.COMMANDS`), and the analysis path imports
+neither torch, transformers, the evaluating commands' options nor the metric/runtime registries. Printing
+freqs' 64-row table with rich is output, not start-up: it is timed apart (`--json` prints the same report
+without the table). Medians of N runs each, runs interleaved so a busy machine slows every case alike.
 
-    python benchmarks/bench_startup.py [--runs 7]
+    python benchmarks/bench_startup.py [--runs 9]
 """
 
 from __future__ import annotations
@@ -18,35 +20,54 @@ import time
 
 from ropecli.models.config import BUILTIN_DIR
 
+ROPECLI = [sys.executable, "-m", "ropecli"]
+FREQS = ["freqs", "--d", "128", "--k", "8", "--method", "mixed"]
+BASELINE = "python -c 'import typer, rich, numpy'"
 CASES = {
-    "python -c 'import numpy'": [sys.executable, "-c", "import numpy"],
-    "ropecli freqs --d 128 --k 8 --method mixed": [sys.executable, "-m", "ropecli", "freqs", "--d", "128", "--k", "8", "--method", "mixed"],
-    "ropecli freqs ... --json": [sys.executable, "-m", "ropecli", "freqs", "--d", "128", "--k", "8", "--method", "mixed", "--json"],
-    "ropecli freqs --model DIR --k 8": [sys.executable, "-m", "ropecli", "freqs", "--model", str(BUILTIN_DIR), "--k", "8"],
+    BASELINE: [sys.executable, "-c", "import typer, rich, numpy"],
+    "ropecli --help": [*ROPECLI, "--help"],
+    "ropecli freqs --help": [*ROPECLI, "freqs", "--help"],
+    "ropecli freqs --d 128 --k 8 --method mixed --json": [*ROPECLI, *FREQS, "--json"],
+    "ropecli digits --n 759 --d 128 --k 8 --json": [*ROPECLI, "digits", "--n", "759", "--d", "128", "--k", "8", "--json"],
+    "ropecli schedule --d 128 --k 8 --json": [*ROPECLI, "schedule", "--d", "128", "--k", "8", "--method", "pi,yarn,mixed", "--format", "json"],
+    "ropecli freqs --model DIR --k 8 --json": [*ROPECLI, "freqs", "--model", str(BUILTIN_DIR), "--k", "8", "--json"],
+    "ropecli freqs --d 128 --k 8 --method mixed (rich table)": [*ROPECLI, *FREQS],
+    "ropecli compare --help (evaluating command)": [*ROPECLI, "compare", "--help"],
 }
+RATIO_TARGET, WALL_TARGET = 1.4, 0.5
 
 
 def wall(cmd: list[str]) -> float:
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={"COLUMNS": "120"} | dict(__import__("os").environ))
     return time.perf_counter() - t0
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--runs", type=int, default=9)
     args = ap.parse_args()
-    medians = {name: statistics.median(wall(cmd) for _ in range(args.runs)) for name, cmd in CASES.items()}
-    base = medians["python -c 'import numpy'"]
+    times = {name: [] for name in CASES}
+    for _ in range(args.runs):
+        for name, cmd in CASES.items():
+            times[name].append(wall(cmd))
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    base = medians[BASELINE]
     for name, t in medians.items():
-        print(f"{name:50s} {t * 1000:7.1f} ms   ratio vs numpy import {t / base:5.2f}x")
-    probe = subprocess.run([sys.executable, "-c", "import sys; from ropecli.cli.app import app; from ropecli.cli.commands import analysis;"
-                            "import ropecli.rope.freqs, ropecli.rope.methods, ropecli.models.config, ropecli.rope.spec; "
-                            f"ropecli.models.config.read_rope_config({str(BUILTIN_DIR)!r}); print('torch' in sys.modules, 'transformers' in sys.modules)"],
+        print(f"{name:58s} {t * 1000:7.1f} ms   {t / base:5.2f}x the baseline")
+    probe = subprocess.run([*ROPECLI[:1], "-c", "import sys; from ropecli.cli.app import command_function; command_function('freqs'); "
+                            "import ropecli.rope.freqs, ropecli.models.config; "
+                            f"ropecli.models.config.read_rope_config({str(BUILTIN_DIR)!r}); "
+                            "print(*[m in sys.modules for m in ('torch', 'transformers', 'ropecli.cli.eval_options', "
+                            "'ropecli.evaluation.metrics', 'ropecli.export.runtimes')])"],
                            capture_output=True, text=True, check=True).stdout.split()
-    print(f"torch imported by the analysis path: {probe[0]}, transformers: {probe[1]}")
-    worst = max(v for k, v in medians.items() if k.startswith("ropecli"))
-    print(f"target <= 0.5 s: {'met' if worst <= 0.5 else 'MISSED'} ({worst:.3f} s)")
+    print(f"imported by freqs: torch {probe[0]}, transformers {probe[1]}, the evaluating options {probe[2]}, "
+          f"the metric registry {probe[3]}, the runtimes {probe[4]}")
+    analysis = {k: v for k, v in medians.items() if k.startswith("ropecli") and "rich table" not in k and "evaluating" not in k}
+    worst = max(analysis, key=analysis.get)
+    ok = analysis[worst] <= WALL_TARGET and analysis[worst] / base <= RATIO_TARGET
+    print(f"analysis commands: slowest {worst!r} {analysis[worst]:.3f} s = {analysis[worst] / base:.2f}x the baseline; "
+          f"target <= {WALL_TARGET} s and <= {RATIO_TARGET}x: {'met' if ok else 'MISSED'}")
 
 
 if __name__ == "__main__":

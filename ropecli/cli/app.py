@@ -1,19 +1,110 @@
-"""The `ropecli` command: registers the commands; the work lives in the modules they call."""
+"""The `ropecli` command: the command table; a command's module is imported only when that command runs
+(or its `--help` is asked), so `ropecli freqs` never loads the evaluating commands' options and registries."""
 
 from __future__ import annotations
 
+import functools
+import importlib
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from typer.core import TyperCommand
 
 from ropecli import __version__
 from ropecli.cli.common import OneLineErrorsGroup
-from ropecli.cli.commands import advise, analysis, evaluate, export, metrics, plot, runtimes, search, verify
+from ropecli.cli.options import ADVANCED
+
+# name -> (module under ropecli.cli.commands, function; "app" is a Typer sub-app), in `ropecli --help`'s order.
+COMMANDS = {
+    "freqs": ("analysis", "freqs"), "digits": ("analysis", "digits"), "schedule": ("analysis", "schedule"),
+    "methods": ("analysis", "methods"), "ppl": ("evaluate", "ppl"), "compare": ("evaluate", "compare"),
+    "passkey": ("metrics", "passkey"), "kl": ("metrics", "kl"), "search": ("search", "search"),
+    "search-b": ("search", "search_b"), "export": ("export", "export"), "verify": ("verify", "verify"),
+    "advise": ("advise", "advise"), "runtimes": ("runtimes", "runtimes"), "plot": ("plot", "app"),
+}
+
+
+def command_function(name: str):
+    """The function (or Typer sub-app) behind `ropecli NAME`, imported now."""
+    module, attr = COMMANDS[name]
+    return getattr(importlib.import_module(f"ropecli.cli.commands.{module}"), attr)
+
+
+def summary(name: str) -> str:
+    """`ropecli --help`'s line for a command: the first line of its docstring, read from the module's source
+    (no import), so listing the commands costs no command's imports."""
+    module, attr = COMMANDS[name]
+    return _docstrings(module).get(attr, "")
+
+
+@functools.lru_cache(maxsize=None)
+def _docstrings(module: str) -> dict[str, str]:
+    """{function or "app": the first line of its docstring (a Typer sub-app: its help=)} of a command module."""
+    import ast
+
+    found = {}
+    for node in ast.walk(ast.parse((Path(__file__).parent / "commands" / f"{module}.py").read_text())):
+        if isinstance(node, ast.FunctionDef):
+            found[node.name] = (ast.get_docstring(node) or "").split("\n")[0]
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "Typer":
+            found["app"] = next((k.value.value for k in node.keywords if k.arg == "help"), "")
+    return found
+
+
+def finish_help(command) -> None:
+    """What the help shows, completed as a command is built: `{choices}` in an option's help becomes its choices,
+    read from the registry now (a record registered after start-up is listed); an option whose type has no
+    metavar of its own shows its name (`--len LEN`), never a placeholder such as `<int>`."""
+    for param in getattr(command, "params", ()):
+        if getattr(param, "help", None) and "{choices}" in param.help:
+            param.help = param.help.replace("{choices}", ", ".join(param.type.choices))
+        if not getattr(param, "is_flag", False) and param.metavar is None and param.type.get_metavar(param, None) is None:
+            param.metavar = param.name.upper()
+    if hasattr(command, "params"):  # the Advanced panel last: panels show in the order of their first option
+        command.params.sort(key=lambda p: getattr(p, "rich_help_panel", None) == ADVANCED)
+    for sub in getattr(command, "commands", {}).values():
+        finish_help(sub)
+
+
+class LazyCommandsGroup(OneLineErrorsGroup):
+    """The root group: commands are built from COMMANDS when asked for; while the root's own help is drawn,
+    each is a stub carrying its summary."""
+
+    listing = False
+
+    def list_commands(self, ctx) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx, name: str):
+        if name not in COMMANDS:
+            return super().get_command(ctx, name)
+        if self.listing:
+            return TyperCommand(name, short_help=summary(name), help=summary(name))
+        if name not in self.commands:
+            fn = command_function(name)
+            if isinstance(fn, typer.Typer):
+                self.commands[name] = typer.main.get_group(fn)
+            else:
+                single = typer.Typer(add_completion=False)
+                single.command(name)(fn)
+                self.commands[name] = typer.main.get_command(single)
+            self.commands[name].name = name
+            finish_help(self.commands[name])
+        return self.commands[name]
+
+    def format_help(self, ctx, formatter):
+        self.listing = True
+        try:
+            return super().format_help(ctx, formatter)
+        finally:
+            self.listing = False
+
 
 app = typer.Typer(
     name="ropecli",
     help="Choose how to stretch a RoPE model's context window: frequencies, schedules, perplexity, and the mixed-base b search.",
-    cls=OneLineErrorsGroup,
+    cls=LazyCommandsGroup,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -30,17 +121,6 @@ def _version(value: bool):
 @app.callback()
 def root(version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = None):
     """ropecli: RoPE context-extension workbench."""
-
-
-COMMANDS = {  # name -> function, in the order `ropecli --help` lists them
-    "freqs": analysis.freqs, "digits": analysis.digits, "schedule": analysis.schedule, "methods": analysis.methods,
-    "ppl": evaluate.ppl, "compare": evaluate.compare, "passkey": metrics.passkey, "kl": metrics.kl,
-    "search": search.search, "search-b": search.search_b, "export": export.export, "verify": verify.verify, "advise": advise.advise,
-    "runtimes": runtimes.runtimes,
-}
-for name, command in COMMANDS.items():
-    app.command(name)(command)
-app.add_typer(plot.app, name="plot")
 
 
 def main() -> None:

@@ -129,7 +129,10 @@ class OneLineErrorsGroup(TyperGroup):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        from ropecli.evaluation.distributed import shutdown
+
+        def shutdown(clean: bool) -> bool:  # only a command that evaluated has a process group to leave
+            module = sys.modules.get("ropecli.evaluation.distributed")
+            return module.shutdown(clean) if module else True
 
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
@@ -152,9 +155,8 @@ class OneLineErrorsGroup(TyperGroup):
                 leave(code)
             sys.exit(code)
         code = rv if isinstance(rv, int) else 0
-        from ropecli.evaluation.session import closing_notes
-
-        for line in closing_notes():
+        session = sys.modules.get("ropecli.evaluation.session")  # a command that opened sessions has notes
+        for line in (session.closing_notes() if session else []):
             stderr_console().print(line, highlight=False)
         if not shutdown(clean=code == 0):  # something still holds the process group: exit without finalization
             from ropecli.evaluation.distributed import leave

@@ -20,17 +20,9 @@ import inspect
 import typing
 from dataclasses import dataclass
 
-from ropecli.cli.options import (AdviseBudgetOpt, AdviseMetric, AdviseMetricOpt, AttnOpt, Backend, BackendOpt, BaseOpt, BOpt,
-                                 CacheDirOpt, CandidatesOpt, ChunkOpt, DataOpt, DepthsOpt, DeviceMapOpt, DeviceOpt, DigitsOpt,
-                                 DOpt, Dtype, DtypeOpt, ExportConfigOpt, FactorsOpt, GgufOpt, HeadDimAliasOpt, HeldOutOpt,
-                                 JsonOpt, KeyEvaluatorOpt, KeyShortOpt, KeyTokens, KeyTokensOpt, KOpt, LenOpt, LogNOpt,
-                                 MarginOpt, MaxShortKlOpt, MaxShortRegressionOpt, MaxWindowsOpt, MethodOpt, MethodsAliasOpt,
-                                 MinPasskeyOpt, ModelOpt, TaskGuardOpt, NoCacheOpt, NoRaceOpt, ObjectiveOpt, ParamOpt, PlotOpt, PromptsOpt,
-                                 RopeLayersOpt,
-                                 SamplesOpt, ScoreLastOpt, SeedOpt, ServeRuntimeOpt, TargetLenOpt, TextFieldOpt,
-                                 TokenLossesOpt, TrainLenOpt, TrustOpt, WithLogNOpt, WorkloadOpt, flat_choices)
+from ropecli.cli.options import (BaseOpt, BOpt, DOpt, FactorsOpt, GgufOpt, HeadDimAliasOpt, JsonOpt, KOpt, MethodOpt,
+                                 MethodsAliasOpt, ModelOpt, OneTargetOpt, ParamOpt, PlotOpt, RopeLayersOpt, TargetLenOpt, TrainLenOpt, advanced)
 from ropecli.errors import RopeCliError
-from ropecli.tuning.objective import Objective
 
 
 @dataclass
@@ -57,19 +49,10 @@ class GeometryOptions(ModelSourceOptions):
 
 
 @dataclass
-class ModelOptions(ModelSourceOptions):
-    """Which model the evaluating commands load, where, and in what precision."""
-    backend: BackendOpt = Backend.transformers
-    dtype: DtypeOpt = Dtype.auto
-    device: DeviceOpt = "auto"
-    device_map: DeviceMapOpt = None
-    attn_implementation: AttnOpt = None
-    trust_remote_code: TrustOpt = False
-
-    def __post_init__(self):
-        super().__post_init__()
-        self.dtype = Dtype(self.dtype).value
-        self.backend = Backend(self.backend).value
+class TargetGeometryOptions(ModelSourceOptions):
+    """export's and verify's geometry: one target, --len N (or --target-len N, or --k)."""
+    k: KOpt = None
+    target_len: OneTargetOpt = None
 
 
 @dataclass
@@ -77,9 +60,9 @@ class ScheduleOptions:
     """Which schedules: methods, b values, method parameters, a factor file."""
     method: MethodOpt = None  # repeatable, comma lists; None: the command's default methods
     methods: MethodsAliasOpt = None  # the old name of --method
-    b: BOpt = None  # mixed exponents, one Spec each
+    b: advanced(BOpt) = None  # --param b=V that repeats: one Spec per value
     param: ParamOpt = None  # KEY=VALUE method parameters
-    factors: FactorsOpt = None  # a longrope factor file
+    factors: advanced(FactorsOpt) = None  # a longrope factor file
 
     def __post_init__(self):
         self.method = [*(self.method or []), *(self.methods or [])] or None
@@ -90,130 +73,6 @@ class ScheduleOptions:
         from ropecli.rope.spec import parse_specs
 
         return parse_specs(self.method, self.b, self.param, self.factors, default=default, factor=factor, log_n_modes=log_n_modes)
-
-
-@dataclass
-class DataOptions:
-    """The text the evaluating commands score, and how windows are drawn from it."""
-    data: DataOpt = None
-    text_field: TextFieldOpt = "text"
-    samples: SamplesOpt = 4
-    seed: SeedOpt = 0
-
-
-@dataclass
-class EvalOptions:
-    """Lengths, factor, log-n, and how each evaluation runs and is cached."""
-    length: LenOpt = None
-    k: KOpt = None
-    log_n: LogNOpt = False
-    chunk_size: ChunkOpt = None
-    score_last: ScoreLastOpt = None
-    no_cache: NoCacheOpt = False
-    cache_dir: CacheDirOpt = None
-    keep_token_losses: TokenLossesOpt = False
-    key_tokens: KeyTokensOpt = KeyTokens.far_repeat
-    key_evaluator: KeyEvaluatorOpt = None
-    key_short: KeyShortOpt = None
-
-
-@dataclass
-class ServingOptions:
-    """--workload and --runtime: a candidate's expected loss over the request lengths served, per runtime."""
-    workload: WorkloadOpt = None
-    runtime: ServeRuntimeOpt = None
-
-    def runtimes(self) -> list[str]:
-        from ropecli.export.runtimes import SERVED_BY_DEFAULT
-
-        return flat_choices(self.runtime, SERVED_BY_DEFAULT)
-
-    def plan(self, lengths: list[int] | None) -> tuple[tuple | None, list[int]]:
-        """((workload, runtimes) or None, the target lengths: --len, or with --workload alone its longest request)."""
-        if not self.workload:
-            if self.runtime:
-                raise RopeCliError("--runtime ranks the candidates over a --workload; add one, e.g. --workload 2048:0.6,8192:0.4")
-            return None, lengths or []
-        from ropecli.tuning.workload import parse_workload
-
-        w = parse_workload(self.workload, max(lengths) if lengths else None)
-        return (w, self.runtimes()), lengths or [w.longest]
-
-
-@dataclass
-class PasskeyOptions:
-    """Passkey prompts: depths of the key and its length (ropecli.evaluation.passkey has the protocol)."""
-    depths: DepthsOpt = "0,0.25,0.5,0.75,1"
-    digits: DigitsOpt = 5
-    prompts: PromptsOpt = None
-
-    def parsed_depths(self) -> list[float]:
-        from ropecli.errors import RopeCliError
-        from ropecli.evaluation.passkey import check_depths
-
-        try:
-            values = [float(x) for x in self.depths.split(",") if x.strip()]
-        except ValueError:
-            raise RopeCliError(f"--depths {self.depths}: pass numbers in [0, 1], comma-separated, e.g. --depths 0,0.5,1") from None
-        if not values:
-            raise RopeCliError("--depths is empty; pass e.g. --depths 0,0.5,1")
-        return check_depths(values)
-
-    def checked_digits(self) -> int:
-        from ropecli.evaluation.passkey import check_digits
-
-        return check_digits(self.digits)
-
-
-@dataclass
-class AdviseOptions:
-    """advise's own flags; `plan()` is the tournament's plan (`ropecli.tuning.advise.AdvisePlan`, the same fields)."""
-    candidates: CandidatesOpt = None  # None: every candidate
-    with_log_n: WithLogNOpt = False  # each candidate also with log-n
-    budget: AdviseBudgetOpt = 12  # evaluations per searched candidate
-    held_out: HeldOutOpt = None  # held-out windows of the first round; None: --samples
-    max_short_kl: MaxShortKlOpt = None  # the constraints: out if broken
-    max_short_regression: MaxShortRegressionOpt = None
-    min_passkey: MinPasskeyOpt = None
-    task_guard: TaskGuardOpt = None  # a RULER task: out if shown worse at the target than as shipped within Ls
-    no_race: NoRaceOpt = False  # every candidate on every held-out window
-    margin: MarginOpt = None  # None: ropecli.evaluation.inference.MARGIN
-    max_windows: MaxWindowsOpt = None  # None: 4x the first round, as far as the text goes
-    metric: AdviseMetricOpt = AdviseMetric.ppl  # what the searches minimize and the rule ranks by
-    workload: WorkloadOpt = None  # also every candidate served per runtime over these request lengths
-    runtime: ServeRuntimeOpt = None
-
-    def plan(self):
-        from ropecli.tuning.candidates import CANDIDATES
-        from ropecli.tuning.advise import AdvisePlan
-
-        serving = ServingOptions(self.workload, self.runtime)
-        serving.plan(None)  # --runtime without --workload, or a bad --workload: one line before the model loads
-        chosen = flat_choices(self.candidates, CANDIDATES) if self.candidates else None  # None: every one the model admits
-        return AdvisePlan(**{**vars(self), "candidates": chosen,
-                             "metric": AdviseMetric(self.metric).value,
-                             "runtime": serving.runtimes() if self.workload else None})
-
-
-@dataclass
-class SearchOptions:
-    """What search-b and search share: the objective, the guards, the winner's export, racing."""
-    objective: ObjectiveOpt = Objective.ppl
-    max_short_regression: MaxShortRegressionOpt = None
-    max_short_kl: MaxShortKlOpt = None
-    export_config: ExportConfigOpt = None
-    no_race: NoRaceOpt = False
-
-    def plan(self, evaluation: "EvalOptions", output: "OutputOptions", prompts: "PasskeyOptions"):
-        """The search's plan (`ropecli.tuning.search_run.SearchPlan`), its paths checked before the model loads."""
-        from ropecli.tuning.search_run import SearchPlan
-
-        plan = SearchPlan(Objective(self.objective).value, self.max_short_regression, self.max_short_kl, self.export_config,
-                          self.no_race, output.plot, evaluation.log_n, evaluation.k)
-        if plan.prompted:
-            prompts.parsed_depths(), prompts.checked_digits()
-        plan.check_paths()
-        return plan
 
 
 @dataclass

@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
-import click
+try:  # the click that typer builds its commands with (typer >= 0.26 vendors one; a foreign ParamType shows as <function>)
+    from typer._click.types import ParamType
+except ImportError:  # older typer: click itself
+    from click import ParamType
 
 
-class RuntimeName(click.ParamType):
+class RuntimeName(ParamType):
     """A runtime by its name or an alias (`ropecli.export.runtimes`: hf, gguf, llama.cpp … are accepted), given as its
     one spelling; `many`: repeatable and comma-separated. A wrong one is a one-line usage error."""
 
     def __init__(self, flag: str, many: bool = False):
+        self.flag, self.many, self.name = flag, many, "runtime"
+
+    @property
+    def choices(self) -> list[str]:
+        """Every runtime's name (read from the registry when the help is drawn; aliases are accepted too)."""
         from ropecli.export.runtimes import names
 
-        self.flag, self.many = flag, many
-        self.name = "[" + "|".join(names()) + "]" + (",…" if many else "")
+        return list(names())
+
+    def get_metavar(self, param, ctx=None) -> str:
+        return "RUNTIME" + (",…" if self.many else "")
 
     def convert(self, value, param, ctx):
         from ropecli.export.runtimes import names, spellings

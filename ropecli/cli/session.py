@@ -10,7 +10,7 @@ from contextlib import contextmanager, nullcontext
 
 from ropecli.cli.console import stderr_console
 from ropecli.errors import RopeCliError
-from ropecli.cli.groups import DataOptions, EvalOptions, ModelOptions, PasskeyOptions
+from ropecli.cli.eval_groups import DataOptions, EvalOptions, ModelOptions, PasskeyOptions
 from ropecli.evaluation.session import Progress, Session
 
 

@@ -17,6 +17,7 @@ protocol (windows or prompts, the cache, ranks, the schedule applied) and asks t
     column      its column's heading in a table ("PPL", "passkey", a task's name)
     result      () -> its result type (`ropecli.evaluation.results`): what crosses the layers, typed
     estimand    the result's field the estimand of a search or a ranking reads (nll, key_nll, answer_nll)
+    objective   whether a search may minimize it (`--objective`'s choices); ranks: whether advise may rank by it
     prefixes    whether one forward pass of a long window scores every shorter length (its windows' kept
                 per-prediction NLL: ppl and key-ppl), `Evaluator.evaluate_lengths`
 
@@ -26,6 +27,8 @@ PPL, key-token PPL, passkey, KL and every RULER task are records (`tests/test_me
 
 from __future__ import annotations
 
+import functools
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -50,6 +53,8 @@ class Metric:
     key: Callable[..., dict] = lambda ev, rope: {}
     check: Callable[..., None] = lambda ev, length: None
     scales: bool = True
+    objective: bool = True  # a search may minimize its estimand (`search --objective`, `tuning.objective`)
+    ranks: bool = False  # advise may rank by it (`advise --metric`): an estimand over the text's windows
 
     @property
     def unit_metric(self) -> str:
@@ -69,7 +74,7 @@ def _ppl_summary(ev, spec, sched, geom, length, metric, per_unit, inputs, second
     from ropecli.evaluation.results import summarize_ppl
 
     return summarize_ppl(spec, sched, geom, length, per_unit, inputs.windows(length).names, seconds,
-                         ev.key_fields(per_unit, inputs, length), metric)
+                         ev.key_fields(per_unit, inputs, length), REGISTRY[metric].result())
 
 
 def _passkey_summary(ev, spec, sched, geom, length, metric, per_unit, inputs, seconds):
@@ -134,29 +139,63 @@ def _result(name: str) -> Callable[[], type]:
 
 
 PPL = Metric("ppl", "windows", _ppl_score, _ppl_summary, "PPL", "PPL", _result("PplResult"), "nll", fresh=_ppl_fresh,
-             key=lambda ev, rope: {"score_last": ev.score_last}, check=_ppl_check, prefixes=True)
+             key=lambda ev, rope: {"score_last": ev.score_last}, check=_ppl_check, prefixes=True, ranks=True)
 KEY_PPL = Metric("key-ppl", "windows", _ppl_score, _ppl_summary, "key PPL", "key PPL", _result("KeyPplResult"), "key_nll",
-                 cached_as="ppl", fresh=_ppl_fresh, check=_key_ppl_check, prefixes=True)
+                 cached_as="ppl", ranks=True, fresh=_ppl_fresh, check=_key_ppl_check, prefixes=True)
 PASSKEY = Metric("passkey", "prompts", lambda ev, spec, sched, unit: ev.backend.passkey_scores(*unit),
                  _passkey_summary, "passkey answer NLL", "passkey", _result("PasskeyResult"), "answer_nll", unit_word="keys")
 KL = Metric("kl", "windows", lambda ev, spec, sched, unit: ev.backend.window_kl(unit[0], sched, spec.log_n, ev.chunk_tokens),
             _kl_summary, "KL", "KL", _result("KlResult"), "kl_mean",
             key=lambda ev, rope: {"reference": "native"} if rope.shipped is not None else {},  # vs as shipped
-            check=_kl_check, scales=False)
+            check=_kl_check, scales=False, objective=False)
 
 
+@functools.lru_cache(maxsize=None)
 def _task(name: str) -> Metric:
     return Metric(name, "task", _task_score, _task_summary, f"{name} answer NLL", name, _result("TaskResult"), "answer_nll",
                   unit_word="prompts", passes=_task_passes, fresh=lambda ev, value: not ev.generate or value[4] is not None)
 
 
-def _registry() -> dict[str, Metric]:
-    from ropecli.evaluation.ruler.templates import TASKS
+class Registry(MutableMapping):
+    """{name: Metric}: ppl, key-ppl, passkey, kl (and any record set here), then one metric per RULER task, read
+    from the task registry (`ropecli.evaluation.ruler.templates.TASKS`) at every look, so a task added there is a
+    metric everywhere: --metric, --task, --objective, compare's columns, the cache."""
 
-    return {m.name: m for m in (PPL, KEY_PPL, PASSKEY, KL, *map(_task, TASKS))}
+    def __init__(self, *records: Metric):
+        self.own = {m.name: m for m in records}
+
+    def _all(self) -> dict[str, Metric]:
+        from ropecli.evaluation.ruler.templates import TASKS
+
+        return {**self.own, **{t: _task(t) for t in TASKS if t not in self.own}}
+
+    def __getitem__(self, name: str) -> Metric:
+        return self._all()[name]
+
+    def __setitem__(self, name: str, record: Metric) -> None:
+        self.own[name] = record
+
+    def __delitem__(self, name: str) -> None:
+        del self.own[name]
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
 
 
-REGISTRY = _registry()
+REGISTRY = Registry(PPL, KEY_PPL, PASSKEY, KL)
+
+
+def objective_names() -> list[str]:
+    """What a search may minimize (`search --objective`): every metric whose estimand a search can take."""
+    return [n for n, m in REGISTRY.items() if m.objective]
+
+
+def ranking_names() -> list[str]:
+    """What advise may rank by (`advise --metric`)."""
+    return [n for n, m in REGISTRY.items() if m.ranks]
 
 
 def is_task(name: str) -> bool:

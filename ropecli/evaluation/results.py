@@ -63,12 +63,6 @@ class EvalResult:
         out.pop("cached")
         return out
 
-    @staticmethod
-    def from_json(entry: dict[str, Any], cached: bool = False) -> "EvalResult":
-        cls = result_type(entry.get("metric", "ppl"))  # ppl entries of older ropecli versions carry no metric
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in entry.items() if k in names and k != "cached"}, cached=cached)
-
 
 def _finite(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
@@ -161,13 +155,6 @@ class KlResult(EvalResult):
     windows: list
 
 
-def result_type(metric: str) -> type[EvalResult]:
-    """The result type of `metric`: its record's (`ropecli.evaluation.metrics`)."""
-    from ropecli.evaluation.metrics import metric_record
-
-    return metric_record(metric).result()
-
-
 def _head(spec: Spec, sched: Schedule, geom: Geometry, length: int, seconds: float) -> dict:
     return {"method": sched.method, "label": spec.label, "params": {k: v for k, v in sched.params.items() if k != "factors"},
             "log_n": spec.log_n, "len": length, "factor": geom.factor, "attention_factor": sched.attention_factor,
@@ -175,9 +162,9 @@ def _head(spec: Spec, sched: Schedule, geom: Geometry, length: int, seconds: flo
 
 
 def summarize_ppl(spec: Spec, sched: Schedule, geom: Geometry, length: int, per_window: list[tuple[float, int]],
-                  names: list[str], seconds: float, keys: dict | None = None, metric: str = "ppl") -> PplResult:
+                  names: list[str], seconds: float, keys: dict | None = None, cls: type | None = None) -> PplResult:
     """per_window: (sum of NLL, scored tokens[, NLL summed in each position bin]) of each window; `keys`:
-    the key-token fields (`key_metric.key_fields`); metric "key-ppl" gives a KeyPplResult."""
+    the key-token fields (`key_metric.key_fields`); `cls`: the metric's result type (KeyPplResult ranks by its keys)."""
     import numpy as np
 
     from ropecli.evaluation.estimand import estimate
@@ -188,7 +175,7 @@ def summarize_ppl(spec: Spec, sched: Schedule, geom: Geometry, length: int, per_
     ppl = math.exp(nll) if nll < 700 else math.inf
     err = estimate_se(means, names, [v[1] for v in per_window], ppl)
     by_window = position_means(per_window, length)
-    cls = result_type(metric)  # PplResult, or KeyPplResult ranked by its keys
+    cls = cls or PplResult
     return cls(**_head(spec, sched, geom, length, seconds), **(keys or {}), ppl=ppl, nll=nll, tokens=tokens, ppl_err=err,
                      window_nll=[_finite(m) for m in means], windows=names,
                      window_position_nll=None if by_window is None else [[_finite(x) for x in w] for w in by_window],

@@ -69,7 +69,7 @@ def decode_check(model: str, gguf_file: str | None, exp, consistent: bool, cache
     from ropecli.evaluation.decode import DecodePlan
     from ropecli.evaluation.evaluator import Evaluator
     from ropecli.export.served import decode_damage, is_dynamic, switch_length
-    from ropecli.export.verify import Check
+    from ropecli.export.check import Check
     from ropecli.models.load import load_model
 
     ev = Evaluator.over(load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu"), samples=SAMPLES,

@@ -18,22 +18,13 @@ from pathlib import Path
 import numpy as np
 
 
+from ropecli.export.check import Check
 from ropecli.export.expected import Expected
 from ropecli.export.readback import Applied
 
 FACTOR_RTOL = 1e-4  # float32 in every runtime: their factors agree with ropecli's float64 to ~1e-7
 ATTENTION_RTOL = 1e-4
 PPL_RTOL = 1e-4  # transformers reload vs ropecli's patched model, same weights and window
-
-
-@dataclass
-class Check:
-    runtime: str
-    layer_type: str | None
-    what: str
-    expected: str
-    found: str
-    ok: bool
 
 
 @dataclass

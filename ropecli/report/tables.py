@@ -76,10 +76,12 @@ def cell_formats() -> dict:
 
 
 def cell_text(r: dict) -> str:
-    """A result row's compare cell, by its metric's result type."""
-    from ropecli.evaluation.results import result_type
+    """A result row's compare cell, by its metric's result type (a type not listed in `cell_formats` shows
+    itself: its `cell(row)`)."""
+    from ropecli.evaluation.metrics import metric_record
 
-    return cell_formats()[result_type(r["metric"])](r)
+    kind = metric_record(r["metric"]).result()
+    return cell_formats().get(kind, getattr(kind, "cell", None))(r)
 
 
 def _count(results: list[dict], fields: tuple) -> str:
@@ -109,6 +111,8 @@ def compare_table(out: dict, labels: list[str], lengths: list[int]) -> list:
     scored_prompts = [m for m in dict.fromkeys(r["metric"] for r in results) if prompted(m)]
     columns += [(m, n, heading(m, n)) for m in scored_prompts for n in lengths]  # passkey, then each task
     tasks = [m for m in scored_prompts if is_task(m)]
+    others = [m for m in dict.fromkeys(r["metric"] for r in results) if m not in ("ppl", "key-ppl", "kl") and not prompted(m)]
+    columns += [(m, n, heading(m, n)) for m in others for n in lengths]  # any other metric on windows (its record's column)
     if "kl" in have:  # at L, for the target's k, with the top-1 agreement beside it
         columns += [("kl", L, f"KL @ L (k={kl_k:g})"), ("kl-top1", L, "top-1 @ L")]
     per_cell = f"{per_cell}; " if per_cell else ""

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
 from ropecli.errors import RopeCliError
 
-if TYPE_CHECKING:
-    from ropecli.rope.shipped import Shipped
 
 TWO_PI = 2.0 * math.pi
 
@@ -27,7 +25,7 @@ class Geometry:
     base: float  # rope_theta; beta = base^(2/d)
     train_len: int  # L: the context the model was trained at
     factor: float  # k: extension factor (target length / L unless given)
-    shipped: "Shipped | None" = field(default=None, compare=False)  # the schedule the model ships (L = its L0), if any
+    shipped: Any = field(default=None, compare=False)  # a rope.shipped.Shipped: the schedule the model ships (L = its L0), if any (untyped here: shipped imports geometry)
 
     def __post_init__(self) -> None:
         validate_geometry(self.rotary_dim, self.base, self.train_len, self.factor)

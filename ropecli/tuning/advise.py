@@ -14,28 +14,10 @@ from pathlib import Path
 from ropecli.errors import RopeCliError
 from ropecli.rope.spec import make_spec
 from ropecli.tuning.candidates import search_plans
+from ropecli.tuning.advise_plan import AdvisePlan
 from ropecli.tuning.objective import Bench
 
 MARKER = ".ropecli-advise"  # a folder advise made: a rerun may write into it again
-
-
-@dataclass
-class AdvisePlan:
-    """What the user asked of advise (the flags of its own panel), defaults as the CLI shows them."""
-    candidates: list[str] | None = None  # None: every candidate (ropecli.tuning.candidates.CANDIDATES)
-    with_log_n: bool = False
-    budget: int = 12  # evaluations per searched candidate
-    held_out: int | None = None  # held-out windows of the first round (default: --samples)
-    max_short_kl: float | None = None
-    max_short_regression: float | None = None
-    min_passkey: float | None = None
-    no_race: bool = False
-    margin: float | None = None
-    max_windows: int | None = None
-    metric: str = "ppl"  # what the searches minimize and the rule ranks by: ppl or key-ppl
-    task_guard: str | None = None  # a RULER task: out if shown worse at the target than as shipped within Ls
-    workload: str | None = None  # --workload: also every candidate served per runtime over these request lengths
-    runtime: list[str] | None = None  # the runtimes of --workload (None: all three)
 
 
 @dataclass
@@ -75,7 +57,7 @@ def run_advise(session: Bench, plan: AdvisePlan, lengths: list[int] | None, fact
                                f"Ls = {rope.shipped_len}, and there: {str(exc).split('; pass')[0]}; pick a task with shorter prompts "
                                "(niah-single-noise, niah-multikey-needle) or leave --task-guard out") from None
         held.check(plan.task_guard, max(lengths))
-    racing = None if plan.no_race else racing_plan(held, lengths, plan.max_windows, notes)
+    racing = None if not plan.race else racing_plan(held, lengths, plan.max_windows, notes)
     geom = rope.geometry(target_factor(factor, lengths, rope.train_len))
     serving = None
     if plan.workload:

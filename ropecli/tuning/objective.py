@@ -1,8 +1,8 @@
 """What a search minimizes, and the guards that reject a schedule whatever its score.
 
-Objective (`Objective`): mean log-PPL over the target lengths (`ppl`, = mean NLL per token), the
-mean passkey answer NLL (`passkey`, a smooth stand-in for retrieval accuracy), or a RULER task's mean
-answer NLL (its name, `ropecli.evaluation.ruler`); every candidate is
+The objective is a metric record whose `objective` is set (`ropecli.evaluation.metrics.objective_names`):
+mean log-PPL over the target lengths (`ppl`, = mean NLL per token), the mean passkey answer NLL (`passkey`, a
+smooth stand-in for retrieval accuracy), or a RULER task's mean answer NLL (its name); every candidate is
 scored on the same windows/prompts, so candidates pair. Guards, at the training length L with the
 target's k: `max_short_regression` (PPL may rise at most that many percent over the unscaled model)
 and `max_short_kl` (mean KL against the unscaled model, nats per token); a schedule breaking either
@@ -12,27 +12,13 @@ is marked `violates_guard` and counts as +inf for the optimizer.
 from __future__ import annotations
 
 import math
-from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
+
+from ropecli.errors import RopeCliError
 
 if TYPE_CHECKING:  # the CLI imports Objective at start-up: numpy waits until something is scored
     from ropecli.evaluation.results import EvalResult
     from ropecli.rope.spec import Spec
-
-
-def _objectives() -> list[tuple[str, str]]:
-    from ropecli.evaluation.ruler.templates import TASKS  # strings only: cheap at start-up
-
-    return [("ppl", "ppl"),  # mean log-PPL over the lengths
-            ("key_ppl", "key-ppl"),  # mean log key-token PPL over the lengths (`ropecli.evaluation.key_metric`)
-            ("passkey", "passkey"),  # mean passkey answer NLL over the lengths
-            *[(t.replace("-", "_"), t) for t in TASKS]]  # a RULER task's mean answer NLL (`ropecli.evaluation.ruler`)
-
-
-Objective = Enum("Objective", _objectives(), type=str)
-
-
-OBJECTIVES = tuple(o.value for o in Objective)
 
 
 class Evaluate(Protocol):
@@ -77,7 +63,12 @@ class Scorer:
         """`train_len`: the length the guards measure at (Ls, the shipped length); `reference`: what the PPL
         rise is over (`reference_spec`: native for a model that ships a schedule, else none)."""
         self.run, self.train_len, self.lengths = run, train_len, lengths
-        self.objective = Objective(objective).value
+        from ropecli.evaluation.metrics import metric_record, objective_names
+
+        if objective not in objective_names():
+            raise RopeCliError(f"--objective {objective}: choose from {', '.join(objective_names())}")
+        self.record = metric_record(objective)
+        self.objective = objective
         self.guard_k, self.max_rise, self.max_kl = guard_k, max_short_regression, max_short_kl
         self.guard = None
         if max_short_regression is not None or max_short_kl is not None:
@@ -95,7 +86,7 @@ class Scorer:
         rows = self.run([spec], self.lengths, self.objective, samples)
         entry = {"objective": mean_objective(rows), "windows": window_vector(rows), "values": window_values(rows),
                  "docs": window_docs(rows), "weights": window_weights(rows), "cached": all(r.cached for r in rows)}
-        if self.objective in ("ppl", "key-ppl"):
+        if self.record.unit_metric == "ppl":  # PPL's windows: PPL and key PPL beside each other
             entry["ppl"] = {str(r.len): r.ppl for r in rows}
             entry["ppl_err"] = {str(r.len): r.ppl_err for r in rows}
             entry["position_nll"] = {str(r.len): r.position_nll for r in rows}
@@ -104,9 +95,10 @@ class Scorer:
                 entry["key_ppl_err"] = {str(r.len): r.key_ppl_err for r in rows}
                 entry["key_rule"] = rows[0].key_rule
                 entry["also"] = other_metric(rows, self.objective)
-        else:
-            entry["answer_nll"] = {str(r.len): r.answer_nll for r in rows}
-            entry["accuracy"] = {str(r.len): r.accuracy for r in rows}
+        else:  # the estimand's field per length (passkey and tasks: the answer NLL), and accuracy where there is one
+            entry[self.record.estimand] = {str(r.len): getattr(r, self.record.estimand) for r in rows}
+            if all(hasattr(r, "accuracy") for r in rows):
+                entry["accuracy"] = {str(r.len): r.accuracy for r in rows}
         if not guards:
             return entry
         short = spec.but(factor=self.guard_k)

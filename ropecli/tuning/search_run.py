@@ -19,7 +19,7 @@ class SearchPlan:
     max_short_regression: float | None = None
     max_short_kl: float | None = None
     export_config: str | None = None  # the winner's transformers rope_parameters block, written here
-    no_race: bool = False  # score every point on every window (default: stop hopeless points early)
+    race: bool = True  # stop hopeless points early (--no-race: score every point on every window)
     plot: str | None = None
     log_n: bool = False
     factor: float | None = None  # k (default: the longest length / L)
@@ -64,8 +64,8 @@ def search_b_on(session: Bench, plan: SearchPlan, lengths: list[int] | None, lo:
     lengths, geom = preflight(session, plan, lengths)
     out = search_b(session.run, geom, lengths, lo=lo, hi=hi, tol=tol, log_n=plan.log_n, factor=plan.factor,
                    max_short_regression=plan.max_short_regression, max_short_kl=plan.max_short_kl,
-                   objective=plan.objective, windows=session.inputs.count(plan.objective), screen=not plan.no_race)
-    out = {**session.header(), **out, "screened": not plan.no_race, **session.tally()}
+                   objective=plan.objective, windows=session.inputs.count(plan.objective), screen=plan.race)
+    out = {**session.header(), **out, "screened": plan.race, **session.tally()}
     if all(n <= session.rope.train_len for n in lengths) and plan.factor is None:
         out["warning"] = (f"every --len is within the training length L={session.rope.train_len}: k = 1, nothing to "
                           "extend; every b gives the same perplexity")
@@ -109,10 +109,10 @@ def search_on(session: Bench, plan: SearchPlan, lengths: list[int] | None, metho
     out = run_search(session.run, held.run, geom, method, dims, fixed, lengths, budget=budget, optimizer=optimizer,
                      objective=plan.objective, log_n=plan.log_n, factor=plan.factor, references=refs,
                      max_short_regression=plan.max_short_regression, max_short_kl=plan.max_short_kl,
-                     windows=session.inputs.count(plan.objective), screen=not plan.no_race)
+                     windows=session.inputs.count(plan.objective), screen=plan.race)
     out = {**session.header(), **out, "held_out_windows": held.inputs.samples,
            "held_out_first_window": held.inputs.first_window_at(max(lengths)),
-           "held_out_split": held.inputs.split_note(max(lengths)), "screened": not plan.no_race, **session.tally(held)}
+           "held_out_split": held.inputs.split_note(max(lengths)), "screened": plan.race, **session.tally(held)}
     if plan.prompted:  # a passkey or task objective: what was searched and held out are prompts per depth
         out.update(searched_prompts=[session.inputs.prompt_start, session.inputs.per_depth],
                    held_out_prompts=[held.inputs.prompt_start, held.inputs.per_depth],

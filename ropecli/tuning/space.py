@@ -52,7 +52,12 @@ def default_bounds(method: str, name: str, geom: Geometry, varied: list[str]) ->
         ("llama3", "high_freq_factor"): (1.0, 64.0, True),
         ("longrope", "attention_factor"): (0.8, 1.6, False),
     }
-    if (method, name) not in table:
+    if (method, name) not in table:  # a parameter bounded in its registry record searches its whole domain
+        from ropecli.rope.methods import REGISTRY
+
+        own = {p.name: p for p in REGISTRY[method].params}.get(name) if method in REGISTRY else None
+        if own is not None and own.lo is not None and own.hi is not None:
+            return float(own.lo), float(own.hi), False
         raise RopeCliError(f"{method} parameter '{name}' has no default search range; give one, e.g. --vary {name}=LO:HI")
     return table[(method, name)]
 

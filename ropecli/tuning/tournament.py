@@ -44,7 +44,7 @@ from ropecli.tuning.search import run_search
 from ropecli.tuning.space import parse_vary
 
 if TYPE_CHECKING:
-    from ropecli.tuning.advise import AdvisePlan
+    from ropecli.tuning.advise_plan import AdvisePlan
 
 __all__ = ["Racing", "tournament"]
 

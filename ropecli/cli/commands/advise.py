@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from ropecli.cli.common import emit_json, handle_errors
 from ropecli.cli.console import show
-from ropecli.cli.groups import AdviseOptions, DataOptions, EvalOptions, ModelOptions, PasskeyOptions, with_option_groups
-from ropecli.cli.options import AdviseOutOpt, JsonOpt
+from ropecli.cli.eval_groups import AdviseOptions, DataOptions, EvalOptions, ModelOptions, PasskeyOptions
+from ropecli.cli.eval_options import AdviseOutOpt
+from ropecli.cli.groups import with_option_groups
+from ropecli.cli.options import JsonOpt
 from ropecli.cli.session import open_session
 
 

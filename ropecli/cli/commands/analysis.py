@@ -10,7 +10,7 @@ from ropecli.cli.common import emit_json, geometry_of, handle_errors, schedules_
 from ropecli.cli.console import show
 from ropecli.errors import RopeCliError
 from ropecli.cli.groups import GeometryOptions, ScheduleOptions, with_option_groups
-from ropecli.cli.options import DEFAULT_METHOD, OUTPUT, JsonOpt, OutputFormat
+from ropecli.cli.options import DEFAULT_METHOD, JsonOpt, OUTPUT, OutputFormat
 
 
 def _one_schedule(geom, opts: ScheduleOptions):

@@ -6,10 +6,10 @@ from __future__ import annotations
 from ropecli.cli.common import emit_json, handle_errors
 from ropecli.cli.console import show, stderr_console
 from ropecli.errors import RopeCliError
-from ropecli.cli.groups import (DataOptions, EvalOptions, ModelOptions, OutputOptions, PasskeyOptions, ServingOptions,
-                                ScheduleOptions, with_option_groups)
-from ropecli.cli.options import (COMPARE_METHODS, DEFAULT_METHOD, BothLogNOpt, GenerateOpt, MarginOpt, MaxWindowsOpt,
-                                 MetricOpt, RaceOpt, TaskOpt, flat_choices)
+from ropecli.cli.eval_groups import DataOptions, EvalOptions, ModelOptions, PasskeyOptions, ServingOptions
+from ropecli.cli.eval_options import BothLogNOpt, GenerateOpt, MarginOpt, MaxWindowsOpt, MetricOpt, RaceOpt, TaskOpt
+from ropecli.cli.groups import OutputOptions, ScheduleOptions, with_option_groups
+from ropecli.cli.options import COMPARE_METHODS, DEFAULT_METHOD, flat_choices
 from ropecli.cli.session import check_plot_path, open_session
 
 

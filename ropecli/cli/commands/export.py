@@ -6,15 +6,14 @@ from __future__ import annotations
 from ropecli.cli.common import emit_json, geometry_of, handle_errors
 from ropecli.cli.console import show
 from ropecli.errors import RopeCliError
-from ropecli.cli.groups import GeometryOptions, ScheduleOptions, with_option_groups
-from ropecli.cli.options import (DEFAULT_METHOD, ConsistentOpt, ExportLenOpt, ExportOutOpt, ForceOpt, JsonOpt, LogNOpt,
-                                 ReplaceOpt, ToOpt)
+from ropecli.cli.eval_options import ConsistentOpt, ExportOutOpt, ForceOpt, ReplaceOpt, ToOpt
+from ropecli.cli.groups import TargetGeometryOptions, ScheduleOptions, with_option_groups
+from ropecli.cli.options import DEFAULT_METHOD, JsonOpt, LogNOpt
 
 
 @handle_errors
 @with_option_groups
-def export(geometry: GeometryOptions, schedule: ScheduleOptions, log_n: LogNOpt = False, length: ExportLenOpt = None,
-           to: ToOpt = "transformers", out: ExportOutOpt = None, consistent: ConsistentOpt = True, force: ForceOpt = False,
+def export(geometry: TargetGeometryOptions, schedule: ScheduleOptions, log_n: LogNOpt = False, to: ToOpt = "transformers", out: ExportOutOpt = None, consistent: ConsistentOpt = True, force: ForceOpt = False,
            replace: ReplaceOpt = False, as_json: JsonOpt = False):
     """Write a schedule where a runtime reads it: transformers, vLLM, llama.cpp, SGLang or Ollama.
 
@@ -25,10 +24,6 @@ def export(geometry: GeometryOptions, schedule: ScheduleOptions, log_n: LogNOpt 
     from ropecli.export.plan import check_export_paths, export_schedule, export_target
     from ropecli.report.tables import export_lines
 
-    if length is not None:
-        if geometry.target_len is not None and geometry.target_len != length:
-            raise RopeCliError("--len and --target-len both give the target length; pass only one")
-        geometry.target_len = length
     if geometry.k is None and geometry.target_len is None:
         raise RopeCliError("export needs the target: pass --len N (or --k); at k = 1 every schedule is the unscaled model")
     specs = schedule.specs(DEFAULT_METHOD, log_n_modes=(log_n,))

@@ -6,8 +6,8 @@ from __future__ import annotations
 from ropecli.cli.common import emit_json, handle_errors
 from ropecli.cli.console import show, stderr_console
 from ropecli.errors import RopeCliError
-from ropecli.cli.groups import (DataOptions, EvalOptions, ModelOptions, OutputOptions, PasskeyOptions,
-                                ScheduleOptions, with_option_groups)
+from ropecli.cli.eval_groups import DataOptions, EvalOptions, ModelOptions, PasskeyOptions
+from ropecli.cli.groups import OutputOptions, ScheduleOptions, with_option_groups
 from ropecli.cli.options import KL_METHODS, PASSKEY_METHODS, TargetLenOpt
 from ropecli.cli.session import check_plot_path, open_session
 

@@ -8,7 +8,7 @@ import typer
 from ropecli.cli.common import OneLineErrorsGroup, geometry_of, handle_errors, schedules_of
 from ropecli.cli.console import console
 from ropecli.cli.groups import GeometryOptions, ScheduleOptions, with_option_groups
-from ropecli.cli.options import DEFAULT_METHOD, OVERVIEW_METHODS, PLOT_SCHEDULE_METHODS, OutOpt
+from ropecli.cli.options import DEFAULT_METHOD, OVERVIEW_METHODS, OutOpt, PLOT_SCHEDULE_METHODS
 
 app = typer.Typer(help="Draw RoPE pictures to PNG, SVG or PDF; with no subcommand, an overview.", cls=OneLineErrorsGroup,
                   invoke_without_command=True)

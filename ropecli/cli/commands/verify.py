@@ -9,16 +9,16 @@ import typer
 
 from ropecli.cli.common import emit_json, handle_errors
 from ropecli.cli.console import show, stderr_console
-from ropecli.cli.groups import GeometryOptions, ScheduleOptions, with_option_groups
-from ropecli.cli.options import (AdviceOpt, ArtefactPathArg, CacheDirOpt, ExportLenOpt, JsonOpt, LogNOpt, ReadAsOpt, RunLenOpt,
-                                 RunOpt)
+from ropecli.cli.eval_options import AdviceOpt, ArtefactPathArg, CacheDirOpt, ReadAsOpt, RunLenOpt, RunOpt
+from ropecli.cli.groups import TargetGeometryOptions, ScheduleOptions, with_option_groups
+from ropecli.cli.options import JsonOpt, LogNOpt
 from ropecli.errors import RopeCliError
 
 
 @handle_errors
 @with_option_groups
-def verify(path: ArtefactPathArg, geometry: GeometryOptions, schedule: ScheduleOptions, log_n: LogNOpt = False,
-           length: ExportLenOpt = None, advice: AdviceOpt = None, runtime: ReadAsOpt = None, run: RunOpt = True,
+def verify(path: ArtefactPathArg, geometry: TargetGeometryOptions, schedule: ScheduleOptions, log_n: LogNOpt = False,
+           advice: AdviceOpt = None, runtime: ReadAsOpt = None, run: RunOpt = True,
            run_len: RunLenOpt = None, cache_dir: CacheDirOpt = None, as_json: JsonOpt = False):
     """Read an exported artefact back, rebuild what its runtime applies at the target length, and compare.
 
@@ -37,7 +37,7 @@ def verify(path: ArtefactPathArg, geometry: GeometryOptions, schedule: ScheduleO
     kind = kind_of(target, runtime)
     g, s = geometry, schedule
     exp, model, gguf_file = what_was_measured(target, kind, Measured(
-        g.model, g.gguf_file, g.d, g.base, g.train_len, g.rope_layers, g.k, length or g.target_len, s.method, s.b, s.param,
+        g.model, g.gguf_file, g.d, g.base, g.train_len, g.rope_layers, g.k, g.target_len, s.method, s.b, s.param,
         s.factors, log_n, advice))
     verdict = verify_artefact(target, kind, exp, model, gguf_file, run=run, run_len=run_len, cache_dir=cache_dir,
                               runtime_given=runtime is not None, status=stderr_console().status)

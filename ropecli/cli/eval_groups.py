@@ -1,0 +1,164 @@
+"""The evaluating commands' option groups (`ropecli.cli.groups` has the decorator and the groups every command
+shares): the model to load, the text, the evaluation's knobs, prompts, serving, advise and search. Each group
+becomes one record when the command starts (`plan()`, `specs()`): the layers below take records, not flags."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ropecli.cli.eval_options import (AdviseBudgetOpt, AdviseMetricOpt, AttnOpt, Backend, BackendOpt, CacheDirOpt,
+                                      CandidatesOpt, ChunkOpt, DataOpt, DepthsOpt, DeviceMapOpt, DeviceOpt, DigitsOpt, Dtype,
+                                      DtypeOpt, ExportConfigOpt, HeldOutOpt, KeyEvaluatorOpt, KeyShortOpt, KeyTokens,
+                                      KeyTokensOpt, LenOpt, MarginOpt, MaxShortKlOpt, MaxShortRegressionOpt, MaxWindowsOpt,
+                                      MinPasskeyOpt, NoCacheOpt, ObjectiveOpt, PromptsOpt, RaceOpt, SamplesOpt, ScoreLastOpt,
+                                      SeedOpt, ServeRuntimeOpt, TaskGuardOpt, TextFieldOpt, TokenLossesOpt, TrustOpt,
+                                      WithLogNOpt, WorkloadOpt)
+from ropecli.cli.groups import ModelSourceOptions
+from ropecli.cli.options import (BaseOpt, DOpt, GgufOpt, HeadDimAliasOpt, KOpt, LogNOpt, RopeLayersOpt, TrainLenOpt, advanced,
+                                 flat_choices)
+from ropecli.errors import RopeCliError
+
+
+@dataclass
+class ModelOptions(ModelSourceOptions):
+    """Which model the evaluating commands load, where, and in what precision."""
+    gguf_file: advanced(GgufOpt) = None  # the geometry: read from the model, given by hand only to override it
+    d: advanced(DOpt) = None
+    head_dim: HeadDimAliasOpt = None
+    base: advanced(BaseOpt) = None
+    train_len: advanced(TrainLenOpt) = None
+    rope_layers: advanced(RopeLayersOpt) = None
+    backend: BackendOpt = Backend.transformers
+    dtype: DtypeOpt = Dtype.auto
+    device: DeviceOpt = "auto"
+    device_map: DeviceMapOpt = None
+    attn_implementation: AttnOpt = None
+    trust_remote_code: TrustOpt = False
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.dtype = Dtype(self.dtype).value
+        self.backend = Backend(self.backend).value
+
+
+@dataclass
+class DataOptions:
+    """The text the evaluating commands score, and how windows are drawn from it."""
+    data: DataOpt = None
+    text_field: TextFieldOpt = "text"
+    samples: SamplesOpt = 4
+    seed: SeedOpt = 0
+
+
+@dataclass
+class EvalOptions:
+    """Lengths, factor, log-n, and how each evaluation runs and is cached."""
+    length: LenOpt = None
+    k: KOpt = None
+    log_n: advanced(LogNOpt) = False
+    chunk_size: ChunkOpt = None
+    score_last: ScoreLastOpt = None
+    no_cache: NoCacheOpt = False
+    cache_dir: CacheDirOpt = None
+    keep_token_losses: TokenLossesOpt = False
+    key_tokens: KeyTokensOpt = KeyTokens.far_repeat
+    key_evaluator: KeyEvaluatorOpt = None
+    key_short: KeyShortOpt = None
+
+
+@dataclass
+class ServingOptions:
+    """--workload and --runtime: a candidate's expected loss over the request lengths served, per runtime."""
+    workload: WorkloadOpt = None
+    runtime: ServeRuntimeOpt = None
+
+    def runtimes(self) -> list[str]:
+        from ropecli.export.runtimes import SERVED_BY_DEFAULT
+
+        return flat_choices(self.runtime, SERVED_BY_DEFAULT)
+
+    def plan(self, lengths: list[int] | None) -> tuple[tuple | None, list[int]]:
+        """((workload, runtimes) or None, the target lengths: --len, or with --workload alone its longest request)."""
+        if not self.workload:
+            if self.runtime:
+                raise RopeCliError("--runtime ranks the candidates over a --workload; add one, e.g. --workload 2048:0.6,8192:0.4")
+            return None, lengths or []
+        from ropecli.tuning.workload import parse_workload
+
+        w = parse_workload(self.workload, max(lengths) if lengths else None)
+        return (w, self.runtimes()), lengths or [w.longest]
+
+
+@dataclass
+class PasskeyOptions:
+    """Passkey prompts: depths of the key and its length (ropecli.evaluation.passkey has the protocol)."""
+    depths: DepthsOpt = "0,0.25,0.5,0.75,1"
+    digits: DigitsOpt = 5
+    prompts: PromptsOpt = None
+
+    def parsed_depths(self) -> list[float]:
+        from ropecli.errors import RopeCliError
+        from ropecli.evaluation.passkey import check_depths
+
+        try:
+            values = [float(x) for x in self.depths.split(",") if x.strip()]
+        except ValueError:
+            raise RopeCliError(f"--depths {self.depths}: pass numbers in [0, 1], comma-separated, e.g. --depths 0,0.5,1") from None
+        if not values:
+            raise RopeCliError("--depths is empty; pass e.g. --depths 0,0.5,1")
+        return check_depths(values)
+
+    def checked_digits(self) -> int:
+        from ropecli.evaluation.passkey import check_digits
+
+        return check_digits(self.digits)
+
+
+@dataclass
+class AdviseOptions:
+    """advise's own flags; `plan()` is the tournament's plan (`ropecli.tuning.advise_plan.AdvisePlan`, the same fields)."""
+    candidates: CandidatesOpt = None  # None: every candidate
+    with_log_n: WithLogNOpt = False  # each candidate also with log-n
+    budget: AdviseBudgetOpt = 12  # evaluations per searched candidate
+    held_out: HeldOutOpt = None  # held-out windows of the first round; None: --samples
+    max_short_kl: MaxShortKlOpt = None  # the constraints: out if broken
+    max_short_regression: MaxShortRegressionOpt = None
+    min_passkey: MinPasskeyOpt = None
+    task_guard: TaskGuardOpt = None  # a RULER task: out if shown worse at the target than as shipped within Ls
+    race: RaceOpt = True  # racing; --no-race: every candidate on every held-out window
+    margin: MarginOpt = None  # None: ropecli.evaluation.inference.MARGIN
+    max_windows: MaxWindowsOpt = None  # None: 4x the first round, as far as the text goes
+    metric: AdviseMetricOpt = "ppl"  # what the searches minimize and the rule ranks by
+    workload: WorkloadOpt = None  # also every candidate served per runtime over these request lengths
+    runtime: ServeRuntimeOpt = None
+
+    def plan(self):
+        from ropecli.tuning.candidates import CANDIDATES
+        from ropecli.tuning.advise_plan import AdvisePlan
+
+        serving = ServingOptions(self.workload, self.runtime)
+        serving.plan(None)  # --runtime without --workload, or a bad --workload: one line before the model loads
+        chosen = flat_choices(self.candidates, CANDIDATES) if self.candidates else None  # None: every one the model admits
+        return AdvisePlan(**{**vars(self), "candidates": chosen,
+                             "runtime": serving.runtimes() if self.workload else None})
+
+
+@dataclass
+class SearchOptions:
+    """What search-b and search share: the objective, the guards, the winner's export, racing."""
+    objective: ObjectiveOpt = "ppl"
+    max_short_regression: MaxShortRegressionOpt = None
+    max_short_kl: MaxShortKlOpt = None
+    export_config: ExportConfigOpt = None
+    race: RaceOpt = True
+
+    def plan(self, evaluation: "EvalOptions", output: "OutputOptions", prompts: "PasskeyOptions"):
+        """The search's plan (`ropecli.tuning.search_run.SearchPlan`), its paths checked before the model loads."""
+        from ropecli.tuning.search_run import SearchPlan
+
+        plan = SearchPlan(self.objective, self.max_short_regression, self.max_short_kl, self.export_config,
+                          self.race, output.plot, evaluation.log_n, evaluation.k)
+        if plan.prompted:
+            prompts.parsed_depths(), prompts.checked_digits()
+        plan.check_paths()
+        return plan

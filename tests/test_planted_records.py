@@ -1,0 +1,112 @@
+"""Registries that own their lists (issue 47): a record planted in its one registry appears everywhere with no
+other file changed — a metric in --metric's choices and help, compare's table, a race, the search objective and
+--json; a scaling method in freqs, compare, search --vary and export; a RULER task as a metric, a --task choice and
+a search objective. (Runtimes: tests/test_runtimes.py plants a whole module.) Each test also checks the planted
+record is gone afterwards, so the registries were the only thing that changed."""
+
+import dataclasses
+import json
+from typing import ClassVar
+
+import pytest
+from typer.testing import CliRunner
+
+from ropecli.cli.app import app
+
+runner = CliRunner()
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.fixture()
+def toy_metric(monkeypatch):
+    """A metric on windows with its own result type: the mean NLL of the window scored as PPL is, under its own
+    name, column, cell and cache entries (what a user's new metric would be)."""
+    from ropecli.evaluation import metrics
+    from ropecli.evaluation.results import PplResult
+
+    @dataclasses.dataclass
+    class ToyResult(PplResult):
+        metric: ClassVar[str] = "toy"
+
+        @staticmethod
+        def cell(row: dict) -> str:
+            return f"toy{row['nll']:.3f}"
+
+    record = dataclasses.replace(metrics.PPL, name="toy", column="TOY", words="toy NLL", result=lambda: ToyResult,
+                                 ranks=False)
+    monkeypatch.setitem(metrics.REGISTRY, "toy", record)
+    yield record
+    monkeypatch.delitem(metrics.REGISTRY, "toy")
+
+
+def test_a_planted_metric_is_a_choice_a_column_a_race_and_an_objective(toy_metric, tiny_dir, text_file):
+    assert ", toy" in flat(run("compare", "--help").output)  # --metric's help lists it (nothing else says toy)
+    assert ", toy" in flat(run("search", "--help").output)  # and --objective's
+    common = ["--model", tiny_dir, "--data", text_file, "--len", "64", "--samples", "2"]
+    r = run("compare", *common, "--method", "none,pi", "--metric", "toy")
+    assert r.exit_code == 0, r.output
+    assert "TOY 64" in r.output and "toy" in r.output.split("TOY 64")[1], r.output  # its column, its cells
+    out = json.loads(run("compare", *common, "--method", "none,pi", "--metric", "toy", "--json").stdout)
+    assert {row["metric"] for row in out["results"]} == {"toy"}
+    raced = json.loads(run("compare", *common, "--method", "none,pi", "--metric", "toy", "--race", "--json").stdout)
+    assert "toy" in raced["races"], raced.keys()
+    s = run("search", *common, "--method", "yarn", "--vary", "beta_fast=8:64", "--budget", "4", "--objective", "toy", "--json")
+    assert s.exit_code == 0 and json.loads(s.stdout)["objective_name"] == "toy", s.output
+
+
+def test_a_planted_metric_leaves_no_trace(tiny_dir):
+    from ropecli.evaluation.metrics import REGISTRY
+
+    assert "toy" not in REGISTRY
+    r = run("compare", "--model", tiny_dir, "--len", "64", "--metric", "toy")
+    assert r.exit_code == 2 and "--metric toy: choose from" in flat(r.output)
+
+
+@pytest.fixture()
+def toy_method():
+    """A scaling method registered in rope/methods.py's registry only: PI with its own bounded strength."""
+    import numpy as np
+
+    from ropecli.rope.methods import REGISTRY, Param, register
+
+    @register("toy-pi", "Lambda_m = 1 + s(k - 1): PI at strength s (a planted record)", Param("s", 1.0, "strength", 0.0, 1.0))
+    def toy(geom, s: float = 1.0):
+        return np.full(geom.n_pairs, 1.0 + s * (geom.factor - 1.0)), 1.0
+
+    yield REGISTRY["toy-pi"]
+    REGISTRY.pop("toy-pi")
+
+
+def test_a_planted_method_in_freqs_compare_search_and_export(toy_method, tiny_dir, text_file, tmp_path):
+    f = json.loads(run("freqs", "--d", "64", "--k", "4", "--method", "toy-pi", "--param", "s=0.5", "--json").stdout)
+    assert f["method"] == "toy-pi" and [p["factor"] for p in f["pairs"]] == pytest.approx([2.5] * 32)
+    common = ["--model", tiny_dir, "--data", text_file, "--len", "64", "--samples", "2"]
+    c = json.loads(run("compare", *common, "--method", "pi,toy-pi", "--json").stdout)
+    assert {r["method"] for r in c["results"]} == {"pi", "toy-pi"}
+    s = run("search", *common, "--method", "toy-pi", "--vary", "s", "--budget", "4", "--json")
+    assert s.exit_code == 0, s.output
+    assert 0.0 <= json.loads(s.stdout)["best_params"]["s"] <= 1.0
+    e = run("export", "--model", tiny_dir, "--method", "toy-pi", "--len", "128", "--to", "transformers",
+            "--out", tmp_path / "toy.json", "--json")
+    assert e.exit_code == 0, e.output
+    assert "toy-pi" in run("methods").output
+
+
+def test_a_planted_task_is_a_metric_a_choice_and_an_objective(monkeypatch):
+    from ropecli.evaluation.metrics import REGISTRY, objective_names
+    from ropecli.evaluation.ruler import templates
+
+    monkeypatch.setitem(templates.TASKS, "niah-toy", templates.TASKS["niah-single"])
+    assert REGISTRY["niah-toy"].units == "task" and "niah-toy" in objective_names()
+    assert "niah-toy" in flat(run("compare", "--help").output)
+    r = run("compare", "--len", "64", "--task", "niah-nope")
+    assert r.exit_code == 2 and "niah-toy" in flat(r.output)  # the choices named in the error are the registry's
+    monkeypatch.delitem(templates.TASKS, "niah-toy")
+    assert "niah-toy" not in REGISTRY
