@@ -287,3 +287,30 @@ def test_llama_cpp_runs_the_exported_gguf_like_ropecli(tmp_path):
         for slot in lm.slots:
             restore(slot)
     assert math.exp(cpp_nll) == pytest.approx(math.exp(nll / n), rel=1e-4)
+
+
+@pytest.mark.parametrize("how", ["link", "hardlink", "copy"])
+def test_export_weights_travel_as_asked(tmp_path, how):
+    """--weights: the folder's files beside config.json are absolute symbolic links (said where the export is printed:
+    rsync -a or tar would carry dangling links), hard links, or copies; a self-contained folder copied as tar or
+    rsync -a would (links kept as links) still loads."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from ropecli.cli.app import app
+
+    out = tmp_path / "hf"
+    r = CliRunner().invoke(app, ["export", "--model", "builtin", "--method", "yarn", "--len", "1024", "--to", "transformers",
+                                 "--out", str(out), "--weights", how])
+    assert r.exit_code == 0, r.output
+    files = [out / "model.safetensors", out / "tokenizer.json"]  # the built-in model's weights and tokenizer
+    assert all(p.is_symlink() == (how == "link") for p in files), [(p, p.is_symlink()) for p in files]
+    assert ("dangling links" in " ".join(r.output.split())) == (how == "link")
+    if how != "link":
+        moved = tmp_path / "serving" / "hf"
+        shutil.copytree(out, moved, symlinks=True)  # what rsync -a and tar do with links
+        shutil.rmtree(out)
+        from transformers import AutoModelForCausalLM
+
+        assert AutoModelForCausalLM.from_pretrained(moved).config.rope_parameters["rope_type"] == "longrope"  # consistent: the schedule as long_factor

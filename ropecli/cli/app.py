@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib
 from pathlib import Path
@@ -59,8 +60,12 @@ def finish_help(command) -> None:
     for param in getattr(command, "params", ()):
         if getattr(param, "help", None) and "{choices}" in param.help:
             param.help = param.help.replace("{choices}", ", ".join(param.type.choices))
-        if not getattr(param, "is_flag", False) and param.metavar is None and param.type.get_metavar(param, None) is None:
-            param.metavar = param.name.upper()
+        if not getattr(param, "is_flag", False) and param.type.get_metavar(param, None) is None:
+            if param.param_type_name == "argument":  # Typer shows an argument's type in a column of its own
+                param.type = copy.copy(param.type)
+                param.type.get_metavar = lambda *a, _name=param.name.upper(), **k: _name
+            elif param.metavar is None:
+                param.metavar = param.name.upper()
     if hasattr(command, "params"):  # the Advanced panel last: panels show in the order of their first option
         command.params.sort(key=lambda p: getattr(p, "rich_help_panel", None) == ADVANCED)
     for sub in getattr(command, "commands", {}).values():

@@ -172,6 +172,43 @@ def export_hf_folder(model_dir: Path, out_dir: Path, block: dict, force: bool) -
     return linked
 
 
+WEIGHTS = ("link", "hardlink", "copy")
+
+
+def place_weights(out_dir: Path, names: list[str], how: str) -> str:
+    """Turn the symbolic links `export_hf_folder` made into hard links (the same file, no space; a copy where the
+    filesystem refuses: another device) or copies, so the folder travels with rsync -a or tar; one line saying
+    what the folder holds now."""
+    import os
+    import shutil
+
+    if how == "link":
+        return ("the weights are symbolic links by absolute path: a folder moved to the serving machine with rsync -a "
+                "or tar arrives with dangling links; --weights hardlink (same filesystem, no extra space) or --weights "
+                "copy puts the files themselves there")
+    copied = 0
+    for name in names:
+        dst = out_dir / name
+        src = dst.resolve()
+        tmp = dst.with_name(f".{name}.ropecli-tmp")
+        if src.is_dir():
+            shutil.copytree(src, tmp, symlinks=False)
+            copied += 1
+        else:
+            try:
+                if how != "hardlink":
+                    raise OSError("copy asked for")
+                os.link(src, tmp)
+            except OSError:
+                shutil.copy2(src, tmp)
+                copied += 1
+        dst.unlink()
+        tmp.rename(dst)
+    return (f"the weights are {'hard links' if how == 'hardlink' else 'copies'}"
+            + (f" ({copied} copied: another filesystem)" if how == "hardlink" and copied else "")
+            + ": the folder is self-contained, rsync -a or tar carries it whole")
+
+
 def export_hf_from_gguf(gguf_path: Path, out_dir: Path, block: dict, force: bool) -> None:
     """A transformers folder from a GGUF: transformers dequantizes it (float32 safetensors, its
     tokenizer), then the block is merged into the saved config.json. Minutes for a large model."""

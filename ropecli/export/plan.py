@@ -86,12 +86,14 @@ def export_target(geom: Geometry, rope: ModelRope | None, base_given: bool) -> M
 
 def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str, out: str | None, *,
                     model: str | None = None, gguf_file: str | None = None, force: bool = False,
-                    consistent: bool = True, replace: bool = False, measure_switching: bool = True) -> dict:
+                    consistent: bool = True, replace: bool = False, measure_switching: bool = True,
+                    weights: str = "link") -> dict:
     """Write `spec` at geom's k for `runtime` (a name or alias; paths checked by `check_export_paths` first) with
     the runtime's writer (`ropecli.export.runtimes.<name>.write`); returns what was written, the lines to tell the user,
     and what each runtime does with it. `native` (the model as shipped) writes nothing. `consistent=False`
     (--switching) writes the short/long switch; transformers then decodes across it with stale keys, and that
-    damage is measured on `model` and printed (`measure_switching`)."""
+    damage is measured on `model` and printed (`measure_switching`). `weights`: how a model folder's other files
+    sit beside the merged config.json: "link" (symbolic links by absolute path), "hardlink" or "copy"."""
     from ropecli.export.runtimes import PER_FORWARD, canonical, module, record
 
     runtime = canonical(runtime)
@@ -100,6 +102,11 @@ def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str,
     result = module(runtime).write(spec, geom, target, out, model=model, gguf_file=gguf_file, force=force,
                                    consistent=consistent, replace=replace)
     result["runtime"] = runtime
+    if result.get("linked"):
+        from ropecli.export.hf import place_weights
+
+        result["weights"] = weights
+        result["lines"].append(place_weights(Path(out), result["linked"], weights))
     result["runtimes"] = runtime_behaviour(target, consistent)
     result["consistent"] = consistent
     result["versions"] = works_with(runtime)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ropecli.cli.common import emit_json, geometry_of, handle_errors
 from ropecli.cli.console import show
 from ropecli.errors import RopeCliError
-from ropecli.cli.eval_options import ConsistentOpt, ExportOutOpt, ForceOpt, ReplaceOpt, ToOpt
+from ropecli.cli.eval_options import ConsistentOpt, ExportOutOpt, ForceOpt, ReplaceOpt, ToOpt, WeightsOpt
 from ropecli.cli.groups import TargetGeometryOptions, ScheduleOptions, with_option_groups
 from ropecli.cli.options import DEFAULT_METHOD, JsonOpt, LogNOpt
 
@@ -14,7 +14,7 @@ from ropecli.cli.options import DEFAULT_METHOD, JsonOpt, LogNOpt
 @handle_errors
 @with_option_groups
 def export(geometry: TargetGeometryOptions, schedule: ScheduleOptions, log_n: LogNOpt = False, to: ToOpt = "transformers", out: ExportOutOpt = None, consistent: ConsistentOpt = True, force: ForceOpt = False,
-           replace: ReplaceOpt = False, as_json: JsonOpt = False):
+           replace: ReplaceOpt = False, weights: WeightsOpt = "link", as_json: JsonOpt = False):
     """Write a schedule where a runtime reads it: transformers, vLLM, llama.cpp, SGLang or Ollama.
 
     Examples: ropecli export --model path/to/llama --method mixed --b 0.75 --len 32768 --to transformers --out llama-32k
@@ -33,5 +33,5 @@ def export(geometry: TargetGeometryOptions, schedule: ScheduleOptions, log_n: Lo
     geom, rope = geometry_of(geometry)
     result = export_schedule(specs[0], geom, export_target(geom, rope, base_given=geometry.base is not None), to, out,
                              model=geometry.model, gguf_file=geometry.gguf_file, force=force, consistent=consistent,
-                             replace=replace)
+                             replace=replace, weights=weights)
     return emit_json(result) if as_json else show(export_lines(result, consistent), wrap=False)

@@ -1,0 +1,135 @@
+"""The command surface a first user reads, and the package's import graph (issue 47).
+
+Every command's --help renders with no placeholder (`<function>`, `<str>`, `<int>` …: an option whose type Typer
+could not name); compare's and advise's first panels hold at most ~15 options, the engine's knobs under one
+Advanced panel, last; one spelling per idea (--race/--no-race in compare, search and advise; export's --len with
+--target-len its other spelling). No import circle in the package, function-local and TYPE_CHECKING imports
+counted (import-linter's layer contracts do not see circles inside a layer); the walker is shown to find one.
+"""
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ropecli.cli.app import COMMANDS, app
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parent.parent
+PLACEHOLDER = re.compile(r"<(function|str|int|float|text|integer|path|lambda)>|<function ", re.I)
+
+
+def every_help() -> dict[str, str]:
+    names = [[]] + [[c] for c in COMMANDS] + [["plot", "freqs"], ["plot", "schedule"]]
+    return {" ".join(n) or "ropecli": runner.invoke(app, [*n, "--help"], env={"COLUMNS": "160"}).output for n in names}
+
+
+def panels(text: str) -> dict[str, list[str]]:
+    """{panel title: its options' long flags}, in the order the help draws them."""
+    out, current = {}, None
+    for line in text.splitlines():
+        title = re.match(r"╭─ (.+?) ─", line)
+        if title:
+            current = out.setdefault(title.group(1), [])
+        elif current is not None and re.match(r"│ --[a-z]", line):
+            current.append(line.split()[1])
+    return out
+
+
+def test_every_help_renders_without_a_placeholder():
+    helps = every_help()
+    assert len(helps) == len(COMMANDS) + 3 and all("Usage:" in h for h in helps.values()), list(helps)
+    bad = {name: PLACEHOLDER.findall(h) for name, h in helps.items() if PLACEHOLDER.search(h)}
+    assert not bad, bad
+    assert PLACEHOLDER.search("--metric   <function>   What to measure")  # the pattern catches what issue 47 saw
+
+
+@pytest.mark.parametrize("command", ["compare", "advise"])
+def test_first_panels_are_short_and_advanced_is_last(command):
+    found = panels(runner.invoke(app, [command, "--help"], env={"COLUMNS": "160"}).output)
+    assert list(found)[-1] == "Advanced" and len(found["Advanced"]) >= 15, list(found)
+    first = [flag for title, flags in found.items() if title not in ("Advanced", "Options") for flag in flags]
+    assert 8 <= len(first) <= 15, first
+    assert "--model" in first and "--len" in first and "--race" in first
+    assert not {"--chunk-size", "--keep-token-losses", "--score-last", "--key-evaluator", "--key-short",
+                "--max-windows", "--with-and-without-log-n", "--held-out"} & set(first)
+
+
+def test_one_spelling_per_idea():
+    for command in ("compare", "search", "advise"):
+        assert "--race" in (h := runner.invoke(app, [command, "--help"], env={"COLUMNS": "160"}).output) and "--no-race" in h
+    export = runner.invoke(app, ["export", "--help"], env={"COLUMNS": "160"}).output
+    assert re.search(r"--len,--target-len", export), export
+    for spelling in ("--len", "--target-len"):
+        r = runner.invoke(app, ["export", "--method", "pi", spelling, "8192", "--to", "transformers", "--json"])
+        assert r.exit_code == 0 and '"factor": 2.0' in r.stdout, r.output
+
+
+def ropecli_imports(package: Path) -> dict[str, set[str]]:
+    """module -> the package's modules it imports, anywhere in the file (function-local and TYPE_CHECKING included);
+    `from a import b` counts a.b where that is a module, else a."""
+    root = package.name
+    files = {".".join(p.relative_to(package.parent).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in package.rglob("*.py")}
+    graph = {}
+    for name, path in files.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.split(".")[0] == root:
+                found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in files else node.module for a in node.names}
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names if a.name.split(".")[0] == root}
+        graph[name] = {m for m in found if m in files and m != name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+    sys.setrecursionlimit(max(10_000, sys.getrecursionlimit()))
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circle_counting_function_local_imports():
+    graph = ropecli_imports(ROOT / "ropecli")
+    assert len(graph) > 100 and graph["ropecli.tuning.tournament"], len(graph)  # it read the package
+    assert not circles(graph), circles(graph)
+
+
+def test_the_walker_finds_a_circle_hidden_in_a_function(tmp_path):
+    pkg = tmp_path / "ropecli"
+    (pkg / "a").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a" / "__init__.py").write_text("")
+    (pkg / "a" / "one.py").write_text("from ropecli.a.two import g\n")
+    (pkg / "a" / "two.py").write_text("def g():\n    from ropecli.a import one\n    return one\n")
+    assert circles(ropecli_imports(pkg)) == [["ropecli.a.one", "ropecli.a.two"]]
