@@ -29,10 +29,11 @@ def command_functions() -> dict[str, object]:
     """Every command's own function (under its decorators), by the name `ropecli --help` lists."""
     import inspect
 
-    from ropecli.cli.app import COMMANDS
+    from ropecli.cli.app import COMMANDS, command_function
     from ropecli.cli.commands import plot
 
-    fns = {**COMMANDS, "plot": plot.overview, "plot freqs": plot.plot_freqs, "plot schedule": plot.plot_schedule}
+    fns = {**{n: command_function(n) for n in COMMANDS if n != "plot"}, "plot": plot.overview, "plot freqs": plot.plot_freqs,
+           "plot schedule": plot.plot_schedule}
     return {name: inspect.unwrap(f) for name, f in fns.items()}
 
 

@@ -32,25 +32,19 @@ def command_function(name: str):
     return getattr(importlib.import_module(f"ropecli.cli.commands.{module}"), attr)
 
 
-def summary(name: str) -> str:
-    """`ropecli --help`'s line for a command: the first line of its docstring, read from the module's source
-    (no import), so listing the commands costs no command's imports."""
-    module, attr = COMMANDS[name]
-    return _docstrings(module).get(attr, "")
-
-
 @functools.lru_cache(maxsize=None)
-def _docstrings(module: str) -> dict[str, str]:
-    """{function or "app": the first line of its docstring (a Typer sub-app: its help=)} of a command module."""
+def summary(name: str) -> str:
+    """`ropecli --help`'s line for a command: its docstring's first line (a sub-app: its help=), read from the source
+    with ast, so listing the commands imports none of them."""
     import ast
 
-    found = {}
+    module, attr = COMMANDS[name]
     for node in ast.walk(ast.parse((Path(__file__).parent / "commands" / f"{module}.py").read_text())):
-        if isinstance(node, ast.FunctionDef):
-            found[node.name] = (ast.get_docstring(node) or "").split("\n")[0]
-        elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "Typer":
-            found["app"] = next((k.value.value for k in node.keywords if k.arg == "help"), "")
-    return found
+        if isinstance(node, ast.FunctionDef) and node.name == attr:
+            return (ast.get_docstring(node) or "").split("\n")[0]
+        if attr == "app" and isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "Typer":
+            return next((k.value.value for k in node.keywords if k.arg == "help"), "")
+    return ""
 
 
 def finish_help(command) -> None:
@@ -87,13 +81,9 @@ class LazyCommandsGroup(OneLineErrorsGroup):
         if self.listing:
             return TyperCommand(name, short_help=summary(name), help=summary(name))
         if name not in self.commands:
-            fn = command_function(name)
-            if isinstance(fn, typer.Typer):
-                self.commands[name] = typer.main.get_group(fn)
-            else:
-                single = typer.Typer(add_completion=False)
-                single.command(name)(fn)
-                self.commands[name] = typer.main.get_command(single)
+            fn, single = command_function(name), typer.Typer(add_completion=False)
+            single.command(name)(fn) if not isinstance(fn, typer.Typer) else None
+            self.commands[name] = typer.main.get_group(fn) if isinstance(fn, typer.Typer) else typer.main.get_command(single)
             self.commands[name].name = name
             finish_help(self.commands[name])
         return self.commands[name]
@@ -106,15 +96,9 @@ class LazyCommandsGroup(OneLineErrorsGroup):
             self.listing = False
 
 
-app = typer.Typer(
-    name="ropecli",
-    help="Choose how to stretch a RoPE model's context window: frequencies, schedules, perplexity, and the mixed-base b search.",
-    cls=LazyCommandsGroup,
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+app = typer.Typer(name="ropecli", help="Choose how to stretch a RoPE model's context window: frequencies, schedules, perplexity, "
+                  "and the mixed-base b search.", cls=LazyCommandsGroup, no_args_is_help=True, pretty_exceptions_enable=False,
+                  add_completion=False, context_settings={"help_option_names": ["-h", "--help"]})
 
 
 def _version(value: bool):

@@ -1,6 +1,5 @@
-"""The evaluating commands' option groups (`ropecli.cli.groups` has the decorator and the groups every command
-shares): the model to load, the text, the evaluation's knobs, prompts, serving, advise and search. Each group
-becomes one record when the command starts (`plan()`, `specs()`): the layers below take records, not flags."""
+"""The evaluating commands' option groups (the shared ones and the decorator: `ropecli.cli.groups`); each becomes one
+record when the command starts (`plan()`, `specs()`): the layers below take records, not flags."""
 
 from __future__ import annotations
 

@@ -106,8 +106,9 @@ class CommaChoices(ParamType):
     record registered after start-up is a choice; `{choices}` in the option's help becomes the list then."""
 
     def __init__(self, source: Callable[[], typing.Iterable] | typing.Iterable, flag: str, metavar: str = "NAME",
-                 many: bool = True):
-        self.source, self.flag, self.metavar, self.many = source, flag, metavar, many
+                 many: bool = True, spellings: Callable[[], dict[str, str]] | None = None):
+        """`spellings`: {an accepted word, lower case: the one name it stands for} (a runtime's aliases)."""
+        self.source, self.flag, self.metavar, self.many, self.spellings = source, flag, metavar, many, spellings
         self.name = metavar.lower()
 
     @property
@@ -122,10 +123,12 @@ class CommaChoices(ParamType):
         if isinstance(value, list):
             return value
         names = [n.strip() for n in str(value).split(",") if n.strip()] if self.many else [str(value)]
-        bad = [n for n in names if n not in self.choices] or ([] if names else [repr(value)])
+        words = self.spellings() if self.spellings else {n: n for n in self.choices}
+        bad = [n for n in names if n.lower() not in words and n not in words] or ([] if names else [repr(value)])
         if bad:
             self.fail(f"{self.flag} {bad[0]}: choose from {', '.join(self.choices)}" + (" (a comma list is fine)" if self.many
                       else ""), param, ctx)
+        names = [words.get(n, words.get(n.lower())) for n in names]
         return names if self.many else names[0]
 
 

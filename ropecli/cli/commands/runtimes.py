@@ -9,11 +9,12 @@ import typer
 
 from ropecli.cli.common import emit_json, handle_errors
 from ropecli.cli.console import show
-from ropecli.cli.options import JsonOpt
-from ropecli.cli.runtime_name import RuntimeName
+from ropecli.cli.options import CommaChoices, JsonOpt
+from ropecli.export.runtimes import names, spellings
 
-RuntimeArg = Annotated[Optional[str], typer.Argument(click_type=RuntimeName("NAME"), help="One runtime (default: all).",
-                                                     show_default=False)]
+RuntimeArg = Annotated[Optional[str], typer.Argument(
+    click_type=CommaChoices(names, "NAME", "NAME", many=False, spellings=spellings), help="One runtime (default: all).",
+    show_default=False)]
 
 
 @handle_errors
