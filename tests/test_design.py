@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from ropecli.rope.target import Target
 from ropecli.cli.app import app
 from ropecli.rope.geometry import Geometry
 from ropecli.tuning.search import search_b
@@ -166,7 +167,7 @@ def test_search_core_with_an_injected_evaluator():
         return {"none": 4.2, "pi": 3.99, "ntk-aware": 3.58, "ntk-fixed": 3.59, "yarn": 3.7, "llama3": 3.6, "dynamic": 3.8}[spec.method]
 
     calls = []
-    out = search_b(fake_evaluator(nll, calls), Geometry(64, 1e4, 256, 8.0), [2048], lo=0, hi=1, tol=0.01)
+    out = search_b(fake_evaluator(nll, calls), Target((2048,), None, Geometry(64, 1e4, 256, 8.0)), lo=0, hi=1, tol=0.01)
     assert abs(out["best_b"] - 0.7) <= 0.01
     assert out["search_evaluations"] == 12 and out["grid_evaluations_same_accuracy"] == 51
     refs = {r["label"]: r for r in out["references"]}
@@ -183,7 +184,7 @@ def test_search_core_guard_rejects_short_context_damage():
         return 3.5 + (b - 0.9) ** 2 if spec.method == "mixed" else 4.0
 
     calls = []
-    out = search_b(fake_evaluator(nll, calls), Geometry(64, 1e4, 256, 8.0), [2048], tol=0.01, max_short_regression=5.0)
+    out = search_b(fake_evaluator(nll, calls), Target((2048,), None, Geometry(64, 1e4, 256, 8.0)), tol=0.01, max_short_regression=5.0)
     assert out["guard"]["factor"] == 8.0 and out["guard"]["none_ppl"] == pytest.approx(math.exp(3.0))
     assert out["best_b"] <= 0.5  # the unguarded optimum 0.9 is rejected
     assert all(e["violates_guard"] for e in out["evaluations"] if e["b"] > 0.5)

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from ropecli.rope.target import Target
 from ropecli.evaluation.inference import paired, t_quantile
 from ropecli.tuning.simulation import Cell, se_calibration
 from ropecli.evaluation.sample_size import projected_se, units_needed
@@ -217,9 +218,9 @@ def test_a_hopeless_search_point_stops_after_half_its_windows_with_a_lower_bound
         return rows
 
     geom = Geometry(64, 1e4, 256, 8.0)
-    full = search_b(run, geom, [2048], tol=0.01)
+    full = search_b(run, Target((2048,), None, geom), tol=0.01)
     expected = []
-    screened = search_b(run, geom, [2048], tol=0.01, windows=8, screen=True, expect=lambda c, m="ppl", s=None: expected.append((c, s)))
+    screened = search_b(run, Target((2048,), None, geom), tol=0.01, windows=8, screen=True, expect=lambda c, m="ppl", s=None: expected.append((c, s)))
     assert screened["best_b"] == full["best_b"]  # the same answer
     assert [e["b"] for e in screened["evaluations"]] == [e["b"] for e in full["evaluations"]]  # by the same path
     stopped = [e for e in screened["evaluations"] if "stopped_early" in e]

@@ -64,6 +64,12 @@ class EvalOptions:
     key_evaluator: KeyEvaluatorOpt = None
     key_short: KeyShortOpt = None
 
+    def target(self, rope, lengths: list[int] | None = None, default: bool = True):
+        """The Target record (`ropecli.rope.target`) of the loaded model: --len (or `lengths`), --k; 8 L by default."""
+        from ropecli.rope.target import Target
+
+        return Target.of(rope, lengths or self.length, self.k, default)
+
 
 @dataclass
 class ServingOptions:

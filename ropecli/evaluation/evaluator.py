@@ -235,23 +235,6 @@ class Evaluator:
         return legacy_key(self.backend, self.score_last, spec, length, geom, sched, metric, inputs)
 
 
-DEFAULT_EXTENSION = 8  # the target when no --len is given: 8 L, the article's k = 8
-
-
-def default_target(train_len: int) -> int:
-    """The one default target length of search-b, search, advise and passkey: 8 L."""
-    return DEFAULT_EXTENSION * train_len
-
-
-def check_lengths(lengths: list[int]) -> list[int]:
-    if not lengths:
-        raise RopeCliError("no --len given; pass e.g. --len 4096")
-    bad = [n for n in lengths if n < 2]
-    if bad:
-        raise RopeCliError(f"--len {bad[0]} is too short; pass lengths of at least 2 tokens")
-    return sorted(dict.fromkeys(lengths))
-
-
 def same_schedule(a: Schedule, b: Schedule) -> bool:
     """Whether two schedules put the same rotation on every position: the same factors and attention factor
     (log-n depends on the position only, so it never tells two lengths apart)."""

@@ -55,6 +55,7 @@ class Metric:
     scales: bool = True
     objective: bool = True  # a search may minimize its estimand (`search --objective`, `tuning.objective`)
     ranks: bool = False  # advise may rank by it (`advise --metric`): an estimand over the text's windows
+    at_train_len: bool = False  # compare runs it at L with the schedules built for the target's k (kl)
 
     @property
     def unit_metric(self) -> str:
@@ -147,7 +148,7 @@ PASSKEY = Metric("passkey", "prompts", lambda ev, spec, sched, unit: ev.backend.
 KL = Metric("kl", "windows", lambda ev, spec, sched, unit: ev.backend.window_kl(unit[0], sched, spec.log_n, ev.chunk_tokens),
             _kl_summary, "KL", "KL", _result("KlResult"), "kl_mean",
             key=lambda ev, rope: {"reference": "native"} if rope.shipped is not None else {},  # vs as shipped
-            check=_kl_check, scales=False, objective=False)
+            check=_kl_check, scales=False, objective=False, at_train_len=True)
 
 
 @functools.lru_cache(maxsize=None)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ropecli.errors import RopeCliError
 from ropecli.rope.spec import make_spec
+from ropecli.rope.target import Target
 from ropecli.tuning.candidates import search_plans
 from ropecli.tuning.advise_plan import AdvisePlan
 from ropecli.tuning.objective import Bench
@@ -29,12 +30,9 @@ class Source:
     data: list[str] | None = None
 
 
-def run_advise(session: Bench, plan: AdvisePlan, lengths: list[int] | None, factor: float | None, out_dir: Path,
-               source: Source) -> dict:
+def run_advise(session: Bench, plan: AdvisePlan, target: Target, out_dir: Path, source: Source) -> dict:
     """The whole of `ropecli advise` into `out_dir` (made by `prepare_out`); returns advice.json's content
     (written on the main rank)."""
-    from ropecli.evaluation.evaluator import check_lengths, default_target
-    from ropecli.rope.spec import target_factor
     from ropecli.tuning.tournament import tournament
     from ropecli.tuning.candidates import SHIPPED_ONLY, default_candidates
 
@@ -43,7 +41,7 @@ def run_advise(session: Bench, plan: AdvisePlan, lengths: list[int] | None, fact
     if rope.shipped is None and any(n in SHIPPED_ONLY for n in names):
         raise RopeCliError(f"--candidates {','.join(n for n in names if n in SHIPPED_ONLY)}: {rope.name} ships plain RoPE, "
                            "so native is none and native+METHOD is METHOD; leave those candidates out")
-    lengths = check_lengths(lengths or [default_target(rope.train_len)])
+    lengths = list(target.lengths)
     held = session.held_out(plan.held_out)
     for n in lengths:
         session.check("ppl", n), held.check("ppl", n)
@@ -58,7 +56,6 @@ def run_advise(session: Bench, plan: AdvisePlan, lengths: list[int] | None, fact
                                "(niah-single-noise, niah-multikey-needle) or leave --task-guard out") from None
         held.check(plan.task_guard, max(lengths))
     racing = None if not plan.race else racing_plan(held, lengths, plan.max_windows, notes)
-    geom = rope.geometry(target_factor(factor, lengths, rope.train_len))
     serving = None
     if plan.workload:
         from ropecli.export.runtimes import SERVED_BY_DEFAULT
@@ -67,7 +64,7 @@ def run_advise(session: Bench, plan: AdvisePlan, lengths: list[int] | None, fact
         serving = (parse_workload(plan.workload, max(lengths)), plan.runtime or list(SERVED_BY_DEFAULT), rope)
     with session.progress.task(bar_total(plan, names, lengths, session, held, racing, passkey), "advise"):
         result = tournament(
-            session.run, held.run, geom, lengths, plan, names=names, factor=factor, passkey=passkey, note=notes.append,
+            session.run, held.run, target, plan, names=names, passkey=passkey, note=notes.append,
             on_passkey_skipped=lambda: None if racing else session.progress.grow(  # every candidate's prompts
                 -held.inputs.units("passkey") * len(names) * (2 if plan.with_log_n else 1)),
             held_windows=held.inputs.samples, search_windows=session.inputs.samples, racing=racing,

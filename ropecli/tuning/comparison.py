@@ -4,30 +4,32 @@
 
 from __future__ import annotations
 
+from ropecli.rope.target import Target
 from ropecli.tuning.objective import Bench
 
 
-
-def compare_schedules(session: Bench, specs: list, lengths: list[int], metrics: list[str], factor: float | None, *,
-            race: bool = False, max_windows: int | None = None, margin: float | None = None,
-            serving: tuple | None = None) -> dict:
-    """Every spec x length on each metric (kl: at L, the schedules built for the target's k: `factor`, or
-    the longest length / L). With `race`, each metric is raced over all lengths from --samples windows.
-    `serving` = (workload, runtimes): also each spec served by each runtime over the workload
-    (`ropecli.tuning.serving`), its schedules exported for the target's k."""
+def compare_schedules(session: Bench, specs: list, target: Target, metrics: list[str], *, race: bool = False,
+                      max_windows: int | None = None, margin: float | None = None, serving: tuple | None = None) -> dict:
+    """Every spec x length on each metric (kl: at L, the schedules built for the target's k). With `race`, each
+    metric is raced over all lengths from --samples windows. `serving` = (workload, runtimes): also each spec served
+    by each runtime over the workload (`ropecli.tuning.serving`), its schedules exported for the target's k. Every
+    metric is checked at every length first (enough text; a task's smallest prompt fits), before any forward pass."""
     from ropecli.evaluation.metrics import REGISTRY
     from ropecli.evaluation.stats import attach_paired
-    from ropecli.rope.spec import target_factor
 
-    L = session.rope.train_len
-    kl_k = target_factor(factor, lengths, L) if "kl" in metrics else None
-    cells = {"ppl": (specs, lengths), "key-ppl": (specs, lengths), "passkey": (specs, lengths), "kl": ([s.but(factor=kl_k) for s in specs], [L])}
+    L, lengths = session.rope.train_len, list(target.lengths)
+    at_L = [m for m in metrics if REGISTRY[m].at_train_len]  # kl: the schedules built for the target's k, run at L
+    kl_k = target.k if at_L else None
+    cells = {m: ([s.but(factor=target.k) for s in specs], [L]) for m in at_L}
+    for m in metrics:  # the boundary's checks, all of them before the first forward pass
+        for n in cells.get(m, (specs, lengths))[1]:
+            session.check(m, n)
     served = None
     if serving is not None:  # first: its prefix passes at the target's k leave the table's windows at k cached
         from ropecli.tuning.serving import serve_workload
 
-        k = target_factor(factor, lengths, L)
-        served = {**serve_workload(session.run, specs, serving[0], serving[1], session.rope, k, margin), "factor": k}
+        served = {**serve_workload(session.run, specs, serving[0], serving[1], session.rope, target.k, margin),
+                  "factor": target.k}
     results, races = [], {}
     for m in [m for m in REGISTRY if m in metrics]:  # the registry's order: ppl, key-ppl, passkey, kl, the tasks
         if race and len(specs) > 1:

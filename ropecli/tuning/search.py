@@ -27,7 +27,8 @@ from ropecli.errors import RopeCliError
 from ropecli.evaluation.stats import tie_answer
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.methods import format_label
-from ropecli.rope.spec import Spec, make_spec, reference_spec, standard_specs_for, target_factor
+from ropecli.rope.spec import Spec, make_spec, reference_spec, standard_specs_for
+from ropecli.rope.target import Target
 from ropecli.tuning.objective import Evaluate, Scorer, pair
 from ropecli.tuning.optimizers import (boundary, check_range, default_optimizer, grid_evaluations, interior_evaluations,
                                        local_maxima, optimize)
@@ -41,19 +42,20 @@ SCREEN_ALPHA = 0.05  # one interim look per point, against the one incumbent
 SAME_AS_MIXED = {"pi": 0.0, "ntk-fixed": 1.0}
 
 
-def run_search(run: Evaluate, held_out_run: Evaluate | None, geom: Geometry, method: str, dims: list[Dim], fixed: dict,
-               lengths: list[int], *, budget: int, optimizer: str = "auto", objective: str = "ppl", log_n: bool = False,
-               factor: float | None = None, max_short_regression: float | None = None, max_short_kl: float | None = None,
+def run_search(run: Evaluate, held_out_run: Evaluate | None, target: Target, method: str, dims: list[Dim], fixed: dict,
+               *, budget: int, optimizer: str = "auto", objective: str = "ppl", log_n: bool = False,
+               max_short_regression: float | None = None, max_short_kl: float | None = None,
                references: list[Spec] | None = None, tol: float | None = None, score: Scorer | None = None,
                windows: int | None = None, screen: bool = False,
                expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None) -> dict:
-    """Search `dims` of `method` (other parameters `fixed`) for the lowest objective over `lengths`
-    within `budget` evaluations; with `held_out_run`, re-measure the winner and the standard methods there.
+    """Search `dims` of `method` (other parameters `fixed`) for the lowest objective over the target's lengths
+    within `budget` evaluations (specs built with the target's factor as given); with `held_out_run`, re-measure the winner and the standard methods there.
     `score`: a Scorer to share with the caller (search-b scores its references with the same guards).
     `screen` (with the number of searched `windows`): a point hopeless against the incumbent after its
     first half of the windows stops there (`screened`); `expect` hears of the windows it did not take."""
-    score = score or Scorer(run, geom.shipped_len, lengths, objective, target_factor(factor, lengths, geom.train_len),
-                            max_short_regression, max_short_kl, reference_spec(geom))
+    geom, lengths, factor = target.geom, list(target.lengths), target.factor
+    score = score or Scorer(run, geom.shipped_len, lengths, objective, target.k, max_short_regression, max_short_kl,
+                            reference_spec(geom))
     evaluations: list[dict] = []
 
     def screened(spec: Spec, above: float | None) -> dict | None:
@@ -112,7 +114,7 @@ def run_search(run: Evaluate, held_out_run: Evaluate | None, geom: Geometry, met
     }
     if held_out_run is not None:
         winner = make_spec(method, {**fixed, **best["params"]}, factor=factor, log_n=log_n)
-        out["held_out"] = held_out_verdict(held_out_run, geom, lengths, objective, winner, references or [], log_n, factor)
+        out["held_out"] = held_out_verdict(held_out_run, target, objective, winner, references or [], log_n)
     return out
 
 
@@ -141,8 +143,8 @@ def compare_with_best(evaluations: list[dict], best: dict, dims: list[Dim], brac
             "bracket": [d.value(u) for u in bracket] if bracket else None, "equivalent": [tied[0], tied[-1]]}
 
 
-def search_b(run: Evaluate, geom: Geometry, lengths: list[int], *, lo: float = 0.0, hi: float = 1.0, tol: float = 0.01,
-             log_n: bool = False, factor: float | None = None, max_short_regression: float | None = None,
+def search_b(run: Evaluate, target: Target, *, lo: float = 0.0, hi: float = 1.0, tol: float = 0.01,
+             log_n: bool = False, max_short_regression: float | None = None,
              max_short_kl: float | None = None, objective: str = "ppl", windows: int | None = None, screen: bool = False,
              expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None) -> dict:
     """`search --method mixed --vary b=LO:HI` with golden-section to accuracy `tol`, then the standard
@@ -150,10 +152,11 @@ def search_b(run: Evaluate, geom: Geometry, lengths: list[int], *, lo: float = 0
     `screen`, `expect`: as in `run_search` (hopeless points stop after their first windows)."""
     check_range(lo, hi, tol)
     evals = interior_evaluations(lo, hi, tol) + 2  # both ends, then the interior points
-    score = Scorer(run, geom.shipped_len, lengths, objective, target_factor(factor, lengths, geom.train_len),
-                   max_short_regression, max_short_kl, reference_spec(geom))  # one Scorer: the references meet the same guards
-    out = run_search(run, None, geom, "mixed", [Dim("b", lo, hi)], {}, lengths, budget=evals, optimizer="golden",
-                     objective=objective, log_n=log_n, factor=factor, tol=tol / (hi - lo), score=score,
+    geom, lengths, factor = target.geom, list(target.lengths), target.factor
+    score = Scorer(run, geom.shipped_len, lengths, objective, target.k, max_short_regression, max_short_kl,
+                   reference_spec(geom))  # one Scorer: the references meet the same guards
+    out = run_search(run, None, target, "mixed", [Dim("b", lo, hi)], {}, budget=evals, optimizer="golden",
+                     objective=objective, log_n=log_n, tol=tol / (hi - lo), score=score,
                      windows=windows, screen=screen, expect=expect)
     for e in out["evaluations"]:
         e["b"] = e["params"]["b"]
@@ -210,12 +213,12 @@ def references_verdict(references: list[dict], best: dict) -> dict:
             "references_tied_with_best_b": tied}
 
 
-def held_out_verdict(run: Evaluate, geom: Geometry, lengths: list[int], objective: str, winner: Spec,
-                     extra: list[Spec], log_n: bool, factor: float | None) -> dict:
+def held_out_verdict(run: Evaluate, target: Target, objective: str, winner: Spec, extra: list[Spec], log_n: bool) -> dict:
     """The winner and the standard methods on held-out windows (prompts, for a passkey or task objective); the
     winner against the best of them, paired."""
     from ropecli.evaluation.metrics import prompted
 
+    geom, lengths, factor = target.geom, list(target.lengths), target.factor
     score = Scorer(run, geom.shipped_len, lengths, objective, 1.0)
     rows = [{"label": winner.label, "role": "winner", **score(winner)}]
     for spec in standard_specs_for(geom, factor=factor, log_n=log_n) + list(extra):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ropecli.errors import RopeCliError
+from ropecli.rope.target import Target
 from ropecli.tuning.objective import Bench
 
 
@@ -22,7 +23,7 @@ class SearchPlan:
     race: bool = True  # stop hopeless points early (--no-race: score every point on every window)
     plot: str | None = None
     log_n: bool = False
-    factor: float | None = None  # k (default: the longest length / L)
+    factor: float | None = None  # --k as given: the references are checked with it before the model loads
 
     @property
     def prompted(self) -> bool:
@@ -43,30 +44,26 @@ class SearchPlan:
             check_writable(self.export_config, "--export-config")
 
 
-def preflight(session: Bench, plan: SearchPlan, lengths: list[int] | None, *sessions: Bench):
-    """(lengths, geometry at the target's k): the default target 8·L, and enough text at every length for
-    the session and `sessions` (the held-out one), before any forward pass."""
-    from ropecli.evaluation.evaluator import check_lengths, default_target
-    from ropecli.rope.spec import target_factor
+def preflight(session: Bench, plan: SearchPlan, target: Target, *sessions: Bench) -> None:
+    """Enough text at every length for the session and `sessions` (the held-out one), before any forward pass."""
+    from ropecli.evaluation.metrics import metric_record
 
-    rope = session.rope
-    lengths = check_lengths(lengths or [default_target(rope.train_len)])
-    for n in lengths:
+    for n in target.lengths:
         for s in (session, *sessions):
-            s.check("ppl" if plan.objective == "key-ppl" else plan.objective, n)
-    return lengths, rope.geometry(target_factor(plan.factor, lengths, rope.train_len))
+            s.check(metric_record(plan.objective).unit_metric, n)
 
 
-def search_b_on(session: Bench, plan: SearchPlan, lengths: list[int] | None, lo: float, hi: float, tol: float) -> dict:
+def search_b_on(session: Bench, plan: SearchPlan, target: Target, lo: float, hi: float, tol: float) -> dict:
     """search-b: golden-section over the mixed b, then the standard methods on the same windows."""
     from ropecli.tuning.search import search_b
 
-    lengths, geom = preflight(session, plan, lengths)
-    out = search_b(session.run, geom, lengths, lo=lo, hi=hi, tol=tol, log_n=plan.log_n, factor=plan.factor,
+    preflight(session, plan, target)
+    lengths, geom = list(target.lengths), target.geom
+    out = search_b(session.run, target, lo=lo, hi=hi, tol=tol, log_n=plan.log_n,
                    max_short_regression=plan.max_short_regression, max_short_kl=plan.max_short_kl,
                    objective=plan.objective, windows=session.inputs.count(plan.objective), screen=plan.race)
     out = {**session.header(), **out, "screened": plan.race, **session.tally()}
-    if all(n <= session.rope.train_len for n in lengths) and plan.factor is None:
+    if all(n <= session.rope.train_len for n in lengths) and target.factor is None:
         out["warning"] = (f"every --len is within the training length L={session.rope.train_len}: k = 1, nothing to "
                           "extend; every b gives the same perplexity")
     title = f"search-b on {session.rope.name}: lengths {', '.join(map(str, lengths))}" + (" (log-n)" if plan.log_n else "")
@@ -97,17 +94,18 @@ def check_search(method: str, vary: list[str] | None, param: list[str] | None, b
     return method, fixed, [parse_reference(r, plan.factor, plan.log_n) for r in references or []]
 
 
-def search_on(session: Bench, plan: SearchPlan, lengths: list[int] | None, method: str, vary: list[str] | None,
+def search_on(session: Bench, plan: SearchPlan, target: Target, method: str, vary: list[str] | None,
               fixed: dict, refs: list, budget: int, optimizer: str, held_out: int | None) -> dict:
     """search: any method's parameters on the searched windows, the verdict on held-out ones (other documents)."""
     from ropecli.tuning.search import run_search
     from ropecli.tuning.space import parse_vary
 
     held = session.held_out(held_out)  # splits the documents: the searched windows are checked again
-    lengths, geom = preflight(session, plan, lengths, held)
+    preflight(session, plan, target, held)
+    lengths, geom = list(target.lengths), target.geom
     dims = parse_vary(vary, method, geom)  # default bounds from the model's geometry (critical: 1 … d/2)
-    out = run_search(session.run, held.run, geom, method, dims, fixed, lengths, budget=budget, optimizer=optimizer,
-                     objective=plan.objective, log_n=plan.log_n, factor=plan.factor, references=refs,
+    out = run_search(session.run, held.run, target, method, dims, fixed, budget=budget, optimizer=optimizer,
+                     objective=plan.objective, log_n=plan.log_n, references=refs,
                      max_short_regression=plan.max_short_regression, max_short_kl=plan.max_short_kl,
                      windows=session.inputs.count(plan.objective), screen=plan.race)
     out = {**session.header(), **out, "held_out_windows": held.inputs.samples,

@@ -28,12 +28,13 @@ among the best and the candidates shown equivalent to it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import TYPE_CHECKING, Callable
 
 from ropecli.evaluation.inference import MARGIN
-from ropecli.rope.geometry import Geometry
-from ropecli.rope.spec import Spec, make_spec, reference_spec, target_factor
+from ropecli.rope.spec import Spec, make_spec, reference_spec
+from ropecli.rope.target import Target
 from ropecli.tuning.candidates import search_plans, static_candidates
 from ropecli.tuning.held_out import PASSKEY_BASELINE, Measure, Racing, passkey_baseline, race_candidates
 from ropecli.tuning.objective import Evaluate
@@ -49,8 +50,8 @@ if TYPE_CHECKING:
 __all__ = ["Racing", "tournament"]
 
 
-def search_candidates(run: Evaluate, geom: Geometry, lengths: list[int], names: list[str], budget: int,
-                      log_n: bool, factor: float | None, windows: int | None = None, screen: bool = False,
+def search_candidates(run: Evaluate, target: Target, names: list[str], budget: int,
+                      log_n: bool, windows: int | None = None, screen: bool = False,
                       expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None,
                       metric: str = "ppl") -> dict[str, dict]:
     """The searched candidates' winners: name -> {spec, search} (the search's JSON), each searched on `metric`."""
@@ -60,10 +61,10 @@ def search_candidates(run: Evaluate, geom: Geometry, lengths: list[int], names: 
         if name not in plans:
             continue
         method, vary, n_evals = plans[name]
-        dims = parse_vary(vary, method, geom)
-        res = run_search(run, None, geom, method, dims, {}, lengths, budget=n_evals, log_n=log_n, factor=factor,
+        dims = parse_vary(vary, method, target.geom)
+        res = run_search(run, None, target, method, dims, {}, budget=n_evals, log_n=log_n,
                          windows=windows, screen=screen, expect=expect, objective=metric)
-        out[name] = {"spec": make_spec(method, res["best_params"], factor=factor, log_n=log_n), "search": res}
+        out[name] = {"spec": make_spec(method, res["best_params"], factor=target.factor, log_n=log_n), "search": res}
     return out
 
 
@@ -133,8 +134,7 @@ def constraint_breaks(r: dict, max_short_kl, max_short_regression, min_passkey) 
     return why
 
 
-def tournament(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[int], plan: AdvisePlan, *,
-               names: list[str], factor: float | None = None, passkey: bool = True,
+def tournament(run: Evaluate, held_run: Evaluate, target: Target, plan: AdvisePlan, *, names: list[str], passkey: bool = True,
                note: Callable[[str], None] = lambda s: None, on_passkey_skipped: Callable[[], None] = lambda: None,
                held_windows: int = 4, search_windows: int | None = None, racing: Racing | None = None,
                expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None,
@@ -151,13 +151,14 @@ def tournament(run: Evaluate, held_run: Evaluate, geom: Geometry, lengths: list[
     task_guard = plan.task_guard
     margin = MARGIN if plan.margin is None else plan.margin
     # one config serves every length once deployed: every candidate runs at the longest target's k at every length
-    k = factor = target_factor(factor, lengths, geom.train_len)
+    target = dataclasses.replace(target, factor=target.k)
+    geom, lengths, k = target.geom, list(target.lengths), target.k
     searched: dict[str, dict] = {}
     for log_n in (False, True) if with_log_n else (False,):
-        for name, found in search_candidates(run, geom, lengths, names, budget, log_n, factor, search_windows,
+        for name, found in search_candidates(run, target, names, budget, log_n, search_windows,
                                              racing is not None, expect, metric).items():
             searched[name + ("+log-n" if log_n else "")] = found
-    candidates = candidate_specs(names, searched, with_log_n, factor)
+    candidates = candidate_specs(names, searched, with_log_n, k)
     specs = dict(candidates)
     L = geom.shipped_len  # costs within the shipped length, against the model as shipped
     m = Measure(held_run, L, lengths, k, held_windows, expect if racing else (lambda *a, **kw: None), metric,

@@ -35,6 +35,6 @@ def advise(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, prom
     prompts.parsed_depths(), prompts.checked_digits()
     out_dir = prepare_out(out)  # a bad --out fails before the model loads
     session = open_session(model, data, evaluation, quiet=as_json, passkey=prompts)
-    result = run_advise(session, plan.plan(), evaluation.length, evaluation.k, out_dir,
+    result = run_advise(session, plan.plan(), evaluation.target(session.rope), out_dir,
                         Source(model.model, model.gguf_file, data.data))
     return emit_json(result) if as_json else show(advice_lines(result, out_dir), wrap=False)

@@ -71,7 +71,7 @@ def ppl(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, evalu
               ropecli ppl --model meta-llama/Llama-2-7b-hf --len 4096 --len 8192 --method mixed --log-n
               ropecli ppl --len 2048 --method yarn --task niah-single,vt
     """
-    from ropecli.evaluation.evaluator import check_lengths
+    from ropecli.rope.target import check_lengths
     from ropecli.report.tables import ppl_table
     from ropecli.report.task_tables import task_table
 
@@ -98,22 +98,10 @@ def ppl(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, evalu
 
 @handle_errors
 @with_option_groups
-def compare(
-    model: ModelOptions,
-    schedule: ScheduleOptions,
-    data: DataOptions,
-    evaluation: EvalOptions,
-    prompts: PasskeyOptions,
-    output: OutputOptions,
-    serving: ServingOptions,
-    metric: MetricOpt = None,
-    both_log_n: BothLogNOpt = False,
-    race: RaceOpt = False,
-    max_windows: MaxWindowsOpt = None,
-    margin: MarginOpt = None,
-    task: TaskOpt = None,
-    generate: GenerateOpt = False,
-):
+def compare(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, evaluation: EvalOptions, prompts: PasskeyOptions,
+            output: OutputOptions, serving: ServingOptions, metric: MetricOpt = None, both_log_n: BothLogNOpt = False,
+            race: RaceOpt = False, max_windows: MaxWindowsOpt = None, margin: MarginOpt = None, task: TaskOpt = None,
+            generate: GenerateOpt = False):
     """The article's table: methods x lengths, on the same documents, with paired confidence.
 
     --metric ppl (default), passkey, kl (at L, for the target's k), RULER's tasks (--task: answer NLL per prompt).
@@ -124,7 +112,6 @@ def compare(
               ropecli compare --len 2048 --task niah-multikey,vt
               ropecli compare --model meta-llama/Llama-2-7b-hf --len 4096 --len 16384 --method none,pi,ntk-fixed,mixed --log-n --plot ppl.png
     """
-    from ropecli.evaluation.evaluator import check_lengths
     from ropecli.report.tables import compare_table
     from ropecli.tuning.comparison import compare_schedules
 
@@ -133,7 +120,7 @@ def compare(
     check_plot_path(output.plot)
     session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts if prompted else None,
                            generate=generate)
-    out = compare_schedules(session, specs, lengths := check_lengths(lengths), metrics, evaluation.k, race=race,
-                            max_windows=max_windows, margin=margin, serving=serve)
+    target = evaluation.target(session.rope, lengths, default=False)
+    out = compare_schedules(session, specs, target, metrics, race=race, max_windows=max_windows, margin=margin, serving=serve)
     plot_ppl(out["results"], output.plot, session, out.get("serving"), tasks=tasks)
-    return emit_json(out) if output.as_json else show(compare_table(out, [s.label for s in specs], lengths))
+    return emit_json(out) if output.as_json else show(compare_table(out, [s.label for s in specs], list(target.lengths)))

@@ -24,7 +24,7 @@ def passkey(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, e
     Examples: ropecli passkey --len 256 --len 2048 --method none --method mixed --plot pk.png
               ropecli passkey --model meta-llama/Llama-2-7b-hf --len 4096 --len 16384 --method yarn,mixed --samples 20
     """
-    from ropecli.evaluation.evaluator import check_lengths, default_target
+    from ropecli.rope.target import check_lengths, default_target
     from ropecli.evaluation.stats import attach_paired
     from ropecli.report.tables import passkey_table
 
@@ -62,7 +62,7 @@ def kl(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, evalua
               ropecli kl --model meta-llama/Llama-2-7b-hf --target-len 32768 --method yarn,llama3,mixed
     """
     from ropecli.models.geometry import resolve_factor
-    from ropecli.evaluation.evaluator import check_lengths
+    from ropecli.rope.target import check_lengths
     from ropecli.evaluation.stats import attach_paired
     from ropecli.report.tables import kl_table
 

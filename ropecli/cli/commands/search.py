@@ -41,7 +41,7 @@ def search_b(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, ou
     check_range(lo, hi, tol)
     plan = search.plan(evaluation, output, prompts)
     session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts if plan.prompted else None)
-    deliver(search_b_on(session, plan, evaluation.length, lo, hi, tol), output.as_json, search_b_tables)
+    deliver(search_b_on(session, plan, evaluation.target(session.rope), lo, hi, tol), output.as_json, search_b_tables)
 
 
 @handle_errors
@@ -68,5 +68,5 @@ def search(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, outp
     optimizer = Optimizer(optimizer).value
     method, fixed, refs = check_search(method, vary, param, budget, optimizer, reference, plan)
     session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts if plan.prompted else None)
-    out = search_on(session, plan, evaluation.length, method, vary, fixed, refs, budget, optimizer, held_out)
+    out = search_on(session, plan, evaluation.target(session.rope), method, vary, fixed, refs, budget, optimizer, held_out)
     deliver(out, output.as_json, search_tables)
