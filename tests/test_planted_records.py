@@ -110,3 +110,17 @@ def test_a_planted_task_is_a_metric_a_choice_and_an_objective(monkeypatch):
     assert r.exit_code == 2 and "niah-toy" in flat(r.output)  # the choices named in the error are the registry's
     monkeypatch.delitem(templates.TASKS, "niah-toy")
     assert "niah-toy" not in REGISTRY
+
+
+def test_compare_checks_every_task_before_the_first_forward_pass(tmp_path, monkeypatch):
+    """Issue 47's late validation: `--task niah-single,vt` at a length vt's smallest prompt does not fit ran
+    niah-single's passes first, then failed. The boundary now checks every metric at every length first."""
+    from ropecli.models.backend import TransformersBackend
+
+    passes = []
+    monkeypatch.setattr(TransformersBackend, "_run", lambda self, *a, **k: passes.append(1))  # every forward pass
+    cache = tmp_path / "cache"
+    r = run("compare", "--len", "300", "--task", "niah-single,vt", "--method", "pi", "--samples", "1", "--depths", "0",
+            "--cache-dir", cache)
+    assert r.exit_code == 1 and "too short for the task vt" in r.output, r.output
+    assert not passes and not (cache.exists() and any(cache.rglob("*.json"))), "niah-single was scored before vt was checked"
