@@ -76,9 +76,8 @@ RECORD = Runtime(name="toyrt", label="Toy", artefact="the vLLM block", reads="it
                  versions=(Version("", "everything", "toyrt.py: write"),))
 
 def write(spec, geom, target, out, **kw):
-    from ropecli.export.plan import to_hf_or_vllm
-    return to_hf_or_vllm(spec, geom, target, "vllm", out, kw.get("model"), kw.get("gguf_file"), kw.get("force"),
-                         kw.get("consistent"))
+    from ropecli.export.runtimes import vllm
+    return vllm.write(spec, geom, target, out, **kw)
 
 def read_back(target, exp):
     from ropecli.export.runtimes.vllm import read_back as vllm_read_back
@@ -229,3 +228,29 @@ def test_sglang_switches_longrope_per_forward_but_fixes_dynamic_ntk_at_start_up(
     assert [s.how for _, s in decode_segments("sglang", yarn, rope, 4.0, False, 200, 320)] == [
         "longrope short_factor", "longrope short_factor", "longrope long_factor"]
     assert len({repr(s.spec) for _, s in decode_segments("sglang", yarn, rope, 4.0, True, 200, 320)}) == 1
+
+
+def test_a_runtime_module_without_its_interface_is_refused(tmp_path, monkeypatch):
+    """The registry checks the RuntimeModule interface (record.py): a module with a RECORD but no read_back is one
+    line naming what it lacks, not a crash in verify much later."""
+    import ropecli.export.runtimes as runtimes
+    from ropecli.errors import RopeCliError
+
+    pkg = tmp_path / "broken"
+    pkg.mkdir()
+    (pkg / "halfrt.py").write_text('''
+from ropecli.export.runtimes.record import AT_START_UP, Runtime
+RECORD = Runtime(name="halfrt", label="Half", artefact="-", reads="-", at_length="-", decoding="-", rule=AT_START_UP,
+                 serves_dynamic=False)
+
+def write(spec, geom, target, out, **kw):
+    return {}
+''')
+    monkeypatch.setattr(runtimes, "__path__", [*runtimes.__path__, str(pkg)])
+    runtimes.records.cache_clear()
+    try:
+        with pytest.raises(RopeCliError, match="halfrt lacks read_back, claims"):
+            runtimes.names()
+    finally:
+        runtimes.records.cache_clear()
+        sys.modules.pop("ropecli.export.runtimes.halfrt", None)

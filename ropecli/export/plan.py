@@ -3,7 +3,7 @@
 Routing: each runtime's module writes its artefact (`ropecli.export.runtimes.<name>.write`, its record's `artefact`):
 transformers a model folder (a local folder: its files linked beside the merged config.json; a hub id: the
 merged config.json; a GGUF: dequantized by transformers) or, with `--out FILE.json` or no --out, the
-rope_parameters block (`to_hf_or_vllm`, shared with vllm's overrides); llamacpp a GGUF copy (`to_gguf`:
+rope_parameters block (`hf_result`, `write_block`: shared with vllm's overrides); llamacpp a GGUF copy (`to_gguf`:
 rope_freqs, or the native scaling keys), which the GGUF-based runtimes reuse. By default the
 export is consistent (short_factor = long_factor): every runtime applies the schedule at every length and
 generation through a KV cache is safe. `consistent=False` (--switching) keeps transformers' short/long
@@ -210,33 +210,23 @@ def _source(model: str, gguf_file: str | None) -> Path:
     return Path(model) if gguf_file is None else locate_file(model, Path(model), gguf_file)
 
 
-def to_hf_or_vllm(spec, geom, target, runtime, out, model, gguf_file, force, consistent) -> dict:
-    """transformers (`runtime` "transformers") or vLLM ("vllm"): the block, and a folder or a JSON file."""
-    from ropecli.export.hf import export_hf_config, export_hf_folder, export_hf_from_gguf, rope_block, write_json
-    from ropecli.export.vllm import vllm_block, vllm_command
+def hf_result(spec, geom, target, runtime: str, model, consistent) -> tuple[dict, dict]:
+    """(the transformers rope_parameters block of `spec` at geom's k, the export's result so far) for a runtime that
+    reads such a block (transformers, vLLM, SGLang; each runtime's writer adds its own part)."""
+    from ropecli.export.hf import rope_block
 
     block, note = rope_block(target, spec, geom.factor, consistent)
-    if runtime == "vllm":
-        block, how = vllm_block(target, spec, geom.factor, block)
-        note = how if block["rope_parameters"].get("rope_type") == "ntk" else f"{note}; {how}"
-        if target.partial_rotary_factor != 1.0 and "longrope" in json.dumps(block):
-            note += "; note: vLLM's longrope needs rotary_dim = head_dim, this model has partial rotary"
-    result = {"runtime": runtime, "model": model, "factor": geom.factor, "target_len": geom.target_len, "note": note,
-              "block": block, "lines": [note]}
-    if runtime == "vllm":
-        checkpoint = model or "MODEL"
-        if is_gguf(model, gguf_file):  # vLLM serves the transformers checkpoint; the overrides hold only geometry
-            checkpoint = gguf_origin(_source(model, gguf_file))
-            result["lines"].append(f"vLLM serves the transformers checkpoint this GGUF was made from ({checkpoint}); "
-                                   "the overrides depend only on the geometry its header states (d, base, L)")
-        result["command"] = vllm_command(checkpoint, block)
-        result["lines"].append(result["command"])
-    if out is None:
-        if runtime == "transformers":
-            result["lines"].insert(0, json.dumps(block, indent=2))
-        return result
+    return block, {"runtime": runtime, "model": model, "factor": geom.factor, "target_len": geom.target_len, "note": note,
+                   "block": block, "lines": [note]}
+
+
+def write_block(result: dict, block: dict, out: str, model, gguf_file, force: bool, folder: bool) -> dict:
+    """`block` written to `out`: a JSON file, or (`folder`, --out DIR) a transformers model folder: a local model's
+    files beside its merged config.json, a GGUF dequantized by transformers, or a hub model's merged config.json."""
+    from ropecli.export.hf import export_hf_config, export_hf_folder, export_hf_from_gguf, write_json
+
     result["path"] = out
-    if runtime != "transformers" or out.endswith(".json"):
+    if not folder or out.endswith(".json"):
         write_json(out, block)
         result["lines"].append(f"wrote {out}")
     elif is_gguf(model, gguf_file):
@@ -254,6 +244,16 @@ def to_hf_or_vllm(spec, geom, target, runtime, out, model, gguf_file, force, con
         result["lines"].append(f"wrote {out}/config.json; place {model}'s other files beside it, e.g. "
                                f"huggingface-cli download {model} --exclude config.json --local-dir {out}")
     return result
+
+
+def vllm_checkpoint(result: dict, model, gguf_file) -> str:
+    """The checkpoint vLLM serves for `model`: a GGUF's transformers origin (its overrides hold only geometry)."""
+    if not is_gguf(model, gguf_file):
+        return model or "MODEL"
+    checkpoint = gguf_origin(_source(model, gguf_file))
+    result["lines"].append(f"vLLM serves the transformers checkpoint this GGUF was made from ({checkpoint}); "
+                           "the overrides depend only on the geometry its header states (d, base, L)")
+    return checkpoint
 
 
 def to_gguf(spec, geom, out, model, gguf_file, force, replace) -> dict:

@@ -12,7 +12,8 @@ import pkgutil
 from functools import lru_cache
 
 from ropecli.errors import RopeCliError
-from ropecli.export.runtimes.record import AT_START_UP, PER_FORWARD, ROPE_FREQS, Runtime, Version  # noqa: F401
+from ropecli.export.runtimes.record import (AT_START_UP, PER_FORWARD, REQUIRED, ROPE_FREQS, Runtime,  # noqa: F401
+                                            RuntimeModule, Version)
 
 ORDER = ("transformers", "vllm", "llamacpp", "sglang", "ollama")  # how tables and lists show them; others after
 SERVED_BY_DEFAULT = ("transformers", "vllm", "llamacpp")  # compare --workload without --runtime
@@ -26,6 +27,10 @@ def records() -> dict[str, Runtime]:
         module = importlib.import_module(f"{__name__}.{info.name}")
         rec = getattr(module, "RECORD", None)
         if isinstance(rec, Runtime):
+            missing = [f for f in REQUIRED if not callable(getattr(module, f, None))]
+            if missing:  # a RuntimeModule (record.py) defines all three
+                raise RopeCliError(f"runtime module {info.name} lacks {', '.join(missing)} (see export/runtimes/record.py: "
+                                   "RuntimeModule)")
             found[rec.name] = rec
     return {n: found[n] for n in sorted(found, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))}
 
@@ -55,6 +60,6 @@ def record(name: str) -> Runtime:
     return records()[canonical(name)]
 
 
-def module(name: str):
+def module(name: str) -> RuntimeModule:
     """The runtime's module: its writer (`write`) and reader (`read_back`) beside its record."""
     return importlib.import_module(f"{__name__}.{canonical(name)}")

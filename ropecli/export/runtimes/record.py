@@ -8,6 +8,7 @@ record in its runtime's module (`ropecli.export.runtimes.<name>`), and everythin
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 # How a runtime decides which schedule a forward pass runs under (`ropecli.export.served`):
 PER_FORWARD = "per-forward"  # transformers: each forward pass picks by its own length (longrope, dynamic)
@@ -55,3 +56,23 @@ class Runtime:
                 "serves_dynamic": self.serves_dynamic,
                 "versions": [{"requirement": v.requirement or "any", "what": v.what, "source": v.source,
                               **({"older": v.older} if v.older else {})} for v in self.versions]}
+
+
+class RuntimeModule(Protocol):
+    """What a runtime's module (`ropecli.export.runtimes.<name>`) defines beside its RECORD; the registry refuses a
+    module that lacks one of the three (`REQUIRED`). `run(target, block, model, exp, run_len, cache_dir, gguf_file)`
+    (the runtime itself scores a window, for verify) and `unavailable()` (why it cannot run here) are optional."""
+    RECORD: Runtime
+
+    def write(self, spec: Any, geom: Any, target: Any, out: str | None, *, model: str | None = None,
+              gguf_file: str | None = None, force: bool = False, consistent: bool = True, replace: bool = False) -> dict:
+        """Write the export (or, `out` None, say it): the result's `lines`, `block`, `path` … for the command."""
+
+    def read_back(self, target: Any, exp: Any) -> tuple[Any, Any]:
+        """(what the runtime applies at the target length, `ropecli.export.readback.Applied`; the block read)."""
+
+    def claims(self, path: Any) -> bool:
+        """Whether an artefact at `path` is this runtime's (verify without --runtime)."""
+
+
+REQUIRED = ("write", "read_back", "claims")

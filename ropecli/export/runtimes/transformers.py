@@ -41,9 +41,15 @@ RECORD = Runtime(
 
 def write(spec, geom, target, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:
     """The rope_parameters block (and the transformers-4 keys) in a folder's config.json or a JSON file."""
-    from ropecli.export.plan import to_hf_or_vllm
+    import json
 
-    return to_hf_or_vllm(spec, geom, target, "transformers", out, model, gguf_file, force, consistent)
+    from ropecli.export.plan import hf_result, write_block
+
+    block, result = hf_result(spec, geom, target, "transformers", model, consistent)
+    if out is None:
+        result["lines"].insert(0, json.dumps(block, indent=2))
+        return result
+    return write_block(result, block, out, model, gguf_file, force, folder=True)
 
 
 def claims(path) -> bool:

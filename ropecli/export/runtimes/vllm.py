@@ -36,10 +36,21 @@ RECORD = Runtime(
 
 
 def write(spec, geom, target, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:
-    """--hf-overrides JSON and the `vllm serve` line."""
-    from ropecli.export.plan import to_hf_or_vllm
+    """--hf-overrides JSON (vLLM's native ntk, or longrope with its mscales) and the `vllm serve` line."""
+    import json
 
-    return to_hf_or_vllm(spec, geom, target, "vllm", out, model, gguf_file, force, consistent)
+    from ropecli.export.plan import hf_result, vllm_checkpoint, write_block
+    from ropecli.export.vllm import vllm_block, vllm_command
+
+    block, result = hf_result(spec, geom, target, "vllm", model, consistent)
+    block, how = vllm_block(target, spec, geom.factor, block)
+    note = how if block["rope_parameters"].get("rope_type") == "ntk" else f"{result['note']}; {how}"
+    if target.partial_rotary_factor != 1.0 and "longrope" in json.dumps(block):
+        note += "; note: vLLM's longrope needs rotary_dim = head_dim, this model has partial rotary"
+    result.update(note=note, block=block, lines=[note])
+    result["command"] = vllm_command(vllm_checkpoint(result, model, gguf_file), block)
+    result["lines"].append(result["command"])
+    return result if out is None else write_block(result, block, out, model, gguf_file, force, folder=False)
 
 
 def claims(path) -> bool:
