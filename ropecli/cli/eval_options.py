@@ -8,11 +8,9 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated, Optional
 
-import click
 import typer
 
-from ropecli.cli.options import (ADVANCED, DATA, EVALUATION, MODEL, OUTPUT, SCHEDULE, SEARCH, CommaChoices,
-                                 flat_choices)
+from ropecli.cli.options import ADVANCED, DATA, EVALUATION, OUTPUT, SCHEDULE, SEARCH, CommaChoices
 from ropecli.export import runtimes
 from ropecli.evaluation.metrics import REGISTRY, objective_names, ranking_names
 from ropecli.evaluation.ruler.templates import TASKS

@@ -84,8 +84,6 @@ class OutputOptions:
 
 def _alias(value, old, new_name: str, old_name: str):
     if old is not None and value is not None and old != value:
-        from ropecli.errors import RopeCliError
-
         raise RopeCliError(f"{new_name} {value} and {old_name} {old} disagree; pass only {new_name}")
     return value if value is not None else old
 

@@ -22,6 +22,7 @@ among true values are left out (strict rankings only). Numpy only.
 from __future__ import annotations
 
 import numpy as np
+from ropecli.evaluation.inference import paired
 
 CONFIDENCE = 0.95
 MAX_RANKINGS = 20_000  # allowed rankings per metric enumerated; beyond it no interval (too few pairs ordered)
@@ -65,8 +66,6 @@ def ordered_pairs(values: np.ndarray, clusters: list | None, weights: np.ndarray
                   alpha: float) -> list[tuple[int, int]]:
     """(i, j) for every pair whose paired two-sided interval, Bonferroni over the pairs at family level `alpha`,
     shows schedule i lower than schedule j."""
-    from ropecli.evaluation.inference import paired
-
     K = len(values)
     tail = alpha / (K * (K - 1))  # each one-sided tail: alpha / (2 x pairs)
     out = []

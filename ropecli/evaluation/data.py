@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ropecli.errors import RopeCliError
+from ropecli.evaluation.corpus import held_out_plays
 
 TEXT_SUFFIXES = {".txt", ".md", ".jsonl", ".json"}
 
@@ -42,8 +43,6 @@ class Document:
 def load_documents(data: list[str] | None, text_field: str = "text") -> tuple[list[Document], str]:
     """Documents and a short description of where they came from."""
     if not data:
-        from ropecli.evaluation.corpus import held_out_plays
-
         docs = [Document(name, text) for name, text in held_out_plays().items()]
         return docs, "built-in: held-out Shakespeare plays (" + ", ".join(d.name for d in docs) + ")"
     docs: list[Document] = []

@@ -25,7 +25,6 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from ropecli.errors import RopeCliError
 from ropecli.evaluation.cache import EvalCache
 from ropecli.evaluation.cache_migrations import legacy_key, rekeyed, respelled, whole_evaluation
 from ropecli.evaluation.distributed import Dist

@@ -20,7 +20,10 @@ import numpy as np
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.data import (Windows, count_windows, load_documents, sample_windows, split_documents,
                                      tokenize_documents)
-from ropecli.evaluation.passkey import DEFAULT_DEPTHS
+from ropecli.evaluation.passkey import DEFAULT_DEPTHS, filler_stream, make_samples
+from ropecli.evaluation.metrics import metric_record
+from ropecli.evaluation.ruler.builders import Haystack
+from ropecli.evaluation.ruler.generate import make_units
 
 
 @dataclass
@@ -169,8 +172,6 @@ class Inputs:
     def prompts(self, length: int) -> list:
         """The passkey prompts at `length`, depth-major ([depth 0 samples…, depth 1 samples…])."""
         if length not in self._prompts:
-            from ropecli.evaluation.passkey import filler_stream, make_samples
-
             if self._stream is None:
                 self._stream = filler_stream(self.tokens)
             rows = make_samples(self.tokenizer, self._stream, length, list(self.depths), self.per_depth,
@@ -182,9 +183,6 @@ class Inputs:
         """A RULER task's prompts at `length` (`ropecli.evaluation.ruler.generate.make_units`), depth-major:
         `per_depth` per depth of `depths`, the haystack the documents' text."""
         if (task, length) not in self._tasks:
-            from ropecli.evaluation.ruler.builders import Haystack
-            from ropecli.evaluation.ruler.generate import make_units
-
             if self._haystack is None:
                 self._haystack = Haystack.of([d.text for d in self.docs])
             self._tasks[(task, length)] = make_units(self.tokenizer, self._haystack, task, length, list(self.depths),
@@ -243,6 +241,4 @@ class Inputs:
 
 def _kind(metric: str) -> str:
     """What a metric's units are: windows, prompts (passkey) or task (`ropecli.evaluation.metrics`)."""
-    from ropecli.evaluation.metrics import metric_record
-
     return metric_record(metric).units

@@ -17,6 +17,8 @@ import math
 import numpy as np
 
 from ropecli.models.token_losses import decode_tokens
+from ropecli.evaluation.estimand import estimate
+from ropecli.evaluation.results import estimate_se
 
 
 def window_key_sums(per_window: list[tuple], masks: list[np.ndarray], score_last: int | None) -> list[tuple[float, int]] | None:
@@ -36,9 +38,6 @@ def window_key_sums(per_window: list[tuple], masks: list[np.ndarray], score_last
 def key_fields(sums: list[tuple[float, int]] | None, rule: str | None, names: list[str] | None = None) -> dict:
     """The key-token fields of a PplResult from `window_key_sums` (all None without them); `names`: each
     window's document (None: one document)."""
-    from ropecli.evaluation.estimand import estimate
-    from ropecli.evaluation.results import estimate_se
-
     if sums is None or rule is None:
         return {"key_rule": rule, "key_ppl": None, "key_nll": None, "key_ppl_err": None, "key_tokens": None,
                 "window_key_nll": None, "window_key_tokens": None}

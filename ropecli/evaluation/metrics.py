@@ -33,6 +33,11 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ropecli.errors import RopeCliError
+from ropecli.evaluation import results, task_results
+from ropecli.evaluation.results import summarize_kl, summarize_passkey, summarize_ppl
+from ropecli.evaluation.ruler.scoring import passes, score_prompt
+from ropecli.evaluation.ruler.templates import TASKS
+from ropecli.evaluation.task_results import summarize_task
 
 
 @dataclass(frozen=True)
@@ -72,39 +77,27 @@ def _ppl_fresh(ev, value) -> bool:  # entries without per-prediction NLL serve o
 
 
 def _ppl_summary(ev, spec, sched, geom, length, metric, per_unit, inputs, seconds):
-    from ropecli.evaluation.results import summarize_ppl
-
     return summarize_ppl(spec, sched, geom, length, per_unit, inputs.windows(length).names, seconds,
                          ev.key_fields(per_unit, inputs, length), REGISTRY[metric].result())
 
 
 def _passkey_summary(ev, spec, sched, geom, length, metric, per_unit, inputs, seconds):
-    from ropecli.evaluation.results import summarize_passkey
-
     return summarize_passkey(spec, sched, geom, length, per_unit, inputs.prompts(length), inputs.depths, seconds)
 
 
 def _kl_summary(ev, spec, sched, geom, length, metric, per_unit, inputs, seconds):
-    from ropecli.evaluation.results import summarize_kl
-
     return summarize_kl(spec, sched, geom, length, per_unit, inputs.windows(length).names, seconds)
 
 
 def _task_score(ev, spec, sched, unit) -> tuple:
-    from ropecli.evaluation.ruler.scoring import score_prompt
-
     return score_prompt(ev.backend, unit[0], ev.generate)
 
 
 def _task_passes(ev, unit) -> int:
-    from ropecli.evaluation.ruler.scoring import passes
-
     return passes(unit[0], ev.generate)
 
 
 def _task_summary(ev, spec, sched, geom, length, metric, per_unit, inputs, seconds):
-    from ropecli.evaluation.task_results import summarize_task
-
     return summarize_task(spec, sched, geom, length, metric, per_unit, inputs.task_units(metric, length), seconds)
 
 
@@ -130,10 +123,7 @@ def _result(name: str) -> Callable[[], type]:
     """The result type `name`, imported when a result is built (the CLI starts without numpy)."""
     def get() -> type:
         if name == "TaskResult":
-            from ropecli.evaluation import task_results
-
             return task_results.TaskResult
-        from ropecli.evaluation import results
 
         return getattr(results, name)
     return get
@@ -166,8 +156,6 @@ class Registry(MutableMapping):
         self.own = {m.name: m for m in records}
 
     def _all(self) -> dict[str, Metric]:
-        from ropecli.evaluation.ruler.templates import TASKS
-
         return {**self.own, **{t: _task(t) for t in TASKS if t not in self.own}}
 
     def __getitem__(self, name: str) -> Metric:

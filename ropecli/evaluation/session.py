@@ -10,6 +10,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator
+from ropecli.evaluation.cache import FORMAT
 
 if TYPE_CHECKING:
     from ropecli.rope.spec import Spec
@@ -121,8 +122,6 @@ class Session:
 
 def closing_notes() -> list[str]:
     """What a command says once at its end about its sessions (entries of another cache format recomputed)."""
-    from ropecli.evaluation.cache import FORMAT
-
     caches = list({id(s.ev.cache): s.ev.cache for s in _OPENED}.values())
     _OPENED.clear()
     stale, migrated = sum(c.stale for c in caches), sum(c.migrated for c in caches)

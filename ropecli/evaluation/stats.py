@@ -26,6 +26,7 @@ import numpy as np
 
 from ropecli.evaluation.inference import CONFIDENCE, MARGIN, Paired, paired, t_quantile
 from ropecli.evaluation.sample_size import units_needed
+from ropecli.evaluation.estimand import over_lengths
 
 ONE_SIDED = (1 - CONFIDENCE) / 2  # the level of a verdict word read off one 95% interval
 
@@ -95,8 +96,6 @@ def rank_against_best(values: dict, clusters: list | None = None, margin: float 
     best is tied with itself). Verdicts at one-sided `level`, by default 0.025 / (K - 1): 95% for the
     table as a whole. Labels scored on fewer windows (dropped by a race) pair on the windows they
     share, the first ones; the best is chosen among those scored on the most."""
-    from ropecli.evaluation.estimand import over_lengths
-
     finite = {k: v for k, v in values.items() if np.all(np.isfinite(_flat(v)))}
     if not finite:
         return {k: {"best": False, "tied": False, "diff": None, "se": None, "half_width": None, "n": len(v),

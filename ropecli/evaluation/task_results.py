@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from ropecli.evaluation.results import EvalResult, _finite, _head
+from ropecli.evaluation.ruler.scoring import string_match_all
 
 if TYPE_CHECKING:
     from ropecli.rope.geometry import Geometry
@@ -58,8 +59,6 @@ def _mean(xs: list) -> float | None:
 def summarize_task(spec: "Spec", sched: "Schedule", geom: "Geometry", length: int, task: str, per_prompt: list[tuple],
                    units: list, seconds: float) -> TaskResult:
     """Means overall and per depth from each prompt's (correct, answer NLL, answer tokens, control NLL, generated)."""
-    from ropecli.evaluation.ruler.scoring import string_match_all
-
     nll = [_finite(p[1]) for p in per_prompt]
     gain = [None if p[3] is None or not math.isfinite(p[1]) else float(p[3]) - float(p[1]) for p in per_prompt]
     generated = [p[4] for p in per_prompt] if all(len(p) > 4 and p[4] is not None for p in per_prompt) else None

@@ -16,8 +16,10 @@ from pathlib import Path
 import numpy as np
 
 from ropecli.errors import RopeCliError
-from ropecli.models.config import ModelRope
-from ropecli.rope.spec import Spec, make_spec
+from ropecli.models.config import geometry_from_flags, ModelRope, read_rope_config
+from ropecli.rope.spec import make_spec, parse_specs, Spec
+from ropecli.export.manifest import manifest_path
+from ropecli.export.readback import artefact_geometry, read_json
 
 
 @dataclass
@@ -105,9 +107,6 @@ class Measured:
 def what_was_measured(target: Path, kind: str, flags: Measured) -> tuple[Expected, str | None, str | None]:
     """(Expected, the source model, its GGUF file name): from the manifest beside `target`, an advice.json,
     or the flags, in that order unless flags are given."""
-    from ropecli.export.manifest import manifest_path
-    from ropecli.export.readback import read_json
-
     flags_given = bool(flags.methods) or flags.target_len is not None
     model, gguf_file = flags.model, flags.gguf_file
     manifest = None if (flags.advice or flags_given) else manifest_path(target)
@@ -127,7 +126,6 @@ def model_rope(model: str | None, gguf_file: str | None) -> ModelRope | None:
     """The geometry of `model` from its config, or None where it cannot be read (the file's own is used)."""
     if model is None:
         return None
-    from ropecli.models.config import read_rope_config
 
     try:
         return read_rope_config(model, gguf_file)
@@ -143,10 +141,6 @@ def advice_beside(target: Path) -> Path | None:
 def expected_from_flags(target: Path, kind: str, f: Measured) -> Expected:
     """The schedule from --method/--b/--param at --len on the geometry of --model (or --d/--base/--train-len,
     or, lacking those, what the artefact states)."""
-    from ropecli.export.readback import artefact_geometry
-    from ropecli.models.config import geometry_from_flags
-    from ropecli.rope.spec import parse_specs
-
     if f.target_len is None and f.k is None:
         raise RopeCliError("verify needs what was measured: --advice advice.json, or --method … with --len TARGET")
     if not f.methods:

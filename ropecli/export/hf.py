@@ -18,8 +18,9 @@ from typing import Any
 
 from ropecli.errors import RopeCliError
 from ropecli.files import atomic_write_text, normal_mode
-from ropecli.models.config import ModelRope
+from ropecli.models.config import locate_file, ModelRope
 from ropecli.rope.spec import Spec
+from ropecli.rope.factor_files import rope_parameters_block
 
 
 def check_empty_or_forced(out_dir: Path, force: bool) -> None:
@@ -45,8 +46,6 @@ def rope_block(target: ModelRope, spec: Spec, factor: float, consistent: bool = 
     """(block, note): `{"rope_parameters": …, "max_position_embeddings": k*L}` running `spec` at factor k;
     per layer type (`{type: params or "unchanged"}`) for per-type models. With log-n the attention
     factor is the constant sqrt(log_L(k*L)): log-n's query scale at the target length."""
-    from ropecli.rope.factor_files import rope_parameters_block
-
     if spec.length_dependent and not spec.log_n and not spec.composed:  # dynamic NTK: transformers' own type follows the length
         return dynamic_block(target, factor)
     per_type: dict[Any, dict] = {}
@@ -244,8 +243,6 @@ def export_hf_from_gguf(gguf_path: Path, out_dir: Path, block: dict, force: bool
 def export_hf_config(model: str, out_dir: Path, block: dict, force: bool) -> None:
     """For a hub id: out_dir/config.json, the repo's config.json (one small cached download) with the
     block merged; the weights are the user's to place beside it."""
-    from ropecli.models.config import locate_file
-
     config = json.loads(locate_file(model, Path(model), "config.json").read_text())
     out_dir.mkdir(parents=True, exist_ok=True)
     if (out_dir / "config.json").exists() and not force:

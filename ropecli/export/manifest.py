@@ -9,6 +9,8 @@ from pathlib import Path
 from ropecli.models.config import ModelRope
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.spec import Spec
+from ropecli.export.runtimes import record
+from ropecli.files import atomic_write_text
 
 MANIFEST = "ropecli-export.json"  # in an exported folder; beside a file: FILE.ropecli.json
 
@@ -23,9 +25,6 @@ def write_manifest(out: str, spec: Spec, geom: Geometry, target: ModelRope, runt
                    gguf_file: str | None, consistent: bool) -> str:
     """What an export wrote, for `ropecli verify` to check it against with no flags: the schedule, k, the
     target length and the geometry it used."""
-    from ropecli.export.runtimes import record
-    from ropecli.files import atomic_write_text
-
     path = manifest_path(out)
     atomic_write_text(path, json.dumps({
         "ropecli_export": 1, "runtime": runtime, "method": spec.method, "composed": spec.composed, "label": spec.label,

@@ -12,22 +12,27 @@ switch at L (Ls): cached keys go stale across it, and the damage is measured and
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 from ropecli.errors import RopeCliError
-from ropecli.export.hf import check_writable
-from ropecli.models.config import ModelRope, locate_file
+from ropecli.export.hf import (check_writable, export_hf_config, export_hf_folder, export_hf_from_gguf, place_weights,
+                               rope_block, write_json)
+from ropecli.models.config import BUILTIN, BUILTIN_DIR, gguf_metadata, locate_file, ModelRope
 from ropecli.models.packaged import resolve_model
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.spec import Spec
+from ropecli.export.manifest import write_manifest
+from ropecli.export.readback import UNREADABLE, unreadable
+from ropecli.export.runtimes import AT_START_UP, PER_FORWARD, ROPE_FREQS, canonical, module, record, records
+from ropecli.export.runtimes.installed import too_old
+from ropecli.export.served import is_dynamic
+from ropecli.export.switching import switching_report
+from ropecli.models.gguf_rope import export_gguf, native_scaling, read_gguf_input
 
 def runtime_behaviour(target: ModelRope, consistent: bool) -> dict[str, str]:
     """What each runtime does with an export, in words (from its record, `ropecli.export.runtimes`); a switching
     export (short_factor = 1, or the shipped schedule up to Ls) is described where it switches."""
-    from ropecli.export.runtimes import records
-
     out = {}
     for name, rec in records().items():
         if consistent:
@@ -48,8 +53,6 @@ def is_gguf(model: str | None, gguf_file: str | None) -> bool:
 
 def check_export_paths(runtime: str, out: str | None, model: str | None, gguf_file: str | None, force: bool) -> None:
     """Refuse, before any work, an output that cannot be written or a runtime the input cannot go to."""
-    from ropecli.export.runtimes import canonical, record
-
     rec = record(canonical(runtime))
     runtime = rec.name
     if rec.needs_gguf:
@@ -94,8 +97,6 @@ def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str,
     (--switching) writes the short/long switch; transformers then decodes across it with stale keys, and that
     damage is measured on `model` and printed (`measure_switching`). `weights`: how a model folder's other files
     sit beside the merged config.json: "link" (symbolic links by absolute path), "hardlink" or "copy"."""
-    from ropecli.export.runtimes import PER_FORWARD, canonical, module, record
-
     runtime = canonical(runtime)
     if spec.native:
         return native_export(target, runtime)
@@ -103,8 +104,6 @@ def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str,
                                    consistent=consistent, replace=replace)
     result["runtime"] = runtime
     if result.get("linked"):
-        from ropecli.export.hf import place_weights
-
         result["weights"] = weights
         result["lines"].append(place_weights(Path(out), result["linked"], weights))
     result["runtimes"] = runtime_behaviour(target, consistent)
@@ -117,35 +116,25 @@ def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str,
         result["lines"].append(f"note: {flag}")
     rec, dynamic = record(runtime), _is_dynamic(spec)
     if (rec.dynamic_rule if dynamic else rec.rule) == PER_FORWARD and (not consistent or dynamic):
-        from ropecli.export.switching import switching_report
-
         result.update(switching_report(spec, geom, target, model, gguf_file, measure_switching, runtime))
         result["lines"] += result["switching_lines"]
     if out is not None:
-        from ropecli.export.manifest import write_manifest
-
         result["manifest"] = write_manifest(out, spec, geom, target, runtime, model, gguf_file, consistent)
         result["lines"].append(f"wrote {result['manifest']}: what was exported (`ropecli verify {out}` reads it)")
     return result
 
 
 def _is_dynamic(spec: Spec) -> bool:
-    from ropecli.export.served import is_dynamic
-
     return is_dynamic(spec)
 
 
 def works_with(runtime: str) -> list[dict]:
     """The versions of `runtime` the artefact works with (its record's), for --json and the manifest."""
-    from ropecli.export.runtimes import record
-
     return record(runtime).describe()["versions"]
 
 
 def works_with_line(runtime: str) -> str:
     """'works with vLLM >=0.11.1, >=0.22.0 (what each version changes: `ropecli runtimes vllm`)'."""
-    from ropecli.export.runtimes import record
-
     rec = record(runtime)
     reqs = ", ".join(dict.fromkeys(v.requirement for v in rec.versions if v.requirement)) or "any version"
     return f"works with {rec.label} {reqs} (what each version changes, with sources: `ropecli runtimes {rec.name}`)"
@@ -153,8 +142,6 @@ def works_with_line(runtime: str) -> str:
 
 def installed_lines(runtime: str) -> list[str]:
     """One line where the runtime installed here is older than the artefact needs (`ropecli.export.runtimes.installed`)."""
-    from ropecli.export.runtimes.installed import too_old
-
     return too_old(runtime)
 
 
@@ -171,7 +158,6 @@ def replaces_shipped(target: ModelRope, runtime: str, consistent: bool) -> str |
     if target.shipped is None:
         return None
     what = f"the shipped {target.shipped.label}"
-    from ropecli.export.runtimes import AT_START_UP, ROPE_FREQS, record
 
     rec = record(runtime)
     if rec.rule == ROPE_FREQS:
@@ -188,8 +174,6 @@ def replaces_shipped(target: ModelRope, runtime: str, consistent: bool) -> str |
 def gguf_origin(path: Path) -> str:
     """The transformers checkpoint a GGUF says it was converted from (llama.cpp's convert_hf_to_gguf writes
     general.source.huggingface.repository / general.base_model.0.repo_url), else a placeholder naming it."""
-    from ropecli.models.config import gguf_metadata
-
     meta = gguf_metadata(path)
     for key in ("general.source.huggingface.repository", "general.base_model.0.repo_url", "general.source.url"):
         if isinstance(meta.get(key), str) and meta[key]:
@@ -200,8 +184,6 @@ def gguf_origin(path: Path) -> str:
 
 def model_folder(model: str) -> str:
     """Where a model's files are: the built-in model's folder for `builtin`, a packaged short name's, else `model`."""
-    from ropecli.models.config import BUILTIN, BUILTIN_DIR
-
     return str(BUILTIN_DIR) if model == BUILTIN else resolve_model(model)
 
 
@@ -213,8 +195,6 @@ def _source(model: str, gguf_file: str | None) -> Path:
 def hf_result(spec, geom, target, runtime: str, model, consistent) -> tuple[dict, dict]:
     """(the transformers rope_parameters block of `spec` at geom's k, the export's result so far) for a runtime that
     reads such a block (transformers, vLLM, SGLang; each runtime's writer adds its own part)."""
-    from ropecli.export.hf import rope_block
-
     block, note = rope_block(target, spec, geom.factor, consistent)
     return block, {"runtime": runtime, "model": model, "factor": geom.factor, "target_len": geom.target_len, "note": note,
                    "block": block, "lines": [note]}
@@ -223,8 +203,6 @@ def hf_result(spec, geom, target, runtime: str, model, consistent) -> tuple[dict
 def write_block(result: dict, block: dict, out: str, model, gguf_file, force: bool, folder: bool) -> dict:
     """`block` written to `out`: a JSON file, or (`folder`, --out DIR) a transformers model folder: a local model's
     files beside its merged config.json, a GGUF dequantized by transformers, or a hub model's merged config.json."""
-    from ropecli.export.hf import export_hf_config, export_hf_folder, export_hf_from_gguf, write_json
-
     result["path"] = out
     if not folder or out.endswith(".json"):
         write_json(out, block)
@@ -258,11 +236,6 @@ def vllm_checkpoint(result: dict, model, gguf_file) -> str:
 
 def to_gguf(spec, geom, out, model, gguf_file, force, replace) -> dict:
     """llama.cpp: a GGUF copy carrying the schedule (`ropecli.models.gguf_rope.export_gguf`)."""
-    from ropecli.models.gguf_rope import export_gguf, native_scaling, read_gguf_input
-    from ropecli.export.runtimes import records
-
-    from ropecli.export.readback import UNREADABLE, unreadable
-
     path = _source(model, gguf_file)
     if path.resolve() == Path(out).resolve():
         raise RopeCliError("--out is the input GGUF; write a new file")

@@ -27,6 +27,11 @@ import numpy as np
 
 from ropecli.errors import RopeCliError
 from ropecli.models.geometry import config_geometry
+from ropecli.export.manifest import manifest_path
+from ropecli.export.runtimes import canonical, module, names
+from ropecli.export.vllm import dynamic_factors, longrope_applied, ntk_factors
+from ropecli.models.config import gguf_metadata
+from ropecli.models.gguf_rope import GGUF_ROPE_FREQS_ARCHS, llamacpp_yarn
 
 
 @dataclass
@@ -46,11 +51,8 @@ class Applied:
 def kind_of(path: Path, runtime: str | None) -> str:
     """The runtime that reads `path` (`ropecli.export.runtimes`): given, else the one its export manifest names, else the
     first whose module claims the file (a model folder, an Ollama folder, a .gguf, a .json block or overrides)."""
-    from ropecli.export.runtimes import canonical, module, names
-
     if runtime:
         return canonical(runtime)
-    from ropecli.export.manifest import manifest_path
 
     made = manifest_path(path)
     if made.is_file():
@@ -148,8 +150,6 @@ def transformers_applied(config: dict, at_len: int, scaled: tuple[str, ...], hea
 def vllm_applied(block: dict, at_len: int, head_dim: int) -> list[Applied]:
     """An overrides block served with --max-model-len `at_len`; rotary dim = head_dim x the block's
     partial_rotary_factor, as vLLM's get_rope computes it."""
-    from ropecli.export.vllm import dynamic_factors, longrope_applied, ntk_factors
-
     max_pos = int(block.get("max_position_embeddings") or 0)
     out = []
     for layer_type, p in rope_blocks(block.get("rope_parameters") or {}).items():
@@ -186,12 +186,9 @@ def vllm_applied(block: dict, at_len: int, head_dim: int) -> list[Applied]:
 # --- llama.cpp ---------------------------------------------------------------------------------
 
 def gguf_applied(path: Path, at_len: int) -> list[Applied]:
-    from ropecli.models.config import gguf_metadata
-
     meta = gguf_metadata(path)
     arch = meta.get("general.architecture", "")
     get = lambda key, default=None: meta.get(f"{arch}.{key}", default)  # noqa: E731
-    from ropecli.models.gguf_rope import GGUF_ROPE_FREQS_ARCHS
 
     freqs = rope_freqs_of(path)
     d = get("rope.dimension_count") or get("attention.key_length") or \
@@ -207,7 +204,6 @@ def gguf_applied(path: Path, at_len: int) -> list[Applied]:
     if factors is not None and scaling == "linear" and f:
         factors, how = factors * f, how + f" x linear factor {f:g}"
     elif scaling == "yarn" and f and freqs is None:  # llama.cpp's own yarn (models.gguf_rope.llamacpp_yarn)
-        from ropecli.models.gguf_rope import llamacpp_yarn
 
         L0 = int(get("rope.scaling.original_context_length") or get("context_length"))
         factors, scale = llamacpp_yarn(int(d), float(get("rope.freq_base", 10000.0)), f, L0)

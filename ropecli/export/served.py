@@ -29,7 +29,11 @@ import numpy as np
 from ropecli.errors import RopeCliError
 from ropecli.models.config import ModelRope
 from ropecli.rope.spec import Spec, make_spec
-from ropecli.export.runtimes import AT_START_UP, PER_FORWARD, record
+from ropecli.export.runtimes import AT_START_UP, PER_FORWARD, record, ROPE_FREQS
+from ropecli.evaluation.decode import measure_decode
+from ropecli.export.hf import rope_block
+from ropecli.export.readback import transformers_applied, vllm_applied
+from ropecli.export.vllm import vllm_block
 
 
 
@@ -97,10 +101,6 @@ def switch_length(rope: ModelRope, spec: Spec, consistent: bool) -> int:
 
 def _applied(rule: str, spec: Spec, length: int, rope: ModelRope, factor: float, consistent: bool):
     """(factors, attention factor, how) from the export's readback (transformers, vLLM) or rope_freqs (llama.cpp)."""
-    from ropecli.export.hf import rope_block
-    from ropecli.export.readback import transformers_applied, vllm_applied
-    from ropecli.export.runtimes import ROPE_FREQS
-
     geom = rope.geometry(factor)
     if rule == ROPE_FREQS:  # rope_freqs = the schedule, at every length; log-n as one constant (export/plan.py)
         import math
@@ -113,8 +113,6 @@ def _applied(rule: str, spec: Spec, length: int, rope: ModelRope, factor: float,
         block = {**block, "rope_parameters": block["rope_parameters"][rope.layer_type]}
     head_dim = int(round(rope.rotary_dim / rope.partial_rotary_factor))
     if rule == AT_START_UP:
-        from ropecli.export.vllm import vllm_block
-
         block, _ = vllm_block(rope, spec, factor, block)
         a = vllm_applied(block, geom.target_len, head_dim)[0]
     else:
@@ -145,8 +143,6 @@ def as_spec(spec: Spec, factors: np.ndarray, attention: float, rope: ModelRope, 
 def decode_damage(ev, runtime: str, spec: Spec, factor: float, consistent: bool, plan, samples: int | None = None,
                   span: int | None = None) -> dict:
     """Decode across L of `spec` exported at k = `factor` as `runtime` generates (`ropecli.evaluation.decode`)."""
-    from ropecli.evaluation.decode import measure_decode
-
     rope = ev.backend.rope
     segments = decode_segments(runtime, spec, rope, factor, consistent, plan.prompt_len, plan.total_len)
     whole = served(runtime, spec, plan.total_len, rope, factor, consistent)

@@ -13,6 +13,12 @@ from __future__ import annotations
 from ropecli.models.config import ModelRope
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.spec import Spec
+from ropecli.evaluation.cache import EvalCache
+from ropecli.evaluation.decode import DecodePlan
+from ropecli.evaluation.evaluator import Evaluator
+from ropecli.export.check import Check
+from ropecli.export.runtimes import record
+from ropecli.export.served import decode_damage, is_dynamic, switch_length
 
 SAMPLES = 4  # held-out windows: the damage is a paired mean over them, with its interval
 
@@ -21,9 +27,6 @@ def switching_report(spec: Spec, geom: Geometry, target: ModelRope, model: str |
                      measure: bool = True, runtime: str = "transformers") -> dict:
     """{switching: the measurement or None, switching_lines: what to print}, for a runtime that picks its schedule
     per forward pass (transformers; SGLang's longrope)."""
-    from ropecli.export.runtimes import record
-    from ropecli.export.served import is_dynamic, switch_length
-
     dynamic = is_dynamic(spec)
     switch = target.train_len if dynamic else switch_length(target, spec, consistent=False)
     label = record(runtime).label
@@ -49,10 +52,6 @@ def switching_report(spec: Spec, geom: Geometry, target: ModelRope, model: str |
 
 def _measure(spec: Spec, geom: Geometry, model: str, gguf_file: str | None, switch: int, runtime: str) -> dict:
     """The decode damage on the first SAMPLES held-out windows of the model (through the evaluation cache)."""
-    from ropecli.evaluation.cache import EvalCache
-    from ropecli.evaluation.decode import DecodePlan
-    from ropecli.export.served import decode_damage
-    from ropecli.evaluation.evaluator import Evaluator
     from ropecli.models.load import load_model
 
     backend = load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu")
@@ -65,11 +64,6 @@ def decode_check(model: str, gguf_file: str | None, exp, consistent: bool, cache
     the KV cache a quarter past it (or to T) in transformers' per-forward rule, against one pass; passes where the two
     agree within 1e-4 nats per token (a consistent export: one schedule at every step), fails with the damage where
     the export switches (`--switching`, dynamic NTK)."""
-    from ropecli.evaluation.cache import EvalCache
-    from ropecli.evaluation.decode import DecodePlan
-    from ropecli.evaluation.evaluator import Evaluator
-    from ropecli.export.served import decode_damage, is_dynamic, switch_length
-    from ropecli.export.check import Check
     from ropecli.models.load import load_model
 
     ev = Evaluator.over(load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu"), samples=SAMPLES,

@@ -20,7 +20,15 @@ import numpy as np
 
 from ropecli.export.check import Check
 from ropecli.export.expected import Expected
-from ropecli.export.readback import Applied
+from ropecli.export.readback import Applied, read_json, rope_blocks, UNREADABLE, unreadable
+from ropecli.evaluation.cache import EvalCache
+from ropecli.evaluation.evaluator import Evaluator
+from ropecli.export.plan import installed_lines, replaces_shipped, works_with_line
+from ropecli.export.runtimes import PER_FORWARD, canonical, module, record
+from ropecli.export.switching import decode_check
+from ropecli.models.config import BUILTIN, BUILTIN_DIR
+from ropecli.models.packaged import resolve_model
+from ropecli.rope.spec import make_spec
 
 FACTOR_RTOL = 1e-4  # float32 in every runtime: their factors agree with ropecli's float64 to ~1e-7
 ATTENTION_RTOL = 1e-4
@@ -87,10 +95,7 @@ def run_transformers(artefact: Path, block: dict | None, model: str | None, exp:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from ropecli.evaluation.cache import EvalCache
-    from ropecli.evaluation.evaluator import Evaluator
     from ropecli.models.load import load_model
-    from ropecli.models.packaged import resolve_model
     from ropecli.models.scoring import window_nll
 
     ours = load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu")
@@ -100,8 +105,6 @@ def run_transformers(artefact: Path, block: dict | None, model: str | None, exp:
     if block is None:
         plain = AutoModelForCausalLM.from_pretrained(str(artefact), dtype=torch.float32)
     else:
-        from ropecli.models.config import BUILTIN, BUILTIN_DIR
-
         source = str(BUILTIN_DIR) if model in (None, BUILTIN) else resolve_model(model)
         if gguf_file:
             kw = {"gguf_file": gguf_file}
@@ -138,11 +141,8 @@ def run_llamacpp(artefact: Path, model: str | None, exp: Expected, run_len: int,
     effect log(PPL_export / PPL_source) on one window of `run_len` tokens, compared with the effect
     of the measured schedule in ropecli's transformers backend on the same window (llama.cpp computes with
     the quantized weights, transformers with their dequantized copy: levels differ, effects agree)."""
-    from ropecli.evaluation.cache import EvalCache
-    from ropecli.evaluation.evaluator import Evaluator
     from ropecli.models.llamacpp import load_llamacpp, open_gguf
     from ropecli.models.load import load_model
-    from ropecli.rope.spec import make_spec
 
     cache = EvalCache(cache_dir)
     none = make_spec("none")
@@ -172,10 +172,6 @@ def verify_artefact(target: Path, kind: str, exp: Expected, model: str | None, g
     ropecli can (`status(text)`: a context manager the CLI shows while a run takes seconds)."""
     from contextlib import nullcontext
 
-    from ropecli.export.readback import UNREADABLE, unreadable
-
-    from ropecli.export.runtimes import canonical, module, record
-
     kind = canonical(kind)
     verdict = Verdict(kind)
     try:
@@ -189,7 +185,6 @@ def verify_artefact(target: Path, kind: str, exp: Expected, model: str | None, g
         kept = shipped_within_Ls(target, kind, block, exp, verdict.runtime)
         verdict.checks += [kept] if isinstance(kept, Check) else []
         verdict.notes += [kept] if isinstance(kept, str) else []
-    from ropecli.export.plan import installed_lines, works_with_line
 
     verdict.notes += [works_with_line(kind), *installed_lines(kind)]
     if kind == "transformers" and target.suffix == ".json" and not runtime_given:
@@ -203,8 +198,6 @@ def verify_artefact(target: Path, kind: str, exp: Expected, model: str | None, g
     with (status or (lambda text: nullcontext()))(f"{verdict.runtime}: scoring a window with the export …"):
         verdict.checks.append(module(kind).run(target, block, model, exp, run_len or exp.target_len, cache_dir, gguf_file))
     if kind == "transformers" and exp.target_len > exp.rope.shipped_len and not exp.spec.log_n:
-        from ropecli.export.switching import decode_check
-
         with (status or (lambda text: nullcontext()))("transformers: decoding across L through the KV cache …"):
             verdict.checks.append(decode_check(model, gguf_file, exp, consistent_export(target, block), cache_dir))
     return verdict
@@ -212,8 +205,6 @@ def verify_artefact(target: Path, kind: str, exp: Expected, model: str | None, g
 
 def run_unavailable(kind: str, target: Path, block, model: str | None, exp: Expected, run_len: int) -> str | None:
     """Why the runtime itself is not run here (a note), or None."""
-    from ropecli.export.runtimes import PER_FORWARD, module, record
-
     rec, mod = record(kind), module(kind)
     if not hasattr(mod, "run"):
         return (f"not run: {rec.label} is not run by ropecli; the checks above follow its code (cited in "
@@ -227,11 +218,6 @@ def run_unavailable(kind: str, target: Path, block, model: str | None, exp: Expe
 def shipped_within_Ls(target: Path, kind: str, block, exp: Expected, runtime: str) -> Check | str | None:
     """For a model that ships a schedule: transformers' short_factor must be the shipped schedule (a check); an
     export that replaces it within Ls (vLLM, llama.cpp, --consistent) is flagged (a note)."""
-    from ropecli.export.plan import replaces_shipped
-    from ropecli.export.readback import read_json, rope_blocks
-
-    from ropecli.export.runtimes import PER_FORWARD, record
-
     if record(kind).rule != PER_FORWARD or consistent_export(target, block):
         flag = replaces_shipped(exp.rope, kind, True)
         return f"flag: {flag}" if flag else None
@@ -253,8 +239,6 @@ def both_forms_agree(target: Path, block, runtime: str) -> list[Check]:
     """Where an artefact carries `rope_scaling` beside `rope_parameters` (for transformers-4 readers and older vLLM),
     the two must be the same block: transformers 5 takes rope_scaling over rope_parameters
     (`convert_rope_params_to_dict`), older vLLM reads only rope_scaling. One check, or none without rope_scaling."""
-    from ropecli.export.readback import read_json
-
     cfg = block if block is not None else read_json(target / "config.json")
     text = cfg.get("text_config") or cfg
     v4, v5 = text.get("rope_scaling"), text.get("rope_parameters")
@@ -267,8 +251,6 @@ def both_forms_agree(target: Path, block, runtime: str) -> list[Check]:
 
 def consistent_export(target: Path, block) -> bool:
     """True when the export's short_factor equals its long_factor (--consistent): scaled at every length."""
-    from ropecli.export.readback import read_json, rope_blocks
-
     if not target.is_dir() and block is None:  # a GGUF (llama.cpp, Ollama): one schedule at every length
         return True
     cfg = block or read_json(target / "config.json")

@@ -27,8 +27,12 @@ import numpy as np
 import torch
 
 from ropecli.errors import RopeCliError
-from ropecli.models.config import ModelRope
+from ropecli.models.config import gguf_layout, gguf_metadata, locate_file, ModelRope, read_rope_config
 from ropecli.rope.methods import Schedule
+from ropecli.models.gguf_rope import GGUF_ROPE_FREQS_ARCHS, export_gguf, read_gguf_input
+from ropecli.models.packaged import resolve_model
+from ropecli.models.scoring import answer_scores, chunk_kl, token_nll
+from ropecli.models.token_losses import prefix_summaries
 
 N_BATCH = 512  # tokens per llama_decode: llama.cpp's default batch; logits of one batch at a time
 
@@ -77,12 +81,8 @@ class LlamaCppBackend:
             self._path = self.gguf
 
     def scaled_copy(self, schedule: Schedule) -> Path:
-        from ropecli.models.gguf_rope import export_gguf, read_gguf_input
-
         src, reader = read_gguf_input(self.gguf)
         if not src.reads_rope_freqs:
-            from ropecli.models.gguf_rope import GGUF_ROPE_FREQS_ARCHS
-
             raise RopeCliError(f"--backend llamacpp: llama.cpp's loader for GGUF architecture '{src.arch}' does not read "
                                f"rope_freqs, so ropecli cannot apply a schedule there (supported: "
                                f"{', '.join(GGUF_ROPE_FREQS_ARCHS)}); it runs here only as --method native or none")
@@ -129,13 +129,9 @@ class LlamaCppBackend:
 
     def window_nll(self, ids: np.ndarray, chunk_tokens: int | None, score_last: int | None, prefixes: list[int] | None = None,
                    keep_tokens: bool = False):
-        from ropecli.models.token_losses import prefix_summaries
-
         return prefix_summaries(self.token_losses(ids), score_last, prefixes, keep_tokens)
 
     def token_losses(self, ids: np.ndarray, chunk_tokens: int | None = None) -> np.ndarray:
-        from ropecli.models.scoring import token_nll
-
         T = len(ids)
         targets = torch.from_numpy(np.asarray(ids, dtype=np.int64))
         per_token = np.empty(T - 1, dtype=np.float64)
@@ -146,8 +142,6 @@ class LlamaCppBackend:
         return per_token
 
     def passkey_scores(self, ids: np.ndarray, answer_start: int) -> tuple[float, float]:
-        from ropecli.models.scoring import answer_scores
-
         rows = []
         for start, logits in self.batches(ids):
             lo, hi = max(start, answer_start - 1), min(start + len(logits), len(ids) - 1)
@@ -157,8 +151,6 @@ class LlamaCppBackend:
         return answer_scores(torch.from_numpy(np.concatenate(rows)), target)
 
     def greedy(self, ids: np.ndarray, max_new: int) -> str:
-        from ropecli.errors import RopeCliError
-
         raise RopeCliError("--generate (RULER's generation score) runs on the transformers backend; drop --generate "
                            "(the answer likelihood is scored here too) or pass --backend transformers")
 
@@ -166,8 +158,6 @@ class LlamaCppBackend:
                   chunk_tokens: int | None) -> tuple[float, int, int, list[float]]:
         """KL(unscaled || scaled) per position: the source GGUF and the scaled copy decode the window in
         step, batch by batch (two llama.cpp contexts; one batch of logits of each at a time)."""
-        from ropecli.models.scoring import chunk_kl
-
         with self.scaled(schedule, log_n):
             scaled = self._path
             if scaled == self.gguf:  # the unscaled model against itself: exactly 0 everywhere
@@ -191,9 +181,6 @@ def open_gguf(name: str | None, gguf_file: str | None, *, device: str = "cpu", t
     """`--model` (a .gguf, a folder or repo with --gguf-file, or a packaged name) for llama.cpp: its
     tokenizer through transformers (the same token windows as the transformers backend), its RoPE
     geometry from the header (--train-len may override L). `refused`: flags llama.cpp cannot honour, set."""
-    from ropecli.models.config import locate_file, read_rope_config
-    from ropecli.models.packaged import resolve_model
-
     for flag, given in (refused or {}).items():
         if given:
             raise RopeCliError(f"{flag} does not apply to --backend llamacpp (llama.cpp runs the GGUF's own weights, "
@@ -205,7 +192,6 @@ def open_gguf(name: str | None, gguf_file: str | None, *, device: str = "cpu", t
     if not path.is_file():
         raise RopeCliError(f"--model {name}: no such GGUF file")
     rope = read_rope_config(name, gguf_file).overridden(train_len=train_len)
-    from ropecli.models.config import gguf_layout, gguf_metadata
 
     meta = gguf_metadata(path)
     scaling = meta.get(f"{meta.get('general.architecture', '')}.rope.scaling.type")
@@ -222,7 +208,6 @@ def load_llamacpp(path: Path, rope: ModelRope, device: str = "cpu") -> LlamaCppB
     except ImportError:
         raise RopeCliError("--backend llamacpp needs llama-cpp-python: pip install 'ropecli[llamacpp]' "
                            "(builds llama.cpp from source, ~11 min on 2 cores)") from None
-    from ropecli.models.config import gguf_metadata
 
     meta = gguf_metadata(path)
     import transformers
@@ -274,8 +259,6 @@ def file_fingerprint(path: Path, per_tensor: int = 4096) -> str:
     """sha256 over the file's length, its whole header (every key, every tensor's name, shape, type and
     offset) and the first `per_tensor` bytes of every tensor: cheap for a many-GB GGUF (a few MB read),
     and different for two exports of one model that differ only in rope_freqs or attn_factor."""
-    from ropecli.models.config import gguf_layout
-
     data_start, tensors = gguf_layout(path)
     h = hashlib.sha256()
     h.update(str(path.stat().st_size).encode())

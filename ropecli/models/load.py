@@ -12,7 +12,7 @@ import torch
 
 from ropecli.errors import RopeCliError
 from ropecli.models.backend import TransformersBackend
-from ropecli.models.config import BUILTIN, BUILTIN_DIR, choose_layer_types, rope_from_config
+from ropecli.models.config import _from_gguf, BUILTIN, BUILTIN_DIR, choose_layer_types, rope_from_config
 from ropecli.models.packaged import resolve_model
 from ropecli.models.patch import find_rotary_slots, layer_types_of, select_slots, text_config
 
@@ -111,7 +111,6 @@ def load_model(name: str | None, *, gguf_file: str | None = None, dtype: str = "
     read = rope_from_config(name, text_config(model).to_dict(), ",".join(scaled) if scaled else None)
     native_patched = False  # True: the loaded modules do not carry the shipped schedule; `native` writes it
     if gguf_file:  # the GGUF's own keys and rope_freqs: what transformers' GGUF loader may have dropped
-        from ropecli.models.config import _from_gguf
 
         in_gguf = _from_gguf(name, Path(source) / gguf_file, ",".join(scaled) if scaled else None)
         native_patched = in_gguf.shipped is not None and read.shipped is None

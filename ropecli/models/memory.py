@@ -16,6 +16,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from ropecli.models.packaged import resolve_model
 
 BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
 
@@ -120,7 +121,6 @@ def memory_before_loading(name: str | None, gguf_file: str | None, dtype: str, l
     """What `name` will need (`plan_memory`) at `length` tokens (default: 8 x L0, the default target), read from its
     config.json / safetensors headers or GGUF header; None where nothing can be read without a download."""
     from ropecli.models.config import (BUILTIN, BUILTIN_DIR, gguf_metadata, gguf_parameters, read_rope_config)
-    from ropecli.models.packaged import resolve_model
 
     name = name or BUILTIN
     path = BUILTIN_DIR if name == BUILTIN else Path(resolve_model(name) or name)

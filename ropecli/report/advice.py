@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ropecli.files import atomic_write_text
+from ropecli.report.text import lengths_of, plain
 
 
 def held_out_span(result: dict) -> str:
@@ -99,8 +100,6 @@ def advice_lines(result: dict, out_dir) -> list:
     notes and rule, the races, the exports, the files written."""
     from rich.markup import escape
     from rich.table import Table
-
-    from ropecli.report.text import lengths_of, plain
 
     t = Table(title=f"advise on {result['model']} ({lengths_of(result)}): {held_out_span(result)}, k = {result['factor']:g}")
     head, rows = ranking(result)

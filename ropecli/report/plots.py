@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ropecli.errors import RopeCliError  # noqa: E402
+from ropecli.rope.geometry import critical_pair
 
 SUFFIXES = (".png", ".svg", ".pdf")
 
@@ -99,8 +100,6 @@ def plot_factors(geom, schedules: Sequence, path: str) -> Path:
 def plot_overview(geom, schedules: Sequence, path: str) -> Path:
     """`ropecli plot`: wavelengths before/after (left) and Lambda_m (right) of the schedules, with the
     critical pair (the first that never completes a turn within L) marked on both."""
-    from ropecli.rope.geometry import critical_pair
-
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
     _wavelengths(left, geom, schedules)
     left.set_title("Wavelength per pair, before and after")

@@ -8,6 +8,9 @@ from ropecli.evaluation.inference import MARGIN
 from ropecli.evaluation.metrics import is_task, metric_record, prompted
 from ropecli.evaluation.stats import fmt_diff, ppl_half_width, tie_answer
 from ropecli.report.text import lengths_of, plain, table
+from ropecli.evaluation.results import KeyPplResult, KlResult, PasskeyResult, PplResult
+from ropecli.evaluation.task_results import TaskResult
+from ropecli.report.serving_tables import serving_tables
 
 
 def fmt_ppl(r: dict) -> str:
@@ -68,9 +71,6 @@ def _cell(r: dict, text: str, against: str = "vs_best") -> str:
 def cell_formats() -> dict:
     """Result type -> how a row of it is shown in a compare cell: PPL ± half-width, key PPL, passkey accuracy,
     mean KL, a task's answer NLL (+ gain). A new metric's result type adds its line here."""
-    from ropecli.evaluation.results import KeyPplResult, KlResult, PasskeyResult, PplResult
-    from ropecli.evaluation.task_results import TaskResult
-
     return {PplResult: fmt_ppl, KeyPplResult: fmt_key, PasskeyResult: lambda r: f"{r['accuracy']:.0%}",
             KlResult: lambda r: f"{r['kl_mean']:.4f}", TaskResult: fmt_task}
 
@@ -78,8 +78,6 @@ def cell_formats() -> dict:
 def cell_text(r: dict) -> str:
     """A result row's compare cell, by its metric's result type (a type not listed in `cell_formats` shows
     itself: its `cell(row)`)."""
-    from ropecli.evaluation.metrics import metric_record
-
     kind = metric_record(r["metric"]).result()
     return cell_formats().get(kind, getattr(kind, "cell", None))(r)
 
@@ -93,8 +91,6 @@ def _count(results: list[dict], fields: tuple) -> str:
 def compare_table(out: dict, labels: list[str], lengths: list[int]) -> list:
     """`ropecli compare`: methods x (PPL / passkey at each length, KL and top-1 at L), then one line per column;
     with --workload, the tables per runtime (`ropecli.report.serving_tables`)."""
-    from ropecli.report.serving_tables import serving_tables
-
     results, L, kl_k = out["results"], out["train_len"], out["kl_factor"]
     by = {(r["metric"], r["label"], r["len"]): r for r in results}
     have = {r["metric"] for r in results}

@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 
 from ropecli.errors import RopeCliError
+from ropecli.rope.geometry import Geometry
+from ropecli.rope.methods import compute_schedule, format_label
 
 # transformers' rope_type -> ropecli's method (None: plain RoPE, nothing shipped)
 TYPE_TO_METHOD = {"default": None, "mrope": None, "linear": "pi", "dynamic": "dynamic", "yarn": "yarn",
@@ -49,8 +51,6 @@ class Shipped:
 
     @property
     def label(self) -> str:
-        from ropecli.rope.methods import format_label
-
         shown = {"factor": self.factor, **{k: v for k, v in self.params if k != "factors"}}
         return format_label(self.method if self.method != "pi" else "linear", shown)
 
@@ -60,9 +60,6 @@ class Shipped:
 
     def at(self, rotary_dim: int, base: float, n: int | None = None) -> tuple[np.ndarray, float]:
         """(Lambda_m (d/2,), attention factor) a request of n tokens runs under (default n = Ls)."""
-        from ropecli.rope.geometry import Geometry
-        from ropecli.rope.methods import compute_schedule
-
         n = self.shipped_len if n is None else int(n)
         params = dict(self.params)
         if self.method == "longrope":

@@ -27,6 +27,7 @@ from ropecli.rope.geometry import Geometry, default_factor
 from ropecli.errors import RopeCliError
 from ropecli.rope.methods import (REGISTRY, Method, Schedule, compute_schedule, format_label, resolve_method,
                                   resolve_params)
+from ropecli.rope.factor_files import read_factors
 
 # The methods people deploy, with transformers' defaults: search-b's references, search's held-out
 # verdict and advise's fixed candidates are all taken from this one list.
@@ -183,8 +184,6 @@ def parse_specs(methods: list[str] | None, bs: list[float] | None = None, param:
     check_params_fit(chosen, [*params, *(["b"] if bs else []), *(["factors"] if factors_file else [])])
     factors = None
     if factors_file:
-        from ropecli.rope.factor_files import read_factors
-
         factors = read_factors(factors_file)
     specs = []
     for method, (_, composed) in zip(chosen, named):

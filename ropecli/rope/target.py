@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 from ropecli.errors import RopeCliError
 from ropecli.rope.geometry import Geometry
+from ropecli.rope.spec import target_factor
 
 DEFAULT_EXTENSION = 8  # the default target of search-b, search, advise and passkey: 8 L
 
@@ -42,8 +43,6 @@ class Target:
     def of(cls, rope: Any, lengths: Sequence[int] | None, factor: float | None = None, default: bool = True) -> "Target":
         """The target of a model (`rope`: anything with `train_len` and `geometry(k)`, a models.config.ModelRope);
         no lengths: 8 L where the command has a default (`default`), else one line asking for --len."""
-        from ropecli.rope.spec import target_factor
-
         chosen = tuple(check_lengths(lengths or ([default_target(rope.train_len)] if default else [])))
         return cls(chosen, factor, rope.geometry(target_factor(factor, chosen, rope.train_len)))
 

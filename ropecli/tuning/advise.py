@@ -14,9 +14,19 @@ from pathlib import Path
 from ropecli.errors import RopeCliError
 from ropecli.rope.spec import make_spec
 from ropecli.rope.target import Target
-from ropecli.tuning.candidates import search_plans
+from ropecli.tuning.candidates import default_candidates, search_plans, SHIPPED_ONLY
 from ropecli.tuning.advise_plan import AdvisePlan
 from ropecli.tuning.objective import Bench
+from ropecli.export.plan import check_export_paths, export_schedule, export_target, is_gguf
+from ropecli.export.runtimes import SERVED_BY_DEFAULT
+from ropecli.files import atomic_write_text
+from ropecli.models.config import BUILTIN, BUILTIN_DIR
+from ropecli.models.packaged import BUILTIN_FOLDERS, resolve_model
+from ropecli.report.advice import write_report
+from ropecli.tuning.held_out import Racing
+from ropecli.tuning.racing import race_start
+from ropecli.tuning.tournament import tournament
+from ropecli.tuning.workload import parse_workload
 
 MARKER = ".ropecli-advise"  # a folder advise made: a rerun may write into it again
 
@@ -33,9 +43,6 @@ class Source:
 def run_advise(session: Bench, plan: AdvisePlan, target: Target, out_dir: Path, source: Source) -> dict:
     """The whole of `ropecli advise` into `out_dir` (made by `prepare_out`); returns advice.json's content
     (written on the main rank)."""
-    from ropecli.tuning.tournament import tournament
-    from ropecli.tuning.candidates import SHIPPED_ONLY, default_candidates
-
     rope = session.rope
     names = plan.candidates or default_candidates(rope.shipped is not None)
     if rope.shipped is None and any(n in SHIPPED_ONLY for n in names):
@@ -58,9 +65,6 @@ def run_advise(session: Bench, plan: AdvisePlan, target: Target, out_dir: Path, 
     racing = None if not plan.race else racing_plan(held, lengths, plan.max_windows, notes)
     serving = None
     if plan.workload:
-        from ropecli.export.runtimes import SERVED_BY_DEFAULT
-        from ropecli.tuning.workload import parse_workload
-
         serving = (parse_workload(plan.workload, max(lengths)), plan.runtime or list(SERVED_BY_DEFAULT), rope)
     with session.progress.task(bar_total(plan, names, lengths, session, held, racing, passkey), "advise"):
         result = tournament(
@@ -93,9 +97,6 @@ def passkey_possible(held: Bench, L: int, longest: int, notes: list[str]) -> boo
 
 def racing_plan(held: Bench, lengths: list[int], max_windows: int | None, notes: list[str]):
     """The race's windows: from the --held-out count up to --max-windows (default 4x, as far as the text goes)."""
-    from ropecli.tuning.held_out import Racing
-    from ropecli.tuning.racing import race_start
-
     first = held.inputs.samples
     have = min(held.inputs.available(n) for n in lengths)
     most = max_windows if max_windows is not None else max(first, min(4 * first, have))
@@ -134,9 +135,6 @@ def prepare_out(out: str) -> Path:
 
 def write_advice(result: dict, session: Bench, plan: AdvisePlan, source: Source, lengths, out_dir: Path) -> None:
     """The winner exported for every runtime, report.md with its pictures, and advice.json, in --out."""
-    from ropecli.files import atomic_write_text
-    from ropecli.report.advice import write_report
-
     rope = session.rope
     result["exports"] = export_winner(result, rope, source.model, source.gguf_file, out_dir)
     result["commands"] = [reproduce_command(plan, source, lengths, session.inputs, str(out_dir)),
@@ -170,10 +168,6 @@ def export_winner(result: dict, rope, model: str | None, gguf_file: str | None, 
     """The winner through `ropecli.export.plan.export_schedule` (what `ropecli export` runs), for each
     runtime, with the `ropecli export` command that does the same; a runtime that fails is reported, not raised.
     With a workload (`result["serving"]`) each runtime gets `runtime_pick`'s candidate and export variant."""
-    from ropecli.export.plan import check_export_paths, export_schedule, export_target, is_gguf
-    from ropecli.models.config import BUILTIN, BUILTIN_DIR
-    from ropecli.models.packaged import BUILTIN_FOLDERS, resolve_model
-
     source = str(BUILTIN_DIR) if model in (None, BUILTIN) else resolve_model(model)
     served = (result.get("serving") or {}).get("runtimes", {})
     geom = rope.geometry(result["factor"])

@@ -6,6 +6,11 @@ from __future__ import annotations
 
 from ropecli.rope.target import Target
 from ropecli.tuning.objective import Bench
+from ropecli.evaluation.agreement import rank_agreement
+from ropecli.evaluation.metrics import REGISTRY, is_task, prompted
+from ropecli.evaluation.stats import attach_paired
+from ropecli.tuning.racing import race_specs
+from ropecli.tuning.serving import serve_workload
 
 
 def compare_schedules(session: Bench, specs: list, target: Target, metrics: list[str], *, race: bool = False,
@@ -14,9 +19,6 @@ def compare_schedules(session: Bench, specs: list, target: Target, metrics: list
     metric is raced over all lengths from --samples windows. `serving` = (workload, runtimes): also each spec served
     by each runtime over the workload (`ropecli.tuning.serving`), its schedules exported for the target's k. Every
     metric is checked at every length first (enough text; a task's smallest prompt fits), before any forward pass."""
-    from ropecli.evaluation.metrics import REGISTRY
-    from ropecli.evaluation.stats import attach_paired
-
     L, lengths = session.rope.train_len, list(target.lengths)
     at_L = [m for m in metrics if REGISTRY[m].at_train_len]  # kl: the schedules built for the target's k, run at L
     kl_k = target.k if at_L else None
@@ -26,7 +28,6 @@ def compare_schedules(session: Bench, specs: list, target: Target, metrics: list
             session.check(m, n)
     served = None
     if serving is not None:  # first: its prefix passes at the target's k leave the table's windows at k cached
-        from ropecli.tuning.serving import serve_workload
 
         served = {**serve_workload(session.run, specs, serving[0], serving[1], session.rope, target.k, margin),
                   "factor": target.k}
@@ -47,9 +48,6 @@ def compare_schedules(session: Bench, specs: list, target: Target, metrics: list
 def race_on(session: Bench, specs, lengths, metric: str, max_windows: int | None, margin: float | None = None):
     """One metric's race over every length, from --samples windows up to `max_windows` (default 4x),
     under one progress bar whose total grows with each round: (results, the race's record)."""
-    from ropecli.evaluation.metrics import prompted
-    from ropecli.tuning.racing import race_specs
-
     start = session.inputs.count(metric)  # windows, or prompts per depth
     most = max_windows or 4 * start
     for n in lengths:  # windows the text must hold; prompts are made, checked for their length only
@@ -71,9 +69,6 @@ def task_agreement(results: list) -> list[dict]:
     the task's answer NLL and by PPL (and by key-token PPL where measured), with a simultaneous 95 % interval
     (`ropecli.evaluation.agreement`; pairs ordered by paired intervals: prompts as units for the task, the
     documents-or-windows inference for PPL)."""
-    from ropecli.evaluation.agreement import rank_agreement
-    from ropecli.evaluation.metrics import is_task
-
     out = []
     ppl = {(r.label, r.len): r for r in results if r.metric == "ppl"}
     for n in sorted({r.len for r in results}):

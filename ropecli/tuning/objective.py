@@ -15,6 +15,7 @@ import math
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ropecli.errors import RopeCliError
+from ropecli.evaluation.metrics import metric_record, objective_names
 
 if TYPE_CHECKING:  # the CLI imports Objective at start-up: numpy waits until something is scored
     from ropecli.evaluation.results import EvalResult
@@ -63,7 +64,6 @@ class Scorer:
         """`train_len`: the length the guards measure at (Ls, the shipped length); `reference`: what the PPL
         rise is over (`reference_spec`: native for a model that ships a schedule, else none)."""
         self.run, self.train_len, self.lengths = run, train_len, lengths
-        from ropecli.evaluation.metrics import metric_record, objective_names
 
         if objective not in objective_names():
             raise RopeCliError(f"--objective {objective}: choose from {', '.join(objective_names())}")
@@ -130,8 +130,6 @@ def mean_objective(rows: list[EvalResult], metric: str | None = None) -> float:
     """The estimand (`ropecli.evaluation.estimand`) over lengths: log-PPL (= NLL per token), log key-token PPL
     (`metric` "key-ppl" reads a ppl result's keys), or the answer NLL of passkey or a task: the field its
     metric's record names (`ropecli.evaluation.metrics`)."""
-    from ropecli.evaluation.metrics import metric_record
-
     fields = [metric_record(metric or r.metric).estimand for r in rows]
     if "key_nll" in fields:  # a length without key predictions (no far repeat within it) is left out
         rows = [r for r in rows if r.key_tokens != 0] or rows

@@ -45,6 +45,8 @@ from ropecli.evaluation.estimand import over_lengths
 from ropecli.evaluation.inference import CONFIDENCE, MARGIN, MIN_DOCUMENTS, Paired, paired, t_upper
 from ropecli.evaluation.sample_size import projected_se
 from ropecli.evaluation.stats import describe
+from ropecli.evaluation.metrics import metric_record
+from ropecli.tuning.objective import window_docs, window_values, window_weights
 
 ALPHA = 1 - CONFIDENCE  # the chance that the true best is ever dropped
 
@@ -250,9 +252,6 @@ def race_specs(run, specs: list, lengths: list[int], metric: str, *, start: int,
     objective of window i being its mean over `lengths`. `run` is an `ropecli.tuning.objective.Evaluate`.
     Returns every schedule's EvalResults on the windows it got (spec-major, as `run` gives them) and the
     race's record."""
-    from ropecli.evaluation.metrics import metric_record
-    from ropecli.tuning.objective import window_docs, window_values, window_weights
-
     by_label = {s.label: s for s in specs}
     latest: dict[str, list] = {}
 

@@ -34,6 +34,7 @@ from ropecli.tuning.optimizers import (boundary, check_range, default_optimizer,
                                        local_maxima, optimize)
 from ropecli.tuning.racing import worse_test
 from ropecli.tuning.space import Dim, start_point
+from ropecli.evaluation.metrics import prompted
 
 SCREEN_ALPHA = 0.05  # one interim look per point, against the one incumbent
 
@@ -216,8 +217,6 @@ def references_verdict(references: list[dict], best: dict) -> dict:
 def held_out_verdict(run: Evaluate, target: Target, objective: str, winner: Spec, extra: list[Spec], log_n: bool) -> dict:
     """The winner and the standard methods on held-out windows (prompts, for a passkey or task objective); the
     winner against the best of them, paired."""
-    from ropecli.evaluation.metrics import prompted
-
     geom, lengths, factor = target.geom, list(target.lengths), target.factor
     score = Scorer(run, geom.shipped_len, lengths, objective, 1.0)
     rows = [{"label": winner.label, "role": "winner", **score(winner)}]

@@ -11,6 +11,13 @@ from dataclasses import dataclass
 from ropecli.errors import RopeCliError
 from ropecli.rope.target import Target
 from ropecli.tuning.objective import Bench
+from ropecli.evaluation.metrics import metric_record, prompted
+from ropecli.export.hf import check_writable, write_hf_block
+from ropecli.rope.methods import resolve_method
+from ropecli.rope.spec import make_spec, parse_params
+from ropecli.tuning.optimizers import min_budget
+from ropecli.tuning.search import parse_reference, run_search, search_b
+from ropecli.tuning.space import ANY_GEOMETRY, parse_vary
 
 
 @dataclass
@@ -28,8 +35,6 @@ class SearchPlan:
     @property
     def prompted(self) -> bool:
         """The objective scores prompts (passkey or a RULER task): --depths places their needles."""
-        from ropecli.evaluation.metrics import prompted
-
         return prompted(self.objective)
 
     def check_paths(self) -> None:
@@ -39,15 +44,11 @@ class SearchPlan:
 
             check_out(self.plot)
         if self.export_config:
-            from ropecli.export.hf import check_writable
-
             check_writable(self.export_config, "--export-config")
 
 
 def preflight(session: Bench, plan: SearchPlan, target: Target, *sessions: Bench) -> None:
     """Enough text at every length for the session and `sessions` (the held-out one), before any forward pass."""
-    from ropecli.evaluation.metrics import metric_record
-
     for n in target.lengths:
         for s in (session, *sessions):
             s.check(metric_record(plan.objective).unit_metric, n)
@@ -55,8 +56,6 @@ def preflight(session: Bench, plan: SearchPlan, target: Target, *sessions: Bench
 
 def search_b_on(session: Bench, plan: SearchPlan, target: Target, lo: float, hi: float, tol: float) -> dict:
     """search-b: golden-section over the mixed b, then the standard methods on the same windows."""
-    from ropecli.tuning.search import search_b
-
     preflight(session, plan, target)
     lengths, geom = list(target.lengths), target.geom
     out = search_b(session.run, target, lo=lo, hi=hi, tol=tol, log_n=plan.log_n,
@@ -75,12 +74,6 @@ def search_b_on(session: Bench, plan: SearchPlan, target: Target, lo: float, hi:
 def check_search(method: str, vary: list[str] | None, param: list[str] | None, budget: int, optimizer: str,
                  references: list[str] | None, plan: SearchPlan):
     """What `ropecli search` can check before the model loads: (method, fixed parameters, reference specs)."""
-    from ropecli.rope.methods import resolve_method
-    from ropecli.rope.spec import make_spec, parse_params
-    from ropecli.tuning.optimizers import min_budget
-    from ropecli.tuning.search import parse_reference
-    from ropecli.tuning.space import ANY_GEOMETRY, parse_vary
-
     method, fixed = resolve_method(method).name, parse_params(param)
     dims = parse_vary(vary, method, ANY_GEOMETRY)  # names, syntax, domains now; critical's bound d/2 once the model is read
     clash = [d.name for d in dims if d.name in fixed]
@@ -97,9 +90,6 @@ def check_search(method: str, vary: list[str] | None, param: list[str] | None, b
 def search_on(session: Bench, plan: SearchPlan, target: Target, method: str, vary: list[str] | None,
               fixed: dict, refs: list, budget: int, optimizer: str, held_out: int | None) -> dict:
     """search: any method's parameters on the searched windows, the verdict on held-out ones (other documents)."""
-    from ropecli.tuning.search import run_search
-    from ropecli.tuning.space import parse_vary
-
     held = session.held_out(held_out)  # splits the documents: the searched windows are checked again
     preflight(session, plan, target, held)
     lengths, geom = list(target.lengths), target.geom
@@ -128,9 +118,6 @@ def deliver(session: Bench, plan: SearchPlan, out: dict, winner: tuple, factor: 
     if not session.is_main:
         return
     if plan.export_config:
-        from ropecli.export.hf import write_hf_block
-        from ropecli.rope.spec import make_spec
-
         out["export_config"] = write_hf_block(plan.export_config, session.rope, make_spec(*winner, log_n=plan.log_n), factor)
         out["written"].append(f"wrote {plan.export_config}: {out['export_config']['note']}")
     if plan.plot:

@@ -7,9 +7,13 @@ shared by every candidate)."""
 
 from __future__ import annotations
 
-from ropecli.rope.spec import Spec
+from ropecli.rope.spec import reference_spec, Spec
 from ropecli.tuning.objective import Evaluate
 from ropecli.tuning.workload import Workload
+from ropecli.evaluation.decode import DecodePlan
+from ropecli.evaluation.stats import paired_difference, rank_against_best
+from ropecli.export.runtimes import PER_FORWARD, record
+from ropecli.export.served import Served, decode_damage, is_dynamic, served
 
 VARIANTS = {True: "consistent (default)", False: "--switching"}
 
@@ -19,9 +23,6 @@ def variants(runtime: str, spec: Spec) -> list[bool]:
     forward pass (transformers, SGLang) serves the consistent export (the default) and the --switching one
     differently; the others apply one schedule to every request (both exports serve the same); dynamic NTK has one
     export."""
-    from ropecli.export.served import is_dynamic
-    from ropecli.export.runtimes import PER_FORWARD, record
-
     return [True, False] if record(runtime).rule == PER_FORWARD and not is_dynamic(spec) else [True]
 
 
@@ -29,10 +30,6 @@ def serve_workload(run: Evaluate, specs: list[Spec], workload: Workload, runtime
                    margin: float | None = None, names: list[str] | None = None) -> dict:
     """{runtime: {rows, best}} plus the workload; every row: the candidate, its export variant, what the
     runtime applies at each length, PPL there, the expected loss and its per-window values, vs_best."""
-    from ropecli.evaluation.stats import rank_against_best
-    from ropecli.export.served import Served, served
-    from ropecli.rope.spec import reference_spec
-
     plans: dict[str, list] = {}  # runtime -> [(name, spec, consistent, {length: Served})], each distinct plan once
     for runtime in runtimes:
         seen = set()
@@ -78,8 +75,6 @@ def within_L(at, native, results: dict, margin: float | None) -> dict:
     same windows (the first Ls tokens of the workload's), as a rise in percent and a paired difference in nats."""
     import math
 
-    from ropecli.evaluation.stats import paired_difference
-
     mine, ref = results[(repr(at.spec), at.length)], results[(repr(native.spec), native.length)]
     d = paired_difference(mine.values, ref.values, mine.clusters, **({"margin": margin} if margin is not None else {}))
     return {"len": at.length, "applies": at.spec.label, "ppl": mine.ppl, "native_ppl": ref.ppl,
@@ -91,9 +86,6 @@ def decode_across(ev, plans: dict, out: dict, rope, factor: float, longest: int)
     ending 1/8 of it before, decoded through the KV cache to a quarter past it (`DecodePlan.across`), in the runtime's
     segments (`ropecli.export.served.decode_damage`); the row gets `decode` (its damage) and `generation_safe`.
     None without an evaluator (injected objectives) or a request past the switch."""
-    from ropecli.evaluation.decode import DecodePlan
-    from ropecli.export.served import decode_damage
-
     switch = rope.shipped_len
     if ev is None or longest <= switch:
         return None

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ropecli.errors import RopeCliError
 from ropecli.rope.geometry import Geometry, critical_pair
-from ropecli.rope.methods import resolve_method
+from ropecli.rope.methods import REGISTRY, resolve_method
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,6 @@ def default_bounds(method: str, name: str, geom: Geometry, varied: list[str]) ->
         ("longrope", "attention_factor"): (0.8, 1.6, False),
     }
     if (method, name) not in table:  # a parameter bounded in its registry record searches its whole domain
-        from ropecli.rope.methods import REGISTRY
 
         own = {p.name: p for p in REGISTRY[method].params}.get(name) if method in REGISTRY else None
         if own is not None and own.lo is not None and own.hi is not None:

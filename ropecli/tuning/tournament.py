@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from ropecli.evaluation.inference import MARGIN
 from ropecli.rope.spec import Spec, make_spec, reference_spec
+from ropecli.tuning.advise_plan import AdvisePlan
 from ropecli.rope.target import Target
 from ropecli.tuning.candidates import search_plans, static_candidates
 from ropecli.tuning.held_out import PASSKEY_BASELINE, Measure, Racing, passkey_baseline, race_candidates
@@ -43,9 +44,8 @@ from ropecli.tuning.racing import ALPHA
 from ropecli.tuning.ranking import RULE, RULE_RACED, rank
 from ropecli.tuning.search import run_search
 from ropecli.tuning.space import parse_vary
-
-if TYPE_CHECKING:
-    from ropecli.tuning.advise_plan import AdvisePlan
+from ropecli.tuning.serving import serve_workload
+from ropecli.tuning.task_guard import guard_line, guard_row, guard_why
 
 __all__ = ["Racing", "tournament"]
 
@@ -126,8 +126,6 @@ def constraint_breaks(r: dict, max_short_kl, max_short_regression, min_passkey) 
     if min_passkey is not None and r.get("passkey_accuracy") is not None and r["passkey_accuracy"] < min_passkey:
         why.append(f"passkey {r['passkey_accuracy']:.0%} < --min-passkey {min_passkey:g}")
     if (r.get("task_guard") or {}).get("worse"):
-        from ropecli.tuning.task_guard import guard_why
-
         why.append(guard_why(r["task_guard"]))
     if not math.isfinite(r["objective"]):
         why.append("diverged (infinite PPL)")
@@ -165,8 +163,6 @@ def tournament(run: Evaluate, held_run: Evaluate, target: Target, plan: AdvisePl
                 reference_spec(geom))
     served = None
     if serving is not None:
-        from ropecli.tuning.serving import serve_workload
-
         workload, runtimes, rope = serving
         served = {**serve_workload(held_run, list(specs.values()), workload, runtimes, rope, k, margin, list(specs)),
                   "factor": k}
@@ -191,8 +187,6 @@ def tournament(run: Evaluate, held_run: Evaluate, target: Target, plan: AdvisePl
         if "short_kl" not in rows[name]:
             rows[name].update(m.short(specs[name]))
         if task_guard and "task_guard" not in rows[name]:
-            from ropecli.tuning.task_guard import guard_row
-
             guard_ref[:] = guard_ref or [m.task(m.reference, L, task_guard)]
             rows[name]["task_guard"] = guard_row(task_guard, m.task(specs[name], max(lengths), task_guard), guard_ref[0],
                                                  margin)
@@ -218,8 +212,6 @@ def tournament(run: Evaluate, held_run: Evaluate, target: Target, plan: AdvisePl
     with_passkey(out["winner"])  # raced: the winner's retrieval, for the report
     guard = next((r.get("task_guard") for r in out["rows"] if r["candidate"] == out["winner"]), None)
     if guard:
-        from ropecli.tuning.task_guard import guard_line
-
         out["verdict"] += f"; {guard_line(out['winner'], guard)}"
     rule = RULE if racing is None else RULE_RACED
     rule = rule.replace("log-PPL", "log key-token PPL") if metric == "key-ppl" else rule

@@ -5,6 +5,7 @@ in the prediction, ignoring case (RULER averages it over prompts and prints x100
 from __future__ import annotations
 
 import re
+from ropecli.evaluation.ruler.templates import TASKS
 
 _CONTROL = re.compile(r"[\x00-\x1f]")
 
@@ -25,8 +26,6 @@ def score_prompt(backend, unit, generate: bool) -> tuple:
     the answer is the argmax throughout else 0.0, answer NLL, answer tokens, the control prompt's answer NLL
     (None: no needle), the greedy generation (None without `generate`)). Forward passes: 1, +1 for the
     control, +1 prefill (and its decode steps) for the generation."""
-    from ropecli.evaluation.ruler.templates import TASKS
-
     correct, nll = backend.passkey_scores(unit.ids, unit.answer_start)
     control = backend.passkey_scores(unit.control_ids, unit.control_start)[1] if unit.control_ids is not None else None
     text = backend.greedy(unit.ids[:unit.answer_start], TASKS[unit.prompt.task].tokens_to_generate) if generate else None

@@ -1,13 +1,12 @@
 """The runtimes' records as a Markdown table (docs/runtimes.md keeps a copy; a test keeps it equal)."""
 
 from __future__ import annotations
+from ropecli.export.runtimes import records
 
 
 def runtimes_markdown() -> list[str]:
     """One row per runtime: its name and aliases, what ropecli writes, how it applies an export at a request of n
     tokens and while decoding, and the versions that holds for (with their sources)."""
-    from ropecli.export.runtimes import records
-
     lines = ["| runtime | `--to` (aliases) | writes | at a request of n tokens | while decoding with a KV cache | versions |",
              "|---|---|---|---|---|---|"]
     for rec in records().values():

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from ropecli.errors import RopeCliError
 from ropecli.export.runtimes.record import ROPE_FREQS, Runtime, Version
+from ropecli.export.runtimes import llamacpp
+from ropecli.files import atomic_write_text
 
 RECORD = Runtime(
     name="ollama", label="Ollama", command="ollama", output="folder", needs_gguf=True,
@@ -35,7 +37,6 @@ RECORD = Runtime(
 def write(spec, geom, target, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:
     """--out DIR: DIR/<name>-<T>.gguf (llama.cpp's writer) and DIR/Modelfile."""
     from ropecli.export.plan import _source, to_gguf
-    from ropecli.files import atomic_write_text
 
     folder = Path(out)
     if folder.exists() and any(folder.iterdir()) and not force:
@@ -96,6 +97,4 @@ def run(target, block, model, exp, run_len, cache_dir, gguf_file):
 
 
 def unavailable() -> str | None:
-    from ropecli.export.runtimes import llamacpp
-
     return llamacpp.unavailable()

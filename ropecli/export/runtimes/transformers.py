@@ -16,6 +16,7 @@ than the switch into a continuation past it with stale keys. Only Phi-3's `prepa
 from __future__ import annotations
 
 from ropecli.export.runtimes.record import PER_FORWARD, Runtime, Version
+from ropecli.errors import RopeCliError
 
 RECORD = Runtime(
     output="folder-or-json",
@@ -65,7 +66,6 @@ def _vllm_keys(text: str) -> bool:
 
 def read_back(target, exp):
     """What transformers applies at T: its own ROPE_INIT_FUNCTIONS on the folder's config or the block."""
-    from ropecli.errors import RopeCliError
     from ropecli.export.readback import read_json, transformers_applied
 
     if target.is_dir():

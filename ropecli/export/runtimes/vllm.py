@@ -10,6 +10,7 @@ goes stale. The block ropecli writes and what vLLM computes from it: `ropecli.ex
 from __future__ import annotations
 
 from ropecli.export.runtimes.record import AT_START_UP, Runtime, Version
+from ropecli.errors import RopeCliError
 
 RECORD = Runtime(
     name="vllm", label="vLLM", package="vllm",
@@ -60,7 +61,6 @@ def claims(path) -> bool:
 
 def read_back(target, exp):
     """What vLLM applies to every request at --max-model-len T (`ropecli.export.readback.vllm_applied`)."""
-    from ropecli.errors import RopeCliError
     from ropecli.export.readback import read_json, vllm_applied
 
     block = read_json(target)
