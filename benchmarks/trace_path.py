@@ -21,8 +21,18 @@ class Found(Exception):
 
 
 def route(argv: list[str]) -> list[str]:
+    """Every module is imported first (a lazily imported command's module-level code is not the route), then only
+    function calls are followed (CO_NEWLOCALS: not class bodies, not module code)."""
+    import importlib
+    import inspect
+    import pkgutil
+
     import ropecli
     from ropecli.cli.app import app
+
+    for info in pkgutil.walk_packages(ropecli.__path__, "ropecli."):
+        if not info.name.endswith("__main__"):
+            importlib.import_module(info.name)
 
     root = os.path.dirname(ropecli.__file__)
     files: list[str] = []
@@ -31,7 +41,7 @@ def route(argv: list[str]) -> list[str]:
         if event != "call":
             return None
         path = frame.f_code.co_filename
-        if path.startswith(root) and frame.f_code.co_name != "<module>":  # calls, not imports
+        if path.startswith(root) and frame.f_code.co_flags & inspect.CO_NEWLOCALS:  # function calls, not imports
             name = os.path.relpath(path, root)
             if not files or files[-1] != name:
                 files.append(name)

@@ -61,6 +61,11 @@ class Metric:
     objective: bool = True  # a search may minimize its estimand (`search --objective`, `tuning.objective`)
     ranks: bool = False  # advise may rank by it (`advise --metric`): an estimand over the text's windows
     at_train_len: bool = False  # compare runs it at L with the schedules built for the target's k (kl)
+    measure: str = ""  # what a ranking or a search by it compares, in words ("log-PPL"); default: `words`
+
+    def __post_init__(self):
+        if not self.measure:
+            object.__setattr__(self, "measure", self.words)
 
     @property
     def unit_metric(self) -> str:
@@ -130,9 +135,10 @@ def _result(name: str) -> Callable[[], type]:
 
 
 PPL = Metric("ppl", "windows", _ppl_score, _ppl_summary, "PPL", "PPL", _result("PplResult"), "nll", fresh=_ppl_fresh,
-             key=lambda ev, rope: {"score_last": ev.score_last}, check=_ppl_check, prefixes=True, ranks=True)
+             key=lambda ev, rope: {"score_last": ev.score_last}, check=_ppl_check, prefixes=True, ranks=True,
+             measure="log-PPL")
 KEY_PPL = Metric("key-ppl", "windows", _ppl_score, _ppl_summary, "key PPL", "key PPL", _result("KeyPplResult"), "key_nll",
-                 cached_as="ppl", ranks=True, fresh=_ppl_fresh, check=_key_ppl_check, prefixes=True)
+                 cached_as="ppl", ranks=True, measure="log key-token PPL", fresh=_ppl_fresh, check=_key_ppl_check, prefixes=True)
 PASSKEY = Metric("passkey", "prompts", lambda ev, spec, sched, unit: ev.backend.passkey_scores(*unit),
                  _passkey_summary, "passkey answer NLL", "passkey", _result("PasskeyResult"), "answer_nll", unit_word="keys")
 KL = Metric("kl", "windows", lambda ev, spec, sched, unit: ev.backend.window_kl(unit[0], sched, spec.log_n, ev.chunk_tokens),
@@ -158,8 +164,14 @@ class Registry(MutableMapping):
     def _all(self) -> dict[str, Metric]:
         return {**self.own, **{t: _task(t) for t in TASKS if t not in self.own}}
 
-    def __getitem__(self, name: str) -> Metric:
-        return self._all()[name]
+    def __getitem__(self, name: str) -> Metric:  # a lookup per unit: no dict built
+        from ropecli.evaluation.ruler.templates import TASKS
+
+        if name in self.own:
+            return self.own[name]
+        if name in TASKS:
+            return _task(name)
+        raise KeyError(name)
 
     def __setitem__(self, name: str, record: Metric) -> None:
         self.own[name] = record

@@ -10,6 +10,7 @@ import matplotlib
 import matplotlib.ticker
 import numpy as np
 
+from ropecli.evaluation.metrics import metric_record
 from ropecli.evaluation.stats import ppl_half_width
 from ropecli.report.plots import check_out, plt, save
 
@@ -66,7 +67,7 @@ def plot_search(evaluations: list[dict], references: list[dict], best_b: float, 
         if np.isfinite(ref["objective"]):
             ax.axhline(ref["objective"], color=c, ls=":", lw=1.2, label=f"{ref['label']}: {ref['objective']:.4f}")
     ax.set_xlabel("mixed exponent b (0 = PI, 1 = NTK-fixed)")
-    ax.set_ylabel("mean passkey answer NLL over lengths" if objective == "passkey" else "mean log-perplexity over lengths")
+    ax.set_ylabel(f"mean {metric_record(objective).measure} over lengths")
     ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="best")

@@ -174,7 +174,7 @@ def tie_lines(results: list[dict]) -> list[str]:
         equivalent = [r["label"] for r in others if r[against]["tied"]]
         undecided = [r for r in others if r[against].get("verdict") == "undecided"]
         m = metric_record("key-ppl" if metric == "key" else metric)  # "key": ppl's key-token ranking
-        what = f"{m.words} @ L={n}" if metric == "kl" else f"{m.words} @ {n}"
+        what = f"{m.words} @ L={n}" if m.at_train_len else f"{m.words} @ {n}"
         unit = m.unit_word
         parts = [f"equivalent within ±{others[0][against]['margin']:g}: {', '.join(equivalent)}"] if equivalent else []
         if undecided:

@@ -33,6 +33,7 @@ import math
 from typing import Callable
 
 from ropecli.evaluation.inference import MARGIN
+from ropecli.evaluation.metrics import REGISTRY
 from ropecli.rope.spec import Spec, make_spec, reference_spec
 from ropecli.tuning.advise_plan import AdvisePlan
 from ropecli.rope.target import Target
@@ -205,7 +206,7 @@ def tournament(run: Evaluate, held_run: Evaluate, target: Target, plan: AdvisePl
         constrained = any(c is not None for c in (max_short_kl, max_short_regression, min_passkey, task_guard))
         races = race_candidates(m, specs, rows, racing, costs, breaks if constrained else None, margin, breaks)
     out = rank(list(rows.values()), lengths, breaks, *races, margin=margin,
-               measure="log key-token PPL" if metric == "key-ppl" else "log-PPL", metric=metric)
+               measure=REGISTRY[metric].measure, metric=metric)
     out["families"] = families(out["rows"])
     if out["families"]:
         out["verdict"] += f"; {out['families']['line']}"
@@ -214,7 +215,7 @@ def tournament(run: Evaluate, held_run: Evaluate, target: Target, plan: AdvisePl
     if guard:
         out["verdict"] += f"; {guard_line(out['winner'], guard)}"
     rule = RULE if racing is None else RULE_RACED
-    rule = rule.replace("log-PPL", "log key-token PPL") if metric == "key-ppl" else rule
+    rule = rule.replace("log-PPL", REGISTRY[metric].measure)
     result = {"lengths": lengths, "factor": k, "rule": rule, "candidates": [n for n, _ in candidates], **out,
             "metric": metric, **({"serving": served} if served else {}), "passkey_measured": passkey_ok, "unscaled_passkey_at_L": none_acc,
             "searches": {n: s["search"] for n, s in searched.items()},
