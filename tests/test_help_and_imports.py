@@ -66,6 +66,11 @@ def test_one_spelling_per_idea():
     for spelling in ("--len", "--target-len"):
         r = runner.invoke(app, ["export", "--method", "pi", spelling, "8192", "--to", "transformers", "--json"])
         assert r.exit_code == 0 and '"factor": 2.0' in r.stdout, r.output
+    labels = [runner.invoke(app, ["freqs", "--method", "mixed", *b, "--json"]).stdout.split('"label": ')[1].split(",")[0]
+              for b in (["--b", "0.7"], ["--param", "b=0.7"])]
+    assert labels == ['"mixed(b=0.7)"'] * 2  # --b is --param b=
+    r = runner.invoke(app, ["freqs", "--method", "mixed", "--b", "0.7", "--param", "b=0.6"])
+    assert r.exit_code == 1 and "--b and --param b=… both give b" in r.output
 
 
 def ropecli_imports(package: Path) -> dict[str, set[str]]:

@@ -66,6 +66,8 @@ class ScheduleOptions:
 
     def __post_init__(self):
         self.method = [*(self.method or []), *(self.methods or [])] or None
+        if self.b and any(p.replace(" ", "").startswith("b=") for p in self.param or []):
+            raise RopeCliError("--b and --param b=… both give b; pass one (--b repeats: one schedule per value)")
 
     def specs(self, default: str, factor: float | None = None, log_n_modes: tuple[bool, ...] = (False,)) -> list:
         """One Spec per method, per b, per log-n mode (`ropecli.rope.spec.parse_specs`); `default`: the
