@@ -1,0 +1,134 @@
+"""Position maps at the attention: for a query at position i and a key at j (d = i - j), which rotation positions each
+gets, region by region. RoPE's score depends only on the difference of the two rotation positions, so a map is a
+relative position rel(i, j) made of regions, and in each region the query's position depends on i alone and the key's
+on j alone: one rotation of the queries and one of the keys per region, scores merged under the regions' masks before
+one softmax (`ropecli.models.mapped_attention`). A map composes with any frequency schedule (the frequencies say how
+fast each pair turns, the map at which positions). Issue 48; the maps, with their sources:
+
+    none         one region: (i, j), the model as it is
+    selfextend   Self-Extend (Jin et al., ICML 2024, datamllab/LongLM): d < W true positions; d >= W the query at
+                 floor(i/G) + W - floor(W/G), the key at floor(j/G) (reach about (L - W) G + W)
+    rerope       ReRoPE (Su, kexue.fm 9708): relative position min(d, w): beyond w the query at w, the key at 0
+    leaky-rerope Leaky ReRoPE (Su; bojone/rerope leaky_rerope_patch.py): w + (d - w)/k beyond w: the query at
+                 i/k + w - w/k, the key at j/k
+
+Each map is one small registered function of its bounded parameters returning its regions; the region functions take
+integer position arrays of numpy or torch alike (the same code serves the numpy twin and the model).
+Numpy only here (`ropecli freqs` and the tests import it without torch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ropecli.errors import RopeCliError
+from ropecli.rope.methods import REQUIRED, Param
+
+
+@dataclass(frozen=True)
+class Region:
+    name: str
+    where: Callable[[Any], Any]  # d = i - j (an array, d >= 0 under the causal mask) -> bool: the region's pairs
+    query: Callable[[Any], Any]  # i -> the query's rotation position
+    key: Callable[[Any], Any]  # j -> the key's rotation position
+
+
+@dataclass(frozen=True)
+class PositionMap:
+    name: str
+    regions: Callable[..., tuple[Region, ...]]  # (**params) -> regions covering every d >= 0 exactly once
+    summary: str
+    params: tuple[Param, ...] = ()
+
+
+MAPS: dict[str, PositionMap] = {}
+
+
+def register_map(name: str, summary: str, *params: Param):
+    def wrap(fn):
+        MAPS[name] = PositionMap(name, fn, summary, params)
+        return fn
+
+    return wrap
+
+
+def _same(p):
+    return p
+
+
+@register_map("none", "(i, j): the positions as they are")
+def _none() -> tuple[Region, ...]:
+    return (Region("all", lambda d: d >= 0, _same, _same),)
+
+
+@register_map("selfextend", "d < W: (i, j); d >= W: (floor(i/G) + W - floor(W/G), floor(j/G))",
+              Param("G", REQUIRED, "group size (positions beyond the window share a group)", 1, 1e9),
+              Param("W", REQUIRED, "neighbour window, tokens at their true relative positions", 1, 1e12))
+def _selfextend(G: float, W: float) -> tuple[Region, ...]:
+    G, W = int(G), int(W)
+    shift = W - W // G
+    return (Region("neighbour", lambda d: d < W, _same, _same),
+            Region("grouped", lambda d: d >= W, lambda i: i // G + shift, lambda j: j // G))
+
+
+@register_map("rerope", "relative position min(d, w): beyond w the query at w, the key at 0",
+              Param("w", REQUIRED, "window: relative positions beyond it are all w", 1, 1e12))
+def _rerope(w: float) -> tuple[Region, ...]:
+    w = int(w)
+    return (Region("window", lambda d: d < w, _same, _same),
+            Region("capped", lambda d: d >= w, lambda i: i * 0 + w, lambda j: j * 0))
+
+
+@register_map("leaky-rerope", "w + (d - w)/k beyond w: the query at i/k + w - w/k, the key at j/k",
+              Param("w", REQUIRED, "window of true relative positions", 1, 1e12),
+              Param("k", REQUIRED, "slope divisor beyond the window (k = 1: no map; large k: ReRoPE)", 1, 1e12))
+def _leaky(w: float, k: float) -> tuple[Region, ...]:
+    w = int(w)
+    return (Region("window", lambda d: d < w, _same, _same),
+            Region("leaky", lambda d: d >= w, lambda i: i / k + w - w / k, lambda j: j / k))
+
+
+def resolve_map(name: str) -> PositionMap:
+    if name not in MAPS:
+        raise RopeCliError(f"unknown position map '{name}'; choose from {', '.join(MAPS)}")
+    return MAPS[name]
+
+
+def map_params(name: str, given: dict[str, float]) -> dict[str, float]:
+    """The map's parameters: given ones within their bounds, defaults for the rest; one line otherwise."""
+    pmap = resolve_map(name)
+    known = {p.name: p for p in pmap.params}
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise RopeCliError(f"{name} has no parameter {unknown[0]}; it takes {', '.join(known) or 'none'}")
+    out = {}
+    for p in pmap.params:
+        v = given.get(p.name, p.default)
+        if v is REQUIRED:
+            raise RopeCliError(f"{name} needs {p.name} ({p.help}), e.g. {name}:{p.name}=…")
+        if (p.lo is not None and v < p.lo) or (p.hi is not None and v > p.hi):
+            raise RopeCliError(f"{name}: {p.name} = {v:g} is outside [{p.lo:g}, {p.hi:g}] ({p.help})")
+        out[p.name] = v
+    return out
+
+
+def relative_positions(name: str, params: dict[str, float], n: int) -> np.ndarray:
+    """rel[i, j] = the query's rotation position minus the key's, for i, j < n, j <= i (NaN above the diagonal), float64
+    (n, n): what the map does to the score of each pair, for the tests and the pictures (the model never builds it)."""
+    i = np.arange(n)[:, None]
+    j = np.arange(n)[None, :]
+    d = i - j
+    rel = np.full((n, n), np.nan)
+    covered = np.zeros((n, n), dtype=int)
+    for r in resolve_map(name).regions(**map_params(name, params)):
+        m = r.where(d) & (d >= 0)
+        q = np.broadcast_to(np.asarray(r.query(i), dtype=np.float64), (n, n))
+        k = np.broadcast_to(np.asarray(r.key(j), dtype=np.float64), (n, n))
+        rel[m] = (q - k)[m]
+        covered += m
+    if (covered[d >= 0] != 1).any():
+        raise RopeCliError(f"{name}: its regions do not cover every causal pair exactly once")
+    return rel

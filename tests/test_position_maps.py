@@ -1,0 +1,108 @@
+"""Position maps (issue 48, the first part): the registry's relative positions, and the mapped attention inside a tiny
+model — exact where a map's near region covers the window, equal to an independent per-pair reference elsewhere,
+the same through a KV cache as in one pass, refused in one line where it cannot be right."""
+
+import numpy as np
+import pytest
+import torch
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from ropecli.errors import RopeCliError
+from ropecli.models.mapped_attention import NAME, mapped, rotated
+from ropecli.rope.position_maps import MAPS, map_params, relative_positions
+from tiny_models import build
+
+
+def test_relative_positions_follow_the_formulas():
+    se = relative_positions("selfextend", {"G": 2, "W": 4}, 10)
+    assert se[9].tolist() == [6, 6, 5, 5, 4, 4, 3, 2, 1, 0]  # floor(9/2) + 4 - 2 - floor(j/2) beyond W; true within
+    assert relative_positions("rerope", {"w": 3}, 6)[5].tolist() == [3, 3, 3, 2, 1, 0]
+    assert relative_positions("leaky-rerope", {"w": 3, "k": 2}, 8)[7].tolist() == [5, 4.5, 4, 3.5, 3, 2, 1, 0]
+    for name, params in (("selfextend", {"G": 4, "W": 8}), ("rerope", {"w": 8}), ("leaky-rerope", {"w": 8, "k": 4})):
+        rel = relative_positions(name, params, 64)
+        low = np.tril(np.ones((64, 64), bool))
+        assert np.all(np.diff(rel[low.nonzero()[0].max()][: 64]) <= 0)  # farther keys never come nearer
+        assert np.nanmax(rel) < 64 and np.isnan(rel[~low]).all()
+
+
+def test_bad_parameters_are_one_line():
+    with pytest.raises(RopeCliError, match="G = 0 is outside"):
+        map_params("selfextend", {"G": 0, "W": 8})
+    with pytest.raises(RopeCliError, match="selfextend needs W"):
+        map_params("selfextend", {"G": 2})
+    with pytest.raises(RopeCliError, match="has no parameter q"):
+        map_params("rerope", {"w": 4, "q": 1})
+    with pytest.raises(RopeCliError, match="unknown position map 'yarn'"):
+        map_params("yarn", {})
+    assert set(MAPS) >= {"none", "selfextend", "rerope", "leaky-rerope"}
+
+
+def nll(model, ids) -> float:
+    with torch.no_grad():
+        logits = model(ids).logits[0, :-1].float()
+    return torch.nn.functional.cross_entropy(logits, ids[0, 1:]).item()
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])  # GQA: 4 query heads on 2 key heads
+def test_a_map_whose_near_region_covers_the_window_is_the_model(family):
+    model, ids = build(family), torch.randint(0, 96, (1, 48), generator=torch.Generator().manual_seed(0))
+    plain = nll(model, ids)
+    for name, params in (("none", {}), ("selfextend", {"G": 4, "W": 48}), ("rerope", {"w": 48}),
+                         ("leaky-rerope", {"w": 48, "k": 8})):
+        with mapped(model, name, params, block=16):  # three query blocks
+            assert abs(nll(model, ids) - plain) < 1e-5, name
+    assert model.config._attn_implementation != NAME  # put back
+    with mapped(model, "selfextend", {"G": 4, "W": 8}):
+        assert abs(nll(model, ids) - plain) > 1e-3  # the map does change the scores beyond W
+
+
+class PairReference:
+    """An independent reference: each pair's score from the map's relative position alone, the query rotated by
+    rel[i, j] and the key at 0 (no regions, no masks beyond causality)."""
+
+    def __init__(self, rel: np.ndarray, rotary):
+        self.rel, self.rotary = torch.tensor(rel), rotary
+
+    def __call__(self, module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, **kwargs):
+        B, H, T, D = query.shape
+        groups = H // key.shape[1]
+        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+        k0 = rotated(key, torch.zeros(T), self.rotary)
+        scores = torch.full((B, H, T, T), float("-inf"))
+        for i in range(T):
+            qi = rotated(query[:, :, i:i + 1].expand(B, H, i + 1, D), self.rel[i, : i + 1], self.rotary)  # (B, H, i+1, D)
+            scores[:, :, i, : i + 1] = (qi * k0[:, :, : i + 1]).sum(-1) * scaling
+        return torch.matmul(torch.softmax(scores, -1), value).transpose(1, 2).contiguous(), None
+
+
+@pytest.mark.parametrize(("name", "params"), [("selfextend", {"G": 3, "W": 5}), ("rerope", {"w": 6}),
+                                              ("leaky-rerope", {"w": 4, "k": 3})])
+def test_the_mapped_attention_equals_a_per_pair_reference(name, params):
+    model, ids = build("llama"), torch.randint(0, 96, (1, 24), generator=torch.Generator().manual_seed(1))
+    with mapped(model, name, params, block=7):
+        got = nll(model, ids)
+        rotary = ALL_ATTENTION_FUNCTIONS[NAME].rotary
+        ALL_ATTENTION_FUNCTIONS[NAME] = PairReference(relative_positions(name, params, 24), rotary)
+        want = nll(model, ids)
+    assert abs(got - want) < 1e-5 and abs(got - nll(model, ids)) > 1e-4, (got, want)
+
+
+def test_decoding_through_the_cache_follows_the_map():
+    """Keys stay unrotated in the cache: a prefill then one token at a time gives one pass's logits."""
+    from transformers import DynamicCache
+
+    model, ids = build("llama"), torch.randint(0, 96, (1, 40), generator=torch.Generator().manual_seed(2))
+    with mapped(model, "selfextend", {"G": 2, "W": 8}), torch.no_grad():
+        whole = model(ids).logits[0]
+        cache = DynamicCache()
+        steps = [model(ids[:, :24], cache=cache, use_cache=True).logits[0]]
+        for t in range(24, 40):
+            steps.append(model(ids[:, t:t + 1], cache=cache, use_cache=True).logits[0])
+    assert torch.allclose(torch.cat(steps), whole, atol=1e-4), (torch.cat(steps) - whole).abs().max()
+
+
+@pytest.mark.parametrize(("family", "why"), [("gemma3", "RoPE per layer type"), ("gpt_neox", "partial rotary")])
+def test_what_is_not_mapped_yet_is_refused_in_one_line(family, why):
+    with pytest.raises(RopeCliError, match=why):
+        with mapped(build(family), "selfextend", {"G": 2, "W": 8}):
+            pass
