@@ -106,3 +106,35 @@ def test_what_is_not_mapped_yet_is_refused_in_one_line(family, why):
     with pytest.raises(RopeCliError, match=why):
         with mapped(build(family), "selfextend", {"G": 2, "W": 8}):
             pass
+
+
+def test_passkey_at_4L_selfextend_reads_what_the_best_schedule_misses():
+    """Issue 48's probe, through the command: the built-in model (L = 256) at 4L = 1,024, ropecli's passkey prompts.
+    Self-Extend G = 8, W = 64 on the unscaled model retrieves at every depth (the probe: 100 %, answer NLL 0.01);
+    llama3 x4, the best frequency schedule, loses the far keys (the probe: 25 % at depth 0, NLL 1.87)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from ropecli.cli.app import app
+
+    r = CliRunner().invoke(app, ["passkey", "--len", "1024", "--method", "none,llama3", "--map", "none",
+                                 "--map", "selfextend:G=8,W=64", "--samples", "2", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = {row["method"] + ("@" + row["position_map"]["name"] if row["position_map"] else ""): row
+            for row in json.loads(r.stdout)["results"]}
+    se, llama3 = rows["none@selfextend"], rows["llama3"]
+    assert [d["accuracy"] for d in se["by_depth"]] == [1.0] * 5 and se["answer_nll"] < 0.1, se["by_depth"]
+    assert llama3["answer_nll"] > 10 * se["answer_nll"] and rows["none"]["accuracy"] < 0.5
+    assert se["vs_best"]["best"] and se["position_map"] == {"name": "selfextend", "params": {"G": 8.0, "W": 64.0}}
+
+
+def test_a_map_where_it_cannot_run_is_one_line():
+    from typer.testing import CliRunner
+
+    from ropecli.cli.app import app
+
+    r = CliRunner().invoke(app, ["ppl", "--len", "256", "--map", "selfextend:G=0,W=8"])
+    assert r.exit_code == 1 and "G = 0 is outside" in r.output.strip().splitlines()[-1], r.output
+    r = CliRunner().invoke(app, ["compare", "--len", "256", "--map", "rerope:w=64", "--metric", "kl", "--samples", "1"])
+    assert r.exit_code == 1 and "with a position map" in r.output.strip().splitlines()[-1], r.output

@@ -6,13 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ropecli.cli.eval_options import (AdviseBudgetOpt, AdviseMetricOpt, AttnOpt, Backend, BackendOpt, CacheDirOpt,
-                                      CandidatesOpt, ChunkOpt, DataOpt, DepthsOpt, DeviceMapOpt, DeviceOpt, DigitsOpt, Dtype,
-                                      DtypeOpt, ExportConfigOpt, HeldOutOpt, KeyEvaluatorOpt, KeyShortOpt, KeyTokens,
-                                      KeyTokensOpt, LenOpt, MarginOpt, MaxShortKlOpt, MaxShortRegressionOpt, MaxWindowsOpt,
-                                      MinPasskeyOpt, NoCacheOpt, ObjectiveOpt, PromptsOpt, RaceOpt, SamplesOpt, ScoreLastOpt,
-                                      SeedOpt, ServeRuntimeOpt, TaskGuardOpt, TextFieldOpt, TokenLossesOpt, TrustOpt,
-                                      WithLogNOpt, WorkloadOpt)
-from ropecli.cli.groups import ModelSourceOptions
+                                      CandidatesOpt, ChunkOpt, DataOpt, DepthsOpt, DeviceMapOpt, DeviceOpt, DigitsOpt,
+                                      Dtype, DtypeOpt, ExportConfigOpt, HeldOutOpt, KeyEvaluatorOpt, KeyShortOpt,
+                                      KeyTokens, KeyTokensOpt, LenOpt, MapOpt, MarginOpt, MaxShortKlOpt,
+                                      MaxShortRegressionOpt, MaxWindowsOpt, MinPasskeyOpt, NoCacheOpt, ObjectiveOpt,
+                                      PromptsOpt, RaceOpt, SamplesOpt, ScoreLastOpt, SeedOpt, ServeRuntimeOpt,
+                                      TaskGuardOpt, TextFieldOpt, TokenLossesOpt, TrustOpt, WithLogNOpt, WorkloadOpt)
+from ropecli.cli.groups import ModelSourceOptions, ScheduleOptions
 from ropecli.cli.options import (BaseOpt, DOpt, GgufOpt, HeadDimAliasOpt, KOpt, LogNOpt, RopeLayersOpt, TrainLenOpt, advanced,
                                  flat_choices)
 from ropecli.errors import RopeCliError
@@ -38,6 +38,18 @@ class ModelOptions(ModelSourceOptions):
         super().__post_init__()
         self.dtype = Dtype(self.dtype).value
         self.backend = Backend(self.backend).value
+
+
+@dataclass
+class MappedScheduleOptions(ScheduleOptions):
+    """The evaluating commands' schedules: each also under each --map (a position map at the attention)."""
+    position_map: MapOpt = None
+
+    def specs(self, default: str, factor: float | None = None, log_n_modes: tuple[bool, ...] = (False,)) -> list:
+        from ropecli.rope.position_maps import parse_map
+
+        maps = [parse_map(m) for m in self.position_map or ["none"]]
+        return [s.but(position_map=pm) for s in super().specs(default, factor, log_n_modes) for pm in maps]
 
 
 @dataclass

@@ -1,7 +1,5 @@
-"""The evaluating commands' own options, defined once: loading a model, the text, the metrics and tasks,
-searches, advise, serving, export and verify. Their choices and help texts are read from the registries
-(metrics, RULER's tasks, runtimes, objectives, candidates), which is why `ropecli freqs` never imports this.
-The engine's knobs sit under the Advanced panel."""
+"""The evaluating commands' own options, defined once (model loading, text, metrics and tasks, maps, searches, advise,
+serving, export, verify); choices and help texts read from the registries, so `ropecli freqs` never imports this."""
 
 from __future__ import annotations
 
@@ -42,6 +40,10 @@ DeviceMapOpt = Annotated[Optional[str], typer.Option(
 AttnOpt = Annotated[Optional[str], typer.Option("--attn-implementation", rich_help_panel=ADVANCED, help="eager | sdpa | flash_attention_2 …")]
 TrustOpt = Annotated[bool, typer.Option("--trust-remote-code", rich_help_panel=ADVANCED, help="Allow the model repo's own code (off by default).")]
 
+MapOpt = Annotated[Optional[list[str]], typer.Option(
+    "--map", metavar="MAP[:K=V,…]", rich_help_panel=SCHEDULE,
+    help="A position map at the attention on top of each schedule: none, selfextend:G=8,W=64, rerope:w=128, "
+         "leaky-rerope:w=128,k=16 (repeat: every method under every map; `ropecli methods` lists them).")]
 DataOpt = Annotated[Optional[list[str]], typer.Option(
     "--data", rich_help_panel=DATA, help="Text file, folder, .jsonl, .json, or hf:DATASET (default: held-out Shakespeare).")]
 TextFieldOpt = Annotated[str, typer.Option("--text-field", rich_help_panel=ADVANCED, help="JSONL / dataset field holding the text.")]
@@ -99,7 +101,7 @@ WorkloadOpt = Annotated[Optional[str], typer.Option(
          "one per line (histogrammed to powers of two). Ranks every candidate per runtime by its expected loss over "
          "them, each length under the schedule that runtime applies there. Default: the target length alone.")]
 ServeRuntimeOpt = Annotated[Optional[list[str]], typer.Option(
-    "--runtime", click_type=CommaChoices(runtimes.names, "--runtime", "RUNTIME", spellings=runtimes.spellings), rich_help_panel="Serving",
+    "--runtime", click_type=CommaChoices(runtimes.names, "--runtime", "RUNTIME", spellings=runtimes.spellings), rich_help_panel=ADVANCED,
     help="With --workload: {choices} (repeat or comma-separate; default " + ", ".join(SERVED_BY_DEFAULT) + ").")]
 
 

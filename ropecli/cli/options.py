@@ -1,14 +1,7 @@
-"""The options every command shares, defined once: the geometry, the schedule, the output (the evaluating
-commands' own, which name the registries, are in `ropecli.cli.eval_options`, imported only by those commands).
-
-Ranges and choices are Typer's (`min=`, `max=`, enums, `CommaChoices`), so bad values are refused
-before any work; the usage error is one line (`ropecli.cli.common.OneLineErrorsGroup`). Each command's help
-shows the options a first run needs in its first panels and the engine's knobs under one "Advanced" panel
-(`advanced()`); every option has a metavar (`ropecli.cli.app` names the ones Typer leaves as placeholders).
-
-Renamed flags keep their old spelling as a hidden alias: `--head-dim` (now `--d` / `--rotary-dim`),
-`--methods` (now repeatable `--method`, comma lists accepted); `--b` is `--param b=…` that repeats.
-"""
+"""The options every command shares, defined once: geometry, schedule, output (the evaluating commands' own, which
+name the registries: `ropecli.cli.eval_options`). Ranges and choices are click's, checked before any work (a one-line
+usage error); the engine's knobs go under one "Advanced" panel (`advanced()`). Renamed flags keep their old spelling
+as a hidden alias (`--head-dim`, `--methods`); `--b` is `--param b=…` that repeats."""
 
 from __future__ import annotations
 

@@ -31,6 +31,7 @@ from ropecli.evaluation.distributed import Dist
 from ropecli.evaluation.inputs import Inputs
 from ropecli.evaluation.key_metric import key_fields, window_key_sums
 from ropecli.evaluation.key_tokens import KeyRule, describe_rule
+from ropecli.errors import RopeCliError
 from ropecli.evaluation.metrics import metric_record
 from ropecli.evaluation.results import EvalResult
 from ropecli.models.backend import ModelBackend
@@ -88,6 +89,8 @@ class Evaluator:
         }
         if sched.params.get("truncate") is None:  # added after caches were committed: absent = transformers' default
             key["params"].pop("truncate", None)
+        if spec.position_map:  # absent = no map: every key cached before maps existed still serves
+            key["map"] = [spec.position_map[0], dict(spec.position_map[1])]
         return key
 
     def evaluate(self, spec: Spec, length: int, on_window: Callable[[int], None] | None = None,
@@ -97,6 +100,9 @@ class Evaluator:
         share a disk). `span`: the windows are the prefixes of those at `span` (`Inputs.spanning`)."""
         m = metric_record(metric)
         m.check(self, length)  # cheap, and a key-ppl result without a rule would be no result
+        if spec.position_map and not m.scales:
+            raise RopeCliError(f"--metric {metric} with a position map ({spec.label}) is not measured yet; "
+                               "measure the map with ppl, passkey or a task")
         inputs = self.inputs.resized(samples).spanning(span)
         geom, sched, keys, values = self._lookup(spec, length, metric, inputs)
         todo = self.dist.union([i for i in range(len(keys)) if i not in values])
@@ -204,7 +210,8 @@ class Evaluator:
                 return [plain(v) for v in be.window_nll(unit[0], self.chunk_tokens, self.score_last, prefixes, keep)]
             return plain(m.score(self, spec, sched, unit))
 
-        with be.scaled(sched, spec.log_n) if m.scales else nullcontext():
+        mapped = {"position_map": spec.position_map} if spec.position_map else {}  # backends without maps never see one
+        with be.scaled(sched, spec.log_n, **mapped) if m.scales else nullcontext():
             for position, j in enumerate(self.dist.mine(len(todo))):
                 i = todo[j]
                 t0 = time.perf_counter()

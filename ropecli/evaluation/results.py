@@ -36,6 +36,7 @@ class EvalResult:
     factor: float  # k
     attention_factor: float
     seconds: float  # wall time of the forward passes (0 when cached)
+    position_map: dict | None = None  # {"name", "params"} of a position map at the attention (None: none)
     cached: bool = False  # served from the cache in this run (not stored in the cache)
 
     @property
@@ -158,7 +159,8 @@ class KlResult(EvalResult):
 def _head(spec: Spec, sched: Schedule, geom: Geometry, length: int, seconds: float) -> dict:
     return {"method": sched.method, "label": spec.label, "params": {k: v for k, v in sched.params.items() if k != "factors"},
             "log_n": spec.log_n, "len": length, "factor": geom.factor, "attention_factor": sched.attention_factor,
-            "seconds": round(seconds, 3)}
+            "seconds": round(seconds, 3),
+            "position_map": {"name": spec.position_map[0], "params": dict(spec.position_map[1])} if spec.position_map else None}
 
 
 def summarize_ppl(spec: Spec, sched: Schedule, geom: Geometry, length: int, per_window: list[tuple[float, int]],

@@ -33,7 +33,7 @@ class ModelBackend(Protocol):
 
     def describe(self) -> str: ...
 
-    def scaled(self, schedule: Schedule, log_n: bool) -> AbstractContextManager[None]: ...
+    def scaled(self, schedule: Schedule, log_n: bool, position_map: tuple = ()) -> AbstractContextManager[None]: ...
 
     def window_nll(self, ids: np.ndarray, chunk_tokens: int | None, score_last: int | None,
                    prefixes: list[int] | None = None, keep_tokens: bool = False): ...
@@ -91,8 +91,12 @@ class TransformersBackend:
         return self.rope.describe(f"{self.dtype} on {self.device}")
 
     @contextmanager
-    def scaled(self, schedule: Schedule, log_n: bool):
-        """The model with `schedule` (and log-n) applied inside the block, restored after, whatever happens."""
+    def scaled(self, schedule: Schedule, log_n: bool, position_map: tuple = ()):
+        """The model with `schedule` (and log-n, and a position map at the attention: `models.mapped_attention`)
+        applied inside the block, restored after, whatever happens."""
+        from contextlib import ExitStack
+
+        from ropecli.models.mapped_attention import mapped
         from ropecli.models.patch import add_log_n_hooks, apply_schedule, restore
 
         hooks = []
@@ -102,7 +106,10 @@ class TransformersBackend:
                 apply_schedule(slot, schedule.factors, schedule.attention_factor)
             if log_n:
                 hooks = add_log_n_hooks(self.model, self.rope.train_len, list(self.rope.scaled_types) or None)
-            yield
+            with ExitStack() as stack:
+                if position_map:
+                    stack.enter_context(mapped(self.model, position_map[0], dict(position_map[1])))
+                yield
         finally:
             for h in hooks:
                 h.remove()

@@ -57,8 +57,11 @@ class LlamaCppBackend:
         return self.rope.describe(f"llama.cpp ({self.dtype.removeprefix('gguf ')}, {self.threads} threads)")
 
     @contextmanager
-    def scaled(self, schedule: Schedule, log_n: bool):
+    def scaled(self, schedule: Schedule, log_n: bool, position_map: tuple = ()):
         """The model under `schedule` inside the block: a temporary GGUF with rope_freqs and attn_factor."""
+        if position_map:
+            raise RopeCliError("a position map rotates queries and keys per region inside the attention, which the "
+                               "llamacpp backend cannot reach; measure maps with --backend transformers")
         if log_n:
             raise RopeCliError("--log-n scales each query by its own position, which llama.cpp cannot express; "
                                "use the transformers backend for log-n")

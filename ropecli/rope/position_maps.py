@@ -132,3 +132,28 @@ def relative_positions(name: str, params: dict[str, float], n: int) -> np.ndarra
     if (covered[d >= 0] != 1).any():
         raise RopeCliError(f"{name}: its regions do not cover every causal pair exactly once")
     return rel
+
+
+def parse_map(text: str) -> tuple:
+    """`selfextend:G=8,W=64` -> ("selfextend", (("G", 8.0), ("W", 64.0))), parameters checked and in the map's order;
+    `none` -> () (no map: the Spec of a plain schedule)."""
+    name, _, rest = text.strip().partition(":")
+    given = {}
+    for pair in filter(None, (p.strip() for p in rest.split(","))):
+        key, eq, value = pair.partition("=")
+        try:
+            given[key.strip()] = float(value)
+        except ValueError:
+            raise RopeCliError(f"--map {text}: parameters are KEY=NUMBER, comma-separated, e.g. selfextend:G=8,W=64") from None
+        if not eq:
+            raise RopeCliError(f"--map {text}: parameters are KEY=NUMBER, e.g. selfextend:G=8,W=64")
+    params = map_params(name.strip(), given)
+    return () if name.strip() == "none" else (name.strip(), tuple(params.items()))
+
+
+def map_label(position_map: tuple) -> str:
+    """`selfextend(G=8,W=64)`; "" for no map."""
+    if not position_map:
+        return ""
+    name, params = position_map
+    return f"{name}(" + ",".join(f"{k}={v:g}" for k, v in params) + ")"

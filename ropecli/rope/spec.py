@@ -28,6 +28,7 @@ from ropecli.errors import RopeCliError
 from ropecli.rope.methods import (REGISTRY, Method, Schedule, compute_schedule, format_label, resolve_method,
                                   resolve_params)
 from ropecli.rope.factor_files import read_factors
+from ropecli.rope.position_maps import map_label
 
 # The methods people deploy, with transformers' defaults: search-b's references, search's held-out
 # verdict and advise's fixed candidates are all taken from this one list.
@@ -45,11 +46,15 @@ class Spec:
     factor: float | None = None  # None: k = max(1, n / L) for a window of n tokens (`factor_at`)
     log_n: bool = False
     composed: bool = False  # native+METHOD: on top of the shipped schedule (k' = N / Ls), not re-derived from L0
+    position_map: tuple = ()  # (name, ((param, value), ...)) of a position map at the attention (rope.position_maps); () none
 
     @property
     def label(self) -> str:
-        """`mixed(b=0.625)`, `+log-n` appended when the queries are scaled: the one label of a Spec."""
-        return (COMPOSED_PREFIX if self.composed else "") + format_label(self.method, dict(self.params)) + ("+log-n" if self.log_n else "")
+        """`mixed(b=0.625)`, `+log-n` appended when the queries are scaled, `@selfextend(G=8,W=64)` under a position
+        map: the one label of a Spec."""
+        at = f"@{map_label(self.position_map)}" if self.position_map else ""
+        return (COMPOSED_PREFIX if self.composed else "") + format_label(self.method, dict(self.params)) + \
+            ("+log-n" if self.log_n else "") + at
 
     @property
     def native(self) -> bool:

@@ -6,9 +6,10 @@ from __future__ import annotations
 from ropecli.cli.common import emit_json, handle_errors
 from ropecli.cli.console import show, stderr_console
 from ropecli.errors import RopeCliError
-from ropecli.cli.eval_groups import DataOptions, EvalOptions, ModelOptions, PasskeyOptions, ServingOptions
+from ropecli.cli.eval_groups import (DataOptions, EvalOptions, MappedScheduleOptions, ModelOptions, PasskeyOptions,
+                                     ServingOptions)
 from ropecli.cli.eval_options import BothLogNOpt, GenerateOpt, MarginOpt, MaxWindowsOpt, MetricOpt, RaceOpt, TaskOpt
-from ropecli.cli.groups import OutputOptions, ScheduleOptions, with_option_groups
+from ropecli.cli.groups import OutputOptions, with_option_groups
 from ropecli.cli.options import COMPARE_METHODS, DEFAULT_METHOD, flat_choices
 from ropecli.cli.session import check_plot_path, open_session
 
@@ -63,7 +64,7 @@ def chosen_metrics(metric: list | None, task: list | None, prompts: PasskeyOptio
 
 @handle_errors
 @with_option_groups
-def ppl(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, evaluation: EvalOptions, output: OutputOptions,
+def ppl(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOptions, evaluation: EvalOptions, output: OutputOptions,
         prompts: PasskeyOptions, task: TaskOpt = None, generate: GenerateOpt = False):
     """Perplexity of a model under one schedule at one or more lengths (and RULER's tasks with --task).
 
@@ -98,7 +99,7 @@ def ppl(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, evalu
 
 @handle_errors
 @with_option_groups
-def compare(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, evaluation: EvalOptions, prompts: PasskeyOptions,
+def compare(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOptions, evaluation: EvalOptions, prompts: PasskeyOptions,
             output: OutputOptions, serving: ServingOptions, metric: MetricOpt = None, both_log_n: BothLogNOpt = False,
             race: RaceOpt = False, max_windows: MaxWindowsOpt = None, margin: MarginOpt = None, task: TaskOpt = None,
             generate: GenerateOpt = False):

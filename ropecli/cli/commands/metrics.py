@@ -6,7 +6,7 @@ from __future__ import annotations
 from ropecli.cli.common import emit_json, handle_errors
 from ropecli.cli.console import show, stderr_console
 from ropecli.errors import RopeCliError
-from ropecli.cli.eval_groups import DataOptions, EvalOptions, ModelOptions, PasskeyOptions
+from ropecli.cli.eval_groups import DataOptions, EvalOptions, MappedScheduleOptions, ModelOptions, PasskeyOptions
 from ropecli.cli.groups import OutputOptions, ScheduleOptions, with_option_groups
 from ropecli.cli.options import KL_METHODS, PASSKEY_METHODS, TargetLenOpt
 from ropecli.cli.session import check_plot_path, open_session
@@ -14,7 +14,7 @@ from ropecli.cli.session import check_plot_path, open_session
 
 @handle_errors
 @with_option_groups
-def passkey(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, evaluation: EvalOptions,
+def passkey(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOptions, evaluation: EvalOptions,
             prompts: PasskeyOptions, output: OutputOptions):
     """Passkey retrieval: a random key stated once at each depth of real text, asked for at the end.
 
