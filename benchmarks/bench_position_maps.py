@@ -1,0 +1,86 @@
+"""What a position map costs (issue 48): the mapped forward's wall time and peak memory against the unpatched forward at
+the same length, as ratios measured in one run. Each mode runs in its own fresh process (peak RSS of the forward
+alone: the kernel's high-water mark is reset after loading via /proc/self/clear_refs), on one window of held-out
+Shakespeare, fp32 on the CPU, best of --repeats. The mapped attention scores one query block (256 queries) against
+every key per region, where the unpatched model runs its own sdpa: the ratios say what the regions and the block loop
+cost.
+
+    python benchmarks/bench_position_maps.py                                  # built-in model at 4L = 1,024
+    python benchmarks/bench_position_maps.py --model smollm2 --len 16384      # SmolLM2 at 2L
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+MODES = {"unpatched": None, "none (mapped identity)": "none", "selfextend:G=8,W=64": "selfextend:G=8,W=64",
+         "rerope:w=128": "rerope:w=128", "leaky-rerope:w=128,k=16": "leaky-rerope:w=128,k=16"}
+
+
+def peak_kib() -> int:
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
+
+
+def child(model: str, length: int, pmap: str | None, repeats: int) -> None:
+    import torch
+
+    from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
+    from ropecli.models.load import load_model
+    from ropecli.models.mapped_attention import mapped
+    from ropecli.models.scoring import window_nll
+    from ropecli.rope.position_maps import parse_map
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    lm = load_model(model, dtype="fp32", device="cpu")
+    docs, _ = load_documents(None)
+    windows = sample_windows(docs, tokenize_documents(docs, lm.tokenizer), length, 1, 0, lm.tokenizer.bos_token_id)
+    ids = windows.ids[0]
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    best, nll = float("inf"), None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            if pmap is None:
+                out = window_nll(lm.model, torch.as_tensor(ids)[None], None)
+            else:
+                name, params = parse_map(pmap) or ("none", ())
+                with mapped(lm.model, name, dict(params)):
+                    out = window_nll(lm.model, torch.as_tensor(ids)[None], None)
+        best = min(best, time.perf_counter() - t0)
+        nll = out[0] / out[1]
+    print(json.dumps({"seconds": best, "peak_mib": peak_kib() / 1024, "nll": nll}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="builtin")
+    ap.add_argument("--len", type=int, default=1024)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--child", default=None)
+    args = ap.parse_args()
+    if args.child is not None:
+        return child(args.model, args.len, None if args.child == "-" else args.child, args.repeats)
+    rows = {}
+    for label, pmap in MODES.items():
+        out = subprocess.run([sys.executable, __file__, "--model", args.model, "--len", str(args.len), "--repeats",
+                              str(args.repeats), "--child", pmap or "-"], capture_output=True, text=True, check=True)
+        rows[label] = json.loads(out.stdout.strip().splitlines()[-1])
+    base = rows["unpatched"]
+    print(f"{args.model} at {args.len} tokens, fp32 CPU, best of {args.repeats}:")
+    for label, r in rows.items():
+        print(f"  {label:26s} {r['seconds']:8.2f} s ({r['seconds'] / base['seconds']:5.2f}x)   peak {r['peak_mib']:8.0f} MiB "
+              f"({r['peak_mib'] / base['peak_mib']:5.2f}x)   NLL {r['nll']:.6f}")
+    print(f"identity check: |NLL(none mapped) - NLL(unpatched)| = {abs(rows['none (mapped identity)']['nll'] - base['nll']):.2e}")
+
+
+if __name__ == "__main__":
+    main()
