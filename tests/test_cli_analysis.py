@@ -109,7 +109,9 @@ def test_schedule_csv_round_trips_through_longrope(tmp_path):
 
 def test_methods_lists_registry():
     data = json.loads(run("methods", "--json").output)
-    assert {m["method"] for m in data} >= {"none", "pi", "ntk-old", "ntk-aware", "ntk-fixed", "mixed", "dynamic", "yarn", "llama3", "longrope"}
+    assert {m["method"] for m in data if m["kind"] == "scaling method"} >= {"none", "pi", "ntk-old", "ntk-aware", "ntk-fixed",
+                                                                        "mixed", "dynamic", "yarn", "llama3", "longrope"}
+    assert {m["map"] for m in data if m["kind"] == "position map"} >= {"none", "selfextend", "rerope", "leaky-rerope"}
 
 
 @pytest.mark.parametrize("kind", ["png", "svg"])

@@ -103,17 +103,24 @@ def schedule_table(geom, schedules: list) -> list:
 
 
 def methods_rows() -> list[dict]:
+    """Every scaling method ("kind": "scaling method"), then every position map ("kind": "position map")."""
     from ropecli.rope.methods import ALIASES, REGISTRY, REQUIRED
+    from ropecli.rope.position_maps import MAPS
 
-    return [{"method": m.name, "summary": m.summary,
-             "params": {p.name: ("required" if p.default is REQUIRED else p.default) for p in m.params},
-             "aliases": [a for a, t in ALIASES.items() if t == m.name]} for m in REGISTRY.values()]
+    shown = lambda params: {p.name: ("required" if p.default is REQUIRED else p.default) for p in params}  # noqa: E731
+    return [*({"kind": "scaling method", "method": m.name, "summary": m.summary, "params": shown(m.params),
+               "aliases": [a for a, t in ALIASES.items() if t == m.name]} for m in REGISTRY.values()),
+            *({"kind": "position map", "map": m.name, "summary": m.summary, "params": shown(m.params)} for m in MAPS.values())]
 
 
 def methods_table(rows: list[dict]) -> list:
-    t = table("Scaling methods", ["method", "parameters (default)", "what it does"],
-              left=("method", "parameters (default)", "what it does"))
-    for r in rows:
-        name = r["method"] + (f" ({', '.join(r['aliases'])})" if r["aliases"] else "")
-        t.add_row(name, ", ".join(f"{k}={v}" for k, v in r["params"].items()) or "-", r["summary"])
-    return [t]
+    """The scaling methods, then the position maps (`--map`), each with its parameters."""
+    out = []
+    for kind, title, key in (("scaling method", "Scaling methods (--method)", "method"),
+                             ("position map", "Position maps at the attention (--map NAME:K=V,…)", "map")):
+        t = table(title, [key, "parameters (default)", "what it does"], left=(key, "parameters (default)", "what it does"))
+        for r in (r for r in rows if r["kind"] == kind):
+            name = r[key] + (f" ({', '.join(r['aliases'])})" if r.get("aliases") else "")
+            t.add_row(name, ", ".join(f"{k}={v}" for k, v in r["params"].items()) or "-", r["summary"])
+        out.append(t)
+    return out

@@ -109,7 +109,7 @@ def schedule(
 
 @handle_errors
 def methods(as_json: JsonOpt = False):
-    """List the scaling methods and their parameters.
+    """List the scaling methods and the position maps, with their parameters.
 
     Example: ropecli methods
     """
