@@ -138,3 +138,17 @@ def test_a_map_where_it_cannot_run_is_one_line():
     assert r.exit_code == 1 and "G = 0 is outside" in r.output.strip().splitlines()[-1], r.output
     r = CliRunner().invoke(app, ["compare", "--len", "256", "--map", "rerope:w=64", "--metric", "kl", "--samples", "1"])
     assert r.exit_code == 1 and "with a position map" in r.output.strip().splitlines()[-1], r.output
+    r = CliRunner().invoke(app, ["ppl", "--len", "256", "--map", "selfextend:G=4,W=256"])  # W >= the window: no map
+    assert r.exit_code == 1 and "W = 256 reaches the whole 256-token window" in r.output.strip().splitlines()[-1], r.output
+
+
+def test_an_mla_model_is_refused_saying_what_is_missing():
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    cfg = DeepseekV3Config(vocab_size=96, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=1,
+                           num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=None,
+                           qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, n_routed_experts=2, num_experts_per_tok=1,
+                           first_k_dense_replace=1, max_position_embeddings=64)
+    with pytest.raises(RopeCliError, match="multi-head latent attention"):
+        with mapped(DeepseekV3ForCausalLM(cfg), "rerope", {"w": 4}):
+            pass

@@ -33,6 +33,7 @@ from ropecli.evaluation.key_metric import key_fields, window_key_sums
 from ropecli.evaluation.key_tokens import KeyRule, describe_rule
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.metrics import metric_record
+from ropecli.rope.position_maps import check_window
 from ropecli.evaluation.results import EvalResult
 from ropecli.models.backend import ModelBackend
 from ropecli.models.token_losses import plain, prefixes_from_kept
@@ -100,6 +101,7 @@ class Evaluator:
         share a disk). `span`: the windows are the prefixes of those at `span` (`Inputs.spanning`)."""
         m = metric_record(metric)
         m.check(self, length)  # cheap, and a key-ppl result without a rule would be no result
+        check_window(spec.position_map, length)
         if spec.position_map and not m.scales:
             raise RopeCliError(f"--metric {metric} with a position map ({spec.label}) is not measured yet; "
                                "measure the map with ppl, passkey or a task")

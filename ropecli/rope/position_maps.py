@@ -42,14 +42,15 @@ class PositionMap:
     regions: Callable[..., tuple[Region, ...]]  # (**params) -> regions covering every d >= 0 exactly once
     summary: str
     params: tuple[Param, ...] = ()
+    window: str | None = None  # the parameter below which positions are true: at or past the sequence, no map at all
 
 
 MAPS: dict[str, PositionMap] = {}
 
 
-def register_map(name: str, summary: str, *params: Param):
+def register_map(name: str, summary: str, *params: Param, window: str | None = None):
     def wrap(fn):
-        MAPS[name] = PositionMap(name, fn, summary, params)
+        MAPS[name] = PositionMap(name, fn, summary, params, window)
         return fn
 
     return wrap
@@ -66,7 +67,7 @@ def _none() -> tuple[Region, ...]:
 
 @register_map("selfextend", "d < W: (i, j); d >= W: (floor(i/G) + W - floor(W/G), floor(j/G))",
               Param("G", REQUIRED, "group size (positions beyond the window share a group)", 1, 1e9),
-              Param("W", REQUIRED, "neighbour window, tokens at their true relative positions", 1, 1e12))
+              Param("W", REQUIRED, "neighbour window, tokens at their true relative positions", 1, 1e12), window="W")
 def _selfextend(G: float, W: float) -> tuple[Region, ...]:
     G, W = int(G), int(W)
     shift = W - W // G
@@ -75,7 +76,7 @@ def _selfextend(G: float, W: float) -> tuple[Region, ...]:
 
 
 @register_map("rerope", "relative position min(d, w): beyond w the query at w, the key at 0",
-              Param("w", REQUIRED, "window: relative positions beyond it are all w", 1, 1e12))
+              Param("w", REQUIRED, "window: relative positions beyond it are all w", 1, 1e12), window="w")
 def _rerope(w: float) -> tuple[Region, ...]:
     w = int(w)
     return (Region("window", lambda d: d < w, _same, _same),
@@ -84,7 +85,8 @@ def _rerope(w: float) -> tuple[Region, ...]:
 
 @register_map("leaky-rerope", "w + (d - w)/k beyond w: the query at i/k + w - w/k, the key at j/k",
               Param("w", REQUIRED, "window of true relative positions", 1, 1e12),
-              Param("k", REQUIRED, "slope divisor beyond the window (k = 1: no map; large k: ReRoPE)", 1, 1e12))
+              Param("k", REQUIRED, "slope divisor beyond the window (k = 1: no map; large k: ReRoPE)", 1, 1e12),
+              window="w")
 def _leaky(w: float, k: float) -> tuple[Region, ...]:
     w = int(w)
     return (Region("window", lambda d: d < w, _same, _same),
@@ -157,3 +159,14 @@ def map_label(position_map: tuple) -> str:
         return ""
     name, params = position_map
     return f"{name}(" + ",".join(f"{k}={v:g}" for k, v in params) + ")"
+
+
+def check_window(position_map: tuple, length: int) -> None:
+    """One line when a map's window reaches the whole sequence: no pair is mapped, the 'map' is the model itself."""
+    if not position_map:
+        return
+    name, params = position_map
+    key = MAPS[name].window
+    if key is not None and dict(params)[key] >= length:  # the farthest pair is d = length - 1
+        raise RopeCliError(f"{name}: {key} = {dict(params)[key]:g} reaches the whole {length}-token window, so nothing is "
+                           f"mapped (the model itself); pass {key} below {length}")
