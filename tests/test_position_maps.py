@@ -152,3 +152,21 @@ def test_an_mla_model_is_refused_saying_what_is_missing():
     with pytest.raises(RopeCliError, match="multi-head latent attention"):
         with mapped(DeepseekV3ForCausalLM(cfg), "rerope", {"w": 4}):
             pass
+
+
+def test_compare_gives_each_candidate_its_effective_length():
+    """compare with passkey: a column and a line per candidate, against the model's own retrieval at Ls (its prompts
+    there, run once); JSON: point estimate, shown length, and what each length's bound was."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from ropecli.cli.app import app
+
+    args = ["compare", "--len", "1024", "--metric", "passkey", "--method", "none", "--map", "none",
+            "--map", "selfextend:G=8,W=64", "--samples", "1"]
+    out = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)["effective_length"]
+    assert out["reference"]["len"] == 256 and out["threshold"] == 0.85
+    assert out["candidates"]["none@selfextend(G=8,W=64)"]["point"] == 1024 and out["candidates"]["none"]["point"] is None
+    table = CliRunner().invoke(app, args).output
+    assert "eff. length (shown)" in table and "effective length (passkey accuracy at least 85%" in " ".join(table.split())

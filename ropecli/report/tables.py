@@ -5,6 +5,7 @@ them). Cells judged against the best of their column: bold = best, ≈ = shown e
 from __future__ import annotations
 
 from ropecli.evaluation.inference import MARGIN
+from ropecli.evaluation.effective_length import effective_line
 from ropecli.evaluation.metrics import is_task, metric_record, prompted
 from ropecli.evaluation.stats import fmt_diff, ppl_half_width, tie_answer
 from ropecli.report.text import lengths_of, plain, table
@@ -111,6 +112,8 @@ def compare_table(out: dict, labels: list[str], lengths: list[int]) -> list:
     columns += [(m, n, heading(m, n)) for m in others for n in lengths]  # any other metric on windows (its record's column)
     if "kl" in have:  # at L, for the target's k, with the top-1 agreement beside it
         columns += [("kl", L, f"KL @ L (k={kl_k:g})"), ("kl-top1", L, "top-1 @ L")]
+    effective = out.get("effective_length")
+    columns += [("eff", None, "eff. length (shown)")] if effective else []
     per_cell = f"{per_cell}; " if per_cell else ""
     t = table(f"{out['model']} ({lengths_of(out)}); {per_cell}± = 95% half-width across windows; bold = "
               "best, ≈ = shown equivalent to it, ? = undecided (paired, 95% for the whole column)",
@@ -119,6 +122,10 @@ def compare_table(out: dict, labels: list[str], lengths: list[int]) -> list:
     for label in labels:
         cells = []
         for metric, n, _ in columns:
+            if metric == "eff":  # the candidate's effective length: point estimate (shown at 95 %)
+                e = effective["candidates"].get(label, {})
+                cells.append(f"{e.get('point') or '-'} ({e.get('shown') or '-'})")
+                continue
             r = by[(source.get(metric, metric), label, n)]
             cells.append(f"{r['top1_agreement']:.1f}%" if metric == "kl-top1" else
                          _cell(r, fmt_key(r) if metric == "key" else cell_text(r), "key_vs_best" if metric == "key" else "vs_best"))
@@ -133,6 +140,7 @@ def compare_table(out: dict, labels: list[str], lengths: list[int]) -> list:
                            "the same prompt without the needle; with --generate, RULER's string-match score; bold/≈ rank "
                            "by the answer NLL (paired over the same prompts)."))
     races = [plain(f"race ({m}): {rec['outcome']}") for m, rec in out.get("races", {}).items()]
+    races += [plain(effective_line(effective))] if effective else []
     races += [plain(agreement_line(a)) for a in out.get("agreement", [])]
     return lines + [plain(line) for line in tie_lines(results)] + races + serving_tables(out)
 

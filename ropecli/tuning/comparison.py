@@ -40,8 +40,9 @@ def compare_schedules(session: Bench, specs: list, target: Target, metrics: list
             results += session.run(*cells.get(m, (specs, lengths)), m)
     agreement = task_agreement(results)
     results = attach_paired(results, *([margin] if margin is not None else []))
+    effective = effective_against_shipped(session, results) if "passkey" in metrics else None
     return {**session.header(), "metrics": metrics, "kl_factor": kl_k, "results": results,
-            **({"agreement": agreement} if agreement else {}),
+            **({"agreement": agreement} if agreement else {}), **({"effective_length": effective} if effective else {}),
             **({"races": races} if race else {}), **({"serving": served} if served else {}), **session.tally()}
 
 
@@ -88,3 +89,20 @@ def task_agreement(results: list) -> list[dict]:
                     out.append({"task": t, "len": n, "vs": name,
                                 **rank_agreement(task_values, values, None, clusters, weights_b=weights)})
     return out
+
+
+def effective_against_shipped(session: Bench, results: list[dict]) -> dict | None:
+    """Each candidate's effective length (`ropecli.evaluation.effective_length`) against the model as shipped at Ls on
+    passkey (its prompts at Ls: one more set of passes, cached); None, with nothing run, where passkey prompts do not
+    fit within Ls."""
+    from ropecli.errors import RopeCliError
+    from ropecli.evaluation.effective_length import effective_lengths
+    from ropecli.rope.spec import reference_spec
+
+    Ls = session.rope.shipped_len
+    try:
+        session.check("passkey", Ls)
+    except RopeCliError:
+        return None
+    reference = session.run([reference_spec(session.rope.geometry(1.0))], [Ls], "passkey")[0].to_json()
+    return effective_lengths([r for r in results if r["metric"] == "passkey"], reference)
