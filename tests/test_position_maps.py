@@ -170,3 +170,31 @@ def test_compare_gives_each_candidate_its_effective_length():
     assert out["candidates"]["none@selfextend(G=8,W=64)"]["point"] == 1024 and out["candidates"]["none"]["point"] is None
     table = CliRunner().invoke(app, args).output
     assert "eff. length (shown)" in table and "effective length (passkey accuracy at least 85%" in " ".join(table.split())
+
+
+def test_export_serves_a_map_only_where_a_runtime_does(builtin_gguf, tmp_path):
+    """Self-Extend goes to llama.cpp as its -gan/-gaw flags beside the schedule's GGUF (the runtime record names the maps
+    it serves); every other runtime, and every other map, is one line; llama.cpp's W % G == 0 is checked before writing."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from ropecli.cli.app import app
+
+    def export(*args):
+        return CliRunner().invoke(app, ["export", "--model", builtin_gguf, "--method", "yarn", "--len", "1024", *args])
+
+    out = tmp_path / "se.gguf"
+    r = export("--to", "llamacpp", "--out", str(out), "--map", "selfextend:G=8,W=64", "--json")
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)
+    assert got["position_map"] == {"name": "selfextend", "params": {"G": 8.0, "W": 64.0}} and out.exists()
+    assert any(f"llama-cli -m {out} -c 1024 -gan 8 -gaw 64" in line for line in got["lines"])
+    r = export("--to", "llamacpp", "--out", str(tmp_path / "bad.gguf"), "--map", "selfextend:G=3,W=64")
+    assert r.exit_code == 1 and "W a multiple of G" in r.output and not (tmp_path / "bad.gguf").exists()
+    r = CliRunner().invoke(app, ["export", "--method", "yarn", "--len", "32768", "--to", "vllm", "--map", "selfextend:G=8,W=64"])
+    assert r.exit_code == 1 and "only llamacpp serves it: --to llamacpp" in r.output.strip().splitlines()[-1]
+    r = export("--to", "llamacpp", "--out", str(tmp_path / "re.gguf"), "--map", "rerope:w=64")
+    assert r.exit_code == 1 and "no runtime ropecli exports to serves it" in r.output
+    records = {r["name"]: r["maps"] for r in json.loads(CliRunner().invoke(app, ["runtimes", "--json"]).stdout)}
+    assert records["llamacpp"] == ["selfextend"] and records["vllm"] == [] and records["transformers"] == []

@@ -41,8 +41,7 @@ class ModelOptions(ModelSourceOptions):
 
 
 @dataclass
-class MappedScheduleOptions(ScheduleOptions):
-    """The evaluating commands' schedules: each also under each --map (a position map at the attention)."""
+class MappedScheduleOptions(ScheduleOptions):  # the evaluating commands' schedules: each under each --map
     position_map: MapOpt = None
 
     def specs(self, default: str, factor: float | None = None, log_n_modes: tuple[bool, ...] = (False,)) -> list:

@@ -98,11 +98,16 @@ def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str,
     damage is measured on `model` and printed (`measure_switching`). `weights`: how a model folder's other files
     sit beside the merged config.json: "link" (symbolic links by absolute path), "hardlink" or "copy"."""
     runtime = canonical(runtime)
+    check_map_served(spec, runtime)
+    map_lines = module(runtime).map_lines(spec.position_map, out, geom.target_len) if spec.position_map else []  # checked first
     if spec.native:
         return native_export(target, runtime)
     result = module(runtime).write(spec, geom, target, out, model=model, gguf_file=gguf_file, force=force,
                                    consistent=consistent, replace=replace)
     result["runtime"] = runtime
+    if spec.position_map:  # the schedule is written; the map is the runtime's own flags
+        result["position_map"] = {"name": spec.position_map[0], "params": dict(spec.position_map[1])}
+        result["lines"] += map_lines
     if result.get("linked"):
         result["weights"] = weights
         result["lines"].append(place_weights(Path(out), result["linked"], weights))
@@ -269,3 +274,17 @@ def to_gguf(spec, geom, out, model, gguf_file, force, replace) -> dict:
                      + (" (sqrt(log_L(k*L)): log-n's query scale at the target length, as one constant)" if spec.log_n else ""))
     return {"runtime": "llamacpp", "model": model, "factor": geom.factor, "target_len": geom.target_len,
             "factors": sched.factors, "attention_factor": attention, "lines": lines, **written}
+
+
+def check_map_served(spec: Spec, runtime: str) -> None:
+    """A position map goes only to a runtime whose record names it; one line naming the runtimes that serve it (or none:
+    the measurement still stands, no runtime ropecli writes for can serve it)."""
+    if not spec.position_map:
+        return
+    name = spec.position_map[0]
+    if name in record(runtime).maps:
+        return
+    serving = [r.name for r in records().values() if name in r.maps]
+    where = f"only {', '.join(serving)} serves it: --to {serving[0]}" if serving else \
+        "no runtime ropecli exports to serves it (the measurement stands; serving it needs a patched model)"
+    raise RopeCliError(f"--map {name}: {runtime} does not serve this position map; {where}")

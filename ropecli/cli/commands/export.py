@@ -6,7 +6,7 @@ from __future__ import annotations
 from ropecli.cli.common import emit_json, geometry_of, handle_errors
 from ropecli.cli.console import show
 from ropecli.errors import RopeCliError
-from ropecli.cli.eval_options import ConsistentOpt, ExportOutOpt, ForceOpt, ReplaceOpt, ToOpt, WeightsOpt
+from ropecli.cli.eval_options import ConsistentOpt, ExportOutOpt, ForceOpt, MapOpt, ReplaceOpt, ToOpt, WeightsOpt
 from ropecli.cli.groups import TargetGeometryOptions, ScheduleOptions, with_option_groups
 from ropecli.cli.options import DEFAULT_METHOD, JsonOpt, LogNOpt
 
@@ -14,7 +14,7 @@ from ropecli.cli.options import DEFAULT_METHOD, JsonOpt, LogNOpt
 @handle_errors
 @with_option_groups
 def export(geometry: TargetGeometryOptions, schedule: ScheduleOptions, log_n: LogNOpt = False, to: ToOpt = "transformers", out: ExportOutOpt = None, consistent: ConsistentOpt = True, force: ForceOpt = False,
-           replace: ReplaceOpt = False, weights: WeightsOpt = "link", as_json: JsonOpt = False):
+           replace: ReplaceOpt = False, weights: WeightsOpt = "link", position_map: MapOpt = None, as_json: JsonOpt = False):
     """Write a schedule where a runtime reads it: transformers, vLLM, llama.cpp, SGLang or Ollama.
 
     Examples: ropecli export --model path/to/llama --method mixed --b 0.75 --len 32768 --to transformers --out llama-32k
@@ -22,13 +22,15 @@ def export(geometry: TargetGeometryOptions, schedule: ScheduleOptions, log_n: Lo
               ropecli export --model model.gguf --method mixed --b 0.75 --len 32768 --to llamacpp --out model-32k.gguf
     """
     from ropecli.export.plan import check_export_paths, export_schedule, export_target
+    from ropecli.rope.position_maps import parse_map
     from ropecli.report.tables import export_lines
 
     if geometry.k is None and geometry.target_len is None:
         raise RopeCliError("export needs the target: pass --len N (or --k); at k = 1 every schedule is the unscaled model")
-    specs = schedule.specs(DEFAULT_METHOD, log_n_modes=(log_n,))
+    specs = [s.but(position_map=parse_map(m)) for s in schedule.specs(DEFAULT_METHOD, log_n_modes=(log_n,))
+             for m in position_map or ["none"]]
     if len(specs) != 1:
-        raise RopeCliError("export writes one schedule: one --method, at most one --b")
+        raise RopeCliError("export writes one schedule: one --method, at most one --b and one --map")
     check_export_paths(to, out, geometry.model, geometry.gguf_file, force)
     geom, rope = geometry_of(geometry)
     result = export_schedule(specs[0], geom, export_target(geom, rope, base_given=geometry.base is not None), to, out,

@@ -22,8 +22,13 @@ RECORD = Runtime(
           "attn_factor, {arch}.context_length; llama-server flags override the keys",
     at_length="rope_freqs and the scaling keys at every length and context size",
     decoding="one rotation for every step: the KV cache stays consistent",
-    rule=ROPE_FREQS, serves_dynamic=False,
+    rule=ROPE_FREQS, serves_dynamic=False, maps=("selfextend",),
     versions=(
+        Version("", "Self-Extend as -gan G -gaw W (group-attention factor and width; W a multiple of G) in the completion "
+                "tool and the passkey example, by shifting and dividing KV-cache positions as the context grows",
+                "llama.cpp tools/completion/completion.cpp: llama_completion (\"group-attention state\", "
+                "GGML_ASSERT(ga_w % ga_n == 0)); common/arg.cpp: -gan/--grp-attn-n, -gaw/--grp-attn-w",
+                older="llama-server served it until PR #9860 removed it; it serves no position map now"),
         Version(">=0.2.0", "rope_freqs.weight applied at every length (llama_model::get_rope_factors)",
                 "llama.cpp src/llama-model.cpp: llama_model::get_rope_factors; llama-cpp-python 0.2 bundles it"),
         Version(">=0.2.0", "{arch}.rope.scaling.type yarn|linear with factor and original_context_length",
@@ -63,3 +68,20 @@ def unavailable() -> str | None:
     except ImportError:
         return "not run: llama-cpp-python is not installed (pip install 'ropecli[llamacpp]')"
     return None
+
+
+def map_lines(position_map: tuple, out: str | None, target_len: int) -> list[str]:
+    """How llama.cpp serves a position map written beside the export: Self-Extend's flags (refused in one line where
+    its width is not a multiple of its group, as llama.cpp asserts)."""
+    from ropecli.errors import RopeCliError
+
+    name, params = position_map[0], dict(position_map[1])
+    G, W = int(params["G"]), int(params["W"])
+    if W % G:
+        raise RopeCliError(f"selfextend:G={G},W={W}: llama.cpp needs W a multiple of G (GGML_ASSERT(ga_w % ga_n == 0) in "
+                           f"tools/completion); pass W = {W - W % G or G} or {W + G - W % G}")
+    model = out or "MODEL.gguf"
+    return [f"Self-Extend (G = {G}, W = {W}): llama-cli -m {model} -c {target_len} -gan {G} -gaw {W}  (the completion tool "
+            "and the passkey example; llama-server does not serve Self-Extend since PR #9860). llama.cpp groups KV positions "
+            "block by block as the context grows, which matches ropecli's map (Jin et al.'s formula) only where it was "
+            "checked against llama-cpp-python: compare the two on your prompts before relying on the measured numbers"]

@@ -44,6 +44,7 @@ class Runtime:
     dynamic_rule: str = ""  # how it runs dynamic NTK where that differs from `rule` (SGLang: fixed at start-up)
     output: str = "json"  # what --out takes: "json" (a file), "folder-or-json", "gguf" (NEW.gguf), "folder"
     needs_gguf: bool = False  # the export goes into a GGUF (--model FILE.gguf)
+    maps: tuple[str, ...] = ()  # the position maps (rope.position_maps) it serves; its module's `map_lines` says how
 
     def __post_init__(self):
         if not self.dynamic_rule:
@@ -53,7 +54,7 @@ class Runtime:
         """The record for --json and the docs."""
         return {"name": self.name, "label": self.label, "aliases": list(self.aliases), "artefact": self.artefact,
                 "reads": self.reads, "at_length": self.at_length, "decoding": self.decoding, "rule": self.rule, "dynamic_rule": self.dynamic_rule,
-                "serves_dynamic": self.serves_dynamic,
+                "serves_dynamic": self.serves_dynamic, "maps": list(self.maps),
                 "versions": [{"requirement": v.requirement or "any", "what": v.what, "source": v.source,
                               **({"older": v.older} if v.older else {})} for v in self.versions]}
 
