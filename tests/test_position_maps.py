@@ -198,3 +198,25 @@ def test_export_serves_a_map_only_where_a_runtime_does(builtin_gguf, tmp_path):
     assert r.exit_code == 1 and "no runtime ropecli exports to serves it" in r.output
     records = {r["name"]: r["maps"] for r in json.loads(CliRunner().invoke(app, ["runtimes", "--json"]).stdout)}
     assert records["llamacpp"] == ["selfextend"] and records["vllm"] == [] and records["transformers"] == []
+
+
+def test_search_varies_a_maps_parameters_rounded_to_tokens():
+    """search under --map: the map's parameters are dims (--vary G=4:16), integer ones rounded before a point runs (the
+    label and the cache key say what ran), the winner judged on held-out prompts beside the standard methods."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from ropecli.cli.app import app
+
+    r = CliRunner().invoke(app, ["search", "--len", "512", "--method", "none", "--map", "selfextend:G=8,W=64",
+                                 "--vary", "G=4:16", "--budget", "4", "--objective", "passkey", "--samples", "1",
+                                 "--depths", "0,1", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    labels = [e["label"] for e in out["evaluations"]]
+    assert all(lab.startswith("none@selfextend(G=") and ",W=64)" in lab for lab in labels), labels
+    assert all(float(e["params"]["G"]).is_integer() for e in out["evaluations"])
+    assert 4 <= out["best_params"]["G"] <= 16 and "@selfextend" in out["best_label"] and out["held_out"]["rows"]
+    r = CliRunner().invoke(app, ["search", "--method", "none", "--map", "selfextend:G=8,W=64", "--vary", "G"])
+    assert r.exit_code == 1 and "give the map's parameter its range" in r.output

@@ -16,6 +16,7 @@ from ropecli.cli.groups import ModelSourceOptions, ScheduleOptions
 from ropecli.cli.options import (BaseOpt, DOpt, GgufOpt, HeadDimAliasOpt, KOpt, LogNOpt, RopeLayersOpt, TrainLenOpt, advanced,
                                  flat_choices)
 from ropecli.errors import RopeCliError
+from ropecli.export.runtimes import SERVED_BY_DEFAULT
 
 
 @dataclass
@@ -89,8 +90,6 @@ class ServingOptions:
     runtime: ServeRuntimeOpt = None
 
     def runtimes(self) -> list[str]:
-        from ropecli.export.runtimes import SERVED_BY_DEFAULT
-
         return flat_choices(self.runtime, SERVED_BY_DEFAULT)
 
     def plan(self, lengths: list[int] | None) -> tuple[tuple | None, list[int]]:
@@ -168,12 +167,14 @@ class SearchOptions:
     export_config: ExportConfigOpt = None
     race: RaceOpt = True
 
-    def plan(self, evaluation: EvalOptions, output, prompts: PasskeyOptions):  # output: groups.OutputOptions
+    def plan(self, evaluation: EvalOptions, output, prompts: PasskeyOptions, position_map: list[str] | None = None):
         """The search's plan (`ropecli.tuning.search_run.SearchPlan`), its paths checked before the model loads."""
         from ropecli.tuning.search_run import SearchPlan
 
+        from ropecli.rope.position_maps import one_map
+
         plan = SearchPlan(self.objective, self.max_short_regression, self.max_short_kl, self.export_config,
-                          self.race, output.plot, evaluation.log_n, evaluation.k)
+                          self.race, output.plot, evaluation.log_n, evaluation.k, one_map(position_map))
         if plan.prompted:
             prompts.parsed_depths(), prompts.checked_digits()
         plan.check_paths()

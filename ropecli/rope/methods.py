@@ -68,6 +68,7 @@ class Param:
     help: str
     lo: float | None = None  # inclusive bounds, checked before the method runs
     hi: float | None = None
+    integer: bool = False  # a count of tokens or positions (a position map's G, W): rounded when searched
 
 
 @dataclass(frozen=True)

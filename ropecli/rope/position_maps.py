@@ -66,8 +66,8 @@ def _none() -> tuple[Region, ...]:
 
 
 @register_map("selfextend", "d < W: (i, j); d >= W: (floor(i/G) + W - floor(W/G), floor(j/G))",
-              Param("G", REQUIRED, "group size (positions beyond the window share a group)", 1, 1e9),
-              Param("W", REQUIRED, "neighbour window, tokens at their true relative positions", 1, 1e12), window="W")
+              Param("G", REQUIRED, "group size (positions beyond the window share a group)", 1, 1e9, integer=True),
+              Param("W", REQUIRED, "neighbour window, tokens at their true relative positions", 1, 1e12, integer=True), window="W")
 def _selfextend(G: float, W: float) -> tuple[Region, ...]:
     G, W = int(G), int(W)
     shift = W - W // G
@@ -76,7 +76,7 @@ def _selfextend(G: float, W: float) -> tuple[Region, ...]:
 
 
 @register_map("rerope", "relative position min(d, w): beyond w the query at w, the key at 0",
-              Param("w", REQUIRED, "window: relative positions beyond it are all w", 1, 1e12), window="w")
+              Param("w", REQUIRED, "window: relative positions beyond it are all w", 1, 1e12, integer=True), window="w")
 def _rerope(w: float) -> tuple[Region, ...]:
     w = int(w)
     return (Region("window", lambda d: d < w, _same, _same),
@@ -84,7 +84,7 @@ def _rerope(w: float) -> tuple[Region, ...]:
 
 
 @register_map("leaky-rerope", "w + (d - w)/k beyond w: the query at i/k + w - w/k, the key at j/k",
-              Param("w", REQUIRED, "window of true relative positions", 1, 1e12),
+              Param("w", REQUIRED, "window of true relative positions", 1, 1e12, integer=True),
               Param("k", REQUIRED, "slope divisor beyond the window (k = 1: no map; large k: ReRoPE)", 1, 1e12),
               window="w")
 def _leaky(w: float, k: float) -> tuple[Region, ...]:
@@ -113,7 +113,7 @@ def map_params(name: str, given: dict[str, float]) -> dict[str, float]:
             raise RopeCliError(f"{name} needs {p.name} ({p.help}), e.g. {name}:{p.name}=…")
         if (p.lo is not None and v < p.lo) or (p.hi is not None and v > p.hi):
             raise RopeCliError(f"{name}: {p.name} = {v:g} is outside [{p.lo:g}, {p.hi:g}] ({p.help})")
-        out[p.name] = v
+        out[p.name] = float(round(v)) if p.integer else v  # a searched G = 7.6 runs (and is cached) as G = 8
     return out
 
 
@@ -170,3 +170,10 @@ def check_window(position_map: tuple, length: int) -> None:
     if key is not None and dict(params)[key] >= length:  # the farthest pair is d = length - 1
         raise RopeCliError(f"{name}: {key} = {dict(params)[key]:g} reaches the whole {length}-token window, so nothing is "
                            f"mapped (the model itself); pass {key} below {length}")
+
+
+def one_map(texts: list[str] | None) -> tuple:
+    """The one --map of a command that takes one (search, export): parsed; () for none."""
+    if len(texts or []) > 1:
+        raise RopeCliError("this command runs under one --map; pass one")
+    return parse_map((texts or ["none"])[0])

@@ -4,6 +4,9 @@
 
 from __future__ import annotations
 
+from ropecli.errors import RopeCliError
+from ropecli.evaluation.effective_length import effective_lengths
+from ropecli.rope.spec import reference_spec
 from ropecli.rope.target import Target
 from ropecli.tuning.objective import Bench
 from ropecli.evaluation.agreement import rank_agreement
@@ -95,10 +98,6 @@ def effective_against_shipped(session: Bench, results: list[dict]) -> dict | Non
     """Each candidate's effective length (`ropecli.evaluation.effective_length`) against the model as shipped at Ls on
     passkey (its prompts at Ls: one more set of passes, cached); None, with nothing run, where passkey prompts do not
     fit within Ls."""
-    from ropecli.errors import RopeCliError
-    from ropecli.evaluation.effective_length import effective_lengths
-    from ropecli.rope.spec import reference_spec
-
     Ls = session.rope.shipped_len
     try:
         session.check("passkey", Ls)

@@ -28,6 +28,7 @@ from ropecli.evaluation.stats import tie_answer
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.methods import format_label
 from ropecli.rope.spec import Spec, make_spec, reference_spec, standard_specs_for
+from ropecli.rope.position_maps import MAPS, map_params
 from ropecli.rope.target import Target
 from ropecli.tuning.objective import Evaluate, Scorer, pair
 from ropecli.tuning.optimizers import (boundary, check_range, default_optimizer, grid_evaluations, interior_evaluations,
@@ -47,9 +48,10 @@ def run_search(run: Evaluate, held_out_run: Evaluate | None, target: Target, met
                *, budget: int, optimizer: str = "auto", objective: str = "ppl", log_n: bool = False,
                max_short_regression: float | None = None, max_short_kl: float | None = None,
                references: list[Spec] | None = None, tol: float | None = None, score: Scorer | None = None,
-               windows: int | None = None, screen: bool = False,
+               windows: int | None = None, screen: bool = False, position_map: tuple = (),
                expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None) -> dict:
-    """Search `dims` of `method` (other parameters `fixed`) for the lowest objective over the target's lengths
+    """Search `dims` of `method` (other parameters `fixed`; under `position_map`, its parameters may be dims too) for
+    the lowest objective over the target's lengths
     within `budget` evaluations (specs built with the target's factor as given); with `held_out_run`, re-measure the winner and the standard methods there.
     `score`: a Scorer to share with the caller (search-b scores its references with the same guards).
     `screen` (with the number of searched `windows`): a point hopeless against the incumbent after its
@@ -89,7 +91,8 @@ def run_search(run: Evaluate, held_out_run: Evaluate | None, target: Target, met
     def f(u: list[float], above: float | None = None) -> float:
         params = {d.name: d.value(x) for d, x in zip(dims, u)}
         try:  # a point outside the method's joint domain is infeasible, not an error
-            spec = make_spec(method, {**fixed, **params}, factor=factor, log_n=log_n)
+            spec = point_spec(method, {**fixed, **params}, factor, log_n, position_map)
+            params = {**params, **{k: v for k, v in spec.position_map[1] if k in params}} if position_map else params
             spec.schedule(geom)  # pure numpy: raises on such a point before any forward pass
         except RopeCliError as e:
             evaluations.append({"params": params, "label": format_label(method, {**fixed, **params}),
@@ -99,7 +102,7 @@ def run_search(run: Evaluate, held_out_run: Evaluate | None, target: Target, met
         evaluations.append(entry)
         return entry["objective"] if not entry.get("violates_guard") else math.inf
 
-    x0 = start_point(method, dims, fixed, geom)
+    x0 = start_point(method, dims, {**fixed, **dict(position_map[1] if position_map else ())}, geom)
     trace = optimize(f, len(dims), budget, optimizer, x0, tol, bounded=True)
     best = evaluations[min(range(len(trace.points)), key=lambda i: trace.points[i][1])]
     if not math.isfinite(best["objective"]) or best.get("violates_guard"):
@@ -114,7 +117,7 @@ def run_search(run: Evaluate, held_out_run: Evaluate | None, target: Target, met
         **compare_with_best(evaluations, best, dims, trace.bracket),
     }
     if held_out_run is not None:
-        winner = make_spec(method, {**fixed, **best["params"]}, factor=factor, log_n=log_n)
+        winner = point_spec(method, {**fixed, **best["params"]}, factor, log_n, position_map)
         out["held_out"] = held_out_verdict(held_out_run, target, objective, winner, references or [], log_n)
     return out
 
@@ -256,3 +259,14 @@ def parse_reference(text: str, factor: float | None, log_n: bool) -> Spec:
         if not sep:
             raise RopeCliError(f"--reference {text}: write METHOD or METHOD:KEY=VALUE,KEY=VALUE, e.g. --reference mixed:b=0.95")
     return make_spec(name.strip(), params, factor=factor, log_n=log_n)
+
+
+def point_spec(method: str, params: dict, factor: float | None, log_n: bool, position_map: tuple = ()) -> Spec:
+    """The Spec of one searched point: the method's parameters to the method, a position map's to the map (its integer
+    parameters rounded: the label and the cache key say what ran)."""
+    if not position_map:
+        return make_spec(method, params, factor=factor, log_n=log_n)
+    own = {p.name for p in MAPS[position_map[0]].params}
+    mapped = map_params(position_map[0], {**dict(position_map[1]), **{k: v for k, v in params.items() if k in own}})
+    spec = make_spec(method, {k: v for k, v in params.items() if k not in own}, factor=factor, log_n=log_n)
+    return spec.but(position_map=(position_map[0], tuple(mapped.items())))

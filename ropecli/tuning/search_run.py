@@ -31,6 +31,7 @@ class SearchPlan:
     plot: str | None = None
     log_n: bool = False
     factor: float | None = None  # --k as given: the references are checked with it before the model loads
+    position_map: tuple = ()  # search: every point under this map (rope.position_maps); its parameters may be --vary
 
     @property
     def prompted(self) -> bool:
@@ -75,7 +76,7 @@ def check_search(method: str, vary: list[str] | None, param: list[str] | None, b
                  references: list[str] | None, plan: SearchPlan):
     """What `ropecli search` can check before the model loads: (method, fixed parameters, reference specs)."""
     method, fixed = resolve_method(method).name, parse_params(param)
-    dims = parse_vary(vary, method, ANY_GEOMETRY)  # names, syntax, domains now; critical's bound d/2 once the model is read
+    dims = parse_vary(vary, method, ANY_GEOMETRY, plan.position_map)  # now; critical's bound d/2 once the model is read
     clash = [d.name for d in dims if d.name in fixed]
     if clash:
         raise RopeCliError(f"{clash[0]} is both varied (--vary) and fixed (--param); pass it once")
@@ -93,8 +94,9 @@ def search_on(session: Bench, plan: SearchPlan, target: Target, method: str, var
     held = session.held_out(held_out)  # splits the documents: the searched windows are checked again
     preflight(session, plan, target, held)
     lengths, geom = list(target.lengths), target.geom
-    dims = parse_vary(vary, method, geom)  # default bounds from the model's geometry (critical: 1 … d/2)
+    dims = parse_vary(vary, method, geom, plan.position_map)  # default bounds from the model's geometry (critical: 1 … d/2)
     out = run_search(session.run, held.run, target, method, dims, fixed, budget=budget, optimizer=optimizer,
+                     position_map=plan.position_map,
                      objective=plan.objective, log_n=plan.log_n, references=refs,
                      max_short_regression=plan.max_short_regression, max_short_kl=plan.max_short_kl,
                      windows=session.inputs.count(plan.objective), screen=plan.race)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ropecli.errors import RopeCliError
 from ropecli.rope.geometry import Geometry, critical_pair
 from ropecli.rope.methods import REGISTRY, resolve_method
+from ropecli.rope.position_maps import MAPS
 
 
 @dataclass(frozen=True)
@@ -66,10 +67,16 @@ def default_bounds(method: str, name: str, geom: Geometry, varied: list[str]) ->
 ANY_GEOMETRY = Geometry(2_000_000, 1e4, 4096, 8.0)
 
 
-def parse_vary(items: list[str] | None, method: str, geom: Geometry) -> list[Dim]:
-    """`--vary b`, `--vary critical=4:32` -> Dims, checked against the method's parameters and domain."""
+def parse_vary(items: list[str] | None, method: str, geom: Geometry, position_map: tuple = ()) -> list[Dim]:
+    """`--vary b`, `--vary critical=4:32` -> Dims, checked against the method's parameters and domain; under a position
+    map (`search --map selfextend:G=8,W=64`) its parameters too (`--vary G=2:16`, bounds given)."""
     m = resolve_method(method)
     params = {p.name: p for p in m.params if p.name != "factors"}
+    map_params = {p.name: p for p in MAPS[position_map[0]].params} if position_map else {}
+    clash = set(params) & set(map_params)
+    if clash:
+        raise RopeCliError(f"{m.name} and the map {position_map[0]} both have a parameter {sorted(clash)[0]}; search one")
+    params = {**params, **map_params}
     if not items:
         raise RopeCliError(f"nothing to search: pass --vary with a parameter of {m.name} "
                            f"({', '.join(params) or 'it has none'}), e.g. --vary {next(iter(params), 'b')}")
@@ -77,8 +84,8 @@ def parse_vary(items: list[str] | None, method: str, geom: Geometry) -> list[Dim
     dims = []
     for item, name in zip(items, names):
         if name not in params:
-            raise RopeCliError(f"--vary {name}: method '{m.name}' has no such parameter "
-                               f"(it has: {', '.join(params) or 'none'})")
+            raise RopeCliError(f"--vary {name}: method '{m.name}'{' and the map' if map_params else ''} has no such "
+                               f"parameter (it has: {', '.join(params) or 'none'})")
         if names.count(name) > 1:
             raise RopeCliError(f"--vary {name} is given twice; give each parameter once")
         _, sep, rng = item.partition("=")
@@ -89,6 +96,8 @@ def parse_vary(items: list[str] | None, method: str, geom: Geometry) -> list[Dim
             except ValueError:
                 raise RopeCliError(f"--vary {item}: write bounds as NAME=LO:HI, e.g. --vary {name}=0:4") from None
             log = (m.name, name) in _LOGGED
+        elif name in map_params:
+            raise RopeCliError(f"--vary {name}: give the map's parameter its range, e.g. --vary {name}=2:16")
         else:
             lo, hi, log = default_bounds(m.name, name, geom, names)
         if not lo < hi:
@@ -96,7 +105,7 @@ def parse_vary(items: list[str] | None, method: str, geom: Geometry) -> list[Dim
         p = params[name]
         if (p.lo is not None and lo < p.lo) or (p.hi is not None and hi > p.hi) or (name == "critical" and hi > geom.n_pairs):
             top = geom.n_pairs if name == "critical" else p.hi
-            raise RopeCliError(f"--vary {name}={lo:g}:{hi:g} leaves {m.name}'s domain "
+            raise RopeCliError(f"--vary {name}={lo:g}:{hi:g} leaves {position_map[0] if name in map_params else m.name}'s domain "
                                f"[{'-inf' if p.lo is None else f'{p.lo:g}'}, {'inf' if top is None else f'{top:g}'}]; narrow it")
         if log and lo <= 0:
             raise RopeCliError(f"--vary {name}={lo:g}:{hi:g}: {name} is searched on a log scale; the lower bound must be positive")

@@ -22,15 +22,14 @@ def export(geometry: TargetGeometryOptions, schedule: ScheduleOptions, log_n: Lo
               ropecli export --model model.gguf --method mixed --b 0.75 --len 32768 --to llamacpp --out model-32k.gguf
     """
     from ropecli.export.plan import check_export_paths, export_schedule, export_target
-    from ropecli.rope.position_maps import parse_map
+    from ropecli.rope.position_maps import one_map
     from ropecli.report.tables import export_lines
 
     if geometry.k is None and geometry.target_len is None:
         raise RopeCliError("export needs the target: pass --len N (or --k); at k = 1 every schedule is the unscaled model")
-    specs = [s.but(position_map=parse_map(m)) for s in schedule.specs(DEFAULT_METHOD, log_n_modes=(log_n,))
-             for m in position_map or ["none"]]
+    specs = [s.but(position_map=one_map(position_map)) for s in schedule.specs(DEFAULT_METHOD, log_n_modes=(log_n,))]
     if len(specs) != 1:
-        raise RopeCliError("export writes one schedule: one --method, at most one --b and one --map")
+        raise RopeCliError("export writes one schedule: one --method, at most one --b")
     check_export_paths(to, out, geometry.model, geometry.gguf_file, force)
     geom, rope = geometry_of(geometry)
     result = export_schedule(specs[0], geom, export_target(geom, rope, base_given=geometry.base is not None), to, out,

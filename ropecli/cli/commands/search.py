@@ -6,7 +6,7 @@ from __future__ import annotations
 from ropecli.cli.common import emit_json, handle_errors
 from ropecli.cli.console import show, stderr_console
 from ropecli.cli.eval_groups import DataOptions, EvalOptions, ModelOptions, PasskeyOptions, SearchOptions
-from ropecli.cli.eval_options import (FixedParamOpt, HeldOutOpt, HiOpt, LoOpt, OptimizerOpt, ReferenceOpt,
+from ropecli.cli.eval_options import (FixedParamOpt, HeldOutOpt, HiOpt, LoOpt, MapOpt, OptimizerOpt, ReferenceOpt,
                                       SearchBudgetOpt, TolOpt, TunedMethodOpt, VaryOpt)
 from ropecli.cli.groups import OutputOptions, with_option_groups
 from ropecli.cli.options import DEFAULT_METHOD
@@ -49,13 +49,13 @@ def search_b(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, ou
 def search(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, output: OutputOptions, prompts: PasskeyOptions,
            search: SearchOptions, method: TunedMethodOpt = DEFAULT_METHOD, vary: VaryOpt = None, param: FixedParamOpt = None,
            budget: SearchBudgetOpt = 30, optimizer: OptimizerOpt = Optimizer.auto, held_out: HeldOutOpt = None,
-           reference: ReferenceOpt = None):
+           reference: ReferenceOpt = None, position_map: MapOpt = None):
     """Search the continuous parameters of any method within a budget; verdict on held-out windows.
 
     The searched windows are the first --samples of the seeded sample; the winner and the standard
     methods (none, PI, NTK-aware, NTK-fixed, dynamic, YaRN, llama3, mixed b=0.625) are then scored on
     held-out windows (other documents where there are two or more), and compared there (paired 95%).
-    Cached and resumable like search-b.
+    Cached and resumable like search-b; under --map, its parameters may be varied too (--vary G=2:16).
 
     Examples: ropecli search --method mixed --vary b --vary critical
               ropecli search --method yarn --vary beta_fast --vary beta_slow --budget 30
@@ -64,7 +64,7 @@ def search(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, outp
     from ropecli.report.search_tables import search_tables
     from ropecli.tuning.search_run import check_search, search_on
 
-    plan = search.plan(evaluation, output, prompts)
+    plan = search.plan(evaluation, output, prompts, position_map)
     optimizer = Optimizer(optimizer).value
     method, fixed, refs = check_search(method, vary, param, budget, optimizer, reference, plan)
     session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts if plan.prompted else None)

@@ -11,6 +11,7 @@ yarn, longrope).
 
 from __future__ import annotations
 
+from ropecli.errors import RopeCliError
 from ropecli.export.runtimes.record import ROPE_FREQS, Runtime, Version
 
 RECORD = Runtime(
@@ -73,9 +74,7 @@ def unavailable() -> str | None:
 def map_lines(position_map: tuple, out: str | None, target_len: int) -> list[str]:
     """How llama.cpp serves a position map written beside the export: Self-Extend's flags (refused in one line where
     its width is not a multiple of its group, as llama.cpp asserts)."""
-    from ropecli.errors import RopeCliError
-
-    name, params = position_map[0], dict(position_map[1])
+    params = dict(position_map[1])  # selfextend: the one map this runtime's record names
     G, W = int(params["G"]), int(params["W"])
     if W % G:
         raise RopeCliError(f"selfextend:G={G},W={W}: llama.cpp needs W a multiple of G (GGML_ASSERT(ga_w % ga_n == 0) in "
