@@ -60,9 +60,11 @@ class MappedAttention:
             scores = torch.full((B, H, len(qi), Tk), float("-inf"), dtype=torch.float32, device=query.device)
             for r, k in zip(self.regions, keys):
                 mask = r.where(d) & (d >= 0)
-                if bool(mask.any()):
-                    s = torch.matmul(rotated(q, r.query(qi), self.rotary), k.transpose(-1, -2)).float() * scaling
-                    scores = torch.where(mask, s, scores)
+                reach = mask.any(dim=0).nonzero()
+                if len(reach):  # only the keys this region reaches from this block: a band, not every key
+                    lo, hi = int(reach[0]), int(reach[-1]) + 1
+                    s = torch.matmul(rotated(q, r.query(qi), self.rotary), k[:, :, lo:hi].transpose(-1, -2)).float() * scaling
+                    scores[..., lo:hi] = torch.where(mask[:, lo:hi], s, scores[..., lo:hi])
             probs = torch.softmax(scores, dim=-1).to(value.dtype)
             out[:, :, start:start + len(qi)] = torch.matmul(probs, value)
         return out.transpose(1, 2).contiguous(), None
