@@ -18,6 +18,10 @@ def test_relative_positions_follow_the_formulas():
     assert se[9].tolist() == [6, 6, 5, 5, 4, 4, 3, 2, 1, 0]  # floor(9/2) + 4 - 2 - floor(j/2) beyond W; true within
     assert relative_positions("rerope", {"w": 3}, 6)[5].tolist() == [3, 3, 3, 2, 1, 0]
     assert relative_positions("leaky-rerope", {"w": 3, "k": 2}, 8)[7].tolist() == [5, 4.5, 4, 3.5, 3, 2, 1, 0]
+    # DCA, chunk 6, local 2 (c = 4): i = 9 sits in chunk 2 at 1; chunk 1's keys see the query at min(1 + 4, 6) = 5,
+    # chunk 0's at min(2 * 4 - 1, 6) = 6 (ChunkLlama's qc_t clamped at chunk_size), keys at j mod 4
+    assert relative_positions("dca", {"chunk": 6, "local": 2}, 10)[9].tolist() == [6, 5, 4, 3, 5, 4, 3, 2, 1, 0]
+    assert np.nanmax(relative_positions("dca", {"chunk": 48, "local": 4}, 256)) <= 48  # never past the chunk size
     for name, params in (("selfextend", {"G": 4, "W": 8}), ("rerope", {"w": 8}), ("leaky-rerope", {"w": 8, "k": 4})):
         rel = relative_positions(name, params, 64)
         low = np.tril(np.ones((64, 64), bool))
@@ -34,7 +38,9 @@ def test_bad_parameters_are_one_line():
         map_params("rerope", {"w": 4, "q": 1})
     with pytest.raises(RopeCliError, match="unknown position map 'yarn'"):
         map_params("yarn", {})
-    assert set(MAPS) >= {"none", "selfextend", "rerope", "leaky-rerope"}
+    assert set(MAPS) >= {"none", "selfextend", "rerope", "leaky-rerope", "dca"}
+    with pytest.raises(RopeCliError, match="local = 8 must be below chunk = 8"):
+        relative_positions("dca", {"chunk": 8, "local": 8}, 16)
 
 
 def nll(model, ids) -> float:
@@ -48,7 +54,7 @@ def test_a_map_whose_near_region_covers_the_window_is_the_model(family):
     model, ids = build(family), torch.randint(0, 96, (1, 48), generator=torch.Generator().manual_seed(0))
     plain = nll(model, ids)
     for name, params in (("none", {}), ("selfextend", {"G": 4, "W": 48}), ("rerope", {"w": 48}),
-                         ("leaky-rerope", {"w": 48, "k": 8})):
+                         ("leaky-rerope", {"w": 48, "k": 8}), ("dca", {"chunk": 56, "local": 4})):
         with mapped(model, name, params, block=16):  # three query blocks
             assert abs(nll(model, ids) - plain) < 1e-5, name
     assert model.config._attn_implementation != NAME  # put back
@@ -76,7 +82,7 @@ class PairReference:
 
 
 @pytest.mark.parametrize(("name", "params"), [("selfextend", {"G": 3, "W": 5}), ("rerope", {"w": 6}),
-                                              ("leaky-rerope", {"w": 4, "k": 3})])
+                                              ("leaky-rerope", {"w": 4, "k": 3}), ("dca", {"chunk": 8, "local": 2})])
 def test_the_mapped_attention_equals_a_per_pair_reference(name, params):
     model, ids = build("llama"), torch.randint(0, 96, (1, 24), generator=torch.Generator().manual_seed(1))
     with mapped(model, name, params, block=7):

@@ -59,7 +59,7 @@ class MappedAttention:
             d = qi[:, None] - kj[None, :]  # (block, T_k)
             scores = torch.full((B, H, len(qi), Tk), float("-inf"), dtype=torch.float32, device=query.device)
             for r, k in zip(self.regions, keys):
-                mask = r.where(d) & (d >= 0)
+                mask = r.where(qi[:, None], kj[None, :]) & (d >= 0)
                 reach = mask.any(dim=0).nonzero()
                 if len(reach):  # only the keys this region reaches from this block: a band, not every key
                     lo, hi = int(reach[0]), int(reach[-1]) + 1

@@ -11,6 +11,8 @@ fast each pair turns, the map at which positions). Issue 48; the maps, with thei
     rerope       ReRoPE (Su, kexue.fm 9708): relative position min(d, w): beyond w the query at w, the key at 0
     leaky-rerope Leaky ReRoPE (Su; bojone/rerope leaky_rerope_patch.py): w + (d - w)/k beyond w: the query at
                  i/k + w - w/k, the key at j/k
+    dca          Dual Chunk Attention (An et al., ICML 2024; HKUNLP/ChunkLlama): chunks of c = chunk - local positions;
+                 intra-chunk, successive-chunk and inter-chunk maps keep every relative position below `chunk`
 
 Each map is one small registered function of its bounded parameters returning its regions; the region functions take
 integer position arrays of numpy or torch alike (the same code serves the numpy twin and the model).
@@ -31,7 +33,7 @@ from ropecli.rope.methods import REQUIRED, Param
 @dataclass(frozen=True)
 class Region:
     name: str
-    where: Callable[[Any], Any]  # d = i - j (an array, d >= 0 under the causal mask) -> bool: the region's pairs
+    where: Callable[[Any, Any], Any]  # (i as a column, j as a row) -> bool (block, keys): the region's pairs (j <= i)
     query: Callable[[Any], Any]  # i -> the query's rotation position
     key: Callable[[Any], Any]  # j -> the key's rotation position
 
@@ -62,7 +64,7 @@ def _same(p):
 
 @register_map("none", "(i, j): the positions as they are")
 def _none() -> tuple[Region, ...]:
-    return (Region("all", lambda d: d >= 0, _same, _same),)
+    return (Region("all", lambda i, j: i >= j, _same, _same),)
 
 
 @register_map("selfextend", "d < W: (i, j); d >= W: (floor(i/G) + W - floor(W/G), floor(j/G))",
@@ -71,16 +73,16 @@ def _none() -> tuple[Region, ...]:
 def _selfextend(G: float, W: float) -> tuple[Region, ...]:
     G, W = int(G), int(W)
     shift = W - W // G
-    return (Region("neighbour", lambda d: d < W, _same, _same),
-            Region("grouped", lambda d: d >= W, lambda i: i // G + shift, lambda j: j // G))
+    return (Region("neighbour", lambda i, j: i - j < W, _same, _same),
+            Region("grouped", lambda i, j: i - j >= W, lambda i: i // G + shift, lambda j: j // G))
 
 
 @register_map("rerope", "relative position min(d, w): beyond w the query at w, the key at 0",
               Param("w", REQUIRED, "window: relative positions beyond it are all w", 1, 1e12, integer=True), window="w")
 def _rerope(w: float) -> tuple[Region, ...]:
     w = int(w)
-    return (Region("window", lambda d: d < w, _same, _same),
-            Region("capped", lambda d: d >= w, lambda i: i * 0 + w, lambda j: j * 0))
+    return (Region("window", lambda i, j: i - j < w, _same, _same),
+            Region("capped", lambda i, j: i - j >= w, lambda i: i * 0 + w, lambda j: j * 0))
 
 
 @register_map("leaky-rerope", "w + (d - w)/k beyond w: the query at i/k + w - w/k, the key at j/k",
@@ -89,8 +91,26 @@ def _rerope(w: float) -> tuple[Region, ...]:
               window="w")
 def _leaky(w: float, k: float) -> tuple[Region, ...]:
     w = int(w)
-    return (Region("window", lambda d: d < w, _same, _same),
-            Region("leaky", lambda d: d >= w, lambda i: i / k + w - w / k, lambda j: j / k))
+    return (Region("window", lambda i, j: i - j < w, _same, _same),
+            Region("leaky", lambda i, j: i - j >= w, lambda i: i / k + w - w / k, lambda j: j / k))
+
+
+@register_map("dca", "chunks of c = chunk - local: same chunk (i mod c, j mod c); the previous chunk "
+              "(min(i mod c + c, chunk), j mod c); earlier ones (min(2c - 1, chunk), j mod c)",
+              Param("chunk", REQUIRED, "chunk size s (ChunkLlama: 3/4 of the training length)", 2, 1e12, integer=True),
+              Param("local", REQUIRED, "local window l, c = s - l (ChunkLlama: 1/16 of the training length)", 1, 1e12,
+                    integer=True))
+def _dca(chunk: float, local: float) -> tuple[Region, ...]:
+    """Dual Chunk Attention (An et al., ICML 2024), as HKUNLP/ChunkLlama's chunkllama_attn_replace.py computes it
+    (ChunkLlamaRotaryEmbedding._set_cos_sin_cache: q_t, qc_t = (q_t + c).clamp(max=chunk_size), k_t = j % c; forward:
+    intra, successive and inter-chunk attention merged by log-sum-exp). Every relative position stays below s."""
+    s, c = int(chunk), int(chunk) - int(local)
+    if c < 1:
+        raise RopeCliError(f"dca: local = {int(local)} must be below chunk = {s} (chunk length c = chunk - local)")
+    far = min(2 * c - 1, s)
+    return (Region("intra", lambda i, j: i // c == j // c, lambda i: i % c, lambda j: j % c),
+            Region("successive", lambda i, j: i // c == j // c + 1, lambda i: (i % c + c).clip(max=s), lambda j: j % c),
+            Region("inter", lambda i, j: i // c >= j // c + 2, lambda i: i * 0 + far, lambda j: j % c))
 
 
 def resolve_map(name: str) -> PositionMap:
@@ -126,7 +146,7 @@ def relative_positions(name: str, params: dict[str, float], n: int) -> np.ndarra
     rel = np.full((n, n), np.nan)
     covered = np.zeros((n, n), dtype=int)
     for r in resolve_map(name).regions(**map_params(name, params)):
-        m = r.where(d) & (d >= 0)
+        m = r.where(i, j) & (d >= 0)
         q = np.broadcast_to(np.asarray(r.query(i), dtype=np.float64), (n, n))
         k = np.broadcast_to(np.asarray(r.key(j), dtype=np.float64), (n, n))
         rel[m] = (q - k)[m]
