@@ -144,6 +144,8 @@ def test_a_map_where_it_cannot_run_is_one_line():
     assert r.exit_code == 1 and "G = 0 is outside" in r.output.strip().splitlines()[-1], r.output
     r = CliRunner().invoke(app, ["compare", "--len", "256", "--map", "rerope:w=64", "--metric", "kl", "--samples", "1"])
     assert r.exit_code == 1 and "with a position map" in r.output.strip().splitlines()[-1], r.output
+    r = CliRunner().invoke(app, ["compare", "--len", "512", "--map", "selfextend:G=4,W=64", "--workload", "256:0.5,512:0.5"])
+    assert r.exit_code == 1 and "leave --map out of a --workload comparison" in r.output, r.output
     r = CliRunner().invoke(app, ["ppl", "--len", "256", "--map", "selfextend:G=4,W=256"])  # W >= the window: no map
     assert r.exit_code == 1 and "W = 256 reaches the whole 256-token window" in r.output.strip().splitlines()[-1], r.output
 

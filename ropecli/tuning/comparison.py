@@ -30,6 +30,9 @@ def compare_schedules(session: Bench, specs: list, target: Target, metrics: list
         for n in cells.get(m, (specs, lengths))[1]:
             session.check(m, n)
     served = None
+    if serving is not None and any(s.position_map for s in specs):
+        raise RopeCliError("--workload ranks what each runtime applies to an exported schedule; a position map is served "
+                           "by llama.cpp's flags alone (`ropecli export --map`): leave --map out of a --workload comparison")
     if serving is not None:  # first: its prefix passes at the target's k leave the table's windows at k cached
 
         served = {**serve_workload(session.run, specs, serving[0], serving[1], session.rope, target.k, margin),
