@@ -17,8 +17,7 @@ The formulas, all in this file (each method's function below carries its own in 
     yarn        ramp 1 -> k by turns within L                transformers 'yarn' (Peng et al. 2023)
     llama3      1 / blend / k by wavelength against L        transformers 'llama3'
     longrope    any explicit list of d/2 factors             transformers 'longrope' long_factor
-transformers' `ROPE_INIT_FUNCTIONS` is the test oracle for linear, dynamic, yarn, llama3 and longrope (and the
-articles' identities: b=0 -> pi, b=1 -> ntk-fixed, ntk-aware = base change)."""
+Test oracles: transformers' `ROPE_INIT_FUNCTIONS` (linear, dynamic, yarn, llama3, longrope); b=0 -> pi, b=1 -> ntk-fixed."""
 
 from __future__ import annotations
 
