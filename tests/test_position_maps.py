@@ -228,3 +228,40 @@ def test_search_varies_a_maps_parameters_rounded_to_tokens():
     assert 4 <= out["best_params"]["G"] <= 16 and "@selfextend" in out["best_label"] and out["held_out"]["rows"]
     r = CliRunner().invoke(app, ["search", "--method", "none", "--map", "selfextend:G=8,W=64", "--vary", "G"])
     assert r.exit_code == 1 and "give the map's parameter its range" in r.output
+
+
+def test_what_a_map_cannot_do_yet_fails_before_the_work():
+    """Review findings, each one line before any forward pass (or a point marked infeasible in a search)."""
+    from typer.testing import CliRunner
+
+    from ropecli.cli.app import app
+
+    run = lambda *a: CliRunner().invoke(app, [str(x) for x in a])  # noqa: E731
+    r = run("search", "--method", "none", "--map", "selfextend:G=8,W=64", "--vary", "G=2:16", "--export-config", "x.json")
+    assert r.exit_code == 1 and "--export-config writes a transformers block" in r.output
+    r = run("compare", "--len", "512", "--map", "rerope:w=64", "--metric", "ppl,kl", "--samples", "1")
+    assert r.exit_code == 1 and "--metric kl with a position map" in r.output
+    r = run("ppl", "--len", "64", "--len", "512", "--map", "selfextend:G=8,W=64", "--samples", "1")  # the prefix path too
+    assert r.exit_code == 1 and "W = 64 reaches the whole 64-token window" in r.output
+    r = run("search", "--len", "512", "--method", "none", "--map", "selfextend:G=8,W=64", "--vary", "W=32:1024",
+            "--budget", "4", "--objective", "passkey", "--samples", "1", "--depths", "0", "--json")
+    assert r.exit_code == 0, r.output  # points with W >= 512 are infeasible, not the end of the search
+    import json
+
+    assert any("reaches the whole" in e.get("infeasible", "") for e in json.loads(r.stdout)["evaluations"]) or \
+        all(e["params"]["W"] < 512 for e in json.loads(r.stdout)["evaluations"])
+
+
+def test_a_sliding_window_layer_is_refused_not_silently_widened():
+    from transformers import MistralConfig, MistralForCausalLM
+
+    cfg = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4,
+               num_key_value_heads=2, head_dim=16, max_position_embeddings=64)
+    ids = torch.randint(0, 96, (1, 40), generator=torch.Generator().manual_seed(3))
+    model = MistralForCausalLM(MistralConfig(**cfg, sliding_window=16))
+    with pytest.raises(RopeCliError, match="sliding window"):
+        with mapped(model, "rerope", {"w": 8}), torch.no_grad():
+            model(ids)
+    plain = MistralForCausalLM(MistralConfig(**cfg, sliding_window=None))
+    with mapped(plain, "rerope", {"w": 8}), torch.no_grad():
+        assert plain(ids).logits.shape == (1, 40, 96)

@@ -125,6 +125,8 @@ class Evaluator:
         schedule at both (a static schedule at one k; not dynamic NTK, not k = n / L), one forward pass of
         the longest window scores every such length (causal attention: the first n tokens of a window are
         the n-token window), and each length's result is cached as if it had run alone."""
+        for n in lengths:  # a map's window at or past a length: one line, whichever path scores it
+            check_window(spec.position_map, n)
         if not metric_record(metric).prefixes or (len(set(lengths)) < 2 and not span):
             return [self.evaluate(spec, n, on_window, metric, samples) for n in lengths]
         T = max([*lengths, span or 0])  # the windows: the first tokens of those at T
@@ -178,7 +180,7 @@ class Evaluator:
         values.update(rekeyed(self.cache, keys, missing, getattr(self.backend, "earlier_fingerprints", ()),
                               self.dist.is_main))
         values.update(respelled(self.cache, keys, [i for i in missing if i not in values], self.dist.is_main))
-        if not values and m.units != "task":
+        if not values and m.units != "task" and not spec.position_map:  # format 1 knew no maps: its keys name none
             values = whole_evaluation(self.cache, self.legacy_key(spec, length, geom, sched, metric, inputs), metric,
                                       keys, self.dist.is_main)
         return geom, sched, keys, {i: v for i, v in values.items() if m.fresh(self, v[0])}  # stale ones: computed again

@@ -2,8 +2,8 @@
 
 Every result carries its metric and its per-unit values (`values`: per-window mean NLL for ppl,
 per-prompt answer NLL for passkey, per-window mean KL for kl; lower is better), which is what paired
-statistics read (`ropecli.evaluation.stats`). `to_json()` is the shape printed by `--json` and kept in
-the cache; `from_json` reads it back (entries written before `metric` was stored on ppl included).
+statistics read (`ropecli.evaluation.stats`). `to_json()` is the shape printed by `--json`; a result of a
+position map names it (`position_map`).
 
 PPL = exp(the estimand, `ropecli.evaluation.estimand`: the mean over documents of each document's NLL
 per scored token); `ppl_err` = ppl * its standard error under the inference the verdicts use

@@ -101,7 +101,8 @@ def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str,
     check_map_served(spec, runtime)
     map_lines = module(runtime).map_lines(spec.position_map, out, geom.target_len) if spec.position_map else []  # checked first
     if spec.native:
-        return native_export(target, runtime)
+        native = native_export(target, runtime)
+        return {**native, "lines": [*native.get("lines", []), *map_lines]} if map_lines else native
     result = module(runtime).write(spec, geom, target, out, model=model, gguf_file=gguf_file, force=force,
                                    consistent=consistent, replace=replace)
     result["runtime"] = runtime

@@ -101,7 +101,9 @@ class TransformersBackend:
 
         hooks = []
         try:
-            as_loaded = native_as_loaded(self.rope, schedule, self.native_patched)  # the model as shipped: untouched
+            # the model as shipped: untouched (under a map, written: a length-dependent rotary would pick its factors
+            # from each rotation's own positions, and the map rotates queries and keys at different ones)
+            as_loaded = not position_map and native_as_loaded(self.rope, schedule, self.native_patched)
             for slot in [] if as_loaded else self.slots:
                 apply_schedule(slot, schedule.factors, schedule.attention_factor)
             if log_n:

@@ -45,6 +45,9 @@ class MappedAttention:
         self.regions, self.rotary, self.block = regions, rotary, block
 
     def __call__(self, module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, **kwargs):
+        if kwargs.get("sliding_window") or kwargs.get("softcap"):  # the map would silently attend past the window
+            raise RopeCliError("a position map on a layer with a sliding window or logit soft-capping is not supported "
+                               "yet (Mistral's sliding window, Gemma 2's soft-capping); pass a model without them")
         B, H, Tq, D = query.shape
         Tk = key.shape[2]
         groups = H // key.shape[1]  # GQA / MQA: each key head serves `groups` query heads

@@ -197,3 +197,11 @@ def one_map(texts: list[str] | None) -> tuple:
     if len(texts or []) > 1:
         raise RopeCliError("this command runs under one --map; pass one")
     return parse_map((texts or ["none"])[0])
+
+
+def check_map(position_map: tuple, lengths) -> None:
+    """The map's regions can be built (DCA: local below chunk) and its window is below every length: one line otherwise."""
+    if position_map:
+        MAPS[position_map[0]].regions(**dict(position_map[1]))
+        for n in lengths:
+            check_window(position_map, n)

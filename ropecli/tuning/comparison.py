@@ -27,6 +27,9 @@ def compare_schedules(session: Bench, specs: list, target: Target, metrics: list
     kl_k = target.k if at_L else None
     cells = {m: ([s.but(factor=target.k) for s in specs], [L]) for m in at_L}
     for m in metrics:  # the boundary's checks, all of them before the first forward pass
+        if not REGISTRY[m].scales and any(s.position_map for s in specs):
+            raise RopeCliError(f"--metric {m} with a position map is not measured yet; measure the map with ppl, passkey "
+                               "or a task")
         for n in cells.get(m, (specs, lengths))[1]:
             session.check(m, n)
     served = None
@@ -46,7 +49,8 @@ def compare_schedules(session: Bench, specs: list, target: Target, metrics: list
             results += session.run(*cells.get(m, (specs, lengths)), m)
     agreement = task_agreement(results)
     results = attach_paired(results, *([margin] if margin is not None else []))
-    effective = effective_against_shipped(session, results) if "passkey" in metrics else None
+    beyond = "passkey" in metrics and max(lengths) > session.rope.shipped_len  # effective length: an extension's question
+    effective = effective_against_shipped(session, results) if beyond else None
     return {**session.header(), "metrics": metrics, "kl_factor": kl_k, "results": results,
             **({"agreement": agreement} if agreement else {}), **({"effective_length": effective} if effective else {}),
             **({"races": races} if race else {}), **({"serving": served} if served else {}), **session.tally()}

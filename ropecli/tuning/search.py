@@ -28,7 +28,7 @@ from ropecli.evaluation.stats import tie_answer
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.methods import format_label
 from ropecli.rope.spec import Spec, make_spec, reference_spec, standard_specs_for
-from ropecli.rope.position_maps import MAPS, map_params
+from ropecli.rope.position_maps import MAPS, check_map, map_params
 from ropecli.rope.target import Target
 from ropecli.tuning.objective import Evaluate, Scorer, pair
 from ropecli.tuning.optimizers import (boundary, check_range, default_optimizer, grid_evaluations, interior_evaluations,
@@ -92,6 +92,7 @@ def run_search(run: Evaluate, held_out_run: Evaluate | None, target: Target, met
         params = {d.name: d.value(x) for d, x in zip(dims, u)}
         try:  # a point outside the method's joint domain is infeasible, not an error
             spec = point_spec(method, {**fixed, **params}, factor, log_n, position_map)
+            check_map(spec.position_map, [*lengths, *([score.train_len] if score.guard else [])])  # else: infeasible
             params = {**params, **{k: v for k, v in spec.position_map[1] if k in params}} if position_map else params
             spec.schedule(geom)  # pure numpy: raises on such a point before any forward pass
         except RopeCliError as e:
