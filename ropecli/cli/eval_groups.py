@@ -173,9 +173,6 @@ class SearchOptions:
 
         from ropecli.rope.position_maps import one_map
 
-        if position_map and (self.export_config or self.max_short_kl is not None):
-            raise RopeCliError("--map: --export-config writes a transformers block, which holds no map (export it to llama.cpp "
-                               "with `ropecli export --map`), and --max-short-kl is not measured under a map; leave them out")
         plan = SearchPlan(self.objective, self.max_short_regression, self.max_short_kl, self.export_config,
                           self.race, output.plot, evaluation.log_n, evaluation.k, one_map(position_map))
         if plan.prompted:

@@ -40,6 +40,9 @@ class SearchPlan:
 
     def check_paths(self) -> None:
         """--plot and --export-config must be writable: checked before the model loads."""
+        if self.position_map and (self.export_config or self.max_short_kl is not None):
+            raise RopeCliError("--map: --export-config writes a transformers block, which holds no map (export it to llama.cpp "
+                               "with `ropecli export --map`), and --max-short-kl is not measured under a map; leave them out")
         if self.plot:
             from ropecli.report.plots import check_out
 
