@@ -286,8 +286,7 @@ def check_map_served(spec: Spec, runtime: str) -> None:
     if name in record(runtime).maps:
         return
     serving = [r.name for r in records().values() if name in r.maps]
-    elsewhere = {"dca": "; SGLang's dual-chunk attention backend (dual_chunk_flashattention_backend.py) reads a model's "
-                            "dual_chunk_attention_config, which ropecli does not write yet"}.get(name, "")
+    elsewhere = "".join(f"; {note}" for n in records() if (note := getattr(module(n), "MAP_NOTES", {}).get(name)))
     where = f"only {', '.join(serving)} serves it: --to {serving[0]}" if serving else \
         f"no runtime ropecli exports to serves it (the measurement stands; serving it needs a patched model{elsewhere})"
     raise RopeCliError(f"--map {name}: {runtime} does not serve this position map; {where}")

@@ -35,6 +35,10 @@ RECORD = Runtime(
 )
 
 
+# Maps it serves outside what ropecli writes (issue 48: the DCA block is the next export).
+MAP_NOTES = {"dca": "SGLang's dual-chunk attention backend (dual_chunk_flashattention_backend.py) reads a model's "
+                    "dual_chunk_attention_config, which ropecli does not write yet"}
+
 def write(spec, geom, target, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:
     """The override JSON (to --out FILE.json, or printed) and the launch line."""
     from ropecli.export.hf import rope_block, write_json
