@@ -8,7 +8,7 @@ import torch
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from ropecli.errors import RopeCliError
-from ropecli.models.mapped_attention import NAME, mapped, rotated
+from ropecli.models.mapped_attention import NAME, _fused_for, mapped, rotated
 from ropecli.rope.position_maps import MAPS, map_params, relative_positions
 from tiny_models import build
 
@@ -91,6 +91,18 @@ def test_the_mapped_attention_equals_a_per_pair_reference(name, params):
         ALL_ATTENTION_FUNCTIONS[NAME] = PairReference(relative_positions(name, params, 24), rotary)
         want = nll(model, ids)
     assert abs(got - want) < 1e-5 and abs(got - nll(model, ids)) > 1e-4, (got, want)
+
+
+@pytest.mark.parametrize(("name", "params"), [("selfextend", {"G": 3, "W": 5}), ("dca", {"chunk": 8, "local": 2})])
+def test_the_fused_kernel_and_its_explicit_twin_agree(name, params):
+    """The CPU path runs torch's flash kernel (its log-sum-exp merges the regions); other devices the explicit scores."""
+    model, ids = build("qwen2"), torch.randint(0, 96, (1, 40), generator=torch.Generator().manual_seed(4))
+    with mapped(model, name, params, block=16), torch.no_grad():
+        fused = model(ids).logits
+        assert ALL_ATTENTION_FUNCTIONS[NAME].fused and _fused_for(ids.device) is not None
+        ALL_ATTENTION_FUNCTIONS[NAME].fused = False
+        twin = model(ids).logits
+    assert torch.allclose(fused, twin, atol=1e-5), (fused - twin).abs().max()
 
 
 def test_decoding_through_the_cache_follows_the_map():
@@ -265,3 +277,15 @@ def test_a_sliding_window_layer_is_refused_not_silently_widened():
     plain = MistralForCausalLM(MistralConfig(**cfg, sliding_window=None))
     with mapped(plain, "rerope", {"w": 8}), torch.no_grad():
         assert plain(ids).logits.shape == (1, 40, 96)
+
+
+def test_a_map_after_at_goes_on_the_methods_named_only():
+    from ropecli.rope.position_maps import under_maps
+    from ropecli.rope.spec import Spec
+
+    specs = [Spec("none"), Spec("yarn")]
+    got = [s.label for s in under_maps(specs, ["none", "selfextend:G=4,W=2048@none"])]
+    assert got == ["none", "none@selfextend(G=4,W=2048)", "yarn"]
+    assert len(under_maps(specs, ["none", "rerope:w=64"])) == 4  # no @: every method under every map
+    with pytest.raises(RopeCliError, match="llama3 is not among the methods compared"):
+        under_maps(specs, ["rerope:w=64@none+llama3"])

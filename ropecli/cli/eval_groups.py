@@ -46,10 +46,9 @@ class MappedScheduleOptions(ScheduleOptions):  # the evaluating commands' schedu
     position_map: MapOpt = None
 
     def specs(self, default: str, factor: float | None = None, log_n_modes: tuple[bool, ...] = (False,)) -> list:
-        from ropecli.rope.position_maps import parse_map
+        from ropecli.rope.position_maps import under_maps
 
-        maps = [parse_map(m) for m in self.position_map or ["none"]]
-        return [s.but(position_map=pm) for s in super().specs(default, factor, log_n_modes) for pm in maps]
+        return under_maps(super().specs(default, factor, log_n_modes), self.position_map)
 
 
 @dataclass

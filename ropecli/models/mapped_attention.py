@@ -4,9 +4,10 @@ While `mapped(model, name, params)` is open, the model's rotary module hands the
 queries and keys arrive unrotated (and the KV cache keeps its keys unrotated: cached decoding follows the same map),
 and one attention function, registered through transformers' attention interface, rotates them itself: for each
 region the queries at the region's query positions and the keys at its key positions, with the rotary module's own
-frequencies and attention scaling (whatever schedule `models.patch` wrote there). The regions' scores are merged under
-their masks before one softmax, query block by query block: memory per layer is one (B, H, block, T_k) score tensor,
-never a T x T matrix per head for the whole window. Queries are the last T_q of the T_k keys (a prefill, or decoding
+frequencies and attention scaling (whatever schedule `models.patch` wrote there). Query block by query block, each
+region attends to the band of keys it reaches under its mask in one fused call (torch's CPU flash kernel, which returns
+the log-sum-exp; explicit scores elsewhere), and the regions merge exactly by log-sum-exp: memory per layer is the
+block's (block, band) masks, never a T x T matrix per head for the whole window. Queries are the last T_q of the T_k keys (a prefill, or decoding
 with a cache; one sequence, no padding).
 
 Refused in one line: a model with more than one rotary module (per-layer-type RoPE: Gemma 3), partial rotary (the map
@@ -24,7 +25,8 @@ from ropecli.models.patch import find_rotary_slots, text_config
 from ropecli.rope.position_maps import map_params, resolve_map
 
 NAME = "ropecli_mapped"
-BLOCK = 256  # queries per block: the score tensor is (B, H, BLOCK, T_k)
+BLOCK = 512  # queries per block: each region's mask is (BLOCK, its band of keys)
+MASK_CACHE_BYTES = 256 * 2 ** 20  # one shape's masks, kept across the layers of a forward (bool: a byte a pair)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -38,11 +40,58 @@ def rotated(x: torch.Tensor, positions: torch.Tensor, rotary) -> torch.Tensor:
     return x * cos[:, None] + rotate_half(x) * sin[:, None]
 
 
-class MappedAttention:
-    """The attention function of one map: `__call__(module, query, key, value, attention_mask, scaling, ...)`."""
+def _fused_for(device: torch.device):
+    """torch's CPU flash kernel returning the log-sum-exp (private, hence looked up, not assumed); None elsewhere."""
+    op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    return op if device.type == "cpu" else None
 
-    def __init__(self, regions, rotary, block: int = BLOCK):
-        self.regions, self.rotary, self.block = regions, rotary, block
+
+def region_attention(q, k, v, mask, scaling: float, fused=None):
+    """One region's attention: q (B, H, n, D) against its band of keys k, v (B, H, m, D) under mask (n, m) ->
+    out (B, H, n, D) float32 and log-sum-exp (B, H, n), -inf (and out 0) on rows where the region has no key."""
+    has = mask.any(-1)  # (n,)
+    if fused is not None:  # scores never materialised: the kernel adds the mask block by block
+        bias = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~mask, float("-inf"))
+        out, lse = fused(q, k, v, 0.0, False, attn_mask=bias[None, None], scale=scaling)
+        out, lse = out.float(), lse.float()
+    else:  # the twin: explicit scores (B, H, n, m) in float32
+        s = torch.matmul(q, k.transpose(-1, -2)).float().mul_(scaling).masked_fill_(~mask, float("-inf"))
+        lse = torch.logsumexp(s, dim=-1)
+        out = torch.matmul(torch.exp(s - lse[..., None]).nan_to_num_(0.0), v.float())
+    lse = lse.masked_fill(~has, float("-inf"))
+    return out.masked_fill(~has[:, None], 0.0), lse
+
+
+class MappedAttention:
+    """The attention function of one map: `__call__(module, query, key, value, attention_mask, scaling, ...)`.
+    Per query block and region: the region's rotated queries against the band of keys it reaches, in one fused
+    attention call that also returns its log-sum-exp; the regions merge exactly by log-sum-exp weights (a softmax over
+    the union of their keys). Memory per layer: one (block, band) mask, never a T x T score matrix per head."""
+
+    def __init__(self, regions, rotary, block: int = BLOCK, fused: bool = True):
+        self.regions, self.rotary, self.block, self.fused = regions, rotary, block, fused
+        self._shape, self._blocks = None, []
+
+    def blocks(self, Tq: int, Tk: int, device) -> list:
+        """[(start, query positions, per region (lo, hi, mask (block, hi - lo)) or None)] for T_q queries ending at T_k
+        keys: the same in every layer, so built once per shape and kept for the next layer while they fit in
+        MASK_CACHE_BYTES (Self-Extend at 16k: about T^2/2 bytes = 134 MB)."""
+        if self._shape != (Tq, Tk, device):
+            kj, out = torch.arange(Tk, device=device), []
+            for start in range(0, Tq, self.block):
+                qi = torch.arange(Tk - Tq + start, Tk - Tq + min(Tq, start + self.block), device=device)
+                causal = qi[:, None] >= kj[None, :]  # (block, T_k)
+                bands = []
+                for r in self.regions:
+                    mask = r.where(qi[:, None], kj[None, :]) & causal
+                    reach = mask.any(dim=0).nonzero()  # only the keys this region reaches from this block: a band
+                    lo, hi = (int(reach[0]), int(reach[-1]) + 1) if len(reach) else (0, 0)
+                    bands.append((lo, hi, mask[:, lo:hi].clone()) if len(reach) else None)
+                out.append((start, qi, bands))
+            if sum(b[2].numel() for _, _, bands in out for b in bands if b is not None) > MASK_CACHE_BYTES:
+                return out  # too big to keep for the next layer: rebuilt there (time, not memory)
+            self._shape, self._blocks = (Tq, Tk, device), out
+        return self._blocks
 
     def __call__(self, module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, **kwargs):
         if kwargs.get("sliding_window") or kwargs.get("softcap"):  # the map would silently attend past the window
@@ -53,23 +102,18 @@ class MappedAttention:
         groups = H // key.shape[1]  # GQA / MQA: each key head serves `groups` query heads
         key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
         scaling = D ** -0.5 if scaling is None else scaling
+        fused = _fused_for(query.device) if self.fused else None
         kj = torch.arange(Tk, device=query.device)
         keys = [rotated(key, r.key(kj), self.rotary) for r in self.regions]  # each region's keys, rotated once
         out = torch.empty(B, H, Tq, D, dtype=value.dtype, device=value.device)
-        for start in range(0, Tq, self.block):
-            qi = torch.arange(Tk - Tq + start, Tk - Tq + min(Tq, start + self.block), device=query.device)
+        for start, qi, bands in self.blocks(Tq, Tk, query.device):
             q = query[:, :, start:start + len(qi)]
-            d = qi[:, None] - kj[None, :]  # (block, T_k)
-            scores = torch.full((B, H, len(qi), Tk), float("-inf"), dtype=torch.float32, device=query.device)
-            for r, k in zip(self.regions, keys):
-                mask = r.where(qi[:, None], kj[None, :]) & (d >= 0)
-                reach = mask.any(dim=0).nonzero()
-                if len(reach):  # only the keys this region reaches from this block: a band, not every key
-                    lo, hi = int(reach[0]), int(reach[-1]) + 1
-                    s = torch.matmul(rotated(q, r.query(qi), self.rotary), k[:, :, lo:hi].transpose(-1, -2)).float() * scaling
-                    scores[..., lo:hi] = torch.where(mask[:, lo:hi], s, scores[..., lo:hi])
-            probs = torch.softmax(scores, dim=-1).to(value.dtype)
-            out[:, :, start:start + len(qi)] = torch.matmul(probs, value)
+            parts = [region_attention(rotated(q, r.query(qi), self.rotary).contiguous(), k[:, :, lo:hi].contiguous(),
+                                      value[:, :, lo:hi].contiguous(), mask, scaling, fused)
+                     for r, k, band in zip(self.regions, keys, bands) if band is not None for lo, hi, mask in [band]]
+            lse = torch.logsumexp(torch.stack([p[1] for p in parts]), dim=0)  # (B, H, block): every row has d = 0
+            merged = sum(torch.exp(p[1] - lse)[..., None] * p[0] for p in parts)
+            out[:, :, start:start + len(qi)] = merged.to(value.dtype)
         return out.transpose(1, 2).contiguous(), None
 
 

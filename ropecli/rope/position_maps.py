@@ -173,6 +173,26 @@ def parse_map(text: str) -> tuple:
     return () if name.strip() == "none" else (name.strip(), tuple(params.items()))
 
 
+def under_maps(specs: list, texts: list[str] | None) -> list:
+    """Each Spec under each of a command's --map values, `MAP[:K=V,…][@METHOD+METHOD…]`: after @, only on the methods
+    named (`selfextend:G=4,W=2048@none` maps the model as it is and leaves the frequency schedules beside it unmapped)."""
+    maps = parse_maps(texts, [s.method for s in specs])
+    return [s.but(position_map=pm) for s in specs for pm, on in maps if on is None or s.method in on]
+
+
+def parse_maps(texts: list[str] | None, methods) -> list[tuple[tuple, frozenset | None]]:
+    """--map values -> (the map, the methods it goes on top of; None: every method)."""
+    out = []
+    for text in texts or ["none"]:
+        body, at, only = text.rpartition("@") if "@" in text else (text, "", "")
+        unknown = sorted(set(only.split("+")) - set(methods)) if at else []
+        if unknown:
+            raise RopeCliError(f"--map {text}: {unknown[0]} is not among the methods compared ({', '.join(methods)}); "
+                               "name one of them after @, several joined by +")
+        out.append((parse_map(body), frozenset(only.split("+")) if at else None))
+    return out
+
+
 def map_label(position_map: tuple) -> str:
     """`selfextend(G=8,W=64)`; "" for no map."""
     if not position_map:
