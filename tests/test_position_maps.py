@@ -22,6 +22,8 @@ def test_relative_positions_follow_the_formulas():
     # chunk 0's at min(2 * 4 - 1, 6) = 6 (ChunkLlama's qc_t clamped at chunk_size), keys at j mod 4
     assert relative_positions("dca", {"chunk": 6, "local": 2}, 10)[9].tolist() == [6, 5, 4, 3, 5, 4, 3, 2, 1, 0]
     assert np.nanmax(relative_positions("dca", {"chunk": 48, "local": 4}, 256)) <= 48  # never past the chunk size
+    # STRING, S = 5, W = 2: d >= 5 becomes d - 3 (relative positions 2.. reused), the window below S as it is
+    assert relative_positions("string", {"S": 5, "W": 2}, 9)[8].tolist() == [5, 4, 3, 2, 4, 3, 2, 1, 0]
     for name, params in (("selfextend", {"G": 4, "W": 8}), ("rerope", {"w": 8}), ("leaky-rerope", {"w": 8, "k": 4})):
         rel = relative_positions(name, params, 64)
         low = np.tril(np.ones((64, 64), bool))
@@ -39,6 +41,8 @@ def test_bad_parameters_are_one_line():
     with pytest.raises(RopeCliError, match="unknown position map 'yarn'"):
         map_params("yarn", {})
     assert set(MAPS) >= {"none", "selfextend", "rerope", "leaky-rerope", "dca"}
+    with pytest.raises(RopeCliError, match="W = 8 must be below S = 8"):
+        relative_positions("string", {"S": 8, "W": 8}, 16)
     with pytest.raises(RopeCliError, match="local = 8 must be below chunk = 8"):
         relative_positions("dca", {"chunk": 8, "local": 8}, 16)
 
@@ -54,10 +58,13 @@ def test_a_map_whose_near_region_covers_the_window_is_the_model(family):
     model, ids = build(family), torch.randint(0, 96, (1, 48), generator=torch.Generator().manual_seed(0))
     plain = nll(model, ids)
     for name, params in (("none", {}), ("selfextend", {"G": 4, "W": 48}), ("rerope", {"w": 48}),
-                         ("leaky-rerope", {"w": 48, "k": 8}), ("dca", {"chunk": 56, "local": 4})):
+                         ("leaky-rerope", {"w": 48, "k": 8}), ("dca", {"chunk": 56, "local": 4}),
+                         ("string", {"S": 48, "W": 8, "t": 1})):
         with mapped(model, name, params, block=16):  # three query blocks
             assert abs(nll(model, ids) - plain) < 1e-5, name
     assert model.config._attn_implementation != NAME  # put back
+    with mapped(model, "string", {"S": 48, "W": 8}):  # STRING's own temperature (t = 1.069 on cos and sin) is felt
+        assert abs(nll(model, ids) - plain) > 1e-4
     with mapped(model, "selfextend", {"G": 4, "W": 8}):
         assert abs(nll(model, ids) - plain) > 1e-3  # the map does change the scores beyond W
 
@@ -82,7 +89,8 @@ class PairReference:
 
 
 @pytest.mark.parametrize(("name", "params"), [("selfextend", {"G": 3, "W": 5}), ("rerope", {"w": 6}),
-                                              ("leaky-rerope", {"w": 4, "k": 3}), ("dca", {"chunk": 8, "local": 2})])
+                                              ("leaky-rerope", {"w": 4, "k": 3}), ("dca", {"chunk": 8, "local": 2}),
+                                              ("string", {"S": 9, "W": 3, "t": 1})])
 def test_the_mapped_attention_equals_a_per_pair_reference(name, params):
     model, ids = build("llama"), torch.randint(0, 96, (1, 24), generator=torch.Generator().manual_seed(1))
     with mapped(model, name, params, block=7):
@@ -154,8 +162,6 @@ def test_a_map_where_it_cannot_run_is_one_line():
 
     r = CliRunner().invoke(app, ["ppl", "--len", "256", "--map", "selfextend:G=0,W=8"])
     assert r.exit_code == 1 and "G = 0 is outside" in r.output.strip().splitlines()[-1], r.output
-    r = CliRunner().invoke(app, ["compare", "--len", "256", "--map", "rerope:w=64", "--metric", "kl", "--samples", "1"])
-    assert r.exit_code == 1 and "with a position map" in r.output.strip().splitlines()[-1], r.output
     r = CliRunner().invoke(app, ["compare", "--len", "512", "--map", "selfextend:G=4,W=64", "--workload", "256:0.5,512:0.5"])
     assert r.exit_code == 1 and "leave --map out of a --workload comparison" in r.output, r.output
     r = CliRunner().invoke(app, ["ppl", "--len", "256", "--map", "selfextend:G=4,W=256"])  # W >= the window: no map
@@ -217,7 +223,38 @@ def test_export_serves_a_map_only_where_a_runtime_does(builtin_gguf, tmp_path):
     r = export("--to", "llamacpp", "--out", str(tmp_path / "re.gguf"), "--map", "rerope:w=64")
     assert r.exit_code == 1 and "no runtime ropecli exports to serves it" in r.output
     records = {r["name"]: r["maps"] for r in json.loads(CliRunner().invoke(app, ["runtimes", "--json"]).stdout)}
-    assert records["llamacpp"] == ["selfextend"] and records["vllm"] == [] and records["transformers"] == []
+    assert records["llamacpp"] == ["selfextend"] and records["sglang"] == ["dca"] and records["vllm"] == []
+    assert records["transformers"] == []
+
+
+def test_dca_goes_to_sglang_as_its_config_block_and_backend(tmp_path):
+    """SGLang's DCA: the override's dual_chunk_attention_config read back as the same map, the backend named in the
+    launch line; refused for an architecture whose SGLang model does not pass the config, and under a schedule."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from ropecli.cli.app import app
+    from ropecli.rope.position_maps import map_from_json
+
+    qwen = tmp_path / "qwen"
+    build("qwen2").config.save_pretrained(qwen)
+    run = lambda *a: CliRunner().invoke(app, ["export", *a, "--len", "1024", "--to", "sglang"])  # noqa: E731
+    r = run("--model", str(qwen), "--method", "none", "--map", "dca:chunk=48,local=4", "--out", str(tmp_path / "o.json"),
+            "--json")
+    assert r.exit_code == 0, r.output
+    got, block = json.loads(r.stdout), json.loads((tmp_path / "o.json").read_text())
+    dca = block["dual_chunk_attention_config"]
+    assert map_from_json({"name": "dca", "params": {"chunk": dca["chunk_size"], "local": dca["local_size"]}}) == \
+        map_from_json(got["position_map"]) == ("dca", (("chunk", 48.0), ("local", 4.0)))
+    assert dca["original_max_position_embeddings"] == 0 and block["max_position_embeddings"] == 1024
+    assert "--attention-backend dual_chunk_flash_attn --context-length 1024" in got["command"]
+    r = run("--model", str(qwen), "--method", "yarn", "--map", "dca:chunk=48,local=4")
+    assert r.exit_code == 1 and "takes the model's plain RoPE" in r.output.strip().splitlines()[-1], r.output
+    llama = tmp_path / "llama"
+    build("llama").config.save_pretrained(llama)
+    r = run("--model", str(llama), "--method", "none", "--map", "dca:chunk=48,local=4")
+    assert r.exit_code == 1 and "qwen2, qwen2_moe, qwen3_moe, glm4 models only" in r.output, r.output
 
 
 def test_search_varies_a_maps_parameters_rounded_to_tokens():
@@ -251,8 +288,6 @@ def test_what_a_map_cannot_do_yet_fails_before_the_work():
     run = lambda *a: CliRunner().invoke(app, [str(x) for x in a])  # noqa: E731
     r = run("search", "--method", "none", "--map", "selfextend:G=8,W=64", "--vary", "G=2:16", "--export-config", "x.json")
     assert r.exit_code == 1 and "--export-config writes a transformers block" in r.output
-    r = run("compare", "--len", "512", "--map", "rerope:w=64", "--metric", "ppl,kl", "--samples", "1")
-    assert r.exit_code == 1 and "--metric kl with a position map" in r.output
     r = run("ppl", "--len", "64", "--len", "512", "--map", "selfextend:G=8,W=64", "--samples", "1")  # the prefix path too
     assert r.exit_code == 1 and "W = 64 reaches the whole 64-token window" in r.output
     r = run("search", "--len", "512", "--method", "none", "--map", "selfextend:G=8,W=64", "--vary", "W=32:1024",
@@ -289,3 +324,18 @@ def test_a_map_after_at_goes_on_the_methods_named_only():
     assert len(under_maps(specs, ["none", "rerope:w=64"])) == 4  # no @: every method under every map
     with pytest.raises(RopeCliError, match="llama3 is not among the methods compared"):
         under_maps(specs, ["rerope:w=64@none+llama3"])
+
+
+def test_kl_within_L_measures_what_a_map_costs_there():
+    """KL at L against the model as shipped (advise's cost within L): zero for no map, positive under a map active at L."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from ropecli.cli.app import app
+
+    r = CliRunner().invoke(app, ["compare", "--len", "512", "--method", "none", "--map", "none", "--map", "rerope:w=64",
+                                 "--metric", "kl", "--samples", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    kl = {row["label"]: row["kl_mean"] for row in json.loads(r.stdout)["results"]}
+    assert kl["none"] < 1e-6 < kl["none@rerope(w=64)"], kl

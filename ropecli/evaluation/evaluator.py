@@ -102,9 +102,6 @@ class Evaluator:
         m = metric_record(metric)
         m.check(self, length)  # cheap, and a key-ppl result without a rule would be no result
         check_window(spec.position_map, length)
-        if spec.position_map and not m.scales:
-            raise RopeCliError(f"--metric {metric} with a position map ({spec.label}) is not measured yet; "
-                               "measure the map with ppl, passkey or a task")
         inputs = self.inputs.resized(samples).spanning(span)
         geom, sched, keys, values = self._lookup(spec, length, metric, inputs)
         todo = self.dist.union([i for i in range(len(keys)) if i not in values])

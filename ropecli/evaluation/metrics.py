@@ -141,7 +141,8 @@ KEY_PPL = Metric("key-ppl", "windows", _ppl_score, _ppl_summary, "key PPL", "key
                  cached_as="ppl", ranks=True, measure="log key-token PPL", fresh=_ppl_fresh, check=_key_ppl_check, prefixes=True)
 PASSKEY = Metric("passkey", "prompts", lambda ev, spec, sched, unit: ev.backend.passkey_scores(*unit),
                  _passkey_summary, "passkey answer NLL", "passkey", _result("PasskeyResult"), "answer_nll", unit_word="keys")
-KL = Metric("kl", "windows", lambda ev, spec, sched, unit: ev.backend.window_kl(unit[0], sched, spec.log_n, ev.chunk_tokens),
+KL = Metric("kl", "windows", lambda ev, spec, sched, unit: ev.backend.window_kl(
+                unit[0], sched, spec.log_n, ev.chunk_tokens, **({"position_map": spec.position_map} if spec.position_map else {})),
             _kl_summary, "KL", "KL", _result("KlResult"), "kl_mean",
             key=lambda ev, rope: {"reference": "native"} if rope.shipped is not None else {},  # vs as shipped
             check=_kl_check, scales=False, objective=False, at_train_len=True)

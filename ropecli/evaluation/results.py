@@ -18,6 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ropecli.rope.position_maps import map_json
+
 if TYPE_CHECKING:  # numpy and the schedules load when a result is summed, not when the CLI starts
     from ropecli.rope.geometry import Geometry
     from ropecli.rope.methods import Schedule
@@ -160,7 +162,7 @@ def _head(spec: Spec, sched: Schedule, geom: Geometry, length: int, seconds: flo
     return {"method": sched.method, "label": spec.label, "params": {k: v for k, v in sched.params.items() if k != "factors"},
             "log_n": spec.log_n, "len": length, "factor": geom.factor, "attention_factor": sched.attention_factor,
             "seconds": round(seconds, 3),
-            "position_map": {"name": spec.position_map[0], "params": dict(spec.position_map[1])} if spec.position_map else None}
+            "position_map": map_json(spec.position_map)}
 
 
 def summarize_ppl(spec: Spec, sched: Schedule, geom: Geometry, length: int, per_window: list[tuple[float, int]],

@@ -21,6 +21,7 @@ from ropecli.export.hf import (check_writable, export_hf_config, export_hf_folde
 from ropecli.models.config import BUILTIN, BUILTIN_DIR, gguf_metadata, locate_file, ModelRope
 from ropecli.models.packaged import resolve_model
 from ropecli.rope.geometry import Geometry
+from ropecli.rope.position_maps import map_json
 from ropecli.rope.spec import Spec
 from ropecli.export.manifest import write_manifest
 from ropecli.export.readback import UNREADABLE, unreadable
@@ -99,6 +100,9 @@ def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str,
     sit beside the merged config.json: "link" (symbolic links by absolute path), "hardlink" or "copy"."""
     runtime = canonical(runtime)
     check_map_served(spec, runtime)
+    if spec.position_map and hasattr(module(runtime), "write_map"):  # the runtime's own config serves the map (SGLang: DCA)
+        return {**module(runtime).write_map(spec, geom, target, out, model=model), "runtime": runtime,
+                "position_map": map_json(spec.position_map), "versions": works_with(runtime), "runtimes": {}}
     map_lines = module(runtime).map_lines(spec.position_map, out, geom.target_len) if spec.position_map else []  # checked first
     if spec.native:
         native = native_export(target, runtime)
@@ -107,7 +111,7 @@ def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str,
                                    consistent=consistent, replace=replace)
     result["runtime"] = runtime
     if spec.position_map:  # the schedule is written; the map is the runtime's own flags
-        result["position_map"] = {"name": spec.position_map[0], "params": dict(spec.position_map[1])}
+        result["position_map"] = map_json(spec.position_map)
         result["lines"] += map_lines
     if result.get("linked"):
         result["weights"] = weights
@@ -286,7 +290,6 @@ def check_map_served(spec: Spec, runtime: str) -> None:
     if name in record(runtime).maps:
         return
     serving = [r.name for r in records().values() if name in r.maps]
-    elsewhere = "".join(f"; {note}" for n in records() if (note := getattr(module(n), "MAP_NOTES", {}).get(name)))
     where = f"only {', '.join(serving)} serves it: --to {serving[0]}" if serving else \
-        f"no runtime ropecli exports to serves it (the measurement stands; serving it needs a patched model{elsewhere})"
+        "no runtime ropecli exports to serves it (the measurement stands; serving it needs a patched model)"
     raise RopeCliError(f"--map {name}: {runtime} does not serve this position map; {where}")

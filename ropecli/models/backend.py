@@ -49,7 +49,7 @@ class ModelBackend(Protocol):
     # the greedy continuation of the prompt `ids`, max_new tokens at most, decoded (RULER's generation)
 
     def window_kl(self, ids: np.ndarray, schedule: Schedule, log_n: bool,
-                  chunk_tokens: int | None) -> tuple[float, int, int, list[float]]: ...
+                  chunk_tokens: int | None, position_map: tuple = ()) -> tuple[float, int, int, list[float]]: ...
 
 
 def native_reference(rope: ModelRope, schedule: Schedule) -> Schedule:
@@ -80,6 +80,7 @@ class TransformersBackend:
     device: str
     fingerprint: str
     runtime: str = "transformers"
+    maps: bool = True  # runs position maps at the attention (`models.mapped_attention`); llama.cpp's backend does not
     earlier_fingerprints: tuple[str, ...] = ()  # (with transformers' version in it, ropecli 0.x's): their windows are reused
     native_patched: bool = False  # the loaded rotary modules lack the shipped schedule (a GGUF's rope_freqs): write it
 
@@ -163,9 +164,9 @@ class TransformersBackend:
         return self.tokenizer.decode(new, skip_special_tokens=True)
 
     def window_kl(self, ids: np.ndarray, schedule: Schedule, log_n: bool,
-                  chunk_tokens: int | None) -> tuple[float, int, int, list[float]]:
+                  chunk_tokens: int | None, position_map: tuple = ()) -> tuple[float, int, int, list[float]]:
         from ropecli.models.scoring import window_kl
 
-        reference = native_reference(self.rope, schedule)  # the model as shipped, no log-n
+        reference = native_reference(self.rope, schedule)  # the model as shipped, no log-n, no map
         return self._run(window_kl, ids, reference=lambda: self.scaled(reference, False),
-                         scaled=lambda: self.scaled(schedule, log_n), chunk_tokens=chunk_tokens)
+                         scaled=lambda: self.scaled(schedule, log_n, position_map), chunk_tokens=chunk_tokens)

@@ -109,7 +109,7 @@ class MappedAttention:
         for start, qi, bands in self.blocks(Tq, Tk, query.device):
             q = query[:, :, start:start + len(qi)]
             parts = [region_attention(rotated(q, r.query(qi), self.rotary).contiguous(), k[:, :, lo:hi].contiguous(),
-                                      value[:, :, lo:hi].contiguous(), mask, scaling, fused)
+                                      value[:, :, lo:hi].contiguous(), mask, scaling * r.scale, fused)
                      for r, k, band in zip(self.regions, keys, bands) if band is not None for lo, hi, mask in [band]]
             lse = torch.logsumexp(torch.stack([p[1] for p in parts]), dim=0)  # (B, H, block): every row has d = 0
             merged = sum(torch.exp(p[1] - lse)[..., None] * p[0] for p in parts)

@@ -113,7 +113,8 @@ def advice_lines(result: dict, out_dir) -> list:
         text.append(f"race: {result['race']['outcome']}")
         if result["kl_race"]:
             text.append(f"tie-break (KL within L): {result['kl_race']['outcome']}")
-    text += [f"{e['runtime']}: {'ok' if e['ok'] else 'not written'} — {e['command'] or e['output']}" for e in result["exports"]]
+    text += [f"{e['runtime']}: {'ok' if e['ok'] else 'not written'} — " + (f"{e['instead']}: " if e.get("instead") else "")
+             + (e['command'] or e['output']) for e in result["exports"]]
     from ropecli.report.serving_tables import serving_tables
 
     served = serving_tables(result)
@@ -210,7 +211,8 @@ def write_report(result: dict, out_dir: Path, geom, model_name: str) -> Path:
         images.append(("Loss by request length, per runtime", "serving.png"))
     md += ["## Deploy", ""]
     for e in result["exports"]:
-        md.append(f"- **{e['runtime']}**: " + (f"`{e['command']}`" if e["command"] else "") +
+        md.append(f"- **{e['runtime']}**: " + (f"{e['instead']}: " if e.get("instead") else "") +
+                  (f"`{e['command']}`" if e["command"] else "") +
                   ("" if e["ok"] else f" — {e['output']}"))
         if e["ok"] and e["output"]:
             md += ["", "```text", e["output"], "```", ""]

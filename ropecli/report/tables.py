@@ -234,7 +234,7 @@ def verify_table(verdict, exp, target) -> list:
 
 def export_lines(result: dict, consistent: bool) -> list[str]:
     """What `ropecli export` prints: what it wrote, and what each runtime does with it."""
-    if result.get("native"):
+    if result.get("native") or not result.get("runtimes"):  # as shipped, or a map in a runtime's own config: its lines
         return [plain(line) for line in result["lines"]]
     lines = [*result["lines"], "What each runtime does with it:", *[f"  {n}: {what}" for n, what in result["runtimes"].items()]]
     if consistent:

@@ -13,6 +13,8 @@ fast each pair turns, the map at which positions). Issue 48; the maps, with thei
                  i/k + w - w/k, the key at j/k
     dca          Dual Chunk Attention (An et al., ICML 2024; HKUNLP/ChunkLlama): chunks of c = chunk - local positions;
                  intra-chunk, successive-chunk and inter-chunk maps keep every relative position below `chunk`
+    string       STRING (An et al., ICLR 2025, HKUNLP/STRING): d < S true; d >= S shifted to d - S + W (the well-trained
+                 positions overwrite the rarely trained tail), logits scaled by t^2 (t = 0.1 ln 2 + 1 on cos and sin)
 
 Each map is one small registered function of its bounded parameters returning its regions; the region functions take
 integer position arrays of numpy or torch alike (the same code serves the numpy twin and the model).
@@ -36,6 +38,7 @@ class Region:
     where: Callable[[Any, Any], Any]  # (i as a column, j as a row) -> bool (block, keys): the region's pairs (j <= i)
     query: Callable[[Any], Any]  # i -> the query's rotation position
     key: Callable[[Any], Any]  # j -> the key's rotation position
+    scale: float = 1.0  # the region's logits multiplied by it (a map's own temperature: STRING's t^2)
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,26 @@ def _dca(chunk: float, local: float) -> tuple[Region, ...]:
     return (Region("intra", lambda i, j: i // c == j // c, lambda i: i % c, lambda j: j % c),
             Region("successive", lambda i, j: i // c == j // c + 1, lambda i: (i % c + c).clip(max=s), lambda j: j % c),
             Region("inter", lambda i, j: i // c >= j // c + 2, lambda i: i * 0 + far, lambda j: j % c))
+
+
+@register_map("string", "d < S: (i, j); d >= S: (i - S + W, j), logits x t^2",
+              Param("S", REQUIRED, "shifted offset (the source: 0.25-0.4 of the training length, 0.33 L by default)", 2,
+                    1e12, integer=True),
+              Param("W", 128, "local value: the shifted pairs start at relative position W (128, 256 or 512)", 0, 1e12,
+                    integer=True),
+              Param("t", 0.1 * np.log(2) + 1, "factor on cos and sin, so logits x t^2 (the source: 0.1 ln 2 + 1)", 0.5, 2),
+              window="S")
+def _string(S: float, W: float, t: float) -> tuple[Region, ...]:
+    """STRING, as HKUNLP/STRING's string_for_llama.py computes it (replace_with_string(shifted_offset=S,
+    small_local_value=W): the queries at position_ids - S + W against the keys d >= S, a window of S true positions,
+    merged by log-sum-exp; cos and sin multiplied by attention_factor = 0.1 ln 2 + 1). The source's window is inclusive
+    (flash window_size=[S, 0]) and its shifted triangle starts at d = S, so it counts the pair d = S twice; here each
+    pair is counted once, as the paper's formula has it."""
+    S, W = int(S), int(W)
+    if W >= S:
+        raise RopeCliError(f"string: W = {W} must be below S = {S} (the shifted pairs restart at W)")
+    return (Region("window", lambda i, j: i - j < S, _same, _same, t * t),
+            Region("shifted", lambda i, j: i - j >= S, lambda i: i - S + W, _same, t * t))
 
 
 def resolve_map(name: str) -> PositionMap:
@@ -199,6 +222,22 @@ def map_label(position_map: tuple) -> str:
         return ""
     name, params = position_map
     return f"{name}(" + ",".join(f"{k}={v:g}" for k, v in params) + ")"
+
+
+def map_text(position_map: tuple) -> str:
+    """The --map spelling that `parse_map` reads back: `selfextend:G=8,W=64`; "none" for no map."""
+    if not position_map:
+        return "none"
+    return position_map[0] + ":" + ",".join(f"{k}={v:.10g}" for k, v in position_map[1])
+
+
+def map_json(position_map: tuple) -> dict | None:
+    """The JSON of a Spec's map: {"name", "params"}, None for no map; `map_from_json` reads it back."""
+    return {"name": position_map[0], "params": dict(position_map[1])} if position_map else None
+
+
+def map_from_json(block: dict | None) -> tuple:
+    return (block["name"], tuple(map_params(block["name"], block["params"]).items())) if block else ()
 
 
 def check_window(position_map: tuple, length: int) -> None:

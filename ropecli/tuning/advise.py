@@ -7,18 +7,21 @@ winner's exports, report.md, advice.json. The command only parses, calls `run_ad
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 from ropecli.errors import RopeCliError
+from ropecli.rope.position_maps import map_from_json, map_text
 from ropecli.rope.spec import make_spec
 from ropecli.rope.target import Target
 from ropecli.tuning.candidates import default_candidates, search_plans, SHIPPED_ONLY
+from ropecli.tuning.map_candidates import maps_apply
 from ropecli.tuning.advise_plan import AdvisePlan
 from ropecli.tuning.objective import Bench
 from ropecli.export.plan import check_export_paths, export_schedule, export_target, is_gguf
-from ropecli.export.runtimes import SERVED_BY_DEFAULT
+from ropecli.export.runtimes import SERVED_BY_DEFAULT, record
 from ropecli.files import atomic_write_text
 from ropecli.models.config import BUILTIN, BUILTIN_DIR
 from ropecli.models.packaged import BUILTIN_FOLDERS, resolve_model
@@ -44,7 +47,8 @@ def run_advise(session: Bench, plan: AdvisePlan, target: Target, out_dir: Path, 
     """The whole of `ropecli advise` into `out_dir` (made by `prepare_out`); returns advice.json's content
     (written on the main rank)."""
     rope = session.rope
-    names = plan.candidates or default_candidates(rope.shipped is not None)
+    names = plan.candidates or default_candidates(rope.shipped is not None,
+                                                  maps_apply(getattr(session, "model", None), rope, max(target.lengths)))
     if rope.shipped is None and any(n in SHIPPED_ONLY for n in names):
         raise RopeCliError(f"--candidates {','.join(n for n in names if n in SHIPPED_ONLY)}: {rope.name} ships plain RoPE, "
                            "so native is none and native+METHOD is METHOD; leave those candidates out")
@@ -179,27 +183,46 @@ def export_winner(result: dict, rope, model: str | None, gguf_file: str | None, 
     for runtime, out in jobs:
         to = runtime
         best = runtime_pick(served.get(runtime), result["winner"], (result.get("constraints") or {}).get("max_short_regression"))
-        w = best or result["winner_spec"]
+        w = best or served_winner(result, runtime)
         params = {k: v for k, v in w["params"].items() if v is not None and k != "factors"}
         spec = make_spec(("native+" if w.get("composed") else "") + w["method"], params, log_n=w["log_n"])
+        spec = spec.but(position_map=map_from_json(w.get("position_map")))
         consistent = not best or bool(best["consistent"])  # switching only where its decode damage was shown harmless
         shown = model if model in BUILTIN_FOLDERS else source  # a short name stays one in the printed command
         name = ("native+" if spec.composed else "") + spec.method
         flags = ["--model", shown, *(["--gguf-file", gguf_file] if gguf_file else []), "--method", name,
                  *[x for k, v in params.items() for x in ("--param", f"{k}={v:.10g}")], *(["--log-n"] if spec.log_n else []),
+                 *(["--map", map_text(spec.position_map)] if spec.position_map else []),
                  "--len", str(geom.target_len), "--force", *([] if consistent else ["--switching"])]
         command = " ".join(shlex.quote(c) for c in ["ropecli", "export", *flags, "--to", to, "--out", str(out)])
         try:
             check_export_paths(to, str(out), source, gguf_file, force=True)
             written = export_schedule(spec, geom, target, to, str(out), model=source, gguf_file=gguf_file, force=True,
                                       consistent=consistent, measure_switching=False)
-            done.append({"runtime": runtime, "command": command, "ok": True, "output": "\n".join(written["lines"])[-2000:]})
+            done.append({"runtime": runtime, "command": command, "ok": True, "output": "\n".join(written["lines"])[-2000:],
+                         **({"instead": w["instead"]} if w.get("instead") else {})})
         except RopeCliError as exc:
             done.append({"runtime": runtime, "command": command, "ok": False, "output": str(exc)})
     if not is_gguf(source, gguf_file):
         done.append({"runtime": "llamacpp", "command": None, "ok": False,
                      "output": "skipped: the model is not a GGUF file (convert it, then `ropecli export --to gguf`)"})
     return done
+
+
+def served_winner(result: dict, runtime: str) -> dict:
+    """The winner's spec; where its position map is one `runtime` does not serve (`Runtime.maps`), the best-ranked
+    eligible candidate it does serve, with the line that says so (`instead`)."""
+    w, serves = result["winner_spec"], record(runtime).maps
+    if not w.get("position_map") or w["position_map"]["name"] in serves:
+        return w
+    ok = [r for r in result["rows"] if not r["excluded"] and (not r.get("position_map") or r["position_map"]["name"] in serves)]
+    if not ok:
+        return w  # nothing it serves was eligible: the export says why it cannot serve the winner
+    r = min(ok, key=lambda r: r.get("rank", math.inf))
+    return {"method": r["method"], "composed": r.get("composed", False), "log_n": r["log_n"],
+            "params": {p: v for p, v in r["params"].items() if v is not None}, "position_map": r.get("position_map"),
+            "instead": f"{runtime} does not serve the winner's position map ({w['position_map']['name']}): exporting "
+                       f"{r['candidate']}, the best-ranked candidate it serves (rank {r.get('rank')})"}
 
 
 def runtime_pick(block: dict | None, winner: str, max_rise: float | None = None) -> dict | None:

@@ -24,15 +24,23 @@ class Candidate(str, Enum):
     native_llama3 = "native+llama3"
     native_ntk_fixed = "native+ntk-fixed"
     native_yarn_tuned = "native+yarn-tuned"
+    # the model as shipped under a position map at the attention (`ropecli.tuning.map_candidates`): past Ls only
+    selfextend = "selfextend"
+    selfextend_tuned = "selfextend-tuned"
+    dca = "dca"
 
 
 CANDIDATES = tuple(c.value for c in Candidate)
 SHIPPED_ONLY = tuple(c for c in CANDIDATES if c.startswith("native"))  # meaningful only for a model that ships a schedule
+MAPPED = ("selfextend", "selfextend-tuned", "dca")  # position maps: need a target past Ls and a model they can map
+SEARCHED_MAPS = ("selfextend-tuned",)  # asked for by name (--candidates): a search of mapped passes
 
 
-def default_candidates(ships_schedule: bool) -> list[str]:
-    """Every candidate; the native ones only for a model that ships a schedule (else native is none)."""
-    return [c for c in CANDIDATES if ships_schedule or c not in SHIPPED_ONLY]
+def default_candidates(ships_schedule: bool, maps: bool = False) -> list[str]:
+    """Every candidate; the native ones only for a model that ships a schedule (else native is none); the position maps
+    with their rules' parameters where `maps` (a target past Ls, a model and backend that can map it)."""
+    return [c for c in CANDIDATES if (ships_schedule or c not in SHIPPED_ONLY) and c not in SEARCHED_MAPS
+            and (maps or c not in MAPPED)]
 
 
 def static_candidates() -> dict[str, tuple[str, dict]]:
@@ -52,4 +60,5 @@ def search_plans(budget: int) -> dict[str, tuple[str, list[str], int]]:
     return {"yarn-tuned": ("yarn", ["beta_fast", "beta_slow"], max(budget, 7)),
             "mixed-b": ("mixed", ["b"], max(min(budget, 12), 4)),
             "mixed-clamped": ("mixed", ["b", "critical"], max(budget, 7)),
-            "native+yarn-tuned": ("native+yarn", ["beta_fast", "beta_slow"], max(budget, 7))}
+            "native+yarn-tuned": ("native+yarn", ["beta_fast", "beta_slow"], max(budget, 7)),
+            "selfextend-tuned": ("native", ["G", "W"], max(budget, 7))}  # ranges: `map_candidates.search_ranges`

@@ -27,9 +27,6 @@ def compare_schedules(session: Bench, specs: list, target: Target, metrics: list
     kl_k = target.k if at_L else None
     cells = {m: ([s.but(factor=target.k) for s in specs], [L]) for m in at_L}
     for m in metrics:  # the boundary's checks, all of them before the first forward pass
-        if not REGISTRY[m].scales and any(s.position_map for s in specs):
-            raise RopeCliError(f"--metric {m} with a position map is not measured yet; measure the map with ppl, passkey "
-                               "or a task")
         for n in cells.get(m, (specs, lengths))[1]:
             session.check(m, n)
     served = None

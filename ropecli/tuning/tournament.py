@@ -43,7 +43,9 @@ from ropecli.tuning.objective import Evaluate
 from ropecli.tuning.error_budget import error_budget
 from ropecli.tuning.racing import ALPHA
 from ropecli.tuning.ranking import RULE, RULE_RACED, rank
-from ropecli.tuning.search import run_search
+from ropecli.rope.position_maps import map_json
+from ropecli.tuning.map_candidates import RULED, SEARCHED, map_rule, map_spec, search_ranges
+from ropecli.tuning.search import point_spec, run_search
 from ropecli.tuning.space import parse_vary
 from ropecli.tuning.serving import serve_workload
 from ropecli.tuning.task_guard import guard_line, guard_row, guard_why
@@ -62,22 +64,28 @@ def search_candidates(run: Evaluate, target: Target, names: list[str], budget: i
         if name not in plans:
             continue
         method, vary, n_evals = plans[name]
-        dims = parse_vary(vary, method, target.geom)
-        res = run_search(run, None, target, method, dims, {}, budget=n_evals, log_n=log_n,
+        pmap = ()
+        if name in SEARCHED:  # the model as shipped, the map's parameters searched around its rule
+            method, T = reference_spec(target.geom).method, max(target.lengths)
+            pmap, vary = map_rule(name, target.geom.shipped_len, T), search_ranges(name, target.geom.shipped_len, T)
+        dims = parse_vary(vary, method, target.geom, pmap)
+        res = run_search(run, None, target, method, dims, {}, budget=n_evals, log_n=log_n, position_map=pmap,
                          windows=windows, screen=screen, expect=expect, objective=metric)
-        out[name] = {"spec": make_spec(method, res["best_params"], factor=target.factor, log_n=log_n), "search": res}
+        out[name] = {"spec": point_spec(method, res["best_params"], target.factor, log_n, pmap), "search": res}
     return out
 
 
-def candidate_specs(names: list[str], searched: dict, with_log_n: bool, factor: float) -> list[tuple[str, Spec]]:
+def candidate_specs(names: list[str], searched: dict, with_log_n: bool, target: Target) -> list[tuple[str, Spec]]:
     candidates: list[tuple[str, Spec]] = []
-    static = static_candidates()
+    static, factor = static_candidates(), target.k
     for log_n in (False, True) if with_log_n else (False,):
         for name in names:
             key = name + ("+log-n" if log_n else "")
             if name in static:
                 method, params = static[name]
                 candidates.append((key, make_spec(method, params, factor=factor, log_n=log_n)))
+            elif name in RULED:
+                candidates.append((key, map_spec(name, target.geom, max(target.lengths), factor, log_n)))
             elif key in searched:
                 candidates.append((key, searched[key]["spec"]))
     return candidates
@@ -157,7 +165,7 @@ def tournament(run: Evaluate, held_run: Evaluate, target: Target, plan: AdvisePl
         for name, found in search_candidates(run, target, names, budget, log_n, search_windows,
                                              racing is not None, expect, metric).items():
             searched[name + ("+log-n" if log_n else "")] = found
-    candidates = candidate_specs(names, searched, with_log_n, k)
+    candidates = candidate_specs(names, searched, with_log_n, target)
     specs = dict(candidates)
     L = geom.shipped_len  # costs within the shipped length, against the model as shipped
     m = Measure(held_run, L, lengths, k, held_windows, expect if racing else (lambda *a, **kw: None), metric,
@@ -174,7 +182,7 @@ def tournament(run: Evaluate, held_run: Evaluate, target: Target, plan: AdvisePl
              f"(under {PASSKEY_BASELINE:.0%}), so retrieval at the target says nothing about the schedules")
     rows = {name: {"candidate": name, "label": spec.label, "method": spec.method, "composed": spec.composed,
                    "params": dict(spec.params),
-                   "log_n": spec.log_n} for name, spec in candidates}
+                   "log_n": spec.log_n, "position_map": map_json(spec.position_map)} for name, spec in candidates}
 
     def with_passkey(name: str) -> None:
         r = rows[name]

@@ -25,7 +25,7 @@ RECORD = Runtime(
               "start-up",
     decoding="longrope re-picked at every step with the cached keys kept (stale after a switch); a consistent export "
              "is the same at every step",
-    rule=PER_FORWARD, dynamic_rule=AT_START_UP, serves_dynamic=True,
+    rule=PER_FORWARD, dynamic_rule=AT_START_UP, serves_dynamic=True, maps=("dca",),
     versions=(
         Version(">=0.3.1", "--json-model-override-args", "SGLang 0.3.1, python/sglang/srt/server_args.py: "
                 "ServerArgs.json_model_override_args"),
@@ -35,9 +35,53 @@ RECORD = Runtime(
 )
 
 
-# Maps it serves outside what ropecli writes (issue 48: the DCA block is the next export).
-MAP_NOTES = {"dca": "SGLang's dual-chunk attention backend (dual_chunk_flashattention_backend.py) reads a model's "
-                    "dual_chunk_attention_config, which ropecli does not write yet"}
+# Dual Chunk Attention (issue 48), read from SGLang main (python/sglang/srt/…): the architectures whose get_rope calls
+# pass the config (models/qwen2.py, qwen2_moe.py, qwen3_moe.py, glm4.py); get_rope (layers/rotary_embedding/factory.py)
+# builds DualChunkRotaryEmbedding from chunk_size and local_size before it looks at rope_scaling, so DCA serves the
+# model's plain RoPE; DualChunkRotaryEmbedding (rope_variant.py) rotates keys at j mod c, queries at i mod c, min(i mod c
+# + c, s) and min(2c - 1, s): ropecli's `dca` map. original_max_position_embeddings > 0 adds a length temperature
+# (0.1 ln(n / orig) + 1, DualChunkFlashAttentionBackend) ropecli does not measure: written as 0 (off).
+DCA_ARCHS = ("qwen2", "qwen2_moe", "qwen3_moe", "glm4")
+
+
+def write_map(spec, geom, target, out, *, model=None, **_) -> dict:
+    """DCA: the override JSON (`dual_chunk_attention_config`, `max_position_embeddings`) and the launch line naming
+    the backend (SGLang does not pick it by itself: `_handle_attention_backend_compatibility` sets a default backend
+    first, then refuses DCA under it). One line where SGLang would serve something else than ropecli measured."""
+    from ropecli.errors import RopeCliError
+    from ropecli.export.hf import write_json
+
+    if target.model_type not in DCA_ARCHS:
+        raise RopeCliError(f"--map dca --to sglang: SGLang serves Dual Chunk Attention on {', '.join(DCA_ARCHS)} models "
+                           f"only (their get_rope passes dual_chunk_attention_config); {target.name} is "
+                           f"{target.model_type or 'of an unknown type'}")
+    if spec.method != "none" and not (spec.native and target.shipped is None):
+        raise RopeCliError("--map dca --to sglang: SGLang's DCA rotary takes the model's plain RoPE (get_rope builds it "
+                           "before reading rope_scaling), so a frequency schedule under it would not be served; export "
+                           "--method none with --map dca" + (f" (the shipped {target.shipped.label} is dropped too)"
+                                                              if target.shipped is not None else ""))
+    params = dict(spec.position_map[1])
+    chunk, local = int(params["chunk"]), int(params["local"])
+    block = {"dual_chunk_attention_config": {"chunk_size": chunk, "local_size": local,
+                                             "original_max_position_embeddings": 0},
+             "max_position_embeddings": geom.target_len}
+    overrides = json.dumps(block, separators=(",", ":"))
+    command = (f"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 python -m sglang.launch_server --model-path "
+               f"{shlex.quote(model or 'MODEL')} --json-model-override-args {shlex.quote(overrides)} "
+               f"--attention-backend dual_chunk_flash_attn --context-length {geom.target_len}")
+    lines = [f"Dual Chunk Attention (chunk {chunk}, local {local}) on the model's plain RoPE: SGLang turns off the radix "
+             f"cache and mixed chunking for it, needs chunk - local = {chunk - local} a multiple of --page-size, and runs "
+             "it on CUDA only (sgl_kernel); no sparse attention (no sparse_attention_config)", command]
+    result = {"model": model, "factor": geom.factor, "target_len": geom.target_len, "block": block, "command": command}
+    if out is not None:
+        write_json(out, block)
+        lines.append(f"wrote {out}")
+        result["path"] = out
+    return {**result, "lines": lines}
+
+
+def map_lines(position_map: tuple, out: str | None, target_len: int) -> list[str]:
+    return []  # write_map wrote the map, in the override itself
 
 def write(spec, geom, target, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:
     """The override JSON (to --out FILE.json, or printed) and the launch line."""
