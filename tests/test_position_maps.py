@@ -113,16 +113,20 @@ def test_the_fused_kernel_and_its_explicit_twin_agree(name, params):
     assert torch.allclose(fused, twin, atol=1e-5), (fused - twin).abs().max()
 
 
-def test_decoding_through_the_cache_follows_the_map():
-    """Keys stay unrotated in the cache: a prefill then one token at a time gives one pass's logits."""
+@pytest.mark.parametrize(("name", "params"), [("selfextend", {"G": 2, "W": 8}), ("rerope", {"w": 6}),
+                                              ("leaky-rerope", {"w": 6, "k": 4}), ("dca", {"chunk": 12, "local": 2}),
+                                              ("string", {"S": 10, "W": 3})])
+def test_decoding_through_the_cache_follows_the_map(name, params):
+    """Keys stay unrotated in the cache: a prefill then one token at a time, across the map's window (and DCA's chunks)
+    and across the model's L = 64, gives one pass's logits: decoding serves what the forward pass measured."""
     from transformers import DynamicCache
 
-    model, ids = build("llama"), torch.randint(0, 96, (1, 40), generator=torch.Generator().manual_seed(2))
-    with mapped(model, "selfextend", {"G": 2, "W": 8}), torch.no_grad():
+    model, ids = build("llama"), torch.randint(0, 96, (1, 80), generator=torch.Generator().manual_seed(2))
+    with mapped(model, name, params), torch.no_grad():
         whole = model(ids).logits[0]
         cache = DynamicCache()
-        steps = [model(ids[:, :24], cache=cache, use_cache=True).logits[0]]
-        for t in range(24, 40):
+        steps = [model(ids[:, :56], cache=cache, use_cache=True).logits[0]]
+        for t in range(56, 80):
             steps.append(model(ids[:, t:t + 1], cache=cache, use_cache=True).logits[0])
     assert torch.allclose(torch.cat(steps), whole, atol=1e-4), (torch.cat(steps) - whole).abs().max()
 

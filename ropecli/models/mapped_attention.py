@@ -47,19 +47,22 @@ def _fused_for(device: torch.device):
 
 
 def region_attention(q, k, v, mask, scaling: float, fused=None):
-    """One region's attention: q (B, H, n, D) against its band of keys k, v (B, H, m, D) under mask (n, m) ->
+    """One region's attention: q (B, H, n, D) against keys k, v (B, H, m, D) under mask (n, m) (None: every pair) ->
     out (B, H, n, D) float32 and log-sum-exp (B, H, n), -inf (and out 0) on rows where the region has no key."""
-    has = mask.any(-1)  # (n,)
     if fused is not None:  # scores never materialised: the kernel adds the mask block by block
-        bias = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~mask, float("-inf"))
-        out, lse = fused(q, k, v, 0.0, False, attn_mask=bias[None, None], scale=scaling)
+        bias = None if mask is None else \
+            torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~mask, float("-inf"))[None, None]
+        out, lse = fused(q, k, v, 0.0, False, attn_mask=bias, scale=scaling)
         out, lse = out.float(), lse.float()
     else:  # the twin: explicit scores (B, H, n, m) in float32
-        s = torch.matmul(q, k.transpose(-1, -2)).float().mul_(scaling).masked_fill_(~mask, float("-inf"))
+        s = torch.matmul(q, k.transpose(-1, -2)).float().mul_(scaling)
+        s = s if mask is None else s.masked_fill_(~mask, float("-inf"))
         lse = torch.logsumexp(s, dim=-1)
         out = torch.matmul(torch.exp(s - lse[..., None]).nan_to_num_(0.0), v.float())
-    lse = lse.masked_fill(~has, float("-inf"))
-    return out.masked_fill(~has[:, None], 0.0), lse
+    if mask is None:
+        return out, lse
+    has = mask.any(-1)  # (n,)
+    return out.masked_fill(~has[:, None], 0.0), lse.masked_fill(~has, float("-inf"))
 
 
 class MappedAttention:
@@ -73,22 +76,29 @@ class MappedAttention:
         self._shape, self._blocks = None, []
 
     def blocks(self, Tq: int, Tk: int, device) -> list:
-        """[(start, query positions, per region (lo, hi, mask (block, hi - lo)) or None)] for T_q queries ending at T_k
-        keys: the same in every layer, so built once per shape and kept for the next layer while they fit in
-        MASK_CACHE_BYTES (Self-Extend at 16k: about T^2/2 bytes = 134 MB)."""
+        """[(start, query positions, [(region index, lo, hi, mask (block, hi - lo) or None: every pair)])] for T_q queries
+        ending at T_k keys. Each region's band of keys splits where its columns stop being reached by every query of the
+        block: the full columns (most of Self-Extend's grouped keys, DCA's inter-chunk ones) run unmasked, the rest
+        under their mask. The same in every layer, so built once per shape and kept for the next layer while the masks
+        fit in MASK_CACHE_BYTES."""
         if self._shape != (Tq, Tk, device):
             kj, out = torch.arange(Tk, device=device), []
             for start in range(0, Tq, self.block):
                 qi = torch.arange(Tk - Tq + start, Tk - Tq + min(Tq, start + self.block), device=device)
                 causal = qi[:, None] >= kj[None, :]  # (block, T_k)
                 bands = []
-                for r in self.regions:
+                for n, r in enumerate(self.regions):
                     mask = r.where(qi[:, None], kj[None, :]) & causal
                     reach = mask.any(dim=0).nonzero()  # only the keys this region reaches from this block: a band
-                    lo, hi = (int(reach[0]), int(reach[-1]) + 1) if len(reach) else (0, 0)
-                    bands.append((lo, hi, mask[:, lo:hi].clone()) if len(reach) else None)
+                    if not len(reach):
+                        continue
+                    lo, hi = int(reach[0]), int(reach[-1]) + 1
+                    partial = (~mask[:, lo:hi].all(dim=0)).nonzero()
+                    mid = lo + int(partial[0]) if len(partial) else hi  # [lo, mid): every query reaches every key
+                    bands += [(n, lo, mid, None)] if mid > lo else []
+                    bands += [(n, mid, hi, mask[:, mid:hi].clone())] if hi > mid else []
                 out.append((start, qi, bands))
-            if sum(b[2].numel() for _, _, bands in out for b in bands if b is not None) > MASK_CACHE_BYTES:
+            if sum(b[3].numel() for _, _, bands in out for b in bands if b[3] is not None) > MASK_CACHE_BYTES:
                 return out  # too big to keep for the next layer: rebuilt there (time, not memory)
             self._shape, self._blocks = (Tq, Tk, device), out
         return self._blocks
@@ -100,17 +110,18 @@ class MappedAttention:
         B, H, Tq, D = query.shape
         Tk = key.shape[2]
         groups = H // key.shape[1]  # GQA / MQA: each key head serves `groups` query heads
-        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+        value = value.repeat_interleave(groups, dim=1)
         scaling = D ** -0.5 if scaling is None else scaling
         fused = _fused_for(query.device) if self.fused else None
         kj = torch.arange(Tk, device=query.device)
-        keys = [rotated(key, r.key(kj), self.rotary) for r in self.regions]  # each region's keys, rotated once
+        keys = [rotated(key, r.key(kj), self.rotary).repeat_interleave(groups, dim=1)  # each region's keys, rotated once
+                for r in self.regions]
         out = torch.empty(B, H, Tq, D, dtype=value.dtype, device=value.device)
         for start, qi, bands in self.blocks(Tq, Tk, query.device):
             q = query[:, :, start:start + len(qi)]
-            parts = [region_attention(rotated(q, r.query(qi), self.rotary).contiguous(), k[:, :, lo:hi].contiguous(),
-                                      value[:, :, lo:hi].contiguous(), mask, scaling * r.scale, fused)
-                     for r, k, band in zip(self.regions, keys, bands) if band is not None for lo, hi, mask in [band]]
+            rq = {n: rotated(q, self.regions[n].query(qi), self.rotary).contiguous() for n in {b[0] for b in bands}}
+            parts = [region_attention(rq[n], keys[n][:, :, lo:hi], value[:, :, lo:hi], mask,
+                                      scaling * self.regions[n].scale, fused) for n, lo, hi, mask in bands]
             lse = torch.logsumexp(torch.stack([p[1] for p in parts]), dim=0)  # (B, H, block): every row has d = 0
             merged = sum(torch.exp(p[1] - lse)[..., None] * p[0] for p in parts)
             out[:, :, start:start + len(qi)] = merged.to(value.dtype)
