@@ -253,6 +253,10 @@ def test_dca_goes_to_sglang_as_its_config_block_and_backend(tmp_path):
         map_from_json(got["position_map"]) == ("dca", (("chunk", 48.0), ("local", 4.0)))
     assert dca["original_max_position_embeddings"] == 0 and block["max_position_embeddings"] == 1024
     assert "--attention-backend dual_chunk_flash_attn --context-length 1024" in got["command"]
+    assert CliRunner().invoke(app, ["verify", str(tmp_path / "o.json")]).exit_code == 0  # the manifest says what was measured
+    (tmp_path / "o.json").write_text(json.dumps({**block, "dual_chunk_attention_config": {**dca, "local_size": 8}}))
+    r = CliRunner().invoke(app, ["verify", str(tmp_path / "o.json")])
+    assert r.exit_code == 1 and "local_size: expected 4, found 8" in r.output, r.output
     r = run("--model", str(qwen), "--method", "yarn", "--map", "dca:chunk=48,local=4")
     assert r.exit_code == 1 and "takes the model's plain RoPE" in r.output.strip().splitlines()[-1], r.output
     llama = tmp_path / "llama"

@@ -17,6 +17,7 @@ import numpy as np
 
 from ropecli.errors import RopeCliError
 from ropecli.models.config import geometry_from_flags, ModelRope, read_rope_config
+from ropecli.rope.position_maps import map_from_json
 from ropecli.rope.spec import make_spec, parse_specs, Spec
 from ropecli.export.manifest import manifest_path
 from ropecli.export.readback import artefact_geometry, read_json
@@ -75,6 +76,7 @@ def expected_from_export(manifest: dict, path: Path, rope: ModelRope | None = No
             raise TypeError("params")
         method = ("native+" if manifest.get("composed") else "") + manifest["method"]
         spec = make_spec(method, params, log_n=bool(manifest.get("log_n", False)))
+        spec = spec.but(position_map=map_from_json(manifest.get("position_map")))
         L, k, d = int(manifest["train_len"]), float(manifest["factor"]), int(manifest["rotary_dim"])
         base, T = float(manifest["base"]), int(manifest["target_len"])
     except (KeyError, TypeError, ValueError, OverflowError) as exc:

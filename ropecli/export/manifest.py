@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ropecli.models.config import ModelRope
 from ropecli.rope.geometry import Geometry
+from ropecli.rope.position_maps import map_json
 from ropecli.rope.spec import Spec
 from ropecli.export.runtimes import record
 from ropecli.files import atomic_write_text
@@ -33,5 +34,6 @@ def write_manifest(out: str, spec: Spec, geom: Geometry, target: ModelRope, runt
         "factor": geom.factor, "target_len": geom.target_len, "train_len": geom.train_len,
         "rotary_dim": geom.rotary_dim, "base": geom.base, "model": model, "gguf_file": gguf_file,
         "consistent": consistent, "scaled_layer_types": list(target.scaled_types),
+        "position_map": map_json(spec.position_map),
         "works_with": record(runtime).describe()["versions"]}, indent=1))
     return str(path)

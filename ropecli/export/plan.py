@@ -101,8 +101,12 @@ def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str,
     runtime = canonical(runtime)
     check_map_served(spec, runtime)
     if spec.position_map and hasattr(module(runtime), "write_map"):  # the runtime's own config serves the map (SGLang: DCA)
-        return {**module(runtime).write_map(spec, geom, target, out, model=model), "runtime": runtime,
-                "position_map": map_json(spec.position_map), "versions": works_with(runtime), "runtimes": {}}
+        result = {**module(runtime).write_map(spec, geom, target, out, model=model), "runtime": runtime,
+                  "position_map": map_json(spec.position_map), "versions": works_with(runtime), "runtimes": {}}
+        if out is not None:
+            result["manifest"] = write_manifest(out, spec, geom, target, runtime, model, gguf_file, consistent)
+            result["lines"].append(f"wrote {result['manifest']}: what was exported (`ropecli verify {out}` reads it)")
+        return result
     map_lines = module(runtime).map_lines(spec.position_map, out, geom.target_len) if spec.position_map else []  # checked first
     if spec.native:
         native = native_export(target, runtime)

@@ -31,6 +31,9 @@ RECORD = Runtime(
                 "ServerArgs.json_model_override_args"),
         Version("", "longrope short/long per forward pass", "python/sglang/srt/layers/rotary_embedding/rope_variant.py: "
                 "Phi3LongRoPEScaledRotaryEmbedding.forward"),
+        Version("", "Dual Chunk Attention (--map dca): --attention-backend dual_chunk_flash_attn",
+                "python/sglang/srt/layers/attention/dual_chunk_flashattention_backend.py: DualChunkFlashAttentionBackend; "
+                "rotary_embedding/rope_variant.py: DualChunkRotaryEmbedding"),
     ),
 )
 
@@ -78,6 +81,22 @@ def write_map(spec, geom, target, out, *, model=None, **_) -> dict:
         lines.append(f"wrote {out}")
         result["path"] = out
     return {**result, "lines": lines}
+
+
+def verify_map(target, exp) -> list:
+    """`ropecli verify` of a DCA override: the block SGLang reads against the measured map, at the target length."""
+    from ropecli.export.check import Check
+    from ropecli.export.readback import read_json
+
+    block = read_json(target)
+    dca, params = block.get("dual_chunk_attention_config") or {}, dict(exp.spec.position_map[1])
+    want = {"chunk_size": int(params["chunk"]), "local_size": int(params["local"]), "original_max_position_embeddings": 0}
+    checks = [Check("sglang", None, f"dual_chunk_attention_config.{key}" + (" (0: no length temperature)" if v == 0 else ""),
+                    str(v), str(dca.get(key)), dca.get(key) == v) for key, v in want.items()]
+    n = block.get("max_position_embeddings")
+    checks.append(Check("sglang", None, "max_position_embeddings (the DCA rotary's key cache)", f">= {exp.target_len}",
+                        str(n), isinstance(n, int) and n >= exp.target_len))
+    return checks
 
 
 def map_lines(position_map: tuple, out: str | None, target_len: int) -> list[str]:
