@@ -12,7 +12,6 @@ from_pretrained scores a window at T with ropecli's patched PPL within 1e-4).
 from __future__ import annotations
 
 import dataclasses
-
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
