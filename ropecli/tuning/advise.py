@@ -200,6 +200,7 @@ def export_winner(result: dict, rope, model: str | None, gguf_file: str | None, 
             written = export_schedule(spec, geom, target, to, str(out), model=source, gguf_file=gguf_file, force=True,
                                       consistent=consistent, measure_switching=False)
             done.append({"runtime": runtime, "command": command, "ok": True, "output": "\n".join(written["lines"])[-2000:],
+                         "candidate": w.get("candidate", best["name"] if best else result["winner"]),
                          **({"instead": w["instead"]} if w.get("instead") else {})})
         except RopeCliError as exc:
             done.append({"runtime": runtime, "command": command, "ok": False, "output": str(exc)})
@@ -221,7 +222,7 @@ def served_winner(result: dict, runtime: str) -> dict:
     r = min(ok, key=lambda r: r.get("rank", math.inf))
     return {"method": r["method"], "composed": r.get("composed", False), "log_n": r["log_n"],
             "params": {p: v for p, v in r["params"].items() if v is not None}, "position_map": r.get("position_map"),
-            "instead": f"{runtime} does not serve the winner's position map ({w['position_map']['name']}): exporting "
+            "candidate": r["candidate"], "instead": f"{runtime} does not serve the winner's position map ({w['position_map']['name']}): exporting "
                        f"{r['candidate']}, the best-ranked candidate it serves (rank {r.get('rank')})"}
 
 

@@ -173,7 +173,8 @@ def tournament(run: Evaluate, held_run: Evaluate, target: Target, plan: AdvisePl
     served = None
     if serving is not None:
         workload, runtimes, rope = serving
-        served = {**serve_workload(held_run, list(specs.values()), workload, runtimes, rope, k, margin, list(specs)),
+        unmapped = {n: s for n, s in specs.items() if not s.position_map}  # a map is served by its runtime's flags alone
+        served = {**serve_workload(held_run, list(unmapped.values()), workload, runtimes, rope, k, margin, list(unmapped)),
                   "factor": k}
     passkey_ok, none_acc = (passkey_baseline(m, racing) if passkey else (False, None))
     if passkey and not passkey_ok:
