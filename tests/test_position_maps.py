@@ -59,7 +59,7 @@ def test_a_map_whose_near_region_covers_the_window_is_the_model(family):
     plain = nll(model, ids)
     for name, params in (("none", {}), ("selfextend", {"G": 4, "W": 48}), ("rerope", {"w": 48}),
                          ("leaky-rerope", {"w": 48, "k": 8}), ("dca", {"chunk": 56, "local": 4}),
-                         ("string", {"S": 48, "W": 8, "t": 1})):
+                         ("string", {"S": 48, "W": 8, "t": 1}), ("selfextend-llamacpp", {"G": 4, "W": 48})):
         with mapped(model, name, params, block=16):  # three query blocks
             assert abs(nll(model, ids) - plain) < 1e-5, name
     assert model.config._attn_implementation != NAME  # put back
@@ -90,7 +90,8 @@ class PairReference:
 
 @pytest.mark.parametrize(("name", "params"), [("selfextend", {"G": 3, "W": 5}), ("rerope", {"w": 6}),
                                               ("leaky-rerope", {"w": 4, "k": 3}), ("dca", {"chunk": 8, "local": 2}),
-                                              ("string", {"S": 9, "W": 3, "t": 1})])
+                                              ("string", {"S": 9, "W": 3, "t": 1}),
+                                              ("selfextend-llamacpp", {"G": 2, "W": 6})])
 def test_the_mapped_attention_equals_a_per_pair_reference(name, params):
     model, ids = build("llama"), torch.randint(0, 96, (1, 24), generator=torch.Generator().manual_seed(1))
     with mapped(model, name, params, block=7):
@@ -115,7 +116,7 @@ def test_the_fused_kernel_and_its_explicit_twin_agree(name, params):
 
 @pytest.mark.parametrize(("name", "params"), [("selfextend", {"G": 2, "W": 8}), ("rerope", {"w": 6}),
                                               ("leaky-rerope", {"w": 6, "k": 4}), ("dca", {"chunk": 12, "local": 2}),
-                                              ("string", {"S": 10, "W": 3})])
+                                              ("string", {"S": 10, "W": 3}), ("selfextend-llamacpp", {"G": 2, "W": 8})])
 def test_decoding_through_the_cache_follows_the_map(name, params):
     """Keys stay unrotated in the cache: a prefill then one token at a time, across the map's window (and DCA's chunks)
     and across the model's L = 64, gives one pass's logits: decoding serves what the forward pass measured."""
@@ -219,7 +220,7 @@ def test_export_serves_a_map_only_where_a_runtime_does(builtin_gguf, tmp_path):
     assert r.exit_code == 0, r.output
     got = json.loads(r.stdout)
     assert got["position_map"] == {"name": "selfextend", "params": {"G": 8.0, "W": 64.0}} and out.exists()
-    assert any(f"llama-cli -m {out} -c 1024 -gan 8 -gaw 64" in line for line in got["lines"])
+    assert any(f"llama-cli -m {out} -c 1024 -gan 8 -gaw 64 -b 64" in line for line in got["lines"])
     r = export("--to", "llamacpp", "--out", str(tmp_path / "bad.gguf"), "--map", "selfextend:G=3,W=64")
     assert r.exit_code == 1 and "W a multiple of G" in r.output and not (tmp_path / "bad.gguf").exists()
     r = CliRunner().invoke(app, ["export", "--method", "yarn", "--len", "32768", "--to", "vllm", "--map", "selfextend:G=8,W=64"])
@@ -227,7 +228,8 @@ def test_export_serves_a_map_only_where_a_runtime_does(builtin_gguf, tmp_path):
     r = export("--to", "llamacpp", "--out", str(tmp_path / "re.gguf"), "--map", "rerope:w=64")
     assert r.exit_code == 1 and "no runtime ropecli exports to serves it" in r.output
     records = {r["name"]: r["maps"] for r in json.loads(CliRunner().invoke(app, ["runtimes", "--json"]).stdout)}
-    assert records["llamacpp"] == ["selfextend"] and records["sglang"] == ["dca"] and records["vllm"] == []
+    assert records["llamacpp"] == ["selfextend", "selfextend-llamacpp"] and records["sglang"] == ["dca"]
+    assert records["vllm"] == []
     assert records["transformers"] == []
 
 
@@ -347,3 +349,48 @@ def test_kl_within_L_measures_what_a_map_costs_there():
     assert r.exit_code == 0, r.output
     kl = {row["label"]: row["kl_mean"] for row in json.loads(r.stdout)["results"]}
     assert kl["none"] < 1e-6 < kl["none@rerope(w=64)"], kl
+
+
+def llamacpp_completion(T: int, G: int, W: int, B: int) -> np.ndarray:
+    """tools/completion/completion.cpp's Self-Extend, cell by cell: before each batch of B tokens, its while loop moves
+    the cached cells' positions (seq_add: += delta in [p0, p1); seq_div: //= d in [p0, p1)); the batch's tokens then
+    sit at n_past, n_past + 1, …; rel[i, j] = the query's position - the key's while query i's batch is decoded."""
+    cells, rel, n_past, ga_i = [], np.full((T, T), np.nan), 0, 0
+
+    def seq_add(p0, p1, delta):
+        cells[:] = [p + delta if p0 <= p < p1 else p for p in cells]
+
+    def seq_div(p0, p1, d):
+        cells[:] = [p // d if p0 <= p < p1 else p for p in cells]
+
+    for start in range(0, T, B):
+        while n_past >= ga_i + W:
+            ib, bd = (G * ga_i) // W, (W // G) * (G - 1)
+            dd = (W // G) - ib * bd - W
+            seq_add(ga_i, n_past, ib * bd)
+            seq_div(ga_i + ib * bd, ga_i + ib * bd + W, G)
+            seq_add(ga_i + ib * bd + W, n_past + ib * bd, dd)
+            n_past -= bd
+            ga_i += W // G
+        batch = list(range(start, min(T, start + B)))
+        cells += [n_past + t for t in range(len(batch))]
+        for t, i in enumerate(batch):
+            rel[i, : i + 1] = (n_past + t) - np.array(cells[: i + 1])
+        n_past += len(batch)
+    return rel
+
+
+def test_selfextend_llamacpp_is_what_llamacpps_completion_tool_holds_in_its_cache():
+    """The map is llama.cpp's cache bookkeeping (batches of W, as the export's -b W decodes them), which agrees with the
+    paper's per-pair formula on few pairs, by less than W - W/G, and never reaches farther than it."""
+    for T, G, W in ((40, 2, 4), (97, 4, 16), (130, 8, 32)):
+        ours = relative_positions("selfextend-llamacpp", {"G": G, "W": W}, T)
+        assert np.array_equal(ours, llamacpp_completion(T, G, W, W), equal_nan=True), (T, G, W)
+        paper = relative_positions("selfextend", {"G": G, "W": W}, T)
+        low = ~np.isnan(paper)
+        assert 0 < (ours[low] == paper[low]).mean() < 0.7 and np.abs(ours - paper)[low].max() < W - W // G + 1
+        assert np.nanmax(ours) <= np.nanmax(paper)
+    longer = llamacpp_completion(130, 8, 32, 64)  # a batch longer than W: true positions past the paper's reach
+    assert np.nanmax(longer) > np.nanmax(relative_positions("selfextend", {"G": 8, "W": 32}, 130))
+    with pytest.raises(RopeCliError, match="W = 6 must be a multiple of G = 4"):
+        relative_positions("selfextend-llamacpp", {"G": 4, "W": 6}, 16)

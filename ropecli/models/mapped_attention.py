@@ -22,7 +22,7 @@ import torch
 
 from ropecli.errors import RopeCliError
 from ropecli.models.patch import find_rotary_slots, text_config
-from ropecli.rope.position_maps import map_params, resolve_map
+from ropecli.rope.position_maps import map_params, map_regions
 
 NAME = "ropecli_mapped"
 BLOCK = 512  # queries per block: each region's mask is (BLOCK, its band of keys)
@@ -72,8 +72,9 @@ class MappedAttention:
     the union of their keys). Memory per layer: one (block, band) mask, never a T x T score matrix per head."""
 
     def __init__(self, regions, rotary, block: int = BLOCK, fused: bool = True):
-        self.regions, self.rotary, self.block, self.fused = regions, rotary, block, fused
-        self._shape, self._blocks = None, []
+        """`regions(n)`: the map's regions for n keys."""
+        self.regions_for, self.rotary, self.block, self.fused = regions, rotary, block, fused
+        self._shape, self._blocks, self.regions = None, [], ()
 
     def blocks(self, Tq: int, Tk: int, device) -> list:
         """[(start, query positions, [(region index, lo, hi, mask (block, hi - lo) or None: every pair)])] for T_q queries
@@ -82,6 +83,7 @@ class MappedAttention:
         under their mask. The same in every layer, so built once per shape and kept for the next layer while the masks
         fit in MASK_CACHE_BYTES."""
         if self._shape != (Tq, Tk, device):
+            self.regions = self.regions_for(Tk)
             kj, out = torch.arange(Tk, device=device), []
             for start in range(0, Tq, self.block):
                 qi = torch.arange(Tk - Tq + start, Tk - Tq + min(Tq, start + self.block), device=device)
@@ -113,11 +115,11 @@ class MappedAttention:
         value = value.repeat_interleave(groups, dim=1)
         scaling = D ** -0.5 if scaling is None else scaling
         fused = _fused_for(query.device) if self.fused else None
-        kj = torch.arange(Tk, device=query.device)
+        kj, blocks = torch.arange(Tk, device=query.device), self.blocks(Tq, Tk, query.device)  # blocks: the regions at T_k
         keys = [rotated(key, r.key(kj), self.rotary).repeat_interleave(groups, dim=1)  # each region's keys, rotated once
                 for r in self.regions]
         out = torch.empty(B, H, Tq, D, dtype=value.dtype, device=value.device)
-        for start, qi, bands in self.blocks(Tq, Tk, query.device):
+        for start, qi, bands in blocks:
             q = query[:, :, start:start + len(qi)]
             rq = {n: rotated(q, self.regions[n].query(qi), self.rotary).contiguous() for n in {b[0] for b in bands}}
             parts = [region_attention(rq[n], keys[n][:, :, lo:hi], value[:, :, lo:hi], mask,
@@ -144,7 +146,9 @@ def mapped(model, name: str, params: dict[str, float] | None = None, block: int 
     implementation and the rotary module are put back after, whatever happens."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    regions = resolve_map(name).regions(**map_params(name, params or {}))
+    checked = map_params(name, params or {})
+    map_regions(name, checked, 1)  # its parameters' own rules, before the model is touched
+    regions = lambda n: map_regions(name, checked, n)  # noqa: E731  (a per-length map's regions depend on T_k)
     slots = find_rotary_slots(model)
     if len(slots) != 1 or slots[0].layer_type is not None:
         raise RopeCliError(f"{name}: a model with RoPE per layer type ({len(slots)} rotary modules) is not mapped yet; "

@@ -29,6 +29,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ropecli.errors import RopeCliError
+from ropecli.rope.llamacpp_positions import batch_positions, take
 from ropecli.rope.methods import REQUIRED, Param
 
 
@@ -48,14 +49,15 @@ class PositionMap:
     summary: str
     params: tuple[Param, ...] = ()
     window: str | None = None  # the parameter below which positions are true: at or past the sequence, no map at all
+    per_length: bool = False  # regions(**params, length=n): the regions depend on the sequence's length
 
 
 MAPS: dict[str, PositionMap] = {}
 
 
-def register_map(name: str, summary: str, *params: Param, window: str | None = None):
+def register_map(name: str, summary: str, *params: Param, window: str | None = None, per_length: bool = False):
     def wrap(fn):
-        MAPS[name] = PositionMap(name, fn, summary, params, window)
+        MAPS[name] = PositionMap(name, fn, summary, params, window, per_length)
         return fn
 
     return wrap
@@ -136,6 +138,30 @@ def _string(S: float, W: float, t: float) -> tuple[Region, ...]:
             Region("shifted", lambda i, j: i - j >= S, lambda i: i - S + W, _same, t * t))
 
 
+@register_map("selfextend-llamacpp", "Self-Extend as llama.cpp's completion tool serves it (-gan G -gaw W, batches of "
+              "W tokens): the positions its KV cache holds while each batch is decoded",
+              Param("G", REQUIRED, "group size (-gan)", 1, 1e9, integer=True),
+              Param("W", REQUIRED, "group width (-gaw), a multiple of G; also the batch size (-b)", 1, 1e12, integer=True),
+              window="W", per_length=True)
+def _selfextend_llamacpp(G: float, W: float, length: int) -> tuple[Region, ...]:
+    """One region per batch of W tokens: its queries at the positions llama.cpp gives them, every key at the position
+    it holds in the cache then (`ropecli.rope.llamacpp_positions`, read from tools/completion/completion.cpp)."""
+    G, W = int(G), int(W)
+    if W % G:
+        raise RopeCliError(f"selfextend-llamacpp: W = {W} must be a multiple of G = {G} (llama.cpp asserts ga_w % ga_n == 0)")
+
+    def batch(b: int, q0: int, keys: np.ndarray) -> Region:
+        return Region(f"batch {b}", lambda i, j: i // W == b, lambda i: i - b * W + q0, lambda j: take(keys, j))
+
+    return tuple(batch(b, q0, keys) for b, (q0, keys) in enumerate(batch_positions(G, W, W, -(-length // W))))
+
+
+def map_regions(name: str, params: dict, length: int) -> tuple[Region, ...]:
+    """The map's regions for a sequence of `length` tokens (only a per-length map's depend on it)."""
+    pmap = resolve_map(name)
+    return pmap.regions(**params, **({"length": length} if pmap.per_length else {}))
+
+
 def resolve_map(name: str) -> PositionMap:
     if name not in MAPS:
         raise RopeCliError(f"unknown position map '{name}'; choose from {', '.join(MAPS)}")
@@ -168,7 +194,7 @@ def relative_positions(name: str, params: dict[str, float], n: int) -> np.ndarra
     d = i - j
     rel = np.full((n, n), np.nan)
     covered = np.zeros((n, n), dtype=int)
-    for r in resolve_map(name).regions(**map_params(name, params)):
+    for r in map_regions(name, map_params(name, params), n):
         m = r.where(i, j) & (d >= 0)
         q = np.broadcast_to(np.asarray(r.query(i), dtype=np.float64), (n, n))
         k = np.broadcast_to(np.asarray(r.key(j), dtype=np.float64), (n, n))
@@ -261,6 +287,6 @@ def one_map(texts: list[str] | None) -> tuple:
 def check_map(position_map: tuple, lengths) -> None:
     """The map's regions can be built (DCA: local below chunk) and its window is below every length: one line otherwise."""
     if position_map:
-        MAPS[position_map[0]].regions(**dict(position_map[1]))
+        map_regions(position_map[0], dict(position_map[1]), max([*lengths, 1]))
         for n in lengths:
             check_window(position_map, n)

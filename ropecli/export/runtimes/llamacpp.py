@@ -23,7 +23,7 @@ RECORD = Runtime(
           "attn_factor, {arch}.context_length; llama-server flags override the keys",
     at_length="rope_freqs and the scaling keys at every length and context size",
     decoding="one rotation for every step: the KV cache stays consistent",
-    rule=ROPE_FREQS, serves_dynamic=False, maps=("selfextend",),
+    rule=ROPE_FREQS, serves_dynamic=False, maps=("selfextend", "selfextend-llamacpp"),
     versions=(
         Version("", "Self-Extend as -gan G -gaw W (group-attention factor and width; W a multiple of G) in the completion "
                 "tool and the passkey example, by shifting and dividing KV-cache positions as the context grows",
@@ -74,13 +74,16 @@ def unavailable() -> str | None:
 def map_lines(position_map: tuple, out: str | None, target_len: int) -> list[str]:
     """How llama.cpp serves a position map written beside the export: Self-Extend's flags (refused in one line where
     its width is not a multiple of its group, as llama.cpp asserts)."""
-    params = dict(position_map[1])  # selfextend: the one map this runtime's record names
+    name, params = position_map[0], dict(position_map[1])  # selfextend or selfextend-llamacpp: the same flags
     G, W = int(params["G"]), int(params["W"])
     if W % G:
-        raise RopeCliError(f"selfextend:G={G},W={W}: llama.cpp needs W a multiple of G (GGML_ASSERT(ga_w % ga_n == 0) in "
+        raise RopeCliError(f"{name}:G={G},W={W}: llama.cpp needs W a multiple of G (GGML_ASSERT(ga_w % ga_n == 0) in "
                            f"tools/completion); pass W = {W - W % G or G} or {W + G - W % G}")
     model = out or "MODEL.gguf"
-    return [f"Self-Extend (G = {G}, W = {W}): llama-cli -m {model} -c {target_len} -gan {G} -gaw {W}  (the completion tool "
-            "and the passkey example; llama-server does not serve Self-Extend since PR #9860). llama.cpp groups KV positions "
-            "block by block as the context grows, which matches ropecli's map (Jin et al.'s formula) only where it was "
-            "checked against llama-cpp-python: compare the two on your prompts before relying on the measured numbers"]
+    line = (f"Self-Extend (G = {G}, W = {W}): llama-cli -m {model} -c {target_len} -gan {G} -gaw {W} -b {W}  (the "
+            "completion tool; llama-server does not serve Self-Extend since PR #9860; -b W: a longer batch is decoded "
+            "at true positions past the paper's farthest distance)")
+    if name == "selfextend":
+        line += (". llama.cpp groups the positions in its KV cache batch by batch, not per pair as the paper's formula "
+                 f"ropecli measured: `--map selfextend-llamacpp:G={G},W={W}` measures what it serves")
+    return [line]
