@@ -18,8 +18,6 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ropecli.rope.position_maps import map_json
-
 if TYPE_CHECKING:  # numpy and the schedules load when a result is summed, not when the CLI starts
     from ropecli.rope.geometry import Geometry
     from ropecli.rope.methods import Schedule
@@ -159,6 +157,8 @@ class KlResult(EvalResult):
 
 
 def _head(spec: Spec, sched: Schedule, geom: Geometry, length: int, seconds: float) -> dict:
+    from ropecli.rope.position_maps import map_json  # numpy: kept off this module's import
+
     return {"method": sched.method, "label": spec.label, "params": {k: v for k, v in sched.params.items() if k != "factors"},
             "log_n": spec.log_n, "len": length, "factor": geom.factor, "attention_factor": sched.attention_factor,
             "seconds": round(seconds, 3),

@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import shlex
 
+from ropecli.errors import RopeCliError
+from ropecli.export.check import Check
 from ropecli.export.runtimes.record import AT_START_UP, PER_FORWARD, Runtime, Version
 
 RECORD = Runtime(
@@ -51,7 +53,6 @@ def write_map(spec, geom, target, out, *, model=None, **_) -> dict:
     """DCA: the override JSON (`dual_chunk_attention_config`, `max_position_embeddings`) and the launch line naming
     the backend (SGLang does not pick it by itself: `_handle_attention_backend_compatibility` sets a default backend
     first, then refuses DCA under it). One line where SGLang would serve something else than ropecli measured."""
-    from ropecli.errors import RopeCliError
     from ropecli.export.hf import write_json
 
     if target.model_type not in DCA_ARCHS:
@@ -85,7 +86,6 @@ def write_map(spec, geom, target, out, *, model=None, **_) -> dict:
 
 def verify_map(target, exp) -> list:
     """`ropecli verify` of a DCA override: the block SGLang reads against the measured map, at the target length."""
-    from ropecli.export.check import Check
     from ropecli.export.readback import read_json
 
     block = read_json(target)
