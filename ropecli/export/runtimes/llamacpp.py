@@ -26,7 +26,8 @@ RECORD = Runtime(
     rule=ROPE_FREQS, serves_dynamic=False, maps=("selfextend", "selfextend-llamacpp"),
     versions=(
         Version("", "Self-Extend as -gan G -gaw W (group-attention factor and width; W a multiple of G) in the completion "
-                "tool and the passkey example, by shifting and dividing KV-cache positions as the context grows",
+                "tool, by shifting and dividing KV-cache positions before each batch (ropecli's selfextend-llamacpp map; the "
+                "passkey example groups by --grp-attn-n alone)",
                 "llama.cpp tools/completion/completion.cpp: llama_completion (\"group-attention state\", "
                 "GGML_ASSERT(ga_w % ga_n == 0)); common/arg.cpp: -gan/--grp-attn-n, -gaw/--grp-attn-w",
                 older="llama-server served it until PR #9860 removed it; it serves no position map now"),
