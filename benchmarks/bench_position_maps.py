@@ -21,7 +21,7 @@ import time
 MODES = {"unpatched": None, "none (mapped identity)": "none", "selfextend:G=8,W=64": "selfextend:G=8,W=64",
          "selfextend-llamacpp:G=8,W=64": "selfextend-llamacpp:G=8,W=64", "rerope:w=128": "rerope:w=128",
          "leaky-rerope:w=128,k=16": "leaky-rerope:w=128,k=16", "dca:chunk=192,local=16": "dca:chunk=192,local=16",
-         "string:S=85": "string:S=85"}
+         "string:S=85,W=16": "string:S=85,W=16"}
 
 
 def peak_kib() -> int:
