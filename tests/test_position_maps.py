@@ -394,3 +394,21 @@ def test_selfextend_llamacpp_is_what_llamacpps_completion_tool_holds_in_its_cach
     assert np.nanmax(longer) > np.nanmax(relative_positions("selfextend", {"G": 8, "W": 32}, 130))
     with pytest.raises(RopeCliError, match="W = 6 must be a multiple of G = 4"):
         relative_positions("selfextend-llamacpp", {"G": 4, "W": 6}, 16)
+
+
+def test_advise_map_candidates_follow_their_sources_rules():
+    """Self-Extend's group keeps the farthest pair's rotation distance below Ls, with W a multiple of G (llama.cpp);
+    DCA takes ChunkLlama's 3Ls/4 and Ls/16; the maps join the default tournament only where they can run past Ls."""
+    from ropecli.tuning.candidates import default_candidates
+    from ropecli.tuning.map_candidates import map_rule, selfextend_rule
+
+    for Ls, T in ((256, 1024), (8192, 16384), (4096, 65536)):
+        G, W = selfextend_rule(Ls, T).values()
+        assert W % G == 0 and (T - 1) // G + W - W // G <= Ls - 1
+        assert G == 2 or (T - 1) // (G - 1) + W - W // (G - 1) > Ls - 1 or W != Ls // 4 // (G - 1) * (G - 1)
+        assert np.nanmax(relative_positions("selfextend", {"G": G, "W": W}, T)) <= Ls - 1 if T <= 1024 else True
+    assert selfextend_rule(8192, 16384) == {"G": 3, "W": 2046}
+    assert map_rule("dca", 8192, 16384) == ("dca", (("chunk", 6144.0), ("local", 512.0)))
+    assert {"selfextend", "dca"} <= set(default_candidates(False, maps=True))
+    assert not {"selfextend", "dca", "selfextend-tuned"} & set(default_candidates(False, maps=False))
+    assert "selfextend-tuned" not in default_candidates(True, maps=True)  # a search of mapped passes: asked for by name

@@ -100,7 +100,7 @@ def families(rows: list[dict]) -> dict | None:
         d = r["vs_best"].get("diff")
         return 0.0 if r["verdict"] == "best" else (d if d is not None else math.inf)
 
-    eligible = [r for r in rows if not r["excluded"]]
+    eligible = [r for r in rows if not r["excluded"] and not r.get("position_map")]  # frequency schedules only
     composed = [r for r in eligible if r["candidate"].startswith("native+")]
     rederived = [r for r in eligible if not r["candidate"].startswith("native") and r["candidate"] != "none"]
     if not composed or not rederived:
