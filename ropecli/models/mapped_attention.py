@@ -7,8 +7,8 @@ region the queries at the region's query positions and the keys at its key posit
 frequencies and attention scaling (whatever schedule `models.patch` wrote there). Query block by query block, each
 region attends to the band of keys it reaches under its mask in one fused call (torch's CPU flash kernel, which returns
 the log-sum-exp; explicit scores elsewhere), and the regions merge exactly by log-sum-exp: memory per layer is the
-block's (block, band) masks, never a T x T matrix per head for the whole window. Queries are the last T_q of the T_k keys (a prefill, or decoding
-with a cache; one sequence, no padding).
+block's (block, band) masks, never a T x T matrix per head for the whole window. Queries are the last T_q of the
+T_k keys (a prefill, or decoding with a cache; one sequence, no padding).
 
 Refused in one line: a model with more than one rotary module (per-layer-type RoPE: Gemma 3), partial rotary (the map
 would rotate dims the model leaves alone), and models whose attention does not take the rotary cos/sin (MLA).
@@ -116,8 +116,10 @@ class MappedAttention:
         scaling = D ** -0.5 if scaling is None else scaling
         fused = _fused_for(query.device) if self.fused else None
         kj, blocks = torch.arange(Tk, device=query.device), self.blocks(Tq, Tk, query.device)  # blocks: the regions at T_k
-        keys = [rotated(key, r.key(kj), self.rotary).repeat_interleave(groups, dim=1)  # each region's keys, rotated once
-                for r in self.regions]
+        reach = [max((hi for _, _, bands in blocks for m, _, hi, _ in bands if m == n), default=0)
+                 for n in range(len(self.regions))]  # each region's keys up to the farthest one it reaches, rotated once
+        keys = [rotated(key[:, :, :h], r.key(kj[:h]), self.rotary).repeat_interleave(groups, dim=1)
+                for r, h in zip(self.regions, reach)]
         out = torch.empty(B, H, Tq, D, dtype=value.dtype, device=value.device)
         for start, qi, bands in blocks:
             q = query[:, :, start:start + len(qi)]
