@@ -29,6 +29,8 @@ class Arch:
     shipped: str | None = None  # the rope_type ropecli must name
     v4: bool = False  # write the rope block as transformers-4 `rope_scaling` + `rope_theta` in config.json
     per_type: bool = False  # RoPE per layer type (Gemma 3 style)
+    model_class: str | None = None  # the transformers class where AutoModelForCausalLM has no entry (Mistral 4)
+    layers: str = ""  # the layer kinds ropecli must read (`LayerKinds.summary`), "" for one RoPE on every layer
 
 
 def _ramp(lo: float, hi: float, n: int = 8) -> list[float]:
@@ -37,6 +39,7 @@ def _ramp(lo: float, hi: float, n: int = 8) -> list[float]:
 
 LLAMA3 = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": L0}
+SLIDING = "1 RoPE sliding (16 tokens), 1 RoPE full"
 ARCHS = [
     Arch("llama", "llama", "LLaMA 1/2, SmolLM2", {"num_key_value_heads": 2, "head_dim": 16}),
     Arch("mistral", "mistral", "Mistral 7B", {"num_key_value_heads": 2, "head_dim": 16}, base=1e6),
@@ -50,9 +53,9 @@ ARCHS = [
     Arch("stablelm (partial)", "stablelm", "StableLM 2: partial 0.25", {"partial_rotary_factor": 0.25, "num_key_value_heads": 4},
          d=4),
     Arch("smollm3 (NoPE layers)", "smollm3", "SmolLM3: every 4th layer without RoPE",
-         {"num_key_value_heads": 2, "no_rope_layer_interval": 2}),
+         {"num_key_value_heads": 2, "no_rope_layer_interval": 2}, layers="1 RoPE full, 1 NoPE full"),
     Arch("gemma2", "gemma2", "Gemma 2 (one RoPE, sliding layers)",
-         {"num_key_value_heads": 2, "head_dim": 16, "sliding_window": 16}),
+         {"num_key_value_heads": 2, "head_dim": 16, "sliding_window": 16}, layers=SLIDING),
     Arch("llama3 (Llama 3.1)", "llama", "Llama 3.1/3.2/3.3: llama3 x8 / x32 from 8k", {"num_key_value_heads": 2, "head_dim": 16},
          rope={**LLAMA3}, base=5e5, Ls=4 * L0, shipped="llama3"),
     Arch("qwen3 + yarn (v4)", "qwen3", "Qwen3 long-context config: rope_scaling yarn x4 from 32k",
@@ -66,7 +69,7 @@ ARCHS = [
     Arch("gpt_oss + yarn", "gpt_oss", "gpt-oss: yarn x32, truncate false, sliding/full layers",
          {"num_key_value_heads": 2, "head_dim": 16, "num_local_experts": 2, "num_experts_per_tok": 1, "sliding_window": 16},
          rope={"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
-               "original_max_position_embeddings": L0}, base=1.5e5, Ls=4 * L0, shipped="yarn"),
+               "original_max_position_embeddings": L0}, base=1.5e5, Ls=4 * L0, shipped="yarn", layers=SLIDING),
     Arch("deepseek_v3 (MLA) + yarn", "deepseek_v3", "DeepSeek-V3: MLA, yarn x40 with mscale",
          {"num_key_value_heads": 4, "q_lora_rank": 16, "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8,
           "v_head_dim": 8, "n_routed_experts": 2, "num_experts_per_tok": 1, "n_shared_experts": 1, "first_k_dense_replace": 1,
@@ -75,9 +78,27 @@ ARCHS = [
                "original_max_position_embeddings": L0}, Ls=4 * L0, d=8, shipped="yarn", v4=True),
     Arch("gemma3 + linear (v4)", "gemma3_text", "Gemma 3 >= 4B: linear x8 on the global layers only",
          {"num_key_value_heads": 2, "head_dim": 16, "sliding_window": 16, "layer_types": ["sliding_attention", "full_attention"]},
-         rope={"rope_type": "linear", "factor": 4.0}, base=1e6, Ls=4 * L0, shipped="linear", v4=True, per_type=True),
+         rope={"rope_type": "linear", "factor": 4.0}, base=1e6, Ls=4 * L0, shipped="linear", v4=True, per_type=True,
+         layers=SLIDING),
     Arch("llama + dynamic", "llama", "dynamic NTK (transformers 'dynamic')", {"num_key_value_heads": 2, "head_dim": 16},
          rope={"rope_type": "dynamic", "factor": 2.0}, shipped="dynamic"),
+    Arch("hunyuan + ntk-alpha", "hunyuan_v1_dense", "HunYuan: 'dynamic' with a fixed alpha (base x alpha^(d/(d-2)))",
+         {"num_key_value_heads": 2, "head_dim": 16}, rope={"rope_type": "dynamic", "alpha": 1000.0, "factor": 1.0},
+         shipped="ntk_alpha"),
+    Arch("mistral4 (MLA, partial 0.5) + yarn", "mistral4", "Mistral 4: MLA, qk_rope 16 of a 32-wide head, yarn",
+         {"num_key_value_heads": 4, "q_lora_rank": 16, "kv_lora_rank": 16, "qk_rope_head_dim": 16, "qk_nope_head_dim": 16,
+          "v_head_dim": 16, "n_routed_experts": 2, "num_experts_per_tok": 1, "n_shared_experts": 1, "first_k_dense_replace": 1,
+          "moe_intermediate_size": 32, "n_group": 1, "topk_group": 1, "partial_rotary_factor": 0.5},
+         rope={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": L0, "beta_fast": 32.0, "beta_slow": 1.0,
+               "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1},
+         Ls=4 * L0, shipped="yarn", model_class="Mistral4ForCausalLM"),
+    Arch("llama4 (chunked, NoPE layers)", "llama4_text", "Llama 4: RoPE layers in chunks, NoPE global layers",
+         {"num_key_value_heads": 2, "head_dim": 16, "num_local_experts": 2, "intermediate_size_mlp": 96,
+          "attention_chunk_size": 16, "no_rope_layers": [1, 0]}, base=5e5,
+         layers="1 RoPE chunked (16 tokens), 1 NoPE full"),
+    Arch("qwen3_5 (hybrid, partial 0.5)", "qwen3_5_text", "Qwen3.5: linear-attention layers between partial-rotary ones",
+         {"num_key_value_heads": 2, "head_dim": 16, "partial_rotary_factor": 0.5,
+          "layer_types": ["linear_attention", "full_attention"]}, base=1e7, d=8, layers="1 linear attention, 1 RoPE full"),
     Arch("mistral + linear (v4 'type')", "mistral", "a linear x4 fine-tune in transformers-4 form",
          {"num_key_value_heads": 2, "head_dim": 16}, rope={"type": "linear", "factor": 4.0}, Ls=4 * L0, shipped="linear",
          v4=True),
@@ -103,7 +124,12 @@ def build_arch(arch: Arch, seed: int = 0):
     else:
         kw["rope_parameters"] = rope
     cfg = AutoConfig.for_model(arch.model_type, **kw)
-    model = AutoModelForCausalLM.from_config(cfg)
+    if arch.model_class:
+        import transformers
+
+        model = getattr(transformers, arch.model_class)(cfg)
+    else:
+        model = AutoModelForCausalLM.from_config(cfg)
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() == 2:
@@ -132,8 +158,8 @@ def save_arch(arch: Arch, path: Path) -> Path:
 
 def docs_table() -> str:
     """The matrix as docs/architectures.md shows it (tests/test_architecture_matrix.py checks the two agree)."""
-    rows = ["| architecture | stands for | d | base | L0 | Ls | ships |", "|---|---|---|---|---|---|---|"]
+    rows = ["| architecture | stands for | d | base | L0 | Ls | ships | layers |", "|---|---|---|---|---|---|---|---|"]
     for a in ARCHS:
         ships = "plain RoPE" if not a.shipped else f"{a.shipped} ({'rope_scaling' if a.v4 else 'rope_parameters'})"
-        rows.append(f"| {a.name} | {a.like} | {a.d} | {a.base:g} | {L0} | {a.Ls} | {ships} |")
+        rows.append(f"| {a.name} | {a.like} | {a.d} | {a.base:g} | {L0} | {a.Ls} | {ships} | {a.layers or 'RoPE on every layer'} |")
     return "\n".join(rows)

@@ -55,7 +55,14 @@ def test_geometry_and_shipped_schedule_read_right(folders, arch: Arch):
     assert (rope.rotary_dim, rope.base, rope.train_len, rope.shipped_len) == (arch.d, arch.base, L0, arch.Ls)
     assert (rope.shipped.rope_type if rope.shipped else None) == arch.shipped
     assert bool(rope.layer_types) == arch.per_type
-    assert load_model(str(folders[arch.name]), device="cpu").rope == rope  # config.json and the loaded model agree
+    assert (rope.layers.summary() if rope.layers else "") == arch.layers
+    loaded = load_model(str(folders[arch.name]), device="cpu")
+    assert loaded.rope == rope  # config.json and the loaded model agree
+    from ropecli.models.scoring import decoder
+
+    uses = [getattr(layer.self_attn, "use_rope", 1) for layer in getattr(decoder(loaded.model), "layers", [])
+            if hasattr(layer, "self_attn")]  # Llama 4, SmolLM3: the layers that really skip RoPE
+    assert sum(1 for u in uses if not u) == (dict(rope.layers.counts).get("NoPE full", 0) if rope.layers else 0)
 
 
 @pytest.mark.parametrize("arch", ARCHS, ids=IDS)
@@ -66,7 +73,24 @@ def test_freqs_names_the_shipped_schedule(folders, arch: Arch):
     assert f"training length L0={L0}, shipped length Ls={arch.Ls}" in said
     assert json.loads(r.stdout)["shipped"] == (read_rope_config(str(folders[arch.name])).shipped.to_json() if arch.shipped else None)
     if arch.shipped:
-        assert f"ships {arch.shipped}(factor=" in said
+        assert f"ships {arch.shipped}(" in said
+
+
+@pytest.mark.parametrize("arch", ARCHS, ids=IDS)
+def test_frequencies_are_what_the_loaded_model_rotates_by(folders, arch: Arch):
+    """ropecli's frequencies of `native`, from config.json alone, against the loaded model's own inv_freq buffer (what
+    it rotates by, not a re-derivation of the config): the rotary pairs, the base and the shipped schedule at once."""
+    import numpy as np
+
+    from ropecli.models.load import load_model
+    from ropecli.rope.methods import compute_schedule
+
+    rope = read_rope_config(str(folders[arch.name]))
+    geom = rope.geometry(1.0)
+    ours = geom.inv_freq() / compute_schedule("native", geom).factors
+    theirs = load_model(str(folders[arch.name]), device="cpu").slots[0].inv_freq.double().numpy()
+    assert ours.shape == theirs.shape, (ours.shape, theirs.shape)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6)
 
 
 @pytest.mark.parametrize("arch", ARCHS, ids=IDS)

@@ -104,14 +104,12 @@ def test_shipped_schedule_is_what_transformers_applies(arch):
 def test_native_equals_the_unpatched_model(tmp_path, arch):
     """`native` through ropecli's backend (after another schedule ran and was restored) gives the unpatched
     model's NLL within 1e-5 at every length; `none` does not (the test can fail)."""
-    from transformers import AutoModelForCausalLM
-
-    from ropecli.models.load import load_model
+    from ropecli.models.load import causal_lm_from_pretrained, load_model
     from ropecli.models.scoring import window_nll
 
     folder = save_arch(arch, tmp_path / "m")
     lm = load_model(str(folder), device="cpu", dtype="fp32")
-    plain = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    plain = causal_lm_from_pretrained(str(folder), {"dtype": torch.float32}).eval()
     rng = np.random.default_rng(0)
     for n in (L0 // 2, arch.Ls, 2 * arch.Ls):
         ids = rng.integers(2, 90, size=n).astype(np.int64)

@@ -123,6 +123,29 @@ def write_hf_block(path: str, rope: ModelRope, spec: Spec, factor: float) -> dic
 
 # --- transformers: a model folder whose config.json carries the block ---------------------------
 
+# the keys of a rope block that make the schedule (written anew); any other key is the model's and is kept
+SCHEDULE_KEYS = {"rope_type", "type", "factor", "rope_theta", "original_max_position_embeddings", "beta_fast", "beta_slow",
+                 "mscale", "mscale_all_dim", "attention_factor", "truncate", "low_freq_factor", "high_freq_factor",
+                 "long_factor", "short_factor", "alpha", "partial_rotary_factor"}
+
+
+def keep_model_keys(old: Any, new: dict) -> dict:
+    """The new block with the old block's keys that are not part of a schedule (Qwen2-VL's mrope_section, Mistral 4's
+    llama_4_scaling_beta and its max_position_embeddings): an export changes the schedule, not the rest of the model.
+    Mistral 4's query temperature counts from the block's original_max_position_embeddings
+    (`get_llama_4_attn_scale` in transformers' modeling_mistral4.py), so that length stays the model's where the new
+    block is a consistent longrope (short = long factors: the length it switches at changes nothing), else export refuses."""
+    if not isinstance(old, dict):
+        return new
+    out = {**{k: v for k, v in old.items() if k not in SCHEDULE_KEYS}, **new}
+    if "llama_4_scaling_beta" in old and out.get("original_max_position_embeddings") != old.get("original_max_position_embeddings"):
+        if out.get("rope_type") != "longrope" or out.get("short_factor") != out.get("long_factor"):
+            raise RopeCliError("this export would move the length the model's position temperature (llama_4_scaling_beta) "
+                               "counts from; export with --consistent (one factor list at every length)")
+        out["original_max_position_embeddings"] = old["original_max_position_embeddings"]
+    return out
+
+
 def merged_config(config: dict, block: dict) -> dict:
     """A copy of a model's config.json with the block merged (into text_config where the model has
     one); per layer type, only the scaled types are replaced. Old `rope_scaling` keys are dropped; a single-RoPE
@@ -135,8 +158,10 @@ def merged_config(config: dict, block: dict) -> dict:
         if "rope_local_base_freq" in text and not old:  # transformers 4 Gemma 3: both bases at the top level
             old = {"full_attention": {"rope_type": "default", "rope_theta": text.get("rope_theta", 1e6)},
                    "sliding_attention": {"rope_type": "default", "rope_theta": text["rope_local_base_freq"]}}
-        text["rope_parameters"] = {lt: (old.get(lt) if params == "unchanged" else params) for lt, params in new.items()}
+        text["rope_parameters"] = {lt: (old.get(lt) if params == "unchanged" else keep_model_keys(old.get(lt), params))
+                                   for lt, params in new.items()}
     else:
+        new = keep_model_keys(text.get("rope_parameters") or text.get("rope_scaling"), new)
         text["rope_parameters"] = new
     for stale in ("rope_scaling", "rope_theta", "rope_local_base_freq"):
         text.pop(stale, None)

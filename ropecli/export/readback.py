@@ -34,6 +34,9 @@ from ropecli.models.config import gguf_metadata
 from ropecli.models.gguf_rope import GGUF_ROPE_FREQS_ARCHS, llamacpp_yarn
 
 
+CONSISTENT = " (short = long: no switch)"  # a longrope block whose switch length changes nothing
+
+
 @dataclass
 class Applied:
     """What one runtime applies to one layer type at `at_len` tokens."""
@@ -140,6 +143,8 @@ def transformers_applied(config: dict, at_len: int, scaled: tuple[str, ...], hea
         which = ""
         if rope_type == "longrope":
             which = " long_factor" if at_len > int(L or text.max_position_embeddings) else " short_factor"
+            if params.get("short_factor") == params.get("long_factor"):
+                which += CONSISTENT
         out.append(Applied("transformers", layer_type, factors, float(attention), base, L and int(L),
                            int(text.max_position_embeddings), at_len, f"{rope_type}{which}"))
     return out

@@ -21,7 +21,7 @@ import numpy as np
 
 from ropecli.export.check import Check
 from ropecli.export.expected import Expected
-from ropecli.export.readback import Applied, read_json, rope_blocks, UNREADABLE, unreadable
+from ropecli.export.readback import Applied, CONSISTENT, read_json, rope_blocks, UNREADABLE, unreadable
 from ropecli.evaluation.cache import EvalCache
 from ropecli.evaluation.evaluator import Evaluator
 from ropecli.export.plan import installed_lines, replaces_shipped, works_with_line
@@ -78,7 +78,7 @@ def compare(applied: list[Applied], exp: Expected, runtime: str) -> list[Check]:
             abs(a.attention_factor / attention - 1) <= ATTENTION_RTOL)
         base = exp.base_of(a.layer_type)
         add("base (rope_theta)", f"{base:g}", f"{a.rope_theta:g}", abs(a.rope_theta / base - 1) <= 1e-6)
-        if a.train_len is not None:
+        if a.train_len is not None and not a.how.endswith(CONSISTENT):  # (a consistent block switches nothing)
             switch = exp.switch_len(a.how)
             add("original length L" if switch == exp.rope.train_len else "switch length Ls (shipped up to it)",
                 str(switch), str(a.train_len), a.train_len == switch)
@@ -94,9 +94,8 @@ def run_transformers(artefact: Path, block: dict | None, model: str | None, exp:
     from_pretrained(model, **block)) scores the first held-out window of `run_len` tokens; ropecli's
     patched source model scores the same window (through the evaluation cache)."""
     import torch
-    from transformers import AutoModelForCausalLM
 
-    from ropecli.models.load import load_model
+    from ropecli.models.load import causal_lm_from_pretrained, load_model
     from ropecli.models.scoring import window_nll
 
     ours = load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu")
@@ -104,7 +103,7 @@ def run_transformers(artefact: Path, block: dict | None, model: str | None, exp:
     mine = ev.evaluate(exp.spec.but(factor=exp.factor), run_len).ppl
     ids = ev.inputs.windows(run_len).ids[0]
     if block is None:
-        plain = AutoModelForCausalLM.from_pretrained(str(artefact), dtype=torch.float32)
+        plain = causal_lm_from_pretrained(str(artefact), {"dtype": torch.float32})
     else:
         source = str(BUILTIN_DIR) if model in (None, BUILTIN) else resolve_model(model)
         if gguf_file:
@@ -113,7 +112,7 @@ def run_transformers(artefact: Path, block: dict | None, model: str | None, exp:
             source, kw = str(Path(source).parent), {"gguf_file": Path(source).name}
         else:
             kw = {}
-        plain = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, **kw, **block)
+        plain = causal_lm_from_pretrained(source, {"dtype": torch.float32, **kw, **block})
     nll, n, _ = window_nll(plain.eval(), torch.from_numpy(ids)[None])
     theirs = math.exp(nll / n)
     rel = abs(theirs / mine - 1)

@@ -19,6 +19,8 @@ from ropecli.errors import RopeCliError
 from ropecli.models.gguf_header import gguf_layout, gguf_metadata, gguf_parameters, gguf_shipped  # noqa: F401 (re-exported)
 from ropecli.models.geometry import DEFAULT_BASE, DEFAULT_GEOMETRY, config_geometry, resolve_factor
 from ropecli.rope.geometry import Geometry
+from ropecli.models.layer_kinds import LayerKinds, read_layer_kinds
+from ropecli.models.rope_block import check_config_blocks
 from ropecli.rope.shipped import Shipped, read_shipped
 
 BUILTIN = "builtin"
@@ -38,6 +40,7 @@ class ModelRope:
     scaled_types: tuple[str, ...] = ()  # the layer types ropecli scales (--rope-layers); () with one RoPE
     shipped: Shipped | None = None  # the schedule the model ships on the (first) scaled layer type; None: plain RoPE
     model_type: str = ""  # the config's model_type (llama, qwen2, phi3 …): what a runtime's loader does depends on it
+    layers: LayerKinds | None = None  # NoPE, chunked, sliding, linear-attention layers (None: one RoPE on every layer)
     # train_len is L0, the length the shipped schedule was built from (the training length of a plain model)
 
     @property
@@ -85,14 +88,16 @@ class ModelRope:
         if self.layer_bases:
             others = ", ".join(f"{t} base {b:g}" for t, b in self.layer_bases.items() if t != self.layer_type)
             types = f", layer type {self.layer_type}" + (f" (also {others})" if others else "")
+        layers = f"; layers: {self.layers.summary()} ({'; '.join(self.layers.extension_notes())})" if self.layers else ""
         return (f"{self.name}: rotary dim d={self.rotary_dim}, base={self.base:g}, training length L0={self.train_len}, "
-                f"shipped length Ls={self.shipped_len}{', ' + runs if runs else ''}{types}; {self.describe_shipped()}")
+                f"shipped length Ls={self.shipped_len}{', ' + runs if runs else ''}{types}; {self.describe_shipped()}{layers}")
 
     def to_json(self) -> dict[str, Any]:
         """The model's RoPE for --json headers: d, base, L0, Ls and what it ships."""
         return {"rotary_dim": self.rotary_dim, "base": self.base, "L0": self.train_len, "Ls": self.shipped_len,
                 "shipped": self.shipped.to_json() if self.shipped else None,
-                "layer_types": self.layer_types, "scaled_types": list(self.scaled_types)}
+                "layer_types": self.layer_types, "scaled_types": list(self.scaled_types),
+                "layers": self.layers.to_json() if self.layers else None}
 
 
 def choose_layer_types(types: list[str], rope_layers: str | None) -> tuple[str, ...]:
@@ -126,7 +131,13 @@ def read_rope_config(name: str | None, gguf_file: str | None = None, rope_layers
         return _from_gguf(name, path, rope_layers)
     if gguf_file is not None:
         return _from_gguf(name, locate_file(name, path, gguf_file), rope_layers)
-    return rope_from_config(name, _read_json(locate_file(name, path, "config.json"), name), rope_layers)
+    return rope_from_config(name, read_config_json(name, path), rope_layers)
+
+
+def read_config_json(name: str, path: Path) -> dict:
+    """The config.json of a folder or hub repo, as a dict (its text_config where it nests one)."""
+    cfg = _read_json(locate_file(name, path, "config.json"), name)
+    return cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
 
 
 def locate_file(name: str, path: Path, filename: str) -> Path:
@@ -163,6 +174,7 @@ def rope_from_config(name: str, cfg: dict, rope_layers: str | None) -> ModelRope
     transformers-4 `rope_theta` + `rope_scaling` (`type` or `rope_type`), Gemma 3's applying to its global
     (full_attention) layers only; d, base and L0 by `config_geometry`, the shipped schedule by `read_shipped`."""
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    check_config_blocks(text)  # a hand-edited block no runtime would serve: one line naming the key (rope.rope_block)
     rp_all = text.get("rope_parameters") or {}
     per_type = {t: v for t, v in rp_all.items() if isinstance(v, dict)}
     scaling = text.get("rope_scaling") if isinstance(text.get("rope_scaling"), dict) else {}
@@ -187,7 +199,7 @@ def rope_from_config(name: str, cfg: dict, rope_layers: str | None) -> ModelRope
     if not L0:
         raise RopeCliError(f"model '{name}' states no training length in its config; pass --train-len")
     return ModelRope(name, g.rotary_dim, bases[layer_type] if layer_type else g.base, int(L0), g.partial_rotary_factor,
-                     bases, scaled, shipped, str(text.get("model_type") or cfg.get("model_type") or ""))
+                     bases, scaled, shipped, str(text.get("model_type") or cfg.get("model_type") or ""), read_layer_kinds(text))
 
 
 

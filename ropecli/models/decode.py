@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ropecli.models.scoring import _logits, _softcap, token_nll
+from ropecli.models.scoring import _logits, _softcap, decoder, token_nll
 
 
 @torch.inference_mode()
@@ -33,7 +33,7 @@ def cached_token_losses(model, ids: torch.Tensor, segments: list[tuple[int, obje
     for end, enter in segments:
         positions = torch.arange(start, end, device=ids.device)[None]
         with enter():
-            out = model.base_model(input_ids=ids[:, start:end], position_ids=positions, use_cache=True,
+            out = decoder(model)(input_ids=ids[:, start:end], position_ids=positions, use_cache=True,
                                    **{cache_kw: cache})
         h = out.last_hidden_state[0]  # (end - start, H)
         lo = max(start, prompt_len - 1) - start
@@ -48,4 +48,4 @@ def cache_keyword(model) -> str:
     """transformers renamed `past_key_values` to `cache` during 5.x (the old name is deprecated until 5.40)."""
     import inspect
 
-    return "cache" if "cache" in inspect.signature(model.base_model.forward).parameters else "past_key_values"
+    return "cache" if "cache" in inspect.signature(decoder(model).forward).parameters else "past_key_values"

@@ -4,8 +4,10 @@ the config reader (`ropecli.models.config`), export's readback and verify all ta
 `config_geometry`:
 
 - head_dim = qk_rope_head_dim (MLA), else head_dim, else hidden_size / num_attention_heads (GPT-2 style: n_embd / n_head);
-- d = rotary_dim where a config states it as an int, else int(head_dim x partial_rotary_factor), the
-  factor read from the rope parameters first, then the config (GPT-NeoX: rotary_pct), else 1;
+- d = rotary_dim where a config states it as an int; qk_rope_head_dim where a config states one (MLA rotates exactly
+  that part of a head; Mistral 4's partial_rotary_factor is qk_rope / (qk_nope + qk_rope), a fraction of the whole
+  head, not of the rotating part); else int(head_dim x partial_rotary_factor), the factor read from the rope
+  parameters first, then the config (GPT-NeoX: rotary_pct), else 1;
 - base = rope_theta of the rope parameters, then of the config, else 10000;
 - L = original_max_position_embeddings (rope parameters, then config), else max_position_embeddings
   (GPT-2 style: n_positions).
@@ -47,7 +49,12 @@ def config_geometry(text: dict[str, Any], rope_parameters: dict[str, Any] | None
     head_dim = (text.get("qk_rope_head_dim")  # MLA (DeepSeek-V2/V3): only the qk_rope part of a head rotates
                 or text.get("head_dim") or (int(hidden) // int(heads) if hidden and heads else None))
     partial = float(rp.get("partial_rotary_factor") or text.get("partial_rotary_factor") or text.get("rotary_pct") or 1.0)
-    d = int(text["rotary_dim"]) if isinstance(text.get("rotary_dim"), int) else (int(head_dim * partial) if head_dim else None)
+    if isinstance(text.get("rotary_dim"), int):
+        d = int(text["rotary_dim"])
+    elif text.get("qk_rope_head_dim"):  # MLA: the rotating part, whatever fraction of the whole head it is
+        d = int(text["qk_rope_head_dim"])  # partial stays the config's: the fraction of ITS head_dim a runtime rotates
+    else:
+        d = int(head_dim * partial) if head_dim else None
     original = rp.get("original_max_position_embeddings") or text.get("original_max_position_embeddings")
     max_len = text.get("max_position_embeddings") or text.get("n_positions")
     return ConfigGeometry(head_dim and int(head_dim), partial, d, float(rp.get("rope_theta") or text.get("rope_theta") or DEFAULT_BASE),

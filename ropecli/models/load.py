@@ -12,7 +12,8 @@ import torch
 
 from ropecli.errors import RopeCliError
 from ropecli.models.backend import TransformersBackend
-from ropecli.models.config import _from_gguf, BUILTIN, BUILTIN_DIR, choose_layer_types, rope_from_config
+from ropecli.models.config import _from_gguf, BUILTIN, BUILTIN_DIR, choose_layer_types, read_config_json, rope_from_config
+from ropecli.models.rope_block import check_config_blocks
 from ropecli.models.packaged import resolve_model
 from ropecli.models.patch import find_rotary_slots, layer_types_of, select_slots, text_config
 
@@ -46,7 +47,7 @@ def load_model(name: str | None, *, gguf_file: str | None = None, dtype: str = "
     """Load `name` and read its RoPE geometry. `gpu_group` (torchrun with --device-map auto): the only
     GPUs this process may spread the model over."""
     import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
@@ -81,10 +82,12 @@ def load_model(name: str | None, *, gguf_file: str | None = None, dtype: str = "
         if gpu_group:  # accelerate places layers only on the devices max_memory names
             kwargs["max_memory"] = {i: torch.cuda.get_device_properties(i).total_memory for i in gpu_group}
     local = path.exists() or name == BUILTIN
+    if not gguf_file and name != BUILTIN:  # a hand-edited rope block is refused before any weight is read
+        check_config_blocks(read_config_json(name, path))
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **({"gguf_file": gguf_file} if gguf_file else {}),
                                                   trust_remote_code=trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+        model = causal_lm_from_pretrained(source, kwargs)
     except OSError as exc:
         hint = "check the path" if local else "check the hub id, your network and HF_TOKEN (offline: HF_HUB_OFFLINE=1 needs a cached copy)"
         raise RopeCliError(f"cannot load model '{name}': {str(exc).splitlines()[0]}; {hint}") from None
@@ -122,6 +125,24 @@ def load_model(name: str | None, *, gguf_file: str | None = None, dtype: str = "
     return TransformersBackend(model, tokenizer, rope, chosen, str(torch_dtype).replace("torch.", ""),
                                str(next(model.parameters()).device), fp, earlier_fingerprints=earlier,
                                native_patched=native_patched)
+
+
+def causal_lm_from_pretrained(source: str, kwargs: dict):
+    """AutoModelForCausalLM, else the causal-LM class the config's `architectures` names (Mistral 4: transformers has
+    `Mistral4ForCausalLM` but no auto-mapping entry for its config)."""
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    except ValueError as exc:
+        if "Unrecognized configuration class" not in str(exc):
+            raise
+        cfg = AutoConfig.from_pretrained(source, **{k: v for k, v in kwargs.items() if k in ("gguf_file", "trust_remote_code")})
+        named = [getattr(transformers, a) for a in (cfg.architectures or []) if a.endswith("ForCausalLM") and hasattr(transformers, a)]
+        if not named:
+            raise
+        return named[0].from_pretrained(source, **kwargs)
 
 
 def fingerprint(model, transformers_version: str | None = None) -> tuple[str, tuple[str, ...]]:

@@ -22,6 +22,18 @@ def default_chunk_tokens(vocab_size: int) -> int:
     return max(16, LOGIT_BUDGET_BYTES // (4 * vocab_size))
 
 
+def decoder(model):
+    """The model without its LM head: `base_model`, else its `model` (Llama 4's causal LM is its own base_model_prefix
+    target, so `base_model` returns the whole model and its output has logits, not `last_hidden_state`)."""
+    body = model.base_model
+    return body if body is not model else model.model
+
+
+def final_hidden(model, ids: torch.Tensor) -> torch.Tensor:
+    """The final hidden states (1, T, H) of one window, without the cache."""
+    return decoder(model)(input_ids=ids, use_cache=False).last_hidden_state
+
+
 def _softcap(model) -> float | None:
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     return getattr(cfg, "final_logit_softcapping", None)
@@ -43,7 +55,7 @@ def token_losses(model, ids: torch.Tensor, chunk_tokens: int | None = None):
     """-log p(x_{t+1} | x_<=t) of every prediction of one window `ids` (1, T): numpy float64 (T-1,), the
     logits `chunk_tokens` rows at a time."""
     head = model.get_output_embeddings()
-    hidden = model.base_model(input_ids=ids, use_cache=False).last_hidden_state  # (1, T, H)
+    hidden = final_hidden(model, ids)  # (1, T, H)
     hidden, targets = hidden[0, :-1], ids[0, 1:]  # position t predicts token t+1
     n = targets.shape[0]
     chunk = chunk_tokens or default_chunk_tokens(head.weight.shape[0])
@@ -89,7 +101,7 @@ def passkey_scores(model, ids: torch.Tensor, answer_start: int) -> tuple[float, 
     """(1.0 if every answer token is the argmax given its prefix else 0.0, answer NLL in nats) for one
     prompt `ids` (1, T) whose answer is ids[0, answer_start:]. Logits only at the answer positions."""
     head = model.get_output_embeddings()
-    hidden = model.base_model(input_ids=ids, use_cache=False).last_hidden_state  # (1, T, H)
+    hidden = final_hidden(model, ids)  # (1, T, H)
     logits = _logits(model, head, hidden[0, answer_start - 1:-1], _softcap(model))  # (A, V): position t predicts t+1
     return answer_scores(logits, ids[0, answer_start:])
 
@@ -112,9 +124,9 @@ def window_kl(model, ids: torch.Tensor, reference, scaled, chunk_tokens: int | N
     ppl's chunk, so the two chunks together use ppl's logit memory)."""
     head = model.get_output_embeddings()
     with reference():
-        h_ref = model.base_model(input_ids=ids, use_cache=False).last_hidden_state[0]  # (T, H)
+        h_ref = final_hidden(model, ids)[0]  # (T, H)
     with scaled():
-        h_new = model.base_model(input_ids=ids, use_cache=False).last_hidden_state[0]
+        h_new = final_hidden(model, ids)[0]
     cap = _softcap(model)
     chunk = max(1, (chunk_tokens or default_chunk_tokens(head.weight.shape[0])) // 2)
     per_token, agree = [], 0

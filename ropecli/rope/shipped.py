@@ -12,6 +12,8 @@ Rules per rope_type (transformers' `modeling_rope_utils.py`; vLLM's `_get_and_ve
     llama3    by wavelength against L0   L0 = original (else max_position_embeddings);      Ls = max_position_embeddings
     longrope  short_factor up to L0, long_factor past it (attention factor from max_pos / L0 at every length)
                                          L0 = original;                                     Ls = max_position_embeddings
+    dynamic with alpha (HunYuan, transformers' `ntk_alpha` in modeling_hunyuan_v1_dense.py): a fixed base*alpha^(d/(d-2)),
+              ntk-aware at k = alpha    L0 = Ls = max_position_embeddings (no length enters it)
 Ls is never below L0. `Shipped.at(d, base, n)` gives the per-pair factors and attention factor the
 runtime applies to a request of n tokens: exactly what transformers computes (tested against
 `ROPE_INIT_FUNCTIONS` and the unpatched model).
@@ -37,6 +39,9 @@ _PARAM_KEYS = {"yarn": ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "a
                "llama3": ("low_freq_factor", "high_freq_factor"), "longrope": ("attention_factor",)}
 
 
+NTK_ALPHA = "ntk_alpha"  # HunYuan's `dynamic` block with a fixed `alpha`, as transformers renames it
+
+
 @dataclass(frozen=True)
 class Shipped:
     """A shipped schedule: a ropecli method with its parameters at factor k_s, built from L0, shipped for Ls."""
@@ -51,6 +56,8 @@ class Shipped:
 
     @property
     def label(self) -> str:
+        if self.rope_type == NTK_ALPHA:
+            return f"{NTK_ALPHA}(alpha={self.factor:g})"
         shown = {"factor": self.factor, **{k: v for k, v in self.params if k != "factors"}}
         return format_label(self.method if self.method != "pi" else "linear", shown)
 
@@ -99,6 +106,11 @@ def read_shipped(block: dict[str, Any] | None, *, max_len: int | None, original_
         return None
     original = original_len or block.get("original_max_position_embeddings")
     max_len = int(max_len) if max_len else None
+    if rope_type == "dynamic" and block.get("alpha"):  # HunYuan: the checkpoints say dynamic, the alpha makes it fixed
+        L = int(original or max_len or 0)
+        if L <= 0:
+            raise RopeCliError("the model's dynamic block with alpha states no length; pass --train-len")
+        return Shipped(NTK_ALPHA, "ntk-aware", (), float(block["alpha"]), L, L, None, source)
     factor = block.get("factor")
     if method == "longrope" and factor is None and original and max_len:
         factor = max_len / original  # transformers: max_position_embeddings / L0

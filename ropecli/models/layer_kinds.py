@@ -1,0 +1,78 @@
+"""What each layer of a model does with positions, read from its config, and what that means for extending it.
+
+A 2026 model is rarely one RoPE on every layer: Llama 4 rotates in 8,192-token chunks on three layers of four and
+leaves every fourth without RoPE (NoPE, `no_rope_layers[i] == 0`, attending globally: `Llama4TextAttention`); SmolLM3
+leaves every fourth without RoPE; Gemma 3/4, OLMo 3, EXAONE 4 and gpt-oss mix sliding-window and full layers;
+Qwen3.5 / Qwen3-Next put linear-attention layers (no positions at all) between full ones, LFM2 convolutions. A
+frequency schedule changes only the RoPE layers, and on chunked or sliding ones only distances below the chunk or
+window; the header says so (`describe`) and --json carries the counts (`to_json`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# layer_types values without positions (no RoPE, no attention over positions)
+POSITIONLESS = {"linear_attention": "linear attention", "conv": "convolution", "mamba": "Mamba", "mamba2": "Mamba"}
+
+
+@dataclass(frozen=True)
+class LayerKinds:
+    """(kind, layers) in the order of first appearance; kind is `RoPE full`, `RoPE sliding`, `RoPE chunked`,
+    `NoPE full`, `linear attention` …; `span`: the window or chunk of sliding / chunked layers, in tokens."""
+    counts: tuple[tuple[str, int], ...]
+    sliding: int | None = None
+    chunk: int | None = None
+
+    @property
+    def mixed(self) -> bool:
+        return len(self.counts) > 1 or any(not kind.startswith("RoPE full") for kind, _ in self.counts)
+
+    def summary(self) -> str:
+        """`36 RoPE chunked (8192 tokens), 12 NoPE full`."""
+        def span(kind: str) -> str:
+            n = self.chunk if "chunked" in kind else self.sliding if "sliding" in kind else None
+            return f" ({n} tokens)" if n else ""
+        return ", ".join(f"{n} {kind}{span(kind)}" for kind, n in self.counts)
+
+    def extension_notes(self) -> list[str]:
+        """What a frequency schedule can and cannot change on these layers, one sentence each."""
+        kinds = dict(self.counts)
+        notes = []
+        if any("chunked" in k for k in kinds):
+            notes.append(f"the RoPE layers attend within chunks of {self.chunk} tokens: a frequency schedule changes "
+                         f"distances below {self.chunk} only; the long range is the NoPE layers' (and their temperature)")
+        if any(k.startswith("NoPE") for k in kinds):
+            notes.append("NoPE layers rotate nothing: no schedule changes them")
+        if any("sliding" in k for k in kinds):
+            notes.append(f"sliding layers see {self.sliding} tokens back at most: the long range is the full layers'")
+        quiet = [k for k in kinds if not k.startswith(("RoPE", "NoPE"))]
+        if quiet:
+            notes.append(f"{' and '.join(quiet)} layers have no positions: only the attention layers are extended")
+        return notes
+
+    def to_json(self) -> dict[str, Any]:
+        return {"counts": dict(self.counts), "sliding_window": self.sliding, "chunk": self.chunk}
+
+
+def read_layer_kinds(text: dict[str, Any]) -> LayerKinds | None:
+    """The layer kinds of a (text) config dict; None for a model with one RoPE on every layer (or that states nothing)."""
+    n = text.get("num_hidden_layers")
+    types = text.get("layer_types")
+    rope_on = text.get("no_rope_layers")  # Llama 4, SmolLM3: 1 = RoPE, 0 = NoPE (`use_rope = no_rope_layers[i]`)
+    if not isinstance(n, int) or n <= 0:
+        return None
+    types = list(types) if isinstance(types, list) and len(types) == n else ["full_attention"] * n
+    rope_on = list(rope_on) if isinstance(rope_on, list) and len(rope_on) == n else [1] * n
+    counts: dict[str, int] = {}
+    for t, r in zip(types, rope_on):
+        if t in POSITIONLESS:
+            kind = POSITIONLESS[t]
+        else:
+            kind = ("RoPE " if r else "NoPE ") + str(t).removesuffix("_attention")
+        counts[kind] = counts.get(kind, 0) + 1
+    chunk = text.get("attention_chunk_size") if any("chunked" in k for k in counts) else None
+    sliding = text.get("sliding_window") if any("sliding" in k for k in counts) else None
+    kinds = LayerKinds(tuple(counts.items()), sliding, chunk)
+    return kinds if kinds.mixed else None
