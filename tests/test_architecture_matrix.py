@@ -47,6 +47,14 @@ def one_line_refusal(r) -> str:
     return err
 
 
+def refusal_after_header(r) -> str:
+    """A refusal that comes once the model is read: the model's header, then one line `Error: …`."""
+    assert r.exit_code == 1, r.output
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("Error:") and "Traceback" not in r.output, r.stderr
+    return last
+
+
 @pytest.mark.parametrize("arch", ARCHS, ids=IDS)
 def test_geometry_and_shipped_schedule_read_right(folders, arch: Arch):
     from ropecli.models.load import load_model
@@ -109,15 +117,22 @@ def test_evaluate_serve_export_verify(folders, text, tmp_path, arch: Arch):
     r = invoke(["ppl", "--model", model, "--data", text, "--len", str(arch.Ls), "--method", "native", "--samples", "1",
                 "--cache-dir", str(tmp_path / "cache")])
     assert r.exit_code == 0, r.output
-    spec = "native+yarn" if arch.shipped else "yarn"
+    p_rope = read_rope_config(model).rotating_pairs is not None  # Gemma 4: transformers' 'proportional' takes one factor
+    spec = "pi" if p_rope else "native+yarn" if arch.shipped else "yarn"
+    if p_rope:
+        r = invoke(["export", "--model", model, "--method", "yarn", "--len", str(n), "--to", "hf", "--out", str(tmp_path / "y")])
+        assert "only pi is served" in refusal_after_header(r)
     r = invoke(["export", "--model", model, "--method", spec, "--len", str(n), "--to", "hf", "--out", str(tmp_path / "hf")])
     assert r.exit_code == 0, r.output
     r = invoke(["verify", str(tmp_path / "hf"), "--run-len", str(n), "--cache-dir", str(tmp_path / "cache")])
     assert r.exit_code == 0, r.output  # the export reloads in transformers and reproduces what ropecli measured
     r = invoke(["export", "--model", model, "--method", spec, "--len", str(n), "--to", "vllm", "--out", str(tmp_path / "v.json")])
-    assert r.exit_code == 0, r.output
-    r = invoke(["verify", str(tmp_path / "v.json"), "--runtime", "vllm"])
-    assert r.exit_code in (0, 1), r.output  # vLLM's rules read back; a schedule vLLM cannot hold is a verdict, not a crash
+    if p_rope:
+        assert "--to hf writes transformers' own block" in refusal_after_header(r)
+    else:
+        assert r.exit_code == 0, r.output
+        r = invoke(["verify", str(tmp_path / "v.json"), "--runtime", "vllm"])
+        assert r.exit_code in (0, 1), r.output  # vLLM's rules read back; a schedule vLLM cannot hold is a verdict, not a crash
     r = invoke(["export", "--model", model, "--method", spec, "--len", str(n), "--to", "gguf", "--out", str(tmp_path / "m.gguf")])
     assert "--to llamacpp needs --model FILE.gguf" in one_line_refusal(r)
     r = invoke(["export", "--model", model, "--method", "native", "--len", str(n), "--to", "hf"])

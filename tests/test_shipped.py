@@ -77,8 +77,8 @@ def test_gemma3_scaling_applies_to_the_global_layers_only():
 def test_unknown_rope_type_is_refused_in_one_line():
     from ropecli.errors import RopeCliError
 
-    with pytest.raises(RopeCliError, match="rope_type 'proportional'.*does not know"):
-        read_shipped({"rope_type": "proportional", "factor": 2.0}, max_len=100)
+    with pytest.raises(RopeCliError, match="rope_type 'xpos'.*does not know"):
+        read_shipped({"rope_type": "xpos", "factor": 2.0}, max_len=100)
 
 
 @pytest.mark.parametrize("arch", SHIPPED, ids=[a.name for a in SHIPPED])

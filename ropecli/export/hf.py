@@ -18,6 +18,7 @@ from typing import Any
 
 from ropecli.errors import RopeCliError
 from ropecli.files import atomic_write_text, normal_mode
+from ropecli.export.p_rope import p_rope_refusal, proportional_block, uniform_factor
 from ropecli.models.config import locate_file, ModelRope
 from ropecli.rope.spec import Spec
 from ropecli.rope.factor_files import rope_parameters_block
@@ -46,6 +47,8 @@ def rope_block(target: ModelRope, spec: Spec, factor: float, consistent: bool = 
     """(block, note): `{"rope_parameters": …, "max_position_embeddings": k*L}` running `spec` at factor k;
     per layer type (`{type: params or "unchanged"}`) for per-type models. With log-n the attention
     factor is the constant sqrt(log_L(k*L)): log-n's query scale at the target length."""
+    if target.rotating_pairs is not None:  # p-RoPE: transformers' own 'proportional' block, one factor (export.p_rope)
+        return p_rope_block(target, spec, factor)
     if spec.length_dependent and not spec.log_n and not spec.composed:  # dynamic NTK: transformers' own type follows the length
         return dynamic_block(target, factor)
     per_type: dict[Any, dict] = {}
@@ -79,6 +82,18 @@ def rope_block(target: ModelRope, spec: Spec, factor: float, consistent: bool = 
     note += "; per layer type: merge the scaled entries into your config's rope_parameters, keep the others"
     return {"rope_parameters": {lt: per_type.get(lt, "unchanged") for lt in target.layer_types},
             "max_position_embeddings": max_pos}, note
+
+
+def p_rope_block(target: ModelRope, spec: Spec, factor: float) -> tuple[dict, str]:
+    """A p-RoPE model's block: `proportional` at the one factor `spec` divides the rotating pairs by, per scaled type."""
+    geom = target.geometry(factor)
+    if (why := p_rope_refusal(spec, geom, target, "transformers")) is not None:
+        raise RopeCliError(why)
+    k = uniform_factor(spec, geom)
+    per_type = {lt: proportional_block(target, base, k) for lt, base in target.scaled_bases.items()}
+    note = f"{spec.label} as transformers' 'proportional' (p-RoPE) with factor {k:g}: pairs past {target.rotating_pairs} stay at 0"
+    block = per_type[None] if not target.layer_types else {lt: per_type.get(lt, "unchanged") for lt in target.layer_types}
+    return {"rope_parameters": block, "max_position_embeddings": int(round(factor * target.train_len))}, note
 
 
 def softmax_scale_keys(target: ModelRope) -> dict:

@@ -27,6 +27,7 @@ from ropecli.export.manifest import write_manifest
 from ropecli.export.readback import UNREADABLE, unreadable
 from ropecli.export.runtimes import AT_START_UP, PER_FORWARD, ROPE_FREQS, canonical, module, record, records
 from ropecli.export.runtimes.installed import too_old
+from ropecli.export.p_rope import p_rope_refusal
 from ropecli.export.served import is_dynamic
 from ropecli.export.switching import switching_report
 from ropecli.models.gguf_rope import export_gguf, native_scaling, read_gguf_input
@@ -100,6 +101,8 @@ def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str,
     sit beside the merged config.json: "link" (symbolic links by absolute path), "hardlink" or "copy"."""
     runtime = canonical(runtime)
     check_map_served(spec, runtime)
+    if (why := p_rope_refusal(spec, geom, target, runtime)) is not None:
+        raise RopeCliError(why)
     if spec.position_map and hasattr(module(runtime), "write_map"):  # the runtime's own config serves the map (SGLang: DCA)
         result = {**module(runtime).write_map(spec, geom, target, out, model=model), "runtime": runtime,
                   "position_map": map_json(spec.position_map), "versions": works_with(runtime), "runtimes": {}}

@@ -34,6 +34,15 @@ from ropecli.models.config import gguf_metadata
 from ropecli.models.gguf_rope import GGUF_ROPE_FREQS_ARCHS, llamacpp_yarn
 
 
+def layer_config(text, layer_type: str | None):
+    """The config a rotary module builds a layer type's frequencies from: Gemma 4 resolves one per layer type
+    (`config.per_layer_config[layer_type]`: its global layers' own head_dim), other models use the config itself."""
+    try:
+        return text.per_layer_config[layer_type] if layer_type is not None and hasattr(text, "per_layer_config") else text
+    except (KeyError, TypeError, ValueError):
+        return text
+
+
 CONSISTENT = " (short = long: no switch)"  # a longrope block whose switch length changes nothing
 
 
@@ -123,20 +132,22 @@ def transformers_applied(config: dict, at_len: int, scaled: tuple[str, ...], hea
         if layer_type is not None and (layer_type not in scaled if scaled else rope_type == "default"):
             continue  # a layer type the schedule leaves alone (Gemma 3's sliding layers)
         base = float(params["rope_theta"])
-        dim = config_geometry(text.to_dict(), params).rotary_dim  # as transformers' default init: head_dim x partial
+        dim = config_geometry(text.to_dict(), params, layer_type).rotary_dim  # as transformers' default init: head_dim x partial
         plain = 1.0 / base ** (np.arange(0, int(dim), 2, dtype=np.float64) / int(dim))
         if rope_type == "default":
             factors, attention = np.ones_like(plain), 1.0
         elif rope_type in ROPE_INIT_FUNCTIONS:
             try:
-                inv, attention = ROPE_INIT_FUNCTIONS[rope_type](text, torch.device("cpu"), seq_len=at_len, layer_type=layer_type)
+                inv, attention = ROPE_INIT_FUNCTIONS[rope_type](layer_config(text, layer_type), torch.device("cpu"),
+                                                                seq_len=at_len, layer_type=layer_type)
             except (KeyError, TypeError, ValueError) as exc:
                 raise RopeCliError(f"transformers cannot build rope_type '{rope_type}' from this config ({exc!r}); "
                                    "it would fail at load time too") from None
             if len(inv) != len(plain):
                 raise RopeCliError(f"rope_type '{rope_type}' gives {len(inv)} frequencies for rotary dim {int(dim)}: "
                                    "its factor lists do not fit this model")
-            factors = plain / inv.double().numpy()
+            inv = inv.double().numpy()
+            factors = np.divide(plain, inv, out=np.ones_like(plain), where=inv > 0)  # p-RoPE's zero pairs: unscaled
         else:
             factors, attention = None, 1.0
         L = config_geometry(text.to_dict(), params).original_len

@@ -32,6 +32,7 @@ from ropecli.rope.spec import Spec, make_spec
 from ropecli.export.runtimes import AT_START_UP, PER_FORWARD, record, ROPE_FREQS
 from ropecli.evaluation.decode import measure_decode
 from ropecli.export.hf import rope_block
+from ropecli.export.p_rope import p_rope_refusal
 from ropecli.export.readback import transformers_applied, vllm_applied
 from ropecli.export.vllm import vllm_block
 
@@ -53,6 +54,8 @@ def served(runtime: str, spec: Spec, length: int, rope: ModelRope, factor: float
     runtime = rec.name
     if spec.native:  # nothing exported: every runtime serves the model as shipped
         return Served(runtime, length, spec, "the model as shipped")
+    if (why := p_rope_refusal(spec, rope.geometry(factor), rope, runtime)) is not None:
+        return Served(runtime, length, None, why)
     if is_dynamic(spec):
         if not rec.serves_dynamic:
             return Served(runtime, length, None, f"{rec.label} has no dynamic NTK")
@@ -111,7 +114,8 @@ def _applied(rule: str, spec: Spec, length: int, rope: ModelRope, factor: float,
     block, _ = rope_block(rope, spec, factor, consistent)
     if rope.layer_types:  # per layer type: the scaled type's block (the one ropecli's evaluation patches with)
         block = {**block, "rope_parameters": block["rope_parameters"][rope.layer_type]}
-    head_dim = int(round(rope.rotary_dim / rope.partial_rotary_factor))
+    # p-RoPE's d is the whole head already (its zero pairs are pairs of it)
+    head_dim = rope.rotary_dim if rope.rotating_pairs is not None else int(round(rope.rotary_dim / rope.partial_rotary_factor))
     if rule == AT_START_UP:
         block, _ = vllm_block(rope, spec, factor, block)
         a = vllm_applied(block, geom.target_len, head_dim)[0]

@@ -41,6 +41,7 @@ class ModelRope:
     shipped: Shipped | None = None  # the schedule the model ships on the (first) scaled layer type; None: plain RoPE
     model_type: str = ""  # the config's model_type (llama, qwen2, phi3 …): what a runtime's loader does depends on it
     layers: LayerKinds | None = None  # NoPE, chunked, sliding, linear-attention layers (None: one RoPE on every layer)
+    rotating_pairs: int | None = None  # p-RoPE (Gemma 4 'proportional'): pairs past it at frequency 0; None: all rotate
     # train_len is L0, the length the shipped schedule was built from (the training length of a plain model)
 
     @property
@@ -65,7 +66,8 @@ class ModelRope:
 
     def geometry(self, factor: float, base: float | None = None) -> Geometry:
         """The geometry of L0 at factor k (k = N / L0), carrying the shipped schedule; `base`: a layer type's."""
-        return Geometry(self.rotary_dim, self.base if base is None else base, self.train_len, factor, self.shipped)
+        return Geometry(self.rotary_dim, self.base if base is None else base, self.train_len, factor, self.shipped,
+                        self.rotating_pairs)
 
     def overridden(self, rotary_dim: int | None = None, base: float | None = None, train_len: int | None = None) -> "ModelRope":
         """Explicit flags win over the config: --base replaces the base of every scaled layer type."""
@@ -89,6 +91,9 @@ class ModelRope:
             others = ", ".join(f"{t} base {b:g}" for t, b in self.layer_bases.items() if t != self.layer_type)
             types = f", layer type {self.layer_type}" + (f" (also {others})" if others else "")
         layers = f"; layers: {self.layers.summary()} ({'; '.join(self.layers.extension_notes())})" if self.layers else ""
+        if self.rotating_pairs is not None:
+            layers += (f"; p-RoPE: pairs 1-{self.rotating_pairs} rotate, pairs {self.rotating_pairs + 1}-{self.rotary_dim // 2} "
+                       "sit at frequency 0 (no schedule moves them)")
         return (f"{self.name}: rotary dim d={self.rotary_dim}, base={self.base:g}, training length L0={self.train_len}, "
                 f"shipped length Ls={self.shipped_len}{', ' + runs if runs else ''}{types}; {self.describe_shipped()}{layers}")
 
@@ -97,7 +102,7 @@ class ModelRope:
         return {"rotary_dim": self.rotary_dim, "base": self.base, "L0": self.train_len, "Ls": self.shipped_len,
                 "shipped": self.shipped.to_json() if self.shipped else None,
                 "layer_types": self.layer_types, "scaled_types": list(self.scaled_types),
-                "layers": self.layers.to_json() if self.layers else None}
+                "layers": self.layers.to_json() if self.layers else None, "rotating_pairs": self.rotating_pairs}
 
 
 def choose_layer_types(types: list[str], rope_layers: str | None) -> tuple[str, ...]:
@@ -191,7 +196,7 @@ def rope_from_config(name: str, cfg: dict, rope_layers: str | None) -> ModelRope
     # transformers 4 configs: rope_theta at the top level, scaling in rope_scaling
     rp = dict(per_type.get(layer_type, {})) if layer_type else {**scaling, **rp_all}
     source = "rope_parameters" if rp_all and not scaling else "rope_scaling" if scaling else "rope_parameters"
-    g = config_geometry(text, rp)
+    g = config_geometry(text, rp, layer_type)
     if g.rotary_dim is None:
         raise RopeCliError(f"model '{name}': its config gives neither head_dim nor hidden_size and num_attention_heads; pass --d")
     shipped = read_shipped(rp, max_len=g.max_len, original_len=text.get("original_max_position_embeddings"), source=source)
@@ -199,7 +204,8 @@ def rope_from_config(name: str, cfg: dict, rope_layers: str | None) -> ModelRope
     if not L0:
         raise RopeCliError(f"model '{name}' states no training length in its config; pass --train-len")
     return ModelRope(name, g.rotary_dim, bases[layer_type] if layer_type else g.base, int(L0), g.partial_rotary_factor,
-                     bases, scaled, shipped, str(text.get("model_type") or cfg.get("model_type") or ""), read_layer_kinds(text))
+                     bases, scaled, shipped, str(text.get("model_type") or cfg.get("model_type") or ""), read_layer_kinds(text),
+                     g.rotating_pairs)
 
 
 
@@ -255,4 +261,5 @@ def geometry_from_flags(rotary_dim: int | None, base: float | None, train_len: i
     L = fallback["train_len"] if train_len is None else train_len
     if L <= 0:
         raise RopeCliError(f"training length L={L} must be positive; pass e.g. --train-len 4096")
-    return Geometry(d, b, L, resolve_factor(L, k, target_len), rope.shipped if rope else None), rope
+    rotating = rope.rotating_pairs if rope and d == rope.rotary_dim else None
+    return Geometry(d, b, L, resolve_factor(L, k, target_len), rope.shipped if rope else None, rotating), rope

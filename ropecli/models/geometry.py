@@ -34,6 +34,7 @@ class ConfigGeometry:
     base: float
     original_len: int | None  # original_max_position_embeddings, where stated
     max_len: int | None  # max_position_embeddings
+    rotating_pairs: int | None = None  # p-RoPE: the pairs that rotate (the rest of d/2 at frequency 0); None: all
 
     @property
     def train_len(self) -> int | None:
@@ -41,24 +42,45 @@ class ConfigGeometry:
         return self.original_len or self.max_len
 
 
-def config_geometry(text: dict[str, Any], rope_parameters: dict[str, Any] | None = None) -> ConfigGeometry:
+def config_geometry(text: dict[str, Any], rope_parameters: dict[str, Any] | None = None,
+                    layer_type: str | None = None) -> ConfigGeometry:
     """The rule on a (text) config as a dict and the rope parameters of the layer type in question (a
-    transformers 5 `rope_parameters` block, or a transformers 4 config's `rope_scaling`)."""
+    transformers 5 `rope_parameters` block, or a transformers 4 config's `rope_scaling`). p-RoPE (`proportional`,
+    Gemma 4's global layers): d is the whole head (the exponent runs over it), its first
+    int(partial x head_dim) // 2 pairs rotate and the rest sit at frequency 0 (`_compute_proportional_rope_parameters`)."""
     rp = rope_parameters or {}
     hidden, heads = text.get("hidden_size") or text.get("n_embd"), text.get("num_attention_heads") or text.get("n_head")
     head_dim = (text.get("qk_rope_head_dim")  # MLA (DeepSeek-V2/V3): only the qk_rope part of a head rotates
+                or layer_head_dim(text, layer_type)
                 or text.get("head_dim") or (int(hidden) // int(heads) if hidden and heads else None))
     partial = float(rp.get("partial_rotary_factor") or text.get("partial_rotary_factor") or text.get("rotary_pct") or 1.0)
     if isinstance(text.get("rotary_dim"), int):
         d = int(text["rotary_dim"])
     elif text.get("qk_rope_head_dim"):  # MLA: the rotating part, whatever fraction of the whole head it is
         d = int(text["qk_rope_head_dim"])  # partial stays the config's: the fraction of ITS head_dim a runtime rotates
+    elif rp.get("rope_type") == "proportional" and head_dim:
+        d = int(head_dim)
     else:
         d = int(head_dim * partial) if head_dim else None
+    rotating = int(partial * int(head_dim) // 2) if rp.get("rope_type") == "proportional" and head_dim else None
     original = rp.get("original_max_position_embeddings") or text.get("original_max_position_embeddings")
     max_len = text.get("max_position_embeddings") or text.get("n_positions")
     return ConfigGeometry(head_dim and int(head_dim), partial, d, float(rp.get("rope_theta") or text.get("rope_theta") or DEFAULT_BASE),
-                          original and int(original), max_len and int(max_len))
+                          original and int(original), max_len and int(max_len), rotating)
+
+
+def layer_head_dim(text: dict[str, Any], layer_type: str | None) -> int | None:
+    """A layer type's own head size where it differs from head_dim (Gemma 4: its full layers' `global_head_dim`, saved by
+    transformers as `per_layer_config` {layer index: {"head_dim": …}}); None where the config gives none."""
+    if layer_type is None:
+        return None
+    types = text.get("layer_types") or []
+    per_layer = text.get("per_layer_config") or {}
+    for i, t in enumerate(types):
+        own = per_layer.get(str(i)) or per_layer.get(i) if isinstance(per_layer, dict) else None
+        if t == layer_type and isinstance(own, dict) and own.get("head_dim"):
+            return int(own["head_dim"])
+    return int(text["global_head_dim"]) if layer_type == "full_attention" and text.get("global_head_dim") else None
 
 
 def resolve_factor(train_len: int, k: float | None, target_len: int | None, default: float = DEFAULT_FACTOR) -> float:

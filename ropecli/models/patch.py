@@ -30,6 +30,7 @@ class RotarySlot:
     layer_type: str | None  # Gemma 3 style per-layer-type slot, else None
     base: float
     saved: dict[str, Any] = field(default_factory=dict)
+    rotating: int | None = None  # p-RoPE: the pairs that rotate as loaded (the rest at frequency 0); None: all
 
     @property
     def prefix(self) -> str:
@@ -61,11 +62,11 @@ def find_rotary_slots(model) -> list[RotarySlot]:
     slots = []
     for mod in model.modules():
         if isinstance(getattr(mod, "inv_freq", None), torch.Tensor):
-            slots.append(RotarySlot(mod, None, _base(cfg, None, mod.inv_freq)))
+            slots.append(RotarySlot(mod, None, _base(cfg, None, mod.inv_freq), rotating=_rotating(mod.inv_freq)))
         for lt in sorted(set(getattr(mod, "layer_types", None) or [])):
             buf = getattr(mod, f"{lt}_inv_freq", None)
             if isinstance(buf, torch.Tensor):
-                slots.append(RotarySlot(mod, lt, _base(cfg, lt, buf)))
+                slots.append(RotarySlot(mod, lt, _base(cfg, lt, buf), rotating=_rotating(buf)))
     if not slots:
         raise RopeCliError(f"{type(model).__name__} has no rotary position embedding (no inv_freq buffer); "
                            "ropecli works with RoPE models such as LLaMA, Mistral, Qwen, Gemma, GPT-NeoX")
@@ -90,10 +91,18 @@ def select_slots(slots: list[RotarySlot], scaled_types: tuple[str, ...]) -> list
     return [s for s in slots if s.layer_type in scaled_types] if scaled_types else slots
 
 
+def _rotating(inv_freq: torch.Tensor) -> int | None:
+    """The pairs that rotate where a buffer ends in zeros (p-RoPE), else None."""
+    n = int((inv_freq != 0).sum())
+    return n if 0 < n < inv_freq.numel() else None
+
+
 def original_inv_freq(slot: RotarySlot) -> np.ndarray:
-    """Unscaled theta_m = base^(-2(m-1)/d) for this slot, float64."""
+    """Unscaled theta_m = base^(-2(m-1)/d) for this slot, float64; 0 past p-RoPE's rotating pairs."""
     d = slot.rotary_dim
-    return 1.0 / slot.base ** (np.arange(0, d, 2, dtype=np.float64) / d)
+    theta = 1.0 / slot.base ** (np.arange(0, d, 2, dtype=np.float64) / d)
+    theta[slot.rotating or theta.size:] = 0.0
+    return theta
 
 
 def apply_schedule(slot: RotarySlot, factors: np.ndarray, attention_factor: float) -> None:

@@ -104,7 +104,7 @@ def check_config_blocks(text: dict[str, Any]) -> None:
         raise _refuse("config", "rope_parameters", rp, "is not a mapping of rope keys")
     per_type = {t: v for t, v in (rp or {}).items() if isinstance(v, dict)}
     for t, block in sorted(per_type.items()):
-        check_rope_block(block, where=f"rope_parameters['{t}']", max_len=max_len, pairs=_pairs(text, block))
+        check_rope_block(block, where=f"rope_parameters['{t}']", max_len=max_len, pairs=_pairs(text, block, t))
     if rp and not per_type:
         check_rope_block(rp, where="rope_parameters", max_len=max_len, pairs=_pairs(text, rp))
     scaling = text.get("rope_scaling")
@@ -114,11 +114,11 @@ def check_config_blocks(text: dict[str, Any]) -> None:
         check_rope_block({"rope_theta": text["rope_theta"]}, where="config", max_len=max_len)
 
 
-def _pairs(text: dict[str, Any], block: dict) -> int | None:
+def _pairs(text: dict[str, Any], block: dict, layer_type: str | None = None) -> int | None:
     """The rotary pairs d/2 of the layers a block applies to, None where the config does not say (or says nonsense:
     the block's own checks name that)."""
     try:
-        d = config_geometry(text, block if isinstance(block, dict) else {}).rotary_dim
+        d = config_geometry(text, block if isinstance(block, dict) else {}, layer_type).rotary_dim
     except (TypeError, ValueError, OverflowError):
         return None
     return d // 2 if d else None

@@ -21,7 +21,7 @@ def g4(x: float) -> str:
     return f"{x:.4g}"
 
 
-STATUS_STYLE = {"extrapolated": "yellow", "interpolated": "cyan", "in between": "green", "unchanged": ""}
+STATUS_STYLE = {"extrapolated": "yellow", "interpolated": "cyan", "in between": "green", "unchanged": "", "no rotation": "dim"}
 
 
 def freqs_table(report: dict, geom) -> list:

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ropecli.errors import RopeCliError  # noqa: E402
-from ropecli.rope.geometry import critical_pair
+from ropecli.rope.geometry import critical_pair, wavelength
 
 SUFFIXES = (".png", ".svg", ".pdf")
 
@@ -40,9 +40,10 @@ def save(fig, path: str) -> Path:
 def _wavelengths(ax, geom, schedules: Sequence) -> None:
     """Wavelength per pair (log axis), before and after each schedule, with the L and k*L lines."""
     m = geom.pair_index()
-    ax.plot(m, 2 * np.pi / geom.inv_freq(), color="black", lw=2, label="original")
+    ax.plot(m, wavelength(geom.inv_freq()), color="black", lw=2, label="original")  # p-RoPE's zero pairs: inf, not drawn
     for s in schedules:
-        ax.plot(m, 2 * np.pi / s.scaled_inv_freq(geom), lw=1.6, label=s.label())
+        ax.plot(m, wavelength(s.scaled_inv_freq(geom)), lw=1.6, label=s.label())
+    _zero_pairs(ax, geom)
     ax.axhline(geom.train_len, color="tab:red", ls="--", lw=1, label=f"L{'0' if geom.shipped else ''} = {geom.train_len}")
     if geom.shipped is not None:
         ax.axhline(geom.shipped_len, color="tab:orange", ls="--", lw=1, label=f"Ls = {geom.shipped_len}")
@@ -54,9 +55,16 @@ def _wavelengths(ax, geom, schedules: Sequence) -> None:
     ax.legend(loc="upper left", fontsize=8)
 
 
+def _zero_pairs(ax, geom) -> None:
+    """Shade p-RoPE's pairs at frequency 0 (Gemma 4's global layers): no position reaches them."""
+    if geom.rotating_pairs is not None:
+        ax.axvspan(geom.rotating_pairs + 0.5, geom.n_pairs + 0.5, color="0.9", zorder=0, label="frequency 0 (p-RoPE)")
+
+
 def _factors(ax, geom, schedules: Sequence, radix: bool = False) -> None:
     """Lambda_m (or the radix multipliers lambda_m) per pair on a log2 axis, one line per schedule."""
     m = geom.pair_index()
+    _zero_pairs(ax, geom)
     for s in schedules:
         ax.plot(m, s.lambdas if radix else s.factors, lw=1.6, label=s.label())
     if radix:

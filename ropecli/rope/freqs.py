@@ -5,7 +5,8 @@ did not. Status of a pair under a schedule, by its factor Lambda_m against k:
 - extrapolated: Lambda_m = 1, the frequency is unchanged (positions past L give unseen angles
   on pairs that never turned within L);
 - interpolated: Lambda_m = k, angles over k*L stay inside the range seen over L;
-- in between: 1 < Lambda_m < k (or beyond k, as dynamic NTK can).
+- in between: 1 < Lambda_m < k (or beyond k, as dynamic NTK can);
+- no rotation: a p-RoPE pair at frequency 0 (Gemma 4's global layers past their rotating pairs): no position reaches it.
 `in_range` says whether the largest angle at k*L, k*L*theta'_m, lies within what training showed:
 a full turn, or at most L*theta_m.
 """
@@ -22,10 +23,12 @@ from ropecli.rope.methods import Schedule
 REL_TOL = 1e-9
 
 
-def pair_status(factors: np.ndarray, k: float) -> list[str]:
+def pair_status(factors: np.ndarray, k: float, inv_freq: np.ndarray | None = None) -> list[str]:
     out = []
-    for f in factors:
-        if abs(f - 1.0) <= REL_TOL and abs(k - 1.0) <= REL_TOL:
+    for i, f in enumerate(factors):
+        if inv_freq is not None and inv_freq[i] == 0:
+            out.append("no rotation")
+        elif abs(f - 1.0) <= REL_TOL and abs(k - 1.0) <= REL_TOL:
             out.append("unchanged")
         elif abs(f - 1.0) <= REL_TOL:
             out.append("extrapolated")
@@ -41,7 +44,7 @@ def frequency_report(geom: Geometry, schedule: Schedule) -> dict[str, Any]:
     scaled = schedule.scaled_inv_freq(geom)  # (d/2,)
     seen_angle = np.minimum(geom.train_len * inv, TWO_PI)  # largest angle (mod a turn) training showed
     target_angle = geom.target_len * scaled
-    status = pair_status(schedule.factors, geom.factor)
+    status = pair_status(schedule.factors, geom.factor, inv)
     pairs = [
         {
             "m": int(m),
@@ -73,5 +76,6 @@ def frequency_report(geom: Geometry, schedule: Schedule) -> dict[str, Any]:
         "target_len": geom.target_len,
         "attention_factor": schedule.attention_factor,
         "critical_pair": critical_pair(geom),
+        "rotating_pairs": geom.rotating_pairs,  # p-RoPE: pairs past it at frequency 0 (None: every pair rotates)
         "pairs": pairs,
     }

@@ -26,9 +26,12 @@ class Geometry:
     train_len: int  # L: the context the model was trained at
     factor: float  # k: extension factor (target length / L unless given)
     shipped: Any = field(default=None, compare=False)  # a rope.shipped.Shipped: the schedule the model ships (L = its L0), if any (untyped here: shipped imports geometry)
+    rotating_pairs: int | None = None  # p-RoPE (Gemma 4's 'proportional'): pairs 1..R rotate, R+1..d/2 sit at frequency 0; None: all
 
     def __post_init__(self) -> None:
         validate_geometry(self.rotary_dim, self.base, self.train_len, self.factor)
+        if self.rotating_pairs is not None and not 0 < self.rotating_pairs <= self.rotary_dim // 2:
+            raise RopeCliError(f"{self.rotating_pairs} rotating pairs of d/2={self.rotary_dim // 2}: p-RoPE rotates at least one pair")
 
     @property
     def shipped_len(self) -> int:
@@ -52,10 +55,18 @@ class Geometry:
         """m = 1 … d/2, shape (d/2,)."""
         return np.arange(1, self.n_pairs + 1, dtype=np.float64)
 
+    @property
+    def zero_pairs(self) -> slice:
+        """The pairs at frequency 0 (p-RoPE's tail; an empty slice for plain RoPE), 0-based."""
+        return slice(self.rotating_pairs if self.rotating_pairs is not None else self.n_pairs, self.n_pairs)
+
     def inv_freq(self) -> np.ndarray:
-        """theta_m = base^(-2(m-1)/d), float64, shape (d/2,)."""
+        """theta_m = base^(-2(m-1)/d), float64, shape (d/2,); 0 for p-RoPE's pairs past R (the exponent stays over d:
+        transformers' `_compute_proportional_rope_parameters`)."""
         exponent = np.arange(0, self.rotary_dim, 2, dtype=np.float64) / self.rotary_dim
-        return 1.0 / self.base**exponent
+        theta = 1.0 / self.base**exponent
+        theta[self.zero_pairs] = 0.0
+        return theta
 
 
 def validate_geometry(rotary_dim: int, base: float, train_len: int, factor: float) -> None:
@@ -70,8 +81,9 @@ def validate_geometry(rotary_dim: int, base: float, train_len: int, factor: floa
 
 
 def wavelength(inv_freq: np.ndarray) -> np.ndarray:
-    """Tokens per full turn, 2*pi / theta."""
-    return TWO_PI / inv_freq
+    """Tokens per full turn, 2*pi / theta (inf for a pair at frequency 0)."""
+    with np.errstate(divide="ignore"):
+        return TWO_PI / inv_freq
 
 
 def default_factor(length: float, train_len: int) -> float:
@@ -86,5 +98,6 @@ def turns(inv_freq: np.ndarray, length: float) -> np.ndarray:
 
 def critical_pair(geom: Geometry) -> int | None:
     """First pair m (1-based) that never completes a full turn within L; None if every pair does."""
-    never = np.nonzero(turns(geom.inv_freq(), geom.train_len) < 1.0)[0]
+    theta = geom.inv_freq()
+    never = np.nonzero((turns(theta, geom.train_len) < 1.0) & (theta > 0))[0]  # p-RoPE's zero pairs never rotate at all
     return int(never[0]) + 1 if never.size else None

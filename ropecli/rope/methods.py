@@ -244,15 +244,12 @@ def longrope_schedule(geom: Geometry, factors: Any, attention_factor: float | No
     current_length="seq_len",
 )
 def native_schedule(geom: Geometry, seq_len: float | None) -> tuple[np.ndarray, float]:
-    if geom.shipped is None:
-        return _ones(geom), 1.0
-    return geom.shipped.at(geom.rotary_dim, geom.base, int(seq_len or geom.target_len))
+    return (_ones(geom), 1.0) if geom.shipped is None else geom.shipped.at(geom.rotary_dim, geom.base, int(seq_len or geom.target_len))
 
 
 def _need_two_pairs(geom: Geometry, name: str) -> None:
     if geom.rotary_dim < 4:
         raise RopeCliError(f"{name} divides by d-2 and needs d >= 4 (got d={geom.rotary_dim}); pass a larger --d")
-
 
 # --- lookup and evaluation ------------------------------------------------------------------
 def method_names() -> list[str]:
@@ -296,5 +293,7 @@ def resolve_params(name: str, params: dict[str, Any]) -> tuple[Method, dict[str,
 def compute_schedule(name: str, geom: Geometry, **params: Any) -> Schedule:
     """Validate `params` against the method's parameter list, fill defaults, then run it."""
     method, resolved = resolve_params(name, params)
-    factors, attention = method.fn(geom, **resolved)
-    return Schedule(method.name, np.asarray(factors, dtype=np.float64), float(attention), resolved)
+    with np.errstate(divide="ignore", invalid="ignore"):  # p-RoPE's zero pairs: infinite wavelengths; shown unscaled
+        factors, attention = method.fn(geom, **resolved)
+    (factors := np.array(factors, dtype=np.float64))[geom.zero_pairs] = 1.0
+    return Schedule(method.name, factors, float(attention), resolved)

@@ -7,6 +7,8 @@ A model that ships a scaled RoPE has two lengths, named the same everywhere:
 Rules per rope_type (transformers' `modeling_rope_utils.py`; vLLM's `_get_and_verify_max_len` in
 `vllm/config/model.py` for Ls):
     linear    Lambda_m = k               L0 = original, else max_position_embeddings / k;  Ls = max_position_embeddings
+    proportional (Gemma 4's p-RoPE: the pairs past R at frequency 0, the geometry's `rotating_pairs`): linear by its
+              factor (`_compute_proportional_rope_parameters` divides every pair by it); factor 1: plain RoPE
     dynamic   ntk-aware at k*n/L0-(k-1)  L0 = Ls = max_position_embeddings (it grows the base past it)
     yarn      ramp by turns within L0    L0 = original, else max_position_embeddings;      Ls = L0 * k
     llama3    by wavelength against L0   L0 = original (else max_position_embeddings);      Ls = max_position_embeddings
@@ -32,7 +34,7 @@ from ropecli.rope.geometry import Geometry
 from ropecli.rope.methods import compute_schedule, format_label
 
 # transformers' rope_type -> ropecli's method (None: plain RoPE, nothing shipped)
-TYPE_TO_METHOD = {"default": None, "mrope": None, "linear": "pi", "dynamic": "dynamic", "yarn": "yarn",
+TYPE_TO_METHOD = {"default": None, "mrope": None, "proportional": "pi", "linear": "pi", "dynamic": "dynamic", "yarn": "yarn",
                   "llama3": "llama3", "longrope": "longrope", "su": "longrope"}  # "su": Phi-3's first spelling
 # the block's keys that become the ropecli method's parameters
 _PARAM_KEYS = {"yarn": ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate"),
@@ -102,8 +104,8 @@ def read_shipped(block: dict[str, Any] | None, *, max_len: int | None, original_
         raise RopeCliError(f"the model ships rope_type '{rope_type}', which ropecli does not know "
                            f"({', '.join(t for t in TYPE_TO_METHOD if t != 'su')}); pass --train-len and use --method none")
     method = TYPE_TO_METHOD[rope_type]
-    if method is None:
-        return None
+    if method is None or (rope_type == "proportional" and float(block.get("factor") or 1.0) == 1.0):
+        return None  # p-RoPE at factor 1 is plain RoPE on its rotating pairs (the geometry carries which: rotating_pairs)
     original = original_len or block.get("original_max_position_embeddings")
     max_len = int(max_len) if max_len else None
     if rope_type == "dynamic" and block.get("alpha"):  # HunYuan: the checkpoints say dynamic, the alpha makes it fixed

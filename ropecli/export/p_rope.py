@@ -1,0 +1,50 @@
+"""What a runtime can serve on a p-RoPE model (Gemma 4's global layers, `rope_type: proportional`).
+
+transformers' `_compute_proportional_rope_parameters` (modeling_rope_utils.py) builds the layer's inv_freq as
+base^(-2i/head_dim) for the first int(partial x head_dim) // 2 pairs and 0 for the rest, then divides every entry
+by the block's one `factor`: the only schedule its config can carry there is a uniform one (PI). A longrope block
+cannot stand in (transformers sizes it by head_dim x partial and runs the exponent over that: other frequencies,
+and Gemma 4's config refuses the global head_dim lookup it needs). So on a p-RoPE model ropecli serves, and
+exports, `pi` (and anything that is uniform on the rotating pairs with no attention factor) to transformers as
+`proportional` with that factor; every other schedule is measured but refused for export in one line. The other
+runtimes' handling of `proportional` is not read here yet: their exports are refused, naming --to hf.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ropecli.models.config import ModelRope
+from ropecli.rope.geometry import Geometry
+from ropecli.rope.spec import Spec
+
+
+def p_rope_refusal(spec: Spec, geom: Geometry, target: ModelRope, runtime: str) -> str | None:
+    """Why `runtime` cannot serve `spec` on this p-RoPE model (None: it can, or the model is not p-RoPE)."""
+    if target.rotating_pairs is None or spec.native:
+        return None
+    if runtime != "transformers":
+        return (f"{runtime}: ropecli has not checked how it serves p-RoPE (Gemma 4's 'proportional' layers); "
+                "--to hf writes transformers' own block")
+    factor = uniform_factor(spec, geom)
+    if factor is None:
+        return (f"transformers' 'proportional' RoPE (Gemma 4's global layers) divides every pair by one factor; "
+                f"{spec.label} is not one factor with no attention factor: only pi is served (the measurement stands)")
+    return None
+
+
+def uniform_factor(spec: Spec, geom: Geometry) -> float | None:
+    """The one factor `spec` divides every rotating pair by, None where it varies by pair or scales the logits."""
+    if spec.log_n or spec.position_map:
+        return None
+    s = spec.schedule(geom)
+    rotating = s.factors[: geom.rotating_pairs]
+    if not np.allclose(rotating, rotating[0], rtol=1e-12, atol=0) or abs(s.attention_factor - 1.0) > 1e-12:
+        return None
+    return float(rotating[0])
+
+
+def proportional_block(target: ModelRope, base: float, factor: float) -> dict:
+    """transformers' own p-RoPE block at `factor` (the model's partial_rotary_factor kept)."""
+    return {"rope_type": "proportional", "partial_rotary_factor": target.partial_rotary_factor, "rope_theta": base,
+            "factor": factor}
