@@ -322,7 +322,7 @@ def tasks_ppl_rows(d: dict) -> None:
 
 
 if __name__ == "__main__":
-    for name in ("compare-16k", "llamacpp-16k"):
+    for name in ("compare-16k", "llamacpp-16k", "maps-16k-ppl"):
         ppl_table(name)
     kl_table("kl-4k")
     kl_table("kl-4k-searched")
