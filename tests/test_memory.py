@@ -15,10 +15,16 @@ from ropecli.models.memory import kv_cache_bytes, memory_before_loading
 
 
 def allocated_kv(model, n: int) -> int:
-    """Bytes of the KV cache transformers builds for one sequence of n tokens."""
+    """Bytes of the cache transformers builds for one sequence of n tokens: keys and values, and the conv and recurrent
+    states of linear-attention layers."""
     with torch.no_grad():
         cache = model(torch.zeros(1, n, dtype=torch.long), use_cache=True).past_key_values
-    return sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+    tensors = []
+    for layer in cache.layers:
+        tensors += [t for t in (getattr(layer, "keys", None), getattr(layer, "values", None)) if isinstance(t, torch.Tensor)]
+        for states in (getattr(layer, "conv_states", {}), getattr(layer, "recurrent_states", {})):
+            tensors += [t for t in states.values() if isinstance(t, torch.Tensor)]
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 @pytest.mark.parametrize("name", ["builtin", "builtin-llama3"])
@@ -33,13 +39,15 @@ def test_builtin_models_estimate_equals_allocation(name):
     assert plan.kv_cache == allocated_kv(lm.model, n)
 
 
-@pytest.mark.parametrize("arch", [a for a in ARCHS if a.name.startswith(("gemma3", "gpt_oss", "mistral", "qwen2", "llama"))],
-                         ids=lambda a: a.name)
-def test_kv_cache_estimate_with_sliding_layers(arch):
-    """Sliding-window layers hold at most sliding_window - 1 tokens (Gemma 3, gpt-oss); the others every token."""
+@pytest.mark.parametrize("arch", ARCHS, ids=lambda a: a.name)
+def test_kv_cache_estimate_per_layer_kind(arch):
+    """Every architecture of the matrix, per layer kind: sliding and chunked layers hold at most their window or chunk
+    - 1 tokens (Gemma 3/4, gpt-oss, Llama 4), MLA its compressed latent (DeepSeek-V3, Mistral 4), Gemma 4's global
+    layers their own head dim, linear-attention layers a fixed state (Qwen3.5); the others every token."""
     model = build_arch(arch)
     for n in (8, 100):
-        assert kv_cache_bytes(model.config.to_dict(), n, 4)[0] == allocated_kv(model, n), (arch.name, n)
+        text = model.config.get_text_config().to_dict()
+        assert kv_cache_bytes(text, n, 4)[0] == allocated_kv(model, n), (arch.name, n)
 
 
 def test_memory_in_the_header_and_json(tmp_path, text_file):

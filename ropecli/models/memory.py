@@ -1,10 +1,9 @@
 """Memory before the run, from the model's files alone (no torch, no weights loaded): the weights at the
 compute dtype and the KV cache a runtime holds for one sequence of N tokens.
 
-KV cache, per layer: 2 (K and V) x KV heads x head dim x bytes x tokens, where tokens is N on a full-attention
-layer and min(N, sliding_window - 1) on a sliding-window layer (transformers' `DynamicSlidingWindowLayer` keeps
-the last sliding_window - 1 tokens; checked against what transformers allocates in tests/test_memory.py).
-MLA (DeepSeek-V2/V3): transformers caches K of qk_nope + qk_rope and V of v_head_dim per attention head.
+KV cache, layer by layer (`layer_cache_bytes`): K and V of N tokens on a full-attention layer, of at most the window
+or chunk on sliding and chunked layers, MLA's compressed latent, a fixed state on linear-attention layers; checked
+against what transformers allocates, per architecture of the matrix, in tests/test_memory.py.
 Weights: the parameter count from the safetensors headers (or the GGUF's tensor shapes, which transformers
 dequantizes) times the bytes of the compute dtype; unknown for a hub id until it is downloaded.
 """
@@ -54,27 +53,47 @@ def human(n: int) -> str:
 
 
 def kv_cache_bytes(text: dict[str, Any], length: int, dtype_bytes: int) -> tuple[int, int, int]:
-    """(bytes for one sequence of `length` tokens, layers, bytes per token of a full-attention layer stack) from
-    a (text) config dict as transformers reads it."""
+    """(bytes for one sequence of `length` tokens, layers, bytes a token adds over the layers whose cache grows with it)
+    from a (text) config dict as transformers reads it, layer by layer (`layer_cache_bytes`)."""
     layers = int(text.get("num_hidden_layers") or text.get("n_layer") or 0)
-    heads = int(text.get("num_attention_heads") or text.get("n_head") or 1)
-    kv_heads = int(text.get("num_key_value_heads") or heads)
-    if text.get("kv_lora_rank") and text.get("qk_rope_head_dim"):  # MLA as transformers caches it
-        k_dim = int(text.get("qk_nope_head_dim") or 0) + int(text["qk_rope_head_dim"])
-        per_layer = heads * (k_dim + int(text.get("v_head_dim") or k_dim)) * dtype_bytes
-    else:
-        head_dim = text.get("head_dim") or int(text.get("hidden_size") or text.get("n_embd") or 0) // heads
-        per_layer = 2 * kv_heads * int(head_dim) * dtype_bytes
     types = text.get("layer_types")
     window = text.get("sliding_window")
     if not types:
         sliding_all = window and text.get("use_sliding_window", True) is not False
         types = ["sliding_attention" if sliding_all else "full_attention"] * layers
-    total = 0
-    for t in types[:layers]:
-        tokens = min(length, int(window) - 1) if t == "sliding_attention" and window else length
-        total += per_layer * tokens
-    return total, layers, per_layer * layers
+    total = per_token = 0
+    for i, t in enumerate(types[:layers]):
+        fixed, token, cap = layer_cache_bytes(text, i, t, dtype_bytes)
+        total += fixed + token * (length if cap is None else min(length, cap))
+        per_token += token if cap is None else 0
+    return total, layers, per_token
+
+
+def layer_cache_bytes(text: dict[str, Any], i: int, kind: str, dtype_bytes: int) -> tuple[int, int, int | None]:
+    """(fixed bytes, bytes per cached token, most tokens cached or None) of layer i of `kind`, as transformers 5 caches it:
+    - full attention: K and V of every token, 2 x KV heads x head dim (a layer's own head dim and KV heads where the
+      config gives them per layer: Gemma 4's global layers, `per_layer_config`);
+    - sliding / chunked attention: the last sliding_window - 1 / attention_chunk_size - 1 tokens
+      (`DynamicSlidingWindowLayer`; Llama 4's chunked layers use it with the chunk);
+    - MLA (DeepSeek-V2/V3, Mistral 4): the compressed latent, kv_lora_rank + qk_rope_head_dim per token, no heads;
+    - linear attention (Qwen3.5 / Qwen3-Next's gated delta net, `LinearAttentionLayer`): a fixed state, the causal
+      conv's (2 x key dim + value dim) x kernel plus the recurrent value heads x key head dim x value head dim."""
+    if kind == "linear_attention":
+        nk, nv = int(text.get("linear_num_key_heads") or 0), int(text.get("linear_num_value_heads") or 0)
+        hk, hv = int(text.get("linear_key_head_dim") or 0), int(text.get("linear_value_head_dim") or 0)
+        conv = (2 * nk * hk + nv * hv) * int(text.get("linear_conv_kernel_dim") or 0)
+        return (conv + nv * hk * hv) * dtype_bytes, 0, None
+    if text.get("kv_lora_rank") and text.get("qk_rope_head_dim"):  # MLA: transformers caches the latent
+        token = (int(text["kv_lora_rank"]) + int(text["qk_rope_head_dim"])) * dtype_bytes
+    else:
+        heads = int(text.get("num_attention_heads") or text.get("n_head") or 1)
+        own = (text.get("per_layer_config") or {}).get(str(i)) or {}
+        kv_heads = int(own.get("num_key_value_heads") or text.get("num_key_value_heads") or heads)
+        head_dim = own.get("head_dim") or text.get("head_dim") or int(text.get("hidden_size") or text.get("n_embd") or 0) // heads
+        token = 2 * kv_heads * int(head_dim) * dtype_bytes
+    span = text.get("sliding_window") if kind == "sliding_attention" else \
+        text.get("attention_chunk_size") if kind == "chunked_attention" else None
+    return 0, token, (int(span) - 1 if span else None)
 
 
 def safetensors_parameters(folder: Path) -> int | None:
