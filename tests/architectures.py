@@ -31,6 +31,7 @@ class Arch:
     per_type: bool = False  # RoPE per layer type (Gemma 3 style)
     model_class: str | None = None  # the transformers class where AutoModelForCausalLM has no entry (Mistral 4)
     layers: str = ""  # the layer kinds ropecli must read (`LayerKinds.summary`), "" for one RoPE on every layer
+    temperature: str | None = None  # the position temperature ropecli must read (`Temperature.kind`)
 
 
 def _ramp(lo: float, hi: float, n: int = 8) -> list[float]:
@@ -91,11 +92,11 @@ ARCHS = [
           "moe_intermediate_size": 32, "n_group": 1, "topk_group": 1, "partial_rotary_factor": 0.5},
          rope={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": L0, "beta_fast": 32.0, "beta_slow": 1.0,
                "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1},
-         Ls=4 * L0, shipped="yarn", model_class="Mistral4ForCausalLM"),
+         Ls=4 * L0, shipped="yarn", model_class="Mistral4ForCausalLM", temperature="mistral4"),
     Arch("llama4 (chunked, NoPE layers)", "llama4_text", "Llama 4: RoPE layers in chunks, NoPE global layers",
          {"num_key_value_heads": 2, "head_dim": 16, "num_local_experts": 2, "intermediate_size_mlp": 96,
-          "attention_chunk_size": 16, "no_rope_layers": [1, 0]}, base=5e5,
-         layers="1 RoPE chunked (16 tokens), 1 NoPE full"),
+          "attention_chunk_size": 16, "no_rope_layers": [1, 0], "floor_scale": 8, "attn_scale": 0.1}, base=5e5,
+         layers="1 RoPE chunked (16 tokens), 1 NoPE full", temperature="llama4"),
     Arch("qwen3_5 (hybrid, partial 0.5)", "qwen3_5_text", "Qwen3.5: linear-attention layers between partial-rotary ones",
          {"num_key_value_heads": 2, "head_dim": 16, "partial_rotary_factor": 0.5,
           "layer_types": ["linear_attention", "full_attention"]}, base=1e7, d=8, layers="1 linear attention, 1 RoPE full"),
@@ -162,8 +163,8 @@ def save_arch(arch: Arch, path: Path) -> Path:
 
 def docs_table() -> str:
     """The matrix as docs/architectures.md shows it (tests/test_architecture_matrix.py checks the two agree)."""
-    rows = ["| architecture | stands for | d | base | L0 | Ls | ships | layers |", "|---|---|---|---|---|---|---|---|"]
+    rows = ["| architecture | stands for | d | base | L0 | Ls | ships | layers | temperature |", "|---|---|---|---|---|---|---|---|---|"]
     for a in ARCHS:
         ships = "plain RoPE" if not a.shipped else f"{a.shipped} ({'rope_scaling' if a.v4 else 'rope_parameters'})"
-        rows.append(f"| {a.name} | {a.like} | {a.d} | {a.base:g} | {L0} | {a.Ls} | {ships} | {a.layers or 'RoPE on every layer'} |")
+        rows.append(f"| {a.name} | {a.like} | {a.d} | {a.base:g} | {L0} | {a.Ls} | {ships} | {a.layers or 'RoPE on every layer'} | {a.temperature or '—'} |")
     return "\n".join(rows)

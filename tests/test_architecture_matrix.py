@@ -64,6 +64,7 @@ def test_geometry_and_shipped_schedule_read_right(folders, arch: Arch):
     assert (rope.shipped.rope_type if rope.shipped else None) == arch.shipped
     assert bool(rope.layer_types) == arch.per_type
     assert (rope.layers.summary() if rope.layers else "") == arch.layers
+    assert (rope.temperature.kind if rope.temperature else None) == arch.temperature
     loaded = load_model(str(folders[arch.name]), device="cpu")
     assert loaded.rope == rope  # config.json and the loaded model agree
     from ropecli.models.scoring import decoder

@@ -22,6 +22,7 @@ from ropecli.rope.geometry import Geometry
 from ropecli.models.layer_kinds import LayerKinds, read_layer_kinds
 from ropecli.models.rope_block import check_config_blocks
 from ropecli.rope.shipped import Shipped, read_shipped
+from ropecli.rope.temperature import Temperature, read_temperature
 
 BUILTIN = "builtin"
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "builtin_model"  # ropecli/builtin_model
@@ -42,6 +43,7 @@ class ModelRope:
     model_type: str = ""  # the config's model_type (llama, qwen2, phi3 …): what a runtime's loader does depends on it
     layers: LayerKinds | None = None  # NoPE, chunked, sliding, linear-attention layers (None: one RoPE on every layer)
     rotating_pairs: int | None = None  # p-RoPE (Gemma 4 'proportional'): pairs past it at frequency 0; None: all rotate
+    temperature: Temperature | None = None  # a position temperature the model ships (Llama 4, Mistral 4); None: none
     # train_len is L0, the length the shipped schedule was built from (the training length of a plain model)
 
     @property
@@ -67,7 +69,7 @@ class ModelRope:
     def geometry(self, factor: float, base: float | None = None) -> Geometry:
         """The geometry of L0 at factor k (k = N / L0), carrying the shipped schedule; `base`: a layer type's."""
         return Geometry(self.rotary_dim, self.base if base is None else base, self.train_len, factor, self.shipped,
-                        self.rotating_pairs)
+                        self.rotating_pairs, self.temperature)
 
     def overridden(self, rotary_dim: int | None = None, base: float | None = None, train_len: int | None = None) -> "ModelRope":
         """Explicit flags win over the config: --base replaces the base of every scaled layer type."""
@@ -94,6 +96,8 @@ class ModelRope:
         if self.rotating_pairs is not None:
             layers += (f"; p-RoPE: pairs 1-{self.rotating_pairs} rotate, pairs {self.rotating_pairs + 1}-{self.rotary_dim // 2} "
                        "sit at frequency 0 (no schedule moves them)")
+        if self.temperature is not None:
+            layers += f"; position temperature {self.temperature.describe(self.lengths)} (the model applies it; kept in exports)"
         return (f"{self.name}: rotary dim d={self.rotary_dim}, base={self.base:g}, training length L0={self.train_len}, "
                 f"shipped length Ls={self.shipped_len}{', ' + runs if runs else ''}{types}; {self.describe_shipped()}{layers}")
 
@@ -102,7 +106,13 @@ class ModelRope:
         return {"rotary_dim": self.rotary_dim, "base": self.base, "L0": self.train_len, "Ls": self.shipped_len,
                 "shipped": self.shipped.to_json() if self.shipped else None,
                 "layer_types": self.layer_types, "scaled_types": list(self.scaled_types),
-                "layers": self.layers.to_json() if self.layers else None, "rotating_pairs": self.rotating_pairs}
+                "layers": self.layers.to_json() if self.layers else None, "rotating_pairs": self.rotating_pairs,
+                "temperature": self.temperature.to_json(self.lengths) if self.temperature else None}
+
+    @property
+    def lengths(self) -> dict[str, int]:
+        """{'L0': …, 'Ls': …} (one entry where they agree): where headers show a position temperature."""
+        return {"L0": self.train_len} if self.shipped_len == self.train_len else {"L0": self.train_len, "Ls": self.shipped_len}
 
 
 def choose_layer_types(types: list[str], rope_layers: str | None) -> tuple[str, ...]:
@@ -205,7 +215,7 @@ def rope_from_config(name: str, cfg: dict, rope_layers: str | None) -> ModelRope
         raise RopeCliError(f"model '{name}' states no training length in its config; pass --train-len")
     return ModelRope(name, g.rotary_dim, bases[layer_type] if layer_type else g.base, int(L0), g.partial_rotary_factor,
                      bases, scaled, shipped, str(text.get("model_type") or cfg.get("model_type") or ""), read_layer_kinds(text),
-                     g.rotating_pairs)
+                     g.rotating_pairs, read_temperature(text, rp))
 
 
 
@@ -262,4 +272,5 @@ def geometry_from_flags(rotary_dim: int | None, base: float | None, train_len: i
     if L <= 0:
         raise RopeCliError(f"training length L={L} must be positive; pass e.g. --train-len 4096")
     rotating = rope.rotating_pairs if rope and d == rope.rotary_dim else None
-    return Geometry(d, b, L, resolve_factor(L, k, target_len), rope.shipped if rope else None, rotating), rope
+    return Geometry(d, b, L, resolve_factor(L, k, target_len), rope.shipped if rope else None, rotating,
+                    rope.temperature if rope else None), rope

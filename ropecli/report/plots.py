@@ -107,8 +107,13 @@ def plot_factors(geom, schedules: Sequence, path: str) -> Path:
 
 def plot_overview(geom, schedules: Sequence, path: str) -> Path:
     """`ropecli plot`: wavelengths before/after (left) and Lambda_m (right) of the schedules, with the
-    critical pair (the first that never completes a turn within L) marked on both."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
+    critical pair (the first that never completes a turn within L) marked on both; a third panel with the model's
+    position temperature over positions up to the target, where it ships one (Llama 4, Mistral 4)."""
+    temperature = getattr(geom, "temperature", None)
+    fig, axes = plt.subplots(1, 3 if temperature is not None else 2, figsize=(19 if temperature is not None else 13, 5))
+    left, right = axes[0], axes[1]
+    if temperature is not None:
+        _temperature(axes[2], geom, temperature)
     _wavelengths(left, geom, schedules)
     left.set_title("Wavelength per pair, before and after")
     _factors(right, geom, schedules)
@@ -120,6 +125,20 @@ def plot_overview(geom, schedules: Sequence, path: str) -> Path:
                        fontsize=8, color="dimgray")
     fig.suptitle(f"RoPE scaling overview: {_geometry_title(geom)} (target {geom.target_len})")
     return save(fig, path)
+
+
+def _temperature(ax, geom, temperature) -> None:
+    """The query scale s(n) the model applies at each position up to the target, with L0 (Ls) and k*L marked."""
+    n = np.linspace(0, geom.target_len - 1, 2000)
+    ax.plot(n + 1, temperature.scale(n), color="tab:green", lw=1.6)
+    ax.axvline(geom.train_len, color="tab:red", ls="--", lw=1, label=f"L0 = {geom.train_len}")
+    if geom.shipped is not None:
+        ax.axvline(geom.shipped_len, color="tab:orange", ls="--", lw=1, label=f"Ls = {geom.shipped_len}")
+    ax.set_title(f"Position temperature {temperature.label}", fontsize=9)
+    ax.set_xlabel("query position n (tokens)")
+    ax.set_ylabel(f"query scale s(n), on {temperature.layers}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8)
 
 
 def plot_candidate_factors(geom, schedules: list, path: str) -> Path:

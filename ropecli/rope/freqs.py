@@ -77,5 +77,7 @@ def frequency_report(geom: Geometry, schedule: Schedule) -> dict[str, Any]:
         "attention_factor": schedule.attention_factor,
         "critical_pair": critical_pair(geom),
         "rotating_pairs": geom.rotating_pairs,  # p-RoPE: pairs past it at frequency 0 (None: every pair rotates)
+        "temperature": (geom.temperature.to_json({"L0": geom.train_len, "Ls": geom.shipped_len, "target": geom.target_len})
+                        if geom.temperature is not None else None),  # the model's own position temperature
         "pairs": pairs,
     }

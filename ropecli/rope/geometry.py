@@ -27,6 +27,7 @@ class Geometry:
     factor: float  # k: extension factor (target length / L unless given)
     shipped: Any = field(default=None, compare=False)  # a rope.shipped.Shipped: the schedule the model ships (L = its L0), if any (untyped here: shipped imports geometry)
     rotating_pairs: int | None = None  # p-RoPE (Gemma 4's 'proportional'): pairs 1..R rotate, R+1..d/2 sit at frequency 0; None: all
+    temperature: Any = field(default=None, compare=False)  # a rope.temperature.Temperature the model ships (shown and plotted)
 
     def __post_init__(self) -> None:
         validate_geometry(self.rotary_dim, self.base, self.train_len, self.factor)

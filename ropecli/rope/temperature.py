@@ -1,0 +1,70 @@
+"""Position temperatures: query scales that grow with the position, which some models ship beside their frequencies.
+Numpy only.
+
+One idea in several spellings (logits scaled by position or length):
+- `llama4`  Llama 4's attention temperature tuning on its NoPE layers (`attn_temperature_tuning`):
+            s(n) = 1 + attn_scale x log(1 + floor((n + 1) / floor_scale))     (Llama4TextAttention.forward)
+- `mistral4` Mistral 4's `llama_4_scaling_beta` on every layer, counted from the rope block's original length L0:
+            s(n) = 1 + beta x log(1 + floor(n / L0))                             (get_llama_4_attn_scale)
+- `log-n`   the seeds' log-n scale, ropecli's `--log-n`: s(n) = max(1, log_L n), n counted from 1.
+n is the 0-based position of the query; s multiplies the query, so it scales every logit of that row. YaRN's attention
+factor (and DeepSeek's mscale) is the constant member of the family: a factor on cos and sin, so s^2 on the logits,
+carried by the schedule itself (`Schedule.attention_factor`), not here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Temperature:
+    """A position temperature a model ships: its kind, its parameters, and the layers it scales."""
+    kind: str  # llama4 | mistral4 | log-n
+    params: tuple  # (name, value) pairs
+    layers: str  # which layers' queries it scales, in words
+
+    @property
+    def label(self) -> str:
+        inner = ", ".join(f"{k}={v:g}" for k, v in self.params)
+        return f"{self.kind}({inner})"
+
+    def scale(self, positions: np.ndarray) -> np.ndarray:
+        """s(n) at 0-based query positions n, float64."""
+        p = dict(self.params)
+        n = np.asarray(positions, dtype=np.float64)
+        if self.kind == "llama4":
+            return 1.0 + p["attn_scale"] * np.log1p(np.floor((n + 1.0) / p["floor_scale"]))
+        if self.kind == "mistral4":
+            return 1.0 + p["beta"] * np.log1p(np.floor(n / p["original_len"]))
+        if self.kind == "log-n":
+            return np.maximum(1.0, np.log(n + 1.0) / np.log(p["train_len"]))
+        raise ValueError(self.kind)
+
+    def describe(self, lengths: dict[str, int]) -> str:
+        """`llama4(attn_scale=0.1, floor_scale=8192) on the NoPE layers: x1 at L0=8192, x1.11 at 16384`."""
+        at = ", ".join(f"x{self.scale(np.array([n - 1]))[0]:.3g} at {name}={n}" for name, n in lengths.items())
+        return f"{self.label} on {self.layers}: {at}"
+
+    def to_json(self, lengths: dict[str, int] | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "label": self.label, "params": dict(self.params), "layers": self.layers}
+        if lengths:
+            out["scale_at"] = {str(n): float(self.scale(np.array([n - 1]))[0]) for n in lengths.values()}
+        return out
+
+
+def read_temperature(text: dict[str, Any], rope_block: dict[str, Any] | None) -> Temperature | None:
+    """The position temperature a (text) config dict ships, None where it ships none."""
+    rp = rope_block or {}
+    if text.get("attn_temperature_tuning") and text.get("floor_scale") and text.get("attn_scale") is not None:
+        layers = "the NoPE layers" if 0 in (text.get("no_rope_layers") or []) else "no layer (every layer has RoPE)"
+        return Temperature("llama4", (("attn_scale", float(text["attn_scale"])), ("floor_scale", float(text["floor_scale"]))),
+                           layers)
+    beta = rp.get("llama_4_scaling_beta")
+    if beta is not None and rp.get("original_max_position_embeddings"):
+        return Temperature("mistral4", (("beta", float(beta)), ("original_len", float(rp["original_max_position_embeddings"]))),
+                           "every layer")
+    return None
