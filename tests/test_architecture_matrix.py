@@ -65,6 +65,7 @@ def test_geometry_and_shipped_schedule_read_right(folders, arch: Arch):
     assert bool(rope.layer_types) == arch.per_type
     assert (rope.layers.summary() if rope.layers else "") == arch.layers
     assert (rope.temperature.kind if rope.temperature else None) == arch.temperature
+    assert bool(rope.extension_notes()) == bool(arch.layers or arch.temperature or rope.rotating_pairs)  # advise's notes
     loaded = load_model(str(folders[arch.name]), device="cpu")
     assert loaded.rope == rope  # config.json and the loaded model agree
     from ropecli.models.scoring import decoder
@@ -138,6 +139,15 @@ def test_evaluate_serve_export_verify(folders, text, tmp_path, arch: Arch):
     assert "--to llamacpp needs --model FILE.gguf" in one_line_refusal(r)
     r = invoke(["export", "--model", model, "--method", "native", "--len", str(n), "--to", "hf"])
     assert r.exit_code == 0 and "nothing to export" in r.output
+
+
+@pytest.mark.parametrize("arch", [a for a in ARCHS if a.layers], ids=lambda a: a.name)
+def test_a_position_map_is_refused_where_layers_differ(folders, text, tmp_path, arch: Arch):
+    """A map rotates every layer's keys in its attention function: NoPE, chunked, sliding and linear layers would be
+    rotated wrongly, so the model is refused in one line (advise leaves the map candidates out on these)."""
+    r = invoke(["compare", "--model", str(folders[arch.name]), "--data", text, "--len", str(2 * arch.Ls), "--method", "none",
+                "--map", "selfextend:G=2,W=8", "--samples", "1", "--cache-dir", str(tmp_path / "cache")])
+    assert "not mapped yet" in refusal_after_header(r)
 
 
 def test_docs_table_is_the_matrix():

@@ -109,6 +109,18 @@ class ModelRope:
                 "layers": self.layers.to_json() if self.layers else None, "rotating_pairs": self.rotating_pairs,
                 "temperature": self.temperature.to_json(self.lengths) if self.temperature else None}
 
+    def extension_notes(self) -> list[str]:
+        """What extending this architecture can and cannot change, one sentence each (advise's notes): its layer kinds,
+        p-RoPE's fixed pairs, the position temperature that every candidate keeps as shipped."""
+        notes = [f"this model's layers: {self.layers.summary()}: {n}" for n in self.layers.extension_notes()] if self.layers else []
+        if self.rotating_pairs is not None:
+            notes.append(f"p-RoPE: only pairs 1-{self.rotating_pairs} of {self.rotary_dim // 2} rotate; every candidate scales "
+                         "those and leaves the rest at frequency 0")
+        if self.temperature is not None:
+            notes.append(f"position temperature {self.temperature.label} on {self.temperature.layers}: every candidate keeps "
+                         "it as shipped (ropecli changes frequencies, not the model's query scale)")
+        return notes
+
     @property
     def lengths(self) -> dict[str, int]:
         """{'L0': …, 'Ls': …} (one entry where they agree): where headers show a position temperature."""

@@ -22,6 +22,7 @@ import torch
 
 from ropecli.errors import RopeCliError
 from ropecli.models.patch import find_rotary_slots, text_config
+from ropecli.models.layer_kinds import read_layer_kinds
 from ropecli.rope.position_maps import map_params, map_regions
 
 NAME = "ropecli_mapped"
@@ -156,6 +157,9 @@ def mapped(model, name: str, params: dict[str, float] | None = None, block: int 
         raise RopeCliError(f"{name}: a model with RoPE per layer type ({len(slots)} rotary modules) is not mapped yet; "
                            "pass a model with one rotary module (LLaMA, Mistral, Qwen)")
     cfg = text_config(model)
+    if (kinds := read_layer_kinds(cfg.to_dict())) is not None:
+        raise RopeCliError(f"{name}: this model's layers differ ({kinds.summary()}); a map assumes one RoPE attention on "
+                           "every layer: not mapped yet")
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     if slots[0].rotary_dim != head_dim:
         raise RopeCliError(f"{name}: partial rotary (rotary dim {slots[0].rotary_dim} of head dim {head_dim}) is not "

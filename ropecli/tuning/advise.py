@@ -56,7 +56,7 @@ def run_advise(session: Bench, plan: AdvisePlan, target: Target, out_dir: Path, 
     held = session.held_out(plan.held_out)
     for n in lengths:
         session.check("ppl", n), held.check("ppl", n)
-    notes: list[str] = []
+    notes: list[str] = rope.extension_notes()  # chunked, NoPE, hybrid, p-RoPE, temperature: what extension can change
     passkey = passkey_possible(held, rope.shipped_len, max(lengths), notes)
     if plan.task_guard:  # its prompts at Ls and at the target: too little text or too short fails here
         try:

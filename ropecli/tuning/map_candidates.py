@@ -26,7 +26,7 @@ def maps_apply(model, rope, longest: int) -> bool:
     """Whether the default tournament takes the map candidates: a target past Ls, a backend that maps (transformers), a
     model it can map (one RoPE, every dimension rotated; `models.mapped_attention` refuses the rest in one line)."""
     return (longest > rope.shipped_len and bool(getattr(model, "maps", False)) and rope.partial_rotary_factor == 1
-            and not rope.layer_bases)
+            and not rope.layer_bases and rope.layers is None)  # NoPE, chunked, sliding, linear layers: not mapped
 
 
 def selfextend_rule(Ls: int, T: int) -> dict[str, float]:
