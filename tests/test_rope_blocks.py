@@ -141,3 +141,12 @@ def test_the_commands_refuse_before_any_weight_is_read(tiny_folder, tmp_path, mo
         assert r.exit_code == 1, r.output
         err = r.stderr.strip()
         assert len(err.splitlines()) == 1 and err.startswith("Error: the model's rope_parameters") and f"{key}=" in err, err
+
+
+def test_rope_blocks_not_per_layer_type_are_refused_in_one_line():
+    """DeepSeek V4 keys its rope blocks by rope kind (main, compress), not by layer type: refused, not misread."""
+    cfg = {**BASE, "layer_types": ["heavily_compressed_attention"] * 2, "num_hidden_layers": 2,
+           "rope_parameters": {"main": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.125},
+                               "compress": {"rope_type": "default", "rope_theta": 1.6e5, "partial_rotary_factor": 0.125}}}
+    with pytest.raises(RopeCliError, match=r"rope blocks \(compress, main\) are not per layer type"):
+        rope_from_config("m", cfg, None)

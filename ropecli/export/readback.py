@@ -116,11 +116,11 @@ def transformers_applied(config: dict, at_len: int, scaled: tuple[str, ...], hea
     """A config.json (or a `{"rope_parameters", "max_position_embeddings"}` block with `head_dim`)
     through transformers' own RoPE functions at `at_len`."""
     import torch
-    from transformers import AutoConfig, LlamaConfig
+    from transformers import AutoConfig, LlamaConfig, PretrainedConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    if "model_type" in config:
-        cfg = AutoConfig.for_model(**config)
+    if "model_type" in config:  # special floats as transformers writes them ({"__float__": "Infinity"}: Falcon-H1) decoded
+        cfg = AutoConfig.for_model(**PretrainedConfig._decode_special_floats(config))
     else:  # a bare block: a one-head LLaMA config carries it
         cfg = LlamaConfig(hidden_size=head_dim, num_attention_heads=1, num_key_value_heads=1, head_dim=head_dim,
                           max_position_embeddings=config["max_position_embeddings"],

@@ -3,7 +3,8 @@
 A 2026 model is rarely one RoPE on every layer: Llama 4 rotates in 8,192-token chunks on three layers of four and
 leaves every fourth without RoPE (NoPE, `no_rope_layers[i] == 0`, attending globally: `Llama4TextAttention`); SmolLM3
 leaves every fourth without RoPE; Gemma 3/4, OLMo 3, EXAONE 4 and gpt-oss mix sliding-window and full layers;
-Qwen3.5 / Qwen3-Next put linear-attention layers (no positions at all) between full ones, LFM2 convolutions. A
+Qwen3.5 / Qwen3-Next put linear-attention layers (no positions at all) between full ones, LFM2 convolutions, Falcon-H1
+a Mamba-2 beside the attention of every layer. A
 frequency schedule changes only the RoPE layers, and on chunked or sliding ones only distances below the chunk or
 window; the header says so (`describe`) and --json carries the counts (`to_json`).
 """
@@ -27,7 +28,7 @@ class LayerKinds:
 
     @property
     def mixed(self) -> bool:
-        return len(self.counts) > 1 or any(not kind.startswith("RoPE full") for kind, _ in self.counts)
+        return len(self.counts) > 1 or any(kind != "RoPE full" for kind, _ in self.counts)
 
     def summary(self) -> str:
         """`36 RoPE chunked (8192 tokens), 12 NoPE full`."""
@@ -47,6 +48,8 @@ class LayerKinds:
             notes.append("NoPE layers rotate nothing: no schedule changes them")
         if any("sliding" in k for k in kinds):
             notes.append(f"sliding layers see {self.sliding} tokens back at most: the long range is the full layers'")
+        if any("Mamba" in k for k in kinds):
+            notes.append("each layer's Mamba half has no positions: only its attention half is extended")
         quiet = [k for k in kinds if not k.startswith(("RoPE", "NoPE"))]
         if quiet:
             notes.append(f"{' and '.join(quiet)} layers have no positions: only the attention layers are extended")
@@ -66,11 +69,12 @@ def read_layer_kinds(text: dict[str, Any]) -> LayerKinds | None:
     types = list(types) if isinstance(types, list) and len(types) == n else ["full_attention"] * n
     rope_on = list(rope_on) if isinstance(rope_on, list) and len(rope_on) == n else [1] * n
     counts: dict[str, int] = {}
+    parallel_ssm = bool(text.get("mamba_n_heads") and text.get("mamba_d_state"))  # Falcon-H1: Mamba beside every attention
     for t, r in zip(types, rope_on):
         if t in POSITIONLESS:
             kind = POSITIONLESS[t]
         else:
-            kind = ("RoPE " if r else "NoPE ") + str(t).removesuffix("_attention")
+            kind = ("RoPE " if r else "NoPE ") + str(t).removesuffix("_attention") + (" + Mamba" if parallel_ssm else "")
         counts[kind] = counts.get(kind, 0) + 1
     chunk = text.get("attention_chunk_size") if any("chunked" in k for k in counts) else None
     sliding = text.get("sliding_window") if any("sliding" in k for k in counts) else None

@@ -77,7 +77,10 @@ def layer_cache_bytes(text: dict[str, Any], i: int, kind: str, dtype_bytes: int)
       (`DynamicSlidingWindowLayer`; Llama 4's chunked layers use it with the chunk);
     - MLA (DeepSeek-V2/V3, Mistral 4): the compressed latent, kv_lora_rank + qk_rope_head_dim per token, no heads;
     - linear attention (Qwen3.5 / Qwen3-Next's gated delta net, `LinearAttentionLayer`): a fixed state, the causal
-      conv's (2 x key dim + value dim) x kernel plus the recurrent value heads x key head dim x value head dim."""
+      conv's (2 x key dim + value dim) x kernel plus the recurrent value heads x key head dim x value head dim;
+    - LFM2's convolution layers: a fixed hidden x conv_L_cache; Falcon-H1: a Mamba-2 state beside every attention."""
+    if kind == "conv":  # LFM2's short convolution: hidden x conv_L_cache
+        return int(text.get("hidden_size") or 0) * int(text.get("conv_L_cache") or 0) * dtype_bytes, 0, None
     if kind == "linear_attention":
         nk, nv = int(text.get("linear_num_key_heads") or 0), int(text.get("linear_num_value_heads") or 0)
         hk, hv = int(text.get("linear_key_head_dim") or 0), int(text.get("linear_value_head_dim") or 0)
@@ -93,7 +96,18 @@ def layer_cache_bytes(text: dict[str, Any], i: int, kind: str, dtype_bytes: int)
         token = 2 * kv_heads * int(head_dim) * dtype_bytes
     span = text.get("sliding_window") if kind == "sliding_attention" else \
         text.get("attention_chunk_size") if kind == "chunked_attention" else None
-    return 0, token, (int(span) - 1 if span else None)
+    return parallel_ssm_bytes(text, dtype_bytes), token, (int(span) - 1 if span else None)
+
+
+def parallel_ssm_bytes(text: dict[str, Any], dtype_bytes: int) -> int:
+    """Falcon-H1's Mamba-2 beside the attention of every layer (`LinearAttentionAndFullAttentionLayer`): the conv state
+    (d_ssm + 2 x groups x d_state) x d_conv and the SSM state heads x head dim x d_state; 0 for other models."""
+    if not (text.get("mamba_n_heads") and text.get("mamba_d_state")):
+        return 0
+    d_ssm = int(text.get("mamba_d_ssm") or int(text.get("mamba_expand") or 2) * int(text.get("hidden_size") or 0))
+    state = int(text["mamba_d_state"])
+    conv = (d_ssm + 2 * int(text.get("mamba_n_groups") or 1) * state) * int(text.get("mamba_d_conv") or 4)
+    return (conv + int(text["mamba_n_heads"]) * int(text.get("mamba_d_head") or 0) * state) * dtype_bytes
 
 
 def safetensors_parameters(folder: Path) -> int | None:
