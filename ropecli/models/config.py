@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ropecli.errors import RopeCliError
-from ropecli.models.gguf_header import gguf_layout, gguf_metadata, gguf_parameters, gguf_shipped  # noqa: F401 (re-exported)
+from ropecli.models.gguf_families import gguf_layer_kinds, gguf_temperature, rotating_pairs, sliding_base
+from ropecli.models.gguf_header import gguf_layout, gguf_metadata, gguf_parameters, gguf_rope_freqs, gguf_shipped  # noqa: F401 (re-exported)
 from ropecli.models.geometry import DEFAULT_BASE, DEFAULT_GEOMETRY, config_geometry, resolve_factor
 from ropecli.rope.geometry import Geometry
 from ropecli.models.layer_kinds import LayerKinds, read_layer_kinds
@@ -258,11 +259,17 @@ def _from_gguf(name: str, path: Path, rope_layers: str | None) -> ModelRope:
     if not g.train_len:
         raise RopeCliError(f"GGUF '{path}' states no context length; pass --train-len")
     d, base = g.rotary_dim or g.head_dim, g.base
-    bases = {"full_attention": base, "sliding_attention": GEMMA3_SLIDING_BASE} if arch.startswith("gemma3") else {}
+    swa = sliding_base(meta, arch) or (GEMMA3_SLIDING_BASE if arch.startswith("gemma3") else None)
+    bases = {"full_attention": base, "sliding_attention": swa} if arch.startswith("gemma") and swa else {}
     scaled = choose_layer_types(sorted(bases), rope_layers)
-    shipped = None if scaled and scaled[0] != "full_attention" else gguf_shipped(path, meta, arch, d)
+    if scaled and scaled[0] == "sliding_attention" and get("rope.dimension_count_swa"):  # Gemma 4: its own head size
+        d = int(get("rope.dimension_count_swa"))
+    full = not scaled or scaled[0] == "full_attention"
+    shipped = gguf_shipped(path, meta, arch, d) if full else None
     L0 = shipped.original_len if shipped else g.train_len
-    return ModelRope(name, d, bases[scaled[0]] if scaled else base, L0, d / g.head_dim, bases, scaled, shipped)
+    rotating = rotating_pairs(gguf_rope_freqs(path, d)) if full else None
+    return ModelRope(name, d, bases[scaled[0]] if scaled else base, L0, d / g.head_dim, bases, scaled, shipped,
+                     "", gguf_layer_kinds(meta, arch), rotating, gguf_temperature(meta, arch))
 
 
 # --- the geometry the analysis commands compute with --------------------------------------------

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ropecli.errors import RopeCliError
+from ropecli.models.gguf_families import P_ROPE_ZERO, gguf_alpha_block
 from ropecli.rope.shipped import Shipped, read_shipped
 
 # GGUF value types: fixed-size scalars (struct format), 8 = string, 9 = array
@@ -133,6 +134,10 @@ def gguf_shipped(path: Path, meta: dict[str, Any], arch: str, rotary_dim: int) -
     if any(n.encode() in _head_bytes(path) for n in names):
         data_start, layout = gguf_layout(path)
         tensors = {n: _read_f32(path, off, rotary_dim // 2) for n, off in layout if n in names}
+    if (alpha := gguf_alpha_block(meta, arch)) is not None:  # HunYuan-VL: the raw base and its NTK-alpha
+        return read_shipped(alpha, max_len=ctx, source="gguf")
+    if "rope_freqs.weight" in tensors:  # Gemma 4's p-RoPE: 1e30 on the pairs that do not rotate (frequency 0: factor 1)
+        tensors["rope_freqs.weight"] = [1.0 if f >= P_ROPE_ZERO else f for f in tensors["rope_freqs.weight"]]
     if kind == "longrope" or "rope_factors_long.weight" in tensors:
         block = {"rope_type": "longrope", "long_factor": tensors.get("rope_factors_long.weight"),
                  "short_factor": tensors.get("rope_factors_short.weight"), "factor": factor,
@@ -153,6 +158,14 @@ def gguf_shipped(path: Path, meta: dict[str, Any], arch: str, rotary_dim: int) -
         source = "gguf rope_freqs" + ("" if original else "; L0 = Ls / k assumed, --train-len sets it")
         return replace(read_shipped(block, max_len=ctx, source=source), rope_type="rope_freqs")
     return None
+
+
+def gguf_rope_freqs(path: Path, rotary_dim: int) -> list[float] | None:
+    """The `rope_freqs` tensor's d/2 divisors, None where the GGUF has none."""
+    if b"rope_freqs.weight" not in _head_bytes(path):
+        return None
+    _, layout = gguf_layout(path)
+    return next((_read_f32(path, off, rotary_dim // 2) for n, off in layout if n == "rope_freqs.weight"), None)
 
 
 def _head_bytes(path: Path, size: int = 1 << 22) -> bytes:
