@@ -35,6 +35,8 @@ def p_rope_refusal(spec: Spec, geom: Geometry, target: ModelRope, runtime: str) 
     """Why `runtime` cannot serve `spec` on this p-RoPE model (None: it can, or the model is not p-RoPE)."""
     if target.rotating_pairs is None or spec.native:
         return None
+    if target.shipped is None and uniform_factor(spec, geom) == 1.0:
+        return None  # the unscaled model is the model as shipped: every runtime serves it
     if runtime != "transformers":
         return f"{runtime}: {OTHER_RUNTIMES.get(runtime, OTHER_RUNTIMES['other'])}; --to hf writes transformers' own block"
     factor = uniform_factor(spec, geom)

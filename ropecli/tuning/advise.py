@@ -20,6 +20,7 @@ from ropecli.tuning.candidates import default_candidates, search_plans, SHIPPED_
 from ropecli.tuning.map_candidates import maps_apply
 from ropecli.tuning.advise_plan import AdvisePlan
 from ropecli.tuning.objective import Bench
+from ropecli.export.p_rope import p_rope_refusal
 from ropecli.export.plan import check_export_paths, export_schedule, export_target, is_gguf
 from ropecli.export.runtimes import SERVED_BY_DEFAULT, record
 from ropecli.files import atomic_write_text
@@ -183,7 +184,7 @@ def export_winner(result: dict, rope, model: str | None, gguf_file: str | None, 
     for runtime, out in jobs:
         to = runtime
         best = runtime_pick(served.get(runtime), result["winner"], (result.get("constraints") or {}).get("max_short_regression"))
-        w = best or served_winner(result, runtime)
+        w = best or served_winner(result, runtime, geom, target)
         params = {k: v for k, v in w["params"].items() if v is not None and k != "factors"}
         spec = make_spec(("native+" if w.get("composed") else "") + w["method"], params, log_n=w["log_n"])
         spec = spec.but(position_map=map_from_json(w.get("position_map")))
@@ -210,20 +211,31 @@ def export_winner(result: dict, rope, model: str | None, gguf_file: str | None, 
     return done
 
 
-def served_winner(result: dict, runtime: str) -> dict:
-    """The winner's spec; where its position map is one `runtime` does not serve (`Runtime.maps`), the best-ranked
-    eligible candidate it does serve, with the line that says so (`instead`)."""
-    w, serves = result["winner_spec"], record(runtime).maps
-    if not w.get("position_map") or w["position_map"]["name"] in serves:
+def served_winner(result: dict, runtime: str, geom=None, target=None) -> dict:
+    """The winner's spec; where `runtime` cannot serve it (a position map it does not serve, `Runtime.maps`; a p-RoPE
+    schedule its config cannot carry, `export.p_rope`), the best-ranked eligible candidate it does serve, with the line
+    that says so (`instead`)."""
+    def why(w: dict) -> str | None:
+        pm = w.get("position_map")
+        if pm and pm["name"] not in record(runtime).maps:
+            return f"{runtime} does not serve the winner's position map ({pm['name']})"
+        if target is None or target.rotating_pairs is None:
+            return None
+        spec = make_spec(("native+" if w.get("composed") else "") + w["method"],
+                         {k: v for k, v in w["params"].items() if v is not None}, log_n=w["log_n"])
+        return p_rope_refusal(spec.but(position_map=map_from_json(pm)), geom, target, runtime)
+
+    w = result["winner_spec"]
+    if (reason := why(w)) is None:
         return w
-    ok = [r for r in result["rows"] if not r["excluded"] and (not r.get("position_map") or r["position_map"]["name"] in serves)]
+    ok = [r for r in result["rows"] if not r["excluded"] and why(r) is None]
     if not ok:
         return w  # nothing it serves was eligible: the export says why it cannot serve the winner
     r = min(ok, key=lambda r: r.get("rank", math.inf))
     return {"method": r["method"], "composed": r.get("composed", False), "log_n": r["log_n"],
             "params": {p: v for p, v in r["params"].items() if v is not None}, "position_map": r.get("position_map"),
-            "candidate": r["candidate"], "instead": f"{runtime} does not serve the winner's position map ({w['position_map']['name']}): exporting "
-                       f"{r['candidate']}, the best-ranked candidate it serves (rank {r.get('rank')})"}
+            "candidate": r["candidate"], "instead": f"{reason}: exporting {r['candidate']}, the best-ranked candidate it "
+                                                    f"serves (rank {r.get('rank')})"}
 
 
 def runtime_pick(block: dict | None, winner: str, max_rise: float | None = None) -> dict | None:
