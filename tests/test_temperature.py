@@ -91,5 +91,11 @@ def test_header_json_and_export_keep_the_temperature(tmp_path):
     r = CliRunner().invoke(app, ["export", "--model", str(folder), "--method", "native+yarn", "--len", "256", "--to", "hf",
                                  "--out", str(tmp_path / "hf")])
     assert r.exit_code == 0, r.output
+    said = " ".join(r.output.split())
+    assert "position temperature mistral4(beta=0.1, original_len=32) on every layer (the model's own" in said
+    assert "transformers applies it from the rope block" in said
+    r = CliRunner().invoke(app, ["export", "--model", str(folder), "--method", "native+yarn", "--len", "256", "--to", "vllm",
+                                 "--out", str(tmp_path / "v.json")])
+    assert r.exit_code == 0 and "no mapping was found upstream" in " ".join(r.output.split()), r.output
     block = json.loads((tmp_path / "hf" / "config.json").read_text())["rope_parameters"]
     assert block["llama_4_scaling_beta"] == 0.1 and block["original_max_position_embeddings"] == 32

@@ -29,6 +29,7 @@ from ropecli.export.runtimes import AT_START_UP, PER_FORWARD, ROPE_FREQS, canoni
 from ropecli.export.runtimes.installed import too_old
 from ropecli.export.p_rope import p_rope_refusal
 from ropecli.export.served import is_dynamic
+from ropecli.export.temperature import temperature_line
 from ropecli.export.switching import switching_report
 from ropecli.models.gguf_rope import export_gguf, native_scaling, read_gguf_input
 
@@ -123,6 +124,7 @@ def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str,
     if result.get("linked"):
         result["weights"] = weights
         result["lines"].append(place_weights(Path(out), result["linked"], weights))
+    result["lines"] += [line] if (line := temperature_line(target, runtime)) else []  # the model's own temperature
     result["runtimes"] = runtime_behaviour(target, consistent)
     result["consistent"] = consistent
     result["versions"] = works_with(runtime)
@@ -131,7 +133,7 @@ def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str,
     if flag:
         result["replaces_shipped"] = flag
         result["lines"].append(f"note: {flag}")
-    rec, dynamic = record(runtime), _is_dynamic(spec)
+    rec, dynamic = record(runtime), is_dynamic(spec)
     if (rec.dynamic_rule if dynamic else rec.rule) == PER_FORWARD and (not consistent or dynamic):
         result.update(switching_report(spec, geom, target, model, gguf_file, measure_switching, runtime))
         result["lines"] += result["switching_lines"]
@@ -139,10 +141,6 @@ def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str,
         result["manifest"] = write_manifest(out, spec, geom, target, runtime, model, gguf_file, consistent)
         result["lines"].append(f"wrote {result['manifest']}: what was exported (`ropecli verify {out}` reads it)")
     return result
-
-
-def _is_dynamic(spec: Spec) -> bool:
-    return is_dynamic(spec)
 
 
 def works_with(runtime: str) -> list[dict]:
