@@ -56,6 +56,8 @@ def served(runtime: str, spec: Spec, length: int, rope: ModelRope, factor: float
         return Served(runtime, length, spec, "the model as shipped")
     if (why := p_rope_refusal(spec, rope.geometry(factor), rope, runtime)) is not None:
         return Served(runtime, length, None, why)
+    if rope.rotating_pairs is not None and rec.name != "transformers":  # p-RoPE elsewhere: only the unscaled model
+        return Served(runtime, length, spec, "the model as shipped (its p-RoPE block unchanged)")
     if is_dynamic(spec):
         if not rec.serves_dynamic:
             return Served(runtime, length, None, f"{rec.label} has no dynamic NTK")
