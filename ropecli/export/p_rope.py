@@ -7,28 +7,17 @@ cannot stand in (transformers sizes it by head_dim x partial and runs the expone
 and Gemma 4's config refuses the global head_dim lookup it needs). So on a p-RoPE model ropecli serves, and
 exports, `pi` (and anything that is uniform on the rotating pairs with no attention factor) to transformers as
 `proportional` with that factor; every other schedule is measured but refused for export in one line. The other
-runtimes serve a p-RoPE model only as shipped (`OTHER_RUNTIMES`, with where each does so): their exports are refused.
+runtimes serve a p-RoPE model only as shipped (each record's `p_rope` says where): their exports are refused.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ropecli.export.runtimes import record
 from ropecli.models.config import ModelRope
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.spec import Spec
-
-
-# what the other runtimes do with a p-RoPE block (read in their sources through the search index, late 2026)
-OTHER_RUNTIMES = {
-    "vllm": "vLLM's get_rope builds Gemma4RotaryEmbedding for 'proportional' (rotary_embedding/gemma4_rope.py) and passes "
-            "it no factor: it serves the model as shipped only",
-    "sglang": "SGLang's Gemma4Attention (models/gemma4_causal.py) passes get_rope the rope_type alone: it serves the "
-              "model as shipped only",
-    "llamacpp": "llama.cpp carries Gemma 4's p-RoPE in the global layers' rope_freqs (1e30 past the rotating pairs, "
-                "conversion/gemma.py); ropecli does not write that tensor for Gemma 4 yet",
-    "other": "ropecli has not read how it serves p-RoPE (Gemma 4's 'proportional' layers)",
-}
 
 
 def p_rope_refusal(spec: Spec, geom: Geometry, target: ModelRope, runtime: str) -> str | None:
@@ -38,7 +27,8 @@ def p_rope_refusal(spec: Spec, geom: Geometry, target: ModelRope, runtime: str) 
     if target.shipped is None and uniform_factor(spec, geom) == 1.0:
         return None  # the unscaled model is the model as shipped: every runtime serves it
     if runtime != "transformers":
-        return f"{runtime}: {OTHER_RUNTIMES.get(runtime, OTHER_RUNTIMES['other'])}; --to hf writes transformers' own block"
+        said = record(runtime).p_rope or "ropecli has not read how it serves p-RoPE (Gemma 4's 'proportional' layers)"
+        return f"{runtime}: {said}; --to hf writes transformers' own block"
     factor = uniform_factor(spec, geom)
     if factor is None:
         return (f"transformers' 'proportional' RoPE (Gemma 4's global layers) divides every pair by one factor; "

@@ -36,6 +36,12 @@ RECORD = Runtime(
         Version(">=0.2.0", "{arch}.rope.scaling.type yarn|linear with factor and original_context_length",
                 "llama.cpp src/llama-model.cpp: llama_model::load_hparams (LLM_KV_ROPE_SCALING_*)"),
     ),
+    p_rope="llama.cpp carries Gemma 4's p-RoPE in the global layers' rope_freqs (1e30 past the rotating pairs, "
+           "conversion/gemma.py); ropecli does not write that tensor for Gemma 4 yet",
+    temperatures=(("llama4", "applies 0.1 and 8192 hard-coded (src/models/llama4.cpp): other values in the config are "
+                               "not served"),
+                  ("mistral4", "applies attention.temperature_scale and attention.temperature_length from the GGUF "
+                               "(src/models/deepseek2.cpp), kept in the export")),
 )
 
 

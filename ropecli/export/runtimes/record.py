@@ -45,6 +45,8 @@ class Runtime:
     output: str = "json"  # what --out takes: "json" (a file), "folder-or-json", "gguf" (NEW.gguf), "folder"
     needs_gguf: bool = False  # the export goes into a GGUF (--model FILE.gguf)
     maps: tuple[str, ...] = ()  # the position maps (rope.position_maps) it serves; its module's `map_lines` says how
+    p_rope: str = ""  # what it does with Gemma 4's p-RoPE block (export.p_rope); "": not read
+    temperatures: tuple[tuple[str, str], ...] = ()  # (temperature kind, what it does with it) (export.temperature)
 
     def __post_init__(self):
         if not self.dynamic_rule:

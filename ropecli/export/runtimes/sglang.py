@@ -37,6 +37,10 @@ RECORD = Runtime(
                 "python/sglang/srt/layers/attention/dual_chunk_flashattention_backend.py: DualChunkFlashAttentionBackend; "
                 "rotary_embedding/rope_variant.py: DualChunkRotaryEmbedding"),
     ),
+    p_rope="SGLang's Gemma4Attention (models/gemma4_causal.py) passes get_rope the rope_type alone: it serves the "
+           "model as shipped only",
+    temperatures=(("llama4", "applies the same formula, NoPE on every 4th layer hard-coded (models/llama4.py)"),
+                  ("mistral4", "applies config.llama_4_scaling (native format); the HF key as for vLLM")),
 )
 
 

@@ -37,6 +37,10 @@ RECORD = Runtime(
         Version(">=4.45", "Phi-3 drops its KV cache at the short/long switch in generate()",
                 "transformers PR #33129, modeling_phi3.py: Phi3ForCausalLM.prepare_inputs_for_generation"),
     ),
+    temperatures=(("llama4", "applies it from config.json (attn_temperature_tuning, floor_scale, attn_scale: "
+                                "Llama4TextAttention.forward), kept as shipped"),
+                  ("mistral4", "applies it from the rope block (llama_4_scaling_beta and its "
+                               "original_max_position_embeddings: get_llama_4_attn_scale), kept as shipped")),
 )
 
 

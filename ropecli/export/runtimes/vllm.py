@@ -33,6 +33,11 @@ RECORD = Runtime(
                       "max_position_embeddings * k; ropecli writes max_position_embeddings = k*L and max_trained_positions "
                       "= L, for which both give k' = k^2 - k + 1 (transformers' dynamic at k*L)"),
     ),
+    p_rope="vLLM's get_rope builds Gemma4RotaryEmbedding for 'proportional' (rotary_embedding/gemma4_rope.py) and passes "
+           "it no factor: it serves the model as shipped only",
+    temperatures=(("llama4", "applies it from the config (Llama4Attention._get_attn_scale, NoPE layers from no_rope_layers)"),
+                  ("mistral4", "applies config.llama_4_scaling of Mistral's native format (_get_llama_4_scaling); from an HF "
+                               "config's llama_4_scaling_beta no mapping was found upstream: check that your version applies it")),
 )
 
 
