@@ -335,6 +335,7 @@ if __name__ == "__main__":
     for name in ("workload-short", "workload-long", "workload-decode"):
         workload_rows(name)
     advise_rows("advise-16k")
+    advise_rows("advise-16k-maps")
     for name in ("tasks-8k", "tasks-16k", "tasks", "maps-16k", "maps-16k-llamacpp"):
         tasks_rows(name)
     sys.stdout.flush()

@@ -44,9 +44,10 @@ def rows(render, *args) -> list[str]:
     ("tasks_rows", ("maps-16k",)),
     ("ppl_table", ("maps-16k-ppl",)),
     ("tasks_rows", ("maps-16k-llamacpp",)),
+    ("advise_rows", ("advise-16k-maps",)),
 ], ids=["compare-16k", "kl-4k", "kl-4k-searched", "passkey-16k", "searches", "key-tokens-16k", "key-rules-8k",
         "workload-short", "workload-long", "workload-decode", "advise-16k", "tasks-8k", "tasks-16k",
-        "tasks-with-ppl", "maps-16k", "maps-16k-ppl", "maps-16k-llamacpp"])
+        "tasks-with-ppl", "maps-16k", "maps-16k-ppl", "maps-16k-llamacpp", "advise-16k-maps"])
 def test_each_measured_row_is_in_the_page(render, args):
     found = rows(TABLES[render], *args)
     assert found, f"{render}{args}: no JSON in measurements/smollm2/"
