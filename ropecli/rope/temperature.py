@@ -6,7 +6,7 @@ One idea in several spellings (logits scaled by position or length):
             s(n) = 1 + attn_scale x log(1 + floor((n + 1) / floor_scale))     (Llama4TextAttention.forward)
 - `mistral4` Mistral 4's `llama_4_scaling_beta` on every layer, counted from the rope block's original length L0:
             s(n) = 1 + beta x log(1 + floor(n / L0))                             (get_llama_4_attn_scale)
-- `log-n`   the seeds' log-n scale, ropecli's `--log-n`: s(n) = max(1, log_L n), n counted from 1.
+The seeds' log-n scale, s(n) = max(1, log_L n), is the same idea applied by ropecli itself (`--log-n`, models/patch.py).
 n is the 0-based position of the query; s multiplies the query, so it scales every logit of that row. YaRN's attention
 factor (and DeepSeek's mscale) is the constant member of the family: a factor on cos and sin, so s^2 on the logits,
 carried by the schedule itself (`Schedule.attention_factor`), not here.
@@ -23,7 +23,7 @@ import numpy as np
 @dataclass(frozen=True)
 class Temperature:
     """A position temperature a model ships: its kind, its parameters, and the layers it scales."""
-    kind: str  # llama4 | mistral4 | log-n
+    kind: str  # llama4 | mistral4
     params: tuple  # (name, value) pairs
     layers: str  # which layers' queries it scales, in words
 
@@ -40,8 +40,6 @@ class Temperature:
             return 1.0 + p["attn_scale"] * np.log1p(np.floor((n + 1.0) / p["floor_scale"]))
         if self.kind == "mistral4":
             return 1.0 + p["beta"] * np.log1p(np.floor(n / p["original_len"]))
-        if self.kind == "log-n":
-            return np.maximum(1.0, np.log(n + 1.0) / np.log(p["train_len"]))
         raise ValueError(self.kind)
 
     def describe(self, lengths: dict[str, int]) -> str:
