@@ -156,7 +156,7 @@ def keep_model_keys(old: Any, new: dict) -> dict:
     if "llama_4_scaling_beta" in old and out.get("original_max_position_embeddings") != old.get("original_max_position_embeddings"):
         if out.get("rope_type") != "longrope" or out.get("short_factor") != out.get("long_factor"):
             raise RopeCliError("this export would move the length the model's position temperature (llama_4_scaling_beta) "
-                               "counts from; export with --consistent (one factor list at every length)")
+                               "counts from; leave --switching out (the consistent export keeps one factor list at every length)")
         out["original_max_position_embeddings"] = old["original_max_position_embeddings"]
     return out
 
