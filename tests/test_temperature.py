@@ -99,3 +99,90 @@ def test_header_json_and_export_keep_the_temperature(tmp_path):
     assert r.exit_code == 0 and "no mapping was found upstream" in " ".join(r.output.split()), r.output
     block = json.loads((tmp_path / "hf" / "config.json").read_text())["rope_parameters"]
     assert block["llama_4_scaling_beta"] == 0.1 and block["original_max_position_embeddings"] == 32
+
+
+# --- a changed temperature (issue 49, item 2: searchable, exported where a runtime reads it) -------------------------
+
+def test_a_changed_temperature_is_the_query_scale_the_model_then_applies(tmp_path):
+    """`--param attn_scale=…` / `beta=…` puts the model at that temperature: the query each layer sees is scaled by the
+    changed Temperature's s(n), position by position; restored after the block."""
+    from ropecli.models.load import load_model
+    from ropecli.models.position_temperature import position_temperature
+
+    for kind, change in (("llama4", ("attn_scale", 0.7)), ("mistral4", ("beta", 0.9))):
+        folder = save_arch(ROW[kind], tmp_path / kind)
+        shipped = read_rope_config(str(folder)).temperature
+        changed = shipped.but((change,))
+        lm = load_model(str(folder), device="cpu", dtype="fp32")
+        n = 96
+        ids = torch.randint(2, 90, (1, n))
+        before = queries_seen(lm.model, ids)
+        with position_temperature(lm.model, changed):
+            after = queries_seen(lm.model, ids)
+        again = queries_seen(lm.model, ids)
+        for i in sorted(before):  # the first layer it scales (the layers after it see other hidden states too)
+            torch.testing.assert_close(again[i], before[i])  # restored
+            ratio = (after[i] / before[i]).mean(dim=(0, 1, 3)).double().numpy()
+            if not np.allclose(ratio, 1.0):  # (Llama 4's RoPE layers: unscaled)
+                np.testing.assert_allclose(ratio, changed.scale(np.arange(n)) / shipped.scale(np.arange(n)), rtol=1e-5)
+                break
+        else:
+            raise AssertionError(f"{kind}: no layer's queries moved")
+
+
+def test_a_changed_temperature_is_measured_cached_and_searched(tmp_path):
+    folder = save_arch(ROW["llama4"], tmp_path / "m")
+    base = ["ppl", "--model", str(folder), "--method", "native", "--len", "96", "--samples", "2", "--json", "--cache-dir", str(tmp_path / "c")]
+
+    def ppl(*extra):
+        r = CliRunner().invoke(app, [*base, *extra])
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)["results"][0]
+
+    own, same, changed = ppl(), ppl("--param", "attn_scale=0.1"), ppl("--param", "attn_scale=0.8")
+    assert same["ppl"] == own["ppl"]  # the shipped value is the model as loaded
+    assert changed["ppl"] != own["ppl"] and changed["label"] == "native+temperature(attn_scale=0.8)"
+    assert changed["temperature"] == {"attn_scale": 0.8} and not changed["cached"]
+    assert ppl("--param", "attn_scale=0.8")["cached"]  # its own cache key
+    r = CliRunner().invoke(app, ["search", "--model", str(folder), "--method", "native", "--vary", "attn_scale",
+                                 "--len", "96", "--samples", "2", "--budget", "4", "--json", "--cache-dir", str(tmp_path / "c")])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["start"] == {"attn_scale": 0.1}  # from the model's own value
+    assert all("temperature(attn_scale=" in e["label"] for e in out["evaluations"])
+
+
+def test_a_temperature_on_a_model_without_one_is_one_line(tmp_path):
+    for args in (["ppl", "--param", "beta=0.3"], ["search", "--method", "yarn", "--vary", "beta", "--budget", "4"]):
+        r = CliRunner().invoke(app, [*args, "--len", "512", "--samples", "1", "--cache-dir", str(tmp_path)])
+        assert r.exit_code == 1
+        assert r.output.strip().splitlines()[-1] == ("Error: beta changes a position temperature, and this model ships "
+                                                    "none (Llama 4 and Mistral 4 do); drop it"), r.output
+    r = CliRunner().invoke(app, ["ppl", "--param", "beta=-1", "--len", "512"])
+    assert r.exit_code == 1 and "beta=-1 is outside [0, 10]" in r.output
+
+
+def test_a_changed_temperature_is_exported_where_the_runtime_reads_it(tmp_path):
+    folder = save_arch(ROW["mistral4"], tmp_path / "m")
+    common = ["--model", str(folder), "--method", "yarn", "--param", "beta=0.6", "--len", "256", "--force"]
+    r = CliRunner().invoke(app, ["export", *common, "--to", "hf", "--out", str(tmp_path / "hf")])
+    assert r.exit_code == 0, r.output
+    assert "transformers reads beta=0.6 from the rope block" in " ".join(r.output.split())
+    block = json.loads((tmp_path / "hf" / "config.json").read_text())["rope_parameters"]
+    assert block["llama_4_scaling_beta"] == 0.6 and block["original_max_position_embeddings"] == 32
+    r = CliRunner().invoke(app, ["verify", str(tmp_path / "hf")])  # reloaded = ropecli's own number at beta 0.6
+    assert r.exit_code == 0 and "transformers: OK" in r.output, r.output
+    r = CliRunner().invoke(app, ["export", *common, "--to", "vllm", "--out", str(tmp_path / "v.json")])
+    assert r.exit_code == 1 and "it cannot be served the changed temperature mistral4(beta=0.6" in " ".join(r.output.split())
+    r = CliRunner().invoke(app, ["export", *common[:2], "--method", "native", "--param", "beta=0.6", "--len", "256", "--to", "hf",
+                                 "--out", str(tmp_path / "n")])
+    assert r.exit_code == 1 and "set llama_4_scaling_beta = 0.6 in the model's config.json" in " ".join(r.output.split())
+    llama4 = save_arch(ROW["llama4"], tmp_path / "l4")
+    r = CliRunner().invoke(app, ["export", "--model", str(llama4), "--method", "yarn", "--param", "attn_scale=0.5",
+                                 "--len", "128", "--to", "hf", "--out", str(tmp_path / "hf4")])
+    assert r.exit_code == 0, r.output
+    text = json.loads((tmp_path / "hf4" / "config.json").read_text())
+    text = text.get("text_config", text)
+    assert (text["attn_scale"], text["floor_scale"]) == (0.5, 8)
+    r = CliRunner().invoke(app, ["verify", str(tmp_path / "hf4")])
+    assert r.exit_code == 0 and "transformers: OK" in r.output, r.output

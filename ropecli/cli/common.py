@@ -1,6 +1,5 @@
-"""Shared pieces of the Typer commands: the error boundary (one line per error, usage errors
-included), geometry and schedules from option groups, and output helpers. Imports nothing heavy
-(no torch, no matplotlib); the options themselves are in `ropecli.cli.options`."""
+"""Shared pieces of the Typer commands: the error boundary (one line per error, usage errors included), geometry and
+schedules from option groups, output helpers. No torch, no matplotlib; the options are in `ropecli.cli.options`."""
 
 from __future__ import annotations
 
@@ -8,6 +7,7 @@ import functools
 import json
 import math
 import os
+import re
 import sys
 from typing import Any
 
@@ -37,8 +37,8 @@ def _secondary_rank() -> bool:
 
 def _lost_peer(exc: BaseException) -> bool:
     """A collective that failed because another rank stopped (its own line says why)."""
-    text = f"{type(exc).__name__} {exc}".lower()
-    return any(w in text for w in ("gloo", "nccl", "connection", "distbackenderror", "distnetworkerror", "timed out", "peer"))
+    text = f"{type(exc).__name__} {exc}".lower()  # whole words: 'typeerror … unexpected' is no lost peer
+    return re.search(r"\b(gloo|nccl|connection|distbackenderror|distnetworkerror|timed out|peer)\b", text) is not None
 
 
 def handle_errors(fn):

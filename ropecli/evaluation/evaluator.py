@@ -90,6 +90,8 @@ class Evaluator:
         }
         if sched.params.get("truncate") is None:  # added after caches were committed: absent = transformers' default
             key["params"].pop("truncate", None)
+        if sched.temperature is not None:  # absent = the model's own temperature, as every earlier key measured
+            key["temperature"] = dict(sched.temperature.params)
         if spec.position_map:  # absent = no map: every key cached before maps existed still serves
             key["map"] = [spec.position_map[0], dict(spec.position_map[1])]
         return key

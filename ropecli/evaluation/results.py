@@ -37,6 +37,7 @@ class EvalResult:
     attention_factor: float
     seconds: float  # wall time of the forward passes (0 when cached)
     position_map: dict | None = None  # {"name", "params"} of a position map at the attention (None: none)
+    temperature: dict | None = None  # the model's position temperature as changed ({"attn_scale": 0.2}; None: its own)
     cached: bool = False  # served from the cache in this run (not stored in the cache)
 
     @property
@@ -162,7 +163,7 @@ def _head(spec: Spec, sched: Schedule, geom: Geometry, length: int, seconds: flo
     return {"method": sched.method, "label": spec.label, "params": {k: v for k, v in sched.params.items() if k != "factors"},
             "log_n": spec.log_n, "len": length, "factor": geom.factor, "attention_factor": sched.attention_factor,
             "seconds": round(seconds, 3),
-            "position_map": map_json(spec.position_map)}
+            "position_map": map_json(spec.position_map), "temperature": dict(spec.temperature) or None}
 
 
 def summarize_ppl(spec: Spec, sched: Schedule, geom: Geometry, length: int, per_window: list[tuple[float, int]],

@@ -57,7 +57,8 @@ def expected_from_advice(advice: dict, path: Path, rope: ModelRope | None = None
     file does not keep (partial rotary, layer types), with the advice's d, base and L checked against it."""
     try:
         w = advice["winner_spec"]
-        spec = make_spec(("native+" if w.get("composed") else "") + w["method"], w["params"], log_n=w.get("log_n", False))
+        spec = make_spec(("native+" if w.get("composed") else "") + w["method"], {**w["params"], **(w.get("temperature") or {})},
+                         log_n=w.get("log_n", False))
         L, k, d, base = int(advice["train_len"]), float(advice["factor"]), int(advice["rotary_dim"]), float(advice["base"])
     except (KeyError, TypeError, ValueError) as exc:
         raise RopeCliError(f"{path} is not an advice.json written by `ropecli advise` (missing {exc}); "
@@ -75,7 +76,7 @@ def expected_from_export(manifest: dict, path: Path, rope: ModelRope | None = No
         if not isinstance(params, dict):
             raise TypeError("params")
         method = ("native+" if manifest.get("composed") else "") + manifest["method"]
-        spec = make_spec(method, params, log_n=bool(manifest.get("log_n", False)))
+        spec = make_spec(method, {**params, **(manifest.get("temperature") or {})}, log_n=bool(manifest.get("log_n", False)))
         spec = spec.but(position_map=map_from_json(manifest.get("position_map")))
         L, k, d = int(manifest["train_len"]), float(manifest["factor"]), int(manifest["rotary_dim"])
         base, T = float(manifest["base"]), int(manifest["target_len"])

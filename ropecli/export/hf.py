@@ -185,6 +185,7 @@ def merged_config(config: dict, block: dict) -> dict:
         text["original_max_position_embeddings"] = first.get("original_max_position_embeddings",
                                                              text["original_max_position_embeddings"])
     text["max_position_embeddings"] = block["max_position_embeddings"]
+    text.update(block.get("config") or {})  # a changed position temperature's keys (Llama 4: attn_scale, floor_scale)
     if "rope_type" in new:  # transformers 4 reads rope_scaling + rope_theta; 5 takes rope_scaling over rope_parameters
         text["rope_scaling"], text["rope_theta"] = dict(new), new["rope_theta"]  # (convert_rope_params_to_dict): the same dict
     return out

@@ -34,6 +34,6 @@ def write_manifest(out: str, spec: Spec, geom: Geometry, target: ModelRope, runt
         "factor": geom.factor, "target_len": geom.target_len, "train_len": geom.train_len,
         "rotary_dim": geom.rotary_dim, "base": geom.base, "model": model, "gguf_file": gguf_file,
         "consistent": consistent, "scaled_layer_types": list(target.scaled_types),
-        "position_map": map_json(spec.position_map),
+        "position_map": map_json(spec.position_map), "temperature": dict(spec.temperature) or None,
         "works_with": record(runtime).describe()["versions"]}, indent=1))
     return str(path)

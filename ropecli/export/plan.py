@@ -1,13 +1,14 @@
 """The one export function: `ropecli export` and `ropecli advise` both call `export_schedule`.
 
 Routing: each runtime's module writes its artefact (`ropecli.export.runtimes.<name>.write`, its record's `artefact`):
-transformers a model folder (a local folder: its files linked beside the merged config.json; a hub id: the
-merged config.json; a GGUF: dequantized by transformers) or, with `--out FILE.json` or no --out, the
-rope_parameters block (`hf_result`, `write_block`: shared with vllm's overrides); llamacpp a GGUF copy (`to_gguf`:
-rope_freqs, or the native scaling keys), which the GGUF-based runtimes reuse. By default the
-export is consistent (short_factor = long_factor): every runtime applies the schedule at every length and
-generation through a KV cache is safe. `consistent=False` (--switching) keeps transformers' short/long
-switch at L (Ls): cached keys go stale across it, and the damage is measured and printed.
+transformers a model folder (a local folder: its files linked beside the merged config.json; a hub id: the merged
+config.json; a GGUF: dequantized by transformers) or, with `--out FILE.json` or no --out, the rope_parameters block
+(`hf_result`, `write_block`: shared with vllm's overrides); llamacpp a GGUF copy (`to_gguf`: rope_freqs, or the
+native scaling keys), which the GGUF-based runtimes reuse. By default the export is consistent
+(short_factor = long_factor): every runtime applies the schedule at every length and generation through a KV cache is
+safe. `consistent=False` (--switching) keeps transformers' short/long switch at L (Ls): cached keys go stale across
+it, and the damage is measured and printed. A changed position temperature goes where each runtime reads it
+(`export.temperature`), or is refused in one line.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from ropecli.export.runtimes import AT_START_UP, PER_FORWARD, ROPE_FREQS, canoni
 from ropecli.export.runtimes.installed import too_old
 from ropecli.export.p_rope import p_rope_refusal
 from ropecli.export.served import is_dynamic
-from ropecli.export.temperature import temperature_line
+from ropecli.export.temperature import hf_temperature_keys, temperature_line, temperature_refusal
 from ropecli.export.switching import switching_report
 from ropecli.models.gguf_rope import export_gguf, native_scaling, read_gguf_input
 
@@ -102,7 +103,7 @@ def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str,
     sit beside the merged config.json: "link" (symbolic links by absolute path), "hardlink" or "copy"."""
     runtime = canonical(runtime)
     check_map_served(spec, runtime)
-    if (why := p_rope_refusal(spec, geom, target, runtime)) is not None:
+    if (why := p_rope_refusal(spec, geom, target, runtime) or temperature_refusal(spec, target, runtime)) is not None:
         raise RopeCliError(why)
     if spec.position_map and hasattr(module(runtime), "write_map"):  # the runtime's own config serves the map (SGLang: DCA)
         result = {**module(runtime).write_map(spec, geom, target, out, model=model), "runtime": runtime,
@@ -124,10 +125,8 @@ def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str,
     if result.get("linked"):
         result["weights"] = weights
         result["lines"].append(place_weights(Path(out), result["linked"], weights))
-    result["lines"] += [line] if (line := temperature_line(target, runtime)) else []  # the model's own temperature
-    result["runtimes"] = runtime_behaviour(target, consistent)
-    result["consistent"] = consistent
-    result["versions"] = works_with(runtime)
+    result["lines"] += [line] if (line := temperature_line(target, runtime, spec)) else []  # the model's, or as changed
+    result.update(runtimes=runtime_behaviour(target, consistent), consistent=consistent, versions=works_with(runtime))
     result["lines"] += [works_with_line(runtime), *installed_lines(runtime)]
     flag = replaces_shipped(target, runtime, consistent)
     if flag:
@@ -211,6 +210,7 @@ def hf_result(spec, geom, target, runtime: str, model, consistent) -> tuple[dict
     """(the transformers rope_parameters block of `spec` at geom's k, the export's result so far) for a runtime that
     reads such a block (transformers, vLLM, SGLang; each runtime's writer adds its own part)."""
     block, note = rope_block(target, spec, geom.factor, consistent)
+    block = hf_temperature_keys(block, spec, target)  # a changed position temperature's keys (Llama 4, Mistral 4)
     return block, {"runtime": runtime, "model": model, "factor": geom.factor, "target_len": geom.target_len, "note": note,
                    "block": block, "lines": [note]}
 

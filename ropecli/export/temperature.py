@@ -1,19 +1,63 @@
 """What each runtime does with a model's position temperature when ropecli exports a schedule for it: one line per
-export. ropecli changes frequencies only; the temperature stays the model's, and whether the runtime applies it is
-the runtime's: its record's `temperatures` (read in each one's source through the search index, late 2026;
-docs/architectures.md has the table).
+export, and where the schedule changes the temperature (`Spec.temperature`: `--param attn_scale=0.2`, a search's
+winner), the keys that carry the change, or one line saying that the runtime cannot. Whether a runtime applies the
+temperature, and from where, is its record's (`temperatures`, `temperature_changes`: read in each one's source
+through the search index, late 2026; docs/architectures.md has the table).
 """
 
 from __future__ import annotations
 
 from ropecli.export.runtimes import record
 from ropecli.models.config import ModelRope
+from ropecli.rope.spec import Spec
+from ropecli.rope.temperature import Temperature, tempered
+
+# where transformers reads each tunable parameter: (the rope block | the text config, the key)
+HF_KEYS = {"attn_scale": ("config", "attn_scale"), "floor_scale": ("config", "floor_scale"),
+           "beta": ("rope_parameters", "llama_4_scaling_beta")}
 
 
-def temperature_line(target: ModelRope, runtime: str) -> str | None:
-    """`position temperature llama4(…): vllm applies it …`; None for a model without one."""
+def _changed(spec: Spec, target: ModelRope) -> Temperature | None:
+    return tempered(target.temperature, spec.temperature) if spec.temperature else None
+
+
+def temperature_refusal(spec: Spec, target: ModelRope, runtime: str) -> str | None:
+    """One line where `runtime` cannot carry the spec's changed temperature; None where it can (or nothing changed)."""
+    t = _changed(spec, target)
+    if t is not None and spec.native:  # the export writes a schedule; the model as shipped has none to write
+        keys = ", ".join(f"{HF_KEYS[k][1]} = {v:g}" for k, v in spec.temperature)
+        return (f"native writes nothing, and a changed temperature alone is config keys: set {keys} in the model's "
+                f"config.json ({'the rope block' if t.kind == 'mistral4' else 'its text config'}), or export it with "
+                f"a frequency schedule (e.g. --method yarn --param …)")
+    if t is None or t.kind in dict(record(runtime).temperature_changes):
+        return None
+    said = dict(record(runtime).temperatures).get(t.kind, "ropecli has not read whether it applies it")
+    hint = dict(record(runtime).temperature_changes).get(f"{t.kind}:instead", "")
+    return (f"{runtime} {said}: it cannot be served the changed temperature {t.label}; export the schedule without "
+            f"{', '.join(k for k, _ in spec.temperature)}{'; ' + hint if hint else ''}")
+
+
+def hf_temperature_keys(block: dict, spec: Spec, target: ModelRope) -> dict:
+    """The rope_parameters block with the changed temperature's keys: Mistral 4's beta in the block itself, Llama 4's
+    attn_scale / floor_scale under `config` (merged into the text config by `export.hf.merged_config`)."""
+    if _changed(spec, target) is None:
+        return block
+    out = {**block, "rope_parameters": dict(block["rope_parameters"])}
+    for name, value in spec.temperature:
+        where, key = HF_KEYS[name]
+        (out["rope_parameters"] if where == "rope_parameters" else out.setdefault("config", {}))[key] = value
+    return out
+
+
+def temperature_line(target: ModelRope, runtime: str, spec: Spec | None = None) -> str | None:
+    """`position temperature llama4(…): vllm applies it …`, or how the changed one is carried; None for a model
+    without one."""
     t = target.temperature
     if t is None:
         return None
+    if spec is not None and (changed := _changed(spec, target)) is not None:
+        how = dict(record(runtime).temperature_changes)[t.kind]
+        values = " ".join(f"{k}={v:g}" for k, v in spec.temperature)
+        return f"position temperature changed to {changed.label} on {t.layers}: {runtime} {how.format(values=values)}"
     said = dict(record(runtime).temperatures).get(t.kind, "ropecli has not read whether it applies it")
     return f"position temperature {t.label} on {t.layers} (the model's own; ropecli changes frequencies only): {runtime} {said}"

@@ -6,7 +6,7 @@ token window (a numpy int64 array of shape (T,)) under a schedule:
 - `window_nll`: sum of -log p(x_t | x_<t) over the scored tokens, and their count;
 - `passkey_scores`: (1.0 if every answer token is the argmax else 0.0, answer NLL);
 - `window_kl`: KL(p_unscaled || p_scaled) per position, against the same model unscaled.
-`scaled(schedule, log_n)` puts the model under a schedule for a block of windows (a backend may do
+`scaled(schedule, log_n)` puts the model under a schedule (its frequencies, and a changed position temperature) for a block of windows (a backend may do
 real work there, e.g. write a GGUF with rope_freqs). A second runtime (llama.cpp) implements the
 same Protocol and plugs in without touching evaluation, tuning or the CLI.
 """
@@ -99,6 +99,7 @@ class TransformersBackend:
 
         from ropecli.models.mapped_attention import mapped
         from ropecli.models.patch import add_log_n_hooks, apply_schedule, restore
+        from ropecli.models.position_temperature import position_temperature
 
         hooks = []
         try:
@@ -110,6 +111,8 @@ class TransformersBackend:
             if log_n:
                 hooks = add_log_n_hooks(self.model, self.rope.train_len, list(self.rope.scaled_types) or None)
             with ExitStack() as stack:
+                if schedule.temperature is not None:  # the model's own position temperature, changed
+                    stack.enter_context(position_temperature(self.model, schedule.temperature))
                 if position_map:
                     stack.enter_context(mapped(self.model, position_map[0], dict(position_map[1])))
                 yield

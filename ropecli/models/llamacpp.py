@@ -62,6 +62,9 @@ class LlamaCppBackend:
         if position_map:
             raise RopeCliError("a position map rotates queries and keys per region inside the attention, which the "
                                "llamacpp backend cannot reach; measure maps with --backend transformers")
+        if schedule.temperature is not None:
+            raise RopeCliError(f"a changed position temperature ({schedule.temperature.label}) is measured with --backend "
+                               "transformers; the llamacpp backend runs the GGUF's own")
         if log_n:
             raise RopeCliError("--log-n scales each query by its own position, which llama.cpp cannot express; "
                                "use the transformers backend for log-n")

@@ -37,6 +37,7 @@ class Schedule:
     factors: np.ndarray  # Lambda_m, shape (d/2,), float64; theta'_m = theta_m / Lambda_m
     attention_factor: float  # multiplies cos/sin; attention logits scale by its square
     params: dict[str, Any] = field(default_factory=dict)  # the resolved method parameters
+    temperature: Any = None  # a changed rope.temperature.Temperature the model runs at (None: its own, untouched)
 
     @property
     def lambdas(self) -> np.ndarray:

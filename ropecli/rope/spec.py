@@ -29,6 +29,7 @@ from ropecli.rope.methods import (REGISTRY, Method, Schedule, compute_schedule, 
                                   resolve_params)
 from ropecli.rope.factor_files import read_factors
 from ropecli.rope.position_maps import map_label
+from ropecli.rope.temperature import TUNABLE_NAMES, split_temperature, tempered, temperature_label
 
 # The methods people deploy, with transformers' defaults: search-b's references, search's held-out
 # verdict and advise's fixed candidates are all taken from this one list.
@@ -47,6 +48,7 @@ class Spec:
     log_n: bool = False
     composed: bool = False  # native+METHOD: on top of the shipped schedule (k' = N / Ls), not re-derived from L0
     position_map: tuple = ()  # (name, ((param, value), ...)) of a position map at the attention (rope.position_maps); () none
+    temperature: tuple = ()  # ((param, value), ...): the model's position temperature changed (rope.temperature); () as shipped
 
     @property
     def label(self) -> str:
@@ -54,7 +56,7 @@ class Spec:
         map: the one label of a Spec."""
         at = f"@{map_label(self.position_map)}" if self.position_map else ""
         return (COMPOSED_PREFIX if self.composed else "") + format_label(self.method, dict(self.params)) + \
-            ("+log-n" if self.log_n else "") + at
+            ("+log-n" if self.log_n else "") + (f"+{temperature_label(self.temperature)}" if self.temperature else "") + at
 
     @property
     def native(self) -> bool:
@@ -77,8 +79,12 @@ class Spec:
         if self.length_dependent and length is not None:
             params[REGISTRY[self.method].current_length] = float(length)
         if self.composed and geom.shipped is not None:
-            return composed_schedule(self.method, params, geom)
-        return compute_schedule(self.method, geom, **params)
+            schedule = composed_schedule(self.method, params, geom)
+        else:
+            schedule = compute_schedule(self.method, geom, **params)
+        if self.temperature:  # the model's own temperature changed; one line where it ships none
+            schedule = replace(schedule, temperature=tempered(geom.temperature, self.temperature))
+        return schedule
 
     def but(self, **changes: Any) -> "Spec":
         """The same Spec with some fields changed (e.g. `spec.but(factor=8.0)`)."""
@@ -112,11 +118,14 @@ def split_composed(name: str) -> tuple[str, bool]:
 
 
 def make_spec(name: str, params: dict[str, Any] | None = None, *, factor: float | None = None, log_n: bool = False) -> Spec:
+    """The Spec of a method and its parameters; a position temperature's (`attn_scale`, `beta`, …) go to its
+    `temperature`, the rest are the method's, checked and completed with its defaults."""
     name, composed = split_composed(name)
-    method, resolved = resolve_params(name, params or {})
+    own, temperature = split_temperature(params or {})
+    method, resolved = resolve_params(name, own)
     if resolved.get("factors") is not None:
         resolved["factors"] = tuple(float(x) for x in resolved["factors"])
-    return Spec(method.name, tuple(resolved.items()), factor, log_n, composed)
+    return Spec(method.name, tuple(resolved.items()), factor, log_n, composed, temperature=temperature)
 
 
 def reference_spec(geom: Geometry) -> Spec:
@@ -172,7 +181,7 @@ def check_params_fit(methods: list[Method], keys: list[str]) -> None:
     """Every given parameter must belong to at least one of the chosen methods."""
     accepted = {p.name for m in methods for p in m.params}
     for key in keys:
-        if key not in accepted:
+        if key not in accepted and key not in TUNABLE_NAMES:  # a position temperature's: every method runs under it
             owners = [m.name for m in REGISTRY.values() if any(p.name == key for p in m.params)]
             hint = f"it belongs to {', '.join(owners)}" if owners else "no method takes it"
             raise RopeCliError(f"parameter '{key}' does not apply: it fits none of the chosen methods "
@@ -193,7 +202,7 @@ def parse_specs(methods: list[str] | None, bs: list[float] | None = None, param:
     specs = []
     for method, (_, composed) in zip(chosen, named):
         takes = {p.name for p in method.params}
-        kwargs = {k: v for k, v in params.items() if k in takes}
+        kwargs = {k: v for k, v in params.items() if k in takes or k in TUNABLE_NAMES}
         if "factors" in takes:
             kwargs["factors"] = factors
         for b in (bs or [None]) if "b" in takes else [None]:

@@ -185,7 +185,7 @@ def export_winner(result: dict, rope, model: str | None, gguf_file: str | None, 
         to = runtime
         best = runtime_pick(served.get(runtime), result["winner"], (result.get("constraints") or {}).get("max_short_regression"))
         w = best or served_winner(result, runtime, geom, target)
-        params = {k: v for k, v in w["params"].items() if v is not None and k != "factors"}
+        params = {**{k: v for k, v in w["params"].items() if v is not None and k != "factors"}, **(w.get("temperature") or {})}
         spec = make_spec(("native+" if w.get("composed") else "") + w["method"], params, log_n=w["log_n"])
         spec = spec.but(position_map=map_from_json(w.get("position_map")))
         consistent = not best or bool(best["consistent"])  # switching only where its decode damage was shown harmless
@@ -222,7 +222,8 @@ def served_winner(result: dict, runtime: str, geom=None, target=None) -> dict:
         if target is None or target.rotating_pairs is None:
             return None
         spec = make_spec(("native+" if w.get("composed") else "") + w["method"],
-                         {k: v for k, v in w["params"].items() if v is not None}, log_n=w["log_n"])
+                         {**{k: v for k, v in w["params"].items() if v is not None}, **(w.get("temperature") or {})},
+                         log_n=w["log_n"])
         return p_rope_refusal(spec.but(position_map=map_from_json(pm)), geom, target, runtime)
 
     w = result["winner_spec"]
@@ -234,7 +235,7 @@ def served_winner(result: dict, runtime: str, geom=None, target=None) -> dict:
     r = min(ok, key=lambda r: r.get("rank", math.inf))
     return {"method": r["method"], "composed": r.get("composed", False), "log_n": r["log_n"],
             "params": {p: v for p, v in r["params"].items() if v is not None}, "position_map": r.get("position_map"),
-            "candidate": r["candidate"], "instead": f"{reason}: exporting {r['candidate']}, the best-ranked candidate it "
+            "temperature": r.get("temperature"), "candidate": r["candidate"], "instead": f"{reason}: exporting {r['candidate']}, the best-ranked candidate it "
                                                     f"serves (rank {r.get('rank')})"}
 
 

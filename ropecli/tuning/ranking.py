@@ -81,7 +81,8 @@ def rank(rows: list[dict], lengths: list[int], breaks, ppl_race: dict | None, kl
         words = f"{both['line']}. {words}" if both["disagree"] else f"{words}; {both['line']}"
     return {"rows": rows, "winner": winner["candidate"], "winner_label": winner["label"],
             "winner_spec": {"method": winner["method"], "composed": winner.get("composed", False), "params": {p: v for p, v in winner["params"].items() if v is not None},
-                            "log_n": winner["log_n"], "position_map": winner.get("position_map")},
+                            "log_n": winner["log_n"], "position_map": winner.get("position_map"),
+                            "temperature": winner.get("temperature")},
             "best_by_ppl": best["candidate"], "tied_with_winner": others, "equivalent_to_best": others,
             "undecided": undecided, "excluded": excluded, "margin": margin, "test_level": level,
             "inference": {k: best["vs_best"].get(k) for k in ("inference", "generalizes_to", "documents")} if len(rows) > 1

@@ -29,6 +29,7 @@ from ropecli.rope.geometry import Geometry
 from ropecli.rope.methods import format_label
 from ropecli.rope.spec import Spec, make_spec, reference_spec, standard_specs_for
 from ropecli.rope.position_maps import MAPS, check_map, map_params
+from ropecli.rope.temperature import TUNABLE_NAMES, tempered
 from ropecli.rope.target import Target
 from ropecli.tuning.objective import Evaluate, Scorer, pair
 from ropecli.tuning.optimizers import (boundary, check_range, default_optimizer, grid_evaluations, interior_evaluations,
@@ -104,6 +105,8 @@ def run_search(run: Evaluate, held_out_run: Evaluate | None, target: Target, met
         return entry["objective"] if not entry.get("violates_guard") else math.inf
 
     x0 = start_point(method, dims, {**fixed, **dict(position_map[1] if position_map else ())}, geom)
+    if changed := TUNABLE_NAMES & {*fixed, *(d.name for d in dims)}:  # the model must ship that temperature: one line
+        tempered(geom.temperature, tuple((name, 0.0) for name in sorted(changed)))
     trace = optimize(f, len(dims), budget, optimizer, x0, tol, bounded=True)
     best = evaluations[min(range(len(trace.points)), key=lambda i: trace.points[i][1])]
     if not math.isfinite(best["objective"]) or best.get("violates_guard"):

@@ -3,7 +3,9 @@
 Each varied parameter is a `Dim` with bounds (defaults in `default_bounds`, or `--vary NAME=LO:HI`),
 mapped to [0, 1] for the optimizer, log-scaled for the YaRN betas and llama3's factors. The start
 point is the method's default where it lies inside the bounds; for the clamped mixed family the
-critical pair of the geometry (LongRoPE2's critical dimension) is the start of m_c.
+critical pair of the geometry (LongRoPE2's critical dimension) is the start of m_c. A model's position temperature
+(Llama 4's attn_scale / floor_scale, Mistral 4's beta: `rope.temperature.TUNABLE`) is searched beside any method,
+from the model's own values.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from ropecli.errors import RopeCliError
 from ropecli.rope.geometry import Geometry, critical_pair
 from ropecli.rope.methods import REGISTRY, resolve_method
 from ropecli.rope.position_maps import MAPS
+from ropecli.rope.temperature import SEARCH_BOUNDS, TUNABLE
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,8 @@ _LOGGED = {("yarn", "beta_fast"), ("yarn", "beta_slow"), ("llama3", "low_freq_fa
 
 def default_bounds(method: str, name: str, geom: Geometry, varied: list[str]) -> tuple[float, float, bool]:
     """(lo, hi, log scale) of a parameter when `--vary NAME` gives no bounds."""
+    if name in SEARCH_BOUNDS:  # a position temperature's (checked against the model's own when it loads)
+        return SEARCH_BOUNDS[name]
     table = {
         ("mixed", "b"): (0.0, 8.0 if "critical" in varied else 1.0, False),
         ("mixed", "critical"): (1.0, float(geom.n_pairs), False),
@@ -76,7 +81,7 @@ def parse_vary(items: list[str] | None, method: str, geom: Geometry, position_ma
     clash = set(params) & set(map_params)
     if clash:
         raise RopeCliError(f"{m.name} and the map {position_map[0]} both have a parameter {sorted(clash)[0]}; search one")
-    params = {**params, **map_params}
+    params = {**params, **map_params, **{p.name: p for ps in TUNABLE.values() for p in ps}}  # + a temperature's
     if not items:
         raise RopeCliError(f"nothing to search: pass --vary with a parameter of {m.name} "
                            f"({', '.join(params) or 'it has none'}), e.g. --vary {next(iter(params), 'b')}")
@@ -95,7 +100,7 @@ def parse_vary(items: list[str] | None, method: str, geom: Geometry, position_ma
                 lo, hi = float(lo_s), float(hi_s)
             except ValueError:
                 raise RopeCliError(f"--vary {item}: write bounds as NAME=LO:HI, e.g. --vary {name}=0:4") from None
-            log = (m.name, name) in _LOGGED
+            log = (m.name, name) in _LOGGED or SEARCH_BOUNDS.get(name, (0, 0, False))[2]
         elif name in map_params:
             raise RopeCliError(f"--vary {name}: give the map's parameter its range, e.g. --vary {name}=2:16")
         else:
@@ -116,7 +121,7 @@ def parse_vary(items: list[str] | None, method: str, geom: Geometry, position_ma
 def start_point(method: str, dims: list[Dim], fixed: dict, geom: Geometry) -> list[float]:
     """In [0, 1]^n: the method's defaults (the clamped mixed family: m_c = the critical pair, b = 1)."""
     m = resolve_method(method)
-    defaults = {p.name: p.default for p in m.params}
+    defaults = {p.name: p.default for p in m.params} | dict(geom.temperature.params if geom.temperature else ())
     if method == "mixed" and any(d.name == "critical" for d in dims):
         defaults["critical"] = float(critical_pair(geom) or geom.n_pairs)
         defaults["b"] = 1.0

@@ -47,6 +47,8 @@ class Runtime:
     maps: tuple[str, ...] = ()  # the position maps (rope.position_maps) it serves; its module's `map_lines` says how
     p_rope: str = ""  # what it does with Gemma 4's p-RoPE block (export.p_rope); "": not read
     temperatures: tuple[tuple[str, str], ...] = ()  # (temperature kind, what it does with it) (export.temperature)
+    # (kind, how the export carries a changed value, `{values}` filled in) where it can; (kind:instead, the way round)
+    temperature_changes: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self):
         if not self.dynamic_rule:

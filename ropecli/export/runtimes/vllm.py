@@ -38,6 +38,8 @@ RECORD = Runtime(
     temperatures=(("llama4", "applies it from the config (Llama4Attention._get_attn_scale, NoPE layers from no_rope_layers)"),
                   ("mistral4", "applies config.llama_4_scaling of Mistral's native format (_get_llama_4_scaling); from an HF "
                                "config's llama_4_scaling_beta no mapping was found upstream: check that your version applies it")),
+    temperature_changes=(("llama4:instead", "vLLM reads attn_scale and floor_scale from the model's config.json: "
+                          "export --to transformers --out DIR and serve DIR"),),
 )
 
 
