@@ -5,8 +5,10 @@ Mistral 4's beta from attention.temperature_*, HunYuan's rope.scaling.alpha. Hea
 from __future__ import annotations
 
 import pytest
+from typer.testing import CliRunner
 
 from gguf_models import write_llama_gguf
+from ropecli.cli.app import app
 from ropecli.models.config import read_rope_config
 from tiny_models import build
 
@@ -40,3 +42,27 @@ def test_mistral4_beta_and_hunyuan_alpha(tmp_path):
     assert rope.temperature.label == "mistral4(beta=0.1, original_len=64)"
     hy = read_rope_config(gguf(tmp_path, "hunyuan-vl", {"rope.scaling.alpha": 1000.0}))
     assert hy.shipped.rope_type == "ntk_alpha" and hy.shipped.factor == 1000.0
+
+
+def test_gemma4_p_rope_exported_to_llama_cpp_keeps_its_mask(tmp_path):
+    """llama.cpp reads Gemma 4's p-RoPE from rope_freqs on the global layers (src/models/gemma4.cpp): the export scales
+    the rotating pairs and keeps 1e30 past them; a schedule with an attention factor (it would reach the sliding layers
+    too) is refused in one line; the exported file reads back as the schedule on the same rotating pairs."""
+    import gguf as gguf_lib
+    import numpy as np
+
+    from ropecli.models.gguf_rope import P_ROPE_MASK
+
+    src = gguf(tmp_path, "gemma4", {"rope.freq_base_swa": 1e4}, {"rope_freqs.weight": [1.0] * 2 + [1e30] * 6})
+    out = tmp_path / "out.gguf"
+    r = CliRunner().invoke(app, ["export", "--model", src, "--method", "ntk-aware", "--k", "4", "--to", "llamacpp",
+                                 "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    freqs = [t for t in gguf_lib.GGUFReader(str(out)).tensors if t.name == "rope_freqs.weight"][0].data.reshape(-1)
+    assert np.all(freqs[2:] == np.float32(P_ROPE_MASK)) and freqs[1] > 1.0  # the mask kept, the rotating pairs scaled
+    back = read_rope_config(str(out))
+    assert back.rotating_pairs == 2 and back.shipped is not None
+    np.testing.assert_allclose(back.shipped.at(back.rotary_dim, back.base)[0][:2], freqs[:2], rtol=1e-6)
+    r = CliRunner().invoke(app, ["export", "--model", src, "--method", "yarn", "--k", "4", "--to", "llamacpp",
+                                 "--out", str(tmp_path / "y.gguf")])
+    assert r.exit_code == 1 and "an attention factor would reach the sliding layers too" in " ".join(r.output.split())

@@ -7,7 +7,9 @@ cannot stand in (transformers sizes it by head_dim x partial and runs the expone
 and Gemma 4's config refuses the global head_dim lookup it needs). So on a p-RoPE model ropecli serves, and
 exports, `pi` (and anything that is uniform on the rotating pairs with no attention factor) to transformers as
 `proportional` with that factor; every other schedule is measured but refused for export in one line. The other
-runtimes serve a p-RoPE model only as shipped (each record's `p_rope` says where): their exports are refused.
+runtimes serve a p-RoPE model only as shipped (each record's `p_rope` says where): their exports are refused, but
+llama.cpp's: its GGUF carries p-RoPE as rope_freqs with 1e30 past the rotating pairs, read by the global layers only,
+so any per-pair schedule without an attention factor rides on it (`models.gguf_rope.export_gguf`).
 """
 
 from __future__ import annotations
@@ -26,8 +28,13 @@ def p_rope_refusal(spec: Spec, geom: Geometry, target: ModelRope, runtime: str) 
         return None
     if target.shipped is None and uniform_factor(spec, geom) == 1.0:
         return None  # the unscaled model is the model as shipped: every runtime serves it
-    if runtime != "transformers":
-        said = record(runtime).p_rope or "ropecli has not read how it serves p-RoPE (Gemma 4's 'proportional' layers)"
+    rec = record(runtime)
+    if rec.p_rope_schedules == "per-pair":  # llama.cpp: rope_freqs on the rotating pairs, 1e30 kept past them
+        if spec.log_n or spec.position_map or abs(spec.schedule(geom).attention_factor - 1.0) > 1e-12:
+            return f"{runtime}: {rec.p_rope}; {spec.label} scales the logits or maps positions: export it --to hf"
+        return None
+    if rec.p_rope_schedules != "uniform":
+        said = rec.p_rope or "ropecli has not read how it serves p-RoPE (Gemma 4's 'proportional' layers)"
         return f"{runtime}: {said}; --to hf writes transformers' own block"
     factor = uniform_factor(spec, geom)
     if factor is None:

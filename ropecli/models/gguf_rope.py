@@ -15,11 +15,16 @@ from pathlib import Path
 
 from ropecli.errors import RopeCliError
 from ropecli.files import publish
+from ropecli.models.gguf_families import rotating_pairs
 
 # GGUF architectures whose llama.cpp loader reads `rope_freqs.weight` and whose graph applies it
 # (src/models/*.cpp of llama.cpp: create_tensor(LLM_TENSOR_ROPE_FREQS) and get_rope_factors).
 # Mistral and Mixtral GGUFs are "llama"; Qwen 2/3, Gemma 2/3, Phi 3 are not in the list.
-GGUF_ROPE_FREQS_ARCHS = ("llama", "llama4", "mistral3", "deci", "exaone", "exaone4", "granite", "arcee", "apertus", "nanbeige")
+# gemma4: its full-attention (p-RoPE) layers only (src/models/gemma4.cpp: `freq_factors = model.layers[il].rope_freqs`
+# where !hparams.is_swa(il)), the 1e30 entries past the rotating pairs kept (`GgufInput.rotating_pairs`).
+GGUF_ROPE_FREQS_ARCHS = ("llama", "llama4", "mistral3", "deci", "exaone", "exaone4", "granite", "arcee", "apertus", "nanbeige",
+                         "gemma4")
+P_ROPE_MASK = 1e30  # what llama.cpp's converter divides a non-rotating pair by (conversion/gemma.py)
 
 
 @dataclass
@@ -27,6 +32,7 @@ class GgufInput:
     path: Path
     arch: str
     existing_factors: list[float] | None  # rope_freqs already in the file ([] for a llama.cpp scaling type)
+    rotating_pairs: int | None = None  # p-RoPE (Gemma 4): pairs past it hold 1e30 in rope_freqs and keep it
 
     @property
     def reads_rope_freqs(self) -> bool:
@@ -97,7 +103,10 @@ def read_gguf_input(path: Path):
             existing = [float(x) for x in t.data.reshape(-1)]
     if scaling not in (None, "none") and existing is None:
         existing = []  # a built-in llama.cpp scaling (linear/yarn) that ropecli would stack on
-    return GgufInput(path, arch, existing), reader
+    rotating = rotating_pairs(existing)
+    if rotating is not None:  # p-RoPE's mask: a schedule only where the rotating pairs are not all 1
+        existing = existing[:rotating] if any(abs(f - 1.0) > 1e-7 for f in existing[:rotating]) else None
+    return GgufInput(path, arch, existing, rotating), reader
 
 
 def export_gguf(reader, src: GgufInput, out: Path, factors, attention_factor: float, train_len: int, target_len: int,
@@ -125,7 +134,13 @@ def export_gguf(reader, src: GgufInput, out: Path, factors, attention_factor: fl
         attention_factor = native["attn_factor"]
     if abs(attention_factor - 1.0) > 1e-12:
         new[f"{arch}.rope.scaling.attn_factor"] = (gguf.GGUFValueType.FLOAT32, float(attention_factor))
-    freqs = np.asarray(factors, dtype=np.float32)
+    freqs = np.array(factors, dtype=np.float32)
+    if src.rotating_pairs is not None:  # p-RoPE: the pairs that do not rotate stay at frequency 0
+        if abs(attention_factor - 1.0) > 1e-12 or native is not None:
+            raise RopeCliError(f"llama.cpp's {arch} takes one rope_freqs for its p-RoPE layers and applies an attention "
+                               "factor to every layer, the sliding ones too: export a schedule without one (pi, ntk, "
+                               "llama3, mixed …), or --to transformers")
+        freqs[src.rotating_pairs:] = P_ROPE_MASK
     fd, tmp = tempfile.mkstemp(dir=out.resolve().parent, prefix=f".{out.name}.", suffix=".tmp")
     os.close(fd)
     try:

@@ -37,7 +37,9 @@ RECORD = Runtime(
                 "llama.cpp src/llama-model.cpp: llama_model::load_hparams (LLM_KV_ROPE_SCALING_*)"),
     ),
     p_rope="llama.cpp carries Gemma 4's p-RoPE in the global layers' rope_freqs (1e30 past the rotating pairs, "
-           "conversion/gemma.py); ropecli does not write that tensor for Gemma 4 yet",
+           "conversion/gemma.py; src/models/gemma4.cpp reads it where !is_swa(il)): any per-pair schedule rides on it, "
+           "an attention factor would reach the sliding layers too",
+    p_rope_schedules="per-pair",
     temperatures=(("llama4", "applies 0.1 and 8192 hard-coded (src/models/llama4.cpp): other values in the config are "
                                "not served"),
                   ("mistral4", "applies attention.temperature_scale and attention.temperature_length from the GGUF "

@@ -46,6 +46,7 @@ class Runtime:
     needs_gguf: bool = False  # the export goes into a GGUF (--model FILE.gguf)
     maps: tuple[str, ...] = ()  # the position maps (rope.position_maps) it serves; its module's `map_lines` says how
     p_rope: str = ""  # what it does with Gemma 4's p-RoPE block (export.p_rope); "": not read
+    p_rope_schedules: str = ""  # which schedules it serves there: "uniform" (one factor), "per-pair", "" (as shipped only)
     temperatures: tuple[tuple[str, str], ...] = ()  # (temperature kind, what it does with it) (export.temperature)
     # (kind, how the export carries a changed value, `{values}` filled in) where it can; (kind:instead, the way round)
     temperature_changes: tuple[tuple[str, str], ...] = ()

@@ -41,6 +41,7 @@ RECORD = Runtime(
                                 "Llama4TextAttention.forward), kept as shipped"),
                   ("mistral4", "applies it from the rope block (llama_4_scaling_beta and its "
                                "original_max_position_embeddings: get_llama_4_attn_scale), kept as shipped")),
+    p_rope_schedules="uniform",  # 'proportional' divides every pair by its one factor (export.p_rope)
     temperature_changes=(("llama4", "reads {values} from the text config (written beside the rope block)"),
                          ("mistral4", "reads {values} from the rope block (llama_4_scaling_beta)")),
 )
