@@ -29,6 +29,7 @@ class Arch:
     shipped: str | None = None  # the rope_type ropecli must name
     v4: bool = False  # write the rope block as transformers-4 `rope_scaling` + `rope_theta` in config.json
     per_type: bool = False  # RoPE per layer type (Gemma 3 style)
+    blocks: tuple[str, str] = ("full_attention", "sliding_attention")  # per_type: (the block `rope` is, the plain one)
     model_class: str | None = None  # the transformers class where AutoModelForCausalLM has no entry (Mistral 4)
     layers: str = ""  # the layer kinds ropecli must read (`LayerKinds.summary`), "" for one RoPE on every layer
     temperature: str | None = None  # the position temperature ropecli must read (`Temperature.kind`)
@@ -131,6 +132,14 @@ ARCHS = [
     Arch("falcon_h1 (parallel Mamba)", "falcon_h1", "Falcon-H1: attention and Mamba side by side in every layer",
          {"num_key_value_heads": 2, "head_dim": 16, "mamba_d_ssm": 32, "mamba_n_heads": 4, "mamba_d_head": 8, "mamba_d_state": 8,
           "mamba_n_groups": 1, "mamba_chunk_size": 16}, base=1e11, layers="2 RoPE full + Mamba"),
+    Arch("deepseek_v4 (compressed) + yarn", "deepseek_v4", "DeepSeek V4: sliding + compressed layers, 'main' / 'compress' ropes",
+         {"num_hidden_layers": 3, "head_dim": 32, "qk_rope_head_dim": 8, "partial_rotary_factor": 0.25, "moe_intermediate_size": 32,
+          "n_routed_experts": 2, "num_experts_per_tok": 1, "n_shared_experts": 1, "sliding_window": 16, "index_n_heads": 2,
+          "index_head_dim": 16, "index_topk": 4, "compress_rates": {"compressed_sparse_attention": 4, "heavily_compressed_attention": 8},
+          "layer_types": ["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"]},
+         rope={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": L0}, base=1.6e5, d=8, Ls=4 * L0,
+         shipped="yarn", per_type=True, blocks=("compress", "main"),
+         layers="1 RoPE sliding (16 tokens), 1 RoPE sliding + CSA 1:4 (16 tokens), 1 RoPE sliding + HCA 1:8 (16 tokens)"),
     Arch("mistral + linear (v4 'type')", "mistral", "a linear x4 fine-tune in transformers-4 form",
          {"num_key_value_heads": 2, "head_dim": 16}, rope={"type": "linear", "factor": 4.0}, Ls=4 * L0, shipped="linear",
          v4=True),
@@ -145,14 +154,16 @@ def build_arch(arch: Arch, seed: int = 0):
     torch.manual_seed(seed)
     kw = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
               max_position_embeddings=arch.Ls if arch.rope and arch.shipped != "dynamic" else L0,
-              bos_token_id=0, eos_token_id=1, pad_token_id=1, tie_word_embeddings=False, **arch.kwargs)
+              bos_token_id=0, eos_token_id=1, pad_token_id=1, tie_word_embeddings=False) | arch.kwargs
     rope = dict(arch.rope or {})
     rope.setdefault("rope_type", rope.pop("type", "default"))
     rope["rope_theta"] = arch.base
     if "partial_rotary_factor" in arch.kwargs:
         rope["partial_rotary_factor"] = arch.kwargs["partial_rotary_factor"]
     if arch.per_type:
-        kw["rope_parameters"] = {"full_attention": rope, "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}
+        plain = {"rope_type": "default", "rope_theta": 1e4} | ({"partial_rotary_factor": rope["partial_rotary_factor"]}
+                                                              if "partial_rotary_factor" in rope else {})
+        kw["rope_parameters"] = {arch.blocks[0]: rope, arch.blocks[1]: plain}
     else:
         kw["rope_parameters"] = rope
     cfg = AutoConfig.for_model(arch.model_type, **kw)

@@ -19,12 +19,15 @@ def allocated_kv(model, n: int) -> int:
     states of linear-attention layers."""
     with torch.no_grad():
         cache = model(torch.zeros(1, n, dtype=torch.long), use_cache=True).past_key_values
-    tensors = []
+    tensors = {}  # by storage: DeepSeek V4's values are its keys
     for layer in cache.layers:
-        tensors += [t for t in (getattr(layer, "keys", None), getattr(layer, "values", None)) if isinstance(t, torch.Tensor)]
-        for states in (getattr(layer, "conv_states", {}), getattr(layer, "recurrent_states", {})):
-            tensors += [t for t in states.values() if isinstance(t, torch.Tensor)]
-    return sum(t.numel() * t.element_size() for t in tensors)
+        for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+            if isinstance(t, torch.Tensor):
+                tensors[t.data_ptr()] = t
+        for name in ("conv_states", "recurrent_states", "buffer_kv", "buffer_gate", "compressed_kv", "overlap_kv",
+                     "overlap_gate"):  # linear attention's states; DeepSeek V4's compressed entries and their buffers
+            tensors |= {id(t): t for t in (getattr(layer, name, None) or {}).values() if isinstance(t, torch.Tensor)}
+    return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
 @pytest.mark.parametrize("name", ["builtin", "builtin-llama3"])

@@ -25,6 +25,9 @@ from ropecli.models.rope_block import check_config_blocks
 from ropecli.rope.shipped import Shipped, read_shipped
 from ropecli.rope.temperature import Temperature, read_temperature
 
+# rope blocks keyed by what rotates, not by layer type: DeepSeek V4's main (its sliding-only layers) and compress (the
+# compressed long-range layers, their compressor and indexer: modeling_deepseek_v4.py, rope_layer_type)
+ROPE_BLOCK_TYPES = ("main", "compress")
 BUILTIN = "builtin"
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "builtin_model"  # ropecli/builtin_model
 
@@ -136,7 +139,7 @@ def choose_layer_types(types: list[str], rope_layers: str | None) -> tuple[str, 
             raise RopeCliError(f"--rope-layers {rope_layers}: this model has one RoPE for all layers; leave the flag out")
         return ()
     if rope_layers in (None, ""):
-        return ("full_attention",) if "full_attention" in types else tuple(types)
+        return next(((t,) for t in ("full_attention", "compress") if t in types), tuple(types))
     if rope_layers == "all":
         return tuple(types)
     wanted = tuple(dict.fromkeys(t.strip() for t in rope_layers.split(",")))
@@ -206,7 +209,7 @@ def rope_from_config(name: str, cfg: dict, rope_layers: str | None) -> ModelRope
     rp_all = text.get("rope_parameters") or {}
     per_type = {t: v for t, v in rp_all.items() if isinstance(v, dict)}
     scaling = text.get("rope_scaling") if isinstance(text.get("rope_scaling"), dict) else {}
-    if per_type and text.get("layer_types") and not set(per_type) & set(text["layer_types"]):
+    if per_type and text.get("layer_types") and not set(per_type) & {*text["layer_types"], *ROPE_BLOCK_TYPES}:
         raise RopeCliError(f"model '{name}': its rope blocks ({', '.join(sorted(per_type))}) are not per layer type "
                            "(DeepSeek V4's main and compress ropes in compressed attention): not read by ropecli yet")
     if per_type:  # transformers 5, Gemma 3 style: {"full_attention": {...}, "sliding_attention": {...}}

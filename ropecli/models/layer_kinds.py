@@ -16,6 +16,9 @@ from typing import Any
 
 # layer_types values without positions (no RoPE, no attention over positions)
 POSITIONLESS = {"linear_attention": "linear attention", "conv": "convolution", "mamba": "Mamba", "mamba2": "Mamba"}
+# DeepSeek V4: a sliding window plus compressed entries (one per `compress_rates[type]` tokens), rotated by its
+# `compress` rope block (modeling_deepseek_v4.py: CSA picks top-k entries by an indexer, HCA attends to all)
+COMPRESSED_KINDS = {"compressed_sparse_attention": "sliding + CSA", "heavily_compressed_attention": "sliding + HCA"}
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,7 @@ class LayerKinds:
     counts: tuple[tuple[str, int], ...]
     sliding: int | None = None
     chunk: int | None = None
+    rates: tuple[int, ...] = ()  # DeepSeek V4's compression rates (CSA, HCA)
 
     @property
     def mixed(self) -> bool:
@@ -46,7 +50,12 @@ class LayerKinds:
                          f"distances below {self.chunk} only; the long range is the NoPE layers' (and their temperature)")
         if any(k.startswith("NoPE") for k in kinds):
             notes.append("NoPE layers rotate nothing: no schedule changes them")
-        if any("sliding" in k for k in kinds):
+        compressed = [k for k in kinds if "CSA" in k or "HCA" in k]
+        if compressed:
+            notes.append(f"the compressed layers attend to the last {self.sliding} tokens and to one compressed entry per "
+                         f"{'/'.join(str(r) for r in self.rates)} tokens, rotated by the 'compress' rope: the long range "
+                         "is theirs, and a schedule on 'compress' (the default --rope-layers) changes it")
+        elif any("sliding" in k for k in kinds):
             notes.append(f"sliding layers see {self.sliding} tokens back at most: the long range is the full layers'")
         if any("Mamba" in k for k in kinds):
             notes.append("each layer's Mamba half has no positions: only its attention half is extended")
@@ -73,10 +82,13 @@ def read_layer_kinds(text: dict[str, Any]) -> LayerKinds | None:
     for t, r in zip(types, rope_on):
         if t in POSITIONLESS:
             kind = POSITIONLESS[t]
+        elif t in COMPRESSED_KINDS:
+            kind = f"RoPE {COMPRESSED_KINDS[t]} 1:{(text.get('compress_rates') or {}).get(t)}"
         else:
             kind = ("RoPE " if r else "NoPE ") + str(t).removesuffix("_attention") + (" + Mamba" if parallel_ssm else "")
         counts[kind] = counts.get(kind, 0) + 1
     chunk = text.get("attention_chunk_size") if any("chunked" in k for k in counts) else None
     sliding = text.get("sliding_window") if any("sliding" in k for k in counts) else None
-    kinds = LayerKinds(tuple(counts.items()), sliding, chunk)
+    rates = tuple(int(r) for t, r in (text.get("compress_rates") or {}).items() if t in types)
+    kinds = LayerKinds(tuple(counts.items()), sliding, chunk, rates)
     return kinds if kinds.mixed else None

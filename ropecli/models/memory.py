@@ -15,6 +15,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from ropecli.models.compressed_cache import COMPRESSED, compressed_state_bytes
 from ropecli.models.packaged import resolve_model
 
 BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
@@ -64,7 +65,7 @@ def kv_cache_bytes(text: dict[str, Any], length: int, dtype_bytes: int) -> tuple
     total = per_token = 0
     for i, t in enumerate(types[:layers]):
         fixed, token, cap = layer_cache_bytes(text, i, t, dtype_bytes)
-        total += fixed + token * (length if cap is None else min(length, cap))
+        total += fixed + token * (length if cap is None else min(length, cap)) + compressed_state_bytes(text, t, length, dtype_bytes)
         per_token += token if cap is None else 0
     return total, layers, per_token
 
@@ -78,7 +79,8 @@ def layer_cache_bytes(text: dict[str, Any], i: int, kind: str, dtype_bytes: int)
     - MLA (DeepSeek-V2/V3, Mistral 4): the compressed latent, kv_lora_rank + qk_rope_head_dim per token, no heads;
     - linear attention (Qwen3.5 / Qwen3-Next's gated delta net, `LinearAttentionLayer`): a fixed state, the causal
       conv's (2 x key dim + value dim) x kernel plus the recurrent value heads x key head dim x value head dim;
-    - LFM2's convolution layers: a fixed hidden x conv_L_cache; Falcon-H1: a Mamba-2 state beside every attention."""
+    - LFM2's convolution layers: a fixed hidden x conv_L_cache; Falcon-H1: a Mamba-2 state beside every attention;
+    - DeepSeek V4's compressed layers: one shared K = V head over the window, and `compressed_state_bytes`."""
     if kind == "conv":  # LFM2's short convolution: hidden x conv_L_cache
         return int(text.get("hidden_size") or 0) * int(text.get("conv_L_cache") or 0) * dtype_bytes, 0, None
     if kind == "linear_attention":
@@ -88,13 +90,15 @@ def layer_cache_bytes(text: dict[str, Any], i: int, kind: str, dtype_bytes: int)
         return (conv + nv * hk * hv) * dtype_bytes, 0, None
     if text.get("kv_lora_rank") and text.get("qk_rope_head_dim"):  # MLA: transformers caches the latent
         token = (int(text["kv_lora_rank"]) + int(text["qk_rope_head_dim"])) * dtype_bytes
+    elif kind in COMPRESSED:  # DeepSeek V4's compressed layers: one shared K = V head over their window
+        token = int(text["head_dim"]) * dtype_bytes
     else:
         heads = int(text.get("num_attention_heads") or text.get("n_head") or 1)
         own = (text.get("per_layer_config") or {}).get(str(i)) or {}
         kv_heads = int(own.get("num_key_value_heads") or text.get("num_key_value_heads") or heads)
         head_dim = own.get("head_dim") or text.get("head_dim") or int(text.get("hidden_size") or text.get("n_embd") or 0) // heads
         token = 2 * kv_heads * int(head_dim) * dtype_bytes
-    span = text.get("sliding_window") if kind == "sliding_attention" else \
+    span = text.get("sliding_window") if kind in ("sliding_attention", *COMPRESSED) else \
         text.get("attention_chunk_size") if kind == "chunked_attention" else None
     return parallel_ssm_bytes(text, dtype_bytes), token, (int(span) - 1 if span else None)
 
