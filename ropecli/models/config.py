@@ -210,8 +210,9 @@ def rope_from_config(name: str, cfg: dict, rope_layers: str | None) -> ModelRope
     per_type = {t: v for t, v in rp_all.items() if isinstance(v, dict)}
     scaling = text.get("rope_scaling") if isinstance(text.get("rope_scaling"), dict) else {}
     if per_type and text.get("layer_types") and not set(per_type) & {*text["layer_types"], *ROPE_BLOCK_TYPES}:
-        raise RopeCliError(f"model '{name}': its rope blocks ({', '.join(sorted(per_type))}) are not per layer type "
-                           "(DeepSeek V4's main and compress ropes in compressed attention): not read by ropecli yet")
+        raise RopeCliError(f"model '{name}': its rope blocks ({', '.join(sorted(per_type))}) name neither its layer types "
+                           f"({', '.join(sorted(set(text['layer_types'])))}) nor DeepSeek V4's main / compress: not read by "
+                           "ropecli yet")
     if per_type:  # transformers 5, Gemma 3 style: {"full_attention": {...}, "sliding_attention": {...}}
         bases = {t: float(v.get("rope_theta") or text.get("rope_theta") or DEFAULT_BASE) for t, v in sorted(per_type.items())}
     elif "rope_local_base_freq" in text:  # transformers 4 Gemma 3 config: rope_scaling scales the global layers
