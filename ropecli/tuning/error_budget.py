@@ -2,7 +2,9 @@
 level of the whole (a union bound: the chance that any family errs is at most the sum of their rates).
 
 Families, each at its own stated rate:
-    PPL race         the true best is dropped (raced), or: some verdict of the ranking is wrong (unraced,
+    PPL race         the true best is dropped, or where the race stopped in its indifference zone the leader is
+                     more than delta behind it (raced: one event, the same one-sided bounds), or: some verdict of the
+                     ranking is wrong (unraced,
                      one-sided 0.025 / (K - 1) per comparison and side)
     KL tie-break     the candidate with the least cost within L among the tied ones is dropped
     passkey baseline the unscaled model's retrieval within L is misjudged (Clopper-Pearson, corrected for looks)
@@ -19,7 +21,9 @@ def error_budget(result: dict) -> dict:
     """{families: [{family, rate, risk}], level, line} for a tournament's result (advise.json's fields)."""
     fam = []
     if result.get("race"):
-        fam.append({"family": "PPL race", "rate": result["race"]["alpha"], "risk": "the true best is dropped"})
+        fam.append({"family": "PPL race", "rate": result["race"]["alpha"], "risk": "the true best is dropped" + (
+            f", or the leader is more than {result['race']['delta']:g} nats behind it (one event: the same bounds)"
+            if result["race"].get("within_delta") else "")})
     elif len(result.get("rows", [])) > 1:
         tests = max(len([r for r in result["rows"] if not r.get("excluded")]) - 1, 1)
         fam.append({"family": "ranking", "rate": 2 * result["test_level"] * tests, "risk": "a verdict of the ranking is wrong"})

@@ -1,6 +1,5 @@
-"""Racing: spend forward passes only where they change the verdict (F-Race, Birattari et al. 2002, with
-the paired inference of `ropecli.evaluation.inference` in place of Friedman's test, and successive
-halving's doubling rounds).
+"""Racing: spend forward passes only where they change the verdict (F-Race, Birattari et al. 2002, with the
+paired inference of `ropecli.evaluation.inference` in place of Friedman's test, successive halving's rounds).
 
 Every candidate is scored on the same windows in rounds: windows 1…n_1, then 1…n_2, … (`looks`,
 doubling from `start` to `max_windows`); a round costs only its new windows (the per-window cache).
@@ -13,7 +12,8 @@ lazily: the constraints of `ropecli advise`), and every other candidate c gets o
     undecided   neither                                                -> stays, gets the next round's windows
     a_r = alpha * w_r / (K - 1)   (look r of R, K candidates; w_r proportional to 1/r, summing to 1)
 
-The race ends when every candidate left is equivalent to the leader or there is one (*decided*), when
+The race ends when every candidate left is equivalent to the leader or there is one (*decided*); when
+the leader is within delta of every candidate left (*within-delta*, the indifference zone below); when
 the windows run out (`max_windows`), or when it is futile: for every undecided candidate, even a true
 gap at its upper confidence bound would not be shown worse by `max_windows` windows, and even a gap at
 the edge of its interval nearest 0 would not be shown inside ±margin (projected with the variance
@@ -28,6 +28,23 @@ for the data at hand (documents or windows inference: `ropecli.evaluation.infere
 simulation in benchmarks/bench_verdicts.py (and tests/test_verdicts.py) checks the drop rate over
 fields of 2-10 candidates, 1-20 documents, serial correlation up to 0.99, drift along the documents
 and skewed document effects.
+
+The indifference zone (Bechhofer 1954; a fully sequential procedure whose continuation region closes, as in
+Kim & Nelson 2001, "KN", with the paired, document-clustered intervals above in place of KN's known-variance
+boundaries). A user does not need the exact best of two schedules 0.008 nats apart, but one that is, with a
+stated probability, within delta of the best (delta: `--delta`, by default the equivalence margin). Every test
+of a look is the one-sided lower (1 - a_r) bound L_c of mean(c - leader); c is dropped when L_c > 0, and the
+race stops when L_c >= -delta for every c left: no candidate is shown more than delta ahead of the leader.
+Guarantee: P(the winner, the leader at the stop, is within delta of the true best) >= 1 - alpha, on the
+estimand, for the data's documents (their population with >= MIN_DOCUMENTS documents, these documents below),
+for a race that stops in the zone; one that runs out of windows first says undecided, as before.
+Proof: let E be the event that every bound L_c of the race lies below its true difference; the union bound
+over looks and leaders gives P(E) >= 1 - sum_r (K - 1) a_r = 1 - alpha, the same budget as the drop rule,
+since both read the same bound. On E the best b is never dropped (L_b > 0 would put it above a leader), and at
+a within-delta stop, true mean(b - leader) >= L_b >= -delta. The region closes: the leader has the lowest
+mean, so L_c >= -t se_c: it stops by the look where t se_c <= delta for every pair, a bound set by delta and
+the noise, not the gaps. benchmarks/bench_verdicts.py simulates the correct-selection rate beside the drop
+rate, least-favourable fields included (one best exactly delta ahead; all equal).
 
 With fewer than MIN_DOCUMENTS documents the first look covers every document (`race_start`), so the
 estimand, the mean over *these* documents, is the same at every look.
@@ -150,12 +167,14 @@ def futile_at_most(e: Entrant, leader: Entrant, n: int, max_windows: int, level:
 def race(score: Callable[[str, int], tuple[list, list | None]], names: list[str], *, start: int, max_windows: int,
          alpha: float = ALPHA, margin: float = MARGIN, eligible: Callable[[str], bool] = lambda name: True,
          grow: float = 2.0, on_round: Callable[[int, int, list[str]], None] = lambda r, n, alive: None,
-         capacity: int | None = None, unit: str = "windows") -> dict:
+         capacity: int | None = None, unit: str = "windows", delta: float | None = None) -> dict:
     """Race `names`: `score(name, n)` gives a candidate's per-window objective on windows 1…n (lower is
     better; per length [length][window], or one vector), their documents and optionally each window's
     scored predictions (the estimand's weights: key PPL's key predictions); `capacity`: the windows the
     text holds (what an undecided candidate's answer compares its need with); `unit`: what a look counts, in
-    the outcome's words (windows; a task's prompts per depth). Returns the race's record."""
+    the outcome's words (windows; a task's prompts per depth); `delta`: the indifference zone (default the margin;
+    0: off). Returns the race's record."""
+    delta = margin if delta is None else delta
     plan = looks(start, max_windows, grow)
     K = len(names)
     levels = [alpha * w / max(K - 1, 1) for w in spending(len(plan))]  # per test: the union bound over looks and leaders
@@ -197,6 +216,9 @@ def race(score: Callable[[str, int], tuple[list, list | None]], names: list[str]
         if not undecided:
             stop = "decided"
             break
+        if delta > 0 and all(within(e, delta) for e in left):  # the indifference zone: no one shown delta ahead
+            stop = "within-delta"
+            break
         if r < len(plan) and all(futile_at_most(e, leader, n, max_windows, level, levels[-1], margin) for e in undecided):
             stop = "futile"
             break
@@ -204,13 +226,19 @@ def race(score: Callable[[str, int], tuple[list, list | None]], names: list[str]
         if e.alive and e is not leader and leader is not None:
             e.verdict, e.vs_leader = judge(e.values, leader.values, e.clusters or leader.clusters, margin, level,
                                            capacity, explain=True, tokens=e.tokens or leader.tokens)
-    out = summarize(field_, leader, rounds, stop, plan, level, alpha, margin, unit)
+    out = summarize(field_, leader, rounds, stop, plan, level, alpha, margin, unit, delta)
     out.update(test_levels=levels, capacity=capacity)
     return out
 
 
+def within(e: Entrant, delta: float) -> bool:
+    """Is e shown at most `delta` ahead of the leader: the lower bound of mean(e - leader) at the look's level >= -delta?"""
+    lower = (e.vs_leader or {}).get("lower")
+    return lower is not None and lower >= -delta
+
+
 def summarize(field_: dict, leader: Entrant | None, rounds: list, stop: str, plan: list[int], level: float,
-              alpha: float, margin: float, unit: str = "windows") -> dict:
+              alpha: float, margin: float, unit: str = "windows", delta: float = 0.0) -> dict:
     """The race's record: per candidate its windows, status and comparison; the plain-words outcome."""
     rows = {}
     for e in field_.values():
@@ -224,7 +252,9 @@ def summarize(field_: dict, leader: Entrant | None, rounds: list, stop: str, pla
     why_stop = {"decided": "decided", "max-windows": f"the {unit} ran out (--max-windows {plan[-1]})",
                 "futile": (f"stopped as futile: for each undecided candidate even a gap at its {1 - level:.4g} bound "
                            f"could not be decided within {plan[-1]} {unit}"),
-                "none eligible": "no candidate is eligible"}[stop]
+                "none eligible": "no candidate is eligible",
+                "within-delta": (f"stopped in the indifference zone: no candidate left is shown more than {delta:g} "
+                                 "nats ahead of the leader")}[stop]
     if leader is None:
         outcome = "no candidate is eligible"
     else:
@@ -234,6 +264,8 @@ def summarize(field_: dict, leader: Entrant | None, rounds: list, stop: str, pla
         if undecided:
             outcome += "; undecided: " + "; ".join(f"{n} ({rows[n]['vs_leader']['answer']})" for n in undecided)
         outcome += f" ({why_stop})"
+        if stop == "within-delta":
+            outcome += f"; {leader.name} is within {delta:g} nats of the best at {1 - alpha:.0%}"
     dropped = [f"{n} (round {r['dropped_round']}, {r['windows']} {unit})" for n, r in rows.items() if r["dropped_round"]]
     if dropped and leader is not None:
         outcome += "; dropped as worse: " + ", ".join(dropped)
@@ -241,6 +273,7 @@ def summarize(field_: dict, leader: Entrant | None, rounds: list, stop: str, pla
     return {"leader": leader.name if leader else None, "decided": leader is not None and not undecided,
             "equivalent": equivalent, "undecided": undecided, "tied": equivalent + undecided,
             "stopped": stop, "looks": plan, "alpha": alpha, "test_level": level, "margin": margin, "rounds": rounds,
+            "delta": delta, "within_delta": stop == "within-delta",
             "inference": inference and {k: inference.get(k) for k in ("inference", "generalizes_to", "documents")},
             "candidates": rows, "outcome": outcome, "windows_spent": sum(r["windows"] for r in rows.values())}
 

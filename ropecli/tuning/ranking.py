@@ -77,6 +77,9 @@ def rank(rows: list[dict], lengths: list[int], breaks, ppl_race: dict | None, kl
     regret = regret_bound(winner, [r for r in alive if r is not winner], level, ppl_race)
     if regret:
         words += f"; {regret['line']}"
+    if ppl_race and ppl_race.get("within_delta"):  # what stopped the race (racing.py: the indifference zone)
+        words += (f"; the race stopped in the indifference zone: {ppl_race['leader']} is within {ppl_race['delta']:g} "
+                  f"nats of the best at {1 - ppl_race['alpha']:.0%}")
     if both:
         words = f"{both['line']}. {words}" if both["disagree"] else f"{words}; {both['line']}"
     return {"rows": rows, "winner": winner["candidate"], "winner_label": winner["label"],

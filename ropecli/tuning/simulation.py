@@ -17,7 +17,8 @@ document g:
 The truth the race must not drop is the estimand (`ropecli.evaluation.estimand`): with G <
 MIN_DOCUMENTS, the mean over these documents of each one's mean over *every* window it holds (the
 realized noise and drift included: they are part of the text); with more documents, the mean over
-new documents like these, mu_c. A race "drops the best" when that candidate ends dropped as worse.
+new documents like these, mu_c. A race "drops the best" when that candidate ends dropped as worse; it "selects
+correctly" when its leader's truth is within delta of the best's (the indifference zone's guarantee).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ropecli.evaluation.data import stratified_order
-from ropecli.evaluation.inference import MIN_DOCUMENTS, paired
+from ropecli.evaluation.inference import MARGIN, MIN_DOCUMENTS, paired
 from ropecli.tuning.racing import ALPHA, race, race_start
 
 
@@ -40,18 +41,25 @@ class Cell:
     window_sd: float = 0.02  # per-window sd of a candidate's own noise (nats)
     doc_sd: float = 0.02  # sd of a candidate's document effect
     gap: float = 0.01  # spacing of the near-tied candidates' means (nats)
-    field: str = "near"  # near: near-ties (`field_means`); ties: K - 2 exactly tied with the best, 2 worse
+    field: str = "near"  # near: near-ties; ties: K - 2 tied with the best, 2 worse; lfc: one best delta ahead; equal
     start: int = 4
     max_windows: int = 16
     holds: int = 64  # windows each document holds
     drift: float = 0.0  # the best candidate's drift along a document (nats at either end)
     sampling: str = "stratified"  # stratified (ropecli's) or head (each document's first windows)
+    delta: float = MARGIN  # the race's indifference zone (0: off)
 
 
-def field_means(K: int, gap: float, field: str = "near") -> np.ndarray:
+def field_means(K: int, gap: float, field: str = "near", delta: float = MARGIN) -> np.ndarray:
     """Near-ties: the best at 0, one exactly tied with it, the rest 0.5, 1, 1.5, … gaps behind, the last
     clearly worse (K = 2: the best and one half a gap behind). Ties: K - 2 candidates at 0, then 15 and
-    50 gaps behind (the field where uncorrected repeated looks drop a best one most often)."""
+    50 gaps behind (the field where uncorrected repeated looks drop a best one most often). The indifference
+    zone's least-favourable fields: `lfc`, one best exactly delta ahead of all the others (Bechhofer's slippage
+    configuration), and `equal`, every candidate tied."""
+    if field == "lfc":
+        return np.array([0.0] + [delta] * (K - 1))
+    if field == "equal":
+        return np.zeros(K)
     if field == "ties":
         return np.array([0.0, 0.0] if K == 2 else [0.0] * (K - 2) + [15 * gap, 50 * gap])
     if K == 2:
@@ -62,7 +70,7 @@ def field_means(K: int, gap: float, field: str = "near") -> np.ndarray:
 def draw_text(cell: Cell, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """(values (K, G, holds) on every window of every document, the true estimand of each candidate)."""
     K, G, m = cell.K, cell.G, cell.holds
-    mu = field_means(K, cell.gap, cell.field)
+    mu = field_means(K, cell.gap, cell.field, cell.delta)
     if cell.doc_effects == "normal":
         u = rng.normal(0, cell.doc_sd, (K, G))
     elif cell.doc_effects == "skewed":
@@ -92,7 +100,8 @@ def sample_order(cell: Cell, rng: np.random.Generator) -> tuple[np.ndarray, np.n
 
 
 def simulate_race(cell: Cell, rng: np.random.Generator, alpha: float = ALPHA) -> dict:
-    """One race on one draw of the cell; returns {'dropped_best': bool, 'windows': spent, 'decided': bool}."""
+    """One race on one draw of the cell; returns {'dropped_best', 'correct' (its leader within delta of the best),
+    'windows': spent, 'decided', 'stopped'}."""
     values, truth = draw_text(cell, rng)
     doc, pos = sample_order(cell, rng)
     sampled = values[:, doc, pos]  # (K, windows)
@@ -102,17 +111,29 @@ def simulate_race(cell: Cell, rng: np.random.Generator, alpha: float = ALPHA) ->
     def score(name: str, n: int):
         return [list(sampled[names.index(name), :n])], [list(doc[:n])]
 
-    out = race(score, names, start=race_start(cell.start, cell.G), max_windows=cell.max_windows, alpha=alpha)
+    out = race(score, names, start=race_start(cell.start, cell.G), max_windows=cell.max_windows, alpha=alpha,
+               delta=cell.delta)
+    leader = names.index(out["leader"])
     return {"dropped_best": out["candidates"][names[best]]["dropped_round"] is not None,
-            "windows": out["windows_spent"], "decided": out["decided"]}
+            "correct": bool(truth[leader] - truth[best] <= cell.delta), "windows": out["windows_spent"],
+            "decided": out["decided"], "stopped": out["stopped"]}
+
+
+def race_rates(cell: Cell, races: int, seed: int = 0, alpha: float = ALPHA) -> dict:
+    """Over `races` draws: {'dropped': share that dropped the true best, 'correct': share whose leader is within
+    delta of it, 'windows': mean windows per candidate, 'within_delta': share stopped in the indifference zone}."""
+    rng = np.random.default_rng(seed)
+    runs = [simulate_race(cell, rng, alpha) for _ in range(races)]
+    return {"dropped": float(np.mean([r["dropped_best"] for r in runs])),
+            "correct": float(np.mean([r["correct"] for r in runs])),
+            "windows": float(np.mean([r["windows"] for r in runs])) / cell.K,
+            "within_delta": float(np.mean([r["stopped"] == "within-delta" for r in runs]))}
 
 
 def drop_rate(cell: Cell, races: int, seed: int = 0, alpha: float = ALPHA) -> tuple[float, float]:
     """(share of races that dropped the true best, mean windows spent per candidate)."""
-    rng = np.random.default_rng(seed)
-    runs = [simulate_race(cell, rng, alpha) for _ in range(races)]
-    return (float(np.mean([r["dropped_best"] for r in runs])),
-            float(np.mean([r["windows"] for r in runs])) / cell.K)
+    r = race_rates(cell, races, seed, alpha)
+    return r["dropped"], r["windows"]
 
 
 def se_calibration(cell: Cell, draws: int, seed: int = 0) -> dict:
