@@ -68,6 +68,39 @@ def test_a_gap_at_the_margin_stays_undecided_with_what_would_decide_it():
     assert "undecided" in out["outcome"]
 
 
+def test_the_race_stops_in_the_indifference_zone_and_says_so():
+    """y is 0.01 behind x, give or take 0.02: never shown worse nor equivalent in 16 windows, but after 8 no longer
+    shown more than delta = 0.01 ahead of x, so the race stops there (racing.py: the indifference zone); without the
+    zone (delta 0) it runs to its last window undecided."""
+    wobble = [0.02, -0.02, 0.015, -0.015] * 4
+
+    def score(name, n):
+        return [[0.0] * n if name == "x" else [0.01 + w for w in wobble[:n]]], None
+
+    out = race(score, ["x", "y"], start=4, max_windows=16)
+    assert out["stopped"] == "within-delta" and out["within_delta"] and out["leader"] == "x"
+    assert out["candidates"]["y"]["status"] == "undecided" and out["candidates"]["y"]["windows"] == 8
+    assert out["candidates"]["y"]["vs_leader"]["lower"] >= -out["delta"] == -0.01
+    assert "x is within 0.01 nats of the best at 95%" in out["outcome"]
+    off = race(score, ["x", "y"], start=4, max_windows=16, delta=0)
+    assert off["stopped"] == "max-windows" and off["candidates"]["y"]["windows"] == 16
+
+
+def test_the_leader_is_within_delta_of_the_best_at_the_stated_rate_in_least_favourable_fields():
+    """One best exactly delta ahead of the rest (Bechhofer's slippage configuration) and every candidate tied: the
+    race's leader is within delta of the true best in at least 1 - alpha of the races (two binomial standard errors of
+    slack), and the best is still dropped at most at alpha. The whole grid: benchmarks/bench_verdicts.py."""
+    from ropecli.tuning.racing import ALPHA
+    from ropecli.tuning.simulation import race_rates
+
+    races = 200
+    slack = 2 * math.sqrt(ALPHA * (1 - ALPHA) / races)
+    for cell in (Cell(K=5, G=3, phi=0.0, doc_effects="none", field="lfc"),
+                 Cell(K=5, G=20, phi=0.5, doc_effects="skewed", field="equal", max_windows=32)):
+        r = race_rates(cell, races, seed=3)
+        assert r["correct"] >= 1 - ALPHA - slack and r["dropped"] <= ALPHA + slack, (cell, r)
+
+
 def test_an_ineligible_leader_is_excluded_and_does_not_drop_others():
     rng = np.random.default_rng(3)
     means = {"cheat": -1.0, "good": 0.0, "bad": 1.0}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ropecli.cli.eval_options import (AdviseBudgetOpt, AdviseMetricOpt, AttnOpt, Backend, BackendOpt, CacheDirOpt,
-                                      CandidatesOpt, ChunkOpt, DataOpt, DepthsOpt, DeviceMapOpt, DeviceOpt, DigitsOpt,
+                                      CandidatesOpt, ChunkOpt, DataOpt, DeltaOpt, DepthsOpt, DeviceMapOpt, DeviceOpt, DigitsOpt,
                                       Dtype, DtypeOpt, ExportConfigOpt, HeldOutOpt, KeyEvaluatorOpt, KeyShortOpt,
                                       KeyTokens, KeyTokensOpt, LenOpt, MapOpt, MarginOpt, MaxShortKlOpt,
                                       MaxShortRegressionOpt, MaxWindowsOpt, MinPasskeyOpt, NoCacheOpt, ObjectiveOpt,
@@ -141,6 +141,7 @@ class AdviseOptions:
     task_guard: TaskGuardOpt = None  # a RULER task: out if shown worse at the target than as shipped within Ls
     race: RaceOpt = True  # racing; --no-race: every candidate on every held-out window
     margin: MarginOpt = None  # None: ropecli.evaluation.inference.MARGIN
+    delta: DeltaOpt = None  # racing's indifference zone; None: the margin, 0: off
     max_windows: MaxWindowsOpt = None  # None: 4x the first round, as far as the text goes
     metric: AdviseMetricOpt = "ppl"  # what the searches minimize and the rule ranks by
     workload: WorkloadOpt = None  # also every candidate served per runtime over these request lengths

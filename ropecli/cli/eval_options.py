@@ -92,10 +92,10 @@ HeldOutOpt = Annotated[Optional[int], typer.Option(
 MaxWindowsOpt = Annotated[Optional[int], typer.Option(
     "--max-windows", min=2, rich_help_panel=ADVANCED,
     help="Racing: most windows (passkey: prompts per depth) an undecided candidate gets (default: 4x --samples / --held-out).")]
-MarginOpt = Annotated[Optional[float], typer.Option(
-    "--margin", min=0.0, rich_help_panel=ADVANCED,
-    help="Equivalence margin, nats of mean log-PPL: a candidate whose paired 95% interval against the best lies inside "
-         "±margin is shown equivalent and may win the tie-break (default 0.01: PPL within 1%).")]
+MarginOpt = Annotated[Optional[float], typer.Option("--margin", min=0.0, rich_help_panel=ADVANCED, help=(
+    "Equivalence margin, nats of mean log-PPL: paired 95% interval vs the best inside ±margin = shown equivalent (0.01)."))]
+DeltaOpt = Annotated[Optional[float], typer.Option("--delta", min=0.0, rich_help_panel=ADVANCED, help=(
+    "Racing's indifference zone, nats: stop once the leader is shown within it of the best at 95% (default --margin; 0: off)."))]
 WorkloadOpt = Annotated[Optional[str], typer.Option(
     "--workload", rich_help_panel="Serving",
     help="The request lengths you serve: LENGTH:SHARE pairs (2048:0.6,8192:0.3,16384:0.1) or a file of request lengths, "
@@ -104,7 +104,6 @@ WorkloadOpt = Annotated[Optional[str], typer.Option(
 ServeRuntimeOpt = Annotated[Optional[list[str]], typer.Option(
     "--runtime", click_type=CommaChoices(runtimes.names, "--runtime", "RUNTIME", spellings=runtimes.spellings), rich_help_panel=ADVANCED,
     help="With --workload: {choices} (repeat or comma-separate; default " + ", ".join(SERVED_BY_DEFAULT) + ").")]
-
 
 AdviseMetricOpt = Annotated[str, typer.Option(
     "--metric", click_type=CommaChoices(ranking_names, "--metric", "METRIC", many=False), rich_help_panel="Advise",

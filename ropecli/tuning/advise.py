@@ -67,7 +67,7 @@ def run_advise(session: Bench, plan: AdvisePlan, target: Target, out_dir: Path, 
                                f"Ls = {rope.shipped_len}, and there: {str(exc).split('; pass')[0]}; pick a task with shorter prompts "
                                "(niah-single-noise, niah-multikey-needle) or leave --task-guard out") from None
         held.check(plan.task_guard, max(lengths))
-    racing = None if not plan.race else racing_plan(held, lengths, plan.max_windows, notes)
+    racing = None if not plan.race else racing_plan(held, lengths, plan.max_windows, notes, plan.delta)
     serving = None
     if plan.workload:
         serving = (parse_workload(plan.workload, max(lengths)), plan.runtime or list(SERVED_BY_DEFAULT), rope)
@@ -100,8 +100,9 @@ def passkey_possible(held: Bench, L: int, longest: int, notes: list[str]) -> boo
     return True
 
 
-def racing_plan(held: Bench, lengths: list[int], max_windows: int | None, notes: list[str]):
-    """The race's windows: from the --held-out count up to --max-windows (default 4x, as far as the text goes)."""
+def racing_plan(held: Bench, lengths: list[int], max_windows: int | None, notes: list[str], delta: float | None = None):
+    """The race's windows: from the --held-out count up to --max-windows (default 4x, as far as the text goes);
+    `delta`: its indifference zone (None: the margin)."""
     first = held.inputs.samples
     have = min(held.inputs.available(n) for n in lengths)
     most = max_windows if max_windows is not None else max(first, min(4 * first, have))
@@ -111,7 +112,7 @@ def racing_plan(held: Bench, lengths: list[int], max_windows: int | None, notes:
     if max_windows is None and have < 4 * first:
         notes.append(f"racing: at most {max(have, start)} held-out windows (the text's limit at {max(lengths)} tokens), "
                      f"not {4 * first}; add text with --data for more")
-    return Racing(start, max(start, most), held.inputs.per_depth, have)
+    return Racing(start, max(start, most), held.inputs.per_depth, have, delta)
 
 
 def bar_total(plan: AdvisePlan, names, lengths, session: Bench, held: Bench, racing, passkey: bool) -> int:

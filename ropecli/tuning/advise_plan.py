@@ -19,6 +19,7 @@ class AdvisePlan:
     min_passkey: float | None = None
     race: bool = True  # racing: forward passes only where they change the verdict (--no-race: every one)
     margin: float | None = None
+    delta: float | None = None  # racing's indifference zone (ropecli.tuning.racing); None: the margin, 0: off
     max_windows: int | None = None
     metric: str = "ppl"  # what the searches minimize and the rule ranks by: ppl or key-ppl
     task_guard: str | None = None  # a RULER task: out if shown worse at the target than as shipped within Ls

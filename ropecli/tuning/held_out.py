@@ -36,6 +36,7 @@ class Racing:
     max_windows: int  # most held-out windows an undecided candidate gets
     prompts: int  # most passkey prompts per depth (--prompts, else the --held-out count)
     available: int | None = None  # held-out windows the text holds (what an undecided answer is compared with)
+    delta: float | None = None  # the PPL race's indifference zone (`racing.race`); None: the margin, 0: off
 
 
 class Measure:
@@ -133,7 +134,7 @@ def race_candidates(m: Measure, specs: dict[str, Spec], rows: dict[str, dict], r
         return not rows[name]["excluded"]
 
     ppl_race = race(score, list(specs), start=racing.start, max_windows=racing.max_windows, eligible=eligible,
-                    on_round=on_round, margin=margin, capacity=racing.available)
+                    on_round=on_round, margin=margin, capacity=racing.available, delta=racing.delta)
     # the cost within L decides only among the leader and the candidates shown equivalent to it (the
     # tie-break); a dropped or undecided candidate cannot win, so its cost is not measured (with
     # constraints it was measured when it first led)
