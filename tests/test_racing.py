@@ -283,3 +283,43 @@ def test_futility_projects_a_prompt_race_in_prompts_over_every_depth(monkeypatch
     assert seen == [(6, 24)]
     racing.futile_at_most(a, b, 6, 8, 0.01, 0.01, 0.01)  # windows: a look of 6 is 6 units
     assert seen[-1] == (6, 8)
+
+
+def test_a_late_precision_search_scores_every_point_on_half_its_windows_and_its_finalists_on_all():
+    """advise's raced searches (`ropecli.tuning.late_precision`): every point on the first half of the windows, the
+    best quarter re-scored on all of them, the winner the best of those on all; the others marked partial (an
+    estimate on their windows, their tie unknown) and their untaken windows told to the progress bar."""
+    import zlib
+
+    from fakes import ppl_result
+    from ropecli.report.search_tables import objective_text
+    from ropecli.rope.geometry import Geometry
+    from ropecli.tuning.search import run_search
+    from ropecli.tuning.space import Dim
+
+    difficulty = np.array([0.3, -0.2, 0.1, -0.4, 0.2, 0.0, 0.15, -0.1])
+    asked = []
+
+    def run(specs, lengths, metric="ppl", samples=None):
+        n = samples or 8
+        asked.append(n)
+        rows = []
+        for spec in specs:
+            b = dict(spec.params).get("b", 0.0)
+            own = np.random.default_rng(zlib.crc32(spec.label.encode())).normal(0, 0.01, 8)
+            rows.append(ppl_result(spec, lengths[0], list(3.5 + 4 * (b - 0.7) ** 2 + difficulty[:n] + own[:n])))
+        return rows
+
+    target = Target((2048,), None, Geometry(64, 1e4, 256, 8.0))
+    told = []
+    out = run_search(run, None, target, "mixed", [Dim("b", 0.0, 1.0)], {}, budget=12, optimizer="golden", windows=8,
+                     finalists=3, expect=lambda c, m="ppl", s=None: told.append(s))
+    partial = [e for e in out["evaluations"] if "partial" in e]
+    final = [e for e in out["evaluations"] if "finalist" in e]
+    assert len(final) == 3 and len(partial) == len(out["evaluations"]) - 3
+    assert all(len(e["values"][0]) == 8 for e in final) and all(len(e["values"][0]) == 4 for e in partial)
+    assert sorted(e["finalist"]["first_objective"] for e in final) == sorted(  # the best three on the first windows
+        e["objective"] for e in partial + [{"objective": f["finalist"]["first_objective"]} for f in final])[:3]
+    assert out["best_label"] == min(final, key=lambda e: e["objective"])["label"] and abs(out["best_params"]["b"] - 0.7) < 0.1
+    assert all(e["vs_best"]["tied"] is None for e in partial) and objective_text(partial[0]).endswith("(4 of 8)")
+    assert told == [4] * len(partial) and asked.count(8) == 3 and out["late_precision"]["first_windows"] == 4

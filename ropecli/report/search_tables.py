@@ -12,9 +12,12 @@ from ropecli.report.text import lengths_of, table
 
 
 def objective_text(e: dict) -> str:
-    """'3.9142', or '≥ 3.9100' for a point stopped early (its objective is a lower bound)."""
+    """'3.9142', '≥ 3.9100' for a point stopped early (its objective is a lower bound), '3.9120 (2 of 4)' for a
+    point a late-precision search scored on its first windows only (an estimate there)."""
     if "stopped_early" in e:
         return f"≥ {e['objective']:.4f}"
+    if "partial" in e:
+        return f"{e['objective']:.4f} ({e['partial']['windows']} of {e['partial']['of']})"
     return f"{e['objective']:.4f}"
 
 
@@ -89,7 +92,8 @@ def one_dim_notes(out: dict, name: str, lo: float, hi: float, flags: str) -> lis
 def _point_note(e: dict, out: dict) -> str:
     return ("best" if e["params"] == out["best_params"] else "guard" if e.get("violates_guard")
             else "outside the method's domain" if e.get("infeasible") else
-            "stopped early: a lower bound" if "stopped_early" in e else "")
+            "stopped early: a lower bound" if "stopped_early" in e else
+            "first windows only (not a finalist)" if "partial" in e else "finalist" if "finalist" in e else "")
 
 
 def _span(out: dict, part: str) -> str:

@@ -34,6 +34,7 @@ from ropecli.rope.target import Target
 from ropecli.tuning.objective import Evaluate, Scorer, pair
 from ropecli.tuning.optimizers import (boundary, check_range, default_optimizer, grid_evaluations, interior_evaluations,
                                        local_maxima, optimize)
+from ropecli.tuning.late_precision import first_windows, promote
 from ropecli.tuning.racing import worse_test
 from ropecli.tuning.space import Dim, start_point
 from ropecli.evaluation.metrics import prompted
@@ -49,14 +50,16 @@ def run_search(run: Evaluate, held_out_run: Evaluate | None, target: Target, met
                *, budget: int, optimizer: str = "auto", objective: str = "ppl", log_n: bool = False,
                max_short_regression: float | None = None, max_short_kl: float | None = None,
                references: list[Spec] | None = None, tol: float | None = None, score: Scorer | None = None,
-               windows: int | None = None, screen: bool = False, position_map: tuple = (),
+               windows: int | None = None, screen: bool = False, position_map: tuple = (), finalists: int = 0,
                expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None) -> dict:
     """Search `dims` of `method` (other parameters `fixed`; under `position_map`, its parameters may be dims too) for
     the lowest objective over the target's lengths
     within `budget` evaluations (specs built with the target's factor as given); with `held_out_run`, re-measure the winner and the standard methods there.
     `score`: a Scorer to share with the caller (search-b scores its references with the same guards).
     `screen` (with the number of searched `windows`): a point hopeless against the incumbent after its
-    first half of the windows stops there (`screened`); `expect` hears of the windows it did not take."""
+    first half of the windows stops there (`screened`); `finalists` (advise's raced searches): every point on the
+    first half of the windows, the best `finalists` then on all (`late_precision`); `expect` hears of the windows
+    it did not take."""
     geom, lengths, factor = target.geom, list(target.lengths), target.factor
     score = score or Scorer(run, geom.shipped_len, lengths, objective, target.k, max_short_regression, max_short_kl,
                             reference_spec(geom))
@@ -100,15 +103,20 @@ def run_search(run: Evaluate, held_out_run: Evaluate | None, target: Target, met
             evaluations.append({"params": params, "label": format_label(method, {**fixed, **params}),
                                 "objective": math.inf, "infeasible": str(e)})
             return math.inf
-        entry = {"params": params, "label": spec.label, **(screened(spec, above) or score(spec))}
+        entry = {"params": params, "label": spec.label, **(
+            {**score(spec, samples=n0), "partial": {"windows": n0, "of": windows}} if n0 else screened(spec, above) or score(spec))}
         evaluations.append(entry)
         return entry["objective"] if not entry.get("violates_guard") else math.inf
 
     x0 = start_point(method, dims, {**fixed, **dict(position_map[1] if position_map else ())}, geom)
     if changed := TUNABLE_NAMES & {*fixed, *(d.name for d in dims)}:  # the model must ship that temperature: one line
         tempered(geom.temperature, tuple((name, 0.0) for name in sorted(changed)))
+    n0 = first_windows(windows, finalists)
     trace = optimize(f, len(dims), budget, optimizer, x0, tol, bounded=True)
-    best = evaluations[min(range(len(trace.points)), key=lambda i: trace.points[i][1])]
+    best = promote(evaluations, finalists, lambda e: score(point_spec(method, {**fixed, **e["params"]}, factor, log_n,
+                                                                      position_map)),
+                   windows, lambda n: expect(-len(lengths), score.objective, n)) if n0 else \
+        evaluations[min(range(len(trace.points)), key=lambda i: trace.points[i][1])]
     if not math.isfinite(best["objective"]) or best.get("violates_guard"):
         raise RopeCliError("every evaluated schedule broke a guard or diverged; loosen --max-short-kl / "
                            "--max-short-regression or widen --vary's bounds")
@@ -117,6 +125,7 @@ def run_search(run: Evaluate, held_out_run: Evaluate | None, target: Target, met
         "optimizer": default_optimizer(len(dims)) if optimizer == "auto" else optimizer,
         "budget": budget, "start": {d.name: d.value(x) for d, x in zip(dims, x0)}, "log_n": log_n, "factor": factor,
         "evaluations": evaluations, "best_params": best["params"], "best_label": best["label"],
+        "late_precision": {"first_windows": n0, "of": windows, "finalists": finalists} if n0 else None,
         "best_objective": best["objective"], "guard": score.guard, "search_evaluations": len(evaluations),
         **compare_with_best(evaluations, best, dims, trace.bracket),
     }
@@ -131,11 +140,14 @@ def compare_with_best(evaluations: list[dict], best: dict, dims: list[Dim], brac
     the margin); for one parameter, the notes of a 1-D search: boundary, bumps, golden bracket, the
     interval of values shown equivalent to the best. A point stopped early has only a lower bound for
     its objective: its tie is unknown (None) and it is left out of the bumps and the interval."""
-    scored = [e for e in evaluations if "windows" in e and "stopped_early" not in e]
+    scored = [e for e in evaluations if "windows" in e and "stopped_early" not in e and "partial" not in e]
     for e in evaluations:
         if "stopped_early" in e:
             e["vs_best"] = {**pair(e, best), "best": False, "tied": None, "verdict": "stopped early (lower bound)",
                             "stopped_early": True}
+        elif "partial" in e:  # late precision: an estimate on the first windows, its tie unknown
+            e["vs_best"] = {**pair(e, best), "best": False, "tied": None,
+                            "verdict": f"partial ({e['partial']['windows']} of {e['partial']['of']} windows)"}
     for e in scored:
         p = pair(e, best)
         e["vs_best"] = {**p, "best": e is best,
@@ -145,7 +157,7 @@ def compare_with_best(evaluations: list[dict], best: dict, dims: list[Dim], brac
     d = dims[0]
     x = {id(e): e["params"][d.name] for e in evaluations}
     tied = sorted(x[id(e)] for e in scored if e["vs_best"]["tied"])
-    measured = [e for e in evaluations if "stopped_early" not in e]
+    measured = [e for e in evaluations if "stopped_early" not in e and "partial" not in e]
     return {"at_boundary": boundary(x[id(best)], d.lo, d.hi),
             "non_unimodal_at": local_maxima([(x[id(e)], e["objective"]) for e in measured]),
             "bracket": [d.value(u) for u in bracket] if bracket else None, "equivalent": [tied[0], tied[-1]]}

@@ -70,7 +70,8 @@ def search_candidates(run: Evaluate, target: Target, names: list[str], budget: i
             pmap, vary = map_rule(name, target.geom.shipped_len, T), search_ranges(name, target.geom.shipped_len, T)
         dims = parse_vary(vary, method, target.geom, pmap)
         res = run_search(run, None, target, method, dims, {}, budget=n_evals, log_n=log_n, position_map=pmap,
-                         windows=windows, screen=screen, expect=expect, objective=metric)
+                         windows=windows, screen=screen, expect=expect, objective=metric,
+                         finalists=max(2, n_evals // 4) if screen else 0)  # raced: precision bought late
         out[name] = {"spec": point_spec(method, res["best_params"], target.factor, log_n, pmap), "search": res}
     return out
 
