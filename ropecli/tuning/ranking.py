@@ -28,7 +28,8 @@ RULE_RACED = ("1. out: a candidate breaking --max-short-kl, --max-short-regressi
               "mean over the target lengths): after each round every candidate is "
               "judged against the leader, paired, one-sided at 0.05 w_r/(K-1) at look r (w_r proportional to 1/r, summing to 1: "
               "95% for the whole race): shown worse "
-              "(dropped), shown equivalent (interval inside ±margin) or undecided (doubled windows, up to --max-windows); "
+              "(dropped), shown equivalent (interval inside ±margin) or undecided (doubled windows, up to --max-windows), "
+              "until no candidate left is shown more than --delta ahead of the leader (the indifference zone); "
               "3. the winner: the smallest short-context cost (a KL race within L) among the leader and the eligible "
               "candidates shown equivalent to it; undecided candidates rank by their point estimate and never win a tie-break; "
               + OTHER)
