@@ -14,7 +14,7 @@ rate at least 1 - alpha, within 2 binomial standard errors of a rate alpha). The
 of the windows inference's se at phi 0 (rms se / true sd of the error; the issue's bound: within 20%)
 and its coverage up to phi 0.99. Ends with the worst cell.
 
-    python benchmarks/bench_verdicts.py [--races 200] [--quick]
+    python benchmarks/bench_verdicts.py [--races 200] [--quick] [--jobs 2]
 """
 
 from __future__ import annotations
@@ -23,15 +23,32 @@ import argparse
 import itertools
 import math
 import time
+from concurrent.futures import ProcessPoolExecutor
 
 from ropecli.tuning.racing import ALPHA
 from ropecli.tuning.simulation import Cell, race_rates, se_calibration
+
+
+def show(cell: Cell, r: dict, races: int, bound: float, worst: tuple, worst_pcs: tuple) -> tuple[tuple, tuple]:
+    """Print one cell's row; the worst drop rate and the worst correct-selection rate so far (ropecli's sampling)."""
+    rate, pcs, spent = r["dropped"], r["correct"], r["windows"]
+    se = math.sqrt(max(rate * (1 - rate), ALPHA * (1 - ALPHA)) / races)
+    holds = rate <= bound and pcs >= 1 - bound
+    print(f"{cell.K:>3} {cell.field:>5} {cell.G:>4} {cell.phi:>4} {cell.doc_effects:>11} {cell.drift:>5} "
+          f"{cell.sampling:>10} {rate:>7.3f} ± {se:.3f} {pcs:>7.3f} {r['within_delta']:>7.2f} {spent:>5.1f}/{cell.max_windows}  "
+          f"{'yes' if holds else 'NO'}{'' if cell.sampling == 'stratified' else ' (as before: heads only)'}", flush=True)
+    if cell.sampling == "stratified" and rate >= worst[0]:
+        worst = (rate, cell)
+    if cell.sampling == "stratified" and pcs <= worst_pcs[0]:
+        worst_pcs = (pcs, cell)
+    return worst, worst_pcs
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--races", type=int, default=200)
     ap.add_argument("--quick", action="store_true", help="a few cells (K 5, phi 0 / 0.99)")
+    ap.add_argument("--jobs", type=int, default=1, help="cells simulated in parallel processes (each cell's seed fixed)")
     args = ap.parse_args()
     Ks, phis = ((5,), (0.0, 0.99)) if args.quick else ((2, 5, 10), (0.0, 0.5, 0.8, 0.95, 0.99))
     mc = math.sqrt(ALPHA * (1 - ALPHA) / args.races)
@@ -47,19 +64,11 @@ def main() -> None:
             if not (field == "ties" and K == 2)]
     grid += [Cell(K=K, G=G, phi=0.5, doc_effects="none", drift=0.03, sampling=s)
              for K, G, s in itertools.product((2, 5), (1, 3), ("stratified", "head"))]
-    for cell in grid:
-        r = race_rates(cell, args.races, seed=cells)
-        rate, pcs, spent = r["dropped"], r["correct"], r["windows"]
-        cells += 1
-        se = math.sqrt(max(rate * (1 - rate), ALPHA * (1 - ALPHA)) / args.races)
-        holds = rate <= bound and pcs >= 1 - bound
-        print(f"{cell.K:>3} {cell.field:>5} {cell.G:>4} {cell.phi:>4} {cell.doc_effects:>11} {cell.drift:>5} "
-              f"{cell.sampling:>10} {rate:>7.3f} ± {se:.3f} {pcs:>7.3f} {r['within_delta']:>7.2f} {spent:>5.1f}/{cell.max_windows}  "
-              f"{'yes' if holds else 'NO'}{'' if cell.sampling == 'stratified' else ' (as before: heads only)'}", flush=True)
-        if cell.sampling == "stratified" and rate >= worst[0]:
-            worst = (rate, cell)
-        if cell.sampling == "stratified" and pcs <= worst_pcs[0]:
-            worst_pcs = (pcs, cell)
+    with ProcessPoolExecutor(args.jobs) as pool:  # results in grid order; cell i simulated with seed i
+        results = pool.map(race_rates, grid, [args.races] * len(grid), range(len(grid)))
+        for cell, r in zip(grid, results):
+            cells += 1
+            worst, worst_pcs = show(cell, r, args.races, bound, worst, worst_pcs)
     print("\nthe windows inference's se (2 documents of 256 windows, 16 sampled), 2000 draws per row:")
     for phi in (0.0, 0.5, 0.8, 0.95, 0.99):
         cal = se_calibration(Cell(K=2, G=2, phi=phi, doc_effects="none", holds=256, max_windows=16), 2000, seed=7)
