@@ -66,3 +66,15 @@ def test_gemma4_p_rope_exported_to_llama_cpp_keeps_its_mask(tmp_path):
     r = CliRunner().invoke(app, ["export", "--model", src, "--method", "yarn", "--k", "4", "--to", "llamacpp",
                                  "--out", str(tmp_path / "y.gguf")])
     assert r.exit_code == 1 and "an attention factor would reach the sliding layers too" in " ".join(r.output.split())
+
+
+def test_a_changed_mistral4_temperature_goes_to_llama_cpp_as_its_override(tmp_path):
+    """llama.cpp reads Mistral 4's beta from attention.temperature_scale (src/models/deepseek2.cpp): an export whose
+    schedule changes it names the override with the GGUF's own architecture and the value."""
+    src = gguf(tmp_path, "deepseek2", {"attention.temperature_scale": 0.1, "attention.temperature_length": 64})
+    r = CliRunner().invoke(app, ["export", "--model", src, "--method", "pi", "--param", "beta=0.3", "--k", "4",
+                                 "--to", "llamacpp", "--out", str(tmp_path / "out.gguf")])
+    assert r.exit_code == 0, r.output
+    said = " ".join(r.output.split())
+    assert "position temperature changed to mistral4(beta=0.3, original_len=64) on every layer" in said
+    assert "--override-kv deepseek2.attention.temperature_scale=float:0.3" in said

@@ -125,7 +125,7 @@ def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str,
     if result.get("linked"):
         result["weights"] = weights
         result["lines"].append(place_weights(Path(out), result["linked"], weights))
-    result["lines"] += [line] if (line := temperature_line(target, runtime, spec)) else []  # the model's, or as changed
+    result["lines"] += [line] if (line := temperature_line(target, runtime, spec, result.get("arch"))) else []  # or changed
     result.update(runtimes=runtime_behaviour(target, consistent), consistent=consistent, versions=works_with(runtime))
     result["lines"] += [works_with_line(runtime), *installed_lines(runtime)]
     flag = replaces_shipped(target, runtime, consistent)
@@ -283,7 +283,7 @@ def to_gguf(spec, geom, out, model, gguf_file, force, replace) -> dict:
         lines.append(f"attention factor {attention:.6g} written to {src.arch}.rope.scaling.attn_factor"
                      + (" (sqrt(log_L(k*L)): log-n's query scale at the target length, as one constant)" if spec.log_n else ""))
     return {"runtime": "llamacpp", "model": model, "factor": geom.factor, "target_len": geom.target_len,
-            "factors": sched.factors, "attention_factor": attention, "lines": lines, **written}
+            "factors": sched.factors, "attention_factor": attention, "lines": lines, "arch": src.arch, **written}
 
 
 def check_map_served(spec: Spec, runtime: str) -> None:

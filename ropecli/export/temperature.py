@@ -49,15 +49,16 @@ def hf_temperature_keys(block: dict, spec: Spec, target: ModelRope) -> dict:
     return out
 
 
-def temperature_line(target: ModelRope, runtime: str, spec: Spec | None = None) -> str | None:
-    """`position temperature llama4(…): vllm applies it …`, or how the changed one is carried; None for a model
-    without one."""
+def temperature_line(target: ModelRope, runtime: str, spec: Spec | None = None, arch: str | None = None) -> str | None:
+    """`position temperature llama4(…): vllm applies it …`, or how the changed one is carried (`arch`: the GGUF's
+    architecture, named in llama.cpp's key); None for a model without one."""
     t = target.temperature
     if t is None:
         return None
     if spec is not None and (changed := _changed(spec, target)) is not None:
-        how = dict(record(runtime).temperature_changes)[t.kind]
-        values = " ".join(f"{k}={v:g}" for k, v in spec.temperature)
-        return f"position temperature changed to {changed.label} on {t.layers}: {runtime} {how.format(values=values)}"
+        values = {**dict(t.params), **dict(spec.temperature)}
+        how = dict(record(runtime).temperature_changes)[t.kind].format(
+            values=" ".join(f"{k}={v:g}" for k, v in spec.temperature), arch=arch or "ARCH", **{k: f"{v:g}" for k, v in values.items()})
+        return f"position temperature changed to {changed.label} on {t.layers}: {runtime} {how}"
     said = dict(record(runtime).temperatures).get(t.kind, "ropecli has not read whether it applies it")
     return f"position temperature {t.label} on {t.layers} (the model's own; ropecli changes frequencies only): {runtime} {said}"

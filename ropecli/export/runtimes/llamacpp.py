@@ -45,8 +45,8 @@ RECORD = Runtime(
                   ("mistral4", "applies attention.temperature_scale and attention.temperature_length from the GGUF "
                                "(src/models/deepseek2.cpp), kept in the export")),
     temperature_changes=(("mistral4", "reads it from the GGUF key attention.temperature_scale: serve with llama-server "
-                                      "--override-kv ARCH.attention.temperature_scale=float:V ({values}; ARCH: the "
-                                      "GGUF's general.architecture; common/arg.cpp, --override-kv)"),),
+                                      "--override-kv {arch}.attention.temperature_scale=float:{beta} (common/arg.cpp, "
+                                      "--override-kv)"),),
 )
 
 
