@@ -93,7 +93,12 @@ def read_json(path: Path) -> dict:
     return data
 
 
-UNREADABLE = (KeyError, ValueError, TypeError, OverflowError, IndexError, AttributeError)  # a hand-edited or truncated artefact
+try:  # transformers 5's configs validate their fields (huggingface_hub's strict dataclasses): a bad value raises this
+    from huggingface_hub.errors import StrictDataclassError
+except ImportError:  # an older huggingface_hub: the field errors are ValueErrors
+    StrictDataclassError = ValueError
+# a hand-edited or truncated artefact
+UNREADABLE = (KeyError, ValueError, TypeError, OverflowError, IndexError, AttributeError, StrictDataclassError)
 
 
 def unreadable(path: Path, exc: Exception) -> RopeCliError:

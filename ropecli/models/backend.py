@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ropecli.models.config import ModelRope
+from ropecli.models.position_temperature import position_temperature
 from ropecli.rope.methods import Schedule
 
 
@@ -99,7 +100,6 @@ class TransformersBackend:
 
         from ropecli.models.mapped_attention import mapped
         from ropecli.models.patch import add_log_n_hooks, apply_schedule, restore
-        from ropecli.models.position_temperature import position_temperature
 
         hooks = []
         try:

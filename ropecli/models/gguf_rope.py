@@ -16,6 +16,7 @@ from pathlib import Path
 from ropecli.errors import RopeCliError
 from ropecli.files import publish
 from ropecli.models.gguf_families import rotating_pairs
+from ropecli.models.gguf_header import gguf_metadata
 
 # GGUF architectures whose llama.cpp loader reads `rope_freqs.weight` and whose graph applies it
 # (src/models/*.cpp of llama.cpp: create_tensor(LLM_TENSOR_ROPE_FREQS) and get_rope_factors).
@@ -87,8 +88,6 @@ def native_scaling(spec, geom) -> dict:
 
 def read_gguf_input(path: Path):
     """(GgufInput, gguf.GGUFReader) of a GGUF to export into; refuses architectures llama.cpp does not scale by rope_freqs."""
-    from ropecli.models.config import gguf_metadata
-
     meta = gguf_metadata(path)
     arch = meta.get("general.architecture", "")
     scaling = meta.get(f"{arch}.rope.scaling.type")
