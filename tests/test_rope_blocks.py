@@ -144,9 +144,13 @@ def test_the_commands_refuse_before_any_weight_is_read(tiny_folder, tmp_path, mo
 
 
 def test_rope_blocks_not_per_layer_type_are_refused_in_one_line():
-    """DeepSeek V4 keys its rope blocks by rope kind (main, compress), not by layer type: refused, not misread."""
-    cfg = {**BASE, "layer_types": ["heavily_compressed_attention"] * 2, "num_hidden_layers": 2,
-           "rope_parameters": {"main": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.125},
-                               "compress": {"rope_type": "default", "rope_theta": 1.6e5, "partial_rotary_factor": 0.125}}}
-    with pytest.raises(RopeCliError, match=r"rope blocks \(compress, main\) are not per layer type"):
-        rope_from_config("m", cfg, None)
+    """Rope blocks keyed by neither the layer types nor DeepSeek V4's rope kinds (main, compress) are refused, not
+    misread; V4's are read, its compress block (the long range) scaled by default."""
+    blocks = {"main": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.125},
+              "compress": {"rope_type": "default", "rope_theta": 1.6e5, "partial_rotary_factor": 0.125}}
+    cfg = {**BASE, "layer_types": ["heavily_compressed_attention"] * 2, "num_hidden_layers": 2, "rope_parameters": blocks}
+    rope = rope_from_config("m", cfg, None)
+    assert rope.scaled_types == ("compress",) and rope.base == 1.6e5 and rope.layer_bases["main"] == 1e4
+    odd = {**cfg, "rope_parameters": {"local": blocks["main"], "global": blocks["compress"]}}
+    with pytest.raises(RopeCliError, match=r"rope blocks \(global, local\) name neither its layer types"):
+        rope_from_config("m", odd, None)
