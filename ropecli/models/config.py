@@ -25,9 +25,7 @@ from ropecli.models.rope_block import check_config_blocks
 from ropecli.rope.shipped import Shipped, read_shipped
 from ropecli.rope.temperature import Temperature, read_temperature
 
-# rope blocks keyed by what rotates, not by layer type: DeepSeek V4's main (its sliding-only layers) and compress (the
-# compressed long-range layers, their compressor and indexer: modeling_deepseek_v4.py, rope_layer_type)
-ROPE_BLOCK_TYPES = ("main", "compress")
+ROPE_BLOCK_TYPES = ("main", "compress")  # DeepSeek V4's blocks, by what rotates (modeling_deepseek_v4.py, rope_layer_type)
 BUILTIN = "builtin"
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "builtin_model"  # ropecli/builtin_model
 
