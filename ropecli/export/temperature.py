@@ -10,11 +10,7 @@ from __future__ import annotations
 from ropecli.export.runtimes import record
 from ropecli.models.config import ModelRope
 from ropecli.rope.spec import Spec
-from ropecli.rope.temperature import Temperature, tempered
-
-# where transformers reads each tunable parameter: (the rope block | the text config, the key)
-HF_KEYS = {"attn_scale": ("config", "attn_scale"), "floor_scale": ("config", "floor_scale"),
-           "beta": ("rope_parameters", "llama_4_scaling_beta")}
+from ropecli.rope.temperature import HF_KEYS, Temperature, tempered
 
 
 def _changed(spec: Spec, target: ModelRope) -> Temperature | None:

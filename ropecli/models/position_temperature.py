@@ -12,27 +12,22 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 from ropecli.errors import RopeCliError
-from ropecli.rope.temperature import Temperature
-
-_ATTRIBUTES = {"llama4": {"attn_scale": "attn_scale", "floor_scale": "floor_scale"}}
-_ROPE_KEYS = {"mistral4": {"beta": "llama_4_scaling_beta"}}
+from ropecli.rope.temperature import HF_KEYS, Temperature
 
 
 def _holders(model, temperature: Temperature) -> list[tuple[object, str, str]]:
-    """(object, how to set it: 'attr' | 'key', its name) for every place the model reads a tunable parameter."""
-    out = []
-    if temperature.kind in _ATTRIBUTES:
-        names = _ATTRIBUTES[temperature.kind]
-        for module in model.modules():
-            if hasattr(module, "attn_temperature_tuning") and all(hasattr(module, a) for a in names.values()):
-                out += [(module, "attr", names[p]) for p, _ in temperature.params if p in names]
-    else:
-        names, seen = _ROPE_KEYS[temperature.kind], set()
-        for module in model.modules():
+    """(object, how to set it: 'attr' | 'key', its name) for every place the model reads a tunable parameter
+    (`rope.temperature.HF_KEYS`: a text-config key is each attention module's attribute of the same name)."""
+    names = [HF_KEYS[p] for p, _ in temperature.params if p in HF_KEYS]
+    out, seen = [], set()
+    for module in model.modules():
+        for where, key in names:
+            if where == "config" and hasattr(module, "attn_temperature_tuning") and hasattr(module, key):
+                out.append((module, "attr", key))
             rp = getattr(getattr(module, "config", None), "rope_parameters", None)
-            if isinstance(rp, dict) and id(rp) not in seen and names["beta"] in rp:
-                seen.add(id(rp))
-                out += [(rp, "key", names[p]) for p, _ in temperature.params if p in names]
+            if where == "rope_parameters" and isinstance(rp, dict) and key in rp and (id(rp), key) not in seen:
+                seen.add((id(rp), key))
+                out.append((rp, "key", key))
     return out
 
 
@@ -43,9 +38,7 @@ def position_temperature(model, temperature: Temperature):
     if not holders:
         raise RopeCliError(f"ropecli found no attention module that reads the position temperature {temperature.label} "
                            "in this model; drop the temperature parameters")
-    values = dict(temperature.params)
-    tunable = {**_ATTRIBUTES.get(temperature.kind, {}), **_ROPE_KEYS.get(temperature.kind, {})}
-    by_name = {name: values[p] for p, name in tunable.items()}
+    by_name = {HF_KEYS[p][1]: v for p, v in temperature.params if p in HF_KEYS}
     saved = [(h, how, name, getattr(h, name) if how == "attr" else h[name]) for h, how, name in holders]
     try:
         for h, how, name in holders:

@@ -31,6 +31,10 @@ TUNABLE: dict[str, tuple[Param, ...]] = {
     "mistral4": (Param("beta", None, "slope of every layer's query scale per log(1 + floor(n/L0))", 0.0, 10.0),),
 }
 TUNABLE_NAMES = frozenset(p.name for ps in TUNABLE.values() for p in ps)
+# where transformers 5.24 keeps each one: ("config", key) the text config, copied onto each Llama4TextAttention as the
+# same attribute at __init__; ("rope_parameters", key) the rope block, read by Mistral4Attention.forward every call
+HF_KEYS = {"attn_scale": ("config", "attn_scale"), "floor_scale": ("config", "floor_scale"),
+           "beta": ("rope_parameters", "llama_4_scaling_beta")}
 # search's default ranges (lo, hi, log scale) where `--vary NAME` gives none
 SEARCH_BOUNDS = {"attn_scale": (0.0, 0.5, False), "floor_scale": (1024.0, 65536.0, True), "beta": (0.0, 1.0, False)}
 
