@@ -94,6 +94,8 @@ class Evaluator:
             key["temperature"] = dict(sched.temperature.params)
         if spec.position_map:  # absent = no map: every key cached before maps existed still serves
             key["map"] = [spec.position_map[0], dict(spec.position_map[1])]
+            if hasattr(self.backend, "map_key"):  # llama.cpp: its build's Self-Extend (seq_div right or not)
+                key["map_runtime"] = self.backend.map_key()
         return key
 
     def evaluate(self, spec: Spec, length: int, on_window: Callable[[int], None] | None = None,

@@ -112,7 +112,8 @@ def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str,
             result["manifest"] = write_manifest(out, spec, geom, target, runtime, model, gguf_file, consistent)
             result["lines"].append(f"wrote {result['manifest']}: what was exported (`ropecli verify {out}` reads it)")
         return result
-    map_lines = module(runtime).map_lines(spec.position_map, out, geom.target_len) if spec.position_map else []  # checked first
+    map_lines = (module(runtime).map_lines(spec.position_map, out, geom.target_len, model=model, gguf_file=gguf_file)
+                 if spec.position_map else [])  # checked first
     if spec.native:
         native = native_export(target, runtime)
         return {**native, "lines": [*native.get("lines", []), *map_lines]} if map_lines else native
@@ -151,7 +152,9 @@ def works_with_line(runtime: str) -> str:
     """'works with vLLM >=0.11.1, >=0.22.0 (what each version changes: `ropecli runtimes vllm`)'."""
     rec = record(runtime)
     reqs = ", ".join(dict.fromkeys(v.requirement for v in rec.versions if v.requirement)) or "any version"
-    return f"works with {rec.label} {reqs} (what each version changes, with sources: `ropecli runtimes {rec.name}`)"
+    named = f"{rec.label} ({rec.package} {reqs})" if rec.package and rec.package.lower() != rec.label.lower() and \
+        rec.package.lower() != rec.name else f"{rec.label} {reqs}"  # the requirements are the package's versions
+    return f"works with {named} (what each version changes, with sources: `ropecli runtimes {rec.name}`)"
 
 
 def installed_lines(runtime: str) -> list[str]:

@@ -30,6 +30,7 @@ from ropecli.errors import RopeCliError
 from ropecli.models.config import gguf_layout, gguf_metadata, locate_file, ModelRope, read_rope_config
 from ropecli.rope.methods import Schedule
 from ropecli.models.gguf_rope import GGUF_ROPE_FREQS_ARCHS, export_gguf, read_gguf_input
+from ropecli.models.llamacpp_selfextend import DIVIDES, SELF_EXTEND_MAPS, group_attention, seq_div_rotates_right
 from ropecli.models.packaged import resolve_model
 from ropecli.models.scoring import answer_scores, chunk_kl, token_nll
 from ropecli.models.token_losses import prefix_summaries
@@ -52,6 +53,9 @@ class LlamaCppBackend:
     _path: Path | None = None  # the GGUF the current block runs (the source, or a temporary scaled copy)
     _llms: dict = field(default_factory=dict)  # (path, n_ctx) -> llama_cpp.Llama, reused across windows
     native_only: bool = False  # the GGUF carries its own scaling: only `native` (the file as it is) runs here
+    divide: str = "seq_div"  # Self-Extend's division of cached positions: the build's seq_div, or "seq_add" (the fix)
+    _group: tuple[int, int] | None = None  # (G, W) while a Self-Extend block runs
+    _seq_div: tuple[bool, float] | None = None  # `seq_div_check`, once
 
     def describe(self) -> str:
         return self.rope.describe(f"llama.cpp ({self.dtype.removeprefix('gguf ')}, {self.threads} threads)")
@@ -59,15 +63,28 @@ class LlamaCppBackend:
     @contextmanager
     def scaled(self, schedule: Schedule, log_n: bool, position_map: tuple = ()):
         """The model under `schedule` inside the block: a temporary GGUF with rope_freqs and attn_factor."""
-        if position_map:
-            raise RopeCliError("a position map rotates queries and keys per region inside the attention, which the "
-                               "llamacpp backend cannot reach; measure maps with --backend transformers")
+        if position_map and position_map[0] not in SELF_EXTEND_MAPS:
+            raise RopeCliError(f"--map {position_map[0]}: llama.cpp serves one position map, Self-Extend (-gan G -gaw W: "
+                               f"--map selfextend or selfextend-llamacpp); measure {position_map[0]} with --backend transformers")
         if schedule.temperature is not None:
             raise RopeCliError(f"a changed position temperature ({schedule.temperature.label}) is measured with --backend "
                                "transformers; the llamacpp backend runs the GGUF's own")
         if log_n:
             raise RopeCliError("--log-n scales each query by its own position, which llama.cpp cannot express; "
                                "use the transformers backend for log-n")
+        if position_map:  # llama.cpp's own group-attention loop, batch by batch (`batches`), under the schedule below
+            G, W = (int(dict(position_map[1])[k]) for k in ("G", "W"))
+            if W % G:
+                raise RopeCliError(f"--map {position_map[0]}:G={G},W={W}: llama.cpp needs W a multiple of G "
+                                   f"(GGML_ASSERT(ga_w % ga_n == 0) in tools/completion/completion.cpp); pass W = "
+                                   f"{W - W % G or G} or {W + G - W % G}")
+            self._group = (G, W)
+            try:
+                with self.scaled(schedule, log_n):
+                    yield
+            finally:
+                self._group = None
+            return
         native = schedule.method == "native"  # the GGUF as shipped, untouched
         if self.native_only and not native:
             raise RopeCliError(f"--backend llamacpp: {self.gguf.name} carries its own RoPE scaling (rope_freqs or a llama.cpp "
@@ -102,15 +119,16 @@ class LlamaCppBackend:
             raise
         return Path(name)
 
-    def _llm(self, path: Path, n_ctx: int):
-        key = (str(path), n_ctx)
+    def _llm(self, path: Path, n_ctx: int, n_batch: int = N_BATCH, slot: str = "main"):
+        key = (str(path), n_ctx, n_batch, slot)  # slot "reference": a second context of the same file (KL under a map)
         if key not in self._llms:
             import llama_cpp
 
-            for old in [k for k in self._llms if k[0] == str(path)]:  # one context per file, sized for this window
+            for old in [k for k in self._llms if k[0] == str(path) and k[3] == slot]:  # one per file, sized for this window
                 self._llms.pop(old).close()
-            with plain_weight_buffers():
-                self._llms[key] = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=N_BATCH, n_ubatch=N_BATCH,
+            with plain_weight_buffers():  # n_ubatch: llama.cpp's default micro-batch (it splits a batch, positions kept)
+                self._llms[key] = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_batch,
+                                                  n_ubatch=min(n_batch, N_BATCH),
                                                   n_threads=self.threads, n_threads_batch=self.threads,
                                                   n_gpu_layers=self.gpu_layers, verbose=False)
         return self._llms[key]
@@ -119,19 +137,55 @@ class LlamaCppBackend:
         for k in [k for k in self._llms if k[0] == str(path)]:
             self._llms.pop(k).close()
 
-    def batches(self, ids: np.ndarray, path: Path | None = None):
-        """Yield (start, fp32 logits (b, vocab) of positions start .. start+b-1) over one window; each
-        array is a view of llama.cpp's output buffer, valid until the next step."""
-        llm = self._llm(path or self._path or self.gguf, max(len(ids), 8))
+    def batches(self, ids: np.ndarray, path: Path | None = None, group: tuple[int, int] | None = None,
+                size: int | None = None, slot: str = "main"):
+        """Yield (start, fp32 logits (b, vocab) of tokens start .. start+b-1) over one window; each array is a view of
+        llama.cpp's output buffer, valid until the next step. Under Self-Extend (`group` = (G, W), default the block's)
+        the window is decoded as llama.cpp's completion tool decodes a prompt with -gan G -gaw W -b W: batches of W,
+        the cache's positions grouped before each (`llamacpp_selfextend.group_attention`), each batch continuing from
+        the cache's largest position, as `llama_batch_get_one` does."""
+        group = self._group if group is None else group or None
+        size = group[1] if group else size or N_BATCH
+        llm = self._llm(path or self._path or self.gguf, max(len(ids), 8), size, slot)
         llm.reset()
         llm._ctx.kv_cache_clear()  # a fresh window: nothing of the last one in the KV cache
         tokens = [int(t) for t in ids]
         vocab = llm.n_vocab()
-        for start in range(0, len(tokens), N_BATCH):
-            part = tokens[start:start + N_BATCH]
-            llm._batch.set_batch(batch=part, n_past=start, logits_all=True)  # what Llama.eval does, logits kept per batch
+        n_past = ga_i = 0
+        for start in range(0, len(tokens), size):
+            part = tokens[start:start + size]
+            if group:
+                import llama_cpp
+
+                mem = llm._ctx.memory
+                n_past, ga_i = group_attention(llama_cpp, mem, n_past, ga_i, *group, divide=self.divide)
+                if llama_cpp.llama_memory_seq_pos_max(mem, 0) + 1 != n_past:  # the loop's bookkeeping is the cache's
+                    raise RopeCliError(f"llama.cpp's cache ends at {llama_cpp.llama_memory_seq_pos_max(mem, 0)} after "
+                                       f"Self-Extend's moves, not {n_past - 1}: this build groups positions differently")
+            else:
+                n_past = start
+            llm._batch.set_batch(batch=part, n_past=n_past, logits_all=True)  # what Llama.eval does, logits kept per batch
             llm._ctx.decode(llm._batch)
+            n_past += len(part)
             yield start, np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(len(part), vocab))
+
+    def seq_div_check(self) -> tuple[bool, float]:
+        """Whether this llama.cpp build re-rotates the keys seq_div moves to their new positions (`seq_div_rotates_right`
+        on the model loaded for the current block), measured once per backend: (right, the largest logit difference)."""
+        if self._seq_div is None:
+            llm = self._llm(self._path or self.gguf, 64)
+            tokens = [int(t) for t in self.tokenizer("Self-Extend moves the positions of the cached keys before "
+                                                      "each batch, so the next token sees them grouped.")["input_ids"]]
+            self._seq_div = seq_div_rotates_right(llm, tokens[:33])
+        return self._seq_div
+
+    def map_key(self) -> dict:
+        """What a Self-Extend number measured here depends on beyond the model and the map, for the cache key: the
+        llama.cpp build's seq_div (right or not, checked on the model) and the way the loop divides."""
+        import llama_cpp
+
+        right, _ = self.seq_div_check()
+        return {"llama_cpp_python": llama_cpp.__version__, "seq_div_right": right, "divide": self.divide}
 
     def window_nll(self, ids: np.ndarray, chunk_tokens: int | None, score_last: int | None, prefixes: list[int] | None = None,
                    keep_tokens: bool = False):
@@ -161,15 +215,18 @@ class LlamaCppBackend:
                            "(the answer likelihood is scored here too) or pass --backend transformers")
 
     def window_kl(self, ids: np.ndarray, schedule: Schedule, log_n: bool,
-                  chunk_tokens: int | None) -> tuple[float, int, int, list[float]]:
+                  chunk_tokens: int | None, position_map: tuple = ()) -> tuple[float, int, int, list[float]]:
         """KL(unscaled || scaled) per position: the source GGUF and the scaled copy decode the window in
-        step, batch by batch (two llama.cpp contexts; one batch of logits of each at a time)."""
-        with self.scaled(schedule, log_n):
-            scaled = self._path
-            if scaled == self.gguf:  # the unscaled model against itself: exactly 0 everywhere
+        step, batch by batch (two llama.cpp contexts; one batch of logits of each at a time). Under Self-Extend the
+        reference decodes in the same batches of W, ungrouped."""
+        with self.scaled(schedule, log_n, position_map):
+            scaled, group = self._path, self._group
+            if scaled == self.gguf and not group:  # the unscaled model against itself: exactly 0 everywhere
                 return 0.0, len(ids), len(ids), [0.0] * len(ids)
             per, agree = [], 0
-            for (_, ref), (_, new) in zip(self.batches(ids, self.gguf), self.batches(ids, scaled)):
+            size = group[1] if group else N_BATCH
+            for (_, ref), (_, new) in zip(self.batches(ids, self.gguf, group=(), size=size, slot="reference"),
+                                          self.batches(ids, scaled)):
                 kl, same = chunk_kl(torch.from_numpy(np.array(ref)), torch.from_numpy(np.array(new)))
                 per.append(kl)
                 agree += same
@@ -232,8 +289,12 @@ def load_llamacpp(path: Path, rope: ModelRope, device: str = "cpu") -> LlamaCppB
     except (ImportError, ValueError):
         kind = str(file_type)
     gpu = device.startswith("cuda")  # offloads every layer; needs a llama-cpp-python built with CUDA
+    divide = os.environ.get("ROPECLI_LLAMACPP_DIVIDE", "seq_div")  # seq_add: what llama.cpp with the fix would serve
+    if divide not in DIVIDES:
+        raise RopeCliError(f"ROPECLI_LLAMACPP_DIVIDE={divide}: choose {' or '.join(DIVIDES)} (seq_add: Self-Extend as "
+                           "a llama.cpp with the pos_div fix serves it)")
     return LlamaCppBackend(path, tokenizer, rope, file_fingerprint(path), f"gguf {kind}",
-                           device=device if gpu else "cpu", gpu_layers=-1 if gpu else 0)
+                           device=device if gpu else "cpu", gpu_layers=-1 if gpu else 0, divide=divide)
 
 
 @contextmanager

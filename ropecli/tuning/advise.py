@@ -220,6 +220,8 @@ def served_winner(result: dict, runtime: str, geom=None, target=None) -> dict:
         pm = w.get("position_map")
         if pm and pm["name"] not in record(runtime).maps:
             return f"{runtime} does not serve the winner's position map ({pm['name']})"
+        if pm and (broken := dict(record(runtime).maps_broken).get(pm["name"])):
+            return f"{runtime} does not serve the winner's position map ({pm['name']}) as measured: {broken}"
         if target is None or target.rotating_pairs is None:
             return None
         spec = make_spec(("native+" if w.get("composed") else "") + w["method"],

@@ -1,4 +1,4 @@
-"""llama.cpp: a GGUF copy carrying the schedule, run with `llama-server` / `llama-cli`.
+"""llama.cpp: a GGUF copy carrying the schedule, run with `llama-server`; Self-Extend's flags for the builds that serve it.
 
 Two ways in, by architecture (`ropecli.models.gguf_rope`): `rope_freqs.weight` (d/2 divisors of the
 frequencies, applied at every length and context size: `llama_model::get_rope_factors`, src/llama-model.cpp)
@@ -12,7 +12,10 @@ yarn, longrope).
 from __future__ import annotations
 
 from ropecli.errors import RopeCliError
+from ropecli.export.runtimes import llamacpp_selfextend as SE
 from ropecli.export.runtimes.record import ROPE_FREQS, Runtime, Version
+
+SE_MAPS = ("selfextend", "selfextend-llamacpp")  # llama.cpp serves both as -gan G -gaw W
 
 RECORD = Runtime(
     output="gguf", needs_gguf=True,
@@ -23,13 +26,15 @@ RECORD = Runtime(
           "attn_factor, {arch}.context_length; llama-server flags override the keys",
     at_length="rope_freqs and the scaling keys at every length and context size",
     decoding="one rotation for every step: the KV cache stays consistent",
-    rule=ROPE_FREQS, serves_dynamic=False, maps=("selfextend", "selfextend-llamacpp"),
+    rule=ROPE_FREQS, serves_dynamic=False, maps=SE_MAPS,
+    maps_broken=tuple((name, SE.BROKEN) for name in SE_MAPS),
     versions=(
-        Version("", "Self-Extend as -gan G -gaw W (group-attention factor and width; W a multiple of G) in the completion "
-                "tool, by shifting and dividing KV-cache positions before each batch (ropecli's selfextend-llamacpp map; the "
-                "passkey example groups by --grp-attn-n alone)",
-                "llama.cpp tools/completion/completion.cpp: llama_completion (\"group-attention state\", "
-                "GGML_ASSERT(ga_w % ga_n == 0)); common/arg.cpp: -gan/--grp-attn-n, -gaw/--grp-attn-w",
+        Version("", "Self-Extend as -gan G -gaw W (W a multiple of G) in the completion tool, by shifting and dividing "
+                "KV-cache positions before each batch (ropecli's selfextend-llamacpp map; --backend llamacpp runs the loop "
+                f"itself): served by llama.cpp b1789–b5484; {SE.BROKEN}; {SE.PYTHON}",
+                "llama.cpp tools/completion/completion.cpp: main loop (\"context extension via Self-Extend\", "
+                "GGML_ASSERT(ga_w % ga_n == 0)); src/llama-kv-cells.h: llama_kv_cells::pos_div; common/arg.cpp: "
+                "-gan/--grp-attn-n, -gaw/--grp-attn-w",
                 older="llama-server served it until PR #9860 removed it; it serves no position map now"),
         Version(">=0.2.0", "rope_freqs.weight applied at every length (llama_model::get_rope_factors)",
                 "llama.cpp src/llama-model.cpp: llama_model::get_rope_factors; llama-cpp-python 0.2 bundles it"),
@@ -83,19 +88,35 @@ def unavailable() -> str | None:
     return None
 
 
-def map_lines(position_map: tuple, out: str | None, target_len: int) -> list[str]:
-    """How llama.cpp serves a position map written beside the export: Self-Extend's flags (refused in one line where
-    its width is not a multiple of its group, as llama.cpp asserts)."""
+def map_lines(position_map: tuple, out: str | None, target_len: int, model: str | None = None,
+              gguf_file: str | None = None) -> list[str]:
+    """How llama.cpp serves a position map written beside the export: Self-Extend's flags, for the builds that serve it
+    (`llamacpp_selfextend.lines`; none of today's do), refused in one line where its width is not a multiple of its
+    group, as llama.cpp asserts. -no-cnv where the model's GGUF carries a chat template."""
     name, params = position_map[0], dict(position_map[1])  # selfextend or selfextend-llamacpp: the same flags
     G, W = int(params["G"]), int(params["W"])
     if W % G:
         raise RopeCliError(f"{name}:G={G},W={W}: llama.cpp needs W a multiple of G (GGML_ASSERT(ga_w % ga_n == 0) in "
                            f"tools/completion); pass W = {W - W % G or G} or {W + G - W % G}")
-    model = out or "MODEL.gguf"
-    line = (f"Self-Extend (G = {G}, W = {W}): llama-cli -m {model} -c {target_len} -gan {G} -gaw {W} -b {W}  (the "
-            "completion tool; llama-server does not serve Self-Extend since PR #9860; -b W: a longer batch is decoded "
-            "at true positions past the paper's farthest distance)")
+    lines = SE.lines(out or "MODEL.gguf", target_len, G, W, chat_template(model, gguf_file))
     if name == "selfextend":
-        line += (". llama.cpp groups the positions in its KV cache batch by batch, not per pair as the paper's formula "
-                 f"ropecli measured: `--map selfextend-llamacpp:G={G},W={W}` measures what it serves")
-    return [line]
+        lines.append("  llama.cpp groups the positions in its KV cache batch by batch, not per pair as the paper's formula "
+                     f"ropecli measured: `--map selfextend-llamacpp:G={G},W={W}` measures what it serves, and "
+                     "`--backend llamacpp` measures the installed build itself")
+    return lines
+
+
+def chat_template(model: str | None, gguf_file: str | None) -> bool:
+    """Whether the source GGUF carries tokenizer.chat_template (llama.cpp's completion tool then wraps the prompt)."""
+    from pathlib import Path
+
+    from ropecli.models.config import gguf_metadata, locate_file
+    from ropecli.models.packaged import resolve_model
+
+    source = resolve_model(model) if model else None
+    if source is None:
+        return True  # unknown: -no-cnv is harmless on a model without one
+    path = Path(source) if gguf_file is None else locate_file(source, Path(source), gguf_file)
+    if path.suffix != ".gguf" or not path.is_file():
+        return True
+    return "tokenizer.chat_template" in gguf_metadata(path)

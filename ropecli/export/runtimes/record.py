@@ -45,6 +45,7 @@ class Runtime:
     output: str = "json"  # what --out takes: "json" (a file), "folder-or-json", "gguf" (NEW.gguf), "folder"
     needs_gguf: bool = False  # the export goes into a GGUF (--model FILE.gguf)
     maps: tuple[str, ...] = ()  # the position maps (rope.position_maps) it serves; its module's `map_lines` says how
+    maps_broken: tuple[tuple[str, str], ...] = ()  # (map, why): served by older builds, broken in current ones
     p_rope: str = ""  # what it does with Gemma 4's p-RoPE block (export.p_rope); "": not read
     p_rope_schedules: str = ""  # which schedules it serves there: "uniform" (one factor), "per-pair", "" (as shipped only)
     temperatures: tuple[tuple[str, str], ...] = ()  # (temperature kind, what it does with it) (export.temperature)
@@ -60,6 +61,7 @@ class Runtime:
         return {"name": self.name, "label": self.label, "aliases": list(self.aliases), "artefact": self.artefact,
                 "reads": self.reads, "at_length": self.at_length, "decoding": self.decoding, "rule": self.rule, "dynamic_rule": self.dynamic_rule,
                 "serves_dynamic": self.serves_dynamic, "maps": list(self.maps),
+                "maps_broken": dict(self.maps_broken),
                 "versions": [{"requirement": v.requirement or "any", "what": v.what, "source": v.source,
                               **({"older": v.older} if v.older else {})} for v in self.versions]}
 

@@ -103,7 +103,7 @@ def verify_map(target, exp) -> list:
     return checks
 
 
-def map_lines(position_map: tuple, out: str | None, target_len: int) -> list[str]:
+def map_lines(position_map: tuple, out: str | None, target_len: int, **_) -> list[str]:
     return []  # write_map wrote the map, in the override itself
 
 def write(spec, geom, target, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:
