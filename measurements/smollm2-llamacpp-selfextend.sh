@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 C=measurements/cache
 O=measurements/smollm2
 step() { local out=$1; shift; [ -f "$O/$out.json" ] && { echo "have $O/$out.json"; return; }; echo "$(date -u +%H:%M:%S) $out: ropecli $*"; ropecli "$@" --cache-dir "$C" --json > "$O/$out.json.tmp" 2> "$O/$out.log" && mv "$O/$out.json.tmp" "$O/$out.json"; }
-NIAH="--method none --task niah-single --depths 0,0.5,1 --k 2 --samples 1 --len 16384"
+NIAH="--method none --task niah-single --depths 0 --k 2 --samples 1 --len 16384"  # the needle 16k tokens back
 step se-llamacpp-16k compare --model smollm2 --backend llamacpp --map selfextend-llamacpp:G=4,W=2048 $NIAH
 ROPECLI_LLAMACPP_DIVIDE=seq_add step se-llamacpp-16k-fixed compare --model smollm2 --backend llamacpp --map selfextend-llamacpp:G=4,W=2048 $NIAH
 # Per-token agreement on short windows (1,536 tokens, G = 4, W = 256: six batches, five of them grouped): PPL, 4 windows

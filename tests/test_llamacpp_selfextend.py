@@ -209,3 +209,36 @@ def test_the_installed_build_agrees_with_its_probe_and_the_record(builtin_gguf):
     backend.close()
     assert right == (abs(np.log(built / twin)) < 2e-3), (right, gap, built, twin)
     assert right == (Version(version("llama-cpp-python")) < Version("0.3.10")), version("llama-cpp-python")
+
+
+def test_a_needle_read_through_llama_cpps_loop_scores_as_the_twin(builtin_gguf):
+    """The answer's NLL (logits of the answer's tokens alone: llama.cpp skips its head before them) through llama.cpp's
+    loop, divided as the fix divides, equals the twin's on the same prompts; the unmapped model's differs."""
+    _llama_cpp()
+
+    def answer_nll(*flags, env=None):
+        r = runner.invoke(app, ["passkey", "--model", str(builtin_gguf), "--len", "1024", "--depths", "0.25,0.75",
+                                "--samples", "1", "--method", "none", "--json", "--no-cache", *flags], env=env)
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)["results"][0]["answer_nll"]
+
+    mapped = ["--map", "selfextend-llamacpp:G=4,W=64"]
+    twin = answer_nll(*mapped)
+    fixed = answer_nll(*mapped, "--backend", "llamacpp", env={"ROPECLI_LLAMACPP_DIVIDE": "seq_add"})
+    assert fixed == pytest.approx(twin, abs=0.01), (fixed, twin)
+    assert abs(answer_nll("--backend", "llamacpp") - twin) > 0.05
+
+
+def test_advise_on_llama_cpp_races_self_extend_not_the_maps_it_cannot_run():
+    from ropecli.models.llamacpp import LlamaCppBackend
+    from ropecli.tuning.candidates import default_candidates
+
+    got = set(default_candidates(False, maps=LlamaCppBackend.maps))
+    assert "selfextend" in got and "dca" not in got and "selfextend-tuned" not in got
+    assert {"selfextend", "dca"} <= set(default_candidates(False, maps=True))
+
+
+def test_the_docs_table_of_builds_is_the_records():
+    text = (Path(__file__).parent.parent / "docs" / "runtimes.md").read_text()
+    block = text.split("<!-- selfextend-builds:")[1].split("-->", 1)[1].split("<!-- /selfextend-builds -->")[0]
+    assert block.strip().splitlines() == SE.builds_markdown()

@@ -204,8 +204,9 @@ def test_compare_gives_each_candidate_its_effective_length():
 
 
 def test_export_serves_a_map_only_where_a_runtime_does(builtin_gguf, tmp_path):
-    """Self-Extend goes to llama.cpp as its -gan/-gaw flags beside the schedule's GGUF (the runtime record names the maps
-    it serves); every other runtime, and every other map, is one line; llama.cpp's W % G == 0 is checked before writing."""
+    """Self-Extend goes to llama.cpp beside the schedule's GGUF as its -gan/-gaw flags for the builds that serve it (the
+    runtime record names the maps; tests/test_llamacpp_selfextend.py checks the lines per build); every other runtime,
+    and every other map, is one line; llama.cpp's W % G == 0 is checked before writing."""
     import json
 
     from typer.testing import CliRunner
@@ -220,7 +221,8 @@ def test_export_serves_a_map_only_where_a_runtime_does(builtin_gguf, tmp_path):
     assert r.exit_code == 0, r.output
     got = json.loads(r.stdout)
     assert got["position_map"] == {"name": "selfextend", "params": {"G": 8.0, "W": 64.0}} and out.exists()
-    assert any(f"llama-cli -m {out} -c 1024 -gan 8 -gaw 64 -b 64" in line for line in got["lines"])
+    assert any(f"llama-completion -m {out} -c 1024 -gan 8 -gaw 64 -b 64" in line for line in got["lines"])
+    assert any("not recommended on current llama.cpp" in line for line in got["lines"])
     r = export("--to", "llamacpp", "--out", str(tmp_path / "bad.gguf"), "--map", "selfextend:G=3,W=64")
     assert r.exit_code == 1 and "W a multiple of G" in r.output and not (tmp_path / "bad.gguf").exists()
     r = CliRunner().invoke(app, ["export", "--method", "yarn", "--len", "32768", "--to", "vllm", "--map", "selfextend:G=8,W=64"])

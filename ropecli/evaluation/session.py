@@ -122,7 +122,8 @@ class Session:
 
 def closing_notes() -> list[str]:
     """What a command says once at its end about its sessions (entries of another cache format recomputed)."""
-    caches = list({id(s.ev.cache): s.ev.cache for s in _OPENED}.values())
+    sessions = list(_OPENED)
+    caches = list({id(s.ev.cache): s.ev.cache for s in sessions}.values())
     _OPENED.clear()
     stale, migrated = sum(c.stale for c in caches), sum(c.migrated for c in caches)
     rekeyed = sum(c.rekeyed for c in caches)
@@ -135,4 +136,6 @@ def closing_notes() -> list[str]:
                      "older spelling of the runtime, or ropecli 0.x) were reused and stored under today's")
     if stale:
         notes.append(f"note: {stale} cached result(s) were of another ropecli cache format and were recomputed (format {FORMAT} now)")
+    backends = {id(s.ev.backend): s.ev.backend for s in sessions}.values()
+    notes += [n for be in backends for n in (be.notes() if hasattr(be, "notes") else [])]  # llama.cpp: its Self-Extend
     return notes

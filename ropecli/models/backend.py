@@ -81,7 +81,7 @@ class TransformersBackend:
     device: str
     fingerprint: str
     runtime: str = "transformers"
-    maps: bool = True  # runs position maps at the attention (`models.mapped_attention`); llama.cpp's backend does not
+    maps: bool = True  # runs every position map at the attention (`models.mapped_attention`); llama.cpp: Self-Extend alone
     earlier_fingerprints: tuple[str, ...] = ()  # (with transformers' version in it, ropecli 0.x's): their windows are reused
     native_patched: bool = False  # the loaded rotary modules lack the shipped schedule (a GGUF's rope_freqs): write it
 

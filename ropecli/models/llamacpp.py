@@ -53,6 +53,7 @@ class LlamaCppBackend:
     _path: Path | None = None  # the GGUF the current block runs (the source, or a temporary scaled copy)
     _llms: dict = field(default_factory=dict)  # (path, n_ctx) -> llama_cpp.Llama, reused across windows
     native_only: bool = False  # the GGUF carries its own scaling: only `native` (the file as it is) runs here
+    maps: tuple[str, ...] = SELF_EXTEND_MAPS  # the position maps it runs: llama.cpp's own Self-Extend loop
     divide: str = "seq_div"  # Self-Extend's division of cached positions: the build's seq_div, or "seq_add" (the fix)
     _group: tuple[int, int] | None = None  # (G, W) while a Self-Extend block runs
     _seq_div: tuple[bool, float] | None = None  # `seq_div_check`, once
@@ -138,9 +139,10 @@ class LlamaCppBackend:
             self._llms.pop(k).close()
 
     def batches(self, ids: np.ndarray, path: Path | None = None, group: tuple[int, int] | None = None,
-                size: int | None = None, slot: str = "main"):
+                size: int | None = None, slot: str = "main", outputs_from: int = 0):
         """Yield (start, fp32 logits (b, vocab) of tokens start .. start+b-1) over one window; each array is a view of
-        llama.cpp's output buffer, valid until the next step. Under Self-Extend (`group` = (G, W), default the block's)
+        llama.cpp's output buffer, valid until the next step. `outputs_from`: logits of the tokens from there on only
+        (the model's head skipped before; batches that end before it yield nothing). Under Self-Extend (`group` = (G, W), default the block's)
         the window is decoded as llama.cpp's completion tool decodes a prompt with -gan G -gaw W -b W: batches of W,
         the cache's positions grouped before each (`llamacpp_selfextend.group_attention`), each batch continuing from
         the cache's largest position, as `llama_batch_get_one` does."""
@@ -165,19 +167,42 @@ class LlamaCppBackend:
             else:
                 n_past = start
             llm._batch.set_batch(batch=part, n_past=n_past, logits_all=True)  # what Llama.eval does, logits kept per batch
+            first = min(max(outputs_from - start, 0), len(part))  # the batch's first token with logits
+            for i in range(first):
+                llm._batch.batch.logits[i] = False
             llm._ctx.decode(llm._batch)
             n_past += len(part)
-            yield start, np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(len(part), vocab))
+            if first < len(part):
+                yield start + first, np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(len(part) - first, vocab))
 
     def seq_div_check(self) -> tuple[bool, float]:
         """Whether this llama.cpp build re-rotates the keys seq_div moves to their new positions (`seq_div_rotates_right`
         on the model loaded for the current block), measured once per backend: (right, the largest logit difference)."""
         if self._seq_div is None:
-            llm = self._llm(self._path or self.gguf, 64)
+            llm = self._llm(self._path or self.gguf, 64, slot="probe")
             tokens = [int(t) for t in self.tokenizer("Self-Extend moves the positions of the cached keys before "
                                                       "each batch, so the next token sees them grouped.")["input_ids"]]
             self._seq_div = seq_div_rotates_right(llm, tokens[:33])
         return self._seq_div
+
+    def notes(self) -> list[str]:
+        """What a command says at its end when Self-Extend ran here: whether this build serves it as llama.cpp means it."""
+        if self._seq_div is None:
+            return []
+        import llama_cpp
+
+        right, gap = self._seq_div
+        if self.divide == "seq_add":
+            return ["note: Self-Extend ran through llama.cpp's own loop with each seq_div replaced by per-position seq_add "
+                    "(ROPECLI_LLAMACPP_DIVIDE=seq_add): what a build with the pos_div fix serves"]
+        if right:
+            return [f"note: Self-Extend ran through llama.cpp's own loop; this build (llama-cpp-python {llama_cpp.__version__}) "
+                    "re-rotates the keys seq_div moves to their new positions (probe: the logits agree with per-position "
+                    "seq_add)"]
+        return [f"note: Self-Extend ran through llama.cpp's own loop as this build serves it (llama-cpp-python "
+                f"{llama_cpp.__version__}), whose seq_div re-rotates the grouped keys to 2·p_old − p_new (probe: logits "
+                f"{gap:.3g} apart from per-position seq_add to the same positions); a build with the fix serves "
+                "`--map selfextend-llamacpp` as --backend transformers measures it (docs/runtimes.md#self-extend-in-llamacpp)"]
 
     def map_key(self) -> dict:
         """What a Self-Extend number measured here depends on beyond the model and the map, for the cache key: the
@@ -203,7 +228,7 @@ class LlamaCppBackend:
 
     def passkey_scores(self, ids: np.ndarray, answer_start: int) -> tuple[float, float]:
         rows = []
-        for start, logits in self.batches(ids):
+        for start, logits in self.batches(ids, outputs_from=answer_start - 1):
             lo, hi = max(start, answer_start - 1), min(start + len(logits), len(ids) - 1)
             if lo < hi:
                 rows.append(np.array(logits[lo - start:hi - start]))

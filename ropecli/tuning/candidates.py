@@ -36,11 +36,18 @@ MAPPED = ("selfextend", "selfextend-tuned", "dca")  # position maps: need a targ
 SEARCHED_MAPS = ("selfextend-tuned",)  # asked for by name (--candidates): a search of mapped passes
 
 
-def default_candidates(ships_schedule: bool, maps: bool = False) -> list[str]:
+MAP_OF = {"selfextend": "selfextend", "selfextend-tuned": "selfextend", "dca": "dca"}  # candidate -> its map
+
+
+def default_candidates(ships_schedule: bool, maps: bool | tuple[str, ...] = False) -> list[str]:
     """Every candidate; the native ones only for a model that ships a schedule (else native is none); the position maps
-    with their rules' parameters where `maps` (a target past Ls, a model and backend that can map it)."""
+    with their rules' parameters where `maps` (a target past Ls, a model and backend that can map it: True for every
+    map, or the names of the maps the backend runs, e.g. llama.cpp's Self-Extend alone)."""
+    def mapped_ok(c: str) -> bool:
+        return maps is True or (not isinstance(maps, bool) and MAP_OF[c] in maps)
+
     return [c for c in CANDIDATES if (ships_schedule or c not in SHIPPED_ONLY) and c not in SEARCHED_MAPS
-            and (maps or c not in MAPPED)]
+            and (c not in MAPPED or mapped_ok(c))]
 
 
 def static_candidates() -> dict[str, tuple[str, dict]]:

@@ -22,11 +22,13 @@ SEARCHED = {"selfextend-tuned": "selfextend"}
 MAP_CANDIDATES = (*RULED, *SEARCHED)
 
 
-def maps_apply(model, rope, longest: int) -> bool:
-    """Whether the default tournament takes the map candidates: a target past Ls, a backend that maps (transformers), a
-    model it can map (one RoPE, every dimension rotated; `models.mapped_attention` refuses the rest in one line)."""
-    return (longest > rope.shipped_len and bool(getattr(model, "maps", False)) and rope.partial_rotary_factor == 1
-            and not rope.layer_bases and rope.layers is None)  # NoPE, chunked, sliding, linear layers: not mapped
+def maps_apply(model, rope, longest: int) -> bool | tuple[str, ...]:
+    """Which map candidates the default tournament takes: none (False) short of a target past Ls, a backend that maps
+    and a model it can map (one RoPE, every dimension rotated; `models.mapped_attention` refuses the rest in one line);
+    else the backend's `maps`: True (transformers: every map) or the names it runs (llama.cpp: Self-Extend)."""
+    ok = (longest > rope.shipped_len and rope.partial_rotary_factor == 1
+          and not rope.layer_bases and rope.layers is None)  # NoPE, chunked, sliding, linear layers: not mapped
+    return getattr(model, "maps", False) if ok else False
 
 
 def selfextend_rule(Ls: int, T: int) -> dict[str, float]:
