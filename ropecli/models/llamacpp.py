@@ -15,7 +15,6 @@ llama-cpp-python is an optional extra (`pip install 'ropecli[llamacpp]'`, which 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tempfile
 from contextlib import contextmanager
@@ -30,7 +29,9 @@ from ropecli.errors import RopeCliError
 from ropecli.models.config import gguf_layout, gguf_metadata, locate_file, ModelRope, read_rope_config
 from ropecli.rope.methods import Schedule
 from ropecli.models.gguf_rope import GGUF_ROPE_FREQS_ARCHS, export_gguf, read_gguf_input
-from ropecli.models.llamacpp_selfextend import DIVIDES, SELF_EXTEND_MAPS, group_attention, seq_div_rotates_right
+from ropecli.models.llamacpp_files import file_fingerprint, plain_weight_buffers
+from ropecli.models.llamacpp_selfextend import (DIVIDES, SELF_EXTEND_MAPS, group_attention, probe_tokens,
+                                                seq_div_rotates_right, self_extend_notes)
 from ropecli.models.packaged import resolve_model
 from ropecli.models.scoring import answer_scores, chunk_kl, token_nll
 from ropecli.models.token_losses import prefix_summaries
@@ -177,32 +178,15 @@ class LlamaCppBackend:
 
     def seq_div_check(self) -> tuple[bool, float]:
         """Whether this llama.cpp build re-rotates the keys seq_div moves to their new positions (`seq_div_rotates_right`
-        on the model loaded for the current block), measured once per backend: (right, the largest logit difference)."""
+        on the source GGUF, in a small context of its own), measured once per backend: (right, the largest difference)."""
         if self._seq_div is None:
-            llm = self._llm(self._path or self.gguf, 64, slot="probe")
-            tokens = [int(t) for t in self.tokenizer("Self-Extend moves the positions of the cached keys before "
-                                                      "each batch, so the next token sees them grouped.")["input_ids"]]
-            self._seq_div = seq_div_rotates_right(llm, tokens[:33])
+            llm = self._llm(self.gguf, 64, slot="probe")
+            self._seq_div = seq_div_rotates_right(llm, probe_tokens(self.tokenizer))
         return self._seq_div
 
     def notes(self) -> list[str]:
-        """What a command says at its end when Self-Extend ran here: whether this build serves it as llama.cpp means it."""
-        if self._seq_div is None:
-            return []
-        import llama_cpp
-
-        right, gap = self._seq_div
-        if self.divide == "seq_add":
-            return ["note: Self-Extend ran through llama.cpp's own loop with each seq_div replaced by per-position seq_add "
-                    "(ROPECLI_LLAMACPP_DIVIDE=seq_add): what a build with the pos_div fix serves"]
-        if right:
-            return [f"note: Self-Extend ran through llama.cpp's own loop; this build (llama-cpp-python {llama_cpp.__version__}) "
-                    "re-rotates the keys seq_div moves to their new positions (probe: the logits agree with per-position "
-                    "seq_add)"]
-        return [f"note: Self-Extend ran through llama.cpp's own loop as this build serves it (llama-cpp-python "
-                f"{llama_cpp.__version__}), whose seq_div re-rotates the grouped keys to 2·p_old − p_new (probe: logits "
-                f"{gap:.3g} apart from per-position seq_add to the same positions); a build with the fix serves "
-                "`--map selfextend-llamacpp` as --backend transformers measures it (docs/runtimes.md#self-extend-in-llamacpp)"]
+        """What a command says at its end when Self-Extend ran here (`llamacpp_selfextend.notes`)."""
+        return [] if self._seq_div is None else self_extend_notes(self.divide, *self._seq_div)
 
     def map_key(self) -> dict:
         """What a Self-Extend number measured here depends on beyond the model and the map, for the cache key: the
@@ -320,43 +304,3 @@ def load_llamacpp(path: Path, rope: ModelRope, device: str = "cpu") -> LlamaCppB
                            "a llama.cpp with the pos_div fix serves it)")
     return LlamaCppBackend(path, tokenizer, rope, file_fingerprint(path), f"gguf {kind}",
                            device=device if gpu else "cpu", gpu_layers=-1 if gpu else 0, divide=divide)
-
-
-@contextmanager
-def plain_weight_buffers():
-    """llama.cpp's model parameter `use_extra_bufts` off while a Llama is built (llama-cpp-python does not
-    expose it): the "extra" CPU buffer types repack quantized weights for AMX / AVX-512 kernels, and on this
-    project's machine (a Xeon with AMX, under a sandbox) the first decode of a Q4_1 GGUF died with a general
-    protection fault in libggml-cpu; F32 files were unaffected. ROPECLI_LLAMACPP_REPACK=1 keeps them on."""
-    if os.environ.get("ROPECLI_LLAMACPP_REPACK") == "1":
-        yield
-        return
-    import llama_cpp.llama as api
-
-    default = api.llama_cpp.llama_model_default_params
-
-    def params():
-        p = default()
-        p.use_extra_bufts = False
-        return p
-
-    api.llama_cpp.llama_model_default_params = params
-    try:
-        yield
-    finally:
-        api.llama_cpp.llama_model_default_params = default
-
-
-def file_fingerprint(path: Path, per_tensor: int = 4096) -> str:
-    """sha256 over the file's length, its whole header (every key, every tensor's name, shape, type and
-    offset) and the first `per_tensor` bytes of every tensor: cheap for a many-GB GGUF (a few MB read),
-    and different for two exports of one model that differ only in rope_freqs or attn_factor."""
-    data_start, tensors = gguf_layout(path)
-    h = hashlib.sha256()
-    h.update(str(path.stat().st_size).encode())
-    with open(path, "rb") as fh:
-        h.update(fh.read(data_start))
-        for _, offset in sorted(tensors, key=lambda t: t[1]):
-            fh.seek(offset)
-            h.update(fh.read(per_tensor))
-    return h.hexdigest()[:16]

@@ -89,3 +89,28 @@ def seq_div_rotates_right(llm, tokens: list[int], G: int = 4) -> tuple[bool, flo
     gap = float(np.max(np.abs(out[0] - out[1])))
     scale = float(np.max(np.abs(out[1]))) or 1.0
     return gap <= 1e-3 * scale, gap
+
+
+def probe_tokens(tokenizer) -> list[int]:
+    """33 tokens of plain text for `seq_div_rotates_right` (any text serves: only the two moves differ)."""
+    text = ("Self-Extend moves the positions of the cached keys before each batch, so the next token sees them grouped; "
+            "a build that rotates them right gives the same logits either way.")
+    return [int(t) for t in tokenizer(text)["input_ids"]][:33]
+
+
+def self_extend_notes(divide: str, right: bool, gap: float) -> list[str]:
+    """The notes a command ends with after Self-Extend ran through llama.cpp's loop: what ran, and what the build does."""
+    import llama_cpp
+
+    both = ("note: on --backend llamacpp, --map selfextend and --map selfextend-llamacpp both run as llama.cpp's "
+            "-gan G -gaw W (its completion tool's loop, batches of W)")
+    if divide == "seq_add":
+        return [both, "note: each seq_div was replaced by per-position seq_add (ROPECLI_LLAMACPP_DIVIDE=seq_add): what a "
+                      "build with the pos_div fix serves"]
+    if right:
+        return [both, f"note: this build (llama-cpp-python {llama_cpp.__version__}) re-rotates the keys seq_div moves to "
+                      "their new positions (probe: the logits agree with per-position seq_add)"]
+    return [both, f"note: these numbers are what this build serves (llama-cpp-python {llama_cpp.__version__}): its seq_div "
+                  f"re-rotates the grouped keys to 2·p_old − p_new (probe: logits {gap:.3g} apart from per-position "
+                  "seq_add to the same positions); a build with the fix serves `--map selfextend-llamacpp` as --backend "
+                  "transformers measures it (docs/runtimes.md#self-extend-in-llamacpp)"]
