@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import functools
 import importlib
+import math
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -66,6 +67,36 @@ def finish_help(command) -> None:
         finish_help(sub)
 
 
+def finite_floats(command) -> None:
+    """Every float option of `command` (and its subcommands) refuses NaN and ±inf as it is parsed: click's FLOAT and
+    FloatRange accept 'nan' and 'inf' (a NaN --delta is an indifference zone that never closes), so their convert is
+    wrapped to fail in click's one line ('Error: Invalid value for '--delta': nan is not a finite number')."""
+    for param in getattr(command, "params", ()):
+        kind = type(param.type).__name__
+        if kind in ("FloatParamType", "FloatRange"):
+            param.type = _finite(param.type)
+        elif kind == "Tuple":
+            param.type = copy.copy(param.type)
+            param.type.types = [_finite(t) if type(t).__name__ in ("FloatParamType", "FloatRange") else t
+                                for t in param.type.types]
+    for sub in getattr(command, "commands", {}).values():
+        finite_floats(sub)
+
+
+def _finite(kind):
+    kind = copy.copy(kind)  # click.FLOAT is one shared instance
+    inner = kind.convert
+
+    def convert(value, param, ctx):
+        number = inner(value, param, ctx)
+        if not math.isfinite(number):
+            kind.fail(f"{value} is not a finite number", param, ctx)
+        return number
+
+    kind.convert = convert
+    return kind
+
+
 class LazyCommandsGroup(OneLineErrorsGroup):
     """The root group: commands are built from COMMANDS when asked for; while the root's own help is drawn,
     each is a stub carrying its summary."""
@@ -86,6 +117,7 @@ class LazyCommandsGroup(OneLineErrorsGroup):
             self.commands[name] = typer.main.get_group(fn) if isinstance(fn, typer.Typer) else typer.main.get_command(single)
             self.commands[name].name = name
             finish_help(self.commands[name])
+            finite_floats(self.commands[name])
         return self.commands[name]
 
     def format_help(self, ctx, formatter):

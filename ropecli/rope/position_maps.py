@@ -216,6 +216,8 @@ def parse_map(text: str) -> tuple:
             given[key.strip()] = float(value)
         except ValueError:
             raise RopeCliError(f"--map {text}: parameters are KEY=NUMBER, comma-separated, e.g. selfextend:G=8,W=64") from None
+        if not np.isfinite(given[key.strip()]):
+            raise RopeCliError(f"--map {text}: {key.strip()} = {value.strip()} is not a finite number")
         if not eq:
             raise RopeCliError(f"--map {text}: parameters are KEY=NUMBER, e.g. selfextend:G=8,W=64")
     params = map_params(name.strip(), given)

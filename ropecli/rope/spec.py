@@ -20,6 +20,8 @@ at a length, and the one list of standard methods. Numpy only.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
@@ -166,6 +168,8 @@ def parse_params(pairs: list[str] | None) -> dict[str, float]:
             out[key] = float(value)
         except ValueError:
             raise RopeCliError(f"--param {key}: '{value}' is not a number; write e.g. --param {key}=1.5") from None
+        if not math.isfinite(out[key]):
+            raise RopeCliError(f"--param {key}={value.strip()}: not a finite number; write e.g. --param {key}=1.5")
     return out
 
 
