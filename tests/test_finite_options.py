@@ -65,8 +65,12 @@ def test_advise_delta_nan_is_one_line():
     (["search", "--method", "yarn", "--vary", "beta_fast=nan:32"], "--vary"),
     (["passkey", "--depths", "0,nan"], "--depths"),
     (["compare", "--workload", "2048:inf"], "--workload"),
+    (["compare", "--workload", "FILE"], "--workload"),
 ])
-def test_numbers_inside_text_options_are_finite_too(args, words):
+def test_numbers_inside_text_options_are_finite_too(args, words, tmp_path):
+    if args[-1] == "FILE":  # a workload file with an infinite length
+        (tmp_path / "lengths.txt").write_text("2048\ninf\n")
+        args = [*args[:-1], str(tmp_path / "lengths.txt")]
     r = runner.invoke(app, [*args, "--len", "512"])
     lines = [ln for ln in r.output.strip().splitlines() if ln.strip()]
     assert r.exit_code != 0 and len(lines) == 1 and words in lines[0] and "Traceback" not in r.output, r.output

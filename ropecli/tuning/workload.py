@@ -77,7 +77,7 @@ def _from_file(path: Path, target: int) -> Workload:
     for i, line in enumerate(path.read_text().split(), 1):
         try:
             lengths.append(int(float(line)))
-        except ValueError:
+        except (ValueError, OverflowError):  # inf: int() overflows
             raise RopeCliError(f"--workload {path}: entry {i} ({line!r}) is not a request length; one number per line") from None
     if not lengths or min(lengths) < 2:
         raise RopeCliError(f"--workload {path}: no request lengths of at least 2 tokens")
