@@ -22,7 +22,7 @@ from ropecli.tuning.advise_plan import AdvisePlan
 from ropecli.tuning.objective import Bench
 from ropecli.export.p_rope import p_rope_refusal
 from ropecli.export.plan import check_export_paths, export_schedule, export_target, is_gguf
-from ropecli.export.runtimes import SERVED_BY_DEFAULT, record
+from ropecli.export.runtimes import SERVED_BY_DEFAULT, record, records
 from ropecli.files import atomic_write_text
 from ropecli.models.config import BUILTIN, BUILTIN_DIR
 from ropecli.models.packaged import BUILTIN_FOLDERS, resolve_model
@@ -178,44 +178,75 @@ def export_winner(result: dict, rope, model: str | None, gguf_file: str | None, 
     served = (result.get("serving") or {}).get("runtimes", {})
     geom = rope.geometry(result["factor"])
     target = export_target(geom, rope, base_given=False)
-    jobs = [("transformers", out_dir / "hf"), ("vllm", out_dir / "vllm-overrides.json")]
-    if is_gguf(source, gguf_file):
-        jobs.append(("llamacpp", out_dir / "model-extended.gguf"))
-    done = []
-    for runtime, out in jobs:
-        to = runtime
+    gguf = is_gguf(source, gguf_file)
+    done = [{"runtime": rec.name, "command": None, "ok": False, "output": f"skipped: {rec.label} serves a GGUF and the "
+             "model is not a GGUF file (convert it, then `ropecli export --to gguf`)"}
+            for rec in records().values() if rec.needs_gguf and not gguf]
+    for runtime, out in export_paths(out_dir, gguf):
         best = runtime_pick(served.get(runtime), result["winner"], (result.get("constraints") or {}).get("max_short_regression"))
-        w = best or served_winner(result, runtime, geom, target)
-        params = {**{k: v for k, v in w["params"].items() if v is not None and k != "factors"}, **(w.get("temperature") or {})}
-        spec = make_spec(("native+" if w.get("composed") else "") + w["method"], params, log_n=w["log_n"])
-        spec = spec.but(position_map=map_from_json(w.get("position_map")))
-        consistent = not best or bool(best["consistent"])  # switching only where its decode damage was shown harmless
-        shown = model if model in BUILTIN_FOLDERS else source  # a short name stays one in the printed command
-        name = ("native+" if spec.composed else "") + spec.method
-        flags = ["--model", shown, *(["--gguf-file", gguf_file] if gguf_file else []), "--method", name,
-                 *[x for k, v in params.items() for x in ("--param", f"{k}={v:.10g}")], *(["--log-n"] if spec.log_n else []),
-                 *(["--map", map_text(spec.position_map)] if spec.position_map else []),
-                 "--len", str(geom.target_len), "--force", *([] if consistent else ["--switching"])]
-        command = " ".join(shlex.quote(c) for c in ["ropecli", "export", *flags, "--to", to, "--out", str(out)])
-        try:
-            check_export_paths(to, str(out), source, gguf_file, force=True)
-            written = export_schedule(spec, geom, target, to, str(out), model=source, gguf_file=gguf_file, force=True,
-                                      consistent=consistent, measure_switching=False)
-            done.append({"runtime": runtime, "command": command, "ok": True, "output": "\n".join(written["lines"])[-2000:],
-                         "candidate": w.get("candidate", best["name"] if best else result["winner"]),
-                         **({"instead": w["instead"]} if w.get("instead") else {})})
+        picks = [best] if best else served_in_order(result, runtime, geom, target)
+        refused: list[str] = []  # a candidate the runtime's writer refused (SGLang's DCA on an architecture it lacks)
+        try:  # where the export goes: not the candidate's fault, so no next candidate
+            check_export_paths(runtime, str(out), source, gguf_file, force=True)
         except RopeCliError as exc:
-            done.append({"runtime": runtime, "command": command, "ok": False, "output": str(exc)})
-    if not is_gguf(source, gguf_file):
-        done.append({"runtime": "llamacpp", "command": None, "ok": False,
-                     "output": "skipped: the model is not a GGUF file (convert it, then `ropecli export --to gguf`)"})
-    return done
+            done.append({"runtime": runtime, "command": None, "ok": False, "output": str(exc)})
+            continue
+        for w in picks:
+            entry = export_one(w, best, result, runtime, out, geom, target, model, source, gguf_file)
+            if entry["ok"] or w is picks[-1]:
+                why = "; ".join(filter(None, [picks[0].get("instead"), *refused]))
+                why += f": exporting {w['candidate']}, the next-ranked candidate it serves (rank {w.get('rank')})" \
+                    if refused else ""
+                done.append({**entry, **({"instead": why} if why and entry["ok"] else {})})
+                break
+            refused.append(f"{runtime} refused {entry['candidate']} ({entry['output']})")
+    order = list(records())
+    return sorted(done, key=lambda e: order.index(e["runtime"]))
+
+
+def export_one(w: dict, best: dict | None, result: dict, runtime: str, out: Path, geom, target, model, source, gguf_file) -> dict:
+    """One candidate `w` exported for `runtime` (what `ropecli export` runs), with the command that does the same: the
+    export's lines, or the one line that refused it."""
+    params = {**{k: v for k, v in w["params"].items() if v is not None and k != "factors"}, **(w.get("temperature") or {})}
+    spec = make_spec(("native+" if w.get("composed") else "") + w["method"], params, log_n=w["log_n"])
+    spec = spec.but(position_map=map_from_json(w.get("position_map")))
+    consistent = not best or bool(best["consistent"])  # switching only where its decode damage was shown harmless
+    shown = model if model in BUILTIN_FOLDERS else source  # a short name stays one in the printed command
+    name = ("native+" if spec.composed else "") + spec.method
+    flags = ["--model", shown, *(["--gguf-file", gguf_file] if gguf_file else []), "--method", name,
+             *[x for k, v in params.items() for x in ("--param", f"{k}={v:.10g}")], *(["--log-n"] if spec.log_n else []),
+             *(["--map", map_text(spec.position_map)] if spec.position_map else []),
+             "--len", str(geom.target_len), "--force", *([] if consistent else ["--switching"])]
+    command = " ".join(shlex.quote(c) for c in ["ropecli", "export", *flags, "--to", runtime, "--out", str(out)])
+    candidate = w.get("candidate", best["name"] if best else result["winner"])
+    try:
+        written = export_schedule(spec, geom, target, runtime, str(out), model=source, gguf_file=gguf_file, force=True,
+                                  consistent=consistent, measure_switching=False)
+    except RopeCliError as exc:
+        return {"runtime": runtime, "command": command, "ok": False, "output": str(exc), "candidate": candidate}
+    return {"runtime": runtime, "command": command, "ok": True, "output": "\n".join(written["lines"])[-2000:],
+            "candidate": candidate}
+
+
+def export_paths(out_dir: Path, gguf: bool) -> list[tuple[str, Path]]:
+    """(runtime, --out) for every runtime record advise exports to, by what the runtime's --out takes; the ones that
+    serve a GGUF only where the model is one."""
+    where = {"folder-or-json": lambda rec: out_dir / "hf", "json": lambda rec: out_dir / f"{rec.name}-overrides.json",
+             "gguf": lambda rec: out_dir / "model-extended.gguf", "folder": lambda rec: out_dir / rec.name}
+    return [(rec.name, where[rec.output](rec)) for rec in records().values() if gguf or not rec.needs_gguf]
 
 
 def served_winner(result: dict, runtime: str, geom=None, target=None) -> dict:
-    """The winner's spec; where `runtime` cannot serve it (a position map it does not serve, `Runtime.maps`; a p-RoPE
-    schedule its config cannot carry, `export.p_rope`), the best-ranked eligible candidate it does serve, with the line
-    that says so (`instead`)."""
+    """The first of `served_in_order`: what `runtime` is exported unless its writer refuses it."""
+    return served_in_order(result, runtime, geom, target)[0]
+
+
+def served_in_order(result: dict, runtime: str, geom=None, target=None) -> list[dict]:
+    """The candidates `runtime` is offered, in order: the winner's spec, or where the runtime cannot serve it (a
+    position map it does not serve or whose current builds break it, `Runtime.maps`; a p-RoPE schedule its config
+    cannot carry, `export.p_rope`) the best-ranked eligible candidate it does serve, with the line that says so
+    (`instead`); then every other eligible candidate it serves, by rank (where its writer refuses one, advise takes
+    the next)."""
     def why(w: dict) -> str | None:
         pm = w.get("position_map")
         if pm and pm["name"] not in record(runtime).maps:
@@ -230,16 +261,21 @@ def served_winner(result: dict, runtime: str, geom=None, target=None) -> dict:
         return p_rope_refusal(spec.but(position_map=map_from_json(pm)), geom, target, runtime)
 
     w = result["winner_spec"]
+    ok = sorted((r for r in result["rows"] if not r["excluded"] and why(r) is None), key=lambda r: r.get("rank", math.inf))
+    rest = [_row_spec(r) for r in ok if r["candidate"] != result.get("winner")]
     if (reason := why(w)) is None:
-        return w
-    ok = [r for r in result["rows"] if not r["excluded"] and why(r) is None]
-    if not ok:
-        return w  # nothing it serves was eligible: the export says why it cannot serve the winner
-    r = min(ok, key=lambda r: r.get("rank", math.inf))
+        return [w, *rest]
+    if not rest:
+        return [w]  # nothing it serves was eligible: the export says why it cannot serve the winner
+    first = {**rest[0], "instead": f"{reason}: exporting {rest[0]['candidate']}, the best-ranked candidate it serves "
+                                   f"(rank {rest[0]['rank']})"}
+    return [first, *rest[1:]]
+
+
+def _row_spec(r: dict) -> dict:
     return {"method": r["method"], "composed": r.get("composed", False), "log_n": r["log_n"],
             "params": {p: v for p, v in r["params"].items() if v is not None}, "position_map": r.get("position_map"),
-            "temperature": r.get("temperature"), "candidate": r["candidate"], "instead": f"{reason}: exporting {r['candidate']}, the best-ranked candidate it "
-                                                    f"serves (rank {r.get('rank')})"}
+            "temperature": r.get("temperature"), "candidate": r["candidate"], "rank": r.get("rank")}
 
 
 def runtime_pick(block: dict | None, winner: str, max_rise: float | None = None) -> dict | None:

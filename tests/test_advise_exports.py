@@ -1,0 +1,50 @@
+"""advise exports to every runtime record (transformers, vLLM, llama.cpp, SGLang, Ollama): each gets the best-ranked
+candidate it serves, or a one-line reason; a candidate a runtime's writer refuses (SGLang's DCA on an architecture its
+model lacks) passes to the next one, said in the export's line. Driven through `export_winner` on a planted ranking."""
+
+import json
+
+from ropecli.export.runtimes import records
+from ropecli.models.config import read_rope_config
+from ropecli.tuning.advise import export_winner
+from tiny_models import build
+
+
+def ranking(winner: str) -> dict:
+    """An advise result with Self-Extend, DCA and YaRN ranked (Self-Extend or DCA first)."""
+    se = {"name": "selfextend", "params": {"G": 4.0, "W": 64.0}}
+    dca = {"name": "dca", "params": {"chunk": 48.0, "local": 4.0}}
+    rows = {"selfextend": {"candidate": "selfextend", "method": "none", "params": {}, "log_n": False, "position_map": se},
+            "dca": {"candidate": "dca", "method": "none", "params": {}, "log_n": False, "position_map": dca},
+            "yarn": {"candidate": "yarn", "method": "yarn", "params": {"beta_fast": 32, "beta_slow": 1}, "log_n": False}}
+    order = [winner, *[n for n in ("selfextend", "dca", "yarn") if n != winner]]
+    table = [{**rows[n], "excluded": False, "rank": i + 1} for i, n in enumerate(order)]
+    spec = {k: v for k, v in rows[winner].items() if k != "candidate"}
+    return {"winner": winner, "winner_spec": spec, "rows": table, "factor": 4.0}
+
+
+def exports(tmp_path, arch: str, winner: str) -> dict:
+    folder = tmp_path / arch
+    build(arch).config.save_pretrained(folder)
+    out = tmp_path / "out"
+    out.mkdir()
+    return {e["runtime"]: e for e in export_winner(ranking(winner), read_rope_config(str(folder)), str(folder), None, out)}
+
+
+def test_every_runtime_gets_an_export_or_a_line(tmp_path):
+    got = exports(tmp_path, "qwen2", "dca")
+    assert list(got) == list(records())  # all five, in the registry's order
+    assert got["sglang"]["ok"] and got["sglang"]["candidate"] == "dca" and "--map dca" in got["sglang"]["command"]
+    block = json.loads((tmp_path / "out" / "sglang-overrides.json").read_text())
+    assert block["dual_chunk_attention_config"]["chunk_size"] == 48  # SGLang serves DCA, so it gets the winner
+    for name in ("transformers", "vllm"):  # they serve no map: the best-ranked schedule, with the reason
+        assert got[name]["ok"] and got[name]["candidate"] == "yarn" and "does not serve" in got[name]["instead"]
+    for name in ("llamacpp", "ollama"):  # a config folder, not a GGUF
+        assert not got[name]["ok"] and "not a GGUF file" in got[name]["output"]
+
+
+def test_a_candidate_the_writer_refuses_passes_to_the_next(tmp_path):
+    got = exports(tmp_path, "llama", "selfextend")  # SGLang's llama model passes no DCA config
+    e = got["sglang"]
+    assert e["ok"] and e["candidate"] == "yarn", e
+    assert "exporting dca" in e["instead"] and "sglang refused dca" in e["instead"] and "exporting yarn" in e["instead"]
