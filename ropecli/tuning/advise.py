@@ -49,16 +49,16 @@ def run_advise(session: Bench, plan: AdvisePlan, target: Target, out_dir: Path, 
     (written on the main rank)."""
     rope = session.rope
     names = [str(getattr(n, "value", n)) for n in plan.candidates or ()] or default_candidates(  # a CLI enum: its value
-        rope.shipped is not None, maps_apply(getattr(session, "model", None), rope, max(target.lengths)))
+        rope.shipped is not None, maps_apply(getattr(session, "model", None), rope, target.longest))
     if rope.shipped is None and any(n in SHIPPED_ONLY for n in names):
         raise RopeCliError(f"--candidates {','.join(n for n in names if n in SHIPPED_ONLY)}: {rope.name} ships plain RoPE, "
                            "so native is none and native+METHOD is METHOD; leave those candidates out")
-    lengths = list(target.lengths)
+    lengths, longest = list(target.lengths), target.longest
     held = session.held_out(plan.held_out)
     for n in lengths:
         session.check("ppl", n), held.check("ppl", n)
     notes: list[str] = rope.extension_notes()  # chunked, NoPE, hybrid, p-RoPE, temperature: what extension can change
-    passkey = passkey_possible(held, rope.shipped_len, max(lengths), notes)
+    passkey = passkey_possible(held, rope.shipped_len, longest, notes)
     if plan.task_guard:  # its prompts at Ls and at the target: too little text or too short fails here
         try:
             held.check(plan.task_guard, rope.shipped_len)
@@ -66,11 +66,11 @@ def run_advise(session: Bench, plan: AdvisePlan, target: Target, out_dir: Path, 
             raise RopeCliError(f"--task-guard {plan.task_guard} compares with the model as shipped at its shipped length "
                                f"Ls = {rope.shipped_len}, and there: {str(exc).split('; pass')[0]}; pick a task with shorter prompts "
                                "(niah-single-noise, niah-multikey-needle) or leave --task-guard out") from None
-        held.check(plan.task_guard, max(lengths))
+        held.check(plan.task_guard, longest)
     racing = None if not plan.race else racing_plan(held, lengths, plan.max_windows, notes, plan.delta)
     serving = None
     if plan.workload:
-        serving = (parse_workload(plan.workload, max(lengths)), plan.runtime or list(SERVED_BY_DEFAULT), rope)
+        serving = (parse_workload(plan.workload, longest), plan.runtime or list(SERVED_BY_DEFAULT), rope)
     with session.progress.task(bar_total(plan, names, lengths, session, held, racing, passkey), "advise"):
         result = tournament(
             session.run, held.run, target, plan, names=names, passkey=passkey, note=notes.append,
@@ -80,8 +80,8 @@ def run_advise(session: Bench, plan: AdvisePlan, target: Target, out_dir: Path, 
             expect=lambda count, metric="ppl", samples=None: session.progress.grow(
                 count * held.inputs.resized(samples).units(metric)), serving=serving)
     result = {**session.header(), **result, "notes": notes, "searched_windows": session.inputs.samples,
-              "held_out_windows": held.inputs.samples, "held_out_first_window": held.inputs.first_window_at(max(lengths)),
-              "held_out_split": held.inputs.split_note(max(lengths)), "racing": vars(racing) if racing else None,
+              "held_out_windows": held.inputs.samples, "held_out_first_window": held.inputs.first_window_at(longest),
+              "held_out_split": held.inputs.split_note(longest), "racing": vars(racing) if racing else None,
               "windows_per_candidate": {r["candidate"]: r.get("race", {}).get("windows", held.inputs.samples)
                                         for r in result["rows"]}, **session.tally(held)}
     if session.is_main:

@@ -66,7 +66,7 @@ def search_candidates(run: Evaluate, target: Target, names: list[str], budget: i
         method, vary, n_evals = plans[name]
         pmap = ()
         if name in SEARCHED:  # the model as shipped, the map's parameters searched around its rule
-            method, T = reference_spec(target.geom).method, max(target.lengths)
+            method, T = reference_spec(target.geom).method, target.longest
             pmap, vary = map_rule(name, target.geom.shipped_len, T), search_ranges(name, target.geom.shipped_len, T)
         dims = parse_vary(vary, method, target.geom, pmap)
         res = run_search(run, None, target, method, dims, {}, budget=n_evals, log_n=log_n, position_map=pmap,
@@ -86,7 +86,7 @@ def candidate_specs(names: list[str], searched: dict, with_log_n: bool, target: 
                 method, params = static[name]
                 candidates.append((key, make_spec(method, params, factor=factor, log_n=log_n)))
             elif name in RULED:
-                candidates.append((key, map_spec(name, target.geom, max(target.lengths), factor, log_n)))
+                candidates.append((key, map_spec(name, target.geom, target.longest, factor, log_n)))
             elif key in searched:
                 candidates.append((key, searched[key]["spec"]))
     return candidates
@@ -189,7 +189,7 @@ def tournament(run: Evaluate, held_run: Evaluate, target: Target, plan: AdvisePl
     def with_passkey(name: str) -> None:
         r = rows[name]
         if passkey_ok and "passkey_accuracy" not in r:
-            pk = m.passkey(specs[name], max(lengths))
+            pk = m.passkey(specs[name], target.longest)
             r.update(passkey_accuracy=pk.accuracy, passkey_by_depth=pk.by_depth, passkey_result=pk.to_json())
 
     guard_ref: list = []  # the model as shipped on the guard's task at Ls, measured once
@@ -199,7 +199,7 @@ def tournament(run: Evaluate, held_run: Evaluate, target: Target, plan: AdvisePl
             rows[name].update(m.short(specs[name]))
         if task_guard and "task_guard" not in rows[name]:
             guard_ref[:] = guard_ref or [m.task(m.reference, L, task_guard)]
-            rows[name]["task_guard"] = guard_row(task_guard, m.task(specs[name], max(lengths), task_guard), guard_ref[0],
+            rows[name]["task_guard"] = guard_row(task_guard, m.task(specs[name], target.longest, task_guard), guard_ref[0],
                                                  margin)
         if racing is None or min_passkey is not None:  # raced without --min-passkey: passkey is only reported
             with_passkey(name)
