@@ -31,7 +31,7 @@ def child(backend: str, length: int, repeats: int) -> None:
     from ropecli.rope.spec import make_spec
 
     if backend == "llamacpp":
-        from ropecli.models.llamacpp import open_gguf
+        from ropecli.models.llamacpp_open import open_gguf
 
         lm = open_gguf("smollm2", None)
     else:

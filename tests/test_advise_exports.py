@@ -6,7 +6,7 @@ import json
 
 from ropecli.export.runtimes import records
 from ropecli.models.config import read_rope_config
-from ropecli.tuning.advise import export_winner
+from ropecli.tuning.advise_exports import export_winner
 from tiny_models import build
 
 

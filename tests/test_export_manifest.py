@@ -75,7 +75,7 @@ def test_vllm_overrides_from_a_gguf_name_the_checkpoint_to_serve(builtin_gguf, t
 def test_a_gguf_names_its_source_checkpoint(tmp_path):
     import gguf
 
-    from ropecli.export.plan import gguf_origin
+    from ropecli.export.writers import gguf_origin
 
     path = tmp_path / "m.gguf"
     w = gguf.GGUFWriter(str(path), "llama")

@@ -155,7 +155,7 @@ def test_runtimes_record_names_the_builds():
 
 
 def test_advise_exports_llamacpp_the_best_schedule_it_serves_right_not_self_extend():
-    from ropecli.tuning.advise import served_winner
+    from ropecli.tuning.advise_exports import served_winner
 
     se = {"name": "selfextend", "params": {"G": 3.0, "W": 2046.0}}
     result = {"winner_spec": {"method": "none", "params": {}, "log_n": False, "position_map": se},
@@ -200,7 +200,7 @@ def test_the_installed_build_agrees_with_its_probe_and_the_record(builtin_gguf):
     _llama_cpp()
     from packaging.version import Version
 
-    from ropecli.models.llamacpp import open_gguf
+    from ropecli.models.llamacpp_open import open_gguf
 
     common = ["--model", builtin_gguf, "--len", 1024, "--method", "none", "--map", "selfextend-llamacpp:G=4,W=64"]
     twin, built = ppl(*common), ppl(*common, "--backend", "llamacpp")
@@ -277,7 +277,7 @@ def test_the_upstream_reproduction_says_what_the_probe_says(builtin_gguf):
     import subprocess
     import sys
 
-    from ropecli.models.llamacpp import open_gguf
+    from ropecli.models.llamacpp_open import open_gguf
 
     example = Path(__file__).parent.parent / "examples" / "llamacpp_seq_div.py"
     r = subprocess.run([sys.executable, str(example), str(builtin_gguf)], capture_output=True, text=True, timeout=300)

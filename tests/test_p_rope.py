@@ -54,9 +54,9 @@ def test_the_report_says_no_rotation_and_stays_valid_json():
     geom = Geometry(32, 1e6, 32, 4.0, rotating_pairs=4)
     report = frequency_report(geom, compute_schedule("yarn", geom))
     assert [p["status"] for p in report["pairs"][4:]] == ["no rotation"] * 12
-    from ropecli.cli.common import _clean
+    from ropecli.report.jsonable import jsonable
 
-    said = json.loads(json.dumps(_clean(report), allow_nan=False))  # what --json prints: inf wavelengths as null
+    said = json.loads(json.dumps(jsonable(report), allow_nan=False))  # what --json prints: inf wavelengths as null
     assert said["pairs"][-1]["wavelength"] is None and said["rotating_pairs"] == 4
     assert critical_pair(geom) == 3  # the zero pairs never turn, but they are not the critical pair
 
@@ -71,7 +71,7 @@ def test_a_p_rope_geometry_must_rotate_something():
 def test_advise_exports_to_each_runtime_the_best_candidate_it_serves_on_p_rope():
     """The winner (dynamic) has no p-RoPE config in any runtime: transformers gets the best-ranked `pi` (its
     'proportional' block carries one factor), vLLM the unscaled model as shipped; each with the line saying why."""
-    from ropecli.tuning.advise import served_winner
+    from ropecli.tuning.advise_exports import served_winner
 
     rope = rope_from_config("g", {**GEMMA4, "max_position_embeddings": 32}, None)
     geom = rope.geometry(4.0)

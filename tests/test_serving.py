@@ -160,7 +160,7 @@ def test_a_file_of_request_lengths_is_histogrammed(tmp_path):
 def test_advise_serves_its_candidates_per_runtime_and_exports_to_match(tmp_path):
     """advise --workload: a serving section over the candidates (on the first round's held-out windows), its
     tables in report.md, and each runtime's export the candidate and variant `runtime_pick` chose."""
-    from ropecli.tuning.advise import runtime_pick
+    from ropecli.tuning.advise_exports import runtime_pick
 
     out = tmp_path / "a"
     r = runner.invoke(app, ["advise", "--len", "512", "--candidates", "none,yarn,ntk-fixed,dynamic", "--samples", "2",
@@ -179,7 +179,7 @@ def test_advise_serves_its_candidates_per_runtime_and_exports_to_match(tmp_path)
 
 
 def test_runtime_pick_keeps_the_winner_unless_it_is_shown_worse():
-    from ropecli.tuning.advise import runtime_pick
+    from ropecli.tuning.advise_exports import runtime_pick
 
     def row(name, nll, verdict, consistent=True, safe=None):
         return {"name": name, "expected_nll": nll, "consistent": consistent, "vs_best": {"best": verdict == "best", "verdict": verdict},

@@ -212,7 +212,7 @@ def test_a_scaled_layer_type_left_unscaled_fails(tmp_path):
 
 
 def test_two_exports_differing_only_in_rope_freqs_have_different_fingerprints(builtin_gguf, tmp_path):
-    from ropecli.models.llamacpp import file_fingerprint
+    from ropecli.models.llamacpp_files import file_fingerprint
 
     outs = [export(tmp_path, f"b{b}.gguf", "--model", builtin_gguf, "--method", "mixed", "--b", b, "--len", "1024",
                    "--to", "gguf") for b in ("0.5", "0.75")]

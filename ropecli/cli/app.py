@@ -49,10 +49,12 @@ def summary(name: str) -> str:
 
 
 def finish_help(command) -> None:
-    """What the help shows, completed as a command is built: `{choices}` in an option's help becomes its choices,
-    read from the registry now (a record registered after start-up is listed); an option whose type has no
-    metavar of its own shows its name (`--len LEN`), never a placeholder such as `<int>`."""
+    """A command's options completed as it is built: every float refuses NaN and ±inf; `{choices}` in a help becomes
+    the choices, read from the registry now (a record registered after start-up is listed); an option whose type has
+    no metavar of its own shows its name (`--len LEN`), never a placeholder such as `<int>`."""
     for param in getattr(command, "params", ()):
+        if type(param.type).__name__ in ("FloatParamType", "FloatRange"):  # click takes 'nan' and 'inf': refused here
+            param.type = _finite(param.type)
         if getattr(param, "help", None) and "{choices}" in param.help:
             param.help = param.help.replace("{choices}", ", ".join(param.type.choices))
         if not getattr(param, "is_flag", False) and param.type.get_metavar(param, None) is None:
@@ -67,31 +69,13 @@ def finish_help(command) -> None:
         finish_help(sub)
 
 
-def finite_floats(command) -> None:
-    """Every float option of `command` (and its subcommands) refuses NaN and ±inf as it is parsed: click's FLOAT and
-    FloatRange accept 'nan' and 'inf' (a NaN --delta is an indifference zone that never closes), so their convert is
-    wrapped to fail in click's one line ('Error: Invalid value for '--delta': nan is not a finite number')."""
-    for param in getattr(command, "params", ()):
-        kind = type(param.type).__name__
-        if kind in ("FloatParamType", "FloatRange"):
-            param.type = _finite(param.type)
-        elif kind == "Tuple":
-            param.type = copy.copy(param.type)
-            param.type.types = [_finite(t) if type(t).__name__ in ("FloatParamType", "FloatRange") else t
-                                for t in param.type.types]
-    for sub in getattr(command, "commands", {}).values():
-        finite_floats(sub)
-
-
 def _finite(kind):
-    kind = copy.copy(kind)  # click.FLOAT is one shared instance
-    inner = kind.convert
+    """A copy of a float type (click.FLOAT is one shared instance) that refuses NaN and ±inf in click's one line."""
+    kind, inner = copy.copy(kind), kind.convert
 
     def convert(value, param, ctx):
         number = inner(value, param, ctx)
-        if not math.isfinite(number):
-            kind.fail(f"{value} is not a finite number", param, ctx)
-        return number
+        return number if math.isfinite(number) else kind.fail(f"{value} is not a finite number", param, ctx)
 
     kind.convert = convert
     return kind
@@ -117,7 +101,6 @@ class LazyCommandsGroup(OneLineErrorsGroup):
             self.commands[name] = typer.main.get_group(fn) if isinstance(fn, typer.Typer) else typer.main.get_command(single)
             self.commands[name].name = name
             finish_help(self.commands[name])
-            finite_floats(self.commands[name])
         return self.commands[name]
 
     def format_help(self, ctx, formatter):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import re
 import sys
@@ -15,6 +14,7 @@ import typer
 from typer.core import TyperGroup
 
 from ropecli.cli.console import stderr_console
+from ropecli.report.jsonable import jsonable
 from ropecli.errors import RopeCliError
 
 DEBUG_ENV = "ROPECLI_DEBUG"
@@ -103,23 +103,8 @@ def schedules_of(geom, opts, default: str) -> list:
 
 def emit_json(obj: Any) -> None:
     """JSON on stdout; NaN/inf become null so every parser reads it."""
-    print(json.dumps(_clean(obj), indent=2))
+    print(json.dumps(jsonable(obj), indent=2))
 
-
-def _clean(obj: Any) -> Any:
-    if hasattr(obj, "to_json"):  # an EvalResult
-        return _clean(obj.to_json())
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    if hasattr(obj, "tolist"):
-        return _clean(obj.tolist())
-    if hasattr(obj, "item"):
-        return _clean(obj.item())
-    return obj
 
 
 class OneLineErrorsGroup(TyperGroup):

@@ -131,7 +131,7 @@ def _key_rule(evaluation: EvalOptions, lm, cache, device: str, store: bool):
 def _load(model: ModelOptions, device: str, dist):
     """The model backend of --backend: transformers (torch, RoPE patched in place) or llama.cpp (a GGUF)."""
     if model.backend == "llamacpp":
-        from ropecli.models.llamacpp import open_gguf
+        from ropecli.models.llamacpp_open import open_gguf
 
         return open_gguf(model.model, model.gguf_file, device=device, train_len=model.train_len,
                          refused={"--dtype": model.dtype != "auto", "--device-map": model.device_map,

@@ -3,8 +3,8 @@
 Routing: each runtime's module writes its artefact (`ropecli.export.runtimes.<name>.write`, its record's `artefact`):
 transformers a model folder (a local folder: its files linked beside the merged config.json; a hub id: the merged
 config.json; a GGUF: dequantized by transformers) or, with `--out FILE.json` or no --out, the rope_parameters block
-(`hf_result`, `write_block`: shared with vllm's overrides); llamacpp a GGUF copy (`to_gguf`: rope_freqs, or the
-native scaling keys), which the GGUF-based runtimes reuse. By default the export is consistent
+(`export.writers`: `hf_result`, `write_block`, shared with vllm's overrides); llamacpp a GGUF copy (`to_gguf`:
+rope_freqs, or the native scaling keys), which the GGUF-based runtimes reuse. By default the export is consistent
 (short_factor = long_factor): every runtime applies the schedule at every length and generation through a KV cache is
 safe. `consistent=False` (--switching) keeps transformers' short/long switch at L (Ls): cached keys go stale across
 it, and the damage is measured and printed. A changed position temperature goes where each runtime reads it
@@ -13,26 +13,22 @@ it, and the damage is measured and printed. A changed position temperature goes 
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from ropecli.errors import RopeCliError
-from ropecli.export.hf import (check_writable, export_hf_config, export_hf_folder, export_hf_from_gguf, place_weights,
-                               rope_block, write_json)
-from ropecli.models.config import BUILTIN, BUILTIN_DIR, gguf_metadata, locate_file, ModelRope
-from ropecli.models.packaged import resolve_model
+from ropecli.export.hf import (check_writable, place_weights)
+from ropecli.models.config import ModelRope
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.position_maps import map_json
 from ropecli.rope.spec import Spec
 from ropecli.export.manifest import write_manifest
-from ropecli.export.readback import UNREADABLE, unreadable
 from ropecli.export.runtimes import AT_START_UP, PER_FORWARD, ROPE_FREQS, canonical, module, record, records
 from ropecli.export.runtimes.installed import too_old
 from ropecli.export.p_rope import p_rope_refusal
 from ropecli.export.served import is_dynamic
-from ropecli.export.temperature import hf_temperature_keys, temperature_line, temperature_refusal
+from ropecli.export.temperature import temperature_line, temperature_refusal
+from ropecli.export.writers import is_gguf
 from ropecli.export.switching import switching_report
-from ropecli.models.gguf_rope import export_gguf, native_scaling, read_gguf_input
 
 def runtime_behaviour(target: ModelRope, consistent: bool) -> dict[str, str]:
     """What each runtime does with an export, in words (from its record, `ropecli.export.runtimes`); a switching
@@ -48,11 +44,6 @@ def runtime_behaviour(target: ModelRope, consistent: bool) -> dict[str, str]:
                                f"the shipped {target.shipped.label} (short_factor) up to Ls; decoding: "
                                f"{records()['transformers'].decoding}")
     return out
-
-
-def is_gguf(model: str | None, gguf_file: str | None) -> bool:
-    model = resolve_model(model)  # `smollm2` is a GGUF
-    return bool(model and (model.endswith(".gguf") or gguf_file))
 
 
 def check_export_paths(runtime: str, out: str | None, model: str | None, gguf_file: str | None, force: bool) -> None:
@@ -186,107 +177,6 @@ def replaces_shipped(target: ModelRope, runtime: str, consistent: bool) -> str |
         return (f"the consistent export (the default) writes the extension at every length: it replaces {what} within "
                 f"Ls = {target.shipped_len} (--switching keeps it, with stale keys when generation crosses Ls)")
     return None
-
-
-def gguf_origin(path: Path) -> str:
-    """The transformers checkpoint a GGUF says it was converted from (llama.cpp's convert_hf_to_gguf writes
-    general.source.huggingface.repository / general.base_model.0.repo_url), else a placeholder naming it."""
-    meta = gguf_metadata(path)
-    for key in ("general.source.huggingface.repository", "general.base_model.0.repo_url", "general.source.url"):
-        if isinstance(meta.get(key), str) and meta[key]:
-            return meta[key].removeprefix("https://huggingface.co/")
-    name = meta.get("general.name") or path.stem
-    return f"HF-CHECKPOINT-OF-{str(name).replace(' ', '-')}"
-
-
-def model_folder(model: str) -> str:
-    """Where a model's files are: the built-in model's folder for `builtin`, a packaged short name's, else `model`."""
-    return str(BUILTIN_DIR) if model == BUILTIN else resolve_model(model)
-
-
-def _source(model: str, gguf_file: str | None) -> Path:
-    model = resolve_model(model)
-    return Path(model) if gguf_file is None else locate_file(model, Path(model), gguf_file)
-
-
-def hf_result(spec, geom, target, runtime: str, model, consistent) -> tuple[dict, dict]:
-    """(the transformers rope_parameters block of `spec` at geom's k, the export's result so far) for a runtime that
-    reads such a block (transformers, vLLM, SGLang; each runtime's writer adds its own part)."""
-    block, note = rope_block(target, spec, geom.factor, consistent)
-    block = hf_temperature_keys(block, spec, target)  # a changed position temperature's keys (Llama 4, Mistral 4)
-    return block, {"runtime": runtime, "model": model, "factor": geom.factor, "target_len": geom.target_len, "note": note,
-                   "block": block, "lines": [note]}
-
-
-def write_block(result: dict, block: dict, out: str, model, gguf_file, force: bool, folder: bool) -> dict:
-    """`block` written to `out`: a JSON file, or (`folder`, --out DIR) a transformers model folder: a local model's
-    files beside its merged config.json, a GGUF dequantized by transformers, or a hub model's merged config.json."""
-    result["path"] = out
-    if not folder or out.endswith(".json"):
-        write_json(out, block)
-        result["lines"].append(f"wrote {out}")
-    elif is_gguf(model, gguf_file):
-        path = _source(model, gguf_file)
-        export_hf_from_gguf(path, Path(out), block, force)
-        result["lines"].append(f"wrote {out}: {path.name} dequantized by transformers (safetensors, tokenizer) with the "
-                               f"block in its config.json: from_pretrained('{out}') needs no keyword arguments")
-    elif Path(model_folder(model)).is_dir():  # a folder, or a short name of ropecli's own (builtin, builtin-llama3)
-        linked = export_hf_folder(Path(model_folder(model)), Path(out), block, force)
-        result["lines"].append(f"wrote {out}/config.json; linked {len(linked)} file(s) of {model} beside it "
-                               f"({', '.join(linked)}): from_pretrained('{out}') needs no keyword arguments")
-        result["linked"] = linked
-    else:  # a hub id: its config.json merged; the weights are the user's to place
-        export_hf_config(model, Path(out), block, force)
-        result["lines"].append(f"wrote {out}/config.json; place {model}'s other files beside it, e.g. "
-                               f"huggingface-cli download {model} --exclude config.json --local-dir {out}")
-    return result
-
-
-def vllm_checkpoint(result: dict, model, gguf_file) -> str:
-    """The checkpoint vLLM serves for `model`: a GGUF's transformers origin (its overrides hold only geometry)."""
-    if not is_gguf(model, gguf_file):
-        return model or "MODEL"
-    checkpoint = gguf_origin(_source(model, gguf_file))
-    result["lines"].append(f"vLLM serves the transformers checkpoint this GGUF was made from ({checkpoint}); "
-                           "the overrides depend only on the geometry its header states (d, base, L)")
-    return checkpoint
-
-
-def to_gguf(spec, geom, out, model, gguf_file, force, replace) -> dict:
-    """llama.cpp: a GGUF copy carrying the schedule (`ropecli.models.gguf_rope.export_gguf`)."""
-    path = _source(model, gguf_file)
-    if path.resolve() == Path(out).resolve():
-        raise RopeCliError("--out is the input GGUF; write a new file")
-    try:
-        src, reader = read_gguf_input(path)
-    except UNREADABLE as exc:  # a truncated or corrupt GGUF
-        raise unreadable(path, exc) from None
-    if src.existing_factors is not None and not replace:
-        shown = ", ".join(f"{x:.4g}" for x in src.existing_factors[:8]) + (" …" if len(src.existing_factors) > 8 else "")
-        what = f"rope_freqs ({shown})" if src.existing_factors else "a llama.cpp rope scaling"
-        raise RopeCliError(f"{path.name} already carries {what}; pass --replace to put ropecli's schedule in its place")
-    sched = spec.schedule(geom)
-    attention = sched.attention_factor
-    if spec.log_n:  # llama.cpp scales cos/sin by one constant: log-n's query scale at the target length
-        attention = math.sqrt(math.log(geom.target_len) / math.log(geom.train_len))
-    native = None if src.reads_rope_freqs else native_scaling(spec, geom)  # qwen2/3, gemma …: the scaling keys
-    written = export_gguf(reader, src, Path(out), sched.factors, attention, geom.train_len, geom.target_len, native)
-    how = (f"rope_freqs.weight ({geom.n_pairs} factors)" if native is None else
-           f"{src.arch}.rope.scaling.type {native['type']}, factor {native['factor']:g} (llama.cpp's loader for "
-           f"'{src.arch}' ignores rope_freqs)")
-    lines = [f"{spec.label} at k={geom.factor:g}: {how} and context length {geom.target_len} written to {out} "
-             f"({written['tensors']} tensors)",
-             f"llama.cpp: llama-server -m {out} -c {geom.target_len}" + (
-                 f"  (the same from the source GGUF with flags: llama-server -m {src.path.name} -c {geom.target_len} "
-                 f"--rope-scaling {native['type']} --rope-scale {native['factor']:g} --yarn-orig-ctx {geom.train_len})"
-                 if native else ""),
-             *[f"{rec.label}: --to {rec.name} writes {rec.artefact} (context {geom.target_len})"
-               for rec in records().values() if rec.needs_gguf and rec.name != "llamacpp"]]
-    if abs(attention - 1) > 1e-12 and native is None:
-        lines.append(f"attention factor {attention:.6g} written to {src.arch}.rope.scaling.attn_factor"
-                     + (" (sqrt(log_L(k*L)): log-n's query scale at the target length, as one constant)" if spec.log_n else ""))
-    return {"runtime": "llamacpp", "model": model, "factor": geom.factor, "target_len": geom.target_len,
-            "factors": sched.factors, "attention_factor": attention, "lines": lines, "arch": src.arch, **written}
 
 
 def check_map_served(spec: Spec, runtime: str) -> None:

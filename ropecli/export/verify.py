@@ -141,7 +141,7 @@ def run_llamacpp(artefact: Path, model: str | None, exp: Expected, run_len: int,
     effect log(PPL_export / PPL_source) on one window of `run_len` tokens, compared with the effect
     of the measured schedule in ropecli's transformers backend on the same window (llama.cpp computes with
     the quantized weights, transformers with their dequantized copy: levels differ, effects agree)."""
-    from ropecli.models.llamacpp import load_llamacpp, open_gguf
+    from ropecli.models.llamacpp_open import load_llamacpp, open_gguf
     from ropecli.models.load import load_model
 
     cache = EvalCache(cache_dir)

@@ -1,6 +1,6 @@
 """The tournament of `ropecli advise`: every context-extension method on the same windows, searched
 where it has knobs, ranked by a written rule on held-out windows (the winner is exported by
-`ropecli.tuning.advise.export_winner`, through `ropecli.export.plan.export_schedule`, the function
+`ropecli.tuning.advise_exports.export_winner`, through `ropecli.export.plan.export_schedule`, the function
 `ropecli export` runs). Free of torch and of the CLI: `tournament` takes the evaluators (Session.run
 of the searched and of the held-out windows) and the user's plan whole (`AdvisePlan`).
 

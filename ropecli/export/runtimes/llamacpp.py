@@ -11,9 +11,12 @@ yarn, longrope).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ropecli.errors import RopeCliError
-from ropecli.export.runtimes import llamacpp_selfextend as SE
+from ropecli.export.runtimes import llamacpp_selfextend
 from ropecli.export.runtimes.record import ROPE_FREQS, Runtime, Version
+from ropecli.models.packaged import resolve_model
 
 SE_MAPS = ("selfextend", "selfextend-llamacpp")  # llama.cpp serves both as -gan G -gaw W
 
@@ -27,11 +30,11 @@ RECORD = Runtime(
     at_length="rope_freqs and the scaling keys at every length and context size",
     decoding="one rotation for every step: the KV cache stays consistent",
     rule=ROPE_FREQS, serves_dynamic=False, maps=SE_MAPS,
-    maps_broken=tuple((name, SE.BROKEN) for name in SE_MAPS),
+    maps_broken=tuple((name, llamacpp_selfextend.BROKEN) for name in SE_MAPS),
     versions=(
         Version("", "Self-Extend as -gan G -gaw W (W a multiple of G) in the completion tool, by shifting and dividing "
                 "KV-cache positions before each batch (ropecli's selfextend-llamacpp map; --backend llamacpp runs the loop "
-                f"itself): served by llama.cpp b1789–b5484; {SE.BROKEN}; {SE.PYTHON}",
+                f"itself): served by llama.cpp b1789–b5484; {llamacpp_selfextend.BROKEN}; {llamacpp_selfextend.PYTHON}",
                 "llama.cpp tools/completion/completion.cpp: main loop (\"context extension via Self-Extend\", "
                 "GGML_ASSERT(ga_w % ga_n == 0)); src/llama-kv-cells.h: llama_kv_cells::pos_div; common/arg.cpp: "
                 "-gan/--grp-attn-n, -gaw/--grp-attn-w",
@@ -57,7 +60,7 @@ RECORD = Runtime(
 
 def write(spec, geom, target, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:
     """A GGUF copy with the schedule (rope_freqs, or the native scaling keys) and the llama-server line."""
-    from ropecli.export.plan import to_gguf
+    from ropecli.export.writers import to_gguf
 
     return to_gguf(spec, geom, out, model, gguf_file, force, replace)
 
@@ -98,7 +101,7 @@ def map_lines(position_map: tuple, out: str | None, target_len: int, model: str 
     if W % G:
         raise RopeCliError(f"{name}:G={G},W={W}: llama.cpp needs W a multiple of G (GGML_ASSERT(ga_w % ga_n == 0) in "
                            f"tools/completion); pass W = {W - W % G or G} or {W + G - W % G}")
-    lines = SE.lines(out or "MODEL.gguf", target_len, G, W, chat_template(model, gguf_file))
+    lines = llamacpp_selfextend.lines(out or "MODEL.gguf", target_len, G, W, chat_template(model, gguf_file))
     if name == "selfextend":
         lines.append("  llama.cpp groups the positions in its KV cache batch by batch, not per pair as the paper's formula "
                      f"ropecli measured: `--map selfextend-llamacpp:G={G},W={W}` measures what it serves, and "
@@ -108,10 +111,7 @@ def map_lines(position_map: tuple, out: str | None, target_len: int, model: str 
 
 def chat_template(model: str | None, gguf_file: str | None) -> bool:
     """Whether the source GGUF carries tokenizer.chat_template (llama.cpp's completion tool then wraps the prompt)."""
-    from pathlib import Path
-
-    from ropecli.models.config import gguf_metadata, locate_file
-    from ropecli.models.packaged import resolve_model
+    from ropecli.models.config import gguf_metadata, locate_file  # numpy: not for the records
 
     source = resolve_model(model) if model else None
     if source is None:

@@ -36,13 +36,13 @@ RECORD = Runtime(
 
 def write(spec, geom, target, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:
     """--out DIR: DIR/<name>-<T>.gguf (llama.cpp's writer) and DIR/Modelfile."""
-    from ropecli.export.plan import _source, to_gguf
+    from ropecli.export.writers import source_path, to_gguf
 
     folder = Path(out)
     if folder.exists() and any(folder.iterdir()) and not force:
         raise RopeCliError(f"--out {out} exists and is not empty; pass --force to overwrite, or choose another folder")
     folder.mkdir(parents=True, exist_ok=True)
-    name = f"{_source(model, gguf_file).stem}-{geom.target_len}.gguf"
+    name = f"{source_path(model, gguf_file).stem}-{geom.target_len}.gguf"
     result = to_gguf(spec, geom, str(folder / name), model, gguf_file, True, replace)
     modelfile = folder / "Modelfile"
     atomic_write_text(modelfile, f"# ropecli export: {spec.label} at k = {geom.factor:g}; the schedule is in the GGUF "

@@ -51,7 +51,7 @@ def write(spec, geom, target, out, *, model=None, gguf_file=None, force=False, c
     """The rope_parameters block (and the transformers-4 keys) in a folder's config.json or a JSON file."""
     import json
 
-    from ropecli.export.plan import hf_result, write_block
+    from ropecli.export.writers import hf_result, write_block
 
     block, result = hf_result(spec, geom, target, "transformers", model, consistent)
     if out is None:

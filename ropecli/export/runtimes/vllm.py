@@ -47,7 +47,7 @@ def write(spec, geom, target, out, *, model=None, gguf_file=None, force=False, c
     """--hf-overrides JSON (vLLM's native ntk, or longrope with its mscales) and the `vllm serve` line."""
     import json
 
-    from ropecli.export.plan import hf_result, vllm_checkpoint, write_block
+    from ropecli.export.writers import hf_result, vllm_checkpoint, write_block
     from ropecli.export.vllm import vllm_block, vllm_command
 
     block, result = hf_result(spec, geom, target, "vllm", model, consistent)

@@ -1,0 +1,151 @@
+"""What advise writes for each runtime: every runtime record gets the best-ranked candidate it serves (the winner
+where it can), through `ropecli.export.plan.export_schedule` (what `ropecli export` runs), with the command that does
+the same and a line saying why wherever that is not the winner; with a workload, each runtime's pick from its serving
+table (`runtime_pick`)."""
+
+from __future__ import annotations
+
+import math
+import shlex
+from pathlib import Path
+
+from ropecli.errors import RopeCliError
+from ropecli.export.p_rope import p_rope_refusal
+from ropecli.export.plan import check_export_paths, export_schedule, export_target
+from ropecli.export.writers import is_gguf
+from ropecli.export.runtimes import record, records
+from ropecli.models.config import BUILTIN, BUILTIN_DIR
+from ropecli.models.packaged import BUILTIN_FOLDERS, resolve_model
+from ropecli.rope.position_maps import map_from_json, map_text
+from ropecli.rope.spec import make_spec
+
+
+def export_winner(result: dict, rope, model: str | None, gguf_file: str | None, out_dir: Path) -> list[dict]:
+    """The winner through `ropecli.export.plan.export_schedule` (what `ropecli export` runs), for each
+    runtime, with the `ropecli export` command that does the same; a runtime that fails is reported, not raised.
+    With a workload (`result["serving"]`) each runtime gets `runtime_pick`'s candidate and export variant."""
+    source = str(BUILTIN_DIR) if model in (None, BUILTIN) else resolve_model(model)
+    served = (result.get("serving") or {}).get("runtimes", {})
+    geom = rope.geometry(result["factor"])
+    target = export_target(geom, rope, base_given=False)
+    gguf = is_gguf(source, gguf_file)
+    done = [{"runtime": rec.name, "command": None, "ok": False, "output": f"skipped: {rec.label} serves a GGUF and the "
+             "model is not a GGUF file (convert it, then `ropecli export --to gguf`)"}
+            for rec in records().values() if rec.needs_gguf and not gguf]
+    for runtime, out in export_paths(out_dir, gguf):
+        best = runtime_pick(served.get(runtime), result["winner"], (result.get("constraints") or {}).get("max_short_regression"))
+        picks = [best] if best else served_in_order(result, runtime, geom, target)
+        refused: list[str] = []  # a candidate the runtime's writer refused (SGLang's DCA on an architecture it lacks)
+        try:  # where the export goes: not the candidate's fault, so no next candidate
+            check_export_paths(runtime, str(out), source, gguf_file, force=True)
+        except RopeCliError as exc:
+            done.append({"runtime": runtime, "command": None, "ok": False, "output": str(exc)})
+            continue
+        for w in picks:
+            entry = export_one(w, best, result, runtime, out, geom, target, model, source, gguf_file)
+            if entry["ok"] or w is picks[-1]:
+                why = "; ".join(filter(None, [picks[0].get("instead"), *refused]))
+                why += f": exporting {w['candidate']}, the next-ranked candidate it serves (rank {w.get('rank')})" \
+                    if refused else ""
+                done.append({**entry, **({"instead": why} if why and entry["ok"] else {})})
+                break
+            refused.append(f"{runtime} refused {entry['candidate']} ({entry['output']})")
+    order = list(records())
+    return sorted(done, key=lambda e: order.index(e["runtime"]))
+
+
+def export_one(w: dict, best: dict | None, result: dict, runtime: str, out: Path, geom, target, model, source, gguf_file) -> dict:
+    """One candidate `w` exported for `runtime` (what `ropecli export` runs), with the command that does the same: the
+    export's lines, or the one line that refused it."""
+    params = {**{k: v for k, v in w["params"].items() if v is not None and k != "factors"}, **(w.get("temperature") or {})}
+    spec = make_spec(("native+" if w.get("composed") else "") + w["method"], params, log_n=w["log_n"])
+    spec = spec.but(position_map=map_from_json(w.get("position_map")))
+    consistent = not best or bool(best["consistent"])  # switching only where its decode damage was shown harmless
+    shown = model if model in BUILTIN_FOLDERS else source  # a short name stays one in the printed command
+    name = ("native+" if spec.composed else "") + spec.method
+    flags = ["--model", shown, *(["--gguf-file", gguf_file] if gguf_file else []), "--method", name,
+             *[x for k, v in params.items() for x in ("--param", f"{k}={v:.10g}")], *(["--log-n"] if spec.log_n else []),
+             *(["--map", map_text(spec.position_map)] if spec.position_map else []),
+             "--len", str(geom.target_len), "--force", *([] if consistent else ["--switching"])]
+    command = " ".join(shlex.quote(c) for c in ["ropecli", "export", *flags, "--to", runtime, "--out", str(out)])
+    candidate = w.get("candidate", best["name"] if best else result["winner"])
+    try:
+        written = export_schedule(spec, geom, target, runtime, str(out), model=source, gguf_file=gguf_file, force=True,
+                                  consistent=consistent, measure_switching=False)
+    except RopeCliError as exc:
+        return {"runtime": runtime, "command": command, "ok": False, "output": str(exc), "candidate": candidate}
+    return {"runtime": runtime, "command": command, "ok": True, "output": "\n".join(written["lines"])[-2000:],
+            "candidate": candidate}
+
+
+def export_paths(out_dir: Path, gguf: bool) -> list[tuple[str, Path]]:
+    """(runtime, --out) for every runtime record advise exports to, by what the runtime's --out takes; the ones that
+    serve a GGUF only where the model is one."""
+    where = {"folder-or-json": lambda rec: out_dir / "hf", "json": lambda rec: out_dir / f"{rec.name}-overrides.json",
+             "gguf": lambda rec: out_dir / "model-extended.gguf", "folder": lambda rec: out_dir / rec.name}
+    return [(rec.name, where[rec.output](rec)) for rec in records().values() if gguf or not rec.needs_gguf]
+
+
+def served_winner(result: dict, runtime: str, geom=None, target=None) -> dict:
+    """The first of `served_in_order`: what `runtime` is exported unless its writer refuses it."""
+    return served_in_order(result, runtime, geom, target)[0]
+
+
+def served_in_order(result: dict, runtime: str, geom=None, target=None) -> list[dict]:
+    """The candidates `runtime` is offered, in order: the winner's spec, or where the runtime cannot serve it (a
+    position map it does not serve or whose current builds break it, `Runtime.maps`; a p-RoPE schedule its config
+    cannot carry, `export.p_rope`) the best-ranked eligible candidate it does serve, with the line that says so
+    (`instead`); then every other eligible candidate it serves, by rank (where its writer refuses one, advise takes
+    the next)."""
+    def why(w: dict) -> str | None:
+        pm = w.get("position_map")
+        if pm and pm["name"] not in record(runtime).maps:
+            return f"{runtime} does not serve the winner's position map ({pm['name']})"
+        if pm and (broken := dict(record(runtime).maps_broken).get(pm["name"])):
+            return f"{runtime} does not serve the winner's position map ({pm['name']}) as measured: {broken}"
+        if target is None or target.rotating_pairs is None:
+            return None
+        spec = make_spec(("native+" if w.get("composed") else "") + w["method"],
+                         {**{k: v for k, v in w["params"].items() if v is not None}, **(w.get("temperature") or {})},
+                         log_n=w["log_n"])
+        return p_rope_refusal(spec.but(position_map=map_from_json(pm)), geom, target, runtime)
+
+    w = result["winner_spec"]
+    ok = sorted((r for r in result["rows"] if not r["excluded"] and why(r) is None), key=lambda r: r.get("rank", math.inf))
+    rest = [_row_spec(r) for r in ok if r["candidate"] != result.get("winner")]
+    if (reason := why(w)) is None:
+        return [w, *rest]
+    if not rest:
+        return [w]  # nothing it serves was eligible: the export says why it cannot serve the winner
+    first = {**rest[0], "instead": f"{reason}: exporting {rest[0]['candidate']}, the best-ranked candidate it serves "
+                                   f"(rank {rest[0]['rank']})"}
+    return [first, *rest[1:]]
+
+
+def _row_spec(r: dict) -> dict:
+    return {"method": r["method"], "composed": r.get("composed", False), "log_n": r["log_n"],
+            "params": {p: v for p, v in r["params"].items() if v is not None}, "position_map": r.get("position_map"),
+            "temperature": r.get("temperature"), "candidate": r["candidate"], "rank": r.get("rank")}
+
+
+def runtime_pick(block: dict | None, winner: str, max_rise: float | None = None) -> dict | None:
+    """The export one runtime gets over the workload, among the rows that generate safely (`generation_safe`: one
+    schedule at every decoding step, or decode damage across the switch shown within the margin; unmeasured rows
+    count as safe only if consistent): the best such row where every safe variant of the tournament's winner is
+    shown worse than it, else the winner's best safe variant; None without a workload or where the winner cannot be
+    served safely (the tournament's export, consistent, stands). `max_rise` (--max-short-regression, percent): rows
+    whose PPL at Ls as this runtime serves them (`within_L`) rises more over the model as shipped are left out."""
+    if not block:
+        return None
+    rows = [r for r in block["rows"] if "vs_best" in r and r.get("generation_safe", r["consistent"])
+            and (max_rise is None or r.get("within_L", {}).get("rise_percent", 0.0) <= max_rise)]
+    mine = sorted((r for r in rows if r["name"] == winner), key=lambda r: r["expected_nll"])
+    best = min(rows, key=lambda r: r["expected_nll"], default=None)
+    if best is not None and mine and all(_worse_than(r, best) for r in mine):
+        return best
+    return mine[0] if mine else None
+
+
+def _worse_than(row: dict, best: dict) -> bool:
+    """`row` shown worse than `best` by the table's paired verdict (only where `best` is the table's best)."""
+    return best["vs_best"].get("best") and row["vs_best"].get("verdict") == "worse"
