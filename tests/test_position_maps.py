@@ -414,3 +414,13 @@ def test_advise_map_candidates_follow_their_sources_rules():
     assert {"selfextend", "dca"} <= set(default_candidates(False, maps=True))
     assert not {"selfextend", "dca", "selfextend-tuned"} & set(default_candidates(False, maps=False))
     assert "selfextend-tuned" not in default_candidates(True, maps=True)  # a search of mapped passes: asked for by name
+
+
+def test_the_map_help_names_every_registered_map():
+    from typer.testing import CliRunner
+
+    from ropecli.cli.app import app
+
+    text = " ".join(CliRunner().invoke(app, ["ppl", "--help"], env={"COLUMNS": "400"}).output.split())
+    missing = [name for name in MAPS if f" {name}" not in text.split("--map", 1)[1].split("--", 1)[0]]
+    assert not missing, missing

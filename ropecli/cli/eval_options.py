@@ -42,9 +42,9 @@ TrustOpt = Annotated[bool, typer.Option("--trust-remote-code", rich_help_panel=A
 
 MapOpt = Annotated[Optional[list[str]], typer.Option(
     "--map", metavar="MAP[:K=V,…]", rich_help_panel=SCHEDULE,
-    help="A position map at the attention on top of each schedule: none, selfextend:G=8,W=64, rerope:w=128, "
-         "leaky-rerope:w=128,k=16, dca:chunk=6144,local=512 (repeat: every method under every map; MAP@none: on that "
-         "method only; `ropecli methods`).")]
+    help="A position map at the attention on top of each schedule: none, selfextend:G=8,W=64, selfextend-llamacpp:G=8,W=64, "
+         "rerope:w=128, leaky-rerope:w=128,k=16, dca:chunk=6144,local=512, string:S=1365 (repeat: every method under every "
+         "map; MAP@none: on that method only; `ropecli methods` lists them).")]
 DataOpt = Annotated[Optional[list[str]], typer.Option(
     "--data", rich_help_panel=DATA, help="Text file, folder, .jsonl, .json, or hf:DATASET (default: held-out Shakespeare).")]
 TextFieldOpt = Annotated[str, typer.Option("--text-field", rich_help_panel=ADVANCED, help="JSONL / dataset field holding the text.")]
