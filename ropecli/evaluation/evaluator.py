@@ -93,7 +93,7 @@ class Evaluator:
         if sched.temperature is not None:  # absent = the model's own temperature, as every earlier key measured
             key["temperature"] = dict(sched.temperature.params)
         if spec.position_map:  # absent = no map: every key cached before maps existed still serves
-            key["map"] = [spec.position_map[0], dict(spec.position_map[1])]
+            key["map"] = [spec.position_map.name, spec.position_map.values]
             if hasattr(self.backend, "map_key"):  # llama.cpp: its build's Self-Extend (seq_div right or not)
                 key["map_runtime"] = self.backend.map_key()
         return key

@@ -184,7 +184,7 @@ def check_map_served(spec: Spec, runtime: str) -> None:
     the measurement still stands, no runtime ropecli writes for can serve it)."""
     if not spec.position_map:
         return
-    name = spec.position_map[0]
+    name = spec.position_map.name
     if name in record(runtime).maps:
         return
     serving = [r.name for r in records().values() if name in r.maps]

@@ -179,7 +179,7 @@ def verify_artefact(target: Path, kind: str, exp: Expected, model: str | None, g
         verdict.notes += [works_with_line(kind), *installed_lines(kind)]
         return verdict
     if exp.spec.position_map:  # llama.cpp's Self-Extend: its flags, not the file
-        verdict.notes.append(f"the position map ({exp.spec.position_map[0]}) is the runtime's launch flags, not in the "
+        verdict.notes.append(f"the position map ({exp.spec.position_map.name}) is the runtime's launch flags, not in the "
                              "file: checked here is the schedule the file carries")
         exp = dataclasses.replace(exp, spec=exp.spec.but(position_map=()))
     try:

@@ -22,6 +22,7 @@ import numpy as np
 from ropecli.models.config import ModelRope
 from ropecli.models.position_temperature import position_temperature
 from ropecli.rope.methods import Schedule
+from ropecli.rope.position_maps import as_bound
 
 
 class ModelBackend(Protocol):
@@ -114,7 +115,7 @@ class TransformersBackend:
                 if schedule.temperature is not None:  # the model's own position temperature, changed
                     stack.enter_context(position_temperature(self.model, schedule.temperature))
                 if position_map:
-                    stack.enter_context(mapped(self.model, position_map[0], dict(position_map[1])))
+                    stack.enter_context(mapped(self.model, as_bound(position_map).name, as_bound(position_map).values))
                 yield
         finally:
             for h in hooks:

@@ -28,6 +28,7 @@ import torch
 from ropecli.errors import RopeCliError
 from ropecli.models.config import ModelRope
 from ropecli.rope.methods import Schedule
+from ropecli.rope.position_maps import as_bound
 from ropecli.models.gguf_rope import GGUF_ROPE_FREQS_ARCHS, export_gguf, read_gguf_input
 from ropecli.models.llamacpp_files import plain_weight_buffers
 from ropecli.models.llamacpp_selfextend import (SELF_EXTEND_MAPS, group_attention, probe_tokens,
@@ -64,9 +65,10 @@ class LlamaCppBackend:
     @contextmanager
     def scaled(self, schedule: Schedule, log_n: bool, position_map: tuple = ()):
         """The model under `schedule` inside the block: a temporary GGUF with rope_freqs and attn_factor."""
-        if position_map and position_map[0] not in SELF_EXTEND_MAPS:
-            raise RopeCliError(f"--map {position_map[0]}: llama.cpp serves one position map, Self-Extend (-gan G -gaw W: "
-                               f"--map selfextend or selfextend-llamacpp); measure {position_map[0]} with --backend transformers")
+        position_map = as_bound(position_map)
+        if position_map and position_map.name not in SELF_EXTEND_MAPS:
+            raise RopeCliError(f"--map {position_map.name}: llama.cpp serves one position map, Self-Extend (-gan G -gaw W: "
+                               f"--map selfextend or selfextend-llamacpp); measure {position_map.name} with --backend transformers")
         if schedule.temperature is not None:
             raise RopeCliError(f"a changed position temperature ({schedule.temperature.label}) is measured with --backend "
                                "transformers; the llamacpp backend runs the GGUF's own")
@@ -74,9 +76,9 @@ class LlamaCppBackend:
             raise RopeCliError("--log-n scales each query by its own position, which llama.cpp cannot express; "
                                "use the transformers backend for log-n")
         if position_map:  # llama.cpp's own group-attention loop, batch by batch (`batches`), under the schedule below
-            G, W = (int(dict(position_map[1])[k]) for k in ("G", "W"))
+            G, W = (int(position_map.values[k]) for k in ("G", "W"))
             if W % G:
-                raise RopeCliError(f"--map {position_map[0]}:G={G},W={W}: llama.cpp needs W a multiple of G "
+                raise RopeCliError(f"--map {position_map.name}:G={G},W={W}: llama.cpp needs W a multiple of G "
                                    f"(GGML_ASSERT(ga_w % ga_n == 0) in tools/completion/completion.cpp); pass W = "
                                    f"{W - W % G or G} or {W + G - W % G}")
             self._group = (G, W)

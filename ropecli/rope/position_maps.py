@@ -24,7 +24,7 @@ Numpy only here (`ropecli freqs` and the tests import it without torch).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -53,6 +53,40 @@ class PositionMap:
 
 
 MAPS: dict[str, PositionMap] = {}
+
+
+class BoundMap(NamedTuple):
+    """A registered map with its checked parameters, made once from `--map` (`parse_map`), JSON (`map_from_json`) or a
+    rule (`bind`) and passed whole down to the attention. A tuple (name, ((param, value), ...)) underneath, so it hashes,
+    compares and caches as the spelling it replaced; no map is () everywhere."""
+    name: str
+    params: tuple[tuple[str, float], ...]
+
+    @property
+    def record(self) -> PositionMap:
+        return resolve_map(self.name)
+
+    @property
+    def values(self) -> dict[str, float]:
+        """{param: value}."""
+        return dict(self.params)
+
+    def regions(self, length: int) -> tuple[Region, ...]:
+        return map_regions(self.name, self.values, length)
+
+    def but(self, **changes: float) -> "BoundMap":
+        """The same map with some parameters changed (checked again: a searched G = 7.6 runs as G = 8)."""
+        return bind(self.name, {**self.values, **changes})
+
+
+def as_bound(position_map: tuple) -> BoundMap | tuple:
+    """A map spelled as a plain (name, params) tuple (an older caller, a test) as a BoundMap; () stays ()."""
+    return BoundMap(*position_map) if position_map and not isinstance(position_map, BoundMap) else position_map
+
+
+def bind(name: str, params: dict[str, float]) -> BoundMap:
+    """`name` with `params` checked against its bounds and defaults filled, in the map's order."""
+    return BoundMap(name, tuple(map_params(name, params).items()))
 
 
 def register_map(name: str, summary: str, *params: Param, window: str | None = None, per_length: bool = False):
@@ -220,8 +254,8 @@ def parse_map(text: str) -> tuple:
             raise RopeCliError(f"--map {text}: {key.strip()} = {value.strip()} is not a finite number")
         if not eq:
             raise RopeCliError(f"--map {text}: parameters are KEY=NUMBER, e.g. selfextend:G=8,W=64")
-    params = map_params(name.strip(), given)
-    return () if name.strip() == "none" else (name.strip(), tuple(params.items()))
+    bound = bind(name.strip(), given)
+    return () if bound.name == "none" else bound
 
 
 def under_maps(specs: list, texts: list[str] | None) -> list:
@@ -248,35 +282,36 @@ def map_label(position_map: tuple) -> str:
     """`selfextend(G=8,W=64)`; "" for no map."""
     if not position_map:
         return ""
-    name, params = position_map
-    return f"{name}(" + ",".join(f"{k}={v:g}" for k, v in params) + ")"
+    bound = as_bound(position_map)
+    return f"{bound.name}(" + ",".join(f"{k}={v:g}" for k, v in bound.params) + ")"
 
 
 def map_text(position_map: tuple) -> str:
     """The --map spelling that `parse_map` reads back: `selfextend:G=8,W=64`; "none" for no map."""
     if not position_map:
         return "none"
-    return position_map[0] + ":" + ",".join(f"{k}={v:.10g}" for k, v in position_map[1])
+    bound = as_bound(position_map)
+    return bound.name + ":" + ",".join(f"{k}={v:.10g}" for k, v in bound.params)
 
 
 def map_json(position_map: tuple) -> dict | None:
     """The JSON of a Spec's map: {"name", "params"}, None for no map; `map_from_json` reads it back."""
-    return {"name": position_map[0], "params": dict(position_map[1])} if position_map else None
+    return {"name": as_bound(position_map).name, "params": as_bound(position_map).values} if position_map else None
 
 
 def map_from_json(block: dict | None) -> tuple:
-    return (block["name"], tuple(map_params(block["name"], block["params"]).items())) if block else ()
+    return bind(block["name"], block["params"]) if block else ()
 
 
 def check_window(position_map: tuple, length: int) -> None:
     """One line when a map's window reaches the whole sequence: no pair is mapped, the 'map' is the model itself."""
     if not position_map:
         return
-    name, params = position_map
-    key = MAPS[name].window
-    if key is not None and dict(params)[key] >= length:  # the farthest pair is d = length - 1
-        raise RopeCliError(f"{name}: {key} = {dict(params)[key]:g} reaches the whole {length}-token window, so nothing is "
-                           f"mapped (the model itself); pass {key} below {length}")
+    bound = as_bound(position_map)
+    key = bound.record.window
+    if key is not None and bound.values[key] >= length:  # the farthest pair is d = length - 1
+        raise RopeCliError(f"{bound.name}: {key} = {bound.values[key]:g} reaches the whole {length}-token window, so "
+                           f"nothing is mapped (the model itself); pass {key} below {length}")
 
 
 def one_map(texts: list[str] | None) -> tuple:
@@ -289,6 +324,6 @@ def one_map(texts: list[str] | None) -> tuple:
 def check_map(position_map: tuple, lengths) -> None:
     """The map's regions can be built (DCA: local below chunk) and its window is below every length: one line otherwise."""
     if position_map:
-        map_regions(position_map[0], dict(position_map[1]), max([*lengths, 1]))
+        as_bound(position_map).regions(max([*lengths, 1]))
         for n in lengths:
             check_window(position_map, n)

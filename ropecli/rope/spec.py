@@ -30,7 +30,7 @@ from ropecli.errors import RopeCliError
 from ropecli.rope.methods import (REGISTRY, Method, Schedule, compute_schedule, format_label, resolve_method,
                                   resolve_params)
 from ropecli.rope.factor_files import read_factors
-from ropecli.rope.position_maps import map_label
+from ropecli.rope.position_maps import as_bound, map_label
 from ropecli.rope.temperature import TUNABLE_NAMES, split_temperature, tempered, temperature_label
 
 # The methods people deploy, with transformers' defaults: search-b's references, search's held-out
@@ -49,8 +49,11 @@ class Spec:
     factor: float | None = None  # None: k = max(1, n / L) for a window of n tokens (`factor_at`)
     log_n: bool = False
     composed: bool = False  # native+METHOD: on top of the shipped schedule (k' = N / Ls), not re-derived from L0
-    position_map: tuple = ()  # (name, ((param, value), ...)) of a position map at the attention (rope.position_maps); () none
+    position_map: tuple = ()  # a rope.position_maps.BoundMap (name, ((param, value), ...)) at the attention; () none
     temperature: tuple = ()  # ((param, value), ...): the model's position temperature changed (rope.temperature); () as shipped
+
+    def __post_init__(self):
+        object.__setattr__(self, "position_map", as_bound(self.position_map))  # a plain (name, params) tuple, bound
 
     @property
     def label(self) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ropecli.errors import RopeCliError
 from ropecli.rope.geometry import Geometry
-from ropecli.rope.position_maps import map_params
+from ropecli.rope.position_maps import bind
 from ropecli.rope.spec import Spec, reference_spec
 
 RULED = ("selfextend", "dca")
@@ -43,7 +43,7 @@ def map_rule(name: str, Ls: int, T: int) -> tuple:
     """The candidate's position map for a longest target T on a model shipped at Ls: (map, ((param, value), ...))."""
     base = SEARCHED.get(name, name)
     params = selfextend_rule(Ls, T) if base == "selfextend" else {"chunk": 3 * Ls // 4, "local": max(1, Ls // 16)}
-    return base, tuple(map_params(base, params).items())
+    return bind(base, params)
 
 
 def map_spec(name: str, geom: Geometry, T: int, factor: float, log_n: bool = False) -> Spec:

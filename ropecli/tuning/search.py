@@ -28,7 +28,7 @@ from ropecli.evaluation.stats import tie_answer
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.methods import format_label
 from ropecli.rope.spec import Spec, make_spec, reference_spec, standard_specs_for
-from ropecli.rope.position_maps import MAPS, check_map, map_params
+from ropecli.rope.position_maps import check_map
 from ropecli.rope.temperature import TUNABLE_NAMES, tempered
 from ropecli.rope.target import Target
 from ropecli.tuning.objective import Evaluate, Scorer, pair
@@ -97,7 +97,7 @@ def run_search(run: Evaluate, held_out_run: Evaluate | None, target: Target, met
         try:  # a point outside the method's joint domain is infeasible, not an error
             spec = point_spec(method, {**fixed, **params}, factor, log_n, position_map)
             check_map(spec.position_map, [*lengths, *([score.train_len] if score.guard else [])])  # else: infeasible
-            params = {**params, **{k: v for k, v in spec.position_map[1] if k in params}} if position_map else params
+            params = {**params, **{k: v for k, v in spec.position_map.params if k in params}} if position_map else params
             spec.schedule(geom)  # pure numpy: raises on such a point before any forward pass
         except RopeCliError as e:
             evaluations.append({"params": params, "label": format_label(method, {**fixed, **params}),
@@ -108,7 +108,7 @@ def run_search(run: Evaluate, held_out_run: Evaluate | None, target: Target, met
         evaluations.append(entry)
         return entry["objective"] if not entry.get("violates_guard") else math.inf
 
-    x0 = start_point(method, dims, {**fixed, **dict(position_map[1] if position_map else ())}, geom)
+    x0 = start_point(method, dims, {**fixed, **(position_map.values if position_map else {})}, geom)
     if changed := TUNABLE_NAMES & {*fixed, *(d.name for d in dims)}:  # the model must ship that temperature: one line
         tempered(geom.temperature, tuple((name, 0.0) for name in sorted(changed)))
     n0 = first_windows(windows, finalists)
@@ -282,7 +282,6 @@ def point_spec(method: str, params: dict, factor: float | None, log_n: bool, pos
     parameters rounded: the label and the cache key say what ran)."""
     if not position_map:
         return make_spec(method, params, factor=factor, log_n=log_n)
-    own = {p.name for p in MAPS[position_map[0]].params}
-    mapped = map_params(position_map[0], {**dict(position_map[1]), **{k: v for k, v in params.items() if k in own}})
+    own = {p.name for p in position_map.record.params}
     spec = make_spec(method, {k: v for k, v in params.items() if k not in own}, factor=factor, log_n=log_n)
-    return spec.but(position_map=(position_map[0], tuple(mapped.items())))
+    return spec.but(position_map=position_map.but(**{k: v for k, v in params.items() if k in own}))

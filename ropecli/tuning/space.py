@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ropecli.errors import RopeCliError
 from ropecli.rope.geometry import Geometry, critical_pair
 from ropecli.rope.methods import REGISTRY, resolve_method
-from ropecli.rope.position_maps import MAPS
+from ropecli.rope.position_maps import as_bound
 from ropecli.rope.temperature import SEARCH_BOUNDS, TUNABLE
 
 
@@ -77,10 +77,11 @@ def parse_vary(items: list[str] | None, method: str, geom: Geometry, position_ma
     map (`search --map selfextend:G=8,W=64`) its parameters too (`--vary G=2:16`, bounds given)."""
     m = resolve_method(method)
     params = {p.name: p for p in m.params if p.name != "factors"}
-    map_params = {p.name: p for p in MAPS[position_map[0]].params} if position_map else {}
+    position_map = as_bound(position_map)
+    map_params = {p.name: p for p in position_map.record.params} if position_map else {}
     clash = set(params) & set(map_params)
     if clash:
-        raise RopeCliError(f"{m.name} and the map {position_map[0]} both have a parameter {sorted(clash)[0]}; search one")
+        raise RopeCliError(f"{m.name} and the map {position_map.name} both have a parameter {sorted(clash)[0]}; search one")
     params = {**params, **map_params, **{p.name: p for ps in TUNABLE.values() for p in ps}}  # + a temperature's
     if not items:
         raise RopeCliError(f"nothing to search: pass --vary with a parameter of {m.name} "
@@ -110,7 +111,7 @@ def parse_vary(items: list[str] | None, method: str, geom: Geometry, position_ma
         p = params[name]
         if (p.lo is not None and lo < p.lo) or (p.hi is not None and hi > p.hi) or (name == "critical" and hi > geom.n_pairs):
             top = geom.n_pairs if name == "critical" else p.hi
-            raise RopeCliError(f"--vary {name}={lo:g}:{hi:g} leaves {position_map[0] if name in map_params else m.name}'s domain "
+            raise RopeCliError(f"--vary {name}={lo:g}:{hi:g} leaves {position_map.name if name in map_params else m.name}'s domain "
                                f"[{'-inf' if p.lo is None else f'{p.lo:g}'}, {'inf' if top is None else f'{top:g}'}]; narrow it")
         if log and lo <= 0:
             raise RopeCliError(f"--vary {name}={lo:g}:{hi:g}: {name} is searched on a log scale; the lower bound must be positive")

@@ -96,7 +96,7 @@ def map_lines(position_map: tuple, out: str | None, target_len: int, model: str 
     """How llama.cpp serves a position map written beside the export: Self-Extend's flags, for the builds that serve it
     (`llamacpp_selfextend.lines`; none of today's do), refused in one line where its width is not a multiple of its
     group, as llama.cpp asserts. -no-cnv where the model's GGUF carries a chat template."""
-    name, params = position_map[0], dict(position_map[1])  # selfextend or selfextend-llamacpp: the same flags
+    name, params = position_map.name, position_map.values  # a BoundMap; selfextend(-llamacpp): the same flags
     G, W = int(params["G"]), int(params["W"])
     if W % G:
         raise RopeCliError(f"{name}:G={G},W={W}: llama.cpp needs W a multiple of G (GGML_ASSERT(ga_w % ga_n == 0) in "

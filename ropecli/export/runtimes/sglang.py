@@ -68,7 +68,7 @@ def write_map(spec, geom, target, out, *, model=None, **_) -> dict:
                            "before reading rope_scaling), so a frequency schedule under it would not be served; export "
                            "--method none with --map dca" + (f" (the shipped {target.shipped.label} is dropped too)"
                                                               if target.shipped is not None else ""))
-    params = dict(spec.position_map[1])
+    params = spec.position_map.values
     chunk, local = int(params["chunk"]), int(params["local"])
     block = {"dual_chunk_attention_config": {"chunk_size": chunk, "local_size": local,
                                              "original_max_position_embeddings": 0},
@@ -93,7 +93,7 @@ def verify_map(target, exp) -> list:
     from ropecli.export.readback import read_json
 
     block = read_json(target)
-    dca, params = block.get("dual_chunk_attention_config") or {}, dict(exp.spec.position_map[1])
+    dca, params = block.get("dual_chunk_attention_config") or {}, exp.spec.position_map.values
     want = {"chunk_size": int(params["chunk"]), "local_size": int(params["local"]), "original_max_position_embeddings": 0}
     checks = [Check("sglang", None, f"dual_chunk_attention_config.{key}" + (" (0: no length temperature)" if v == 0 else ""),
                     str(v), str(dca.get(key)), dca.get(key) == v) for key, v in want.items()]
