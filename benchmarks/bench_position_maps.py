@@ -38,7 +38,7 @@ def child(model: str, length: int, pmap: str | None, repeats: int) -> None:
     from ropecli.models.load import load_model
     from ropecli.models.mapped_attention import mapped
     from ropecli.models.scoring import window_nll
-    from ropecli.rope.position_maps import parse_map
+    from ropecli.rope.map_spelling import parse_map
 
     torch.set_num_threads(os.cpu_count() or 1)
     lm = load_model(model, dtype="fp32", device="cpu")

@@ -243,7 +243,7 @@ def test_dca_goes_to_sglang_as_its_config_block_and_backend(tmp_path):
     from typer.testing import CliRunner
 
     from ropecli.cli.app import app
-    from ropecli.rope.position_maps import map_from_json
+    from ropecli.rope.map_spelling import map_from_json
 
     qwen = tmp_path / "qwen"
     build("qwen2").config.save_pretrained(qwen)
@@ -327,7 +327,7 @@ def test_a_sliding_window_layer_is_refused_not_silently_widened():
 
 
 def test_a_map_after_at_goes_on_the_methods_named_only():
-    from ropecli.rope.position_maps import under_maps
+    from ropecli.rope.map_spelling import under_maps
     from ropecli.rope.spec import Spec
 
     specs = [Spec("none"), Spec("yarn")]

@@ -46,7 +46,7 @@ class MappedScheduleOptions(ScheduleOptions):  # the evaluating commands' schedu
     position_map: MapOpt = None
 
     def specs(self, default: str, factor: float | None = None, log_n_modes: tuple[bool, ...] = (False,)) -> list:
-        from ropecli.rope.position_maps import under_maps
+        from ropecli.rope.map_spelling import under_maps
 
         return under_maps(super().specs(default, factor, log_n_modes), self.position_map)
 
@@ -171,7 +171,7 @@ class SearchOptions:
         """The search's plan (`ropecli.tuning.search_run.SearchPlan`), its paths checked before the model loads."""
         from ropecli.tuning.search_run import SearchPlan
 
-        from ropecli.rope.position_maps import one_map
+        from ropecli.rope.map_spelling import one_map
 
         plan = SearchPlan(self.objective, self.max_short_regression, self.max_short_kl, self.export_config,
                           self.race, output.plot, evaluation.log_n, evaluation.k, one_map(position_map))

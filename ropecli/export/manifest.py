@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ropecli.models.config import ModelRope
 from ropecli.rope.geometry import Geometry
-from ropecli.rope.position_maps import map_json
+from ropecli.rope.map_spelling import map_json
 from ropecli.rope.spec import Spec
 from ropecli.export.runtimes import record
 from ropecli.files import atomic_write_text

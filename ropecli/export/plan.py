@@ -19,7 +19,7 @@ from ropecli.errors import RopeCliError
 from ropecli.export.hf import (check_writable, place_weights)
 from ropecli.models.config import ModelRope
 from ropecli.rope.geometry import Geometry
-from ropecli.rope.position_maps import map_json
+from ropecli.rope.map_spelling import map_json
 from ropecli.rope.spec import Spec
 from ropecli.export.manifest import write_manifest
 from ropecli.export.runtimes import AT_START_UP, PER_FORWARD, ROPE_FREQS, canonical, module, record, records

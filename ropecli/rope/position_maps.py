@@ -239,68 +239,18 @@ def relative_positions(name: str, params: dict[str, float], n: int) -> np.ndarra
     return rel
 
 
-def parse_map(text: str) -> tuple:
-    """`selfextend:G=8,W=64` -> ("selfextend", (("G", 8.0), ("W", 64.0))), parameters checked and in the map's order;
-    `none` -> () (no map: the Spec of a plain schedule)."""
-    name, _, rest = text.strip().partition(":")
-    given = {}
-    for pair in filter(None, (p.strip() for p in rest.split(","))):
-        key, eq, value = pair.partition("=")
-        try:
-            given[key.strip()] = float(value)
-        except ValueError:
-            raise RopeCliError(f"--map {text}: parameters are KEY=NUMBER, comma-separated, e.g. selfextend:G=8,W=64") from None
-        if not np.isfinite(given[key.strip()]):
-            raise RopeCliError(f"--map {text}: {key.strip()} = {value.strip()} is not a finite number")
-        if not eq:
-            raise RopeCliError(f"--map {text}: parameters are KEY=NUMBER, e.g. selfextend:G=8,W=64")
-    bound = bind(name.strip(), given)
-    return () if bound.name == "none" else bound
 
 
-def under_maps(specs: list, texts: list[str] | None) -> list:
-    """Each Spec under each of a command's --map values, `MAP[:K=V,…][@METHOD+METHOD…]`: after @, only on the methods
-    named (`selfextend:G=4,W=2048@none` maps the model as it is and leaves the frequency schedules beside it unmapped)."""
-    maps = parse_maps(texts, [s.method for s in specs])
-    return [s.but(position_map=pm) for s in specs for pm, on in maps if on is None or s.method in on]
 
 
-def parse_maps(texts: list[str] | None, methods) -> list[tuple[tuple, frozenset | None]]:
-    """--map values -> (the map, the methods it goes on top of; None: every method)."""
-    out = []
-    for text in texts or ["none"]:
-        body, at, only = text.rpartition("@") if "@" in text else (text, "", "")
-        unknown = sorted(set(only.split("+")) - set(methods)) if at else []
-        if unknown:
-            raise RopeCliError(f"--map {text}: {unknown[0]} is not among the methods compared ({', '.join(methods)}); "
-                               "name one of them after @, several joined by +")
-        out.append((parse_map(body), frozenset(only.split("+")) if at else None))
-    return out
 
 
-def map_label(position_map: tuple) -> str:
-    """`selfextend(G=8,W=64)`; "" for no map."""
-    if not position_map:
-        return ""
-    bound = as_bound(position_map)
-    return f"{bound.name}(" + ",".join(f"{k}={v:g}" for k, v in bound.params) + ")"
 
 
-def map_text(position_map: tuple) -> str:
-    """The --map spelling that `parse_map` reads back: `selfextend:G=8,W=64`; "none" for no map."""
-    if not position_map:
-        return "none"
-    bound = as_bound(position_map)
-    return bound.name + ":" + ",".join(f"{k}={v:.10g}" for k, v in bound.params)
 
 
-def map_json(position_map: tuple) -> dict | None:
-    """The JSON of a Spec's map: {"name", "params"}, None for no map; `map_from_json` reads it back."""
-    return {"name": as_bound(position_map).name, "params": as_bound(position_map).values} if position_map else None
 
 
-def map_from_json(block: dict | None) -> tuple:
-    return bind(block["name"], block["params"]) if block else ()
 
 
 def check_window(position_map: tuple, length: int) -> None:
@@ -314,11 +264,6 @@ def check_window(position_map: tuple, length: int) -> None:
                            f"nothing is mapped (the model itself); pass {key} below {length}")
 
 
-def one_map(texts: list[str] | None) -> tuple:
-    """The one --map of a command that takes one (search, export): parsed; () for none."""
-    if len(texts or []) > 1:
-        raise RopeCliError("this command runs under one --map; pass one")
-    return parse_map((texts or ["none"])[0])
 
 
 def check_map(position_map: tuple, lengths) -> None:

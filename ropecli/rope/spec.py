@@ -30,7 +30,8 @@ from ropecli.errors import RopeCliError
 from ropecli.rope.methods import (REGISTRY, Method, Schedule, compute_schedule, format_label, resolve_method,
                                   resolve_params)
 from ropecli.rope.factor_files import read_factors
-from ropecli.rope.position_maps import as_bound, map_label
+from ropecli.rope.map_spelling import map_label
+from ropecli.rope.position_maps import as_bound
 from ropecli.rope.temperature import TUNABLE_NAMES, split_temperature, tempered, temperature_label
 
 # The methods people deploy, with transformers' defaults: search-b's references, search's held-out

@@ -16,7 +16,7 @@ from ropecli.export.writers import is_gguf
 from ropecli.export.runtimes import record, records
 from ropecli.models.config import BUILTIN, BUILTIN_DIR
 from ropecli.models.packaged import BUILTIN_FOLDERS, resolve_model
-from ropecli.rope.position_maps import map_from_json, map_text
+from ropecli.rope.map_spelling import map_from_json, map_text
 from ropecli.rope.spec import make_spec
 
 

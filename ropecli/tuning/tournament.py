@@ -43,7 +43,7 @@ from ropecli.tuning.objective import Evaluate
 from ropecli.tuning.error_budget import error_budget
 from ropecli.tuning.racing import ALPHA
 from ropecli.tuning.ranking import RULE, RULE_RACED, rank
-from ropecli.rope.position_maps import map_json
+from ropecli.rope.map_spelling import map_json
 from ropecli.tuning.map_candidates import RULED, SEARCHED, map_rule, map_spec, search_ranges
 from ropecli.tuning.search import point_spec, run_search
 from ropecli.tuning.space import parse_vary
