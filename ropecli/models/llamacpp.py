@@ -186,7 +186,7 @@ class LlamaCppBackend:
         return self._seq_div
 
     def notes(self) -> list[str]:
-        """What a command says at its end when Self-Extend ran here (`llamacpp_selfextend.notes`)."""
+        """What a command says at its end when Self-Extend ran here (`llamacpp_selfextend.self_extend_notes`)."""
         return [] if self._seq_div is None else self_extend_notes(self.divide, *self._seq_div)
 
     def map_key(self) -> dict:
