@@ -124,3 +124,58 @@ def test_compare_checks_every_task_before_the_first_forward_pass(tmp_path, monke
             "--cache-dir", cache)
     assert r.exit_code == 1 and "too short for the task vt" in r.output, r.output
     assert not passes and not (cache.exists() and any(cache.rglob("*.json"))), "niah-single was scored before vt was checked"
+
+
+@pytest.fixture()
+def toy_map():
+    """A position map registered in rope/position_maps.py's registry only: relative positions capped at w (ReRoPE's
+    shape under its own name), with a rule (w = Ls/2) and a search range, so it is an advise candidate too."""
+    from ropecli.rope.methods import REQUIRED, Param
+    from ropecli.rope.position_maps import MAPS, Region, register_map
+
+    @register_map("toy-cap", "relative position min(d, w) (a planted record)",
+                  Param("w", REQUIRED, "window", 1, 1e12, integer=True), window="w",
+                  rule=lambda Ls, T: {"w": Ls // 2}, ranges=lambda Ls, T: {"w": (Ls // 8, Ls // 2)})
+    def toy(w: float):
+        w = int(w)
+        return (Region("near", lambda i, j: i - j < w, lambda i: i, lambda j: j),
+                Region("far", lambda i, j: i - j >= w, lambda i: i * 0 + w, lambda j: j * 0))
+
+    yield MAPS["toy-cap"]
+    MAPS.pop("toy-cap")
+
+
+def test_a_planted_map_in_help_methods_ppl_compare_search_advise_and_export(toy_map, tiny_dir, text_file, tmp_path):
+    assert "toy-cap" in flat(run("ppl", "--help").output)  # --map's help lists the registry
+    assert "toy-cap" in run("methods").output and "toy-cap" in flat(run("advise", "--help").output)  # --candidates too
+    common = ["--model", tiny_dir, "--data", text_file, "--samples", "2"]
+    p = json.loads(run("ppl", *common, "--len", "128", "--map", "toy-cap:w=16", "--json").stdout)
+    assert all(r["position_map"]["name"] == "toy-cap" for r in p["results"]), p["results"]
+    r = run("compare", *common, "--len", "128", "--method", "none", "--map", "none", "--map", "toy-cap:w=16")
+    assert r.exit_code == 0 and "toy-cap(w=16)" in r.output, r.output  # its label in the table
+    s = run("search", *common, "--len", "128", "--method", "none", "--map", "toy-cap:w=16", "--vary", "w=8:48",
+            "--budget", "4", "--json")
+    assert s.exit_code == 0 and 8 <= json.loads(s.stdout)["best_params"]["w"] <= 48, s.output
+    a = run("advise", *common, "--len", "128", "--budget", "4", "--candidates", "none,toy-cap,toy-cap-tuned", "--out",
+            tmp_path / "a", "--json")
+    assert a.exit_code == 0, a.output
+    advice = json.loads(a.stdout)
+    rows = {row["candidate"]: row for row in advice["rows"]}
+    assert rows["toy-cap"]["position_map"] == {"name": "toy-cap", "params": {"w": 32.0}}, rows  # its rule at Ls = 64
+    assert rows["toy-cap-tuned"]["position_map"]["name"] == "toy-cap"  # searched around it
+    exports = {e["runtime"]: e for e in advice["exports"]}
+    assert set(exports) == {"transformers", "vllm", "sglang", "llamacpp", "ollama"}
+    if advice["winner"].startswith("toy-cap"):  # no runtime serves it: each says so and writes the best it serves
+        assert "does not serve the winner's position map (toy-cap)" in exports["vllm"]["instead"], exports["vllm"]
+    e = run("export", "--model", tiny_dir, "--method", "none", "--map", "toy-cap:w=16", "--len", "128", "--to", "vllm",
+            "--out", tmp_path / "v.json")
+    assert e.exit_code == 1 and "--map toy-cap: vllm does not serve" in flat(e.output), e.output
+
+
+def test_a_planted_map_leaves_no_trace():
+    from ropecli.rope.position_maps import MAPS
+    from ropecli.tuning.candidates import candidate_names
+
+    assert "toy-cap" not in MAPS and not any(c.startswith("toy-cap") for c in candidate_names())
+    r = run("ppl", "--len", "64", "--map", "toy-cap:w=8")
+    assert r.exit_code == 1 and "unknown position map 'toy-cap'" in flat(r.output), r.output

@@ -148,12 +148,12 @@ class AdviseOptions:
     runtime: ServeRuntimeOpt = None
 
     def plan(self):
-        from ropecli.tuning.candidates import CANDIDATES
+        from ropecli.tuning.candidates import candidate_names
         from ropecli.tuning.advise_plan import AdvisePlan
 
         serving = ServingOptions(self.workload, self.runtime)
         serving.plan(None)  # --runtime without --workload, or a bad --workload: one line before the model loads
-        chosen = flat_choices(self.candidates, CANDIDATES) if self.candidates else None  # None: every one the model admits
+        chosen = flat_choices(self.candidates, candidate_names()) if self.candidates else None  # None: every one the model admits
         return AdvisePlan(**{**vars(self), "candidates": chosen,
                              "runtime": serving.runtimes() if self.workload else None})
 

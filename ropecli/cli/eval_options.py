@@ -8,12 +8,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from ropecli.cli.options import ADVANCED, DATA, EVALUATION, OUTPUT, SCHEDULE, SEARCH, CommaChoices
+from ropecli.cli.options import ADVANCED, DATA, EVALUATION, OUTPUT, SCHEDULE, SEARCH, CommaChoices, Listed
 from ropecli.export import runtimes
 from ropecli.evaluation.metrics import REGISTRY, objective_names, ranking_names
 from ropecli.evaluation.ruler.templates import TASKS
 from ropecli.export.runtimes import SERVED_BY_DEFAULT
-from ropecli.tuning.candidates import Candidate
+from ropecli.tuning.candidates import candidate_names
 from ropecli.tuning.optimizers import Optimizer
 
 
@@ -40,11 +40,18 @@ DeviceMapOpt = Annotated[Optional[str], typer.Option(
 AttnOpt = Annotated[Optional[str], typer.Option("--attn-implementation", rich_help_panel=ADVANCED, help="eager | sdpa | flash_attention_2 …")]
 TrustOpt = Annotated[bool, typer.Option("--trust-remote-code", rich_help_panel=ADVANCED, help="Allow the model repo's own code (off by default).")]
 
+def map_names() -> list[str]:
+    """The registered position maps, read when --map's help is drawn (the registry loads numpy: not at start-up)."""
+    from ropecli.rope.position_maps import MAPS
+
+    return list(MAPS)
+
+
 MapOpt = Annotated[Optional[list[str]], typer.Option(
-    "--map", metavar="MAP[:K=V,…]", rich_help_panel=SCHEDULE,
-    help="A position map at the attention on top of each schedule: none, selfextend:G=8,W=64, selfextend-llamacpp:G=8,W=64, "
-         "rerope:w=128, leaky-rerope:w=128,k=16, dca:chunk=6144,local=512, string:S=1365 (repeat: every method under every "
-         "map; MAP@none: on that method only; `ropecli methods` lists them).")]
+    "--map", click_type=Listed(map_names, "MAP[:K=V,…]"), rich_help_panel=SCHEDULE,
+    help="A position map at the attention on top of each schedule: {choices}; its parameters after a colon, e.g. "
+         "selfextend:G=8,W=64, dca:chunk=6144,local=512 (repeat: every method under every map; MAP@none: on that method "
+         "only; `ropecli methods` lists each map's parameters).")]
 DataOpt = Annotated[Optional[list[str]], typer.Option(
     "--data", rich_help_panel=DATA, help="Text file, folder, .jsonl, .json, or hf:DATASET (default: held-out Shakespeare).")]
 TextFieldOpt = Annotated[str, typer.Option("--text-field", rich_help_panel=ADVANCED, help="JSONL / dataset field holding the text.")]
@@ -78,7 +85,7 @@ OptimizerOpt = Annotated[Optimizer, typer.Option(
     "--optimizer", rich_help_panel=ADVANCED,
     help="auto (golden-section for 1 parameter, Nelder-Mead for more), powell, nelder-mead, grid, golden.")]
 CandidatesOpt = Annotated[Optional[list[str]], typer.Option(
-    "--candidates", click_type=CommaChoices(Candidate, "--candidates", "CANDIDATE"), rich_help_panel="Advise",
+    "--candidates", click_type=CommaChoices(candidate_names, "--candidates", "CANDIDATE"), rich_help_panel="Advise",
     help="Narrow the candidates (repeat or comma-separate): {choices}.")]
 MaxShortKlOpt = Annotated[Optional[float], typer.Option(
     "--max-short-kl", min=0.0, rich_help_panel=ADVANCED,

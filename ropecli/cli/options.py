@@ -125,6 +125,24 @@ class CommaChoices(ParamType):
         return names if self.many else names[0]
 
 
+class Listed(ParamType):
+    """Free text (read later, e.g. `--map selfextend:G=8,W=64`) whose help lists a registry's names: `{choices}` in the
+    option's help becomes `source()` when the help is drawn, so a record registered after start-up is listed."""
+
+    def __init__(self, source: Callable[[], typing.Iterable[str]], metavar: str):
+        self.source, self.metavar, self.name = source, metavar, metavar.lower()
+
+    @property
+    def choices(self) -> list[str]:
+        return list(self.source())
+
+    def get_metavar(self, param, ctx=None) -> str:
+        return self.metavar
+
+    def convert(self, value, param, ctx):
+        return value
+
+
 def flat_choices(values: list | None, default: tuple[str, ...]) -> list[str]:
     """The chosen values of a CommaChoices option, in order, each once."""
     return list(dict.fromkeys([n for v in (values or [list(default)]) for n in (v if isinstance(v, list) else [v])]))

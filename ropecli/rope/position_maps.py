@@ -50,6 +50,8 @@ class PositionMap:
     params: tuple[Param, ...] = ()
     window: str | None = None  # the parameter below which positions are true: at or past the sequence, no map at all
     per_length: bool = False  # regions(**params, length=n): the regions depend on the sequence's length
+    rule: Callable[[int, int], dict] | None = None  # (Ls, T) -> params: its source's rule, an advise candidate then
+    ranges: Callable[[int, int], dict] | None = None  # (Ls, T) -> {param: (lo, hi)}: searched by advise as NAME-tuned
 
 
 MAPS: dict[str, PositionMap] = {}
@@ -89,12 +91,41 @@ def bind(name: str, params: dict[str, float]) -> BoundMap:
     return BoundMap(name, tuple(map_params(name, params).items()))
 
 
-def register_map(name: str, summary: str, *params: Param, window: str | None = None, per_length: bool = False):
+def register_map(name: str, summary: str, *params: Param, window: str | None = None, per_length: bool = False,
+                 rule: Callable[[int, int], dict] | None = None, ranges: Callable[[int, int], dict] | None = None):
+    """Register a map's region function. `rule(Ls, T)`: its parameters for a model shipped at Ls and a longest target
+    T, as its source sets them (the map is then an `advise` candidate past Ls); `ranges(Ls, T)`: {param: (lo, hi)}
+    that advise searches as candidate NAME-tuned, started at the rule."""
+    if ranges and not rule:
+        raise ValueError(f"{name}: a searched map starts at its rule; give rule= with ranges=")
+
     def wrap(fn):
-        MAPS[name] = PositionMap(name, fn, summary, params, window, per_length)
+        MAPS[name] = PositionMap(name, fn, summary, params, window, per_length, rule, ranges)
         return fn
 
     return wrap
+
+
+def selfextend_rule(Ls: int, T: int) -> dict[str, float]:
+    """W = Ls/4 rounded down to a multiple of G (llama.cpp's -gaw must be one), G the smallest group with
+    floor((T - 1)/G) + W - floor(W/G) <= Ls - 1: the farthest pair's rotation distance within the trained range (Jin et
+    al. 2024, section 3: "the group size G ... such that the maximum relative position after grouping does not exceed
+    the pretraining context window")."""
+    for G in range(2, T + 1):
+        W = max(G, (Ls // 4) // G * G)
+        if (T - 1) // G + W - W // G <= Ls - 1:
+            return {"G": G, "W": W}
+    raise RopeCliError(f"selfextend: no group size keeps a {T}-token window within Ls = {Ls}")
+
+
+def selfextend_ranges(Ls: int, T: int) -> dict[str, tuple[float, float]]:
+    """G in [2, 4 G_rule], W in [Ls/16, Ls/2]."""
+    return {"G": (2, max(4, 4 * selfextend_rule(Ls, T)["G"])), "W": (max(1, Ls // 16), Ls // 2)}
+
+
+def dca_rule(Ls: int, T: int) -> dict[str, float]:
+    """HKUNLP/ChunkLlama's defaults: chunk = 3 Ls/4, local = Ls/16 (every rotation distance below chunk)."""
+    return {"chunk": 3 * Ls // 4, "local": max(1, Ls // 16)}
 
 
 def _same(p):
@@ -108,7 +139,8 @@ def _none() -> tuple[Region, ...]:
 
 @register_map("selfextend", "d < W: (i, j); d >= W: (floor(i/G) + W - floor(W/G), floor(j/G))",
               Param("G", REQUIRED, "group size (positions beyond the window share a group)", 1, 1e9, integer=True),
-              Param("W", REQUIRED, "neighbour window, tokens at their true relative positions", 1, 1e12, integer=True), window="W")
+              Param("W", REQUIRED, "neighbour window, tokens at their true relative positions", 1, 1e12, integer=True), window="W",
+              rule=selfextend_rule, ranges=selfextend_ranges)
 def _selfextend(G: float, W: float) -> tuple[Region, ...]:
     G, W = int(G), int(W)
     shift = W - W // G
@@ -138,7 +170,7 @@ def _leaky(w: float, k: float) -> tuple[Region, ...]:
               "(min(i mod c + c, chunk), j mod c); earlier ones (min(2c - 1, chunk), j mod c)",
               Param("chunk", REQUIRED, "chunk size s (ChunkLlama: 3/4 of the training length)", 2, 1e12, integer=True),
               Param("local", REQUIRED, "local window l, c = s - l (ChunkLlama: 1/16 of the training length)", 1, 1e12,
-                    integer=True))
+                    integer=True), rule=dca_rule)
 def _dca(chunk: float, local: float) -> tuple[Region, ...]:
     """Dual Chunk Attention (An et al., ICML 2024), as HKUNLP/ChunkLlama's chunkllama_attn_replace.py computes it
     (ChunkLlamaRotaryEmbedding._set_cos_sin_cache: q_t, qc_t = (q_t + c).clamp(max=chunk_size), k_t = j % c; forward:
@@ -239,20 +271,6 @@ def relative_positions(name: str, params: dict[str, float], n: int) -> np.ndarra
     return rel
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def check_window(position_map: tuple, length: int) -> None:
     """One line when a map's window reaches the whole sequence: no pair is mapped, the 'map' is the model itself."""
     if not position_map:
@@ -262,8 +280,6 @@ def check_window(position_map: tuple, length: int) -> None:
     if key is not None and bound.values[key] >= length:  # the farthest pair is d = length - 1
         raise RopeCliError(f"{bound.name}: {key} = {bound.values[key]:g} reaches the whole {length}-token window, so "
                            f"nothing is mapped (the model itself); pass {key} below {length}")
-
-
 
 
 def check_map(position_map: tuple, lengths) -> None:

@@ -42,7 +42,7 @@ def run_advise(session: Bench, plan: AdvisePlan, target: Target, out_dir: Path, 
     """The whole of `ropecli advise` into `out_dir` (made by `prepare_out`); returns advice.json's content
     (written on the main rank)."""
     rope = session.rope
-    names = [str(getattr(n, "value", n)) for n in plan.candidates or ()] or default_candidates(  # a CLI enum: its value
+    names = list(plan.candidates or ()) or default_candidates(
         rope.shipped is not None, maps_apply(getattr(session, "model", None), rope, target.longest))
     if rope.shipped is None and any(n in SHIPPED_ONLY for n in names):
         raise RopeCliError(f"--candidates {','.join(n for n in names if n in SHIPPED_ONLY)}: {rope.name} ships plain RoPE, "

@@ -1,53 +1,39 @@
-"""The candidates of `ropecli advise`: the standard methods as they are, and the searched families
-with the plan of each search. Imported by the CLI at start-up for its choices, so it stays light."""
+"""The candidates of `ropecli advise`: the standard methods as they are, the searched families with the plan of each
+search, and the position maps the map registry gives a rule (`ropecli.rope.position_maps.register_map(rule=, ranges=)`:
+MAP at its source's rule, MAP-tuned searched around it). Imported by the CLI at start-up for its choices, so it stays
+light: the map registry (numpy) is read when the choices are."""
 
 from __future__ import annotations
 
-from enum import Enum
+SCHEDULES = ("none", "pi", "ntk-aware", "dynamic", "yarn", "yarn-tuned", "llama3", "ntk-fixed", "mixed-b", "mixed-clamped",
+             # a model that ships a schedule (Llama 3.1, Qwen YaRN, Phi-3 …): as shipped, and extended on top of it
+             "native", "native+pi", "native+yarn", "native+llama3", "native+ntk-fixed", "native+yarn-tuned")
+SHIPPED_ONLY = tuple(c for c in SCHEDULES if c.startswith("native"))  # meaningful only for a model that ships a schedule
+TUNED = "-tuned"  # a searched map candidate: MAP-tuned
 
 
-class Candidate(str, Enum):
-    none = "none"
-    pi = "pi"
-    ntk_aware = "ntk-aware"
-    dynamic = "dynamic"
-    yarn = "yarn"
-    yarn_tuned = "yarn-tuned"
-    llama3 = "llama3"
-    ntk_fixed = "ntk-fixed"
-    mixed_b = "mixed-b"
-    mixed_clamped = "mixed-clamped"
-    # a model that ships a schedule (Llama 3.1, Qwen YaRN, Phi-3 …): as shipped, and extended on top of it
-    native = "native"
-    native_pi = "native+pi"
-    native_yarn = "native+yarn"
-    native_llama3 = "native+llama3"
-    native_ntk_fixed = "native+ntk-fixed"
-    native_yarn_tuned = "native+yarn-tuned"
-    # the model as shipped under a position map at the attention (`ropecli.tuning.map_candidates`): past Ls only
-    selfextend = "selfextend"
-    selfextend_tuned = "selfextend-tuned"
-    dca = "dca"
+def map_candidates() -> dict[str, str]:
+    """{candidate: its map} for every registered map with a rule (MAP) or search ranges (MAP-tuned), in the registry's
+    order: the model as shipped under the map, past Ls only (`ropecli.tuning.map_candidates`)."""
+    from ropecli.rope.position_maps import MAPS
+
+    return {**{m.name: m.name for m in MAPS.values() if m.rule},
+            **{m.name + TUNED: m.name for m in MAPS.values() if m.ranges}}
 
 
-CANDIDATES = tuple(c.value for c in Candidate)
-SHIPPED_ONLY = tuple(c for c in CANDIDATES if c.startswith("native"))  # meaningful only for a model that ships a schedule
-MAPPED = ("selfextend", "selfextend-tuned", "dca")  # position maps: need a target past Ls and a model they can map
-SEARCHED_MAPS = ("selfextend-tuned",)  # asked for by name (--candidates): a search of mapped passes
-
-
-MAP_OF = {"selfextend": "selfextend", "selfextend-tuned": "selfextend", "dca": "dca"}  # candidate -> its map
+def candidate_names() -> list[str]:
+    """Every candidate --candidates accepts: the schedules, then the maps'."""
+    return [*SCHEDULES, *map_candidates()]
 
 
 def default_candidates(ships_schedule: bool, maps: bool | tuple[str, ...] = False) -> list[str]:
-    """Every candidate; the native ones only for a model that ships a schedule (else native is none); the position maps
-    with their rules' parameters where `maps` (a target past Ls, a model and backend that can map it: True for every
-    map, or the names of the maps the backend runs, e.g. llama.cpp's Self-Extend alone)."""
-    def mapped_ok(c: str) -> bool:
-        return maps is True or (not isinstance(maps, bool) and MAP_OF[c] in maps)
-
-    return [c for c in CANDIDATES if (ships_schedule or c not in SHIPPED_ONLY) and c not in SEARCHED_MAPS
-            and (c not in MAPPED or mapped_ok(c))]
+    """Every candidate but the searched maps (asked for by name); the native ones only for a model that ships a
+    schedule (else native is none); the position maps at their rules where `maps` (a target past Ls, a model and
+    backend that can map it: True for every map, or the names of the maps the backend runs, e.g. llama.cpp's
+    Self-Extend alone)."""
+    mapped = {c: m for c, m in map_candidates().items() if not c.endswith(TUNED)
+              and (maps is True or (not isinstance(maps, bool) and m in maps))}
+    return [c for c in SCHEDULES if ships_schedule or c not in SHIPPED_ONLY] + list(mapped)
 
 
 def static_candidates() -> dict[str, tuple[str, dict]]:
@@ -55,17 +41,18 @@ def static_candidates() -> dict[str, tuple[str, dict]]:
     mixed(b=0.625) is not one: the mixed-b search covers its family."""
     from ropecli.rope.spec import STANDARD_METHODS
 
-    plain = {name: (name, params) for name, params in STANDARD_METHODS if name in CANDIDATES}
+    plain = {name: (name, params) for name, params in STANDARD_METHODS if name in SCHEDULES}
     composed = {"native+" + name: ("native+" + name, params) for name, params in STANDARD_METHODS
-                if "native+" + name in CANDIDATES}
+                if "native+" + name in SCHEDULES}
     return {**plain, "native": ("native", {}), **composed}
 
 
 def search_plans(budget: int) -> dict[str, tuple[str, list[str], int]]:
-    """The searched candidates: name -> (method, varied parameters, evaluations), the one plan both the
-    searches and the progress bar's total read."""
+    """The searched candidates: name -> (method, varied parameters, evaluations), the one plan both the searches and the
+    progress bar's total read. A searched map varies what its ranges name, around its rule, on the model as shipped
+    (`map_candidates.map_search`)."""
+    maps = {c: ("native", [], max(budget, 7)) for c in map_candidates() if c.endswith(TUNED)}
     return {"yarn-tuned": ("yarn", ["beta_fast", "beta_slow"], max(budget, 7)),
             "mixed-b": ("mixed", ["b"], max(min(budget, 12), 4)),
             "mixed-clamped": ("mixed", ["b", "critical"], max(budget, 7)),
-            "native+yarn-tuned": ("native+yarn", ["beta_fast", "beta_slow"], max(budget, 7)),
-            "selfextend-tuned": ("native", ["G", "W"], max(budget, 7))}  # ranges: `map_candidates.search_ranges`
+            "native+yarn-tuned": ("native+yarn", ["beta_fast", "beta_slow"], max(budget, 7)), **maps}

@@ -37,14 +37,14 @@ from ropecli.evaluation.metrics import REGISTRY
 from ropecli.rope.spec import Spec, make_spec, reference_spec
 from ropecli.tuning.advise_plan import AdvisePlan
 from ropecli.rope.target import Target
-from ropecli.tuning.candidates import search_plans, static_candidates
+from ropecli.tuning.candidates import map_candidates, search_plans, static_candidates
 from ropecli.tuning.held_out import PASSKEY_BASELINE, Measure, Racing, passkey_baseline, race_candidates
 from ropecli.tuning.objective import Evaluate
 from ropecli.tuning.error_budget import error_budget
 from ropecli.tuning.racing import ALPHA
 from ropecli.tuning.ranking import RULE, RULE_RACED, rank
 from ropecli.rope.map_spelling import map_json
-from ropecli.tuning.map_candidates import RULED, SEARCHED, map_rule, map_spec, search_ranges
+from ropecli.tuning.map_candidates import map_rule, map_spec, search_ranges
 from ropecli.tuning.search import point_spec, run_search
 from ropecli.tuning.space import parse_vary
 from ropecli.tuning.serving import serve_workload
@@ -58,14 +58,14 @@ def search_candidates(run: Evaluate, target: Target, names: list[str], budget: i
                       expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None,
                       metric: str = "ppl") -> dict[str, dict]:
     """The searched candidates' winners: name -> {spec, search} (the search's JSON), each searched on `metric`."""
-    plans = search_plans(budget)
+    plans, mapped = search_plans(budget), map_candidates()
     out = {}
     for name in names:
         if name not in plans:
             continue
         method, vary, n_evals = plans[name]
         pmap = ()
-        if name in SEARCHED:  # the model as shipped, the map's parameters searched around its rule
+        if name in mapped:  # the model as shipped, the map's parameters searched around its rule
             method, T = reference_spec(target.geom).method, target.longest
             pmap, vary = map_rule(name, target.geom.shipped_len, T), search_ranges(name, target.geom.shipped_len, T)
         dims = parse_vary(vary, method, target.geom, pmap)
@@ -78,14 +78,14 @@ def search_candidates(run: Evaluate, target: Target, names: list[str], budget: i
 
 def candidate_specs(names: list[str], searched: dict, with_log_n: bool, target: Target) -> list[tuple[str, Spec]]:
     candidates: list[tuple[str, Spec]] = []
-    static, factor = static_candidates(), target.k
+    static, factor, mapped = static_candidates(), target.k, map_candidates()
     for log_n in (False, True) if with_log_n else (False,):
         for name in names:
             key = name + ("+log-n" if log_n else "")
             if name in static:
                 method, params = static[name]
                 candidates.append((key, make_spec(method, params, factor=factor, log_n=log_n)))
-            elif name in RULED:
+            elif mapped.get(name) == name:  # a map at its rule (MAP-tuned, searched, maps to MAP)
                 candidates.append((key, map_spec(name, target.geom, target.longest, factor, log_n)))
             elif key in searched:
                 candidates.append((key, searched[key]["spec"]))
