@@ -62,10 +62,17 @@ class Metric:
     ranks: bool = False  # advise may rank by it (`advise --metric`): an estimand over the text's windows
     at_train_len: bool = False  # compare runs it at L with the schedules built for the target's k (kl)
     measure: str = ""  # what a ranking or a search by it compares, in words ("log-PPL"); default: `words`
+    field: str = ""  # a result row's field holding its headline value ("ppl", "key_ppl", "accuracy"); default: estimand
+    beside: str | None = None  # a metric shown beside it from the same rows (ppl: key-token PPL from PPL's windows)
+    verdict_beside: str = ""  # shown beside another metric: the field of that metric's rows holding its paired verdict
+    note: str = ""  # the line under compare's table when it is a column
+    companion: tuple[str, Callable[[dict], str]] | None = None  # a second column from its rows: (heading, cell)
 
     def __post_init__(self):
         if not self.measure:
             object.__setattr__(self, "measure", self.words)
+        if not self.field:
+            object.__setattr__(self, "field", self.estimand)
 
     @property
     def unit_metric(self) -> str:
@@ -136,16 +143,20 @@ def _result(name: str) -> Callable[[], type]:
 
 PPL = Metric("ppl", "windows", _ppl_score, _ppl_summary, "PPL", "PPL", _result("PplResult"), "nll", fresh=_ppl_fresh,
              key=lambda ev, rope: {"score_last": ev.score_last}, check=_ppl_check, prefixes=True, ranks=True,
-             measure="log-PPL")
+             measure="log-PPL", field="ppl", beside="key-ppl")
 KEY_PPL = Metric("key-ppl", "windows", _ppl_score, _ppl_summary, "key PPL", "key PPL", _result("KeyPplResult"), "key_nll",
-                 cached_as="ppl", ranks=True, measure="log key-token PPL", fresh=_ppl_fresh, check=_key_ppl_check, prefixes=True)
+                 cached_as="ppl", ranks=True, measure="log key-token PPL", fresh=_ppl_fresh, check=_key_ppl_check, prefixes=True,
+                 field="key_ppl", verdict_beside="key_vs_best")
 PASSKEY = Metric("passkey", "prompts", lambda ev, spec, sched, unit: ev.backend.passkey_scores(*unit),
-                 _passkey_summary, "passkey answer NLL", "passkey", _result("PasskeyResult"), "answer_nll", unit_word="keys")
+                 _passkey_summary, "passkey answer NLL", "passkey", _result("PasskeyResult"), "answer_nll", unit_word="keys",
+                 field="accuracy", note="passkey: accuracy over all depths; bold/≈ rank by the answer NLL (paired over the "
+                 "same prompts).")
 KL = Metric("kl", "windows", lambda ev, spec, sched, unit: ev.backend.window_kl(
                 unit[0], sched, spec.log_n, ev.chunk_tokens, **({"position_map": spec.position_map} if spec.position_map else {})),
             _kl_summary, "KL", "KL", _result("KlResult"), "kl_mean",
             key=lambda ev, rope: {"reference": "native"} if rope.shipped is not None else {},  # vs as shipped
-            check=_kl_check, scales=False, objective=False, at_train_len=True)
+            check=_kl_check, scales=False, objective=False, at_train_len=True,
+            companion=("top-1 @ L", lambda r: f"{r['top1_agreement']:.1f}%"))
 
 
 @functools.lru_cache(maxsize=None)

@@ -107,6 +107,12 @@ class PplResult(EvalResult):
     def key_clusters(self) -> list[str]:
         return [self.windows[i] for i in self._with_keys()]
 
+    @staticmethod
+    def cell(row: dict) -> str:
+        """`59.91 ± 6.1`: PPL with the 95% half-width of its spread across windows (the row: `to_json()`); `inf` for a
+        diverged run. Every result type has its `cell`: how compare's table shows a row of it."""
+        return _ppl_cell(row.get("ppl"), row.get("ppl_err"), len(row.get("window_nll") or []))
+
     def key_weights(self) -> list[int]:
         """The key predictions of each window with key predictions: the estimand's weights."""
         return [int(self.window_key_tokens[i]) for i in self._with_keys()]
@@ -130,6 +136,14 @@ class KeyPplResult(PplResult):
     def weights(self) -> list | None:
         return self.key_weights()
 
+    @staticmethod
+    def cell(row: dict) -> str:
+        """Key-token PPL ± its 95% half-width (over the windows that have key predictions); '—' without it (also on a
+        ppl row, which carries it)."""
+        if row.get("key_ppl") is None:
+            return "—"
+        return _ppl_cell(row["key_ppl"], row.get("key_ppl_err"), sum(1 for n in row.get("window_key_tokens") or [] if n))
+
 
 @dataclass(kw_only=True)
 class PasskeyResult(EvalResult):
@@ -143,6 +157,10 @@ class PasskeyResult(EvalResult):
     prompt_correct: list
     prompt_answer_nll: list
 
+    @staticmethod
+    def cell(row: dict) -> str:
+        return f"{row['accuracy']:.0%}"
+
 
 @dataclass(kw_only=True)
 class KlResult(EvalResult):
@@ -155,6 +173,19 @@ class KlResult(EvalResult):
     tokens: int
     window_kl: list
     windows: list
+
+    @staticmethod
+    def cell(row: dict) -> str:
+        return f"{row['kl_mean']:.4f}"
+
+
+def _ppl_cell(ppl: float | None, err: float | None, windows: int) -> str:
+    from ropecli.evaluation.stats import ppl_half_width  # numpy: when a table is drawn
+
+    if ppl is None or ppl == math.inf:
+        return "inf"
+    half = ppl_half_width(err, windows)
+    return f"{ppl:.4g}" + (f" ± {half:.3g}" if half else "")
 
 
 def _head(spec: Spec, sched: Schedule, geom: Geometry, length: int, seconds: float) -> dict:

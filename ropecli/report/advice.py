@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ropecli.evaluation.metrics import PPL, metric_record
 from ropecli.files import atomic_write_text
 from ropecli.report.text import lengths_of, plain
 
@@ -42,10 +43,11 @@ class RankingRow:
 
     @classmethod
     def of(cls, r: dict, result: dict) -> "RankingRow":
-        return cls(r.get("rank"), r["candidate"], r["label"], [r["ppl"][str(n)] for n in result["lengths"]], r["vs_best"],
+        key = metric_record(PPL.beside).field
+        return cls(r.get("rank"), r["candidate"], r["label"], [r[PPL.field][str(n)] for n in result["lengths"]], r["vs_best"],
                    r.get("passkey_accuracy"), r.get("short_kl"), r.get("short_rise_percent"),
                    r.get("race", {}).get("windows", len(r["windows"])), verdict_note(r, result),
-                   [r["key_ppl"][str(n)] for n in result["lengths"]] if r.get("key_ppl") else None, r.get("also_vs_best"))
+                   [r[key][str(n)] for n in result["lengths"]] if r.get(key) else None, r.get("also_vs_best"))
 
 
 def verdict_note(r: dict, result: dict) -> str:
@@ -56,7 +58,7 @@ def verdict_note(r: dict, result: dict) -> str:
         return "winner"
     if r.get("race", {}).get("dropped_round"):
         return f"worse: dropped in round {r['race']['dropped_round']}"
-    best = "best by key PPL" if result.get("metric") == "key-ppl" else "best by PPL"
+    best = f"best by {metric_record(result.get('metric') or PPL.name).column}"
     return {"best": best, "equivalent": "equivalent to the best", "undecided": "undecided",
             "worse": "worse"}.get(r.get("verdict"), r.get("verdict") or "")
 
@@ -67,10 +69,11 @@ def ranking(result: dict, markdown: bool = False) -> tuple[list[str], list[list[
 
     lengths, pk, raced = result["lengths"], result["passkey_measured"], bool(result["racing"])
     own = " (own windows)" if mixed_windows(result) else ""
-    keyed = any(r.get("key_ppl") for r in result["rows"])
-    head = ["rank", "candidate", *(["schedule"] if markdown else []), *[f"PPL @ {n}{own}" for n in lengths],
-            *([f"key PPL @ {n}{own}" for n in lengths] if keyed else []),
-            "Δ vs best (nats" + (" of key NLL" if result.get("metric") == "key-ppl" else "") + ", paired, ± 95%)",
+    key, ranked = metric_record(PPL.beside), metric_record(result.get("metric") or PPL.name)
+    keyed = any(r.get(key.field) for r in result["rows"])
+    head = ["rank", "candidate", *(["schedule"] if markdown else []), *[f"{PPL.column} @ {n}{own}" for n in lengths],
+            *([f"{key.column} @ {n}{own}" for n in lengths] if keyed else []),
+            "Δ vs best (nats" + (f" of {ranked.measure}" if ranked is not PPL else "") + ", paired, ± 95%)",
             *([f"Δ {other_name(result)} vs its best ({result['other_metric']['best']})"] if result.get("other_metric") else []),
             *([f"passkey @ {max(lengths)}"] if pk else []),
             "KL @ L", "PPL rise @ L", *(["windows"] if raced else []), "verdict"]
@@ -88,7 +91,7 @@ def ranking(result: dict, markdown: bool = False) -> tuple[list[str], list[list[
 
 
 def other_name(result: dict) -> str:
-    return {"ppl": "PPL", "key-ppl": "key PPL"}[result["other_metric"]["metric"]]
+    return metric_record(result["other_metric"]["metric"]).column
 
 
 def _or_dash(x: float | None, fmt: str) -> str:
@@ -135,7 +138,8 @@ def inference_line(result: dict) -> str:
         return ""
     docs = f" over {plural(inf['documents'], 'document')}" if inf.get("documents") else ""
     return (f"Verdicts: {inf['inference']} inference{docs}, generalizing to {inf['generalizes_to']}; equivalence "
-            f"margin ±{result['margin']:g} nats of mean log-{'key-token ' if result.get('metric') == 'key-ppl' else ''}PPL; one-sided level {result['test_level']:.2g} per "
+            f"margin ±{result['margin']:g} nats of mean {metric_record(result.get('metric') or PPL.name).measure}; one-sided "
+            f"level {result['test_level']:.2g} per "
             f"comparison (95% for the whole ranking). {result.get('held_out_split', '')}".rstrip() +
             (". PPL: each candidate on its own windows (the windows column); Δ: paired on the windows both share"
              if mixed_windows(result) else ""))

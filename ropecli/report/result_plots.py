@@ -10,7 +10,7 @@ import matplotlib
 import matplotlib.ticker
 import numpy as np
 
-from ropecli.evaluation.metrics import metric_record
+from ropecli.evaluation.metrics import PPL, metric_record
 from ropecli.evaluation.stats import ppl_half_width
 from ropecli.report.plots import check_out, plt, save
 
@@ -26,7 +26,7 @@ def plot_ppl_vs_length(results: list[dict], path: str, title: str) -> Path:
     for label, rows in by_label.items():
         rows = sorted(rows, key=lambda r: r["len"])
         base = label.removesuffix("+log-n")
-        ax.errorbar([r["len"] for r in rows], [r["ppl"] for r in rows], yerr=[ppl_half_width(r.get("ppl_err"), len(r.get("window_nll") or [])) or 0 for r in rows],
+        ax.errorbar([r["len"] for r in rows], [r[PPL.field] for r in rows], yerr=[ppl_half_width(r.get("ppl_err"), len(r.get("window_nll") or [])) or 0 for r in rows],
                     marker="o", capsize=3, label=label, color=cmap(bases.index(base) % cmap.N),
                     ls="--" if label.endswith("+log-n") else "-")
     lengths = sorted({r["len"] for r in results})
@@ -217,7 +217,7 @@ def plot_advice_ppl(rows: list[dict], lengths: list[int], path: str, title: str,
         return _ppl_dots(rows, lengths[0], path, title, winner)
     fig, ax = plt.subplots(figsize=(8, 5.2))
     for r in sorted(rows, key=lambda r: r["objective"]):
-        ppl = [r["ppl"][str(n)] for n in lengths]
+        ppl = [r[PPL.field][str(n)] for n in lengths]
         err = [ppl_half_width(r["ppl_err"][str(n)], len(r["windows"])) or 0.0 for n in lengths]
         ax.errorbar(lengths, ppl, yerr=err, marker="o", capsize=3, lw=2.6 if r["candidate"] == winner else 1.2,
                     label=f"{r['candidate']}: {r['label']}"[:60] + (" (winner)" if r["candidate"] == winner else ""))
@@ -236,7 +236,7 @@ def _ppl_dots(rows: list[dict], n: int, path: str, title: str, winner: str | Non
     rows = sorted(rows, key=lambda r: r["objective"])
     fig, ax = plt.subplots(figsize=(10, 0.4 * len(rows) + 1.8))
     y = np.arange(len(rows))
-    ppl = [r["ppl"][str(n)] for r in rows]
+    ppl = [r[PPL.field][str(n)] for r in rows]
     err = [ppl_half_width(r["ppl_err"][str(n)], len(r["windows"])) or 0.0 for r in rows]
     colors = ["tab:green" if r["candidate"] == winner else "tab:orange" if r.get("tied") else "tab:blue" for r in rows]
     ax.errorbar(ppl, y, xerr=err, fmt="none", ecolor="gray", capsize=3)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from ropecli.evaluation.metrics import PPL, metric_record, prompted
 from ropecli.evaluation.stats import fmt_diff
 from rich.markup import escape
 
@@ -26,18 +27,26 @@ def _p(x) -> str:
 
 
 def _cells(e: dict, lengths: list[int], passkey: bool, keyed: bool = False) -> list[str]:
-    cells = [f"{e['accuracy'][str(n)]:.0%} / {e['answer_nll'][str(n)]:.2f}" if passkey else _p(e["ppl"][str(n)])
+    cells = [f"{e['accuracy'][str(n)]:.0%} / {e['answer_nll'][str(n)]:.2f}" if passkey else _p(e[PPL.field][str(n)])
              for n in lengths]
-    return cells + ([_p((e.get("key_ppl") or {}).get(str(n))) if e.get("key_ppl") else "—" for n in lengths] if keyed else [])
+    key = metric_record(PPL.beside).field
+    return cells + ([_p((e.get(key) or {}).get(str(n))) if e.get(key) else "—" for n in lengths] if keyed else [])
 
 
 def _keyed(*groups: list[dict]) -> bool:
     """Whether the entries carry key-token PPL (then a key PPL column per length)."""
-    return any(e.get("key_ppl") for g in groups for e in g)
+    return any(e.get(metric_record(PPL.beside).field) for g in groups for e in g)
 
 
-OBJECTIVE_WORDS = {"passkey": "mean passkey answer NLL over lengths", "ppl": "mean log-PPL over lengths",
-                   "key-ppl": "mean log key-token PPL over lengths"}
+def objective_words(name: str) -> str:
+    """What a search minimizes, in words: 'mean log-PPL over lengths', 'mean passkey answer NLL over lengths'."""
+    return f"mean {metric_record(name).measure} over lengths"
+
+
+def per_length_heads(objective: str, lengths: list[int], keyed: bool) -> list[str]:
+    """`PPL @ n` (a prompted objective: its own name) for each length, then `key PPL @ n` where the entries carry it."""
+    column = objective if prompted(objective) else PPL.column
+    return [f"{column} @ {n}" for n in lengths] + ([f"{metric_record(PPL.beside).column} @ {n}" for n in lengths] if keyed else [])
 
 
 def _b_note(e: dict, out: dict) -> str:
@@ -52,10 +61,10 @@ def _b_note(e: dict, out: dict) -> str:
 def search_b_tables(out: dict) -> list:
     """`ropecli search-b`: every evaluated b, the references on the same documents, the summary and notes."""
     lengths = out["lengths"]
-    passkey = out["objective_name"] not in ("ppl", "key-ppl")  # prompts: passkey or a task (accuracy / answer NLL)
-    what = OBJECTIVE_WORDS.get(out["objective_name"], f"mean {out['objective_name']} answer NLL over lengths")
+    passkey = prompted(out["objective_name"])  # prompts: passkey or a task (accuracy / answer NLL)
+    what = objective_words(out["objective_name"])
     keyed = _keyed(out["evaluations"], out["references"])
-    per_len = [f"{out['objective_name'] if passkey else 'PPL'} @ {n}" for n in lengths] + ([f"key PPL @ {n}" for n in lengths] if keyed else [])
+    per_len = per_length_heads(out["objective_name"], lengths, keyed)
     t = table(f"search-b on {out['model']} ({lengths_of(out)}), objective = {what}" + (", with log-n" if out["log_n"] else ""),
               ["b", *per_len, "objective", "Δ vs best (paired, ± 95%)", "note"], left=("note",))
     for e in sorted(out["evaluations"], key=lambda e: e["b"]):
@@ -115,10 +124,10 @@ def search_tables(out: dict) -> list:
     for e in sorted(out["evaluations"], key=lambda e: (e.get("violates_guard", False), e["objective"]))[:10]:
         note = _point_note(e, out)
         t.add_row(*[f"{e['params'][n]:.4g}" for n in names], objective_text(e), note, style="bold green" if note == "best" else "")
-    ppl, keyed = out["objective_name"] in ("ppl", "key-ppl"), _keyed(held["rows"])
+    ppl, keyed = not prompted(out["objective_name"]), _keyed(held["rows"])
     h = table("Held-out windows: the winner and the standard methods (Δ: minus the winner, paired, ± 95% half-width)",
-              ["schedule", *([f"PPL @ {n}" for n in lengths] if ppl else []),
-               *([f"key PPL @ {n}" for n in lengths] if keyed else []), "objective", "Δ vs winner"], left=("schedule",))
+              ["schedule", *(per_length_heads(out["objective_name"], lengths, keyed) if ppl else []), "objective", "Δ vs winner"],
+              left=("schedule",))
     for r in sorted(held["rows"], key=lambda r: r["objective"]):
         h.add_row(r["label"], *(_cells(r, lengths, False, keyed) if ppl else []), f"{r['objective']:.4f}",
                   "winner" if r["role"] == "winner" else fmt_diff(r["vs_winner"]),

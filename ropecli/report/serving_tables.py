@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from ropecli.evaluation.metrics import PPL
 from ropecli.evaluation.stats import fmt_diff
 from ropecli.report.text import plain, table
 
@@ -68,7 +69,7 @@ def serving_tables(out: dict) -> list:
                 continue
             best = r["vs_best"].get("best")
             mark = "" if best else " ≈" if r["vs_best"].get("tied") else " ?" if r["vs_best"].get("verdict") == "undecided" else ""
-            t.add_row(r["candidate"], r["variant"], *[f"{r['ppl'][n]:.4g}" for n in lengths], f"{r['expected_nll']:.4f}",
+            t.add_row(r["candidate"], r["variant"], *[f"{r[PPL.field][n]:.4g}" for n in lengths], f"{r['expected_nll']:.4f}",
                       fmt_diff(r["vs_best"]) + mark, *([decode_cell(r)] if across else []),
                       *([within_cell(r)] if within else []), applies,
                       style="bold green" if best else "")
@@ -113,7 +114,7 @@ def serving_markdown(serving: dict) -> list[str]:
                 md.append(f"| {r['name']} | {r['variant']} | " + " | ".join("—" for _ in lengths) +
                           f" | — | cannot be served: {r['unservable']} | — | — |")
                 continue
-            md.append(f"| {r['name']} | {r['variant']} | " + " | ".join(f"{r['ppl'][n]:.4g}" for n in lengths) +
+            md.append(f"| {r['name']} | {r['variant']} | " + " | ".join(f"{r[PPL.field][n]:.4g}" for n in lengths) +
                       f" | {r['expected_nll']:.4f} | {fmt_diff(r['vs_best'])} | {decode_cell(r)} | {within_cell(r)} |")
         md += ["", verdict_line(runtime, block) + ".", ""]
     return md

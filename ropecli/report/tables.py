@@ -4,39 +4,22 @@ them). Cells judged against the best of their column: bold = best, ≈ = shown e
 
 from __future__ import annotations
 
+from typing import Callable, NamedTuple
+
 from ropecli.evaluation.inference import MARGIN
 from ropecli.evaluation.effective_length import effective_line
-from ropecli.evaluation.metrics import is_task, metric_record, prompted
-from ropecli.evaluation.stats import fmt_diff, ppl_half_width, tie_answer
+from ropecli.evaluation.metrics import KEY_PPL, Metric, is_task, metric_record, prompted
+from ropecli.evaluation.stats import fmt_diff, tie_answer
 from ropecli.report.text import lengths_of, plain, table
-from ropecli.evaluation.results import KeyPplResult, KlResult, PasskeyResult, PplResult
-from ropecli.evaluation.task_results import TaskResult
+from ropecli.evaluation.results import KeyPplResult, PplResult
 from ropecli.report.serving_tables import serving_tables
-
-
-def fmt_ppl(r: dict) -> str:
-    """`59.91 ± 6.1`: PPL with the 95% half-width of its spread across windows (a ppl result's JSON row);
-    `inf` for a diverged run."""
-    if r["ppl"] is None or r["ppl"] == float("inf"):
-        return "inf"
-    half = ppl_half_width(r.get("ppl_err"), len(r.get("window_nll") or []))
-    return f"{r['ppl']:.4g}" + (f" ± {half:.3g}" if half else "")
-
-
-def fmt_key(r: dict) -> str:
-    """Key-token PPL ± its 95% half-width (over the windows that have key predictions); '—' without it."""
-    if r.get("key_ppl") is None:
-        return "—"
-    if r["key_ppl"] == float("inf"):
-        return "inf"
-    half = ppl_half_width(r.get("key_ppl_err"), sum(1 for n in r.get("window_key_tokens") or [] if n))
-    return f"{r['key_ppl']:.4g}" + (f" ± {half:.3g}" if half else "")
 
 
 def key_note(results: list[dict]) -> list:
     """The line that says what key PPL is, once per table (nothing when no result has it)."""
-    rule = next((r["key_rule"] for r in results if r.get("key_ppl") is not None), None)
-    stale = sum(1 for r in results if r.get("key_rule") and r.get("key_ppl") is None and r["metric"] == "ppl")
+    key = KEY_PPL.field
+    rule = next((r["key_rule"] for r in results if r.get(key) is not None), None)
+    stale = sum(1 for r in results if r.get("key_rule") and r.get(key) is None and metric_record(r["metric"]).beside)
     if stale:
         return [plain(f"key PPL: not shown for {stale} result(s) whose cached windows predate the per-prediction NLL "
                       "it needs; --keep-token-losses computes those windows again")]
@@ -58,8 +41,8 @@ def mark(p: dict) -> str:
 def ppl_table(results: list[dict], title: str) -> list:
     t = table(title, ["method", "len", "k", "PPL", "NLL/token", "tokens", "key PPL", "key tokens", "cached"])
     for r in results:
-        t.add_row(r["label"], str(r["len"]), f"{r['factor']:g}", fmt_ppl(r), f"{r['nll']:.4f}", str(r["tokens"]),
-                  fmt_key(r), "—" if r.get("key_tokens") is None else str(r["key_tokens"]), "yes" if r.get("cached") else "")
+        t.add_row(r["label"], str(r["len"]), f"{r['factor']:g}", PplResult.cell(r), f"{r['nll']:.4f}", str(r["tokens"]),
+                  KeyPplResult.cell(r), "—" if r.get("key_tokens") is None else str(r["key_tokens"]), "yes" if r.get("cached") else "")
     return [t, *key_note(results)]
 
 
@@ -69,18 +52,9 @@ def _cell(r: dict, text: str, against: str = "vs_best") -> str:
     return f"[bold green]{text}[/]" if r[against]["best"] else text + mark(r[against])
 
 
-def cell_formats() -> dict:
-    """Result type -> how a row of it is shown in a compare cell: PPL ± half-width, key PPL, passkey accuracy,
-    mean KL, a task's answer NLL (+ gain). A new metric's result type adds its line here."""
-    return {PplResult: fmt_ppl, KeyPplResult: fmt_key, PasskeyResult: lambda r: f"{r['accuracy']:.0%}",
-            KlResult: lambda r: f"{r['kl_mean']:.4f}", TaskResult: fmt_task}
-
-
 def cell_text(r: dict) -> str:
-    """A result row's compare cell, by its metric's result type (a type not listed in `cell_formats` shows
-    itself: its `cell(row)`)."""
-    kind = metric_record(r["metric"]).result()
-    return cell_formats().get(kind, getattr(kind, "cell", None))(r)
+    """A result row's compare cell: its metric's result type's `cell(row)`."""
+    return metric_record(r["metric"]).result().cell(r)
 
 
 def _count(results: list[dict], fields: tuple) -> str:
@@ -89,50 +63,72 @@ def _count(results: list[dict], fields: tuple) -> str:
     return "" if not counts else f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]} (raced)"
 
 
+class Column(NamedTuple):
+    """A compare column: `metric`'s cells at length n, read from the rows of `rows_of` (a metric shown beside another
+    reads that one's rows), each judged by the row's `against` verdict; `cell` None: the metric's own cell."""
+    metric: Metric
+    n: int | None
+    title: str
+    rows_of: str
+    against: str = "vs_best"
+    cell: Callable[[dict], str] | None = None
+
+
+def compare_columns(results: list[dict], lengths: list[int], L: int, kl_k: float) -> list[Column]:
+    """The columns of compare's table, from the metrics' records: the window metrics length by length, each with the
+    metric it shows beside it (key PPL from PPL's windows, where every row at that length has it); then the prompted
+    metrics (passkey, each task) and any other metric on windows, metric by metric; then those run at L (KL, with its
+    companion column)."""
+    records = [metric_record(m) for m in dict.fromkeys(r["metric"] for r in results)]
+    have = {m.name for m in records}
+    shown_beside = {m.beside for m in records if m.beside}
+    columns = []
+    for n in lengths:
+        for m in (m for m in records if m.prefixes and not prompted(m.name) and not m.at_train_len):
+            rows = [r for r in results if r["metric"] == m.name and r["len"] == n]
+            if m.name in shown_beside and any(metric_record(o).beside == m.name and o in have and all(
+                    r.get(m.field) is not None for r in results if r["metric"] == o and r["len"] == n) for o in have):
+                continue  # shown beside the metric whose rows carry it
+            columns.append(Column(m, n, f"{m.column} {n}" + (" (train)" if n == L else ""), m.name))
+            b = metric_record(m.beside) if m.beside else None
+            if b and rows and all(r.get(b.field) is not None for r in rows):
+                columns.append(Column(b, n, f"{b.column} {n}", m.name, b.verdict_beside, b.result().cell))
+    later = [m for m in records if prompted(m.name)] + [m for m in records if not prompted(m.name) and not m.prefixes
+                                                        and not m.at_train_len]
+    columns += [Column(m, n, f"{m.column} {n}", m.name) for m in later for n in lengths]
+    for m in (m for m in records if m.at_train_len):  # at L, for the target's k
+        columns.append(Column(m, L, f"{m.column} @ L (k={kl_k:g})", m.name))
+        columns += [Column(m, L, m.companion[0], m.name, "", m.companion[1])] if m.companion else []
+    return columns
+
+
 def compare_table(out: dict, labels: list[str], lengths: list[int]) -> list:
     """`ropecli compare`: methods x (PPL / passkey at each length, KL and top-1 at L), then one line per column;
     with --workload, the tables per runtime (`ropecli.report.serving_tables`)."""
     results, L, kl_k = out["results"], out["train_len"], out["kl_factor"]
     by = {(r["metric"], r["label"], r["len"]): r for r in results}
-    have = {r["metric"] for r in results}
     counts = [(_count(results, fields), what) for fields, what in
               ((("window_nll", "window_kl"), "windows"), (("prompt_answer_nll",), "passkey prompts"))]
     per_cell = "; ".join(f"{n} {what} per cell" for n, what in counts if n)
-    heading = lambda m, n: f"{metric_record(m).column} {n}"  # noqa: E731
-    columns = []
-    for n in lengths:  # the window metrics length by length, key PPL beside PPL (from PPL's windows)
-        columns += [("ppl", n, heading("ppl", n) + (" (train)" if n == L else ""))] if "ppl" in have else []
-        keyed = all(r.get("key_ppl") is not None for r in results if r["metric"] == "ppl" and r["len"] == n)
-        columns += [("key", n, heading("key-ppl", n))] if "ppl" in have and keyed else []
-        columns += [("key-ppl", n, heading("key-ppl", n))] if "key-ppl" in have and not ("ppl" in have and keyed) else []
-    scored_prompts = [m for m in dict.fromkeys(r["metric"] for r in results) if prompted(m)]
-    columns += [(m, n, heading(m, n)) for m in scored_prompts for n in lengths]  # passkey, then each task
-    tasks = [m for m in scored_prompts if is_task(m)]
-    others = [m for m in dict.fromkeys(r["metric"] for r in results) if m not in ("ppl", "key-ppl", "kl") and not prompted(m)]
-    columns += [(m, n, heading(m, n)) for m in others for n in lengths]  # any other metric on windows (its record's column)
-    if "kl" in have:  # at L, for the target's k, with the top-1 agreement beside it
-        columns += [("kl", L, f"KL @ L (k={kl_k:g})"), ("kl-top1", L, "top-1 @ L")]
+    columns = compare_columns(results, lengths, L, kl_k)
+    records = {c.metric.name: c.metric for c in columns}
+    tasks = [m for m in records if is_task(m)]
     effective = out.get("effective_length")
-    columns += [("eff", None, "eff. length (shown)")] if effective else []
     per_cell = f"{per_cell}; " if per_cell else ""
     t = table(f"{out['model']} ({lengths_of(out)}); {per_cell}± = 95% half-width across windows; bold = "
               "best, ≈ = shown equivalent to it, ? = undecided (paired, 95% for the whole column)",
-              ["method", *[c[2] for c in columns]])
-    source = {"kl-top1": "kl", "key": "ppl"}
+              ["method", *[c.title for c in columns], *(["eff. length (shown)"] if effective else [])])
     for label in labels:
         cells = []
-        for metric, n, _ in columns:
-            if metric == "eff":  # the candidate's effective length: point estimate (shown at 95 %)
-                e = effective["candidates"].get(label, {})
-                cells.append(f"{e.get('point') or '-'} ({e.get('shown') or '-'})")
-                continue
-            r = by[(source.get(metric, metric), label, n)]
-            cells.append(f"{r['top1_agreement']:.1f}%" if metric == "kl-top1" else
-                         _cell(r, fmt_key(r) if metric == "key" else cell_text(r), "key_vs_best" if metric == "key" else "vs_best"))
+        for c in columns:
+            r = by[(c.rows_of, label, c.n)]
+            text = c.cell(r) if c.cell else cell_text(r)
+            cells.append(_cell(r, text, c.against) if c.against else text)
+        if effective:  # the candidate's effective length: point estimate (shown at 95 %)
+            e = effective["candidates"].get(label, {})
+            cells.append(f"{e.get('point') or '-'} ({e.get('shown') or '-'})")
         t.add_row(label, *cells)
-    lines = [t, *key_note(results)]
-    if "passkey" in have:
-        lines.append(plain("passkey: accuracy over all depths; bold/≈ rank by the answer NLL (paired over the same prompts)."))
+    lines = [t, *key_note(results)] + [plain(m.note) for m in records.values() if m.note]
     if tasks:
         some = next(r for r in results if "task" in r)
         lines.append(plain(f"tasks (RULER's, on this text; {some['samples']} prompts per cell): the answer's NLL in nats, "
@@ -157,31 +153,24 @@ def agreement_line(a: dict) -> str:
             f"of {a['pairs']} pairs ordered; {a['schedules']} schedules)")
 
 
-def fmt_task(r: dict) -> str:
-    """A task cell: answer NLL (+ gain over the needle-free prompt)[, RULER's score]."""
-    out = "inf" if r["answer_nll"] is None else f"{r['answer_nll']:.2f}"
-    out += f" (+{r['gain']:.1f})" if r.get("gain") is not None and r["gain"] >= 0 else \
-        f" ({r['gain']:.1f})" if r.get("gain") is not None else ""
-    return out + (f" {r['match']:.0%}" if r.get("match") is not None else "")
-
-
 def tie_lines(results: list[dict]) -> list[str]:
     """One line per column: the best, the candidates shown equivalent to it, the undecided ones and what
     would decide each, and what the verdicts generalize to."""
     groups: dict[tuple, list[dict]] = {}
     for r in results:
-        groups.setdefault((r["metric"], r["len"], "vs_best"), []).append(r)
-        if "key_vs_best" in r:
-            groups.setdefault(("key", r["len"], "key_vs_best"), []).append(r)
+        m = metric_record(r["metric"])
+        groups.setdefault((m, r["len"], "vs_best"), []).append(r)
+        b = metric_record(m.beside) if m.beside else None
+        if b and b.verdict_beside in r:  # the metric shown beside it, ranked on the same rows
+            groups.setdefault((b, r["len"], b.verdict_beside), []).append(r)
     lines = []
-    for (metric, n, against), rows in groups.items():
+    for (m, n, against), rows in groups.items():
         if len(rows) < 2:
             continue
         best = next(r for r in rows if r[against]["best"])
         others = [r for r in rows if not r[against]["best"]]
         equivalent = [r["label"] for r in others if r[against]["tied"]]
         undecided = [r for r in others if r[against].get("verdict") == "undecided"]
-        m = metric_record("key-ppl" if metric == "key" else metric)  # "key": ppl's key-token ranking
         what = f"{m.words} @ L={n}" if m.at_train_len else f"{m.words} @ {n}"
         unit = m.unit_word
         parts = [f"equivalent within ±{others[0][against]['margin']:g}: {', '.join(equivalent)}"] if equivalent else []

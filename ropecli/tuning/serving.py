@@ -11,6 +11,7 @@ from ropecli.rope.spec import reference_spec, Spec
 from ropecli.tuning.objective import Evaluate
 from ropecli.tuning.workload import Workload
 from ropecli.evaluation.decode import DecodePlan
+from ropecli.evaluation.metrics import PPL
 from ropecli.evaluation.stats import paired_difference, rank_against_best
 from ropecli.export.runtimes import PER_FORWARD, record
 from ropecli.export.served import Served, decode_damage, is_dynamic, served
@@ -77,7 +78,7 @@ def within_L(at, native, results: dict, margin: float | None) -> dict:
 
     mine, ref = results[(repr(at.spec), at.length)], results[(repr(native.spec), native.length)]
     d = paired_difference(mine.values, ref.values, mine.clusters, **({"margin": margin} if margin is not None else {}))
-    return {"len": at.length, "applies": at.spec.label, "ppl": mine.ppl, "native_ppl": ref.ppl,
+    return {"len": at.length, "applies": at.spec.label, PPL.field: mine.ppl, "native_ppl": ref.ppl,
             "rise_percent": 100 * (math.exp(mine.nll - ref.nll) - 1), "vs_native": d}
 
 
