@@ -296,3 +296,37 @@ def test_every_metric_record_is_whole():
         assert m.estimand in {f.name for f in dataclasses.fields(cls)}, (name, m.estimand)
         assert "cell" in vars(cls) and m.column, name  # its own cell in compare's table
         assert m.prefixes == (m.unit_metric == "ppl"), name  # one pass of a long window serves the shorter ones
+
+
+REGISTRY_MODULES = ("evaluation/metrics.py", "evaluation/results.py", "evaluation/task_results.py",
+                    "evaluation/cache_migrations.py", "evaluation/ruler/")  # the records, their result types, the task registry
+
+
+def metric_names_in(paths, names) -> list[str]:
+    """`path:line name` for every string constant in `paths` that is a metric's name (a field read, a call argument,
+    a comparison alike): what the layers below the commands must not hold (issue 57)."""
+    import ast
+
+    return [f"{p}:{n.lineno} {n.value}" for p in paths for n in ast.walk(ast.parse(p.read_text()))
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in names]
+
+
+def test_no_metric_name_below_the_command_layer():
+    """The command layer resolves --metric / --objective once; evaluation, tuning, export and report/ take the record
+    (`PPL`, `metric_record(name)`), so a table, a race or a search names no metric: a new metric is a record, not a
+    search for "ppl" through the tree."""
+    from pathlib import Path
+
+    from ropecli.evaluation.metrics import REGISTRY
+
+    root = Path(__file__).parents[1] / "ropecli"
+    below = [p for p in root.rglob("*.py") if p.relative_to(root).parts[0] != "cli"
+             and not str(p.relative_to(root)).startswith(REGISTRY_MODULES)]
+    assert len(below) > 100
+    assert not metric_names_in(below, set(REGISTRY)), metric_names_in(below, set(REGISTRY))
+
+
+def test_the_metric_name_check_finds_a_name(tmp_path):
+    bad = tmp_path / "table.py"
+    bad.write_text('def cells(r):\n    return r["ppl"] if r["metric"] == "key-ppl" else None\n')
+    assert sorted(metric_names_in([bad], {"ppl", "key-ppl"})) == [f"{bad}:2 key-ppl", f"{bad}:2 ppl"]

@@ -16,6 +16,9 @@ from ropecli.cli.groups import ModelSourceOptions, ScheduleOptions
 from ropecli.cli.options import (BaseOpt, DOpt, GgufOpt, HeadDimAliasOpt, KOpt, LogNOpt, RopeLayersOpt, TrainLenOpt, advanced,
                                  flat_choices)
 from ropecli.errors import RopeCliError
+from ropecli.evaluation.metrics import metric_record
+from ropecli.tuning.advise_plan import AdvisePlan
+from ropecli.tuning.candidates import candidate_names
 from ropecli.export.runtimes import SERVED_BY_DEFAULT
 
 
@@ -148,13 +151,10 @@ class AdviseOptions:
     runtime: ServeRuntimeOpt = None
 
     def plan(self):
-        from ropecli.tuning.candidates import candidate_names
-        from ropecli.tuning.advise_plan import AdvisePlan
-
         serving = ServingOptions(self.workload, self.runtime)
         serving.plan(None)  # --runtime without --workload, or a bad --workload: one line before the model loads
         chosen = flat_choices(self.candidates, candidate_names()) if self.candidates else None  # None: every one the model admits
-        return AdvisePlan(**{**vars(self), "candidates": chosen,
+        return AdvisePlan(**{**vars(self), "candidates": chosen, "metric": metric_record(self.metric),
                              "runtime": serving.runtimes() if self.workload else None})
 
 
@@ -170,10 +170,9 @@ class SearchOptions:
     def plan(self, evaluation: EvalOptions, output, prompts: PasskeyOptions, position_map: list[str] | None = None):
         """The search's plan (`ropecli.tuning.search_run.SearchPlan`), its paths checked before the model loads."""
         from ropecli.tuning.search_run import SearchPlan
-
         from ropecli.rope.map_spelling import one_map
 
-        plan = SearchPlan(self.objective, self.max_short_regression, self.max_short_kl, self.export_config,
+        plan = SearchPlan(metric_record(self.objective), self.max_short_regression, self.max_short_kl, self.export_config,
                           self.race, output.plot, evaluation.log_n, evaluation.k, one_map(position_map))
         if plan.prompted:
             prompts.parsed_depths(), prompts.checked_digits()

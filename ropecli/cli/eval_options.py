@@ -8,12 +8,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from ropecli.cli.options import ADVANCED, DATA, EVALUATION, OUTPUT, SCHEDULE, SEARCH, CommaChoices, Listed
+from ropecli.cli.options import ADVANCED, DATA, EVALUATION, OUTPUT, SCHEDULE, SEARCH, CommaChoices
 from ropecli.export import runtimes
 from ropecli.evaluation.metrics import REGISTRY, objective_names, ranking_names
 from ropecli.evaluation.ruler.templates import TASKS
 from ropecli.export.runtimes import SERVED_BY_DEFAULT
-from ropecli.tuning.candidates import candidate_names
+from ropecli.tuning.candidates import candidate_names, map_names
 from ropecli.tuning.optimizers import Optimizer
 
 
@@ -40,15 +40,8 @@ DeviceMapOpt = Annotated[Optional[str], typer.Option(
 AttnOpt = Annotated[Optional[str], typer.Option("--attn-implementation", rich_help_panel=ADVANCED, help="eager | sdpa | flash_attention_2 …")]
 TrustOpt = Annotated[bool, typer.Option("--trust-remote-code", rich_help_panel=ADVANCED, help="Allow the model repo's own code (off by default).")]
 
-def map_names() -> list[str]:
-    """The registered position maps, read when --map's help is drawn (the registry loads numpy: not at start-up)."""
-    from ropecli.rope.position_maps import MAPS
-
-    return list(MAPS)
-
-
 MapOpt = Annotated[Optional[list[str]], typer.Option(
-    "--map", click_type=Listed(map_names, "MAP[:K=V,…]"), rich_help_panel=SCHEDULE,
+    "--map", click_type=CommaChoices(map_names, "--map", "MAP[:K=V,…]", free=True), rich_help_panel=SCHEDULE,
     help="A position map at the attention on top of each schedule: {choices}; its parameters after a colon, e.g. "
          "selfextend:G=8,W=64, dca:chunk=6144,local=512 (repeat: every method under every map; MAP@none: on that method "
          "only; `ropecli methods` lists each map's parameters).")]

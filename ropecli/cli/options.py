@@ -99,9 +99,10 @@ class CommaChoices(ParamType):
     record registered after start-up is a choice; `{choices}` in the option's help becomes the list then."""
 
     def __init__(self, source: Callable[[], typing.Iterable] | typing.Iterable, flag: str, metavar: str = "NAME",
-                 many: bool = True, spellings: Callable[[], dict[str, str]] | None = None):
-        """`spellings`: {an accepted word, lower case: the one name it stands for} (a runtime's aliases)."""
-        self.source, self.flag, self.metavar, self.many, self.spellings = source, flag, metavar, many, spellings
+                 many: bool = True, spellings: Callable[[], dict[str, str]] | None = None, free: bool = False):
+        """`spellings`: {an accepted word, lower case: the one name it stands for} (a runtime's aliases); `free`: any
+        text passes, read later (`--map selfextend:G=8,W=64`), the help still lists the registry's names."""
+        self.source, self.flag, self.metavar, self.many, self.spellings, self.free = source, flag, metavar, many, spellings, free
         self.name = metavar.lower()
 
     @property
@@ -110,10 +111,10 @@ class CommaChoices(ParamType):
         return [e if isinstance(e, str) else e.value for e in found]
 
     def get_metavar(self, param, ctx=None) -> str:
-        return self.metavar + (",…" if self.many else "")
+        return self.metavar + (",…" if self.many and not self.free else "")
 
     def convert(self, value, param, ctx):
-        if isinstance(value, list):
+        if isinstance(value, list) or self.free:
             return value
         names = [n.strip() for n in str(value).split(",") if n.strip()] if self.many else [str(value)]
         words = self.spellings() if self.spellings else {n: n for n in self.choices}
@@ -123,24 +124,6 @@ class CommaChoices(ParamType):
                       else ""), param, ctx)
         names = [words.get(n, words.get(n.lower())) for n in names]
         return names if self.many else names[0]
-
-
-class Listed(ParamType):
-    """Free text (read later, e.g. `--map selfextend:G=8,W=64`) whose help lists a registry's names: `{choices}` in the
-    option's help becomes `source()` when the help is drawn, so a record registered after start-up is listed."""
-
-    def __init__(self, source: Callable[[], typing.Iterable[str]], metavar: str):
-        self.source, self.metavar, self.name = source, metavar, metavar.lower()
-
-    @property
-    def choices(self) -> list[str]:
-        return list(self.source())
-
-    def get_metavar(self, param, ctx=None) -> str:
-        return self.metavar
-
-    def convert(self, value, param, ctx):
-        return value
 
 
 def flat_choices(values: list | None, default: tuple[str, ...]) -> list[str]:

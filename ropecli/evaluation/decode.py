@@ -20,6 +20,7 @@ import numpy as np
 
 from ropecli.evaluation.evaluator import Evaluator
 from ropecli.evaluation.inference import MARGIN
+from ropecli.evaluation.metrics import PPL
 from ropecli.evaluation.stats import paired_difference
 from ropecli.rope.spec import Spec
 
@@ -68,7 +69,7 @@ def measure_decode(ev: Evaluator, label: str, segments: list, whole, plan: Decod
     base = {"model": ev.backend.fingerprint, "runtime": ev.backend.runtime, "metric": "decode", "len": N,
             "dtype": ev.backend.dtype, "segments": [[n, _key(sched), log_n] for n, sched, log_n in scheduled],
             "one_pass": [_key(one[0]), one[1]]}
-    fps = inputs.unit_fingerprints("ppl", N)
+    fps = inputs.unit_fingerprints(PPL.unit_metric, N)
     rows = []
     for i, ids in enumerate(windows.ids):
         key = {**base, "unit": fps[i]}

@@ -32,7 +32,7 @@ from ropecli.evaluation.inputs import Inputs
 from ropecli.evaluation.key_metric import key_fields, window_key_sums
 from ropecli.evaluation.key_tokens import KeyRule, describe_rule
 from ropecli.errors import RopeCliError
-from ropecli.evaluation.metrics import metric_record
+from ropecli.evaluation.metrics import PPL, Metric, metric_record
 from ropecli.rope.position_maps import check_window
 from ropecli.evaluation.results import EvalResult
 from ropecli.models.backend import ModelBackend
@@ -66,7 +66,7 @@ class Evaluator:
         """An evaluator of the `samples` windows (and passkey prompts) after this one's: text this one never scores."""
         return replace(self, inputs=self.inputs.held_out(samples), forward_passes=0)
 
-    def check_inputs(self, metric: str, length: int, samples: int | None = None) -> None:
+    def check_inputs(self, metric: Metric | str, length: int, samples: int | None = None) -> None:
         """Fail on too little text, or a length the metric does not take, before any forward pass."""
         m = metric_record(metric)
         m.check(self, length)  # first: a metric's own check needs no text (key-ppl's missing rule, KL beyond Ls)
@@ -99,7 +99,7 @@ class Evaluator:
         return key
 
     def evaluate(self, spec: Spec, length: int, on_window: Callable[[int], None] | None = None,
-                 metric: str = "ppl", samples: int | None = None, span: int | None = None) -> EvalResult:
+                 metric: Metric | str = PPL, samples: int | None = None, span: int | None = None) -> EvalResult:
         """Result for one (spec, length, metric) on the first `samples` windows (default: this evaluator's), each
         cached or computed and cached when done; under torchrun cached only if every rank finds it (ranks may not
         share a disk). `span`: the windows are the prefixes of those at `span` (`Inputs.spanning`)."""
@@ -107,7 +107,7 @@ class Evaluator:
         m.check(self, length)  # cheap, and a key-ppl result without a rule would be no result
         check_window(spec.position_map, length)
         inputs = self.inputs.resized(samples).spanning(span)
-        geom, sched, keys, values = self._lookup(spec, length, metric, inputs)
+        geom, sched, keys, values = self._lookup(spec, length, m, inputs)
         todo = self.dist.union([i for i in range(len(keys)) if i not in values])
         if on_window and len(keys) > len(todo):
             on_window(len(keys) - len(todo))
@@ -117,10 +117,10 @@ class Evaluator:
             computed = self._compute(spec, geom, sched, unit, inputs.unit_inputs(unit, length), todo, keys, on_window)
             values.update(computed)
             seconds = sum(t for _, t in computed.values())
-        return self._summarize(spec, length, metric, inputs, geom, sched, values, seconds, cached=not todo)
+        return self._summarize(spec, length, m, inputs, geom, sched, values, seconds, cached=not todo)
 
     def evaluate_lengths(self, spec: Spec, lengths: list[int], on_window: Callable[[int], None] | None = None,
-                         metric: str = "ppl", samples: int | None = None, span: int | None = None) -> list[EvalResult]:
+                         metric: Metric | str = PPL, samples: int | None = None, span: int | None = None) -> list[EvalResult]:
         """One spec at every length, in order. Several ppl lengths score the same text: the windows at a
         length below the longest are the first tokens of the longest ones; where the spec runs the same
         schedule at both (a static schedule at one k; not dynamic NTK, not k = n / L), one forward pass of
@@ -128,7 +128,8 @@ class Evaluator:
         the n-token window), and each length's result is cached as if it had run alone."""
         for n in lengths:  # a map's window at or past a length: one line, whichever path scores it
             check_window(spec.position_map, n)
-        if not metric_record(metric).prefixes or (len(set(lengths)) < 2 and not span):
+        metric = metric_record(metric)  # resolved once: the record goes down
+        if not metric.prefixes or (len(set(lengths)) < 2 and not span):
             return [self.evaluate(spec, n, on_window, metric, samples) for n in lengths]
         T = max([*lengths, span or 0])  # the windows: the first tokens of those at T
         top = self.schedule_for(spec, max(lengths))[1]
@@ -137,7 +138,7 @@ class Evaluator:
         return [done[n] if n in done else self.evaluate(spec, n, on_window, metric, samples, span=T) for n in lengths]
 
     def _prefixes(self, spec: Spec, lengths: list[int], on_window, samples: int | None, T: int,
-                  metric: str = "ppl") -> dict[int, EvalResult]:
+                  metric: Metric = PPL) -> dict[int, EvalResult]:
         """Every length of `lengths` (ascending) from one forward pass per window at the longest, on the first
         tokens of the windows at T (>= the longest)."""
         inputs = self.inputs.resized(samples).spanning(T)
@@ -155,7 +156,7 @@ class Evaluator:
         seconds = 0.0
         if todo:
             keys = [[found[n][2][i] for n in lengths] for i in range(windows)]  # per window: its key at each length
-            unit = metric_record(metric).unit_metric  # ppl's windows (key-ppl reads them too)
+            unit = metric.unit_metric  # ppl's windows (key-ppl reads them too)
             computed = self._compute(spec, found[top][0], found[top][1], unit, inputs.unit_inputs(unit, top), todo, keys,
                                      (lambda k: on_window(k * len(lengths))) if on_window else None, prefixes=lengths)
             for i, (per_length, secs) in computed.items():
@@ -165,9 +166,8 @@ class Evaluator:
         return {n: self._summarize(spec, n, metric, inputs, geom, sched, values, seconds / len(lengths), cached=not todo)
                 for n, (geom, sched, _, values) in found.items()}
 
-    def _lookup(self, spec: Spec, length: int, metric: str, inputs: Inputs):
+    def _lookup(self, spec: Spec, length: int, m: Metric, inputs: Inputs):
         """(geometry, schedule, each unit's cache key, {unit: (value, seconds)} of the units found cached)."""
-        m = metric_record(metric)
         metric = m.unit_metric
         geom, sched = self.schedule_for(spec, length)
         base = self.unit_key(spec, length, geom, sched, metric)
@@ -186,10 +186,10 @@ class Evaluator:
                                       keys, self.dist.is_main)
         return geom, sched, keys, {i: v for i, v in values.items() if m.fresh(self, v[0])}  # stale ones: computed again
 
-    def _summarize(self, spec: Spec, length: int, metric: str, inputs: Inputs, geom: Geometry, sched: Schedule,
+    def _summarize(self, spec: Spec, length: int, m: Metric, inputs: Inputs, geom: Geometry, sched: Schedule,
                    values: dict, seconds: float, cached: bool) -> EvalResult:
         per_unit = [values[i][0] for i in range(len(values))]
-        r = metric_record(metric).summarize(self, spec, sched, geom, length, metric, per_unit, inputs, seconds)
+        r = m.summarize(self, spec, sched, geom, length, m.name, per_unit, inputs, seconds)
         r.cached = cached
         return r
 
@@ -197,7 +197,7 @@ class Evaluator:
         """The key-token fields of a ppl result (None without a key rule)."""
         if self.key_rule is None:
             return None
-        masks = [self.key_rule.mask(ids) for ids, _ in inputs.unit_inputs("ppl", length)]
+        masks = [self.key_rule.mask(ids) for ids, _ in inputs.unit_inputs(PPL.unit_metric, length)]
         return key_fields(window_key_sums(per_unit, masks, self.score_last),
                           describe_rule(self.key_rule.name, self.key_rule.params()), inputs.windows(length).names)
 

@@ -21,7 +21,7 @@ from ropecli.errors import RopeCliError
 from ropecli.evaluation.data import (Windows, count_windows, load_documents, sample_windows, split_documents,
                                      tokenize_documents)
 from ropecli.evaluation.passkey import DEFAULT_DEPTHS, filler_stream, make_samples
-from ropecli.evaluation.metrics import metric_record
+from ropecli.evaluation.metrics import PPL, Metric, metric_record
 from ropecli.evaluation.ruler.builders import Haystack
 from ropecli.evaluation.ruler.generate import make_units
 
@@ -77,7 +77,7 @@ class Inputs:
         """The index of this sample's first prompt per depth in the seeded sequence of prompts."""
         return self.first_window if self.first_prompt is None else self.first_prompt
 
-    def count(self, metric: str = "ppl") -> int:
+    def count(self, metric: "Metric | str" = PPL) -> int:
         """How many of its units an evaluation of `metric` takes: windows per length, or prompts per depth."""
         return self.samples if _kind(metric) == "windows" else self.per_depth
 
@@ -189,7 +189,7 @@ class Inputs:
                                                      self.per_depth, self.seed, first_sample=self.prompt_start)
         return self._tasks[(task, length)]
 
-    def units(self, metric: str = "ppl") -> int:
+    def units(self, metric: "Metric | str" = PPL) -> int:
         """Units of one evaluation: windows (ppl, kl), prompts (passkey, a task: per_depth per depth)."""
         return self.samples if _kind(metric) == "windows" else self.per_depth * len(self.depths)
 
@@ -239,6 +239,6 @@ class Inputs:
         return h.hexdigest()[:16]
 
 
-def _kind(metric: str) -> str:
+def _kind(metric: "Metric | str") -> str:
     """What a metric's units are: windows, prompts (passkey) or task (`ropecli.evaluation.metrics`)."""
     return metric_record(metric).units

@@ -221,8 +221,11 @@ def prompted(name: str) -> bool:
     return metric_record(name).units != "windows"
 
 
-def metric_record(name: str) -> Metric:
-    """The record of `name`, or one line naming the choices."""
+def metric_record(name: "str | Metric") -> Metric:
+    """The record of `name` (a record is itself: the layers below the commands pass records), or one line naming the
+    choices."""
+    if isinstance(name, Metric):
+        return name
     if name not in REGISTRY:
         raise RopeCliError(f"unknown metric '{name}'; choose from {', '.join(REGISTRY)}")
     return REGISTRY[name]

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # numpy and the schedules load when a result is summed, not w
 class EvalResult:
     metric: ClassVar[str]
     paired: ClassVar[str]  # the field of per-unit values that pair across schedules
+    keys_beside: ClassVar[bool] = False  # carries key-token PPL beside its own value, ranked too (a ppl result)
     method: str
     label: str
     params: dict  # the resolved parameters, explicit factor lists left out
@@ -73,6 +74,7 @@ def _finite(x: float) -> float | None:
 @dataclass(kw_only=True)
 class PplResult(EvalResult):
     metric: ClassVar[str] = "ppl"
+    keys_beside: ClassVar[bool] = True
     paired: ClassVar[str] = "window_nll"
     ppl: float
     nll: float  # mean NLL per scored token (nats) = log PPL
@@ -122,6 +124,7 @@ class PplResult(EvalResult):
 class KeyPplResult(PplResult):
     """A ppl evaluation read on its key predictions: pairs on the per-window key NLL (`key_values`)."""
     metric: ClassVar[str] = "key-ppl"
+    keys_beside: ClassVar[bool] = False
     paired: ClassVar[str] = "window_key_nll"
 
     @property

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator
 from ropecli.evaluation.cache import FORMAT
+from ropecli.evaluation.metrics import PPL, Metric, metric_record
 
 if TYPE_CHECKING:
     from ropecli.rope.spec import Spec
@@ -65,24 +66,25 @@ class Session:
         """The same model on the windows after this session's (default: as many as it has)."""
         return Session(self.model, self.ev.held_out(samples or self.inputs.samples), self.progress, self.memory)
 
-    def check(self, metric: str, length: int, samples: int | None = None) -> None:
+    def check(self, metric: Metric | str, length: int, samples: int | None = None) -> None:
         """Fail in one line when the text cannot give `samples` windows (prompts) at `length`, before any forward pass."""
         self.ev.check_inputs(metric, length, samples)
 
-    def run(self, specs: list[Spec], lengths: list[int], metric: str = "ppl", samples: int | None = None,
+    def run(self, specs: list[Spec], lengths: list[int], metric: Metric | str = PPL, samples: int | None = None,
             span: int | None = None) -> list:
         """Every (spec, length) of one metric (ppl, passkey, kl), spec-major, as EvalResults on the first
         `samples` windows (prompts per depth; default: the session's); cached ones are instant. Several
         ppl lengths score the first tokens of the longest windows, a static schedule all of them in one
         forward pass per window (`Evaluator.evaluate_lengths`); `span`: the windows are the prefixes of those
         at `span` tokens (a longer length scored elsewhere), whatever the lengths asked here."""
+        metric = metric_record(metric)
         for n in lengths:  # fail on too little text before any forward pass
             self.check(metric, n, samples)
-        units = self.inputs.resized(samples).units(metric)
+        units = self.inputs.resized(samples).units(metric.name)
         results, bar = [], self.progress
         with bar.task(len(specs) * len(lengths) * units, "evaluating"):
             for spec in specs:
-                bar.show(f"{spec.label} @ {', '.join(map(str, lengths))}" + (f" ({metric})" if metric != "ppl" else ""))
+                bar.show(f"{spec.label} @ {', '.join(map(str, lengths))}" + (f" ({metric.name})" if metric is not PPL else ""))
                 results += self.ev.evaluate_lengths(spec, lengths, on_window=bar.advance, metric=metric, samples=samples,
                                                     span=span)
         return results

@@ -140,7 +140,7 @@ def attach_paired(results: list, margin: float = MARGIN) -> list[dict]:
         ranked = rank_against_best({i: results[i].values for i in idx}, results[widest].clusters, margin,
                                    weights=results[widest].weights)
         best = next(i for i in idx if ranked[i]["best"])
-        keyed = key_ranking([results[i] for i in idx], margin) if results[idx[0]].metric == "ppl" else None
+        keyed = key_ranking([results[i] for i in idx], margin) if results[idx[0]].keys_beside else None
         for j, i in enumerate(idx):
             out[i]["vs_best"] = ranked[i]
             if keyed:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ropecli.errors import RopeCliError
+from ropecli.evaluation.metrics import PASSKEY, PPL
 from ropecli.rope.target import Target
 from ropecli.tuning.candidates import default_candidates, search_plans, SHIPPED_ONLY
 from ropecli.tuning.map_candidates import maps_apply
@@ -50,7 +51,7 @@ def run_advise(session: Bench, plan: AdvisePlan, target: Target, out_dir: Path, 
     lengths, longest = list(target.lengths), target.longest
     held = session.held_out(plan.held_out)
     for n in lengths:
-        session.check("ppl", n), held.check("ppl", n)
+        session.check(PPL, n), held.check(PPL, n)
     notes: list[str] = rope.extension_notes()  # chunked, NoPE, hybrid, p-RoPE, temperature: what extension can change
     passkey = passkey_possible(held, rope.shipped_len, longest, notes)
     if plan.task_guard:  # its prompts at Ls and at the target: too little text or too short fails here
@@ -69,9 +70,9 @@ def run_advise(session: Bench, plan: AdvisePlan, target: Target, out_dir: Path, 
         result = tournament(
             session.run, held.run, target, plan, names=names, passkey=passkey, note=notes.append,
             on_passkey_skipped=lambda: None if racing else session.progress.grow(  # every candidate's prompts
-                -held.inputs.units("passkey") * len(names) * (2 if plan.with_log_n else 1)),
+                -held.inputs.units(PASSKEY) * len(names) * (2 if plan.with_log_n else 1)),
             held_windows=held.inputs.samples, search_windows=session.inputs.samples, racing=racing,
-            expect=lambda count, metric="ppl", samples=None: session.progress.grow(
+            expect=lambda count, metric=PPL, samples=None: session.progress.grow(
                 count * held.inputs.resized(samples).units(metric)), serving=serving)
     result = {**session.header(), **result, "notes": notes, "searched_windows": session.inputs.samples,
               "held_out_windows": held.inputs.samples, "held_out_first_window": held.inputs.first_window_at(longest),
@@ -86,11 +87,11 @@ def run_advise(session: Bench, plan: AdvisePlan, target: Target, out_dir: Path, 
 def passkey_possible(held: Bench, L: int, longest: int, notes: list[str]) -> bool:
     """Whether passkey prompts fit within L (else a note says why it is skipped); enough text at the longest target."""
     try:
-        held.check("passkey", L)
+        held.check(PASSKEY, L)
     except RopeCliError as exc:  # L shorter than the prompt: no passkey test possible at all
         notes.append(f"passkey skipped: {exc}")
         return False
-    held.check("passkey", longest)
+    held.check(PASSKEY, longest)
     return True
 
 
@@ -115,7 +116,7 @@ def bar_total(plan: AdvisePlan, names, lengths, session: Bench, held: Bench, rac
     args = (names, plan.with_log_n, plan.budget, lengths, session.inputs, held.inputs)
     if racing:
         return estimate_units(*args, False, searches_only=True)
-    return estimate_units(*args, passkey) + (held.inputs.units("passkey") if passkey else 0)
+    return estimate_units(*args, passkey) + (held.inputs.units(PASSKEY) if passkey else 0)
 
 
 def prepare_out(out: str) -> Path:
@@ -159,9 +160,9 @@ def estimate_units(names, with_log_n, budget, lengths, inputs, held_inputs, pass
     modes = 2 if with_log_n else 1
     n_search = sum(plans[n][2] for n in names if n in plans) * modes
     if searches_only:
-        return n_search * inputs.units("ppl") * len(lengths)
-    per_candidate = held_inputs.units("ppl") * (len(lengths) + 2) + (held_inputs.units("passkey") if passkey else 0)
-    return n_search * inputs.units("ppl") * len(lengths) + len(names) * modes * per_candidate + held_inputs.units("ppl")
+        return n_search * inputs.units(PPL) * len(lengths)
+    per_candidate = held_inputs.units(PPL) * (len(lengths) + 2) + (held_inputs.units(PASSKEY) if passkey else 0)
+    return n_search * inputs.units(PPL) * len(lengths) + len(names) * modes * per_candidate + held_inputs.units(PPL)
 
 
 def _plain(x):

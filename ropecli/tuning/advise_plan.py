@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ropecli.evaluation.metrics import PPL, Metric
+
 
 @dataclass
 class AdvisePlan:
@@ -21,7 +23,7 @@ class AdvisePlan:
     margin: float | None = None
     delta: float | None = None  # racing's indifference zone (ropecli.tuning.racing); None: the margin, 0: off
     max_windows: int | None = None
-    metric: str = "ppl"  # what the searches minimize and the rule ranks by: ppl or key-ppl
+    metric: Metric = PPL  # what the searches minimize and the rule ranks by (ppl or key-ppl), the record
     task_guard: str | None = None  # a RULER task: out if shown worse at the target than as shipped within Ls
     workload: str | None = None  # --workload: also every candidate served per runtime over these request lengths
     runtime: list[str] | None = None  # the runtimes of --workload (None: all three)

@@ -21,6 +21,13 @@ def map_candidates() -> dict[str, str]:
             **{m.name + TUNED: m.name for m in MAPS.values() if m.ranges}}
 
 
+def map_names() -> list[str]:
+    """The registered position maps (`--map`'s help lists them when drawn)."""
+    from ropecli.rope.position_maps import MAPS
+
+    return list(MAPS)
+
+
 def candidate_names() -> list[str]:
     """Every candidate --candidates accepts: the schedules, then the maps'."""
     return [*SCHEDULES, *map_candidates()]

@@ -10,20 +10,22 @@ from ropecli.rope.spec import reference_spec
 from ropecli.rope.target import Target
 from ropecli.tuning.objective import Bench
 from ropecli.evaluation.agreement import rank_agreement
-from ropecli.evaluation.metrics import REGISTRY, is_task, prompted
+from ropecli.evaluation.metrics import KEY_PPL, PASSKEY, PPL, REGISTRY, Metric, is_task, metric_record, prompted
 from ropecli.evaluation.stats import attach_paired
 from ropecli.tuning.racing import race_specs
 from ropecli.tuning.serving import serve_workload
 
 
-def compare_schedules(session: Bench, specs: list, target: Target, metrics: list[str], *, race: bool = False,
+def compare_schedules(session: Bench, specs: list, target: Target, metrics: list[Metric | str], *, race: bool = False,
                       max_windows: int | None = None, margin: float | None = None, serving: tuple | None = None) -> dict:
     """Every spec x length on each metric (kl: at L, the schedules built for the target's k). With `race`, each
     metric is raced over all lengths from --samples windows. `serving` = (workload, runtimes): also each spec served
     by each runtime over the workload (`ropecli.tuning.serving`), its schedules exported for the target's k. Every
     metric is checked at every length first (enough text; a task's smallest prompt fits), before any forward pass."""
     L, lengths = session.rope.train_len, list(target.lengths)
-    at_L = [m for m in metrics if REGISTRY[m].at_train_len]  # kl: the schedules built for the target's k, run at L
+    chosen = {metric_record(m).name: metric_record(m) for m in metrics}  # resolved once: records below
+    metrics = [m for name, m in chosen.items()]
+    at_L = [m for m in metrics if m.at_train_len]  # kl: the schedules built for the target's k, run at L
     kl_k = target.k if at_L else None
     cells = {m: ([s.but(factor=target.k) for s in specs], [L]) for m in at_L}
     for m in metrics:  # the boundary's checks, all of them before the first forward pass
@@ -38,36 +40,36 @@ def compare_schedules(session: Bench, specs: list, target: Target, metrics: list
         served = {**serve_workload(session.run, specs, serving[0], serving[1], session.rope, target.k, margin),
                   "factor": target.k}
     results, races = [], {}
-    for m in [m for m in REGISTRY if m in metrics]:  # the registry's order: ppl, key-ppl, passkey, kl, the tasks
+    for m in [REGISTRY[name] for name in REGISTRY if name in chosen]:  # the registry's order: ppl, …, the tasks
         if race and len(specs) > 1:
-            got, races[m] = race_on(session, *cells.get(m, (specs, lengths)), m, max_windows, margin)
+            got, races[m.name] = race_on(session, *cells.get(m, (specs, lengths)), m, max_windows, margin)
             results += got
         else:
             results += session.run(*cells.get(m, (specs, lengths)), m)
     agreement = task_agreement(results)
     results = attach_paired(results, *([margin] if margin is not None else []))
-    beyond = "passkey" in metrics and max(lengths) > session.rope.shipped_len  # effective length: an extension's question
+    beyond = PASSKEY in metrics and max(lengths) > session.rope.shipped_len  # effective length: an extension's question
     effective = effective_against_shipped(session, results) if beyond else None
-    return {**session.header(), "metrics": metrics, "kl_factor": kl_k, "results": results,
+    return {**session.header(), "metrics": list(chosen), "kl_factor": kl_k, "results": results,
             **({"agreement": agreement} if agreement else {}), **({"effective_length": effective} if effective else {}),
             **({"races": races} if race else {}), **({"serving": served} if served else {}), **session.tally()}
 
 
-def race_on(session: Bench, specs, lengths, metric: str, max_windows: int | None, margin: float | None = None):
+def race_on(session: Bench, specs, lengths, metric: Metric, max_windows: int | None, margin: float | None = None):
     """One metric's race over every length, from --samples windows up to `max_windows` (default 4x),
     under one progress bar whose total grows with each round: (results, the race's record)."""
-    start = session.inputs.count(metric)  # windows, or prompts per depth
+    start = session.inputs.count(metric.name)  # windows, or prompts per depth
     most = max_windows or 4 * start
     for n in lengths:  # windows the text must hold; prompts are made, checked for their length only
-        if not prompted(metric):
+        if not prompted(metric.name):
             session.inputs.check_available(n, most)
         else:
             session.check(metric, n, most)
 
     def on_round(r, n, alive):
-        session.progress.grow(len(alive) * len(lengths) * session.inputs.resized(n).units(metric))
+        session.progress.grow(len(alive) * len(lengths) * session.inputs.resized(n).units(metric.name))
 
-    with session.progress.task(0, f"race ({metric})"):
+    with session.progress.task(0, f"race ({metric.name})"):
         return race_specs(session.run, specs, lengths, metric, start=start, max_windows=most, on_round=on_round,
                           **({"margin": margin} if margin is not None else {}))
 
@@ -78,7 +80,7 @@ def task_agreement(results: list) -> list[dict]:
     (`ropecli.evaluation.agreement`; pairs ordered by paired intervals: prompts as units for the task, the
     documents-or-windows inference for PPL)."""
     out = []
-    ppl = {(r.label, r.len): r for r in results if r.metric == "ppl"}
+    ppl = {(r.label, r.len): r for r in results if r.metric == PPL.name}
     for n in sorted({r.len for r in results}):
         tasks = sorted({r.metric for r in results if is_task(r.metric) and r.len == n})
         for t in tasks:
@@ -89,8 +91,8 @@ def task_agreement(results: list) -> list[dict]:
             base = [ppl[(r.label, n)] for r in rows]
             keyed = all(p.key_values() for p in base)
             for name, values, clusters, weights in (
-                    ("ppl", {p.label: p.values for p in base}, base[0].clusters, None),
-                    ("key-ppl", {p.label: p.key_values() for p in base} if keyed else None, base[0].key_clusters(),
+                    (PPL.name, {p.label: p.values for p in base}, base[0].clusters, None),
+                    (KEY_PPL.name, {p.label: p.key_values() for p in base} if keyed else None, base[0].key_clusters(),
                      base[0].key_weights() if keyed else None)):
                 if values:
                     out.append({"task": t, "len": n, "vs": name,
@@ -104,8 +106,8 @@ def effective_against_shipped(session: Bench, results: list[dict]) -> dict | Non
     fit within Ls."""
     Ls = session.rope.shipped_len
     try:
-        session.check("passkey", Ls)
+        session.check(PASSKEY, Ls)
     except RopeCliError:
         return None
-    reference = session.run([reference_spec(session.rope.geometry(1.0))], [Ls], "passkey")[0].to_json()
-    return effective_lengths([r for r in results if r["metric"] == "passkey"], reference)
+    reference = session.run([reference_spec(session.rope.geometry(1.0))], [Ls], PASSKEY)[0].to_json()
+    return effective_lengths([r for r in results if r["metric"] == PASSKEY.name], reference)

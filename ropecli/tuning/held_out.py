@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ropecli.evaluation.inference import MARGIN
+from ropecli.evaluation.metrics import KL, PASSKEY, PPL, Metric
 from ropecli.rope.spec import Spec, make_spec
 from ropecli.tuning.objective import Evaluate, Scorer
 from ropecli.tuning.racing import ALPHA, looks, race
@@ -46,7 +47,7 @@ class Measure:
     bar's total grows with a race; a no-op when the total was known up front)."""
 
     def __init__(self, held_run: Evaluate, L: int, lengths: list[int], k: float, windows: int,
-                 expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None, metric: str = "ppl",
+                 expect: Callable[..., None] = lambda count, metric=PPL, samples=None: None, metric: Metric = PPL,
                  reference: Spec | None = None):
         self.run, self.L, self.lengths, self.k, self.windows, self.expect = held_run, L, lengths, k, windows, expect
         self.reference = reference or make_spec("none")  # native for a model that ships a schedule (`reference_spec`)
@@ -59,17 +60,17 @@ class Measure:
     def short(self, spec: Spec) -> dict:
         """PPL at L and its rise over the unscaled model; KL against it; on the first `windows` windows."""
         n = self.windows
-        self.expect(2 if self._none_L is None else 1, "ppl", n)
-        self.expect(1, "kl", n)
+        self.expect(2 if self._none_L is None else 1, PPL, n)
+        self.expect(1, KL, n)
         if self._none_L is None:
-            self._none_L = self.run([self.reference], [self.L], "ppl", n)[0]
-        at_L = self.run([spec.but(factor=self.k)], [self.L], "ppl", n)[0]
-        kl = self.run([spec.but(factor=self.k)], [self.L], "kl", n)[0]
+            self._none_L = self.run([self.reference], [self.L], PPL, n)[0]
+        at_L = self.run([spec.but(factor=self.k)], [self.L], PPL, n)[0]
+        kl = self.run([spec.but(factor=self.k)], [self.L], KL, n)[0]
         return {"short_ppl": at_L.ppl, "short_rise_percent": 100.0 * (at_L.ppl / self._none_L.ppl - 1.0),
                 "short_kl": kl.kl_mean, "short_kl_p99": kl.kl_p99, "short_top1": kl.top1_agreement}
 
     def kl_windows(self, spec: Spec, n: int) -> tuple[list[float], list | None]:
-        kl = self.run([spec.but(factor=self.k)], [self.L], "kl", n)[0]
+        kl = self.run([spec.but(factor=self.k)], [self.L], KL, n)[0]
         return [kl.values], [kl.clusters] if kl.clusters is not None else None
 
     def task(self, spec: Spec, length: int, task: str):
@@ -78,8 +79,8 @@ class Measure:
         return self.run([spec], [length], task)[0]
 
     def passkey(self, spec: Spec, length: int, prompts: int | None = None):
-        self.expect(1, "passkey", prompts)
-        return self.run([spec], [length], "passkey", prompts)[0]
+        self.expect(1, PASSKEY, prompts)
+        return self.run([spec], [length], PASSKEY, prompts)[0]
 
 
 def passkey_baseline(m: Measure, racing: Racing | None) -> tuple[bool, float]:
@@ -120,7 +121,7 @@ def race_candidates(m: Measure, specs: dict[str, Spec], rows: dict[str, dict], r
     lengths = len(m.lengths)
 
     def on_round(r: int, n: int, alive: list[str]) -> None:  # every window of a round ticks, cached or new
-        m.expect(len(alive) * lengths, "ppl", n)
+        m.expect(len(alive) * lengths, PPL, n)
 
     def score(name: str, n: int):
         rows[name].update(m.objective(specs[name], n))
@@ -145,7 +146,7 @@ def race_candidates(m: Measure, specs: dict[str, Spec], rows: dict[str, dict], r
     kl_race = None
     if len(left) > 1:
         kl_race = race(lambda name, n: m.kl_windows(specs[name], n), left, start=racing.start,
-                       max_windows=racing.max_windows, on_round=lambda r, n, alive: m.expect(len(alive), "kl", n))
+                       max_windows=racing.max_windows, on_round=lambda r, n, alive: m.expect(len(alive), KL, n))
     for name, r in ppl_race["candidates"].items():
         rows[name]["race"] = {k: r[k] for k in ("windows", "status", "dropped_round") if k in r}
     return ppl_race, kl_race

@@ -15,7 +15,7 @@ import math
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ropecli.errors import RopeCliError
-from ropecli.evaluation.metrics import metric_record, objective_names
+from ropecli.evaluation.metrics import KEY_PPL, KL, PPL, Metric, metric_record, objective_names
 
 if TYPE_CHECKING:  # the CLI imports Objective at start-up: numpy waits until something is scored
     from ropecli.evaluation.results import EvalResult
@@ -28,7 +28,7 @@ class Evaluate(Protocol):
     one seeded sample, so results on n and on m > n windows agree on the first n. The CLI passes
     `Session.run` (evaluator, cache, progress bar); tests pass injected objectives."""
 
-    def __call__(self, specs: list[Spec], lengths: list[int], metric: str = "ppl",
+    def __call__(self, specs: list[Spec], lengths: list[int], metric: Metric | str = PPL,
                  samples: int | None = None, span: int | None = None) -> list[EvalResult]: ...
 
 
@@ -41,10 +41,10 @@ class Bench(Protocol):
     progress: Any  # ropecli.evaluation.session.Progress
     is_main: bool
 
-    def run(self, specs: list[Spec], lengths: list[int], metric: str = "ppl",
+    def run(self, specs: list[Spec], lengths: list[int], metric: Metric | str = PPL,
             samples: int | None = None, span: int | None = None) -> list[EvalResult]: ...
 
-    def check(self, metric: str, length: int, samples: int | None = None) -> None: ...
+    def check(self, metric: Metric | str, length: int, samples: int | None = None) -> None: ...
 
     def held_out(self, samples: int | None) -> "Bench": ...
 
@@ -58,17 +58,17 @@ class Scorer:
     with other candidates, and the short-context guards at L (PPL rise over none, KL against none),
     both with the target's k."""
 
-    def __init__(self, run: Evaluate, train_len: int, lengths: list[int], objective: str, guard_k: float,
+    def __init__(self, run: Evaluate, train_len: int, lengths: list[int], objective: Metric | str, guard_k: float,
                  max_short_regression: float | None = None, max_short_kl: float | None = None,
                  reference: Spec | None = None):
         """`train_len`: the length the guards measure at (Ls, the shipped length); `reference`: what the PPL
         rise is over (`reference_spec`: native for a model that ships a schedule, else none)."""
         self.run, self.train_len, self.lengths = run, train_len, lengths
 
-        if objective not in objective_names():
-            raise RopeCliError(f"--objective {objective}: choose from {', '.join(objective_names())}")
-        self.record = metric_record(objective)
-        self.objective = objective
+        name = getattr(objective, "name", objective)
+        if name not in objective_names():
+            raise RopeCliError(f"--objective {name}: choose from {', '.join(objective_names())}")
+        self.record = self.objective = metric_record(objective)
         self.guard_k, self.max_rise, self.max_kl = guard_k, max_short_regression, max_short_kl
         self.guard = None
         if max_short_regression is not None or max_short_kl is not None:
@@ -86,8 +86,8 @@ class Scorer:
         rows = self.run([spec], self.lengths, self.objective, samples)
         entry = {"objective": mean_objective(rows), "windows": window_vector(rows), "values": window_values(rows),
                  "docs": window_docs(rows), "weights": window_weights(rows), "cached": all(r.cached for r in rows)}
-        if self.record.unit_metric == "ppl":  # PPL's windows: PPL and key PPL beside each other
-            entry["ppl"] = {str(r.len): r.ppl for r in rows}
+        if self.record.unit_metric == PPL.name:  # PPL's windows: PPL and key PPL beside each other
+            entry[PPL.field] = {str(r.len): r.ppl for r in rows}
             entry["ppl_err"] = {str(r.len): r.ppl_err for r in rows}
             entry["position_nll"] = {str(r.len): r.position_nll for r in rows}
             if all(r.key_ppl is not None for r in rows):
@@ -109,31 +109,31 @@ class Scorer:
             if rise > self.max_rise:
                 entry["violates_guard"] = True
         if self.max_kl is not None:
-            kl = self.run([short], [self.train_len], "kl")[0]
+            kl = self.run([short], [self.train_len], KL)[0]
             entry["short_kl"], entry["short_top1"] = kl.kl_mean, kl.top1_agreement
             if kl.kl_mean > self.max_kl:
                 entry["violates_guard"] = True
         return entry
 
 
-def other_metric(rows: list[EvalResult], objective: str) -> dict:
+def other_metric(rows: list[EvalResult], objective: Metric) -> dict:
     """The metric the objective is not, on the same windows (ppl ranks: key PPL; key-ppl ranks: PPL), as a
     Scorer entry's `values`, `docs`, `weights` and `objective` (the estimand): what `advise` decides too."""
-    if objective == "key-ppl":
-        return {"metric": "ppl", "objective": mean_objective(rows, "ppl"), "docs": [list(r.windows) for r in rows],
+    if objective is KEY_PPL:
+        return {"metric": PPL.name, "objective": mean_objective(rows, PPL), "docs": [list(r.windows) for r in rows],
                 "values": [[math.inf if v is None else float(v) for v in r.window_nll] for r in rows], "weights": None}
-    return {"metric": "key-ppl", "objective": mean_objective(rows, "key-ppl"), "values": [r.key_values() for r in rows],
+    return {"metric": KEY_PPL.name, "objective": mean_objective(rows, KEY_PPL), "values": [r.key_values() for r in rows],
             "docs": [r.key_clusters() for r in rows], "weights": [r.key_weights() for r in rows]}
 
 
-def mean_objective(rows: list[EvalResult], metric: str | None = None) -> float:
+def mean_objective(rows: list[EvalResult], metric: Metric | str | None = None) -> float:
     """The estimand (`ropecli.evaluation.estimand`) over lengths: log-PPL (= NLL per token), log key-token PPL
     (`metric` "key-ppl" reads a ppl result's keys), or the answer NLL of passkey or a task: the field its
     metric's record names (`ropecli.evaluation.metrics`)."""
     fields = [metric_record(metric or r.metric).estimand for r in rows]
-    if "key_nll" in fields:  # a length without key predictions (no far repeat within it) is left out
+    if KEY_PPL.estimand in fields:  # a length without key predictions (no far repeat within it) is left out
         rows = [r for r in rows if r.key_tokens != 0] or rows
-        fields = ["key_nll"] * len(rows)
+        fields = [KEY_PPL.estimand] * len(rows)
     values = [getattr(r, v) for r, v in zip(rows, fields)]
     values = [math.inf if v is None else v for v in values]
     return float(sum(values) / len(values))

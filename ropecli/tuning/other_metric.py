@@ -15,13 +15,11 @@ fewer); every Δ pairs on the windows both candidates have, and the report marks
 
 from __future__ import annotations
 
+from ropecli.evaluation.metrics import Metric, metric_record
 from ropecli.evaluation.stats import rank_against_best
 from ropecli.tuning.objective import pair
 
-NAMES = {"ppl": "PPL", "key-ppl": "key-token PPL"}
-
-
-def decide_other(rows: list[dict], winner: dict, metric: str, margin: float, level: float) -> dict | None:
+def decide_other(rows: list[dict], winner: dict, metric: Metric, margin: float, level: float) -> dict | None:
     """The other metric's ranking of the eligible candidates, the winner's standing on it, and whether the
     metrics disagree (module docstring); None when fewer than two candidates have it (no key-token rule)."""
     have = [r for r in rows if not r["excluded"] and r.get("also")]
@@ -44,9 +42,10 @@ def decide_other(rows: list[dict], winner: dict, metric: str, margin: float, lev
     return out
 
 
-def line(d: dict, winner: str, metric: str) -> str:
+def line(d: dict, winner: str, metric: Metric) -> str:
     """The rule's outcome in words."""
-    mine, theirs = NAMES[metric], NAMES[d["metric"]]
+    other = metric_record(d["metric"])
+    mine, theirs = metric.column, other.column
     s, m = d["winner_vs_best"], d["margin"]
     if d["best"] == winner:
         return f"{theirs} agrees: {winner} is also the best by {theirs}"
@@ -57,6 +56,6 @@ def line(d: dict, winner: str, metric: str) -> str:
     c = d["other_best_on_ranking_metric"]
     cost = f"{c['diff']:+.4f} ± {c['half_width']:.2g} nats" if c.get("half_width") is not None else f"{c['diff']:+.4f} nats"
     return (f"{mine} and {theirs} disagree: {winner} (best by {mine}) is shown worse by {theirs} than {d['best']} by "
-            f"{gap}, more than the ±{m:g} margin; choosing {d['best']} instead costs {cost} of log-{mine} "
+            f"{gap}, more than the ±{m:g} margin; choosing {d['best']} instead costs {cost} of {metric.measure} "
             f"({c.get('verdict')}). The winner stays the {mine} one (--metric); pass --metric "
             f"{d['metric']} to rank by {theirs}")

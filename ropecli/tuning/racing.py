@@ -62,7 +62,7 @@ from ropecli.evaluation.estimand import over_lengths
 from ropecli.evaluation.inference import CONFIDENCE, MARGIN, MIN_DOCUMENTS, Paired, paired, t_upper
 from ropecli.evaluation.sample_size import projected_se
 from ropecli.evaluation.stats import describe
-from ropecli.evaluation.metrics import metric_record
+from ropecli.evaluation.metrics import Metric, metric_record
 from ropecli.tuning.objective import window_docs, window_values, window_weights
 
 ALPHA = 1 - CONFIDENCE  # the chance that the true best is ever dropped
@@ -278,7 +278,7 @@ def summarize(field_: dict, leader: Entrant | None, rounds: list, stop: str, pla
             "candidates": rows, "outcome": outcome, "windows_spent": sum(r["windows"] for r in rows.values())}
 
 
-def race_specs(run, specs: list, lengths: list[int], metric: str, *, start: int, max_windows: int,
+def race_specs(run, specs: list, lengths: list[int], metric: Metric | str, *, start: int, max_windows: int,
                margin: float = MARGIN, on_round: Callable[[int, int, list[str]], None] = lambda r, n, alive: None
                ) -> tuple[list, dict]:
     """`ropecli compare --race`: race schedules on one metric (ppl, passkey answer NLL or KL), the

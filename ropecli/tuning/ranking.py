@@ -8,6 +8,7 @@ import math
 
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.inference import MARGIN
+from ropecli.evaluation.metrics import PPL, Metric
 from ropecli.evaluation.stats import ONE_SIDED
 from ropecli.tuning.objective import pair
 from ropecli.tuning.other_metric import decide_other
@@ -36,7 +37,7 @@ RULE_RACED = ("1. out: a candidate breaking --max-short-kl, --max-short-regressi
 
 
 def rank(rows: list[dict], lengths: list[int], breaks, ppl_race: dict | None, kl_race: dict | None,
-         margin: float = MARGIN, measure: str = "log-PPL", metric: str = "ppl") -> dict:
+         margin: float = MARGIN, measure: str = PPL.measure, metric: Metric = PPL) -> dict:
     """The rule on measured rows (`measure`: the objective in words): constraints; the best by mean log-PPL; every other eligible candidate
     judged against it (worse / equivalent within ±margin / undecided, at the race's corrected level, or
     0.025 / (K - 1) unraced: a 95% statement for the whole ranking); the tie-break (least KL within L)

@@ -37,7 +37,7 @@ from ropecli.tuning.optimizers import (boundary, check_range, default_optimizer,
 from ropecli.tuning.late_precision import first_windows, promote
 from ropecli.tuning.racing import worse_test
 from ropecli.tuning.space import Dim, start_point
-from ropecli.evaluation.metrics import prompted
+from ropecli.evaluation.metrics import PPL, Metric, metric_record, prompted
 
 SCREEN_ALPHA = 0.05  # one interim look per point, against the one incumbent
 
@@ -47,11 +47,11 @@ SAME_AS_MIXED = {"pi": 0.0, "ntk-fixed": 1.0}
 
 
 def run_search(run: Evaluate, held_out_run: Evaluate | None, target: Target, method: str, dims: list[Dim], fixed: dict,
-               *, budget: int, optimizer: str = "auto", objective: str = "ppl", log_n: bool = False,
+               *, budget: int, optimizer: str = "auto", objective: Metric | str = PPL, log_n: bool = False,
                max_short_regression: float | None = None, max_short_kl: float | None = None,
                references: list[Spec] | None = None, tol: float | None = None, score: Scorer | None = None,
                windows: int | None = None, screen: bool = False, position_map: tuple = (), finalists: int = 0,
-               expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None) -> dict:
+               expect: Callable[..., None] = lambda count, metric=PPL, samples=None: None) -> dict:
     """Search `dims` of `method` (other parameters `fixed`; under `position_map`, its parameters may be dims too) for
     the lowest objective over the target's lengths
     within `budget` evaluations (specs built with the target's factor as given); with `held_out_run`, re-measure the winner and the standard methods there.
@@ -61,6 +61,7 @@ def run_search(run: Evaluate, held_out_run: Evaluate | None, target: Target, met
     first half of the windows, the best `finalists` then on all (`late_precision`); `expect` hears of the windows
     it did not take."""
     geom, lengths, factor = target.geom, list(target.lengths), target.factor
+    objective = metric_record(objective)  # resolved once: the record goes down
     score = score or Scorer(run, geom.shipped_len, lengths, objective, target.k, max_short_regression, max_short_kl,
                             reference_spec(geom))
     evaluations: list[dict] = []
@@ -121,7 +122,7 @@ def run_search(run: Evaluate, held_out_run: Evaluate | None, target: Target, met
         raise RopeCliError("every evaluated schedule broke a guard or diverged; loosen --max-short-kl / "
                            "--max-short-regression or widen --vary's bounds")
     out = {
-        "method": method, "fixed": fixed, "vary": [vars(d) for d in dims], "lengths": lengths, "objective_name": objective,
+        "method": method, "fixed": fixed, "vary": [vars(d) for d in dims], "lengths": lengths, "objective_name": objective.name,
         "optimizer": default_optimizer(len(dims)) if optimizer == "auto" else optimizer,
         "budget": budget, "start": {d.name: d.value(x) for d, x in zip(dims, x0)}, "log_n": log_n, "factor": factor,
         "evaluations": evaluations, "best_params": best["params"], "best_label": best["label"],
@@ -165,14 +166,15 @@ def compare_with_best(evaluations: list[dict], best: dict, dims: list[Dim], brac
 
 def search_b(run: Evaluate, target: Target, *, lo: float = 0.0, hi: float = 1.0, tol: float = 0.01,
              log_n: bool = False, max_short_regression: float | None = None,
-             max_short_kl: float | None = None, objective: str = "ppl", windows: int | None = None, screen: bool = False,
-             expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None) -> dict:
+             max_short_kl: float | None = None, objective: Metric | str = PPL, windows: int | None = None,
+             screen: bool = False, expect: Callable[..., None] = lambda count, metric=PPL, samples=None: None) -> dict:
     """`search --method mixed --vary b=LO:HI` with golden-section to accuracy `tol`, then the standard
     methods on the same windows and the verdict. Returns every number the CLI prints. `windows`,
     `screen`, `expect`: as in `run_search` (hopeless points stop after their first windows)."""
     check_range(lo, hi, tol)
     evals = interior_evaluations(lo, hi, tol) + 2  # both ends, then the interior points
     geom, lengths, factor = target.geom, list(target.lengths), target.factor
+    objective = metric_record(objective)
     score = Scorer(run, geom.shipped_len, lengths, objective, target.k, max_short_regression, max_short_kl,
                    reference_spec(geom))  # one Scorer: the references meet the same guards
     out = run_search(run, None, target, "mixed", [Dim("b", lo, hi)], {}, budget=evals, optimizer="golden",
@@ -184,8 +186,8 @@ def search_b(run: Evaluate, target: Target, *, lo: float = 0.0, hi: float = 1.0,
     references = reference_rows(score, geom, log_n, factor, {e["b"]: e for e in out["evaluations"]
                                                         if "windows" in e and "stopped_early" not in e})
     return {
-        "lengths": lengths, "objective_name": objective, "log_n": log_n, "factor": factor, "lo": lo, "hi": hi, "tol": tol,
-        "best_b": best["b"], "best_objective": best["objective"], "best_ppl": best.get("ppl"),
+        "lengths": lengths, "objective_name": objective.name, "log_n": log_n, "factor": factor, "lo": lo, "hi": hi, "tol": tol,
+        "best_b": best["b"], "best_objective": best["objective"], "best_ppl": best.get(PPL.field),
         "at_boundary": out["at_boundary"], "non_unimodal_at": out["non_unimodal_at"], "bracket": out["bracket"],
         "evaluations": out["evaluations"], "references": references, "guard": out["guard"],
         "equivalent_b": out["equivalent"], **references_verdict(references, best),
@@ -233,7 +235,7 @@ def references_verdict(references: list[dict], best: dict) -> dict:
             "references_tied_with_best_b": tied}
 
 
-def held_out_verdict(run: Evaluate, target: Target, objective: str, winner: Spec, extra: list[Spec], log_n: bool) -> dict:
+def held_out_verdict(run: Evaluate, target: Target, objective: Metric, winner: Spec, extra: list[Spec], log_n: bool) -> dict:
     """The winner and the standard methods on held-out windows (prompts, for a passkey or task objective); the
     winner against the best of them, paired."""
     geom, lengths, factor = target.geom, list(target.lengths), target.factor

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from ropecli.errors import RopeCliError
 from ropecli.rope.target import Target
 from ropecli.tuning.objective import Bench
-from ropecli.evaluation.metrics import metric_record, prompted
+from ropecli.evaluation.metrics import PPL, Metric, metric_record, prompted
 from ropecli.export.hf import check_writable, write_hf_block
 from ropecli.rope.methods import resolve_method
 from ropecli.rope.spec import make_spec, parse_params
@@ -23,7 +23,7 @@ from ropecli.tuning.space import ANY_GEOMETRY, parse_vary
 @dataclass
 class SearchPlan:
     """The flags search-b and search share (their Search panel) and where the results go."""
-    objective: str = "ppl"
+    objective: Metric = PPL  # the record (the command resolves --objective once)
     max_short_regression: float | None = None
     max_short_kl: float | None = None
     export_config: str | None = None  # the winner's transformers rope_parameters block, written here

@@ -33,7 +33,7 @@ import math
 from typing import Callable
 
 from ropecli.evaluation.inference import MARGIN
-from ropecli.evaluation.metrics import REGISTRY
+from ropecli.evaluation.metrics import PPL, Metric, metric_record
 from ropecli.rope.spec import Spec, make_spec, reference_spec
 from ropecli.tuning.advise_plan import AdvisePlan
 from ropecli.rope.target import Target
@@ -55,8 +55,8 @@ __all__ = ["Racing", "tournament"]
 
 def search_candidates(run: Evaluate, target: Target, names: list[str], budget: int,
                       log_n: bool, windows: int | None = None, screen: bool = False,
-                      expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None,
-                      metric: str = "ppl") -> dict[str, dict]:
+                      expect: Callable[..., None] = lambda count, metric=PPL, samples=None: None,
+                      metric: Metric = PPL) -> dict[str, dict]:
     """The searched candidates' winners: name -> {spec, search} (the search's JSON), each searched on `metric`."""
     plans, mapped = search_plans(budget), map_candidates()
     out = {}
@@ -145,7 +145,7 @@ def constraint_breaks(r: dict, max_short_kl, max_short_regression, min_passkey) 
 def tournament(run: Evaluate, held_run: Evaluate, target: Target, plan: AdvisePlan, *, names: list[str], passkey: bool = True,
                note: Callable[[str], None] = lambda s: None, on_passkey_skipped: Callable[[], None] = lambda: None,
                held_windows: int = 4, search_windows: int | None = None, racing: Racing | None = None,
-               expect: Callable[..., None] = lambda count, metric="ppl", samples=None: None,
+               expect: Callable[..., None] = lambda count, metric=PPL, samples=None: None,
                serving: tuple | None = None) -> dict:
     """Search, measure on held-out windows (every candidate on every window, or `racing`), rank by the
     rule. `plan`: the user's flags (candidates, budget, constraints, margin, metric); `names`: the
@@ -154,7 +154,7 @@ def tournament(run: Evaluate, held_run: Evaluate, target: Target, plan: AdvisePl
     early). `serving` = (workload, runtimes, the model's rope): every candidate also served by each
     runtime over the workload on the first round's held-out windows (`ropecli.tuning.serving`), before
     the race, whose first round then finds its windows at the target cached."""
-    budget, with_log_n, metric = plan.budget, plan.with_log_n, plan.metric
+    budget, with_log_n, metric = plan.budget, plan.with_log_n, metric_record(plan.metric)  # the record, once
     max_short_kl, max_short_regression, min_passkey = plan.max_short_kl, plan.max_short_regression, plan.min_passkey
     task_guard = plan.task_guard
     margin = MARGIN if plan.margin is None else plan.margin
@@ -216,7 +216,7 @@ def tournament(run: Evaluate, held_run: Evaluate, target: Target, plan: AdvisePl
         constrained = any(c is not None for c in (max_short_kl, max_short_regression, min_passkey, task_guard))
         races = race_candidates(m, specs, rows, racing, costs, breaks if constrained else None, margin, breaks)
     out = rank(list(rows.values()), lengths, breaks, *races, margin=margin,
-               measure=REGISTRY[metric].measure, metric=metric)
+               measure=metric.measure, metric=metric)
     out["families"] = families(out["rows"])
     if out["families"]:
         out["verdict"] += f"; {out['families']['line']}"
@@ -225,9 +225,9 @@ def tournament(run: Evaluate, held_run: Evaluate, target: Target, plan: AdvisePl
     if guard:
         out["verdict"] += f"; {guard_line(out['winner'], guard)}"
     rule = RULE if racing is None else RULE_RACED
-    rule = rule.replace("log-PPL", REGISTRY[metric].measure)
+    rule = rule.replace(PPL.measure, metric.measure)
     result = {"lengths": lengths, "factor": k, "rule": rule, "candidates": [n for n, _ in candidates], **out,
-            "metric": metric, **({"serving": served} if served else {}), "passkey_measured": passkey_ok, "unscaled_passkey_at_L": none_acc,
+            "metric": metric.name, **({"serving": served} if served else {}), "passkey_measured": passkey_ok, "unscaled_passkey_at_L": none_acc,
             "searches": {n: s["search"] for n, s in searched.items()},
             "constraints": {"max_short_kl": max_short_kl, "max_short_regression": max_short_regression, "min_passkey": min_passkey,
                             "task_guard": task_guard},
