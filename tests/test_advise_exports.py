@@ -4,7 +4,7 @@ model lacks) passes to the next one, said in the export's line. Driven through `
 
 import json
 
-from ropecli.export.runtimes import records
+from ropecli.export.registry import records
 from ropecli.models.config import read_rope_config
 from ropecli.tuning.advise_exports import export_winner
 from tiny_models import build

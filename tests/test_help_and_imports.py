@@ -75,7 +75,9 @@ def test_one_spelling_per_idea():
 
 def ropecli_imports(package: Path) -> dict[str, set[str]]:
     """module -> the package's modules it imports, anywhere in the file (function-local and TYPE_CHECKING included);
-    `from a import b` counts a.b where that is a module, else a."""
+    `from a import b` counts a.b where that is a module, else a. Also what Python runs that no import statement names:
+    the parent packages of an imported module (their __init__ runs first), and every module of a package a module
+    loads by name (`importlib.import_module(f"ropecli.pkg.{name}")`: the runtime registry, the lazy commands)."""
     root = package.name
     files = {".".join(p.relative_to(package.parent).with_suffix("").parts).removesuffix(".__init__"): p
              for p in package.rglob("*.py")}
@@ -87,6 +89,9 @@ def ropecli_imports(package: Path) -> dict[str, set[str]]:
                 found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in files else node.module for a in node.names}
             elif isinstance(node, ast.Import):
                 found |= {a.name for a in node.names if a.name.split(".")[0] == root}
+        for prefix in re.findall(r'import_module\(f"(ropecli(?:\.\w+)*|\{__name__\})\.\{', path.read_text()):  # by name
+            found |= {m for m in files if m.startswith((name if prefix == "{__name__}" else prefix) + ".")}
+        found |= {".".join(m.split(".")[:i]) for m in found for i in range(2, len(m.split(".")))}  # parents run first
         graph[name] = {m for m in found if m in files and m != name}
     return graph
 
@@ -138,6 +143,21 @@ def test_the_walker_finds_a_circle_hidden_in_a_function(tmp_path):
     (pkg / "a" / "one.py").write_text("from ropecli.a.two import g\n")
     (pkg / "a" / "two.py").write_text("def g():\n    from ropecli.a import one\n    return one\n")
     assert circles(ropecli_imports(pkg)) == [["ropecli.a.one", "ropecli.a.two"]]
+
+
+def test_the_walker_finds_a_circle_through_a_module_loaded_by_name(tmp_path):
+    """The registry loads its plugins by name; a plugin that imports what imports the registry closes a circle no
+    import statement shows (issue 57: the runtime modules, the export helpers and the registry were one of 14)."""
+    pkg = tmp_path / "ropecli"
+    (pkg / "plugins").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "registry.py").write_text('import importlib\ndef get(n):\n    return importlib.import_module(f"ropecli.plugins.{n}")\n')
+    (pkg / "helpers.py").write_text("from ropecli.registry import get\n")
+    (pkg / "plugins" / "__init__.py").write_text("")
+    (pkg / "plugins" / "one.py").write_text("def write():\n    from ropecli.helpers import get\n")
+    assert circles(ropecli_imports(pkg)) == [["ropecli.helpers", "ropecli.plugins.one", "ropecli.registry"]]
+    (pkg / "plugins" / "one.py").write_text("def write():\n    return 1\n")
+    assert circles(ropecli_imports(pkg)) == []
 
 
 HEAVY = {"torch", "transformers", "matplotlib", "scipy", "numpy", "safetensors", "gguf", "tokenizers", "llama_cpp",

@@ -66,6 +66,7 @@ def test_a_new_runtime_is_one_module(tmp_path, monkeypatch):
     """A module with a RECORD, `write`, `read_back` and `claims`, dropped into the package, is a runtime: exported
     to, listed, read back by verify (the served rule follows its record)."""
     import ropecli.export.runtimes as runtimes
+    from ropecli.export import registry
 
     pkg = tmp_path / "extra"
     pkg.mkdir()
@@ -89,9 +90,9 @@ def claims(path):
     monkeypatch.setattr(runtimes, "__path__", [*runtimes.__path__, str(pkg)])
     monkeypatch.setitem(sys.modules, "ropecli.export.runtimes.toyrt", None)
     del sys.modules["ropecli.export.runtimes.toyrt"]
-    runtimes.records.cache_clear()
+    registry.records.cache_clear()
     try:
-        assert "toyrt" in runtimes.names() and runtimes.canonical("toy") == "toyrt"
+        assert "toyrt" in registry.names() and registry.canonical("toy") == "toyrt"
         out = tmp_path / "toy.json"
         r = run("export", "--model", "builtin", "--method", "yarn", "--len", "1024", "--to", "toy", "--out", out)
         assert r.exit_code == 0, r.output
@@ -103,12 +104,12 @@ def claims(path):
 
         assert served("toy", make_spec("dynamic"), 512, read_rope_config("builtin"), 4.0).spec is None  # no dynamic
     finally:
-        runtimes.records.cache_clear()
+        registry.records.cache_clear()
         sys.modules.pop("ropecli.export.runtimes.toyrt", None)
 
 
 def test_versions_say_when_the_installed_runtime_is_too_old():
-    from ropecli.export.runtimes.installed import too_old
+    from ropecli.export.installed import too_old
 
     lines = too_old("vllm", "0.11.0")
     assert any(">=0.11.1" in line and "per batch" in line for line in lines)  # PR #27431's rule, and what came before
@@ -208,7 +209,7 @@ def test_a_qwen_gguf_exported_with_yarn_runs_in_llamacpp_with_ropecli_ppl(qwen_g
 
 
 def test_the_docs_table_is_the_records():
-    from ropecli.export.runtimes.markdown import runtimes_markdown
+    from ropecli.export.runtimes_markdown import runtimes_markdown
 
     text = (ROOT / "docs" / "runtimes.md").read_text()
     block = text.split("<!-- runtimes-table:")[1].split("-->", 1)[1].split("<!-- /runtimes-table -->")[0]
@@ -234,6 +235,7 @@ def test_a_runtime_module_without_its_interface_is_refused(tmp_path, monkeypatch
     """The registry checks the RuntimeModule interface (record.py): a module with a RECORD but no read_back is one
     line naming what it lacks, not a crash in verify much later."""
     import ropecli.export.runtimes as runtimes
+    from ropecli.export import registry
     from ropecli.errors import RopeCliError
 
     pkg = tmp_path / "broken"
@@ -247,10 +249,10 @@ def write(spec, geom, target, out, **kw):
     return {}
 ''')
     monkeypatch.setattr(runtimes, "__path__", [*runtimes.__path__, str(pkg)])
-    runtimes.records.cache_clear()
+    registry.records.cache_clear()
     try:
         with pytest.raises(RopeCliError, match="halfrt lacks read_back, claims"):
-            runtimes.names()
+            registry.names()
     finally:
-        runtimes.records.cache_clear()
+        registry.records.cache_clear()
         sys.modules.pop("ropecli.export.runtimes.halfrt", None)

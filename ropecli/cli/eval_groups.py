@@ -19,7 +19,7 @@ from ropecli.errors import RopeCliError
 from ropecli.evaluation.metrics import metric_record
 from ropecli.tuning.advise_plan import AdvisePlan
 from ropecli.tuning.candidates import candidate_names
-from ropecli.export.runtimes import SERVED_BY_DEFAULT
+from ropecli.export.registry import SERVED_BY_DEFAULT
 
 
 @dataclass

@@ -9,10 +9,10 @@ from typing import Annotated, Optional
 import typer
 
 from ropecli.cli.options import ADVANCED, DATA, EVALUATION, OUTPUT, SCHEDULE, SEARCH, CommaChoices
-from ropecli.export import runtimes
+from ropecli.export import registry
 from ropecli.evaluation.metrics import REGISTRY, objective_names, ranking_names
 from ropecli.evaluation.ruler.templates import TASKS
-from ropecli.export.runtimes import SERVED_BY_DEFAULT
+from ropecli.export.registry import SERVED_BY_DEFAULT
 from ropecli.tuning.candidates import candidate_names, map_names
 from ropecli.tuning.optimizers import Optimizer
 
@@ -102,7 +102,7 @@ WorkloadOpt = Annotated[Optional[str], typer.Option(
          "one per line (histogrammed to powers of two). Ranks every candidate per runtime by its expected loss over "
          "them, each length under the schedule that runtime applies there. Default: the target length alone.")]
 ServeRuntimeOpt = Annotated[Optional[list[str]], typer.Option(
-    "--runtime", click_type=CommaChoices(runtimes.names, "--runtime", "RUNTIME", spellings=runtimes.spellings), rich_help_panel=ADVANCED,
+    "--runtime", click_type=CommaChoices(registry.names, "--runtime", "RUNTIME", spellings=registry.spellings), rich_help_panel=ADVANCED,
     help="With --workload: {choices} (repeat or comma-separate; default " + ", ".join(SERVED_BY_DEFAULT) + ").")]
 
 AdviseMetricOpt = Annotated[str, typer.Option(
@@ -171,7 +171,7 @@ CacheDirOpt = Annotated[Optional[str], typer.Option(
 
 # export's and verify's own
 ToOpt = Annotated[str, typer.Option(
-    "--to", click_type=CommaChoices(runtimes.names, "--to", "RUNTIME", many=False, spellings=runtimes.spellings), rich_help_panel=OUTPUT,
+    "--to", click_type=CommaChoices(registry.names, "--to", "RUNTIME", many=False, spellings=registry.spellings), rich_help_panel=OUTPUT,
     help="The runtime: {choices}; `ropecli runtimes` shows each one's record.")]
 ConsistentOpt = Annotated[bool, typer.Option(
     "--consistent/--switching", rich_help_panel=OUTPUT,
@@ -190,7 +190,7 @@ ArtefactPathArg = Annotated[str, typer.Argument(
 AdviceOpt = Annotated[Optional[str], typer.Option(
     "--advice", rich_help_panel=SCHEDULE, help="advise's advice.json (default: the one beside PATH, if any); else give --method and --len.")]
 ReadAsOpt = Annotated[Optional[str], typer.Option(
-    "--runtime", click_type=CommaChoices(runtimes.names, "--runtime", "RUNTIME", many=False, spellings=runtimes.spellings), rich_help_panel=OUTPUT,
+    "--runtime", click_type=CommaChoices(registry.names, "--runtime", "RUNTIME", many=False, spellings=registry.spellings), rich_help_panel=OUTPUT,
     help="Which runtime reads PATH: {choices} (default: the export's manifest, or from the file).")]
 RunOpt = Annotated[bool, typer.Option(
     "--run/--no-run", rich_help_panel=EVALUATION, help="Also run the runtime where it is installed (transformers: reload and score a window).")]

@@ -87,7 +87,7 @@ def rope_block(target: ModelRope, spec: Spec, factor: float, consistent: bool = 
 def p_rope_block(target: ModelRope, spec: Spec, factor: float) -> tuple[dict, str]:
     """A p-RoPE model's block: `proportional` at the one factor `spec` divides the rotating pairs by, per scaled type."""
     geom = target.geometry(factor)
-    if (why := p_rope_refusal(spec, geom, target, "transformers")) is not None:
+    if (why := p_rope_refusal(spec, geom, target)) is not None:
         raise RopeCliError(why)
     k = uniform_factor(spec, geom)
     per_type = {lt: proportional_block(target, base, k) for lt, base in target.scaled_bases.items()}

@@ -16,24 +16,25 @@ from __future__ import annotations
 
 import numpy as np
 
-from ropecli.export.runtimes import record
+from ropecli.export.runtimes.record import Runtime
 from ropecli.models.config import ModelRope
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.spec import Spec
 
 
-def p_rope_refusal(spec: Spec, geom: Geometry, target: ModelRope, runtime: str) -> str | None:
-    """Why `runtime` cannot serve `spec` on this p-RoPE model (None: it can, or the model is not p-RoPE)."""
+def p_rope_refusal(spec: Spec, geom: Geometry, target: ModelRope, rec: Runtime | None = None) -> str | None:
+    """Why the runtime `rec` cannot serve `spec` on this p-RoPE model (None: it can, or the model is not p-RoPE);
+    `rec` None: transformers' own 'proportional' block, one factor for every rotating pair."""
     if target.rotating_pairs is None or spec.native:
         return None
     if target.shipped is None and uniform_factor(spec, geom) == 1.0:
         return None  # the unscaled model is the model as shipped: every runtime serves it
-    rec = record(runtime)
-    if rec.p_rope_schedules == "per-pair":  # llama.cpp: rope_freqs on the rotating pairs, 1e30 kept past them
+    runtime = rec.name if rec else "transformers"
+    if rec and rec.p_rope_schedules == "per-pair":  # llama.cpp: rope_freqs on the rotating pairs, 1e30 kept past them
         if spec.log_n or spec.position_map or abs(spec.schedule(geom).attention_factor - 1.0) > 1e-12:
             return f"{runtime}: {rec.p_rope}; {spec.label} scales the logits or maps positions: export it --to hf"
         return None
-    if rec.p_rope_schedules != "uniform":
+    if rec and rec.p_rope_schedules != "uniform":
         said = rec.p_rope or "ropecli has not read how it serves p-RoPE (Gemma 4's 'proportional' layers)"
         return f"{runtime}: {said}; --to hf writes transformers' own block"
     factor = uniform_factor(spec, geom)

@@ -22,8 +22,8 @@ from ropecli.rope.geometry import Geometry
 from ropecli.rope.map_spelling import map_json
 from ropecli.rope.spec import Spec
 from ropecli.export.manifest import write_manifest
-from ropecli.export.runtimes import AT_START_UP, PER_FORWARD, ROPE_FREQS, canonical, module, record, records
-from ropecli.export.runtimes.installed import too_old
+from ropecli.export.registry import AT_START_UP, PER_FORWARD, ROPE_FREQS, canonical, record, records, resolve_runtime
+from ropecli.export.installed import too_old
 from ropecli.export.p_rope import p_rope_refusal
 from ropecli.export.served import is_dynamic
 from ropecli.export.temperature import temperature_line, temperature_refusal
@@ -94,30 +94,34 @@ def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str,
     sit beside the merged config.json: "link" (symbolic links by absolute path), "hardlink" or "copy"."""
     runtime = canonical(runtime)
     check_map_served(spec, runtime)
-    if (why := p_rope_refusal(spec, geom, target, runtime) or temperature_refusal(spec, target, runtime)) is not None:
+    hooks = resolve_runtime(runtime)  # resolved once: its record (passed down: no helper looks one up) and its hooks
+    rec = hooks.record
+    if (why := p_rope_refusal(spec, geom, target, rec) or temperature_refusal(spec, target, rec)) is not None:
         raise RopeCliError(why)
-    if spec.position_map and hasattr(module(runtime), "write_map"):  # the runtime's own config serves the map (SGLang: DCA)
-        result = {**module(runtime).write_map(spec, geom, target, out, model=model), "runtime": runtime,
+    if spec.position_map and hooks.write_map is not None:  # the runtime's own config serves the map (SGLang: DCA)
+        result = {**hooks.write_map(spec, geom, target, out, model=model), "runtime": runtime,
                   "position_map": map_json(spec.position_map), "versions": works_with(runtime), "runtimes": {}}
         if out is not None:
-            result["manifest"] = write_manifest(out, spec, geom, target, runtime, model, gguf_file, consistent)
+            result["manifest"] = write_manifest(out, spec, geom, target, record(runtime), model, gguf_file, consistent)
             result["lines"].append(f"wrote {result['manifest']}: what was exported (`ropecli verify {out}` reads it)")
         return result
-    map_lines = (module(runtime).map_lines(spec.position_map, out, geom.target_len, model=model, gguf_file=gguf_file)
+    map_lines = (hooks.map_lines(spec.position_map, out, geom.target_len, model=model, gguf_file=gguf_file)
                  if spec.position_map else [])  # checked first
     if spec.native:
         native = native_export(target, runtime)
         return {**native, "lines": [*native.get("lines", []), *map_lines]} if map_lines else native
-    result = module(runtime).write(spec, geom, target, out, model=model, gguf_file=gguf_file, force=force,
+    result = hooks.write(spec, geom, target, out, model=model, gguf_file=gguf_file, force=force,
                                    consistent=consistent, replace=replace)
     result["runtime"] = runtime
+    result["lines"] += [f"{o.label}: --to {o.name} writes {o.artefact} (context {geom.target_len})"
+                        for o in records().values() if rec.needs_gguf and o.needs_gguf and o is not rec]  # the same GGUF
     if spec.position_map:  # the schedule is written; the map is the runtime's own flags
         result["position_map"] = map_json(spec.position_map)
         result["lines"] += map_lines
     if result.get("linked"):
         result["weights"] = weights
         result["lines"].append(place_weights(Path(out), result["linked"], weights))
-    result["lines"] += [line] if (line := temperature_line(target, runtime, spec, result.get("arch"))) else []  # or changed
+    result["lines"] += [line] if (line := temperature_line(target, rec, spec, result.get("arch"))) else []  # or changed
     result.update(runtimes=runtime_behaviour(target, consistent), consistent=consistent, versions=works_with(runtime))
     result["lines"] += [works_with_line(runtime), *installed_lines(runtime)]
     flag = replaces_shipped(target, runtime, consistent)
@@ -129,7 +133,7 @@ def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str,
         result.update(switching_report(spec, geom, target, model, gguf_file, measure_switching, runtime))
         result["lines"] += result["switching_lines"]
     if out is not None:
-        result["manifest"] = write_manifest(out, spec, geom, target, runtime, model, gguf_file, consistent)
+        result["manifest"] = write_manifest(out, spec, geom, target, record(runtime), model, gguf_file, consistent)
         result["lines"].append(f"wrote {result['manifest']}: what was exported (`ropecli verify {out}` reads it)")
     return result
 
@@ -149,7 +153,7 @@ def works_with_line(runtime: str) -> str:
 
 
 def installed_lines(runtime: str) -> list[str]:
-    """One line where the runtime installed here is older than the artefact needs (`ropecli.export.runtimes.installed`)."""
+    """One line where the runtime installed here is older than the artefact needs (`ropecli.export.installed`)."""
     return too_old(runtime)
 
 

@@ -27,8 +27,6 @@ import numpy as np
 
 from ropecli.errors import RopeCliError
 from ropecli.models.geometry import config_geometry
-from ropecli.export.manifest import manifest_path
-from ropecli.export.runtimes import canonical, module, names
 from ropecli.export.vllm import dynamic_factors, longrope_applied, ntk_factors
 from ropecli.models.config import gguf_metadata
 from ropecli.models.gguf_rope import GGUF_ROPE_FREQS_ARCHS, llamacpp_yarn
@@ -58,28 +56,6 @@ class Applied:
     max_len: int | None  # the length it declares (max_position_embeddings / context_length)
     at_len: int
     how: str  # e.g. "longrope long_factor", "rope_freqs", "ntk mixed_b=0.625"
-
-
-def kind_of(path: Path, runtime: str | None) -> str:
-    """The runtime that reads `path` (`ropecli.export.runtimes`): given, else the one its export manifest names, else the
-    first whose module claims the file (a model folder, an Ollama folder, a .gguf, a .json block or overrides)."""
-    if runtime:
-        return canonical(runtime)
-
-    made = manifest_path(path)
-    if made.is_file():
-        try:
-            named = json.loads(made.read_text()).get("runtime")
-            if isinstance(named, str):
-                return canonical(named)
-        except (OSError, ValueError, RopeCliError):
-            pass
-    for name in names():
-        if module(name).claims(path):
-            return name
-    if path.is_dir():
-        raise RopeCliError(f"{path}: not a model folder (no config.json); pass what `ropecli export` wrote")
-    raise RopeCliError(f"{path}: not a model folder, a .json block or a .gguf; pass what `ropecli export` wrote")
 
 
 def read_json(path: Path) -> dict:

@@ -29,7 +29,7 @@ import numpy as np
 from ropecli.errors import RopeCliError
 from ropecli.models.config import ModelRope
 from ropecli.rope.spec import Spec, make_spec
-from ropecli.export.runtimes import AT_START_UP, PER_FORWARD, record, ROPE_FREQS
+from ropecli.export.registry import AT_START_UP, PER_FORWARD, record, ROPE_FREQS
 from ropecli.evaluation.decode import measure_decode
 from ropecli.export.hf import rope_block
 from ropecli.export.p_rope import p_rope_refusal
@@ -54,7 +54,7 @@ def served(runtime: str, spec: Spec, length: int, rope: ModelRope, factor: float
     runtime = rec.name
     if spec.native:  # nothing exported: every runtime serves the model as shipped
         return Served(runtime, length, spec, "the model as shipped")
-    if (why := p_rope_refusal(spec, rope.geometry(factor), rope, runtime)) is not None:
+    if (why := p_rope_refusal(spec, rope.geometry(factor), rope, record(runtime))) is not None:
         return Served(runtime, length, None, why)
     if rope.rotating_pairs is not None and rec.name != "transformers":  # p-RoPE elsewhere: only the unscaled model
         return Served(runtime, length, spec, "the model as shipped (its p-RoPE block unchanged)")

@@ -17,7 +17,7 @@ from ropecli.evaluation.cache import EvalCache
 from ropecli.evaluation.decode import DecodePlan
 from ropecli.evaluation.evaluator import Evaluator
 from ropecli.export.check import Check
-from ropecli.export.runtimes import record
+from ropecli.export.registry import record
 from ropecli.export.served import decode_damage, is_dynamic, switch_length
 
 SAMPLES = 4  # held-out windows: the damage is a paired mean over them, with its interval

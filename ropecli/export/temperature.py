@@ -7,7 +7,7 @@ through the search index, late 2026; docs/architectures.md has the table).
 
 from __future__ import annotations
 
-from ropecli.export.runtimes import record
+from ropecli.export.runtimes.record import Runtime
 from ropecli.models.config import ModelRope
 from ropecli.rope.spec import Spec
 from ropecli.rope.temperature import HF_KEYS, Temperature, tempered
@@ -17,19 +17,19 @@ def _changed(spec: Spec, target: ModelRope) -> Temperature | None:
     return tempered(target.temperature, spec.temperature) if spec.temperature else None
 
 
-def temperature_refusal(spec: Spec, target: ModelRope, runtime: str) -> str | None:
-    """One line where `runtime` cannot carry the spec's changed temperature; None where it can (or nothing changed)."""
+def temperature_refusal(spec: Spec, target: ModelRope, rec: Runtime) -> str | None:
+    """One line where the runtime `rec` cannot carry the spec's changed temperature; None where it can (or nothing changed)."""
     t = _changed(spec, target)
     if t is not None and spec.native:  # the export writes a schedule; the model as shipped has none to write
         keys = ", ".join(f"{HF_KEYS[k][1]} = {v:g}" for k, v in spec.temperature)
         return (f"native writes nothing, and a changed temperature alone is config keys: set {keys} in the model's "
                 f"config.json ({'the rope block' if t.kind == 'mistral4' else 'its text config'}), or export it with "
                 f"a frequency schedule (e.g. --method yarn --param …)")
-    if t is None or t.kind in dict(record(runtime).temperature_changes):
+    if t is None or t.kind in dict(rec.temperature_changes):
         return None
-    said = dict(record(runtime).temperatures).get(t.kind, "ropecli has not read whether it applies it")
-    hint = dict(record(runtime).temperature_changes).get(f"{t.kind}:instead", "")
-    return (f"{runtime} {said}: it cannot be served the changed temperature {t.label}; export the schedule without "
+    said = dict(rec.temperatures).get(t.kind, "ropecli has not read whether it applies it")
+    hint = dict(rec.temperature_changes).get(f"{t.kind}:instead", "")
+    return (f"{rec.name} {said}: it cannot be served the changed temperature {t.label}; export the schedule without "
             f"{', '.join(k for k, _ in spec.temperature)}{'; ' + hint if hint else ''}")
 
 
@@ -45,7 +45,7 @@ def hf_temperature_keys(block: dict, spec: Spec, target: ModelRope) -> dict:
     return out
 
 
-def temperature_line(target: ModelRope, runtime: str, spec: Spec | None = None, arch: str | None = None) -> str | None:
+def temperature_line(target: ModelRope, rec: Runtime, spec: Spec | None = None, arch: str | None = None) -> str | None:
     """`position temperature llama4(…): vllm applies it …`, or how the changed one is carried (`arch`: the GGUF's
     architecture, named in llama.cpp's key); None for a model without one."""
     t = target.temperature
@@ -53,8 +53,8 @@ def temperature_line(target: ModelRope, runtime: str, spec: Spec | None = None, 
         return None
     if spec is not None and (changed := _changed(spec, target)) is not None:
         values = {**dict(t.params), **dict(spec.temperature)}
-        how = dict(record(runtime).temperature_changes)[t.kind].format(
+        how = dict(rec.temperature_changes)[t.kind].format(
             values=" ".join(f"{k}={v:g}" for k, v in spec.temperature), arch=arch or "ARCH", **{k: f"{v:g}" for k, v in values.items()})
-        return f"position temperature changed to {changed.label} on {t.layers}: {runtime} {how}"
-    said = dict(record(runtime).temperatures).get(t.kind, "ropecli has not read whether it applies it")
-    return f"position temperature {t.label} on {t.layers} (the model's own; ropecli changes frequencies only): {runtime} {said}"
+        return f"position temperature changed to {changed.label} on {t.layers}: {rec.name} {how}"
+    said = dict(rec.temperatures).get(t.kind, "ropecli has not read whether it applies it")
+    return f"position temperature {t.label} on {t.layers} (the model's own; ropecli changes frequencies only): {rec.name} {said}"

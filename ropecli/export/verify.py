@@ -12,7 +12,7 @@ from_pretrained scores a window at T with ropecli's patched PPL within 1e-4).
 from __future__ import annotations
 
 import dataclasses
-import math
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,19 +21,15 @@ import numpy as np
 
 from ropecli.export.check import Check
 from ropecli.export.expected import Expected
+from ropecli.errors import RopeCliError
+from ropecli.export.manifest import manifest_path
 from ropecli.export.readback import Applied, CONSISTENT, read_json, rope_blocks, UNREADABLE, unreadable
-from ropecli.evaluation.cache import EvalCache
-from ropecli.evaluation.evaluator import Evaluator
 from ropecli.export.plan import installed_lines, replaces_shipped, works_with_line
-from ropecli.export.runtimes import PER_FORWARD, canonical, module, record
+from ropecli.export.registry import PER_FORWARD, RuntimeHooks, canonical, names, record, resolve_runtime
 from ropecli.export.switching import decode_check
-from ropecli.models.config import BUILTIN, BUILTIN_DIR
-from ropecli.models.packaged import resolve_model
-from ropecli.rope.spec import make_spec
 
 FACTOR_RTOL = 1e-4  # float32 in every runtime: their factors agree with ropecli's float64 to ~1e-7
 ATTENTION_RTOL = 1e-4
-PPL_RTOL = 1e-4  # transformers reload vs ropecli's patched model, same weights and window
 
 
 @dataclass
@@ -88,39 +84,6 @@ def compare(applied: list[Applied], exp: Expected, runtime: str) -> list[Check]:
     return checks
 
 
-def run_transformers(artefact: Path, block: dict | None, model: str | None, exp: Expected, run_len: int,
-                     cache_dir: str | None, gguf_file: str | None = None) -> Check:
-    """The artefact reloaded by transformers alone (a folder: from_pretrained(folder); a block:
-    from_pretrained(model, **block)) scores the first held-out window of `run_len` tokens; ropecli's
-    patched source model scores the same window (through the evaluation cache)."""
-    import torch
-
-    from ropecli.models.load import causal_lm_from_pretrained, load_model
-    from ropecli.models.scoring import window_nll
-
-    ours = load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu")
-    ev = Evaluator.over(ours, samples=1, cache=EvalCache(cache_dir))
-    mine = ev.evaluate(exp.spec.but(factor=exp.factor), run_len).ppl
-    ids = ev.inputs.windows(run_len).ids[0]
-    if block is None:
-        plain = causal_lm_from_pretrained(str(artefact), {"dtype": torch.float32})
-    else:
-        source = str(BUILTIN_DIR) if model in (None, BUILTIN) else resolve_model(model)
-        if gguf_file:
-            kw = {"gguf_file": gguf_file}
-        elif source.endswith(".gguf"):
-            source, kw = str(Path(source).parent), {"gguf_file": Path(source).name}
-        else:
-            kw = {}
-        plain = causal_lm_from_pretrained(source, {"dtype": torch.float32, **kw, **block})
-    nll, n, _ = window_nll(plain.eval(), torch.from_numpy(ids)[None])
-    theirs = math.exp(nll / n)
-    rel = abs(theirs / mine - 1)
-    return Check("transformers", None, f"PPL of one {run_len}-token window, reloaded vs ropecli",
-                 f"{mine:.6g} (ropecli, patched)", f"{theirs:.6g} (relative {rel:.2g})", rel <= PPL_RTOL)
-
-
-EFFECT_TOL = 2e-3  # |effect in llama.cpp - effect in transformers|, in log-PPL (nats per token): ~0.2 %
 
 
 def run_skipped(exp: Expected, run_len: int, consistent: bool) -> str | None:
@@ -135,34 +98,26 @@ def run_skipped(exp: Expected, run_len: int, consistent: bool) -> str | None:
     return None
 
 
-def run_llamacpp(artefact: Path, model: str | None, exp: Expected, run_len: int, cache_dir: str | None,
-                 gguf_file: str | None = None) -> Check:
-    """The exported GGUF served by llama.cpp as it is, against the source GGUF unscaled in llama.cpp: the
-    effect log(PPL_export / PPL_source) on one window of `run_len` tokens, compared with the effect
-    of the measured schedule in ropecli's transformers backend on the same window (llama.cpp computes with
-    the quantized weights, transformers with their dequantized copy: levels differ, effects agree)."""
-    from ropecli.models.llamacpp_open import load_llamacpp, open_gguf
-    from ropecli.models.load import load_model
+def kind_of(path: Path, runtime: str | None) -> str:
+    """The runtime that reads `path` (`ropecli.export.runtimes`): given, else the one its export manifest names, else the
+    first whose module claims the file (a model folder, an Ollama folder, a .gguf, a .json block or overrides)."""
+    if runtime:
+        return canonical(runtime)
 
-    cache = EvalCache(cache_dir)
-    none = make_spec("none")
-    source = open_gguf(model, gguf_file)
-    served = load_llamacpp(artefact, source.rope)
-    served.tokenizer = source.tokenizer
-    ppl = {}
-    for name, backend, spec in (("source", source, none), ("export", served, none)):
+    made = manifest_path(path)
+    if made.is_file():
         try:
-            ppl[name] = Evaluator.over(backend, samples=1, cache=cache).evaluate(spec, run_len).ppl
-        finally:
-            backend.close()
-    ours = Evaluator.over(load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu"), samples=1, cache=cache)
-    ppl["hf_none"] = ours.evaluate(none, run_len).ppl
-    ppl["hf_scaled"] = ours.evaluate(exp.spec.but(factor=exp.factor), run_len).ppl
-    cpp, hf = math.log(ppl["export"] / ppl["source"]), math.log(ppl["hf_scaled"] / ppl["hf_none"])
-    return Check("llamacpp", None, f"effect log(PPL scaled / unscaled), one {run_len}-token window",
-                 f"{hf:+.5f} (transformers: {ppl['hf_none']:.5g} -> {ppl['hf_scaled']:.5g})",
-                 f"{cpp:+.5f} (llama.cpp: {ppl['source']:.5g} -> {ppl['export']:.5g}; difference {abs(cpp - hf):.2g})",
-                 abs(cpp - hf) <= EFFECT_TOL)
+            named = json.loads(made.read_text()).get("runtime")
+            if isinstance(named, str):
+                return canonical(named)
+        except (OSError, ValueError, RopeCliError):
+            pass
+    for name in names():
+        if resolve_runtime(name).claims(path):
+            return name
+    if path.is_dir():
+        raise RopeCliError(f"{path}: not a model folder (no config.json); pass what `ropecli export` wrote")
+    raise RopeCliError(f"{path}: not a model folder, a .json block or a .gguf; pass what `ropecli export` wrote")
 
 
 def verify_artefact(target: Path, kind: str, exp: Expected, model: str | None, gguf_file: str | None, *,
@@ -172,10 +127,11 @@ def verify_artefact(target: Path, kind: str, exp: Expected, model: str | None, g
     ropecli can (`status(text)`: a context manager the CLI shows while a run takes seconds)."""
     from contextlib import nullcontext
 
-    kind = canonical(kind)
+    hooks = resolve_runtime(kind)  # resolved once: the record and its module's hooks
+    kind = hooks.record.name
     verdict = Verdict(kind)
-    if exp.spec.position_map and hasattr(module(kind), "verify_map"):  # a map in the runtime's own config (SGLang: DCA)
-        verdict.checks += module(kind).verify_map(target, exp)
+    if exp.spec.position_map and hooks.verify_map is not None:  # a map in the runtime's own config (SGLang: DCA)
+        verdict.checks += hooks.verify_map(target, exp)
         verdict.notes += [works_with_line(kind), *installed_lines(kind)]
         return verdict
     if exp.spec.position_map:  # llama.cpp's Self-Extend: its flags, not the file
@@ -183,11 +139,11 @@ def verify_artefact(target: Path, kind: str, exp: Expected, model: str | None, g
                              "file: checked here is the schedule the file carries")
         exp = dataclasses.replace(exp, spec=exp.spec.but(position_map=()))
     try:
-        applied, block = module(kind).read_back(target, exp)
+        applied, block = hooks.read_back(target, exp)
     except UNREADABLE as exc:  # a malformed artefact fails in one line
         raise unreadable(target, exc) from None
     verdict.checks += compare(applied, exp, verdict.runtime)
-    if record(kind).output in ("json", "folder-or-json"):
+    if hooks.record.output in ("json", "folder-or-json"):
         verdict.checks += both_forms_agree(target, block, verdict.runtime)
     if exp.rope.shipped is not None:  # a model that ships a schedule: is it kept within Ls?
         kept = shipped_within_Ls(target, kind, block, exp, verdict.runtime)
@@ -199,28 +155,28 @@ def verify_artefact(target: Path, kind: str, exp: Expected, model: str | None, g
         verdict.notes.append("read as a transformers block (no vLLM mscale or ntk in it); a vLLM overrides file: --runtime vllm")
     if not run:
         return verdict
-    why = run_unavailable(kind, target, block, model, exp, run_len or exp.target_len)
+    why = run_unavailable(hooks, target, block, model, exp, run_len or exp.target_len)
     if why:
         verdict.notes.append(why)
         return verdict
     with (status or (lambda text: nullcontext()))(f"{verdict.runtime}: scoring a window with the export …"):
-        verdict.checks.append(module(kind).run(target, block, model, exp, run_len or exp.target_len, cache_dir, gguf_file))
+        verdict.checks.append(hooks.run(target, block, model, exp, run_len or exp.target_len, cache_dir, gguf_file))
     if kind == "transformers" and exp.target_len > exp.rope.shipped_len and not exp.spec.log_n:
         with (status or (lambda text: nullcontext()))("transformers: decoding across L through the KV cache …"):
             verdict.checks.append(decode_check(model, gguf_file, exp, consistent_export(target, block), cache_dir))
     return verdict
 
 
-def run_unavailable(kind: str, target: Path, block, model: str | None, exp: Expected, run_len: int) -> str | None:
+def run_unavailable(hooks: RuntimeHooks, target: Path, block, model: str | None, exp: Expected, run_len: int) -> str | None:
     """Why the runtime itself is not run here (a note), or None."""
-    rec, mod = record(kind), module(kind)
-    if not hasattr(mod, "run"):
+    rec = hooks.record
+    if hooks.run is None:
         return (f"not run: {rec.label} is not run by ropecli; the checks above follow its code (cited in "
-                f"ropecli/export/runtimes/{kind}.py)")
+                f"ropecli/export/runtimes/{rec.name}.py)")
     if model is None:
         return "not run: the run compares with the model the export was made from: pass --model"
     why = run_skipped(exp, run_len, rec.rule != PER_FORWARD or consistent_export(target, block))
-    return why or (mod.unavailable() if hasattr(mod, "unavailable") else None)
+    return why or (hooks.unavailable() if hooks.unavailable is not None else None)
 
 
 def shipped_within_Ls(target: Path, kind: str, block, exp: Expected, runtime: str) -> Check | str | None:

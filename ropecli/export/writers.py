@@ -11,7 +11,6 @@ from pathlib import Path
 from ropecli.errors import RopeCliError
 from ropecli.export.hf import export_hf_config, export_hf_folder, export_hf_from_gguf, rope_block, write_json
 from ropecli.export.readback import UNREADABLE, unreadable
-from ropecli.export.runtimes import records
 from ropecli.export.temperature import hf_temperature_keys
 from ropecli.models.config import BUILTIN, BUILTIN_DIR, gguf_metadata, locate_file
 from ropecli.models.gguf_rope import export_gguf, native_scaling, read_gguf_input
@@ -116,9 +115,7 @@ def to_gguf(spec, geom, out, model, gguf_file, force, replace) -> dict:
              f"llama.cpp: llama-server -m {out} -c {geom.target_len}" + (
                  f"  (the same from the source GGUF with flags: llama-server -m {src.path.name} -c {geom.target_len} "
                  f"--rope-scaling {native['type']} --rope-scale {native['factor']:g} --yarn-orig-ctx {geom.train_len})"
-                 if native else ""),
-             *[f"{rec.label}: --to {rec.name} writes {rec.artefact} (context {geom.target_len})"
-               for rec in records().values() if rec.needs_gguf and rec.name != "llamacpp"]]
+                 if native else "")]  # the other runtimes that serve a GGUF: `export.plan` adds their lines
     if abs(attention - 1) > 1e-12 and native is None:
         lines.append(f"attention factor {attention:.6g} written to {src.arch}.rope.scaling.attn_factor"
                      + (" (sqrt(log_L(k*L)): log-n's query scale at the target length, as one constant)" if spec.log_n else ""))

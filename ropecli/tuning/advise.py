@@ -19,7 +19,7 @@ from ropecli.tuning.map_candidates import maps_apply
 from ropecli.tuning.advise_exports import export_winner
 from ropecli.tuning.advise_plan import AdvisePlan
 from ropecli.tuning.objective import Bench
-from ropecli.export.runtimes import SERVED_BY_DEFAULT
+from ropecli.export.registry import SERVED_BY_DEFAULT
 from ropecli.files import atomic_write_text
 from ropecli.report.advice import write_report
 from ropecli.tuning.held_out import Racing

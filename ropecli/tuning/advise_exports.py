@@ -13,7 +13,7 @@ from ropecli.errors import RopeCliError
 from ropecli.export.p_rope import p_rope_refusal
 from ropecli.export.plan import check_export_paths, export_schedule, export_target
 from ropecli.export.writers import is_gguf
-from ropecli.export.runtimes import record, records
+from ropecli.export.registry import record, records
 from ropecli.models.config import BUILTIN, BUILTIN_DIR
 from ropecli.models.packaged import BUILTIN_FOLDERS, resolve_model
 from ropecli.rope.map_spelling import map_from_json, map_text
@@ -108,7 +108,7 @@ def served_in_order(result: dict, runtime: str, geom=None, target=None) -> list[
         spec = make_spec(("native+" if w.get("composed") else "") + w["method"],
                          {**{k: v for k, v in w["params"].items() if v is not None}, **(w.get("temperature") or {})},
                          log_n=w["log_n"])
-        return p_rope_refusal(spec.but(position_map=map_from_json(pm)), geom, target, runtime)
+        return p_rope_refusal(spec.but(position_map=map_from_json(pm)), geom, target, record(runtime))
 
     w = result["winner_spec"]
     ok = sorted((r for r in result["rows"] if not r["excluded"] and why(r) is None), key=lambda r: r.get("rank", math.inf))

@@ -13,7 +13,7 @@ from ropecli.tuning.workload import Workload
 from ropecli.evaluation.decode import DecodePlan
 from ropecli.evaluation.metrics import PPL
 from ropecli.evaluation.stats import paired_difference, rank_against_best
-from ropecli.export.runtimes import PER_FORWARD, record
+from ropecli.export.registry import PER_FORWARD, record
 from ropecli.export.served import Served, decode_damage, is_dynamic, served
 
 VARIANTS = {True: "consistent (default)", False: "--switching"}

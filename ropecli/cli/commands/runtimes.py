@@ -10,7 +10,7 @@ import typer
 from ropecli.cli.common import emit_json, handle_errors
 from ropecli.cli.console import show
 from ropecli.cli.options import CommaChoices, JsonOpt
-from ropecli.export.runtimes import names, spellings
+from ropecli.export.registry import names, spellings
 
 RuntimeArg = Annotated[Optional[str], typer.Argument(
     click_type=CommaChoices(names, "NAME", "NAME", many=False, spellings=spellings), help="One runtime (default: all).",
@@ -25,8 +25,8 @@ def runtimes(name: RuntimeArg = None, as_json: JsonOpt = False):
               ropecli runtimes vllm --json
     """
     from ropecli.report.text import plain
-    from ropecli.export.runtimes import records
-    from ropecli.export.runtimes.installed import installed_version, too_old
+    from ropecli.export.registry import records
+    from ropecli.export.installed import installed_version, too_old
 
     chosen = [records()[name]] if name else list(records().values())
     out = [{**rec.describe(), "installed": installed_version(rec.name), "too_old": too_old(rec.name)} for rec in chosen]

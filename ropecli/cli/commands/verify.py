@@ -27,7 +27,7 @@ def verify(path: ArtefactPathArg, geometry: TargetGeometryOptions, schedule: Sch
               ropecli verify model-32k.gguf --model model.gguf --method mixed --b 0.75 --len 32768
     """
     from ropecli.export.expected import Measured, what_was_measured
-    from ropecli.export.readback import kind_of
+    from ropecli.export.verify import kind_of
     from ropecli.export.verify import verify_artefact
     from ropecli.report.tables import verify_table
 

@@ -78,7 +78,7 @@ def read_back(target, exp):
 
 def run(target, block, model, exp, run_len, cache_dir, gguf_file):
     """llama.cpp serves the GGUF; its effect against the source is compared with ropecli's (`run_llamacpp`)."""
-    from ropecli.export.verify import run_llamacpp
+    from ropecli.export.runs import run_llamacpp
 
     return run_llamacpp(target, model, exp, run_len, cache_dir, gguf_file)
 

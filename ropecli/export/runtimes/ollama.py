@@ -90,8 +90,8 @@ def claims(path) -> bool:
 
 
 def run(target, block, model, exp, run_len, cache_dir, gguf_file):
-    """Ollama runs the GGUF with llama-server: llama.cpp runs it here (`ropecli.export.verify.run_llamacpp`)."""
-    from ropecli.export.verify import run_llamacpp
+    """Ollama runs the GGUF with llama-server: llama.cpp runs it here (`ropecli.export.runs.run_llamacpp`)."""
+    from ropecli.export.runs import run_llamacpp
 
     return run_llamacpp(modelfile_gguf(Path(target)), model, exp, run_len, cache_dir, gguf_file)
 

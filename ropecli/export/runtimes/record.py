@@ -2,13 +2,16 @@
 of n tokens and while it decodes with a KV cache, which of its versions that holds for, and how to find the
 installed version. The records are data; the code that writes and reads an artefact lives beside each
 record in its runtime's module (`ropecli.export.runtimes.<name>`), and everything else asks the registry
-(`ropecli.export.runtimes.record(name)`) instead of spelling runtime names itself.
+(`ropecli.export.registry.record(name)`, `resolve_runtime(name)`: the record with its module's hooks) instead of spelling
+runtime names itself.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Protocol
+
+from ropecli.errors import RopeCliError
 
 # How a runtime decides which schedule a forward pass runs under (`ropecli.export.served`):
 PER_FORWARD = "per-forward"  # transformers: each forward pass picks by its own length (longrope, dynamic)
@@ -68,8 +71,8 @@ class Runtime:
 
 class RuntimeModule(Protocol):
     """What a runtime's module (`ropecli.export.runtimes.<name>`) defines beside its RECORD; the registry refuses a
-    module that lacks one of the three (`REQUIRED`). `run(target, block, model, exp, run_len, cache_dir, gguf_file)`
-    (the runtime itself scores a window, for verify) and `unavailable()` (why it cannot run here) are optional."""
+    module that lacks one of the three (`REQUIRED`). The optional hooks (`run`, `unavailable`, `map_lines`, `write_map`,
+    `verify_map`) are declared by `RuntimeHooks`, the object the registry resolves a runtime into."""
     RECORD: Runtime
 
     def write(self, spec: Any, geom: Any, target: Any, out: str | None, *, model: str | None = None,
@@ -84,3 +87,28 @@ class RuntimeModule(Protocol):
 
 
 REQUIRED = ("write", "read_back", "claims")
+
+
+@dataclass(frozen=True)
+class RuntimeHooks:
+    """A runtime resolved once (`ropecli.export.registry.resolve_runtime`): its record and what its module offers, the optional
+    hooks None where it has none, so a caller asks `hooks.write_map is not None`, never `hasattr`."""
+    record: Runtime
+    write: Callable[..., dict]
+    read_back: Callable[..., tuple]
+    claims: Callable[[Any], bool]
+    run: Callable[..., Any] | None = None  # (target, block, model, exp, run_len, cache_dir, gguf_file) -> Check: verify
+    unavailable: Callable[[], str | None] | None = None  # why the runtime cannot run here (not installed)
+    map_lines: Callable[..., list] | None = None  # (map, out, target_len, model=, gguf_file=) -> the flags serving a map
+    write_map: Callable[..., dict] | None = None  # a position map written into the runtime's own config (SGLang: DCA)
+    verify_map: Callable[..., list] | None = None  # (target, exp) -> the checks of such a config
+
+    @classmethod
+    def of(cls, module: Any) -> "RuntimeHooks":
+        """The hooks of a runtime module; a module lacking a required one is refused in one line."""
+        name = module.__name__.rsplit(".", 1)[-1]
+        missing = [f for f in REQUIRED if not callable(getattr(module, f, None))]
+        if missing:
+            raise RopeCliError(f"runtime module {name} lacks {', '.join(missing)} (see export/runtimes/record.py: "
+                               "RuntimeModule)")
+        return cls(module.RECORD, **{f.name: getattr(module, f.name, None) for f in fields(cls) if f.name != "record"})

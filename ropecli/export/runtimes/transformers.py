@@ -85,7 +85,7 @@ def read_back(target, exp):
 
 
 def run(target, block, model, exp, run_len, cache_dir, gguf_file):
-    """The artefact reloaded by transformers alone scores a window (`ropecli.export.verify.run_transformers`)."""
-    from ropecli.export.verify import run_transformers
+    """The artefact reloaded by transformers alone scores a window (`ropecli.export.runs.run_transformers`)."""
+    from ropecli.export.runs import run_transformers
 
     return run_transformers(target, block, model, exp, run_len, cache_dir, gguf_file)

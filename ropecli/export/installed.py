@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from importlib import metadata
 
-from ropecli.export.runtimes import record
+from ropecli.export.registry import record
 
 
 def installed_version(name: str) -> str | None:

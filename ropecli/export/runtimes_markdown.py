@@ -1,7 +1,7 @@
 """The runtimes' records as a Markdown table (docs/runtimes.md keeps a copy; a test keeps it equal)."""
 
 from __future__ import annotations
-from ropecli.export.runtimes import records
+from ropecli.export.registry import records
 
 
 def runtimes_markdown() -> list[str]:
