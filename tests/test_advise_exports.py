@@ -7,6 +7,7 @@ import json
 from ropecli.export.registry import records
 from ropecli.models.config import read_rope_config
 from ropecli.tuning.advise_exports import export_winner
+from ropecli.tuning.standings import Standings
 from tiny_models import build
 
 
@@ -28,7 +29,7 @@ def exports(tmp_path, arch: str, winner: str) -> dict:
     build(arch).config.save_pretrained(folder)
     out = tmp_path / "out"
     out.mkdir()
-    return {e["runtime"]: e for e in export_winner(ranking(winner), read_rope_config(str(folder)), str(folder), None, out)}
+    return {e["runtime"]: e for e in export_winner(Standings.from_json(ranking(winner)), ranking(winner), read_rope_config(str(folder)), str(folder), None, out)}
 
 
 def test_every_runtime_gets_an_export_or_a_line(tmp_path):

@@ -156,18 +156,20 @@ def test_runtimes_record_names_the_builds():
 
 def test_advise_exports_llamacpp_the_best_schedule_it_serves_right_not_self_extend():
     from ropecli.tuning.advise_exports import served_winner
+    from ropecli.tuning.standings import Standings
 
     se = {"name": "selfextend", "params": {"G": 3.0, "W": 2046.0}}
-    result = {"winner_spec": {"method": "none", "params": {}, "log_n": False, "position_map": se},
+    result = {"winner": "selfextend", "winner_spec": {"method": "none", "params": {}, "log_n": False, "position_map": se},
               "rows": [{"candidate": "selfextend", "method": "none", "params": {}, "log_n": False, "position_map": se,
                         "excluded": False, "rank": 1},
                        {"candidate": "dca", "method": "none", "params": {}, "log_n": False, "excluded": False, "rank": 2,
                         "position_map": {"name": "dca", "params": {"chunk": 6144.0, "local": 512.0}}},
                        {"candidate": "yarn", "method": "yarn", "params": {"beta_fast": 32}, "log_n": False,
                         "excluded": False, "rank": 3}]}
-    got = served_winner(result, "llamacpp")
-    assert got["candidate"] == "yarn" and "as measured" in got["instead"] and "pos_div" in got["instead"]
-    assert served_winner(result, "sglang")["candidate"] == "dca"  # SGLang serves DCA: unchanged
+    standings = Standings.from_json(result)
+    got = served_winner(standings, "llamacpp")
+    assert got.candidate == "yarn" and "as measured" in got.instead and "pos_div" in got.instead
+    assert served_winner(standings, "sglang").candidate == "dca"  # SGLang serves DCA: unchanged
 
 
 # ---- llama.cpp itself (llama-cpp-python, an optional extra) ----

@@ -72,16 +72,17 @@ def test_advise_exports_to_each_runtime_the_best_candidate_it_serves_on_p_rope()
     """The winner (dynamic) has no p-RoPE config in any runtime: transformers gets the best-ranked `pi` (its
     'proportional' block carries one factor), vLLM the unscaled model as shipped; each with the line saying why."""
     from ropecli.tuning.advise_exports import served_winner
+    from ropecli.tuning.standings import Standings
 
     rope = rope_from_config("g", {**GEMMA4, "max_position_embeddings": 32}, None)
     geom = rope.geometry(4.0)
     row = lambda name, rank: {"method": name, "params": {}, "log_n": False, "candidate": name, "rank": rank,  # noqa: E731
                               "excluded": False}
-    result = {"winner_spec": {"method": "dynamic", "params": {}, "log_n": False},
-              "rows": [row("dynamic", 1), row("yarn", 2), row("pi", 3), row("none", 4)]}
-    hf = served_winner(result, "transformers", geom, rope)
-    assert hf["candidate"] == "pi" and "divides every pair by one factor" in hf["instead"]
-    vllm = served_winner(result, "vllm", geom, rope)
-    assert vllm["candidate"] == "none" and "Gemma4RotaryEmbedding" in vllm["instead"]
+    standings = Standings.from_json({"winner": "dynamic", "winner_spec": {"method": "dynamic", "params": {}, "log_n": False},
+                                     "rows": [row("dynamic", 1), row("yarn", 2), row("pi", 3), row("none", 4)]})
+    hf = served_winner(standings, "transformers", geom, rope)
+    assert hf.candidate == "pi" and "divides every pair by one factor" in hf.instead
+    vllm = served_winner(standings, "vllm", geom, rope)
+    assert vllm.candidate == "none" and "Gemma4RotaryEmbedding" in vllm.instead
     plain = rope_from_config("l", {k: v for k, v in GEMMA4.items() if k != "rope_parameters"}, None)
-    assert served_winner(result, "vllm", plain.geometry(4.0), plain) is result["winner_spec"]  # not p-RoPE: the winner
+    assert served_winner(standings, "vllm", plain.geometry(4.0), plain) is standings.winner  # not p-RoPE: the winner

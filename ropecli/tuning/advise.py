@@ -17,6 +17,7 @@ from ropecli.rope.target import Target
 from ropecli.tuning.candidates import default_candidates, search_plans, SHIPPED_ONLY
 from ropecli.tuning.map_candidates import maps_apply
 from ropecli.tuning.advise_exports import export_winner
+from ropecli.tuning.standings import Standings
 from ropecli.tuning.advise_plan import AdvisePlan
 from ropecli.tuning.objective import Bench
 from ropecli.export.registry import SERVED_BY_DEFAULT
@@ -67,7 +68,7 @@ def run_advise(session: Bench, plan: AdvisePlan, target: Target, out_dir: Path, 
     if plan.workload:
         serving = (parse_workload(plan.workload, longest), plan.runtime or list(SERVED_BY_DEFAULT), rope)
     with session.progress.task(bar_total(plan, names, lengths, session, held, racing, passkey), "advise"):
-        result = tournament(
+        result, standings = tournament(
             session.run, held.run, target, plan, names=names, passkey=passkey, note=notes.append,
             on_passkey_skipped=lambda: None if racing else session.progress.grow(  # every candidate's prompts
                 -held.inputs.units(PASSKEY) * len(names) * (2 if plan.with_log_n else 1)),
@@ -80,7 +81,7 @@ def run_advise(session: Bench, plan: AdvisePlan, target: Target, out_dir: Path, 
               "windows_per_candidate": {r["candidate"]: r.get("race", {}).get("windows", held.inputs.samples)
                                         for r in result["rows"]}, **session.tally(held)}
     if session.is_main:
-        write_advice(result, session, plan, source, lengths, out_dir)
+        write_advice(result, standings, session, plan, source, lengths, out_dir)
     return result
 
 
@@ -134,10 +135,11 @@ def prepare_out(out: str) -> Path:
     return p
 
 
-def write_advice(result: dict, session: Bench, plan: AdvisePlan, source: Source, lengths, out_dir: Path) -> None:
+def write_advice(result: dict, standings: Standings, session: Bench, plan: AdvisePlan, source: Source, lengths,
+                 out_dir: Path) -> None:
     """The winner exported for every runtime, report.md with its pictures, and advice.json, in --out."""
     rope = session.rope
-    result["exports"] = export_winner(result, rope, source.model, source.gguf_file, out_dir)
+    result["exports"] = export_winner(standings, result, rope, source.model, source.gguf_file, out_dir)
     result["commands"] = [reproduce_command(plan, source, lengths, session.inputs, str(out_dir)),
                           *[e["command"] for e in result["exports"] if e["command"]]]
     write_report(result, out_dir, rope.geometry(result["factor"]), rope.name)

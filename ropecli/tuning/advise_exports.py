@@ -5,8 +5,8 @@ table (`runtime_pick`)."""
 
 from __future__ import annotations
 
-import math
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
 from ropecli.errors import RopeCliError
@@ -16,11 +16,12 @@ from ropecli.export.writers import is_gguf
 from ropecli.export.registry import record, records
 from ropecli.models.config import BUILTIN, BUILTIN_DIR
 from ropecli.models.packaged import BUILTIN_FOLDERS, resolve_model
-from ropecli.rope.map_spelling import map_from_json, map_text
-from ropecli.rope.spec import make_spec
+from ropecli.rope.map_spelling import map_text
+from ropecli.tuning.standings import Ranked, Standings
 
 
-def export_winner(result: dict, rope, model: str | None, gguf_file: str | None, out_dir: Path) -> list[dict]:
+def export_winner(standings: Standings, result: dict, rope, model: str | None, gguf_file: str | None,
+                  out_dir: Path) -> list[dict]:
     """The winner through `ropecli.export.plan.export_schedule` (what `ropecli export` runs), for each
     runtime, with the `ropecli export` command that does the same; a runtime that fails is reported, not raised.
     With a workload (`result["serving"]`) each runtime gets `runtime_pick`'s candidate and export variant."""
@@ -33,8 +34,9 @@ def export_winner(result: dict, rope, model: str | None, gguf_file: str | None, 
              "model is not a GGUF file (convert it, then `ropecli export --to gguf`)"}
             for rec in records().values() if rec.needs_gguf and not gguf]
     for runtime, out in export_paths(out_dir, gguf):
-        best = runtime_pick(served.get(runtime), result["winner"], (result.get("constraints") or {}).get("max_short_regression"))
-        picks = [best] if best else served_in_order(result, runtime, geom, target)
+        best = runtime_pick(served.get(runtime), standings.winner.candidate,
+                            (result.get("constraints") or {}).get("max_short_regression"))
+        picks = [standings.get(best["name"])] if best else served_in_order(standings, runtime, geom, target)
         refused: list[str] = []  # a candidate the runtime's writer refused (SGLang's DCA on an architecture it lacks)
         try:  # where the export goes: not the candidate's fault, so no next candidate
             check_export_paths(runtime, str(out), source, gguf_file, force=True)
@@ -42,11 +44,10 @@ def export_winner(result: dict, rope, model: str | None, gguf_file: str | None, 
             done.append({"runtime": runtime, "command": None, "ok": False, "output": str(exc)})
             continue
         for w in picks:
-            entry = export_one(w, best, result, runtime, out, geom, target, model, source, gguf_file)
+            entry = export_one(w, best, runtime, out, geom, target, model, source, gguf_file)
             if entry["ok"] or w is picks[-1]:
-                why = "; ".join(filter(None, [picks[0].get("instead"), *refused]))
-                why += f": exporting {w['candidate']}, the next-ranked candidate it serves (rank {w.get('rank')})" \
-                    if refused else ""
+                why = "; ".join(filter(None, [picks[0].instead, *refused]))
+                why += f": exporting {w.candidate}, the next-ranked candidate it serves (rank {w.rank})" if refused else ""
                 done.append({**entry, **({"instead": why} if why and entry["ok"] else {})})
                 break
             refused.append(f"{runtime} refused {entry['candidate']} ({entry['output']})")
@@ -54,12 +55,11 @@ def export_winner(result: dict, rope, model: str | None, gguf_file: str | None, 
     return sorted(done, key=lambda e: order.index(e["runtime"]))
 
 
-def export_one(w: dict, best: dict | None, result: dict, runtime: str, out: Path, geom, target, model, source, gguf_file) -> dict:
-    """One candidate `w` exported for `runtime` (what `ropecli export` runs), with the command that does the same: the
-    export's lines, or the one line that refused it."""
-    params = {**{k: v for k, v in w["params"].items() if v is not None and k != "factors"}, **(w.get("temperature") or {})}
-    spec = make_spec(("native+" if w.get("composed") else "") + w["method"], params, log_n=w["log_n"])
-    spec = spec.but(position_map=map_from_json(w.get("position_map")))
+def export_one(w: Ranked, best: dict | None, runtime: str, out: Path, geom, target, model, source, gguf_file) -> dict:
+    """One candidate `w` exported for `runtime` (what `ropecli export` runs) as the spec the tournament measured, with
+    the command that does the same: the export's lines, or the one line that refused it."""
+    spec = w.spec
+    params = {**{k: v for k, v in dict(spec.params).items() if v is not None and k != "factors"}, **dict(spec.temperature)}
     consistent = not best or bool(best["consistent"])  # switching only where its decode damage was shown harmless
     shown = model if model in BUILTIN_FOLDERS else source  # a short name stays one in the printed command
     name = ("native+" if spec.composed else "") + spec.method
@@ -68,14 +68,13 @@ def export_one(w: dict, best: dict | None, result: dict, runtime: str, out: Path
              *(["--map", map_text(spec.position_map)] if spec.position_map else []),
              "--len", str(geom.target_len), "--force", *([] if consistent else ["--switching"])]
     command = " ".join(shlex.quote(c) for c in ["ropecli", "export", *flags, "--to", runtime, "--out", str(out)])
-    candidate = w.get("candidate", best["name"] if best else result["winner"])
     try:
         written = export_schedule(spec, geom, target, runtime, str(out), model=source, gguf_file=gguf_file, force=True,
                                   consistent=consistent, measure_switching=False)
     except RopeCliError as exc:
-        return {"runtime": runtime, "command": command, "ok": False, "output": str(exc), "candidate": candidate}
+        return {"runtime": runtime, "command": command, "ok": False, "output": str(exc), "candidate": w.candidate}
     return {"runtime": runtime, "command": command, "ok": True, "output": "\n".join(written["lines"])[-2000:],
-            "candidate": candidate}
+            "candidate": w.candidate}
 
 
 def export_paths(out_dir: Path, gguf: bool) -> list[tuple[str, Path]]:
@@ -86,46 +85,37 @@ def export_paths(out_dir: Path, gguf: bool) -> list[tuple[str, Path]]:
     return [(rec.name, where[rec.output](rec)) for rec in records().values() if gguf or not rec.needs_gguf]
 
 
-def served_winner(result: dict, runtime: str, geom=None, target=None) -> dict:
+def served_winner(standings: Standings, runtime: str, geom=None, target=None) -> Ranked:
     """The first of `served_in_order`: what `runtime` is exported unless its writer refuses it."""
-    return served_in_order(result, runtime, geom, target)[0]
+    return served_in_order(standings, runtime, geom, target)[0]
 
 
-def served_in_order(result: dict, runtime: str, geom=None, target=None) -> list[dict]:
-    """The candidates `runtime` is offered, in order: the winner's spec, or where the runtime cannot serve it (a
-    position map it does not serve or whose current builds break it, `Runtime.maps`; a p-RoPE schedule its config
-    cannot carry, `export.p_rope`) the best-ranked eligible candidate it does serve, with the line that says so
-    (`instead`); then every other eligible candidate it serves, by rank (where its writer refuses one, advise takes
-    the next)."""
-    def why(w: dict) -> str | None:
-        pm = w.get("position_map")
-        if pm and pm["name"] not in record(runtime).maps:
-            return f"{runtime} does not serve the winner's position map ({pm['name']})"
-        if pm and (broken := dict(record(runtime).maps_broken).get(pm["name"])):
-            return f"{runtime} does not serve the winner's position map ({pm['name']}) as measured: {broken}"
+def served_in_order(standings: Standings, runtime: str, geom=None, target=None) -> list[Ranked]:
+    """The candidates `runtime` is offered, in order: the winner, or where the runtime cannot serve it (a position map
+    it does not serve or whose current builds break it, `Runtime.maps`; a p-RoPE schedule its config cannot carry,
+    `export.p_rope`) the best-ranked eligible candidate it does serve, with the line that says so (`instead`); then
+    every other eligible candidate it serves, by rank (where its writer refuses one, advise takes the next)."""
+    rec = record(runtime)
+
+    def why(r: Ranked) -> str | None:
+        pm = r.spec.position_map
+        if pm and pm.name not in rec.maps:
+            return f"{runtime} does not serve the winner's position map ({pm.name})"
+        if pm and (broken := dict(rec.maps_broken).get(pm.name)):
+            return f"{runtime} does not serve the winner's position map ({pm.name}) as measured: {broken}"
         if target is None or target.rotating_pairs is None:
             return None
-        spec = make_spec(("native+" if w.get("composed") else "") + w["method"],
-                         {**{k: v for k, v in w["params"].items() if v is not None}, **(w.get("temperature") or {})},
-                         log_n=w["log_n"])
-        return p_rope_refusal(spec.but(position_map=map_from_json(pm)), geom, target, record(runtime))
+        return p_rope_refusal(r.spec, geom, target, rec)
 
-    w = result["winner_spec"]
-    ok = sorted((r for r in result["rows"] if not r["excluded"] and why(r) is None), key=lambda r: r.get("rank", math.inf))
-    rest = [_row_spec(r) for r in ok if r["candidate"] != result.get("winner")]
+    w = standings.winner
+    rest = [r for r in standings.ranked if r.candidate != w.candidate and why(r) is None]
     if (reason := why(w)) is None:
         return [w, *rest]
     if not rest:
         return [w]  # nothing it serves was eligible: the export says why it cannot serve the winner
-    first = {**rest[0], "instead": f"{reason}: exporting {rest[0]['candidate']}, the best-ranked candidate it serves "
-                                   f"(rank {rest[0]['rank']})"}
+    first = replace(rest[0], instead=f"{reason}: exporting {rest[0].candidate}, the best-ranked candidate it serves "
+                                     f"(rank {rest[0].rank})")
     return [first, *rest[1:]]
-
-
-def _row_spec(r: dict) -> dict:
-    return {"method": r["method"], "composed": r.get("composed", False), "log_n": r["log_n"],
-            "params": {p: v for p, v in r["params"].items() if v is not None}, "position_map": r.get("position_map"),
-            "temperature": r.get("temperature"), "candidate": r["candidate"], "rank": r.get("rank")}
 
 
 def runtime_pick(block: dict | None, winner: str, max_rise: float | None = None) -> dict | None:

@@ -48,6 +48,7 @@ from ropecli.tuning.map_candidates import map_rule, map_spec, search_ranges
 from ropecli.tuning.search import point_spec, run_search
 from ropecli.tuning.space import parse_vary
 from ropecli.tuning.serving import serve_workload
+from ropecli.tuning.standings import Standings
 from ropecli.tuning.task_guard import guard_line, guard_row, guard_why
 
 __all__ = ["Racing", "tournament"]
@@ -146,10 +147,11 @@ def tournament(run: Evaluate, held_run: Evaluate, target: Target, plan: AdvisePl
                note: Callable[[str], None] = lambda s: None, on_passkey_skipped: Callable[[], None] = lambda: None,
                held_windows: int = 4, search_windows: int | None = None, racing: Racing | None = None,
                expect: Callable[..., None] = lambda count, metric=PPL, samples=None: None,
-               serving: tuple | None = None) -> dict:
+               serving: tuple | None = None) -> tuple[dict, Standings]:
     """Search, measure on held-out windows (every candidate on every window, or `racing`), rank by the
-    rule. `plan`: the user's flags (candidates, budget, constraints, margin, metric); `names`: the
-    candidates the model admits. Returns every number for advice.json. `expect(count, metric, samples)`:
+    rule. `plan`: the user's flags (candidates, budget, constraints, margin, metric); `names`: the candidates the model
+    admits. Returns every number for advice.json, and the standings (`tuning.standings`: the winner and the ranked,
+    typed, each with the spec it was measured as). `expect(count, metric, samples)`:
     hears of evaluations the plan adds (a race's rounds) or drops (negative: a searched point stopped
     early). `serving` = (workload, runtimes, the model's rope): every candidate also served by each
     runtime over the workload on the first round's held-out windows (`ropecli.tuning.serving`), before
@@ -233,4 +235,4 @@ def tournament(run: Evaluate, held_run: Evaluate, target: Target, plan: AdvisePl
                             "task_guard": task_guard},
               "passkey_baseline_alpha": ALPHA if racing is not None and passkey else None}
     result["error_budget"] = error_budget(result)
-    return result
+    return result, Standings.of(result, specs)  # advice.json's numbers; the winner and the ranked, each with its spec
