@@ -425,3 +425,22 @@ def test_the_map_help_names_every_registered_map():
     text = " ".join(CliRunner().invoke(app, ["ppl", "--help"], env={"COLUMNS": "400"}).output.split())
     missing = [name for name in MAPS if f" {name}" not in text.split("--map", 1)[1].split("--", 1)[0]]
     assert not missing, missing
+
+
+def test_no_code_branches_on_a_map_name():
+    """Which maps a runtime or a backend serves is declared data (a record's `maps`, a module-level tuple); no function
+    outside the map registry names a map (issue 57): a new map is a registry record, never a search through the tree."""
+    import ast
+    from pathlib import Path
+
+    from ropecli.rope.position_maps import MAPS
+
+    root = Path(__file__).parents[1] / "ropecli"
+    found = []
+    for path in root.rglob("*.py"):
+        if path.relative_to(root).parts[0] == "rope":
+            continue
+        for fn in (n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef)):
+            found += [f"{path.name}:{c.lineno} {c.value}" for c in ast.walk(fn)
+                      if isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value in set(MAPS) - {"none"}]
+    assert not found, found

@@ -18,7 +18,8 @@ from ropecli.export.runtimes import llamacpp_selfextend
 from ropecli.export.runtimes.record import ROPE_FREQS, Runtime, Version
 from ropecli.models.packaged import resolve_model
 
-SE_MAPS = ("selfextend", "selfextend-llamacpp")  # llama.cpp serves both as -gan G -gaw W
+AS_SERVED = "selfextend-llamacpp"  # the map of what llama.cpp's -gan G -gaw W loop does, batch by batch
+SE_MAPS = ("selfextend", AS_SERVED)  # llama.cpp serves both as -gan G -gaw W
 
 RECORD = Runtime(
     output="gguf", needs_gguf=True,
@@ -102,9 +103,9 @@ def map_lines(position_map: tuple, out: str | None, target_len: int, model: str 
         raise RopeCliError(f"{name}:G={G},W={W}: llama.cpp needs W a multiple of G (GGML_ASSERT(ga_w % ga_n == 0) in "
                            f"tools/completion); pass W = {W - W % G or G} or {W + G - W % G}")
     lines = llamacpp_selfextend.lines(out or "MODEL.gguf", target_len, G, W, chat_template(model, gguf_file))
-    if name == "selfextend":
+    if name != AS_SERVED:  # the paper's formula, per pair
         lines.append("  llama.cpp groups the positions in its KV cache batch by batch, not per pair as the paper's formula "
-                     f"ropecli measured: `--map selfextend-llamacpp:G={G},W={W}` measures what it serves, and "
+                     f"ropecli measured: `--map {AS_SERVED}:G={G},W={W}` measures what it serves, and "
                      "`--backend llamacpp` measures the installed build itself")
     return lines
 
