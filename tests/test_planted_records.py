@@ -74,7 +74,8 @@ def toy_method():
     """A scaling method registered in rope/methods.py's registry only: PI with its own bounded strength."""
     import numpy as np
 
-    from ropecli.rope.methods import REGISTRY, Param, register
+    from ropecli.rope.methods import REGISTRY, register
+    from ropecli.rope.schedule import Param
 
     @register("toy-pi", "Lambda_m = 1 + s(k - 1): PI at strength s (a planted record)", Param("s", 1.0, "strength", 0.0, 1.0))
     def toy(geom, s: float = 1.0):
@@ -130,7 +131,7 @@ def test_compare_checks_every_task_before_the_first_forward_pass(tmp_path, monke
 def toy_map():
     """A position map registered in rope/position_maps.py's registry only: relative positions capped at w (ReRoPE's
     shape under its own name), with a rule (w = Ls/2) and a search range, so it is an advise candidate too."""
-    from ropecli.rope.methods import REQUIRED, Param
+    from ropecli.rope.schedule import REQUIRED, Param
     from ropecli.rope.position_maps import MAPS, Region, register_map
 
     @register_map("toy-cap", "relative position min(d, w) (a planted record)",

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:  # numpy and the schedules load when a result is summed, not when the CLI starts
     from ropecli.rope.geometry import Geometry
-    from ropecli.rope.methods import Schedule
+    from ropecli.rope.schedule import Schedule
     from ropecli.rope.spec import Spec
 
 

@@ -23,7 +23,7 @@ from ropecli.evaluation.ruler.scoring import string_match_all
 
 if TYPE_CHECKING:
     from ropecli.rope.geometry import Geometry
-    from ropecli.rope.methods import Schedule
+    from ropecli.rope.schedule import Schedule
     from ropecli.rope.spec import Spec
 
 

@@ -19,7 +19,8 @@ from typing import Any
 from ropecli.errors import RopeCliError
 from ropecli.files import atomic_write_text, normal_mode
 from ropecli.export.p_rope import p_rope_refusal, proportional_block, uniform_factor
-from ropecli.models.config import locate_file, ModelRope
+from ropecli.models.config import locate_file
+from ropecli.models.model_rope import ModelRope
 from ropecli.rope.spec import Spec
 from ropecli.rope.factor_files import rope_parameters_block
 

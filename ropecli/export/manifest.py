@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ropecli.models.config import ModelRope
+from ropecli.models.model_rope import ModelRope
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.map_spelling import map_json
 from ropecli.rope.spec import Spec

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ropecli.export.runtimes.record import Runtime
-from ropecli.models.config import ModelRope
+from ropecli.models.model_rope import ModelRope
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.spec import Spec
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ropecli.errors import RopeCliError
 from ropecli.export.hf import (check_writable, place_weights)
-from ropecli.models.config import ModelRope
+from ropecli.models.model_rope import ModelRope
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.map_spelling import map_json
 from ropecli.rope.spec import Spec

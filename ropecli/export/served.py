@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ropecli.errors import RopeCliError
-from ropecli.models.config import ModelRope
+from ropecli.models.model_rope import ModelRope
 from ropecli.rope.spec import Spec, make_spec
 from ropecli.export.registry import AT_START_UP, PER_FORWARD, record, ROPE_FREQS
 from ropecli.evaluation.decode import measure_decode

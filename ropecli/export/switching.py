@@ -10,7 +10,7 @@ that it could not measure.
 
 from __future__ import annotations
 
-from ropecli.models.config import ModelRope
+from ropecli.models.model_rope import ModelRope
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.spec import Spec
 from ropecli.evaluation.cache import EvalCache

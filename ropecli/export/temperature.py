@@ -8,7 +8,7 @@ through the search index, late 2026; docs/architectures.md has the table).
 from __future__ import annotations
 
 from ropecli.export.runtimes.record import Runtime
-from ropecli.models.config import ModelRope
+from ropecli.models.model_rope import ModelRope
 from ropecli.rope.spec import Spec
 from ropecli.rope.temperature import HF_KEYS, Temperature, tempered
 

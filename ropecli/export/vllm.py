@@ -20,7 +20,7 @@ import shlex
 
 import numpy as np
 
-from ropecli.models.config import ModelRope
+from ropecli.models.model_rope import ModelRope
 from ropecli.rope.spec import Spec
 
 

@@ -19,9 +19,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ropecli.models.config import ModelRope
+from ropecli.models.model_rope import ModelRope
 from ropecli.models.position_temperature import position_temperature
-from ropecli.rope.methods import Schedule
+from ropecli.rope.schedule import Schedule
 from ropecli.rope.position_maps import as_bound
 
 

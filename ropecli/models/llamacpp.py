@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from ropecli.errors import RopeCliError
-from ropecli.models.config import ModelRope
-from ropecli.rope.methods import Schedule
+from ropecli.models.model_rope import ModelRope
+from ropecli.rope.schedule import Schedule
 from ropecli.rope.position_maps import as_bound
 from ropecli.models.gguf_rope import GGUF_ROPE_FREQS_ARCHS, export_gguf, read_gguf_input
 from ropecli.models.llamacpp_files import plain_weight_buffers

@@ -104,7 +104,8 @@ def schedule_table(geom, schedules: list) -> list:
 
 def methods_rows() -> list[dict]:
     """Every scaling method ("kind": "scaling method"), then every position map ("kind": "position map")."""
-    from ropecli.rope.methods import ALIASES, REGISTRY, REQUIRED
+    from ropecli.rope.methods import ALIASES, REGISTRY
+    from ropecli.rope.schedule import REQUIRED
     from ropecli.rope.position_maps import MAPS
 
     shown = lambda params: {p.name: ("required" if p.default is REQUIRED else p.default) for p in params}  # noqa: E731

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from ropecli.rope.geometry import TWO_PI, Geometry
-from ropecli.rope.methods import Schedule
+from ropecli.rope.schedule import Schedule
 
 
 def rope_digits(n: int, geom: Geometry, schedule: Schedule) -> dict[str, np.ndarray]:

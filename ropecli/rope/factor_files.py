@@ -19,7 +19,7 @@ import numpy as np
 
 from ropecli.errors import RopeCliError
 from ropecli.rope.geometry import Geometry
-from ropecli.rope.methods import Schedule
+from ropecli.rope.schedule import Schedule
 
 
 def read_factors(path: str | Path) -> np.ndarray:

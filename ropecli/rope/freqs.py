@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ropecli.rope.geometry import TWO_PI, Geometry, critical_pair, turns, wavelength
-from ropecli.rope.methods import Schedule
+from ropecli.rope.schedule import Schedule
 
 REL_TOL = 1e-9
 

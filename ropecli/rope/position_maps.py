@@ -30,7 +30,7 @@ import numpy as np
 
 from ropecli.errors import RopeCliError
 from ropecli.rope.llamacpp_positions import batch_positions, take
-from ropecli.rope.methods import REQUIRED, Param
+from ropecli.rope.schedule import REQUIRED, Param
 
 
 @dataclass(frozen=True)

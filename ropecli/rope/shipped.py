@@ -31,7 +31,8 @@ import numpy as np
 
 from ropecli.errors import RopeCliError
 from ropecli.rope.geometry import Geometry
-from ropecli.rope.methods import compute_schedule, format_label
+from ropecli.rope.methods import compute_schedule
+from ropecli.rope.schedule import format_label
 
 # transformers' rope_type -> ropecli's method (None: plain RoPE, nothing shipped)
 TYPE_TO_METHOD = {"default": None, "mrope": None, "proportional": "pi", "linear": "pi", "dynamic": "dynamic", "yarn": "yarn",

@@ -27,8 +27,8 @@ from typing import Any, Sequence
 
 from ropecli.rope.geometry import Geometry, default_factor
 from ropecli.errors import RopeCliError
-from ropecli.rope.methods import (REGISTRY, Method, Schedule, compute_schedule, format_label, resolve_method,
-                                  resolve_params)
+from ropecli.rope.methods import REGISTRY, Method, compute_schedule, resolve_method, resolve_params
+from ropecli.rope.schedule import Schedule, format_label
 from ropecli.rope.factor_files import read_factors
 from ropecli.rope.map_spelling import map_label
 from ropecli.rope.position_maps import as_bound

@@ -41,7 +41,7 @@ class Target:
 
     @classmethod
     def of(cls, rope: Any, lengths: Sequence[int] | None, factor: float | None = None, default: bool = True) -> "Target":
-        """The target of a model (`rope`: anything with `train_len` and `geometry(k)`, a models.config.ModelRope);
+        """The target of a model (`rope`: anything with `train_len` and `geometry(k)`, a models.model_rope.ModelRope);
         no lengths: 8 L where the command has a default (`default`), else one line asking for --len."""
         chosen = tuple(check_lengths(lengths or ([default_target(rope.train_len)] if default else [])))
         return cls(chosen, factor, rope.geometry(target_factor(factor, chosen, rope.train_len)))

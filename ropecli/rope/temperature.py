@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ropecli.errors import RopeCliError
-from ropecli.rope.methods import Param
+from ropecli.rope.schedule import Param
 
 # The parameters a schedule may change (`--param attn_scale=0.2`, `search --vary beta`); the rest stay the model's
 # (Mistral 4's original_len is the length its rope block names: moving it would move the frequencies' too)

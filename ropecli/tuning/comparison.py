@@ -1,18 +1,21 @@
 """`ropecli compare` on an open session (`Bench`): every schedule on every metric, on the same windows
-(or raced, `ropecli.tuning.racing.race_specs`), each cell judged against the best of its column
+(or raced, `race_specs` on `ropecli.tuning.racing.race`), each cell judged against the best of its column
 (`ropecli.evaluation.stats.attach_paired`). Returns the command's JSON; the command prints it."""
 
 from __future__ import annotations
+
+from typing import Callable
 
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.effective_length import effective_lengths
 from ropecli.rope.spec import reference_spec
 from ropecli.rope.target import Target
-from ropecli.tuning.objective import Bench
+from ropecli.tuning.objective import Bench, window_docs, window_values, window_weights
 from ropecli.evaluation.agreement import rank_agreement
 from ropecli.evaluation.metrics import KEY_PPL, PASSKEY, PPL, REGISTRY, Metric, is_task, metric_record, prompted
+from ropecli.evaluation.inference import MARGIN
 from ropecli.evaluation.stats import attach_paired
-from ropecli.tuning.racing import race_specs
+from ropecli.tuning.racing import race
 from ropecli.tuning.serving import serve_workload
 
 
@@ -111,3 +114,25 @@ def effective_against_shipped(session: Bench, results: list[dict]) -> dict | Non
         return None
     reference = session.run([reference_spec(session.rope.geometry(1.0))], [Ls], PASSKEY)[0].to_json()
     return effective_lengths([r for r in results if r["metric"] == PASSKEY.name], reference)
+
+
+def race_specs(run, specs: list, lengths: list[int], metric: Metric | str, *, start: int, max_windows: int,
+               margin: float = MARGIN, on_round: Callable[[int, int, list[str]], None] = lambda r, n, alive: None
+               ) -> tuple[list, dict]:
+    """`ropecli compare --race`: race schedules on one metric (ppl, passkey answer NLL or KL), the
+    objective of window i being its mean over `lengths`. `run` is an `ropecli.tuning.objective.Evaluate`.
+    Returns every schedule's EvalResults on the windows it got (spec-major, as `run` gives them) and the
+    race's record."""
+    by_label = {s.label: s for s in specs}
+    latest: dict[str, list] = {}
+
+    def score(label: str, n: int):
+        latest[label] = run([by_label[label]], lengths, metric, n)
+        rows = latest[label]
+        return window_values(rows), window_docs(rows), window_weights(rows)  # what a Scorer pairs candidates on
+
+    m = metric_record(metric)
+    unit = "windows" if m.units == "windows" else f"{m.unit_word} per depth"
+    record = race(score, list(by_label), start=start, max_windows=max_windows, margin=margin, on_round=on_round,
+                  unit=unit)
+    return [r for s in specs for r in latest[s.label]], record

@@ -36,7 +36,7 @@ class Bench(Protocol):
     """A model with its windows, as the tuning layer's orchestrations (advise, compare's race) take it:
     `ropecli.evaluation.session.Session`. `run` is the Evaluate; `check` fails in one line on too little
     text before any forward pass; `held_out` is the same model on the following windows (documents)."""
-    rope: Any  # ropecli.models.config.ModelRope
+    rope: Any  # ropecli.models.model_rope.ModelRope
     inputs: Any  # ropecli.evaluation.inputs.Inputs
     progress: Any  # ropecli.evaluation.session.Progress
     is_main: bool

@@ -62,8 +62,6 @@ from ropecli.evaluation.estimand import over_lengths
 from ropecli.evaluation.inference import CONFIDENCE, MARGIN, MIN_DOCUMENTS, Paired, paired, t_upper
 from ropecli.evaluation.sample_size import projected_se
 from ropecli.evaluation.stats import describe
-from ropecli.evaluation.metrics import Metric, metric_record
-from ropecli.tuning.objective import window_docs, window_values, window_weights
 
 ALPHA = 1 - CONFIDENCE  # the chance that the true best is ever dropped
 
@@ -276,25 +274,3 @@ def summarize(field_: dict, leader: Entrant | None, rounds: list, stop: str, pla
             "delta": delta, "within_delta": stop == "within-delta",
             "inference": inference and {k: inference.get(k) for k in ("inference", "generalizes_to", "documents")},
             "candidates": rows, "outcome": outcome, "windows_spent": sum(r["windows"] for r in rows.values())}
-
-
-def race_specs(run, specs: list, lengths: list[int], metric: Metric | str, *, start: int, max_windows: int,
-               margin: float = MARGIN, on_round: Callable[[int, int, list[str]], None] = lambda r, n, alive: None
-               ) -> tuple[list, dict]:
-    """`ropecli compare --race`: race schedules on one metric (ppl, passkey answer NLL or KL), the
-    objective of window i being its mean over `lengths`. `run` is an `ropecli.tuning.objective.Evaluate`.
-    Returns every schedule's EvalResults on the windows it got (spec-major, as `run` gives them) and the
-    race's record."""
-    by_label = {s.label: s for s in specs}
-    latest: dict[str, list] = {}
-
-    def score(label: str, n: int):
-        latest[label] = run([by_label[label]], lengths, metric, n)
-        rows = latest[label]
-        return window_values(rows), window_docs(rows), window_weights(rows)  # what a Scorer pairs candidates on
-
-    m = metric_record(metric)
-    unit = "windows" if m.units == "windows" else f"{m.unit_word} per depth"
-    record = race(score, list(by_label), start=start, max_windows=max_windows, margin=margin, on_round=on_round,
-                  unit=unit)
-    return [r for s in specs for r in latest[s.label]], record

@@ -26,7 +26,7 @@ from typing import Callable
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.stats import tie_answer
 from ropecli.rope.geometry import Geometry
-from ropecli.rope.methods import format_label
+from ropecli.rope.schedule import format_label
 from ropecli.rope.spec import Spec, make_spec, reference_spec, standard_specs_for
 from ropecli.rope.position_maps import check_map
 from ropecli.rope.temperature import TUNABLE_NAMES, tempered
