@@ -294,8 +294,8 @@ def test_a_late_precision_search_scores_every_point_on_half_its_windows_and_its_
     from fakes import ppl_result
     from ropecli.report.search_tables import objective_text
     from ropecli.rope.geometry import Geometry
-    from ropecli.tuning.search import run_search
-    from ropecli.tuning.space import Dim
+    from ropecli.tuning.search import run_search, scorer
+    from ropecli.tuning.space import Dim, Effort, SearchSpace
 
     difficulty = np.array([0.3, -0.2, 0.1, -0.4, 0.2, 0.0, 0.15, -0.1])
     asked = []
@@ -312,8 +312,8 @@ def test_a_late_precision_search_scores_every_point_on_half_its_windows_and_its_
 
     target = Target((2048,), None, Geometry(64, 1e4, 256, 8.0))
     told = []
-    out = run_search(run, None, target, "mixed", [Dim("b", 0.0, 1.0)], {}, budget=12, optimizer="golden", windows=8,
-                     finalists=3, expect=lambda c, m="ppl", s=None: told.append(s))
+    out = run_search(run, target, SearchSpace("mixed", (Dim("b", 0.0, 1.0),)), Effort(12, "golden", windows=8, finalists=3),
+                     scorer(run, target), expect=lambda c, m="ppl", s=None: told.append(s))
     partial = [e for e in out["evaluations"] if "partial" in e]
     final = [e for e in out["evaluations"] if "finalist" in e]
     assert len(final) == 3 and len(partial) == len(out["evaluations"]) - 3

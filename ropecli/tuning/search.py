@@ -36,7 +36,7 @@ from ropecli.tuning.optimizers import (boundary, check_range, default_optimizer,
                                        local_maxima, optimize)
 from ropecli.tuning.late_precision import first_windows, promote
 from ropecli.tuning.racing import worse_test
-from ropecli.tuning.space import Dim, start_point
+from ropecli.tuning.space import Dim, Effort, SearchSpace, start_point
 from ropecli.evaluation.metrics import PPL, Metric, metric_record, prompted
 
 SCREEN_ALPHA = 0.05  # one interim look per point, against the one incumbent
@@ -46,24 +46,18 @@ SCREEN_ALPHA = 0.05  # one interim look per point, against the one incumbent
 SAME_AS_MIXED = {"pi": 0.0, "ntk-fixed": 1.0}
 
 
-def run_search(run: Evaluate, held_out_run: Evaluate | None, target: Target, method: str, dims: list[Dim], fixed: dict,
-               *, budget: int, optimizer: str = "auto", objective: Metric | str = PPL, log_n: bool = False,
-               max_short_regression: float | None = None, max_short_kl: float | None = None,
-               references: list[Spec] | None = None, tol: float | None = None, score: Scorer | None = None,
-               windows: int | None = None, screen: bool = False, position_map: tuple = (), finalists: int = 0,
+def run_search(run: Evaluate, target: Target, space: SearchSpace, effort: Effort, score: Scorer, *,
+               held_out_run: Evaluate | None = None, references: list[Spec] | None = None,
                expect: Callable[..., None] = lambda count, metric=PPL, samples=None: None) -> dict:
-    """Search `dims` of `method` (other parameters `fixed`; under `position_map`, its parameters may be dims too) for
-    the lowest objective over the target's lengths
-    within `budget` evaluations (specs built with the target's factor as given); with `held_out_run`, re-measure the winner and the standard methods there.
-    `score`: a Scorer to share with the caller (search-b scores its references with the same guards).
-    `screen` (with the number of searched `windows`): a point hopeless against the incumbent after its
-    first half of the windows stops there (`screened`); `finalists` (advise's raced searches): every point on the
-    first half of the windows, the best `finalists` then on all (`late_precision`); `expect` hears of the windows
-    it did not take."""
+    """Search `space` for the lowest objective `score` gives over the target's lengths (specs built with the target's
+    factor as given), spending `effort`; with `held_out_run`, re-measure the winner and the standard methods
+    (`references`) there. `score`: a Scorer (`scorer`), shared with a caller that scores its own references with the
+    same guards (search-b); `expect` hears of the windows a screened or late-precision search did not take."""
     geom, lengths, factor = target.geom, list(target.lengths), target.factor
-    objective = metric_record(objective)  # resolved once: the record goes down
-    score = score or Scorer(run, geom.shipped_len, lengths, objective, target.k, max_short_regression, max_short_kl,
-                            reference_spec(geom))
+    method, dims, fixed, log_n, position_map = space.method, space.dims, space.fixed, space.log_n, space.position_map
+    budget, optimizer, tol, windows, screen, finalists = (effort.budget, effort.optimizer, effort.tol, effort.windows,
+                                                          effort.screen, effort.finalists)
+    objective = score.objective
     evaluations: list[dict] = []
 
     def screened(spec: Spec, above: float | None) -> dict | None:
@@ -164,6 +158,15 @@ def compare_with_best(evaluations: list[dict], best: dict, dims: list[Dim], brac
             "bracket": [d.value(u) for u in bracket] if bracket else None, "equivalent": [tied[0], tied[-1]]}
 
 
+def scorer(run: Evaluate, target: Target, objective: Metric | str = PPL, max_short_regression: float | None = None,
+           max_short_kl: float | None = None) -> Scorer:
+    """The Scorer of a search on `target`: its objective over the target's lengths, the guards at the shipped length
+    (the target's k) against the model as shipped."""
+    geom = target.geom
+    return Scorer(run, geom.shipped_len, list(target.lengths), objective, target.k, max_short_regression, max_short_kl,
+                  reference_spec(geom))
+
+
 def search_b(run: Evaluate, target: Target, *, lo: float = 0.0, hi: float = 1.0, tol: float = 0.01,
              log_n: bool = False, max_short_regression: float | None = None,
              max_short_kl: float | None = None, objective: Metric | str = PPL, windows: int | None = None,
@@ -175,11 +178,9 @@ def search_b(run: Evaluate, target: Target, *, lo: float = 0.0, hi: float = 1.0,
     evals = interior_evaluations(lo, hi, tol) + 2  # both ends, then the interior points
     geom, lengths, factor = target.geom, list(target.lengths), target.factor
     objective = metric_record(objective)
-    score = Scorer(run, geom.shipped_len, lengths, objective, target.k, max_short_regression, max_short_kl,
-                   reference_spec(geom))  # one Scorer: the references meet the same guards
-    out = run_search(run, None, target, "mixed", [Dim("b", lo, hi)], {}, budget=evals, optimizer="golden",
-                     objective=objective, log_n=log_n, tol=tol / (hi - lo), score=score,
-                     windows=windows, screen=screen, expect=expect)
+    score = scorer(run, target, objective, max_short_regression, max_short_kl)  # one Scorer: the references meet the same guards
+    out = run_search(run, target, SearchSpace("mixed", (Dim("b", lo, hi),), log_n=log_n),
+                     Effort(evals, "golden", tol / (hi - lo), windows, screen), score, expect=expect)
     for e in out["evaluations"]:
         e["b"] = e["params"]["b"]
     best = next(e for e in out["evaluations"] if e.get("vs_best", {}).get("best"))

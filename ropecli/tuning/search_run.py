@@ -16,8 +16,8 @@ from ropecli.export.hf import check_writable, write_hf_block
 from ropecli.rope.methods import resolve_method
 from ropecli.rope.spec import make_spec, parse_params
 from ropecli.tuning.optimizers import min_budget
-from ropecli.tuning.search import parse_reference, run_search, search_b
-from ropecli.tuning.space import ANY_GEOMETRY, parse_vary
+from ropecli.tuning.search import parse_reference, run_search, scorer, search_b
+from ropecli.tuning.space import ANY_GEOMETRY, Effort, SearchSpace, parse_vary
 
 
 @dataclass
@@ -98,11 +98,10 @@ def search_on(session: Bench, plan: SearchPlan, target: Target, method: str, var
     preflight(session, plan, target, held)
     lengths, geom = list(target.lengths), target.geom
     dims = parse_vary(vary, method, geom, plan.position_map)  # default bounds from the model's geometry (critical: 1 … d/2)
-    out = run_search(session.run, held.run, target, method, dims, fixed, budget=budget, optimizer=optimizer,
-                     position_map=plan.position_map,
-                     objective=plan.objective, log_n=plan.log_n, references=refs,
-                     max_short_regression=plan.max_short_regression, max_short_kl=plan.max_short_kl,
-                     windows=session.inputs.count(plan.objective), screen=plan.race)
+    space = SearchSpace(method, tuple(dims), fixed, plan.log_n, plan.position_map)
+    effort = Effort(budget, optimizer, windows=session.inputs.count(plan.objective), screen=plan.race)
+    score = scorer(session.run, target, plan.objective, plan.max_short_regression, plan.max_short_kl)
+    out = run_search(session.run, target, space, effort, score, held_out_run=held.run, references=refs)
     out = {**session.header(), **out, "held_out_windows": held.inputs.samples,
            "held_out_first_window": held.inputs.first_window_at(max(lengths)),
            "held_out_split": held.inputs.split_note(max(lengths)), "screened": plan.race, **session.tally(held)}

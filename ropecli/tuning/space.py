@@ -11,7 +11,7 @@ from the model's own values.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ropecli.errors import RopeCliError
 from ropecli.rope.geometry import Geometry, critical_pair
@@ -41,6 +41,30 @@ class Dim:
 
 
 _LOGGED = {("yarn", "beta_fast"), ("yarn", "beta_slow"), ("llama3", "low_freq_factor"), ("llama3", "high_freq_factor")}
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """What a search moves through: `method` with `fixed` parameters and `dims` varied, under log-n and a position map
+    (whose parameters may be dims too)."""
+    method: str
+    dims: tuple[Dim, ...]
+    fixed: dict = field(default_factory=dict)
+    log_n: bool = False
+    position_map: tuple = ()
+
+
+@dataclass(frozen=True)
+class Effort:
+    """How a search spends forward passes: `budget` evaluations by `optimizer` (to accuracy `tol`); on `windows`
+    searched windows, a point hopeless against the incumbent after half of them stops there (`screen`); with
+    `finalists` (advise's raced searches) every point on the first half, the best `finalists` then on all."""
+    budget: int
+    optimizer: str = "auto"
+    tol: float | None = None
+    windows: int | None = None
+    screen: bool = False
+    finalists: int = 0
 
 
 def default_bounds(method: str, name: str, geom: Geometry, varied: list[str]) -> tuple[float, float, bool]:

@@ -45,8 +45,8 @@ from ropecli.tuning.racing import ALPHA
 from ropecli.tuning.ranking import RULE, RULE_RACED, rank
 from ropecli.rope.map_spelling import map_json
 from ropecli.tuning.map_candidates import map_rule, map_spec, search_ranges
-from ropecli.tuning.search import point_spec, run_search
-from ropecli.tuning.space import parse_vary
+from ropecli.tuning.search import point_spec, run_search, scorer
+from ropecli.tuning.space import Effort, SearchSpace, parse_vary
 from ropecli.tuning.serving import serve_workload
 from ropecli.tuning.standings import Standings
 from ropecli.tuning.task_guard import guard_line, guard_row, guard_why
@@ -70,9 +70,10 @@ def search_candidates(run: Evaluate, target: Target, names: list[str], budget: i
             method, T = reference_spec(target.geom).method, target.longest
             pmap, vary = map_rule(name, target.geom.shipped_len, T), search_ranges(name, target.geom.shipped_len, T)
         dims = parse_vary(vary, method, target.geom, pmap)
-        res = run_search(run, None, target, method, dims, {}, budget=n_evals, log_n=log_n, position_map=pmap,
-                         windows=windows, screen=screen, expect=expect, objective=metric,
-                         finalists=max(2, n_evals // 4) if screen else 0)  # raced: precision bought late
+        finalists = max(2, n_evals // 4) if screen else 0  # raced: precision bought late
+        res = run_search(run, target, SearchSpace(method, tuple(dims), log_n=log_n, position_map=pmap),
+                         Effort(n_evals, windows=windows, screen=screen, finalists=finalists), scorer(run, target, metric),
+                         expect=expect)
         out[name] = {"spec": point_spec(method, res["best_params"], target.factor, log_n, pmap), "search": res}
     return out
 
