@@ -108,22 +108,22 @@ class Measured:
     advice: str | None = None
 
 
-def what_was_measured(target: Path, kind: str, flags: Measured) -> tuple[Expected, str | None, str | None]:
-    """(Expected, the source model, its GGUF file name): from the manifest beside `target`, an advice.json,
+def what_was_measured(artefact: Path, kind: str, flags: Measured) -> tuple[Expected, str | None, str | None]:
+    """(Expected, the source model, its GGUF file name): from the manifest beside `artefact`, an advice.json,
     or the flags, in that order unless flags are given."""
     flags_given = bool(flags.methods) or flags.target_len is not None
     model, gguf_file = flags.model, flags.gguf_file
-    manifest = None if (flags.advice or flags_given) else manifest_path(target)
+    manifest = None if (flags.advice or flags_given) else manifest_path(artefact)
     if manifest is not None and manifest.is_file():
         made = read_json(manifest)
         model, gguf_file = model or made.get("model") or None, gguf_file or made.get("gguf_file")
         return expected_from_export(made, manifest, model_rope(model, gguf_file)), model, gguf_file
-    advice = Path(flags.advice) if flags.advice else (None if flags_given else advice_beside(target))
+    advice = Path(flags.advice) if flags.advice else (None if flags_given else advice_beside(artefact))
     if advice is not None:
         adv = read_json(advice)
         model = model or adv.get("model") or None
         return expected_from_advice(adv, advice, model_rope(model, gguf_file)), model, gguf_file
-    return expected_from_flags(target, kind, flags), model, gguf_file
+    return expected_from_flags(artefact, kind, flags), model, gguf_file
 
 
 def model_rope(model: str | None, gguf_file: str | None) -> ModelRope | None:
@@ -137,12 +137,12 @@ def model_rope(model: str | None, gguf_file: str | None) -> ModelRope | None:
         return None
 
 
-def advice_beside(target: Path) -> Path | None:
-    folder = target if target.is_dir() else target.parent
+def advice_beside(artefact: Path) -> Path | None:
+    folder = artefact if artefact.is_dir() else artefact.parent
     return next((c for c in (folder / "advice.json", folder.parent / "advice.json") if c.is_file()), None)
 
 
-def expected_from_flags(target: Path, kind: str, f: Measured) -> Expected:
+def expected_from_flags(artefact: Path, kind: str, f: Measured) -> Expected:
     """The schedule from --method/--b/--param at --len on the geometry of --model (or --d/--base/--train-len,
     or, lacking those, what the artefact states)."""
     if f.target_len is None and f.k is None:
@@ -154,9 +154,9 @@ def expected_from_flags(target: Path, kind: str, f: Measured) -> Expected:
         raise RopeCliError("verify checks one schedule: one --method, at most one --b")
     stated = None
     if f.model is None and None in (f.rotary_dim, f.base, f.train_len):  # the artefact fills the gaps (said in the output)
-        stated = artefact_geometry(target, kind)
+        stated = artefact_geometry(artefact, kind)
         if not stated["rotary_dim"] and f.rotary_dim is None:
-            raise RopeCliError(f"{target}: its rotary dim cannot be read from it; pass --d or --model")
+            raise RopeCliError(f"{artefact}: its rotary dim cannot be read from it; pass --d or --model")
     geom, rope = geometry_from_flags(f.rotary_dim, f.base, f.train_len, f.k, f.target_len, f.model, f.gguf_file,
                                      f.rope_layers, fallback=stated)
     rope = rope or ModelRope("", geom.rotary_dim, geom.base, geom.train_len)

@@ -44,25 +44,25 @@ def check_writable(path: str, flag: str, force: bool = True) -> None:
         raise RopeCliError(f"{flag} {path} exists; pass --force to overwrite it, or choose another path")
 
 
-def rope_block(target: ModelRope, spec: Spec, factor: float, consistent: bool = False) -> tuple[dict, str]:
+def rope_block(rope: ModelRope, spec: Spec, factor: float, consistent: bool = False) -> tuple[dict, str]:
     """(block, note): `{"rope_parameters": …, "max_position_embeddings": k*L}` running `spec` at factor k;
     per layer type (`{type: params or "unchanged"}`) for per-type models. With log-n the attention
     factor is the constant sqrt(log_L(k*L)): log-n's query scale at the target length."""
-    if target.rotating_pairs is not None:  # p-RoPE: transformers' own 'proportional' block, one factor (export.p_rope)
-        return p_rope_block(target, spec, factor)
+    if rope.rotating_pairs is not None:  # p-RoPE: transformers' own 'proportional' block, one factor (export.p_rope)
+        return p_rope_block(rope, spec, factor)
     if spec.length_dependent and not spec.log_n and not spec.composed:  # dynamic NTK: transformers' own type follows the length
-        return dynamic_block(target, factor)
+        return dynamic_block(rope, factor)
     per_type: dict[Any, dict] = {}
-    for layer_type, base in target.scaled_bases.items():
-        geom = target.geometry(factor, base)
-        block = rope_parameters_block(geom, spec.schedule(geom), partial_rotary_factor=target.partial_rotary_factor)
+    for layer_type, base in rope.scaled_bases.items():
+        geom = rope.geometry(factor, base)
+        block = rope_parameters_block(geom, spec.schedule(geom), partial_rotary_factor=rope.partial_rotary_factor)
         params = block["rope_parameters"]
-        if target.shipped is not None:  # the shipped schedule up to Ls (short_factor), the extension past it
-            params["original_max_position_embeddings"] = target.shipped_len
-            params["short_factor"] = [float(x) for x in target.shipped.at(target.rotary_dim, base)[0]]
-            params.update(softmax_scale_keys(target))
+        if rope.shipped is not None:  # the shipped schedule up to Ls (short_factor), the extension past it
+            params["original_max_position_embeddings"] = rope.shipped_len
+            params["short_factor"] = [float(x) for x in rope.shipped.at(rope.rotary_dim, base)[0]]
+            params.update(softmax_scale_keys(rope))
         if spec.log_n:
-            params["attention_factor"] = math.sqrt(math.log(geom.target_len) / math.log(target.train_len))
+            params["attention_factor"] = math.sqrt(math.log(geom.target_len) / math.log(rope.train_len))
         if consistent:
             params["short_factor"] = list(params["long_factor"])
         per_type[layer_type] = params
@@ -73,57 +73,57 @@ def rope_block(target: ModelRope, spec: Spec, factor: float, consistent: bool = 
                  "length (transformers applies one constant to q and k)")
     if consistent:
         note += "; short_factor = long_factor (--consistent)"
-    elif target.shipped is not None:
-        note += f"; short_factor = the shipped {target.shipped.label} up to Ls = {target.shipped_len}"
+    elif rope.shipped is not None:
+        note += f"; short_factor = the shipped {rope.shipped.label} up to Ls = {rope.shipped_len}"
     else:
         note += "; short_factor = 1 (unscaled up to L)"
-    max_pos = int(round(factor * target.train_len))
-    if not target.layer_types:
+    max_pos = int(round(factor * rope.train_len))
+    if not rope.layer_types:
         return {"rope_parameters": first, "max_position_embeddings": max_pos}, note
     note += "; per layer type: merge the scaled entries into your config's rope_parameters, keep the others"
-    return {"rope_parameters": {lt: per_type.get(lt, "unchanged") for lt in target.layer_types},
+    return {"rope_parameters": {lt: per_type.get(lt, "unchanged") for lt in rope.layer_types},
             "max_position_embeddings": max_pos}, note
 
 
-def p_rope_block(target: ModelRope, spec: Spec, factor: float) -> tuple[dict, str]:
+def p_rope_block(rope: ModelRope, spec: Spec, factor: float) -> tuple[dict, str]:
     """A p-RoPE model's block: `proportional` at the one factor `spec` divides the rotating pairs by, per scaled type."""
-    geom = target.geometry(factor)
-    if (why := p_rope_refusal(spec, geom, target)) is not None:
+    geom = rope.geometry(factor)
+    if (why := p_rope_refusal(spec, geom, rope)) is not None:
         raise RopeCliError(why)
     k = uniform_factor(spec, geom)
-    per_type = {lt: proportional_block(target, base, k) for lt, base in target.scaled_bases.items()}
-    note = f"{spec.label} as transformers' 'proportional' (p-RoPE) with factor {k:g}: pairs past {target.rotating_pairs} stay at 0"
-    block = per_type[None] if not target.layer_types else {lt: per_type.get(lt, "unchanged") for lt in target.layer_types}
-    return {"rope_parameters": block, "max_position_embeddings": int(round(factor * target.train_len))}, note
+    per_type = {lt: proportional_block(rope, base, k) for lt, base in rope.scaled_bases.items()}
+    note = f"{spec.label} as transformers' 'proportional' (p-RoPE) with factor {k:g}: pairs past {rope.rotating_pairs} stay at 0"
+    block = per_type[None] if not rope.layer_types else {lt: per_type.get(lt, "unchanged") for lt in rope.layer_types}
+    return {"rope_parameters": block, "max_position_embeddings": int(round(factor * rope.train_len))}, note
 
 
-def softmax_scale_keys(target: ModelRope) -> dict:
+def softmax_scale_keys(rope: ModelRope) -> dict:
     """Keys of the shipped block that a model reads outside its rotary module, kept in the export: DeepSeek-V2/V3
     multiply the softmax scale by mscale(factor, mscale_all_dim)^2 whenever rope_type is not default
     (`DeepseekV3Attention.__init__`, transformers' modeling_deepseek_v3.py), so the export keeps the shipped
     factor and mscale_all_dim: the attention scale ropecli measured under (it patches the rotary only)."""
-    shipped = dict(target.shipped.params) if target.shipped else {}
+    shipped = dict(rope.shipped.params) if rope.shipped else {}
     if shipped.get("mscale_all_dim"):
-        return {"factor": target.shipped.factor, "mscale_all_dim": shipped["mscale_all_dim"]}
+        return {"factor": rope.shipped.factor, "mscale_all_dim": shipped["mscale_all_dim"]}
     return {}
 
 
-def dynamic_block(target: ModelRope, factor: float) -> tuple[dict, str]:
+def dynamic_block(rope: ModelRope, factor: float) -> tuple[dict, str]:
     """Dynamic NTK as transformers' own `dynamic` type: its factor depends on the current length, which a
     static long_factor cannot express. transformers reads L from max_position_embeddings (kept at L)."""
     per_type = {}
-    for layer_type, base in target.scaled_bases.items():
+    for layer_type, base in rope.scaled_bases.items():
         params = {"rope_type": "dynamic", "rope_theta": base, "factor": factor}
-        if target.partial_rotary_factor != 1.0:
-            params["partial_rotary_factor"] = target.partial_rotary_factor
+        if rope.partial_rotary_factor != 1.0:
+            params["partial_rotary_factor"] = rope.partial_rotary_factor
         per_type[layer_type] = params
     note = (f"dynamic NTK as transformers' rope_type 'dynamic', factor {factor:g}: base scaled by the current length "
             "past L (max_position_embeddings stays L; transformers keeps the largest length seen until a prompt "
             "shorter than L resets it; vLLM computes it once for k*L)")
-    if not target.layer_types:
-        return {"rope_parameters": per_type[None], "max_position_embeddings": target.train_len}, note
-    return {"rope_parameters": {lt: per_type.get(lt, "unchanged") for lt in target.layer_types},
-            "max_position_embeddings": target.train_len}, note
+    if not rope.layer_types:
+        return {"rope_parameters": per_type[None], "max_position_embeddings": rope.train_len}, note
+    return {"rope_parameters": {lt: per_type.get(lt, "unchanged") for lt in rope.layer_types},
+            "max_position_embeddings": rope.train_len}, note
 
 
 def write_json(path: str, obj: Any) -> None:

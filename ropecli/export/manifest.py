@@ -22,18 +22,18 @@ def manifest_path(out: str | Path) -> Path:
     return out / MANIFEST if out.is_dir() else out.with_name(out.name + ".ropecli.json")
 
 
-def write_manifest(out: str, spec: Spec, geom: Geometry, target: ModelRope, rec: Runtime, model: str | None,
+def write_manifest(out: str, spec: Spec, geom: Geometry, rope: ModelRope, rec: Runtime, model: str | None,
                    gguf_file: str | None, consistent: bool) -> str:
     """What an export wrote, for `ropecli verify` to check it against with no flags: the schedule, k, the
     target length and the geometry it used; `rec`: the runtime's record."""
     path = manifest_path(out)
     atomic_write_text(path, json.dumps({
         "ropecli_export": 1, "runtime": rec.name, "method": spec.method, "composed": spec.composed, "label": spec.label,
-        "shipped": target.shipped.to_json() if target.shipped else None,
+        "shipped": rope.shipped.to_json() if rope.shipped else None,
         "params": {k: v for k, v in dict(spec.params).items() if v is not None and k != "factors"}, "log_n": spec.log_n,
         "factor": geom.factor, "target_len": geom.target_len, "train_len": geom.train_len,
         "rotary_dim": geom.rotary_dim, "base": geom.base, "model": model, "gguf_file": gguf_file,
-        "consistent": consistent, "scaled_layer_types": list(target.scaled_types),
+        "consistent": consistent, "scaled_layer_types": list(rope.scaled_types),
         "position_map": map_json(spec.position_map), "temperature": dict(spec.temperature) or None,
         "works_with": rec.describe()["versions"]}, indent=1))
     return str(path)

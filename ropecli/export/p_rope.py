@@ -22,12 +22,12 @@ from ropecli.rope.geometry import Geometry
 from ropecli.rope.spec import Spec
 
 
-def p_rope_refusal(spec: Spec, geom: Geometry, target: ModelRope, rec: Runtime | None = None) -> str | None:
+def p_rope_refusal(spec: Spec, geom: Geometry, rope: ModelRope, rec: Runtime | None = None) -> str | None:
     """Why the runtime `rec` cannot serve `spec` on this p-RoPE model (None: it can, or the model is not p-RoPE);
     `rec` None: transformers' own 'proportional' block, one factor for every rotating pair."""
-    if target.rotating_pairs is None or spec.native:
+    if rope.rotating_pairs is None or spec.native:
         return None
-    if target.shipped is None and uniform_factor(spec, geom) == 1.0:
+    if rope.shipped is None and uniform_factor(spec, geom) == 1.0:
         return None  # the unscaled model is the model as shipped: every runtime serves it
     runtime = rec.name if rec else "transformers"
     if rec and rec.p_rope_schedules == "per-pair":  # llama.cpp: rope_freqs on the rotating pairs, 1e30 kept past them
@@ -55,7 +55,7 @@ def uniform_factor(spec: Spec, geom: Geometry) -> float | None:
     return float(rotating[0])
 
 
-def proportional_block(target: ModelRope, base: float, factor: float) -> dict:
+def proportional_block(rope: ModelRope, base: float, factor: float) -> dict:
     """transformers' own p-RoPE block at `factor` (the model's partial_rotary_factor kept)."""
-    return {"rope_type": "proportional", "partial_rotary_factor": target.partial_rotary_factor, "rope_theta": base,
+    return {"rope_type": "proportional", "partial_rotary_factor": rope.partial_rotary_factor, "rope_theta": base,
             "factor": factor}

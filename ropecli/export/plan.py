@@ -30,7 +30,7 @@ from ropecli.export.temperature import temperature_line, temperature_refusal
 from ropecli.export.writers import is_gguf
 from ropecli.export.switching import switching_report
 
-def runtime_behaviour(target: ModelRope, consistent: bool) -> dict[str, str]:
+def runtime_behaviour(rope: ModelRope, consistent: bool) -> dict[str, str]:
     """What each runtime does with an export, in words (from its record, `ropecli.export.runtimes`); a switching
     export (short_factor = 1, or the shipped schedule up to Ls) is described where it switches."""
     out = {}
@@ -39,9 +39,9 @@ def runtime_behaviour(target: ModelRope, consistent: bool) -> dict[str, str]:
             out[name] = f"the schedule at every length; decoding: {rec.decoding}"
         else:
             out[name] = f"{rec.at_length}; decoding: {rec.decoding}"
-    if target.shipped is not None and not consistent:
-        out["transformers"] = (f"per forward pass: long_factor once the sequence is longer than Ls = {target.shipped_len}, "
-                               f"the shipped {target.shipped.label} (short_factor) up to Ls; decoding: "
+    if rope.shipped is not None and not consistent:
+        out["transformers"] = (f"per forward pass: long_factor once the sequence is longer than Ls = {rope.shipped_len}, "
+                               f"the shipped {rope.shipped.label} (short_factor) up to Ls; decoding: "
                                f"{records()['transformers'].decoding}")
     return out
 
@@ -82,7 +82,7 @@ def export_target(geom: Geometry, rope: ModelRope | None, base_given: bool) -> M
     return rope.overridden(rotary_dim=geom.rotary_dim, base=geom.base if base_given else None, train_len=geom.train_len)
 
 
-def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str, out: str | None, *,
+def export_schedule(spec: Spec, geom: Geometry, rope: ModelRope, runtime: str, out: str | None, *,
                     model: str | None = None, gguf_file: str | None = None, force: bool = False,
                     consistent: bool = True, replace: bool = False, measure_switching: bool = True,
                     weights: str = "link") -> dict:
@@ -96,21 +96,21 @@ def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str,
     check_map_served(spec, runtime)
     hooks = resolve_runtime(runtime)  # resolved once: its record (passed down: no helper looks one up) and its hooks
     rec = hooks.record
-    if (why := p_rope_refusal(spec, geom, target, rec) or temperature_refusal(spec, target, rec)) is not None:
+    if (why := p_rope_refusal(spec, geom, rope, rec) or temperature_refusal(spec, rope, rec)) is not None:
         raise RopeCliError(why)
     if spec.position_map and hooks.write_map is not None:  # the runtime's own config serves the map (SGLang: DCA)
-        result = {**hooks.write_map(spec, geom, target, out, model=model), "runtime": runtime,
+        result = {**hooks.write_map(spec, geom, rope, out, model=model), "runtime": runtime,
                   "position_map": map_json(spec.position_map), "versions": works_with(runtime), "runtimes": {}}
         if out is not None:
-            result["manifest"] = write_manifest(out, spec, geom, target, record(runtime), model, gguf_file, consistent)
+            result["manifest"] = write_manifest(out, spec, geom, rope, record(runtime), model, gguf_file, consistent)
             result["lines"].append(f"wrote {result['manifest']}: what was exported (`ropecli verify {out}` reads it)")
         return result
     map_lines = (hooks.map_lines(spec.position_map, out, geom.target_len, model=model, gguf_file=gguf_file)
                  if spec.position_map else [])  # checked first
     if spec.native:
-        native = native_export(target, runtime)
+        native = native_export(rope, runtime)
         return {**native, "lines": [*native.get("lines", []), *map_lines]} if map_lines else native
-    result = hooks.write(spec, geom, target, out, model=model, gguf_file=gguf_file, force=force,
+    result = hooks.write(spec, geom, rope, out, model=model, gguf_file=gguf_file, force=force,
                                    consistent=consistent, replace=replace)
     result["runtime"] = runtime
     result["lines"] += [f"{o.label}: --to {o.name} writes {o.artefact} (context {geom.target_len})"
@@ -121,19 +121,19 @@ def export_schedule(spec: Spec, geom: Geometry, target: ModelRope, runtime: str,
     if result.get("linked"):
         result["weights"] = weights
         result["lines"].append(place_weights(Path(out), result["linked"], weights))
-    result["lines"] += [line] if (line := temperature_line(target, rec, spec, result.get("arch"))) else []  # or changed
-    result.update(runtimes=runtime_behaviour(target, consistent), consistent=consistent, versions=works_with(runtime))
+    result["lines"] += [line] if (line := temperature_line(rope, rec, spec, result.get("arch"))) else []  # or changed
+    result.update(runtimes=runtime_behaviour(rope, consistent), consistent=consistent, versions=works_with(runtime))
     result["lines"] += [works_with_line(runtime), *installed_lines(runtime)]
-    flag = replaces_shipped(target, runtime, consistent)
+    flag = replaces_shipped(rope, runtime, consistent)
     if flag:
         result["replaces_shipped"] = flag
         result["lines"].append(f"note: {flag}")
     rec, dynamic = record(runtime), is_dynamic(spec)
     if (rec.dynamic_rule if dynamic else rec.rule) == PER_FORWARD and (not consistent or dynamic):
-        result.update(switching_report(spec, geom, target, model, gguf_file, measure_switching, runtime))
+        result.update(switching_report(spec, geom, rope, model, gguf_file, measure_switching, runtime))
         result["lines"] += result["switching_lines"]
     if out is not None:
-        result["manifest"] = write_manifest(out, spec, geom, target, record(runtime), model, gguf_file, consistent)
+        result["manifest"] = write_manifest(out, spec, geom, rope, record(runtime), model, gguf_file, consistent)
         result["lines"].append(f"wrote {result['manifest']}: what was exported (`ropecli verify {out}` reads it)")
     return result
 
@@ -157,29 +157,29 @@ def installed_lines(runtime: str) -> list[str]:
     return too_old(runtime)
 
 
-def native_export(target: ModelRope, runtime: str) -> dict:
+def native_export(rope: ModelRope, runtime: str) -> dict:
     """`native` exported: nothing to write, and the line that says so."""
-    line = (f"native is {target.name or 'the model'} as shipped ({target.describe_shipped()}): nothing to export, no "
+    line = (f"native is {rope.name or 'the model'} as shipped ({rope.describe_shipped()}): nothing to export, no "
             f"file written; serve the model as it is")
-    return {"runtime": runtime, "native": True, "factor": 1.0, "target_len": target.shipped_len, "block": None,
+    return {"runtime": runtime, "native": True, "factor": 1.0, "target_len": rope.shipped_len, "block": None,
             "lines": [line], "runtimes": {}, "consistent": False}
 
 
-def replaces_shipped(target: ModelRope, runtime: str, consistent: bool) -> str | None:
+def replaces_shipped(rope: ModelRope, runtime: str, consistent: bool) -> str | None:
     """Whether an export would replace the shipped schedule within Ls, in the runtime's own terms (None: it keeps it)."""
-    if target.shipped is None:
+    if rope.shipped is None:
         return None
-    what = f"the shipped {target.shipped.label}"
+    what = f"the shipped {rope.shipped.label}"
 
     rec = record(runtime)
     if rec.rule == ROPE_FREQS:
-        return f"{rec.label} applies the GGUF's schedule at every length: this export replaces {what} within Ls = {target.shipped_len} too"
+        return f"{rec.label} applies the GGUF's schedule at every length: this export replaces {what} within Ls = {rope.shipped_len} too"
     if rec.rule == AT_START_UP:
         return (f"{rec.label} picks long_factor once at start-up for every request: this export replaces {what} within "
-                f"Ls = {target.shipped_len} too")
+                f"Ls = {rope.shipped_len} too")
     if consistent:
         return (f"the consistent export (the default) writes the extension at every length: it replaces {what} within "
-                f"Ls = {target.shipped_len} (--switching keeps it, with stale keys when generation crosses Ls)")
+                f"Ls = {rope.shipped_len} (--switching keeps it, with stale keys when generation crosses Ls)")
     return None
 
 

@@ -227,14 +227,14 @@ def rope_freqs_of(path: Path) -> np.ndarray | None:
     return None
 
 
-def artefact_geometry(target: Path, kind: str) -> dict:
+def artefact_geometry(artefact: Path, kind: str) -> dict:
     """d, base and L as an artefact states them (a GGUF's header, a config.json or a block; None where it
     does not), by the one rule (`ropecli.models.geometry.config_geometry`); one line if it is unreadable."""
     try:
         if kind == "llamacpp":
-            a = gguf_applied(target, 1)[0]
+            a = gguf_applied(artefact, 1)[0]
             return {"rotary_dim": a.factors is not None and 2 * len(a.factors), "base": a.rope_theta, "train_len": a.train_len}
-        cfg = read_json(target / "config.json" if target.is_dir() else target)
+        cfg = read_json(artefact / "config.json" if artefact.is_dir() else artefact)
         text = cfg.get("text_config") or cfg
         rp = text.get("rope_parameters") or {}
         rp = rp if "rope_type" in rp else next((v for v in rp.values() if isinstance(v, dict)), {})
@@ -242,4 +242,4 @@ def artefact_geometry(target: Path, kind: str) -> dict:
         return {"rotary_dim": 2 * len(rp.get("long_factor") or []) or g.rotary_dim, "base": rp.get("rope_theta"),
                 "train_len": g.original_len}
     except UNREADABLE as exc:
-        raise unreadable(target, exc) from None
+        raise unreadable(artefact, exc) from None

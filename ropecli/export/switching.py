@@ -23,17 +23,17 @@ from ropecli.export.served import decode_damage, is_dynamic, switch_length
 SAMPLES = 4  # held-out windows: the damage is a paired mean over them, with its interval
 
 
-def switching_report(spec: Spec, geom: Geometry, target: ModelRope, model: str | None, gguf_file: str | None,
+def switching_report(spec: Spec, geom: Geometry, rope: ModelRope, model: str | None, gguf_file: str | None,
                      measure: bool = True, runtime: str = "transformers") -> dict:
     """{switching: the measurement or None, switching_lines: what to print}, for a runtime that picks its schedule
     per forward pass (transformers; SGLang's longrope)."""
     dynamic = is_dynamic(spec)
-    switch = target.train_len if dynamic else switch_length(target, spec, consistent=False)
+    switch = rope.train_len if dynamic else switch_length(rope, spec, consistent=False)
     label = record(runtime).label
     what = (f"dynamic NTK in {label} grows its base at every token past L = {switch}" if dynamic else
             f"--switching: {label} applies the extension only to forward passes longer than {switch} tokens")
     head = f"{what}; keys cached before the switch keep their rotation, so a prompt shorter than {switch} continued past it decodes with stale keys"
-    if target.model_type in ("phi3",):
+    if rope.model_type in ("phi3",):
         head += "; Phi-3's generate() drops its cache at the switch (modeling_phi3.py), a serving loop that keeps it does not"
     if not measure or model is None:
         why = "not measured: pass --model to measure it" if model is None else "not measured"

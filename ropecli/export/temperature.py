@@ -13,13 +13,13 @@ from ropecli.rope.spec import Spec
 from ropecli.rope.temperature import HF_KEYS, Temperature, tempered
 
 
-def _changed(spec: Spec, target: ModelRope) -> Temperature | None:
-    return tempered(target.temperature, spec.temperature) if spec.temperature else None
+def _changed(spec: Spec, rope: ModelRope) -> Temperature | None:
+    return tempered(rope.temperature, spec.temperature) if spec.temperature else None
 
 
-def temperature_refusal(spec: Spec, target: ModelRope, rec: Runtime) -> str | None:
+def temperature_refusal(spec: Spec, rope: ModelRope, rec: Runtime) -> str | None:
     """One line where the runtime `rec` cannot carry the spec's changed temperature; None where it can (or nothing changed)."""
-    t = _changed(spec, target)
+    t = _changed(spec, rope)
     if t is not None and spec.native:  # the export writes a schedule; the model as shipped has none to write
         keys = ", ".join(f"{HF_KEYS[k][1]} = {v:g}" for k, v in spec.temperature)
         return (f"native writes nothing, and a changed temperature alone is config keys: set {keys} in the model's "
@@ -33,10 +33,10 @@ def temperature_refusal(spec: Spec, target: ModelRope, rec: Runtime) -> str | No
             f"{', '.join(k for k, _ in spec.temperature)}{'; ' + hint if hint else ''}")
 
 
-def hf_temperature_keys(block: dict, spec: Spec, target: ModelRope) -> dict:
+def hf_temperature_keys(block: dict, spec: Spec, rope: ModelRope) -> dict:
     """The rope_parameters block with the changed temperature's keys: Mistral 4's beta in the block itself, Llama 4's
     attn_scale / floor_scale under `config` (merged into the text config by `export.hf.merged_config`)."""
-    if _changed(spec, target) is None:
+    if _changed(spec, rope) is None:
         return block
     out = {**block, "rope_parameters": dict(block["rope_parameters"])}
     for name, value in spec.temperature:
@@ -45,13 +45,13 @@ def hf_temperature_keys(block: dict, spec: Spec, target: ModelRope) -> dict:
     return out
 
 
-def temperature_line(target: ModelRope, rec: Runtime, spec: Spec | None = None, arch: str | None = None) -> str | None:
+def temperature_line(rope: ModelRope, rec: Runtime, spec: Spec | None = None, arch: str | None = None) -> str | None:
     """`position temperature llama4(…): vllm applies it …`, or how the changed one is carried (`arch`: the GGUF's
     architecture, named in llama.cpp's key); None for a model without one."""
-    t = target.temperature
+    t = rope.temperature
     if t is None:
         return None
-    if spec is not None and (changed := _changed(spec, target)) is not None:
+    if spec is not None and (changed := _changed(spec, rope)) is not None:
         values = {**dict(t.params), **dict(spec.temperature)}
         how = dict(rec.temperature_changes)[t.kind].format(
             values=" ".join(f"{k}={v:g}" for k, v in spec.temperature), arch=arch or "ARCH", **{k: f"{v:g}" for k, v in values.items()})

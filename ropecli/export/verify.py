@@ -120,10 +120,10 @@ def kind_of(path: Path, runtime: str | None) -> str:
     raise RopeCliError(f"{path}: not a model folder, a .json block or a .gguf; pass what `ropecli export` wrote")
 
 
-def verify_artefact(target: Path, kind: str, exp: Expected, model: str | None, gguf_file: str | None, *,
+def verify_artefact(artefact: Path, kind: str, exp: Expected, model: str | None, gguf_file: str | None, *,
                     run: bool = True, run_len: int | None = None, cache_dir: str | None = None,
                     runtime_given: bool = False, status=None) -> Verdict:
-    """Read `target` back as runtime `kind` reads it, check it against `exp`, and run the runtime where
+    """Read `artefact` back as runtime `kind` reads it, check it against `exp`, and run the runtime where
     ropecli can (`status(text)`: a context manager the CLI shows while a run takes seconds)."""
     from contextlib import nullcontext
 
@@ -131,7 +131,7 @@ def verify_artefact(target: Path, kind: str, exp: Expected, model: str | None, g
     kind = hooks.record.name
     verdict = Verdict(kind)
     if exp.spec.position_map and hooks.verify_map is not None:  # a map in the runtime's own config (SGLang: DCA)
-        verdict.checks += hooks.verify_map(target, exp)
+        verdict.checks += hooks.verify_map(artefact, exp)
         verdict.notes += [works_with_line(kind), *installed_lines(kind)]
         return verdict
     if exp.spec.position_map:  # llama.cpp's Self-Extend: its flags, not the file
@@ -139,35 +139,35 @@ def verify_artefact(target: Path, kind: str, exp: Expected, model: str | None, g
                              "file: checked here is the schedule the file carries")
         exp = dataclasses.replace(exp, spec=exp.spec.but(position_map=()))
     try:
-        applied, block = hooks.read_back(target, exp)
+        applied, block = hooks.read_back(artefact, exp)
     except UNREADABLE as exc:  # a malformed artefact fails in one line
-        raise unreadable(target, exc) from None
+        raise unreadable(artefact, exc) from None
     verdict.checks += compare(applied, exp, verdict.runtime)
     if hooks.record.output in ("json", "folder-or-json"):
-        verdict.checks += both_forms_agree(target, block, verdict.runtime)
+        verdict.checks += both_forms_agree(artefact, block, verdict.runtime)
     if exp.rope.shipped is not None:  # a model that ships a schedule: is it kept within Ls?
-        kept = shipped_within_Ls(target, kind, block, exp, verdict.runtime)
+        kept = shipped_within_Ls(artefact, kind, block, exp, verdict.runtime)
         verdict.checks += [kept] if isinstance(kept, Check) else []
         verdict.notes += [kept] if isinstance(kept, str) else []
 
     verdict.notes += [works_with_line(kind), *installed_lines(kind)]
-    if kind == "transformers" and target.suffix == ".json" and not runtime_given:
+    if kind == "transformers" and artefact.suffix == ".json" and not runtime_given:
         verdict.notes.append("read as a transformers block (no vLLM mscale or ntk in it); a vLLM overrides file: --runtime vllm")
     if not run:
         return verdict
-    why = run_unavailable(hooks, target, block, model, exp, run_len or exp.target_len)
+    why = run_unavailable(hooks, artefact, block, model, exp, run_len or exp.target_len)
     if why:
         verdict.notes.append(why)
         return verdict
     with (status or (lambda text: nullcontext()))(f"{verdict.runtime}: scoring a window with the export …"):
-        verdict.checks.append(hooks.run(target, block, model, exp, run_len or exp.target_len, cache_dir, gguf_file))
+        verdict.checks.append(hooks.run(artefact, block, model, exp, run_len or exp.target_len, cache_dir, gguf_file))
     if kind == "transformers" and exp.target_len > exp.rope.shipped_len and not exp.spec.log_n:
         with (status or (lambda text: nullcontext()))("transformers: decoding across L through the KV cache …"):
-            verdict.checks.append(decode_check(model, gguf_file, exp, consistent_export(target, block), cache_dir))
+            verdict.checks.append(decode_check(model, gguf_file, exp, consistent_export(artefact, block), cache_dir))
     return verdict
 
 
-def run_unavailable(hooks: RuntimeHooks, target: Path, block, model: str | None, exp: Expected, run_len: int) -> str | None:
+def run_unavailable(hooks: RuntimeHooks, artefact: Path, block, model: str | None, exp: Expected, run_len: int) -> str | None:
     """Why the runtime itself is not run here (a note), or None."""
     rec = hooks.record
     if hooks.run is None:
@@ -175,17 +175,17 @@ def run_unavailable(hooks: RuntimeHooks, target: Path, block, model: str | None,
                 f"ropecli/export/runtimes/{rec.name}.py)")
     if model is None:
         return "not run: the run compares with the model the export was made from: pass --model"
-    why = run_skipped(exp, run_len, rec.rule != PER_FORWARD or consistent_export(target, block))
+    why = run_skipped(exp, run_len, rec.rule != PER_FORWARD or consistent_export(artefact, block))
     return why or (hooks.unavailable() if hooks.unavailable is not None else None)
 
 
-def shipped_within_Ls(target: Path, kind: str, block, exp: Expected, runtime: str) -> Check | str | None:
+def shipped_within_Ls(artefact: Path, kind: str, block, exp: Expected, runtime: str) -> Check | str | None:
     """For a model that ships a schedule: transformers' short_factor must be the shipped schedule (a check); an
     export that replaces it within Ls (vLLM, llama.cpp, --consistent) is flagged (a note)."""
-    if record(kind).rule != PER_FORWARD or consistent_export(target, block):
+    if record(kind).rule != PER_FORWARD or consistent_export(artefact, block):
         flag = replaces_shipped(exp.rope, kind, True)
         return f"flag: {flag}" if flag else None
-    cfg = block or read_json(target / "config.json")
+    cfg = block or read_json(artefact / "config.json")
     text = cfg.get("text_config") or cfg
     blocks = rope_blocks(text.get("rope_parameters") or {})
     b = blocks.get(exp.rope.layer_type) or next(iter(blocks.values()), {})
@@ -199,11 +199,11 @@ def shipped_within_Ls(target: Path, kind: str, block, exp: Expected, runtime: st
                  f"the shipped {exp.rope.shipped.label}", found if ok else found + " (replaces the shipped schedule within Ls)", ok)
 
 
-def both_forms_agree(target: Path, block, runtime: str) -> list[Check]:
+def both_forms_agree(artefact: Path, block, runtime: str) -> list[Check]:
     """Where an artefact carries `rope_scaling` beside `rope_parameters` (for transformers-4 readers and older vLLM),
     the two must be the same block: transformers 5 takes rope_scaling over rope_parameters
     (`convert_rope_params_to_dict`), older vLLM reads only rope_scaling. One check, or none without rope_scaling."""
-    cfg = block if block is not None else read_json(target / "config.json")
+    cfg = block if block is not None else read_json(artefact / "config.json")
     text = cfg.get("text_config") or cfg
     v4, v5 = text.get("rope_scaling"), text.get("rope_parameters")
     if not isinstance(v4, dict) or not isinstance(v5, dict) or "rope_type" not in v5:
@@ -213,11 +213,11 @@ def both_forms_agree(target: Path, block, runtime: str) -> list[Check]:
                   "the same block" if not differ else f"they differ in {', '.join(differ)}", not differ)]
 
 
-def consistent_export(target: Path, block) -> bool:
+def consistent_export(artefact: Path, block) -> bool:
     """True when the export's short_factor equals its long_factor (--consistent): scaled at every length."""
-    if not target.is_dir() and block is None:  # a GGUF (llama.cpp, Ollama): one schedule at every length
+    if not artefact.is_dir() and block is None:  # a GGUF (llama.cpp, Ollama): one schedule at every length
         return True
-    cfg = block or read_json(target / "config.json")
+    cfg = block or read_json(artefact / "config.json")
     text = cfg.get("text_config") or cfg
     blocks = rope_blocks(text.get("rope_parameters") or {}).values()
     return all(b.get("short_factor") == b.get("long_factor") for b in blocks if b.get("rope_type") == "longrope")

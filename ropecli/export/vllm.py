@@ -24,29 +24,29 @@ from ropecli.models.model_rope import ModelRope
 from ropecli.rope.spec import Spec
 
 
-def native_ntk_params(target: ModelRope, spec: Spec, factor: float) -> dict | None:
+def native_ntk_params(rope: ModelRope, spec: Spec, factor: float) -> dict | None:
     """vLLM's own `ntk` rope parameters for `spec` at factor k, or None where they would not be exact."""
-    if spec.log_n or target.layer_types or factor <= 1:
+    if spec.log_n or rope.layer_types or factor <= 1:
         return None
     params = dict(spec.params)
     if spec.method == "ntk-fixed":
-        out = {"rope_type": "ntk", "rope_theta": target.base, "factor": factor}
+        out = {"rope_type": "ntk", "rope_theta": rope.base, "factor": factor}
     elif spec.method == "mixed" and params.get("critical") is None:
-        out = {"rope_type": "ntk", "rope_theta": target.base, "factor": factor, "mixed_b": float(params["b"])}
+        out = {"rope_type": "ntk", "rope_theta": rope.base, "factor": factor, "mixed_b": float(params["b"])}
     else:
         return None
-    if target.partial_rotary_factor != 1.0:
-        out["partial_rotary_factor"] = target.partial_rotary_factor
+    if rope.partial_rotary_factor != 1.0:
+        out["partial_rotary_factor"] = rope.partial_rotary_factor
     return out
 
 
-def vllm_block(target: ModelRope, spec: Spec, factor: float, longrope_block: dict) -> tuple[dict, str]:
+def vllm_block(rope: ModelRope, spec: Spec, factor: float, longrope_block: dict) -> tuple[dict, str]:
     """The block vLLM gets: native `ntk` where exact, else `longrope_block` with its mscales set.
     `ntk` keeps max_position_embeddings = k*L: vLLM's NTK class builds its cos/sin cache with
     max_position_embeddings rows (it does not multiply by the factor as the linear class does)."""
-    native = native_ntk_params(target, spec, factor)
+    native = native_ntk_params(rope, spec, factor)
     if native is not None:
-        block = {"rope_parameters": native, "max_position_embeddings": int(round(factor * target.train_len))}
+        block = {"rope_parameters": native, "max_position_embeddings": int(round(factor * rope.train_len))}
         what = "NTK-RoPE-fixed" if "mixed_b" not in native else f"NTK-RoPE-mixed with mixed_b = {native['mixed_b']:g}"
         return block, (f"{spec.label} as vLLM's native rope_type 'ntk' ({what}, factor {factor:g}): exact, "
                        "applied at every length")
@@ -57,10 +57,10 @@ def vllm_block(target: ModelRope, spec: Spec, factor: float, longrope_block: dic
         if p.get("rope_type") == "longrope":
             p["short_mscale"] = p["long_mscale"] = p["attention_factor"]
         elif p.get("rope_type") == "dynamic":  # both of vLLM's formulas give k' = k^2 - k + 1 with these (runtimes/vllm.py)
-            p["max_trained_positions"] = target.train_len
-            out["max_position_embeddings"] = int(round(factor * target.train_len))
+            p["max_trained_positions"] = rope.train_len
+            out["max_position_embeddings"] = int(round(factor * rope.train_len))
             how = (f"dynamic: max_position_embeddings = k*L = {out['max_position_embeddings']}, max_trained_positions = L "
-                   f"= {target.train_len}: the base vLLM fixes at start-up is transformers' dynamic at k*L, in vLLM before and "
+                   f"= {rope.train_len}: the base vLLM fixes at start-up is transformers' dynamic at k*L, in vLLM before and "
                    "after PR #41277")
     return with_v4_keys(out), how
 

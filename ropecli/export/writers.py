@@ -45,11 +45,11 @@ def source_path(model: str, gguf_file: str | None) -> Path:
     return Path(model) if gguf_file is None else locate_file(model, Path(model), gguf_file)
 
 
-def hf_result(spec, geom, target, runtime: str, model, consistent) -> tuple[dict, dict]:
+def hf_result(spec, geom, rope, runtime: str, model, consistent) -> tuple[dict, dict]:
     """(the transformers rope_parameters block of `spec` at geom's k, the export's result so far) for a runtime that
     reads such a block (transformers, vLLM, SGLang; each runtime's writer adds its own part)."""
-    block, note = rope_block(target, spec, geom.factor, consistent)
-    block = hf_temperature_keys(block, spec, target)  # a changed position temperature's keys (Llama 4, Mistral 4)
+    block, note = rope_block(rope, spec, geom.factor, consistent)
+    block = hf_temperature_keys(block, spec, rope)  # a changed position temperature's keys (Llama 4, Mistral 4)
     return block, {"runtime": runtime, "model": model, "factor": geom.factor, "target_len": geom.target_len, "note": note,
                    "block": block, "lines": [note]}
 

@@ -55,7 +55,7 @@ def export_winner(standings: Standings, result: dict, rope, model: str | None, g
     return sorted(done, key=lambda e: order.index(e["runtime"]))
 
 
-def export_one(w: Ranked, best: dict | None, runtime: str, out: Path, geom, target, model, source, gguf_file) -> dict:
+def export_one(w: Ranked, best: dict | None, runtime: str, out: Path, geom, rope, model, source, gguf_file) -> dict:
     """One candidate `w` exported for `runtime` (what `ropecli export` runs) as the spec the tournament measured, with
     the command that does the same: the export's lines, or the one line that refused it."""
     spec = w.spec
@@ -69,7 +69,7 @@ def export_one(w: Ranked, best: dict | None, runtime: str, out: Path, geom, targ
              "--len", str(geom.target_len), "--force", *([] if consistent else ["--switching"])]
     command = " ".join(shlex.quote(c) for c in ["ropecli", "export", *flags, "--to", runtime, "--out", str(out)])
     try:
-        written = export_schedule(spec, geom, target, runtime, str(out), model=source, gguf_file=gguf_file, force=True,
+        written = export_schedule(spec, geom, rope, runtime, str(out), model=source, gguf_file=gguf_file, force=True,
                                   consistent=consistent, measure_switching=False)
     except RopeCliError as exc:
         return {"runtime": runtime, "command": command, "ok": False, "output": str(exc), "candidate": w.candidate}
@@ -85,12 +85,12 @@ def export_paths(out_dir: Path, gguf: bool) -> list[tuple[str, Path]]:
     return [(rec.name, where[rec.output](rec)) for rec in records().values() if gguf or not rec.needs_gguf]
 
 
-def served_winner(standings: Standings, runtime: str, geom=None, target=None) -> Ranked:
+def served_winner(standings: Standings, runtime: str, geom=None, rope=None) -> Ranked:
     """The first of `served_in_order`: what `runtime` is exported unless its writer refuses it."""
-    return served_in_order(standings, runtime, geom, target)[0]
+    return served_in_order(standings, runtime, geom, rope)[0]
 
 
-def served_in_order(standings: Standings, runtime: str, geom=None, target=None) -> list[Ranked]:
+def served_in_order(standings: Standings, runtime: str, geom=None, rope=None) -> list[Ranked]:
     """The candidates `runtime` is offered, in order: the winner, or where the runtime cannot serve it (a position map
     it does not serve or whose current builds break it, `Runtime.maps`; a p-RoPE schedule its config cannot carry,
     `export.p_rope`) the best-ranked eligible candidate it does serve, with the line that says so (`instead`); then
@@ -103,9 +103,9 @@ def served_in_order(standings: Standings, runtime: str, geom=None, target=None) 
             return f"{runtime} does not serve the winner's position map ({pm.name})"
         if pm and (broken := dict(rec.maps_broken).get(pm.name)):
             return f"{runtime} does not serve the winner's position map ({pm.name}) as measured: {broken}"
-        if target is None or target.rotating_pairs is None:
+        if rope is None or rope.rotating_pairs is None:
             return None
-        return p_rope_refusal(r.spec, geom, target, rec)
+        return p_rope_refusal(r.spec, geom, rope, rec)
 
     w = standings.winner
     rest = [r for r in standings.ranked if r.candidate != w.candidate and why(r) is None]

@@ -59,7 +59,7 @@ RECORD = Runtime(
 )
 
 
-def write(spec, geom, target, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:
+def write(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:
     """A GGUF copy with the schedule (rope_freqs, or the native scaling keys) and the llama-server line."""
     from ropecli.export.writers import to_gguf
 
@@ -70,18 +70,18 @@ def claims(path) -> bool:
     return path.suffix == ".gguf"
 
 
-def read_back(target, exp):
+def read_back(artefact, exp):
     """What llama.cpp applies: rope_freqs, or its own yarn/linear from the scaling keys (`gguf_applied`)."""
     from ropecli.export.readback import gguf_applied
 
-    return gguf_applied(target, exp.target_len), None
+    return gguf_applied(artefact, exp.target_len), None
 
 
-def run(target, block, model, exp, run_len, cache_dir, gguf_file):
+def run(artefact, block, model, exp, run_len, cache_dir, gguf_file):
     """llama.cpp serves the GGUF; its effect against the source is compared with ropecli's (`run_llamacpp`)."""
     from ropecli.export.runs import run_llamacpp
 
-    return run_llamacpp(target, model, exp, run_len, cache_dir, gguf_file)
+    return run_llamacpp(artefact, model, exp, run_len, cache_dir, gguf_file)
 
 
 def unavailable() -> str | None:

@@ -34,7 +34,7 @@ RECORD = Runtime(
 )
 
 
-def write(spec, geom, target, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:
+def write(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:
     """--out DIR: DIR/<name>-<T>.gguf (llama.cpp's writer) and DIR/Modelfile."""
     from ropecli.export.writers import source_path, to_gguf
 
@@ -75,25 +75,25 @@ def num_ctx(folder: Path) -> int | None:
     return None
 
 
-def read_back(target, exp):
+def read_back(artefact, exp):
     """The GGUF as llama.cpp reads it; the declared length is the Modelfile's num_ctx (Ollama truncates to it)."""
     from dataclasses import replace
 
     from ropecli.export.readback import gguf_applied
 
-    applied = gguf_applied(modelfile_gguf(Path(target)), exp.target_len)
-    return [replace(a, runtime="ollama", max_len=num_ctx(Path(target))) for a in applied], None
+    applied = gguf_applied(modelfile_gguf(Path(artefact)), exp.target_len)
+    return [replace(a, runtime="ollama", max_len=num_ctx(Path(artefact))) for a in applied], None
 
 
 def claims(path) -> bool:
     return path.is_dir() and (path / "Modelfile").is_file()
 
 
-def run(target, block, model, exp, run_len, cache_dir, gguf_file):
+def run(artefact, block, model, exp, run_len, cache_dir, gguf_file):
     """Ollama runs the GGUF with llama-server: llama.cpp runs it here (`ropecli.export.runs.run_llamacpp`)."""
     from ropecli.export.runs import run_llamacpp
 
-    return run_llamacpp(modelfile_gguf(Path(target)), model, exp, run_len, cache_dir, gguf_file)
+    return run_llamacpp(modelfile_gguf(Path(artefact)), model, exp, run_len, cache_dir, gguf_file)
 
 
 def unavailable() -> str | None:

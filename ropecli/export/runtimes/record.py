@@ -75,11 +75,11 @@ class RuntimeModule(Protocol):
     `verify_map`) are declared by `RuntimeHooks`, the object the registry resolves a runtime into."""
     RECORD: Runtime
 
-    def write(self, spec: Any, geom: Any, target: Any, out: str | None, *, model: str | None = None,
+    def write(self, spec: Any, geom: Any, rope: Any, out: str | None, *, model: str | None = None,
               gguf_file: str | None = None, force: bool = False, consistent: bool = True, replace: bool = False) -> dict:
         """Write the export (or, `out` None, say it): the result's `lines`, `block`, `path` … for the command."""
 
-    def read_back(self, target: Any, exp: Any) -> tuple[Any, Any]:
+    def read_back(self, artefact: Any, exp: Any) -> tuple[Any, Any]:
         """(what the runtime applies at the target length, `ropecli.export.readback.Applied`; the block read)."""
 
     def claims(self, path: Any) -> bool:

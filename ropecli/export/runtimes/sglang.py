@@ -53,21 +53,21 @@ RECORD = Runtime(
 DCA_ARCHS = ("qwen2", "qwen2_moe", "qwen3_moe", "glm4")
 
 
-def write_map(spec, geom, target, out, *, model=None, **_) -> dict:
+def write_map(spec, geom, rope, out, *, model=None, **_) -> dict:
     """DCA: the override JSON (`dual_chunk_attention_config`, `max_position_embeddings`) and the launch line naming
     the backend (SGLang does not pick it by itself: `_handle_attention_backend_compatibility` sets a default backend
     first, then refuses DCA under it). One line where SGLang would serve something else than ropecli measured."""
     from ropecli.export.hf import write_json
 
-    if target.model_type not in DCA_ARCHS:
+    if rope.model_type not in DCA_ARCHS:
         raise RopeCliError(f"--map dca --to sglang: SGLang serves Dual Chunk Attention on {', '.join(DCA_ARCHS)} models "
-                           f"only (their get_rope passes dual_chunk_attention_config); {target.name} is "
-                           f"{target.model_type or 'of an unknown type'}")
-    if spec.method != "none" and not (spec.native and target.shipped is None):
+                           f"only (their get_rope passes dual_chunk_attention_config); {rope.name} is "
+                           f"{rope.model_type or 'of an unknown type'}")
+    if spec.method != "none" and not (spec.native and rope.shipped is None):
         raise RopeCliError("--map dca --to sglang: SGLang's DCA rotary takes the model's plain RoPE (get_rope builds it "
                            "before reading rope_scaling), so a frequency schedule under it would not be served; export "
-                           "--method none with --map dca" + (f" (the shipped {target.shipped.label} is dropped too)"
-                                                              if target.shipped is not None else ""))
+                           "--method none with --map dca" + (f" (the shipped {rope.shipped.label} is dropped too)"
+                                                              if rope.shipped is not None else ""))
     params = spec.position_map.values
     chunk, local = int(params["chunk"]), int(params["local"])
     block = {"dual_chunk_attention_config": {"chunk_size": chunk, "local_size": local,
@@ -88,11 +88,11 @@ def write_map(spec, geom, target, out, *, model=None, **_) -> dict:
     return {**result, "lines": lines}
 
 
-def verify_map(target, exp) -> list:
+def verify_map(artefact, exp) -> list:
     """`ropecli verify` of a DCA override: the block SGLang reads against the measured map, at the target length."""
     from ropecli.export.readback import read_json
 
-    block = read_json(target)
+    block = read_json(artefact)
     dca, params = block.get("dual_chunk_attention_config") or {}, exp.spec.position_map.values
     want = {"chunk_size": int(params["chunk"]), "local_size": int(params["local"]), "original_max_position_embeddings": 0}
     checks = [Check("sglang", None, f"dual_chunk_attention_config.{key}" + (" (0: no length temperature)" if v == 0 else ""),
@@ -106,16 +106,16 @@ def verify_map(target, exp) -> list:
 def map_lines(position_map: tuple, out: str | None, target_len: int, **_) -> list[str]:
     return []  # write_map wrote the map, in the override itself
 
-def write(spec, geom, target, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:
+def write(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:
     """The override JSON (to --out FILE.json, or printed) and the launch line."""
     from ropecli.export.hf import rope_block, write_json
     from ropecli.export.vllm import vllm_block
 
-    block, note = rope_block(target, spec, geom.factor, consistent)
-    block, how = vllm_block(target, spec, geom.factor, block)
+    block, note = rope_block(rope, spec, geom.factor, consistent)
+    block, how = vllm_block(rope, spec, geom.factor, block)
     params = block["rope_parameters"]
     if params.get("rope_type") == "ntk":  # vLLM's own type: SGLang has none, so the longrope form
-        block, note = rope_block(target, spec, geom.factor, consistent)
+        block, note = rope_block(rope, spec, geom.factor, consistent)
         p = block["rope_parameters"]
         p["short_mscale"] = p["long_mscale"] = p["attention_factor"]
         block = {**block, "rope_scaling": dict(p)}
@@ -134,11 +134,11 @@ def write(spec, geom, target, out, *, model=None, gguf_file=None, force=False, c
     return {**result, "lines": lines}
 
 
-def read_back(target, exp):
+def read_back(artefact, exp):
     """What SGLang applies at T from an override file: transformers' per-forward rule on the block."""
     from ropecli.export.readback import read_json, transformers_applied
 
-    block = read_json(target)
+    block = read_json(artefact)
     head_dim = int(round(exp.rope.rotary_dim / exp.rope.partial_rotary_factor))
     applied = transformers_applied(block, exp.target_len, exp.rope.scaled_types, head_dim=head_dim)
     from dataclasses import replace

@@ -47,13 +47,13 @@ RECORD = Runtime(
 )
 
 
-def write(spec, geom, target, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:
+def write(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:
     """The rope_parameters block (and the transformers-4 keys) in a folder's config.json or a JSON file."""
     import json
 
     from ropecli.export.writers import hf_result, write_block
 
-    block, result = hf_result(spec, geom, target, "transformers", model, consistent)
+    block, result = hf_result(spec, geom, rope, "transformers", model, consistent)
     if out is None:
         result["lines"].insert(0, json.dumps(block, indent=2))
         return result
@@ -71,21 +71,21 @@ def _vllm_keys(text: str) -> bool:
     return "_mscale" in text or '"ntk"' in text
 
 
-def read_back(target, exp):
+def read_back(artefact, exp):
     """What transformers applies at T: its own ROPE_INIT_FUNCTIONS on the folder's config or the block."""
     from ropecli.export.readback import read_json, transformers_applied
 
-    if target.is_dir():
-        return transformers_applied(read_json(target / "config.json"), exp.target_len, exp.rope.scaled_types), None
-    block = read_json(target)
+    if artefact.is_dir():
+        return transformers_applied(read_json(artefact / "config.json"), exp.target_len, exp.rope.scaled_types), None
+    block = read_json(artefact)
     if "rope_parameters" not in block:
-        raise RopeCliError(f"{target}: no rope_parameters in it; pass a block written by `ropecli export`")
+        raise RopeCliError(f"{artefact}: no rope_parameters in it; pass a block written by `ropecli export`")
     head_dim = int(round(exp.rope.rotary_dim / exp.rope.partial_rotary_factor))
     return transformers_applied(block, exp.target_len, exp.rope.scaled_types, head_dim=head_dim), block
 
 
-def run(target, block, model, exp, run_len, cache_dir, gguf_file):
+def run(artefact, block, model, exp, run_len, cache_dir, gguf_file):
     """The artefact reloaded by transformers alone scores a window (`ropecli.export.runs.run_transformers`)."""
     from ropecli.export.runs import run_transformers
 
-    return run_transformers(target, block, model, exp, run_len, cache_dir, gguf_file)
+    return run_transformers(artefact, block, model, exp, run_len, cache_dir, gguf_file)

@@ -43,17 +43,17 @@ RECORD = Runtime(
 )
 
 
-def write(spec, geom, target, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:
+def write(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:
     """--hf-overrides JSON (vLLM's native ntk, or longrope with its mscales) and the `vllm serve` line."""
     import json
 
     from ropecli.export.writers import hf_result, vllm_checkpoint, write_block
     from ropecli.export.vllm import vllm_block, vllm_command
 
-    block, result = hf_result(spec, geom, target, "vllm", model, consistent)
-    block, how = vllm_block(target, spec, geom.factor, block)
+    block, result = hf_result(spec, geom, rope, "vllm", model, consistent)
+    block, how = vllm_block(rope, spec, geom.factor, block)
     note = how if block["rope_parameters"].get("rope_type") == "ntk" else f"{result['note']}; {how}"
-    if target.partial_rotary_factor != 1.0 and "longrope" in json.dumps(block):
+    if rope.partial_rotary_factor != 1.0 and "longrope" in json.dumps(block):
         note += "; note: vLLM's longrope needs rotary_dim = head_dim, this model has partial rotary"
     result.update(note=note, block=block, lines=[note])
     result["command"] = vllm_command(vllm_checkpoint(result, model, gguf_file), block)
@@ -66,12 +66,12 @@ def claims(path) -> bool:
     return path.suffix == ".json" and ("_mscale" in path.read_text() or '"ntk"' in path.read_text())
 
 
-def read_back(target, exp):
+def read_back(artefact, exp):
     """What vLLM applies to every request at --max-model-len T (`ropecli.export.readback.vllm_applied`)."""
     from ropecli.export.readback import read_json, vllm_applied
 
-    block = read_json(target)
+    block = read_json(artefact)
     if "rope_parameters" not in block:
-        raise RopeCliError(f"{target}: no rope_parameters in it; pass a block written by `ropecli export`")
+        raise RopeCliError(f"{artefact}: no rope_parameters in it; pass a block written by `ropecli export`")
     head_dim = int(round(exp.rope.rotary_dim / exp.rope.partial_rotary_factor))
     return vllm_applied(block, exp.target_len, head_dim), block
