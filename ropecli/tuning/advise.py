@@ -63,7 +63,7 @@ def run_advise(session: Bench, plan: AdvisePlan, target: Target, out_dir: Path, 
                                f"Ls = {rope.shipped_len}, and there: {str(exc).split('; pass')[0]}; pick a task with shorter prompts "
                                "(niah-single-noise, niah-multikey-needle) or leave --task-guard out") from None
         held.check(plan.task_guard, longest)
-    racing = None if not plan.race else racing_plan(held, lengths, plan.max_windows, notes, plan.delta)
+    racing = None if not plan.race else racing_plan(held, target, plan.max_windows, notes, plan.delta)
     serving = None
     if plan.workload:
         serving = (parse_workload(plan.workload, longest), plan.runtime or list(SERVED_BY_DEFAULT), rope)
@@ -96,17 +96,17 @@ def passkey_possible(held: Bench, L: int, longest: int, notes: list[str]) -> boo
     return True
 
 
-def racing_plan(held: Bench, lengths: list[int], max_windows: int | None, notes: list[str], delta: float | None = None):
-    """The race's windows: from the --held-out count up to --max-windows (default 4x, as far as the text goes);
-    `delta`: its indifference zone (None: the margin)."""
-    first = held.inputs.samples
+def racing_plan(held: Bench, target: Target, max_windows: int | None, notes: list[str], delta: float | None = None):
+    """The race's windows at the target's lengths: from the --held-out count up to --max-windows (default 4x, as far
+    as the text goes); `delta`: its indifference zone (None: the margin)."""
+    first, lengths = held.inputs.samples, target.lengths
     have = min(held.inputs.available(n) for n in lengths)
     most = max_windows if max_windows is not None else max(first, min(4 * first, have))
     for n in lengths:
         held.inputs.check_available(n, most)
     start = min(most, race_start(first, min(held.inputs.documents(n, most) for n in lengths)))
     if max_windows is None and have < 4 * first:
-        notes.append(f"racing: at most {max(have, start)} held-out windows (the text's limit at {max(lengths)} tokens), "
+        notes.append(f"racing: at most {max(have, start)} held-out windows (the text's limit at {target.longest} tokens), "
                      f"not {4 * first}; add text with --data for more")
     return Racing(start, max(start, most), held.inputs.per_depth, have, delta)
 

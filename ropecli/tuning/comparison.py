@@ -51,7 +51,7 @@ def compare_schedules(session: Bench, specs: list, target: Target, metrics: list
             results += session.run(*cells.get(m, (specs, lengths)), m)
     agreement = task_agreement(results)
     results = attach_paired(results, *([margin] if margin is not None else []))
-    beyond = PASSKEY in metrics and max(lengths) > session.rope.shipped_len  # effective length: an extension's question
+    beyond = PASSKEY in metrics and target.longest > session.rope.shipped_len  # effective length: an extension's question
     effective = effective_against_shipped(session, results) if beyond else None
     return {**session.header(), "metrics": list(chosen), "kl_factor": kl_k, "results": results,
             **({"agreement": agreement} if agreement else {}), **({"effective_length": effective} if effective else {}),

@@ -103,8 +103,8 @@ def search_on(session: Bench, plan: SearchPlan, target: Target, method: str, var
     score = scorer(session.run, target, plan.objective, plan.max_short_regression, plan.max_short_kl)
     out = run_search(session.run, target, space, effort, score, held_out_run=held.run, references=refs)
     out = {**session.header(), **out, "held_out_windows": held.inputs.samples,
-           "held_out_first_window": held.inputs.first_window_at(max(lengths)),
-           "held_out_split": held.inputs.split_note(max(lengths)), "screened": plan.race, **session.tally(held)}
+           "held_out_first_window": held.inputs.first_window_at(target.longest),
+           "held_out_split": held.inputs.split_note(target.longest), "screened": plan.race, **session.tally(held)}
     if plan.prompted:  # a passkey or task objective: what was searched and held out are prompts per depth
         out.update(searched_prompts=[session.inputs.prompt_start, session.inputs.per_depth],
                    held_out_prompts=[held.inputs.prompt_start, held.inputs.per_depth],
