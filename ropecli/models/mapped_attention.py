@@ -16,11 +16,14 @@ would rotate dims the model leaves alone), and models whose attention does not t
 
 from __future__ import annotations
 
+import os
+import warnings
 from contextlib import contextmanager
 
 import torch
 
 from ropecli.errors import RopeCliError
+from ropecli.models.flex_regions import FlexRegions, flex_available
 from ropecli.models.patch import find_rotary_slots, text_config
 from ropecli.models.layer_kinds import read_layer_kinds
 from ropecli.rope.position_maps import map_params, map_regions
@@ -72,10 +75,22 @@ class MappedAttention:
     attention call that also returns its log-sum-exp; the regions merge exactly by log-sum-exp weights (a softmax over
     the union of their keys). Memory per layer: one (block, band) mask, never a T x T score matrix per head."""
 
-    def __init__(self, regions, rotary, block: int = BLOCK, fused: bool = True):
-        """`regions(n)`: the map's regions for n keys."""
+    def __init__(self, regions, rotary, block: int = BLOCK, fused: bool = True, kernel: str = "auto"):
+        """`regions(n)`: the map's regions for n keys. `kernel`: "auto" (flex attention on CUDA where torch has it,
+        the fused blocks elsewhere), "flex" (flex attention on any device: eager on the CPU, the twin the tests run) or
+        "blocks" (the fused blocks everywhere)."""
         self.regions_for, self.rotary, self.block, self.fused = regions, rotary, block, fused
         self._shape, self._blocks, self.regions = None, [], ()
+        self.kernel, self._flex = kernel, {}
+
+    def flex_for(self, device: torch.device):
+        """The flex path for `device`, or None where the fused blocks run (a failed compile falls back once, said)."""
+        wanted = self.kernel == "flex" or (self.kernel == "auto" and device.type == "cuda")
+        if not wanted or not flex_available():
+            return None
+        if device.type not in self._flex:
+            self._flex[device.type] = FlexRegions(self.regions_for, compiled=device.type == "cuda")
+        return self._flex[device.type]
 
     def blocks(self, Tq: int, Tk: int, device) -> list:
         """[(start, query positions, [(region index, lo, hi, mask (block, hi - lo) or None: every pair)])] for T_q queries
@@ -112,9 +127,19 @@ class MappedAttention:
                                "yet (Mistral's sliding window, Gemma 2's soft-capping); pass a model without them")
         B, H, Tq, D = query.shape
         Tk = key.shape[2]
+        scaling = D ** -0.5 if scaling is None else scaling
+        if (flex := self.flex_for(query.device)) is not None:
+            try:
+                out = flex(query, key, value, scaling, lambda x, p: rotated(x, p, self.rotary))
+                return out.transpose(1, 2).contiguous(), None
+            except Exception as exc:  # noqa: BLE001  a compile that fails here must not cost the user the run
+                if self.kernel == "flex":
+                    raise
+                warnings.warn(f"position map: flex attention failed on {query.device} ({type(exc).__name__}: "
+                              f"{str(exc)[:200]}); running the fused blocks instead (slower)", stacklevel=2)
+                self.kernel = "blocks"
         groups = H // key.shape[1]  # GQA / MQA: each key head serves `groups` query heads
         value = value.repeat_interleave(groups, dim=1)
-        scaling = D ** -0.5 if scaling is None else scaling
         fused = _fused_for(query.device) if self.fused else None
         kj, blocks = torch.arange(Tk, device=query.device), self.blocks(Tq, Tk, query.device)  # blocks: the regions at T_k
         reach = [max((hi for _, _, bands in blocks for m, _, hi, _ in bands if m == n), default=0)
@@ -144,9 +169,10 @@ def _identity_rotary(rotary):
 
 
 @contextmanager
-def mapped(model, name: str, params: dict[str, float] | None = None, block: int = BLOCK):
+def mapped(model, name: str, params: dict[str, float] | None = None, block: int = BLOCK, kernel: str | None = None):
     """Run `model` under the position map `name` (its parameters checked first) until the block ends; the attention
-    implementation and the rotary module are put back after, whatever happens."""
+    implementation and the rotary module are put back after, whatever happens. `kernel`: `MappedAttention`'s (default:
+    $ROPECLI_MAP_KERNEL, else "auto")."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     checked = map_params(name, params or {})
@@ -169,7 +195,10 @@ def mapped(model, name: str, params: dict[str, float] | None = None, block: int 
                            "position maps need the query and key split it keeps apart: not supported")
     rotary = slots[0].module
     real, identity = _identity_rotary(rotary)
-    ALL_ATTENTION_FUNCTIONS[NAME] = MappedAttention(regions, real, block)  # the mapping the layers read
+    kernel = kernel or os.environ.get("ROPECLI_MAP_KERNEL", "auto")
+    if kernel not in ("auto", "flex", "blocks"):
+        raise RopeCliError(f"ROPECLI_MAP_KERNEL={kernel}: choose auto, flex or blocks")
+    ALL_ATTENTION_FUNCTIONS[NAME] = MappedAttention(regions, real, block, kernel=kernel)  # the mapping the layers read
     before = model.config._attn_implementation
     model.config._attn_implementation = NAME
     if cfg is not model.config:

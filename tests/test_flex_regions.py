@@ -1,0 +1,91 @@
+"""The GPU path of a position map (issue 58), tested through its CPU twin: flex attention run eagerly on the CPU, each
+region under a BlockMask cut to the blocks it reaches, the regions merged by log-sum-exp. It must give the fused CPU
+blocks' logits (and, under the identity map, the unpatched model's) on every map, in a prefill and through the KV cache;
+on CUDA the same code runs compiled (tests/test_gpu.py, benchmarks/bench_gpu_maps.py)."""
+
+import pytest
+import torch
+
+from ropecli.models.flex_regions import FLEX_BLOCK, block_extent, flex_available
+from ropecli.models.mapped_attention import mapped
+from tiny_models import build
+
+pytestmark = pytest.mark.skipif(not flex_available(), reason="this torch has no flex attention")
+
+MAPS = [("none", {}), ("selfextend", {"G": 4, "W": 16}), ("rerope", {"w": 24}), ("leaky-rerope", {"w": 24, "k": 4}),
+        ("dca", {"chunk": 48, "local": 8}), ("string", {"S": 40, "W": 8}), ("selfextend-llamacpp", {"G": 4, "W": 32})]
+
+
+@pytest.fixture(scope="module")
+def model_and_ids():
+    return build("llama"), torch.randint(0, 96, (1, 300), generator=torch.Generator().manual_seed(5))  # GQA: 4 / 2 heads
+
+
+@pytest.mark.parametrize(("name", "params"), MAPS)
+def test_flex_and_the_fused_blocks_agree(model_and_ids, name, params):
+    """300 tokens: three flex blocks of 128, so every region is cut (DCA's chunks, Self-Extend's window, llama.cpp's
+    batches start inside blocks)."""
+    model, ids = model_and_ids
+    with torch.no_grad():
+        with mapped(model, name, params, kernel="flex"):
+            flex = model(ids).logits
+        with mapped(model, name, params, kernel="blocks"):
+            blocks = model(ids).logits
+        plain = model(ids).logits
+    assert torch.allclose(flex, blocks, atol=2e-5), (flex - blocks).abs().max()
+    if name == "none":
+        assert torch.allclose(flex, plain, atol=2e-5), (flex - plain).abs().max()
+    else:
+        assert (flex - plain).abs().max() > 1e-3  # the map changed something: the test can tell them apart
+
+
+@pytest.mark.parametrize(("name", "params"), [("selfextend", {"G": 2, "W": 8}), ("dca", {"chunk": 12, "local": 2})])
+def test_flex_decodes_through_the_cache(name, params):
+    from transformers import DynamicCache
+
+    model, ids = build("llama"), torch.randint(0, 96, (1, 80), generator=torch.Generator().manual_seed(2))
+    with mapped(model, name, params, kernel="flex"), torch.no_grad():
+        whole = model(ids).logits[0]
+        cache = DynamicCache()
+        steps = [model(ids[:, :56], cache=cache, use_cache=True).logits[0]]
+        for t in range(56, 60):
+            steps.append(model(ids[:, t:t + 1], cache=cache, use_cache=True).logits[0])
+    assert torch.allclose(torch.cat(steps), whole[:60], atol=1e-4), (torch.cat(steps) - whole[:60]).abs().max()
+
+
+def test_flex_in_bfloat16_is_the_fused_path_within_bf16():
+    model, ids = build("llama").to(torch.bfloat16), torch.randint(0, 96, (1, 160), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        with mapped(model, "selfextend", {"G": 4, "W": 16}, kernel="flex"):
+            flex = model(ids).logits.float()
+        with mapped(model, "selfextend", {"G": 4, "W": 16}, kernel="blocks"):
+            blocks = model(ids).logits.float()
+    assert (flex - blocks).abs().max() < 0.1 * blocks.abs().max(), (flex - blocks).abs().max()
+
+
+def test_a_cut_keeps_only_the_blocks_a_region_reaches():
+    """Self-Extend's grouped region (d >= W) at 512 tokens: no key from the first query block; a band of W keys
+    dropped at the end; the neighbour region (d < W) reaches from every query block."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    T, W = 512, 200
+
+    def far(b, h, i, j):
+        return (i - j >= W) & (i >= j)
+
+    def near(b, h, i, j):
+        return (i - j < W) & (i >= j)
+
+    q0, q1, k0, k1 = block_extent(create_block_mask(far, None, None, T, T, device="cpu", BLOCK_SIZE=FLEX_BLOCK), T, T)
+    assert (q0, q1, k0) == (FLEX_BLOCK, T, 0) and k1 == (T - W + FLEX_BLOCK - 1) // FLEX_BLOCK * FLEX_BLOCK
+    assert block_extent(create_block_mask(near, None, None, T, T, device="cpu", BLOCK_SIZE=FLEX_BLOCK), T, T) == (0, T, 0, T)
+    assert block_extent(create_block_mask(lambda b, h, i, j: i < 0, None, None, T, T, device="cpu"), T, T) is None
+
+
+def test_a_wrong_kernel_name_is_one_line(monkeypatch):
+    from ropecli.errors import RopeCliError
+
+    monkeypatch.setenv("ROPECLI_MAP_KERNEL", "triton")
+    with pytest.raises(RopeCliError, match="ROPECLI_MAP_KERNEL=triton: choose auto, flex or blocks"):
+        with mapped(build("llama"), "rerope", {"w": 8}):
+            pass
