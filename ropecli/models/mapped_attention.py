@@ -50,22 +50,32 @@ def _fused_for(device: torch.device):
     return op if device.type == "cpu" else None
 
 
-def region_attention(q, k, v, mask, scaling: float, fused=None):
-    """One region's attention: q (B, H, n, D) against keys k, v (B, H, m, D) under mask (n, m) (None: every pair) ->
-    out (B, H, n, D) float32 and log-sum-exp (B, H, n), -inf (and out 0) on rows where the region has no key."""
-    if fused is not None:  # scores never materialised: the kernel adds the mask block by block
-        bias = None if mask is None else \
-            torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~mask, float("-inf"))[None, None]
-        out, lse = fused(q, k, v, 0.0, False, attn_mask=bias, scale=scaling)
+CAUSAL = "causal"  # a band whose mask is the causal square (key c reached by rows r >= c): the kernel's own is_causal
+
+
+def region_attention(q, k, v, mask, scaling: float, fused=None, bias=None, has=None):
+    """One region's attention: q (B, H, n, D) against keys k, v (B, H, m, D) under mask (n, m) (None: every pair;
+    CAUSAL: the causal square) -> out (B, H, n, D) float32 and log-sum-exp (B, H, n), -inf (and out 0) on rows where
+    the region has no key. `bias` (the mask as 0 / -inf in q's dtype) and `has` (rows with a key; None: every row) are
+    the mask's, made once per shape by `MappedAttention.blocks`."""
+    causal = isinstance(mask, str)
+    if fused is not None:  # scores never materialised: the kernel adds the mask block by block (skips it if causal)
+        if mask is not None and not causal and bias is None:
+            bias = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~mask, float("-inf"))
+        out, lse = fused(q, k, v, 0.0, causal, attn_mask=None if bias is None else bias[None, None], scale=scaling)
         out, lse = out.float(), lse.float()
     else:  # the twin: explicit scores (B, H, n, m) in float32
+        if causal:
+            mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril_()
         s = torch.matmul(q, k.transpose(-1, -2)).float().mul_(scaling)
         s = s if mask is None else s.masked_fill_(~mask, float("-inf"))
         lse = torch.logsumexp(s, dim=-1)
         out = torch.matmul(torch.exp(s - lse[..., None]).nan_to_num_(0.0), v.float())
-    if mask is None:
+    if mask is None or causal:
         return out, lse
-    has = mask.any(-1)  # (n,)
+    has = mask.any(-1) if has is None and bias is None else has  # (n,); None: every row has a key
+    if has is None:
+        return out, lse
     return out.masked_fill(~has[:, None], 0.0), lse.masked_fill(~has, float("-inf"))
 
 
@@ -92,13 +102,14 @@ class MappedAttention:
             self._flex[device.type] = FlexRegions(self.regions_for, compiled=device.type == "cuda")
         return self._flex[device.type]
 
-    def blocks(self, Tq: int, Tk: int, device) -> list:
-        """[(start, query positions, [(region index, lo, hi, mask (block, hi - lo) or None: every pair)])] for T_q queries
-        ending at T_k keys. Each region's band of keys splits where its columns stop being reached by every query of the
-        block: the full columns (most of Self-Extend's grouped keys, DCA's inter-chunk ones) run unmasked, the rest
-        under their mask. The same in every layer, so built once per shape and kept for the next layer while the masks
-        fit in MASK_CACHE_BYTES."""
-        if self._shape != (Tq, Tk, device):
+    def blocks(self, Tq: int, Tk: int, device, dtype=torch.float32) -> list:
+        """[(start, query positions, [(region index, r0, r1, lo, hi, mask, bias, rows with a key)])] for T_q queries
+        ending at T_k keys (`split_band`, `masked`): each region's rows [r0, r1) of a block of queries (the rows it
+        reaches any key from) and its band of keys from them in up to three parts, the
+        full columns unmasked, a causal square under the kernel's own causal skip, the rest under its mask as a bias in
+        the queries' dtype. The same in every layer, so built once per shape and kept for the next layer while the
+        biases fit in MASK_CACHE_BYTES."""
+        if self._shape != (Tq, Tk, device, dtype):
             self.regions = self.regions_for(Tk)
             kj, out = torch.arange(Tk, device=device), []
             for start in range(0, Tq, self.block):
@@ -107,18 +118,16 @@ class MappedAttention:
                 bands = []
                 for n, r in enumerate(self.regions):
                     mask = r.where(qi[:, None], kj[None, :]) & causal
-                    reach = mask.any(dim=0).nonzero()  # only the keys this region reaches from this block: a band
-                    if not len(reach):
+                    rows = mask.any(dim=1).nonzero()  # the block's queries this region reaches any key from
+                    if not len(rows):
                         continue
-                    lo, hi = int(reach[0]), int(reach[-1]) + 1
-                    partial = (~mask[:, lo:hi].all(dim=0)).nonzero()
-                    mid = lo + int(partial[0]) if len(partial) else hi  # [lo, mid): every query reaches every key
-                    bands += [(n, lo, mid, None)] if mid > lo else []
-                    bands += [(n, mid, hi, mask[:, mid:hi].clone())] if hi > mid else []
+                    r0, r1 = int(rows[0]), int(rows[-1]) + 1  # one llama.cpp batch of a block: its W rows alone
+                    bands += [(n, r0, r1, lo, hi, *masked(m, dtype)) for lo, hi, m in split_band(mask[r0:r1])]
                 out.append((start, qi, bands))
-            if sum(b[3].numel() for _, _, bands in out for b in bands if b[3] is not None) > MASK_CACHE_BYTES:
+            if sum(b[6].numel() * b[6].element_size() for _, _, bands in out for b in bands
+                   if b[6] is not None) > MASK_CACHE_BYTES:
                 return out  # too big to keep for the next layer: rebuilt there (time, not memory)
-            self._shape, self._blocks = (Tq, Tk, device), out
+            self._shape, self._blocks = (Tq, Tk, device, dtype), out
         return self._blocks
 
     def __call__(self, module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, **kwargs):
@@ -141,21 +150,71 @@ class MappedAttention:
         groups = H // key.shape[1]  # GQA / MQA: each key head serves `groups` query heads
         value = value.repeat_interleave(groups, dim=1)
         fused = _fused_for(query.device) if self.fused else None
-        kj, blocks = torch.arange(Tk, device=query.device), self.blocks(Tq, Tk, query.device)  # blocks: the regions at T_k
-        reach = [max((hi for _, _, bands in blocks for m, _, hi, _ in bands if m == n), default=0)
+        kj, blocks = torch.arange(Tk, device=query.device), self.blocks(Tq, Tk, query.device, query.dtype)  # at T_k
+        reach = [max((b[4] for _, _, bands in blocks for b in bands if b[0] == n), default=0)
                  for n in range(len(self.regions))]  # each region's keys up to the farthest one it reaches, rotated once
         keys = [rotated(key[:, :, :h], r.key(kj[:h]), self.rotary).repeat_interleave(groups, dim=1)
                 for r, h in zip(self.regions, reach)]
-        out = torch.empty(B, H, Tq, D, dtype=value.dtype, device=value.device)
+        out = torch.empty(B, Tq, H, D, dtype=value.dtype, device=value.device)  # the layout the layer reads
         for start, qi, bands in blocks:
             q = query[:, :, start:start + len(qi)]
             rq = {n: rotated(q, self.regions[n].query(qi), self.rotary).contiguous() for n in {b[0] for b in bands}}
-            parts = [region_attention(rq[n], keys[n][:, :, lo:hi], value[:, :, lo:hi], mask,
-                                      scaling * self.regions[n].scale, fused) for n, lo, hi, mask in bands]
-            lse = torch.logsumexp(torch.stack([p[1] for p in parts]), dim=0)  # (B, H, block): every row has d = 0
-            merged = sum(torch.exp(p[1] - lse)[..., None] * p[0] for p in parts)
-            out[:, :, start:start + len(qi)] = merged.to(value.dtype)
-        return out.transpose(1, 2).contiguous(), None
+            merged = lse = None
+            for n, r0, r1, lo, hi, mask, bias, has in bands:
+                o, l = region_attention(rq[n][:, :, r0:r1], keys[n][:, :, lo:hi], value[:, :, lo:hi], mask,
+                                        scaling * self.regions[n].scale, fused, bias, has)
+                if merged is None and (r0, r1) == (0, len(qi)):
+                    merged, lse = o, l
+                    continue
+                if merged is None:
+                    merged = torch.zeros(B, H, len(qi), D, dtype=torch.float32, device=query.device)
+                    lse = torch.full((B, H, len(qi)), float("-inf"), dtype=torch.float32, device=query.device)
+                both = torch.logaddexp(lse[:, :, r0:r1], l)  # softmax over the union of the bands' keys, in place
+                merged[:, :, r0:r1].mul_(torch.exp(lse[:, :, r0:r1] - both).nan_to_num_(0.0)[..., None]).add_(
+                    o.mul_(torch.exp(l - both).nan_to_num_(0.0)[..., None]))
+                lse[:, :, r0:r1] = both
+            out[:, start:start + len(qi)] = merged.transpose(1, 2)
+        return out, None
+
+
+def split_band(mask: torch.Tensor) -> list[tuple[int, int, torch.Tensor | str | None]]:
+    """A region's keys reached from a block of queries (mask (block, T_k)), as [(lo, hi, part)]: the band [lo, hi) of
+    keys it reaches in up to three parts — leading columns not reached by every query (a window's edge), full columns
+    (every query reaches every key: no mask), trailing ones (the diagonal: CAUSAL where it is the causal square, the
+    region's mask otherwise). part: None (full), CAUSAL, or the bool mask (block, hi - lo)."""
+    reach = mask.any(dim=0).nonzero()
+    if not len(reach):
+        return []
+    lo, hi = int(reach[0]), int(reach[-1]) + 1
+    n = mask.shape[0]
+    if hi - lo >= n and trailing(mask[:, hi - n:hi]) is CAUSAL:  # the diagonal first: the kernel skips its upper half
+        return [*split_band(mask[:, :hi - n]), (hi - n, hi, CAUSAL)]
+    full = mask[:, lo:hi].all(dim=0).nonzero()
+    if not len(full):
+        return [(lo, hi, trailing(mask[:, lo:hi]))]
+    a, b = lo + int(full[0]), lo + int(full[-1]) + 1
+    if not mask[:, a:b].all():  # full columns with a gap between them: one masked band (rare)
+        return [(lo, hi, mask[:, lo:hi].clone())]
+    return [part for part in ((lo, a, mask[:, lo:a].clone()), (a, b, None), (b, hi, trailing(mask[:, b:hi])))
+            if part[1] > part[0]]
+
+
+def trailing(mask: torch.Tensor) -> torch.Tensor | str:
+    """CAUSAL where `mask` (n, m) is the causal square (n == m, key c reached by rows r >= c), else a copy of it."""
+    n, m = mask.shape
+    if n == m and torch.equal(mask, torch.ones(n, m, dtype=torch.bool, device=mask.device).tril_()):
+        return CAUSAL
+    return mask.clone()
+
+
+def masked(mask, dtype) -> tuple:
+    """(mask, its bias in `dtype` (0 where reached, -inf elsewhere), its rows with a key or None where every row has
+    one): what `region_attention` takes, made once per shape."""
+    if mask is None or isinstance(mask, str):
+        return mask, None, None
+    bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+    has = mask.any(-1)
+    return mask, bias, None if bool(has.all()) else has
 
 
 def _identity_rotary(rotary):
