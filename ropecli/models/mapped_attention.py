@@ -31,6 +31,7 @@ from ropecli.rope.position_maps import map_params, map_regions
 NAME = "ropecli_mapped"
 BLOCK = 512  # queries per block: each region's mask is (BLOCK, its band of keys)
 MASK_CACHE_BYTES = 256 * 2 ** 20  # one shape's masks, kept across the layers of a forward (bool: a byte a pair)
+_LAST: dict = {}  # the last shape's blocks, by map and shape: the next window of that length reuses them
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -38,9 +39,15 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def rotated(x: torch.Tensor, positions: torch.Tensor, rotary) -> torch.Tensor:
-    """x (B, H, T, D) rotated at `positions` (T,) by the rotary module's own forward (its frequencies and scaling)."""
-    cos, sin = rotary(x, positions.to(torch.float32)[None, :])  # (1, T, D)
+def rotated(x: torch.Tensor, positions: torch.Tensor, rotary, cache: dict | None = None, key=None) -> torch.Tensor:
+    """x (B, H, T, D) rotated at `positions` (T,) by the rotary module's own forward (its frequencies and scaling);
+    its cos and sin kept in `cache` under `key` for the next layers of the same forward pass."""
+    got = cache.get(key) if cache is not None else None
+    if got is None:
+        got = rotary(x, positions.to(torch.float32)[None, :])  # cos, sin: (1, T, D)
+        if cache is not None:
+            cache[key] = got
+    cos, sin = got
     return x * cos[:, None] + rotate_half(x) * sin[:, None]
 
 
@@ -85,13 +92,17 @@ class MappedAttention:
     attention call that also returns its log-sum-exp; the regions merge exactly by log-sum-exp weights (a softmax over
     the union of their keys). Memory per layer: one (block, band) mask, never a T x T score matrix per head."""
 
-    def __init__(self, regions, rotary, block: int = BLOCK, fused: bool = True, kernel: str = "auto"):
+    def __init__(self, regions, rotary, block: int = BLOCK, fused: bool = True, kernel: str = "auto", name=None):
         """`regions(n)`: the map's regions for n keys. `kernel`: "auto" (flex attention on CUDA where torch has it,
         the fused blocks elsewhere), "flex" (flex attention on any device: eager on the CPU, the twin the tests run) or
-        "blocks" (the fused blocks everywhere)."""
+        "blocks" (the fused blocks everywhere). `name`: the map with its parameters, under which the blocks of a shape
+        outlive this object (`_LAST`: the next window of the same length, under the same map, finds them built)."""
+        self.name = name
         self.regions_for, self.rotary, self.block, self.fused = regions, rotary, block, fused
         self._shape, self._blocks, self.regions = None, [], ()
+        self.whole: dict[int, tuple[int, int]] = {}  # region -> (first row, shift): one causal call (`whole_triangles`)
         self.kernel, self._flex = kernel, {}
+        self._trig: dict | None = None  # cos and sin of this forward pass, by (queries or keys, region, block or reach)
 
     def flex_for(self, device: torch.device):
         """The flex path for `device`, or None where the fused blocks run (a failed compile falls back once, said)."""
@@ -109,25 +120,34 @@ class MappedAttention:
         full columns unmasked, a causal square under the kernel's own causal skip, the rest under its mask as a bias in
         the queries' dtype. The same in every layer, so built once per shape and kept for the next layer while the
         biases fit in MASK_CACHE_BYTES."""
+        key = (self.name, self.block, Tq, Tk, device, dtype)
+        if self._shape != (Tq, Tk, device, dtype) and self.name is not None and _LAST.get("key") == key:
+            self.regions, self._blocks, self.whole = _LAST["built"]
+            self._shape = (Tq, Tk, device, dtype)
         if self._shape != (Tq, Tk, device, dtype):
             self.regions = self.regions_for(Tk)
             kj, out = torch.arange(Tk, device=device), []
+            shape = torch.zeros(3, len(self.regions), Tq, dtype=torch.long)  # per region and row: keys, first, last
             for start in range(0, Tq, self.block):
                 qi = torch.arange(Tk - Tq + start, Tk - Tq + min(Tq, start + self.block), device=device)
                 causal = qi[:, None] >= kj[None, :]  # (block, T_k)
                 bands = []
                 for n, r in enumerate(self.regions):
                     mask = r.where(qi[:, None], kj[None, :]) & causal
-                    rows = mask.any(dim=1).nonzero()  # the block's queries this region reaches any key from
-                    if not len(rows):
-                        continue
-                    r0, r1 = int(rows[0]), int(rows[-1]) + 1  # one llama.cpp batch of a block: its W rows alone
-                    bands += [(n, r0, r1, lo, hi, *masked(m, dtype)) for lo, hi, m in split_band(mask[r0:r1])]
+                    rows = slice(start, start + len(qi))
+                    shape[0, n, rows] = mask.sum(dim=1).cpu()
+                    shape[1, n, rows] = (~mask[:, 0]).long().cpu()  # 0 where the row reaches key 0
+                    shape[2, n, rows] = (mask * kj).amax(dim=1).cpu()
+                    bands += [(n, r0, r1, lo, hi, *masked(m, dtype)) for r0, r1, lo, hi, m in split_band(mask)]
                 out.append((start, qi, bands))
+            self.whole = whole_triangles(shape, Tq, Tk)
+            out = [(start, qi, [b for b in bands if b[0] not in self.whole]) for start, qi, bands in out]
             if sum(b[6].numel() * b[6].element_size() for _, _, bands in out for b in bands
                    if b[6] is not None) > MASK_CACHE_BYTES:
                 return out  # too big to keep for the next layer: rebuilt there (time, not memory)
             self._shape, self._blocks = (Tq, Tk, device, dtype), out
+            _LAST.clear()
+            _LAST.update(key=key, built=(self.regions, out, self.whole))
         return self._blocks
 
     def __call__(self, module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, **kwargs):
@@ -147,19 +167,36 @@ class MappedAttention:
                 warnings.warn(f"position map: flex attention failed on {query.device} ({type(exc).__name__}: "
                               f"{str(exc)[:200]}); running the fused blocks instead (slower)", stacklevel=2)
                 self.kernel = "blocks"
-        groups = H // key.shape[1]  # GQA / MQA: each key head serves `groups` query heads
-        value = value.repeat_interleave(groups, dim=1)
         fused = _fused_for(query.device) if self.fused else None
+        groups = 1 if fused is not None else H // key.shape[1]  # GQA: the fused kernel takes it as is; the twin repeats
+        value = value.repeat_interleave(groups, dim=1) if groups > 1 else value
         kj, blocks = torch.arange(Tk, device=query.device), self.blocks(Tq, Tk, query.device, query.dtype)  # at T_k
-        reach = [max((b[4] for _, _, bands in blocks for b in bands if b[0] == n), default=0)
-                 for n in range(len(self.regions))]  # each region's keys up to the farthest one it reaches, rotated once
-        keys = [rotated(key[:, :, :h], r.key(kj[:h]), self.rotary).repeat_interleave(groups, dim=1)
-                for r, h in zip(self.regions, reach)]
+        if getattr(module, "layer_idx", None) in (None, 0):  # a new forward pass (or a module that does not say):
+            self._trig = {} if getattr(module, "layer_idx", None) == 0 else None  # cos and sin computed afresh
+        trig = self._trig
+        reach = [max((b[4] for _, _, bands in blocks for b in bands if b[0] == n),
+                     default=Tk - self.whole[n][1] if n in self.whole else 0) for n in range(len(self.regions))]  # each region's keys up to the farthest one it reaches, rotated once
+        keys = [rotated(key[:, :, :h], r.key(kj[:h]), self.rotary, trig, ("k", n, h)) for n, (r, h) in
+                enumerate(zip(self.regions, reach))]
+        keys = [k.repeat_interleave(groups, dim=1) for k in keys] if groups > 1 else keys
         out = torch.empty(B, Tq, H, D, dtype=value.dtype, device=value.device)  # the layout the layer reads
+        acc = acc_lse = None
+        for n, (r0, shift) in self.whole.items():  # a whole region in one causal call, as the unpatched model runs
+            qi = torch.arange(Tk - Tq + r0, Tk, device=query.device)
+            q = rotated(query[:, :, r0:], self.regions[n].query(qi), self.rotary, trig, ("w", n)).contiguous()
+            o, l = region_attention(q, keys[n][:, :, :Tk - shift], value[:, :, :Tk - shift], CAUSAL,
+                                    scaling * self.regions[n].scale, fused)
+            if acc is None:
+                acc = torch.zeros(B, H, Tq, D, dtype=torch.float32, device=query.device)
+                acc_lse = torch.full((B, H, Tq), float("-inf"), dtype=torch.float32, device=query.device)
+            merge_into(acc, acc_lse, r0, Tq, o, l)
         for start, qi, bands in blocks:
             q = query[:, :, start:start + len(qi)]
-            rq = {n: rotated(q, self.regions[n].query(qi), self.rotary).contiguous() for n in {b[0] for b in bands}}
+            rq = {n: rotated(q, self.regions[n].query(qi), self.rotary, trig, ("q", n, start)).contiguous()
+                  for n in {b[0] for b in bands}}
             merged = lse = None
+            if acc is not None:  # the whole regions' rows of this block, merged into below
+                merged, lse = acc[:, :, start:start + len(qi)], acc_lse[:, :, start:start + len(qi)]
             for n, r0, r1, lo, hi, mask, bias, has in bands:
                 o, l = region_attention(rq[n][:, :, r0:r1], keys[n][:, :, lo:hi], value[:, :, lo:hi], mask,
                                         scaling * self.regions[n].scale, fused, bias, has)
@@ -169,42 +206,104 @@ class MappedAttention:
                 if merged is None:
                     merged = torch.zeros(B, H, len(qi), D, dtype=torch.float32, device=query.device)
                     lse = torch.full((B, H, len(qi)), float("-inf"), dtype=torch.float32, device=query.device)
-                both = torch.logaddexp(lse[:, :, r0:r1], l)  # softmax over the union of the bands' keys, in place
-                merged[:, :, r0:r1].mul_(torch.exp(lse[:, :, r0:r1] - both).nan_to_num_(0.0)[..., None]).add_(
-                    o.mul_(torch.exp(l - both).nan_to_num_(0.0)[..., None]))
-                lse[:, :, r0:r1] = both
+                merge_into(merged, lse, r0, r1, o, l)
             out[:, start:start + len(qi)] = merged.transpose(1, 2)
         return out, None
 
 
-def split_band(mask: torch.Tensor) -> list[tuple[int, int, torch.Tensor | str | None]]:
-    """A region's keys reached from a block of queries (mask (block, T_k)), as [(lo, hi, part)]: the band [lo, hi) of
-    keys it reaches in up to three parts — leading columns not reached by every query (a window's edge), full columns
-    (every query reaches every key: no mask), trailing ones (the diagonal: CAUSAL where it is the causal square, the
-    region's mask otherwise). part: None (full), CAUSAL, or the bool mask (block, hi - lo)."""
-    reach = mask.any(dim=0).nonzero()
-    if not len(reach):
+def merge_into(acc: torch.Tensor, lse: torch.Tensor, r0: int, r1: int, o: torch.Tensor, l: torch.Tensor) -> None:
+    """Rows [r0, r1) of the running output `acc` (B, H, n, D) and its log-sum-exp `lse` (B, H, n), in place, with one
+    more band's (o, l): the softmax over the union of their keys."""
+    both = torch.logaddexp(lse[:, :, r0:r1], l)
+    acc[:, :, r0:r1].mul_(torch.exp(lse[:, :, r0:r1] - both).nan_to_num_(0.0)[..., None]).add_(
+        o.mul_(torch.exp(l - both).nan_to_num_(0.0)[..., None]))
+    lse[:, :, r0:r1] = both
+
+
+def whole_triangles(shape: torch.Tensor, Tq: int, Tk: int) -> dict[int, tuple[int, int]]:
+    """The regions whose pairs are one shifted causal triangle — every query row i from the first one it reaches on
+    takes exactly the keys 0 … i - s (the identity map's only region; Self-Extend's, ReRoPE's and STRING's far one):
+    {region: (first row, s)}, run as one causal call over those rows and the first T_k - s keys. `shape` (3, regions,
+    T_q): per row the keys reached, the first and the last."""
+    out = {}
+    rows = torch.arange(Tk - Tq, Tk)
+    for n in range(shape.shape[1]):
+        count, first, last = shape[:, n]
+        reached = (count > 0).nonzero()
+        if not len(reached):
+            continue
+        r0 = int(reached[0])
+        s = int(rows[r0] - last[r0])
+        if (count[r0:] > 0).all() and (first[r0:] == 0).all() and (count[r0:] == last[r0:] + 1).all() \
+                and (rows[r0:] - last[r0:] == s).all() and int(last[r0]) == 0 and Tk - s == Tq - r0:
+            out[n] = (r0, s)
+    return out
+
+
+MIN_ROWS = 32  # a sparse band is halved by rows down to this many queries
+
+
+def split_band(mask: torch.Tensor) -> list[tuple[int, int, int, int, torch.Tensor | str | None]]:
+    """A region's pairs from a block of queries (mask (rows, T_k)) as [(r0, r1, lo, hi, part)]: rows [r0, r1) against
+    keys [lo, hi), part None (every pair: no mask), CAUSAL (the causal square: the kernel skips its upper half) or the
+    bool mask of the pairs. Where more than half of the pairs a part would compute are masked (a window narrower than
+    the block), the rows are halved and each half split again: the kernel computes about the pairs the map keeps."""
+    rows = mask.any(dim=1).nonzero()
+    if not len(rows):
         return []
-    lo, hi = int(reach[0]), int(reach[-1]) + 1
+    r0, r1 = int(rows[0]), int(rows[-1]) + 1
+    parts = [(r0 + a, r0 + b, lo, hi, part) for a, b, lo, hi, part in _columns(mask[r0:r1])]
+    computed = sum((b - a) * (hi - lo) / (2 if isinstance(p, str) else 1) for a, b, lo, hi, p in parts)
+    if r1 - r0 > MIN_ROWS and computed > 2 * int(mask.sum()):
+        h = r0 + (r1 - r0) // 2
+        top = [(a, b, lo, hi, p) for a, b, lo, hi, p in split_band(mask[:h])]
+        return top + [(a + h, b + h, lo, hi, p) for a, b, lo, hi, p in split_band(mask[h:])]
+    return parts
+
+
+def _columns(mask: torch.Tensor) -> list[tuple[int, int, int, int, torch.Tensor | str | None]]:
+    """Every row of `mask` reaches a key: its band of keys [lo, hi) in up to four parts — leading columns not reached by
+    every row (a window's edge), full columns (no mask), trailing partial ones, and the causal square on the diagonal
+    (its rows the last ones whose last key moves with them: a shifted triangle such as Self-Extend's grouped region
+    loses its first rows to it)."""
     n = mask.shape[0]
-    if hi - lo >= n and trailing(mask[:, hi - n:hi]) is CAUSAL:  # the diagonal first: the kernel skips its upper half
-        return [*split_band(mask[:, :hi - n]), (hi - n, hi, CAUSAL)]
+    reach = mask.any(dim=0).nonzero()
+    lo, hi = int(reach[0]), int(reach[-1]) + 1
+    last = torch.where(mask, torch.arange(mask.shape[1], device=mask.device), -1).amax(dim=1)  # (n,)
+    steady = (last - torch.arange(n, device=mask.device)) == hi - n
+    m = int(steady.flip(0).logical_not().nonzero()[0]) if not bool(steady.all()) else n  # the trailing rows in step
+    m = min(m, hi - lo)
+    if m and torch.equal(mask[n - m:, hi - m:hi], torch.ones(m, m, dtype=torch.bool, device=mask.device).tril_()) \
+            and not mask[:n - m, hi - m:hi].any():
+        left = mask[:, :hi - m]
+        return [*(_plain(left) if left.any() else []), (n - m, n, hi - m, hi, CAUSAL)]
+    return _plain(mask)
+
+
+def _plain(mask: torch.Tensor) -> list[tuple[int, int, int, int, torch.Tensor | None]]:
+    """Leading partial, full and trailing partial columns of `mask`'s band, each on the rows that reach it."""
+    reach = mask.any(dim=0).nonzero()
+    lo, hi = int(reach[0]), int(reach[-1]) + 1
     full = mask[:, lo:hi].all(dim=0).nonzero()
     if not len(full):
-        return [(lo, hi, trailing(mask[:, lo:hi]))]
-    a, b = lo + int(full[0]), lo + int(full[-1]) + 1
-    if not mask[:, a:b].all():  # full columns with a gap between them: one masked band (rare)
-        return [(lo, hi, mask[:, lo:hi].clone())]
-    return [part for part in ((lo, a, mask[:, lo:a].clone()), (a, b, None), (b, hi, trailing(mask[:, b:hi])))
-            if part[1] > part[0]]
-
-
-def trailing(mask: torch.Tensor) -> torch.Tensor | str:
-    """CAUSAL where `mask` (n, m) is the causal square (n == m, key c reached by rows r >= c), else a copy of it."""
-    n, m = mask.shape
-    if n == m and torch.equal(mask, torch.ones(n, m, dtype=torch.bool, device=mask.device).tril_()):
-        return CAUSAL
-    return mask.clone()
+        spans = [(lo, hi, False)]
+    else:
+        a, b = lo + int(full[0]), lo + int(full[-1]) + 1
+        if not mask[:, a:b].all():  # full columns with a gap between them: one masked band (rare)
+            spans = [(lo, hi, False)]
+        else:
+            spans = [(lo, a, False), (a, b, True), (b, hi, False)]
+    out = []
+    for c0, c1, full_cols in spans:
+        if c1 <= c0:
+            continue
+        if full_cols:
+            out.append((0, mask.shape[0], c0, c1, None))
+            continue
+        rows = mask[:, c0:c1].any(dim=1).nonzero()
+        r0, r1 = int(rows[0]), int(rows[-1]) + 1
+        out.append((r0, r1, c0, c1, mask[r0:r1, c0:c1].clone()))
+    return out
 
 
 def masked(mask, dtype) -> tuple:
@@ -257,7 +356,8 @@ def mapped(model, name: str, params: dict[str, float] | None = None, block: int 
     kernel = kernel or os.environ.get("ROPECLI_MAP_KERNEL", "auto")
     if kernel not in ("auto", "flex", "blocks"):
         raise RopeCliError(f"ROPECLI_MAP_KERNEL={kernel}: choose auto, flex or blocks")
-    ALL_ATTENTION_FUNCTIONS[NAME] = MappedAttention(regions, real, block, kernel=kernel)  # the mapping the layers read
+    ALL_ATTENTION_FUNCTIONS[NAME] = MappedAttention(regions, real, block, kernel=kernel,  # the mapping the layers read
+                                                    name=(name, tuple(checked.items())))
     before = model.config._attn_implementation
     model.config._attn_implementation = NAME
     if cfg is not model.config:
