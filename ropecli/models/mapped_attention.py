@@ -240,7 +240,7 @@ def whole_triangles(shape: torch.Tensor, Tq: int, Tk: int) -> dict[int, tuple[in
     return out
 
 
-MIN_ROWS = 32  # a sparse band is halved by rows down to this many queries
+MIN_ROWS = 128  # a sparse band is halved by rows down to this many queries (fewer: more calls than pairs saved)
 
 
 def split_band(mask: torch.Tensor) -> list[tuple[int, int, int, int, torch.Tensor | str | None]]:
