@@ -220,6 +220,19 @@ def test_gpu_benchmark_cpu_smoke_runs():
     assert all(float(r.split()[-1]) < 1e-4 for r in rows)  # chunked and naive agree on the NLL
 
 
+@pytest.mark.parametrize("kernel", ["blocks", "flex"])
+def test_gpu_map_benchmark_cpu_smoke_runs(kernel):
+    """`benchmarks/bench_gpu_maps.py --cpu-smoke`: the map benchmark's code path on tiny CPU shapes, with the fused
+    blocks and with flex attention (eager here: the code the GPU compiles); the identity map's NLL is the unpatched one."""
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_gpu_maps.py"
+    out = subprocess.run([sys.executable, str(script), "--cpu-smoke", "--repeats", "1", "--kernel", kernel], env=ENV,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    rows = [ln.split() for ln in out.stdout.splitlines() if ln.startswith("smoke")]
+    assert len(rows) == 10 and {r[2] for r in rows} == {"unpatched", "none", "selfextend", "dca", "rerope"}
+    assert all(float(r[-1]) < 1e-4 for r in rows if r[2] == "none")  # the identity map is the model
+
+
 def test_gpu_groups_of_ranks_with_device_map():
     from ropecli.evaluation.distributed import gpu_group
 

@@ -28,3 +28,19 @@ def test_cuda_matches_cpu(family):
     assert gpu == pytest.approx(ref, rel=1e-4)
     for s in slots:
         restore(s)
+
+
+@pytest.mark.parametrize(("name", "params"), [("none", {}), ("selfextend", {"G": 4, "W": 16}), ("dca", {"chunk": 48, "local": 8}),
+                                              ("rerope", {"w": 24}), ("selfextend-llamacpp", {"G": 4, "W": 32})])
+def test_a_map_on_cuda_is_its_cpu_twin(name, params):
+    """Issue 58: on CUDA a map runs compiled flex attention (kernel auto); its logits are the CPU blocks' (fp32)."""
+    from ropecli.models.mapped_attention import mapped
+
+    model, ids = build("llama"), torch.randint(0, VOCAB, (1, 300), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        with mapped(model, name, params, kernel="blocks"):
+            cpu = model(ids).logits
+        model.cuda()
+        with mapped(model, name, params, kernel="auto"):
+            gpu = model(ids.cuda()).logits.cpu()
+    assert torch.allclose(gpu, cpu, atol=1e-3), (gpu - cpu).abs().max()
