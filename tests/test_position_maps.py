@@ -444,3 +444,46 @@ def test_no_code_branches_on_a_map_name():
             found += [f"{path.name}:{c.lineno} {c.value}" for c in ast.walk(fn)
                       if isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value in set(MAPS) - {"none"}]
     assert not found, found
+
+
+@pytest.mark.parametrize(("name", "params"), [("none", {}), ("selfextend", {"G": 8, "W": 64}), ("rerope", {"w": 128}),
+                                              ("leaky-rerope", {"w": 100, "k": 4}), ("dca", {"chunk": 192, "local": 16}),
+                                              ("string", {"S": 85, "W": 16}), ("selfextend-llamacpp", {"G": 8, "W": 64})])
+def test_the_kernel_calls_partition_every_regions_pairs(name, params):
+    """The CPU path's parts of a region (`models.map_bands.split_band`: full columns, causal diagonals, masked parts,
+    halved by rows) cover each of its pairs from a block of queries exactly once, and compute at most 2x the pairs
+    the map keeps: the kernel works on about what the map needs."""
+    from ropecli.models.map_bands import CAUSAL, split_band
+    from ropecli.rope.position_maps import map_regions
+
+    T, block, computed, kept = 900, 512, 0.0, 0
+    kj = torch.arange(T)
+    for r in map_regions(name, map_params(name, params), T):
+        for start in range(0, T, block):
+            qi = torch.arange(start, min(T, start + block))
+            mask = r.where(qi[:, None], kj[None, :]) & (qi[:, None] >= kj[None, :])
+            cover = torch.zeros_like(mask, dtype=torch.int)
+            for r0, r1, lo, hi, part in split_band(mask):
+                full = torch.ones(r1 - r0, hi - lo, dtype=torch.bool)
+                cover[r0:r1, lo:hi] += full if part is None else full.tril() if part is CAUSAL else part
+                computed += (r1 - r0) * (hi - lo) / (2 if part is CAUSAL else 1)
+            assert torch.equal(cover, mask.int()), (name, start)
+            kept += int(mask.sum())
+    assert computed <= 2.0 * kept, computed / kept  # DCA: 1.7x (its chunks cross the 128-row halves)
+
+
+def test_a_shifted_causal_triangle_runs_in_one_call():
+    """The identity's region and Self-Extend's grouped one (d >= W) are one causal triangle over the window; its
+    neighbour region and DCA's are not (`whole_triangles`)."""
+    from ropecli.models.mapped_attention import MappedAttention
+    from ropecli.rope.position_maps import map_regions
+
+    def whole(name, params, T=700):
+        att = MappedAttention(lambda n: map_regions(name, map_params(name, params), n), None)
+        att.blocks(T, T, torch.device("cpu"))
+        return att.whole
+
+    assert whole("none", {}) == {0: (0, 0)}
+    assert whole("selfextend", {"G": 4, "W": 64}) == {1: (64, 64)}  # grouped: rows from 64 on, keys 0 … i - 64
+    assert whole("rerope", {"w": 64}) == {1: (64, 64)}  # capped: rows from 64 on, keys 0 … i - 64, one call
+    assert whole("dca", {"chunk": 192, "local": 16}) == {}
