@@ -402,7 +402,7 @@ def test_advise_map_candidates_follow_their_sources_rules():
     """Self-Extend's group keeps the farthest pair's rotation distance below Ls, with W a multiple of G (llama.cpp);
     DCA takes ChunkLlama's 3Ls/4 and Ls/16; the maps join the default tournament only where they can run past Ls."""
     from ropecli.tuning.candidates import default_candidates
-    from ropecli.rope.position_maps import selfextend_rule
+    from ropecli.rope.map_rules import selfextend_rule
     from ropecli.tuning.map_candidates import map_rule
 
     for Ls, T in ((256, 1024), (8192, 16384), (4096, 65536)):

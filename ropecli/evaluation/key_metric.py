@@ -18,7 +18,7 @@ import numpy as np
 
 from ropecli.models.token_losses import decode_tokens
 from ropecli.evaluation.estimand import estimate
-from ropecli.evaluation.results import estimate_se
+from ropecli.evaluation.summaries import estimate_se
 
 
 def window_key_sums(per_window: list[tuple], masks: list[np.ndarray], score_last: int | None) -> list[tuple[float, int]] | None:

@@ -18,7 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from ropecli.evaluation.results import EvalResult, _finite, _head
+from ropecli.evaluation.results import EvalResult, _finite
+from ropecli.evaluation.summaries import _head
 from ropecli.evaluation.ruler.scoring import string_match_all
 
 if TYPE_CHECKING:
