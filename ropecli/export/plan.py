@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ropecli.errors import RopeCliError
-from ropecli.export.hf import (check_writable, place_weights)
+from ropecli.export.hf_folder import check_writable, place_weights
 from ropecli.models.model_rope import ModelRope
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.map_spelling import map_json

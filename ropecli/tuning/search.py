@@ -10,10 +10,10 @@ bracket, and the interval of values not distinguishable from the best (`equivale
 
 Verdicts, against the methods people deploy (`ropecli.rope.spec.STANDARD_METHODS`):
 - `search-b` = `run_search` of mixed over b with golden-section, then the standard methods on the
-  same windows (`reference_rows`; PI and NTK-fixed are the b = 0 and b = 1 evaluations, reused) and
-  the verdict (`references_verdict`), which says first when a reference beats the best b;
+  same windows (`search_verdicts.reference_rows`; PI and NTK-fixed are the b = 0 and b = 1 evaluations, reused) and
+  the verdict (`search_verdicts.references_verdict`), which says first when a reference beats the best b;
 - `search`: the winner and the standard methods (and any `--reference`) re-measured on held-out
-  windows no search saw: other documents where there are two or more (`held_out_verdict`).
+  windows no search saw: other documents where there are two or more (`search_verdicts.held_out_verdict`).
 Results are cached per evaluation and the optimizers are deterministic, so a rerun after an interrupt
 replays the finished evaluations from the cache and resumes.
 """
@@ -24,10 +24,8 @@ import math
 from typing import Callable
 
 from ropecli.errors import RopeCliError
-from ropecli.evaluation.stats import tie_answer
-from ropecli.rope.geometry import Geometry
 from ropecli.rope.schedule import format_label
-from ropecli.rope.spec import Spec, make_spec, reference_spec, standard_specs_for
+from ropecli.rope.spec import Spec, make_spec, reference_spec
 from ropecli.rope.position_maps import check_map
 from ropecli.rope.temperature import TUNABLE_NAMES, tempered
 from ropecli.rope.target import Target
@@ -36,14 +34,11 @@ from ropecli.tuning.optimizers import (boundary, check_range, default_optimizer,
                                        local_maxima, optimize)
 from ropecli.tuning.late_precision import first_windows, promote
 from ropecli.tuning.racing import worse_test
+from ropecli.tuning.search_verdicts import held_out_verdict, reference_rows, references_verdict
 from ropecli.tuning.space import Dim, Effort, SearchSpace, start_point
-from ropecli.evaluation.metrics import PPL, Metric, metric_record, prompted
+from ropecli.evaluation.metrics import PPL, Metric, metric_record
 
 SCREEN_ALPHA = 0.05  # one interim look per point, against the one incumbent
-
-# b at which mixed *is* a standard method (b = 0: Lambda_m = k; b = 1: Lambda_m = k^(2m/d); both identities
-# are tested in test_schedule_identities): an evaluated end of the range is reused instead of run again
-SAME_AS_MIXED = {"pi": 0.0, "ntk-fixed": 1.0}
 
 
 def run_search(run: Evaluate, target: Target, space: SearchSpace, effort: Effort, score: Scorer, *,
@@ -194,90 +189,6 @@ def search_b(run: Evaluate, target: Target, *, lo: float = 0.0, hi: float = 1.0,
         "equivalent_b": out["equivalent"], **references_verdict(references, best),
         "search_evaluations": out["search_evaluations"], "grid_evaluations_same_accuracy": grid_evaluations(lo, hi, tol),
     }
-
-
-def reference_rows(score: Scorer, geom: Geometry, log_n: bool, factor: float | None, by_b: dict[float, dict]) -> list[dict]:
-    """The standard methods on the searched windows; PI, NTK-fixed (and b = 0.625) come from the
-    search's evaluations at the same b when it made them."""
-    rows = []
-    for spec in standard_specs_for(geom, factor=factor, log_n=log_n):
-        params = dict(spec.params)
-        same_b = SAME_AS_MIXED.get(spec.method, params.get("b") if spec.method == "mixed" and params.get("critical") is None else None)
-        if same_b in by_b:
-            fields = {k: v for k, v in by_b[same_b].items() if k not in ("b", "vs_best", "params", "label")}
-            rows.append({"label": spec.label, "method": spec.method, **fields, "same_as": f"mixed(b={same_b:g})"})
-        else:
-            rows.append({"label": spec.label, "method": spec.method, **score(spec)})
-    return rows
-
-
-def references_verdict(references: list[dict], best: dict) -> dict:
-    """Each reference's paired difference to the best b (`vs_best_b`) and the verdict in plain words:
-    a reference that beats the best b is named first."""
-    for r in references:
-        p = pair(r, best)
-        r["vs_best_b"] = {**p, "beats_best_b": bool(p["distinguishable"] and p["diff"] is not None and p["diff"] < 0)}
-    beating = sorted((r for r in references if r["vs_best_b"]["beats_best_b"]), key=lambda r: r["objective"])
-    tied = [r["label"] for r in references if not r["vs_best_b"]["distinguishable"]]  # equivalent or undecided
-    b = best["b"]
-    if beating:
-        top = beating[0]
-        d = top["vs_best_b"]
-        verdict = (f"{top['label']} beats the best b = {b:.4f}: {d['diff']:+.4f} nats ± {d['half_width']:.2g} (paired 95% interval)"
-                   + (f"; so do {', '.join(r['label'] for r in beating[1:])}" if len(beating) > 1 else "")
-                   + f". Use {top['label']}, not mixed(b).")
-    elif tied:
-        answers = "; ".join(f"{r['label']}: {tie_answer(r['vs_best_b'])}" for r in references
-                            if not r["vs_best_b"]["distinguishable"])
-        verdict = (f"best b = {b:.4f} is not shown different (paired 95%) from {', '.join(tied)} ({answers})")
-    else:
-        verdict = f"best b = {b:.4f} beats every reference (paired 95%)"
-    return {"verdict": verdict, "references_beating_best_b": [r["label"] for r in beating],
-            "references_tied_with_best_b": tied}
-
-
-def held_out_verdict(run: Evaluate, target: Target, objective: Metric, winner: Spec, extra: list[Spec], log_n: bool) -> dict:
-    """The winner and the standard methods on held-out windows (prompts, for a passkey or task objective); the
-    winner against the best of them, paired."""
-    geom, lengths, factor = target.geom, list(target.lengths), target.factor
-    score = Scorer(run, geom.shipped_len, lengths, objective, 1.0)
-    rows = [{"label": winner.label, "role": "winner", **score(winner)}]
-    for spec in standard_specs_for(geom, factor=factor, log_n=log_n) + list(extra):
-        if spec.label != winner.label:
-            rows.append({"label": spec.label, "role": "standard", **score(spec)})
-    win = rows[0]
-    for r in rows:
-        r["vs_winner"] = pair(r, win)
-    best_std = min(rows[1:], key=lambda r: r["objective"])
-    d = pair(win, best_std)
-    where = "held-out prompts" if prompted(objective) else "held-out windows"
-    if d["diff"] is not None and d["diff"] < 0 and d["distinguishable"]:
-        verdict = (f"{winner.label} beats the best standard method, {best_std['label']}, on {where}: "
-                   f"{d['diff']:+.4f} nats ± {d['half_width']:.2g} (paired 95% interval)")
-    elif d["diff"] is not None and d["diff"] > 0 and d["distinguishable"]:
-        verdict = (f"{best_std['label']} beats the searched {winner.label} on {where}: "
-                   f"{-d['diff']:+.4f} nats ± {d['half_width']:.2g} (paired 95% interval); use {best_std['label']}")
-    else:
-        verdict = (f"{winner.label} and the best standard method, {best_std['label']}, are not shown different on "
-                   f"{where} ({d['diff']:+.4f} nats ± {d['half_width'] or 0:.2g}, paired 95% interval): {tie_answer(d)}")
-    verdict += f" [{d.get('inference')} inference: generalizes to {d.get('generalizes_to')}]" if d.get("generalizes_to") else ""
-    return {"rows": rows, "best_standard": best_std["label"], "winner_vs_best_standard": d, "verdict": verdict,
-            "winner_beats_best_standard": bool(d["diff"] is not None and d["diff"] < 0 and d["distinguishable"])}
-
-
-def parse_reference(text: str, factor: float | None, log_n: bool) -> Spec:
-    """`--reference yarn`, `--reference mixed:b=0.95`, `--reference yarn:beta_fast=16,beta_slow=2`."""
-    name, _, rest = text.partition(":")
-    params = {}
-    for item in filter(None, (x.strip() for x in rest.split(","))):
-        key, sep, value = item.partition("=")
-        try:
-            params[key.strip().replace("-", "_")] = float(value)
-        except ValueError:
-            sep = ""
-        if not sep:
-            raise RopeCliError(f"--reference {text}: write METHOD or METHOD:KEY=VALUE,KEY=VALUE, e.g. --reference mixed:b=0.95")
-    return make_spec(name.strip(), params, factor=factor, log_n=log_n)
 
 
 def point_spec(method: str, params: dict, factor: float | None, log_n: bool, position_map: tuple = ()) -> Spec:

@@ -12,11 +12,13 @@ from ropecli.errors import RopeCliError
 from ropecli.rope.target import Target
 from ropecli.tuning.objective import Bench
 from ropecli.evaluation.metrics import PPL, Metric, metric_record, prompted
-from ropecli.export.hf import check_writable, write_hf_block
+from ropecli.export.hf import write_hf_block
+from ropecli.export.hf_folder import check_writable
 from ropecli.rope.methods import resolve_method
 from ropecli.rope.spec import make_spec, parse_params
 from ropecli.tuning.optimizers import min_budget
-from ropecli.tuning.search import parse_reference, run_search, scorer, search_b
+from ropecli.tuning.search import run_search, scorer, search_b
+from ropecli.tuning.search_verdicts import parse_reference
 from ropecli.tuning.space import ANY_GEOMETRY, Effort, SearchSpace, parse_vary
 
 
