@@ -10,13 +10,15 @@ quality.
 Each map runs under `ropecli.models.mapped_attention.mapped` with its `--kernel` (auto: flex attention on CUDA); its
 parameters scale with the shape's L0 (Self-Extend G = 8, W = L0/4; DCA chunk = 3 L0/4, local = L0/16; ReRoPE w = L0/2).
 "time x" and "mem x" are the mapped run's median time and peak memory over the unpatched run's at that length; "|dNLL|"
-of the identity map (`none`) against the unpatched run checks the path. OOM is said, not raised. Goals (issue 58):
+of the identity map (`none`) against the unpatched run checks the path; "first s" is the untimed first call (the
+compile, the block masks). OOM and a failed compile are said in the row, not raised. Goals (issue 58):
 Self-Extend, DCA and ReRoPE at most 1.5x (aim 1.2x) in time at 16k and 32k, peak memory at most 1.2x, 128k runs."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -53,7 +55,7 @@ def main() -> None:
         shapes, lengths = args.shapes.split(","), [int(x) for x in args.lengths.split(",")]
         print(f"GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; kernel {args.kernel}")
     maps = {k: v for k, v in maps_for(L).items() if k in args.maps.split(",")}
-    header = f"{'shape':6s} {'T':>7s} {'map':11s} | {'seconds':>8s} {'peak GiB':>9s} | {'time x':>7s} {'mem x':>6s} {'|dNLL|':>8s}"
+    header = f"{'shape':6s} {'T':>7s} {'map':11s} | {'seconds':>8s} {'peak GiB':>9s} | {'time x':>7s} {'mem x':>6s} {'|dNLL|':>8s} | {'first s':>7s}"
     print(header)
     print("-" * len(header))
     for shape in shapes:
@@ -71,21 +73,26 @@ def main() -> None:
                             return window_nll(model, ids)
                 try:
                     out = {}
-                    run()  # the first call compiles (flex) and builds the block masks: not timed
+                    first = time.perf_counter()
+                    run()  # the first call compiles (flex) and builds the block masks: not timed, said apart
+                    first = time.perf_counter() - first
                     sec, peak = timed(lambda: out.setdefault("nll", run()), device, args.repeats)
                     rows[label] = (sec, peak, out["nll"][0] / out["nll"][1])
                 except torch.OutOfMemoryError:
-                    rows[label] = None
+                    rows[label] = "OOM"
                     torch.cuda.empty_cache()
+                except Exception as exc:  # noqa: BLE001  a map that fails to compile is a row, not the end of the run
+                    rows[label] = f"FAIL {type(exc).__name__}: {str(exc)[:300]}"
                 base, r = rows["unpatched"], rows[label]
-                if r is None:
-                    print(f"{shape:6s} {T:7d} {label:11s} | {'OOM':>8s}")
+                if isinstance(r, str):
+                    print(f"{shape:6s} {T:7d} {label:11s} | {r}", flush=True)
                     continue
+                base = None if isinstance(base, str) else base
                 mem = f"{r[1] / 2 ** 30:9.2f}" if r[1] is not None else f"{'n/a':>9s}"
                 tx = f"{r[0] / base[0]:7.2f}" if base else f"{'n/a':>7s}"
                 mx = f"{r[1] / base[1]:6.2f}" if base and r[1] and base[1] else f"{'n/a':>6s}"
                 dn = f"{abs(r[2] - base[2]):8.1e}" if base and label == "none" else f"{'':>8s}"
-                print(f"{shape:6s} {T:7d} {label:11s} | {r[0]:8.3f} {mem} | {tx} {mx} {dn}")
+                print(f"{shape:6s} {T:7d} {label:11s} | {r[0]:8.3f} {mem} | {tx} {mx} {dn} | {first:7.1f}", flush=True)
         model = None
         if device == "cuda":
             torch.cuda.empty_cache()

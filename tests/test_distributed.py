@@ -228,9 +228,10 @@ def test_gpu_map_benchmark_cpu_smoke_runs(kernel):
     out = subprocess.run([sys.executable, str(script), "--cpu-smoke", "--repeats", "1", "--kernel", kernel], env=ENV,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    rows = [ln.split() for ln in out.stdout.splitlines() if ln.startswith("smoke")]
-    assert len(rows) == 10 and {r[2] for r in rows} == {"unpatched", "none", "selfextend", "dca", "rerope"}
-    assert all(float(r[-1]) < 1e-4 for r in rows if r[2] == "none")  # the identity map is the model
+    assert "FAIL" not in out.stdout and "OOM" not in out.stdout, out.stdout
+    rows = [[c.split() for c in ln.split("|")] for ln in out.stdout.splitlines() if ln.startswith("smoke")]
+    assert len(rows) == 10 and {r[0][2] for r in rows} == {"unpatched", "none", "selfextend", "dca", "rerope"}
+    assert all(float(r[2][-1]) < 1e-4 for r in rows if r[0][2] == "none")  # the identity map is the model
 
 
 def test_gpu_groups_of_ranks_with_device_map():

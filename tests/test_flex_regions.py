@@ -6,7 +6,7 @@ on CUDA the same code runs compiled (tests/test_gpu.py, benchmarks/bench_gpu_map
 import pytest
 import torch
 
-from ropecli.models.flex_regions import FLEX_BLOCK, block_extent, flex_available
+from ropecli.models.flex_regions import FLEX_BLOCK, as_block_mask, block_classes, extent, flex_available
 from ropecli.models.mapped_attention import mapped
 from tiny_models import build
 
@@ -66,20 +66,36 @@ def test_flex_in_bfloat16_is_the_fused_path_within_bf16():
 def test_a_cut_keeps_only_the_blocks_a_region_reaches():
     """Self-Extend's grouped region (d >= W) at 512 tokens: no key from the first query block; a band of W keys
     dropped at the end; the neighbour region (d < W) reaches from every query block."""
+    T, W = 512, 200
+    far = block_classes(lambda i, j: i - j >= W, T, T, 0, "cpu")[0]
+    near = block_classes(lambda i, j: i - j < W, T, T, 0, "cpu")[0]
+    q0, q1, k0, k1 = extent(far, T, T)
+    assert (q0, q1, k0) == (FLEX_BLOCK, T, 0) and k1 == (T - W + FLEX_BLOCK - 1) // FLEX_BLOCK * FLEX_BLOCK
+    assert extent(near, T, T) == (0, T, 0, T)
+    assert extent(block_classes(lambda i, j: i < 0, T, T, 0, "cpu")[0], T, T) is None
+
+
+@pytest.mark.parametrize(("Tq", "Tk"), [(300, 300), (77, 300), (256, 256), (1, 130)])
+def test_block_classes_are_torchs_own(Tq, Tk, monkeypatch):
+    """The chunked classes (a few query blocks per pass) give torch's `create_block_mask` blocks exactly: the same
+    partial and full blocks, in the same order, for queries that are the last T_q of T_k keys (a chunk, one decoded token)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    T, W = 512, 200
+    import ropecli.models.flex_regions as fr
 
-    def far(b, h, i, j):
-        return (i - j >= W) & (i >= j)
-
-    def near(b, h, i, j):
-        return (i - j < W) & (i >= j)
-
-    q0, q1, k0, k1 = block_extent(create_block_mask(far, None, None, T, T, device="cpu", BLOCK_SIZE=FLEX_BLOCK), T, T)
-    assert (q0, q1, k0) == (FLEX_BLOCK, T, 0) and k1 == (T - W + FLEX_BLOCK - 1) // FLEX_BLOCK * FLEX_BLOCK
-    assert block_extent(create_block_mask(near, None, None, T, T, device="cpu", BLOCK_SIZE=FLEX_BLOCK), T, T) == (0, T, 0, T)
-    assert block_extent(create_block_mask(lambda b, h, i, j: i < 0, None, None, T, T, device="cpu"), T, T) is None
+    monkeypatch.setattr(fr, "PASS_PAIRS", FLEX_BLOCK * FLEX_BLOCK * 3)  # passes of one query block: the seams tested
+    shift = Tk - Tq
+    for where in (lambda i, j: i - j < 40, lambda i, j: (i // 48) >= (j // 48) + 2, lambda i, j: (i % 7) != (j % 5)):
+        some, every = block_classes(where, Tq, Tk, shift, "cpu")
+        ref = create_block_mask(lambda b, h, q, k: where(q + shift, k) & (q + shift >= k), None, None, Tq, Tk,
+                                device="cpu", BLOCK_SIZE=FLEX_BLOCK)
+        ours = as_block_mask(some, every, None, Tq, Tk)
+        for mine, theirs in ((ours.kv_num_blocks, ref.kv_num_blocks), (ours.full_kv_num_blocks, ref.full_kv_num_blocks)):
+            assert torch.equal(mine, theirs)
+        for n, mine, theirs in ((ref.kv_num_blocks, ours.kv_indices, ref.kv_indices),
+                                (ref.full_kv_num_blocks, ours.full_kv_indices, ref.full_kv_indices)):
+            for row, count in enumerate(n[0, 0].tolist()):
+                assert torch.equal(mine[0, 0, row, :count], theirs[0, 0, row, :count])
 
 
 def test_a_wrong_kernel_name_is_one_line(monkeypatch):

@@ -1,13 +1,16 @@
-"""The GPU path of a position map (issue 58): each region one `flex_attention` call under a `BlockMask` made from the
-region's mask, merged with the others by log-sum-exp in float32.
+"""The GPU path of a position map (issue 58): each region one `flex_attention` call under a `BlockMask`, merged with the
+others by log-sum-exp in float32.
 
-Per (T_q, T_k, device) and region, once and reused by every layer: the region's BlockMask over the whole window gives
-the query blocks that reach any key and the key blocks they reach; the region's queries and keys are cut to those
-extents and a second BlockMask is made for the cut (fully masked blocks skipped, full blocks run unmasked, no dense
-mask anywhere). Per layer and region: its queries and keys rotated once at the region's positions (the rotary module's
-own frequencies and scaling), one flex call (GQA native: `enable_gqa`; bf16/fp16 in, the log-sum-exp out), the cut's
-rows merged into the running output. On CUDA the call is compiled (`torch.compile(flex_attention)`); on the CPU it runs
-eagerly (slow: the twin the tests compare with the fused path and the unpatched model, on tiny shapes)."""
+Per (T_q, T_k, device), once and reused by every layer: each region's (query block, key block) classes (no pair, some
+pairs, every pair), found by evaluating the region's mask a band of query rows at a time (`block_classes`: never a
+T x T mask, never `create_block_mask`'s compile of a closure); the region's queries and keys cut to the blocks it
+reaches (`extent`), and a BlockMask made from the cut's classes with `BlockMask.from_kv_blocks` (fully masked blocks
+skipped, full blocks run unmasked). The cut's mask function reads its offsets from two 0-d tensors, so a new length or a
+new cut is new data for the compiled kernel, not a new graph. Per layer and region: its queries and keys rotated once
+at the region's positions (the rotary module's own frequencies and scaling), one flex call (GQA native: `enable_gqa`;
+bf16/fp16 in, the log-sum-exp out), the cut's rows merged into the output a slab of rows at a time (float32 weights,
+temporaries bounded by MERGE_ROWS). On CUDA the call is compiled (`torch.compile(flex_attention)`, shapes dynamic after
+the first); on the CPU it runs eagerly (slow: the twin the tests compare with the fused path and the unpatched model)."""
 
 from __future__ import annotations
 
@@ -16,62 +19,123 @@ import warnings
 import torch
 
 FLEX_BLOCK = 128  # flex attention's block (rows and columns)
+PASS_PAIRS = 2 ** 25  # (query, key) pairs per pass of `block_classes`: its int64 temporaries stay near 256 MiB
+MERGE_ROWS = 8192  # rows of a cut merged at a time: float32 temporaries of (B, H, MERGE_ROWS, D)
+RECOMPILE_LIMIT = 64  # a map's regions are distinct mask functions, each compiled once static and once dynamic
+_LAST: dict = {}  # the last shape's cuts, by map and shape: the next window of that length (a new `mapped`) reuses them
 
 
 def flex_available() -> bool:
     try:
-        from torch.nn.attention.flex_attention import create_block_mask, flex_attention  # noqa: F401
+        from torch.nn.attention.flex_attention import BlockMask, flex_attention  # noqa: F401
     except ImportError:
         return False
     return True
 
 
-class FlexRegions:
-    """The regions of one map on flex attention; `__call__(query, key, value, scaling, rotated)` -> (B, H, T_q, D)."""
+def block_classes(where, Tq: int, Tk: int, shift: int, device, block: int = FLEX_BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
+    """(some, every): (ceil(T_q/block), ceil(T_k/block)) bool each, per (query block, key block) whether the region holds
+    some of its causal pairs and whether it holds every one; query row r is position r + shift (`where(i, j)`, i a column
+    and j a row of positions). Padding past T_q or T_k counts as no pair, so an edge block is never full (as torch's own
+    `create_block_mask`)."""
+    nq, nk = -(-Tq // block), -(-Tk // block)
+    kj = torch.arange(nk * block, device=device)
+    rows = max(1, PASS_PAIRS // (nk * block * block)) * block  # query rows per pass, whole blocks
+    some = torch.zeros(nq, nk, dtype=torch.bool, device=device)
+    every = torch.zeros(nq, nk, dtype=torch.bool, device=device)
+    for r0 in range(0, nq * block, rows):
+        qi = torch.arange(r0, min(nq * block, r0 + rows), device=device)
+        i, j = qi[:, None] + shift, kj[None, :]
+        m = where(i, j) & (i >= j) & (qi[:, None] < Tq) & (j < Tk)
+        counts = m.view(len(qi) // block, block, nk, block).sum(dim=(1, 3))
+        some[r0 // block:r0 // block + len(counts)] = counts > 0
+        every[r0 // block:r0 // block + len(counts)] = counts == block * block
+    return some, every
 
-    def __init__(self, regions_for, compiled: bool):
+
+def extent(some: torch.Tensor, Tq: int, Tk: int, block: int = FLEX_BLOCK) -> tuple[int, int, int, int] | None:
+    """(q0, q1, k0, k1): the rows of the query blocks that reach any key and the columns of the key blocks they reach;
+    None when the region reaches no key."""
+    rows, cols = some.any(dim=1).nonzero().flatten(), some.any(dim=0).nonzero().flatten()
+    if not len(rows):
+        return None
+    return (int(rows[0]) * block, min(Tq, (int(rows[-1]) + 1) * block), int(cols[0]) * block,
+            min(Tk, (int(cols[-1]) + 1) * block))
+
+
+def as_block_mask(some: torch.Tensor, every: torch.Tensor, mask_mod, Tq: int, Tk: int, block: int = FLEX_BLOCK):
+    """A BlockMask for T_q x T_k from per-block classes: `every` blocks run without the mask function, the rest of
+    `some` under it, the others skipped."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    def ordered(m):  # (nq, nk) bool -> counts (1, 1, nq) and the true columns first (1, 1, nq, nk), int32
+        idx = torch.argsort(m.to(torch.int8), dim=-1, descending=True, stable=True)
+        return m.sum(dim=-1, dtype=torch.int32)[None, None], idx.to(torch.int32)[None, None]
+
+    partial = some & ~every
+    n, idx = ordered(partial)
+    fn, fidx = ordered(every)
+    return BlockMask.from_kv_blocks(n, idx, fn, fidx, BLOCK_SIZE=block, mask_mod=mask_mod, seq_lengths=(Tq, Tk))
+
+
+def cut_mask(where, q_offset: torch.Tensor, k_offset: torch.Tensor):
+    """The mask function of a cut: query index q is position q + q_offset, key index k is k + k_offset (0-d tensors:
+    data to a compiled kernel, not constants it recompiles for)."""
+    def mask(b, h, q_idx, kv_idx):
+        i, j = q_idx + q_offset, kv_idx + k_offset
+        return where(i, j) & (i >= j)
+
+    return mask
+
+
+class FlexRegions:
+    """The regions of one map on flex attention; `__call__(query, key, value, scaling, rotated)` -> (B, H, T_q, D) in
+    the value's dtype."""
+
+    def __init__(self, regions_for, compiled: bool, name=None):
+        """`name`: the map with its parameters, under which the cuts of a shape outlive this object (`_LAST`)."""
         from torch.nn.attention.flex_attention import flex_attention
 
+        if compiled:  # every region and length through one compiled function; the default limit (8) would fall back
+            import torch._dynamo  # to eager flex, which materialises the scores
+
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+            torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit,
+                                                                   4 * RECOMPILE_LIMIT)
         self.regions_for = regions_for
-        self.flex = torch.compile(flex_attention, dynamic=False) if compiled else flex_attention
-        self.compiled = compiled
+        self.flex = torch.compile(flex_attention) if compiled else flex_attention
+        self.compiled, self.name = compiled, name
         self._shape, self._cuts = None, []
 
     def cuts(self, Tq: int, Tk: int, device) -> list:
         """[(region, q0, q1, k0, k1, BlockMask of the cut)] for T_q queries ending at T_k keys, built once per shape."""
-        from torch.nn.attention.flex_attention import create_block_mask
-
         if self._shape == (Tq, Tk, device):
+            return self._cuts
+        key = (self.name, Tq, Tk, device)
+        if self.name is not None and _LAST.get("key") == key:
+            self._shape, self._cuts = (Tq, Tk, device), _LAST["cuts"]
             return self._cuts
         shift, out = Tk - Tq, []
         for r in self.regions_for(Tk):
-            def mask(b, h, q_idx, kv_idx, r=r, q0=0, k0=0):
-                i, j = q_idx + q0 + shift, kv_idx + k0
-                return r.where(i, j) & (i >= j)
-
-            whole = create_block_mask(mask, None, None, Tq, Tk, device=device, BLOCK_SIZE=FLEX_BLOCK,
-                                      _compile=self.compiled)
-            extent = block_extent(whole, Tq, Tk)
-            if extent is None:  # the region reaches no key from these queries
+            some, every = block_classes(r.where, Tq, Tk, shift, device)
+            if (ext := extent(some, Tq, Tk)) is None:  # the region reaches no key from these queries
                 continue
-            q0, q1, k0, k1 = extent
-
-            def cut(b, h, q_idx, kv_idx, r=r, q0=q0, k0=k0):
-                i, j = q_idx + q0 + shift, kv_idx + k0
-                return r.where(i, j) & (i >= j)
-
-            bm = create_block_mask(cut, None, None, q1 - q0, k1 - k0, device=device, BLOCK_SIZE=FLEX_BLOCK,
-                                   _compile=self.compiled)
+            q0, q1, k0, k1 = ext
+            cut = (slice(q0 // FLEX_BLOCK, -(-q1 // FLEX_BLOCK)), slice(k0 // FLEX_BLOCK, -(-k1 // FLEX_BLOCK)))
+            offsets = torch.tensor(q0 + shift, device=device), torch.tensor(k0, device=device)
+            bm = as_block_mask(some[cut], every[cut], cut_mask(r.where, *offsets), q1 - q0, k1 - k0)
             out.append((r, q0, q1, k0, k1, bm))
         self._shape, self._cuts = (Tq, Tk, device), out
+        if self.name is not None:
+            _LAST.clear()
+            _LAST.update(key=key, cuts=out)
         return out
 
     def __call__(self, query, key, value, scaling: float, rotated) -> torch.Tensor:
         B, H, Tq, D = query.shape
         Tk = key.shape[2]
         device, shift = query.device, Tk - Tq
-        acc = torch.zeros(B, H, Tq, D, dtype=torch.float32, device=device)
-        lse = torch.full((B, H, Tq), float("-inf"), dtype=torch.float32, device=device)
+        out = lse = None
         for r, q0, q1, k0, k1, bm in self.cuts(Tq, Tk, device):
             qi = torch.arange(q0 + shift, q1 + shift, device=device)
             kj = torch.arange(k0, k1, device=device)
@@ -81,28 +145,25 @@ class FlexRegions:
                 warnings.simplefilter("ignore")
                 o, l = self.flex(q, k, value[:, :, k0:k1].contiguous(), block_mask=bm, scale=scaling * r.scale,
                                  enable_gqa=True, return_lse=True)
-            o, l = o.float(), l.float()
-            new = torch.logaddexp(lse[:, :, q0:q1], l)
-            keep, take = torch.exp(lse[:, :, q0:q1] - new).nan_to_num_(0.0), torch.exp(l - new).nan_to_num_(0.0)
-            acc[:, :, q0:q1] = acc[:, :, q0:q1] * keep[..., None] + o * take[..., None]
-            lse[:, :, q0:q1] = new
-        return acc.to(value.dtype)
+            del q, k
+            if out is None and (q0, q1) == (0, Tq):  # the first region over every row: taken as it is
+                out, lse = o.to(value.dtype), l.float()
+                continue
+            if out is None:
+                out = torch.zeros(B, H, Tq, D, dtype=value.dtype, device=device)
+                lse = torch.full((B, H, Tq), float("-inf"), dtype=torch.float32, device=device)
+            merge_rows(out, lse, q0, o, l.float())
+        return out
 
 
-def block_extent(bm, Tq: int, Tk: int) -> tuple[int, int, int, int] | None:
-    """(q0, q1, k0, k1): the rows of the query blocks that reach any key and the columns of the key blocks they reach,
-    from a BlockMask's block counts and indices (batch and head broadcast: index 0); None when no block is reached."""
-    counts = bm.kv_num_blocks[0, 0] + (bm.full_kv_num_blocks[0, 0] if bm.full_kv_num_blocks is not None else 0)
-    rows = counts.nonzero().flatten()
-    if not len(rows):
-        return None
-    cols = []
-    for num, idx in ((bm.kv_num_blocks, bm.kv_indices), (bm.full_kv_num_blocks, bm.full_kv_indices)):
-        if num is None:
-            continue
-        n, ix = num[0, 0], idx[0, 0]
-        valid = torch.arange(ix.shape[-1], device=ix.device)[None, :] < n[:, None]
-        cols.append(ix[valid])
-    cols = torch.cat(cols)
-    bq, bk = bm.BLOCK_SIZE
-    return (int(rows[0]) * bq, min(Tq, (int(rows[-1]) + 1) * bq), int(cols.min()) * bk, min(Tk, (int(cols.max()) + 1) * bk))
+def merge_rows(out: torch.Tensor, lse: torch.Tensor, q0: int, o: torch.Tensor, l: torch.Tensor) -> None:
+    """out[:, :, q0:q0+n] and lse (B, H, T) take in a region's rows o (B, H, n, D) with its log-sum-exp l (B, H, n): the
+    softmax over the union of their keys, in float32, MERGE_ROWS rows at a time (rows where neither has a key stay 0)."""
+    for s in range(0, o.shape[2], MERGE_ROWS):
+        e = min(o.shape[2], s + MERGE_ROWS)
+        old, add = lse[:, :, q0 + s:q0 + e], l[:, :, s:e]
+        new = torch.logaddexp(old, add)
+        keep, take = torch.exp(old - new).nan_to_num_(0.0), torch.exp(add - new).nan_to_num_(0.0)
+        rows = out[:, :, q0 + s:q0 + e]
+        rows.copy_(rows.float() * keep[..., None] + o[:, :, s:e].float() * take[..., None])
+        lse[:, :, q0 + s:q0 + e] = new

@@ -108,7 +108,8 @@ class MappedAttention:
         if not wanted or not flex_available():
             return None
         if device.type not in self._flex:
-            self._flex[device.type] = FlexRegions(self.regions_for, compiled=device.type == "cuda")
+            self._flex[device.type] = FlexRegions(self.regions_for, compiled=device.type == "cuda",
+                                                   name=self.name)
         return self._flex[device.type]
 
     def blocks(self, Tq: int, Tk: int, device, dtype=torch.float32) -> list:
