@@ -4,7 +4,7 @@ with random weights (no download: a GPU machine here cannot fetch weights), meas
     python benchmarks/bench_gpu.py                 # GPU: 1B and 7B shapes, bf16, sdpa, 8k/16k/32k tokens
     python benchmarks/bench_gpu.py --cpu-smoke     # CPU: tiny shapes, fp32, the same code path (CI runs this)
 
-Per shape and length it prints tokens/s and model FLOPs utilization (MFU) of both, their time ratio,
+Per shape and length, after one untimed call of each path at that length, it prints tokens/s and model FLOPs utilization (MFU) of both, their time ratio,
 and peak GPU memory of both (`torch.cuda.max_memory_allocated`, reset before each), with "OOM" where
 the naive path runs out of memory. MFU = forward FLOPs / time / the GPU's dense bf16 peak, with
     forward FLOPs = 2 * N_params * T + 2 * n_layers * T^2 * d_model     (causal attention: half of 4*T^2*d)
@@ -93,11 +93,11 @@ def main() -> None:
         for T in lengths:
             ids = torch.randint(0, vocab, (1, T), device=device)
             flops = forward_flops(model, T)
-            window_nll(model, ids[:, :64])  # warm-up (kernels, allocator)
             res = {}
             for name, fn in (("chunked", lambda: window_nll(model, ids)), ("naive", lambda: naive_window_nll(model, ids))):
                 try:
                     out = {}
+                    fn()  # each path's own warm-up at this length (kernels chosen, the allocator's pools grown): untimed
                     sec, peak = timed(lambda: out.setdefault("nll", fn()), device, args.repeats)
                     res[name] = (sec, peak, out["nll"][0] / out["nll"][1])
                 except torch.OutOfMemoryError:

@@ -21,10 +21,15 @@ def model_and_ids():
     return build("llama"), torch.randint(0, 96, (1, 300), generator=torch.Generator().manual_seed(5))  # GQA: 4 / 2 heads
 
 
+@pytest.mark.parametrize("triangles", [True, False], ids=["triangles-fused", "all-flex"])
 @pytest.mark.parametrize(("name", "params"), MAPS)
-def test_flex_and_the_fused_blocks_agree(model_and_ids, name, params):
+def test_flex_and_the_fused_blocks_agree(model_and_ids, name, params, triangles, monkeypatch):
     """300 tokens: three flex blocks of 128, so every region is cut (DCA's chunks, Self-Extend's window, llama.cpp's
-    batches start inside blocks)."""
+    batches start inside blocks); the shifted causal triangles (the identity's, Self-Extend's, ReRoPE's, STRING's far
+    region) in the fused causal kernel or in flex attention."""
+    import ropecli.models.flex_regions as fr
+
+    monkeypatch.setattr(fr, "TRIANGLES_FUSED", triangles)
     model, ids = model_and_ids
     with torch.no_grad():
         with mapped(model, name, params, kernel="flex"):
@@ -86,10 +91,13 @@ def test_block_classes_are_torchs_own(Tq, Tk, monkeypatch):
     monkeypatch.setattr(fr, "PASS_PAIRS", FLEX_BLOCK * FLEX_BLOCK * 3)  # passes of one query block: the seams tested
     shift = Tk - Tq
     for where in (lambda i, j: i - j < 40, lambda i, j: (i // 48) >= (j // 48) + 2, lambda i, j: (i % 7) != (j % 5)):
-        some, every = block_classes(where, Tq, Tk, shift, "cpu")
+        some, every, rows = block_classes(where, Tq, Tk, shift, "cpu")
         ref = create_block_mask(lambda b, h, q, k: where(q + shift, k) & (q + shift >= k), None, None, Tq, Tk,
                                 device="cpu", BLOCK_SIZE=FLEX_BLOCK)
         ours = as_block_mask(some, every, None, Tq, Tk)
+        i, j = torch.arange(shift, Tk)[:, None], torch.arange(Tk)[None, :]
+        dense = where(i, j) & (i >= j)
+        assert torch.equal(rows, torch.stack([dense.sum(1), (~dense[:, 0]).long(), (dense * j).amax(1)]))
         for mine, theirs in ((ours.kv_num_blocks, ref.kv_num_blocks), (ours.full_kv_num_blocks, ref.full_kv_num_blocks)):
             assert torch.equal(mine, theirs)
         for n, mine, theirs in ((ref.kv_num_blocks, ours.kv_indices, ref.kv_indices),

@@ -18,10 +18,13 @@ import warnings
 
 import torch
 
+from ropecli.models.map_bands import whole_triangles
+
 FLEX_BLOCK = 128  # flex attention's block (rows and columns)
 PASS_PAIRS = 2 ** 25  # (query, key) pairs per pass of `block_classes`: its int64 temporaries stay near 256 MiB
 MERGE_ROWS = 8192  # rows of a cut merged at a time: float32 temporaries of (B, H, MERGE_ROWS, D)
 RECOMPILE_LIMIT = 64  # a map's regions are distinct mask functions, each compiled once static and once dynamic
+TRIANGLES_FUSED = True  # FlexRegions' default: whole shifted causal triangles in the device's fused causal kernel
 _LAST: dict = {}  # the last shape's cuts, by map and shape: the next window of that length (a new `mapped`) reuses them
 
 
@@ -33,24 +36,27 @@ def flex_available() -> bool:
     return True
 
 
-def block_classes(where, Tq: int, Tk: int, shift: int, device, block: int = FLEX_BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
-    """(some, every): (ceil(T_q/block), ceil(T_k/block)) bool each, per (query block, key block) whether the region holds
-    some of its causal pairs and whether it holds every one; query row r is position r + shift (`where(i, j)`, i a column
-    and j a row of positions). Padding past T_q or T_k counts as no pair, so an edge block is never full (as torch's own
-    `create_block_mask`)."""
+def block_classes(where, Tq: int, Tk: int, shift: int, device, block: int = FLEX_BLOCK):
+    """(some, every, rows): `some` and `every` (ceil(T_q/block), ceil(T_k/block)) bool, per (query block, key block)
+    whether the region holds some of its causal pairs and whether it holds every one; `rows` (3, T_q) long, per query
+    row the keys it reaches, 0 where it reaches key 0 (else 1), and its last key (`map_bands.whole_triangles` reads
+    them). Query row r is position r + shift (`where(i, j)`, i a column and j a row of positions). Padding past T_q or
+    T_k counts as no pair, so an edge block is never full (as torch's own `create_block_mask`)."""
     nq, nk = -(-Tq // block), -(-Tk // block)
     kj = torch.arange(nk * block, device=device)
-    rows = max(1, PASS_PAIRS // (nk * block * block)) * block  # query rows per pass, whole blocks
+    step = max(1, PASS_PAIRS // (nk * block * block)) * block  # query rows per pass, whole blocks
     some = torch.zeros(nq, nk, dtype=torch.bool, device=device)
     every = torch.zeros(nq, nk, dtype=torch.bool, device=device)
-    for r0 in range(0, nq * block, rows):
-        qi = torch.arange(r0, min(nq * block, r0 + rows), device=device)
+    rows = torch.zeros(3, nq * block, dtype=torch.long, device=device)
+    for r0 in range(0, nq * block, step):
+        qi = torch.arange(r0, min(nq * block, r0 + step), device=device)
         i, j = qi[:, None] + shift, kj[None, :]
         m = where(i, j) & (i >= j) & (qi[:, None] < Tq) & (j < Tk)
         counts = m.view(len(qi) // block, block, nk, block).sum(dim=(1, 3))
         some[r0 // block:r0 // block + len(counts)] = counts > 0
         every[r0 // block:r0 // block + len(counts)] = counts == block * block
-    return some, every
+        rows[0, qi], rows[1, qi], rows[2, qi] = m.sum(dim=1), (~m[:, 0]).long(), (m * j).amax(dim=1)
+    return some, every, rows[:, :Tq].cpu()
 
 
 def extent(some: torch.Tensor, Tq: int, Tk: int, block: int = FLEX_BLOCK) -> tuple[int, int, int, int] | None:
@@ -92,8 +98,11 @@ class FlexRegions:
     """The regions of one map on flex attention; `__call__(query, key, value, scaling, rotated)` -> (B, H, T_q, D) in
     the value's dtype."""
 
-    def __init__(self, regions_for, compiled: bool, name=None):
-        """`name`: the map with its parameters, under which the cuts of a shape outlive this object (`_LAST`)."""
+    def __init__(self, regions_for, compiled: bool, name=None, triangles: bool | None = None):
+        """`name`: the map with its parameters, under which the cuts of a shape outlive this object (`_LAST`).
+        `triangles`: a region that is one shifted causal triangle runs in the device's fused causal kernel
+        (`causal_kernel`) where there is one, not in flex attention (its blocks are all full or causal: the fused
+        kernel is faster on them); default TRIANGLES_FUSED."""
         from torch.nn.attention.flex_attention import flex_attention
 
         if compiled:  # every region and length through one compiled function; the default limit (8) would fall back
@@ -105,47 +114,69 @@ class FlexRegions:
         self.regions_for = regions_for
         self.flex = torch.compile(flex_attention) if compiled else flex_attention
         self.compiled, self.name = compiled, name
+        self.triangles = TRIANGLES_FUSED if triangles is None else triangles
         self._shape, self._cuts = None, []
 
-    def cuts(self, Tq: int, Tk: int, device) -> list:
-        """[(region, q0, q1, k0, k1, BlockMask of the cut)] for T_q queries ending at T_k keys, built once per shape."""
-        if self._shape == (Tq, Tk, device):
+    def cuts(self, Tq: int, Tk: int, device, dtype) -> list:
+        """[(region, q0, q1, k0, k1, BlockMask of the cut, or None: rows [q0, q1) against keys [k0, k1) causal, in the
+        fused kernel)] for T_q queries ending at T_k keys, built once per shape."""
+        causal = causal_kernel(device, dtype) if self.triangles else None
+        shape = (Tq, Tk, device, causal is not None)
+        if self._shape == shape:
             return self._cuts
-        key = (self.name, Tq, Tk, device)
+        key = (self.name, *shape)
         if self.name is not None and _LAST.get("key") == key:
-            self._shape, self._cuts = (Tq, Tk, device), _LAST["cuts"]
+            self._shape, self._cuts = shape, _LAST["cuts"]
             return self._cuts
         shift, out = Tk - Tq, []
         for r in self.regions_for(Tk):
-            some, every = block_classes(r.where, Tq, Tk, shift, device)
+            some, every, rows = block_classes(r.where, Tq, Tk, shift, device)
             if (ext := extent(some, Tq, Tk)) is None:  # the region reaches no key from these queries
+                continue
+            if causal is not None and (tri := whole_triangles(rows[:, None], Tq, Tk)):
+                r0, s = tri[0]
+                out.append((r, r0, Tq, 0, Tk - s, None))
                 continue
             q0, q1, k0, k1 = ext
             cut = (slice(q0 // FLEX_BLOCK, -(-q1 // FLEX_BLOCK)), slice(k0 // FLEX_BLOCK, -(-k1 // FLEX_BLOCK)))
             offsets = torch.tensor(q0 + shift, device=device), torch.tensor(k0, device=device)
             bm = as_block_mask(some[cut], every[cut], cut_mask(r.where, *offsets), q1 - q0, k1 - k0)
             out.append((r, q0, q1, k0, k1, bm))
-        self._shape, self._cuts = (Tq, Tk, device), out
+        self._shape, self._cuts = shape, out
         if self.name is not None:
             _LAST.clear()
             _LAST.update(key=key, cuts=out)
         return out
 
     def __call__(self, query, key, value, scaling: float, rotated) -> torch.Tensor:
+        try:
+            return self.run(query, key, value, scaling, rotated)
+        except RuntimeError as exc:  # the fused causal kernel refused (a build without it, a head size it lacks)
+            if not self.triangles or causal_kernel(query.device, query.dtype) is None:
+                raise
+            warnings.warn(f"position map: the fused causal kernel failed on {query.device} ({str(exc)[:200]}); "
+                          "running every region in flex attention", stacklevel=2)
+            self.triangles, self._shape = False, None
+            return self.run(query, key, value, scaling, rotated)
+
+    def run(self, query, key, value, scaling: float, rotated) -> torch.Tensor:
         B, H, Tq, D = query.shape
         Tk = key.shape[2]
         device, shift = query.device, Tk - Tq
         out = lse = None
-        for r, q0, q1, k0, k1, bm in self.cuts(Tq, Tk, device):
+        for r, q0, q1, k0, k1, bm in self.cuts(Tq, Tk, device, query.dtype):
             qi = torch.arange(q0 + shift, q1 + shift, device=device)
             kj = torch.arange(k0, k1, device=device)
             q = rotated(query[:, :, q0:q1], r.query(qi)).contiguous()
             k = rotated(key[:, :, k0:k1], r.key(kj)).contiguous()
-            with warnings.catch_warnings():  # eager flex on the CPU says it is slow: it is the twin, it knows
-                warnings.simplefilter("ignore")
-                o, l = self.flex(q, k, value[:, :, k0:k1].contiguous(), block_mask=bm, scale=scaling * r.scale,
-                                 enable_gqa=True, return_lse=True)
-            del q, k
+            v = value[:, :, k0:k1].contiguous()
+            if bm is None:
+                o, l = causal_kernel(device, query.dtype)(q, k, v, scaling * r.scale)
+            else:
+                with warnings.catch_warnings():  # eager flex on the CPU says it is slow: it is the twin, it knows
+                    warnings.simplefilter("ignore")
+                    o, l = self.flex(q, k, v, block_mask=bm, scale=scaling * r.scale, enable_gqa=True, return_lse=True)
+            del q, k, v
             if out is None and (q0, q1) == (0, Tq):  # the first region over every row: taken as it is
                 out, lse = o.to(value.dtype), l.float()
                 continue
@@ -154,6 +185,29 @@ class FlexRegions:
                 lse = torch.full((B, H, Tq), float("-inf"), dtype=torch.float32, device=device)
             merge_rows(out, lse, q0, o, l.float())
         return out
+
+
+def causal_kernel(device: torch.device, dtype: torch.dtype):
+    """The device's fused causal attention that also returns its log-sum-exp, as `(q, k, v, scale) -> (out (B, H, n, D),
+    lse (B, H, n))` with q (B, H, n, D) and k, v (B, H_kv, n, D), or None: FlashAttention-2 on CUDA in fp16/bf16
+    (`aten._scaled_dot_product_flash_attention`, key and value heads repeated for GQA), torch's flash kernel on the CPU
+    (GQA native). Private ops, hence looked up, not assumed."""
+    if device.type == "cuda" and dtype in (torch.float16, torch.bfloat16):
+        op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention", None)
+        if op is None:
+            return None
+
+        def flash(q, k, v, scale):
+            if (g := q.shape[1] // k.shape[1]) > 1:
+                k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+            got = op(q, k, v, 0.0, True, False, scale=scale)
+            return got[0], got[1]
+
+        return flash
+    op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    if device.type != "cpu" or op is None:
+        return None
+    return lambda q, k, v, scale: op(q, k, v, 0.0, True, scale=scale)[:2]
 
 
 def merge_rows(out: torch.Tensor, lse: torch.Tensor, q0: int, o: torch.Tensor, l: torch.Tensor) -> None:
