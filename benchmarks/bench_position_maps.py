@@ -18,10 +18,16 @@ import subprocess
 import sys
 import time
 
-MODES = {"unpatched": None, "none (mapped identity)": "none", "selfextend:G=8,W=64": "selfextend:G=8,W=64",
-         "selfextend-llamacpp:G=8,W=64": "selfextend-llamacpp:G=8,W=64", "rerope:w=128": "rerope:w=128",
-         "leaky-rerope:w=128,k=16": "leaky-rerope:w=128,k=16", "dca:chunk=192,local=16": "dca:chunk=192,local=16",
-         "string:S=85,W=16": "string:S=85,W=16"}
+TRAINED = {"builtin": 256, "smollm2": 8192}  # the models' L (max_position_embeddings): the maps' parameters scale with it
+
+
+def modes(L: int) -> dict[str, str | None]:
+    """The maps at their sources' proportions of L (W = L/4, ReRoPE's w = L/2, DCA's chunk = 3L/4 …), as --map spells
+    them; at the built-in model's L = 256 the values this benchmark has always used."""
+    w, half = L // 4, L // 2
+    spelled = [f"selfextend:G=8,W={w}", f"selfextend-llamacpp:G=8,W={w}", f"rerope:w={half}",
+               f"leaky-rerope:w={half},k=16", f"dca:chunk={3 * L // 4},local={L // 16}", f"string:S={L // 3},W={L // 16}"]
+    return {"unpatched": None, "none (mapped identity)": "none", **{m: m for m in spelled}}
 
 
 def peak_kib() -> int:
@@ -68,11 +74,14 @@ def main() -> None:
     ap.add_argument("--len", type=int, default=1024)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--child", default=None)
+    ap.add_argument("--L", type=int, default=None, help="the model's training length (default: known for builtin, smollm2)")
     args = ap.parse_args()
     if args.child is not None:
         return child(args.model, args.len, None if args.child == "-" else args.child, args.repeats)
     rows = {}
-    for label, pmap in MODES.items():
+    if args.L is None and args.model not in TRAINED:
+        raise SystemExit(f"--L: the training length of {args.model} (the maps' parameters scale with it)")
+    for label, pmap in modes(args.L or TRAINED[args.model]).items():
         out = subprocess.run([sys.executable, __file__, "--model", args.model, "--len", str(args.len), "--repeats",
                               str(args.repeats), "--child", pmap or "-"], capture_output=True, text=True, check=True)
         rows[label] = json.loads(out.stdout.strip().splitlines()[-1])

@@ -167,15 +167,16 @@ class FlexRegions:
         for r, q0, q1, k0, k1, bm in self.cuts(Tq, Tk, device, query.dtype):
             qi = torch.arange(q0 + shift, q1 + shift, device=device)
             kj = torch.arange(k0, k1, device=device)
-            q = rotated(query[:, :, q0:q1], r.query(qi)).contiguous()
-            k = rotated(key[:, :, k0:k1], r.key(kj)).contiguous()
-            v = value[:, :, k0:k1].contiguous()
+            q = rotated(query[:, :, q0:q1], r.query(qi))
+            q = (q if r.scale == 1.0 else q * r.scale).contiguous()  # a region's temperature on its queries, so every
+            k = rotated(key[:, :, k0:k1], r.key(kj)).contiguous()  # call has the layer's one scale: a compiled kernel
+            v = value[:, :, k0:k1].contiguous()  # specialises on it (STRING's t^2 as a scale failed to compile, H200)
             if bm is None:
-                o, l = causal_kernel(device, query.dtype)(q, k, v, scaling * r.scale)
+                o, l = causal_kernel(device, query.dtype)(q, k, v, scaling)
             else:
                 with warnings.catch_warnings():  # eager flex on the CPU says it is slow: it is the twin, it knows
                     warnings.simplefilter("ignore")
-                    o, l = self.flex(q, k, v, block_mask=bm, scale=scaling * r.scale, enable_gqa=True, return_lse=True)
+                    o, l = self.flex(q, k, v, block_mask=bm, scale=scaling, enable_gqa=True, return_lse=True)
             del q, k, v
             if out is None and (q0, q1) == (0, Tq):  # the first region over every row: taken as it is
                 out, lse = o.to(value.dtype), l.float()
