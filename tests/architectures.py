@@ -33,6 +33,7 @@ class Arch:
     model_class: str | None = None  # the transformers class where AutoModelForCausalLM has no entry (Mistral 4)
     layers: str = ""  # the layer kinds ropecli must read (`LayerKinds.summary`), "" for one RoPE on every layer
     temperature: str | None = None  # the position temperature ropecli must read (`Temperature.kind`)
+    map_refused: str | None = None  # why a position map cannot run here (in its one-line refusal); None: it runs
 
 
 def _ramp(lo: float, hi: float, n: int = 8) -> list[float]:
@@ -77,7 +78,8 @@ ARCHS = [
           "v_head_dim": 8, "n_routed_experts": 2, "num_experts_per_tok": 1, "n_shared_experts": 1, "first_k_dense_replace": 1,
           "moe_intermediate_size": 32, "n_group": 1, "topk_group": 1},
          rope={"type": "yarn", "factor": 4.0, "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1,
-               "original_max_position_embeddings": L0}, Ls=4 * L0, d=8, shipped="yarn", v4=True),
+               "original_max_position_embeddings": L0}, Ls=4 * L0, d=8, shipped="yarn", v4=True,
+         map_refused="multi-head latent attention (MLA)"),
     Arch("gemma3 + linear (v4)", "gemma3_text", "Gemma 3 >= 4B: linear x8 on the global layers only",
          {"num_key_value_heads": 2, "head_dim": 16, "sliding_window": 16, "layer_types": ["sliding_attention", "full_attention"]},
          rope={"rope_type": "linear", "factor": 4.0}, base=1e6, Ls=4 * L0, shipped="linear", v4=True, per_type=True,
@@ -93,11 +95,12 @@ ARCHS = [
           "moe_intermediate_size": 32, "n_group": 1, "topk_group": 1, "partial_rotary_factor": 0.5},
          rope={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": L0, "beta_fast": 32.0, "beta_slow": 1.0,
                "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1},
-         Ls=4 * L0, shipped="yarn", model_class="Mistral4ForCausalLM", temperature="mistral4"),
+         Ls=4 * L0, shipped="yarn", model_class="Mistral4ForCausalLM", temperature="mistral4",
+         map_refused="multi-head latent attention (MLA)"),
     Arch("llama4 (chunked, NoPE layers)", "llama4_text", "Llama 4: RoPE layers in chunks, NoPE global layers",
          {"num_key_value_heads": 2, "head_dim": 16, "num_local_experts": 2, "intermediate_size_mlp": 96,
           "attention_chunk_size": 16, "no_rope_layers": [1, 0], "floor_scale": 8, "attn_scale": 0.1}, base=5e5,
-         layers="1 RoPE chunked (16 tokens), 1 NoPE full", temperature="llama4"),
+         layers="1 RoPE chunked (16 tokens), 1 NoPE full", temperature="llama4", map_refused="no layer to map"),
     Arch("qwen3_5 (hybrid, partial 0.5)", "qwen3_5_text", "Qwen3.5: linear-attention layers between partial-rotary ones",
          {"num_key_value_heads": 2, "head_dim": 16, "partial_rotary_factor": 0.5,
           "layer_types": ["linear_attention", "full_attention"]}, base=1e7, d=8, layers="1 linear attention, 1 RoPE full"),
@@ -110,7 +113,7 @@ ARCHS = [
     Arch("ernie4_5", "ernie4_5", "ERNIE 4.5 (dense)", {"num_key_value_heads": 2, "head_dim": 16}, base=5e5),
     Arch("exaone4 (sliding)", "exaone4", "EXAONE 4: sliding and full layers",
          {"num_key_value_heads": 2, "head_dim": 16, "sliding_window": 16, "layer_types": ["sliding_attention", "full_attention"]},
-         base=1e6, layers=SLIDING),
+         base=1e6, layers="1 RoPE sliding (16 tokens), 1 NoPE full", map_refused="no layer to map"),
     Arch("glm4_moe (partial 0.5)", "glm4_moe", "GLM-4.5: partial rotary 0.5, MoE",
          {"num_key_value_heads": 2, "head_dim": 16, "partial_rotary_factor": 0.5, "n_routed_experts": 2, "num_experts_per_tok": 1,
           "moe_intermediate_size": 32, "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1}, base=1e6, d=8),
@@ -139,7 +142,8 @@ ARCHS = [
           "layer_types": ["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"]},
          rope={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": L0}, base=1.6e5, d=8, Ls=4 * L0,
          shipped="yarn", per_type=True, blocks=("compress", "main"),
-         layers="1 RoPE sliding (16 tokens), 1 RoPE sliding + CSA 1:4 (16 tokens), 1 RoPE sliding + HCA 1:8 (16 tokens)"),
+         layers="1 RoPE sliding (16 tokens), 1 RoPE sliding + CSA 1:4 (16 tokens), 1 RoPE sliding + HCA 1:8 (16 tokens)",
+         map_refused="compressed_sparse_attention"),
     Arch("mistral + linear (v4 'type')", "mistral", "a linear x4 fine-tune in transformers-4 form",
          {"num_key_value_heads": 2, "head_dim": 16}, rope={"type": "linear", "factor": 4.0}, Ls=4 * L0, shipped="linear",
          v4=True),
@@ -201,8 +205,11 @@ def save_arch(arch: Arch, path: Path) -> Path:
 
 def docs_table() -> str:
     """The matrix as docs/architectures.md shows it (tests/test_architecture_matrix.py checks the two agree)."""
-    rows = ["| architecture | stands for | d | base | L0 | Ls | ships | layers | temperature |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| architecture | stands for | d | base | L0 | Ls | ships | layers | temperature | position map |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for a in ARCHS:
         ships = "plain RoPE" if not a.shipped else f"{a.shipped} ({'rope_scaling' if a.v4 else 'rope_parameters'})"
-        rows.append(f"| {a.name} | {a.like} | {a.d} | {a.base:g} | {L0} | {a.Ls} | {ships} | {a.layers or 'RoPE on every layer'} | {a.temperature or '—'} |")
+        mapped = f"refused: {a.map_refused}" if a.map_refused else "the RoPE full layers" if a.layers else "every layer"
+        rows.append(f"| {a.name} | {a.like} | {a.d} | {a.base:g} | {L0} | {a.Ls} | {ships} | {a.layers or 'RoPE on every layer'} "
+                    f"| {a.temperature or '—'} | {mapped} |")
     return "\n".join(rows)

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import json
 
+import re
+
 import pytest
+import torch
 from typer.testing import CliRunner
 
-from architectures import ARCHS, L0, Arch, save_arch
+from architectures import ARCHS, L0, VOCAB, Arch, build_arch, save_arch
 from ropecli.cli.app import app
 from ropecli.models.config import read_rope_config
 
@@ -141,13 +144,33 @@ def test_evaluate_serve_export_verify(folders, text, tmp_path, arch: Arch):
     assert r.exit_code == 0 and "nothing to export" in r.output
 
 
-@pytest.mark.parametrize("arch", [a for a in ARCHS if a.layers], ids=lambda a: a.name)
-def test_a_position_map_is_refused_where_layers_differ(folders, text, tmp_path, arch: Arch):
-    """A map rotates every layer's keys in its attention function: NoPE, chunked, sliding and linear layers would be
-    rotated wrongly, so the model is refused in one line (advise leaves the map candidates out on these)."""
-    r = invoke(["compare", "--model", str(folders[arch.name]), "--data", text, "--len", str(2 * arch.Ls), "--method", "none",
-                "--map", "selfextend:G=2,W=8", "--samples", "1", "--cache-dir", str(tmp_path / "cache")])
-    assert "not mapped yet" in refusal_after_header(r)
+@pytest.mark.parametrize("arch", ARCHS, ids=lambda a: a.name)
+def test_the_map_cell_of_every_row(arch: Arch):
+    """Issue 59: on every architecture a map runs on the layers that attend globally with RoPE and leaves the others as
+    shipped: the identity map is the unpatched model (fp32), Self-Extend changes nothing before W and the logits after
+    it; or one line says why this family cannot be mapped (MLA, chunked + NoPE, compressed layers)."""
+    from ropecli.errors import RopeCliError
+    from ropecli.models.mapped_attention import mapped
+
+    model = build_arch(arch)
+    ids = torch.randint(2, VOCAB, (1, 3 * L0), generator=torch.Generator().manual_seed(1))
+    if arch.map_refused:
+        with pytest.raises(RopeCliError, match=re.escape(arch.map_refused)):
+            with mapped(model, "none"):
+                pass
+        return
+    W = 8
+    with torch.no_grad():
+        plain = model(ids).logits[0]
+        with mapped(model, "none"):
+            identity = model(ids).logits[0]
+        with mapped(model, "selfextend", {"G": 2, "W": W}):
+            extended = model(ids).logits[0]
+        again = model(ids).logits[0]
+    assert (identity - plain).abs().max() < 1e-4, (identity - plain).abs().max()
+    assert (extended[:W] - plain[:W]).abs().max() < 1e-4, (extended[:W] - plain[:W]).abs().max()
+    assert (extended[W:] - plain[W:]).abs().max() > 1e-3  # the map changes what lies past W
+    assert torch.equal(again, plain)  # and leaves nothing behind
 
 
 def test_docs_table_is_the_matrix():

@@ -113,3 +113,22 @@ def test_a_wrong_kernel_name_is_one_line(monkeypatch):
     with pytest.raises(RopeCliError, match="ROPECLI_MAP_KERNEL=triton: choose auto, flex or blocks"):
         with mapped(build("llama"), "rerope", {"w": 8}):
             pass
+
+
+@pytest.mark.parametrize("row", ["gemma2", "gpt_oss + yarn", "phi (partial)", "gemma3 + linear (v4)", "cohere",
+                                 "gemma4 (p-RoPE 0.25)", "qwen3_5 (hybrid, partial 0.5)"])
+def test_flex_is_the_fused_blocks_on_the_families(row):
+    """Issue 59 on the GPU path's twin: soft-capping as a score_mod (Gemma 2), sinks after the merge (gpt-oss), partial
+    and interleaved rotary in the model's own layout, RoPE per layer type: flex gives the blocks' logits."""
+    from architectures import ARCHS, L0, VOCAB, build_arch
+
+    model = build_arch(next(a for a in ARCHS if a.name == row))
+    ids = torch.randint(2, VOCAB, (1, 5 * L0), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        with mapped(model, "selfextend", {"G": 2, "W": 8}, kernel="flex"):
+            flex = model(ids).logits
+        with mapped(model, "selfextend", {"G": 2, "W": 8}, kernel="blocks"):
+            blocks = model(ids).logits
+        plain = model(ids).logits
+    assert torch.allclose(flex, blocks, atol=2e-5), (flex - blocks).abs().max()
+    assert (flex - plain).abs().max() > 1e-3

@@ -60,6 +60,18 @@ def test_memory_in_the_header_and_json(tmp_path, text_file):
     mem = json.loads(r.stdout)["memory"]
     assert mem["length"] == 256 and mem["kv_cache_bytes"] == 4 * 2 * 4 * 64 * 4 * 256  # layers x K,V x heads x dim x fp32
     assert "memory: weights 17" in r.stderr and "KV cache at 256 tokens" in r.stderr
+    # a map's extra (issue 58): queries and output, GQA's repeated keys and values (none here: 4 of 4 heads), three
+    # regions' rotated keys, two float32 log-sum-exps; printed with the estimate
+    assert mem["map_extra_bytes"] == 256 * ((2 * 4 + 0 + 3 * 4) * 64 * 4 + 2 * 4 * 4)
+    assert "under a position map up to" in r.stderr
+
+
+def test_a_maps_extra_counts_the_heads_gqa_repeats():
+    from ropecli.models.memory import map_working_set
+
+    text = {"num_attention_heads": 32, "num_key_value_heads": 4, "hidden_size": 2048}  # the 1B shape of bench_gpu_maps
+    assert map_working_set(text, 1000, 2) == 1000 * ((64 + 56 + 12) * 64 * 2 + 256)
+    assert map_working_set(text | {"num_key_value_heads": 32}, 1000, 2) == 1000 * ((64 + 0 + 96) * 64 * 2 + 256)
 
 
 def test_a_model_that_cannot_fit_is_refused_before_loading(tmp_path, text_file, monkeypatch):

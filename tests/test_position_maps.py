@@ -8,7 +8,8 @@ import torch
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from ropecli.errors import RopeCliError
-from ropecli.models.mapped_attention import NAME, _fused_for, mapped, rotated
+from ropecli.models.mapped_attention import NAME, mapped
+from ropecli.models.region_attention import _fused_for, rotated
 from ropecli.rope.position_maps import MAPS, map_params, relative_positions
 from tiny_models import build
 
@@ -96,7 +97,7 @@ def test_the_mapped_attention_equals_a_per_pair_reference(name, params):
     model, ids = build("llama"), torch.randint(0, 96, (1, 24), generator=torch.Generator().manual_seed(1))
     with mapped(model, name, params, block=7):
         got = nll(model, ids)
-        rotary = ALL_ATTENTION_FUNCTIONS[NAME].rotary
+        rotary = ALL_ATTENTION_FUNCTIONS[NAME].mapped_by_slot[0].rotary
         ALL_ATTENTION_FUNCTIONS[NAME] = PairReference(relative_positions(name, params, 24), rotary)
         want = nll(model, ids)
     assert abs(got - want) < 1e-5 and abs(got - nll(model, ids)) > 1e-4, (got, want)
@@ -108,8 +109,9 @@ def test_the_fused_kernel_and_its_explicit_twin_agree(name, params):
     model, ids = build("qwen2"), torch.randint(0, 96, (1, 40), generator=torch.Generator().manual_seed(4))
     with mapped(model, name, params, block=16), torch.no_grad():
         fused = model(ids).logits
-        assert ALL_ATTENTION_FUNCTIONS[NAME].fused and _fused_for(ids.device) is not None
-        ALL_ATTENTION_FUNCTIONS[NAME].fused = False
+        attention = ALL_ATTENTION_FUNCTIONS[NAME].mapped_by_slot[0]
+        assert attention.fused and _fused_for(ids.device) is not None
+        attention.fused = False
         twin = model(ids).logits
     assert torch.allclose(fused, twin, atol=1e-5), (fused - twin).abs().max()
 
@@ -130,13 +132,6 @@ def test_decoding_through_the_cache_follows_the_map(name, params):
         for t in range(56, 80):
             steps.append(model(ids[:, t:t + 1], cache=cache, use_cache=True).logits[0])
     assert torch.allclose(torch.cat(steps), whole, atol=1e-4), (torch.cat(steps) - whole).abs().max()
-
-
-@pytest.mark.parametrize(("family", "why"), [("gemma3", "RoPE per layer type"), ("gpt_neox", "partial rotary")])
-def test_what_is_not_mapped_yet_is_refused_in_one_line(family, why):
-    with pytest.raises(RopeCliError, match=why):
-        with mapped(build(family), "selfextend", {"G": 2, "W": 8}):
-            pass
 
 
 def test_passkey_at_4L_selfextend_reads_what_the_best_schedule_misses():
@@ -311,14 +306,16 @@ def test_what_a_map_cannot_do_yet_fails_before_the_work():
         all(e["params"]["W"] < 512 for e in json.loads(r.stdout)["evaluations"])
 
 
-def test_a_sliding_window_layer_is_refused_not_silently_widened():
+def test_a_model_whose_every_layer_slides_is_refused_not_silently_unchanged():
+    """Mistral with a window on every layer: no layer attends past the window, so no layer is mapped; said in one
+    line rather than run as the unpatched model under the map's name. Without the window the same model maps."""
     from transformers import MistralConfig, MistralForCausalLM
 
     cfg = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4,
                num_key_value_heads=2, head_dim=16, max_position_embeddings=64)
     ids = torch.randint(0, 96, (1, 40), generator=torch.Generator().manual_seed(3))
     model = MistralForCausalLM(MistralConfig(**cfg, sliding_window=16))
-    with pytest.raises(RopeCliError, match="sliding window"):
+    with pytest.raises(RopeCliError, match="no layer to map: this model's layers are RoPE sliding"):
         with mapped(model, "rerope", {"w": 8}), torch.no_grad():
             model(ids)
     plain = MistralForCausalLM(MistralConfig(**cfg, sliding_window=None))
@@ -475,7 +472,7 @@ def test_the_kernel_calls_partition_every_regions_pairs(name, params):
 def test_a_shifted_causal_triangle_runs_in_one_call():
     """The identity's region and Self-Extend's grouped one (d >= W) are one causal triangle over the window; its
     neighbour region and DCA's are not (`whole_triangles`)."""
-    from ropecli.models.mapped_attention import MappedAttention
+    from ropecli.models.region_attention import MappedAttention
     from ropecli.rope.position_maps import map_regions
 
     def whole(name, params, T=700):

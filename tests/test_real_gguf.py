@@ -79,3 +79,28 @@ def test_export_hf_from_gemma3_gguf_reproduces_ppl(gguf_path, tmp_path):
     with torch.inference_mode():
         nll, n, _ = window_nll(model, torch.from_numpy(win.ids[0])[None])
     assert math.exp(nll / n) == pytest.approx(expected, rel=1e-4)
+
+
+def test_a_map_on_gemma3s_global_layers(gguf_path):
+    """Issue 59 on real weights: Gemma 3 270M (sliding layers of 512 and global layers, RoPE per layer type). The
+    identity map is the model; Self-Extend maps its global layers only and changes the NLL; advise offers maps."""
+    import torch
+
+    from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
+    from ropecli.models.load import load_model
+    from ropecli.models.mapped_attention import map_refusal, mapped
+    from ropecli.models.scoring import window_nll
+    from ropecli.tuning.map_candidates import maps_apply
+
+    lm = load_model(gguf_path, dtype="fp32", device="cpu")
+    assert map_refusal(lm.model) is None and maps_apply(lm, lm.rope, 2 * lm.rope.shipped_len) is True
+    docs, _ = load_documents(None)
+    win = sample_windows(docs, tokenize_documents(docs, lm.tokenizer), 1024, 1, 0, lm.tokenizer.bos_token_id)
+    ids = torch.from_numpy(win.ids[0])[None]
+    plain, n, _ = window_nll(lm.model, ids)
+    with mapped(lm.model, "none"):
+        identity, _, _ = window_nll(lm.model, ids)
+    with mapped(lm.model, "selfextend", {"G": 4, "W": 256}):
+        extended, _, _ = window_nll(lm.model, ids)
+    assert abs(identity - plain) / n < 1e-5, (identity / n, plain / n)
+    assert abs(extended - plain) / n > 1e-3 and math.isfinite(extended)

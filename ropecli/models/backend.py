@@ -93,6 +93,12 @@ class TransformersBackend:
     def describe(self) -> str:
         return self.rope.describe(f"{self.dtype} on {self.device}")
 
+    def map_refusal(self) -> str | None:
+        """Why no position map runs on this model (`models.mapped_attention.map_refusal`), or None."""
+        from ropecli.models.mapped_attention import map_refusal
+
+        return map_refusal(self.model)
+
     @contextmanager
     def scaled(self, schedule: Schedule, log_n: bool, position_map: tuple = ()):
         """The model with `schedule` (and log-n, and a position map at the attention: `models.mapped_attention`)

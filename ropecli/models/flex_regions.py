@@ -98,23 +98,21 @@ class FlexRegions:
     """The regions of one map on flex attention; `__call__(query, key, value, scaling, rotated)` -> (B, H, T_q, D) in
     the value's dtype."""
 
-    def __init__(self, regions_for, compiled: bool, name=None, triangles: bool | None = None):
+    def __init__(self, regions_for, compiled: bool, name=None, triangles: bool | None = None, softcap=None):
         """`name`: the map with its parameters, under which the cuts of a shape outlive this object (`_LAST`).
         `triangles`: a region that is one shifted causal triangle runs in the device's fused causal kernel
         (`causal_kernel`) where there is one, not in flex attention (its blocks are all full or causal: the fused
-        kernel is faster on them); default TRIANGLES_FUSED."""
+        kernel is faster on them); default TRIANGLES_FUSED. `softcap`: the scores capped as the model caps them (Gemma
+        2), a score_mod in every call (the fused kernel cannot: no triangles then)."""
         from torch.nn.attention.flex_attention import flex_attention
 
-        if compiled:  # every region and length through one compiled function; the default limit (8) would fall back
-            import torch._dynamo  # to eager flex, which materialises the scores
-
-            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
-            torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit,
-                                                                   4 * RECOMPILE_LIMIT)
+        if compiled:
+            _raise_recompile_limit()
         self.regions_for = regions_for
         self.flex = torch.compile(flex_attention) if compiled else flex_attention
         self.compiled, self.name = compiled, name
-        self.triangles = TRIANGLES_FUSED if triangles is None else triangles
+        self.triangles = (TRIANGLES_FUSED if triangles is None else triangles) and not softcap
+        self.score_mod = None if not softcap else softcapped(softcap)
         self._shape, self._cuts = None, []
 
     def cuts(self, Tq: int, Tk: int, device, dtype) -> list:
@@ -148,18 +146,19 @@ class FlexRegions:
             _LAST.update(key=key, cuts=out)
         return out
 
-    def __call__(self, query, key, value, scaling: float, rotated) -> torch.Tensor:
+    def __call__(self, query, key, value, scaling: float, rotated, sinks=None) -> torch.Tensor:
+        """`sinks`: gpt-oss's logit per head (H,) in every softmax's denominator."""
         try:
-            return self.run(query, key, value, scaling, rotated)
+            return self.run(query, key, value, scaling, rotated, sinks)
         except RuntimeError as exc:  # the fused causal kernel refused (a build without it, a head size it lacks)
             if not self.triangles or causal_kernel(query.device, query.dtype) is None:
                 raise
             warnings.warn(f"position map: the fused causal kernel failed on {query.device} ({str(exc)[:200]}); "
                           "running every region in flex attention", stacklevel=2)
             self.triangles, self._shape = False, None
-            return self.run(query, key, value, scaling, rotated)
+            return self.run(query, key, value, scaling, rotated, sinks)
 
-    def run(self, query, key, value, scaling: float, rotated) -> torch.Tensor:
+    def run(self, query, key, value, scaling: float, rotated, sinks=None) -> torch.Tensor:
         B, H, Tq, D = query.shape
         Tk = key.shape[2]
         device, shift = query.device, Tk - Tq
@@ -167,16 +166,19 @@ class FlexRegions:
         for r, q0, q1, k0, k1, bm in self.cuts(Tq, Tk, device, query.dtype):
             qi = torch.arange(q0 + shift, q1 + shift, device=device)
             kj = torch.arange(k0, k1, device=device)
-            q = rotated(query[:, :, q0:q1], r.query(qi))
-            q = (q if r.scale == 1.0 else q * r.scale).contiguous()  # a region's temperature on its queries, so every
-            k = rotated(key[:, :, k0:k1], r.key(kj)).contiguous()  # call has the layer's one scale: a compiled kernel
-            v = value[:, :, k0:k1].contiguous()  # specialises on it (STRING's t^2 as a scale failed to compile, H200)
+            # the scale (the layer's, times a region's temperature) on the queries, and every call at scale 1: a
+            # second value of a float argument makes it symbolic to the compiled kernel, which inductor's flex lowering
+            # refuses (H200, torch 2.11: STRING's t^2 as flex's scale failed to compile)
+            q = rotated(query[:, :, q0:q1], r.query(qi)).mul_(scaling * r.scale).contiguous()
+            k = rotated(key[:, :, k0:k1], r.key(kj)).contiguous()
+            v = value[:, :, k0:k1].contiguous()
             if bm is None:
-                o, l = causal_kernel(device, query.dtype)(q, k, v, scaling)
+                o, l = causal_kernel(device, query.dtype)(q, k, v, 1.0)
             else:
                 with warnings.catch_warnings():  # eager flex on the CPU says it is slow: it is the twin, it knows
                     warnings.simplefilter("ignore")
-                    o, l = self.flex(q, k, v, block_mask=bm, scale=scaling, enable_gqa=True, return_lse=True)
+                    o, l = self.flex(q, k, v, score_mod=self.score_mod, block_mask=bm, scale=1.0, enable_gqa=True,
+                                     return_lse=True)
             del q, k, v
             if out is None and (q0, q1) == (0, Tq):  # the first region over every row: taken as it is
                 out, lse = o.to(value.dtype), l.float()
@@ -185,7 +187,28 @@ class FlexRegions:
                 out = torch.zeros(B, H, Tq, D, dtype=value.dtype, device=device)
                 lse = torch.full((B, H, Tq), float("-inf"), dtype=torch.float32, device=device)
             merge_rows(out, lse, q0, o, l.float())
+        if sinks is not None:
+            total = torch.logaddexp(lse, sinks.float()[None, :, None])
+            out = (out.float() * torch.exp(lse - total)[..., None]).to(value.dtype)
         return out
+
+
+def softcapped(cap: float):
+    """Gemma 2's logit soft-capping as a flex score_mod: cap tanh(s / cap)."""
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return torch.tanh(score / cap) * cap
+
+    return score_mod
+
+
+def _raise_recompile_limit() -> None:
+    """Every region and length go through one compiled function; at dynamo's default limit (8) it would fall back to
+    eager flex attention, which materialises the scores."""
+    import torch._dynamo
+
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+    torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit,
+                                                           4 * RECOMPILE_LIMIT)
 
 
 def causal_kernel(device: torch.device, dtype: torch.dtype):

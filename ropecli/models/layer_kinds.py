@@ -72,11 +72,10 @@ def read_layer_kinds(text: dict[str, Any]) -> LayerKinds | None:
     """The layer kinds of a (text) config dict; None for a model with one RoPE on every layer (or that states nothing)."""
     n = text.get("num_hidden_layers")
     types = text.get("layer_types")
-    rope_on = text.get("no_rope_layers")  # Llama 4, SmolLM3: 1 = RoPE, 0 = NoPE (`use_rope = no_rope_layers[i]`)
     if not isinstance(n, int) or n <= 0:
         return None
     types = list(types) if isinstance(types, list) and len(types) == n else ["full_attention"] * n
-    rope_on = list(rope_on) if isinstance(rope_on, list) and len(rope_on) == n else [1] * n
+    rope_on = rope_flags(text, types)
     counts: dict[str, int] = {}
     parallel_ssm = bool(text.get("mamba_n_heads") and text.get("mamba_d_state"))  # Falcon-H1: Mamba beside every attention
     for t, r in zip(types, rope_on):
@@ -92,3 +91,16 @@ def read_layer_kinds(text: dict[str, Any]) -> LayerKinds | None:
     rates = tuple(int(r) for t, r in (text.get("compress_rates") or {}).items() if t in types)
     kinds = LayerKinds(tuple(counts.items()), sliding, chunk, rates)
     return kinds if kinds.mixed else None
+
+
+def rope_flags(text: dict[str, Any], types: list[str]) -> list[int]:
+    """Per layer 1 where it rotates with RoPE, 0 where not: `no_rope_layers` (Llama 4, SmolLM3: `use_rope =
+    no_rope_layers[i]`); EXAONE 4 rotates only its sliding layers when it has them (modeling_exaone4.py,
+    `Exaone4Attention.forward`: `if self.sliding_window is None or self.is_sliding`), its global layers are NoPE."""
+    n = len(types)
+    rope_on = text.get("no_rope_layers")
+    if isinstance(rope_on, list) and len(rope_on) == n:
+        return list(rope_on)
+    if text.get("model_type") == "exaone4" and text.get("sliding_window"):
+        return [int(t == "sliding_attention") for t in types]
+    return [1] * n

@@ -1,213 +1,29 @@
-"""A position map (`ropecli.rope.position_maps`) inside a transformers model: queries and keys rotated per region.
+"""A position map (`ropecli.rope.position_maps`) inside a transformers model, for as long as `mapped(...)` is open.
 
-While `mapped(model, name, params)` is open, the model's rotary module hands the attention layers cos = 1, sin = 0, so
-queries and keys arrive unrotated (and the KV cache keeps its keys unrotated: cached decoding follows the same map),
-and one attention function, registered through transformers' attention interface, rotates them itself: for each
-region the queries at the region's query positions and the keys at its key positions, with the rotary module's own
-frequencies and attention scaling (whatever schedule `models.patch` wrote there). Query block by query block, each
-region attends to the band of keys it reaches under its mask in one fused call (torch's CPU flash kernel, which returns
-the log-sum-exp; explicit scores elsewhere), and the regions merge exactly by log-sum-exp: memory per layer is the
-block's (block, band) masks, never a T x T matrix per head for the whole window. Queries are the last T_q of the
-T_k keys (a prefill, or decoding with a cache; one sequence, no padding).
-
-Refused in one line: a model with more than one rotary module (per-layer-type RoPE: Gemma 3), partial rotary (the map
-would rotate dims the model leaves alone), and models whose attention does not take the rotary cos/sin (MLA).
+The model's rotary modules hand the attention layers cos = 1, sin = 0, so queries and keys arrive unrotated (and the
+KV cache keeps its keys unrotated: cached decoding follows the same map), and one attention function, registered
+through transformers' attention interface, dispatches per layer (`map_layers`): the layers that attend globally with
+RoPE run the map's regions (`region_attention`, `flex_regions`), each with its own rotary module and layer type
+(Gemma 3/4, OLMo 3), partial rotary in the model's own layout, Gemma 2's soft-capping inside each region; sliding,
+NoPE, linear-attention and convolution layers run as shipped. Refused in one line: MLA (its rope part is a separate
+slice of each head), chunked RoPE (Llama 4), compressed layers (DeepSeek V4), a model with no layer to map.
 """
 
 from __future__ import annotations
 
 import os
-import warnings
 from contextlib import contextmanager
+from functools import partial
 
 import torch
 
 from ropecli.errors import RopeCliError
-from ropecli.models.flex_regions import FlexRegions, flex_available
-from ropecli.models.map_bands import CAUSAL, masked, merge_into, split_band, whole_triangles
+from ropecli.models.map_layers import LayerDispatch, plan_layers, rotator
 from ropecli.models.patch import find_rotary_slots, text_config
-from ropecli.models.layer_kinds import read_layer_kinds
+from ropecli.models.region_attention import BLOCK, MappedAttention
 from ropecli.rope.position_maps import map_params, map_regions
 
 NAME = "ropecli_mapped"
-BLOCK = 512  # queries per block: each region's mask is (BLOCK, its band of keys)
-MASK_CACHE_BYTES = 256 * 2 ** 20  # one shape's masks, kept across the layers of a forward (bool: a byte a pair)
-_LAST: dict = {}  # the last shape's blocks, by map and shape: the next window of that length reuses them
-
-
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-def rotated(x: torch.Tensor, positions: torch.Tensor, rotary, cache: dict | None = None, key=None) -> torch.Tensor:
-    """x (B, H, T, D) rotated at `positions` (T,) by the rotary module's own forward (its frequencies and scaling);
-    its cos and sin kept in `cache` under `key` for the next layers of the same forward pass."""
-    got = cache.get(key) if cache is not None else None
-    if got is None:
-        got = rotary(x, positions.to(torch.float32)[None, :])  # cos, sin: (1, T, D)
-        if cache is not None:
-            cache[key] = got
-    cos, sin = got
-    return x * cos[:, None] + rotate_half(x) * sin[:, None]
-
-
-def _fused_for(device: torch.device):
-    """torch's CPU flash kernel returning the log-sum-exp (private, hence looked up, not assumed); None elsewhere."""
-    op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-    return op if device.type == "cpu" else None
-
-
-def region_attention(q, k, v, mask, scaling: float, fused=None, bias=None, has=None):
-    """One region's attention: q (B, H, n, D) against keys k, v (B, H, m, D) under mask (n, m) (None: every pair;
-    CAUSAL: the causal square) -> out (B, H, n, D) float32 and log-sum-exp (B, H, n), -inf (and out 0) on rows where
-    the region has no key. `bias` (the mask as 0 / -inf in q's dtype) and `has` (rows with a key; None: every row) are
-    the mask's, made once per shape by `MappedAttention.blocks`."""
-    causal = isinstance(mask, str)
-    if fused is not None:  # scores never materialised: the kernel adds the mask block by block (skips it if causal)
-        if mask is not None and not causal and bias is None:
-            bias = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~mask, float("-inf"))
-        out, lse = fused(q, k, v, 0.0, causal, attn_mask=None if bias is None else bias[None, None], scale=scaling)
-        out, lse = out.float(), lse.float()
-    else:  # the twin: explicit scores (B, H, n, m) in float32
-        if causal:
-            mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril_()
-        s = torch.matmul(q, k.transpose(-1, -2)).float().mul_(scaling)
-        s = s if mask is None else s.masked_fill_(~mask, float("-inf"))
-        lse = torch.logsumexp(s, dim=-1)
-        out = torch.matmul(torch.exp(s - lse[..., None]).nan_to_num_(0.0), v.float())
-    if mask is None or causal:
-        return out, lse
-    has = mask.any(-1) if has is None and bias is None else has  # (n,); None: every row has a key
-    if has is None:
-        return out, lse
-    return out.masked_fill(~has[:, None], 0.0), lse.masked_fill(~has, float("-inf"))
-
-
-class MappedAttention:
-    """The attention function of one map: `__call__(module, query, key, value, attention_mask, scaling, ...)`.
-    Per query block and region: the region's rotated queries against the band of keys it reaches, in one fused
-    attention call that also returns its log-sum-exp; the regions merge exactly by log-sum-exp weights (a softmax over
-    the union of their keys). Memory per layer: one (block, band) mask, never a T x T score matrix per head."""
-
-    def __init__(self, regions, rotary, block: int = BLOCK, fused: bool = True, kernel: str = "auto", name=None):
-        """`regions(n)`: the map's regions for n keys. `kernel`: "auto" (flex attention on CUDA where torch has it,
-        the fused blocks elsewhere), "flex" (flex attention on any device: eager on the CPU, the twin the tests run) or
-        "blocks" (the fused blocks everywhere). `name`: the map with its parameters, under which the blocks of a shape
-        outlive this object (`_LAST`: the next window of the same length, under the same map, finds them built)."""
-        self.name = name
-        self.regions_for, self.rotary, self.block, self.fused = regions, rotary, block, fused
-        self._shape, self._blocks, self.regions = None, [], ()
-        self.whole: dict[int, tuple[int, int]] = {}  # region -> (first row, shift): one causal call (`whole_triangles`)
-        self.kernel, self._flex = kernel, {}
-        self._trig: dict | None = None  # cos and sin of this forward pass, by (queries or keys, region, block or reach)
-
-    def flex_for(self, device: torch.device):
-        """The flex path for `device`, or None where the fused blocks run (a failed compile falls back once, said)."""
-        wanted = self.kernel == "flex" or (self.kernel == "auto" and device.type == "cuda")
-        if not wanted or not flex_available():
-            return None
-        if device.type not in self._flex:
-            self._flex[device.type] = FlexRegions(self.regions_for, compiled=device.type == "cuda",
-                                                   name=self.name)
-        return self._flex[device.type]
-
-    def blocks(self, Tq: int, Tk: int, device, dtype=torch.float32) -> list:
-        """[(start, query positions, [(region index, r0, r1, lo, hi, mask, bias, rows with a key)])] for T_q queries
-        ending at T_k keys (`split_band`, `masked`): each region's rows [r0, r1) of a block of queries (the rows it
-        reaches any key from) and its band of keys from them in up to three parts, the
-        full columns unmasked, a causal square under the kernel's own causal skip, the rest under its mask as a bias in
-        the queries' dtype. The same in every layer, so built once per shape and kept for the next layer while the
-        biases fit in MASK_CACHE_BYTES."""
-        key = (self.name, self.block, Tq, Tk, device, dtype)
-        if self._shape != (Tq, Tk, device, dtype) and self.name is not None and _LAST.get("key") == key:
-            self.regions, self._blocks, self.whole = _LAST["built"]
-            self._shape = (Tq, Tk, device, dtype)
-        if self._shape != (Tq, Tk, device, dtype):
-            self.regions = self.regions_for(Tk)
-            kj, out = torch.arange(Tk, device=device), []
-            shape = torch.zeros(3, len(self.regions), Tq, dtype=torch.long)  # per region and row: keys, first, last
-            for start in range(0, Tq, self.block):
-                qi = torch.arange(Tk - Tq + start, Tk - Tq + min(Tq, start + self.block), device=device)
-                causal = qi[:, None] >= kj[None, :]  # (block, T_k)
-                bands = []
-                for n, r in enumerate(self.regions):
-                    mask = r.where(qi[:, None], kj[None, :]) & causal
-                    rows = slice(start, start + len(qi))
-                    shape[0, n, rows] = mask.sum(dim=1).cpu()
-                    shape[1, n, rows] = (~mask[:, 0]).long().cpu()  # 0 where the row reaches key 0
-                    shape[2, n, rows] = (mask * kj).amax(dim=1).cpu()
-                    bands += [(n, r0, r1, lo, hi, *masked(m, dtype)) for r0, r1, lo, hi, m in split_band(mask)]
-                out.append((start, qi, bands))
-            self.whole = whole_triangles(shape, Tq, Tk)
-            out = [(start, qi, [b for b in bands if b[0] not in self.whole]) for start, qi, bands in out]
-            if sum(b[6].numel() * b[6].element_size() for _, _, bands in out for b in bands
-                   if b[6] is not None) > MASK_CACHE_BYTES:
-                return out  # too big to keep for the next layer: rebuilt there (time, not memory)
-            self._shape, self._blocks = (Tq, Tk, device, dtype), out
-            _LAST.clear()
-            _LAST.update(key=key, built=(self.regions, out, self.whole))
-        return self._blocks
-
-    def __call__(self, module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, **kwargs):
-        if kwargs.get("sliding_window") or kwargs.get("softcap"):  # the map would silently attend past the window
-            raise RopeCliError("a position map on a layer with a sliding window or logit soft-capping is not supported "
-                               "yet (Mistral's sliding window, Gemma 2's soft-capping); pass a model without them")
-        B, H, Tq, D = query.shape
-        Tk = key.shape[2]
-        scaling = D ** -0.5 if scaling is None else scaling
-        if (flex := self.flex_for(query.device)) is not None:
-            try:
-                out = flex(query, key, value, scaling, lambda x, p: rotated(x, p, self.rotary))
-                return out.transpose(1, 2).contiguous(), None
-            except Exception as exc:  # noqa: BLE001  a compile that fails here must not cost the user the run
-                if self.kernel == "flex":
-                    raise
-                warnings.warn(f"position map: flex attention failed on {query.device} ({type(exc).__name__}: "
-                              f"{str(exc)[:200]}); running the fused blocks instead (slower)", stacklevel=2)
-                self.kernel = "blocks"
-        fused = _fused_for(query.device) if self.fused else None
-        groups = 1 if fused is not None else H // key.shape[1]  # GQA: the fused kernel takes it as is; the twin repeats
-        value = value.repeat_interleave(groups, dim=1) if groups > 1 else value
-        kj, blocks = torch.arange(Tk, device=query.device), self.blocks(Tq, Tk, query.device, query.dtype)  # at T_k
-        if getattr(module, "layer_idx", None) in (None, 0):  # a new forward pass (or a module that does not say):
-            self._trig = {} if getattr(module, "layer_idx", None) == 0 else None  # cos and sin computed afresh
-        trig = self._trig
-        reach = [max((b[4] for _, _, bands in blocks for b in bands if b[0] == n),
-                     default=Tk - self.whole[n][1] if n in self.whole else 0) for n in range(len(self.regions))]  # each region's keys up to the farthest one it reaches, rotated once
-        keys = [rotated(key[:, :, :h], r.key(kj[:h]), self.rotary, trig, ("k", n, h)) for n, (r, h) in
-                enumerate(zip(self.regions, reach))]
-        keys = [k.repeat_interleave(groups, dim=1) for k in keys] if groups > 1 else keys
-        out = torch.empty(B, Tq, H, D, dtype=value.dtype, device=value.device)  # the layout the layer reads
-        acc = acc_lse = None
-        for n, (r0, shift) in self.whole.items():  # a whole region in one causal call, as the unpatched model runs
-            qi = torch.arange(Tk - Tq + r0, Tk, device=query.device)
-            q = rotated(query[:, :, r0:], self.regions[n].query(qi), self.rotary, trig, ("w", n)).contiguous()
-            o, l = region_attention(q, keys[n][:, :, :Tk - shift], value[:, :, :Tk - shift], CAUSAL,
-                                    scaling * self.regions[n].scale, fused)
-            if acc is None:
-                acc = torch.zeros(B, H, Tq, D, dtype=torch.float32, device=query.device)
-                acc_lse = torch.full((B, H, Tq), float("-inf"), dtype=torch.float32, device=query.device)
-            merge_into(acc, acc_lse, r0, Tq, o, l)
-        for start, qi, bands in blocks:
-            q = query[:, :, start:start + len(qi)]
-            rq = {n: rotated(q, self.regions[n].query(qi), self.rotary, trig, ("q", n, start)).contiguous()
-                  for n in {b[0] for b in bands}}
-            merged = lse = None
-            if acc is not None:  # the whole regions' rows of this block, merged into below
-                merged, lse = acc[:, :, start:start + len(qi)], acc_lse[:, :, start:start + len(qi)]
-            for n, r0, r1, lo, hi, mask, bias, has in bands:
-                o, l = region_attention(rq[n][:, :, r0:r1], keys[n][:, :, lo:hi], value[:, :, lo:hi], mask,
-                                        scaling * self.regions[n].scale, fused, bias, has)
-                if merged is None and (r0, r1) == (0, len(qi)):
-                    merged, lse = o, l
-                    continue
-                if merged is None:
-                    merged = torch.zeros(B, H, len(qi), D, dtype=torch.float32, device=query.device)
-                    lse = torch.full((B, H, len(qi)), float("-inf"), dtype=torch.float32, device=query.device)
-                merge_into(merged, lse, r0, r1, o, l)
-            out[:, start:start + len(qi)] = merged.transpose(1, 2)
-        return out, None
 
 
 def _identity_rotary(rotary):
@@ -220,48 +36,69 @@ def _identity_rotary(rotary):
     return real, forward
 
 
+def _layers(model, name: str = "a position map"):
+    """(rotary slots, text config, per-layer plans) of a model a map can run on; refused in one line otherwise."""
+    slots = find_rotary_slots(model)
+    if len(slots) > 1 and any(s.layer_type is None for s in slots):
+        raise RopeCliError(f"{name}: {len(slots)} rotary modules and no layer type to tell which layer uses which; "
+                           "not mapped")
+    cfg = text_config(model)
+    if getattr(cfg, "kv_lora_rank", None):
+        raise RopeCliError(f"{name}: multi-head latent attention (MLA) rotates a separate rope part of each head; "
+                           "position maps need the query and key split it keeps apart: not supported")
+    return slots, cfg, plan_layers(cfg, slots)
+
+
+def map_refusal(model) -> str | None:
+    """Why no position map can run on this transformers model (the one line `mapped` would raise), or None."""
+    try:
+        _layers(model)
+    except RopeCliError as exc:
+        return str(exc)
+    return None
+
+
 @contextmanager
 def mapped(model, name: str, params: dict[str, float] | None = None, block: int = BLOCK, kernel: str | None = None):
-    """Run `model` under the position map `name` (its parameters checked first) until the block ends; the attention
-    implementation and the rotary module are put back after, whatever happens. `kernel`: `MappedAttention`'s (default:
-    $ROPECLI_MAP_KERNEL, else "auto")."""
+    """Run `model` under the position map `name` (its parameters checked first) until the block ends: the layers that
+    attend globally with RoPE under the map, every other layer as shipped (`map_layers`); the attention implementation,
+    the mask function and the rotary modules are put back after, whatever happens. `kernel`: `MappedAttention`'s
+    (default: $ROPECLI_MAP_KERNEL, else "auto")."""
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     checked = map_params(name, params or {})
     map_regions(name, checked, 1)  # its parameters' own rules, before the model is touched
     regions = lambda n: map_regions(name, checked, n)  # noqa: E731  (a per-length map's regions depend on T_k)
-    slots = find_rotary_slots(model)
-    if len(slots) != 1 or slots[0].layer_type is not None:
-        raise RopeCliError(f"{name}: a model with RoPE per layer type ({len(slots)} rotary modules) is not mapped yet; "
-                           "pass a model with one rotary module (LLaMA, Mistral, Qwen)")
-    cfg = text_config(model)
-    if (kinds := read_layer_kinds(cfg.to_dict())) is not None:
-        raise RopeCliError(f"{name}: this model's layers differ ({kinds.summary()}); a map assumes one RoPE attention on "
-                           "every layer: not mapped yet")
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    if slots[0].rotary_dim != head_dim:
-        raise RopeCliError(f"{name}: partial rotary (rotary dim {slots[0].rotary_dim} of head dim {head_dim}) is not "
-                           "mapped yet; the map would rotate dimensions the model leaves alone")
-    if getattr(cfg, "kv_lora_rank", None):
-        raise RopeCliError(f"{name}: multi-head latent attention (MLA) rotates a separate rope part of each head; "
-                           "position maps need the query and key split it keeps apart: not supported")
-    rotary = slots[0].module
-    real, identity = _identity_rotary(rotary)
+    slots, cfg, plans = _layers(model, name)
     kernel = kernel or os.environ.get("ROPECLI_MAP_KERNEL", "auto")
     if kernel not in ("auto", "flex", "blocks"):
         raise RopeCliError(f"ROPECLI_MAP_KERNEL={kernel}: choose auto, flex or blocks")
-    ALL_ATTENTION_FUNCTIONS[NAME] = MappedAttention(regions, real, block, kernel=kernel,  # the mapping the layers read
-                                                    name=(name, tuple(checked.items())))
+    modules = {id(s.module): s.module for s in slots}
+    real = {key: _identity_rotary(m) for key, m in modules.items()}  # per module: (its forward, the identity's)
+    forwards = [partial(real[id(s.module)][0], layer_type=s.layer_type) if s.layer_type else real[id(s.module)][0]
+                for s in slots]
+    first = {n: min(i for i, p in enumerate(plans) if p.rope == n) for n in {p.rope for p in plans if p.rope is not None}}
+    attention = {n: MappedAttention(regions, forwards[n], block, kernel=kernel, name=(name, tuple(checked.items())),
+                                    first_layer=first[n]) for n in first}
     before = model.config._attn_implementation
+    ALL_ATTENTION_FUNCTIONS[NAME] = LayerDispatch(plans, attention, [rotator(real[id(s.module)][0], s.layer_type)
+                                                                     for s in slots], before, ALL_ATTENTION_FUNCTIONS)
+    masks = ALL_MASK_ATTENTION_FUNCTIONS._global_mapping  # the unmapped layers' masks (a sliding window) as shipped
+    if before in masks:
+        masks[NAME] = masks[before]
     model.config._attn_implementation = NAME
     if cfg is not model.config:
         cfg._attn_implementation = NAME
-    rotary.forward = identity
+    for key, m in modules.items():
+        m.forward = real[key][1]
     try:
         yield model
     finally:
         del ALL_ATTENTION_FUNCTIONS[NAME]
-        rotary.forward = real
+        masks.pop(NAME, None)
+        for key, m in modules.items():
+            m.forward = real[key][0]
         model.config._attn_implementation = before
         if cfg is not model.config:
             cfg._attn_implementation = before

@@ -13,10 +13,14 @@ from ropecli.tuning.candidates import map_candidates
 
 def maps_apply(model, rope, longest: int) -> bool | tuple[str, ...]:
     """Which map candidates the default tournament takes: none (False) short of a target past Ls, a backend that maps
-    and a model it can map (one RoPE, every dimension rotated; `models.mapped_attention` refuses the rest in one line);
+    and a model it can map (transformers: a layer that attends globally with RoPE, `models.map_layers`; llama.cpp: one
+    RoPE on every layer, every dimension rotated);
     else the backend's `maps`: True (transformers: every map) or the names it runs (llama.cpp: Self-Extend)."""
-    ok = (longest > rope.shipped_len and rope.partial_rotary_factor == 1
-          and not rope.layer_bases and rope.layers is None)  # NoPE, chunked, sliding, linear layers: not mapped
+    if longest <= rope.shipped_len:
+        return False
+    if (refusal := getattr(model, "map_refusal", None)) is not None:  # transformers: the layers the map would change
+        return model.maps if refusal() is None else False
+    ok = rope.partial_rotary_factor == 1 and not rope.layer_bases and rope.layers is None  # llama.cpp: every layer
     return getattr(model, "maps", False) if ok else False
 
 

@@ -1,0 +1,183 @@
+"""Which layers a position map changes, and the attention function that dispatches per layer (issue 59).
+
+A map changes the layers that attend globally with RoPE ("RoPE full", also beside a Mamba; a sliding layer whose
+window reaches every key of the call). Every other layer runs the model's own attention with its own arguments
+(sliding window, soft-capping, its mask): a sliding layer whose window is below the context never sees a distance it
+was not trained on, NoPE, linear-attention, convolution and Mamba layers have no positions. While the map is open the
+rotary modules hand every layer cos = 1, sin = 0 (`models.mapped_attention`), so an unmapped RoPE layer is rotated here
+at its true relative positions (keys 0 … T_k - 1, queries the last T_q of them: RoPE scores depend on differences only)
+by its own rotary module and layer type, through the model's own `apply_rotary_pos_emb` where the rotary dims are not the
+whole head (partial rotary: the model's layout, first dims or interleaved, is the model's code's).
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Callable
+
+import torch
+
+from ropecli.errors import RopeCliError
+from ropecli.models.layer_kinds import POSITIONLESS, rope_flags
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """What one layer of a model is under a map: `mapped` (RoPE attending globally), `rope` (its rotary slot index, None:
+    no positions), `sliding` (its window, None: global)."""
+    kind: str
+    mapped: bool
+    rope: int | None
+    sliding: int | None = None
+
+
+def plan_layers(text, slots) -> list[LayerPlan]:
+    """Per layer of a (text) config: its kind and whether a map changes it; refused in one line where no layer is left
+    to map or a layer's RoPE is one the map cannot rotate (chunked: Llama 4's complex rotation inside its chunks)."""
+    config = text.to_dict()
+    n = int(config["num_hidden_layers"])
+    types = config.get("layer_types")
+    window = config.get("sliding_window")
+    if not (isinstance(types, (list, tuple)) and len(types) == n):  # no layer types: a window, if any, on every layer
+        sliding = window and config.get("use_sliding_window", True) is not False  # (Mistral; not Qwen2's unused one)
+        types = ["sliding_attention" if sliding else "full_attention"] * n
+    types = list(types)
+    rope_on = rope_flags(config, types)
+    by_type = {s.layer_type: i for i, s in enumerate(slots) if s.layer_type}
+    plans = []
+    for t, r in zip(types, rope_on):
+        if t in POSITIONLESS or not r:
+            plans.append(LayerPlan(POSITIONLESS.get(t, f"NoPE {t.removesuffix('_attention')}"), False, None))
+            continue
+        slot = by_type.get(t, 0) if by_type else 0
+        if t == "chunked_attention":
+            plans.append(LayerPlan("RoPE chunked", False, slot))
+        elif t == "sliding_attention":
+            plans.append(LayerPlan("RoPE sliding", False, slot, window))
+        elif t == "full_attention":
+            plans.append(LayerPlan("RoPE full", True, slot))
+        else:
+            raise RopeCliError(f"a position map on '{t}' layers is not supported; pass a model whose RoPE layers are "
+                               "full or sliding attention")
+    if not any(p.mapped for p in plans):
+        kinds = sorted({p.kind for p in plans})
+        raise RopeCliError(f"no layer to map: this model's layers are {', '.join(kinds)}; a map changes RoPE layers that "
+                           "attend past L (chunked and sliding layers attend within their chunk or window, NoPE layers "
+                           "have no positions)")
+    if any(p.kind == "RoPE chunked" for p in plans):
+        raise RopeCliError("a position map beside chunked RoPE layers (Llama 4) is not supported: their rotation is "
+                           "complex-valued inside chunks; the long range is the NoPE layers'")
+    return plans
+
+
+def model_apply_rotary(module) -> Callable | None:
+    """The model's own `apply_rotary_pos_emb(q, k, cos, sin, ...)` from the attention module's modeling file."""
+    return getattr(sys.modules.get(type(module).__module__), "apply_rotary_pos_emb", None)
+
+
+def own_attention(module, implementation: str, functions) -> Callable:
+    """The attention function the model runs on `module` unpatched: transformers' registered one, or the modeling
+    file's `eager_attention_forward`."""
+    if implementation in functions:
+        return functions[implementation]
+    fn = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
+    if fn is None:
+        raise RopeCliError(f"{type(module).__name__}: its attention function ({implementation}) was not found; pass "
+                           "--attn-impl sdpa or eager")
+    return fn
+
+
+class LayerDispatch:
+    """The attention function registered while a map is open: mapped layers go to their `MappedAttention` (one per
+    rotary slot), the others to the model's own attention after their own rotation."""
+
+    def __init__(self, plans: list[LayerPlan], mapped_by_slot: dict, rotaries: list, implementation: str, functions):
+        self.plans, self.mapped_by_slot, self.rotaries = plans, mapped_by_slot, rotaries
+        self.implementation, self.functions = implementation, functions
+
+    def __call__(self, module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, **kwargs):
+        idx = getattr(module, "layer_idx", None)
+        plan = self.plans[idx] if idx is not None and idx < len(self.plans) else LayerPlan("RoPE full", True, 0)
+        Tq, Tk = query.shape[2], key.shape[2]
+        window = kwargs.get("sliding_window") or plan.sliding  # a window that reaches every key: a global layer
+        if plan.rope is not None and (plan.mapped if window is None else window >= Tk):
+            return self.mapped_by_slot[plan.rope](module, query, key, value, attention_mask, scaling=scaling,
+                                                  dropout=dropout, **kwargs)
+        if plan.rope is not None:
+            query = self.rotaries[plan.rope](module, query, torch.arange(Tk - Tq, Tk, device=query.device))
+            key = self.rotaries[plan.rope](module, key, torch.arange(Tk, device=key.device))
+        fn = own_attention(module, self.implementation, self.functions)
+        return fn(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+
+
+def rotator(real_forward, layer_type: str | None) -> Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor]:
+    """(module, x (B, H, T, D), positions (T,)) -> x rotated at the positions by the rotary module's real forward for
+    `layer_type`: rotate-half on the whole head, or the model's own apply function where rotary dims < head dims."""
+    forward = partial(real_forward, layer_type=layer_type) if layer_type else real_forward
+
+    def rotate(module, x, positions):
+        cos, sin = forward(x, positions.to(torch.float32)[None, :])
+        return rotate_with(module, x, cos, sin)
+
+    return rotate
+
+
+_HALF: dict[type, bool] = {}  # per attention class: its model's apply function is rotate-half (probed once)
+_FIRST: dict[type, bool] = {}  # per attention class, partial rotary: the model rotates the first dims itself
+
+
+def rotate_with(module, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x (B, H, T, D) rotated by cos, sin (1, T, rotary dims) as the model rotates: rotate-half where the model's own
+    `apply_rotary_pos_emb` is rotate-half over the whole head (probed once per attention class on a slice with a
+    non-zero angle), else the model's own function (interleaved pairs: Cohere), on the whole head where it splits off
+    the rotary dims itself (GPT-NeoX, Qwen3.5, GLM), on the first rotary dims where the attention slices them before
+    calling it (Phi, StableLM)."""
+    apply = own_apply(module)
+    if cos.shape[-1] == x.shape[-1]:
+        half = _HALF.get(type(module))
+        if half is None:
+            half = True if apply is None else _same_as_half(apply, x, cos, sin)
+            if half is not None:
+                _HALF[type(module)] = half
+        if half or apply is None:
+            return _half(x, cos, sin)
+        return apply(x, cos, sin)
+    if apply is None:
+        raise RopeCliError(f"{type(module).__name__}: partial rotary ({cos.shape[-1]} of {x.shape[-1]} dims) without "
+                           "the model's apply_rotary_pos_emb: not mapped")
+    if not _FIRST.get(type(module)):
+        try:
+            return apply(x, cos, sin)
+        except RuntimeError:  # its rotary dims are not its head's: the attention slices them off first
+            _FIRST[type(module)] = True
+    d = cos.shape[-1]
+    return torch.cat((apply(x[..., :d], cos, sin), x[..., d:]), dim=-1)
+
+
+def own_apply(module) -> Callable | None:
+    """The model's own rotation as (x, cos, sin) -> x rotated: its `apply_rotary_pos_emb(q, k, cos, sin)` (the query
+    half of its answer) or, where it takes one tensor, `apply_rotary_pos_emb(x, cos, sin)` (Gemma 4)."""
+    fn = model_apply_rotary(module)
+    if fn is None:
+        return None
+    names = list(inspect.signature(fn).parameters)
+    if len(names) > 1 and names[1] == "cos":
+        return fn
+    return lambda x, cos, sin: fn(x, x, cos, sin)[0]
+
+
+def _half(x, cos, sin):
+    h = x.shape[-1] // 2
+    return x * cos[:, None] + torch.cat((-x[..., h:], x[..., :h]), dim=-1) * sin[:, None]
+
+
+def _same_as_half(apply, x, cos, sin) -> bool | None:
+    """Whether the model's apply function is rotate-half on these cos and sin (8 positions, one head); None (use the
+    model's this time) while every angle is still zero (position 0 alone)."""
+    x, cos, sin = x[:1, :1, :8].float(), cos[:1, :8].float(), sin[:1, :8].float()
+    if not sin.abs().max() > 0:
+        return None
+    return bool(torch.allclose(apply(x, cos, sin), _half(x, cos, sin), atol=1e-5))
