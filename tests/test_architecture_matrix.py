@@ -73,8 +73,13 @@ def test_geometry_and_shipped_schedule_read_right(folders, arch: Arch):
     assert loaded.rope == rope  # config.json and the loaded model agree
     from ropecli.models.scoring import decoder
 
-    uses = [getattr(layer.self_attn, "use_rope", 1) for layer in getattr(decoder(loaded.model), "layers", [])
-            if hasattr(layer, "self_attn")]  # Llama 4, SmolLM3: the layers that really skip RoPE
+    def rotates(attn) -> bool:  # Llama 4, SmolLM3: `use_rope`; EXAONE 4: `sliding_window is None or is_sliding`
+        if hasattr(attn, "use_rope"):
+            return bool(attn.use_rope)
+        return getattr(attn, "sliding_window", None) is None or getattr(attn, "is_sliding", True)
+
+    uses = [rotates(layer.self_attn) for layer in getattr(decoder(loaded.model), "layers", [])
+            if hasattr(layer, "self_attn")]  # the layers that really skip RoPE
     assert sum(1 for u in uses if not u) == (dict(rope.layers.counts).get("NoPE full", 0) if rope.layers else 0)
 
 

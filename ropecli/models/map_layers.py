@@ -35,8 +35,9 @@ class LayerPlan:
 
 
 def plan_layers(text, slots) -> list[LayerPlan]:
-    """Per layer of a (text) config: its kind and whether a map changes it; refused in one line where no layer is left
-    to map or a layer's RoPE is one the map cannot rotate (chunked: Llama 4's complex rotation inside its chunks)."""
+    """Per layer of a (text) config: its kind and whether a map changes it (a sliding layer: where its window reaches
+    every key of the call, `LayerDispatch`); refused in one line where no layer is left to map (sliding windows shorter
+    than L included) or a layer's RoPE is one the map cannot rotate (chunked: Llama 4's complex rotation)."""
     config = text.to_dict()
     n = int(config["num_hidden_layers"])
     types = config.get("layer_types")
@@ -62,7 +63,8 @@ def plan_layers(text, slots) -> list[LayerPlan]:
         else:
             raise RopeCliError(f"a position map on '{t}' layers is not supported; pass a model whose RoPE layers are "
                                "full or sliding attention")
-    if not any(p.mapped for p in plans):
+    trained = config.get("max_position_embeddings") or 0  # a window as long as L: global wherever it reaches every key
+    if not any(p.mapped or (p.sliding or 0) >= max(1, trained) for p in plans):
         kinds = sorted({p.kind for p in plans})
         raise RopeCliError(f"no layer to map: this model's layers are {', '.join(kinds)}; a map changes RoPE layers that "
                            "attend past L (chunked and sliding layers attend within their chunk or window, NoPE layers "
