@@ -26,16 +26,23 @@ SHAPES = {  # LLaMA-2-style shapes
     "1B": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32, num_key_value_heads=4),
     "7B": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32),
     "smoke": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2),
+    # sliding-window families (Gemma 3's five sliding layers to one global, window 1,024; the map runs on the global ones)
+    "1B-swa": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=24, num_attention_heads=32, num_key_value_heads=4,
+                   head_dim=64, sliding_window=1024),
+    "smoke-swa": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2,
+                      head_dim=16, sliding_window=32),
 }
 
 
 def build(shape: str, device: str, dtype: torch.dtype, max_len: int):
-    from transformers import LlamaConfig, LlamaForCausalLM
+    """A LLaMA of `shape`; a "-swa" shape is Gemma 3's text model (sliding and global layers, RoPE per layer type)."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(vocab_size=32000 if shape != "smoke" else 512, max_position_embeddings=max_len,
-                      attn_implementation="sdpa", **SHAPES[shape])
+    config, model_class = (Gemma3TextConfig, Gemma3ForCausalLM) if shape.endswith("-swa") else (LlamaConfig, LlamaForCausalLM)
+    cfg = config(vocab_size=512 if shape.startswith("smoke") else 32000, max_position_embeddings=max_len,
+                 attn_implementation="sdpa", **SHAPES[shape])
     with torch.device(device):
-        model = LlamaForCausalLM(cfg).to(dtype)
+        model = model_class(cfg).to(dtype)
     return model.eval()
 
 

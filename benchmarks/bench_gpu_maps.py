@@ -5,6 +5,7 @@ quality.
 
     python benchmarks/bench_gpu_maps.py                                   # GPU: the 1B shape, bf16, 8k ... 128k
     python benchmarks/bench_gpu_maps.py --shapes 1B,7B --lengths 16384,32768 --kernel blocks   # the old path, to compare
+    python benchmarks/bench_gpu_maps.py --shapes 1B-swa                   # a sliding-window family (Gemma 3's layout)
     python benchmarks/bench_gpu_maps.py --cpu-smoke                       # CPU: tiny shapes, the same code (the suite)
 
 Each map runs under `ropecli.models.mapped_attention.mapped` with its `--kernel` (auto: flex attention on CUDA); its
@@ -47,7 +48,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     if args.cpu_smoke:
-        device, dtype, shapes, lengths, L = "cpu", torch.float32, ["smoke"], [256, 384], 128
+        device, dtype, shapes, lengths, L = "cpu", torch.float32, ["smoke", "smoke-swa"], [256, 384], 128
     else:
         if not torch.cuda.is_available():
             raise SystemExit("no CUDA device: run with --cpu-smoke, or on a GPU machine")
@@ -55,7 +56,7 @@ def main() -> None:
         shapes, lengths = args.shapes.split(","), [int(x) for x in args.lengths.split(",")]
         print(f"GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; kernel {args.kernel}")
     maps = {k: v for k, v in maps_for(L).items() if k in args.maps.split(",")}
-    header = f"{'shape':6s} {'T':>7s} {'map':11s} | {'seconds':>8s} {'peak GiB':>9s} | {'time x':>7s} {'mem x':>6s} {'|dNLL|':>8s} | {'first s':>7s}"
+    header = f"{'shape':9s} {'T':>7s} {'map':11s} | {'seconds':>8s} {'peak GiB':>9s} | {'time x':>7s} {'mem x':>6s} {'|dNLL|':>8s} | {'first s':>7s}"
     print(header)
     print("-" * len(header))
     for shape in shapes:
@@ -85,14 +86,14 @@ def main() -> None:
                     rows[label] = f"FAIL {type(exc).__name__}: {str(exc)[:300]}"
                 base, r = rows["unpatched"], rows[label]
                 if isinstance(r, str):
-                    print(f"{shape:6s} {T:7d} {label:11s} | {r}", flush=True)
+                    print(f"{shape:9s} {T:7d} {label:11s} | {r}", flush=True)
                     continue
                 base = None if isinstance(base, str) else base
                 mem = f"{r[1] / 2 ** 30:9.2f}" if r[1] is not None else f"{'n/a':>9s}"
                 tx = f"{r[0] / base[0]:7.2f}" if base else f"{'n/a':>7s}"
                 mx = f"{r[1] / base[1]:6.2f}" if base and r[1] and base[1] else f"{'n/a':>6s}"
                 dn = f"{abs(r[2] - base[2]):8.1e}" if base and label == "none" else f"{'':>8s}"
-                print(f"{shape:6s} {T:7d} {label:11s} | {r[0]:8.3f} {mem} | {tx} {mx} {dn} | {first:7.1f}", flush=True)
+                print(f"{shape:9s} {T:7d} {label:11s} | {r[0]:8.3f} {mem} | {tx} {mx} {dn} | {first:7.1f}", flush=True)
         model = None
         if device == "cuda":
             torch.cuda.empty_cache()

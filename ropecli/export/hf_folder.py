@@ -33,9 +33,9 @@ def check_writable(path: str, flag: str, force: bool = True) -> None:
         raise RopeCliError(f"{flag} {path} exists; pass --force to overwrite it, or choose another path")
 
 
-def export_hf_folder(model_dir: Path, out_dir: Path, block: dict, force: bool) -> list[str]:
-    """Write out_dir/config.json (the model's, merged) and link every other file of model_dir beside
-    it, so `from_pretrained(out_dir)` needs no keyword arguments. Returns the linked file names."""
+def export_hf_folder(model_dir: Path, out_dir: Path, block: dict | None, force: bool) -> list[str]:
+    """Write out_dir/config.json (the model's, merged; as it is for block None) and link every other file of model_dir
+    beside it, so `from_pretrained(out_dir)` needs no keyword arguments. Returns the linked file names."""
     config = json.loads((model_dir / "config.json").read_text())
     check_empty_or_forced(out_dir, force)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -50,7 +50,7 @@ def export_hf_folder(model_dir: Path, out_dir: Path, block: dict, force: bool) -
             dst.unlink()
         dst.symlink_to(src.resolve())
         linked.append(src.name)
-    write_json(str(out_dir / "config.json"), merged_config(config, block))
+    write_json(str(out_dir / "config.json"), (config if block is None else merged_config(config, block)))
     return linked
 
 
@@ -91,7 +91,7 @@ def place_weights(out_dir: Path, names: list[str], how: str) -> str:
             + ": the folder is self-contained, rsync -a or tar carries it whole")
 
 
-def export_hf_from_gguf(gguf_path: Path, out_dir: Path, block: dict, force: bool) -> None:
+def export_hf_from_gguf(gguf_path: Path, out_dir: Path, block: dict | None, force: bool) -> None:
     """A transformers folder from a GGUF: transformers dequantizes it (float32 safetensors, its
     tokenizer), then the block is merged into the saved config.json. Minutes for a large model."""
     import shutil
@@ -113,7 +113,7 @@ def export_hf_from_gguf(gguf_path: Path, out_dir: Path, block: dict, force: bool
         model.save_pretrained(work)
         AutoTokenizer.from_pretrained(str(gguf_path.parent), **kw).save_pretrained(work)
         config = json.loads((work / "config.json").read_text())
-        write_json(str(work / "config.json"), merged_config(config, block))
+        write_json(str(work / "config.json"), (config if block is None else merged_config(config, block)))
         normal_mode(work, folder=True)  # mkdtemp made it 0700: a serving account could not read it
         if out_dir.exists():
             shutil.rmtree(out_dir)
@@ -130,6 +130,6 @@ def export_hf_config(model: str, out_dir: Path, block: dict, force: bool) -> Non
     out_dir.mkdir(parents=True, exist_ok=True)
     if (out_dir / "config.json").exists() and not force:
         raise RopeCliError(f"--out {out_dir}/config.json exists; pass --force to overwrite it")
-    write_json(str(out_dir / "config.json"), merged_config(config, block))
+    write_json(str(out_dir / "config.json"), (config if block is None else merged_config(config, block)))
 
 

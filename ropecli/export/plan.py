@@ -99,8 +99,12 @@ def export_schedule(spec: Spec, geom: Geometry, rope: ModelRope, runtime: str, o
     if (why := p_rope_refusal(spec, geom, rope, rec) or temperature_refusal(spec, rope, rec)) is not None:
         raise RopeCliError(why)
     if spec.position_map and hooks.write_map is not None:  # the runtime's own config serves the map (SGLang: DCA)
-        result = {**hooks.write_map(spec, geom, rope, out, model=model), "runtime": runtime,
+        result = {**hooks.write_map(spec, geom, rope, out, model=model, gguf_file=gguf_file, force=force,
+                                    consistent=consistent), "runtime": runtime,
                   "position_map": map_json(spec.position_map), "versions": works_with(runtime), "runtimes": {}}
+        if result.get("linked"):
+            result["weights"] = weights
+            result["lines"].append(place_weights(Path(out), result["linked"], weights))
         if out is not None:
             result["manifest"] = write_manifest(out, spec, geom, rope, record(runtime), model, gguf_file, consistent)
             result["lines"].append(f"wrote {result['manifest']}: what was exported (`ropecli verify {out}` reads it)")

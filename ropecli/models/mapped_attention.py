@@ -43,16 +43,34 @@ def _layers(model, name: str = "a position map"):
         raise RopeCliError(f"{name}: {len(slots)} rotary modules and no layer type to tell which layer uses which; "
                            "not mapped")
     cfg = text_config(model)
+    return slots, cfg, _plans(cfg, slots, name)
+
+
+def _plans(cfg, slots, name: str) -> list:
     if getattr(cfg, "kv_lora_rank", None):
         raise RopeCliError(f"{name}: multi-head latent attention (MLA) rotates a separate rope part of each head; "
                            "position maps need the query and key split it keeps apart: not supported")
-    return slots, cfg, plan_layers(cfg, slots)
+    return plan_layers(cfg, slots)
 
 
 def map_refusal(model) -> str | None:
     """Why no position map can run on this transformers model (the one line `mapped` would raise), or None."""
     try:
         _layers(model)
+    except RopeCliError as exc:
+        return str(exc)
+    return None
+
+
+def config_refusal(cfg) -> str | None:
+    """`map_refusal` from a (text) config alone, before any weight exists: its rotary slots are its per-type rope
+    blocks (Gemma 3 style) or one."""
+    from types import SimpleNamespace
+
+    blocks = getattr(cfg, "rope_parameters", None) or {}
+    typed = sorted(t for t in set(getattr(cfg, "layer_types", None) or []) if isinstance(blocks.get(t), dict))
+    try:
+        _plans(cfg, [SimpleNamespace(layer_type=t) for t in typed] or [SimpleNamespace(layer_type=None)], "a position map")
     except RopeCliError as exc:
         return str(exc)
     return None

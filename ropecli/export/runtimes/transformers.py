@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from ropecli.export.runtimes.record import PER_FORWARD, Runtime, Version
 from ropecli.errors import RopeCliError
+from ropecli.rope.position_maps import MAPS
 
 RECORD = Runtime(
     output="folder-or-json",
@@ -28,6 +29,9 @@ RECORD = Runtime(
     decoding="the choice is made again at every decoding step; cached keys keep their rotation (stale after a switch), "
              "except Phi-3, whose generate() drops the cache at the switch",
     rule=PER_FORWARD, serves_dynamic=True, drops_cache_at_switch=("phi3",),
+    # every map with per-pair positions, through the exported folder's own modeling file (export.map_folder; loaded
+    # with trust_remote_code=True); llama.cpp's batch-by-batch Self-Extend is llama.cpp's own
+    maps=tuple(name for name, m in MAPS.items() if not m.per_length),
     versions=(
         Version(">=5.0", "reads rope_parameters (rope_type, rope_theta, factors) from config.json",
                 "transformers 5.0, modeling_rope_utils.py: RotaryEmbeddingConfigMixin.convert_rope_params_to_dict",
@@ -89,3 +93,27 @@ def run(artefact, block, model, exp, run_len, cache_dir, gguf_file):
     from ropecli.export.runs import run_transformers
 
     return run_transformers(artefact, block, model, exp, run_len, cache_dir, gguf_file)
+
+
+def write_map(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, consistent=True, **_) -> dict:
+    """A model folder that generates under the map (`export.map_folder`): the schedule's folder, then the map's
+    modeling file and config keys."""
+    from ropecli.export.map_folder import write_map_folder
+    from ropecli.export.writers import write_block
+
+    def folder(path: str) -> dict:  # the model as shipped (config.json as it is), or the schedule's folder
+        if spec.native:
+            return write_block({"model": model, "lines": []}, None, path, model, gguf_file, force, folder=True)
+        return write(spec, geom, rope, path, model=model, gguf_file=gguf_file, force=force, consistent=consistent)
+
+    return write_map_folder(spec, out, folder)
+
+
+def verify_map(artefact, exp) -> list:
+    from ropecli.export.map_folder import verify_map_folder
+
+    return verify_map_folder(artefact, exp)
+
+
+def map_lines(position_map: tuple, out: str | None, target_len: int, **_) -> list[str]:
+    return []  # write_map wrote the map, in the folder itself

@@ -1,0 +1,96 @@
+"""`export --to transformers --map MAP --out DIR` (issue 60): a model folder that generates under the map in plain
+transformers. The folder is what `--to transformers` writes for the schedule (config.json merged, the weights placed),
+plus `modeling_ropecli_map.py` (`export/map_modeling.py` with the model's class and the map's region function pasted
+in: no ropecli import at load or run time), `auto_map` pointing AutoModelForCausalLM at it, and the map with its
+parameters in config.json (`ropecli_map`). `AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)`, its
+`generate()` and `pipeline("text-generation")` then run every forward pass, each decoded token included, under the map.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+
+from ropecli.errors import RopeCliError
+from ropecli.rope.position_maps import resolve_map
+
+MODELING = "modeling_ropecli_map.py"
+AUTO_MAP = {"AutoModelForCausalLM": "modeling_ropecli_map.RopecliMapForCausalLM"}
+MARKER = "# REGIONS: the map's region function, ropecli's own source, pasted by the export below this line\n"
+
+
+def modeling_source(position_map, base_class: str) -> str:
+    """The folder's modeling file: the template with the model's class and the map's region function."""
+    template = (Path(__file__).with_name("map_modeling.py")).read_text()
+    fn = resolve_map(position_map.name).regions
+    source = inspect.getsource(fn)
+    source = source[source.index("def "):]  # its registration stays in ropecli
+    template = template.replace('BASE_CLASS = "LlamaForCausalLM"', f'BASE_CLASS = "{base_class}"', 1)
+    return template.replace(MARKER, f"{MARKER}\n{source}\nREGION_FUNCTION = {fn.__name__!r}\n", 1)
+
+
+def write_map_folder(spec, out: str | None, write_schedule) -> dict:
+    """Write the folder: `write_schedule(out)` first (the schedule's folder, or the model as shipped), then the map."""
+    position_map = spec.position_map
+    if out is None or out.endswith(".json"):
+        raise RopeCliError(f"--to transformers --map {position_map.name}: the map is served by a model folder's own "
+                           "modeling file; pass --out DIR")
+    if resolve_map(position_map.name).per_length:
+        raise RopeCliError(f"--map {position_map.name}: its positions are llama.cpp's batch by batch; in transformers "
+                           "export --map selfextend (the paper's per-pair positions)")
+    result = write_schedule(out)
+    folder = Path(out)
+    config = json.loads((folder / "config.json").read_text())
+    base = _base_class(config)
+    if (why := _refusal(config)) is not None:
+        raise RopeCliError(f"--to transformers --map {position_map.name}: {why}")
+    config["ropecli_map"] = {"name": position_map.name, "params": position_map.values}
+    config["auto_map"] = {**config.get("auto_map", {}), **AUTO_MAP}
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (folder / MODELING).write_text(modeling_source(position_map, base))
+    result["lines"].append(f"wrote {out}/{MODELING} and the map in config.json: AutoModelForCausalLM.from_pretrained("
+                           f"'{out}', trust_remote_code=True) generates under {position_map.name} (generate(), "
+                           f"pipeline('text-generation'), lm-eval's hf model with trust_remote_code=True)")
+    result["served_map"] = config["ropecli_map"]
+    return result
+
+
+def _base_class(config: dict) -> str:
+    import transformers
+
+    arch = next(iter(config.get("architectures") or []), None)
+    if not arch or not hasattr(transformers, arch):
+        raise RopeCliError(f"--to transformers --map: config.json names no transformers class ({arch}); the folder's "
+                           "modeling file subclasses the model's own")
+    return arch
+
+
+def _refusal(config: dict) -> str | None:
+    """Why ropecli cannot map this model (`models.mapped_attention.config_refusal`, from its config alone)."""
+    from transformers import AutoConfig
+
+    from ropecli.models.mapped_attention import config_refusal
+
+    cfg = AutoConfig.for_model(**{k: v for k, v in config.items() if k not in ("auto_map", "ropecli_map")})
+    return config_refusal(cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg)
+
+
+def verify_map_folder(artefact: Path, exp) -> list:
+    """`ropecli verify DIR` of a map folder: the map and parameters config.json carries against the measured ones, and
+    the modeling file with auto_map pointing at it."""
+    from ropecli.export.check import Check
+    from ropecli.export.readback import read_json
+
+    config = read_json(artefact / "config.json")
+    served, want = config.get("ropecli_map") or {}, exp.spec.position_map
+    checks = [Check("transformers", None, "ropecli_map.name", want.name, str(served.get("name")),
+                    served.get("name") == want.name)]
+    got = served.get("params") or {}
+    checks += [Check("transformers", None, f"ropecli_map.params.{k}", f"{v:g}", str(got.get(k)),
+                     isinstance(got.get(k), (int, float)) and float(got[k]) == float(v)) for k, v in want.values.items()]
+    checks.append(Check("transformers", None, f"auto_map.AutoModelForCausalLM ({MODELING})", AUTO_MAP["AutoModelForCausalLM"],
+                        str((config.get("auto_map") or {}).get("AutoModelForCausalLM")),
+                        (config.get("auto_map") or {}).get("AutoModelForCausalLM") == AUTO_MAP["AutoModelForCausalLM"]
+                        and (artefact / MODELING).is_file()))
+    return checks

@@ -1,0 +1,218 @@
+"""A transformers model that runs under a position map, written by `ropecli export --to transformers --map MAP` into
+the exported folder as `modeling_ropecli_map.py` and loaded with `from_pretrained(folder, trust_remote_code=True)`.
+
+This file imports torch and transformers only (never ropecli): the export copies it verbatim, with the model's own
+class named in BASE_CLASS and the map's region function (ropecli's own source) pasted below REGIONS. The map and its
+parameters are read from config.json's `ropecli_map`. Each forward pass (the prefill and every decoded token) runs
+with the model's rotary modules handing out cos = 1, sin = 0, so keys enter the KV cache unrotated, and one attention
+function rotates queries and keys per region at the map's positions (the rotary module's own frequencies, the model's
+own `apply_rotary_pos_emb`), combines the regions' scores (each pair belongs to one region) and takes one softmax, 256
+queries at a time. Only the layers that attend globally with RoPE are mapped; sliding, NoPE, linear-attention and
+convolution layers run the model's own attention. Explicit scores: correct on any device, not fast (ropecli's own
+`ropecli.models.mapped_attention` is the fast path it is tested against)."""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from functools import partial
+from typing import Any, Callable, NamedTuple
+
+import torch
+import transformers
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+BASE_CLASS = "LlamaForCausalLM"  # the model's own class (the export writes it)
+NAME = "ropecli_map_export"
+QUERY_BLOCK = 256
+POSITIONLESS = ("linear_attention", "conv", "mamba", "mamba2")
+
+
+class RopeCliError(ValueError):
+    """A map's parameters out of their domain (the region functions below raise it)."""
+
+
+class Region(NamedTuple):
+    name: str
+    where: Callable  # (i as a column, j as a row) -> bool: the region's pairs
+    query: Callable  # i -> the query's rotation position
+    key: Callable  # j -> the key's rotation position
+    scale: float = 1.0  # the region's logits multiplied by it
+
+
+def _same(p):
+    return p
+
+
+# REGIONS: the map's region function, ropecli's own source, pasted by the export below this line
+
+
+def map_regions() -> Callable[..., tuple]:
+    """The pasted region function (the one module-level function named in REGION_FUNCTION)."""
+    return globals()[REGION_FUNCTION]  # noqa: F821  (written by the export with the function)
+
+
+class LayerPlan(NamedTuple):
+    rope: str | None  # the rotary module's layer type ("" for one RoPE), None: no positions
+    mapped: bool  # attends globally with RoPE
+    window: int | None  # a sliding window
+
+
+def plan_layers(config) -> list[LayerPlan]:
+    """Per layer: which RoPE it uses and whether the map changes it (ropecli's `models.map_layers.plan_layers`)."""
+    n = config.num_hidden_layers
+    window = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None)
+    if not (isinstance(types, (list, tuple)) and len(types) == n):
+        sliding = window and getattr(config, "use_sliding_window", True) is not False
+        types = ["sliding_attention" if sliding else "full_attention"] * n
+    rope_on = getattr(config, "no_rope_layers", None)
+    if not (isinstance(rope_on, (list, tuple)) and len(rope_on) == n):
+        exaone = getattr(config, "model_type", "") == "exaone4" and window
+        rope_on = [int(t == "sliding_attention") for t in types] if exaone else [1] * n
+    plans = []
+    for t, r in zip(types, rope_on):
+        if t in POSITIONLESS or not r:
+            plans.append(LayerPlan(None, False, None))
+        else:
+            plans.append(LayerPlan(t, t == "full_attention", window if t == "sliding_attention" else None))
+    return plans
+
+
+def own_apply(module) -> Callable:
+    """The model's own rotation as (x, cos, sin) -> x: its apply_rotary_pos_emb, on the first rotary dims where the
+    attention slices them off before calling it (Phi, StableLM)."""
+    fn = getattr(sys.modules[type(module).__module__], "apply_rotary_pos_emb")
+    names = list(inspect.signature(fn).parameters)
+    one = fn if len(names) > 1 and names[1] == "cos" else (lambda x, cos, sin: fn(x, x, cos, sin)[0])
+
+    def apply(x, cos, sin):
+        if cos.shape[-1] == x.shape[-1]:
+            return one(x, cos, sin)
+        try:
+            return one(x, cos, sin)
+        except RuntimeError:
+            d = cos.shape[-1]
+            return torch.cat((one(x[..., :d], cos, sin), x[..., d:]), dim=-1)
+
+    return apply
+
+
+class MapDispatch:
+    """The attention function while a forward pass runs: mapped layers through `map_attention`, the others through
+    the model's own attention after their own rotation at their true relative positions."""
+
+    def __init__(self, plans, rotaries: dict, regions_for, implementation: str):
+        self.plans, self.rotaries, self.regions_for, self.implementation = plans, rotaries, regions_for, implementation
+
+    def rotate(self, module, plan, x, positions):
+        cos, sin = self.rotaries[plan.rope](x, positions.to(torch.float32)[None, :])
+        return own_apply(module)(x, cos, sin)
+
+    def __call__(self, module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, **kwargs):
+        plan = self.plans[module.layer_idx]
+        Tq, Tk = query.shape[2], key.shape[2]
+        window = kwargs.get("sliding_window") or plan.window
+        if plan.rope is not None and (plan.mapped if window is None else window >= Tk):
+            return map_attention(self, module, plan, query, key, value, scaling, kwargs.get("softcap"),
+                                 kwargs.get("s_aux"))
+        if plan.rope is not None:
+            query = self.rotate(module, plan, query, torch.arange(Tk - Tq, Tk, device=query.device))
+            key = self.rotate(module, plan, key, torch.arange(Tk, device=key.device))
+        if self.implementation in ALL_ATTENTION_FUNCTIONS:
+            fn = ALL_ATTENTION_FUNCTIONS[self.implementation]
+        else:
+            fn = getattr(sys.modules[type(module).__module__], "eager_attention_forward")
+        return fn(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+
+
+def map_attention(dispatch, module, plan, query, key, value, scaling, softcap, sinks):
+    """Queries (B, H, T_q, D), the last T_q of the keys (B, H_kv, T_k, D): per region the rotated scores on its pairs,
+    combined (the regions partition the causal pairs) into one softmax, QUERY_BLOCK queries at a time -> (B, T_q, H, D)."""
+    B, H, Tq, D = query.shape
+    Tk, groups = key.shape[2], H // key.shape[1]
+    scaling = D ** -0.5 if scaling is None else scaling
+    key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    regions, kj = dispatch.regions_for(Tk), torch.arange(Tk, device=query.device)
+    keys = [dispatch.rotate(module, plan, key, r.key(kj)) for r in regions]
+    out = torch.empty(B, Tq, H, D, dtype=value.dtype, device=value.device)
+    for s in range(0, Tq, QUERY_BLOCK):
+        qi = torch.arange(Tk - Tq + s, Tk - Tq + min(Tq, s + QUERY_BLOCK), device=query.device)
+        causal = qi[:, None] >= kj[None, :]
+        scores = torch.full((B, H, len(qi), Tk), float("-inf"), device=query.device)
+        for r, k in zip(regions, keys):
+            mask = r.where(qi[:, None], kj[None, :]) & causal
+            if not bool(mask.any()):
+                continue
+            q = dispatch.rotate(module, plan, query[:, :, s:s + len(qi)], r.query(qi))
+            part = torch.matmul(q, k.transpose(-1, -2)).float() * (scaling * r.scale)
+            part = torch.tanh(part / softcap) * softcap if softcap else part
+            scores = torch.where(mask, part, scores)
+        if sinks is not None:  # gpt-oss: one more logit per head in the softmax, with no value
+            sink = sinks.float().reshape(1, H, 1, 1).expand(B, H, len(qi), 1)
+            weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+        else:
+            weights = torch.softmax(scores, dim=-1)
+        out[:, s:s + len(qi)] = torch.matmul(weights.to(value.dtype), value).transpose(1, 2)
+    return out, None
+
+
+def _identity(forward):
+    def identity(x, position_ids, *args, **kwargs):  # the real output's shapes and dtypes, no rotation
+        cos, sin = forward(x, position_ids, *args, **kwargs)
+        return torch.ones_like(cos), torch.zeros_like(sin)
+
+    return identity
+
+
+def rotary_modules(model) -> dict[str, Any]:
+    """{layer type or "": the rotary module's real forward for it}."""
+    found = {}
+    for mod in model.modules():
+        if isinstance(getattr(mod, "inv_freq", None), torch.Tensor):
+            found[""] = (mod, None)
+        for lt in getattr(mod, "layer_types", None) or []:
+            if isinstance(getattr(mod, f"{lt}_inv_freq", None), torch.Tensor):
+                found[lt] = (mod, lt)
+    return found
+
+
+Base = getattr(transformers, BASE_CLASS)
+
+
+class RopecliMapForCausalLM(Base):
+    """The model under config.ropecli_map (its name and parameters) in every forward pass, generation included."""
+
+    def forward(self, *args, **kwargs):
+        config = self.config.get_text_config() if hasattr(self.config, "get_text_config") else self.config
+        spec = self.config.ropecli_map
+        params = spec["params"]
+        plans = plan_layers(config)
+        found = rotary_modules(self)
+        modules = {id(m): m for m, _ in found.values()}
+        real = {key: m.forward for key, m in modules.items()}
+        rotaries = {}
+        for plan in plans:
+            if plan.rope is not None and plan.rope not in rotaries:
+                module, lt = found.get(plan.rope) or found[""]
+                rotaries[plan.rope] = partial(real[id(module)], layer_type=lt) if lt else real[id(module)]
+        before = config._attn_implementation
+        regions_for = (lambda n: map_regions()(**params, length=n)) if spec.get("per_length") else \
+            (lambda n: map_regions()(**params))
+        ALL_ATTENTION_FUNCTIONS[NAME] = MapDispatch(plans, rotaries, regions_for, before)
+        masks = ALL_MASK_ATTENTION_FUNCTIONS._global_mapping
+        if before in masks:
+            masks[NAME] = masks[before]
+        for key, m in modules.items():
+            m.forward = _identity(real[key])
+        for c in {id(self.config): self.config, id(config): config}.values():
+            c._attn_implementation = NAME
+        try:
+            return super().forward(*args, **kwargs)
+        finally:
+            for key, m in modules.items():
+                m.forward = real[key]
+            for c in {id(self.config): self.config, id(config): config}.values():
+                c._attn_implementation = before
+            masks.pop(NAME, None)
