@@ -38,8 +38,11 @@ def test_every_runtime_gets_an_export_or_a_line(tmp_path):
     assert got["sglang"]["ok"] and got["sglang"]["candidate"] == "dca" and "--map dca" in got["sglang"]["command"]
     block = json.loads((tmp_path / "out" / "sglang-overrides.json").read_text())
     assert block["dual_chunk_attention_config"]["chunk_size"] == 48  # SGLang serves DCA, so it gets the winner
-    for name in ("transformers", "vllm"):  # they serve no map: the best-ranked schedule, with the reason
-        assert got[name]["ok"] and got[name]["candidate"] == "yarn" and "does not serve" in got[name]["instead"]
+    # transformers serves every map through the exported folder's own modeling file (issue 60): the winner itself
+    assert got["transformers"]["ok"] and got["transformers"]["candidate"] == "dca", got["transformers"]
+    assert json.loads((tmp_path / "out" / "hf" / "config.json").read_text())["ropecli_map"]["name"] == "dca"
+    assert "trust_remote_code=True" in got["transformers"]["output"]
+    assert got["vllm"]["ok"] and got["vllm"]["candidate"] == "yarn" and "does not serve" in got["vllm"]["instead"]
     for name in ("llamacpp", "ollama"):  # a config folder, not a GGUF
         assert not got[name]["ok"] and "not a GGUF file" in got[name]["output"]
 

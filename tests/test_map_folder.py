@@ -120,3 +120,87 @@ def test_the_modeling_file_imports_no_ropecli():
     modules = {n.module for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ImportFrom)}
     modules |= {a.name for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Import) for a in n.names}
     assert not any(m and m.split(".")[0] == "ropecli" for m in modules), modules
+
+
+def test_the_folders_passkey_is_ropecli_passkey_under_the_map(tmp_path):
+    """The built-in model at 4L = 1,024, Self-Extend G = 8, W = 64: the exported folder, run by plain transformers on
+    ropecli's own passkey prompts, retrieves exactly where `ropecli passkey --map` does (every answer token the argmax
+    given its prefix: what greedy generation returns), and greedy generation through `generate` says the key."""
+    from ropecli.evaluation.data import load_documents, tokenize_documents
+    from ropecli.evaluation.passkey import filler_stream, make_samples
+
+    r = CliRunner().invoke(app, ["passkey", "--len", "1024", "--method", "none", "--map", "selfextend:G=8,W=64",
+                                 "--depths", "0,0.5", "--samples", "2", "--json", "--cache-dir", str(tmp_path / "c")])
+    assert r.exit_code == 0, r.output
+    row = next(x for x in json.loads(r.stdout)["results"] if x["position_map"])
+    folder = tmp_path / "se"
+    r = CliRunner().invoke(app, ["export", "--model", "builtin", "--method", "none", "--map", "selfextend:G=8,W=64",
+                                 "--len", "1024", "--to", "transformers", "--out", str(folder)])
+    assert r.exit_code == 0, r.output
+    model = load(folder)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    docs, _ = load_documents(None)
+    samples = make_samples(tokenizer, filler_stream(tokenize_documents(docs, tokenizer)), 1024, [0.0, 0.5], 2, 5, 0)
+    hits = []
+    for sample in (s for depth in samples for s in depth):
+        ids = torch.as_tensor(sample.ids)[None]
+        with torch.no_grad():
+            best = model(ids).logits[0, sample.answer_start - 1:-1].argmax(-1)
+        hits.append(bool(torch.equal(best, ids[0, sample.answer_start:])))
+    assert sum(hits) / len(hits) == row["accuracy"], (hits, row["accuracy"])
+    first = samples[0][0]
+    with torch.no_grad():
+        said = model.generate(torch.as_tensor(first.ids[:first.answer_start])[None], do_sample=False,
+                              max_new_tokens=len(first.ids) - first.answer_start)[0, first.answer_start:]
+    assert torch.equal(said, torch.as_tensor(first.ids[first.answer_start:])) == hits[0]
+
+
+def test_lm_evals_hf_model_runs_the_folder(tmp_path):
+    """lm-evaluation-harness, unchanged (`lm_eval run --model hf --model_args pretrained=FOLDER,trust_remote_code=True`),
+    on a local passkey task made of ropecli's prompts (loglikelihood: its `acc` is whether the key is the greedy
+    continuation): its accuracy is the folder's own. Skipped where lm-eval is not installed (CI: it is no dependency)."""
+    import os
+    import shutil
+    import subprocess
+
+    pytest.importorskip("lm_eval")
+    if shutil.which("lm_eval") is None:
+        pytest.skip("lm_eval's command is not on PATH")
+    from transformers import AutoTokenizer
+
+    from ropecli.evaluation.data import load_documents, tokenize_documents
+    from ropecli.evaluation.passkey import filler_stream, make_samples
+
+    folder = tmp_path / "se"
+    r = CliRunner().invoke(app, ["export", "--model", "builtin", "--method", "none", "--map", "selfextend:G=8,W=64",
+                                 "--len", "1024", "--to", "transformers", "--out", str(folder)])
+    assert r.exit_code == 0, r.output
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    docs, _ = load_documents(None)
+    samples = make_samples(tokenizer, filler_stream(tokenize_documents(docs, tokenizer)), 1024, [0.0], 3, 5, 0)[0]
+    task = tmp_path / "task"
+    task.mkdir()
+    rows = [{"context": tokenizer.decode(s.ids[:s.answer_start]), "answer": tokenizer.decode(s.ids[s.answer_start:])}
+            for s in samples]
+    (task / "passkey.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (task / "ropecli_passkey.yaml").write_text(
+        "task: ropecli_passkey\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: "
+        f"{task / 'passkey.jsonl'}\ntest_split: test\noutput_type: loglikelihood\ndoc_to_text: '{{{{context}}}}'\n"
+        "doc_to_target: '{{answer}}'\ntarget_delimiter: ''\nmetric_list:\n  - metric: acc\n")
+    out = subprocess.run([shutil.which("lm_eval"), "run", "--model", "hf", "--model_args",
+                          f"pretrained={folder},trust_remote_code=True,dtype=float32,max_length=1100",
+                          "--tasks", "ropecli_passkey", "--include_path", str(task), "--device", "cpu",
+                          "--batch_size", "1", "--output_path", str(tmp_path / "results")],
+                         capture_output=True, text=True, timeout=900, env={**os.environ, "HF_DATASETS_OFFLINE": "1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(next((tmp_path / "results").rglob("results_*.json")).read_text())
+    acc = result["results"]["ropecli_passkey"]["acc,none"]
+    model = load(folder)
+    own = []
+    for s in samples:
+        ids = torch.as_tensor(s.ids)[None]
+        with torch.no_grad():
+            own.append(bool(torch.equal(model(ids).logits[0, s.answer_start - 1:-1].argmax(-1), ids[0, s.answer_start:])))
+    assert acc == pytest.approx(sum(own) / len(own)), (acc, own)

@@ -200,8 +200,9 @@ def test_compare_gives_each_candidate_its_effective_length():
 
 def test_export_serves_a_map_only_where_a_runtime_does(builtin_gguf, tmp_path):
     """Self-Extend goes to llama.cpp beside the schedule's GGUF as its -gan/-gaw flags for the builds that serve it (the
-    runtime record names the maps; tests/test_llamacpp_selfextend.py checks the lines per build); every other runtime,
-    and every other map, is one line; llama.cpp's W % G == 0 is checked before writing."""
+    runtime record names the maps; tests/test_llamacpp_selfextend.py checks the lines per build); transformers serves
+    every per-pair map through its exported folder (tests/test_map_folder.py); a runtime that serves none, and a map it
+    does not serve, is one line naming who does; llama.cpp's W % G == 0 is checked before writing."""
     import json
 
     from typer.testing import CliRunner
@@ -221,13 +222,13 @@ def test_export_serves_a_map_only_where_a_runtime_does(builtin_gguf, tmp_path):
     r = export("--to", "llamacpp", "--out", str(tmp_path / "bad.gguf"), "--map", "selfextend:G=3,W=64")
     assert r.exit_code == 1 and "W a multiple of G" in r.output and not (tmp_path / "bad.gguf").exists()
     r = CliRunner().invoke(app, ["export", "--method", "yarn", "--len", "32768", "--to", "vllm", "--map", "selfextend:G=8,W=64"])
-    assert r.exit_code == 1 and "only llamacpp serves it: --to llamacpp" in r.output.strip().splitlines()[-1]
+    assert r.exit_code == 1 and "transformers, llamacpp serve it" in r.output.strip().splitlines()[-1], r.output
     r = export("--to", "llamacpp", "--out", str(tmp_path / "re.gguf"), "--map", "rerope:w=64")
-    assert r.exit_code == 1 and "no runtime ropecli exports to serves it" in r.output
+    assert r.exit_code == 1 and "transformers serves it" in r.output, r.output
     records = {r["name"]: r["maps"] for r in json.loads(CliRunner().invoke(app, ["runtimes", "--json"]).stdout)}
     assert records["llamacpp"] == ["selfextend", "selfextend-llamacpp"] and records["sglang"] == ["dca"]
     assert records["vllm"] == []
-    assert records["transformers"] == []
+    assert records["transformers"] == ["none", "selfextend", "rerope", "leaky-rerope", "dca", "string"]  # issue 60
 
 
 def test_dca_goes_to_sglang_as_its_config_block_and_backend(tmp_path):

@@ -59,7 +59,10 @@ def write_map_folder(spec, out: str | None, write_schedule) -> dict:
 def _base_class(config: dict) -> str:
     import transformers
 
-    arch = next(iter(config.get("architectures") or []), None)
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    arch = next(iter(config.get("architectures") or []), None) or MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(
+        str((config.get("text_config") or {}).get("model_type") or config.get("model_type")))
     if not arch or not hasattr(transformers, arch):
         raise RopeCliError(f"--to transformers --map: config.json names no transformers class ({arch}); the folder's "
                            "modeling file subclasses the model's own")

@@ -139,22 +139,25 @@ def map_attention(dispatch, module, plan, query, key, value, scaling, softcap, s
     out = torch.empty(B, Tq, H, D, dtype=value.dtype, device=value.device)
     for s in range(0, Tq, QUERY_BLOCK):
         qi = torch.arange(Tk - Tq + s, Tk - Tq + min(Tq, s + QUERY_BLOCK), device=query.device)
-        causal = qi[:, None] >= kj[None, :]
-        scores = torch.full((B, H, len(qi), Tk), float("-inf"), device=query.device)
+        n = int(qi[-1]) + 1  # the block's keys: none past its last query
+        causal = qi[:, None] >= kj[None, :n]
+        scores = torch.full((B, H, len(qi), n), float("-inf"), device=query.device)
         for r, k in zip(regions, keys):
-            mask = r.where(qi[:, None], kj[None, :]) & causal
-            if not bool(mask.any()):
+            mask = r.where(qi[:, None], kj[None, :n]) & causal
+            cols = mask.any(dim=0).nonzero()
+            if not len(cols):
                 continue
+            lo, hi = int(cols[0]), int(cols[-1]) + 1  # the band of keys the region reaches from this block
             q = dispatch.rotate(module, plan, query[:, :, s:s + len(qi)], r.query(qi))
-            part = torch.matmul(q, k.transpose(-1, -2)).float() * (scaling * r.scale)
+            part = torch.matmul(q, k[:, :, lo:hi].transpose(-1, -2)).float() * (scaling * r.scale)
             part = torch.tanh(part / softcap) * softcap if softcap else part
-            scores = torch.where(mask, part, scores)
+            scores[..., lo:hi] = torch.where(mask[:, lo:hi], part, scores[..., lo:hi])
         if sinks is not None:  # gpt-oss: one more logit per head in the softmax, with no value
             sink = sinks.float().reshape(1, H, 1, 1).expand(B, H, len(qi), 1)
             weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
         else:
             weights = torch.softmax(scores, dim=-1)
-        out[:, s:s + len(qi)] = torch.matmul(weights.to(value.dtype), value).transpose(1, 2)
+        out[:, s:s + len(qi)] = torch.matmul(weights.to(value.dtype), value[:, :, :n]).transpose(1, 2)
     return out, None
 
 

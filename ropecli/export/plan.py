@@ -196,6 +196,7 @@ def check_map_served(spec: Spec, runtime: str) -> None:
     if name in record(runtime).maps:
         return
     serving = [r.name for r in records().values() if name in r.maps]
-    where = f"only {', '.join(serving)} serves it: --to {serving[0]}" if serving else \
+    verb = "serves" if len(serving) == 1 else "serve"
+    where = f"{', '.join(serving)} {verb} it: --to {serving[0]}" if serving else \
         "no runtime ropecli exports to serves it (the measurement stands; serving it needs a patched model)"
     raise RopeCliError(f"--map {name}: {runtime} does not serve this position map; {where}")

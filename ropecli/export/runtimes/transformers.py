@@ -22,7 +22,8 @@ from ropecli.rope.position_maps import MAPS
 RECORD = Runtime(
     output="folder-or-json",
     name="transformers", label="transformers", aliases=("hf", "huggingface"), package="transformers",
-    artefact="a model folder (config.json merged, the weights linked) or the rope_parameters block as JSON",
+    artefact="a model folder (config.json merged, the weights linked) or the rope_parameters block as JSON; with "
+             "--map, a folder whose own modeling file runs the map (from_pretrained(..., trust_remote_code=True))",
     reads="config.json: rope_parameters (5.x), rope_scaling + rope_theta (4.x), max_position_embeddings",
     at_length="per forward pass: longrope's long_factor past original_max_position_embeddings, short_factor up to it; "
               "dynamic NTK at the longest length seen",

@@ -1,0 +1,93 @@
+"""Issue 60's real answer: what a user of plain transformers gets from two exported folders, by greedy generation.
+
+    python benchmarks/map_folder_passkey.py                                   # SmolLM2 at 2L = 16,384, depth 0, 3 prompts
+    python benchmarks/map_folder_passkey.py --model builtin --len 1024 --map selfextend:G=8,W=64 --prompts 8
+
+`ropecli export --to transformers` writes a Self-Extend folder (`--method none --map MAP`, its modeling file) and a
+YaRN folder (`--method yarn`), each loaded with `AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)`.
+On ropecli's passkey prompts (the needle at --depth, real filler from the held-out plays, the same prompts for both),
+each folder answers through `pipeline("text-generation")` by greedy generation (retrieved: what it generates starts with
+the key, and no further digit), and its answer NLL (-log P(key | prompt), teacher-forced) is read from one forward pass of the
+folder's model. Paired per prompt: accuracy and NLL of both, and the NLL difference with its mean."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def export(model: str, length: int, out: Path, method: str, position_map: str | None) -> Path:
+    if (out / "config.json").is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "ropecli", "export", "--model", model, "--method", method, "--len", str(length),
+           "--to", "transformers", "--out", str(out)] + (["--map", position_map] if position_map else [])
+    subprocess.run(cmd, check=True)
+    return out
+
+
+def prompts(tokenizer, length: int, depth: float, count: int):
+    from ropecli.evaluation.data import load_documents, tokenize_documents
+    from ropecli.evaluation.passkey import filler_stream, make_samples
+
+    docs, _ = load_documents(None)
+    stream = filler_stream(tokenize_documents(docs, tokenizer))
+    return make_samples(tokenizer, stream, length, [depth], count, 5, seed=0)[0]
+
+
+def answer(folder: Path, samples) -> list[tuple[bool, float, str]]:
+    """Per sample: (retrieved by greedy generation through pipeline, answer NLL in nats, what it generated)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    model = AutoModelForCausalLM.from_pretrained(str(folder), trust_remote_code=True, dtype=torch.float32).eval()
+    generate = pipeline("text-generation", model=model, tokenizer=tokenizer)
+    rows = []
+    for s in samples:
+        ids = torch.as_tensor(s.ids)[None]
+        with torch.no_grad():
+            logits = model(ids).logits[0, s.answer_start - 1:-1].float()
+        nll = float(-torch.log_softmax(logits, -1).gather(1, ids[0, s.answer_start:, None]).sum())
+        text = tokenizer.decode(s.ids[:s.answer_start], skip_special_tokens=False)
+        said = generate(text, max_new_tokens=8, do_sample=False, return_full_text=False,
+                        add_special_tokens=False)[0]["generated_text"]
+        rows.append((re.match(rf"\s*{s.key}(?!\d)", said) is not None, nll, said))  # the key, not a longer number
+        print(f"  {folder.name}: key {s.key} -> {said!r}  NLL {nll:.2f}", flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--len", type=int, default=16384)
+    ap.add_argument("--map", default="selfextend:G=8,W=2048")
+    ap.add_argument("--depth", type=float, default=0.0)
+    ap.add_argument("--prompts", type=int, default=3)
+    ap.add_argument("--work", default="/tmp/ropecli-map-folders")
+    args = ap.parse_args()
+    work = Path(args.work)
+    t0 = time.perf_counter()
+    mapped = export(args.model, args.len, work / f"{args.model}-map-{args.len}", "none", args.map)
+    yarn = export(args.model, args.len, work / f"{args.model}-yarn-{args.len}", "yarn", None)
+    from transformers import AutoTokenizer
+
+    samples = prompts(AutoTokenizer.from_pretrained(str(mapped)), args.len, args.depth, args.prompts)
+    got = {name: answer(folder, samples) for name, folder in (("map", mapped), ("yarn", yarn))}
+    diff = np.array([m[1] - y[1] for m, y in zip(got["map"], got["yarn"])])
+    print(f"{args.model} at {args.len} tokens, needle at depth {args.depth}, {len(samples)} prompts, greedy through "
+          f"pipeline ({time.perf_counter() - t0:.0f} s):")
+    for name, label in (("map", f"none@{args.map}"), ("yarn", "yarn")):
+        acc = np.mean([r[0] for r in got[name]])
+        print(f"  {label:28s} retrieved {acc:5.0%}   answer NLL mean {np.mean([r[1] for r in got[name]]):7.2f} nats")
+    print(f"  paired NLL difference (map - yarn): {', '.join(f'{d:+.2f}' for d in diff)}; mean {diff.mean():+.2f} nats")
+
+
+if __name__ == "__main__":
+    main()
