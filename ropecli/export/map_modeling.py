@@ -25,6 +25,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 BASE_CLASS = "LlamaForCausalLM"  # the model's own class (the export writes it)
 NAME = "ropecli_map_export"
+REGION_FUNCTION = ""  # the pasted region function's name (the export writes it with the function)
 QUERY_BLOCK = 256
 POSITIONLESS = ("linear_attention", "conv", "mamba", "mamba2")
 
@@ -50,7 +51,7 @@ def _same(p):
 
 def map_regions() -> Callable[..., tuple]:
     """The pasted region function (the one module-level function named in REGION_FUNCTION)."""
-    return globals()[REGION_FUNCTION]  # noqa: F821  (written by the export with the function)
+    return globals()[REGION_FUNCTION]
 
 
 class LayerPlan(NamedTuple):
