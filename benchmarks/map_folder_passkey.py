@@ -6,9 +6,9 @@
 `ropecli export --to transformers` writes a Self-Extend folder (`--method none --map MAP`, its modeling file) and a
 YaRN folder (`--method yarn`), each loaded with `AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)`.
 On ropecli's passkey prompts (the needle at --depth, real filler from the held-out plays, the same prompts for both),
-each folder answers through `pipeline("text-generation")` by greedy generation (retrieved: what it generates starts with
-the key, and no further digit), and its answer NLL (-log P(key | prompt), teacher-forced) is read from one forward pass of the
-folder's model. Paired per prompt: accuracy and NLL of both, and the NLL difference with its mean."""
+each folder answers by greedy generation from one prefill of the prompt (its KV cache, as generate() decodes; with
+--pipeline through `pipeline("text-generation")`, a second prefill) — retrieved: what it generates starts with the key
+and no further digit — and its answer NLL (-log P(key | prompt), teacher-forced from the same prefill's cache). Paired per prompt: accuracy and NLL of both, and the NLL difference with its mean."""
 
 from __future__ import annotations
 
@@ -42,22 +42,38 @@ def prompts(tokenizer, length: int, depth: float, count: int):
     return make_samples(tokenizer, stream, length, [depth], count, 5, seed=0)[0]
 
 
-def answer(folder: Path, samples) -> list[tuple[bool, float, str]]:
-    """Per sample: (retrieved by greedy generation through pipeline, answer NLL in nats, what it generated)."""
+def answer(folder: Path, samples, through_pipeline: bool) -> list[tuple[bool, float, str]]:
+    """Per sample: (retrieved by greedy generation, answer NLL in nats, what it generated). One prefill of the prompt;
+    from its KV cache (copied) the answer teacher-forced (its NLL) and greedy decoding, token by token, as generate()
+    runs it. `through_pipeline`: greedy generation by `pipeline("text-generation")` instead (a second prefill)."""
+    import copy
+
     from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     model = AutoModelForCausalLM.from_pretrained(str(folder), trust_remote_code=True, dtype=torch.float32).eval()
-    generate = pipeline("text-generation", model=model, tokenizer=tokenizer)
+    generate = pipeline("text-generation", model=model, tokenizer=tokenizer) if through_pipeline else None
     rows = []
     for s in samples:
         ids = torch.as_tensor(s.ids)[None]
+        prompt, key = ids[:, :s.answer_start], ids[:, s.answer_start:]
         with torch.no_grad():
-            logits = model(ids).logits[0, s.answer_start - 1:-1].float()
-        nll = float(-torch.log_softmax(logits, -1).gather(1, ids[0, s.answer_start:, None]).sum())
-        text = tokenizer.decode(s.ids[:s.answer_start], skip_special_tokens=False)
-        said = generate(text, max_new_tokens=8, do_sample=False, return_full_text=False,
-                        add_special_tokens=False)[0]["generated_text"]
+            first = model(prompt, use_cache=True)
+            cache = first.past_key_values
+            rest = model(key[:, :-1], past_key_values=copy.deepcopy(cache), use_cache=True).logits if key.shape[1] > 1 \
+                else first.logits[:, :0]
+            logits = torch.cat([first.logits[:, -1:], rest], dim=1)[0].float()
+            nll = float(-torch.log_softmax(logits, -1).gather(1, key[0, :, None]).sum())
+            if generate is None:
+                step, said_ids, cache = first.logits[:, -1:].argmax(-1), [], copy.deepcopy(cache)
+                for _ in range(8):
+                    said_ids.append(int(step))
+                    step = model(step, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+                said = tokenizer.decode(said_ids)
+        if generate is not None:
+            text = tokenizer.decode(s.ids[:s.answer_start], skip_special_tokens=False)
+            said = generate(text, max_new_tokens=8, do_sample=False, return_full_text=False,
+                            add_special_tokens=False)[0]["generated_text"]
         rows.append((re.match(rf"\s*{s.key}(?!\d)", said) is not None, nll, said))  # the key, not a longer number
         print(f"  {folder.name}: key {s.key} -> {said!r}  NLL {nll:.2f}", flush=True)
     return rows
@@ -71,6 +87,7 @@ def main() -> None:
     ap.add_argument("--depth", type=float, default=0.0)
     ap.add_argument("--prompts", type=int, default=3)
     ap.add_argument("--work", default="/tmp/ropecli-map-folders")
+    ap.add_argument("--pipeline", action="store_true", help="greedy generation through pipeline (a second prefill)")
     args = ap.parse_args()
     work = Path(args.work)
     t0 = time.perf_counter()
@@ -79,10 +96,11 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     samples = prompts(AutoTokenizer.from_pretrained(str(mapped)), args.len, args.depth, args.prompts)
-    got = {name: answer(folder, samples) for name, folder in (("map", mapped), ("yarn", yarn))}
+    got = {name: answer(folder, samples, args.pipeline) for name, folder in (("map", mapped), ("yarn", yarn))}
     diff = np.array([m[1] - y[1] for m, y in zip(got["map"], got["yarn"])])
+    how = "pipeline" if args.pipeline else "the folder's KV cache"
     print(f"{args.model} at {args.len} tokens, needle at depth {args.depth}, {len(samples)} prompts, greedy through "
-          f"pipeline ({time.perf_counter() - t0:.0f} s):")
+          f"{how} ({time.perf_counter() - t0:.0f} s):")
     for name, label in (("map", f"none@{args.map}"), ("yarn", "yarn")):
         acc = np.mean([r[0] for r in got[name]])
         print(f"  {label:28s} retrieved {acc:5.0%}   answer NLL mean {np.mean([r[1] for r in got[name]]):7.2f} nats")
