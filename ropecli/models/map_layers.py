@@ -88,7 +88,7 @@ def own_attention(module, implementation: str, functions) -> Callable:
     fn = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
     if fn is None:
         raise RopeCliError(f"{type(module).__name__}: its attention function ({implementation}) was not found; pass "
-                           "--attn-impl sdpa or eager")
+                           "--attn-implementation sdpa or eager")
     return fn
 
 
