@@ -114,6 +114,15 @@ def test_what_cannot_be_served_is_one_line(llama_dir, tmp_path):
     assert r.exit_code != 0 and "multi-head latent attention" in r.output and "Traceback" not in r.output
 
 
+def test_transformers_serves_every_per_pair_map_of_the_registry():
+    """The runtime record's maps (data, read without loading the registry) are the registry's maps with per-pair
+    positions: a map registered later is served, or this test says the record lags."""
+    from ropecli.export.registry import record
+    from ropecli.rope.position_maps import MAPS
+
+    assert record("transformers").maps == tuple(n for n, m in MAPS.items() if not m.per_length)
+
+
 def test_the_modeling_file_imports_no_ropecli():
     """What the folder runs is torch and transformers alone: a user without ropecli loads it."""
     source = (Path(__file__).resolve().parent.parent / "ropecli" / "export" / "map_modeling.py").read_text()

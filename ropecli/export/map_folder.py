@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 
 from ropecli.errors import RopeCliError
+from ropecli.export.check import Check
+from ropecli.export.readback import read_json
 from ropecli.rope.position_maps import resolve_map
 
 MODELING = "modeling_ropecli_map.py"
@@ -82,9 +84,6 @@ def _refusal(config: dict) -> str | None:
 def verify_map_folder(artefact: Path, exp) -> list:
     """`ropecli verify DIR` of a map folder: the map and parameters config.json carries against the measured ones, and
     the modeling file with auto_map pointing at it."""
-    from ropecli.export.check import Check
-    from ropecli.export.readback import read_json
-
     config = read_json(artefact / "config.json")
     served, want = config.get("ropecli_map") or {}, exp.spec.position_map
     checks = [Check("transformers", None, "ropecli_map.name", want.name, str(served.get("name")),

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from ropecli.export.runtimes.record import PER_FORWARD, Runtime, Version
 from ropecli.errors import RopeCliError
-from ropecli.rope.position_maps import MAPS
 
 RECORD = Runtime(
     output="folder-or-json",
@@ -32,7 +31,7 @@ RECORD = Runtime(
     rule=PER_FORWARD, serves_dynamic=True, drops_cache_at_switch=("phi3",),
     # every map with per-pair positions, through the exported folder's own modeling file (export.map_folder; loaded
     # with trust_remote_code=True); llama.cpp's batch-by-batch Self-Extend is llama.cpp's own
-    maps=tuple(name for name, m in MAPS.items() if not m.per_length),
+    maps=("none", "selfextend", "rerope", "leaky-rerope", "dca", "string"),  # = the registry's (tests/test_map_folder.py)
     versions=(
         Version(">=5.0", "reads rope_parameters (rope_type, rope_theta, factors) from config.json",
                 "transformers 5.0, modeling_rope_utils.py: RotaryEmbeddingConfigMixin.convert_rope_params_to_dict",
