@@ -6,7 +6,8 @@ reaches from a block of 512 queries (torch's fused CPU kernel, merged by log-sum
 its own causal sdpa: the ratios say what the regions and the block loop cost.
 
     python benchmarks/bench_position_maps.py                                  # built-in model at 4L = 1,024
-    python benchmarks/bench_position_maps.py --model smollm2 --len 16384      # SmolLM2 at 2L
+    python benchmarks/bench_position_maps.py --model smollm2 --len 16384      # SmolLM2 at 2L (every map: ~30 min)
+    python benchmarks/bench_position_maps.py --model smollm2 --len 16384 --repeats 1 --only selfextend-llamacpp
 """
 
 from __future__ import annotations
@@ -75,13 +76,18 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--child", default=None)
     ap.add_argument("--L", type=int, default=None, help="the model's training length (default: known for builtin, smollm2)")
+    ap.add_argument("--only", default=None, help="comma-separated map names to run beside unpatched and identity "
+                    "(e.g. selfextend-llamacpp: a 16k SmolLM2 forward takes minutes)")
     args = ap.parse_args()
     if args.child is not None:
         return child(args.model, args.len, None if args.child == "-" else args.child, args.repeats)
     rows = {}
     if args.L is None and args.model not in TRAINED:
         raise SystemExit(f"--L: the training length of {args.model} (the maps' parameters scale with it)")
+    only = None if args.only is None else args.only.split(",")
     for label, pmap in modes(args.L or TRAINED[args.model]).items():
+        if only is not None and pmap not in (None, "none") and pmap.split(":")[0] not in only:
+            continue
         out = subprocess.run([sys.executable, __file__, "--model", args.model, "--len", str(args.len), "--repeats",
                               str(args.repeats), "--child", pmap or "-"], capture_output=True, text=True, check=True)
         rows[label] = json.loads(out.stdout.strip().splitlines()[-1])

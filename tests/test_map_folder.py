@@ -16,7 +16,8 @@ from ropecli.cli.app import app
 from ropecli.models.mapped_attention import mapped
 
 MAPS = [("none", {}), ("selfextend", {"G": 2, "W": 8}), ("rerope", {"w": 12}), ("leaky-rerope", {"w": 12, "k": 4}),
-        ("dca", {"chunk": 24, "local": 4}), ("string", {"S": 20, "W": 4})]
+        ("dca", {"chunk": 24, "local": 4}), ("string", {"S": 20, "W": 4}),
+        ("selfextend-llamacpp", {"G": 2, "W": 8})]
 T = 3 * L0  # past every tiny model's L
 
 
@@ -115,12 +116,12 @@ def test_what_cannot_be_served_is_one_line(llama_dir, tmp_path):
 
 
 def test_transformers_serves_every_per_pair_map_of_the_registry():
-    """The runtime record's maps (data, read without loading the registry) are the registry's maps with per-pair
-    positions: a map registered later is served, or this test says the record lags."""
+    """The runtime record's maps (data, read without loading the registry) are the registry's maps: a map registered
+    later is served, or this test says the record lags."""
     from ropecli.export.registry import record
     from ropecli.rope.position_maps import MAPS
 
-    assert record("transformers").maps == tuple(n for n, m in MAPS.items() if not m.per_length)
+    assert sorted(record("transformers").maps) == sorted(MAPS)
 
 
 def test_the_modeling_file_imports_no_ropecli():

@@ -228,7 +228,8 @@ def test_export_serves_a_map_only_where_a_runtime_does(builtin_gguf, tmp_path):
     records = {r["name"]: r["maps"] for r in json.loads(CliRunner().invoke(app, ["runtimes", "--json"]).stdout)}
     assert records["llamacpp"] == ["selfextend", "selfextend-llamacpp"] and records["sglang"] == ["dca"]
     assert records["vllm"] == []
-    assert records["transformers"] == ["none", "selfextend", "rerope", "leaky-rerope", "dca", "string"]  # issue 60
+    assert records["transformers"] == ["none", "selfextend", "rerope", "leaky-rerope", "dca", "string",
+                                      "selfextend-llamacpp"]  # issue 60
 
 
 def test_dca_goes_to_sglang_as_its_config_block_and_backend(tmp_path):
@@ -383,7 +384,7 @@ def llamacpp_completion(T: int, G: int, W: int, B: int) -> np.ndarray:
 def test_selfextend_llamacpp_is_what_llamacpps_completion_tool_holds_in_its_cache():
     """The map is llama.cpp's cache bookkeeping (batches of W, as the export's -b W decodes them), which agrees with the
     paper's per-pair formula on few pairs, by less than W - W/G, and never reaches farther than it."""
-    for T, G, W in ((40, 2, 4), (97, 4, 16), (130, 8, 32)):
+    for T, G, W in ((40, 2, 4), (97, 4, 16), (130, 8, 32), (700, 4, 24)):  # the last: 29 batches, a steady state of grouping
         ours = relative_positions("selfextend-llamacpp", {"G": G, "W": W}, T)
         assert np.array_equal(ours, llamacpp_completion(T, G, W, W), equal_nan=True), (T, G, W)
         paper = relative_positions("selfextend", {"G": G, "W": W}, T)

@@ -6,10 +6,11 @@ class named in BASE_CLASS and the map's region function (ropecli's own source) p
 parameters are read from config.json's `ropecli_map`. Each forward pass (the prefill and every decoded token) runs
 with the model's rotary modules handing out cos = 1, sin = 0, so keys enter the KV cache unrotated, and one attention
 function rotates queries and keys per region at the map's positions (the rotary module's own frequencies, the model's
-own `apply_rotary_pos_emb`), combines the regions' scores (each pair belongs to one region) and takes one softmax, 256
-queries at a time. Only the layers that attend globally with RoPE are mapped; sliding, NoPE, linear-attention and
-convolution layers run the model's own attention. Explicit scores: correct on any device, not fast (ropecli's own
-`ropecli.models.mapped_attention` is the fast path it is tested against)."""
+own `apply_rotary_pos_emb`) and takes one softmax over the regions (each pair belongs to one region), QUERY_BLOCK
+queries at a time: on the CPU each region's band of keys in torch's fused kernel, merged by log-sum-exp; elsewhere, and
+where the model soft-caps its logits, explicit scores (correct on any device, not fast). Only the layers that attend
+globally with RoPE are mapped; sliding, NoPE, linear-attention and convolution layers run the model's own attention.
+ropecli's own `ropecli.models.mapped_attention` is what it is tested against."""
 
 from __future__ import annotations
 
@@ -128,13 +129,24 @@ class MapDispatch:
         return fn(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
 
 
+def _flash_kernel(query, softcap):
+    """torch's fused CPU attention that also returns the log-sum-exp (a private op, hence looked up): on the CPU and
+    where no soft-capping is needed; None elsewhere (explicit scores then)."""
+    op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    return op if query.device.type == "cpu" and not softcap else None
+
+
 def map_attention(dispatch, module, plan, query, key, value, scaling, softcap, sinks):
-    """Queries (B, H, T_q, D), the last T_q of the keys (B, H_kv, T_k, D): per region the rotated scores on its pairs,
-    combined (the regions partition the causal pairs) into one softmax, QUERY_BLOCK queries at a time -> (B, T_q, H, D)."""
+    """Queries (B, H, T_q, D), the last T_q of the keys (B, H_kv, T_k, D): per region the rotated scores on its pairs
+    (the regions partition the causal pairs) under one softmax, QUERY_BLOCK queries at a time -> (B, T_q, H, D). On the
+    CPU each region's band of keys runs in the fused kernel and the regions merge by their log-sum-exp (the same
+    softmax, never a score matrix); elsewhere the scores are explicit and combined before one softmax."""
     B, H, Tq, D = query.shape
     Tk, groups = key.shape[2], H // key.shape[1]
     scaling = D ** -0.5 if scaling is None else scaling
-    key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    fused = _flash_kernel(query, softcap)
+    if fused is None:  # the fused kernel takes grouped keys as they are
+        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
     regions, kj = dispatch.regions_for(Tk), torch.arange(Tk, device=query.device)
     keys = [dispatch.rotate(module, plan, key, r.key(kj)) for r in regions]
     out = torch.empty(B, Tq, H, D, dtype=value.dtype, device=value.device)
@@ -142,24 +154,65 @@ def map_attention(dispatch, module, plan, query, key, value, scaling, softcap, s
         qi = torch.arange(Tk - Tq + s, Tk - Tq + min(Tq, s + QUERY_BLOCK), device=query.device)
         n = int(qi[-1]) + 1  # the block's keys: none past its last query
         causal = qi[:, None] >= kj[None, :n]
-        scores = torch.full((B, H, len(qi), n), float("-inf"), device=query.device)
+        bands = []  # (region, its rotated key, mask, lo, hi): the band of keys the region reaches from this block
         for r, k in zip(regions, keys):
             mask = r.where(qi[:, None], kj[None, :n]) & causal
             cols = mask.any(dim=0).nonzero()
-            if not len(cols):
-                continue
-            lo, hi = int(cols[0]), int(cols[-1]) + 1  # the band of keys the region reaches from this block
-            q = dispatch.rotate(module, plan, query[:, :, s:s + len(qi)], r.query(qi))
-            part = torch.matmul(q, k[:, :, lo:hi].transpose(-1, -2)).float() * (scaling * r.scale)
-            part = torch.tanh(part / softcap) * softcap if softcap else part
-            scores[..., lo:hi] = torch.where(mask[:, lo:hi], part, scores[..., lo:hi])
-        if sinks is not None:  # gpt-oss: one more logit per head in the softmax, with no value
-            sink = sinks.float().reshape(1, H, 1, 1).expand(B, H, len(qi), 1)
-            weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+            if len(cols):
+                bands.append((r, k, mask, int(cols[0]), int(cols[-1]) + 1))
+        block = query[:, :, s:s + len(qi)]
+        if fused is not None:
+            merged, lse = fused_block(fused, dispatch, module, plan, block, qi, bands, value, scaling)
+            merged = merged if sinks is None else with_sinks(merged, lse, sinks)
         else:
-            weights = torch.softmax(scores, dim=-1)
-        out[:, s:s + len(qi)] = torch.matmul(weights.to(value.dtype), value[:, :, :n]).transpose(1, 2)
+            merged = explicit_block(dispatch, module, plan, block, qi, bands, value[:, :, :n], scaling, softcap, sinks)
+        out[:, s:s + len(qi)] = merged.to(value.dtype).transpose(1, 2)
     return out, None
+
+
+def fused_block(fused, dispatch, module, plan, block, qi, bands, value, scaling):
+    """One query block, region by region in the fused kernel, merged by log-sum-exp -> (out (B, H, n, D) float32,
+    its log-sum-exp (B, H, n))."""
+    B, H, n, D = block.shape
+    acc = torch.zeros(B, H, n, D, dtype=torch.float32, device=block.device)
+    lse = torch.full((B, H, n), float("-inf"), dtype=torch.float32, device=block.device)
+    for r, k, mask, lo, hi in bands:
+        band = mask[:, lo:hi]
+        rows = band.any(dim=1)  # (n,): the queries with a key in this region
+        bias = None if bool(band.all()) else \
+            torch.zeros(band.shape, dtype=block.dtype, device=block.device).masked_fill_(~band, float("-inf"))
+        q = dispatch.rotate(module, plan, block, r.query(qi)).contiguous()
+        o, l = fused(q, k[:, :, lo:hi].contiguous(), value[:, :, lo:hi].contiguous(), 0.0, False,
+                     attn_mask=None if bias is None else bias[None, None], scale=scaling * r.scale)
+        o, l = o.float().masked_fill(~rows[:, None], 0.0), l.float().masked_fill(~rows, float("-inf"))
+        total = torch.logaddexp(lse, l)
+        keep = torch.exp(lse - total).nan_to_num_(0.0)[..., None]  # -inf - -inf: a row no region has reached yet
+        acc = acc * keep + o * torch.exp(l - total).nan_to_num_(0.0)[..., None]
+        lse = total
+    return acc, lse
+
+
+def with_sinks(out, lse, sinks):
+    """gpt-oss: out over keys of log-sum-exp lse, renormalised as if each head's sink logit (H,) were one more key."""
+    total = torch.logaddexp(lse, sinks.float()[None, :, None])
+    return out * torch.exp(lse - total)[..., None]
+
+
+def explicit_block(dispatch, module, plan, block, qi, bands, value, scaling, softcap, sinks):
+    """One query block with explicit float32 scores (B, H, n, keys), combined over the regions, one softmax."""
+    B, H, n, D = block.shape
+    scores = torch.full((B, H, n, value.shape[2]), float("-inf"), device=block.device)
+    for r, k, mask, lo, hi in bands:
+        q = dispatch.rotate(module, plan, block, r.query(qi))
+        part = torch.matmul(q, k[:, :, lo:hi].transpose(-1, -2)).float() * (scaling * r.scale)
+        part = torch.tanh(part / softcap) * softcap if softcap else part
+        scores[..., lo:hi] = torch.where(mask[:, lo:hi], part, scores[..., lo:hi])
+    if sinks is not None:  # gpt-oss: one more logit per head in the softmax, with no value
+        sink = sinks.float().reshape(1, H, 1, 1).expand(B, H, n, 1)
+        weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+    else:
+        weights = torch.softmax(scores, dim=-1)
+    return torch.matmul(weights.to(value.dtype), value)
 
 
 def _identity(forward):

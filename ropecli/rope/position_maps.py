@@ -29,7 +29,6 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from ropecli.errors import RopeCliError
-from ropecli.rope.llamacpp_positions import batch_positions, take
 from ropecli.rope.map_rules import dca_rule, selfextend_ranges, selfextend_rule
 from ropecli.rope.schedule import REQUIRED, Param
 
@@ -187,18 +186,20 @@ def _string(S: float, W: float, t: float) -> tuple[Region, ...]:
               "W tokens): the positions its KV cache holds while each batch is decoded",
               Param("G", REQUIRED, "group size (-gan)", 1, 1e9, integer=True),
               Param("W", REQUIRED, "group width (-gaw), a multiple of G; also the batch size (-b)", 1, 1e12, integer=True),
-              window="W", per_length=True)
-def _selfextend_llamacpp(G: float, W: float, length: int) -> tuple[Region, ...]:
-    """One region per batch of W tokens: its queries at the positions llama.cpp gives them, every key at the position
-    it holds in the cache then (`ropecli.rope.llamacpp_positions`, read from tools/completion/completion.cpp)."""
+              window="W")
+def _selfextend_llamacpp(G: float, W: float) -> tuple[Region, ...]:
+    """Two regions, read from the positions llama.cpp's cache holds while batch b = floor(i/W) is decoded
+    (`ropecli.rope.llamacpp_positions`, from tools/completion/completion.cpp): the keys of the earlier batches sit at
+    floor(j/G), the positions grouping gave them for good, and the batch's own tokens at j - b (W - W/G), consecutive.
+    So "near" (the batch's own keys, j >= bW) keeps the true relative position, and "far" puts the query at
+    i - b (W - W/G) against the key at floor(j/G): two regions whatever the length, where the loop itself decodes one
+    batch at a time (the same relative positions, checked against the loop in tests/test_position_maps.py)."""
     G, W = int(G), int(W)
     if W % G:
         raise RopeCliError(f"selfextend-llamacpp: W = {W} must be a multiple of G = {G} (llama.cpp asserts ga_w % ga_n == 0)")
-
-    def batch(b: int, q0: int, keys: np.ndarray) -> Region:
-        return Region(f"batch {b}", lambda i, j: i // W == b, lambda i: i - b * W + q0, lambda j: take(keys, j))
-
-    return tuple(batch(b, q0, keys) for b, (q0, keys) in enumerate(batch_positions(G, W, W, -(-length // W))))
+    moved = W - W // G  # how far each batch's grouping pulls the next batch's positions back
+    return (Region("near", lambda i, j: j >= i // W * W, _same, _same),
+            Region("far", lambda i, j: j < i // W * W, lambda i: i - i // W * moved, lambda j: j // G))
 
 
 def map_regions(name: str, params: dict, length: int) -> tuple[Region, ...]:
