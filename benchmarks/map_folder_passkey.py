@@ -1,14 +1,18 @@
 """Issue 60's real answer: what a user of plain transformers gets from two exported folders, by greedy generation.
 
     python benchmarks/map_folder_passkey.py                                   # SmolLM2 at 2L = 16,384, depth 0, 3 prompts
+    python benchmarks/map_folder_passkey.py --task niah-single --map selfextend:G=4,W=2048 --prompts 6
     python benchmarks/map_folder_passkey.py --model builtin --len 1024 --map selfextend:G=8,W=64 --prompts 8
 
 `ropecli export --to transformers` writes a Self-Extend folder (`--method none --map MAP`, its modeling file) and a
 YaRN folder (`--method yarn`), each loaded with `AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)`.
-On ropecli's passkey prompts (the needle at --depth, real filler from the held-out plays, the same prompts for both),
-each folder answers by greedy generation from one prefill of the prompt (its KV cache, as generate() decodes; with
---pipeline through `pipeline("text-generation")`, a second prefill) — retrieved: what it generates starts with the key
-and no further digit — and its answer NLL (-log P(key | prompt), teacher-forced from the same prefill's cache). Paired per prompt: accuracy and NLL of both, and the NLL difference with its mean."""
+On ropecli's passkey prompts (the needle at --depth, real filler from the held-out plays), or with --task on a RULER
+task's prompts (ropecli's builders, the plays as the haystack), the same prompts for both, each folder answers by
+greedy generation from one prefill of the prompt (its KV cache, as generate() decodes; with --pipeline through
+`pipeline("text-generation")`, a second prefill). Retrieved: a passkey said first, with no further digit; a task's
+answer anywhere in what it generates (RULER's string_match_all). Its answer NLL: -log P(answer | prompt),
+teacher-forced from the same prefill's cache. Paired per prompt: accuracy and NLL of both, and the NLL difference
+with its mean."""
 
 from __future__ import annotations
 
@@ -42,6 +46,42 @@ def prompts(tokenizer, length: int, depth: float, count: int):
     return make_samples(tokenizer, stream, length, [depth], count, 5, seed=0)[0]
 
 
+class Prompt:
+    """One prompt as the folders see it: ids ([BOS] prompt answer), where the answer starts, the answer as text, and
+    how many tokens greedy decoding may take."""
+
+    def __init__(self, ids, answer_start: int, key: str, tokens: int, ruler: bool = False):
+        self.ids, self.answer_start, self.key, self.tokens, self.ruler = ids, answer_start, key, tokens, ruler
+
+
+def passkey_prompts(tokenizer, length: int, depth: float, count: int) -> list[Prompt]:
+    return [Prompt(s.ids, s.answer_start, str(s.key), 8) for s in prompts(tokenizer, length, depth, count)]
+
+
+def task_prompts(tokenizer, task: str, length: int, depth: float, count: int) -> list[Prompt]:
+    """RULER's prompts of `task` (ropecli's builders: the held-out plays as the haystack), the needle at `depth`."""
+    from ropecli.evaluation.data import load_documents
+    from ropecli.evaluation.ruler.builders import Haystack
+    from ropecli.evaluation.ruler.generate import make_units
+    from ropecli.evaluation.ruler.templates import TASKS
+
+    docs, _ = load_documents(None)
+    units = make_units(tokenizer, Haystack.of([d.text for d in docs]), task, length, [depth], count, seed=0)
+    return [Prompt(u.ids, u.answer_start, u.prompt.answer.strip(), min(TASKS[task].tokens_to_generate, 24), True)
+            for u in units]
+
+
+def retrieved(said: str, s: Prompt) -> bool:
+    """A passkey: the key said first, not a longer number. A RULER task: its own score (string_match_all, the answer
+    anywhere in what was generated, case ignored)."""
+    from ropecli.evaluation.ruler.scoring import string_match_all
+
+    if s.ruler:
+        return string_match_all(said, [s.key]) == 1.0
+    key = s.key
+    return re.match(rf"\s*{re.escape(key)}(?!\d)", said) is not None
+
+
 def answer(folder: Path, samples, through_pipeline: bool) -> list[tuple[bool, float, str]]:
     """Per sample: (retrieved by greedy generation, answer NLL in nats, what it generated). One prefill of the prompt;
     from its KV cache (copied) the answer teacher-forced (its NLL) and greedy decoding, token by token, as generate()
@@ -66,15 +106,15 @@ def answer(folder: Path, samples, through_pipeline: bool) -> list[tuple[bool, fl
             nll = float(-torch.log_softmax(logits, -1).gather(1, key[0, :, None]).sum())
             if generate is None:
                 step, said_ids, cache = first.logits[:, -1:].argmax(-1), [], copy.deepcopy(cache)
-                for _ in range(8):
+                for _ in range(s.tokens):
                     said_ids.append(int(step))
                     step = model(step, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
                 said = tokenizer.decode(said_ids)
         if generate is not None:
             text = tokenizer.decode(s.ids[:s.answer_start], skip_special_tokens=False)
-            said = generate(text, max_new_tokens=8, do_sample=False, return_full_text=False,
+            said = generate(text, max_new_tokens=s.tokens, do_sample=False, return_full_text=False,
                             add_special_tokens=False)[0]["generated_text"]
-        rows.append((re.match(rf"\s*{s.key}(?!\d)", said) is not None, nll, said))  # the key, not a longer number
+        rows.append((retrieved(said, s), nll, said))
         print(f"  {folder.name}: key {s.key} -> {said!r}  NLL {nll:.2f}", flush=True)
     return rows
 
@@ -86,6 +126,7 @@ def main() -> None:
     ap.add_argument("--map", default="selfextend:G=8,W=2048")
     ap.add_argument("--depth", type=float, default=0.0)
     ap.add_argument("--prompts", type=int, default=3)
+    ap.add_argument("--task", default=None, help="a RULER task's prompts (e.g. niah-single) instead of passkeys")
     ap.add_argument("--work", default="/tmp/ropecli-map-folders")
     ap.add_argument("--pipeline", action="store_true", help="greedy generation through pipeline (a second prefill)")
     args = ap.parse_args()
@@ -95,11 +136,13 @@ def main() -> None:
     yarn = export(args.model, args.len, work / f"{args.model}-yarn-{args.len}", "yarn", None)
     from transformers import AutoTokenizer
 
-    samples = prompts(AutoTokenizer.from_pretrained(str(mapped)), args.len, args.depth, args.prompts)
+    tokenizer = AutoTokenizer.from_pretrained(str(mapped))
+    samples = passkey_prompts(tokenizer, args.len, args.depth, args.prompts) if args.task is None else \
+        task_prompts(tokenizer, args.task, args.len, args.depth, args.prompts)
     got = {name: answer(folder, samples, args.pipeline) for name, folder in (("map", mapped), ("yarn", yarn))}
     diff = np.array([m[1] - y[1] for m, y in zip(got["map"], got["yarn"])])
     how = "pipeline" if args.pipeline else "the folder's KV cache"
-    print(f"{args.model} at {args.len} tokens, needle at depth {args.depth}, {len(samples)} prompts, greedy through "
+    print(f"{args.model} at {args.len} tokens, {args.task or 'passkey'}, needle at depth {args.depth}, {len(samples)} prompts, greedy through "
           f"{how} ({time.perf_counter() - t0:.0f} s):")
     for name, label in (("map", f"none@{args.map}"), ("yarn", "yarn")):
         acc = np.mean([r[0] for r in got[name]])

@@ -17,7 +17,8 @@ from ropecli.models.mapped_attention import mapped
 
 MAPS = [("none", {}), ("selfextend", {"G": 2, "W": 8}), ("rerope", {"w": 12}), ("leaky-rerope", {"w": 12, "k": 4}),
         ("dca", {"chunk": 24, "local": 4}), ("string", {"S": 20, "W": 4}),
-        ("selfextend-llamacpp", {"G": 2, "W": 8})]
+        ("selfextend-llamacpp", {"G": 2, "W": 8}),
+        ("dpe", {"W": 8, "G1": 1, "G2": 2, "G3": 4, "G4": 1, "G5": 2, "G6": 8, "G7": 1, "G8": 3})]
 T = 3 * L0  # past every tiny model's L
 
 

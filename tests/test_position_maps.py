@@ -229,7 +229,7 @@ def test_export_serves_a_map_only_where_a_runtime_does(builtin_gguf, tmp_path):
     assert records["llamacpp"] == ["selfextend", "selfextend-llamacpp"] and records["sglang"] == ["dca"]
     assert records["vllm"] == []
     assert records["transformers"] == ["none", "selfextend", "rerope", "leaky-rerope", "dca", "string",
-                                      "selfextend-llamacpp"]  # issue 60
+                                      "selfextend-llamacpp", "dpe"]  # issues 60, 61
 
 
 def test_dca_goes_to_sglang_as_its_config_block_and_backend(tmp_path):

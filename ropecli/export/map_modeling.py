@@ -19,6 +19,7 @@ import sys
 from functools import partial
 from typing import Any, Callable, NamedTuple
 
+import numpy as np  # noqa: F401  (a pasted region function may build numpy positions)
 import torch
 import transformers
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
@@ -109,8 +110,9 @@ class MapDispatch:
         self.plans, self.rotaries, self.regions_for, self.implementation = plans, rotaries, regions_for, implementation
 
     def rotate(self, module, plan, x, positions):
-        cos, sin = self.rotaries[plan.rope](x, positions.to(torch.float32)[None, :])
+        cos, sin = trig_at(self.rotaries[plan.rope], x, positions)
         return own_apply(module)(x, cos, sin)
+
 
     def __call__(self, module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, **kwargs):
         plan = self.plans[module.layer_idx]
@@ -127,6 +129,23 @@ class MapDispatch:
         else:
             fn = getattr(sys.modules[type(module).__module__], "eager_attention_forward")
         return fn(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+
+
+def trig_at(rotary, x, positions):
+    """cos, sin (1, T, rotary dims) at positions (T,), or at positions (T, groups) that differ per group of rotary
+    pairs (group g: the pairs m with floor(m groups / pairs) = g), each group's columns from the rotary module's own
+    output at its positions, in its layout (ropecli's `models.region_attention.trig_at`)."""
+    if positions.ndim == 1:
+        return rotary(x, positions.to(torch.float32)[None, :])
+    per = [rotary(x, positions[:, g].to(torch.float32)[None, :]) for g in range(positions.shape[1])]
+    c = rotary(x, torch.ones(1, 1, device=x.device))[0][0, 0]  # at position 1: the layout of the pairs' columns
+    D, P = c.shape[-1], c.shape[-1] // 2
+    pair = torch.arange(D, device=x.device) % P if torch.equal(c[:P], c[P:]) else torch.arange(D, device=x.device) // 2
+    cols = pair * positions.shape[1] // P
+    cos, sin = per[0][0].clone(), per[0][1].clone()
+    for g in range(1, len(per)):
+        cos[..., cols == g], sin[..., cols == g] = per[g][0][..., cols == g], per[g][1][..., cols == g]
+    return cos, sin
 
 
 def _flash_kernel(query, softcap):

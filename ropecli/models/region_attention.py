@@ -32,10 +32,39 @@ def rotated(x: torch.Tensor, positions: torch.Tensor, rotary, cache: dict | None
     for the next layers of the same forward pass."""
     got = cache.get(key) if cache is not None else None
     if got is None:
-        got = rotary(x, positions.to(torch.float32)[None, :])  # cos, sin: (1, T, rotary dims)
+        got = trig_at(x, positions, rotary)
         if cache is not None:
             cache[key] = got
     return rotate_with(module, x, *got)
+
+
+def trig_at(x, positions: torch.Tensor, rotary) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin (1, T, rotary dims) from the rotary module at positions (T,), or at positions (T, groups) that differ
+    per group of rotary pairs (a per-pair map: group g the pairs m with floor(m groups / pairs) = g): each group's
+    columns from the module's own output at that group's positions, in the module's layout (`pair_groups`)."""
+    if positions.ndim == 1:
+        return rotary(x, positions.to(torch.float32)[None, :])
+    per = [rotary(x, positions[:, g].to(torch.float32)[None, :]) for g in range(positions.shape[1])]
+    cols = pair_groups(rotary, x, positions.shape[1])
+    cos, sin = per[0][0].clone(), per[0][1].clone()
+    for g in range(1, len(per)):
+        cos[..., cols == g], sin[..., cols == g] = per[g][0][..., cols == g], per[g][1][..., cols == g]
+    return cos, sin
+
+
+def pair_groups(rotary, x, groups: int) -> torch.Tensor:
+    """(rotary dims,) the group of each column of the module's cos and sin: rotate-half (the pairs' angles twice,
+    [θ_0 … θ_{P-1}, θ_0 … θ_{P-1}]) or interleaved ([θ_0, θ_0, θ_1, θ_1, …]), read off the module's cos at position 1."""
+    c = rotary(x, torch.ones(1, 1, device=x.device))[0][0, 0]
+    D = c.shape[-1]
+    P = D // 2
+    if torch.equal(c[:P], c[P:]):
+        pair = torch.arange(D, device=x.device) % P
+    elif torch.equal(c[0::2], c[1::2]):
+        pair = torch.arange(D, device=x.device) // 2
+    else:
+        raise ValueError("a per-pair map needs the rotary module's cos in rotate-half or interleaved layout")
+    return pair * groups // P
 
 
 def _fused_for(device: torch.device):

@@ -202,6 +202,36 @@ def _selfextend_llamacpp(G: float, W: float) -> tuple[Region, ...]:
             Region("far", lambda i, j: j < i // W * W, lambda i: i - i // W * moved, lambda j: j // G))
 
 
+DPE_GROUPS = 8  # DPE's pair groups (config/dpe_config.yaml: dimension_groups_range [0, 8, ..., 64] of head_dim 128)
+
+
+@register_map("dpe", "per pair group g (8 groups of the rotary pairs, fastest first): d < W true; d >= W: "
+              "(floor(i/G_g) + W - floor(W/G_g), floor(j/G_g))",
+              Param("W", REQUIRED, "local window of true positions (DPE: 1024)", 1, 1e12, integer=True),
+              *(Param(f"G{g}", REQUIRED, f"group size of pair group {g} (1: true positions; DPE's "
+                      "scale_factors, found per model)", 1, 1e9, integer=True) for g in range(1, DPE_GROUPS + 1)),
+              window="W")
+def _dpe(W: float, **groups: float) -> tuple[Region, ...]:
+    """Dimension-wise Positional Embeddings manipulation (Lu et al. 2025, arXiv 2504.18857; LuLuLuyi/DPE), Self-Extend
+    per group of rotary pairs: dpe_for_llama.py `dpe_flash_forward` splits the pairs into the groups of
+    dimension_groups_range (8 equal groups), gives group g the scale factor s_g (scale_factors) and, past the local
+    window w (local_window_size), puts the query at i // s_g + w - w / s_g and the key at j // s_g on that group's
+    dimensions (`concat_tensors` of the per-factor cos and sin), true positions within w (`atten_merge_forward`:
+    the window's and the scaled attention merged by log-sum-exp). Here group g is the pairs m with
+    floor(m * 8 / pairs) = g - 1, whatever the head size; w - w // s_g where the source divides in floats (equal for
+    the source's w = 1024 and power-of-two factors). The source's key-pair selection (`select_topk_dim`: only the
+    pairs with the largest q-k 2-norm per layer and head scaled) is not in this map: every pair of a group is."""
+    W = int(W)
+    G = [int(groups[name]) for name in sorted(groups, key=lambda name: int(name[1:]))]  # G1 … G8
+
+    def per_group(x):  # G as x's kind (numpy or torch), against x[..., None]: positions (…, groups)
+        return x.new_tensor(G) if hasattr(x, "new_tensor") else np.asarray(G)
+
+    return (Region("window", lambda i, j: i - j < W, _same, _same),
+            Region("grouped", lambda i, j: i - j >= W, lambda i: i[..., None] // per_group(i) + W - W // per_group(i),
+                   lambda j: j[..., None] // per_group(j)))
+
+
 def map_regions(name: str, params: dict, length: int) -> tuple[Region, ...]:
     """The map's regions for a sequence of `length` tokens (only a per-length map's depend on it)."""
     pmap = resolve_map(name)
@@ -234,18 +264,23 @@ def map_params(name: str, given: dict[str, float]) -> dict[str, float]:
 
 def relative_positions(name: str, params: dict[str, float], n: int) -> np.ndarray:
     """rel[i, j] = the query's rotation position minus the key's, for i, j < n, j <= i (NaN above the diagonal), float64
-    (n, n): what the map does to the score of each pair, for the tests and the pictures (the model never builds it)."""
+    (n, n), or (n, n, groups) for a map whose positions differ per group of rotary pairs (dpe): what the map does to
+    the score of each pair, for the tests and the pictures (the model never builds it)."""
     i = np.arange(n)[:, None]
     j = np.arange(n)[None, :]
     d = i - j
-    rel = np.full((n, n), np.nan)
-    covered = np.zeros((n, n), dtype=int)
+    parts, covered = [], np.zeros((n, n), dtype=int)
     for r in map_regions(name, map_params(name, params), n):
         m = r.where(i, j) & (d >= 0)
-        q = np.broadcast_to(np.asarray(r.query(i), dtype=np.float64), (n, n))
-        k = np.broadcast_to(np.asarray(r.key(j), dtype=np.float64), (n, n))
-        rel[m] = (q - k)[m]
+        q, k = np.asarray(r.query(i), dtype=np.float64), np.asarray(r.key(j), dtype=np.float64)
+        q, k = (q[..., None] if q.ndim == 2 else q), (k[..., None] if k.ndim == 2 else k)  # (n, 1, groups), (1, n, …)
+        parts.append((m, q - k))
         covered += m
+    groups = max(p.shape[-1] for _, p in parts)
+    rel = np.full((n, n, groups), np.nan)
+    for m, p in parts:
+        rel[m] = np.broadcast_to(p, (n, n, groups))[m]
+    rel = rel[..., 0] if groups == 1 else rel
     if (covered[d >= 0] != 1).any():
         raise RopeCliError(f"{name}: its regions do not cover every causal pair exactly once")
     return rel

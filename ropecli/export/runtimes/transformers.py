@@ -30,7 +30,8 @@ RECORD = Runtime(
              "except Phi-3, whose generate() drops the cache at the switch",
     rule=PER_FORWARD, serves_dynamic=True, drops_cache_at_switch=("phi3",),
     # every map, through the exported folder's own modeling file (export.map_folder; loaded with trust_remote_code=True)
-    maps=("none", "selfextend", "rerope", "leaky-rerope", "dca", "string", "selfextend-llamacpp"),  # = the registry's (tests/test_map_folder.py)
+    maps=("none", "selfextend", "rerope", "leaky-rerope", "dca", "string", "selfextend-llamacpp",
+          "dpe"),  # = the registry's (tests/test_map_folder.py)
     versions=(
         Version(">=5.0", "reads rope_parameters (rope_type, rope_theta, factors) from config.json",
                 "transformers 5.0, modeling_rope_utils.py: RotaryEmbeddingConfigMixin.convert_rope_params_to_dict",

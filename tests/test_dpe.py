@@ -1,0 +1,109 @@
+"""Issue 61, its first part: a position map whose positions differ per group of rotary pairs (DPE, Lu et al. 2025).
+The map is Self-Extend per pair group; the mapped attention rotates each group's columns at that group's positions,
+exactly: equal groups are Self-Extend, groups of 1 the model itself, and mixed groups the authors' own construction
+(dpe_for_llama.py: per-factor cos and sin concatenated by dimension range, window and scaled attention merged)."""
+
+import numpy as np
+import pytest
+import torch
+
+from architectures import ARCHS, L0, VOCAB, save_arch
+from ropecli.errors import RopeCliError
+from ropecli.models.mapped_attention import mapped
+from ropecli.rope.position_maps import map_params, relative_positions
+
+T = 3 * L0
+
+
+def dpe(W, *G):
+    return {"W": W, **{f"G{g + 1}": v for g, v in enumerate(G)}}
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    from transformers import AutoModelForCausalLM
+
+    folder = save_arch(next(a for a in ARCHS if a.name == "llama"), tmp_path_factory.mktemp("llama"))
+    return AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+
+
+def test_dpe_is_self_extend_per_pair_group():
+    """Every group at Self-Extend's positions with its own G: group g's relative positions are Self-Extend's at G_g."""
+    G = (1, 2, 4, 8, 2, 16, 3, 1)
+    rel = relative_positions("dpe", dpe(12, *G), 80)
+    assert rel.shape == (80, 80, 8)
+    for g, Gg in enumerate(G):
+        assert np.array_equal(rel[..., g], relative_positions("selfextend", {"G": Gg, "W": 12}, 80), equal_nan=True)
+    with pytest.raises(RopeCliError, match="dpe needs G3"):
+        map_params("dpe", {"W": 12, "G1": 2, "G2": 2})
+
+
+def test_equal_groups_are_self_extend_and_groups_of_one_the_model(llama):
+    ids = torch.randint(2, VOCAB, (1, T), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        plain = llama(ids).logits
+        with mapped(llama, "dpe", dpe(8, *[1] * 8)):
+            ones = llama(ids).logits
+        with mapped(llama, "selfextend", {"G": 4, "W": 8}):
+            se = llama(ids).logits
+        with mapped(llama, "dpe", dpe(8, *[4] * 8)):
+            fours = llama(ids).logits
+        with mapped(llama, "dpe", dpe(8, 1, 1, 1, 1, 4, 4, 4, 4)):
+            mixed = llama(ids).logits
+    assert (ones - plain).abs().max() < 1e-4 and (fours - se).abs().max() < 1e-4
+    assert (mixed - se).abs().max() > 1e-3 and (mixed - plain).abs().max() > 1e-3  # the groups matter, each way
+
+
+def authors_attention(q, k, v, cos_sin, W, G, scaling):
+    """dpe_for_llama.py's prefill (select_topk_dim off), on the CPU: each factor's cos and sin at its positions
+    (query // s + w - w / s, key // s), `concat_tensors` by dimension range, the window's attention (d < w, true
+    positions) and the scaled one (d >= w) under one softmax (what `atten_merge_forward` merges by log-sum-exp)."""
+    from transformers.models.llama.modeling_llama import rotate_half
+
+    n, D = q.shape[2], q.shape[3]
+    half, pos = D // 2, torch.arange(n, dtype=torch.float32)
+    rng = [g * half // len(G) for g in range(len(G) + 1)]  # dimension_groups_range
+
+    def concat(parts):  # concat_tensors: each factor's columns of its range, in both halves
+        return torch.cat([p[..., rng[g]:rng[g + 1]] for g, p in enumerate(parts)]
+                         + [p[..., half + rng[g]:half + rng[g + 1]] for g, p in enumerate(parts)], dim=-1)
+
+    qc = [cos_sin(pos // s + W - W / s) for s in G]
+    kc = [cos_sin(pos // s) for s in G]
+    rot = lambda x, cs: x * cs[0] + rotate_half(x) * cs[1]  # noqa: E731
+    normal = cos_sin(pos)
+    near = rot(q, normal) @ rot(k, normal).transpose(-1, -2)
+    far = rot(q, (concat([c[0] for c in qc]), concat([c[1] for c in qc]))) @ \
+        rot(k, (concat([c[0] for c in kc]), concat([c[1] for c in kc]))).transpose(-1, -2)
+    d = pos[:, None] - pos[None, :]
+    s = torch.where(d < W, near, far).mul(scaling).masked_fill(d < 0, float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+def test_the_mapped_attention_is_the_authors_construction():
+    """One attention call of ropecli's mapped attention (the fused CPU blocks) against the authors' per-dimension
+    cos/sin concatenation, at head size 32 (16 pairs, 2 per group) and factors as their configs have them."""
+    from ropecli.models.region_attention import MappedAttention
+    from ropecli.rope.position_maps import map_regions
+
+    D, n, W, G = 32, 300, 64, (2, 8, 2, 8, 32, 32, 32, 4)  # Llama-3-8B-Instruct's scale_factors; W / 32 whole
+    inv = 1.0 / 10000 ** (torch.arange(0, D, 2, dtype=torch.float32) / D)
+
+    def cos_sin(p):  # (T, D) in rotate-half layout
+        ang = p[:, None] * inv[None, :]
+        ang = torch.cat([ang, ang], dim=-1)
+        return ang.cos(), ang.sin()
+
+    def rotary(x, positions):  # the rotary module's forward: (1, T) positions -> (1, T, D) cos, sin
+        c, s = cos_sin(positions[0])
+        return c[None], s[None]
+
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, n, D, generator=gen) for _ in range(3))
+    params = map_params("dpe", dpe(W, *G))
+    att = MappedAttention(lambda m: map_regions("dpe", params, m), rotary, block=128, kernel="blocks")
+    got, _ = att(None, q, k, v, scaling=D ** -0.5)
+    want = authors_attention(q, k, v, cos_sin, W, G, D ** -0.5).transpose(1, 2)
+    assert (got - want).abs().max() < 1e-4
+    uniform = authors_attention(q, k, v, cos_sin, W, (4,) * 8, D ** -0.5).transpose(1, 2)
+    assert (got - uniform).abs().max() > 1e-2  # the groups' factors matter
