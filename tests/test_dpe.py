@@ -107,3 +107,36 @@ def test_the_mapped_attention_is_the_authors_construction():
     assert (got - want).abs().max() < 1e-4
     uniform = authors_attention(q, k, v, cos_sin, W, (4,) * 8, D ** -0.5).transpose(1, 2)
     assert (got - uniform).abs().max() > 1e-2  # the groups' factors matter
+
+
+def test_one_at_a_time_is_dpes_detection():
+    """Each coordinate alone over its grid from the start (the others held there), then the bests together; on a
+    log range of powers of two the grid is the powers themselves (DPE's detecting factors)."""
+    from ropecli.tuning.optimizers import optimize
+    from ropecli.tuning.space import Dim
+
+    dims = [Dim(f"G{g}", 1, 32, log=True) for g in range(1, 4)]
+    want = (4, 1, 32)
+    seen = []
+
+    def f(x, above=None):
+        G = [round(d.value(u)) for d, u in zip(dims, x)]
+        seen.append(tuple(G))
+        return sum((np.log2(g) - np.log2(w)) ** 2 for g, w in zip(G, want))
+
+    x0 = [d.unit(8) for d in dims]
+    trace = optimize(f, 3, 2 + 3 * 6, "one-at-a-time", x0=x0, bounded=True)
+    assert seen[0] == (8, 8, 8) and seen[-1] == want and min(v for _, v in trace.points) == 0
+    assert {g[0] for g in seen if g[1:] == (8, 8)} == {1, 2, 4, 8, 16, 32}  # the first group over every power of two
+    assert len(seen) == 2 + 3 * 5  # the start's own grid point is not evaluated twice
+    with pytest.raises(RopeCliError, match="below the minimum"):
+        optimize(f, 3, 7, "one-at-a-time", x0=x0, bounded=True)
+
+
+def test_dpe_rule_and_detection_budget_follow_the_source():
+    """Window Ls/8, every group at 2T/Ls to start, each group searched over the powers of two up to T/W."""
+    from ropecli.rope.map_rules import dpe_budget, dpe_ranges, dpe_rule
+
+    assert dpe_rule(8192, 131072) == {"W": 1024, **{f"G{g}": 32 for g in range(1, 9)}}  # run_niah_detect.sh's factor
+    assert dpe_ranges(8192, 131072)["G3"] == (1, 128)  # detecting factors 1 … 131072/1024
+    assert dpe_budget(256, 1024) == 2 + 8 * 6

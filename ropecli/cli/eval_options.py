@@ -76,7 +76,9 @@ ObjectiveOpt = Annotated[str, typer.Option(
          "passkey or a task: the answer's NLL).")]
 OptimizerOpt = Annotated[Optimizer, typer.Option(
     "--optimizer", rich_help_panel=ADVANCED,
-    help="auto (golden-section for 1 parameter, Nelder-Mead for more), powell, nelder-mead, grid, golden.")]
+    help="auto (golden-section for 1 parameter, Nelder-Mead for more), powell, nelder-mead, grid, golden, "
+         "one-at-a-time (DPE's detection: each parameter alone over an even grid from the start, then the bests "
+         "together).")]
 CandidatesOpt = Annotated[Optional[list[str]], typer.Option(
     "--candidates", click_type=CommaChoices(candidate_names, "--candidates", "CANDIDATE"), rich_help_panel="Advise",
     help="Narrow the candidates (repeat or comma-separate): {choices}.")]

@@ -27,3 +27,29 @@ def selfextend_ranges(Ls: int, T: int) -> dict[str, tuple[float, float]]:
 def dca_rule(Ls: int, T: int) -> dict[str, float]:
     """HKUNLP/ChunkLlama's defaults: chunk = 3 Ls/4, local = Ls/16 (every rotation distance below chunk)."""
     return {"chunk": 3 * Ls // 4, "local": max(1, Ls // 16)}
+
+
+DPE_GROUPS = 8  # DPE's pair groups (config/dpe_config.yaml: dimension_groups_range [0, 8, ..., 64] of head_dim 128)
+DPE_WINDOW = 8  # DPE's local window is L/8 (local_window_size 1024 for Llama-3-8B-Instruct's 8,192)
+
+
+def dpe_rule(Ls: int, T: int) -> dict[str, float]:
+    """DPE's detection start (effective_length_detection/run_niah_detect.sh: every group at factor = 2 T / Ls,
+    the power of two at or below it here), window Ls/8 (config/dpe_config.yaml: 1024 at 8k): Self-Extend with that
+    group on every pair until the detection moves each group (`dpe_ranges`, the one-at-a-time search)."""
+    G = 2 ** max(0, (2 * T // Ls).bit_length() - 1)
+    return {"W": max(1, Ls // DPE_WINDOW), **{f"G{g}": G for g in range(1, DPE_GROUPS + 1)}}
+
+
+def dpe_ranges(Ls: int, T: int) -> dict[str, tuple[float, float]]:
+    """Each group's factor over [1, T/W] on a log scale (run_niah_detect.sh's detecting factors T/len for len = T,
+    T/2, … down to the window: the powers of two up to T/W, as the one-at-a-time search's even grid sees them)."""
+    top = 2 ** max(1, (T // max(1, Ls // DPE_WINDOW)).bit_length() - 1)
+    return {f"G{g}": (1, top) for g in range(1, DPE_GROUPS + 1)}
+
+
+def dpe_budget(Ls: int, T: int) -> int:
+    """Forward evaluations of DPE's detection: the start, each group over every power of two of its range, the bests
+    together (the one-at-a-time search's 2 + groups x points)."""
+    lo, hi = next(iter(dpe_ranges(Ls, T).values()))
+    return 2 + len(dpe_ranges(Ls, T)) * (int(hi / lo).bit_length())

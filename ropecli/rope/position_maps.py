@@ -29,7 +29,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from ropecli.errors import RopeCliError
-from ropecli.rope.map_rules import dca_rule, selfextend_ranges, selfextend_rule
+from ropecli.rope.map_rules import DPE_GROUPS, dca_rule, dpe_budget, dpe_ranges, dpe_rule, selfextend_ranges, selfextend_rule
 from ropecli.rope.schedule import REQUIRED, Param
 
 
@@ -52,6 +52,8 @@ class PositionMap:
     per_length: bool = False  # regions(**params, length=n): the regions depend on the sequence's length
     rule: Callable[[int, int], dict] | None = None  # (Ls, T) -> params: its source's rule, an advise candidate then
     ranges: Callable[[int, int], dict] | None = None  # (Ls, T) -> {param: (lo, hi)}: searched by advise as NAME-tuned
+    optimizer: str = "auto"  # how NAME-tuned is searched (DPE: one-at-a-time, its source's detection)
+    budget: Callable[[int, int], int] | None = None  # (Ls, T) -> NAME-tuned's evaluations (None: advise's --budget)
 
 
 MAPS: dict[str, PositionMap] = {}
@@ -92,15 +94,17 @@ def bind(name: str, params: dict[str, float]) -> BoundMap:
 
 
 def register_map(name: str, summary: str, *params: Param, window: str | None = None, per_length: bool = False,
-                 rule: Callable[[int, int], dict] | None = None, ranges: Callable[[int, int], dict] | None = None):
+                 rule: Callable[[int, int], dict] | None = None, ranges: Callable[[int, int], dict] | None = None,
+                 optimizer: str = "auto", budget: Callable[[int, int], int] | None = None):
     """Register a map's region function. `rule(Ls, T)`: its parameters for a model shipped at Ls and a longest target
     T, as its source sets them (the map is then an `advise` candidate past Ls); `ranges(Ls, T)`: {param: (lo, hi)}
-    that advise searches as candidate NAME-tuned, started at the rule."""
+    that advise searches as candidate NAME-tuned, started at the rule, by `optimizer` within `budget(Ls, T)`
+    evaluations (default: advise's --budget)."""
     if ranges and not rule:
         raise ValueError(f"{name}: a searched map starts at its rule; give rule= with ranges=")
 
     def wrap(fn):
-        MAPS[name] = PositionMap(name, fn, summary, params, window, per_length, rule, ranges)
+        MAPS[name] = PositionMap(name, fn, summary, params, window, per_length, rule, ranges, optimizer, budget)
         return fn
 
     return wrap
@@ -202,15 +206,12 @@ def _selfextend_llamacpp(G: float, W: float) -> tuple[Region, ...]:
             Region("far", lambda i, j: j < i // W * W, lambda i: i - i // W * moved, lambda j: j // G))
 
 
-DPE_GROUPS = 8  # DPE's pair groups (config/dpe_config.yaml: dimension_groups_range [0, 8, ..., 64] of head_dim 128)
-
-
 @register_map("dpe", "per pair group g (8 groups of the rotary pairs, fastest first): d < W true; d >= W: "
               "(floor(i/G_g) + W - floor(W/G_g), floor(j/G_g))",
               Param("W", REQUIRED, "local window of true positions (DPE: 1024)", 1, 1e12, integer=True),
               *(Param(f"G{g}", REQUIRED, f"group size of pair group {g} (1: true positions; DPE's "
-                      "scale_factors, found per model)", 1, 1e9, integer=True) for g in range(1, DPE_GROUPS + 1)),
-              window="W")
+                      "scale_factors, found per model)", 1, 1e9, integer=True, log=True) for g in range(1, DPE_GROUPS + 1)),
+              window="W", rule=dpe_rule, ranges=dpe_ranges, optimizer="one-at-a-time", budget=dpe_budget)
 def _dpe(W: float, **groups: float) -> tuple[Region, ...]:
     """Dimension-wise Positional Embeddings manipulation (Lu et al. 2025, arXiv 2504.18857; LuLuLuyi/DPE), Self-Extend
     per group of rotary pairs: dpe_for_llama.py `dpe_flash_forward` splits the pairs into the groups of

@@ -50,3 +50,4 @@ class Param:
     lo: float | None = None  # inclusive bounds, checked before the method runs
     hi: float | None = None
     integer: bool = False  # a count of tokens or positions (a position map's G, W): rounded when searched
+    log: bool = False  # searched on a log scale (DPE's group factors: powers of two on an even grid)

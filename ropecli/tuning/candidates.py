@@ -54,11 +54,18 @@ def static_candidates() -> dict[str, tuple[str, dict]]:
     return {**plain, "native": ("native", {}), **composed}
 
 
-def search_plans(budget: int) -> dict[str, tuple[str, list[str], int]]:
+def search_plans(budget: int, Ls: int | None = None, T: int | None = None) -> dict[str, tuple[str, list[str], int]]:
     """The searched candidates: name -> (method, varied parameters, evaluations), the one plan both the searches and the
     progress bar's total read. A searched map varies what its ranges name, around its rule, on the model as shipped
-    (`map_candidates.map_search`)."""
-    maps = {c: ("native", [], max(budget, 7)) for c in map_candidates() if c.endswith(TUNED)}
+    (`map_candidates.map_search`), within its own budget for a model shipped at Ls and a longest target T where its
+    record has one (DPE's detection), else --budget."""
+    from ropecli.rope.position_maps import MAPS
+
+    def map_budget(name: str) -> int:
+        own = MAPS[map_candidates()[name]].budget
+        return own(Ls, T) if own is not None and Ls and T else max(budget, 7)
+
+    maps = {c: ("native", [], map_budget(c)) for c in map_candidates() if c.endswith(TUNED)}
     return {"yarn-tuned": ("yarn", ["beta_fast", "beta_slow"], max(budget, 7)),
             "mixed-b": ("mixed", ["b"], max(min(budget, 12), 4)),
             "mixed-clamped": ("mixed", ["b", "critical"], max(budget, 7)),

@@ -32,6 +32,7 @@ class Optimizer(str, Enum):
     nelder_mead = "nelder-mead"
     grid = "grid"
     golden = "golden"
+    one_at_a_time = "one-at-a-time"  # DPE's detection: each parameter alone from the start, then the bests together
 
 
 OPTIMIZERS = tuple(o.value for o in Optimizer)
@@ -133,6 +134,12 @@ def min_budget(n_dims: int) -> int:
     return 4 if n_dims == 1 else 1 + 3 * n_dims
 
 
+def one_at_a_time_points(n_dims: int, budget: int) -> int:
+    """Grid points per parameter of the one-at-a-time search within `budget`: the start, each parameter's points with
+    the others at the start, the bests together (2 + n x points evaluations at most)."""
+    return (budget - 2) // n_dims
+
+
 class _BudgetSpent(Exception):
     pass
 
@@ -181,6 +188,11 @@ def optimize(f: Callable[..., float], n: int, budget: int, optimizer: str = "aut
             bracket = found.bracket
         elif chosen == "grid":
             _grid(F, n, budget)
+        elif chosen == "one-at-a-time":
+            if one_at_a_time_points(n, budget) < 2:
+                raise RopeCliError(f"--budget {budget} is below the minimum {2 + 2 * n} for a one-at-a-time search of "
+                                   f"{n} parameter(s)")
+            _one_at_a_time(F, n, one_at_a_time_points(n, budget), x0 or [0.5] * n)
         else:
             _scipy(F, chosen, n, x0 or [0.5] * n, tol or 1e-3, order)
     except _BudgetSpent:
@@ -208,6 +220,22 @@ def _scipy(F, method: str, n: int, x0: list[float], tol: float, order: list) -> 
         if not v < best - 1e-7:
             return
         start, best = x, v
+
+
+def _one_at_a_time(F, n: int, points: int, x0: list[float]) -> None:
+    """DPE's detection (LuLuLuyi/DPE effective_length_detection/run_niah_detect.sh: each dimension group's factor
+    varied over T/len, len = T, T/2, … down to the window, the other groups held at one factor; the best per group
+    kept): from x0, each coordinate alone over `points` even steps of [0, 1] (on a log range of powers of two, the
+    powers themselves) with the others at x0, then every coordinate at its best together. Deterministic; a
+    coordinate's ties go to the start, then to the lower value."""
+    start = list(x0)
+    at_start = F(start)
+    grid = [i / (points - 1) for i in range(points)]
+    best = []
+    for a in range(n):
+        tried = [(at_start, 0, start[a])] + [(F(start[:a] + [u] + start[a + 1:]), 1, u) for u in grid]
+        best.append(min(tried)[2])
+    F(best)
 
 
 def _grid(F, n: int, budget: int) -> None:

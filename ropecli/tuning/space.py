@@ -125,7 +125,7 @@ def parse_vary(items: list[str] | None, method: str, geom: Geometry, position_ma
                 lo, hi = float(lo_s), float(hi_s)
             except ValueError:
                 raise RopeCliError(f"--vary {item}: write bounds as NAME=LO:HI, e.g. --vary {name}=0:4") from None
-            log = (m.name, name) in _LOGGED or SEARCH_BOUNDS.get(name, (0, 0, False))[2]
+            log = (m.name, name) in _LOGGED or SEARCH_BOUNDS.get(name, (0, 0, False))[2] or params[name].log
         elif name in map_params:
             raise RopeCliError(f"--vary {name}: give the map's parameter its range, e.g. --vary {name}=2:16")
         else:

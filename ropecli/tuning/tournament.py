@@ -59,7 +59,7 @@ def search_candidates(run: Evaluate, target: Target, names: list[str], budget: i
                       expect: Callable[..., None] = lambda count, metric=PPL, samples=None: None,
                       metric: Metric = PPL) -> dict[str, dict]:
     """The searched candidates' winners: name -> {spec, search} (the search's JSON), each searched on `metric`."""
-    plans, mapped = search_plans(budget), map_candidates()
+    plans, mapped = search_plans(budget, target.geom.shipped_len, target.longest), map_candidates()
     out = {}
     for name in names:
         if name not in plans:
@@ -71,9 +71,10 @@ def search_candidates(run: Evaluate, target: Target, names: list[str], budget: i
             pmap, vary = map_rule(name, target.geom.shipped_len, T), search_ranges(name, target.geom.shipped_len, T)
         dims = parse_vary(vary, method, target.geom, pmap)
         finalists = max(2, n_evals // 4) if screen else 0  # raced: precision bought late
+        optimizer = pmap.record.optimizer if pmap else "auto"
         res = run_search(run, target, SearchSpace(method, tuple(dims), log_n=log_n, position_map=pmap),
-                         Effort(n_evals, windows=windows, screen=screen, finalists=finalists), scorer(run, target, metric),
-                         expect=expect)
+                         Effort(n_evals, optimizer, windows=windows, screen=screen, finalists=finalists),
+                         scorer(run, target, metric), expect=expect)
         out[name] = {"spec": point_spec(method, res["best_params"], target.factor, log_n, pmap), "search": res}
     return out
 
