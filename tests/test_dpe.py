@@ -140,3 +140,40 @@ def test_dpe_rule_and_detection_budget_follow_the_source():
     assert dpe_rule(8192, 131072) == {"W": 1024, **{f"G{g}": 32 for g in range(1, 9)}}  # run_niah_detect.sh's factor
     assert dpe_ranges(8192, 131072)["G3"] == (1, 128)  # detecting factors 1 … 131072/1024
     assert dpe_budget(256, 1024) == 2 + 8 * 6
+
+
+DETECTED = "dpe:W=32,G1=16,G2=32,G3=8,G4=16,G5=16,G6=16,G7=32,G8=1"  # found at 4L on the built-in model (docs/methods.md)
+
+
+def test_freqs_shows_each_pairs_distance_under_a_per_pair_map(tmp_path):
+    """`freqs --map`: per pair its group and the farthest rotation distance at the target, its angle checked against
+    training; a uniform map gives every pair the same distance. `plot freqs --map` draws it."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from ropecli.cli.app import app
+
+    geo = ["--d", "64", "-L", "256", "--k", "4", "--method", "none"]
+    r = CliRunner().invoke(app, ["freqs", *geo, "--map", DETECTED, "--json"])
+    assert r.exit_code == 0, r.output
+    pairs = json.loads(r.stdout)["pairs"]
+    assert [p["map_group"] for p in pairs] == [m // 4 + 1 for m in range(32)]
+    # group g at G_g: (T - 1) // G + W - W // G (Self-Extend's farthest), group 8 at G = 1: every true distance
+    assert [pairs[4 * g]["map_distance"] for g in range(8)] == [93, 62, 155, 93, 93, 93, 62, 1023]
+    assert [p["m"] for p in pairs if not p["map_in_range"]] == [29, 30, 31, 32]
+    r = CliRunner().invoke(app, ["freqs", *geo, "--map", "selfextend:G=8,W=32", "--json"])
+    assert {p["map_distance"] for p in json.loads(r.stdout)["pairs"]} == {155} and r.exit_code == 0
+    r = CliRunner().invoke(app, ["freqs", *geo, "--map", "selfextend:G=8,W=32", "--map", DETECTED])
+    assert r.exit_code == 1 and "under one --map" in r.output
+    r = CliRunner().invoke(app, ["plot", "freqs", *geo, "--map", DETECTED, "--out", str(tmp_path / "f.png")])
+    assert r.exit_code == 0 and (tmp_path / "f.png").stat().st_size > 10_000, r.output
+
+
+def test_a_reference_may_run_under_a_map():
+    """`search --reference none@selfextend:G=4,W=2048`: the held-out verdict puts a map beside the searched winner."""
+    from ropecli.tuning.search_verdicts import parse_reference
+
+    spec = parse_reference("none@selfextend:G=4,W=2048", 2.0, False)
+    assert spec.method == "none" and spec.position_map == ("selfextend", (("G", 4.0), ("W", 2048.0)))
+    assert parse_reference("yarn:beta_fast=16", 2.0, False).position_map == ()

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from ropecli.cli.eval_options import (AdviseBudgetOpt, AdviseMetricOpt, AttnOpt, Backend, BackendOpt, CacheDirOpt,
                                       CandidatesOpt, ChunkOpt, DataOpt, DeltaOpt, DepthsOpt, DeviceMapOpt, DeviceOpt, DigitsOpt,
                                       Dtype, DtypeOpt, ExportConfigOpt, HeldOutOpt, KeyEvaluatorOpt, KeyShortOpt,
-                                      KeyTokens, KeyTokensOpt, LenOpt, MapOpt, MarginOpt, MaxShortKlOpt,
+                                      KeyTokens, KeyTokensOpt, LenOpt, MarginOpt, MaxShortKlOpt,
                                       MaxShortRegressionOpt, MaxWindowsOpt, MinPasskeyOpt, NoCacheOpt, ObjectiveOpt,
                                       PromptsOpt, RaceOpt, SamplesOpt, ScoreLastOpt, SeedOpt, ServeRuntimeOpt,
                                       TaskGuardOpt, TextFieldOpt, TokenLossesOpt, TrustOpt, WithLogNOpt, WorkloadOpt)
 from ropecli.cli.groups import ModelSourceOptions, ScheduleOptions
-from ropecli.cli.options import (BaseOpt, DOpt, GgufOpt, HeadDimAliasOpt, KOpt, LogNOpt, RopeLayersOpt, TrainLenOpt, advanced,
+from ropecli.cli.options import (BaseOpt, MapOpt, DOpt, GgufOpt, HeadDimAliasOpt, KOpt, LogNOpt, RopeLayersOpt, TrainLenOpt, advanced,
                                  flat_choices)
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.metrics import metric_record

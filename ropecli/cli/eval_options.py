@@ -13,7 +13,7 @@ from ropecli.export import registry
 from ropecli.evaluation.metrics import REGISTRY, objective_names, ranking_names
 from ropecli.evaluation.ruler.templates import TASKS
 from ropecli.export.registry import SERVED_BY_DEFAULT
-from ropecli.tuning.candidates import candidate_names, map_names
+from ropecli.tuning.candidates import candidate_names
 from ropecli.tuning.optimizers import Optimizer
 
 
@@ -30,8 +30,7 @@ class Backend(str, Enum):
     transformers = "transformers"  # the model in torch, RoPE patched in place
     llamacpp = "llamacpp"  # a GGUF inside llama.cpp (llama-cpp-python), scaled by rope_freqs
 
-BackendOpt = Annotated[Backend, typer.Option(
-    "--backend", rich_help_panel=ADVANCED,
+BackendOpt = Annotated[Backend, typer.Option("--backend", rich_help_panel=ADVANCED,
     help="transformers, or llamacpp: a GGUF evaluated inside llama.cpp as it serves it (needs the llamacpp extra).")]
 DtypeOpt = Annotated[Dtype, typer.Option("--dtype", rich_help_panel=ADVANCED, help="Weights' dtype (auto: fp32 on CPU, bf16 on CUDA).")]
 DeviceOpt = Annotated[str, typer.Option("--device", rich_help_panel=ADVANCED, help="auto | cpu | cuda | cuda:N.")]
@@ -40,22 +39,15 @@ DeviceMapOpt = Annotated[Optional[str], typer.Option(
 AttnOpt = Annotated[Optional[str], typer.Option("--attn-implementation", rich_help_panel=ADVANCED, help="eager | sdpa | flash_attention_2 …")]
 TrustOpt = Annotated[bool, typer.Option("--trust-remote-code", rich_help_panel=ADVANCED, help="Allow the model repo's own code (off by default).")]
 
-MapOpt = Annotated[Optional[list[str]], typer.Option(
-    "--map", click_type=CommaChoices(map_names, "--map", "MAP[:K=V,…]", free=True), rich_help_panel=SCHEDULE,
-    help="A position map at the attention on top of each schedule: {choices}; its parameters after a colon, e.g. "
-         "selfextend:G=8,W=64, dca:chunk=6144,local=512 (repeat: every method under every map; MAP@none: on that method "
-         "only; `ropecli methods` lists each map's parameters).")]
 DataOpt = Annotated[Optional[list[str]], typer.Option(
     "--data", rich_help_panel=DATA, help="Text file, folder, .jsonl, .json, or hf:DATASET (default: held-out Shakespeare).")]
 TextFieldOpt = Annotated[str, typer.Option("--text-field", rich_help_panel=ADVANCED, help="JSONL / dataset field holding the text.")]
 SamplesOpt = Annotated[int, typer.Option("--samples", min=1, rich_help_panel=DATA, help="Windows per length (documents, YaRN-style).")]
 SeedOpt = Annotated[int, typer.Option("--seed", rich_help_panel=ADVANCED, help="Seed of the document sampling.")]
 
-DepthsOpt = Annotated[str, typer.Option(
-    "--depths", rich_help_panel=EVALUATION,
+DepthsOpt = Annotated[str, typer.Option("--depths", rich_help_panel=EVALUATION,
     help="Passkey: where the key sits in the filler, comma list in [0, 1] (0 = right after BOS, farthest from the question).")]
-PromptsOpt = Annotated[Optional[int], typer.Option(
-    "--prompts", min=1, rich_help_panel=ADVANCED,
+PromptsOpt = Annotated[Optional[int], typer.Option("--prompts", min=1, rich_help_panel=ADVANCED,
     help="Passkey and RULER tasks: prompts per depth and length (default: as many as --samples), e.g. --samples 4 "
          "--prompts 1 for PPL on 4 windows beside one prompt per depth.")]
 DigitsOpt = Annotated[int, typer.Option("--digits", rich_help_panel=ADVANCED, help="Passkey: digits of a key (1..20).")]
@@ -67,32 +59,26 @@ TaskOpt = Annotated[Optional[list[str]], typer.Option(
     "--task", click_type=CommaChoices(TASKS, "--task", "TASK"), rich_help_panel=EVALUATION,
     help="RULER's synthetic tasks on your text, a column each, ranked by the answer's NLL (paired by prompt; --depths "
          "places the needle): {choices}. Added to --metric.")]
-GenerateOpt = Annotated[bool, typer.Option(
-    "--generate", rich_help_panel=ADVANCED,
+GenerateOpt = Annotated[bool, typer.Option("--generate", rich_help_panel=ADVANCED,
     help="Tasks: also RULER's own score, string match of a greedy answer (tokens_to_generate tokens per prompt).")]
 ObjectiveOpt = Annotated[str, typer.Option(
     "--objective", click_type=CommaChoices(objective_names, "--objective", "METRIC", many=False), rich_help_panel=SEARCH,
     help="What the search minimizes, the mean over the lengths of a metric's estimand: {choices} (ppl: log-PPL; "
          "passkey or a task: the answer's NLL).")]
-OptimizerOpt = Annotated[Optimizer, typer.Option(
-    "--optimizer", rich_help_panel=ADVANCED,
-    help="auto (golden-section for 1 parameter, Nelder-Mead for more), powell, nelder-mead, grid, golden, "
-         "one-at-a-time (DPE's detection: each parameter alone over an even grid from the start, then the bests "
-         "together).")]
+OptimizerOpt = Annotated[Optimizer, typer.Option("--optimizer", rich_help_panel=ADVANCED,
+    help="auto (golden-section for 1 parameter, Nelder-Mead for more), powell, nelder-mead, grid, golden, one-at-a-time "
+         "(DPE's detection: each parameter alone over an even grid from the start, then the bests together).")]
 CandidatesOpt = Annotated[Optional[list[str]], typer.Option(
     "--candidates", click_type=CommaChoices(candidate_names, "--candidates", "CANDIDATE"), rich_help_panel="Advise",
     help="Narrow the candidates (repeat or comma-separate): {choices}.")]
-MaxShortKlOpt = Annotated[Optional[float], typer.Option(
-    "--max-short-kl", min=0.0, rich_help_panel=ADVANCED,
+MaxShortKlOpt = Annotated[Optional[float], typer.Option("--max-short-kl", min=0.0, rich_help_panel=ADVANCED,
     help="Guard: mean KL against the unscaled model at the training length (target's k) at most this, nats/token.")]
 MaxShortRegressionOpt = Annotated[Optional[float], typer.Option(
     "--max-short-regression", min=0.0, rich_help_panel=ADVANCED,
     help="Guard: PPL at the training length (with the target's k) may rise at most this many percent over none.")]
-HeldOutOpt = Annotated[Optional[int], typer.Option(
-    "--held-out", min=2, rich_help_panel=ADVANCED,
+HeldOutOpt = Annotated[Optional[int], typer.Option("--held-out", min=2, rich_help_panel=ADVANCED,
     help="Held-out windows for the verdict, after the searched ones (default: as many as --samples).")]
-MaxWindowsOpt = Annotated[Optional[int], typer.Option(
-    "--max-windows", min=2, rich_help_panel=ADVANCED,
+MaxWindowsOpt = Annotated[Optional[int], typer.Option("--max-windows", min=2, rich_help_panel=ADVANCED,
     help="Racing: most windows (passkey: prompts per depth) an undecided candidate gets (default: 4x --samples / --held-out).")]
 MarginOpt = Annotated[Optional[float], typer.Option("--margin", min=0.0, rich_help_panel=ADVANCED, help=(
     "Equivalence margin, nats of mean log-PPL: paired 95% interval vs the best inside ±margin = shown equivalent (0.01)."))]
@@ -207,4 +193,5 @@ VaryOpt = Annotated[Optional[list[str]], typer.Option(
     "--vary", rich_help_panel=SEARCH, help="A parameter to search, NAME or NAME=LO:HI (repeatable), e.g. --vary b --vary critical=4:32.")]
 ReferenceOpt = Annotated[Optional[list[str]], typer.Option(
     "--reference", rich_help_panel=ADVANCED,
-    help="Another schedule for the held-out verdict, METHOD[:KEY=VALUE,...] (repeatable), e.g. mixed:b=0.95.")]
+    help="Another schedule for the held-out verdict, METHOD[:KEY=VALUE,...][@MAP[:KEY=VALUE,...]] (repeatable), e.g. "
+         "mixed:b=0.95, none@selfextend:G=4,W=2048.")]

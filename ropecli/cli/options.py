@@ -16,6 +16,8 @@ except ImportError:  # older typer: click itself
     from click import ParamType
 import typer
 
+from ropecli.tuning.candidates import map_names
+
 MODEL, GEOMETRY, SCHEDULE, DATA, EVALUATION, OUTPUT, SEARCH = "Model", "Geometry", "Schedule", "Data", "Evaluation", "Output", "Search"
 ADVANCED = "Advanced"  # the engine's knobs: one panel, last
 
@@ -130,3 +132,9 @@ def flat_choices(values: list | None, default: tuple[str, ...]) -> list[str]:
     """The chosen values of a CommaChoices option, in order, each once."""
     return list(dict.fromkeys([n for v in (values or [list(default)]) for n in (v if isinstance(v, list) else [v])]))
 
+
+MapOpt = Annotated[Optional[list[str]], typer.Option(
+    "--map", click_type=CommaChoices(map_names, "--map", "MAP[:K=V,…]", free=True), rich_help_panel=SCHEDULE,
+    help="A position map at the attention on top of each schedule: {choices}; its parameters after a colon, e.g. "
+         "selfextend:G=8,W=64, dca:chunk=6144,local=512 (repeat: every method under every map; MAP@none: on that method "
+         "only; `ropecli methods` lists each map's parameters).")]  # freqs, plot freqs and the evaluating commands

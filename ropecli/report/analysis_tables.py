@@ -26,24 +26,35 @@ STATUS_STYLE = {"extrapolated": "yellow", "interpolated": "cyan", "in between": 
 
 def freqs_table(report: dict, geom) -> list:
     """`ropecli freqs`: per pair before and after the schedule, then the critical pair in words."""
-    t = table(f"{report['label']}: d={geom.rotary_dim}, base={geom.base:g}, {lengths(geom)}, k={geom.factor:g} "
+    pmap = report.get("map")
+    mapped = ["map group", "farthest distance", "turns there", "in range (map)"] if pmap else []
+    under = f" under {pmap['name']}({', '.join(f'{k}={v:g}' for k, v in pmap['params'].items())})" if pmap else ""
+    t = table(f"{report['label']}{under}: d={geom.rotary_dim}, base={geom.base:g}, {lengths(geom)}, k={geom.factor:g} "
               f"(target {geom.target_len}), attention factor {report['attention_factor']:.4f}",
               ["m", "inv_freq", "factor Λ", "scaled inv_freq", "wavelength", "scaled wavelength", "turns in L",
-               "turns in kL", "status", "in range"], left=("status", "in range"))
+               "turns in kL", "status", "in range", *mapped], left=("status", "in range", "in range (map)"))
     for p in report["pairs"]:
         style = STATUS_STYLE[p["status"]]
+        extra = [str(p["map_group"] or "all"), g4(p["map_distance"]), g4(p["map_turns"]),
+                 "yes" if p["map_in_range"] else "[red]no[/]"] if pmap else []
         t.add_row(str(p["m"]), g4(p["inv_freq"]), g4(p["factor"]), g4(p["scaled_inv_freq"]), g4(p["wavelength"]),
                   g4(p["scaled_wavelength"]), g4(p["turns_in_train_len"]), g4(p["turns_in_target_len"]),
-                  f"[{style}]{p['status']}[/]" if style else p["status"], "yes" if p["in_range"] else "[red]no[/]")
+                  f"[{style}]{p['status']}[/]" if style else p["status"], "yes" if p["in_range"] else "[red]no[/]",
+                  *extra)
     crit = report["critical_pair"]
+    tail = ""
+    if pmap:
+        out = [p["m"] for p in report["pairs"] if not p["map_in_range"]]
+        tail = (f" Under the map, {len(out)} pair(s) see angles at the target never seen in training"
+                f"{' (m = ' + ', '.join(map(str, out[:12])) + (' …' if len(out) > 12 else '') + ')' if out else ''}.")
     counts = {s: sum(p["status"] == s for p in report["pairs"]) for s in STATUS_STYLE}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     if crit is None:
-        return [t, f"Critical pair: none, every pair completes a full turn within L={geom.train_len}. {summary}."]
+        return [t, f"Critical pair: none, every pair completes a full turn within L={geom.train_len}. {summary}.{tail}"]
     out_of_range = sum(not p["in_range"] for p in report["pairs"])
     return [t, f"Critical pair: m={crit} (wavelength {g4(report['pairs'][crit - 1]['wavelength'])} > L={geom.train_len}): "
                f"pairs m>={crit} never completed a turn in training. {summary}; "
-               f"{out_of_range} pair(s) reach angles at k*L never seen in training."]
+               f"{out_of_range} pair(s) reach angles at k*L never seen in training.{tail}"]
 
 
 def digits_json(n: int, geom, sched, rows: dict) -> dict:

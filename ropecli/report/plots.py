@@ -16,6 +16,7 @@ import numpy as np  # noqa: E402
 
 from ropecli.errors import RopeCliError  # noqa: E402
 from ropecli.rope.geometry import critical_pair, wavelength
+from ropecli.rope.map_pairs import pair_reach
 
 SUFFIXES = (".png", ".svg", ".pdf")
 
@@ -88,12 +89,32 @@ def _geometry_title(geom) -> str:
     return f"d={geom.rotary_dim}, base={geom.base:g}, {lengths}, k={geom.factor:g}"
 
 
-def plot_wavelengths(geom, schedules: Sequence, path: str) -> Path:
-    """Wavelength per pair on a log axis, before and after each schedule, with the L and k*L lines."""
+def plot_wavelengths(geom, schedules: Sequence, path: str, position_map=()) -> Path:
+    """Wavelength per pair on a log axis, before and after each schedule, with the L and k*L lines; under a position
+    map, the farthest rotation distance it leaves each pair at the target (tokens too), its pairs whose angle there
+    training never showed crossed out."""
     fig, ax = plt.subplots(figsize=(8, 5))
     _wavelengths(ax, geom, schedules)
-    ax.set_title(f"RoPE wavelengths: {_geometry_title(geom)}")
+    title = f"RoPE wavelengths: {_geometry_title(geom)}"
+    if position_map:
+        _map_distances(ax, geom, schedules[0], position_map)
+        title += f"\nunder {position_map.name}({', '.join(f'{k}={v:g}' for k, v in position_map.values.items())})"
+    ax.set_title(title, fontsize=10)
     return save(fig, path)
+
+
+def _map_distances(ax, geom, schedule, position_map) -> None:
+    """The map's farthest rotation distance per pair at the target (`map_pairs.pair_reach`), a step per group."""
+    inv = geom.inv_freq()
+    rows = pair_reach(position_map, geom.target_len, schedule.scaled_inv_freq(geom),
+                      np.minimum(geom.train_len * inv, 2 * np.pi))
+    m = geom.pair_index()
+    ax.step(m, [r["map_distance"] for r in rows], where="mid", color="tab:green", lw=2,
+            label=f"farthest distance under {position_map.name}")
+    out = [(mi, r["map_distance"]) for mi, r in zip(m, rows) if not r["map_in_range"]]
+    if out:
+        ax.plot(*zip(*out), "x", color="tab:red", ms=7, label="angle there never seen in training")
+    ax.legend(loc="upper left", fontsize=8)
 
 
 def plot_factors(geom, schedules: Sequence, path: str) -> Path:

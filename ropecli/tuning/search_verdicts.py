@@ -9,6 +9,7 @@ from ropecli.errors import RopeCliError
 from ropecli.evaluation.metrics import Metric, prompted
 from ropecli.evaluation.stats import tie_answer
 from ropecli.rope.geometry import Geometry
+from ropecli.rope.map_spelling import parse_map
 from ropecli.rope.spec import Spec, make_spec, standard_specs_for
 from ropecli.rope.target import Target
 from ropecli.tuning.objective import Evaluate, Scorer, pair
@@ -88,7 +89,9 @@ def held_out_verdict(run: Evaluate, target: Target, objective: Metric, winner: S
 
 
 def parse_reference(text: str, factor: float | None, log_n: bool) -> Spec:
-    """`--reference yarn`, `--reference mixed:b=0.95`, `--reference yarn:beta_fast=16,beta_slow=2`."""
+    """`--reference yarn`, `--reference mixed:b=0.95`, `--reference yarn:beta_fast=16,beta_slow=2`; under a position
+    map as the tables label it, `--reference none@selfextend:G=4,W=2048`."""
+    text, at, map_text = text.partition("@")
     name, _, rest = text.partition(":")
     params = {}
     for item in filter(None, (x.strip() for x in rest.split(","))):
@@ -99,4 +102,5 @@ def parse_reference(text: str, factor: float | None, log_n: bool) -> Spec:
             sep = ""
         if not sep:
             raise RopeCliError(f"--reference {text}: write METHOD or METHOD:KEY=VALUE,KEY=VALUE, e.g. --reference mixed:b=0.95")
-    return make_spec(name.strip(), params, factor=factor, log_n=log_n)
+    spec = make_spec(name.strip(), params, factor=factor, log_n=log_n)
+    return spec.but(position_map=parse_map(map_text)) if at else spec

@@ -10,7 +10,8 @@ from ropecli.cli.common import emit_json, geometry_of, handle_errors, schedules_
 from ropecli.cli.console import show
 from ropecli.errors import RopeCliError
 from ropecli.cli.groups import GeometryOptions, ScheduleOptions, with_option_groups
-from ropecli.cli.options import DEFAULT_METHOD, JsonOpt, OUTPUT, OutputFormat
+from ropecli.cli.options import DEFAULT_METHOD, JsonOpt, MapOpt, OUTPUT, OutputFormat
+from ropecli.rope.map_spelling import one_map
 
 
 def _one_schedule(geom, opts: ScheduleOptions):
@@ -23,8 +24,8 @@ def _one_schedule(geom, opts: ScheduleOptions):
 
 @handle_errors
 @with_option_groups
-def freqs(geometry: GeometryOptions, schedule: ScheduleOptions, as_json: JsonOpt = False):
-    """Per pair: frequency, factor, wavelength and turns before and after a schedule.
+def freqs(geometry: GeometryOptions, schedule: ScheduleOptions, position_map: MapOpt = None, as_json: JsonOpt = False):
+    """Per pair: frequency, factor, wavelength and turns before and after a schedule (and a --map's reach per pair).
 
     Examples: ropecli freqs --d 128 --k 8 --method mixed --b 0.625
               ropecli freqs --model meta-llama/Llama-2-7b-hf --k 8
@@ -33,7 +34,7 @@ def freqs(geometry: GeometryOptions, schedule: ScheduleOptions, as_json: JsonOpt
     from ropecli.rope.freqs import frequency_report
 
     geom, rope = geometry_of(geometry)
-    report = frequency_report(geom, _one_schedule(geom, schedule))
+    report = frequency_report(geom, _one_schedule(geom, schedule), one_map(position_map))
     return emit_json(report) if as_json else show(freqs_table(report, geom))
 
 

@@ -8,18 +8,19 @@ import typer
 from ropecli.cli.common import OneLineErrorsGroup, geometry_of, handle_errors, schedules_of
 from ropecli.cli.console import console
 from ropecli.cli.groups import GeometryOptions, ScheduleOptions, with_option_groups
-from ropecli.cli.options import DEFAULT_METHOD, OVERVIEW_METHODS, OutOpt, PLOT_SCHEDULE_METHODS
+from ropecli.cli.options import DEFAULT_METHOD, MapOpt, OVERVIEW_METHODS, OutOpt, PLOT_SCHEDULE_METHODS
+from ropecli.rope.map_spelling import one_map
 
 app = typer.Typer(help="Draw RoPE pictures to PNG, SVG or PDF; with no subcommand, an overview.", cls=OneLineErrorsGroup,
                   invoke_without_command=True)
 
 
-def _draw(draw, out: str, geometry: GeometryOptions, schedule: ScheduleOptions, default: str) -> None:
+def _draw(draw, out: str, geometry: GeometryOptions, schedule: ScheduleOptions, default: str, **kw) -> None:
     from ropecli.report.plots import check_out
 
     check_out(out)
     geom, _ = geometry_of(geometry)
-    console().print(f"wrote {draw(geom, schedules_of(geom, schedule, default), out)}")
+    console().print(f"wrote {draw(geom, schedules_of(geom, schedule, default), out, **kw)}")
 
 
 @app.callback()
@@ -42,14 +43,14 @@ def overview(ctx: typer.Context, geometry: GeometryOptions, schedule: ScheduleOp
 @app.command("freqs")
 @handle_errors
 @with_option_groups
-def plot_freqs(geometry: GeometryOptions, schedule: ScheduleOptions, out: OutOpt = None):
-    """Wavelength per pair (log axis) before and after the schedules, with the L and k*L lines.
+def plot_freqs(geometry: GeometryOptions, schedule: ScheduleOptions, position_map: MapOpt = None, out: OutOpt = None):
+    """Wavelength per pair (log axis) before and after the schedules, with the L and k*L lines (and a --map's reach).
 
     Example: ropecli plot freqs --d 128 --k 8 --method pi,ntk-fixed,mixed --out freqs.png
     """
     from ropecli.report.plots import plot_wavelengths
 
-    _draw(plot_wavelengths, out or "freqs.png", geometry, schedule, DEFAULT_METHOD)
+    _draw(plot_wavelengths, out or "freqs.png", geometry, schedule, DEFAULT_METHOD, position_map=one_map(position_map))
 
 
 @app.command("schedule")

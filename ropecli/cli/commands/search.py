@@ -6,10 +6,10 @@ from __future__ import annotations
 from ropecli.cli.common import emit_json, handle_errors
 from ropecli.cli.console import show, stderr_console
 from ropecli.cli.eval_groups import DataOptions, EvalOptions, ModelOptions, PasskeyOptions, SearchOptions
-from ropecli.cli.eval_options import (FixedParamOpt, HeldOutOpt, HiOpt, LoOpt, MapOpt, OptimizerOpt, ReferenceOpt,
+from ropecli.cli.eval_options import (FixedParamOpt, HeldOutOpt, HiOpt, LoOpt, OptimizerOpt, ReferenceOpt,
                                       SearchBudgetOpt, TolOpt, TunedMethodOpt, VaryOpt)
 from ropecli.cli.groups import OutputOptions, with_option_groups
-from ropecli.cli.options import DEFAULT_METHOD
+from ropecli.cli.options import DEFAULT_METHOD, MapOpt
 from ropecli.cli.session import open_session
 from ropecli.tuning.optimizers import Optimizer
 

@@ -1,0 +1,46 @@
+"""What a position map does to each rotary pair (numpy): the farthest rotation distance the last query of a T-token
+sequence sees on the pair, its angle there, and whether training showed that angle. A map that moves every pair alike
+(Self-Extend, DCA, …) gives every pair the same distance; a per-pair map (DPE) gives each group of pairs its own, so a
+pair whose distance stays within L keeps trained angles however far its keys lie. `ropecli freqs --map` and
+`ropecli plot freqs --map` show it beside each pair's wavelength and factor (the seeds' per-pair view, for positions).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ropecli.rope.geometry import TWO_PI
+from ropecli.rope.position_maps import BoundMap
+
+
+def farthest_distance(position_map: BoundMap, length: int) -> np.ndarray:
+    """(groups,) the largest rotation distance (query's position minus key's) the last of `length` queries sees, per
+    group of pairs ((1,) for a map that moves every pair alike): the farthest any query sees, since each map's
+    distances grow with the query's position."""
+    i, j = np.array([length - 1]), np.arange(length)
+    best = None
+    for r in position_map.regions(length):
+        keep = (r.where(i[:, None], j[None, :]) & (j[None, :] <= i[:, None]))[0]  # (length,)
+        if not keep.any():
+            continue
+        q, k = np.asarray(r.query(i), dtype=np.float64), np.asarray(r.key(j), dtype=np.float64)
+        rel = (q - k)[keep]  # (kept,) or (kept, groups)
+        far = np.atleast_1d(rel.max(axis=0))
+        best = far if best is None else np.maximum(best, far)
+    return best
+
+
+def pair_reach(position_map: BoundMap, length: int, scaled_inv_freq: np.ndarray, seen_angle: np.ndarray) -> list[dict]:
+    """Per pair m (in order): its group under the map (None for a map that moves every pair alike), the farthest rotation
+    distance at `length`, the angle there in turns (at the schedule's frequency) and whether it lies within what
+    training showed (`seen_angle`, radians: a full turn, or L theta_m)."""
+    far = farthest_distance(position_map, length)
+    pairs = len(scaled_inv_freq)
+    out = []
+    for m in range(pairs):
+        g = m * len(far) // pairs
+        angle = far[g] * scaled_inv_freq[m]
+        out.append({"map_group": g + 1 if len(far) > 1 else None, "map_distance": float(far[g]),
+                    "map_turns": float(angle / TWO_PI),
+                    "map_in_range": bool(angle <= seen_angle[m] * (1 + 1e-12) or seen_angle[m] >= TWO_PI)})
+    return out
