@@ -38,3 +38,7 @@ echo "figures written to $here"
 # The pre-scaled built-in model's shipped schedule (native), composed YaRN and re-derived llama3 at 2 x Ls
 # (docs/shipped.md); no evaluation, instant.
 ropecli plot --model builtin-llama3 --method native,native+yarn,llama3 --target-len 2048 --out "$here/shipped-factors.png"
+
+# DPE's detected groups on the built-in model at 4L (docs/methods.md, "Per-pair maps"): each pair's farthest rotation
+# distance under the map against its wavelength and L; no evaluation, instant.
+ropecli plot freqs --d 64 -L 256 --k 4 --method none --map dpe:W=32,G1=16,G2=32,G3=8,G4=16,G5=16,G6=16,G7=32,G8=1 --out "$here/dpe-freqs.png"
