@@ -32,7 +32,9 @@ L0 = 4096  # the shapes' training length (max_position_embeddings the maps are s
 
 def maps_for(L: int) -> dict[str, tuple[str, dict]]:
     return {"none": ("none", {}), "selfextend": ("selfextend", {"G": 8, "W": L // 4}),
-            "dca": ("dca", {"chunk": 3 * L // 4, "local": L // 16}), "rerope": ("rerope", {"w": L // 2})}
+            "dca": ("dca", {"chunk": 3 * L // 4, "local": L // 16}), "rerope": ("rerope", {"w": L // 2}),
+            # DPE: Self-Extend per pair group, window L/8, the factors Llama-3-8B-Instruct's config has (per-pair rotation)
+            "dpe": ("dpe", {"W": L // 8, **{f"G{g}": G for g, G in enumerate((2, 8, 2, 8, 32, 32, 32, 4), 1)}})}
 
 
 def main() -> None:

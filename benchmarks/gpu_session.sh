@@ -14,7 +14,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name())" | tee "$OUT/versions.log"
-timeout "${A_S:-300}" python3 benchmarks/bench_gpu_maps.py --kernel flex --repeats "${A_REPEATS:-2}" \
+timeout "${A_S:-300}" python3 benchmarks/bench_gpu_maps.py --kernel flex --repeats "${A_REPEATS:-2}" --maps "${A_MAPS:-none,selfextend,dca,rerope,dpe}" \
   --lengths "${A_LENGTHS:-8192,16384,32768,65536,131072}" 2>&1 | tee "$OUT/maps.log"
 timeout "${B_S:-170}" python3 benchmarks/bench_gpu.py --repeats "${B_REPEATS:-2}" \
   --lengths "${B_LENGTHS:-8192,16384,32768,65536,131072}" 2>&1 | tee "$OUT/scoring.log"

@@ -13,7 +13,8 @@ from tiny_models import build
 pytestmark = pytest.mark.skipif(not flex_available(), reason="this torch has no flex attention")
 
 MAPS = [("none", {}), ("selfextend", {"G": 4, "W": 16}), ("rerope", {"w": 24}), ("leaky-rerope", {"w": 24, "k": 4}),
-        ("dca", {"chunk": 48, "local": 8}), ("string", {"S": 40, "W": 8}), ("selfextend-llamacpp", {"G": 4, "W": 32})]
+        ("dca", {"chunk": 48, "local": 8}), ("string", {"S": 40, "W": 8}), ("selfextend-llamacpp", {"G": 4, "W": 32}),
+        ("dpe", {"W": 16, "G1": 1, "G2": 2, "G3": 8, "G4": 4, "G5": 1, "G6": 16, "G7": 2, "G8": 4})]
 
 
 @pytest.fixture(scope="module")

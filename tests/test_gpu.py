@@ -31,7 +31,8 @@ def test_cuda_matches_cpu(family):
 
 
 @pytest.mark.parametrize(("name", "params"), [("none", {}), ("selfextend", {"G": 4, "W": 16}), ("dca", {"chunk": 48, "local": 8}),
-                                              ("rerope", {"w": 24}), ("selfextend-llamacpp", {"G": 4, "W": 32})])
+                                              ("rerope", {"w": 24}), ("selfextend-llamacpp", {"G": 4, "W": 32}),
+                                              ("dpe", {"W": 16, **{f"G{g}": 2 ** (g % 4) for g in range(1, 9)}})])
 def test_a_map_on_cuda_is_its_cpu_twin(name, params):
     """Issue 58: on CUDA a map runs compiled flex attention (kernel auto); its logits are the CPU blocks' (fp32)."""
     from ropecli.models.mapped_attention import mapped
