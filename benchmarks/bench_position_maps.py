@@ -23,11 +23,13 @@ TRAINED = {"builtin": 256, "smollm2": 8192}  # the models' L (max_position_embed
 
 
 def modes(L: int) -> dict[str, str | None]:
-    """The maps at their sources' proportions of L (W = L/4, ReRoPE's w = L/2, DCA's chunk = 3L/4 …), as --map spells
-    them; at the built-in model's L = 256 the values this benchmark has always used."""
+    """The maps at their sources' proportions of L (W = L/4, ReRoPE's w = L/2, DCA's chunk = 3L/4, DPE's window L/8 with
+    the factors of Llama-3-8B-Instruct's config …), as --map spells them; at the built-in model's L = 256 the values
+    this benchmark has always used."""
     w, half = L // 4, L // 2
     spelled = [f"selfextend:G=8,W={w}", f"selfextend-llamacpp:G=8,W={w}", f"rerope:w={half}",
-               f"leaky-rerope:w={half},k=16", f"dca:chunk={3 * L // 4},local={L // 16}", f"string:S={L // 3},W={L // 16}"]
+               f"leaky-rerope:w={half},k=16", f"dca:chunk={3 * L // 4},local={L // 16}", f"string:S={L // 3},W={L // 16}",
+               f"dpe:W={L // 8}," + ",".join(f"G{g}={G}" for g, G in enumerate((2, 8, 2, 8, 32, 32, 32, 4), 1))]
     return {"unpatched": None, "none (mapped identity)": "none", **{m: m for m in spelled}}
 
 
