@@ -177,3 +177,13 @@ def test_a_reference_may_run_under_a_map():
     spec = parse_reference("none@selfextend:G=4,W=2048", 2.0, False)
     assert spec.method == "none" and spec.position_map == ("selfextend", (("G", 4.0), ("W", 2048.0)))
     assert parse_reference("yarn:beta_fast=16", 2.0, False).position_map == ()
+
+
+def test_advise_races_dpe_by_name_only():
+    """At its rule DPE is Self-Extend with every group alike: not in the default tournament; dpe and dpe-tuned by name,
+    dpe-tuned searched one group at a time within its own budget."""
+    from ropecli.tuning.candidates import candidate_names, default_candidates, search_plans
+
+    assert "dpe" not in default_candidates(False, True) and "selfextend" in default_candidates(False, True)
+    assert {"dpe", "dpe-tuned"} <= set(candidate_names())
+    assert search_plans(7, 256, 1024)["dpe-tuned"][2] == 50 and search_plans(7)["dpe-tuned"][2] == 7

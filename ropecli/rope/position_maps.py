@@ -54,6 +54,7 @@ class PositionMap:
     ranges: Callable[[int, int], dict] | None = None  # (Ls, T) -> {param: (lo, hi)}: searched by advise as NAME-tuned
     optimizer: str = "auto"  # how NAME-tuned is searched (DPE: one-at-a-time, its source's detection)
     budget: Callable[[int, int], int] | None = None  # (Ls, T) -> NAME-tuned's evaluations (None: advise's --budget)
+    in_default: bool = True  # NAME at its rule in advise's default tournament (False: by name only, --candidates)
 
 
 MAPS: dict[str, PositionMap] = {}
@@ -95,7 +96,7 @@ def bind(name: str, params: dict[str, float]) -> BoundMap:
 
 def register_map(name: str, summary: str, *params: Param, window: str | None = None, per_length: bool = False,
                  rule: Callable[[int, int], dict] | None = None, ranges: Callable[[int, int], dict] | None = None,
-                 optimizer: str = "auto", budget: Callable[[int, int], int] | None = None):
+                 optimizer: str = "auto", budget: Callable[[int, int], int] | None = None, in_default: bool = True):
     """Register a map's region function. `rule(Ls, T)`: its parameters for a model shipped at Ls and a longest target
     T, as its source sets them (the map is then an `advise` candidate past Ls); `ranges(Ls, T)`: {param: (lo, hi)}
     that advise searches as candidate NAME-tuned, started at the rule, by `optimizer` within `budget(Ls, T)`
@@ -104,7 +105,8 @@ def register_map(name: str, summary: str, *params: Param, window: str | None = N
         raise ValueError(f"{name}: a searched map starts at its rule; give rule= with ranges=")
 
     def wrap(fn):
-        MAPS[name] = PositionMap(name, fn, summary, params, window, per_length, rule, ranges, optimizer, budget)
+        MAPS[name] = PositionMap(name, fn, summary, params, window, per_length, rule, ranges, optimizer, budget,
+                                 in_default)
         return fn
 
     return wrap
@@ -211,7 +213,8 @@ def _selfextend_llamacpp(G: float, W: float) -> tuple[Region, ...]:
               Param("W", REQUIRED, "local window of true positions (DPE: 1024)", 1, 1e12, integer=True),
               *(Param(f"G{g}", REQUIRED, f"group size of pair group {g} (1: true positions; DPE's "
                       "scale_factors, found per model)", 1, 1e9, integer=True, log=True) for g in range(1, DPE_GROUPS + 1)),
-              window="W", rule=dpe_rule, ranges=dpe_ranges, optimizer="one-at-a-time", budget=dpe_budget)
+              window="W", rule=dpe_rule, ranges=dpe_ranges, optimizer="one-at-a-time", budget=dpe_budget,
+              in_default=False)  # at its rule DPE is Self-Extend (every group alike): asked for by name, dpe-tuned
 def _dpe(W: float, **groups: float) -> tuple[Region, ...]:
     """Dimension-wise Positional Embeddings manipulation (Lu et al. 2025, arXiv 2504.18857; LuLuLuyi/DPE), Self-Extend
     per group of rotary pairs: dpe_for_llama.py `dpe_flash_forward` splits the pairs into the groups of

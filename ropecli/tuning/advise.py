@@ -115,9 +115,10 @@ def bar_total(plan: AdvisePlan, names, lengths, session: Bench, held: Bench, rac
     """Forward passes the progress bar expects up front (cached ones tick too); a race adds its rounds as it
     decides them (`expect`), a skipped passkey takes its part back (`on_passkey_skipped`)."""
     args = (names, plan.with_log_n, plan.budget, lengths, session.inputs, held.inputs)
+    Ls = session.rope.shipped_len  # a searched map's own budget (DPE's detection) depends on Ls and the target
     if racing:
-        return estimate_units(*args, False, searches_only=True)
-    return estimate_units(*args, passkey) + (held.inputs.units(PASSKEY) if passkey else 0)
+        return estimate_units(*args, False, searches_only=True, Ls=Ls)
+    return estimate_units(*args, passkey, Ls=Ls) + (held.inputs.units(PASSKEY) if passkey else 0)
 
 
 def prepare_out(out: str) -> Path:
@@ -154,11 +155,12 @@ def reproduce_command(plan: AdvisePlan, source: Source, lengths, inputs, out: st
     return " ".join(shlex.quote(p) for p in parts + (["--with-log-n"] if plan.with_log_n else []))
 
 
-def estimate_units(names, with_log_n, budget, lengths, inputs, held_inputs, passkey: bool, searches_only: bool = False) -> int:
+def estimate_units(names, with_log_n, budget, lengths, inputs, held_inputs, passkey: bool, searches_only: bool = False,
+                   Ls: int | None = None) -> int:
     """Forward passes of a full run (cached ones included, they tick at once): the progress bar's total.
     `inputs`, `held_inputs`: the searched and held-out windows (ropecli.evaluation.inputs.Inputs);
     `passkey`: whether every candidate is measured on passkey prompts too; `searches_only`: the searches' part."""
-    plans = search_plans(budget)
+    plans = search_plans(budget, Ls, max(lengths))
     modes = 2 if with_log_n else 1
     n_search = sum(plans[n][2] for n in names if n in plans) * modes
     if searches_only:

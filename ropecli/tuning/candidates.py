@@ -37,8 +37,10 @@ def default_candidates(ships_schedule: bool, maps: bool | tuple[str, ...] = Fals
     """Every candidate but the searched maps (asked for by name); the native ones only for a model that ships a
     schedule (else native is none); the position maps at their rules where `maps` (a target past Ls, a model and
     backend that can map it: True for every map, or the names of the maps the backend runs, e.g. llama.cpp's
-    Self-Extend alone)."""
-    mapped = {c: m for c, m in map_candidates().items() if not c.endswith(TUNED)
+    Self-Extend alone); a map registered with in_default=False (DPE) only by name."""
+    from ropecli.rope.position_maps import MAPS
+
+    mapped = {c: m for c, m in map_candidates().items() if not c.endswith(TUNED) and MAPS[m].in_default
               and (maps is True or (not isinstance(maps, bool) and m in maps))}
     return [c for c in SCHEDULES if ships_schedule or c not in SHIPPED_ONLY] + list(mapped)
 
