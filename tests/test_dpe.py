@@ -10,7 +10,8 @@ import torch
 from architectures import ARCHS, L0, VOCAB, save_arch
 from ropecli.errors import RopeCliError
 from ropecli.models.mapped_attention import mapped
-from ropecli.rope.position_maps import map_params, relative_positions
+from ropecli.rope.map_pairs import relative_positions
+from ropecli.rope.position_maps import map_params
 
 T = 3 * L0
 

@@ -1,4 +1,5 @@
-"""What a position map does to each rotary pair (numpy): the farthest rotation distance the last query of a T-token
+"""What a position map does to positions (numpy): each query-key pair's relative position (`relative_positions`, the
+twin the tests and pictures read), and to each rotary pair: the farthest rotation distance the last query of a T-token
 sequence sees on the pair, its angle there, and whether training showed that angle. A map that moves every pair alike
 (Self-Extend, DCA, …) gives every pair the same distance; a per-pair map (DPE) gives each group of pairs its own, so a
 pair whose distance stays within L keeps trained angles however far its keys lie. `ropecli freqs --map` and
@@ -10,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from ropecli.rope.geometry import TWO_PI
-from ropecli.rope.position_maps import BoundMap
+from ropecli.errors import RopeCliError
+from ropecli.rope.position_maps import BoundMap, map_params, map_regions
 
 
 def farthest_distance(position_map: BoundMap, length: int) -> np.ndarray:
@@ -44,3 +46,27 @@ def pair_reach(position_map: BoundMap, length: int, scaled_inv_freq: np.ndarray,
                     "map_turns": float(angle / TWO_PI),
                     "map_in_range": bool(angle <= seen_angle[m] * (1 + 1e-12) or seen_angle[m] >= TWO_PI)})
     return out
+
+
+def relative_positions(name: str, params: dict[str, float], n: int) -> np.ndarray:
+    """rel[i, j] = the query's rotation position minus the key's, for i, j < n, j <= i (NaN above the diagonal), float64
+    (n, n), or (n, n, groups) for a map whose positions differ per group of rotary pairs (dpe): what the map does to
+    the score of each pair, for the tests and the pictures (the model never builds it)."""
+    i = np.arange(n)[:, None]
+    j = np.arange(n)[None, :]
+    d = i - j
+    parts, covered = [], np.zeros((n, n), dtype=int)
+    for r in map_regions(name, map_params(name, params), n):
+        m = r.where(i, j) & (d >= 0)
+        q, k = np.asarray(r.query(i), dtype=np.float64), np.asarray(r.key(j), dtype=np.float64)
+        q, k = (q[..., None] if q.ndim == 2 else q), (k[..., None] if k.ndim == 2 else k)  # (n, 1, groups), (1, n, …)
+        parts.append((m, q - k))
+        covered += m
+    groups = max(p.shape[-1] for _, p in parts)
+    rel = np.full((n, n, groups), np.nan)
+    for m, p in parts:
+        rel[m] = np.broadcast_to(p, (n, n, groups))[m]
+    rel = rel[..., 0] if groups == 1 else rel
+    if (covered[d >= 0] != 1).any():
+        raise RopeCliError(f"{name}: its regions do not cover every causal pair exactly once")
+    return rel

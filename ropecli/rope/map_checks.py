@@ -1,0 +1,26 @@
+"""A map's checks before any forward pass (numpy): its regions can be built for the lengths asked, and its window does
+not already reach the whole sequence (where the "map" would be the model itself)."""
+
+from __future__ import annotations
+
+from ropecli.errors import RopeCliError
+from ropecli.rope.position_maps import as_bound
+
+
+def check_window(position_map: tuple, length: int) -> None:
+    """One line when a map's window reaches the whole sequence: no pair is mapped, the 'map' is the model itself."""
+    if not position_map:
+        return
+    bound = as_bound(position_map)
+    key = bound.record.window
+    if key is not None and bound.values[key] >= length:  # the farthest pair is d = length - 1
+        raise RopeCliError(f"{bound.name}: {key} = {bound.values[key]:g} reaches the whole {length}-token window, so "
+                           f"nothing is mapped (the model itself); pass {key} below {length}")
+
+
+def check_map(position_map: tuple, lengths) -> None:
+    """The map's regions can be built (DCA: local below chunk) and its window is below every length: one line otherwise."""
+    if position_map:
+        as_bound(position_map).regions(max([*lengths, 1]))
+        for n in lengths:
+            check_window(position_map, n)
