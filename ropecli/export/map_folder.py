@@ -38,9 +38,6 @@ def write_map_folder(spec, out: str | None, write_schedule) -> dict:
     if out is None or out.endswith(".json"):
         raise RopeCliError(f"--to transformers --map {position_map.name}: the map is served by a model folder's own "
                            "modeling file; pass --out DIR")
-    if resolve_map(position_map.name).per_length:
-        raise RopeCliError(f"--map {position_map.name}: its positions are llama.cpp's batch by batch; in transformers "
-                           "export --map selfextend (the paper's per-pair positions)")
     result = write_schedule(out)
     folder = Path(out)
     config = json.loads((folder / "config.json").read_text())

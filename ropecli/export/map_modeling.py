@@ -274,8 +274,7 @@ class RopecliMapForCausalLM(Base):
                 module, lt = found.get(plan.rope) or found[""]
                 rotaries[plan.rope] = partial(real[id(module)], layer_type=lt) if lt else real[id(module)]
         before = config._attn_implementation
-        regions_for = (lambda n: map_regions()(**params, length=n)) if spec.get("per_length") else \
-            (lambda n: map_regions()(**params))
+        regions_for = lambda n: map_regions()(**params)  # noqa: E731  (every map's regions are the same at any length)
         ALL_ATTENTION_FUNCTIONS[NAME] = MapDispatch(plans, rotaries, regions_for, before)
         masks = ALL_MASK_ATTENTION_FUNCTIONS._global_mapping
         if before in masks:

@@ -49,7 +49,6 @@ class PositionMap:
     summary: str
     params: tuple[Param, ...] = ()
     window: str | None = None  # the parameter below which positions are true: at or past the sequence, no map at all
-    per_length: bool = False  # regions(**params, length=n): the regions depend on the sequence's length
     rule: Callable[[int, int], dict] | None = None  # (Ls, T) -> params: its source's rule, an advise candidate then
     ranges: Callable[[int, int], dict] | None = None  # (Ls, T) -> {param: (lo, hi)}: searched by advise as NAME-tuned
     optimizer: str = "auto"  # how NAME-tuned is searched (DPE: one-at-a-time, its source's detection)
@@ -94,7 +93,7 @@ def bind(name: str, params: dict[str, float]) -> BoundMap:
     return BoundMap(name, tuple(map_params(name, params).items()))
 
 
-def register_map(name: str, summary: str, *params: Param, window: str | None = None, per_length: bool = False,
+def register_map(name: str, summary: str, *params: Param, window: str | None = None,
                  rule: Callable[[int, int], dict] | None = None, ranges: Callable[[int, int], dict] | None = None,
                  optimizer: str = "auto", budget: Callable[[int, int], int] | None = None, in_default: bool = True):
     """Register a map's region function. `rule(Ls, T)`: its parameters for a model shipped at Ls and a longest target
@@ -105,7 +104,7 @@ def register_map(name: str, summary: str, *params: Param, window: str | None = N
         raise ValueError(f"{name}: a searched map starts at its rule; give rule= with ranges=")
 
     def wrap(fn):
-        MAPS[name] = PositionMap(name, fn, summary, params, window, per_length, rule, ranges, optimizer, budget,
+        MAPS[name] = PositionMap(name, fn, summary, params, window, rule, ranges, optimizer, budget,
                                  in_default)
         return fn
 
@@ -237,9 +236,10 @@ def _dpe(W: float, **groups: float) -> tuple[Region, ...]:
 
 
 def map_regions(name: str, params: dict, length: int) -> tuple[Region, ...]:
-    """The map's regions for a sequence of `length` tokens (only a per-length map's depend on it)."""
-    pmap = resolve_map(name)
-    return pmap.regions(**params, **({"length": length} if pmap.per_length else {}))
+    """The map's regions for a sequence of `length` tokens. No registered map's regions depend on the length (llama.cpp's
+    batch-by-batch Self-Extend has a closed form); the attention still asks per length, the one place a map that
+    needs it would plug in."""
+    return resolve_map(name).regions(**params)
 
 
 def resolve_map(name: str) -> PositionMap:
