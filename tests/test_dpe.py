@@ -188,3 +188,134 @@ def test_advise_races_dpe_by_name_only():
     assert "dpe" not in default_candidates(False, True) and "selfextend" in default_candidates(False, True)
     assert {"dpe", "dpe-tuned"} <= set(candidate_names())
     assert search_plans(7, 256, 1024)["dpe-tuned"][2] == 50 and search_plans(7)["dpe-tuned"][2] == 7
+
+
+# Key-pair selection (DPE's select_topk_dim): per layer and head only the chosen pairs move, the rest at true positions.
+
+def every(llama, value: bool) -> dict:
+    cfg = llama.config
+    pairs = cfg.hidden_size // cfg.num_attention_heads // 2
+    return {n: np.full((cfg.num_attention_heads, pairs), value) for n in range(cfg.num_hidden_layers)}
+
+
+def test_a_selection_of_every_pair_is_the_map_and_of_none_the_model(llama):
+    """Selected everywhere: the map as before; selected nowhere: every pair at true positions, the model itself. And a
+    share below 1 without a selection is refused in one line (the pairs are chosen on the model)."""
+    ids = torch.randint(2, VOCAB, (1, T), generator=torch.Generator().manual_seed(1))
+    p = {**dpe(8, 1, 2, 4, 8, 4, 4, 16, 2), "top": 0.5}
+    with torch.no_grad():
+        plain = llama(ids).logits
+        with mapped(llama, "dpe", {**p, "top": 1.0}):
+            whole = llama(ids).logits
+        with mapped(llama, "dpe", p, selection=every(llama, True)):
+            all_sel = llama(ids).logits
+        with mapped(llama, "dpe", p, selection=every(llama, False)):
+            none_sel = llama(ids).logits
+    assert (all_sel - whole).abs().max() < 1e-5 and (none_sel - plain).abs().max() < 1e-4
+    assert (whole - plain).abs().max() > 1e-3
+    with pytest.raises(RopeCliError, match="top = 0.5 moves the pairs chosen on the model"):
+        with mapped(llama, "dpe", p):
+            pass
+
+
+def authors_selected_attention(q, k, v, cos_sin, W, G, scaling, dim_mask):
+    """dpe_for_llama.py's prefill with select_topk_dim on: the scaled cos and sin `torch.where(dim_mask, scaled,
+    normal)` per head (dim_mask (H, D): `dimension_selection`'s mask, both halves), queries and keys rotated per head
+    (`apply_rotary_pos_emb_by_heads`), the window at true positions, one softmax."""
+    from transformers.models.llama.modeling_llama import rotate_half
+
+    n, D = q.shape[2], q.shape[3]
+    half, pos = D // 2, torch.arange(n, dtype=torch.float32)
+    rng = [g * half // len(G) for g in range(len(G) + 1)]
+
+    def concat(parts):
+        return torch.cat([p[..., rng[g]:rng[g + 1]] for g, p in enumerate(parts)]
+                         + [p[..., half + rng[g]:half + rng[g + 1]] for g, p in enumerate(parts)], dim=-1)
+
+    normal = cos_sin(pos)
+    qc = [cos_sin(pos // s + W - W / s) for s in G]
+    kc = [cos_sin(pos // s) for s in G]
+    m = dim_mask[None, :, None, :]  # (1, H, 1, D)
+    sq = [torch.where(m, concat([c[i] for c in qc]), normal[i]) for i in range(2)]
+    sk = [torch.where(m, concat([c[i] for c in kc]), normal[i]) for i in range(2)]
+    rot = lambda x, cs: x * cs[0] + rotate_half(x) * cs[1]  # noqa: E731
+    near = rot(q, normal) @ rot(k, normal).transpose(-1, -2)
+    far = rot(q, sq) @ rot(k, sk).transpose(-1, -2)
+    d = pos[:, None] - pos[None, :]
+    s = torch.where(d < W, near, far).mul(scaling).masked_fill(d < 0, float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+@pytest.mark.parametrize("kernel", ["blocks", "flex"])
+def test_a_selection_is_the_authors_select_topk_dim(kernel):
+    """One attention call with half of each head's pairs selected (a different half per head, keys shared by two query
+    heads as in GQA) against the authors' per-head construction; the fused blocks and the flex twin alike."""
+    from ropecli.models.region_attention import MappedAttention
+    from ropecli.rope.position_maps import map_regions
+
+    if kernel == "flex":
+        from ropecli.models.flex_regions import flex_available
+        if not flex_available():
+            pytest.skip("no flex attention in this torch")
+    D, n, W, G, H = 32, 300, 64, (2, 8, 2, 8, 32, 32, 32, 4), 4
+    inv = 1.0 / 10000 ** (torch.arange(0, D, 2, dtype=torch.float32) / D)
+
+    def cos_sin(p):
+        ang = p[:, None] * inv[None, :]
+        ang = torch.cat([ang, ang], dim=-1)
+        return ang.cos(), ang.sin()
+
+    def rotary(x, positions):
+        c, s = cos_sin(positions[0])
+        return c[None], s[None]
+
+    gen = torch.Generator().manual_seed(2)
+    q = torch.randn(1, H, n, D, generator=gen)
+    k, v = (torch.randn(1, H // 2, n, D, generator=gen) for _ in range(2))
+    sel = torch.rand(H, D // 2, generator=gen).argsort(dim=1) < D // 4  # (H, pairs): half of each head's pairs
+    params = map_params("dpe", {**dpe(W, *G), "top": 0.5})
+    att = MappedAttention(lambda m: map_regions("dpe", params, m), rotary, block=128, kernel=kernel,
+                          selection={0: sel.numpy()})
+    layer = type("Layer", (), {"layer_idx": 0})()
+    got, _ = att(layer, q, k, v, scaling=D ** -0.5)
+    kk, vv = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
+    want = authors_selected_attention(q, kk, vv, cos_sin, W, G, D ** -0.5, torch.cat([sel, sel], dim=-1))
+    assert (got - want.transpose(1, 2)).abs().max() < 1e-4
+    unselected = authors_attention(q, kk, vv, cos_sin, W, G, D ** -0.5).transpose(1, 2)
+    assert (got - unselected).abs().max() > 1e-2  # the selection matters
+
+
+def test_contributions_are_the_mean_product_of_pair_norms(llama):
+    """Layer 0's contributions from the mapped identity's observer equal |q_m| |k_m| computed from the layer's own
+    projections of its input (before rotation), averaged over tokens; the selection keeps each head's top pairs."""
+    from ropecli.models.pair_contributions import pair_contributions
+    from ropecli.rope.pair_selection import kept_pairs, select_pairs
+
+    cfg = llama.config
+    H, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
+    D = cfg.hidden_size // H
+    ids = np.random.default_rng(3).integers(2, VOCAB, 40)
+    got = pair_contributions(llama, [ids, ids[::-1].copy()])
+    assert sorted(got) == list(range(cfg.num_hidden_layers)) and got[0].shape == (H, D // 2)
+    att = llama.model.layers[0].self_attn
+    want = 0
+    for w in (ids, ids[::-1].copy()):
+        with torch.no_grad():
+            h = llama.model.layers[0].input_layernorm(llama.model.embed_tokens(torch.from_numpy(w)[None]))
+            q = att.q_proj(h).view(1, len(w), H, D)
+            k = att.k_proj(h).view(1, len(w), Hkv, D).repeat_interleave(H // Hkv, dim=2)
+        norm = lambda x: (x[..., :D // 2] ** 2 + x[..., D // 2:] ** 2).sqrt()  # noqa: E731  rotate-half pairs
+        want = want + (norm(q) * norm(k)).mean(dim=1)[0].double().numpy() / 2
+    assert np.allclose(got[0], want, rtol=1e-4)
+    sel = select_pairs(got, 0.75)
+    k = kept_pairs(D // 2, 0.75)
+    assert all(s.sum(axis=1).tolist() == [k] * H for s in sel.values())
+    assert np.all(np.where(sel[0], got[0], np.inf).min(axis=1) >= np.where(sel[0], -np.inf, got[0]).max(axis=1))
+
+
+def test_select_pairs_keeps_the_top_share():
+    from ropecli.rope.pair_selection import kept_pairs, select_pairs
+
+    c = {0: np.array([[0.1, 0.5, 0.3, 0.5], [4.0, 3.0, 2.0, 1.0]])}
+    assert select_pairs(c, 0.5)[0].tolist() == [[False, True, False, True], [True, True, False, False]]
+    assert kept_pairs(64, 0.75) == 48 and kept_pairs(32, 0.01) == 1 and kept_pairs(8, 1.0) == 8

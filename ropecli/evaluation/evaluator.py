@@ -33,6 +33,7 @@ from ropecli.evaluation.key_metric import key_fields, window_key_sums
 from ropecli.evaluation.key_tokens import KeyRule, describe_rule
 from ropecli.evaluation.metrics import PPL, Metric, metric_record
 from ropecli.rope.map_checks import check_window
+from ropecli.rope.pair_selection import CALIBRATION
 from ropecli.evaluation.results import EvalResult
 from ropecli.models.backend import ModelBackend
 from ropecli.models.token_losses import plain, prefixes_from_kept
@@ -92,7 +93,9 @@ class Evaluator:
         if sched.temperature is not None:  # absent = the model's own temperature, as every earlier key measured
             key["temperature"] = dict(sched.temperature.params)
         if spec.position_map:  # absent = no map: every key cached before maps existed still serves
-            key["map"] = [spec.position_map.name, spec.position_map.values]
+            key["map"] = [spec.position_map.name, spec.position_map.key_values]
+            if spec.position_map.share < 1.0:  # the pairs it moves were chosen on the model, from this text
+                key["pairs"] = CALIBRATION
             if hasattr(self.backend, "map_key"):  # llama.cpp: its build's Self-Extend (seq_div right or not)
                 key["map_runtime"] = self.backend.map_key()
         return key

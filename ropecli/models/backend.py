@@ -121,13 +121,24 @@ class TransformersBackend:
                 if schedule.temperature is not None:  # the model's own position temperature, changed
                     stack.enter_context(position_temperature(self.model, schedule.temperature))
                 if position_map:
-                    stack.enter_context(mapped(self.model, as_bound(position_map).name, as_bound(position_map).values))
+                    bound = as_bound(position_map)
+                    stack.enter_context(mapped(self.model, bound.name, bound.values, selection=self.pair_selection(bound)))
                 yield
         finally:
             for h in hooks:
                 h.remove()
             for slot in self.slots:
                 restore(slot)
+
+    def pair_selection(self, bound) -> dict | None:
+        """The pairs a selecting map moves on this model (DPE's key pairs: `rope.pair_selection` on the contributions
+        `models.pair_contributions` measures once per model and process); None where the map moves every pair."""
+        if bound.share >= 1.0:
+            return None
+        from ropecli.models.pair_contributions import model_contributions
+        from ropecli.rope.pair_selection import select_pairs
+
+        return select_pairs(model_contributions(self), bound.share)
 
     def _run(self, score, ids: np.ndarray, *args, **kw):
         """`score(model, ids (1, T) on the model's device, ...)`, an out-of-memory error as one line."""

@@ -96,7 +96,7 @@ def cut_mask(where, q_offset: torch.Tensor, k_offset: torch.Tensor):
 
 class FlexRegions:
     """The regions of one map on flex attention; `__call__(query, key, value, scaling, rotated)` -> (B, H, T_q, D) in
-    the value's dtype."""
+    the value's dtype; `rotated(x, positions, true positions)` rotates a region's queries or keys."""
 
     def __init__(self, regions_for, compiled: bool, name=None, triangles: bool | None = None, softcap=None):
         """`name`: the map with its parameters, under which the cuts of a shape outlive this object (`_LAST`).
@@ -169,8 +169,8 @@ class FlexRegions:
             # the scale (the layer's, times a region's temperature) on the queries, and every call at scale 1: a
             # second value of a float argument makes it symbolic to the compiled kernel, which inductor's flex lowering
             # refuses (H200, torch 2.11: STRING's t^2 as flex's scale failed to compile)
-            q = rotated(query[:, :, q0:q1], r.query(qi)).mul_(scaling * r.scale).contiguous()
-            k = rotated(key[:, :, k0:k1], r.key(kj)).contiguous()
+            q = rotated(query[:, :, q0:q1], r.query(qi), qi).mul_(scaling * r.scale).contiguous()
+            k = rotated(key[:, :, k0:k1], r.key(kj), kj).contiguous()
             v = value[:, :, k0:k1].contiguous()
             if bm is None:
                 o, l = causal_kernel(device, query.dtype)(q, k, v, 1.0)

@@ -21,7 +21,7 @@ from ropecli.errors import RopeCliError
 from ropecli.models.map_layers import LayerDispatch, plan_layers, rotator
 from ropecli.models.patch import find_rotary_slots, text_config
 from ropecli.models.region_attention import BLOCK, MappedAttention
-from ropecli.rope.position_maps import map_params, map_regions
+from ropecli.rope.position_maps import map_params, map_regions, resolve_map
 
 NAME = "ropecli_mapped"
 
@@ -77,15 +77,24 @@ def config_refusal(cfg) -> str | None:
 
 
 @contextmanager
-def mapped(model, name: str, params: dict[str, float] | None = None, block: int = BLOCK, kernel: str | None = None):
+def mapped(model, name: str, params: dict[str, float] | None = None, block: int = BLOCK, kernel: str | None = None,
+           selection: dict | None = None, observe=None):
     """Run `model` under the position map `name` (its parameters checked first) until the block ends: the layers that
     attend globally with RoPE under the map, every other layer as shipped (`map_layers`); the attention implementation,
     the mask function and the rotary modules are put back after, whatever happens. `kernel`: `MappedAttention`'s
-    (default: $ROPECLI_MAP_KERNEL, else "auto")."""
+    (default: $ROPECLI_MAP_KERNEL, else "auto"). `selection`: {layer: (heads, pairs) bool}, the pairs a selecting map
+    (DPE with top < 1) moves, chosen on this model (`models.pair_contributions`, `rope.pair_selection`); `observe`:
+    `MappedAttention`'s."""
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     checked = map_params(name, params or {})
+    selects = resolve_map(name).selects
+    if selects and checked[selects] < 1.0 and selection is None:
+        raise RopeCliError(f"{name}: {selects} = {checked[selects]:g} moves the pairs chosen on the model by their "
+                           "attention contribution: run it through ropecli's commands (they choose them), or pass a "
+                           "selection")
+    selection = selection if selects and checked[selects] < 1.0 else None
     map_regions(name, checked, 1)  # its parameters' own rules, before the model is touched
     regions = lambda n: map_regions(name, checked, n)  # noqa: E731  (a per-length map's regions depend on T_k)
     slots, cfg, plans = _layers(model, name)
@@ -98,7 +107,7 @@ def mapped(model, name: str, params: dict[str, float] | None = None, block: int 
                 for s in slots]
     first = {n: min(i for i, p in enumerate(plans) if p.rope == n) for n in {p.rope for p in plans if p.rope is not None}}
     attention = {n: MappedAttention(regions, forwards[n], block, kernel=kernel, name=(name, tuple(checked.items())),
-                                    first_layer=first[n]) for n in first}
+                                    first_layer=first[n], selection=selection, observe=observe) for n in first}
     before = model.config._attn_implementation
     ALL_ATTENTION_FUNCTIONS[NAME] = LayerDispatch(plans, attention, [rotator(real[id(s.module)][0], s.layer_type)
                                                                      for s in slots], before, ALL_ATTENTION_FUNCTIONS)

@@ -16,6 +16,7 @@ import warnings
 
 import torch
 
+from ropecli.errors import RopeCliError
 from ropecli.models.flex_regions import FlexRegions, flex_available
 from ropecli.models.map_bands import CAUSAL, masked, merge_into, split_band, whole_triangles
 from ropecli.models.map_layers import rotate_with
@@ -26,16 +27,21 @@ _LAST: dict = {}  # the last shape's blocks, by map and shape: the next window o
 
 
 def rotated(x: torch.Tensor, positions: torch.Tensor, rotary, cache: dict | None = None, key=None,
-            module=None) -> torch.Tensor:
+            module=None, true: torch.Tensor | None = None, columns: torch.Tensor | None = None) -> torch.Tensor:
     """x (B, H, T, D) rotated at `positions` (T,) by the rotary module's own forward (its frequencies and scaling; a
     partial rotary in the model's own layout, `map_layers.rotate_with`); its cos and sin kept in `cache` under `key`
-    for the next layers of the same forward pass."""
+    for the next layers of the same forward pass. With `columns` (1, H, 1, D) bool (a key-pair selection,
+    `MappedAttention.columns`): only those columns at `positions`, the others at the `true` ones (T,) (a pair's
+    rotated columns depend on its own angle alone, so the two rotations merge column by column, exactly)."""
     got = cache.get(key) if cache is not None else None
     if got is None:
         got = trig_at(x, positions, rotary)
         if cache is not None:
             cache[key] = got
-    return rotate_with(module, x, *got)
+    out = rotate_with(module, x, *got)
+    if columns is None:
+        return out
+    return torch.where(columns, out, rotated(x, true, rotary, cache, ("true", key), module))
 
 
 def trig_at(x, positions: torch.Tensor, rotary) -> tuple[torch.Tensor, torch.Tensor]:
@@ -108,18 +114,49 @@ class MappedAttention:
     the union of their keys). Memory per layer: one (block, band) mask, never a T x T score matrix per head."""
 
     def __init__(self, regions, rotary, block: int = BLOCK, fused: bool = True, kernel: str = "auto", name=None,
-                 first_layer: int = 0):
+                 first_layer: int = 0, selection: dict | None = None, observe=None):
         """`regions(n)`: the map's regions for n keys. `kernel`: "auto" (flex attention on CUDA where torch has it,
         the fused blocks elsewhere), "flex" (flex attention on any device: eager on the CPU, the twin the tests run) or
         "blocks" (the fused blocks everywhere). `name`: the map with its parameters, under which the blocks of a shape
         outlive this object (`_LAST`: the next window of the same length, under the same map, finds them built).
-        `first_layer`: the first layer this function serves (a forward pass begins there: cos and sin afresh)."""
+        `first_layer`: the first layer this function serves (a forward pass begins there: cos and sin afresh).
+        `selection`: {layer: (heads, pairs) bool} the pairs the map moves per head (DPE's key pairs,
+        `rope.pair_selection`), the rest at true positions; None: every pair. `observe(module, query, key, pair)`:
+        called with each layer's unrotated queries and keys and the pair of each rotary column (`pair_contributions`)."""
         self.name, self.first_layer = name, first_layer
         self.regions_for, self.rotary, self.block, self.fused = regions, rotary, block, fused
         self._shape, self._blocks, self.regions = None, [], ()
         self.whole: dict[int, tuple[int, int]] = {}  # region -> (first row, shift): one causal call (`whole_triangles`)
         self.kernel, self._flex = kernel, {}
         self._trig: dict | None = None  # cos and sin of this forward pass, by (queries or keys, region, block or reach)
+        self.selection, self.observe, self._columns = selection, observe, {}
+        self._pair: torch.Tensor | None = None
+
+    def pair(self, x) -> torch.Tensor:
+        """(rotary dims,) the rotary pair of each column of the rotary module's cos, in its layout (`pair_groups`)."""
+        if self._pair is None or self._pair.device != x.device:
+            P = self.rotary(x, torch.ones(1, 1, device=x.device))[0].shape[-1] // 2
+            self._pair = pair_groups(self.rotary, x, P)
+        return self._pair
+
+    def columns(self, module, query) -> torch.Tensor | None:
+        """(1, H, 1, D) bool: the columns of each head the map moves in this layer (its selected pairs' columns); None
+        where every pair moves."""
+        if self.selection is None:
+            return None
+        layer = getattr(module, "layer_idx", None)
+        if layer not in self._columns:
+            if layer not in self.selection:
+                raise RopeCliError(f"the key-pair selection has no layer {layer}: select on this model")
+            pair, sel = self.pair(query), torch.as_tensor(self.selection[layer], device=query.device)
+            H, D = query.shape[1], query.shape[-1]
+            if sel.shape != (H, int(pair.max()) + 1):
+                raise RopeCliError(f"layer {layer}: the key-pair selection is {tuple(sel.shape)} (heads, pairs), the "
+                                   f"model's {(H, int(pair.max()) + 1)}: select on this model")
+            cols = torch.zeros(H, D, dtype=torch.bool, device=query.device)
+            cols[:, :pair.numel()] = sel[:, pair]
+            self._columns[layer] = cols[None, :, None, :]
+        return self._columns[layer]
 
     def flex_for(self, device: torch.device, softcap=None):
         """The flex path for `device`, or None where the fused blocks run (a failed compile falls back once, said)."""
@@ -174,9 +211,15 @@ class MappedAttention:
         sinks = kwargs.get("s_aux")  # gpt-oss: a logit per head in every softmax's denominator, no value (H,)
         Tk = key.shape[2]
         scaling = D ** -0.5 if scaling is None else scaling
+        if self.observe is not None:
+            self.observe(module, query, key, self.pair(query))
+        cols = self.columns(module, query)
+        if cols is not None and key.shape[1] != H:  # a selection per query head: each its own keys' rotation
+            key, value = key.repeat_interleave(H // key.shape[1], dim=1), value.repeat_interleave(H // key.shape[1], dim=1)
         if (flex := self.flex_for(query.device, softcap)) is not None:
             try:
-                out = flex(query, key, value, scaling, lambda x, p: rotated(x, p, self.rotary, module=module), sinks)
+                out = flex(query, key, value, scaling,
+                           lambda x, p, t: rotated(x, p, self.rotary, module=module, true=t, columns=cols), sinks)
                 return out.transpose(1, 2).contiguous(), None
             except Exception as exc:  # noqa: BLE001  a compile that fails here must not cost the user the run
                 if self.kernel == "flex":
@@ -193,14 +236,15 @@ class MappedAttention:
         trig = self._trig
         reach = [max((b[4] for _, _, bands in blocks for b in bands if b[0] == n),
                      default=Tk - self.whole[n][1] if n in self.whole else 0) for n in range(len(self.regions))]  # each region's keys up to the farthest one it reaches, rotated once
-        keys = [rotated(key[:, :, :h], r.key(kj[:h]), self.rotary, trig, ("k", n, h), module) for n, (r, h) in
-                enumerate(zip(self.regions, reach))]
+        keys = [rotated(key[:, :, :h], r.key(kj[:h]), self.rotary, trig, ("k", n, h), module, kj[:h], cols)
+                for n, (r, h) in enumerate(zip(self.regions, reach))]
         keys = [k.repeat_interleave(groups, dim=1) for k in keys] if groups > 1 else keys
         out = torch.empty(B, Tq, H, D, dtype=value.dtype, device=value.device)  # the layout the layer reads
         acc = acc_lse = None
         for n, (r0, shift) in self.whole.items():  # a whole region in one causal call, as the unpatched model runs
             qi = torch.arange(Tk - Tq + r0, Tk, device=query.device)
-            q = rotated(query[:, :, r0:], self.regions[n].query(qi), self.rotary, trig, ("w", n), module).contiguous()
+            q = rotated(query[:, :, r0:], self.regions[n].query(qi), self.rotary, trig, ("w", n), module, qi,
+                        cols).contiguous()
             o, l = region_attention(q, keys[n][:, :, :Tk - shift], value[:, :, :Tk - shift], CAUSAL,
                                     scaling * self.regions[n].scale, fused, softcap=softcap)
             if acc is None:
@@ -209,8 +253,8 @@ class MappedAttention:
             merge_into(acc, acc_lse, r0, Tq, o, l)
         for start, qi, bands in blocks:
             q = query[:, :, start:start + len(qi)]
-            rq = {n: rotated(q, self.regions[n].query(qi), self.rotary, trig, ("q", n, start), module).contiguous()
-                  for n in {b[0] for b in bands}}
+            rq = {n: rotated(q, self.regions[n].query(qi), self.rotary, trig, ("q", n, start), module, qi,
+                             cols).contiguous() for n in {b[0] for b in bands}}
             merged = lse = None
             if acc is not None:  # the whole regions' rows of this block, merged into below
                 merged, lse = acc[:, :, start:start + len(qi)], acc_lse[:, :, start:start + len(qi)]

@@ -54,7 +54,7 @@ def map_label(position_map: tuple) -> str:
     if not position_map:
         return ""
     bound = as_bound(position_map)
-    return f"{bound.name}(" + ",".join(f"{k}={v:g}" for k, v in bound.params) + ")"
+    return f"{bound.name}(" + ",".join(f"{k}={v:g}" for k, v in bound.key_values.items()) + ")"  # top=1 unsaid
 
 
 def map_text(position_map: tuple) -> str:
@@ -62,7 +62,7 @@ def map_text(position_map: tuple) -> str:
     if not position_map:
         return "none"
     bound = as_bound(position_map)
-    return bound.name + ":" + ",".join(f"{k}={v:.10g}" for k, v in bound.params)
+    return bound.name + ":" + ",".join(f"{k}={v:.10g}" for k, v in bound.key_values.items())
 
 
 def map_json(position_map: tuple) -> dict | None:

@@ -54,6 +54,10 @@ class PositionMap:
     optimizer: str = "auto"  # how NAME-tuned is searched (DPE: one-at-a-time, its source's detection)
     budget: Callable[[int, int], int] | None = None  # (Ls, T) -> NAME-tuned's evaluations (None: advise's --budget)
     in_default: bool = True  # NAME at its rule in advise's default tournament (False: by name only, --candidates)
+    selects: str | None = None  # the parameter giving the share of each head's pairs the map moves, chosen on the
+    # model by their attention contribution (`rope.pair_selection`); the rest stay at true positions
+
+
 
 
 MAPS: dict[str, PositionMap] = {}
@@ -75,6 +79,19 @@ class BoundMap(NamedTuple):
         """{param: value}."""
         return dict(self.params)
 
+    @property
+    def key_values(self) -> dict[str, float]:
+        """{param: value} as cache keys name the map: a selection of every pair is the map as it was before it could
+        select (`PositionMap.selects`), so its key stays the one its evaluations were stored under."""
+        sel = self.record.selects
+        return {k: v for k, v in self.params if not (k == sel and v == 1.0)}
+
+    @property
+    def share(self) -> float:
+        """The share of each head's rotary pairs the map moves (1: every pair; `PositionMap.selects`)."""
+        sel = self.record.selects
+        return 1.0 if sel is None else float(self.values.get(sel, 1.0))
+
     def regions(self, length: int) -> tuple[Region, ...]:
         return map_regions(self.name, self.values, length)
 
@@ -95,17 +112,19 @@ def bind(name: str, params: dict[str, float]) -> BoundMap:
 
 def register_map(name: str, summary: str, *params: Param, window: str | None = None,
                  rule: Callable[[int, int], dict] | None = None, ranges: Callable[[int, int], dict] | None = None,
-                 optimizer: str = "auto", budget: Callable[[int, int], int] | None = None, in_default: bool = True):
+                 optimizer: str = "auto", budget: Callable[[int, int], int] | None = None, in_default: bool = True,
+                 selects: str | None = None):
     """Register a map's region function. `rule(Ls, T)`: its parameters for a model shipped at Ls and a longest target
     T, as its source sets them (the map is then an `advise` candidate past Ls); `ranges(Ls, T)`: {param: (lo, hi)}
     that advise searches as candidate NAME-tuned, started at the rule, by `optimizer` within `budget(Ls, T)`
-    evaluations (default: advise's --budget)."""
+    evaluations (default: advise's --budget); `selects`: the parameter giving the share of each head's pairs the map
+    moves (`PositionMap.selects`)."""
     if ranges and not rule:
         raise ValueError(f"{name}: a searched map starts at its rule; give rule= with ranges=")
 
     def wrap(fn):
         MAPS[name] = PositionMap(name, fn, summary, params, window, rule, ranges, optimizer, budget,
-                                 in_default)
+                                 in_default, selects)
         return fn
 
     return wrap
@@ -212,9 +231,11 @@ def _selfextend_llamacpp(G: float, W: float) -> tuple[Region, ...]:
               Param("W", REQUIRED, "local window of true positions (DPE: 1024)", 1, 1e12, integer=True),
               *(Param(f"G{g}", REQUIRED, f"group size of pair group {g} (1: true positions; DPE's "
                       "scale_factors, found per model)", 1, 1e9, integer=True, log=True) for g in range(1, DPE_GROUPS + 1)),
+              Param("top", 1.0, "share of each head's rotary pairs moved: those with the largest mean |q|*|k| on the "
+                    "model (DPE's select_topk_dim, 48 of 64 pairs = 0.75); the rest at true positions", 0.01, 1.0),
               window="W", rule=dpe_rule, ranges=dpe_ranges, optimizer="one-at-a-time", budget=dpe_budget,
-              in_default=False)  # at its rule DPE is Self-Extend (every group alike): asked for by name, dpe-tuned
-def _dpe(W: float, **groups: float) -> tuple[Region, ...]:
+              in_default=False, selects="top")  # at its rule DPE is Self-Extend (every group alike): by name, dpe-tuned
+def _dpe(W: float, top: float = 1.0, **groups: float) -> tuple[Region, ...]:
     """Dimension-wise Positional Embeddings manipulation (Lu et al. 2025, arXiv 2504.18857; LuLuLuyi/DPE), Self-Extend
     per group of rotary pairs: dpe_for_llama.py `dpe_flash_forward` splits the pairs into the groups of
     dimension_groups_range (8 equal groups), gives group g the scale factor s_g (scale_factors) and, past the local
@@ -222,8 +243,9 @@ def _dpe(W: float, **groups: float) -> tuple[Region, ...]:
     dimensions (`concat_tensors` of the per-factor cos and sin), true positions within w (`atten_merge_forward`:
     the window's and the scaled attention merged by log-sum-exp). Here group g is the pairs m with
     floor(m * 8 / pairs) = g - 1, whatever the head size; w - w // s_g where the source divides in floats (equal for
-    the source's w = 1024 and power-of-two factors). The source's key-pair selection (`select_topk_dim`: only the
-    pairs with the largest q-k 2-norm per layer and head scaled) is not in this map: every pair of a group is."""
+    the source's w = 1024 and power-of-two factors). `top` < 1 is the source's key-pair selection (`select_topk_dim`:
+    per layer and head only the pairs with the largest q-k 2-norm moved, the rest at true positions): a choice made on
+    the model (`rope.pair_selection`), not a region, so the regions here are every pair's."""
     W = int(W)
     G = [int(groups[name]) for name in sorted(groups, key=lambda name: int(name[1:]))]  # G1 … G8
 

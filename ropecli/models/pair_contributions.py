@@ -1,0 +1,66 @@
+"""Each rotary pair's contribution to a model's attention scores, per layer and head (DPE's key-pair selection, issue
+61; the selection itself is `ropecli.rope.pair_selection`).
+
+The model reads the calibration text (ropecli's training plays, never an evaluation's text: `rope.pair_selection`'s
+CALIBRATION) in windows of min(Ls, 4096) tokens, under the identity map, whose attention sees the queries and keys
+before rotation and otherwise runs the model as shipped (`models.mapped_attention`). Per layer, head h and pair m:
+the mean over tokens of |q_{t,h,m}| |k_{t,h',m}| (h' the key head of h), as DPE's qk_2_norm_select_dim.py computes it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ropecli.evaluation.corpus import training_plays
+from ropecli.models.mapped_attention import mapped
+from ropecli.rope.pair_selection import CALIBRATION_TOKENS, CALIBRATION_WINDOW
+
+_MEMO: dict = {}  # (model id, its fingerprint) -> contributions: one calibration per model and process
+
+
+def pair_norms(x: torch.Tensor, pair: torch.Tensor) -> torch.Tensor:
+    """x (B, H, T, D) -> (B, H, T, pairs): the 2-norm of each rotary pair's components (the columns `pair` (rotary
+    dims,) names, in the model's layout; the head's other columns do not rotate)."""
+    sq = x[..., :pair.numel()].float().pow(2)
+    out = torch.zeros(*x.shape[:-1], int(pair.max()) + 1, dtype=torch.float32, device=x.device)
+    return out.index_add_(-1, pair, sq).sqrt_()
+
+
+def calibration_windows(tokenizer, Ls: int) -> list[np.ndarray]:
+    """CALIBRATION_TOKENS of the training plays in windows of min(Ls, CALIBRATION_WINDOW) tokens, from the first play."""
+    n = min(Ls, CALIBRATION_WINDOW)
+    ids, plays = [], training_plays()
+    for name in plays:
+        ids.extend(tokenizer(plays[name], add_special_tokens=False)["input_ids"])
+        if len(ids) >= CALIBRATION_TOKENS:
+            break
+    ids = np.asarray(ids[:CALIBRATION_TOKENS], dtype=np.int64)
+    return [ids[s:s + n] for s in range(0, len(ids) - n + 1, n)]
+
+
+def pair_contributions(model, windows: list[np.ndarray]) -> dict[int, np.ndarray]:
+    """{layer index: (heads, pairs) mean over the windows' tokens of |q_m| |k_m|} for every layer a map moves."""
+    sums: dict[int, torch.Tensor] = {}
+    tokens: dict[int, int] = {}
+
+    def observe(module, query, key, pair):
+        qn, kn = pair_norms(query, pair), pair_norms(key, pair)  # (B, H, T, P), (B, H_kv, T, P)
+        kn = kn.repeat_interleave(qn.shape[1] // kn.shape[1], dim=1)
+        layer = module.layer_idx
+        sums[layer] = sums.get(layer, 0) + (qn * kn).sum(dim=(0, 2)).double().cpu()
+        tokens[layer] = tokens.get(layer, 0) + qn.shape[0] * qn.shape[2]
+
+    device = next(model.parameters()).device
+    with torch.no_grad(), mapped(model, "none", observe=observe):
+        for ids in windows:
+            model(torch.from_numpy(ids)[None].to(device))
+    return {layer: (sums[layer] / tokens[layer]).numpy() for layer in sorted(sums)}
+
+
+def model_contributions(backend) -> dict[int, np.ndarray]:
+    """The backend's model's contributions on the calibration text, computed once per model and process."""
+    key = (id(backend.model), backend.fingerprint)
+    if key not in _MEMO:
+        _MEMO[key] = pair_contributions(backend.model, calibration_windows(backend.tokenizer, backend.rope.shipped_len))
+    return _MEMO[key]
