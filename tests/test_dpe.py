@@ -135,10 +135,11 @@ def test_one_at_a_time_is_dpes_detection():
 
 
 def test_dpe_rule_and_detection_budget_follow_the_source():
-    """Window Ls/8, every group at 2T/Ls to start, each group searched over the powers of two up to T/W."""
+    """Window Ls/8, every group at 2T/Ls to start on 48 of 64 key pairs, each group searched over the powers of two up
+    to T/W (the key pairs held)."""
     from ropecli.rope.map_rules import dpe_budget, dpe_ranges, dpe_rule
 
-    assert dpe_rule(8192, 131072) == {"W": 1024, **{f"G{g}": 32 for g in range(1, 9)}}  # run_niah_detect.sh's factor
+    assert dpe_rule(8192, 131072) == {"W": 1024, **{f"G{g}": 32 for g in range(1, 9)}, "top": 0.75}  # its factor, TOPK=48
     assert dpe_ranges(8192, 131072)["G3"] == (1, 128)  # detecting factors 1 … 131072/1024
     assert dpe_budget(256, 1024) == 2 + 8 * 6
 
@@ -181,8 +182,8 @@ def test_a_reference_may_run_under_a_map():
 
 
 def test_advise_races_dpe_by_name_only():
-    """At its rule DPE is Self-Extend with every group alike: not in the default tournament; dpe and dpe-tuned by name,
-    dpe-tuned searched one group at a time within its own budget."""
+    """At its rule DPE is Self-Extend with every group alike (on its key pairs): not in the default tournament; dpe and
+    dpe-tuned by name, dpe-tuned searched one group at a time within its own budget."""
     from ropecli.tuning.candidates import candidate_names, default_candidates, search_plans
 
     assert "dpe" not in default_candidates(False, True) and "selfextend" in default_candidates(False, True)

@@ -215,3 +215,34 @@ def test_lm_evals_hf_model_runs_the_folder(tmp_path):
         with torch.no_grad():
             own.append(bool(torch.equal(model(ids).logits[0, s.answer_start - 1:-1].argmax(-1), ids[0, s.answer_start:])))
     assert acc == pytest.approx(sum(own) / len(own)), (acc, own)
+
+
+@pytest.mark.parametrize("row", ["llama", "phi (partial)", "cohere"])
+def test_the_folder_serves_dpes_key_pairs(tmp_path, row):
+    """DPE with top < 1: the export chooses each head's key pairs on the model (as ropecli's evaluations do) and writes
+    them in config.json; the folder moves only those (rotate-half, partial and interleaved layouts alike), its logits
+    ropecli's mapped model's under the same selection, and decoding through the KV cache follows one pass."""
+    from transformers import AutoModelForCausalLM
+
+    from ropecli.models.load import load_model
+    from ropecli.rope.position_maps import bind
+
+    params = {**MAPS[-1][1], "top": 0.5}
+    model_dir = save_arch(next(a for a in ARCHS if a.name == row), tmp_path / "model")
+    folder = load(export(model_dir, tmp_path / "out", "dpe", params, method="native"))
+    pairs = json.loads((tmp_path / "out" / "config.json").read_text())["ropecli_map"]["pairs"]
+    selection = load_model(str(model_dir), dtype="fp32", device="cpu").pair_selection(bind("dpe", params))
+    assert {int(k) for k in pairs} == set(selection) and all(len(h) == selection[0].sum(1)[0] for h in pairs["0"])
+    reference = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    ids = torch.randint(2, VOCAB, (1, T), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        got = folder(ids).logits
+        with mapped(reference, "dpe", params, selection=selection):
+            want = reference(ids).logits
+        with mapped(reference, "dpe", {**params, "top": 1.0}):
+            every = reference(ids).logits
+        out = folder.generate(ids[:, :L0 - 8], max_new_tokens=L0, do_sample=False, min_new_tokens=L0)
+        logits = folder(out).logits[0, L0 - 9:-1]
+        logits[:, folder.config.eos_token_id] = float("-inf")
+    assert (got - want).abs().max() < 1e-4 and (got - every).abs().max() > 1e-3
+    assert torch.equal(out[0, L0 - 8:], logits.argmax(-1))

@@ -32,8 +32,10 @@ def modeling_source(position_map, base_class: str) -> str:
     return template.replace(MARKER, f"{MARKER}\n{source}\nREGION_FUNCTION = {fn.__name__!r}\n", 1)
 
 
-def write_map_folder(spec, out: str | None, write_schedule) -> dict:
-    """Write the folder: `write_schedule(out)` first (the schedule's folder, or the model as shipped), then the map."""
+def write_map_folder(spec, out: str | None, write_schedule, selection: dict | None = None) -> dict:
+    """Write the folder: `write_schedule(out)` first (the schedule's folder, or the model as shipped), then the map.
+    `selection`: {layer: (heads, pairs) bool}, the pairs a selecting map moves on this model (DPE's key pairs), written
+    as config.json's ropecli_map.pairs: {layer: [each head's pair indices]}."""
     position_map = spec.position_map
     if out is None or out.endswith(".json"):
         raise RopeCliError(f"--to transformers --map {position_map.name}: the map is served by a model folder's own "
@@ -45,6 +47,9 @@ def write_map_folder(spec, out: str | None, write_schedule) -> dict:
     if (why := _refusal(config)) is not None:
         raise RopeCliError(f"--to transformers --map {position_map.name}: {why}")
     config["ropecli_map"] = {"name": position_map.name, "params": position_map.values}
+    if selection is not None:
+        config["ropecli_map"]["pairs"] = {str(layer): [[int(m) for m in row.nonzero()[0]] for row in mask]
+                                          for layer, mask in selection.items()}
     config["auto_map"] = {**config.get("auto_map", {}), **AUTO_MAP}
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     (folder / MODELING).write_text(modeling_source(position_map, base))
@@ -88,6 +93,9 @@ def verify_map_folder(artefact: Path, exp) -> list:
     got = served.get("params") or {}
     checks += [Check("transformers", None, f"ropecli_map.params.{k}", f"{v:g}", str(got.get(k)),
                      isinstance(got.get(k), (int, float)) and float(got[k]) == float(v)) for k, v in want.values.items()]
+    if want.share < 1.0:  # the key pairs chosen on the model, per layer and head
+        checks.append(Check("transformers", None, "ropecli_map.pairs", "each layer's key pairs per head",
+                            f"{len(served.get('pairs') or {})} layers", bool(served.get("pairs"))))
     checks.append(Check("transformers", None, f"auto_map.AutoModelForCausalLM ({MODELING})", AUTO_MAP["AutoModelForCausalLM"],
                         str((config.get("auto_map") or {}).get("AutoModelForCausalLM")),
                         (config.get("auto_map") or {}).get("AutoModelForCausalLM") == AUTO_MAP["AutoModelForCausalLM"]

@@ -106,12 +106,37 @@ class MapDispatch:
     """The attention function while a forward pass runs: mapped layers through `map_attention`, the others through
     the model's own attention after their own rotation at their true relative positions."""
 
-    def __init__(self, plans, rotaries: dict, regions_for, implementation: str):
+    def __init__(self, plans, rotaries: dict, regions_for, implementation: str, selection: dict | None = None):
         self.plans, self.rotaries, self.regions_for, self.implementation = plans, rotaries, regions_for, implementation
+        self.selection, self._cols = selection or {}, {}  # {layer: per head, the pairs the map moves} (DPE's top < 1)
 
-    def rotate(self, module, plan, x, positions):
+    def rotate(self, module, plan, x, positions, true=None):
+        """x rotated at `positions`; under a key-pair selection only the selected pairs' columns, the others at the
+        `true` positions (a pair's rotated columns depend on its own angle alone)."""
         cos, sin = trig_at(self.rotaries[plan.rope], x, positions)
-        return own_apply(module)(x, cos, sin)
+        out = own_apply(module)(x, cos, sin)
+        cols = self.columns(module, plan, x) if true is not None else None
+        if cols is None:
+            return out
+        cos, sin = trig_at(self.rotaries[plan.rope], x, true)
+        return torch.where(cols, out, own_apply(module)(x, cos, sin))
+
+    def columns(self, module, plan, x):
+        """(1, H, 1, D) bool: the columns of the layer's selected pairs per head; None where every pair moves."""
+        layer = module.layer_idx
+        if layer not in self.selection:
+            return None
+        if layer not in self._cols:
+            c = self.rotaries[plan.rope](x, torch.ones(1, 1, device=x.device))[0][0, 0]
+            D, P = c.shape[-1], c.shape[-1] // 2
+            pair = torch.arange(D, device=x.device) % P if torch.equal(c[:P], c[P:]) else torch.arange(D, device=x.device) // 2
+            sel = torch.zeros(len(self.selection[layer]), P, dtype=torch.bool, device=x.device)
+            for h, pairs in enumerate(self.selection[layer]):
+                sel[h, pairs] = True
+            cols = torch.zeros(sel.shape[0], x.shape[-1], dtype=torch.bool, device=x.device)
+            cols[:, :D] = sel[:, pair]
+            self._cols[layer] = cols[None, :, None, :]
+        return self._cols[layer]
 
 
     def __call__(self, module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, **kwargs):
@@ -164,10 +189,10 @@ def map_attention(dispatch, module, plan, query, key, value, scaling, softcap, s
     Tk, groups = key.shape[2], H // key.shape[1]
     scaling = D ** -0.5 if scaling is None else scaling
     fused = _flash_kernel(query, softcap)
-    if fused is None:  # the fused kernel takes grouped keys as they are
-        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    if fused is None or module.layer_idx in dispatch.selection:  # the fused kernel takes grouped keys as they are;
+        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)  # not a per-head choice
     regions, kj = dispatch.regions_for(Tk), torch.arange(Tk, device=query.device)
-    keys = [dispatch.rotate(module, plan, key, r.key(kj)) for r in regions]
+    keys = [dispatch.rotate(module, plan, key, r.key(kj), kj) for r in regions]
     out = torch.empty(B, Tq, H, D, dtype=value.dtype, device=value.device)
     for s in range(0, Tq, QUERY_BLOCK):
         qi = torch.arange(Tk - Tq + s, Tk - Tq + min(Tq, s + QUERY_BLOCK), device=query.device)
@@ -200,7 +225,7 @@ def fused_block(fused, dispatch, module, plan, block, qi, bands, value, scaling)
         rows = band.any(dim=1)  # (n,): the queries with a key in this region
         bias = None if bool(band.all()) else \
             torch.zeros(band.shape, dtype=block.dtype, device=block.device).masked_fill_(~band, float("-inf"))
-        q = dispatch.rotate(module, plan, block, r.query(qi)).contiguous()
+        q = dispatch.rotate(module, plan, block, r.query(qi), qi).contiguous()
         o, l = fused(q, k[:, :, lo:hi].contiguous(), value[:, :, lo:hi].contiguous(), 0.0, False,
                      attn_mask=None if bias is None else bias[None, None], scale=scaling * r.scale)
         o, l = o.float().masked_fill(~rows[:, None], 0.0), l.float().masked_fill(~rows, float("-inf"))
@@ -222,7 +247,7 @@ def explicit_block(dispatch, module, plan, block, qi, bands, value, scaling, sof
     B, H, n, D = block.shape
     scores = torch.full((B, H, n, value.shape[2]), float("-inf"), device=block.device)
     for r, k, mask, lo, hi in bands:
-        q = dispatch.rotate(module, plan, block, r.query(qi))
+        q = dispatch.rotate(module, plan, block, r.query(qi), qi)
         part = torch.matmul(q, k[:, :, lo:hi].transpose(-1, -2)).float() * (scaling * r.scale)
         part = torch.tanh(part / softcap) * softcap if softcap else part
         scores[..., lo:hi] = torch.where(mask[:, lo:hi], part, scores[..., lo:hi])
@@ -275,7 +300,8 @@ class RopecliMapForCausalLM(Base):
                 rotaries[plan.rope] = partial(real[id(module)], layer_type=lt) if lt else real[id(module)]
         before = config._attn_implementation
         regions_for = lambda n: map_regions()(**params)  # noqa: E731  (every map's regions are the same at any length)
-        ALL_ATTENTION_FUNCTIONS[NAME] = MapDispatch(plans, rotaries, regions_for, before)
+        selection = {int(layer): heads for layer, heads in (spec.get("pairs") or {}).items()}
+        ALL_ATTENTION_FUNCTIONS[NAME] = MapDispatch(plans, rotaries, regions_for, before, selection)
         masks = ALL_MASK_ATTENTION_FUNCTIONS._global_mapping
         if before in masks:
             masks[NAME] = masks[before]

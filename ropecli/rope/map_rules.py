@@ -33,12 +33,16 @@ DPE_GROUPS = 8  # DPE's pair groups (config/dpe_config.yaml: dimension_groups_ra
 DPE_WINDOW = 8  # DPE's local window is L/8 (local_window_size 1024 for Llama-3-8B-Instruct's 8,192)
 
 
+DPE_TOP = 48 / 64  # DPE's key pairs: topk_dim 48 of Llama 3's 64 pairs per head (README, run_niah_detect.sh TOPK=48)
+
+
 def dpe_rule(Ls: int, T: int) -> dict[str, float]:
     """DPE's detection start (effective_length_detection/run_niah_detect.sh: every group at factor = 2 T / Ls,
-    the power of two at or below it here), window Ls/8 (config/dpe_config.yaml: 1024 at 8k): Self-Extend with that
-    group on every pair until the detection moves each group (`dpe_ranges`, the one-at-a-time search)."""
+    the power of two at or below it here, with its key pairs selected, --use_topk --topk 48 of 64), window Ls/8
+    (config/dpe_config.yaml: 1024 at 8k): Self-Extend with that group on each head's key pairs until the detection
+    moves each group (`dpe_ranges`, the one-at-a-time search)."""
     G = 2 ** max(0, (2 * T // Ls).bit_length() - 1)
-    return {"W": max(1, Ls // DPE_WINDOW), **{f"G{g}": G for g in range(1, DPE_GROUPS + 1)}}
+    return {"W": max(1, Ls // DPE_WINDOW), **{f"G{g}": G for g in range(1, DPE_GROUPS + 1)}, "top": DPE_TOP}
 
 
 def dpe_ranges(Ls: int, T: int) -> dict[str, tuple[float, float]]:

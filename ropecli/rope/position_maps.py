@@ -234,7 +234,7 @@ def _selfextend_llamacpp(G: float, W: float) -> tuple[Region, ...]:
               Param("top", 1.0, "share of each head's rotary pairs moved: those with the largest mean |q|*|k| on the "
                     "model (DPE's select_topk_dim, 48 of 64 pairs = 0.75); the rest at true positions", 0.01, 1.0),
               window="W", rule=dpe_rule, ranges=dpe_ranges, optimizer="one-at-a-time", budget=dpe_budget,
-              in_default=False, selects="top")  # at its rule DPE is Self-Extend (every group alike): by name, dpe-tuned
+              in_default=False, selects="top")  # at its rule: Self-Extend on the key pairs (every group alike); by name
 def _dpe(W: float, top: float = 1.0, **groups: float) -> tuple[Region, ...]:
     """Dimension-wise Positional Embeddings manipulation (Lu et al. 2025, arXiv 2504.18857; LuLuLuyi/DPE), Self-Extend
     per group of rotary pairs: dpe_for_llama.py `dpe_flash_forward` splits the pairs into the groups of
