@@ -14,7 +14,14 @@ C=measurements/cache
 O=measurements/smollm2
 step() { local out=$1; shift; [ -f "$O/$out.json" ] && { echo "have $O/$out.json"; return; }; echo "$(date -u +%H:%M:%S) $out: ropecli $*"; ropecli "$@" --cache-dir "$C" --json > "$O/$out.json.tmp" 2> "$O/$out.log" && mv "$O/$out.json.tmp" "$O/$out.json"; }
 V=""; for g in 1 2 3 4 5 6 7 8; do V="$V --vary G$g=1:16"; done
-step dpe-16k-detect search --model smollm2 --len 16384 --k 2 --method none \
+[ -n "${SKIP_DETECT:-}" ] || step dpe-16k-detect search --model smollm2 --len 16384 --k 2 --method none \
   --map dpe:W=1024,G1=4,G2=4,G3=4,G4=4,G5=4,G6=4,G7=4,G8=4 $V --optimizer one-at-a-time --budget 26 \
   --objective niah-single --samples 1 --depths 0 --seed 1 --held-out 2 \
   --reference none@selfextend:G=4,W=2048 --reference none@dca:chunk=6144,local=512
+# Step 2 (the key pairs, DPE's select_topk_dim): the detected groups with every pair moved (top = 1) and with each
+# head's 3/4 of pairs of largest mean |q||k| (top = 0.75, DPE's 48 of 64; chosen on the model over ropecli's training
+# plays, 4 windows of 4,096 tokens), beside Self-Extend, on the held-out needles (seed 0) at depths 0 / 0.5 / 1, two
+# prompts each (the first of each cached by the tables of docs/real-model.md).
+D=dpe:W=1024,G1=16,G2=1,G3=1,G4=1,G5=4,G6=4,G7=4,G8=16
+step dpe-16k-top compare --model smollm2 --method none --map "$D@none" --map "$D,top=0.75@none" \
+  --map selfextend:G=4,W=2048@none --task niah-single --depths 0,0.5,1 --k 2 --samples 2 --len 16384

@@ -168,6 +168,8 @@ def test_freqs_shows_each_pairs_distance_under_a_per_pair_map(tmp_path):
     assert {p["map_distance"] for p in json.loads(r.stdout)["pairs"]} == {155} and r.exit_code == 0
     r = CliRunner().invoke(app, ["freqs", *geo, "--map", "selfextend:G=8,W=32", "--map", DETECTED])
     assert r.exit_code == 1 and "under one --map" in r.output
+    r = CliRunner().invoke(app, ["freqs", *geo, "--map", DETECTED + ",top=0.75"])
+    assert r.exit_code == 0 and "each head moves only its 24 of 32 pairs" in " ".join(r.output.split()), r.output
     r = CliRunner().invoke(app, ["plot", "freqs", *geo, "--map", DETECTED, "--out", str(tmp_path / "f.png")])
     assert r.exit_code == 0 and (tmp_path / "f.png").stat().st_size > 10_000, r.output
 
@@ -320,3 +322,18 @@ def test_select_pairs_keeps_the_top_share():
     c = {0: np.array([[0.1, 0.5, 0.3, 0.5], [4.0, 3.0, 2.0, 1.0]])}
     assert select_pairs(c, 0.5)[0].tolist() == [[False, True, False, True], [True, True, False, False]]
     assert kept_pairs(64, 0.75) == 48 and kept_pairs(32, 0.01) == 1 and kept_pairs(8, 1.0) == 8
+
+
+def test_every_pair_selected_keeps_the_maps_earlier_name_and_cache_key():
+    """top = 1 is DPE as it was before it could select: its label, its --map spelling and its cache key's parameters
+    leave top out (the evaluations cached before still serve); top < 1 names it, and the evaluator's key names the
+    calibration the pairs were chosen on."""
+    from ropecli.rope.map_spelling import map_label, map_text, parse_map
+    from ropecli.rope.position_maps import bind
+
+    every, some = bind("dpe", dpe(8, *[2] * 8)), bind("dpe", {**dpe(8, *[2] * 8), "top": 0.75})
+    assert "top" not in every.key_values and every.values["top"] == 1.0 and every.share == 1.0
+    assert some.key_values["top"] == 0.75 and some.share == 0.75
+    assert "top" not in map_label(every) and "top=0.75" in map_label(some)
+    assert parse_map(map_text(some)) == some and parse_map(map_text(every)) == every
+    assert bind("selfextend", {"G": 4, "W": 8}).share == 1.0

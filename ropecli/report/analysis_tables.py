@@ -7,6 +7,7 @@ import csv
 import io
 
 from ropecli.report.text import table
+from ropecli.rope.pair_selection import kept_pairs
 
 
 def lengths(geom) -> str:
@@ -47,6 +48,11 @@ def freqs_table(report: dict, geom) -> list:
         out = [p["m"] for p in report["pairs"] if not p["map_in_range"]]
         tail = (f" Under the map, {len(out)} pair(s) see angles at the target never seen in training"
                 f"{' (m = ' + ', '.join(map(str, out[:12])) + (' …' if len(out) > 12 else '') + ')' if out else ''}.")
+        if (share := pmap["params"].get("top", 1.0)) < 1.0:  # DPE's key pairs: chosen per layer and head on a model
+            tail += (f" top = {share:g}: each head moves only its {kept_pairs(len(report['pairs']), share)} of "
+                     f"{len(report['pairs'])} pairs of largest mean |q||k| on the model (chosen per layer and head when "
+                     f"a model runs); the distances shown are a moved pair's, the others keep every true distance up "
+                     f"to {geom.target_len - 1}.")
     counts = {s: sum(p["status"] == s for p in report["pairs"]) for s in STATUS_STYLE}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     if crit is None:
