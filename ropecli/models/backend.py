@@ -21,8 +21,9 @@ import numpy as np
 
 from ropecli.models.model_rope import ModelRope
 from ropecli.models.position_temperature import position_temperature
-from ropecli.rope.schedule import Schedule
+from ropecli.rope.pair_selection import select_pairs
 from ropecli.rope.position_maps import as_bound
+from ropecli.rope.schedule import Schedule
 
 
 class ModelBackend(Protocol):
@@ -136,7 +137,6 @@ class TransformersBackend:
         if bound.share >= 1.0:
             return None
         from ropecli.models.pair_contributions import model_contributions
-        from ropecli.rope.pair_selection import select_pairs
 
         return select_pairs(model_contributions(self), bound.share)
 

@@ -7,7 +7,6 @@ import csv
 import io
 
 from ropecli.report.text import table
-from ropecli.rope.pair_selection import kept_pairs
 
 
 def lengths(geom) -> str:
@@ -49,6 +48,7 @@ def freqs_table(report: dict, geom) -> list:
         tail = (f" Under the map, {len(out)} pair(s) see angles at the target never seen in training"
                 f"{' (m = ' + ', '.join(map(str, out[:12])) + (' …' if len(out) > 12 else '') + ')' if out else ''}.")
         if (share := pmap["params"].get("top", 1.0)) < 1.0:  # DPE's key pairs: chosen per layer and head on a model
+            from ropecli.rope.pair_selection import kept_pairs  # numpy, kept off the tables' import
             tail += (f" top = {share:g}: each head moves only its {kept_pairs(len(report['pairs']), share)} of "
                      f"{len(report['pairs'])} pairs of largest mean |q||k| on the model (chosen per layer and head when "
                      f"a model runs); the distances shown are a moved pair's, the others keep every true distance up "
