@@ -47,6 +47,27 @@ def test_a_map_on_cuda_is_its_cpu_twin(name, params):
     assert torch.allclose(gpu, cpu, atol=1e-3), (gpu - cpu).abs().max()
 
 
+def test_dpes_key_pairs_on_cuda_are_their_cpu_twin():
+    """Issue 61: DPE with half of each head's pairs selected (keys repeated per query head) in compiled flex on CUDA
+    against the CPU blocks."""
+    from ropecli.models.mapped_attention import mapped
+
+    model, ids = build("llama"), torch.randint(0, VOCAB, (1, 300), generator=torch.Generator().manual_seed(6))
+    cfg = model.config
+    P = cfg.hidden_size // cfg.num_attention_heads // 2
+    gen = torch.Generator().manual_seed(7)
+    selection = {n: (torch.rand(cfg.num_attention_heads, P, generator=gen).argsort(dim=1) < P // 2).numpy()
+                 for n in range(cfg.num_hidden_layers)}
+    params = {"W": 16, **{f"G{g}": 2 ** (g % 4) for g in range(1, 9)}, "top": 0.5}
+    with torch.no_grad():
+        with mapped(model, "dpe", params, kernel="blocks", selection=selection):
+            cpu = model(ids).logits
+        model.cuda()
+        with mapped(model, "dpe", params, kernel="auto", selection=selection):
+            gpu = model(ids.cuda()).logits.cpu()
+    assert torch.allclose(gpu, cpu, atol=1e-3), (gpu - cpu).abs().max()
+
+
 @pytest.mark.parametrize(("name", "params"), [("none", {}), ("selfextend", {"G": 4, "W": 16}), ("rerope", {"w": 24}),
                                               ("string", {"S": 40, "W": 8}), ("dca", {"chunk": 48, "local": 8})])
 @pytest.mark.parametrize("triangles", [True, False], ids=["triangles-fused", "all-flex"])
