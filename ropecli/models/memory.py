@@ -30,6 +30,7 @@ class MemoryPlan:
     layers: int
     kv_per_token: int  # bytes a full-attention token adds over all layers
     map_extra: int = 0  # bytes a position map's attention may hold beyond the model's own, at `length` (`map_working_set`)
+    key_pairs_extra: int = 0  # the same under a selection of key pairs (DPE's top < 1: keys rotated per query head)
 
     @property
     def total(self) -> int | None:
@@ -42,12 +43,14 @@ class MemoryPlan:
             line += f" = {human(self.total)}"
         if self.map_extra:
             line += f"; under a position map up to {human(self.map_extra)} more"
+            if self.key_pairs_extra > self.map_extra:
+                line += f" ({human(self.key_pairs_extra)} with DPE's key pairs)"
         return line + (f"; {human(available)} available" if available else "")
 
     def to_json(self) -> dict[str, Any]:
         return {"weights_bytes": self.weights, "kv_cache_bytes": self.kv_cache, "length": self.length, "dtype": self.dtype,
                 "layers": self.layers, "kv_bytes_per_token": self.kv_per_token, "total_bytes": self.total,
-                "map_extra_bytes": self.map_extra}
+                "map_extra_bytes": self.map_extra, "key_pairs_extra_bytes": self.key_pairs_extra}
 
 
 def human(n: int) -> str:
@@ -141,20 +144,23 @@ def plan_memory(text: dict[str, Any], parameters: int | None, length: int, dtype
     b = BYTES.get(dtype, 4)
     kv, layers, per_token = kv_cache_bytes(text, length, b)
     return MemoryPlan(None if parameters is None else parameters * b, kv, length, dtype, layers, per_token,
-                      map_working_set(text, length, b))
+                      map_working_set(text, length, b), map_working_set(text, length, b, key_pairs=True))
 
 
-def map_working_set(text: dict[str, Any], length: int, dtype_bytes: int, regions: int = 3) -> int:
+def map_working_set(text: dict[str, Any], length: int, dtype_bytes: int, regions: int = 3, key_pairs: bool = False) -> int:
     """Bytes a position map's attention (`models.mapped_attention`, `models.flex_regions`) holds beyond the unpatched
     attention's, in the one layer that runs, at `length` tokens: a region's rotated queries and the merged output
     (T x H x D each), the key and value heads the fused causal kernel repeats for GQA (2 x T x (H - H_kv) x D), the
     rotated keys of up to `regions` regions (T x H_kv x D each) and two float32 log-sum-exps (T x H). An upper bound:
     on an H200 (1B shape, bf16, 16k-128k, benchmarks/bench_gpu_maps.py) the peak grew by at most 1 %, since a layer's
-    MLP activations outweigh its attention's; the CPU blocks also keep up to MASK_CACHE_BYTES of masks."""
+    MLP activations outweigh its attention's; the CPU blocks also keep up to MASK_CACHE_BYTES of masks. `key_pairs`: under
+    a selection of key pairs (DPE's top < 1) the keys and values are repeated per query head in every kernel and each
+    region's keys rotated per query head (T x H x D each), one rotation at true positions beside each (2 x T x H x D)."""
     heads = int(text.get("num_attention_heads") or 0)
     kv_heads = int(text.get("num_key_value_heads") or heads)
     head_dim = int(text.get("head_dim") or (int(text.get("hidden_size") or 0) // max(1, heads)))
-    per_token = (2 * heads + 2 * (heads - kv_heads) + regions * kv_heads) * head_dim * dtype_bytes + 2 * heads * 4
+    rotated_keys = regions * heads + 2 * heads if key_pairs else regions * kv_heads
+    per_token = (2 * heads + 2 * (heads - kv_heads) + rotated_keys) * head_dim * dtype_bytes + 2 * heads * 4
     return length * per_token
 
 
