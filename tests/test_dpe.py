@@ -337,3 +337,40 @@ def test_every_pair_selected_keeps_the_maps_earlier_name_and_cache_key():
     assert "top" not in map_label(every) and "top=0.75" in map_label(some)
     assert parse_map(map_text(some)) == some and parse_map(map_text(every)) == every
     assert bind("selfextend", {"G": 4, "W": 8}).share == 1.0
+
+
+MAPPED_ROWS = ["llama", "cohere", "phi (partial)", "gpt_neox (partial)", "ernie4_5", "glm4_moe (partial 0.5)",
+               "gemma4 (p-RoPE 0.25)", "qwen3_5 (hybrid, partial 0.5)"]
+
+
+@pytest.mark.parametrize("row", MAPPED_ROWS)
+def test_each_columns_pair_is_the_one_the_model_rotates(tmp_path, row):
+    """`column_pairs` reads each column's pair off the model's own rotation (rotate-half, interleaved, ERNIE's and
+    GLM's interleaved apply on a rotate-half cos, partial rotary, p-RoPE's unrotated pairs): rotated at another
+    position, a column moves weight only to the other column of its pair, and the columns marked -1 do not move."""
+    from transformers import AutoModelForCausalLM
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    from ropecli.models.map_layers import rotate_with
+    from ropecli.models.mapped_attention import NAME
+
+    folder = save_arch(next(a for a in ARCHS if a.name == row), tmp_path / "m")
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    seen = {}
+    with torch.no_grad(), mapped(model, "none", observe=lambda m, q, k, pair: seen.setdefault(m.layer_idx, (m, pair))):
+        model(torch.randint(2, VOCAB, (1, 20), generator=torch.Generator().manual_seed(0)))
+        dispatch = ALL_ATTENTION_FUNCTIONS[NAME]
+        layer, (module, pair) = next(iter(seen.items()))
+        attention = dispatch.mapped_by_slot[dispatch.plans[layer].rope]
+        D = pair.numel()
+        probe = torch.eye(D)[None, None]
+        cos, sin = attention.rotary(probe, torch.full((1, D), 7.0))
+        out = rotate_with(module, probe, cos, sin)[0, 0]
+    counts = torch.bincount(pair[pair >= 0])
+    assert set(counts[counts > 0].tolist()) == {2}  # every pair index names two columns
+    for c in range(D):
+        moved = set((out[c].abs() > 1e-6).nonzero().flatten().tolist()) - {c}
+        partners = set((pair == pair[c]).nonzero().flatten().tolist()) - {c} if pair[c] >= 0 else set()
+        assert moved <= partners and (pair[c] < 0 or moved == partners), (c, moved, partners)
+    if row.startswith("gemma4"):
+        assert (pair < 0).any()  # p-RoPE: the unrotated pairs are none of the selection's

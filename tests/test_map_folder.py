@@ -217,7 +217,7 @@ def test_lm_evals_hf_model_runs_the_folder(tmp_path):
     assert acc == pytest.approx(sum(own) / len(own)), (acc, own)
 
 
-@pytest.mark.parametrize("row", ["llama", "phi (partial)", "cohere"])
+@pytest.mark.parametrize("row", ["llama", "phi (partial)", "cohere", "ernie4_5", "gemma4 (p-RoPE 0.25)"])
 def test_the_folder_serves_dpes_key_pairs(tmp_path, row):
     """DPE with top < 1: the export chooses each head's key pairs on the model (as ropecli's evaluations do) and writes
     them in config.json; the folder moves only those (rotate-half, partial and interleaved layouts alike), its logits
@@ -232,7 +232,8 @@ def test_the_folder_serves_dpes_key_pairs(tmp_path, row):
     folder = load(export(model_dir, tmp_path / "out", "dpe", params, method="native"))
     pairs = json.loads((tmp_path / "out" / "config.json").read_text())["ropecli_map"]["pairs"]
     selection = load_model(str(model_dir), dtype="fp32", device="cpu").pair_selection(bind("dpe", params))
-    assert {int(k) for k in pairs} == set(selection) and all(len(h) == selection[0].sum(1)[0] for h in pairs["0"])
+    first = min(selection)  # Gemma 4: its first global layer
+    assert {int(k) for k in pairs} == set(selection) and all(len(h) == selection[first].sum(1)[0] for h in pairs[str(first)])
     reference = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     ids = torch.randint(2, VOCAB, (1, T), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
@@ -246,3 +247,23 @@ def test_the_folder_serves_dpes_key_pairs(tmp_path, row):
         logits[:, folder.config.eos_token_id] = float("-inf")
     assert (got - want).abs().max() < 1e-4 and (got - every).abs().max() > 1e-3
     assert torch.equal(out[0, L0 - 8:], logits.argmax(-1))
+
+
+@pytest.mark.parametrize("row", ["gemma2", "gemma3 + linear (v4)", "gpt_oss + yarn", "gemma4 (p-RoPE 0.25)"])
+def test_sliding_layers_decode_past_their_window_as_shipped(tmp_path, row):
+    """A sliding-window cache hands a decoding step only the window's keys: the sliding layer stays as shipped (read
+    from the position, not from T_k <= window), so greedy decoding under a map, in ropecli and in the folder, is one
+    teacher-forced pass (before: each step past the window ran the sliding layer under the map)."""
+    from transformers import AutoModelForCausalLM
+
+    params = {"G": 2, "W": 8}
+    model_dir = save_arch(next(a for a in ARCHS if a.name == row), tmp_path / "model")
+    folder = load(export(model_dir, tmp_path / "out", "selfextend", params, method="native"))
+    reference = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    ids = torch.randint(2, VOCAB, (1, L0), generator=torch.Generator().manual_seed(3))
+    for model, context in ((folder, None), (reference, lambda: mapped(reference, "selfextend", params))):
+        with torch.no_grad(), (context() if context else torch.no_grad()):
+            out = model.generate(ids[:, :L0 - 8], max_new_tokens=L0, do_sample=False, min_new_tokens=L0)
+            logits = model(out).logits[0, L0 - 9:-1]
+        logits[:, model.config.eos_token_id] = float("-inf")
+        assert torch.equal(out[0, L0 - 8:], logits.argmax(-1)), type(model).__name__

@@ -32,10 +32,11 @@ def modeling_source(position_map, base_class: str) -> str:
     return template.replace(MARKER, f"{MARKER}\n{source}\nREGION_FUNCTION = {fn.__name__!r}\n", 1)
 
 
-def write_map_folder(spec, out: str | None, write_schedule, selection: dict | None = None) -> dict:
+def write_map_folder(spec, out: str | None, write_schedule, select=None) -> dict:
     """Write the folder: `write_schedule(out)` first (the schedule's folder, or the model as shipped), then the map.
-    `selection`: {layer: (heads, pairs) bool}, the pairs a selecting map moves on this model (DPE's key pairs), written
-    as config.json's ropecli_map.pairs: {layer: [each head's pair indices]}."""
+    `select()`: {layer: (heads, pairs) bool}, the pairs a selecting map moves on this model (DPE's key pairs), asked
+    for once the folder is known to serve the map, written as config.json's ropecli_map.pairs: {layer: [each head's
+    pair indices]}."""
     position_map = spec.position_map
     if out is None or out.endswith(".json"):
         raise RopeCliError(f"--to transformers --map {position_map.name}: the map is served by a model folder's own "
@@ -47,7 +48,7 @@ def write_map_folder(spec, out: str | None, write_schedule, selection: dict | No
     if (why := _refusal(config)) is not None:
         raise RopeCliError(f"--to transformers --map {position_map.name}: {why}")
     config["ropecli_map"] = {"name": position_map.name, "params": position_map.values}
-    if selection is not None:
+    if (selection := select() if select is not None else None) is not None:
         config["ropecli_map"]["pairs"] = {str(layer): [[int(m) for m in row.nonzero()[0]] for row in mask]
                                           for layer, mask in selection.items()}
     config["auto_map"] = {**config.get("auto_map", {}), **AUTO_MAP}
@@ -92,7 +93,7 @@ def verify_map_folder(artefact: Path, exp) -> list:
                     served.get("name") == want.name)]
     got = served.get("params") or {}
     checks += [Check("transformers", None, f"ropecli_map.params.{k}", f"{v:g}", str(got.get(k)),
-                     isinstance(got.get(k), (int, float)) and float(got[k]) == float(v)) for k, v in want.values.items()]
+                     isinstance(got.get(k), (int, float)) and float(got[k]) == float(v)) for k, v in want.key_values.items()]
     if want.share < 1.0:  # the key pairs chosen on the model, per layer and head
         checks.append(Check("transformers", None, "ropecli_map.pairs", "each layer's key pairs per head",
                             f"{len(served.get('pairs') or {})} layers", bool(served.get("pairs"))))

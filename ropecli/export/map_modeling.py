@@ -127,23 +127,42 @@ class MapDispatch:
         if layer not in self.selection:
             return None
         if layer not in self._cols:
-            c = self.rotaries[plan.rope](x, torch.ones(1, 1, device=x.device))[0][0, 0]
-            D, P = c.shape[-1], c.shape[-1] // 2
-            pair = torch.arange(D, device=x.device) % P if torch.equal(c[:P], c[P:]) else torch.arange(D, device=x.device) // 2
-            sel = torch.zeros(len(self.selection[layer]), P, dtype=torch.bool, device=x.device)
-            for h, pairs in enumerate(self.selection[layer]):
+            pair, P = self.column_pairs(module, plan, x)
+            heads = self.selection[layer]
+            if len(heads) != x.shape[1] or any(m >= P for h in heads for m in h):
+                raise ValueError(f"config.json ropecli_map.pairs, layer {layer}: {len(heads)} heads of pairs below {P} "
+                                 f"expected {x.shape[1]}: export the folder again from this model")
+            sel = torch.zeros(len(heads), P, dtype=torch.bool, device=x.device)
+            for h, pairs in enumerate(heads):
                 sel[h, pairs] = True
             cols = torch.zeros(sel.shape[0], x.shape[-1], dtype=torch.bool, device=x.device)
-            cols[:, :D] = sel[:, pair]
+            cols[:, pair >= 0] = sel[:, pair[pair >= 0]]
             self._cols[layer] = cols[None, :, None, :]
         return self._cols[layer]
+
+    def column_pairs(self, module, plan, x):
+        """((head dims,) each column's rotary pair as the model rotates it, -1 where it does not rotate; pairs): each
+        column alone rotated at position 1 by the model's own apply, the weight it moves matched to the module's sines
+        (ropecli's `models.map_layers.column_pairs`)."""
+        D = x.shape[-1]
+        probe = torch.eye(D, dtype=torch.float32, device=x.device)[None, None]
+        cos, sin = self.rotaries[plan.rope](probe, torch.ones(1, D, device=x.device))
+        out = own_apply(module)(probe, cos.float(), sin.float())[0, 0]
+        moved = (out - torch.diag(torch.diagonal(out))).abs().amax(dim=1)
+        s = sin[0, 0].float().abs()
+        P = s.shape[-1] // 2
+        per_pair = s[:P] if torch.equal(s[:P], s[P:]) else s[0::2]
+        gap = (moved.clamp_min(1e-30).log()[:, None] - per_pair.clamp_min(1e-30).log()[None, :]).abs()
+        return torch.where(moved > 0, gap.argmin(dim=1), torch.full_like(moved, -1, dtype=torch.long)), P
 
 
     def __call__(self, module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, **kwargs):
         plan = self.plans[module.layer_idx]
         Tq, Tk = query.shape[2], key.shape[2]
         window = kwargs.get("sliding_window") or plan.window
-        if plan.rope is not None and (plan.mapped if window is None else window >= Tk):
+        pos = kwargs.get("position_ids")  # the sequence so far: a sliding cache hands a step only the window's keys
+        seen = int(pos.max()) + 1 if isinstance(pos, torch.Tensor) and pos.numel() else Tk
+        if plan.rope is not None and (plan.mapped if window is None else window >= seen):
             return map_attention(self, module, plan, query, key, value, scaling, kwargs.get("softcap"),
                                  kwargs.get("s_aux"))
         if plan.rope is not None:

@@ -21,7 +21,7 @@ import numpy as np
 
 from ropecli.models.model_rope import ModelRope
 from ropecli.models.position_temperature import position_temperature
-from ropecli.rope.pair_selection import select_pairs
+from ropecli.rope.pair_selection import CALIBRATION_WINDOW, select_pairs
 from ropecli.rope.position_maps import as_bound
 from ropecli.rope.schedule import Schedule
 
@@ -110,6 +110,7 @@ class TransformersBackend:
         from ropecli.models.patch import add_log_n_hooks, apply_schedule, restore
 
         hooks = []
+        selection = self.pair_selection(as_bound(position_map)) if position_map else None  # before any schedule
         try:
             # the model as shipped: untouched (under a map, written: a length-dependent rotary would pick its factors
             # from each rotation's own positions, and the map rotates queries and keys at different ones)
@@ -123,7 +124,7 @@ class TransformersBackend:
                     stack.enter_context(position_temperature(self.model, schedule.temperature))
                 if position_map:
                     bound = as_bound(position_map)
-                    stack.enter_context(mapped(self.model, bound.name, bound.values, selection=self.pair_selection(bound)))
+                    stack.enter_context(mapped(self.model, bound.name, bound.values, selection=selection))
                 yield
         finally:
             for h in hooks:
@@ -133,12 +134,22 @@ class TransformersBackend:
 
     def pair_selection(self, bound) -> dict | None:
         """The pairs a selecting map moves on this model (DPE's key pairs: `rope.pair_selection` on the contributions
-        `models.pair_contributions` measures once per model and process); None where the map moves every pair."""
+        `models.pair_contributions` measures on the model as shipped, once per model and process); None where the map
+        moves every pair."""
         if bound.share >= 1.0:
             return None
         from ropecli.models.pair_contributions import model_contributions
+        from ropecli.models.scoring import oom_error, out_of_memory
 
-        return select_pairs(model_contributions(self), bound.share)
+        as_shipped = native_reference(self.rope, Schedule("none", np.ones(self.rope.rotary_dim // 2), 1.0))
+        try:  # on the model as shipped, whatever schedule the evaluation asks for: one choice per model, as export's
+            with self.scaled(as_shipped, False):
+                contributions = model_contributions(self)
+        except RuntimeError as exc:
+            if out_of_memory(exc):
+                raise oom_error(min(self.rope.shipped_len, CALIBRATION_WINDOW)) from None
+            raise
+        return select_pairs(contributions, bound.share)
 
     def _run(self, score, ids: np.ndarray, *args, **kw):
         """`score(model, ids (1, T) on the model's device, ...)`, an out-of-memory error as one line."""

@@ -105,7 +105,7 @@ class LayerDispatch:
         plan = self.plans[idx] if idx is not None and idx < len(self.plans) else LayerPlan("RoPE full", True, 0)
         Tq, Tk = query.shape[2], key.shape[2]
         window = kwargs.get("sliding_window") or plan.sliding  # a window that reaches every key: a global layer
-        if plan.rope is not None and (plan.mapped if window is None else window >= Tk):
+        if plan.rope is not None and (plan.mapped if window is None else window >= seen(kwargs, Tk)):
             return self.mapped_by_slot[plan.rope](module, query, key, value, attention_mask, scaling=scaling,
                                                   dropout=dropout, **kwargs)
         if plan.rope is not None:
@@ -113,6 +113,14 @@ class LayerDispatch:
             key = self.rotaries[plan.rope](module, key, torch.arange(Tk, device=key.device))
         fn = own_attention(module, self.implementation, self.functions)
         return fn(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+
+
+def seen(kwargs: dict, Tk: int) -> int:
+    """How many tokens the sequence holds so far: the last query's position + 1 where the layer passes position_ids
+    (a sliding-window cache hands a decoding step only the window's keys, T_k <= window, however long the sequence
+    is: read from T_k, every step past the window would run the sliding layer as global), else T_k."""
+    pos = kwargs.get("position_ids")
+    return int(pos.max()) + 1 if isinstance(pos, torch.Tensor) and pos.numel() else Tk
 
 
 def rotator(real_forward, layer_type: str | None) -> Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor]:
@@ -183,3 +191,26 @@ def _same_as_half(apply, x, cos, sin) -> bool | None:
     if not sin.abs().max() > 0:
         return None
     return bool(torch.allclose(apply(x, cos, sin), _half(x, cos, sin), atol=1e-5))
+
+
+def column_pairs(module, rotary, x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """((head dims,) the rotary pair, i.e. the frequency index m, of each column of a head as this model rotates it, -1
+    for a column that does not rotate; the module's number of pairs). Probed, not assumed from the module's cos: each
+    column alone is rotated at position 1 (`rotate_with`, the model's own apply function where it has one), and the
+    weight it moves to its partner, |a sin θ_m|, is matched to the module's own sines, so a model whose cos is
+    rotate-half but whose apply rotates interleaved pairs (GLM, ERNIE 4.5, Helium) is read as it rotates. A frequency
+    of 0 (p-RoPE's unrotated pairs) moves nothing: -1."""
+    D = x.shape[-1]
+    probe = torch.eye(D, dtype=torch.float32, device=x.device)[None, None]  # token c: the unit vector of column c
+    cos, sin = rotary(probe, torch.ones(1, D, device=x.device))
+    out = rotate_with(module, probe, cos.float(), sin.float())[0, 0]
+    moved = (out - torch.diag(torch.diagonal(out))).abs().amax(dim=1)  # (D,): |a sin θ| of the column's pair
+    s = sin[0, 0].float().abs()  # (rotary dims,) in the module's layout
+    P = s.shape[-1] // 2
+    per_pair = s[:P] if torch.equal(s[:P], s[P:]) else s[0::2]  # (P,) |a sin θ_m|, rotate-half or interleaved cos
+    gap = (moved.clamp_min(1e-30).log()[:, None] - per_pair.clamp_min(1e-30).log()[None, :]).abs()
+    pair = torch.where(moved > 0, gap.argmin(dim=1), torch.full_like(moved, -1, dtype=torch.long))
+    if (torch.bincount(pair[pair >= 0], minlength=P) > 2).any():
+        raise RopeCliError(f"{type(module).__name__}: two rotary pairs turn at the same frequency; their columns cannot "
+                           "be told apart for a per-pair choice")
+    return pair, P

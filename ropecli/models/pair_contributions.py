@@ -20,11 +20,11 @@ _MEMO: dict = {}  # (model id, its fingerprint) -> contributions: one calibratio
 
 
 def pair_norms(x: torch.Tensor, pair: torch.Tensor) -> torch.Tensor:
-    """x (B, H, T, D) -> (B, H, T, pairs): the 2-norm of each rotary pair's components (the columns `pair` (rotary
-    dims,) names, in the model's layout; the head's other columns do not rotate)."""
-    sq = x[..., :pair.numel()].float().pow(2)
+    """x (B, H, T, D) -> (B, H, T, pairs): the 2-norm of each rotary pair's two components (`pair` (D,): each column's
+    pair as the model rotates it, -1 for a column that does not rotate: `map_layers.column_pairs`)."""
+    on = pair >= 0
     out = torch.zeros(*x.shape[:-1], int(pair.max()) + 1, dtype=torch.float32, device=x.device)
-    return out.index_add_(-1, pair, sq).sqrt_()
+    return out.index_add_(-1, pair[on], x[..., :pair.numel()][..., on].float().pow(2)).sqrt_()
 
 
 def calibration_windows(tokenizer, Ls: int) -> list[np.ndarray]:
@@ -43,6 +43,7 @@ def pair_contributions(model, windows: list[np.ndarray]) -> dict[int, np.ndarray
     """{layer index: (heads, pairs) mean over the windows' tokens of |q_m| |k_m|} for every layer a map moves."""
     sums: dict[int, torch.Tensor] = {}
     tokens: dict[int, int] = {}
+    rotating: dict[int, np.ndarray] = {}
 
     def observe(module, query, key, pair):
         qn, kn = pair_norms(query, pair), pair_norms(key, pair)  # (B, H, T, P), (B, H_kv, T, P)
@@ -50,12 +51,14 @@ def pair_contributions(model, windows: list[np.ndarray]) -> dict[int, np.ndarray
         layer = module.layer_idx
         sums[layer] = sums.get(layer, 0) + (qn * kn).sum(dim=(0, 2)).double().cpu()
         tokens[layer] = tokens.get(layer, 0) + qn.shape[0] * qn.shape[2]
+        rotating[layer] = torch.bincount(pair[pair >= 0].cpu(), minlength=qn.shape[-1]).numpy() > 0
 
     device = next(model.parameters()).device
     with torch.no_grad(), mapped(model, "none", observe=observe):
         for ids in windows:
             model(torch.from_numpy(ids)[None].to(device))
-    return {layer: (sums[layer] / tokens[layer]).numpy() for layer in sorted(sums)}
+    # a pair index no column turns at (a frequency of 0 inside p-RoPE's rotated part): NaN, never selected
+    return {layer: np.where(rotating[layer], (sums[layer] / tokens[layer]).numpy(), np.nan) for layer in sorted(sums)}
 
 
 def model_contributions(backend) -> dict[int, np.ndarray]:

@@ -19,7 +19,7 @@ import torch
 from ropecli.errors import RopeCliError
 from ropecli.models.flex_regions import FlexRegions, flex_available
 from ropecli.models.map_bands import CAUSAL, masked, merge_into, split_band, whole_triangles
-from ropecli.models.map_layers import rotate_with
+from ropecli.models.map_layers import column_pairs, rotate_with
 
 BLOCK = 512  # queries per block: each region's mask is (BLOCK, its band of keys)
 MASK_CACHE_BYTES = 256 * 2 ** 20  # one shape's masks, kept across the layers of a forward (bool: a byte a pair)
@@ -130,14 +130,15 @@ class MappedAttention:
         self.kernel, self._flex = kernel, {}
         self._trig: dict | None = None  # cos and sin of this forward pass, by (queries or keys, region, block or reach)
         self.selection, self.observe, self._columns = selection, observe, {}
-        self._pair: torch.Tensor | None = None
+        self._pair: dict = {}
 
-    def pair(self, x) -> torch.Tensor:
-        """(rotary dims,) the rotary pair of each column of the rotary module's cos, in its layout (`pair_groups`)."""
-        if self._pair is None or self._pair.device != x.device:
-            P = self.rotary(x, torch.ones(1, 1, device=x.device))[0].shape[-1] // 2
-            self._pair = pair_groups(self.rotary, x, P)
-        return self._pair
+    def pair(self, module, x) -> torch.Tensor:
+        """(head dims,) the rotary pair of each column of x's heads as the model rotates it, -1 where it does not
+        rotate (`map_layers.column_pairs`: probed once per attention class and device)."""
+        key = (type(module), x.device)
+        if key not in self._pair:
+            self._pair[key] = column_pairs(module, self.rotary, x)[0]
+        return self._pair[key]
 
     def columns(self, module, query) -> torch.Tensor | None:
         """(1, H, 1, D) bool: the columns of each head the map moves in this layer (its selected pairs' columns); None
@@ -148,13 +149,13 @@ class MappedAttention:
         if layer not in self._columns:
             if layer not in self.selection:
                 raise RopeCliError(f"the key-pair selection has no layer {layer}: select on this model")
-            pair, sel = self.pair(query), torch.as_tensor(self.selection[layer], device=query.device)
-            H, D = query.shape[1], query.shape[-1]
-            if sel.shape != (H, int(pair.max()) + 1):
+            pair, sel = self.pair(module, query), torch.as_tensor(self.selection[layer], device=query.device)
+            H = query.shape[1]
+            if sel.ndim != 2 or sel.shape[0] != H or sel.shape[1] <= int(pair.max()):
                 raise RopeCliError(f"layer {layer}: the key-pair selection is {tuple(sel.shape)} (heads, pairs), the "
-                                   f"model's {(H, int(pair.max()) + 1)}: select on this model")
-            cols = torch.zeros(H, D, dtype=torch.bool, device=query.device)
-            cols[:, :pair.numel()] = sel[:, pair]
+                                   f"model's ({H}, {int(pair.max()) + 1}): select on this model")
+            cols = torch.zeros(H, query.shape[-1], dtype=torch.bool, device=query.device)
+            cols[:, pair >= 0] = sel[:, pair[pair >= 0]]
             self._columns[layer] = cols[None, :, None, :]
         return self._columns[layer]
 
@@ -212,7 +213,7 @@ class MappedAttention:
         Tk = key.shape[2]
         scaling = D ** -0.5 if scaling is None else scaling
         if self.observe is not None:
-            self.observe(module, query, key, self.pair(query))
+            self.observe(module, query, key, self.pair(module, query))
         cols = self.columns(module, query)
         if cols is not None and key.shape[1] != H:  # a selection per query head: each its own keys' rotation
             key, value = key.repeat_interleave(H // key.shape[1], dim=1), value.repeat_interleave(H // key.shape[1], dim=1)

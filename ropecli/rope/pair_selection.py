@@ -29,13 +29,13 @@ def kept_pairs(pairs: int, share: float) -> int:
 
 
 def select_pairs(contributions: dict[int, np.ndarray], share: float) -> dict[int, np.ndarray]:
-    """{layer: (heads, pairs) mean |q_m| |k_m|} -> {layer: (heads, pairs) bool}, True on each head's top
-    `kept_pairs(pairs, share)` pairs (ties to the lower pair index: a stable sort)."""
+    """{layer: (heads, pairs) mean |q_m| |k_m|, NaN for a pair that does not rotate} -> {layer: (heads, pairs) bool},
+    True on each head's top `kept_pairs(rotating pairs, share)` pairs (ties to the lower pair index: a stable sort)."""
     out = {}
     for layer, c in contributions.items():
         c = np.asarray(c, dtype=np.float64)
-        k = kept_pairs(c.shape[-1], share)
-        order = np.argsort(-c, axis=-1, kind="stable")[..., :k]  # (heads, k): the largest first
+        k = kept_pairs(int(np.isfinite(c[0]).sum()), share)  # among the pairs that turn (p-RoPE's others never move)
+        order = np.argsort(np.where(np.isfinite(c), -c, np.inf), axis=-1, kind="stable")[..., :k]  # the largest first
         mask = np.zeros(c.shape, dtype=bool)
         np.put_along_axis(mask, order, True, axis=-1)
         out[layer] = mask

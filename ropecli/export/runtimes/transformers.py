@@ -106,12 +106,14 @@ def write_map(spec, geom, rope, out, *, model=None, gguf_file=None, force=False,
             return write_block({"model": model, "lines": []}, None, path, model, gguf_file, force, folder=True)
         return write(spec, geom, rope, path, model=model, gguf_file=gguf_file, force=force, consistent=consistent)
 
-    selection = None
-    if spec.position_map.share < 1.0:  # DPE's key pairs: chosen on the model itself, as ropecli's evaluations chose them
+    def select() -> dict | None:  # DPE's key pairs: chosen on the model as shipped, as ropecli's evaluations choose them
+        if spec.position_map.share >= 1.0:
+            return None
         from ropecli.models.load import load_model
 
-        selection = load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu").pair_selection(spec.position_map)
-    return write_map_folder(spec, out, folder, selection)
+        return load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu").pair_selection(spec.position_map)
+
+    return write_map_folder(spec, out, folder, select)
 
 
 def verify_map(artefact, exp) -> list:
