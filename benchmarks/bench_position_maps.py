@@ -20,6 +20,8 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+
 TRAINED = {"builtin": 256, "smollm2": 8192}  # the models' L (max_position_embeddings): the maps' parameters scale with it
 
 
@@ -58,9 +60,12 @@ def child(model: str, length: int, pmap: str | None, repeats: int) -> None:
     windows = sample_windows(docs, tokenize_documents(docs, lm.tokenizer), length, 1, 0, lm.tokenizer.bos_token_id)
     ids = windows.ids[0]
     bound = (as_bound(parse_map(pmap)) or bind("none", {})) if pmap is not None else None
-    t0 = time.perf_counter()
-    selection = lm.pair_selection(bound) if bound else None  # DPE's key pairs: chosen once per model, not timed below
-    calibration = time.perf_counter() - t0
+    calibration, selection = 0.0, None
+    if bound and bound.share < 1.0:  # DPE's key pairs: chosen once per model, in a process of its own (the heap its
+        out = subprocess.run([sys.executable, __file__, "--model", model, "--select", pmap],  # activations leave
+                             capture_output=True, text=True, check=True)  # behind would count as the forward's peak)
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        calibration, selection = got["seconds"], {int(k): np.asarray(v, dtype=bool) for k, v in got["pairs"].items()}
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
     best, nll = float("inf"), None
@@ -77,16 +82,31 @@ def child(model: str, length: int, pmap: str | None, repeats: int) -> None:
     print(json.dumps({"seconds": best, "peak_mib": peak_kib() / 1024, "nll": nll, "calibration_seconds": calibration}))
 
 
+def select(model: str, pmap: str) -> None:
+    """The key pairs of `pmap` on the model, as JSON {seconds, pairs: {layer: (heads, pairs) bool}}."""
+    from ropecli.models.load import load_model
+    from ropecli.rope.map_spelling import parse_map
+    from ropecli.rope.position_maps import as_bound
+
+    lm = load_model(model, dtype="fp32", device="cpu")
+    t0 = time.perf_counter()
+    pairs = lm.pair_selection(as_bound(parse_map(pmap)))
+    print(json.dumps({"seconds": time.perf_counter() - t0, "pairs": {k: v.tolist() for k, v in pairs.items()}}))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="builtin")
     ap.add_argument("--len", type=int, default=1024)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--child", default=None)
+    ap.add_argument("--select", default=None)
     ap.add_argument("--L", type=int, default=None, help="the model's training length (default: known for builtin, smollm2)")
     ap.add_argument("--only", default=None, help="comma-separated map names to run beside unpatched and identity "
                     "(e.g. selfextend-llamacpp: a 16k SmolLM2 forward takes minutes)")
     args = ap.parse_args()
+    if args.select is not None:
+        return select(args.model, args.select)
     if args.child is not None:
         return child(args.model, args.len, None if args.child == "-" else args.child, args.repeats)
     rows = {}

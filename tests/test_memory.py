@@ -72,8 +72,8 @@ def test_a_maps_extra_counts_the_heads_gqa_repeats():
     text = {"num_attention_heads": 32, "num_key_value_heads": 4, "hidden_size": 2048}  # the 1B shape of bench_gpu_maps
     assert map_working_set(text, 1000, 2) == 1000 * ((64 + 56 + 12) * 64 * 2 + 256)
     assert map_working_set(text | {"num_key_value_heads": 32}, 1000, 2) == 1000 * ((64 + 0 + 96) * 64 * 2 + 256)
-    # DPE's key pairs: three regions' keys rotated per query head, and a rotation at true positions beside one
-    assert map_working_set(text, 1000, 2, key_pairs=True) == 1000 * ((64 + 56 + 96 + 64) * 64 * 2 + 256)
+    # DPE's key pairs: three regions' keys rotated per query head twice, each with rotate-half's two temporaries
+    assert map_working_set(text, 1000, 2, key_pairs=True) == 1000 * ((64 + 56 + 3 * 5 * 32) * 64 * 2 + 256)
 
 
 def test_a_model_that_cannot_fit_is_refused_before_loading(tmp_path, text_file, monkeypatch):

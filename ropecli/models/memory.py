@@ -154,12 +154,16 @@ def map_working_set(text: dict[str, Any], length: int, dtype_bytes: int, regions
     rotated keys of up to `regions` regions (T x H_kv x D each) and two float32 log-sum-exps (T x H). An upper bound:
     on an H200 (1B shape, bf16, 16k-128k, benchmarks/bench_gpu_maps.py) the peak grew by at most 1 %, since a layer's
     MLP activations outweigh its attention's; the CPU blocks also keep up to MASK_CACHE_BYTES of masks. `key_pairs`: under
-    a selection of key pairs (DPE's top < 1) the keys and values are repeated per query head in every kernel and each
-    region's keys rotated per query head (T x H x D each), one rotation at true positions beside each (2 x T x H x D)."""
+    a selection of key pairs (DPE's top < 1) the keys and values are repeated per query head in every kernel and every
+    region's keys are rotated per query head twice (the map's positions and the true ones), each rotation with
+    rotate-half's two temporaries, counted as if none were freed before the layer ends (5 x T x H x D per region):
+    measured on SmolLM2 at 8k (benchmarks/bench_position_maps.py --model smollm2 --len 8192 --only dpe, the selection
+    made in a process of its own) the peak grew by 330 MB, under this bound's 346 MB; the bound without key pairs is
+    82 MB, which the grouped DPE alone exceeded there (90 MB)."""
     heads = int(text.get("num_attention_heads") or 0)
     kv_heads = int(text.get("num_key_value_heads") or heads)
     head_dim = int(text.get("head_dim") or (int(text.get("hidden_size") or 0) // max(1, heads)))
-    rotated_keys = regions * heads + 2 * heads if key_pairs else regions * kv_heads
+    rotated_keys = regions * 5 * heads if key_pairs else regions * kv_heads
     per_token = (2 * heads + 2 * (heads - kv_heads) + rotated_keys) * head_dim * dtype_bytes + 2 * heads * 4
     return length * per_token
 

@@ -41,7 +41,8 @@ def rotated(x: torch.Tensor, positions: torch.Tensor, rotary, cache: dict | None
     out = rotate_with(module, x, *got)
     if columns is None:
         return out
-    return torch.where(columns, out, rotated(x, true, rotary, cache, ("true", key), module))
+    keep = rotated(x, true, rotary, cache, ("true", key), module)  # merged in place: no third tensor of x's size
+    return keep.mul_(~columns).add_(out.mul_(columns))
 
 
 def trig_at(x, positions: torch.Tensor, rotary) -> tuple[torch.Tensor, torch.Tensor]:
