@@ -84,11 +84,13 @@ def child(model: str, length: int, pmap: str | None, repeats: int) -> None:
 
 def select(model: str, pmap: str) -> None:
     """The key pairs of `pmap` on the model, as JSON {seconds, pairs: {layer: (heads, pairs) bool}}."""
+    from ropecli.evaluation.corpus import training_plays
     from ropecli.models.load import load_model
     from ropecli.rope.map_spelling import parse_map
     from ropecli.rope.position_maps import as_bound
 
     lm = load_model(model, dtype="fp32", device="cpu")
+    lm.calibration = training_plays
     t0 = time.perf_counter()
     pairs = lm.pair_selection(as_bound(parse_map(pmap)))
     print(json.dumps({"seconds": time.perf_counter() - t0, "pairs": {k: v.tolist() for k, v in pairs.items()}}))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ropecli.evaluation.corpus import training_plays
 from ropecli.models.load import load_model
 from ropecli.models.pair_contributions import calibration_windows, pair_contributions
 from ropecli.rope.map_rules import DPE_GROUPS
@@ -76,7 +77,7 @@ def main() -> None:
     if args.plot:
         return plot(args.plot)
     be = load_model(args.model, dtype="fp32", device="cpu")
-    windows = calibration_windows(be.tokenizer, be.rope.shipped_len)
+    windows = calibration_windows(be.tokenizer, be.rope.shipped_len, training_plays())
     every = pair_contributions(be.model, windows)
     half = pair_contributions(be.model, windows[:max(1, len(windows) // 2)])
     inv = be.rope.geometry(1.0).inv_freq()

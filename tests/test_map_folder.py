@@ -224,6 +224,8 @@ def test_the_folder_serves_dpes_key_pairs(tmp_path, row):
     ropecli's mapped model's under the same selection, and decoding through the KV cache follows one pass."""
     from transformers import AutoModelForCausalLM
 
+    from ropecli.errors import RopeCliError
+    from ropecli.evaluation.corpus import training_plays
     from ropecli.models.load import load_model
     from ropecli.rope.position_maps import bind
 
@@ -231,7 +233,11 @@ def test_the_folder_serves_dpes_key_pairs(tmp_path, row):
     model_dir = save_arch(next(a for a in ARCHS if a.name == row), tmp_path / "model")
     folder = load(export(model_dir, tmp_path / "out", "dpe", params, method="native"))
     pairs = json.loads((tmp_path / "out" / "config.json").read_text())["ropecli_map"]["pairs"]
-    selection = load_model(str(model_dir), dtype="fp32", device="cpu").pair_selection(bind("dpe", params))
+    backend = load_model(str(model_dir), dtype="fp32", device="cpu")
+    with pytest.raises(RopeCliError, match="chosen on calibration text"):
+        backend.pair_selection(bind("dpe", params))
+    backend.calibration = training_plays  # what the evaluation layer and the export hand down
+    selection = backend.pair_selection(bind("dpe", params))
     first = min(selection)  # Gemma 4: its first global layer
     assert {int(k) for k in pairs} == set(selection) and all(len(h) == selection[first].sum(1)[0] for h in pairs[str(first)])
     reference = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()

@@ -27,6 +27,7 @@ from typing import Callable
 
 from ropecli.evaluation.cache import EvalCache
 from ropecli.evaluation.cache_migrations import legacy_key, rekeyed, respelled, whole_evaluation
+from ropecli.evaluation.corpus import training_plays
 from ropecli.evaluation.distributed import Dist
 from ropecli.evaluation.inputs import Inputs
 from ropecli.evaluation.key_metric import key_fields, window_key_sums
@@ -54,6 +55,10 @@ class Evaluator:
     keep_tokens: bool = False  # ppl: entries without every prediction's NLL are computed again
     key_rule: KeyRule | None = None  # which predictions are key (`key_tokens`): key PPL beside PPL; kept NLL with it
     generate: bool = False  # tasks: also RULER's generation score (a greedy answer per prompt)
+
+    def __post_init__(self) -> None:
+        if getattr(self.backend, "calibration", False) is None:  # DPE's key pairs are chosen on the training plays
+            self.backend.calibration = training_plays
 
     @classmethod
     def over(cls, backend: ModelBackend, data: list[str] | None = None, *, samples: int = 4, seed: int = 0,

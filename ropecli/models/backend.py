@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ropecli.errors import RopeCliError
 from ropecli.models.model_rope import ModelRope
 from ropecli.models.position_temperature import position_temperature
 from ropecli.rope.pair_selection import CALIBRATION_WINDOW, select_pairs
@@ -86,6 +87,7 @@ class TransformersBackend:
     maps: bool = True  # runs every position map at the attention (`models.mapped_attention`); llama.cpp: Self-Extend alone
     earlier_fingerprints: tuple[str, ...] = ()  # (with transformers' version in it, ropecli 0.x's): their windows are reused
     native_patched: bool = False  # the loaded rotary modules lack the shipped schedule (a GGUF's rope_freqs): write it
+    calibration: Any = None  # () -> {name: text}: what key pairs are chosen on (the evaluation layer's training plays)
 
     @property
     def name(self) -> str:
@@ -138,13 +140,16 @@ class TransformersBackend:
         moves every pair."""
         if bound.share >= 1.0:
             return None
+        if self.calibration is None:
+            raise RopeCliError(f"{bound.name}: its key pairs are chosen on calibration text, and none was given "
+                               "(backend.calibration = ropecli.evaluation.corpus.training_plays)")
         from ropecli.models.pair_contributions import model_contributions
         from ropecli.models.scoring import oom_error, out_of_memory
 
         as_shipped = native_reference(self.rope, Schedule("none", np.ones(self.rope.rotary_dim // 2), 1.0))
         try:  # on the model as shipped, whatever schedule the evaluation asks for: one choice per model, as export's
             with self.scaled(as_shipped, False):
-                contributions = model_contributions(self)
+                contributions = model_contributions(self, self.calibration())
         except RuntimeError as exc:
             if out_of_memory(exc):
                 raise oom_error(min(self.rope.shipped_len, CALIBRATION_WINDOW)) from None

@@ -1,8 +1,8 @@
 """Each rotary pair's contribution to a model's attention scores, per layer and head (DPE's key-pair selection, issue
 61; the selection itself is `ropecli.rope.pair_selection`).
 
-The model reads the calibration text (ropecli's training plays, never an evaluation's text: `rope.pair_selection`'s
-CALIBRATION) in windows of min(Ls, 4096) tokens, under the identity map, whose attention sees the queries and keys
+The model reads the calibration text (ropecli's training plays, handed down by the evaluation layer as
+`backend.calibration`; never an evaluation's text: `rope.pair_selection`'s CALIBRATION) in windows of min(Ls, 4096) tokens, under the identity map, whose attention sees the queries and keys
 before rotation and otherwise runs the model as shipped (`models.mapped_attention`). Per layer, head h and pair m:
 the mean over tokens of |q_{t,h,m}| |k_{t,h',m}| (h' the key head of h), as DPE's qk_2_norm_select_dim.py computes it.
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ropecli.evaluation.corpus import training_plays
 from ropecli.models.mapped_attention import mapped
 from ropecli.rope.pair_selection import CALIBRATION_TOKENS, CALIBRATION_WINDOW
 
@@ -27,12 +26,13 @@ def pair_norms(x: torch.Tensor, pair: torch.Tensor) -> torch.Tensor:
     return out.index_add_(-1, pair[on], x[..., :pair.numel()][..., on].float().pow(2)).sqrt_()
 
 
-def calibration_windows(tokenizer, Ls: int) -> list[np.ndarray]:
-    """CALIBRATION_TOKENS of the training plays in windows of min(Ls, CALIBRATION_WINDOW) tokens, from the first play."""
+def calibration_windows(tokenizer, Ls: int, texts: dict[str, str]) -> list[np.ndarray]:
+    """CALIBRATION_TOKENS of `texts` (ropecli's training plays: `evaluation.corpus.training_plays`) in windows of
+    min(Ls, CALIBRATION_WINDOW) tokens, from the first text on."""
     n = min(Ls, CALIBRATION_WINDOW)
-    ids, plays = [], training_plays()
-    for name in plays:
-        ids.extend(tokenizer(plays[name], add_special_tokens=False)["input_ids"])
+    ids = []
+    for name in texts:
+        ids.extend(tokenizer(texts[name], add_special_tokens=False)["input_ids"])
         if len(ids) >= CALIBRATION_TOKENS:
             break
     ids = np.asarray(ids[:CALIBRATION_TOKENS], dtype=np.int64)
@@ -61,9 +61,10 @@ def pair_contributions(model, windows: list[np.ndarray]) -> dict[int, np.ndarray
     return {layer: np.where(rotating[layer], (sums[layer] / tokens[layer]).numpy(), np.nan) for layer in sorted(sums)}
 
 
-def model_contributions(backend) -> dict[int, np.ndarray]:
-    """The backend's model's contributions on the calibration text, computed once per model and process."""
+def model_contributions(backend, texts: dict[str, str]) -> dict[int, np.ndarray]:
+    """The backend's model's contributions on the calibration `texts`, computed once per model and process."""
     key = (id(backend.model), backend.fingerprint)
     if key not in _MEMO:
-        _MEMO[key] = pair_contributions(backend.model, calibration_windows(backend.tokenizer, backend.rope.shipped_len))
+        _MEMO[key] = pair_contributions(backend.model, calibration_windows(backend.tokenizer, backend.rope.shipped_len,
+                                                                           texts))
     return _MEMO[key]

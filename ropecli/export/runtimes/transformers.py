@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from ropecli.export.runtimes.record import PER_FORWARD, Runtime, Version
 from ropecli.errors import RopeCliError
+from ropecli.evaluation.corpus import training_plays
 
 RECORD = Runtime(
     output="folder-or-json",
@@ -111,7 +112,9 @@ def write_map(spec, geom, rope, out, *, model=None, gguf_file=None, force=False,
             return None
         from ropecli.models.load import load_model
 
-        return load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu").pair_selection(spec.position_map)
+        backend = load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu")
+        backend.calibration = training_plays
+        return backend.pair_selection(spec.position_map)
 
     return write_map_folder(spec, out, folder, select)
 
