@@ -9,7 +9,8 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from ropecli.errors import RopeCliError
 from ropecli.models.mapped_attention import NAME, mapped
-from ropecli.models.region_attention import _fused_for, rotated
+from ropecli.models.map_rotation import rotated
+from ropecli.models.region_attention import _fused_for
 from ropecli.rope.map_pairs import relative_positions
 from ropecli.rope.position_maps import MAPS, map_params
 from tiny_models import build

@@ -178,7 +178,7 @@ class MapDispatch:
 def trig_at(rotary, x, positions):
     """cos, sin (1, T, rotary dims) at positions (T,), or at positions (T, groups) that differ per group of rotary
     pairs (group g: the pairs m with floor(m groups / pairs) = g), each group's columns from the rotary module's own
-    output at its positions, in its layout (ropecli's `models.region_attention.trig_at`)."""
+    output at its positions, in its layout (ropecli's `models.map_rotation.trig_at`)."""
     if positions.ndim == 1:
         return rotary(x, positions.to(torch.float32)[None, :])
     per = [rotary(x, positions[:, g].to(torch.float32)[None, :]) for g in range(positions.shape[1])]
