@@ -22,17 +22,28 @@ AUTO_MAP = {"AutoModelForCausalLM": "modeling_ropecli_map.RopecliMapForCausalLM"
 MARKER = "# REGIONS: the map's region function, ropecli's own source, pasted by the export below this line\n"
 
 
+BANDS = "# BANDS: ropecli's band planner (ropecli.models.map_bands, region_attention), pasted by the export below this line\n"
+
+
 def modeling_source(position_map, base_class: str) -> str:
-    """The folder's modeling file: the template with the model's class and the map's region function."""
+    """The folder's modeling file: the template with the model's class, ropecli's band planner (`models.map_bands`
+    and `models.region_attention.region_attention`, torch alone: the code ropecli measures with) and the map's region
+    function."""
+    from ropecli.models import map_bands
+    from ropecli.models.region_attention import region_attention
+
     template = (Path(__file__).with_name("map_modeling.py")).read_text()
     fn = resolve_map(position_map.name).regions
     source = inspect.getsource(fn)
     source = source[source.index("def "):]  # its registration stays in ropecli
+    bands = inspect.getsource(map_bands)
+    bands = bands[bands.index("\nCAUSAL = "):]  # past its docstring and imports (torch: the template's own)
     template = template.replace('BASE_CLASS = "LlamaForCausalLM"', f'BASE_CLASS = "{base_class}"', 1)
+    template = template.replace(BANDS, f"{BANDS}{bands}\n\n{inspect.getsource(region_attention)}\n", 1)
     return template.replace(MARKER, f"{MARKER}\n{source}\nREGION_FUNCTION = {fn.__name__!r}\n", 1)
 
 
-def write_map_folder(spec, out: str | None, write_schedule, select=None) -> dict:
+def write_map_folder(spec, out: str | None, write_schedule, select=None, length: int | None = None) -> dict:
     """Write the folder: `write_schedule(out)` first (the schedule's folder, or the model as shipped), then the map.
     `select()`: {layer: (heads, pairs) bool}, the pairs a selecting map moves on this model (DPE's key pairs), asked
     for once the folder is known to serve the map, written as config.json's ropecli_map.pairs: {layer: [each head's
@@ -48,6 +59,8 @@ def write_map_folder(spec, out: str | None, write_schedule, select=None) -> dict
     if (why := _refusal(config)) is not None:
         raise RopeCliError(f"--to transformers --map {position_map.name}: {why}")
     config["ropecli_map"] = {"name": position_map.name, "params": position_map.values}
+    if length:  # the length the map is exported for: a sliding layer whose window is shorter runs as shipped
+        config["ropecli_map"]["length"] = int(length)
     if (selection := select() if select is not None else None) is not None:
         config["ropecli_map"]["pairs"] = {str(layer): [[int(m) for m in row.nonzero()[0]] for row in mask]
                                           for layer, mask in selection.items()}

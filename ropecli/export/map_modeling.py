@@ -2,14 +2,27 @@
 the exported folder as `modeling_ropecli_map.py` and loaded with `from_pretrained(folder, trust_remote_code=True)`.
 
 This file imports torch and transformers only (never ropecli): the export copies it verbatim, with the model's own
-class named in BASE_CLASS and the map's region function (ropecli's own source) pasted below REGIONS. The map and its
-parameters are read from config.json's `ropecli_map`. Each forward pass (the prefill and every decoded token) runs
-with the model's rotary modules handing out cos = 1, sin = 0, so keys enter the KV cache unrotated, and one attention
-function rotates queries and keys per region at the map's positions (the rotary module's own frequencies, the model's
-own `apply_rotary_pos_emb`) and takes one softmax over the regions (each pair belongs to one region), QUERY_BLOCK
-queries at a time: on the CPU each region's band of keys in torch's fused kernel, merged by log-sum-exp; elsewhere, and
-where the model soft-caps its logits, explicit scores (correct on any device, not fast). Only the layers that attend
-globally with RoPE are mapped; sliding, NoPE, linear-attention and convolution layers run the model's own attention.
+class named in BASE_CLASS, the map's region function (ropecli's own source) pasted below REGIONS and ropecli's band
+planner (`ropecli.models.map_bands`, `region_attention`) below BANDS. The map, its parameters and the length it was
+exported for are read from config.json's `ropecli_map` (checked whole when the model loads: `check_map_block`).
+
+How it runs, as the model runs (issue 68):
+- The model's rotary modules rotate queries and keys at their true positions, as shipped, so every layer the map does
+  not change (sliding layers whose window is below the exported length, NoPE, linear attention) runs the model's own
+  attention untouched, and the KV cache holds the keys the model itself would hold.
+- A mapped layer's KV cache also holds, beside each key, the key turned to each other key position the map's regions
+  use (Self-Extend's floor(j/G), DCA's j mod c, ReRoPE's 0): `cache.update` is widened while a forward pass runs, so a
+  key is rotated once, when it enters the cache, and never again (dynamic, static and sliding caches, beam search and
+  cropping move the widened keys as they move any key). The queries are turned from their true positions to each
+  region's (a rotation by the difference, the model's own apply function, its attention scaling divided out).
+- Positions are per row: a query's is its `position_ids` (generate's, from the attention mask: left padding counts
+  from each row's first token); a key's is its place among the row's valid keys (the attention mask's), so a
+  left-padded row is the same prompt alone. The model's mask (padding, causal, a static cache's empty slots) is
+  applied inside every region.
+- Each row, QUERY_BLOCK queries at a time, runs ropecli's block plan: per region the band of keys it reaches, split into
+  full columns (no mask), the causal square (the kernel's own causal skip) and the rest under a bias, in torch's fused
+  CPU kernel, the regions merged by log-sum-exp; the plan is made once per forward pass and shared by the layers.
+  Elsewhere, and where the model soft-caps its logits, explicit scores (correct on any device).
 ropecli's own `ropecli.models.mapped_attention` is what it is tested against."""
 
 from __future__ import annotations
@@ -28,12 +41,14 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 BASE_CLASS = "LlamaForCausalLM"  # the model's own class (the export writes it)
 NAME = "ropecli_map_export"
 REGION_FUNCTION = ""  # the pasted region function's name (the export writes it with the function)
-QUERY_BLOCK = 256
+QUERY_BLOCK = 512  # queries per block: each region's masks are (QUERY_BLOCK, its band of keys)
+MASK_CACHE_BYTES = 256 * 2 ** 20  # a forward pass's block plan is kept for its next layers while its masks fit
 POSITIONLESS = ("linear_attention", "conv", "mamba", "mamba2")
+MAP_KEYS = {"name": str, "params": dict, "length": int, "pairs": dict}  # config.json's ropecli_map, whole
 
 
 class RopeCliError(ValueError):
-    """A map's parameters out of their domain (the region functions below raise it)."""
+    """A map's parameters out of their domain, or a folder this file cannot serve: one line saying what to do."""
 
 
 class Region(NamedTuple):
@@ -48,6 +63,9 @@ def _same(p):
     return p
 
 
+# BANDS: ropecli's band planner (ropecli.models.map_bands, region_attention), pasted by the export below this line
+
+
 # REGIONS: the map's region function, ropecli's own source, pasted by the export below this line
 
 
@@ -56,14 +74,48 @@ def map_regions() -> Callable[..., tuple]:
     return globals()[REGION_FUNCTION]
 
 
+def check_map_block(block, layers: int | None = None) -> str | None:
+    """Why config.json's `ropecli_map` cannot be served (one line), or None: every key known and of its type, the
+    parameters numbers, the length a positive integer, the key pairs {layer: [each head's pair indices]}. `ropecli
+    verify` and this file's loader ask the same question."""
+    fix = "export the folder again (ropecli export --to transformers --map MAP --out DIR)"
+    if not isinstance(block, dict):
+        return f"config.json ropecli_map is {type(block).__name__}, expected an object: {fix}"
+    unknown = sorted(set(block) - set(MAP_KEYS))
+    if unknown:
+        return f"config.json ropecli_map has an unknown key '{unknown[0]}' (known: {', '.join(MAP_KEYS)}): {fix}"
+    for key, kind in MAP_KEYS.items():
+        if key in ("name", "params") and key not in block:
+            return f"config.json ropecli_map has no '{key}': {fix}"
+        if key in block and not isinstance(block[key], kind) or (kind is int and isinstance(block.get(key), bool)):
+            return (f"config.json ropecli_map.{key} is {type(block[key]).__name__}, expected "
+                    f"{ {str: 'a string', dict: 'an object', int: 'an integer'}[kind]}: {fix}")
+    bad = [k for k, v in block["params"].items() if isinstance(v, bool) or not isinstance(v, (int, float))]
+    if bad:
+        return f"config.json ropecli_map.params.{bad[0]} is not a number: {fix}"
+    if "length" in block and block["length"] < 1:
+        return f"config.json ropecli_map.length is {block['length']}, expected the exported length (> 0): {fix}"
+    for layer, heads in (block.get("pairs") or {}).items():
+        if not str(layer).isdigit() or (layers is not None and int(layer) >= layers):
+            return f"config.json ropecli_map.pairs has a layer '{layer}' the model does not have: {fix}"
+        if not isinstance(heads, list) or not all(isinstance(h, list) and all(isinstance(m, int) and not
+                                                                              isinstance(m, bool) and m >= 0 for m in h)
+                                                  for h in heads):
+            return f"config.json ropecli_map.pairs['{layer}'] is not a list of each head's pair indices: {fix}"
+    return None
+
+
 class LayerPlan(NamedTuple):
     rope: str | None  # the rotary module's layer type ("" for one RoPE), None: no positions
-    mapped: bool  # attends globally with RoPE
+    mapped: bool  # attends globally with RoPE up to the exported length: the map changes it
     window: int | None  # a sliding window
 
 
-def plan_layers(config) -> list[LayerPlan]:
-    """Per layer: which RoPE it uses and whether the map changes it (ropecli's `models.map_layers.plan_layers`)."""
+def plan_layers(config, length: int) -> list[LayerPlan]:
+    """Per layer: which RoPE it uses and whether the map changes it, decided once for the exported `length`
+    (ropecli's `models.map_layers.plan_layers`): full RoPE layers, and sliding ones whose window reaches `length`; a
+    sliding layer whose window is shorter runs as shipped at every length, so decoding from a prompt inside its
+    window past it is one pass over the whole sequence."""
     n = config.num_hidden_layers
     window = getattr(config, "sliding_window", None)
     types = getattr(config, "layer_types", None)
@@ -78,8 +130,10 @@ def plan_layers(config) -> list[LayerPlan]:
     for t, r in zip(types, rope_on):
         if t in POSITIONLESS or not r:
             plans.append(LayerPlan(None, False, None))
+        elif t == "sliding_attention":
+            plans.append(LayerPlan(t, bool(window) and window >= length, window))
         else:
-            plans.append(LayerPlan(t, t == "full_attention", window if t == "sliding_attention" else None))
+            plans.append(LayerPlan(t, t == "full_attention", None))
     return plans
 
 
@@ -102,24 +156,84 @@ def own_apply(module) -> Callable:
     return apply
 
 
-class MapDispatch:
-    """The attention function while a forward pass runs: mapped layers through `map_attention`, the others through
-    the model's own attention after their own rotation at their true relative positions."""
+def trig_at(rotary, x, positions):
+    """cos, sin (B, T, rotary dims) at positions (B, T), or at positions (B, T, groups) that differ per group of
+    rotary pairs (group g: the pairs m with floor(m groups / pairs) = g), each group's columns from the rotary module's
+    own output at its positions, in its layout (ropecli's `models.map_rotation.trig_at`)."""
+    if positions.ndim == 2:
+        return rotary(x, positions.to(torch.float32))
+    per = [rotary(x, positions[..., g].to(torch.float32)) for g in range(positions.shape[-1])]
+    c = rotary(x, torch.ones(1, 1, device=x.device))[0][0, 0]  # at position 1: the layout of the pairs' columns
+    D, P = c.shape[-1], c.shape[-1] // 2
+    pair = torch.arange(D, device=x.device) % P if torch.equal(c[:P], c[P:]) else torch.arange(D, device=x.device) // 2
+    cols = pair * positions.shape[-1] // P
+    cos, sin = per[0][0].clone(), per[0][1].clone()
+    for g in range(1, len(per)):
+        cos[..., cols == g], sin[..., cols == g] = per[g][0][..., cols == g], per[g][1][..., cols == g]
+    return cos, sin
 
-    def __init__(self, plans, rotaries: dict, regions_for, implementation: str, selection: dict | None = None):
-        self.plans, self.rotaries, self.regions_for, self.implementation = plans, rotaries, regions_for, implementation
-        self.selection, self._cols = selection or {}, {}  # {layer: per head, the pairs the map moves} (DPE's top < 1)
 
-    def rotate(self, module, plan, x, positions, true=None):
-        """x rotated at `positions`; under a key-pair selection only the selected pairs' columns, the others at the
-        `true` positions (a pair's rotated columns depend on its own angle alone)."""
-        cos, sin = trig_at(self.rotaries[plan.rope], x, positions)
-        out = own_apply(module)(x, cos, sin)
-        cols = self.columns(module, plan, x) if true is not None else None
-        if cols is None:
-            return out
-        cos, sin = trig_at(self.rotaries[plan.rope], x, true)
-        return torch.where(cols, out, own_apply(module)(x, cos, sin))
+def key_sets(regions) -> tuple[list[int], list[Callable]]:
+    """(per region: the key set it reads, -1 for the keys at their true positions; the extra sets' key functions):
+    regions whose keys sit at the same positions share one set, probed on positions up to 2^17."""
+    probe = torch.arange(1 << 17)
+    extra, outs, which = [], [], []
+    for r in regions:
+        got = torch.as_tensor(r.key(probe))
+        if torch.equal(got, probe.to(got.dtype).reshape(-1, *[1] * (got.ndim - 1)).expand_as(got)):
+            which.append(-1)
+            continue
+        found = next((e for e, o in enumerate(outs) if o.shape == got.shape and torch.equal(o, got)), None)
+        if found is None:
+            extra.append(r.key)
+            outs.append(got)
+            found = len(extra) - 1
+        which.append(found)
+    return which, extra
+
+
+class MapRun:
+    """The attention function while a forward pass runs, and what the layers of that pass share: mapped layers through
+    `map_attention`, the others through the model's own attention with its own arguments."""
+
+    def __init__(self, model, plans, rotaries, regions, implementation, selection, attention):
+        self.plans, self.rotaries, self.regions, self.implementation = plans, rotaries, regions, implementation
+        self.which, self.extra = key_sets(regions)
+        self.selection, self._cols, self.attention = selection or {}, {}, attention  # {layer: its attention module}
+        self.position_ids, self._layout, self._trig, self._scale = None, {}, {}, {}
+
+    def begin(self, position_ids):
+        """A new forward pass: its queries' positions (B or 1, T_q); what the previous pass kept is dropped."""
+        self.position_ids, self._layout, self._trig = position_ids, {}, {}
+
+    def unit(self, plan, x):
+        """The rotary module's attention scaling (its cos at position 0): divided out of a rotation by a difference."""
+        if plan.rope not in self._scale:
+            cos, _ = self.rotaries[plan.rope](x, torch.zeros(1, 1, device=x.device))
+            self._scale[plan.rope] = float(cos.flatten()[0])
+        return self._scale[plan.rope]
+
+    def turn(self, module, plan, x, delta, key=None):
+        """x (B, H, T, D), rotated at its true positions, turned by `delta` (B or 1, T[, groups]) more: R(p + delta)
+        as the model rotates (R(delta) R(p) = R(p + delta) pair by pair); cos and sin kept under `key` for the next
+        layers of this forward pass. In float32, back in x's dtype."""
+        got = self._trig.get(key) if key is not None else None
+        if got is None:
+            a = self.unit(plan, x)
+            cos, sin = trig_at(self.rotaries[plan.rope], x.float(), delta)
+            got = (cos.float() / a, sin.float() / a)
+            if key is not None:
+                self._trig[key] = got
+        return own_apply(module)(x.float(), *got).to(x.dtype)
+
+    def widen(self, module, plan, key, positions):
+        """key (B, H_kv, T, D) at its true positions (B or 1, T) -> (B, H_kv, T, D (1 + extra sets)): each extra key
+        set's rotation, then the key itself (the last D columns)."""
+        if not self.extra:
+            return key
+        sets = [self.turn(module, plan, key, torch.as_tensor(f(positions)) - _expand(positions, f(positions)))
+                for f in self.extra]
+        return torch.cat([*sets, key], dim=-1)
 
     def columns(self, module, plan, x):
         """(1, H, 1, D) bool: the columns of the layer's selected pairs per head; None where every pair moves."""
@@ -130,8 +244,8 @@ class MapDispatch:
             pair, P = self.column_pairs(module, plan, x)
             heads = self.selection[layer]
             if len(heads) != x.shape[1] or any(m >= P for h in heads for m in h):
-                raise ValueError(f"config.json ropecli_map.pairs, layer {layer}: {len(heads)} heads of pairs below {P} "
-                                 f"expected {x.shape[1]}: export the folder again from this model")
+                raise RopeCliError(f"config.json ropecli_map.pairs, layer {layer}: {len(heads)} heads of pairs below {P} "
+                                   f"expected {x.shape[1]}: export the folder again from this model")
             sel = torch.zeros(len(heads), P, dtype=torch.bool, device=x.device)
             for h, pairs in enumerate(heads):
                 sel[h, pairs] = True
@@ -155,19 +269,51 @@ class MapDispatch:
         gap = (moved.clamp_min(1e-30).log()[:, None] - per_pair.clamp_min(1e-30).log()[None, :]).abs()
         return torch.where(moved > 0, gap.argmin(dim=1), torch.full_like(moved, -1, dtype=torch.long)), P
 
+    def update(self, real_update):
+        """The cache's `update` while this pass runs: a mapped layer's new keys widened by their extra key sets."""
+        def update(key_states, value_states, layer_idx, *args, **kwargs):
+            plan = self.plans[layer_idx] if layer_idx < len(self.plans) else None
+            if plan is not None and plan.mapped and self.extra and layer_idx in self.attention:
+                pos = self.position_ids
+                key_states = self.widen(self.attention[layer_idx], plan, key_states,
+                                        pos if pos.shape[-1] == key_states.shape[2] else pos[..., -key_states.shape[2]:])
+            return real_update(key_states, value_states, layer_idx, *args, **kwargs)
+
+        return update
+
+    def layout(self, mask, B, Tq, Tk, device, window):
+        """Per row: (its queries' positions (T_q,), its keys' positions (T_k,), its valid keys (T_k,) bool or None for
+        every key, the pairs the model's mask allows (T_q, T_k) bool or None: causal by position). A key's position is
+        its place among the row's valid keys (any query reaches it), offset where the cache has dropped the oldest (a
+        sliding cache past its window); kept for the other layers of the pass."""
+        cache_key = (id(mask) if mask is not None else None, B, Tq, Tk, window)
+        if cache_key in self._layout:
+            return self._layout[cache_key]
+        pos = self.position_ids.to(device)
+        pos = pos if pos.shape[-1] == Tq else pos[..., -Tq:]
+        pos = pos.reshape(-1, Tq).expand(B, Tq)
+        rows = []
+        for b in range(B):
+            qpos = pos[b]
+            base = max(0, int(qpos.max()) + 1 - Tk)
+            allowed = None if mask is None else _allowed(mask, b)
+            if allowed is None:  # no padding: the keys in order up to the last query
+                valid = None
+                kpos = torch.arange(Tk, device=device) + base
+            else:
+                valid = allowed.any(dim=0)
+                kpos = valid.cumsum(0) - 1 + base
+                if allowed.shape[0] == 1 and Tq > 1:  # a padding mask over the keys alone: causal by position
+                    allowed = None
+            rows.append((qpos, kpos, valid, allowed))
+        self._layout[cache_key] = rows
+        return rows
 
     def __call__(self, module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, **kwargs):
         plan = self.plans[module.layer_idx]
-        Tq, Tk = query.shape[2], key.shape[2]
-        window = kwargs.get("sliding_window") or plan.window
-        pos = kwargs.get("position_ids")  # the sequence so far: a sliding cache hands a step only the window's keys
-        seen = int(pos.max()) + 1 if isinstance(pos, torch.Tensor) and pos.numel() else Tk
-        if plan.rope is not None and (plan.mapped if window is None else window >= seen):
-            return map_attention(self, module, plan, query, key, value, scaling, kwargs.get("softcap"),
-                                 kwargs.get("s_aux"))
-        if plan.rope is not None:
-            query = self.rotate(module, plan, query, torch.arange(Tk - Tq, Tk, device=query.device))
-            key = self.rotate(module, plan, key, torch.arange(Tk, device=key.device))
+        if plan.mapped:
+            return map_attention(self, module, plan, query, key, value, attention_mask, scaling,
+                                 kwargs.get("softcap"), kwargs.get("s_aux"))
         if self.implementation in ALL_ATTENTION_FUNCTIONS:
             fn = ALL_ATTENTION_FUNCTIONS[self.implementation]
         else:
@@ -175,21 +321,23 @@ class MapDispatch:
         return fn(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
 
 
-def trig_at(rotary, x, positions):
-    """cos, sin (1, T, rotary dims) at positions (T,), or at positions (T, groups) that differ per group of rotary
-    pairs (group g: the pairs m with floor(m groups / pairs) = g), each group's columns from the rotary module's own
-    output at its positions, in its layout (ropecli's `models.map_rotation.trig_at`)."""
-    if positions.ndim == 1:
-        return rotary(x, positions.to(torch.float32)[None, :])
-    per = [rotary(x, positions[:, g].to(torch.float32)[None, :]) for g in range(positions.shape[1])]
-    c = rotary(x, torch.ones(1, 1, device=x.device))[0][0, 0]  # at position 1: the layout of the pairs' columns
-    D, P = c.shape[-1], c.shape[-1] // 2
-    pair = torch.arange(D, device=x.device) % P if torch.equal(c[:P], c[P:]) else torch.arange(D, device=x.device) // 2
-    cols = pair * positions.shape[1] // P
-    cos, sin = per[0][0].clone(), per[0][1].clone()
-    for g in range(1, len(per)):
-        cos[..., cols == g], sin[..., cols == g] = per[g][0][..., cols == g], per[g][1][..., cols == g]
-    return cos, sin
+def _expand(positions, like):
+    """positions (…, T) against a key function's output (…, T) or (…, T, groups)."""
+    p = torch.as_tensor(positions)
+    return p if torch.as_tensor(like).ndim == p.ndim else p[..., None]
+
+
+def _allowed(mask, b):
+    """Row b of the model's attention mask as (T_q, T_k) bool: sdpa's bool mask, eager's float one (0 where allowed),
+    a 2D padding mask (flash attention: keys only, causal added by position later)."""
+    if not isinstance(mask, torch.Tensor):
+        raise RopeCliError(f"attention mask of type {type(mask).__name__}: load the folder with "
+                           "attn_implementation='sdpa' or 'eager'")
+    m = mask[b if mask.shape[0] > 1 else 0]
+    if m.ndim == 1:  # (T_k,): which keys are valid
+        return (m != 0)[None, :]
+    m = m[0]  # (T_q, T_k)
+    return m if m.dtype == torch.bool else m > torch.finfo(m.dtype).min / 2
 
 
 def _flash_kernel(query, softcap):
@@ -199,95 +347,107 @@ def _flash_kernel(query, softcap):
     return op if query.device.type == "cpu" and not softcap else None
 
 
-def map_attention(dispatch, module, plan, query, key, value, scaling, softcap, sinks):
-    """Queries (B, H, T_q, D), the last T_q of the keys (B, H_kv, T_k, D): per region the rotated scores on its pairs
-    (the regions partition the causal pairs) under one softmax, QUERY_BLOCK queries at a time -> (B, T_q, H, D). On the
-    CPU each region's band of keys runs in the fused kernel and the regions merge by their log-sum-exp (the same
-    softmax, never a score matrix); elsewhere the scores are explicit and combined before one softmax."""
+def row_plan(run, qpos, kpos, valid, allowed, window, dtype):
+    """[(start, stop, [(region, r0, r1, lo, hi, mask, bias, rows with a key)])] for one row: per block of queries and
+    region the band of keys the region reaches (the pairs in its region, allowed by the model's mask, causal by
+    position) split by ropecli's `split_band` into full columns, the causal square and the rest under a bias."""
+    Tq, Tk = len(qpos), len(kpos)
+    out, size = [], 0
+    for start in range(0, Tq, QUERY_BLOCK):
+        qi = qpos[start:start + QUERY_BLOCK]
+        if allowed is None:
+            ok = kpos[None, :] <= qi[:, None]
+            ok = ok if valid is None else ok & valid[None, :]
+            if window:
+                ok &= kpos[None, :] > qi[:, None] - window
+        else:
+            ok = allowed[start:start + len(qi)]
+        parts = []
+        for n, r in enumerate(run.regions):
+            m = torch.as_tensor(r.where(qi[:, None], kpos[None, :])) & ok
+            for r0, r1, lo, hi, part in split_band(m):
+                part, bias, has = masked(part, dtype)
+                size += 0 if bias is None else bias.numel() * bias.element_size()
+                parts.append((n, r0, r1, lo, hi, part, bias, has))
+        out.append((start, start + len(qi), parts))
+    return out, size
+
+
+def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, sinks):
+    """Queries (B, H, T_q, D) and the cache's keys (B, H_kv, T_k, D (1 + extra sets)) -> (B, T_q, H, D): per row and
+    block of queries, each region's rotated queries against the band of its key set it reaches, one softmax over the
+    regions (merged by log-sum-exp)."""
     B, H, Tq, D = query.shape
-    Tk, groups = key.shape[2], H // key.shape[1]
+    Tk, Hkv = key.shape[2], key.shape[1]
     scaling = D ** -0.5 if scaling is None else scaling
     fused = _flash_kernel(query, softcap)
-    if fused is None or module.layer_idx in dispatch.selection:  # the fused kernel takes grouped keys as they are;
-        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)  # not a per-head choice
-    regions, kj = dispatch.regions_for(Tk), torch.arange(Tk, device=query.device)
-    keys = [dispatch.rotate(module, plan, key, r.key(kj), kj) for r in regions]
+    rows = run.layout(mask, B, Tq, Tk, query.device, plan.window)
+    if key.shape[-1] == D and run.extra:  # no cache: this pass's keys widened here
+        key = run.widen(module, plan, key, torch.stack([row[1] for row in rows]))
+    cols = run.columns(module, plan, query)
+    groups = H // Hkv
     out = torch.empty(B, Tq, H, D, dtype=value.dtype, device=value.device)
-    for s in range(0, Tq, QUERY_BLOCK):
-        qi = torch.arange(Tk - Tq + s, Tk - Tq + min(Tq, s + QUERY_BLOCK), device=query.device)
-        n = int(qi[-1]) + 1  # the block's keys: none past its last query
-        causal = qi[:, None] >= kj[None, :n]
-        bands = []  # (region, its rotated key, mask, lo, hi): the band of keys the region reaches from this block
-        for r, k in zip(regions, keys):
-            mask = r.where(qi[:, None], kj[None, :n]) & causal
-            cols = mask.any(dim=0).nonzero()
-            if len(cols):
-                bands.append((r, k, mask, int(cols[0]), int(cols[-1]) + 1))
-        block = query[:, :, s:s + len(qi)]
-        if fused is not None:
-            merged, lse = fused_block(fused, dispatch, module, plan, block, qi, bands, value, scaling)
-            merged = merged if sinks is None else with_sinks(merged, lse, sinks)
+    plans = run._layout.setdefault(("plans", plan.window, id(mask), Tq, Tk, query.dtype), {})
+    for b, (qpos, kpos, valid, allowed) in enumerate(rows):
+        if b in plans:
+            blocks = plans[b]
         else:
-            merged = explicit_block(dispatch, module, plan, block, qi, bands, value[:, :, :n], scaling, softcap, sinks)
-        out[:, s:s + len(qi)] = merged.to(value.dtype).transpose(1, 2)
+            blocks, size = row_plan(run, qpos, kpos, valid, allowed, plan.window, query.dtype)
+            if size <= MASK_CACHE_BYTES:
+                plans[b] = blocks
+        for start, stop, parts in blocks:
+            n_q = stop - start
+            q = query[b:b + 1, :, start:stop]
+            acc = torch.zeros(1, H, n_q, D, dtype=torch.float32, device=query.device)
+            lse = torch.full((1, H, n_q), float("-inf"), dtype=torch.float32, device=query.device)
+            turned = {}
+            for n, r0, r1, lo, hi, part, bias, has in parts:
+                region = run.regions[n]
+                if n not in turned:
+                    turned[n] = region_query(run, module, plan, q, qpos[start:stop], n, b, start, cols)
+                qn, ks = turned[n]
+                k = key[b:b + 1, :, lo:hi, ks]
+                v = value[b:b + 1, :, lo:hi]
+                if fused is not None and qn.shape[-1] != v.shape[-1]:  # the kernel wants one head size: zeros after
+                    v = torch.nn.functional.pad(v, (0, qn.shape[-1] - v.shape[-1]))
+                if fused is None and groups > 1:  # explicit scores: every query head against its own key head
+                    k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+                o, l = region_attention(qn[:, :, r0:r1].contiguous(), k.contiguous(), v.contiguous(), part,
+                                        scaling * region.scale, fused, bias, has, softcap)
+                o = o[..., :D] if o.shape[-1] != D else o
+                merge_into(acc, lse, r0, r1, o, l)
+            if sinks is not None:  # gpt-oss: one more logit per head in the softmax, with no value
+                acc = acc * torch.exp(lse - torch.logaddexp(lse, sinks.float()[None, :, None]))[..., None]
+            out[b, start:stop] = acc[0].transpose(0, 1).to(value.dtype)
     return out, None
 
 
-def fused_block(fused, dispatch, module, plan, block, qi, bands, value, scaling):
-    """One query block, region by region in the fused kernel, merged by log-sum-exp -> (out (B, H, n, D) float32,
-    its log-sum-exp (B, H, n))."""
-    B, H, n, D = block.shape
-    acc = torch.zeros(B, H, n, D, dtype=torch.float32, device=block.device)
-    lse = torch.full((B, H, n), float("-inf"), dtype=torch.float32, device=block.device)
-    for r, k, mask, lo, hi in bands:
-        band = mask[:, lo:hi]
-        rows = band.any(dim=1)  # (n,): the queries with a key in this region
-        bias = None if bool(band.all()) else \
-            torch.zeros(band.shape, dtype=block.dtype, device=block.device).masked_fill_(~band, float("-inf"))
-        q = dispatch.rotate(module, plan, block, r.query(qi), qi).contiguous()
-        o, l = fused(q, k[:, :, lo:hi].contiguous(), value[:, :, lo:hi].contiguous(), 0.0, False,
-                     attn_mask=None if bias is None else bias[None, None], scale=scaling * r.scale)
-        o, l = o.float().masked_fill(~rows[:, None], 0.0), l.float().masked_fill(~rows, float("-inf"))
-        total = torch.logaddexp(lse, l)
-        keep = torch.exp(lse - total).nan_to_num_(0.0)[..., None]  # -inf - -inf: a row no region has reached yet
-        acc = acc * keep + o * torch.exp(l - total).nan_to_num_(0.0)[..., None]
-        lse = total
-    return acc, lse
-
-
-def with_sinks(out, lse, sinks):
-    """gpt-oss: out over keys of log-sum-exp lse, renormalised as if each head's sink logit (H,) were one more key."""
-    total = torch.logaddexp(lse, sinks.float()[None, :, None])
-    return out * torch.exp(lse - total)[..., None]
-
-
-def explicit_block(dispatch, module, plan, block, qi, bands, value, scaling, softcap, sinks):
-    """One query block with explicit float32 scores (B, H, n, keys), combined over the regions, one softmax."""
-    B, H, n, D = block.shape
-    scores = torch.full((B, H, n, value.shape[2]), float("-inf"), device=block.device)
-    for r, k, mask, lo, hi in bands:
-        q = dispatch.rotate(module, plan, block, r.query(qi), qi)
-        part = torch.matmul(q, k[:, :, lo:hi].transpose(-1, -2)).float() * (scaling * r.scale)
-        part = torch.tanh(part / softcap) * softcap if softcap else part
-        scores[..., lo:hi] = torch.where(mask[:, lo:hi], part, scores[..., lo:hi])
-    if sinks is not None:  # gpt-oss: one more logit per head in the softmax, with no value
-        sink = sinks.float().reshape(1, H, 1, 1).expand(B, H, n, 1)
-        weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
-    else:
-        weights = torch.softmax(scores, dim=-1)
-    return torch.matmul(weights.to(value.dtype), value)
-
-
-def _identity(forward):
-    def identity(x, position_ids, *args, **kwargs):  # the real output's shapes and dtypes, no rotation
-        cos, sin = forward(x, position_ids, *args, **kwargs)
-        return torch.ones_like(cos), torch.zeros_like(sin)
-
-    return identity
+def region_query(run, module, plan, q, qpos, n, b, start, cols):
+    """Region n's queries for a block of row b (1, H, n_q, D') and the slice of the cache's widened key columns they
+    are scored against. Under a key-pair selection (DPE's top < 1) only the selected pairs move: where the region's
+    keys are another set, query and key are the two halves side by side ([moved query on the selected columns, true
+    query on the others] against [the set's key, the true key]), so each query head scores its own choice against the
+    shared key heads."""
+    D = q.shape[-1]
+    region = run.regions[n]
+    e = run.which[n]
+    E = len(run.extra)
+    true_cols = slice(E * D, (E + 1) * D) if E else slice(0, D)
+    delta = torch.as_tensor(region.query(qpos)) - _expand(qpos, region.query(qpos))
+    moved = q if not bool(torch.as_tensor(delta).any()) else \
+        run.turn(module, plan, q, delta[None], key=("q", plan.rope, n, b, start, q.shape[2]))
+    if cols is None:
+        return moved, (true_cols if e < 0 else slice(e * D, (e + 1) * D))
+    if e < 0:
+        return torch.where(cols, moved, q), true_cols
+    both = torch.cat([moved * cols, q * ~cols], dim=-1)
+    if e == E - 1:
+        return both, slice(e * D, (E + 1) * D)
+    return both, [*range(e * D, (e + 1) * D), *range(E * D, (E + 1) * D)]
 
 
 def rotary_modules(model) -> dict[str, Any]:
-    """{layer type or "": the rotary module's real forward for it}."""
+    """{layer type or "": (the rotary module, its layer type or None)}."""
     found = {}
     for mod in model.modules():
         if isinstance(getattr(mod, "inv_freq", None), torch.Tensor):
@@ -299,40 +459,95 @@ def rotary_modules(model) -> dict[str, Any]:
 
 
 Base = getattr(transformers, BASE_CLASS)
+REFUSED_CACHES = ("quantized", "offloaded_hybrid_chunked")  # caches whose layers transform the widened keys
 
 
 class RopecliMapForCausalLM(Base):
-    """The model under config.ropecli_map (its name and parameters) in every forward pass, generation included."""
+    """The model under config.ropecli_map (its name, parameters and exported length) in every forward pass, generation
+    included: batched and padded, through dynamic, static and sliding caches."""
+
+    def __init__(self, config, *args, **kwargs):
+        super().__init__(config, *args, **kwargs)
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        why = check_map_block(getattr(config, "ropecli_map", None), text.num_hidden_layers)
+        if why is not None:
+            raise RopeCliError(why)
+
+    def _map_run(self):
+        if getattr(self, "_ropecli_run", None) is None:
+            config = self.config.get_text_config() if hasattr(self.config, "get_text_config") else self.config
+            spec = self.config.ropecli_map
+            length = int(spec.get("length") or getattr(config, "max_position_embeddings", 0) or 0)
+            plans = plan_layers(config, length)
+            found = rotary_modules(self)
+            rotaries = {}
+            for plan in plans:
+                if plan.rope is not None and plan.rope not in rotaries:
+                    module, lt = found.get(plan.rope) or found[""]
+                    rotaries[plan.rope] = partial(module.forward, layer_type=lt) if lt else module.forward
+            attention = {m.layer_idx: m for m in self.modules()
+                         if isinstance(getattr(m, "layer_idx", None), int) and "Attention" in type(m).__name__}
+            selection = {int(layer): heads for layer, heads in (spec.get("pairs") or {}).items()}
+            regions = map_regions()(**spec["params"])
+            self._ropecli_run = MapRun(self, plans, rotaries, regions, config._attn_implementation, selection,
+                                       attention)
+        return self._ropecli_run
+
+    def generate(self, *args, **kwargs):
+        wanted = kwargs.get("cache_implementation") or getattr(kwargs.get("generation_config") or
+                                                               self.generation_config, "cache_implementation", None)
+        if wanted in REFUSED_CACHES:
+            raise RopeCliError(f"cache_implementation='{wanted}' transforms the cached keys this map's folder widens: "
+                               "use the dynamic (default) or static cache")
+        return super().generate(*args, **kwargs)
 
     def forward(self, *args, **kwargs):
         config = self.config.get_text_config() if hasattr(self.config, "get_text_config") else self.config
-        spec = self.config.ropecli_map
-        params = spec["params"]
-        plans = plan_layers(config)
-        found = rotary_modules(self)
-        modules = {id(m): m for m, _ in found.values()}
-        real = {key: m.forward for key, m in modules.items()}
-        rotaries = {}
-        for plan in plans:
-            if plan.rope is not None and plan.rope not in rotaries:
-                module, lt = found.get(plan.rope) or found[""]
-                rotaries[plan.rope] = partial(real[id(module)], layer_type=lt) if lt else real[id(module)]
+        run = self._map_run()
+        names = list(inspect.signature(super().forward).parameters)
+        bound = dict(zip(names, args))
+        kwargs = {**bound, **kwargs}
+        cache_name = "cache" if "cache" in names else "past_key_values"
+        cache = kwargs.get(cache_name)
+        if cache is None and "past_key_values" in kwargs and cache_name != "past_key_values":
+            cache = kwargs.pop("past_key_values")
+        use_cache = kwargs.get("use_cache")
+        use_cache = config.use_cache if use_cache is None else use_cache
+        if cache is None and use_cache and run.extra and not self.training:
+            from transformers import DynamicCache
+
+            cache = DynamicCache(config=self.config)
+        if cache is not None:
+            kwargs[cache_name] = cache
+        ids = kwargs.get("input_ids")
+        embeds = kwargs.get("inputs_embeds")
+        T = (ids if ids is not None else embeds).shape[1]
+        position_ids = kwargs.get("position_ids")
+        mask = kwargs.get("attention_mask")
+        if position_ids is None:  # each row from its first valid token (generate's own rule), else after the cache
+            if isinstance(mask, torch.Tensor) and mask.ndim == 2:
+                position_ids = (mask.long().cumsum(-1) - 1).clamp_min(0)[:, -T:]
+            else:
+                seen = cache.get_seq_length() if cache is not None else 0
+                position_ids = (torch.arange(T, device=(ids if ids is not None else embeds).device) + seen)[None]
+            kwargs["position_ids"] = position_ids
+        run.begin(position_ids)
         before = config._attn_implementation
-        regions_for = lambda n: map_regions()(**params)  # noqa: E731  (every map's regions are the same at any length)
-        selection = {int(layer): heads for layer, heads in (spec.get("pairs") or {}).items()}
-        ALL_ATTENTION_FUNCTIONS[NAME] = MapDispatch(plans, rotaries, regions_for, before, selection)
+        run.implementation = before
+        ALL_ATTENTION_FUNCTIONS[NAME] = run
         masks = ALL_MASK_ATTENTION_FUNCTIONS._global_mapping
         if before in masks:
             masks[NAME] = masks[before]
-        for key, m in modules.items():
-            m.forward = _identity(real[key])
+        if cache is not None:
+            cache.update = run.update(type(cache).update.__get__(cache))
         for c in {id(self.config): self.config, id(config): config}.values():
             c._attn_implementation = NAME
         try:
-            return super().forward(*args, **kwargs)
+            return super().forward(**kwargs)
         finally:
-            for key, m in modules.items():
-                m.forward = real[key]
+            if cache is not None:
+                cache.__dict__.pop("update", None)
             for c in {id(self.config): self.config, id(config): config}.values():
                 c._attn_implementation = before
             masks.pop(NAME, None)
+            run.begin(None)

@@ -116,7 +116,7 @@ def write_map(spec, geom, rope, out, *, model=None, gguf_file=None, force=False,
         backend.calibration = training_plays
         return backend.pair_selection(spec.position_map)
 
-    return write_map_folder(spec, out, folder, select)
+    return write_map_folder(spec, out, folder, select, geom.target_len)
 
 
 def verify_map(artefact, exp) -> list:
