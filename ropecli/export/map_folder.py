@@ -100,7 +100,12 @@ def _refusal(config: dict) -> str | None:
 def verify_map_folder(artefact: Path, exp) -> list:
     """`ropecli verify DIR` of a map folder: the map and parameters config.json carries against the measured ones, and
     the modeling file with auto_map pointing at it."""
+    from ropecli.export.map_modeling import check_map_block  # the folder's own loader asks the same question
+
     config = read_json(artefact / "config.json")
+    text = config.get("text_config") or config
+    if (why := check_map_block(config.get("ropecli_map"), text.get("num_hidden_layers"))) is not None:
+        raise RopeCliError(f"{artefact}: {why}")
     served, want = config.get("ropecli_map") or {}, exp.spec.position_map
     checks = [Check("transformers", None, "ropecli_map.name", want.name, str(served.get("name")),
                     served.get("name") == want.name)]

@@ -340,6 +340,16 @@ def _allowed(mask, b):
     return m if m.dtype == torch.bool else m > torch.finfo(m.dtype).min / 2
 
 
+def positions_from_mask(mask):
+    """(B, T_q) each query's position from a 4D mask (B, 1, T_q, T_k): the number of valid keys (any query reaches
+    them) before its own slot, its own slot the last key it reaches (a query that reaches none: 0)."""
+    allowed = mask[:, 0] if mask.dtype == torch.bool else mask[:, 0] > torch.finfo(mask.dtype).min / 2
+    before = allowed.any(dim=1).long().cumsum(-1) - 1  # (B, T_k)
+    Tk = allowed.shape[-1]
+    slot = Tk - 1 - allowed.flip(-1).int().argmax(dim=-1)  # (B, T_q): the last key each query reaches
+    return torch.where(allowed.any(-1), before.gather(1, slot), 0)
+
+
 def _flash_kernel(query, softcap):
     """torch's fused CPU attention that also returns the log-sum-exp (a private op, hence looked up): on the CPU and
     where no soft-capping is needed; None elsewhere (explicit scores then)."""
@@ -524,9 +534,12 @@ class RopecliMapForCausalLM(Base):
         T = (ids if ids is not None else embeds).shape[1]
         position_ids = kwargs.get("position_ids")
         mask = kwargs.get("attention_mask")
-        if position_ids is None:  # each row from its first valid token (generate's own rule), else after the cache
-            if isinstance(mask, torch.Tensor) and mask.ndim == 2:
-                position_ids = (mask.long().cumsum(-1) - 1).clamp_min(0)[:, -T:]
+        padded = isinstance(mask, torch.Tensor) and mask.ndim == 2 and not bool(mask.all())
+        if position_ids is None or padded:  # each row from its first valid token (generate's own rule; its static
+            if isinstance(mask, torch.Tensor) and mask.ndim == 2:  # cache path hands every row arange), else after
+                position_ids = (mask.long().cumsum(-1) - 1).clamp_min(0)[:, -T:]  # the cache
+            elif isinstance(mask, torch.Tensor) and mask.ndim == 4:  # generate's static path: the mask made already
+                position_ids = positions_from_mask(mask)
             else:
                 seen = cache.get_seq_length() if cache is not None else 0
                 position_ids = (torch.arange(T, device=(ids if ids is not None else embeds).device) + seen)[None]

@@ -34,9 +34,10 @@ class LayerPlan:
     sliding: int | None = None
 
 
-def plan_layers(text, slots) -> list[LayerPlan]:
-    """Per layer of a (text) config: its kind and whether a map changes it (a sliding layer: where its window reaches
-    every key of the call, `LayerDispatch`); refused in one line where no layer is left to map (sliding windows shorter
+def plan_layers(text, slots, length: int | None = None) -> list[LayerPlan]:
+    """Per layer of a (text) config: its kind and whether a map changes it, decided once for the `length` the map runs
+    at (default: the model's L): a sliding layer is mapped where its window reaches `length`, and otherwise runs as
+    shipped at every length, so decoding from a prompt inside its window past it is one pass (issue 68); refused in one line where no layer is left to map (sliding windows shorter
     than L included) or a layer's RoPE is one the map cannot rotate (chunked: Llama 4's complex rotation)."""
     config = text.to_dict()
     n = int(config["num_hidden_layers"])
@@ -57,13 +58,14 @@ def plan_layers(text, slots) -> list[LayerPlan]:
         if t == "chunked_attention":
             plans.append(LayerPlan("RoPE chunked", False, slot))
         elif t == "sliding_attention":
-            plans.append(LayerPlan("RoPE sliding", False, slot, window))
+            plans.append(LayerPlan("RoPE sliding", bool(window) and window >= (length or trained_len(config)), slot,
+                                   window))
         elif t == "full_attention":
             plans.append(LayerPlan("RoPE full", True, slot))
         else:
             raise RopeCliError(f"a position map on '{t}' layers is not supported; pass a model whose RoPE layers are "
                                "full or sliding attention")
-    trained = config.get("max_position_embeddings") or 0  # a window as long as L: global wherever it reaches every key
+    trained = trained_len(config)  # a window as long as L: global wherever it reaches every key
     if not any(p.mapped or (p.sliding or 0) >= max(1, trained) for p in plans):
         kinds = sorted({p.kind for p in plans})
         raise RopeCliError(f"no layer to map: this model's layers are {', '.join(kinds)}; a map changes RoPE layers that "
@@ -73,6 +75,10 @@ def plan_layers(text, slots) -> list[LayerPlan]:
         raise RopeCliError("a position map beside chunked RoPE layers (Llama 4) is not supported: their rotation is "
                            "complex-valued inside chunks; the long range is the NoPE layers'")
     return plans
+
+
+def trained_len(config: dict) -> int:
+    return int(config.get("max_position_embeddings") or 0)
 
 
 def model_apply_rotary(module) -> Callable | None:
@@ -104,8 +110,7 @@ class LayerDispatch:
         idx = getattr(module, "layer_idx", None)
         plan = self.plans[idx] if idx is not None and idx < len(self.plans) else LayerPlan("RoPE full", True, 0)
         Tq, Tk = query.shape[2], key.shape[2]
-        window = kwargs.get("sliding_window") or plan.sliding  # a window that reaches every key: a global layer
-        if plan.rope is not None and (plan.mapped if window is None else window >= seen(kwargs, Tk)):
+        if plan.rope is not None and plan.mapped:  # decided once for the length (`plan_layers`), never per call
             return self.mapped_by_slot[plan.rope](module, query, key, value, attention_mask, scaling=scaling,
                                                   dropout=dropout, **kwargs)
         if plan.rope is not None:
@@ -113,14 +118,6 @@ class LayerDispatch:
             key = self.rotaries[plan.rope](module, key, torch.arange(Tk, device=key.device))
         fn = own_attention(module, self.implementation, self.functions)
         return fn(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
-
-
-def seen(kwargs: dict, Tk: int) -> int:
-    """How many tokens the sequence holds so far: the last query's position + 1 where the layer passes position_ids
-    (a sliding-window cache hands a decoding step only the window's keys, T_k <= window, however long the sequence
-    is: read from T_k, every step past the window would run the sliding layer as global), else T_k."""
-    pos = kwargs.get("position_ids")
-    return int(pos.max()) + 1 if isinstance(pos, torch.Tensor) and pos.numel() else Tk
 
 
 def rotator(real_forward, layer_type: str | None) -> Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor]:

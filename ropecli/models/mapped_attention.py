@@ -36,21 +36,21 @@ def _identity_rotary(rotary):
     return real, forward
 
 
-def _layers(model, name: str = "a position map"):
+def _layers(model, name: str = "a position map", length: int | None = None):
     """(rotary slots, text config, per-layer plans) of a model a map can run on; refused in one line otherwise."""
     slots = find_rotary_slots(model)
     if len(slots) > 1 and any(s.layer_type is None for s in slots):
         raise RopeCliError(f"{name}: {len(slots)} rotary modules and no layer type to tell which layer uses which; "
                            "not mapped")
     cfg = text_config(model)
-    return slots, cfg, _plans(cfg, slots, name)
+    return slots, cfg, _plans(cfg, slots, name, length)
 
 
-def _plans(cfg, slots, name: str) -> list:
+def _plans(cfg, slots, name: str, length: int | None = None) -> list:
     if getattr(cfg, "kv_lora_rank", None):
         raise RopeCliError(f"{name}: multi-head latent attention (MLA) rotates a separate rope part of each head; "
                            "position maps need the query and key split it keeps apart: not supported")
-    return plan_layers(cfg, slots)
+    return plan_layers(cfg, slots, length)
 
 
 def map_refusal(model) -> str | None:
@@ -78,13 +78,14 @@ def config_refusal(cfg) -> str | None:
 
 @contextmanager
 def mapped(model, name: str, params: dict[str, float] | None = None, block: int = BLOCK, kernel: str | None = None,
-           selection: dict | None = None, observe=None):
+           selection: dict | None = None, observe=None, length: int | None = None):
     """Run `model` under the position map `name` (its parameters checked first) until the block ends: the layers that
     attend globally with RoPE under the map, every other layer as shipped (`map_layers`); the attention implementation,
     the mask function and the rotary modules are put back after, whatever happens. `kernel`: `MappedAttention`'s
     (default: $ROPECLI_MAP_KERNEL, else "auto"). `selection`: {layer: (heads, pairs) bool}, the pairs a selecting map
     (DPE with top < 1) moves, chosen on this model (`models.pair_contributions`, `rope.pair_selection`); `observe`:
-    `MappedAttention`'s."""
+    `MappedAttention`'s; `length`: the length the map is measured at, which decides once which sliding layers it maps
+    (those whose window reaches it; default: the model's L)."""
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
@@ -97,7 +98,7 @@ def mapped(model, name: str, params: dict[str, float] | None = None, block: int 
     selection = selection if selects and checked[selects] < 1.0 else None
     map_regions(name, checked, 1)  # its parameters' own rules, before the model is touched
     regions = lambda n: map_regions(name, checked, n)  # noqa: E731  (a per-length map's regions depend on T_k)
-    slots, cfg, plans = _layers(model, name)
+    slots, cfg, plans = _layers(model, name, length)
     kernel = kernel or os.environ.get("ROPECLI_MAP_KERNEL", "auto")
     if kernel not in ("auto", "flex", "blocks"):
         raise RopeCliError(f"ROPECLI_MAP_KERNEL={kernel}: choose auto, flex or blocks")

@@ -1,0 +1,179 @@
+"""Issue 68: the exported map folder as clients run it. A left- or right-padded batch gives each prompt its own answer
+(logits and greedy tokens), the static cache gives the dynamic cache's tokens, beam search and sampling run, decoding
+from a prompt inside a sliding window past it is one pass (in the folder and in ropecli), and a damaged ropecli_map
+block is one line at `verify` and at load. Each model is a tiny random one of its family; T = 3 L0 is past its L."""
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from architectures import ARCHS, L0, VOCAB, save_arch
+from ropecli.cli.app import app
+from ropecli.models.mapped_attention import mapped
+
+SE = ("selfextend", {"G": 2, "W": 8})
+DPE = ("dpe", {"W": 8, "G1": 1, "G2": 2, "G3": 4, "G4": 1, "G5": 2, "G6": 8, "G7": 1, "G8": 3, "top": 0.5})
+PAD = 0
+FOLDERS = {}  # (family, map) -> the exported folder, once per session
+
+
+def spelled(name, params):
+    return name + ":" + ",".join(f"{k}={v}" for k, v in params.items())
+
+
+def folder_for(tmp_path_factory, family, name, params):
+    if (family, name) not in FOLDERS:
+        base = tmp_path_factory.mktemp(family.split()[0])
+        model_dir = save_arch(next(a for a in ARCHS if a.name == family), base / "model")
+        out = base / "out"
+        r = CliRunner().invoke(app, ["export", "--model", str(model_dir), "--method", "native", "--map",
+                                     spelled(name, params), "--len", str(3 * L0), "--to", "transformers",
+                                     "--out", str(out)])
+        assert r.exit_code == 0, r.output
+        FOLDERS[family, name] = (model_dir, out)
+    return FOLDERS[family, name]
+
+
+def load(folder):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(folder), trust_remote_code=True, dtype=torch.float32).eval()
+
+
+def prompts(lengths, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(2, VOCAB, (n,), generator=g) for n in lengths]
+
+
+def left_padded(rows):
+    n = max(len(r) for r in rows)
+    ids = torch.full((len(rows), n), PAD)
+    mask = torch.zeros(len(rows), n, dtype=torch.long)
+    for b, r in enumerate(rows):
+        ids[b, n - len(r):], mask[b, n - len(r):] = r, 1
+    return ids, mask
+
+
+CASES = [("llama", *SE), ("llama", "dca", {"chunk": 24, "local": 4}), ("llama", "rerope", {"w": 12}),
+         ("llama", *DPE), ("gemma2", *SE), ("gpt_oss + yarn", *SE), ("phi (partial)", *SE)]
+
+
+@pytest.mark.parametrize(("family", "name", "params"), CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_a_left_padded_batch_is_each_prompt_alone(tmp_path_factory, family, name, params):
+    """Two prompts past L in one left-padded batch (generate's layout): each row's logits at every real token and its
+    greedy continuation are the prompt's alone (before: the folder read positions as the last T_q of arange(T_k) and
+    dropped the mask in mapped layers, 0.98 apart on llama)."""
+    model = load(folder_for(tmp_path_factory, family, name, params)[1])
+    rows = prompts([2 * L0 + 8, 2 * L0 - 20])
+    ids, mask = left_padded(rows)
+    with torch.no_grad():
+        batch = model(input_ids=ids, attention_mask=mask).logits
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=12, do_sample=False,
+                             pad_token_id=PAD, min_new_tokens=12)
+        for b, r in enumerate(rows):
+            alone = model(r[None]).logits[0]
+            assert (batch[b, -len(r):] - alone).abs().max() < 1e-4, (b, (batch[b, -len(r):] - alone).abs().max())
+            own = model.generate(r[None], max_new_tokens=12, do_sample=False, pad_token_id=PAD, min_new_tokens=12)
+            assert torch.equal(out[b, ids.shape[1]:], own[0, len(r):]), b
+
+
+def test_a_right_padded_batch_is_each_prompt_alone(tmp_path_factory):
+    model = load(folder_for(tmp_path_factory, "llama", *SE)[1])
+    rows = prompts([2 * L0 + 8, 2 * L0 - 20], seed=1)
+    n = max(len(r) for r in rows)
+    ids, mask = torch.full((2, n), PAD), torch.zeros(2, n, dtype=torch.long)
+    for b, r in enumerate(rows):
+        ids[b, :len(r)], mask[b, :len(r)] = r, 1
+    with torch.no_grad():
+        batch = model(input_ids=ids, attention_mask=mask).logits
+        for b, r in enumerate(rows):
+            assert (batch[b, :len(r)] - model(r[None]).logits[0]).abs().max() < 1e-4, b
+
+
+@pytest.mark.parametrize(("family", "name", "params"), [("llama", *SE), ("llama", *DPE), ("gemma2", *SE)],
+                         ids=["llama-selfextend", "llama-dpe-pairs", "gemma2-selfextend"])
+def test_the_static_cache_gives_the_dynamic_caches_tokens(tmp_path_factory, family, name, params):
+    """generate(cache_implementation="static"): the keys sit in a buffer of max_cache_len slots, the empty ones masked
+    (before: T_k was the whole buffer, so every position was wrong and the tokens differed with no error)."""
+    model = load(folder_for(tmp_path_factory, family, name, params)[1])
+    rows = prompts([2 * L0 + 8, 2 * L0 - 20], seed=2)
+    ids, mask = left_padded(rows)
+    with torch.no_grad():
+        for x, m in ((rows[0][None], None), (ids, mask)):
+            kw = dict(max_new_tokens=16, do_sample=False, pad_token_id=PAD, min_new_tokens=16)
+            kw.update({"attention_mask": m} if m is not None else {})
+            dynamic = model.generate(x, **kw)
+            static = model.generate(x, cache_implementation="static", **kw)
+            assert torch.equal(dynamic, static)
+
+
+def test_beam_search_and_sampling_run_under_the_map(tmp_path_factory):
+    """The widened cache is reordered by beam search as any cache is: the folder's beams are ropecli's mapped model's
+    beams; sampling with a seed repeats."""
+    from transformers import AutoModelForCausalLM
+
+    model_dir, out = folder_for(tmp_path_factory, "llama", *SE)
+    model = load(out)
+    reference = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    x = prompts([2 * L0 + 3], seed=3)[0][None]
+    kw = dict(max_new_tokens=10, num_beams=3, do_sample=False, pad_token_id=PAD, min_new_tokens=10)
+    with torch.no_grad():
+        beams = model.generate(x, **kw)
+        with mapped(reference, *SE):
+            want = reference.generate(x, **kw)
+        sampled = [model.generate(x, do_sample=True, max_new_tokens=10, pad_token_id=PAD,
+                                  generator=None) if torch.manual_seed(7) is not None else None for _ in range(2)]
+    assert torch.equal(beams, want)
+    assert torch.equal(sampled[0], sampled[1]) and sampled[0].shape[1] > x.shape[1]
+
+
+@pytest.mark.parametrize("family", ["gemma2", "gpt_oss + yarn"])
+def test_decoding_from_inside_a_sliding_window_past_it_is_one_pass(tmp_path_factory, family):
+    """A 10-token prompt, 40 greedy tokens across the sliding window (16 tokens): a sliding layer whose window is
+    below the exported length runs as shipped at every step, so each step's logits are one pass's over the whole
+    sequence, in the folder and in ropecli's mapped model (before: mapped while the sequence fit the window, 0.058
+    apart on Gemma 2)."""
+    from transformers import AutoModelForCausalLM
+
+    model_dir, out = folder_for(tmp_path_factory, family, *SE)
+    folder = load(out)
+    reference = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    x = prompts([10], seed=4)[0][None]
+    for model, context in ((folder, None), (reference, lambda: mapped(reference, *SE, length=3 * L0))):
+        with torch.no_grad(), (context() if context else torch.no_grad()):
+            res = model.generate(x, max_new_tokens=40, do_sample=False, min_new_tokens=40, output_logits=True,
+                                 return_dict_in_generate=True, pad_token_id=PAD)
+            steps = torch.stack(res.logits, dim=1)[0]
+            one = model(res.sequences).logits[0, 9:-1]
+        assert (steps - one).abs().max() < 1e-4, (type(model).__name__, (steps - one).abs().max())
+
+
+def test_a_damaged_map_block_is_one_line_at_verify_and_at_load(tmp_path_factory, tmp_path):
+    import shutil
+
+    from ropecli.errors import RopeCliError
+
+    _, out = folder_for(tmp_path_factory, "llama", *SE)
+    bad = tmp_path / "bad"
+    shutil.copytree(out, bad)
+    cfg = json.loads((bad / "config.json").read_text())
+    cfg["ropecli_map"]["pairs"] = [[0, 1]]
+    (bad / "config.json").write_text(json.dumps(cfg))
+    r = CliRunner().invoke(app, ["verify", str(bad)])
+    assert r.exit_code != 0 and "ropecli_map.pairs is list" in r.output and "Traceback" not in r.output, r.output
+    with pytest.raises(ValueError, match=r"ropecli_map.pairs is list, expected an object: export the folder again"):
+        load(bad)
+    cfg["ropecli_map"].pop("pairs")
+    cfg["ropecli_map"]["window"] = 3
+    (bad / "config.json").write_text(json.dumps(cfg))
+    r = CliRunner().invoke(app, ["verify", str(bad)])
+    assert r.exit_code != 0 and "unknown key 'window'" in r.output, r.output
+    assert RopeCliError  # the loader's error is ropecli's kind where ropecli loads it, a ValueError elsewhere
+
+
+def test_a_cache_the_folder_cannot_serve_is_refused_in_one_line(tmp_path_factory):
+    model = load(folder_for(tmp_path_factory, "llama", *SE)[1])
+    with pytest.raises(ValueError, match="use the dynamic \\(default\\) or static cache"):
+        model.generate(prompts([40])[0][None], cache_implementation="quantized", max_new_tokens=2)
