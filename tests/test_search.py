@@ -178,6 +178,9 @@ def test_exported_config_reproduces_patched_ppl(tiny_dir, tmp_path):
     out = json.loads(search(tiny_dir, tmp_path / "c", "--export-config", str(export)).stdout)
     block = json.loads(export.read_text())
     assert block["rope_parameters"]["rope_type"] == "longrope"
+    # generation-safe by default, as export writes (issue 68): the schedule at every length, a KV cache stays valid
+    assert block["rope_parameters"]["short_factor"] == block["rope_parameters"]["long_factor"]
+    assert "short_factor = long_factor" in out["export_config"]["note"]
     model = AutoModelForCausalLM.from_pretrained(tiny_dir, **block).eval()
     tok = char_tokenizer()
     docs, _ = load_documents(None)
@@ -190,7 +193,9 @@ def test_exported_config_reproduces_patched_ppl(tiny_dir, tmp_path):
 
 def test_log_n_export_has_constant_attention_factor(tiny_dir, tmp_path):
     export = tmp_path / "rope.json"
-    r = search(tiny_dir, tmp_path / "c", "--log-n", "--export-config", str(export), "--tol", "0.2")
+    r = search(tiny_dir, tmp_path / "c", "--log-n", "--export-config", str(export), "--tol", "0.2", "--switching")
+    block = json.loads(export.read_text())["rope_parameters"]  # --switching: the extension past L alone, asked for
+    assert block["short_factor"] != block["long_factor"]
     assert r.exit_code == 0, r.output
     att = json.loads(export.read_text())["rope_parameters"]["attention_factor"]
     assert att == pytest.approx(math.sqrt(math.log(192) / math.log(64)))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ropecli.cli.eval_options import (AdviseBudgetOpt, AdviseMetricOpt, AttnOpt, Backend, BackendOpt, CacheDirOpt,
-                                      CandidatesOpt, ChunkOpt, DataOpt, DeltaOpt, DepthsOpt, DeviceMapOpt, DeviceOpt, DigitsOpt,
+                                      CandidatesOpt, ChunkOpt, ConsistentOpt, DataOpt, DeltaOpt, DepthsOpt, DeviceMapOpt, DeviceOpt, DigitsOpt,
                                       Dtype, DtypeOpt, ExportConfigOpt, HeldOutOpt, KeyEvaluatorOpt, KeyShortOpt,
                                       KeyTokens, KeyTokensOpt, LenOpt, MarginOpt, MaxShortKlOpt,
                                       MaxShortRegressionOpt, MaxWindowsOpt, MinPasskeyOpt, NoCacheOpt, ObjectiveOpt,
@@ -165,6 +165,7 @@ class SearchOptions:
     max_short_regression: MaxShortRegressionOpt = None
     max_short_kl: MaxShortKlOpt = None
     export_config: ExportConfigOpt = None
+    consistent: ConsistentOpt = True
     race: RaceOpt = True
 
     def plan(self, evaluation: EvalOptions, output, prompts: PasskeyOptions, position_map: list[str] | None = None):
@@ -173,7 +174,7 @@ class SearchOptions:
         from ropecli.rope.map_spelling import one_map
 
         plan = SearchPlan(metric_record(self.objective), self.max_short_regression, self.max_short_kl, self.export_config,
-                          self.race, output.plot, evaluation.log_n, evaluation.k, one_map(position_map))
+                          self.race, output.plot, evaluation.log_n, evaluation.k, one_map(position_map), self.consistent)
         if plan.prompted:
             prompts.parsed_depths(), prompts.checked_digits()
         plan.check_paths()

@@ -109,9 +109,10 @@ def write_json(path: str, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2) + "\n")
 
 
-def write_hf_block(path: str, rope: ModelRope, spec: Spec, factor: float) -> dict:
-    """`search-b --export-config`: the block for a model, to a JSON file."""
-    block, note = rope_block(rope, spec, factor)
+def write_hf_block(path: str, rope: ModelRope, spec: Spec, factor: float, consistent: bool = True) -> dict:
+    """`search-b --export-config`: the block for a model, to a JSON file; generation-safe (short_factor = long_factor,
+    as `export` writes by default) unless `consistent` is False (--switching)."""
+    block, note = rope_block(rope, spec, factor, consistent=consistent)
     write_json(path, block)
     return {"path": path, "note": note}
 

@@ -34,6 +34,7 @@ class SearchPlan:
     log_n: bool = False
     factor: float | None = None  # --k as given: the references are checked with it before the model loads
     position_map: tuple = ()  # search: every point under this map (rope.position_maps); its parameters may be --vary
+    consistent: bool = True  # --export-config: short_factor = long_factor (generation-safe); --switching: the shipped one
 
     @property
     def prompted(self) -> bool:
@@ -124,7 +125,8 @@ def deliver(session: Bench, plan: SearchPlan, out: dict, winner: tuple, factor: 
     if not session.is_main:
         return
     if plan.export_config:
-        out["export_config"] = write_hf_block(plan.export_config, session.rope, make_spec(*winner, log_n=plan.log_n), factor)
+        out["export_config"] = write_hf_block(plan.export_config, session.rope, make_spec(*winner, log_n=plan.log_n), factor,
+                                             plan.consistent)
         out["written"].append(f"wrote {plan.export_config}: {out['export_config']['note']}")
     if plan.plot:
         draw(plan.plot)
