@@ -41,8 +41,8 @@ def child(folder: str, prompt: int, tokens: int, repeats: int) -> None:
     model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     docs, _ = load_documents(None)
-    window = sample_windows(docs, tokenize_documents(docs, tokenizer), prompt, 1, 0, tokenizer.bos_token_id)[0]
-    ids = torch.as_tensor(window.ids[:prompt])[None]
+    windows = sample_windows(docs, tokenize_documents(docs, tokenizer), prompt, 1, 0, tokenizer.bos_token_id)
+    ids = torch.as_tensor(windows.ids[0][:prompt])[None]
     with open("/proc/self/clear_refs", "w") as f:  # the peak from here on: the generation's, not the loading's
         f.write("5")
     best_prefill = best_step = float("inf")

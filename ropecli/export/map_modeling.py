@@ -408,8 +408,7 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
         for start, stop, parts in blocks:
             n_q = stop - start
             q = query[b:b + 1, :, start:stop]
-            acc = torch.zeros(1, H, n_q, D, dtype=torch.float32, device=query.device)
-            lse = torch.full((1, H, n_q), float("-inf"), dtype=torch.float32, device=query.device)
+            acc = lse = None
             turned = {}
             for n, r0, r1, lo, hi, part, bias, has in parts:
                 region = run.regions[n]
@@ -422,10 +421,19 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
                     v = torch.nn.functional.pad(v, (0, qn.shape[-1] - v.shape[-1]))
                 if fused is None and groups > 1:  # explicit scores: every query head against its own key head
                     k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-                o, l = region_attention(qn[:, :, r0:r1].contiguous(), k.contiguous(), v.contiguous(), part,
+                o, l = region_attention(qn[:, :, r0:r1].contiguous(), k, v, part,
                                         scaling * region.scale, fused, bias, has, softcap)
                 o = o[..., :D] if o.shape[-1] != D else o
+                if acc is None and (r0, r1) == (0, n_q):  # the first part over every row: the running softmax itself
+                    acc, lse = o, l
+                    continue
+                if acc is None:
+                    acc = torch.zeros(1, H, n_q, D, dtype=torch.float32, device=query.device)
+                    lse = torch.full((1, H, n_q), float("-inf"), dtype=torch.float32, device=query.device)
                 merge_into(acc, lse, r0, r1, o, l)
+            if acc is None:  # no query of the block reaches a key (padding): nothing to attend to
+                acc = torch.zeros(1, H, n_q, D, dtype=torch.float32, device=query.device)
+                lse = torch.full((1, H, n_q), float("-inf"), dtype=torch.float32, device=query.device)
             if sinks is not None:  # gpt-oss: one more logit per head in the softmax, with no value
                 acc = acc * torch.exp(lse - torch.logaddexp(lse, sinks.float()[None, :, None]))[..., None]
             out[b, start:stop] = acc[0].transpose(0, 1).to(value.dtype)
@@ -443,9 +451,14 @@ def region_query(run, module, plan, q, qpos, n, b, start, cols):
     e = run.which[n]
     E = len(run.extra)
     true_cols = slice(E * D, (E + 1) * D) if E else slice(0, D)
-    delta = torch.as_tensor(region.query(qpos)) - _expand(qpos, region.query(qpos))
-    moved = q if not bool(torch.as_tensor(delta).any()) else \
-        run.turn(module, plan, q, delta[None], key=("q", plan.rope, n, b, start, q.shape[2]))
+    key = ("q", plan.rope, n, b, start, q.shape[2])  # this block's turn, made by the pass's first mapped layer
+    delta = None
+    if key not in run._trig:
+        delta = torch.as_tensor(region.query(qpos)) - _expand(qpos, region.query(qpos))
+        if not bool(delta.any()):
+            run._trig[key] = None  # the region's queries at their true positions: nothing to turn
+    moved = q if run._trig.get(key, 0) is None else run.turn(module, plan, q, None if delta is None else delta[None],
+                                                              key=key)
     if cols is None:
         return moved, (true_cols if e < 0 else slice(e * D, (e + 1) * D))
     if e < 0:
