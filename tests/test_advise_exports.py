@@ -52,3 +52,21 @@ def test_a_candidate_the_writer_refuses_passes_to_the_next(tmp_path):
     e = got["sglang"]
     assert e["ok"] and e["candidate"] == "yarn", e
     assert "exporting dca" in e["instead"] and "sglang refused dca" in e["instead"] and "exporting yarn" in e["instead"]
+
+
+def test_sglangs_dca_is_not_exported_where_it_crashes(tmp_path):
+    """Qwen3-MoE: SGLang's attention passes its rotary a keyword DCA's rotary does not take (sglang #16461), so advise
+    exports the next candidate SGLang serves and says why (issue 68)."""
+    from transformers import Qwen3MoeConfig
+
+    folder = tmp_path / "qwen3_moe"
+    Qwen3MoeConfig(vocab_size=96, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_experts=4, num_experts_per_tok=2,
+                   max_position_embeddings=256).save_pretrained(folder)
+    out = tmp_path / "out"
+    out.mkdir()
+    table = ranking("dca")
+    e = {x["runtime"]: x for x in export_winner(Standings.from_json(table), table, read_rope_config(str(folder)),
+                                                str(folder), None, out)}["sglang"]
+    assert e["ok"] and e["candidate"] != "dca", e
+    assert "sglang refused dca" in e["instead"] and "#16461" in e["instead"], e["instead"]

@@ -33,9 +33,13 @@ RECORD = Runtime(
                 "ServerArgs.json_model_override_args"),
         Version("", "longrope short/long per forward pass", "python/sglang/srt/layers/rotary_embedding/rope_variant.py: "
                 "Phi3LongRoPEScaledRotaryEmbedding.forward"),
-        Version("", "Dual Chunk Attention (--map dca): --attention-backend dual_chunk_flash_attn",
-                "python/sglang/srt/layers/attention/dual_chunk_flashattention_backend.py: DualChunkFlashAttentionBackend; "
-                "rotary_embedding/rope_variant.py: DualChunkRotaryEmbedding"),
+        Version("<=0.5.19", "Dual Chunk Attention (--map dca): --attention-backend dual_chunk_flash_attn, on Qwen2, "
+                "Qwen2-MoE and GLM-4 only",
+                "python/sglang/srt/layers/attention/dual_chunk_flashattention_backend.py: DualChunkFlashAttentionBackend "
+                "(removed in 0.5.20, sgl-project/sglang PR #32114; absent from the 0.5.20-0.5.23 wheels); "
+                "rotary_embedding/rope_variant.py: DualChunkRotaryEmbedding.forward(positions, query, key, offsets) "
+                "takes no fused_set_kv_buffer_arg, which models/qwen3_moe.py Qwen3MoeAttention.apply_qk_norm_rope "
+                "always passes (sglang #16461)"),
     ),
     p_rope="SGLang's Gemma4Attention (models/gemma4_causal.py) passes get_rope the rope_type alone: it serves the "
            "model as shipped only",
@@ -44,13 +48,30 @@ RECORD = Runtime(
 )
 
 
-# Dual Chunk Attention (issue 48), read from SGLang main (python/sglang/srt/…): the architectures whose get_rope calls
-# pass the config (models/qwen2.py, qwen2_moe.py, qwen3_moe.py, glm4.py); get_rope (layers/rotary_embedding/factory.py)
+# Dual Chunk Attention (issues 48, 68), read from the SGLang wheels on PyPI (0.5.7, 0.5.15-0.5.23; python/sglang/srt/…):
+# - the backend (layers/attention/dual_chunk_flashattention_backend.py) is in 0.5.19 and earlier; 0.5.20 deleted it
+#   (PR #32114), and 0.5.23, what `pip install sglang` brings today, has no dual_chunk_flash_attn choice at all
+#   (arg_groups/choices.py ATTENTION_BACKEND_CHOICES), while its get_rope still builds the DCA rotary from the config
+#   (a 5x-wide query no remaining backend reads): DCA is served by sglang<=0.5.19 only, the version pinned below;
+# - the architectures whose get_rope is passed the config: models/qwen2.py, qwen2_moe.py, glm4.py (their attention
+#   calls rotary_emb(positions, q, k): loads), and qwen3_moe.py, whose Qwen3MoeAttention.apply_qk_norm_rope passes
+#   fused_set_kv_buffer_arg= unconditionally to a DualChunkRotaryEmbedding.forward that takes no such keyword: a
+#   TypeError at the first forward on every version with the backend (sglang #16461, open); qwen3.py and llama.py never
+#   pass the config (DCA silently ignored);
+# get_rope (layers/rotary_embedding/factory.py)
 # builds DualChunkRotaryEmbedding from chunk_size and local_size before it looks at rope_scaling, so DCA serves the
 # model's plain RoPE; DualChunkRotaryEmbedding (rope_variant.py) rotates keys at j mod c, queries at i mod c, min(i mod c
 # + c, s) and min(2c - 1, s): ropecli's `dca` map. original_max_position_embeddings > 0 adds a length temperature
 # (0.1 ln(n / orig) + 1, DualChunkFlashAttentionBackend) ropecli does not measure: written as 0 (off).
-DCA_ARCHS = ("qwen2", "qwen2_moe", "qwen3_moe", "glm4")
+DCA_ARCHS = ("qwen2", "qwen2_moe", "glm4")  # where SGLang's DCA loads
+DCA_BROKEN = {"qwen3_moe": "SGLang's Qwen3MoeAttention passes fused_set_kv_buffer_arg to DualChunkRotaryEmbedding.forward, "
+                           "which does not take it: TypeError at the first forward pass (sglang #16461, every version "
+                           "with the DCA backend)",
+              "qwen3": "SGLang's Qwen3 never passes dual_chunk_attention_config to its rotary: the model would run "
+                       "plain RoPE, not the map",
+              "llama": "SGLang's Llama never passes dual_chunk_attention_config to its rotary: the model would run "
+                       "plain RoPE, not the map"}
+DCA_VERSION = "0.5.19"  # the last SGLang with the dual_chunk_flash_attn backend
 
 
 def write_map(spec, geom, rope, out, *, model=None, **_) -> dict:
@@ -59,10 +80,13 @@ def write_map(spec, geom, rope, out, *, model=None, **_) -> dict:
     first, then refuses DCA under it). One line where SGLang would serve something else than ropecli measured."""
     from ropecli.export.hf import write_json
 
+    if rope.model_type in DCA_BROKEN:
+        raise RopeCliError(f"--map dca --to sglang: {DCA_BROKEN[rope.model_type]}; SGLang's DCA loads on "
+                           f"{', '.join(DCA_ARCHS)} models only, in sglang<={DCA_VERSION}")
     if rope.model_type not in DCA_ARCHS:
         raise RopeCliError(f"--map dca --to sglang: SGLang serves Dual Chunk Attention on {', '.join(DCA_ARCHS)} models "
-                           f"only (their get_rope passes dual_chunk_attention_config); {rope.name} is "
-                           f"{rope.model_type or 'of an unknown type'}")
+                           f"only (their get_rope passes dual_chunk_attention_config), in sglang<={DCA_VERSION}; "
+                           f"{rope.name} is {rope.model_type or 'of an unknown type'}")
     if spec.method != "none" and not (spec.native and rope.shipped is None):
         raise RopeCliError("--map dca --to sglang: SGLang's DCA rotary takes the model's plain RoPE (get_rope builds it "
                            "before reading rope_scaling), so a frequency schedule under it would not be served; export "
@@ -77,7 +101,9 @@ def write_map(spec, geom, rope, out, *, model=None, **_) -> dict:
     command = (f"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 python -m sglang.launch_server --model-path "
                f"{shlex.quote(model or 'MODEL')} --json-model-override-args {shlex.quote(overrides)} "
                f"--attention-backend dual_chunk_flash_attn --context-length {geom.target_len}")
-    lines = [f"Dual Chunk Attention (chunk {chunk}, local {local}) on the model's plain RoPE: SGLang turns off the radix "
+    lines = [f"SGLang serves Dual Chunk Attention in sglang<={DCA_VERSION} only: 0.5.20 removed its attention backend "
+             f"(PR #32114), and the sglang that installs today has none (pip install 'sglang<={DCA_VERSION}')",
+             f"Dual Chunk Attention (chunk {chunk}, local {local}) on the model's plain RoPE: SGLang turns off the radix "
              f"cache and mixed chunking for it, needs chunk - local = {chunk - local} a multiple of --page-size, and runs "
              "it on CUDA only (sgl_kernel); no sparse attention (no sparse_attention_config)", command]
     result = {"model": model, "factor": geom.factor, "target_len": geom.target_len, "block": block, "command": command}
