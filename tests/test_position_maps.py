@@ -220,7 +220,8 @@ def test_export_serves_a_map_only_where_a_runtime_does(builtin_gguf, tmp_path):
     got = json.loads(r.stdout)
     assert got["position_map"] == {"name": "selfextend", "params": {"G": 8.0, "W": 64.0}} and out.exists()
     assert any(f"llama-completion -m {out} -c 1024 -gan 8 -gaw 64 -b 64" in line for line in got["lines"])
-    assert any("not recommended on current llama.cpp" in line for line in got["lines"])
+    assert "not recommended on current llama.cpp" in got["lines"][0]  # said first (issue 68)
+    assert not any(line.startswith("llama.cpp: llama-server") for line in got["lines"])  # never the schedule alone
     r = export("--to", "llamacpp", "--out", str(tmp_path / "bad.gguf"), "--map", "selfextend:G=3,W=64")
     assert r.exit_code == 1 and "W a multiple of G" in r.output and not (tmp_path / "bad.gguf").exists()
     r = CliRunner().invoke(app, ["export", "--method", "yarn", "--len", "32768", "--to", "vllm", "--map", "selfextend:G=8,W=64"])

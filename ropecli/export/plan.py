@@ -117,11 +117,17 @@ def export_schedule(spec: Spec, geom: Geometry, rope: ModelRope, runtime: str, o
     result = hooks.write(spec, geom, rope, out, model=model, gguf_file=gguf_file, force=force,
                                    consistent=consistent, replace=replace)
     result["runtime"] = runtime
-    result["lines"] += [f"{o.label}: --to {o.name} writes {o.artefact} (context {geom.target_len})"
-                        for o in records().values() if rec.needs_gguf and o.needs_gguf and o is not rec]  # the same GGUF
-    if spec.position_map:  # the schedule is written; the map is the runtime's own flags
-        result["position_map"] = map_json(spec.position_map)
-        result["lines"] += map_lines
+    if spec.position_map:  # the schedule is written; the map is the runtime's own flags, said first (issue 68): no
+        result["position_map"] = map_json(spec.position_map)  # line serves the map's base schedule alone
+        alone = f"{rec.label}: "
+        result["lines"] = [*map_lines, *(line for line in result["lines"] if not line.startswith(alone)),
+                           f"  the file carries the map's base schedule ({spec.method}) for the flags above; served "
+                           f"without them it is {spec.method} alone at {geom.target_len}, which is not what was "
+                           f"measured (the schedules {rec.label} serves on every build: `ropecli advise --len "
+                           f"{geom.target_len}` ranks them)"]
+    else:
+        result["lines"] += [f"{o.label}: --to {o.name} writes {o.artefact} (context {geom.target_len})"
+                            for o in records().values() if rec.needs_gguf and o.needs_gguf and o is not rec]
     if result.get("linked"):
         result["weights"] = weights
         result["lines"].append(place_weights(Path(out), result["linked"], weights))
