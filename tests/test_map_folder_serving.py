@@ -177,3 +177,94 @@ def test_a_cache_the_folder_cannot_serve_is_refused_in_one_line(tmp_path_factory
     model = load(folder_for(tmp_path_factory, "llama", *SE)[1])
     with pytest.raises(ValueError, match="use the dynamic \\(default\\) or static cache"):
         model.generate(prompts([40])[0][None], cache_implementation="quantized", max_new_tokens=2)
+
+
+def lm_eval_or_skip():
+    """lm-evaluation-harness, installed here if it is not (CI: it is no dependency of ropecli); skipped only where it
+    cannot be installed (no registry)."""
+    import importlib
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if importlib.util.find_spec("lm_eval") is None:
+        constraints = Path(__file__).resolve().parent.parent / "constraints" / "cpu.txt"
+        got = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "lm-eval==0.4.13", "-c", str(constraints)],
+                             capture_output=True, text=True, timeout=900)
+        if got.returncode:
+            pytest.skip(f"lm-eval could not be installed: {got.stderr.strip().splitlines()[-1:]}")
+        importlib.invalidate_caches()
+    exe = shutil.which("lm_eval") or str(Path(sys.executable).with_name("lm_eval"))
+    if not Path(exe).exists():
+        pytest.skip("lm_eval's command is not on PATH")
+    return exe
+
+
+def passkey_folder_and_prompts(tmp_path, n=8):
+    """The built-in model's Self-Extend folder at 4L = 1,024 and n passkey prompts of different lengths (the needle in
+    the middle, 0 … 7 x 90 tokens cut from the front), with their answers."""
+    from transformers import AutoTokenizer
+
+    from ropecli.evaluation.data import load_documents, tokenize_documents
+    from ropecli.evaluation.passkey import filler_stream, make_samples
+
+    folder = tmp_path / "se"
+    r = CliRunner().invoke(app, ["export", "--model", "builtin", "--method", "none", "--map", "selfextend:G=8,W=64",
+                                 "--len", "1024", "--to", "transformers", "--out", str(folder)])
+    assert r.exit_code == 0, r.output
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    docs, _ = load_documents(None)
+    samples = make_samples(tokenizer, filler_stream(tokenize_documents(docs, tokenizer)), 1024, [0.5], n, 5, 0)[0]
+    rows = [{"context": tokenizer.decode(s.ids[90 * i:s.answer_start]), "answer": tokenizer.decode(s.ids[s.answer_start:])}
+            for i, s in enumerate(samples)]
+    return folder, tokenizer, rows
+
+
+def test_lm_eval_at_batch_4_gives_batch_1s_answers_on_the_folder(tmp_path):
+    """lm-evaluation-harness's hf model on the folder, generate_until (left-padded batches through generate()) on a
+    local passkey task whose prompts differ in length: --batch_size 4 gives every prompt the answer --batch_size 1
+    gives it, and the same exact_match (before: a padded row read positions from the row's slots)."""
+    import os
+    import subprocess
+
+    exe = lm_eval_or_skip()
+    folder, _, rows = passkey_folder_and_prompts(tmp_path)
+    task = tmp_path / "task"
+    task.mkdir()
+    (task / "passkey.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (task / "ropecli_passkey_gen.yaml").write_text(
+        "task: ropecli_passkey_gen\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: "
+        f"{task / 'passkey.jsonl'}\ntest_split: test\noutput_type: generate_until\ndoc_to_text: '{{{{context}}}}'\n"
+        "doc_to_target: '{{answer}}'\ntarget_delimiter: ''\ngeneration_kwargs:\n  until: ['\\n']\n  max_gen_toks: 8\n"
+        "  do_sample: false\nmetric_list:\n  - metric: exact_match\n")
+    answers = {}
+    for batch in ("1", "4"):
+        out = tmp_path / f"results{batch}"
+        got = subprocess.run([exe, "run", "--model", "hf", "--model_args",
+                              f"pretrained={folder},trust_remote_code=True,dtype=float32,max_length=1100",
+                              "--tasks", "ropecli_passkey_gen", "--include_path", str(task), "--device", "cpu",
+                              "--batch_size", batch, "--log_samples", "--output_path", str(out)],
+                             capture_output=True, text=True, timeout=900,
+                             env={**os.environ, "HF_DATASETS_OFFLINE": "1"})
+        assert got.returncode == 0, got.stderr[-3000:]
+        samples = [json.loads(line) for line in next(out.rglob("samples_*.jsonl")).read_text().splitlines()]
+        result = json.loads(next(out.rglob("results_*.json")).read_text())["results"]["ropecli_passkey_gen"]
+        answers[batch] = ({s["doc_id"]: s["resps"] for s in samples}, result["exact_match,none"])
+    assert answers["4"] == answers["1"], answers
+    assert len(answers["1"][0]) == len(rows)
+
+
+def test_a_batched_pipeline_gives_each_prompt_its_own_answer(tmp_path):
+    from transformers import pipeline
+
+    folder, _, rows = passkey_folder_and_prompts(tmp_path, n=6)
+    generate = pipeline("text-generation", model=str(folder), trust_remote_code=True, dtype=torch.float32)
+    if generate.tokenizer.pad_token is None:
+        generate.tokenizer.pad_token = generate.tokenizer.eos_token
+    prompts = [r["context"] for r in rows]
+    kw = dict(max_new_tokens=8, do_sample=False, return_full_text=False)
+    one = [generate(p, **kw)[0]["generated_text"] for p in prompts]
+    four = [o[0]["generated_text"] for o in generate(prompts, batch_size=4, **kw)]
+    assert four == one
+    assert sum(a.strip().startswith(r["answer"].strip()) for a, r in zip(one, rows)) >= 1  # the map retrieves
