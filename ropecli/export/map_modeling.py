@@ -142,7 +142,8 @@ def own_apply(module) -> Callable:
     attention slices them off before calling it (Phi, StableLM)."""
     fn = getattr(sys.modules[type(module).__module__], "apply_rotary_pos_emb")
     names = list(inspect.signature(fn).parameters)
-    one = fn if len(names) > 1 and names[1] == "cos" else (lambda x, cos, sin: fn(x, x, cos, sin)[0])
+    one = fn if len(names) > 1 and names[1] == "cos" else (lambda x, cos, sin: fn(x, x[:, :1], cos, sin)[0])  # the
+    # query half of (q, k) -> (q, k): the key half on one head only (it is thrown away)
 
     def apply(x, cos, sin):
         if cos.shape[-1] == x.shape[-1]:
@@ -192,19 +193,32 @@ def key_sets(regions) -> tuple[list[int], list[Callable]]:
     return which, extra
 
 
+def primary_set(regions, which, length: int) -> int:
+    """The key set a mapped layer's cache holds: the one of the region that reaches the most keys from the last query
+    at the exported length (Self-Extend's grouped keys, DCA's chunked ones, ReRoPE's capped ones; -1: the true keys,
+    STRING), so the keys turned at each step are only the other regions' bands (a window of W keys)."""
+    if not length or length < 2:
+        return which[0] if which else -1
+    i, j = torch.tensor([length - 1]), torch.arange(length)
+    counts = [int(torch.as_tensor(r.where(i[:, None], j[None, :])).sum()) for r in regions]
+    return which[max(range(len(regions)), key=lambda n: counts[n])]
+
+
 class MapRun:
     """The attention function while a forward pass runs, and what the layers of that pass share: mapped layers through
     `map_attention`, the others through the model's own attention with its own arguments."""
 
-    def __init__(self, model, plans, rotaries, regions, implementation, selection, attention):
+    def __init__(self, model, plans, rotaries, regions, implementation, selection, attention, length):
         self.plans, self.rotaries, self.regions, self.implementation = plans, rotaries, regions, implementation
         self.which, self.extra = key_sets(regions)
+        self.primary = primary_set(regions, self.which, length)  # the key set a mapped layer's cache holds
+        self._cached: set = set()  # the layers whose keys this pass went through the cache (in the primary set)
         self.selection, self._cols, self.attention = selection or {}, {}, attention  # {layer: its attention module}
         self.position_ids, self._layout, self._trig, self._scale = None, {}, {}, {}
 
     def begin(self, position_ids):
         """A new forward pass: its queries' positions (B or 1, T_q); what the previous pass kept is dropped."""
-        self.position_ids, self._layout, self._trig = position_ids, {}, {}
+        self.position_ids, self._layout, self._trig, self._cached = position_ids, {}, {}, set()
 
     def unit(self, plan, x):
         """The rotary module's attention scaling (its cos at position 0): divided out of a rotation by a difference."""
@@ -226,14 +240,19 @@ class MapRun:
                 self._trig[key] = got
         return own_apply(module)(x.float(), *got).to(x.dtype)
 
-    def widen(self, module, plan, key, positions):
-        """key (B, H_kv, T, D) at its true positions (B or 1, T) -> (B, H_kv, T, D (1 + extra sets)): each extra key
-        set's rotation, then the key itself (the last D columns)."""
-        if not self.extra:
+    def key_at(self, e, kpos):
+        """The rotation positions of key set e (-1: the true ones) for keys at kpos (…, T): (…, T) or (…, T, groups)."""
+        return kpos if e < 0 else torch.as_tensor(self.extra[e](kpos))
+
+    def keys_in(self, module, plan, key, kpos, want, have, tag=None):
+        """key (B, H_kv, T, D) rotated as key set `have` for keys at kpos (T,) -> as key set `want` (a turn by the
+        difference of their positions; the same tensor where the two are one set)."""
+        if want == have:
             return key
-        sets = [self.turn(module, plan, key, torch.as_tensor(f(positions)) - _expand(positions, f(positions)))
-                for f in self.extra]
-        return torch.cat([*sets, key], dim=-1)
+        to, frm = self.key_at(want, kpos), self.key_at(have, kpos)
+        if to.ndim != frm.ndim:
+            to, frm = (to, frm[..., None]) if to.ndim > frm.ndim else (to[..., None], frm)
+        return self.turn(module, plan, key, (to - frm)[None], key=tag)
 
     def columns(self, module, plan, x):
         """(1, H, 1, D) bool: the columns of the layer's selected pairs per head; None where every pair moves."""
@@ -270,13 +289,17 @@ class MapRun:
         return torch.where(moved > 0, gap.argmin(dim=1), torch.full_like(moved, -1, dtype=torch.long)), P
 
     def update(self, real_update):
-        """The cache's `update` while this pass runs: a mapped layer's new keys widened by their extra key sets."""
+        """The cache's `update` while this pass runs: a mapped layer's new keys enter it turned to the primary key set
+        (rotated once, when they arrive; at their true positions where the primary set is the true one)."""
         def update(key_states, value_states, layer_idx, *args, **kwargs):
             plan = self.plans[layer_idx] if layer_idx < len(self.plans) else None
-            if plan is not None and plan.mapped and self.extra and layer_idx in self.attention:
-                pos = self.position_ids
-                key_states = self.widen(self.attention[layer_idx], plan, key_states,
-                                        pos if pos.shape[-1] == key_states.shape[2] else pos[..., -key_states.shape[2]:])
+            if plan is not None and plan.mapped and layer_idx in self.attention:
+                self._cached.add(layer_idx)
+                if self.primary >= 0:
+                    pos = self.position_ids
+                    pos = pos if pos.shape[-1] == key_states.shape[2] else pos[..., -key_states.shape[2]:]
+                    to = self.key_at(self.primary, pos)
+                    key_states = self.turn(self.attention[layer_idx], plan, key_states, to - _expand(pos, to))
             return real_update(key_states, value_states, layer_idx, *args, **kwargs)
 
         return update
@@ -375,7 +398,7 @@ def row_plan(run, qpos, kpos, valid, allowed, window, dtype):
         parts = []
         for n, r in enumerate(run.regions):
             m = torch.as_tensor(r.where(qi[:, None], kpos[None, :])) & ok
-            for r0, r1, lo, hi, part in split_band(m):
+            for r0, r1, lo, hi, part in (split_band(m) if len(qi) > 1 else one_query(m)):
                 part, bias, has = masked(part, dtype)
                 size += 0 if bias is None else bias.numel() * bias.element_size()
                 parts.append((n, r0, r1, lo, hi, part, bias, has))
@@ -383,8 +406,19 @@ def row_plan(run, qpos, kpos, valid, allowed, window, dtype):
     return out, size
 
 
+def one_query(mask):
+    """A decoding step's one query (mask (1, T_k)): its band of keys in one part, no mask where it reaches each key of
+    the band (`split_band` would cut the last key off as a 1 x 1 causal square: a second kernel call per region)."""
+    reach = mask[0].nonzero()
+    if not len(reach):
+        return []
+    lo, hi = int(reach[0]), int(reach[-1]) + 1
+    band = mask[:, lo:hi]
+    return [(0, 1, lo, hi, None if bool(band.all()) else band.clone())]
+
+
 def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, sinks):
-    """Queries (B, H, T_q, D) and the cache's keys (B, H_kv, T_k, D (1 + extra sets)) -> (B, T_q, H, D): per row and
+    """Queries (B, H, T_q, D) and the keys (B, H_kv, T_k, D), in the primary set where they came through the cache -> (B, T_q, H, D): per row and
     block of queries, each region's rotated queries against the band of its key set it reaches, one softmax over the
     regions (merged by log-sum-exp)."""
     B, H, Tq, D = query.shape
@@ -392,8 +426,7 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
     scaling = D ** -0.5 if scaling is None else scaling
     fused = _flash_kernel(query, softcap)
     rows = run.layout(mask, B, Tq, Tk, query.device, plan.window)
-    if key.shape[-1] == D and run.extra:  # no cache: this pass's keys widened here
-        key = run.widen(module, plan, key, torch.stack([row[1] for row in rows]))
+    base = run.primary if module.layer_idx in run._cached else -1  # the set the keys arrive in (no cache: true)
     cols = run.columns(module, plan, query)
     groups = H // Hkv
     out = torch.empty(B, Tq, H, D, dtype=value.dtype, device=value.device)
@@ -414,8 +447,8 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
                 region = run.regions[n]
                 if n not in turned:
                     turned[n] = region_query(run, module, plan, q, qpos[start:stop], n, b, start, cols)
-                qn, ks = turned[n]
-                k = key[b:b + 1, :, lo:hi, ks]
+                qn = turned[n]
+                k = region_keys(run, module, plan, key[b:b + 1, :, lo:hi], kpos[lo:hi], n, b, lo, base, cols)
                 v = value[b:b + 1, :, lo:hi]
                 if fused is not None and qn.shape[-1] != v.shape[-1]:  # the kernel wants one head size: zeros after
                     v = torch.nn.functional.pad(v, (0, qn.shape[-1] - v.shape[-1]))
@@ -441,16 +474,12 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
 
 
 def region_query(run, module, plan, q, qpos, n, b, start, cols):
-    """Region n's queries for a block of row b (1, H, n_q, D') and the slice of the cache's widened key columns they
-    are scored against. Under a key-pair selection (DPE's top < 1) only the selected pairs move: where the region's
-    keys are another set, query and key are the two halves side by side ([moved query on the selected columns, true
-    query on the others] against [the set's key, the true key]), so each query head scores its own choice against the
-    shared key heads."""
-    D = q.shape[-1]
+    """Region n's queries for a block of row b (1, H, n_q, D'), turned from their true positions to the region's.
+    Under a key-pair selection (DPE's top < 1) only the selected pairs move: where the region's keys are another set,
+    query and key are two halves side by side ([moved query on the selected columns, true query on the others] against
+    [the set's key, the true key], `region_keys`), so each query head scores its own choice against the shared key
+    heads."""
     region = run.regions[n]
-    e = run.which[n]
-    E = len(run.extra)
-    true_cols = slice(E * D, (E + 1) * D) if E else slice(0, D)
     key = ("q", plan.rope, n, b, start, q.shape[2])  # this block's turn, made by the pass's first mapped layer
     delta = None
     if key not in run._trig:
@@ -460,13 +489,22 @@ def region_query(run, module, plan, q, qpos, n, b, start, cols):
     moved = q if run._trig.get(key, 0) is None else run.turn(module, plan, q, None if delta is None else delta[None],
                                                               key=key)
     if cols is None:
-        return moved, (true_cols if e < 0 else slice(e * D, (e + 1) * D))
-    if e < 0:
-        return torch.where(cols, moved, q), true_cols
-    both = torch.cat([moved * cols, q * ~cols], dim=-1)
-    if e == E - 1:
-        return both, slice(e * D, (E + 1) * D)
-    return both, [*range(e * D, (e + 1) * D), *range(E * D, (E + 1) * D)]
+        return moved
+    if run.which[n] < 0:
+        return torch.where(cols, moved, q)
+    return torch.cat([moved * cols, q * ~cols], dim=-1)
+
+
+def region_keys(run, module, plan, k, kpos, n, b, lo, base, cols):
+    """Region n's keys of a band (1, H_kv, m, D) that arrive in key set `base`, at positions kpos (m,): in the region's
+    set (turned where it is another: the band alone, its cos and sin kept for the pass's other layers); under a key-pair
+    selection where the region's set is not the true one, [the set's key, the true key] side by side."""
+    e = run.which[n]
+    tag = ("k", plan.rope, n, b, lo, k.shape[2])
+    out = run.keys_in(module, plan, k, kpos, e, base, tag)
+    if cols is None or e < 0:
+        return out
+    return torch.cat([out, run.keys_in(module, plan, k, kpos, -1, base, tag + ("true",))], dim=-1)
 
 
 def rotary_modules(model) -> dict[str, Any]:
@@ -513,7 +551,7 @@ class RopecliMapForCausalLM(Base):
             selection = {int(layer): heads for layer, heads in (spec.get("pairs") or {}).items()}
             regions = map_regions()(**spec["params"])
             self._ropecli_run = MapRun(self, plans, rotaries, regions, config._attn_implementation, selection,
-                                       attention)
+                                       attention, length)
         return self._ropecli_run
 
     def generate(self, *args, **kwargs):
@@ -536,7 +574,7 @@ class RopecliMapForCausalLM(Base):
             cache = kwargs.pop("past_key_values")
         use_cache = kwargs.get("use_cache")
         use_cache = config.use_cache if use_cache is None else use_cache
-        if cache is None and use_cache and run.extra and not self.training:
+        if cache is None and use_cache and run.primary >= 0 and not self.training:
             from transformers import DynamicCache
 
             cache = DynamicCache(config=self.config)
