@@ -268,3 +268,19 @@ def test_a_batched_pipeline_gives_each_prompt_its_own_answer(tmp_path):
     four = [o[0]["generated_text"] for o in generate(prompts, batch_size=4, **kw)]
     assert four == one
     assert sum(a.strip().startswith(r["answer"].strip()) for a, r in zip(one, rows)) >= 1  # the map retrieves
+
+
+def test_ropecli_mapped_attention_refuses_a_padded_batch_in_one_line(tmp_path_factory):
+    """ropecli's own mapped attention runs one unpadded sequence (its evaluations do): a padded batch is refused in one
+    line naming the folder, which serves it, not run with wrong positions."""
+    from transformers import AutoModelForCausalLM
+
+    from ropecli.errors import RopeCliError
+
+    model_dir, _ = folder_for(tmp_path_factory, "llama", *SE)
+    reference = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    ids, mask = left_padded(prompts([40, 28]))
+    with torch.no_grad(), mapped(reference, *SE), pytest.raises(RopeCliError, match="padded batch runs in the exported"):
+        reference(input_ids=ids, attention_mask=mask)
+    with torch.no_grad(), mapped(reference, *SE):  # one sequence, its mask all ones: runs
+        reference(input_ids=ids[:1, -40:], attention_mask=mask[:1, -40:])

@@ -166,6 +166,10 @@ class MappedAttention:
         sinks = kwargs.get("s_aux")  # gpt-oss: a logit per head in every softmax's denominator, no value (H,)
         Tk = key.shape[2]
         scaling = D ** -0.5 if scaling is None else scaling
+        if padded(attention_mask):
+            raise RopeCliError("ropecli's mapped attention runs unpadded sequences of one length (as its evaluations "
+                               "do); a padded batch runs in the exported folder (ropecli export --to transformers --map "
+                               "MAP --out DIR), which reads each row's positions from its mask")
         if self.observe is not None:
             self.observe(module, query, key, self.pair(module, query))
         cols = self.columns(module, query)
@@ -226,6 +230,15 @@ class MappedAttention:
             merged = merged if sinks is None else with_sinks(merged, lse, sinks)
             out[:, start:start + len(qi)] = merged.transpose(1, 2)
         return out, None
+
+
+def padded(mask) -> bool:
+    """Whether the model's attention mask leaves a key out of the last query's reach (padding, or an empty slot of a
+    static cache): the last query of an unpadded causal sequence reaches every key. None (sdpa's causal skip): no."""
+    if not isinstance(mask, torch.Tensor):
+        return False
+    last = mask[..., -1, :] if mask.ndim == 4 else mask
+    return not bool(last.all() if last.dtype == torch.bool else (last > torch.finfo(last.dtype).min / 2).all())
 
 
 def with_sinks(out: torch.Tensor, lse: torch.Tensor, sinks: torch.Tensor) -> torch.Tensor:
