@@ -252,6 +252,7 @@ class MapRun:
         self.which, self.extra = key_sets(regions)
         self.primary = primary_set(regions, self.which, length)  # the key set a mapped layer's cache holds
         self._cached: set = set()  # the layers whose keys this pass went through the cache (in the primary set)
+        self._last = (None, None)  # (shape, block plan) of the last unpadded prefill: the next one of its shape
         self.selection, self._cols, self.attention = selection or {}, {}, attention  # {layer: its attention module}
         self.position_ids, self._layout, self._trig, self._scale = None, {}, {}, {}
 
@@ -338,7 +339,8 @@ class MapRun:
                     pos = self.position_ids
                     pos = pos if pos.shape[-1] == key_states.shape[2] else pos[..., -key_states.shape[2]:]
                     to = self.key_at(self.primary, pos)
-                    key_states = self.turn(self.attention[layer_idx], plan, key_states, to - _expand(pos, to))
+                    key_states = self.turn(self.attention[layer_idx], plan, key_states, to - _expand(pos, to),
+                                           key=("u", plan.rope, key_states.shape[2]))  # the same in every layer
             return real_update(key_states, value_states, layer_idx, *args, **kwargs)
 
         return update
@@ -471,12 +473,20 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
     out = torch.empty(B, Tq, H, D, dtype=value.dtype, device=value.device)
     plans = run._layout.setdefault(("plans", plan.window, id(mask), Tq, Tk, query.dtype), {})
     for b, (qpos, kpos, valid, allowed) in enumerate(rows):
+        # an unpadded row whose positions run on one by one: its plan is the last one of its shape, kept across
+        # forward passes (the next prompt of this length reuses it, as ropecli's own forward does)
+        plain = allowed is None and valid is None and Tq > 1 and int(qpos[-1] - qpos[0]) == Tq - 1
+        shape = (Tq, Tk, int(qpos[0]), int(kpos[0]), plan.window, query.dtype, query.device) if plain else None
         if b in plans:
             blocks = plans[b]
+        elif shape is not None and run._last[0] == shape:
+            blocks = plans[b] = run._last[1]
         else:
             blocks, size = row_plan(run, qpos, kpos, valid, allowed, plan.window, query.dtype)
             if size <= MASK_CACHE_BYTES:
                 plans[b] = blocks
+                if shape is not None:
+                    run._last = (shape, blocks)
         for start, stop, parts in blocks:
             n_q = stop - start
             q = query[b:b + 1, :, start:stop]
