@@ -289,6 +289,8 @@ class MapRun:
         difference of their positions; the same tensor where the two are one set)."""
         if want == have:
             return key
+        if tag is not None and tag in self._trig:  # turned in an earlier layer of this pass: its cos and sin
+            return self.turn(module, plan, key, None, key=tag)
         to, frm = self.key_at(want, kpos), self.key_at(have, kpos)
         if to.ndim != frm.ndim:
             to, frm = (to, frm[..., None]) if to.ndim > frm.ndim else (to[..., None], frm)
@@ -336,11 +338,14 @@ class MapRun:
             if plan is not None and plan.mapped and layer_idx in self.attention:
                 self._cached.add(layer_idx)
                 if self.primary >= 0:
-                    pos = self.position_ids
-                    pos = pos if pos.shape[-1] == key_states.shape[2] else pos[..., -key_states.shape[2]:]
-                    to = self.key_at(self.primary, pos)
-                    key_states = self.turn(self.attention[layer_idx], plan, key_states, to - _expand(pos, to),
-                                           key=("u", plan.rope, key_states.shape[2]))  # the same in every layer
+                    tag = ("u", plan.rope, key_states.shape[2])  # the same turn in every layer of the pass
+                    delta = None
+                    if tag not in self._trig:
+                        pos = self.position_ids
+                        pos = pos if pos.shape[-1] == key_states.shape[2] else pos[..., -key_states.shape[2]:]
+                        to = self.key_at(self.primary, pos)
+                        delta = to - _expand(pos, to)
+                    key_states = self.turn(self.attention[layer_idx], plan, key_states, delta, key=tag)
             return real_update(key_states, value_states, layer_idx, *args, **kwargs)
 
         return update
