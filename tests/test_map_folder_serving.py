@@ -92,8 +92,8 @@ def test_a_right_padded_batch_is_each_prompt_alone(tmp_path_factory):
             assert (batch[b, :len(r)] - model(r[None]).logits[0]).abs().max() < 1e-4, b
 
 
-@pytest.mark.parametrize(("family", "name", "params"), [("llama", *SE), ("llama", *DPE), ("gemma2", *SE)],
-                         ids=["llama-selfextend", "llama-dpe-pairs", "gemma2-selfextend"])
+@pytest.mark.parametrize(("family", "name", "params"), [("llama", *SE), ("llama", *DPE), ("gemma2", *SE), ("qwen2", *SE)],
+                         ids=["llama-selfextend", "llama-dpe-pairs", "gemma2-selfextend", "qwen2-selfextend"])
 def test_the_static_cache_gives_the_dynamic_caches_tokens(tmp_path_factory, family, name, params):
     """generate(cache_implementation="static"): the keys sit in a buffer of max_cache_len slots, the empty ones masked
     (before: T_k was the whole buffer, so every position was wrong and the tokens differed with no error)."""
@@ -175,6 +175,8 @@ def test_a_damaged_map_block_is_one_line_at_verify_and_at_load(tmp_path_factory,
 
 def test_a_cache_the_folder_cannot_serve_is_refused_in_one_line(tmp_path_factory):
     model = load(folder_for(tmp_path_factory, "llama", *SE)[1])
+    # generate() reads forward's signature: the prefill's logits for the last token only, as for the model itself
+    assert model._supports_logits_to_keep() and not model._can_compile_fullgraph
     with pytest.raises(ValueError, match="use the dynamic \\(default\\) or static cache"):
         model.generate(prompts([40])[0][None], cache_implementation="quantized", max_new_tokens=2)
 

@@ -252,6 +252,7 @@ class MapRun:
         self.which, self.extra = key_sets(regions)
         self.primary = primary_set(regions, self.which, length)  # the key set a mapped layer's cache holds
         self._cached: set = set()  # the layers whose keys this pass went through the cache (in the primary set)
+        self._primary: set = set()
         self._last = (None, None)  # (shape, block plan) of the last unpadded prefill: the next one of its shape
         self.selection, self._cols, self.attention = selection or {}, {}, attention  # {layer: its attention module}
         self.position_ids, self._layout, self._trig, self._scale = None, {}, {}, {}
@@ -259,11 +260,12 @@ class MapRun:
     def begin(self, position_ids):
         """A new forward pass: its queries' positions (B or 1, T_q); what the previous pass kept is dropped."""
         self.position_ids, self._layout, self._trig, self._cached = position_ids, {}, {}, set()
+        self._primary = set()  # the storage of the keys the cache returned in the primary set this pass
 
     def unit(self, plan, x):
         """The rotary module's attention scaling (its cos at position 0): divided out of a rotation by a difference."""
         if plan.rope not in self._scale:
-            cos, _ = self.rotaries[plan.rope](x, torch.zeros(1, 1, device=x.device))
+            cos, _ = self.rotaries[plan.rope](x.float(), torch.zeros(1, 1, device=x.device))  # not rounded to bf16
             self._scale[plan.rope] = float(cos.flatten()[0])
         return self._scale[plan.rope]
 
@@ -337,18 +339,26 @@ class MapRun:
             plan = self.plans[layer_idx] if layer_idx < len(self.plans) else None
             if plan is not None and plan.mapped and layer_idx in self.attention:
                 self._cached.add(layer_idx)
-                if self.primary >= 0:
-                    tag = ("u", plan.rope, key_states.shape[2])  # the same turn in every layer of the pass
-                    delta = None
-                    if tag not in self._trig:
-                        pos = self.position_ids
-                        pos = pos if pos.shape[-1] == key_states.shape[2] else pos[..., -key_states.shape[2]:]
-                        to = self.key_at(self.primary, pos)
-                        delta = to - _expand(pos, to)
-                    key_states = self.turn(self.attention[layer_idx], plan, key_states, delta, key=tag)
+                keys, values = real_update(self.primary_keys(layer_idx, plan, key_states), value_states, layer_idx,
+                                           *args, **kwargs)
+                self._primary.add(keys.data_ptr())  # a KV-shared layer (Gemma 3n, Gemma 4) reads these keys too
+                return keys, values
             return real_update(key_states, value_states, layer_idx, *args, **kwargs)
 
         return update
+
+    def primary_keys(self, layer_idx, plan, key_states):
+        """A mapped layer's new keys (B, H_kv, T, D) at their true positions, turned to the primary key set."""
+        if self.primary < 0:
+            return key_states
+        tag = ("u", plan.rope, key_states.shape[2])  # the same turn in every layer of the pass
+        delta = None
+        if tag not in self._trig:
+            pos = self.position_ids
+            pos = pos if pos.shape[-1] == key_states.shape[2] else pos[..., -key_states.shape[2]:]
+            to = self.key_at(self.primary, pos)
+            delta = to - _expand(pos, to)
+        return self.turn(self.attention[layer_idx], plan, key_states, delta, key=tag)
 
     def layout(self, mask, B, Tq, Tk, device, window):
         """Per row: (its queries' positions (T_q,), its keys' positions (T_k,), its valid keys (T_k,) bool or None for
@@ -472,10 +482,11 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
     scaling = D ** -0.5 if scaling is None else scaling
     fused = _flash_kernel(query, softcap)
     rows = run.layout(mask, B, Tq, Tk, query.device, plan.window)
-    base = run.primary if module.layer_idx in run._cached else -1  # the set the keys arrive in (no cache: true)
+    base = run.primary if key.data_ptr() in run._primary else -1  # the set the keys arrive in (no cache: true)
     cols = run.columns(module, plan, query)
     groups = H // Hkv
-    out = torch.empty(B, Tq, H, D, dtype=value.dtype, device=value.device)
+    Dv = value.shape[-1]
+    out = torch.empty(B, Tq, H, Dv, dtype=value.dtype, device=value.device)
     plans = run._layout.setdefault(("plans", plan.window, id(mask), Tq, Tk, query.dtype), {})
     for b, (qpos, kpos, valid, allowed) in enumerate(rows):
         # an unpadded row whose positions run on one by one: its plan is the last one of its shape, kept across
@@ -510,16 +521,16 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
                     k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
                 o, l = region_attention(qn[:, :, r0:r1].contiguous(), k, v, part,
                                         scaling * region.scale, fused, bias, has, softcap)
-                o = o[..., :D] if o.shape[-1] != D else o
+                o = o[..., :Dv] if o.shape[-1] != Dv else o
                 if acc is None and (r0, r1) == (0, n_q):  # the first part over every row: the running softmax itself
                     acc, lse = o, l
                     continue
                 if acc is None:
-                    acc = torch.zeros(1, H, n_q, D, dtype=torch.float32, device=query.device)
+                    acc = torch.zeros(1, H, n_q, Dv, dtype=torch.float32, device=query.device)
                     lse = torch.full((1, H, n_q), float("-inf"), dtype=torch.float32, device=query.device)
                 merge_into(acc, lse, r0, r1, o, l)
             if acc is None:  # no query of the block reaches a key (padding): nothing to attend to
-                acc = torch.zeros(1, H, n_q, D, dtype=torch.float32, device=query.device)
+                acc = torch.zeros(1, H, n_q, Dv, dtype=torch.float32, device=query.device)
                 lse = torch.full((1, H, n_q), float("-inf"), dtype=torch.float32, device=query.device)
             if sinks is not None:  # gpt-oss: one more logit per head in the softmax, with no value
                 acc = acc * torch.exp(lse - torch.logaddexp(lse, sinks.float()[None, :, None]))[..., None]
@@ -554,7 +565,7 @@ def region_keys(run, module, plan, k, kpos, n, b, lo, base, cols):
     set (turned where it is another: the band alone, its cos and sin kept for the pass's other layers); under a key-pair
     selection where the region's set is not the true one, [the set's key, the true key] side by side."""
     e = run.which[n]
-    tag = ("k", plan.rope, n, b, lo, k.shape[2])
+    tag = ("k", plan.rope, n, b, lo, k.shape[2], base)
     out = run.keys_in(module, plan, k, kpos, e, base, tag)
     if cols is None or e < 0:
         return out
@@ -599,7 +610,11 @@ class RopecliMapForCausalLM(Base):
             for plan in plans:
                 if plan.rope is not None and plan.rope not in rotaries:
                     module, lt = found.get(plan.rope) or found[""]
-                    rotaries[plan.rope] = partial(module.forward, layer_type=lt) if lt else module.forward
+                    # its forward without transformers' dynamic_rope_update: called at the differences a turn
+                    # needs, it must not re-pick longrope's factors or reset dynamic NTK's base from them (the
+                    # model's own call at the pass's positions set them)
+                    own = partial(inspect.unwrap(type(module).forward), module)
+                    rotaries[plan.rope] = partial(own, layer_type=lt) if lt else own
             attention = {m.layer_idx: m for m in self.modules()
                          if isinstance(getattr(m, "layer_idx", None), int) and "Attention" in type(m).__name__}
             selection = {int(layer): heads for layer, heads in (spec.get("pairs") or {}).items()}
@@ -607,6 +622,8 @@ class RopecliMapForCausalLM(Base):
             self._ropecli_run = MapRun(self, plans, rotaries, regions, config._attn_implementation, selection,
                                        attention, length)
         return self._ropecli_run
+
+    _can_compile_fullgraph = False  # its forward swaps the attention function and the cache's update: never compiled
 
     def generate(self, *args, **kwargs):
         wanted = kwargs.get("cache_implementation") or getattr(kwargs.get("generation_config") or
@@ -639,6 +656,8 @@ class RopecliMapForCausalLM(Base):
         T = (ids if ids is not None else embeds).shape[1]
         position_ids = kwargs.get("position_ids")
         mask = kwargs.get("attention_mask")
+        if isinstance(mask, dict):  # generate's static path on a config with layer types: a mask per layer type
+            mask = mask.get("full_attention", next((m for m in mask.values() if isinstance(m, torch.Tensor)), None))
         padded = isinstance(mask, torch.Tensor) and mask.ndim == 2 and not bool(mask.all())
         if position_ids is None or padded:  # each row from its first valid token (generate's own rule; its static
             if isinstance(mask, torch.Tensor) and mask.ndim == 2:  # cache path hands every row arange), else after
@@ -669,3 +688,8 @@ class RopecliMapForCausalLM(Base):
                 c._attn_implementation = before
             masks.pop(NAME, None)
             run.begin(None)
+
+
+# generate() reads the model's parameters from forward's signature (logits_to_keep: the prefill's logits for the last
+# token only; the attention mask it derives): the model's own, not (*args, **kwargs)
+RopecliMapForCausalLM.forward.__signature__ = inspect.signature(Base.forward)
