@@ -507,6 +507,7 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
             n_q = stop - start
             q = query[b:b + 1, :, start:stop]
             acc = lse = None
+            every = False  # acc and lse hold finite values on every row (no row without a key so far)
             turned = {}
             for n, r0, r1, lo, hi, part, bias, has in parts:
                 region = run.regions[n]
@@ -522,9 +523,16 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
                 o, l = region_attention(qn[:, :, r0:r1].contiguous(), k, v, part,
                                         scaling * region.scale, fused, bias, has, softcap)
                 o = o[..., :Dv] if o.shape[-1] != Dv else o
-                if acc is None and (r0, r1) == (0, n_q):  # the first part over every row: the running softmax itself
-                    acc, lse = o, l
+                whole = (r0, r1) == (0, n_q) and has is None  # every row of the block reaches a key of this part
+                if acc is None and whole:  # the first part over every row: the running softmax itself
+                    acc, lse, every = o, l, True
                     continue
+                if acc is not None and every and whole:  # both over every row, finite: the softmax over their union
+                    total = torch.logaddexp(lse, l)  # in three steps (out = acc + (o - acc) sigmoid(l - lse))
+                    acc = torch.lerp(acc, o, torch.exp(l - total)[..., None])
+                    lse = total
+                    continue
+                every = False
                 if acc is None:
                     acc = torch.zeros(1, H, n_q, Dv, dtype=torch.float32, device=query.device)
                     lse = torch.full((1, H, n_q), float("-inf"), dtype=torch.float32, device=query.device)
