@@ -181,26 +181,37 @@ def test_a_cache_the_folder_cannot_serve_is_refused_in_one_line(tmp_path_factory
         model.generate(prompts([40])[0][None], cache_implementation="quantized", max_new_tokens=2)
 
 
-def lm_eval_or_skip():
-    """lm-evaluation-harness, installed here if it is not (CI: it is no dependency of ropecli); skipped only where it
-    cannot be installed (no registry)."""
-    import importlib
+@pytest.fixture(scope="session")
+def lm_eval_command(tmp_path_factory):
+    """lm-evaluation-harness's `lm_eval` command. Where it is not installed (CI: it is no dependency of ropecli), it is
+    installed into a virtual environment of its own that sees this one's packages through a .pth file (torch and
+    transformers are not installed twice), so its dependencies never change this environment's mid-run; skipped only
+    where it cannot be installed (no registry)."""
+    import importlib.util
     import shutil
     import subprocess
     import sys
+    import sysconfig
     from pathlib import Path
 
-    if importlib.util.find_spec("lm_eval") is None:
-        constraints = Path(__file__).resolve().parent.parent / "constraints" / "cpu.txt"
-        got = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "lm-eval==0.4.13", "-c", str(constraints)],
-                             capture_output=True, text=True, timeout=900)
-        if got.returncode:
-            pytest.skip(f"lm-eval could not be installed: {got.stderr.strip().splitlines()[-1:]}")
-        importlib.invalidate_caches()
-    exe = shutil.which("lm_eval") or str(Path(sys.executable).with_name("lm_eval"))
-    if not Path(exe).exists():
-        pytest.skip("lm_eval's command is not on PATH")
-    return exe
+    if importlib.util.find_spec("lm_eval") is not None:
+        exe = shutil.which("lm_eval") or str(Path(sys.executable).with_name("lm_eval"))
+        if Path(exe).exists():
+            return exe
+    venv = tmp_path_factory.mktemp("lm-eval-venv")
+    made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True, timeout=300)
+    if made.returncode:
+        pytest.skip(f"no virtual environment for lm-eval: {made.stderr.strip()[-200:]}")
+    python = venv / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (Path(site) / "ropecli-tests-parent.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    constraints = Path(__file__).resolve().parent.parent / "constraints" / "cpu.txt"
+    got = subprocess.run([str(python), "-m", "pip", "install", "-q", "lm-eval==0.4.13", "-c", str(constraints)],
+                         capture_output=True, text=True, timeout=900)
+    if got.returncode:
+        pytest.skip(f"lm-eval could not be installed: {got.stderr.strip().splitlines()[-1:]}")
+    return str(venv / "bin" / "lm_eval")
 
 
 def passkey_folder_and_prompts(tmp_path, n=8):
@@ -223,14 +234,14 @@ def passkey_folder_and_prompts(tmp_path, n=8):
     return folder, tokenizer, rows
 
 
-def test_lm_eval_at_batch_4_gives_batch_1s_answers_on_the_folder(tmp_path):
+def test_lm_eval_at_batch_4_gives_batch_1s_answers_on_the_folder(tmp_path, lm_eval_command):
     """lm-evaluation-harness's hf model on the folder, generate_until (left-padded batches through generate()) on a
     local passkey task whose prompts differ in length: --batch_size 4 gives every prompt the answer --batch_size 1
     gives it, and the same exact_match (before: a padded row read positions from the row's slots)."""
     import os
     import subprocess
 
-    exe = lm_eval_or_skip()
+    exe = lm_eval_command
     folder, _, rows = passkey_folder_and_prompts(tmp_path)
     task = tmp_path / "task"
     task.mkdir()
