@@ -10,11 +10,13 @@ How it runs, as the model runs (issue 68):
 - The model's rotary modules rotate queries and keys at their true positions, as shipped, so every layer the map does
   not change (sliding layers whose window is below the exported length, NoPE, linear attention) runs the model's own
   attention untouched, and the KV cache holds the keys the model itself would hold.
-- A mapped layer's KV cache also holds, beside each key, the key turned to each other key position the map's regions
-  use (Self-Extend's floor(j/G), DCA's j mod c, ReRoPE's 0): `cache.update` is widened while a forward pass runs, so a
-  key is rotated once, when it enters the cache, and never again (dynamic, static and sliding caches, beam search and
-  cropping move the widened keys as they move any key). The queries are turned from their true positions to each
-  region's (a rotation by the difference, the model's own apply function, its attention scaling divided out).
+- A mapped layer's new key is turned, as it enters the KV cache (`cache.update` is wrapped while a forward pass
+  runs), to the key set of the region that reaches the most keys at the exported length (Self-Extend's floor(j/G),
+  DCA's j mod c, ReRoPE's 0; STRING's true positions: nothing to turn), so a key is rotated once and the cache keeps the
+  model's own size; dynamic, static and sliding caches, beam search and cropping move it as they move any key. At each
+  step only the other regions' bands are turned (Self-Extend's window of W keys), and the queries from their true
+  positions to each region's (a rotation by the difference, the model's own rotation, its attention scaling divided
+  out), cos and sin shared by the layers of the pass.
 - Positions are per row: a query's is its `position_ids` (generate's, from the attention mask: left padding counts
   from each row's first token); a key's is its place among the row's valid keys (the attention mask's), so a
   left-padded row is the same prompt alone. The model's mask (padding, causal, a static cache's empty slots) is
@@ -251,16 +253,14 @@ class MapRun:
         self.plans, self.rotaries, self.regions, self.implementation = plans, rotaries, regions, implementation
         self.which, self.extra = key_sets(regions)
         self.primary = primary_set(regions, self.which, length)  # the key set a mapped layer's cache holds
-        self._cached: set = set()  # the layers whose keys this pass went through the cache (in the primary set)
-        self._primary: set = set()
+        self._primary: set = set()  # the storage of the keys the cache returned in the primary set this pass
         self._last = (None, None)  # (shape, block plan) of the last unpadded prefill: the next one of its shape
         self.selection, self._cols, self.attention = selection or {}, {}, attention  # {layer: its attention module}
         self.position_ids, self._layout, self._trig, self._scale = None, {}, {}, {}
 
     def begin(self, position_ids):
         """A new forward pass: its queries' positions (B or 1, T_q); what the previous pass kept is dropped."""
-        self.position_ids, self._layout, self._trig, self._cached = position_ids, {}, {}, set()
-        self._primary = set()  # the storage of the keys the cache returned in the primary set this pass
+        self.position_ids, self._layout, self._trig, self._primary = position_ids, {}, {}, set()
 
     def unit(self, plan, x):
         """The rotary module's attention scaling (its cos at position 0): divided out of a rotation by a difference."""
@@ -338,7 +338,6 @@ class MapRun:
         def update(key_states, value_states, layer_idx, *args, **kwargs):
             plan = self.plans[layer_idx] if layer_idx < len(self.plans) else None
             if plan is not None and plan.mapped and layer_idx in self.attention:
-                self._cached.add(layer_idx)
                 keys, values = real_update(self.primary_keys(layer_idx, plan, key_states), value_states, layer_idx,
                                            *args, **kwargs)
                 self._primary.add(keys.data_ptr())  # a KV-shared layer (Gemma 3n, Gemma 4) reads these keys too
