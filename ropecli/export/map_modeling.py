@@ -249,7 +249,7 @@ class MapRun:
     """The attention function while a forward pass runs, and what the layers of that pass share: mapped layers through
     `map_attention`, the others through the model's own attention with its own arguments."""
 
-    def __init__(self, model, plans, rotaries, regions, implementation, selection, attention, length):
+    def __init__(self, plans, rotaries, regions, implementation, selection, attention, length):
         self.plans, self.rotaries, self.regions, self.implementation = plans, rotaries, regions, implementation
         self.which, self.extra = key_sets(regions)
         self.primary = primary_set(regions, self.which, length)  # the key set a mapped layer's cache holds
@@ -628,7 +628,7 @@ class RopecliMapForCausalLM(Base):
                          if isinstance(getattr(m, "layer_idx", None), int) and "Attention" in type(m).__name__}
             selection = {int(layer): heads for layer, heads in (spec.get("pairs") or {}).items()}
             regions = map_regions()(**spec["params"])
-            self._ropecli_run = MapRun(self, plans, rotaries, regions, config._attn_implementation, selection,
+            self._ropecli_run = MapRun(plans, rotaries, regions, config._attn_implementation, selection,
                                        attention, length)
         return self._ropecli_run
 

@@ -37,8 +37,9 @@ class LayerPlan:
 def plan_layers(text, slots, length: int | None = None) -> list[LayerPlan]:
     """Per layer of a (text) config: its kind and whether a map changes it, decided once for the `length` the map runs
     at (default: the model's L): a sliding layer is mapped where its window reaches `length`, and otherwise runs as
-    shipped at every length, so decoding from a prompt inside its window past it is one pass (issue 68); refused in one line where no layer is left to map (sliding windows shorter
-    than L included) or a layer's RoPE is one the map cannot rotate (chunked: Llama 4's complex rotation)."""
+    shipped at every length, so decoding from a prompt inside its window past it is one pass (issue 68); refused in
+    one line where no layer is left to map (sliding windows shorter than L included) or a layer's RoPE is one the map
+    cannot rotate (chunked: Llama 4's complex rotation)."""
     config = text.to_dict()
     n = int(config["num_hidden_layers"])
     types = config.get("layer_types")
