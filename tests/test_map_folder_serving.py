@@ -297,3 +297,51 @@ def test_ropecli_mapped_attention_refuses_a_padded_batch_in_one_line(tmp_path_fa
         reference(input_ids=ids, attention_mask=mask)
     with torch.no_grad(), mapped(reference, *SE):  # one sequence, its mask all ones: runs
         reference(input_ids=ids[:1, -40:], attention_mask=mask[:1, -40:])
+
+
+@pytest.mark.parametrize(("name", "params"), [SE, ("dca", {"chunk": 24, "local": 4}), ("rerope", {"w": 12})],
+                         ids=["selfextend", "dca", "rerope"])
+def test_a_decoding_step_is_one_kernel_call_that_puts_the_cache_back(tmp_path_factory, monkeypatch, name, params):
+    """A decoding step's one query scores every region in one call: the other regions' bands are turned in place in the
+    cache's keys and put back bit for bit (the keys before the step are the same tensors' values after it), and the
+    step's logits are one pass's over the whole sequence at a few thousand positions, as close as the unmapped model's
+    own decode is to its one pass (the turns' angles in float64: in float32 a query turned by -2,000 positions against
+    keys turned by +2,000 left 7e-5 on the built-in model)."""
+    model = load(folder_for(tmp_path_factory, "llama", name, params)[1])
+    module = __import__(type(model).__module__, fromlist=["one_call"])
+    calls = []
+    real = module.one_call
+    monkeypatch.setattr(module, "one_call", lambda *a, **k: calls.append(real(*a, **k)) or calls[-1])
+    x = prompts([2000], seed=5)[0][None]
+    with torch.no_grad():
+        out = model(x, use_cache=True)
+        cache = out.cache if hasattr(out, "cache") and out.cache is not None else out.past_key_values
+        before = [layer.keys.clone() for layer in cache.layers]
+        nxt, steps = out.logits[:, -1:].argmax(-1), []
+        for _ in range(4):
+            x = torch.cat([x, nxt], dim=1)
+            step = model(nxt, cache=cache, use_cache=True).logits[:, -1]
+            steps.append(step)
+            nxt = step.argmax(-1, keepdim=True)
+        one = model(x).logits[0, -4:]
+    assert calls and all(c is not None for c in calls)  # every mapped layer's step took the one call
+    for old, layer in zip(before, cache.layers):
+        assert torch.equal(layer.keys[:, :, :old.shape[2]], old)
+    gap = (torch.stack(steps, dim=1)[0] - one).abs().max() / one.abs().max()
+    assert gap < 3e-6, gap
+
+
+def test_a_turn_by_thousands_of_positions_is_the_exact_rotation(tmp_path_factory):
+    """The folder turns queries and keys by differences of a few thousand positions (a decoding step's query to the
+    grouped region, the window's keys back): the cos and sin of a turn are the float64 angle's, within 1e-6, where the
+    rotary module's own float32 angle leaves 4e-5 at 4,000 positions; the attention scaling stays out."""
+    model = load(folder_for(tmp_path_factory, "llama", *SE)[1])
+    run = model._map_run()
+    plan = next(p for p in run.plans if p.mapped)
+    module, attr = run.inv_freq[plan.rope]
+    x = torch.zeros(1, 1, 3, 2 * getattr(module, attr).numel())
+    delta = torch.tensor([[4000.0, -3999.0, 2.5]])
+    cos, sin = run.turn_trig(plan, x, delta)
+    f = getattr(module, attr).double()
+    angle = delta.double()[..., None] * torch.cat([f, f])
+    assert (cos.double() - angle.cos()).abs().max() < 1e-6 and (sin.double() - angle.sin()).abs().max() < 1e-6

@@ -249,8 +249,9 @@ class MapRun:
     """The attention function while a forward pass runs, and what the layers of that pass share: mapped layers through
     `map_attention`, the others through the model's own attention with its own arguments."""
 
-    def __init__(self, plans, rotaries, regions, implementation, selection, attention, length):
+    def __init__(self, plans, rotaries, regions, implementation, selection, attention, length, inv_freq=None):
         self.plans, self.rotaries, self.regions, self.implementation = plans, rotaries, regions, implementation
+        self.inv_freq, self._pairs = inv_freq or {}, {}  # {layer type: (rotary module, its inv_freq's name)}
         self.which, self.extra = key_sets(regions)
         self.primary = primary_set(regions, self.which, length)  # the key set a mapped layer's cache holds
         self._primary: set = set()  # the storage of the keys the cache returned in the primary set this pass
@@ -275,12 +276,51 @@ class MapRun:
         layers of this forward pass. In float32, back in x's dtype."""
         got = self._trig.get(key) if key is not None else None
         if got is None:
-            a = self.unit(plan, x)
-            cos, sin = trig_at(self.rotaries[plan.rope], x.float(), delta)
-            got = (cos.float() / a, sin.float() / a)
+            got = self.turn_trig(plan, x, delta)
             if key is not None:
                 self._trig[key] = got
         return own_apply(module)(x.float(), *got).to(x.dtype)
+
+    def turn_trig(self, plan, x, delta):
+        """cos, sin (B, T, rotary dims) float32 of a rotation by delta (B, T[, groups]), the attention scaling out.
+        Where the rotary module's rotation is cos(p f), sin(p f) of its inv_freq f (probed once per module: `pairs`)
+        the angle is taken in float64: turns compose (a key turned to the primary set and back, a query and a key each
+        turned by the same shift) as exactly as the model's own one rotation, where float32 angles of a few thousand
+        radians would each be off by ~1e-4. Elsewhere (a rotary that rescales per position) the module's own output."""
+        pair = self.pairs(plan, x)
+        if pair is None:
+            a = self.unit(plan, x)
+            cos, sin = trig_at(self.rotaries[plan.rope], x.float(), delta)
+            return cos.float() / a, sin.float() / a
+        module, attr = self.inv_freq[plan.rope]
+        f = getattr(module, attr).to(torch.float64)[pair]  # (rotary dims,): each column's frequency, read now (dynamic
+        d = delta.to(device=f.device, dtype=torch.float64)  # NTK updates it in the model's own call of the pass)
+        if d.ndim == 3:  # a position per group of pairs: each column its group's
+            d = d[..., pair * d.shape[-1] // (len(f) // 2)]
+            angle = d * f
+        else:
+            angle = d[..., None] * f
+        return angle.cos().float(), angle.sin().float()
+
+    def pairs(self, plan, x):
+        """(rotary dims,) each cos column's pair (rotate-half: m mod P; interleaved: m // 2), or None where the rotary
+        module's output is not cos(p f) scaled by its attention scaling at positions up to 4,097 (probed once)."""
+        if plan.rope not in self._pairs:
+            self._pairs[plan.rope] = None
+            found = self.inv_freq.get(plan.rope)
+            f = getattr(found[0], found[1], None) if found else None
+            if isinstance(f, torch.Tensor):
+                p = torch.tensor([[0.0, 1.0, 2.0, 3.0, 17.0, 255.0, 1000.0, 4097.0]], device=x.device)
+                cos, sin = (t[0].double() for t in self.rotaries[plan.rope](x.float(), p))
+                D, P = cos.shape[-1], cos.shape[-1] // 2
+                pair = (torch.arange(D, device=x.device) % P if torch.equal(cos[1, :P], cos[1, P:]) else
+                        torch.arange(D, device=x.device) // 2)
+                if f.numel() == P:
+                    a, angle = self.unit(plan, x), p[0, :, None].double() * f.double()[pair]
+                    if (torch.allclose(angle.cos() * a, cos, atol=2e-3) and
+                            torch.allclose(angle.sin() * a, sin, atol=2e-3)):
+                        self._pairs[plan.rope] = pair
+        return self._pairs[plan.rope]
 
     def key_at(self, e, kpos):
         """The rotation positions of key set e (-1: the true ones) for keys at kpos (…, T): (…, T) or (…, T, groups)."""
@@ -504,6 +544,14 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
                 plans[b] = blocks
                 if shape is not None:
                     run._last = (shape, blocks)
+        if Tq == 1 and cols is None and (got := one_call(run, module, plan, query, key, value, b, qpos, kpos,
+                                                             blocks[0][2] if blocks else [], base, scaling, fused,
+                                                             softcap, groups)) is not None:
+            acc, lse = got
+            if sinks is not None:
+                acc = acc * torch.exp(lse - torch.logaddexp(lse, sinks.float()[None, :, None]))[..., None]
+            out[b] = acc[0].transpose(0, 1).to(value.dtype)
+            continue
         for start, stop, parts in blocks:
             n_q = stop - start
             q = query[b:b + 1, :, start:stop]
@@ -545,6 +593,70 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
                 acc = acc * torch.exp(lse - torch.logaddexp(lse, sinks.float()[None, :, None]))[..., None]
             out[b, start:stop] = acc[0].transpose(0, 1).to(value.dtype)
     return out, None
+
+
+def one_call(run, module, plan, query, key, value, b, qpos, kpos, parts, base, scaling, fused, softcap, groups):
+    """A decoding step's one query (row b) against every region in one kernel call, or None where it cannot be (one
+    region, a part under a mask, parts that do not tile one band of keys, regions of different scales, keys that need
+    gradients) -> (out (1, H, 1, Dv) float32, log-sum-exp (1, H, 1)).
+
+    A region n scores query and key at (Q_n(i), K_n(j)), a function of K_n(j) - Q_n(i); with one query that is the
+    same score as the query at a reference region r's Q_r(i) and the key at K_n(j) - Q_n(i) + Q_r(i). So the query is
+    turned once, to the region whose keys the cache holds and which reaches the most of them (Self-Extend's grouped
+    one, DCA's inter-chunk one), the other regions' keys (Self-Extend's window of W keys, DCA's last two chunks) are
+    turned in place in the cache's keys for the call, each run of adjacent bands in one turn, and put back after it bit
+    for bit; one softmax over the whole band replaces a call per region and their merge."""
+    if len(parts) < 2 or any(p[5] is not None for p in parts) or (torch.is_grad_enabled() and key.requires_grad):
+        return None
+    if len({run.regions[p[0]].scale for p in parts}) > 1 or 0 in key.stride():
+        return None
+    spans = sorted((p[3], p[4], p[0]) for p in parts)
+    if any(x[1] != y[0] for x, y in zip(spans, spans[1:])):
+        return None
+    ref = max(parts, key=lambda p: (run.which[p[0]] == base, p[4] - p[3]))[0]
+    q = region_query(run, module, plan, query[b:b + 1], qpos, ref, b, 0, None)
+    tag = ("one", plan.rope, ref, b, base, spans[0][0], spans[-1][1])
+    if tag not in run._trig:  # per run of adjacent bands of other regions: (start, stop, delta of its keys)
+        q_ref, runs = torch.as_tensor(run.regions[ref].query(qpos)), []
+        for lo, hi, n in spans:
+            if n == ref:
+                continue
+            to, frm = run.key_at(run.which[n], kpos[lo:hi]), run.key_at(base, kpos[lo:hi])
+            to, frm, shift = _aligned(to, frm, q_ref - torch.as_tensor(run.regions[n].query(qpos)))
+            delta = (to - frm + shift).to(torch.float64)
+            if runs and runs[-1][1] == lo and runs[-1][2].ndim == delta.ndim:
+                runs[-1] = (runs[-1][0], hi, torch.cat([runs[-1][2], delta]))
+            else:
+                runs.append((lo, hi, delta))
+        run._trig[tag] = [(lo, hi, ("one", tag, lo), delta[None]) for lo, hi, delta in runs]
+    saved = []
+    try:
+        for lo, hi, key_tag, delta in run._trig[tag]:
+            band = key[b:b + 1, :, lo:hi]
+            turned = run.turn(module, plan, band, None if key_tag in run._trig else delta, key=key_tag)
+            saved.append((band, band.clone()))
+            band.copy_(turned)
+        lo, hi = spans[0][0], spans[-1][1]
+        k, v = key[b:b + 1, :, lo:hi], value[b:b + 1, :, lo:hi]
+        if fused is not None and q.shape[-1] != v.shape[-1]:  # the kernel wants one head size: zeros after
+            v = torch.nn.functional.pad(v, (0, q.shape[-1] - v.shape[-1]))
+        if fused is None and groups > 1:  # explicit scores: every query head against its own key head
+            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        o, l = region_attention(q.contiguous(), k, v, None, scaling * run.regions[ref].scale, fused, None, None,
+                                softcap)
+    finally:
+        for band, old in saved:
+            band.copy_(old)
+    Dv = value.shape[-1]
+    return (o[..., :Dv] if o.shape[-1] != Dv else o), l
+
+
+def _aligned(*xs):
+    """Position tensors (…, T) or (…, T, groups) given one number of dimensions (a groups axis added where missing)."""
+    xs = [torch.as_tensor(x) for x in xs]
+    if len({x.ndim for x in xs}) == 1:
+        return xs
+    return [x if x.ndim == max(y.ndim for y in xs) else x[..., None] for x in xs]
 
 
 def region_query(run, module, plan, q, qpos, n, b, start, cols):
@@ -615,10 +727,11 @@ class RopecliMapForCausalLM(Base):
             length = int(spec.get("length") or getattr(config, "max_position_embeddings", 0) or 0)
             plans = plan_layers(config, length)
             found = rotary_modules(self)
-            rotaries = {}
+            rotaries, inv_freq = {}, {}
             for plan in plans:
                 if plan.rope is not None and plan.rope not in rotaries:
                     module, lt = found.get(plan.rope) or found[""]
+                    inv_freq[plan.rope] = (module, f"{lt}_inv_freq" if lt else "inv_freq")
                     # its forward without transformers' dynamic_rope_update: called at the differences a turn
                     # needs, it must not re-pick longrope's factors or reset dynamic NTK's base from them (the
                     # model's own call at the pass's positions set them)
@@ -629,7 +742,7 @@ class RopecliMapForCausalLM(Base):
             selection = {int(layer): heads for layer, heads in (spec.get("pairs") or {}).items()}
             regions = map_regions()(**spec["params"])
             self._ropecli_run = MapRun(plans, rotaries, regions, config._attn_implementation, selection,
-                                       attention, length)
+                                       attention, length, inv_freq)
         return self._ropecli_run
 
     _can_compile_fullgraph = False  # its forward swaps the attention function and the cache's update: never compiled
