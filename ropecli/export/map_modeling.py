@@ -234,6 +234,33 @@ def key_sets(regions) -> tuple[list[int], list[Callable]]:
     return which, extra
 
 
+def block_period(regions, length: int, probe: int = 8192) -> int | None:
+    """The period of the map's block structure in query positions, or None: where some region's first or last key
+    jumps (DCA's chunks of c, DPE's windows of W) at every multiple of one period up to min(length, probe), query blocks
+    start there, so every region's part of a block is whole columns or the causal square, with no mask (at 8L on the
+    built-in model DCA's prefill took 1.31x the schedule's in blocks of 512 and 1.20x in blocks of its chunk)."""
+    n = max(2, min(int(length or 0), probe))
+    j = torch.arange(n)
+    jumps = torch.zeros(n, dtype=torch.bool)
+    for r in regions:
+        first, last = torch.empty(n, dtype=torch.long), torch.empty(n, dtype=torch.long)
+        for a in range(0, n, 256):
+            i = torch.arange(a, min(n, a + 256))
+            m = torch.as_tensor(r.where(i[:, None], j[None, :])) & (j[None, :] <= i[:, None])
+            first[a:a + len(i)] = torch.where(m.any(1), m.int().argmax(1), -1)
+            last[a:a + len(i)] = torch.where(m.any(1), n - 1 - m.flip(1).int().argmax(1), -1)
+        for edge in (first, last):
+            step = edge[1:] - edge[:-1]
+            jumps[1:] |= (step != 0) & (step != 1)
+    at = jumps.nonzero().flatten()
+    if not len(at):
+        return None
+    period = int(np.gcd.reduce(at.numpy()))
+    if period < 16 or not torch.equal(at, torch.arange(period, n, period)):  # not one period, or too fine to pay
+        return None
+    return period
+
+
 def primary_set(regions, which, length: int) -> int:
     """The key set a mapped layer's cache holds: the one of the region that reaches the most keys from the last query
     at the exported length (Self-Extend's grouped keys, DCA's chunked ones, ReRoPE's capped ones; -1: the true keys,
@@ -254,6 +281,7 @@ class MapRun:
         self.inv_freq, self._pairs = inv_freq or {}, {}  # {layer type: (rotary module, its inv_freq's name)}
         self.which, self.extra = key_sets(regions)
         self.primary = primary_set(regions, self.which, length)  # the key set a mapped layer's cache holds
+        self.period = block_period(regions, length)  # query blocks start at its multiples (None: every QUERY_BLOCK)
         self._primary: set = set()  # the storage of the keys the cache returned in the primary set this pass
         self._last = (None, None)  # (shape, block plan) of the last unpadded prefill: the next one of its shape
         self.selection, self._cols, self.attention = selection or {}, {}, attention  # {layer: its attention module}
@@ -478,13 +506,20 @@ _FUSED = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", 
 
 
 def row_plan(run, qpos, kpos, valid, allowed, window, dtype):
-    """[(start, stop, [(region, r0, r1, lo, hi, mask, bias, rows with a key)])] for one row: per block of queries and
+    """([(start, stop, [(region, r0, r1, lo, hi, mask, bias, rows with a key)])], {whole region: (first row, shift)})
+    for one row: per block of queries and
     region the band of keys the region reaches (the pairs in its region, allowed by the model's mask, causal by
     position) split by ropecli's `split_band` into full columns, the causal square and the rest under a bias."""
     Tq, Tk = len(qpos), len(kpos)
     out, size = [], 0
-    for start in range(0, Tq, QUERY_BLOCK):
-        qi = qpos[start:start + QUERY_BLOCK]
+    # an unpadded row whose queries are the last T_q of keys 0 … T_k - 1: a region whose pairs are one shifted causal
+    # triangle (Self-Extend's grouped one, ReRoPE's capped one) runs as one causal call, as ropecli's forward runs it
+    plain = (allowed is None and valid is None and Tq > 1 and not window and int(kpos[0]) == 0
+             and torch.equal(qpos, torch.arange(Tk - Tq, Tk, device=qpos.device)))
+    shape = torch.zeros(3, len(run.regions), Tq, dtype=torch.long) if plain else None  # per region and row: keys
+    kj = torch.arange(Tk, device=kpos.device)  # reached, the first (0: key 0) and the last
+    for start, stop in query_blocks(qpos, run.period):
+        qi = qpos[start:stop]
         if allowed is None:
             ok = kpos[None, :] <= qi[:, None]
             ok = ok if valid is None else ok & valid[None, :]
@@ -495,12 +530,35 @@ def row_plan(run, qpos, kpos, valid, allowed, window, dtype):
         parts = []
         for n, r in enumerate(run.regions):
             m = torch.as_tensor(r.where(qi[:, None], kpos[None, :])) & ok
+            if shape is not None:
+                rows = slice(start, start + len(qi))
+                shape[0, n, rows] = m.sum(dim=1).cpu()
+                shape[1, n, rows] = (~m[:, 0]).long().cpu()
+                shape[2, n, rows] = (m * kj).amax(dim=1).cpu()
             for r0, r1, lo, hi, part in (split_band(m) if len(qi) > 1 else one_query(m)):
                 part, bias, has = masked(part, dtype)
                 size += 0 if bias is None else bias.numel() * bias.element_size()
                 parts.append((n, r0, r1, lo, hi, part, bias, has))
         out.append((start, start + len(qi), parts))
-    return out, size
+    whole = whole_triangles(shape, Tq, Tk) if shape is not None else {}
+    if whole:
+        out = [(a, z, [p for p in parts if p[0] not in whole]) for a, z, parts in out]
+        size = sum(p[6].numel() * p[6].element_size() for _, _, parts in out for p in parts if p[6] is not None)
+    return (out, whole), size
+
+
+def query_blocks(qpos, period):
+    """[(start, stop)] blocks of at most QUERY_BLOCK queries, each starting anew where a query's position is a multiple
+    of `period` (the map's block structure, `block_period`)."""
+    T = len(qpos)
+    cuts = [0, T]
+    if period and T > 1:
+        cuts += [int(c) for c in ((qpos % period) == 0).nonzero().flatten()]
+    cuts = sorted(set(cuts))
+    out = []
+    for a, z in zip(cuts, cuts[1:]):
+        out += [(s, min(z, s + QUERY_BLOCK)) for s in range(a, z, QUERY_BLOCK)]
+    return out
 
 
 def one_query(mask):
@@ -544,6 +602,7 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
                 plans[b] = blocks
                 if shape is not None:
                     run._last = (shape, blocks)
+        blocks, whole = blocks
         if Tq == 1 and cols is None and (got := one_call(run, module, plan, query, key, value, b, qpos, kpos,
                                                              blocks[0][2] if blocks else [], base, scaling, fused,
                                                              softcap, groups)) is not None:
@@ -552,11 +611,30 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
                 acc = acc * torch.exp(lse - torch.logaddexp(lse, sinks.float()[None, :, None]))[..., None]
             out[b] = acc[0].transpose(0, 1).to(value.dtype)
             continue
+        held = None  # the whole regions' rows: (out (1, H, T_q, Dv) float32, log-sum-exp (1, H, T_q), first row)
+        for n, (r0, shift) in whole.items():
+            qn = region_query(run, module, plan, query[b:b + 1, :, r0:], qpos[r0:], n, b, -1 - r0, cols)
+            k = region_keys(run, module, plan, key[b:b + 1, :, :Tk - shift], kpos[:Tk - shift], n, b, 0, base, cols)
+            v = value[b:b + 1, :, :Tk - shift]
+            if fused is not None and qn.shape[-1] != v.shape[-1]:
+                v = torch.nn.functional.pad(v, (0, qn.shape[-1] - v.shape[-1]))
+            if fused is None and groups > 1:
+                k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+            o, l = region_attention(qn.contiguous(), k, v, CAUSAL, scaling * run.regions[n].scale, fused,
+                                    softcap=softcap)
+            o = o[..., :Dv] if o.shape[-1] != Dv else o
+            if held is None:
+                held = (torch.zeros(1, H, Tq, Dv, dtype=torch.float32, device=query.device),
+                        torch.full((1, H, Tq), float("-inf"), dtype=torch.float32, device=query.device), r0)
+            merge_into(held[0], held[1], r0, Tq, o, l)
+            held = (held[0], held[1], min(held[2], r0))
         for start, stop, parts in blocks:
             n_q = stop - start
             q = query[b:b + 1, :, start:stop]
             acc = lse = None
             every = False  # acc and lse hold finite values on every row (no row without a key so far)
+            if held is not None:
+                acc, lse, every = held[0][:, :, start:stop], held[1][:, :, start:stop], held[2] <= start
             turned = {}
             for n, r0, r1, lo, hi, part, bias, has in parts:
                 region = run.regions[n]
