@@ -16,14 +16,17 @@ How it runs, as the model runs (issue 68):
   model's own size; dynamic, static and sliding caches, beam search and cropping move it as they move any key. At each
   step only the other regions' bands are turned (Self-Extend's window of W keys), and the queries from their true
   positions to each region's (a rotation by the difference, the model's own rotation, its attention scaling divided
-  out), cos and sin shared by the layers of the pass.
+  out), cos and sin shared by the layers of the pass, their angles in float64 (`MapRun.turn_trig`). A decoding step's
+  one query scores every region in one kernel call (`one_call`).
 - Positions are per row: a query's is its `position_ids` (generate's, from the attention mask: left padding counts
   from each row's first token); a key's is its place among the row's valid keys (the attention mask's), so a
   left-padded row is the same prompt alone. The model's mask (padding, causal, a static cache's empty slots) is
   applied inside every region.
 - Each row, QUERY_BLOCK queries at a time, runs ropecli's block plan: per region the band of keys it reaches, split into
   full columns (no mask), the causal square (the kernel's own causal skip) and the rest under a bias, in torch's fused
-  CPU kernel, the regions merged by log-sum-exp; the plan is made once per forward pass and shared by the layers.
+  CPU kernel, the regions merged by log-sum-exp; the plan is made once per forward pass and shared by the layers. A
+  region that is one shifted causal triangle runs as one causal call (`whole_triangles`), and blocks start at the map's
+  period where it has one (`block_period`: DCA's chunks).
   Elsewhere, and where the model soft-caps its logits, explicit scores (correct on any device).
 ropecli's own `ropecli.models.mapped_attention` is what it is tested against."""
 
@@ -673,17 +676,24 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
     return out, None
 
 
-def one_call(run, module, plan, query, key, value, b, qpos, kpos, parts, base, scaling, fused, softcap, groups):
-    """A decoding step's one query (row b) against every region in one kernel call, or None where it cannot be (one
-    region, a part under a mask, parts that do not tile one band of keys, regions of different scales, keys that need
-    gradients) -> (out (1, H, 1, Dv) float32, log-sum-exp (1, H, 1)).
+class OneCall(NamedTuple):
+    """A decoding step's plan for one row, made by the pass's first mapped layer and run by each (`one_call`)."""
+    lo: int  # the band of keys [lo, hi) the query reaches, in one kernel call
+    hi: int
+    ref: int  # the region whose query rotation all of them take
+    query: tuple  # cos, sin (1, 1, D') float32 turning the query from its true position to the reference's
+    runs: list  # [(start, stop, cos, sin (1, m, D'))]: the other regions' keys turned by their shift
+
+
+def one_call_plan(run, module, plan, query, key, b, qpos, kpos, parts, base):
+    """The OneCall of row b's decoding step, or None where one call cannot serve it (one region, a part under a mask,
+    parts that do not tile one band of keys, regions of different scales, keys that need gradients).
 
     A region n scores query and key at (Q_n(i), K_n(j)), a function of K_n(j) - Q_n(i); with one query that is the
     same score as the query at a reference region r's Q_r(i) and the key at K_n(j) - Q_n(i) + Q_r(i). So the query is
     turned once, to the region whose keys the cache holds and which reaches the most of them (Self-Extend's grouped
-    one, DCA's inter-chunk one), the other regions' keys (Self-Extend's window of W keys, DCA's last two chunks) are
-    turned in place in the cache's keys for the call, each run of adjacent bands in one turn, and put back after it bit
-    for bit; one softmax over the whole band replaces a call per region and their merge."""
+    one, DCA's inter-chunk one), and the other regions' keys (Self-Extend's window of W keys, DCA's last two chunks)
+    are turned by the difference, each run of adjacent bands in one turn."""
     if len(parts) < 2 or any(p[5] is not None for p in parts) or (torch.is_grad_enabled() and key.requires_grad):
         return None
     if len({run.regions[p[0]].scale for p in parts}) > 1 or 0 in key.stride():
@@ -692,35 +702,56 @@ def one_call(run, module, plan, query, key, value, b, qpos, kpos, parts, base, s
     if any(x[1] != y[0] for x, y in zip(spans, spans[1:])):
         return None
     ref = max(parts, key=lambda p: (run.which[p[0]] == base, p[4] - p[3]))[0]
-    q = region_query(run, module, plan, query[b:b + 1], qpos, ref, b, 0, None)
-    tag = ("one", plan.rope, ref, b, base, spans[0][0], spans[-1][1])
-    if tag not in run._trig:  # per run of adjacent bands of other regions: (start, stop, delta of its keys)
-        q_ref, runs = torch.as_tensor(run.regions[ref].query(qpos)), []
-        for lo, hi, n in spans:
-            if n == ref:
-                continue
-            to, frm = run.key_at(run.which[n], kpos[lo:hi]), run.key_at(base, kpos[lo:hi])
-            to, frm, shift = _aligned(to, frm, q_ref - torch.as_tensor(run.regions[n].query(qpos)))
-            delta = (to - frm + shift).to(torch.float64)
-            if runs and runs[-1][1] == lo and runs[-1][2].ndim == delta.ndim:
-                runs[-1] = (runs[-1][0], hi, torch.cat([runs[-1][2], delta]))
-            else:
-                runs.append((lo, hi, delta))
-        run._trig[tag] = [(lo, hi, ("one", tag, lo), delta[None]) for lo, hi, delta in runs]
+    q_ref, runs = torch.as_tensor(run.regions[ref].query(qpos)), []
+    for lo, hi, n in spans:
+        if n == ref:
+            continue
+        to, frm = run.key_at(run.which[n], kpos[lo:hi]), run.key_at(base, kpos[lo:hi])
+        to, frm, shift = _aligned(to, frm, q_ref - torch.as_tensor(run.regions[n].query(qpos)))
+        delta = (to - frm + shift).to(torch.float64)
+        if runs and runs[-1][1] == lo and runs[-1][2].ndim == delta.ndim:
+            runs[-1] = (runs[-1][0], hi, torch.cat([runs[-1][2], delta]))
+        else:
+            runs.append((lo, hi, delta))
+    x = query[b:b + 1].float()
+    q_delta = torch.as_tensor(q_ref) - _expand(qpos, q_ref)
+    return OneCall(spans[0][0], spans[-1][1], ref, run.turn_trig(plan, x, q_delta[None]),
+                   [(lo, hi, *run.turn_trig(plan, x, delta[None])) for lo, hi, delta in runs])
+
+
+def one_call(run, module, plan, query, key, value, b, qpos, kpos, parts, base, scaling, fused, softcap, groups):
+    """A decoding step's one query (row b) against every region in one kernel call (`one_call_plan`), or None ->
+    (out (1, H, 1, Dv) float32, log-sum-exp (1, H, 1)). The other regions' bands are turned in place in the cache's
+    keys for the call and put back after it, bit for bit: one softmax over the whole band replaces a call per region
+    and their merge."""
+    tag = ("one", plan.rope, b, base, key.shape[2])
+    if tag not in run._trig:
+        run._trig[tag] = one_call_plan(run, module, plan, query, key, b, qpos, kpos, parts, base)
+    one = run._trig[tag]
+    if one is None:
+        return None
+    apply = own_apply(module)
+    fast = key.dtype == torch.float32 and _HALF.get(type(module)) is True  # rotate-half in place, in float32
+    q = apply(query[b:b + 1].float(), *one.query).to(query.dtype)
     saved = []
     try:
-        for lo, hi, key_tag, delta in run._trig[tag]:
+        for lo, hi, cos, sin in one.runs:
             band = key[b:b + 1, :, lo:hi]
-            turned = run.turn(module, plan, band, None if key_tag in run._trig else delta, key=key_tag)
-            saved.append((band, band.clone()))
-            band.copy_(turned)
-        lo, hi = spans[0][0], spans[-1][1]
-        k, v = key[b:b + 1, :, lo:hi], value[b:b + 1, :, lo:hi]
+            old = band.clone()
+            saved.append((band, old))
+            if fast and cos.shape[-1] == band.shape[-1]:
+                h, c, s = band.shape[-1] // 2, cos[:, None], sin[:, None]
+                band.mul_(c)
+                band[..., :h].addcmul_(old[..., h:], s[..., :h], value=-1)
+                band[..., h:].addcmul_(old[..., :h], s[..., h:])
+            else:
+                band.copy_(apply(old.float(), cos, sin).to(band.dtype))
+        k, v = key[b:b + 1, :, one.lo:one.hi], value[b:b + 1, :, one.lo:one.hi]
         if fused is not None and q.shape[-1] != v.shape[-1]:  # the kernel wants one head size: zeros after
             v = torch.nn.functional.pad(v, (0, q.shape[-1] - v.shape[-1]))
         if fused is None and groups > 1:  # explicit scores: every query head against its own key head
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-        o, l = region_attention(q.contiguous(), k, v, None, scaling * run.regions[ref].scale, fused, None, None,
+        o, l = region_attention(q.contiguous(), k, v, None, scaling * run.regions[one.ref].scale, fused, None, None,
                                 softcap)
     finally:
         for band, old in saved:
