@@ -583,11 +583,17 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
     Tk, Hkv = key.shape[2], key.shape[1]
     scaling = D ** -0.5 if scaling is None else scaling
     fused = _flash_kernel(query, softcap)
-    rows = run.layout(mask, B, Tq, Tk, query.device, plan.window)
     base = run.primary if key.data_ptr() in run._primary else -1  # the set the keys arrive in (no cache: true)
-    cols = run.columns(module, plan, query)
     groups = H // Hkv
     Dv = value.shape[-1]
+    if Tq == 1 and B == 1 and isinstance(one := run._trig.get(one_call_tag(plan, mask, 0, base, Tk)), OneCall):
+        # a decoding step of one row whose one-call plan an earlier layer of this pass made: straight to it
+        acc, lse = one_call(run, module, one, query, key, value, 0, scaling, fused, softcap, groups)
+        if sinks is not None:
+            acc = acc * torch.exp(lse - torch.logaddexp(lse, sinks.float()[None, :, None]))[..., None]
+        return acc.transpose(1, 2).to(value.dtype), None
+    rows = run.layout(mask, B, Tq, Tk, query.device, plan.window)
+    cols = run.columns(module, plan, query)
     out = torch.empty(B, Tq, H, Dv, dtype=value.dtype, device=value.device)
     plans = run._layout.setdefault(("plans", plan.window, id(mask), Tq, Tk, query.dtype), {})
     for b, (qpos, kpos, valid, allowed) in enumerate(rows):
@@ -606,10 +612,11 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
                 if shape is not None:
                     run._last = (shape, blocks)
         blocks, whole = blocks
-        if Tq == 1 and cols is None and (got := one_call(run, module, plan, query, key, value, b, qpos, kpos,
-                                                             blocks[0][2] if blocks else [], base, scaling, fused,
-                                                             softcap, groups)) is not None:
-            acc, lse = got
+        tag = one_call_tag(plan, mask, b, base, Tk)
+        if Tq == 1 and cols is None and tag not in run._trig:
+            run._trig[tag] = one_call_plan(run, plan, query, key, b, qpos, kpos, blocks[0][2] if blocks else [], base)
+        if Tq == 1 and cols is None and run._trig[tag] is not None:
+            acc, lse = one_call(run, module, run._trig[tag], query, key, value, b, scaling, fused, softcap, groups)
             if sinks is not None:
                 acc = acc * torch.exp(lse - torch.logaddexp(lse, sinks.float()[None, :, None]))[..., None]
             out[b] = acc[0].transpose(0, 1).to(value.dtype)
@@ -685,7 +692,13 @@ class OneCall(NamedTuple):
     runs: list  # [(start, stop, cos, sin (1, m, D'))]: the other regions' keys turned by their shift
 
 
-def one_call_plan(run, module, plan, query, key, b, qpos, kpos, parts, base):
+def one_call_tag(plan, mask, b, base, Tk) -> tuple:
+    """The key of row b's OneCall in a pass: the layers of one rotary, window, mask, key set and number of keys share
+    it."""
+    return ("one", plan.rope, plan.window, id(mask), b, base, Tk)
+
+
+def one_call_plan(run, plan, query, key, b, qpos, kpos, parts, base):
     """The OneCall of row b's decoding step, or None where one call cannot serve it (one region, a part under a mask,
     parts that do not tile one band of keys, regions of different scales, keys that need gradients).
 
@@ -719,17 +732,11 @@ def one_call_plan(run, module, plan, query, key, b, qpos, kpos, parts, base):
                    [(lo, hi, *run.turn_trig(plan, x, delta[None])) for lo, hi, delta in runs])
 
 
-def one_call(run, module, plan, query, key, value, b, qpos, kpos, parts, base, scaling, fused, softcap, groups):
-    """A decoding step's one query (row b) against every region in one kernel call (`one_call_plan`), or None ->
-    (out (1, H, 1, Dv) float32, log-sum-exp (1, H, 1)). The other regions' bands are turned in place in the cache's
-    keys for the call and put back after it, bit for bit: one softmax over the whole band replaces a call per region
-    and their merge."""
-    tag = ("one", plan.rope, b, base, key.shape[2])
-    if tag not in run._trig:
-        run._trig[tag] = one_call_plan(run, module, plan, query, key, b, qpos, kpos, parts, base)
-    one = run._trig[tag]
-    if one is None:
-        return None
+def one_call(run, module, one, query, key, value, b, scaling, fused, softcap, groups):
+    """A decoding step's one query (row b) against every region in one kernel call (its OneCall `one`) -> (out (1, H,
+    1, Dv) float32, log-sum-exp (1, H, 1)). The other regions' bands are turned in place in the cache's keys for the
+    call and put back after it, bit for bit: one softmax over the whole band replaces a call per region and their
+    merge."""
     apply = own_apply(module)
     fast = key.dtype == torch.float32 and _HALF.get(type(module)) is True  # rotate-half in place, in float32
     q = apply(query[b:b + 1].float(), *one.query).to(query.dtype)
