@@ -47,6 +47,8 @@ BASE_CLASS = "LlamaForCausalLM"  # the model's own class (the export writes it)
 NAME = "ropecli_map_export"
 REGION_FUNCTION = ""  # the pasted region function's name (the export writes it with the function)
 QUERY_BLOCK = 512  # queries per block: each region's masks are (QUERY_BLOCK, its band of keys)
+WHOLE_ROWS = 4 * QUERY_BLOCK  # a prompt up to this long runs a whole-triangle region in one call (longer: in blocks; on
+# SmolLM2 at 16,000 tokens the one call's row-long buffers cost 1.20x the peak memory and a slower prefill)
 MASK_CACHE_BYTES = 256 * 2 ** 20  # a forward pass's block plan is kept for its next layers while its masks fit
 POSITIONLESS = ("linear_attention", "conv", "mamba", "mamba2")
 MAP_KEYS = {"name": str, "params": dict, "length": int, "pairs": dict}  # config.json's ropecli_map, whole
@@ -517,7 +519,7 @@ def row_plan(run, qpos, kpos, valid, allowed, window, dtype):
     out, size = [], 0
     # an unpadded row whose queries are the last T_q of keys 0 … T_k - 1: a region whose pairs are one shifted causal
     # triangle (Self-Extend's grouped one, ReRoPE's capped one) runs as one causal call, as ropecli's forward runs it
-    plain = (allowed is None and valid is None and Tq > 1 and not window and int(kpos[0]) == 0
+    plain = (allowed is None and valid is None and 1 < Tq <= WHOLE_ROWS and not window and int(kpos[0]) == 0
              and torch.equal(qpos, torch.arange(Tk - Tq, Tk, device=qpos.device)))
     shape = torch.zeros(3, len(run.regions), Tq, dtype=torch.long) if plain else None  # per region and row: keys
     kj = torch.arange(Tk, device=kpos.device)  # reached, the first (0: key 0) and the last
