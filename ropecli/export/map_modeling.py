@@ -173,11 +173,12 @@ def own_apply(module) -> Callable:
     return apply
 
 
-def rotate_half_into(x, cos, sin):
-    """x (B, H, T, D) rotated by cos, sin (B, T, D) in rotate-half layout, in one output tensor (no concatenation)."""
+def rotate_half_into(x, cos, sin, out=None):
+    """x (B, H, T, D) rotated by cos, sin (B, T, D) in rotate-half layout, in one output tensor (no concatenation):
+    a new one, or `out` (x's shape, not x itself: a band of the cache's keys turned in place from its copy x)."""
     h = x.shape[-1] // 2
     c, s = cos[:, None], sin[:, None]
-    out = x * c
+    out = x * c if out is None else torch.mul(x, c, out=out)
     out[..., :h].addcmul_(x[..., h:], s[..., :h], value=-1)
     out[..., h:].addcmul_(x[..., :h], s[..., h:])
     return out
@@ -591,9 +592,7 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
     if Tq == 1 and B == 1 and isinstance(one := run._trig.get(one_call_tag(plan, mask, 0, base, Tk)), OneCall):
         # a decoding step of one row whose one-call plan an earlier layer of this pass made: straight to it
         acc, lse = one_call(run, module, one, query, key, value, 0, scaling, fused, softcap, groups)
-        if sinks is not None:
-            acc = acc * torch.exp(lse - torch.logaddexp(lse, sinks.float()[None, :, None]))[..., None]
-        return acc.transpose(1, 2).to(value.dtype), None
+        return sunk(acc, lse, sinks).transpose(1, 2).to(value.dtype), None
     rows = run.layout(mask, B, Tq, Tk, query.device, plan.window)
     cols = run.columns(module, plan, query)
     out = torch.empty(B, Tq, H, Dv, dtype=value.dtype, device=value.device)
@@ -619,19 +618,14 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
             run._trig[tag] = one_call_plan(run, plan, query, key, b, qpos, kpos, blocks[0][2] if blocks else [], base)
         if Tq == 1 and cols is None and run._trig[tag] is not None:
             acc, lse = one_call(run, module, run._trig[tag], query, key, value, b, scaling, fused, softcap, groups)
-            if sinks is not None:
-                acc = acc * torch.exp(lse - torch.logaddexp(lse, sinks.float()[None, :, None]))[..., None]
-            out[b] = acc[0].transpose(0, 1).to(value.dtype)
+            out[b] = sunk(acc, lse, sinks)[0].transpose(0, 1).to(value.dtype)
             continue
         held = None  # the whole regions' rows: (out (1, H, T_q, Dv) float32, log-sum-exp (1, H, T_q), first row)
         for n, (r0, shift) in whole.items():
             qn = region_query(run, module, plan, query[b:b + 1, :, r0:], qpos[r0:], n, b, -1 - r0, cols)
             k = region_keys(run, module, plan, key[b:b + 1, :, :Tk - shift], kpos[:Tk - shift], n, b, 0, base, cols)
             v = value[b:b + 1, :, :Tk - shift]
-            if fused is not None and qn.shape[-1] != v.shape[-1]:
-                v = torch.nn.functional.pad(v, (0, qn.shape[-1] - v.shape[-1]))
-            if fused is None and groups > 1:
-                k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+            k, v = kernel_operands(qn, k, v, fused, groups)
             o, l = region_attention(qn.contiguous(), k, v, CAUSAL, scaling * run.regions[n].scale, fused,
                                     softcap=softcap)
             o = o[..., :Dv] if o.shape[-1] != Dv else o
@@ -655,10 +649,7 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
                 qn = turned[n]
                 k = region_keys(run, module, plan, key[b:b + 1, :, lo:hi], kpos[lo:hi], n, b, lo, base, cols)
                 v = value[b:b + 1, :, lo:hi]
-                if fused is not None and qn.shape[-1] != v.shape[-1]:  # the kernel wants one head size: zeros after
-                    v = torch.nn.functional.pad(v, (0, qn.shape[-1] - v.shape[-1]))
-                if fused is None and groups > 1:  # explicit scores: every query head against its own key head
-                    k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+                k, v = kernel_operands(qn, k, v, fused, groups)
                 o, l = region_attention(qn[:, :, r0:r1].contiguous(), k, v, part,
                                         scaling * region.scale, fused, bias, has, softcap)
                 o = o[..., :Dv] if o.shape[-1] != Dv else o
@@ -679,9 +670,7 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
             if acc is None:  # no query of the block reaches a key (padding): nothing to attend to
                 acc = torch.zeros(1, H, n_q, Dv, dtype=torch.float32, device=query.device)
                 lse = torch.full((1, H, n_q), float("-inf"), dtype=torch.float32, device=query.device)
-            if sinks is not None:  # gpt-oss: one more logit per head in the softmax, with no value
-                acc = acc * torch.exp(lse - torch.logaddexp(lse, sinks.float()[None, :, None]))[..., None]
-            out[b, start:stop] = acc[0].transpose(0, 1).to(value.dtype)
+            out[b, start:stop] = sunk(acc, lse, sinks)[0].transpose(0, 1).to(value.dtype)
     return out, None
 
 
@@ -749,17 +738,11 @@ def one_call(run, module, one, query, key, value, b, scaling, fused, softcap, gr
             old = band.clone()
             saved.append((band, old))
             if fast and cos.shape[-1] == band.shape[-1]:
-                h, c, s = band.shape[-1] // 2, cos[:, None], sin[:, None]
-                band.mul_(c)
-                band[..., :h].addcmul_(old[..., h:], s[..., :h], value=-1)
-                band[..., h:].addcmul_(old[..., :h], s[..., h:])
+                rotate_half_into(old, cos, sin, out=band)
             else:
                 band.copy_(apply(old.float(), cos, sin).to(band.dtype))
         k, v = key[b:b + 1, :, one.lo:one.hi], value[b:b + 1, :, one.lo:one.hi]
-        if fused is not None and q.shape[-1] != v.shape[-1]:  # the kernel wants one head size: zeros after
-            v = torch.nn.functional.pad(v, (0, q.shape[-1] - v.shape[-1]))
-        if fused is None and groups > 1:  # explicit scores: every query head against its own key head
-            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        k, v = kernel_operands(q, k, v, fused, groups)
         o, l = region_attention(q.contiguous(), k, v, None, scaling * run.regions[one.ref].scale, fused, None, None,
                                 softcap)
     finally:
@@ -775,6 +758,24 @@ def _aligned(*xs):
     if len({x.ndim for x in xs}) == 1:
         return xs
     return [x if x.ndim == max(y.ndim for y in xs) else x[..., None] for x in xs]
+
+
+def kernel_operands(q, k, v, fused, groups):
+    """k, v as the attention call takes them against q: the fused kernel wants one head size (v padded with zeros
+    after), the explicit scores every query head against its own key head (GQA's key heads repeated)."""
+    if fused is not None and q.shape[-1] != v.shape[-1]:
+        v = torch.nn.functional.pad(v, (0, q.shape[-1] - v.shape[-1]))
+    if fused is None and groups > 1:
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    return k, v
+
+
+def sunk(acc, lse, sinks):
+    """acc (1, H, n, Dv) over keys whose log-sum-exp is lse (1, H, n), renormalised with gpt-oss's sink logit per head
+    (H,) as one more key with no value in the softmax; acc itself where the model has none."""
+    if sinks is None:
+        return acc
+    return acc * torch.exp(lse - torch.logaddexp(lse, sinks.float()[None, :, None]))[..., None]
 
 
 def region_query(run, module, plan, q, qpos, n, b, start, cols):
