@@ -185,15 +185,15 @@ def rotate_half_into(x, cos, sin, out=None):
 
 
 def rotation_matrix(cos, sin):
-    """The (D, D) float32 matrix R with x @ R = rotate_half_into(x, cos, sin) for cos, sin (1, 1, D): one position's
-    rotation, so that a decoding step's one query or one new key turns in one matmul (rotate_half_into makes three
+    """The (…, D, D) float32 matrices R with x @ R = rotate_half_into(x, cos, sin) for cos, sin (…, D), one per
+    position: one position's rotation as a matrix, so that a decoding step's one query or one new key turns in one matmul (rotate_half_into makes three
     calls and four views: on the built-in model 31 against 8 us)."""
-    c, s = cos.reshape(-1).float(), sin.reshape(-1).float()
-    h = c.shape[0] // 2
+    c, s = cos.float(), sin.float()
+    h = c.shape[-1] // 2
     R = torch.diag_embed(c)
     i = torch.arange(h, device=c.device)
-    R[i + h, i] = -s[:h]
-    R[i, i + h] = s[h:]
+    R[..., i + h, i] = -s[..., :h]
+    R[..., i, i + h] = s[..., h:]
     return R
 
 
@@ -204,7 +204,7 @@ def turned_one(module, x, cos, sin, store, key):
     if x.dtype == torch.float32 and _HALF.get(type(module)) is True and cos.shape[-1] == x.shape[-1]:
         R = store.get(key)
         if R is None:
-            R = store[key] = rotation_matrix(cos, sin)
+            R = store[key] = rotation_matrix(cos.reshape(-1), sin.reshape(-1))
         return torch.matmul(x, R)
     return own_apply(module)(x.float(), cos, sin).to(x.dtype)
 
@@ -317,6 +317,7 @@ class MapRun:
         self._last = (None, None)  # (shape, block plan) of the last unpadded prefill: the next one of its shape
         self.selection, self._cols, self.attention = selection or {}, {}, attention  # {layer: its attention module}
         self.position_ids, self._layout, self._trig, self._scale = None, {}, {}, {}
+        self._ahead: dict = {}  # per rotary: (its frequencies, {step: OneCall}, {position: new key's turn}) (`step_plan`)
 
     def begin(self, position_ids):
         """A new forward pass: its queries' positions (B or 1, T_q); what the previous pass kept is dropped."""
@@ -353,10 +354,7 @@ class MapRun:
             a = self.unit(plan, x)
             cos, sin = trig_at(self.rotaries[plan.rope], x.float(), torch.as_tensor(delta, device=x.device))
             return cos.float() / a, sin.float() / a
-        f = self._trig.get(("f", plan.rope))  # (rotary dims,): each column's frequency, read once per pass (dynamic
-        if f is None:  # NTK updates it in the model's own call of the pass, before its first layer)
-            module, attr = self.inv_freq[plan.rope]
-            f = self._trig[("f", plan.rope)] = getattr(module, attr).to(torch.float64)[pair]
+        f = self.frequencies(plan, x)
         delta = torch.from_numpy(delta) if isinstance(delta, np.ndarray) else delta  # numpy from a step's plan
         d = delta.to(device=f.device, dtype=torch.float64)
         if d.ndim == 3:  # a position per group of pairs: each column its group's
@@ -365,6 +363,19 @@ class MapRun:
         else:
             angle = d[..., None] * f
         return angle.cos().float(), angle.sin().float()
+
+    def frequencies(self, plan, x):
+        """(rotary dims,) float64: each rotary column's frequency, read from the rotary module's inv_freq once per pass
+        (dynamic NTK updates it in the model's own call of the pass, before its first layer); None where the module's
+        rotation is not cos(p f) of it (`pairs`)."""
+        pair = self.pairs(plan, x)
+        if pair is None:
+            return None
+        f = self._trig.get(("f", plan.rope))
+        if f is None:
+            module, attr = self.inv_freq[plan.rope]
+            f = self._trig[("f", plan.rope)] = getattr(module, attr).to(torch.float64)[pair]
+        return f
 
     def pairs(self, plan, x):
         """(rotary dims,) each cos column's pair (rotate-half: m mod P; interleaved: m // 2), or None where the rotary
@@ -458,6 +469,13 @@ class MapRun:
         if self.primary < 0:
             return key_states
         tag = ("u", plan.rope, key_states.shape[2])  # the same turn in every layer of the pass
+        ahead = self._ahead.get(plan.rope)
+        if ahead is not None and tag not in self._trig and key_states.shape[0] == 1 and key_states.shape[2] == 1:
+            got = ahead[2].get(int(self.position_ids.reshape(-1)[-1]))  # a decoding step planned ahead (`step_plan`)
+            if got is not None and torch.equal(ahead[0], self.frequencies(plan, key_states)):
+                self._trig[tag] = got[:2]
+                if got[2] is not None:
+                    self._trig[("R",) + tag] = got[2]
         delta = None
         if tag not in self._trig:
             pos = self.position_ids
@@ -635,10 +653,14 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
     for b, (qpos, kpos, valid, allowed) in enumerate(rows):
         tag = one_call_tag(plan, mask, b, base, Tk)
         if Tq == 1 and cols is None and valid is None and allowed is None and tag not in run._trig:
-            # an unpadded row's decoding step: its bands straight from the map, in numpy (no block plan)
-            parts = decode_parts(run, int(qpos[0]), int(kpos[0]), Tk, plan.window)
-            if parts is not None:
-                run._trig[tag] = one_call_plan(run, plan, query, key, b, qpos, kpos, parts, base)
+            # an unpadded row's decoding step: its bands straight from the map, in numpy (no block plan), planned
+            # STEPS_AHEAD steps at a time where it is the batch's one row
+            i, k0 = int(qpos[0]), int(kpos[0])
+            one = step_plan(run, plan, query, key, i, k0, Tk, base) if B == 1 else False
+            if one is False:
+                parts = decode_parts(run, i, k0, Tk, plan.window)[0]
+                one = None if parts is None else one_call_plan(run, plan, query, key, b, qpos, kpos, parts, base)
+            run._trig[tag] = one
         if Tq == 1 and run._trig.get(tag) is not None:
             acc, lse = one_call(run, module, run._trig[tag], query, key, value, b, scaling, fused, softcap, groups)
             out[b] = sunk(acc, lse, sinks)[0].transpose(0, 1).to(value.dtype)
@@ -725,6 +747,7 @@ class OneCall(NamedTuple):
     ref: int  # the region whose query rotation all of them take
     query: tuple  # cos, sin (1, 1, D') float32 turning the query from its true position to the reference's
     runs: list  # [(start, stop, cos, sin (1, m, D'))]: the other regions' keys turned by their shift
+    matrix: Any = None  # the query's turn as a (D, D) matrix (`rotation_matrix`), made with plans made ahead
 
 
 def one_call_tag(plan, mask, b, base, Tk) -> tuple:
@@ -733,31 +756,40 @@ def one_call_tag(plan, mask, b, base, Tk) -> tuple:
     return ("one", plan.rope, plan.window, id(mask), b, base, Tk)
 
 
-def decode_parts(run, i: int, k0: int, Tk: int, window) -> list | None:
-    """An unpadded row's one decoding query at position i against its keys at k0 … k0 + T_k - 1: per region the band
-    of keys it reaches, as `row_plan` gives them [(region, 0, 1, lo, hi, None, None, None)], or None where a region's
-    keys are not one band (`row_plan` then). In numpy: a step's plan is a few numpy calls, not the ~40 small torch
-    calls of `row_plan` (on the built-in model they cost a decoding step 0.2 ms of its 6)."""
-    kpos = np.arange(k0, k0 + Tk)
-    ok = kpos <= i
+STEPS_AHEAD = 32  # decoding steps planned at once (`step_plan`): a step's own plan cost the built-in model ~0.3 ms of 6
+AHEAD_BYTES = 8 << 20  # at most this many bytes of their turns' cos and sin
+
+
+def decode_parts(run, i: int, k0: int, Tk: int, window, steps: int = 1) -> list:
+    """An unpadded row's decoding steps s = 0 … steps - 1, each one query at position i + s against the keys at
+    k0 … k0 + T_k - 1 + s: per step, per region the band of keys it reaches, as `row_plan` gives them [(region, 0, 1,
+    lo, hi, None, None, None)], or None where a region's keys are not one band (`row_plan` then). In numpy, every step
+    at once: a few numpy calls, not the ~40 small torch calls of `row_plan` per step."""
+    I = np.arange(i, i + steps)[:, None]  # (steps, 1)
+    kpos = np.arange(k0, k0 + Tk + steps - 1)[None, :]  # (1, M): step s has the first T_k + s of them
+    M = kpos.shape[1]
+    ok = (kpos <= I) & (np.arange(M)[None, :] < Tk + np.arange(steps)[:, None])
     if window:
-        ok &= kpos > i - window
-    parts = []
+        ok &= kpos > I - window
+    out: list = [[] for _ in range(steps)]
     for n, r in enumerate(run.regions):
-        m = np.broadcast_to(np.asarray(r.where(np.array([[i]]), kpos[None, :])), (1, Tk))[0] & ok
-        at = np.flatnonzero(m)
-        if not len(at):
-            continue
-        lo, hi = int(at[0]), int(at[-1]) + 1
-        if hi - lo != len(at):
-            return None
-        parts.append((n, 0, 1, lo, hi, None, None, None))
-    return parts
+        m = np.broadcast_to(np.asarray(r.where(I, kpos)), (steps, M)) & ok
+        count = m.sum(axis=1)
+        lo, hi = m.argmax(axis=1), M - m[:, ::-1].argmax(axis=1)
+        for t in range(steps):
+            if out[t] is None or not count[t]:
+                continue
+            if hi[t] - lo[t] != count[t]:
+                out[t] = None
+                continue
+            out[t].append((n, 0, 1, int(lo[t]), int(hi[t]), None, None, None))
+    return out
 
 
-def one_call_plan(run, plan, query, key, b, qpos, kpos, parts, base):
-    """The OneCall of row b's decoding step, or None where one call cannot serve it (one region, a part under a mask,
-    parts that do not tile one band of keys, regions of different scales, keys that need gradients).
+def one_call_turns(run, parts, qpos, kpos, base):
+    """A decoding step's one call in positions (numpy): (lo, hi, the reference region, the query's turn (1[, groups])
+    float64, [(lo, hi, the band's turn (m[, groups]) float64)]), or None where one call cannot serve the step (one
+    region, a part under a mask, parts that do not tile one band of keys, regions of different scales).
 
     A region n scores query and key at (Q_n(i), K_n(j)), a function of K_n(j) - Q_n(i); with one query that is the
     same score as the query at a reference region r's Q_r(i) and the key at K_n(j) - Q_n(i) + Q_r(i). So the query is
@@ -765,15 +797,13 @@ def one_call_plan(run, plan, query, key, b, qpos, kpos, parts, base):
     one, DCA's inter-chunk one), and the other regions' keys (Self-Extend's window of W keys, DCA's last two chunks)
     are turned by the difference, each run of adjacent bands in one turn. Positions in numpy (int64, float64 where a
     map divides): the map's functions take either, and numpy's small calls cost a fraction of torch's."""
-    if len(parts) < 2 or any(p[5] is not None for p in parts) or (torch.is_grad_enabled() and key.requires_grad):
+    if parts is None or len(parts) < 2 or any(p[5] is not None for p in parts):
         return None
-    if len({run.regions[p[0]].scale for p in parts}) > 1 or 0 in key.stride():
+    if len({run.regions[p[0]].scale for p in parts}) > 1:
         return None
     spans = sorted((p[3], p[4], p[0]) for p in parts)
     if any(x[1] != y[0] for x, y in zip(spans, spans[1:])):
         return None
-    qpos = qpos.cpu().numpy() if isinstance(qpos, torch.Tensor) else np.asarray(qpos)
-    kpos = kpos.cpu().numpy() if isinstance(kpos, torch.Tensor) else np.asarray(kpos)
     ref = max(parts, key=lambda p: (run.which[p[0]] == base, p[4] - p[3]))[0]
     q_ref, runs = np.asarray(run.regions[ref].query(qpos)), []
     for lo, hi, n in spans:
@@ -786,15 +816,86 @@ def one_call_plan(run, plan, query, key, b, qpos, kpos, parts, base):
             runs[-1] = (runs[-1][0], hi, np.concatenate([runs[-1][2], delta]))
         else:
             runs.append((lo, hi, delta))
+    return spans[0][0], spans[-1][1], ref, (q_ref - _expand(qpos, q_ref)).astype(np.float64), runs
+
+
+def one_call_plan(run, plan, query, key, b, qpos, kpos, parts, base):
+    """The OneCall of row b's decoding step (`one_call_turns`, its turns' cos and sin), or None where one call cannot
+    serve it (there, or keys that need gradients)."""
+    if (torch.is_grad_enabled() and key.requires_grad) or 0 in key.stride():
+        return None
+    qpos = qpos.cpu().numpy() if isinstance(qpos, torch.Tensor) else np.asarray(qpos)
+    kpos = kpos.cpu().numpy() if isinstance(kpos, torch.Tensor) else np.asarray(kpos)
+    got = one_call_turns(run, parts, qpos, kpos, base)
+    if got is None:
+        return None
+    lo, hi, ref, q_delta, runs = got
     x = query[b:b + 1]
-    q_delta = (q_ref - _expand(qpos, q_ref)).astype(np.float64)
-    if all(d.ndim == q_delta.ndim for _, _, d in runs):  # the query's turn and the bands' in one turn_trig (its
-        cos, sin = run.turn_trig(plan, x, np.concatenate([q_delta] + [d for _, _, d in runs])[None])  # ~10 calls)
-        at = np.cumsum([1] + [hi - lo for lo, hi, _ in runs])
-        return OneCall(spans[0][0], spans[-1][1], ref, (cos[:, :1], sin[:, :1]),
-                       [(lo, hi, cos[:, a:z], sin[:, a:z]) for (lo, hi, _), a, z in zip(runs, at, at[1:])])
-    return OneCall(spans[0][0], spans[-1][1], ref, run.turn_trig(plan, x, q_delta[None]),
-                   [(lo, hi, *run.turn_trig(plan, x, delta[None])) for lo, hi, delta in runs])
+    if all(d.ndim == q_delta.ndim for _, _, d in runs):  # the query's turn and the bands' in one turn_trig
+        cos, sin = run.turn_trig(plan, x, np.concatenate([q_delta] + [d for _, _, d in runs])[None])
+        return one_call_from(lo, hi, ref, runs, cos, sin, 0)
+    return OneCall(lo, hi, ref, run.turn_trig(plan, x, q_delta[None]),
+                   [(a, z, *run.turn_trig(plan, x, delta[None])) for a, z, delta in runs])
+
+
+def one_call_from(lo, hi, ref, runs, cos, sin, at):
+    """The OneCall whose turns are rows at, at + 1, … of cos, sin (1, n, D'): the query's, then each band's keys."""
+    ends = at + np.cumsum([1] + [z - a for a, z, _ in runs])
+    return OneCall(lo, hi, ref, (cos[:, at:at + 1], sin[:, at:at + 1]),
+                   [(a, z, cos[:, p:q], sin[:, p:q]) for (a, z, _), p, q in zip(runs, ends, ends[1:])])
+
+
+def step_plan(run, plan, query, key, i: int, k0: int, Tk: int, base):
+    """The OneCall of an unpadded row's decoding step at position i (its keys at k0 … i), or None where one call
+    cannot serve it: planned STEPS_AHEAD steps at a time (`decode_parts` over the steps, every turn of them in one
+    `turn_trig`), with the new keys' turns to the primary set (`MapRun.primary_keys`), and kept until the rotary's
+    frequencies change (dynamic NTK) or a step falls outside them (a new prompt, beam search)."""
+    if (torch.is_grad_enabled() and key.requires_grad) or 0 in key.stride() or k0 + Tk - 1 != i:
+        return False  # not planned ahead: the step plans itself
+    f = run.frequencies(plan, query)
+    if f is None:
+        return False
+    tag = (plan.rope, plan.window, base, i, k0, Tk)
+    ahead = run._ahead.get(plan.rope)
+    if ahead is None or tag not in ahead[1] or not torch.equal(ahead[0], f):
+        steps = decode_parts(run, i, k0, Tk, plan.window, STEPS_AHEAD)
+        turns = [one_call_turns(run, p, np.array([i + s]), np.arange(k0, k0 + Tk + s), base)
+                 for s, p in enumerate(steps)]
+        deltas, plans, at = [], {}, 0
+        keys = run.key_at(run.primary, np.arange(i, i + STEPS_AHEAD)) if run.primary >= 0 else None
+        if keys is not None:  # the new key of each step, from its true position to the primary set's
+            deltas.append((keys - _expand(np.arange(i, i + STEPS_AHEAD), keys)).astype(np.float64))
+            at = STEPS_AHEAD
+        ndim = deltas[0].ndim if deltas else None
+        rows = max(1, AHEAD_BYTES // (8 * query.shape[-1]))  # the turns kept: a long band (SmolLM2's Self-Extend
+        for s, got in enumerate(turns):  # window of 2,048 keys) is planned fewer steps ahead
+            if s and at + (0 if got is None else 1 + sum(len(d) for _, _, d in got[4])) > rows:
+                break
+            if got is None:
+                plans[(plan.rope, plan.window, base, i + s, k0, Tk + s)] = (None, 0)
+                continue
+            chunk = [got[3]] + [d for _, _, d in got[4]]
+            if any(d.ndim != (ndim or chunk[0].ndim) for d in chunk):
+                return False
+            ndim = chunk[0].ndim
+            plans[(plan.rope, plan.window, base, i + s, k0, Tk + s)] = (got, at)
+            deltas += chunk
+            at += sum(len(d) for d in chunk)
+        if not deltas:
+            return False
+        cos, sin = run.turn_trig(plan, query[:1], np.concatenate(deltas)[None])
+        ones = [a for got, a in plans.values() if got is not None] + (list(range(STEPS_AHEAD)) if keys is not None
+                                                                       else [])
+        R = {}  # each step's query and new key turned by one matmul (`turned_one`): their matrices at once
+        if cos.shape[-1] == query.shape[-1] and ones:
+            R = dict(zip(ones, rotation_matrix(cos[0, ones], sin[0, ones])))
+        made = {t: (None if got is None else
+                    one_call_from(got[0], got[1], got[2], got[4], cos, sin, a)._replace(matrix=R.get(a)))
+                for t, (got, a) in plans.items()}
+        new_keys = ({i + s: (cos[:, s:s + 1], sin[:, s:s + 1], R.get(s)) for s in range(STEPS_AHEAD)}
+                    if keys is not None else {})
+        ahead = run._ahead[plan.rope] = (f, made, new_keys)
+    return ahead[1][tag]
 
 
 def one_call(run, module, one, query, key, value, b, scaling, fused, softcap, groups):
@@ -804,6 +905,8 @@ def one_call(run, module, one, query, key, value, b, scaling, fused, softcap, gr
     merge."""
     apply = own_apply(module)
     fast = key.dtype == torch.float32 and _HALF.get(type(module)) is True  # rotate-half in place, in float32
+    if one.matrix is not None and ("R", id(one)) not in run._trig:
+        run._trig[("R", id(one))] = one.matrix
     q = turned_one(module, query[b:b + 1], *one.query, run._trig, ("R", id(one)))
     saved = []
     try:
