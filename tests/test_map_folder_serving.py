@@ -332,6 +332,39 @@ def test_a_decoding_step_is_one_kernel_call_that_puts_the_cache_back(tmp_path_fa
     assert gap < 3e-6, gap
 
 
+@pytest.mark.parametrize(("name", "params", "rows", "made"), [(*SE, 1 << 20, 8), ("dca", {"chunk": 24, "local": 4}, 1 << 20, 8),
+                                                            (*SE, 30, 16)], ids=["selfextend", "dca", "few-rows"])
+def test_decoding_steps_planned_ahead_equal_one_pass(tmp_path_factory, monkeypatch, name, params, rows, made):
+    """An unpadded row's decoding steps are planned several at a time (`step_plan`: the bands of the steps ahead and
+    all their turns at once): 30 greedy steps, planned 8 ahead (or as few as `rows` turns allow: Self-Extend's window
+    of 8 keys and the query, 9 a step, beside the 8 new keys' turns, leave room for 2 steps in 30), equal one pass over
+    the whole sequence, and the turns are computed `made` times, not 60 (the query's and bands' and the new key's, per
+    step): once per plan and once per step whose new key no plan has turned yet (the first of 8)."""
+    model = load(folder_for(tmp_path_factory, "llama", name, params)[1])
+    module = __import__(type(model).__module__, fromlist=["step_plan"])
+    monkeypatch.setattr(module, "STEPS_AHEAD", 8)
+    monkeypatch.setattr(module, "AHEAD_BYTES", rows * 8 * model.config.head_dim)
+    turns = []
+    real = module.MapRun.turn_trig
+    monkeypatch.setattr(module.MapRun, "turn_trig", lambda *a, **k: turns.append(1) or real(*a, **k))
+    x = prompts([300], seed=7)[0][None]
+    with torch.no_grad():
+        out = model(x, use_cache=True)
+        cache = out.cache if hasattr(out, "cache") and out.cache is not None else out.past_key_values
+        nxt, steps = out.logits[:, -1:].argmax(-1), []
+        turns.clear()
+        for _ in range(30):
+            x = torch.cat([x, nxt], dim=1)
+            step = model(nxt, cache=cache, use_cache=True).logits[:, -1]
+            steps.append(step)
+            nxt = step.argmax(-1, keepdim=True)
+        planned = len(turns)
+        one = model(x).logits[0, -30:]
+    gap = (torch.stack(steps, dim=1)[0] - one).abs().max() / one.abs().max()
+    assert gap < 3e-6, gap
+    assert planned == made, planned
+
+
 def test_a_turn_by_thousands_of_positions_is_the_exact_rotation(tmp_path_factory):
     """The folder turns queries and keys by differences of a few thousand positions (a decoding step's query to the
     grouped region, the window's keys back): the cos and sin of a turn are the float64 angle's, within 1e-6, where the
