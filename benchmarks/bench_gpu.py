@@ -71,7 +71,7 @@ def timed(fn, device: str, repeats: int) -> tuple[float, float | None]:
 
 
 def main() -> None:
-    from ropecli.models.scoring import naive_window_nll, window_nll
+    from ropecli.models.chunked_scoring import naive_window_nll, window_nll
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny shapes on CPU: checks the code path, measures nothing useful")

@@ -39,7 +39,7 @@ def maps_for(L: int) -> dict[str, tuple[str, dict]]:
 
 def main() -> None:
     from ropecli.models.mapped_attention import mapped
-    from ropecli.models.scoring import window_nll
+    from ropecli.models.chunked_scoring import window_nll
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny shapes on CPU: checks the code path, measures nothing useful")

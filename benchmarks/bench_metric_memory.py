@@ -31,7 +31,7 @@ def child(mode: str, length: int) -> None:
     from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
     from ropecli.models.load import load_model
     from ropecli.models.patch import apply_schedule, restore
-    from ropecli.models.scoring import passkey_scores, window_kl, window_nll
+    from ropecli.models.chunked_scoring import passkey_scores, window_kl, window_nll
     from ropecli.evaluation.passkey import filler_stream, make_samples
     from ropecli.rope.spec import make_spec
 

@@ -50,7 +50,7 @@ def child(model: str, length: int, pmap: str | None, repeats: int) -> None:
     from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
     from ropecli.models.load import load_model
     from ropecli.models.mapped_attention import mapped
-    from ropecli.models.scoring import window_nll
+    from ropecli.models.chunked_scoring import window_nll
     from ropecli.rope.map_spelling import parse_map
     from ropecli.rope.position_maps import as_bound, bind
 

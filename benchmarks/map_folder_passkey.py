@@ -74,7 +74,7 @@ def task_prompts(tokenizer, task: str, length: int, depth: float, count: int) ->
 def retrieved(said: str, s: Prompt) -> bool:
     """A passkey: the key said first, not a longer number. A RULER task: its own score (string_match_all, the answer
     anywhere in what was generated, case ignored)."""
-    from ropecli.evaluation.ruler.scoring import string_match_all
+    from ropecli.evaluation.ruler.answer_scoring import string_match_all
 
     if s.ruler:
         return string_match_all(said, [s.key]) == 1.0

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from ropecli.cli.app import app
 from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
-from ropecli.models.scoring import naive_window_nll
+from ropecli.models.chunked_scoring import naive_window_nll
 from tiny_models import save_tiny
 
 runner = CliRunner()
@@ -170,7 +170,7 @@ def test_progress_total_is_the_work_done(qwen_dir, tmp_path, monkeypatch, budget
     still get 7 evaluations, and the total says so (every window ticks once, cached or not)."""
     from contextlib import contextmanager
 
-    import ropecli.cli.session as session
+    import ropecli.cli.session_opening as session
     from ropecli.evaluation.session import Progress
 
     seen = {"total": None, "ticks": 0}

@@ -71,7 +71,7 @@ def test_geometry_and_shipped_schedule_read_right(folders, arch: Arch):
     assert bool(rope.extension_notes()) == bool(arch.layers or arch.temperature or rope.rotating_pairs)  # advise's notes
     loaded = load_model(str(folders[arch.name]), device="cpu")
     assert loaded.rope == rope  # config.json and the loaded model agree
-    from ropecli.models.scoring import decoder
+    from ropecli.models.chunked_scoring import decoder
 
     def rotates(attn) -> bool:  # Llama 4, SmolLM3: `use_rope`; EXAONE 4: `sliding_window is None or is_sliding`
         if hasattr(attn, "use_rope"):

@@ -114,7 +114,7 @@ def test_nan_loss_is_inf(tiny_dir, jsonl_file, tmp_path):
 
 
 def test_out_of_memory_is_one_clear_line(tiny_dir, jsonl_file, monkeypatch):
-    import ropecli.models.scoring as scoring
+    import ropecli.models.chunked_scoring as scoring
 
     def oom(*a, **k):
         raise RuntimeError("CUDA out of memory. Tried to allocate 80.00 GiB")

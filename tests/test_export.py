@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from ropecli.cli.app import app
 from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
-from ropecli.models.scoring import naive_window_nll
+from ropecli.models.chunked_scoring import naive_window_nll
 from tiny_models import build, char_tokenizer, save_tiny
 
 runner = CliRunner()
@@ -260,7 +260,7 @@ def test_llama_cpp_runs_the_exported_gguf_like_ropecli(tmp_path):
 
     from ropecli.models.load import BUILTIN_DIR, load_model
     from ropecli.models.patch import apply_schedule, restore
-    from ropecli.models.scoring import window_nll
+    from ropecli.models.chunked_scoring import window_nll
     from ropecli.rope.spec import make_spec
 
     lm = load_model(None, device="cpu", dtype="fp32")

@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 
 from ropecli.cli.app import app
 from ropecli.evaluation.cache import EvalCache
-from ropecli.evaluation.decode import DecodePlan
+from ropecli.evaluation.decode_across import DecodePlan
 from ropecli.export.served import decode_damage
 from ropecli.evaluation.evaluator import Evaluator
-from ropecli.models.decode import cache_keyword
+from ropecli.models.cached_decoding import cache_keyword
 from ropecli.rope.spec import make_spec
 
 runner = CliRunner()

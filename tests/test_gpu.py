@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from ropecli.models.patch import apply_schedule, find_rotary_slots, restore
-from ropecli.models.scoring import naive_window_nll, window_nll
+from ropecli.models.chunked_scoring import naive_window_nll, window_nll
 from tiny_models import L, VOCAB, build
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]

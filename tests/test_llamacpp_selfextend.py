@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 
 from ropecli.cli.app import app
 from ropecli.export.llamacpp_args import PROGRAMS, PROGRAMS_BEFORE_B7348, parse_command, read_options
-from ropecli.export.runtimes import llamacpp_selfextend as SE
-from ropecli.models.llamacpp_selfextend import group_attention
+from ropecli.export.runtimes import llamacpp as SE
+from ropecli.models.llamacpp_selfextend_run import group_attention
 from ropecli.rope.llamacpp_positions import batch_positions
 
 REF = Path(__file__).parent / "reference" / "llamacpp"
@@ -232,7 +232,7 @@ def test_a_needle_read_through_llama_cpps_loop_scores_as_the_twin(builtin_gguf):
 
 
 def test_advise_on_llama_cpp_races_self_extend_not_the_maps_it_cannot_run():
-    from ropecli.models.llamacpp import LlamaCppBackend
+    from ropecli.models.llamacpp_backend import LlamaCppBackend
     from ropecli.tuning.candidates import default_candidates
 
     got = set(default_candidates(False, maps=LlamaCppBackend.maps))

@@ -72,7 +72,7 @@ def test_prompt_overhead_and_errors():
 # --- scoring on a tiny model ----------------------------------------------------------------------
 
 def test_passkey_scores_match_full_logits(tiny):
-    from ropecli.models.scoring import passkey_scores
+    from ropecli.models.chunked_scoring import passkey_scores
 
     tok = tiny.tokenizer
     s = build_sample(tok, np.resize(np.arange(2, 90, dtype=np.int64), 400), 160, 0.5, "31415")

@@ -15,7 +15,7 @@ def all_slots(model, rope_layers=None):
     """The slots ropecli scales for --rope-layers (one parse: config.choose_layer_types)."""
     slots = find_rotary_slots(model)
     return select_slots(slots, choose_layer_types(layer_types_of(slots), rope_layers))
-from ropecli.models.scoring import naive_window_nll, window_nll
+from ropecli.models.chunked_scoring import naive_window_nll, window_nll
 from ropecli.rope.methods import compute_schedule
 from tiny_models import L, VOCAB, base_of, build, rotary_dim
 

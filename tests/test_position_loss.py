@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from ropecli.cli.app import app
 from ropecli.evaluation.cache import EvalCache
-from ropecli.models.scoring import window_nll
+from ropecli.models.chunked_scoring import window_nll
 from ropecli.models.token_losses import POSITION_BINS, bin_means, position_edges, token_summary
 
 runner = CliRunner()

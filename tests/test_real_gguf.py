@@ -23,7 +23,7 @@ def test_chunked_equals_naive_on_gemma3(gguf_path):
 
     from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
     from ropecli.models.load import load_model
-    from ropecli.models.scoring import naive_window_nll, window_nll
+    from ropecli.models.chunked_scoring import naive_window_nll, window_nll
 
     lm = load_model(gguf_path, dtype="fp32", device="cpu")
     assert lm.rope.rotary_dim == 256 and lm.rope.layer_types == ["full_attention", "sliding_attention"]
@@ -58,7 +58,7 @@ def test_export_hf_from_gemma3_gguf_reproduces_ppl(gguf_path, tmp_path):
 
     from ropecli.cli.app import app
     from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
-    from ropecli.models.scoring import window_nll
+    from ropecli.models.chunked_scoring import window_nll
 
     runner = CliRunner()
     out = tmp_path / "gemma-512"
@@ -89,7 +89,7 @@ def test_a_map_on_gemma3s_global_layers(gguf_path):
     from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
     from ropecli.models.load import load_model
     from ropecli.models.mapped_attention import map_refusal, mapped
-    from ropecli.models.scoring import window_nll
+    from ropecli.models.chunked_scoring import window_nll
     from ropecli.tuning.map_candidates import maps_apply
 
     lm = load_model(gguf_path, dtype="fp32", device="cpu")

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from ropecli.cli.app import app
 from ropecli.evaluation.ruler.builders import Haystack
 from ropecli.evaluation.ruler.generate import encode, fit, make_units
-from ropecli.evaluation.ruler.scoring import string_match_all
+from ropecli.evaluation.ruler.answer_scoring import string_match_all
 from ropecli.evaluation.ruler.templates import TASKS
 
 REF = Path(__file__).parent / "reference" / "ruler"

@@ -171,7 +171,7 @@ def test_exported_config_reproduces_patched_ppl(tiny_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 
     from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
-    from ropecli.models.scoring import naive_window_nll
+    from ropecli.models.chunked_scoring import naive_window_nll
     from tiny_models import char_tokenizer
 
     export = tmp_path / "rope.json"

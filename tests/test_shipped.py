@@ -105,7 +105,7 @@ def test_native_equals_the_unpatched_model(tmp_path, arch):
     """`native` through ropecli's backend (after another schedule ran and was restored) gives the unpatched
     model's NLL within 1e-5 at every length; `none` does not (the test can fail)."""
     from ropecli.models.load import causal_lm_from_pretrained, load_model
-    from ropecli.models.scoring import window_nll
+    from ropecli.models.chunked_scoring import window_nll
 
     folder = save_arch(arch, tmp_path / "m")
     lm = load_model(str(folder), device="cpu", dtype="fp32")
@@ -228,7 +228,7 @@ def test_native_is_the_prescaled_builtin_model_as_it_loads():
 
     from ropecli.models.load import load_model
     from ropecli.models.packaged import BUILTIN_FOLDERS
-    from ropecli.models.scoring import window_nll
+    from ropecli.models.chunked_scoring import window_nll
 
     lm = load_model("builtin-llama3", device="cpu", dtype="fp32")
     assert (lm.rope.train_len, lm.rope.shipped_len, lm.rope.shipped.rope_type) == (256, 1024, "llama3")

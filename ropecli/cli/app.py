@@ -21,9 +21,9 @@ from ropecli.cli.options import ADVANCED
 COMMANDS = {
     "freqs": ("analysis", "freqs"), "digits": ("analysis", "digits"), "schedule": ("analysis", "schedule"),
     "methods": ("analysis", "methods"), "ppl": ("evaluate", "ppl"), "compare": ("evaluate", "compare"),
-    "passkey": ("metrics", "passkey"), "kl": ("metrics", "kl"), "search": ("search", "search"),
-    "search-b": ("search", "search_b"), "export": ("export", "export"), "verify": ("verify", "verify"),
-    "advise": ("advise", "advise"), "runtimes": ("runtimes", "runtimes"), "plot": ("plot", "app"),
+    "passkey": ("metrics_commands", "passkey"), "kl": ("metrics_commands", "kl"), "search": ("search_commands", "search"),
+    "search-b": ("search_commands", "search_b"), "export": ("export", "export"), "verify": ("verify_command", "verify"),
+    "advise": ("advise_command", "advise"), "runtimes": ("runtimes", "runtimes"), "plot": ("plot", "app"),
 }
 
 

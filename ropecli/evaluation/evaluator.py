@@ -6,7 +6,7 @@ The evaluation protocol, whole (the YaRN repo's):
   the tokenizer has one), window 0 being the document's head; `samples` windows taken round-robin
   over the documents in a `seed`ed order. The same windows for every schedule, so results are paired.
 - One forward pass per window (no KV cache), every prediction scored (or the last `score_last`);
-  the loss from final hidden states in chunks (`ropecli.models.scoring`), never full logits.
+  the loss from final hidden states in chunks (`ropecli.models.chunked_scoring`), never full logits.
 - PPL and its error: `results.summarize_ppl`. Passkey and KL: `results.summarize_passkey` / `summarize_kl`.
 - k is `Spec.factor_at(len, L)` = max(1, len / L) per length unless the Spec fixes it; dynamic NTK
   runs at each window's own length (`Spec.schedule(geom, length)`). NaN losses are reported as inf.

@@ -2,7 +2,7 @@
 does around them: run specs x lengths under one progress bar, check the text before any forward pass,
 describe the run for `--json`, count what it cost. `Session` is what the tuning layer takes
 (`ropecli.tuning.objective.Bench`; its `run` is the `Evaluate`). The CLI opens one
-(`ropecli.cli.session.open_session`) and hands it a rich progress bar; tests use `Progress()`.
+(`ropecli.cli.session_opening.open_session`) and hands it a rich progress bar; tests use `Progress()`.
 """
 
 from __future__ import annotations

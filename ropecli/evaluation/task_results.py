@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from ropecli.evaluation.results import EvalResult, _finite
 from ropecli.evaluation.summaries import _head
-from ropecli.evaluation.ruler.scoring import string_match_all
+from ropecli.evaluation.ruler.answer_scoring import string_match_all
 
 if TYPE_CHECKING:
     from ropecli.rope.geometry import Geometry

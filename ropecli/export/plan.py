@@ -8,7 +8,7 @@ rope_freqs, or the native scaling keys), which the GGUF-based runtimes reuse. By
 (short_factor = long_factor): every runtime applies the schedule at every length and generation through a KV cache is
 safe. `consistent=False` (--switching) keeps transformers' short/long switch at L (Ls): cached keys go stale across
 it, and the damage is measured and printed. A changed position temperature goes where each runtime reads it
-(`export.temperature`), or is refused in one line.
+(`export.served_temperature`), or is refused in one line.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from ropecli.export.registry import AT_START_UP, PER_FORWARD, ROPE_FREQS, canoni
 from ropecli.export.installed import too_old
 from ropecli.export.p_rope import p_rope_refusal
 from ropecli.export.served import is_dynamic
-from ropecli.export.temperature import temperature_line, temperature_refusal
+from ropecli.export.served_temperature import temperature_line, temperature_refusal
 from ropecli.export.writers import is_gguf
 from ropecli.export.switching import switching_report
 

@@ -5,7 +5,7 @@ the cos/sin multiplier (attention factor), the base, and the lengths the artefac
 length it will serve. Each runtime by its own rules:
 - transformers: its own code, `ROPE_INIT_FUNCTIONS[rope_type](config, seq_len=T, layer_type=…)` in
   transformers/modeling_rope_utils.py (the oracle: longrope picks long_factor when T > original L).
-- vLLM: numpy twins of its rotary classes (`ropecli.export.vllm`): `ntk` (NTKScalingRotaryEmbedding),
+- vLLM: numpy twins of its rotary classes (`ropecli.export.vllm_overrides`): `ntk` (NTKScalingRotaryEmbedding),
   `longrope` (Phi3LongRoPEScaledRotaryEmbedding: long_factor and long_mscale for every request once
   --max-model-len > original_max_position_embeddings), `dynamic` (DynamicNTKScalingRotaryEmbedding).
 - llama.cpp: `rope_freqs.weight` divides each pair's angle at every length (ggml-cpu/ops.cpp,
@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from ropecli.errors import RopeCliError
-from ropecli.models.geometry import config_geometry
-from ropecli.export.vllm import dynamic_factors, longrope_applied, ntk_factors
+from ropecli.models.model_geometry import config_geometry
+from ropecli.export.vllm_overrides import dynamic_factors, longrope_applied, ntk_factors
 from ropecli.models.config import gguf_metadata
 from ropecli.models.gguf_rope import GGUF_ROPE_FREQS_ARCHS, llamacpp_yarn
 
@@ -229,7 +229,7 @@ def rope_freqs_of(path: Path) -> np.ndarray | None:
 
 def artefact_geometry(artefact: Path, kind: str) -> dict:
     """d, base and L as an artefact states them (a GGUF's header, a config.json or a block; None where it
-    does not), by the one rule (`ropecli.models.geometry.config_geometry`); one line if it is unreadable."""
+    does not), by the one rule (`ropecli.models.model_geometry.config_geometry`); one line if it is unreadable."""
     try:
         if kind == "llamacpp":
             a = gguf_applied(artefact, 1)[0]

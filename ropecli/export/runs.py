@@ -26,7 +26,7 @@ def run_transformers(artefact: Path, block: dict | None, model: str | None, exp:
     import torch
 
     from ropecli.models.load import causal_lm_from_pretrained, load_model
-    from ropecli.models.scoring import window_nll
+    from ropecli.models.chunked_scoring import window_nll
 
     ours = load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu")
     ev = Evaluator.over(ours, samples=1, cache=EvalCache(cache_dir))

@@ -30,11 +30,11 @@ from ropecli.errors import RopeCliError
 from ropecli.models.model_rope import ModelRope
 from ropecli.rope.spec import Spec, make_spec
 from ropecli.export.registry import AT_START_UP, PER_FORWARD, record, ROPE_FREQS
-from ropecli.evaluation.decode import measure_decode
+from ropecli.evaluation.decode_across import measure_decode
 from ropecli.export.hf import rope_block
 from ropecli.export.p_rope import p_rope_refusal
 from ropecli.export.readback import transformers_applied, vllm_applied
-from ropecli.export.vllm import vllm_block
+from ropecli.export.vllm_overrides import vllm_block
 
 
 
@@ -148,7 +148,7 @@ def as_spec(spec: Spec, factors: np.ndarray, attention: float, rope: ModelRope, 
 
 def decode_damage(ev, runtime: str, spec: Spec, factor: float, consistent: bool, plan, samples: int | None = None,
                   span: int | None = None) -> dict:
-    """Decode across L of `spec` exported at k = `factor` as `runtime` generates (`ropecli.evaluation.decode`)."""
+    """Decode across L of `spec` exported at k = `factor` as `runtime` generates (`ropecli.evaluation.decode_across`)."""
     rope = ev.backend.rope
     segments = decode_segments(runtime, spec, rope, factor, consistent, plan.prompt_len, plan.total_len)
     whole = served(runtime, spec, plan.total_len, rope, factor, consistent)

@@ -2,7 +2,7 @@
 
 transformers picks short or long factors again at every forward pass (`longrope_frequency_update`) and grows
 dynamic NTK's base token by token (`dynamic_frequency_update`); keys already in the KV cache keep their
-rotation. `switching_report` measures that damage on the model being exported (`ropecli.evaluation.decode`:
+rotation. `switching_report` measures that damage on the model being exported (`ropecli.evaluation.decode_across`:
 a prompt ending 1/8 of L before the switch, decoded a quarter of L past it, on held-out windows, against one
 forward pass of the same tokens) and returns the lines `ropecli export` prints. Without a model it says
 that it could not measure.
@@ -14,7 +14,7 @@ from ropecli.models.model_rope import ModelRope
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.spec import Spec
 from ropecli.evaluation.cache import EvalCache
-from ropecli.evaluation.decode import DecodePlan
+from ropecli.evaluation.decode_across import DecodePlan
 from ropecli.evaluation.evaluator import Evaluator
 from ropecli.export.check import Check
 from ropecli.export.registry import record

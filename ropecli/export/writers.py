@@ -12,7 +12,7 @@ from ropecli.errors import RopeCliError
 from ropecli.export.hf import rope_block, write_json
 from ropecli.export.hf_folder import export_hf_config, export_hf_folder, export_hf_from_gguf
 from ropecli.export.readback import UNREADABLE, unreadable
-from ropecli.export.temperature import hf_temperature_keys
+from ropecli.export.served_temperature import hf_temperature_keys
 from ropecli.models.config import BUILTIN, BUILTIN_DIR, gguf_metadata, locate_file
 from ropecli.models.gguf_rope import export_gguf, native_scaling, read_gguf_input
 from ropecli.models.packaged import resolve_model

@@ -3,7 +3,7 @@
 Sources: a local folder's `config.json`, a hub id's `config.json` (one small download through
 huggingface_hub, cached), or a GGUF file's metadata (header only, parsed here: the `gguf` package's
 reader decodes every tokenizer string and takes seconds). The rule for d, base and L is
-`ropecli.models.geometry.config_geometry`, the one the model layer (`ropecli.models.load`) applies to a
+`ropecli.models.model_geometry.config_geometry`, the one the model layer (`ropecli.models.load`) applies to a
 loaded model, tested to agree on LLaMA, Qwen2, GPT-NeoX (partial rotary) and Gemma 3 (RoPE per layer
 type). Gemma 3 style configs keep one RoPE per layer type; ropecli scales `full_attention` by default.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 from ropecli.errors import RopeCliError
 from ropecli.models.gguf_families import gguf_layer_kinds, gguf_temperature, rotating_pairs, sliding_base
 from ropecli.models.gguf_header import gguf_layout, gguf_metadata, gguf_parameters, gguf_rope_freqs, gguf_shipped  # noqa: F401 (re-exported)
-from ropecli.models.geometry import DEFAULT_BASE, DEFAULT_GEOMETRY, config_geometry, resolve_factor
+from ropecli.models.model_geometry import DEFAULT_BASE, DEFAULT_GEOMETRY, config_geometry, resolve_factor
 from ropecli.rope.geometry import Geometry
 from ropecli.models.layer_kinds import read_layer_kinds
 from ropecli.models.model_rope import ModelRope

@@ -21,7 +21,7 @@ import math
 from typing import Any
 
 from ropecli.errors import RopeCliError
-from ropecli.models.geometry import config_geometry
+from ropecli.models.model_geometry import config_geometry
 
 FIX = "fix that key in the model's config.json (the model card gives the value), or remove the block for plain RoPE"
 _POSITIVE = ("factor", "alpha", "attention_factor", "mscale", "mscale_all_dim")  # finite numbers > 0 where present

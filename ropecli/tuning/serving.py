@@ -10,7 +10,7 @@ from __future__ import annotations
 from ropecli.rope.spec import reference_spec, Spec
 from ropecli.tuning.objective import Evaluate
 from ropecli.tuning.workload import Workload
-from ropecli.evaluation.decode import DecodePlan
+from ropecli.evaluation.decode_across import DecodePlan
 from ropecli.evaluation.metrics import PPL
 from ropecli.evaluation.stats import paired_difference, rank_against_best
 from ropecli.export.registry import PER_FORWARD, record

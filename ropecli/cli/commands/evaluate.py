@@ -11,7 +11,7 @@ from ropecli.cli.eval_groups import (DataOptions, EvalOptions, MappedScheduleOpt
 from ropecli.cli.eval_options import BothLogNOpt, GenerateOpt, MarginOpt, MaxWindowsOpt, MetricOpt, RaceOpt, TaskOpt
 from ropecli.cli.groups import OutputOptions, with_option_groups
 from ropecli.cli.options import COMPARE_METHODS, DEFAULT_METHOD, flat_choices
-from ropecli.cli.session import check_plot_path, open_session
+from ropecli.cli.session_opening import check_plot_path, open_session
 
 
 def plot_ppl(results: list[dict], path: str | None, session, serving: dict | None = None, tasks: tuple = ()) -> None:

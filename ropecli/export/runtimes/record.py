@@ -51,7 +51,7 @@ class Runtime:
     maps_broken: tuple[tuple[str, str], ...] = ()  # (map, why): served by older builds, broken in current ones
     p_rope: str = ""  # what it does with Gemma 4's p-RoPE block (export.p_rope); "": not read
     p_rope_schedules: str = ""  # which schedules it serves there: "uniform" (one factor), "per-pair", "" (as shipped only)
-    temperatures: tuple[tuple[str, str], ...] = ()  # (temperature kind, what it does with it) (export.temperature)
+    temperatures: tuple[tuple[str, str], ...] = ()  # (temperature kind, what it does with it) (export.served_temperature)
     # (kind, how the export carries a changed value, `{values}` filled in) where it can; (kind:instead, the way round)
     temperature_changes: tuple[tuple[str, str], ...] = ()
 

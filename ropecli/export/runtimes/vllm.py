@@ -4,7 +4,7 @@ Decides once at start-up: longrope's long_factor for every request when --max-mo
 (`Phi3LongRoPEScaledRotaryEmbedding.__init__`, vllm/model_executor/layers/rotary_embedding/
 phi3_long_rope_scaled_rope.py), its cos/sin scaled by long_mscale; `ntk` (NTK-RoPE-fixed/mixed) and
 `dynamic` fix their factors at start-up too. The same rotation at every step of decoding: a KV cache never
-goes stale. The block ropecli writes and what vLLM computes from it: `ropecli.export.vllm`.
+goes stale. The block ropecli writes and what vLLM computes from it: `ropecli.export.vllm_overrides`.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def write(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, con
     import json
 
     from ropecli.export.writers import hf_result, vllm_checkpoint, write_block
-    from ropecli.export.vllm import vllm_block, vllm_command
+    from ropecli.export.vllm_overrides import vllm_block, vllm_command
 
     block, result = hf_result(spec, geom, rope, "vllm", model, consistent)
     block, how = vllm_block(rope, spec, geom.factor, block)

@@ -10,7 +10,7 @@ from ropecli.cli.eval_groups import AdviseOptions, DataOptions, EvalOptions, Mod
 from ropecli.cli.eval_options import AdviseOutOpt
 from ropecli.cli.groups import with_option_groups
 from ropecli.cli.options import JsonOpt
-from ropecli.cli.session import open_session
+from ropecli.cli.session_opening import open_session
 
 
 @handle_errors

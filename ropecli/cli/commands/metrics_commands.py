@@ -1,5 +1,5 @@
 """`ropecli passkey` and `ropecli kl`: retrieval at long lengths, and a schedule's cost within L.
-Protocols: `ropecli.evaluation.passkey` (prompts) and `ropecli.models.scoring` (passkey_scores, window_kl)."""
+Protocols: `ropecli.evaluation.passkey` (prompts) and `ropecli.models.chunked_scoring` (passkey_scores, window_kl)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from ropecli.errors import RopeCliError
 from ropecli.cli.eval_groups import DataOptions, EvalOptions, MappedScheduleOptions, ModelOptions, PasskeyOptions
 from ropecli.cli.groups import OutputOptions, ScheduleOptions, with_option_groups
 from ropecli.cli.options import KL_METHODS, PASSKEY_METHODS, TargetLenOpt
-from ropecli.cli.session import check_plot_path, open_session
+from ropecli.cli.session_opening import check_plot_path, open_session
 
 
 @handle_errors
@@ -61,7 +61,7 @@ def kl(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, evalua
     Examples: ropecli kl --k 8
               ropecli kl --model meta-llama/Llama-2-7b-hf --target-len 32768 --method yarn,llama3,mixed
     """
-    from ropecli.models.geometry import resolve_factor
+    from ropecli.models.model_geometry import resolve_factor
     from ropecli.rope.target import check_lengths
     from ropecli.evaluation.stats import attach_paired
     from ropecli.report.tables import kl_table

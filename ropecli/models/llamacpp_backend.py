@@ -5,7 +5,7 @@ The schedule is applied the way llama.cpp serves an exported GGUF: a temporary c
 the exporter's own function; what llama.cpp does with both: `ropecli.export.readback`). Windows are
 decoded `n_batch` tokens at a time with logits requested for every position; each batch's logits
 (n_batch x vocab, fp32, llama.cpp's output buffer) are scored at once by the same functions as the
-transformers backend (`ropecli.models.scoring.chunk_nll`, `answer_scores`, `chunk_kl`), so memory
+transformers backend (`ropecli.models.chunked_scoring.chunk_nll`, `answer_scores`, `chunk_kl`), so memory
 holds the quantized weights, the KV cache and one batch of logits: a 7B Q4 GGUF needs ~4 GB, not the
 ~28 GB of fp32 weights transformers dequantizes it to. Tokens come from transformers' tokenizer of the
 same GGUF: both backends score identical token windows.
@@ -31,9 +31,9 @@ from ropecli.rope.schedule import Schedule
 from ropecli.rope.position_maps import as_bound
 from ropecli.models.gguf_rope import GGUF_ROPE_FREQS_ARCHS, export_gguf, read_gguf_input
 from ropecli.models.llamacpp_files import plain_weight_buffers
-from ropecli.models.llamacpp_selfextend import (SELF_EXTEND_MAPS, group_attention, probe_tokens,
+from ropecli.models.llamacpp_selfextend_run import (SELF_EXTEND_MAPS, group_attention, probe_tokens,
                                                 seq_div_rotates_right, self_extend_notes)
-from ropecli.models.scoring import answer_scores, chunk_kl, token_nll
+from ropecli.models.chunked_scoring import answer_scores, chunk_kl, token_nll
 from ropecli.models.token_losses import prefix_summaries
 
 N_BATCH = 512  # tokens per llama_decode: llama.cpp's default batch; logits of one batch at a time
@@ -146,7 +146,7 @@ class LlamaCppBackend:
         llama.cpp's output buffer, valid until the next step. `outputs_from`: logits of the tokens from there on only
         (the model's head skipped before; batches that end before it yield nothing). Under Self-Extend (`group` = (G, W), default the block's)
         the window is decoded as llama.cpp's completion tool decodes a prompt with -gan G -gaw W -b W: batches of W,
-        the cache's positions grouped before each (`llamacpp_selfextend.group_attention`), each batch continuing from
+        the cache's positions grouped before each (`llamacpp_selfextend_run.group_attention`), each batch continuing from
         the cache's largest position, as `llama_batch_get_one` does."""
         group = self._group if group is None else group or None
         size = group[1] if group else size or N_BATCH
@@ -186,7 +186,7 @@ class LlamaCppBackend:
         return self._seq_div
 
     def notes(self) -> list[str]:
-        """What a command says at its end when Self-Extend ran here (`llamacpp_selfextend.self_extend_notes`)."""
+        """What a command says at its end when Self-Extend ran here (`llamacpp_selfextend_run.self_extend_notes`)."""
         return [] if self._seq_div is None else self_extend_notes(self.divide, *self._seq_div)
 
     def map_key(self) -> dict:

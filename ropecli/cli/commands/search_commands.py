@@ -10,7 +10,7 @@ from ropecli.cli.eval_options import (FixedParamOpt, HeldOutOpt, HiOpt, LoOpt, O
                                       SearchBudgetOpt, TolOpt, TunedMethodOpt, VaryOpt)
 from ropecli.cli.groups import OutputOptions, with_option_groups
 from ropecli.cli.options import DEFAULT_METHOD, MapOpt
-from ropecli.cli.session import open_session
+from ropecli.cli.session_opening import open_session
 from ropecli.tuning.optimizers import Optimizer
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ropecli.models.scoring import _logits, _softcap, decoder, token_nll
+from ropecli.models.chunked_scoring import _logits, _softcap, decoder, token_nll
 
 
 @torch.inference_mode()
