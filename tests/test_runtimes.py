@@ -130,7 +130,7 @@ def test_export_and_verify_name_the_versions(tmp_path):
 def test_vllm_dynamic_ntk_is_the_same_base_before_and_after_its_fix(tmp_path):
     """vLLM PR #41277 changed the dynamic NTK formula; the block ropecli writes gives transformers' dynamic at k*L
     in both (k' = k^2 - k + 1), and verify reads it back."""
-    from ropecli.export.vllm_overrides import dynamic_factors
+    from ropecli.export.runtimes.vllm import dynamic_factors
 
     out = tmp_path / "dyn.json"
     assert run("export", "--model", "builtin", "--method", "dynamic", "--len", "1024", "--to", "vllm", "--out", out).exit_code == 0

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from ropecli.export.vllm_overrides import ntk_factors
+from ropecli.export.runtimes.vllm import ntk_factors
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.spec import make_spec
 

@@ -5,7 +5,7 @@ config.json (per layer type for Gemma 3 style configs); transformers picks long_
 pass, once the sequence is longer than L (`_compute_longrope_parameters` in transformers'
 modeling_rope_utils.py). vLLM takes the same block through `--hf-overrides` and picks long_factor
 once at start-up, for every request, when `--max-model-len` > L; its longrope scales cos/sin by
-`short_mscale` / `long_mscale`, not by `attention_factor` (`ropecli.export.vllm_overrides`). Dynamic NTK goes as each
+`short_mscale` / `long_mscale`, not by `attention_factor` (`ropecli.export.runtimes.vllm`). Dynamic NTK goes as each
 runtime's own `dynamic` type. Every file is written atomically; an existing output is refused unless forced.
 """
 

@@ -5,7 +5,7 @@ the cos/sin multiplier (attention factor), the base, and the lengths the artefac
 length it will serve. Each runtime by its own rules:
 - transformers: its own code, `ROPE_INIT_FUNCTIONS[rope_type](config, seq_len=T, layer_type=…)` in
   transformers/modeling_rope_utils.py (the oracle: longrope picks long_factor when T > original L).
-- vLLM: numpy twins of its rotary classes (`ropecli.export.vllm_overrides`): `ntk` (NTKScalingRotaryEmbedding),
+- vLLM: numpy twins of its rotary classes (`ropecli.export.runtimes.vllm`): `ntk` (NTKScalingRotaryEmbedding),
   `longrope` (Phi3LongRoPEScaledRotaryEmbedding: long_factor and long_mscale for every request once
   --max-model-len > original_max_position_embeddings), `dynamic` (DynamicNTKScalingRotaryEmbedding).
 - llama.cpp: `rope_freqs.weight` divides each pair's angle at every length (ggml-cpu/ops.cpp,
@@ -27,7 +27,6 @@ import numpy as np
 
 from ropecli.errors import RopeCliError
 from ropecli.models.model_geometry import config_geometry
-from ropecli.export.vllm_overrides import dynamic_factors, longrope_applied, ntk_factors
 from ropecli.models.config import gguf_metadata
 from ropecli.models.gguf_rope import GGUF_ROPE_FREQS_ARCHS, llamacpp_yarn
 
@@ -139,44 +138,6 @@ def transformers_applied(config: dict, at_len: int, scaled: tuple[str, ...], hea
                 which += CONSISTENT
         out.append(Applied("transformers", layer_type, factors, float(attention), base, L and int(L),
                            int(text.max_position_embeddings), at_len, f"{rope_type}{which}"))
-    return out
-
-
-# --- vLLM --------------------------------------------------------------------------------------
-
-def vllm_applied(block: dict, at_len: int, head_dim: int) -> list[Applied]:
-    """An overrides block served with --max-model-len `at_len`; rotary dim = head_dim x the block's
-    partial_rotary_factor, as vLLM's get_rope computes it."""
-    max_pos = int(block.get("max_position_embeddings") or 0)
-    out = []
-    for layer_type, p in rope_blocks(block.get("rope_parameters") or {}).items():
-        rope_type = p.get("rope_type", "default")
-        base = float(p.get("rope_theta", 10000))
-        L = p.get("original_max_position_embeddings")
-        rotary_dim = int(head_dim * p.get("partial_rotary_factor", 1.0))
-        if rope_type in ("ntk", "dynamic") and "factor" not in p:
-            factors, attention, how = None, 1.0, f"rope_type '{rope_type}' without 'factor' (vLLM raises KeyError)"
-        elif rope_type == "dynamic":
-            k, trained = float(p["factor"]), p.get("max_trained_positions")
-            factors, attention = dynamic_factors(rotary_dim, k, max_pos, trained), 1.0
-            how = "dynamic (base fixed at start-up; vLLM >= 0.22)"
-            if not np.allclose(factors, dynamic_factors(rotary_dim, k, max_pos, trained, before_41277=True)):
-                how += "; vLLM <= 0.21 computes another base from this block (PR #41277)"
-        elif rope_type == "ntk":
-            mixed_b = p.get("mixed_b")
-            factors, attention = ntk_factors(rotary_dim, float(p["factor"]), mixed_b), 1.0
-            how = "ntk" + (f" mixed_b={mixed_b:g}" if mixed_b is not None else " (fixed)")
-        elif rope_type == "longrope":
-            if L is None:  # get_rope indexes rope_parameters["original_max_position_embeddings"]: vLLM would fail
-                factors, attention, how = None, 1.0, "longrope without original_max_position_embeddings (vLLM raises KeyError)"
-            else:
-                factors, attention, which = longrope_applied(p, max_pos, at_len, int(L))
-                how = f"longrope {which}_factor, {which}_mscale"
-        elif rope_type == "default":
-            factors, attention, how = np.ones(rotary_dim // 2), 1.0, "default"
-        else:
-            factors, attention, how = None, 1.0, f"rope_type '{rope_type}'"
-        out.append(Applied("vllm", layer_type, factors, float(attention), base, L and int(L), max_pos, at_len, how))
     return out
 
 

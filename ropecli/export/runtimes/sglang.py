@@ -135,7 +135,7 @@ def map_lines(position_map: tuple, out: str | None, target_len: int, **_) -> lis
 def write(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:
     """The override JSON (to --out FILE.json, or printed) and the launch line."""
     from ropecli.export.hf import rope_block, write_json
-    from ropecli.export.vllm_overrides import vllm_block
+    from ropecli.export.runtimes.vllm import vllm_block
 
     block, note = rope_block(rope, spec, geom.factor, consistent)
     block, how = vllm_block(rope, spec, geom.factor, block)
