@@ -8,7 +8,7 @@ quality.
     python benchmarks/bench_gpu_maps.py --shapes 1B-swa                   # a sliding-window family (Gemma 3's layout)
     python benchmarks/bench_gpu_maps.py --cpu-smoke                       # CPU: tiny shapes, the same code (the suite)
 
-Each map runs under `ropecli.models.mapped_attention.mapped` with its `--kernel` (auto: flex attention on CUDA); its
+Each map runs under `ropecli.maps.mapped_attention.mapped` with its `--kernel` (auto: flex attention on CUDA); its
 parameters scale with the shape's L0 (Self-Extend G = 8, W = L0/4; DCA chunk = 3 L0/4, local = L0/16; ReRoPE w = L0/2).
 "time x" and "mem x" are the mapped run's median time and peak memory over the unpatched run's at that length; "|dNLL|"
 of the identity map (`none`) against the unpatched run checks the path; "first s" is the untimed first call (the
@@ -38,7 +38,7 @@ def maps_for(L: int) -> dict[str, tuple[str, dict]]:
 
 
 def main() -> None:
-    from ropecli.models.mapped_attention import mapped
+    from ropecli.maps.mapped_attention import mapped
     from ropecli.models.chunked_scoring import window_nll
 
     ap = argparse.ArgumentParser()

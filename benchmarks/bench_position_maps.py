@@ -49,10 +49,10 @@ def child(model: str, length: int, pmap: str | None, repeats: int) -> None:
 
     from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
     from ropecli.models.load import load_model
-    from ropecli.models.mapped_attention import mapped
+    from ropecli.maps.mapped_attention import mapped
     from ropecli.models.chunked_scoring import window_nll
-    from ropecli.rope.map_spelling import parse_map
-    from ropecli.rope.position_maps import as_bound, bind
+    from ropecli.maps.map_spelling import parse_map
+    from ropecli.maps.position_maps import as_bound, bind
 
     torch.set_num_threads(os.cpu_count() or 1)
     lm = load_model(model, dtype="fp32", device="cpu")
@@ -86,8 +86,8 @@ def select(model: str, pmap: str) -> None:
     """The key pairs of `pmap` on the model, as JSON {seconds, pairs: {layer: (heads, pairs) bool}}."""
     from ropecli.evaluation.corpus import training_plays
     from ropecli.models.load import load_model
-    from ropecli.rope.map_spelling import parse_map
-    from ropecli.rope.position_maps import as_bound
+    from ropecli.maps.map_spelling import parse_map
+    from ropecli.maps.position_maps import as_bound
 
     lm = load_model(model, dtype="fp32", device="cpu")
     lm.calibration = training_plays

@@ -1,7 +1,7 @@
 """Which rotary pairs does DPE's key-pair selection (`dpe:…,top=S`, issue 61) move on a model? Per group of pairs
 (DPE's 8 groups, fastest first), the share of (layer, head) slots whose selection keeps the group's pairs, and how
 stable the selection is: half the calibration text against all of it (the share of selected pairs both agree on).
-The contributions are what ropecli's evaluations use (`models.pair_contributions`: ropecli's training plays, never an
+The contributions are what ropecli's evaluations use (`maps.pair_contributions`: ropecli's training plays, never an
 evaluation's text). Writes measurements/<model>/key-pairs.json; seconds on the built-in model, about a minute for
 SmolLM2 (4 passes of 4,096 tokens).
 
@@ -20,9 +20,9 @@ import numpy as np
 
 from ropecli.evaluation.corpus import training_plays
 from ropecli.models.load import load_model
-from ropecli.models.pair_contributions import calibration_windows, pair_contributions
-from ropecli.rope.map_rules import DPE_GROUPS
-from ropecli.rope.pair_selection import overlap, select_pairs
+from ropecli.maps.pair_contributions import calibration_windows, pair_contributions
+from ropecli.maps.map_rules import DPE_GROUPS
+from ropecli.maps.pair_selection import overlap, select_pairs
 
 
 def group_shares(selection: dict[int, np.ndarray]) -> list[float]:

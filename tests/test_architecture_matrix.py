@@ -155,7 +155,7 @@ def test_the_map_cell_of_every_row(arch: Arch):
     shipped: the identity map is the unpatched model (fp32), Self-Extend changes nothing before W and the logits after
     it; or one line says why this family cannot be mapped (MLA, chunked + NoPE, compressed layers)."""
     from ropecli.errors import RopeCliError
-    from ropecli.models.mapped_attention import mapped
+    from ropecli.maps.mapped_attention import mapped
 
     model = build_arch(arch)
     ids = torch.randint(2, VOCAB, (1, 3 * L0), generator=torch.Generator().manual_seed(1))

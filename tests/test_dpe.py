@@ -9,9 +9,9 @@ import torch
 
 from architectures import ARCHS, L0, VOCAB, save_arch
 from ropecli.errors import RopeCliError
-from ropecli.models.mapped_attention import mapped
-from ropecli.rope.map_pairs import relative_positions
-from ropecli.rope.position_maps import map_params
+from ropecli.maps.mapped_attention import mapped
+from ropecli.maps.map_pairs import relative_positions
+from ropecli.maps.position_maps import map_params
 
 T = 3 * L0
 
@@ -84,8 +84,8 @@ def authors_attention(q, k, v, cos_sin, W, G, scaling):
 def test_the_mapped_attention_is_the_authors_construction():
     """One attention call of ropecli's mapped attention (the fused CPU blocks) against the authors' per-dimension
     cos/sin concatenation, at head size 32 (16 pairs, 2 per group) and factors as their configs have them."""
-    from ropecli.models.region_attention import MappedAttention
-    from ropecli.rope.position_maps import map_regions
+    from ropecli.maps.region_attention import MappedAttention
+    from ropecli.maps.position_maps import map_regions
 
     D, n, W, G = 32, 300, 64, (2, 8, 2, 8, 32, 32, 32, 4)  # Llama-3-8B-Instruct's scale_factors; W / 32 whole
     inv = 1.0 / 10000 ** (torch.arange(0, D, 2, dtype=torch.float32) / D)
@@ -137,7 +137,7 @@ def test_one_at_a_time_is_dpes_detection():
 def test_dpe_rule_and_detection_budget_follow_the_source():
     """Window Ls/8, every group at 2T/Ls to start on 48 of 64 key pairs, each group searched over the powers of two up
     to T/W (the key pairs held)."""
-    from ropecli.rope.map_rules import dpe_budget, dpe_ranges, dpe_rule
+    from ropecli.maps.map_rules import dpe_budget, dpe_ranges, dpe_rule
 
     assert dpe_rule(8192, 131072) == {"W": 1024, **{f"G{g}": 32 for g in range(1, 9)}, "top": 0.75}  # its factor, TOPK=48
     assert dpe_ranges(8192, 131072)["G3"] == (1, 128)  # detecting factors 1 … 131072/1024
@@ -253,11 +253,11 @@ def authors_selected_attention(q, k, v, cos_sin, W, G, scaling, dim_mask):
 def test_a_selection_is_the_authors_select_topk_dim(kernel):
     """One attention call with half of each head's pairs selected (a different half per head, keys shared by two query
     heads as in GQA) against the authors' per-head construction; the fused blocks and the flex twin alike."""
-    from ropecli.models.region_attention import MappedAttention
-    from ropecli.rope.position_maps import map_regions
+    from ropecli.maps.region_attention import MappedAttention
+    from ropecli.maps.position_maps import map_regions
 
     if kernel == "flex":
-        from ropecli.models.flex_regions import flex_available
+        from ropecli.maps.flex_regions import flex_available
         if not flex_available():
             pytest.skip("no flex attention in this torch")
     D, n, W, G, H = 32, 300, 64, (2, 8, 2, 8, 32, 32, 32, 4), 4
@@ -291,8 +291,8 @@ def test_a_selection_is_the_authors_select_topk_dim(kernel):
 def test_contributions_are_the_mean_product_of_pair_norms(llama):
     """Layer 0's contributions from the mapped identity's observer equal |q_m| |k_m| computed from the layer's own
     projections of its input (before rotation), averaged over tokens; the selection keeps each head's top pairs."""
-    from ropecli.models.pair_contributions import pair_contributions
-    from ropecli.rope.pair_selection import kept_pairs, select_pairs
+    from ropecli.maps.pair_contributions import pair_contributions
+    from ropecli.maps.pair_selection import kept_pairs, select_pairs
 
     cfg = llama.config
     H, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
@@ -317,7 +317,7 @@ def test_contributions_are_the_mean_product_of_pair_norms(llama):
 
 
 def test_select_pairs_keeps_the_top_share():
-    from ropecli.rope.pair_selection import kept_pairs, select_pairs
+    from ropecli.maps.pair_selection import kept_pairs, select_pairs
 
     c = {0: np.array([[0.1, 0.5, 0.3, 0.5], [4.0, 3.0, 2.0, 1.0]])}
     assert select_pairs(c, 0.5)[0].tolist() == [[False, True, False, True], [True, True, False, False]]
@@ -328,8 +328,8 @@ def test_every_pair_selected_keeps_the_maps_earlier_name_and_cache_key():
     """top = 1 is DPE as it was before it could select: its label, its --map spelling and its cache key's parameters
     leave top out (the evaluations cached before still serve); top < 1 names it, and the evaluator's key names the
     calibration the pairs were chosen on."""
-    from ropecli.rope.map_spelling import map_label, map_text, parse_map
-    from ropecli.rope.position_maps import bind
+    from ropecli.maps.map_spelling import map_label, map_text, parse_map
+    from ropecli.maps.position_maps import bind
 
     every, some = bind("dpe", dpe(8, *[2] * 8)), bind("dpe", {**dpe(8, *[2] * 8), "top": 0.75})
     assert "top" not in every.key_values and every.values["top"] == 1.0 and every.share == 1.0
@@ -351,8 +351,8 @@ def test_each_columns_pair_is_the_one_the_model_rotates(tmp_path, row):
     from transformers import AutoModelForCausalLM
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    from ropecli.models.map_layers import rotate_with
-    from ropecli.models.mapped_attention import NAME
+    from ropecli.maps.map_layers import rotate_with
+    from ropecli.maps.mapped_attention import NAME
 
     folder = save_arch(next(a for a in ARCHS if a.name == row), tmp_path / "m")
     model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()

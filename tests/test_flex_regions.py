@@ -6,8 +6,8 @@ on CUDA the same code runs compiled (tests/test_gpu.py, benchmarks/bench_gpu_map
 import pytest
 import torch
 
-from ropecli.models.flex_regions import FLEX_BLOCK, as_block_mask, block_classes, extent, flex_available
-from ropecli.models.mapped_attention import mapped
+from ropecli.maps.flex_regions import FLEX_BLOCK, as_block_mask, block_classes, extent, flex_available
+from ropecli.maps.mapped_attention import mapped
 from tiny_models import build
 
 pytestmark = pytest.mark.skipif(not flex_available(), reason="this torch has no flex attention")
@@ -28,7 +28,7 @@ def test_flex_and_the_fused_blocks_agree(model_and_ids, name, params, triangles,
     """300 tokens: three flex blocks of 128, so every region is cut (DCA's chunks, Self-Extend's window, llama.cpp's
     batches start inside blocks); the shifted causal triangles (the identity's, Self-Extend's, ReRoPE's, STRING's far
     region) in the fused causal kernel or in flex attention."""
-    import ropecli.models.flex_regions as fr
+    import ropecli.maps.flex_regions as fr
 
     monkeypatch.setattr(fr, "TRIANGLES_FUSED", triangles)
     model, ids = model_and_ids
@@ -87,7 +87,7 @@ def test_block_classes_are_torchs_own(Tq, Tk, monkeypatch):
     partial and full blocks, in the same order, for queries that are the last T_q of T_k keys (a chunk, one decoded token)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    import ropecli.models.flex_regions as fr
+    import ropecli.maps.flex_regions as fr
 
     monkeypatch.setattr(fr, "PASS_PAIRS", FLEX_BLOCK * FLEX_BLOCK * 3)  # passes of one query block: the seams tested
     shift = Tk - Tq

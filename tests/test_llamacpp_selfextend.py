@@ -23,7 +23,7 @@ from ropecli.cli.app import app
 from ropecli.export.llamacpp_args import PROGRAMS, PROGRAMS_BEFORE_B7348, parse_command, read_options
 from ropecli.export.runtimes import llamacpp as SE
 from ropecli.models.llamacpp_selfextend_run import group_attention
-from ropecli.rope.llamacpp_positions import batch_positions
+from ropecli.maps.llamacpp_positions import batch_positions
 
 REF = Path(__file__).parent / "reference" / "llamacpp"
 runner = CliRunner()

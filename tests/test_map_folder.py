@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from architectures import ARCHS, L0, VOCAB, save_arch
 from ropecli.cli.app import app
-from ropecli.models.mapped_attention import mapped
+from ropecli.maps.mapped_attention import mapped
 
 MAPS = [("none", {}), ("selfextend", {"G": 2, "W": 8}), ("rerope", {"w": 12}), ("leaky-rerope", {"w": 12, "k": 4}),
         ("dca", {"chunk": 24, "local": 4}), ("string", {"S": 20, "W": 4}),
@@ -120,14 +120,14 @@ def test_transformers_serves_every_per_pair_map_of_the_registry():
     """The runtime record's maps (data, read without loading the registry) are the registry's maps: a map registered
     later is served, or this test says the record lags."""
     from ropecli.export.registry import record
-    from ropecli.rope.position_maps import MAPS
+    from ropecli.maps.position_maps import MAPS
 
     assert sorted(record("transformers").maps) == sorted(MAPS)
 
 
 def test_the_modeling_file_imports_no_ropecli():
     """What the folder runs is torch and transformers alone: a user without ropecli loads it."""
-    source = (Path(__file__).resolve().parent.parent / "ropecli" / "export" / "map_modeling.py").read_text()
+    source = (Path(__file__).resolve().parent.parent / "ropecli" / "maps" / "map_modeling.py").read_text()
     modules = {n.module for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ImportFrom)}
     modules |= {a.name for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Import) for a in n.names}
     assert not any(m and m.split(".")[0] == "ropecli" for m in modules), modules
@@ -227,7 +227,7 @@ def test_the_folder_serves_dpes_key_pairs(tmp_path, row):
     from ropecli.errors import RopeCliError
     from ropecli.evaluation.corpus import training_plays
     from ropecli.models.load import load_model
-    from ropecli.rope.position_maps import bind
+    from ropecli.maps.position_maps import bind
 
     params = {**MAPS[-1][1], "top": 0.5}
     model_dir = save_arch(next(a for a in ARCHS if a.name == row), tmp_path / "model")

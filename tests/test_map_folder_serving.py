@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from architectures import ARCHS, L0, VOCAB, save_arch
 from ropecli.cli.app import app
-from ropecli.models.mapped_attention import mapped
+from ropecli.maps.mapped_attention import mapped
 
 SE = ("selfextend", {"G": 2, "W": 8})
 DPE = ("dpe", {"W": 8, "G1": 1, "G2": 2, "G3": 4, "G4": 1, "G5": 2, "G6": 8, "G7": 1, "G8": 3, "top": 0.5})

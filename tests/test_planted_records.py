@@ -129,10 +129,10 @@ def test_compare_checks_every_task_before_the_first_forward_pass(tmp_path, monke
 
 @pytest.fixture()
 def toy_map():
-    """A position map registered in rope/position_maps.py's registry only: relative positions capped at w (ReRoPE's
+    """A position map registered in maps/position_maps.py's registry only: relative positions capped at w (ReRoPE's
     shape under its own name), with a rule (w = Ls/2) and a search range, so it is an advise candidate too."""
     from ropecli.rope.schedule import REQUIRED, Param
-    from ropecli.rope.position_maps import MAPS, Region, register_map
+    from ropecli.maps.position_maps import MAPS, Region, register_map
 
     @register_map("toy-cap", "relative position min(d, w) (a planted record)",
                   Param("w", REQUIRED, "window", 1, 1e12, integer=True), window="w",
@@ -174,7 +174,7 @@ def test_a_planted_map_in_help_methods_ppl_compare_search_advise_and_export(toy_
 
 
 def test_a_planted_map_leaves_no_trace():
-    from ropecli.rope.position_maps import MAPS
+    from ropecli.maps.position_maps import MAPS
     from ropecli.tuning.candidates import candidate_names
 
     assert "toy-cap" not in MAPS and not any(c.startswith("toy-cap") for c in candidate_names())

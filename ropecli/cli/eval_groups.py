@@ -49,7 +49,7 @@ class MappedScheduleOptions(ScheduleOptions):  # the evaluating commands' schedu
     position_map: MapOpt = None
 
     def specs(self, default: str, factor: float | None = None, log_n_modes: tuple[bool, ...] = (False,)) -> list:
-        from ropecli.rope.map_spelling import under_maps
+        from ropecli.maps.map_spelling import under_maps
 
         return under_maps(super().specs(default, factor, log_n_modes), self.position_map)
 
@@ -171,7 +171,7 @@ class SearchOptions:
     def plan(self, evaluation: EvalOptions, output, prompts: PasskeyOptions, position_map: list[str] | None = None):
         """The search's plan (`ropecli.tuning.search_run.SearchPlan`), its paths checked before the model loads."""
         from ropecli.tuning.search_run import SearchPlan
-        from ropecli.rope.map_spelling import one_map
+        from ropecli.maps.map_spelling import one_map
 
         plan = SearchPlan(metric_record(self.objective), self.max_short_regression, self.max_short_kl, self.export_config,
                           self.race, output.plot, evaluation.log_n, evaluation.k, one_map(position_map), self.consistent)

@@ -33,8 +33,8 @@ from ropecli.evaluation.inputs import Inputs
 from ropecli.evaluation.key_metric import key_fields, window_key_sums
 from ropecli.evaluation.key_tokens import KeyRule, describe_rule
 from ropecli.evaluation.metrics import PPL, Metric, metric_record
-from ropecli.rope.map_checks import check_window
-from ropecli.rope.pair_selection import CALIBRATION
+from ropecli.maps.map_checks import check_window
+from ropecli.maps.pair_selection import CALIBRATION
 from ropecli.evaluation.results import EvalResult
 from ropecli.models.backend import ModelBackend
 from ropecli.models.token_losses import plain, prefixes_from_kept

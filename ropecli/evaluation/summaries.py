@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 def _head(spec: Spec, sched: Schedule, geom: Geometry, length: int, seconds: float) -> dict:
-    from ropecli.rope.map_spelling import map_json  # numpy: kept off this module's import
+    from ropecli.maps.map_spelling import map_json  # numpy: kept off this module's import
 
     return {"method": sched.method, "label": spec.label, "params": {k: v for k, v in sched.params.items() if k != "factors"},
             "log_n": spec.log_n, "len": length, "factor": geom.factor, "attention_factor": sched.attention_factor,

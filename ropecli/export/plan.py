@@ -19,7 +19,7 @@ from ropecli.errors import RopeCliError
 from ropecli.export.hf_folder import check_writable, place_weights
 from ropecli.models.model_rope import ModelRope
 from ropecli.rope.geometry import Geometry
-from ropecli.rope.map_spelling import map_json
+from ropecli.maps.map_spelling import map_json
 from ropecli.rope.spec import Spec
 from ropecli.export.manifest import write_manifest
 from ropecli.export.registry import AT_START_UP, PER_FORWARD, ROPE_FREQS, canonical, record, records, resolve_runtime

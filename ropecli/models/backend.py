@@ -22,8 +22,8 @@ import numpy as np
 from ropecli.errors import RopeCliError
 from ropecli.models.model_rope import ModelRope
 from ropecli.models.position_temperature import position_temperature
-from ropecli.rope.pair_selection import CALIBRATION_WINDOW, select_pairs
-from ropecli.rope.position_maps import as_bound
+from ropecli.maps.pair_selection import CALIBRATION_WINDOW, select_pairs
+from ropecli.maps.position_maps import as_bound
 from ropecli.rope.schedule import Schedule
 
 
@@ -84,7 +84,7 @@ class TransformersBackend:
     device: str
     fingerprint: str
     runtime: str = "transformers"
-    maps: bool = True  # runs every position map at the attention (`models.mapped_attention`); llama.cpp: Self-Extend alone
+    maps: bool = True  # runs every position map at the attention (`maps.mapped_attention`); llama.cpp: Self-Extend alone
     earlier_fingerprints: tuple[str, ...] = ()  # (with transformers' version in it, ropecli 0.x's): their windows are reused
     native_patched: bool = False  # the loaded rotary modules lack the shipped schedule (a GGUF's rope_freqs): write it
     calibration: Any = None  # () -> {name: text}: what key pairs are chosen on (the evaluation layer's training plays)
@@ -97,18 +97,18 @@ class TransformersBackend:
         return self.rope.describe(f"{self.dtype} on {self.device}")
 
     def map_refusal(self) -> str | None:
-        """Why no position map runs on this model (`models.mapped_attention.map_refusal`), or None."""
-        from ropecli.models.mapped_attention import map_refusal
+        """Why no position map runs on this model (`maps.mapped_attention.map_refusal`), or None."""
+        from ropecli.maps.mapped_attention import map_refusal
 
         return map_refusal(self.model)
 
     @contextmanager
     def scaled(self, schedule: Schedule, log_n: bool, position_map: tuple = ()):
-        """The model with `schedule` (and log-n, and a position map at the attention: `models.mapped_attention`)
+        """The model with `schedule` (and log-n, and a position map at the attention: `maps.mapped_attention`)
         applied inside the block, restored after, whatever happens."""
         from contextlib import ExitStack
 
-        from ropecli.models.mapped_attention import mapped
+        from ropecli.maps.mapped_attention import mapped
         from ropecli.models.patch import add_log_n_hooks, apply_schedule, restore
 
         hooks = []
@@ -135,15 +135,15 @@ class TransformersBackend:
                 restore(slot)
 
     def pair_selection(self, bound) -> dict | None:
-        """The pairs a selecting map moves on this model (DPE's key pairs: `rope.pair_selection` on the contributions
-        `models.pair_contributions` measures on the model as shipped, once per model and process); None where the map
+        """The pairs a selecting map moves on this model (DPE's key pairs: `maps.pair_selection` on the contributions
+        `maps.pair_contributions` measures on the model as shipped, once per model and process); None where the map
         moves every pair."""
         if bound.share >= 1.0:
             return None
         if self.calibration is None:
             raise RopeCliError(f"{bound.name}: its key pairs are chosen on calibration text, and none was given "
                                "(backend.calibration = ropecli.evaluation.corpus.training_plays)")
-        from ropecli.models.pair_contributions import model_contributions
+        from ropecli.maps.pair_contributions import model_contributions
         from ropecli.models.chunked_scoring import oom_error, out_of_memory
 
         as_shipped = native_reference(self.rope, Schedule("none", np.ones(self.rope.rotary_dim // 2), 1.0))

@@ -28,7 +28,7 @@ import torch
 from ropecli.errors import RopeCliError
 from ropecli.models.model_rope import ModelRope
 from ropecli.rope.schedule import Schedule
-from ropecli.rope.position_maps import as_bound
+from ropecli.maps.position_maps import as_bound
 from ropecli.models.gguf_rope import GGUF_ROPE_FREQS_ARCHS, export_gguf, read_gguf_input
 from ropecli.models.llamacpp_files import plain_weight_buffers
 from ropecli.models.llamacpp_selfextend_run import (SELF_EXTEND_MAPS, group_attention, probe_tokens,

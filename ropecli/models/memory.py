@@ -148,7 +148,7 @@ def plan_memory(text: dict[str, Any], parameters: int | None, length: int, dtype
 
 
 def map_working_set(text: dict[str, Any], length: int, dtype_bytes: int, regions: int = 3, key_pairs: bool = False) -> int:
-    """Bytes a position map's attention (`models.mapped_attention`, `models.flex_regions`) holds beyond the unpatched
+    """Bytes a position map's attention (`maps.mapped_attention`, `maps.flex_regions`) holds beyond the unpatched
     attention's, in the one layer that runs, at `length` tokens: a region's rotated queries and the merged output
     (T x H x D each), the key and value heads the fused causal kernel repeats for GQA (2 x T x (H - H_kv) x D), the
     rotated keys of up to `regions` regions (T x H_kv x D each) and two float32 log-sum-exps (T x H). An upper bound:

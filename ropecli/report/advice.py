@@ -156,7 +156,8 @@ def race_lines(result: dict) -> list[str]:
 
 
 def write_report(result: dict, out_dir: Path, geom, model_name: str) -> Path:
-    from ropecli.report import plots, position_plots, result_plots
+    from ropecli.report import position_plots
+    from ropecli.report import plots, result_plots
     from ropecli.rope.geometry import Geometry
     from ropecli.rope.spec import make_spec
 

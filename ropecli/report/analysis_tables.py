@@ -48,7 +48,7 @@ def freqs_table(report: dict, geom) -> list:
         tail = (f" Under the map, {len(out)} pair(s) see angles at the target never seen in training"
                 f"{' (m = ' + ', '.join(map(str, out[:12])) + (' …' if len(out) > 12 else '') + ')' if out else ''}.")
         if (share := pmap["params"].get("top", 1.0)) < 1.0:  # DPE's key pairs: chosen per layer and head on a model
-            from ropecli.rope.pair_selection import kept_pairs  # numpy, kept off the tables' import
+            from ropecli.maps.pair_selection import kept_pairs  # numpy, kept off the tables' import
             tail += (f" top = {share:g}: each head moves only its {kept_pairs(len(report['pairs']), share)} of "
                      f"{len(report['pairs'])} pairs of largest mean |q||k| on the model (chosen per layer and head when "
                      f"a model runs); the distances shown are a moved pair's, the others keep every true distance up "
@@ -123,7 +123,7 @@ def methods_rows() -> list[dict]:
     """Every scaling method ("kind": "scaling method"), then every position map ("kind": "position map")."""
     from ropecli.rope.methods import ALIASES, REGISTRY
     from ropecli.rope.schedule import REQUIRED
-    from ropecli.rope.position_maps import MAPS
+    from ropecli.maps.position_maps import MAPS
 
     shown = lambda params: {p.name: ("required" if p.default is REQUIRED else p.default) for p in params}  # noqa: E731
     return [*({"kind": "scaling method", "method": m.name, "summary": m.summary, "params": shown(m.params),

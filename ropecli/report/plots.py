@@ -16,7 +16,7 @@ import numpy as np  # noqa: E402
 
 from ropecli.errors import RopeCliError  # noqa: E402
 from ropecli.rope.geometry import critical_pair, wavelength
-from ropecli.rope.map_pairs import pair_reach
+from ropecli.maps.map_pairs import pair_reach
 
 SUFFIXES = (".png", ".svg", ".pdf")
 

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from ropecli.rope.geometry import TWO_PI, Geometry, critical_pair, turns, wavelength
-from ropecli.rope.map_pairs import pair_reach
-from ropecli.rope.position_maps import BoundMap
+from ropecli.maps.map_pairs import pair_reach
+from ropecli.maps.position_maps import BoundMap
 from ropecli.rope.schedule import Schedule
 
 REL_TOL = 1e-9

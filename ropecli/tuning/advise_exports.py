@@ -16,7 +16,7 @@ from ropecli.export.writers import is_gguf
 from ropecli.export.registry import record, records
 from ropecli.models.config import BUILTIN, BUILTIN_DIR
 from ropecli.models.packaged import BUILTIN_FOLDERS, resolve_model
-from ropecli.rope.map_spelling import map_text
+from ropecli.maps.map_spelling import map_text
 from ropecli.tuning.standings import Ranked, Standings
 
 

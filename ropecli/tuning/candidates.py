@@ -1,5 +1,5 @@
 """The candidates of `ropecli advise`: the standard methods as they are, the searched families with the plan of each
-search, and the position maps the map registry gives a rule (`ropecli.rope.position_maps.register_map(rule=, ranges=)`:
+search, and the position maps the map registry gives a rule (`ropecli.maps.position_maps.register_map(rule=, ranges=)`:
 MAP at its source's rule, MAP-tuned searched around it). Imported by the CLI at start-up for its choices, so it stays
 light: the map registry (numpy) is read when the choices are."""
 
@@ -14,8 +14,8 @@ TUNED = "-tuned"  # a searched map candidate: MAP-tuned
 
 def map_candidates() -> dict[str, str]:
     """{candidate: its map} for every registered map with a rule (MAP) or search ranges (MAP-tuned), in the registry's
-    order: the model as shipped under the map, past Ls only (`ropecli.tuning.map_candidates`)."""
-    from ropecli.rope.position_maps import MAPS
+    order: the model as shipped under the map, past Ls only (`ropecli.maps.map_candidates`)."""
+    from ropecli.maps.position_maps import MAPS
 
     return {**{m.name: m.name for m in MAPS.values() if m.rule},
             **{m.name + TUNED: m.name for m in MAPS.values() if m.ranges}}
@@ -23,7 +23,7 @@ def map_candidates() -> dict[str, str]:
 
 def map_names() -> list[str]:
     """The registered position maps (`--map`'s help lists them when drawn)."""
-    from ropecli.rope.position_maps import MAPS
+    from ropecli.maps.position_maps import MAPS
 
     return list(MAPS)
 
@@ -38,7 +38,7 @@ def default_candidates(ships_schedule: bool, maps: bool | tuple[str, ...] = Fals
     schedule (else native is none); the position maps at their rules where `maps` (a target past Ls, a model and
     backend that can map it: True for every map, or the names of the maps the backend runs, e.g. llama.cpp's
     Self-Extend alone); a map registered with in_default=False (DPE) only by name."""
-    from ropecli.rope.position_maps import MAPS
+    from ropecli.maps.position_maps import MAPS
 
     mapped = {c: m for c, m in map_candidates().items() if not c.endswith(TUNED) and MAPS[m].in_default
               and (maps is True or (not isinstance(maps, bool) and m in maps))}
@@ -61,7 +61,7 @@ def search_plans(budget: int, Ls: int | None = None, T: int | None = None) -> di
     progress bar's total read. A searched map varies what its ranges name, around its rule, on the model as shipped
     (`map_candidates.map_search`), within its own budget for a model shipped at Ls and a longest target T where its
     record has one (DPE's detection), else --budget."""
-    from ropecli.rope.position_maps import MAPS
+    from ropecli.maps.position_maps import MAPS
 
     def map_budget(name: str) -> int:
         own = MAPS[map_candidates()[name]].budget

@@ -26,7 +26,7 @@ from typing import Callable
 from ropecli.errors import RopeCliError
 from ropecli.rope.schedule import format_label
 from ropecli.rope.spec import Spec, make_spec, reference_spec
-from ropecli.rope.map_checks import check_map
+from ropecli.maps.map_checks import check_map
 from ropecli.rope.temperature import TUNABLE_NAMES, tempered
 from ropecli.rope.target import Target
 from ropecli.tuning.objective import Evaluate, Scorer, pair

@@ -33,7 +33,7 @@ class SearchPlan:
     plot: str | None = None
     log_n: bool = False
     factor: float | None = None  # --k as given: the references are checked with it before the model loads
-    position_map: tuple = ()  # search: every point under this map (rope.position_maps); its parameters may be --vary
+    position_map: tuple = ()  # search: every point under this map (maps.position_maps); its parameters may be --vary
     consistent: bool = True  # --export-config: short_factor = long_factor (generation-safe); --switching: the shipped one
 
     @property

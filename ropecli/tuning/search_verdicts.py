@@ -9,7 +9,7 @@ from ropecli.errors import RopeCliError
 from ropecli.evaluation.metrics import Metric, prompted
 from ropecli.evaluation.stats import tie_answer
 from ropecli.rope.geometry import Geometry
-from ropecli.rope.map_spelling import parse_map
+from ropecli.maps.map_spelling import parse_map
 from ropecli.rope.spec import Spec, make_spec, standard_specs_for
 from ropecli.rope.target import Target
 from ropecli.tuning.objective import Evaluate, Scorer, pair

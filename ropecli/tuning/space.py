@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from ropecli.errors import RopeCliError
 from ropecli.rope.geometry import Geometry, critical_pair
 from ropecli.rope.methods import REGISTRY, resolve_method
-from ropecli.rope.position_maps import as_bound
+from ropecli.maps.position_maps import as_bound
 from ropecli.rope.temperature import SEARCH_BOUNDS, TUNABLE
 
 

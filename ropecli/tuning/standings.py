@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ropecli.rope.map_spelling import map_from_json
+from ropecli.maps.map_spelling import map_from_json
 from ropecli.rope.spec import Spec, make_spec
 
 

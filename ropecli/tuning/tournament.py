@@ -43,8 +43,8 @@ from ropecli.tuning.objective import Evaluate
 from ropecli.tuning.error_budget import error_budget
 from ropecli.tuning.racing import ALPHA
 from ropecli.tuning.ranking import RULE, RULE_RACED, rank
-from ropecli.rope.map_spelling import map_json
-from ropecli.tuning.map_candidates import map_rule, map_spec, search_ranges
+from ropecli.maps.map_spelling import map_json
+from ropecli.maps.map_candidates import map_rule, map_spec, search_ranges
 from ropecli.tuning.search import point_spec, run_search, scorer
 from ropecli.tuning.space import Effort, SearchSpace, parse_vary
 from ropecli.tuning.serving import serve_workload

@@ -11,7 +11,7 @@ from ropecli.cli.console import show
 from ropecli.errors import RopeCliError
 from ropecli.cli.groups import GeometryOptions, ScheduleOptions, with_option_groups
 from ropecli.cli.options import DEFAULT_METHOD, JsonOpt, MapOpt, OUTPUT, OutputFormat
-from ropecli.rope.map_spelling import one_map
+from ropecli.maps.map_spelling import one_map
 
 
 def _one_schedule(geom, opts: ScheduleOptions):

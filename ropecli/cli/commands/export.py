@@ -22,7 +22,7 @@ def export(geometry: TargetGeometryOptions, schedule: ScheduleOptions, log_n: Lo
               ropecli export --model model.gguf --method mixed --b 0.75 --len 32768 --to llamacpp --out model-32k.gguf
     """
     from ropecli.export.plan import check_export_paths, export_schedule, export_target
-    from ropecli.rope.map_spelling import one_map
+    from ropecli.maps.map_spelling import one_map
     from ropecli.report.tables import export_lines
 
     if geometry.k is None and geometry.target_len is None:

@@ -9,7 +9,7 @@ from ropecli.cli.common import OneLineErrorsGroup, geometry_of, handle_errors, s
 from ropecli.cli.console import console
 from ropecli.cli.groups import GeometryOptions, ScheduleOptions, with_option_groups
 from ropecli.cli.options import DEFAULT_METHOD, MapOpt, OVERVIEW_METHODS, OutOpt, PLOT_SCHEDULE_METHODS
-from ropecli.rope.map_spelling import one_map
+from ropecli.maps.map_spelling import one_map
 
 app = typer.Typer(help="Draw RoPE pictures to PNG, SVG or PDF; with no subcommand, an overview.", cls=OneLineErrorsGroup,
                   invoke_without_command=True)

@@ -47,7 +47,7 @@ class Runtime:
     dynamic_rule: str = ""  # how it runs dynamic NTK where that differs from `rule` (SGLang: fixed at start-up)
     output: str = "json"  # what --out takes: "json" (a file), "folder-or-json", "gguf" (NEW.gguf), "folder"
     needs_gguf: bool = False  # the export goes into a GGUF (--model FILE.gguf)
-    maps: tuple[str, ...] = ()  # the position maps (rope.position_maps) it serves; its module's `map_lines` says how
+    maps: tuple[str, ...] = ()  # the position maps (maps.position_maps) it serves; its module's `map_lines` says how
     maps_broken: tuple[tuple[str, str], ...] = ()  # (map, why): served by older builds, broken in current ones
     p_rope: str = ""  # what it does with Gemma 4's p-RoPE block (export.p_rope); "": not read
     p_rope_schedules: str = ""  # which schedules it serves there: "uniform" (one factor), "per-pair", "" (as shipped only)

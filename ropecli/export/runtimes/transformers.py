@@ -30,7 +30,7 @@ RECORD = Runtime(
     decoding="the choice is made again at every decoding step; cached keys keep their rotation (stale after a switch), "
              "except Phi-3, whose generate() drops the cache at the switch",
     rule=PER_FORWARD, serves_dynamic=True, drops_cache_at_switch=("phi3",),
-    # every map, through the exported folder's own modeling file (export.map_folder; loaded with trust_remote_code=True)
+    # every map, through the exported folder's own modeling file (maps.map_folder; loaded with trust_remote_code=True)
     maps=("none", "selfextend", "rerope", "leaky-rerope", "dca", "string", "selfextend-llamacpp",
           "dpe"),  # = the registry's (tests/test_map_folder.py)
     versions=(
@@ -97,9 +97,9 @@ def run(artefact, block, model, exp, run_len, cache_dir, gguf_file):
 
 
 def write_map(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, consistent=True, **_) -> dict:
-    """A model folder that generates under the map (`export.map_folder`): the schedule's folder, then the map's
+    """A model folder that generates under the map (`maps.map_folder`): the schedule's folder, then the map's
     modeling file and config keys."""
-    from ropecli.export.map_folder import write_map_folder
+    from ropecli.maps.map_folder import write_map_folder
     from ropecli.export.writers import write_block
 
     def folder(path: str) -> dict:  # the model as shipped (config.json as it is), or the schedule's folder
@@ -120,7 +120,7 @@ def write_map(spec, geom, rope, out, *, model=None, gguf_file=None, force=False,
 
 
 def verify_map(artefact, exp) -> list:
-    from ropecli.export.map_folder import verify_map_folder
+    from ropecli.maps.map_folder import verify_map_folder
 
     return verify_map_folder(artefact, exp)
 

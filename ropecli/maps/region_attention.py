@@ -1,4 +1,4 @@
-"""The attention of a position map's regions (`ropecli.models.mapped_attention` registers it per layer): queries and
+"""The attention of a position map's regions (`ropecli.maps.mapped_attention` registers it per layer): queries and
 keys rotated per region, the regions merged by log-sum-exp.
 
 For each region the queries at the region's query positions and the keys at its key positions, with the rotary
@@ -6,7 +6,7 @@ module's own frequencies and attention scaling (whatever schedule `models.patch`
 block, each region attends to the band of keys it reaches under its mask in one fused call (torch's CPU flash kernel,
 which returns the log-sum-exp; explicit scores elsewhere, and where the model soft-caps its logits), and the regions
 merge exactly by log-sum-exp: memory per layer is the block's (block, band) masks, never a T x T matrix per head for
-the whole window. On CUDA the regions run in flex attention instead (`models.flex_regions`). Queries are the last T_q
+the whole window. On CUDA the regions run in flex attention instead (`maps.flex_regions`). Queries are the last T_q
 of the T_k keys (a prefill, or decoding with a cache; one sequence, no padding).
 """
 
@@ -17,10 +17,10 @@ import warnings
 import torch
 
 from ropecli.errors import RopeCliError
-from ropecli.models.flex_regions import FlexRegions, flex_available
-from ropecli.models.map_bands import CAUSAL, masked, merge_into, split_band, whole_triangles
-from ropecli.models.map_layers import column_pairs
-from ropecli.models.map_rotation import rotated
+from ropecli.maps.flex_regions import FlexRegions, flex_available
+from ropecli.maps.map_bands import CAUSAL, masked, merge_into, split_band, whole_triangles
+from ropecli.maps.map_layers import column_pairs
+from ropecli.maps.map_rotation import rotated
 
 BLOCK = 512  # queries per block: each region's mask is (BLOCK, its band of keys)
 MASK_CACHE_BYTES = 256 * 2 ** 20  # one shape's masks, kept across the layers of a forward (bool: a byte a pair)
@@ -75,7 +75,7 @@ class MappedAttention:
         outlive this object (`_LAST`: the next window of the same length, under the same map, finds them built).
         `first_layer`: the first layer this function serves (a forward pass begins there: cos and sin afresh).
         `selection`: {layer: (heads, pairs) bool} the pairs the map moves per head (DPE's key pairs,
-        `rope.pair_selection`), the rest at true positions; None: every pair. `observe(module, query, key, pair)`:
+        `maps.pair_selection`), the rest at true positions; None: every pair. `observe(module, query, key, pair)`:
         called with each layer's unrotated queries and keys and the pair of each rotary column (`pair_contributions`)."""
         self.name, self.first_layer = name, first_layer
         self.regions_for, self.rotary, self.block, self.fused = regions, rotary, block, fused

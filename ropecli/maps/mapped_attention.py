@@ -1,4 +1,4 @@
-"""A position map (`ropecli.rope.position_maps`) inside a transformers model, for as long as `mapped(...)` is open.
+"""A position map (`ropecli.maps.position_maps`) inside a transformers model, for as long as `mapped(...)` is open.
 
 The model's rotary modules hand the attention layers cos = 1, sin = 0, so queries and keys arrive unrotated (and the
 KV cache keeps its keys unrotated: cached decoding follows the same map), and one attention function, registered
@@ -18,10 +18,10 @@ from functools import partial
 import torch
 
 from ropecli.errors import RopeCliError
-from ropecli.models.map_layers import LayerDispatch, plan_layers, rotator
+from ropecli.maps.map_layers import LayerDispatch, plan_layers, rotator
 from ropecli.models.patch import find_rotary_slots, text_config
-from ropecli.models.region_attention import BLOCK, MappedAttention
-from ropecli.rope.position_maps import map_params, map_regions, resolve_map
+from ropecli.maps.region_attention import BLOCK, MappedAttention
+from ropecli.maps.position_maps import map_params, map_regions, resolve_map
 
 NAME = "ropecli_mapped"
 
@@ -83,7 +83,7 @@ def mapped(model, name: str, params: dict[str, float] | None = None, block: int 
     attend globally with RoPE under the map, every other layer as shipped (`map_layers`); the attention implementation,
     the mask function and the rotary modules are put back after, whatever happens. `kernel`: `MappedAttention`'s
     (default: $ROPECLI_MAP_KERNEL, else "auto"). `selection`: {layer: (heads, pairs) bool}, the pairs a selecting map
-    (DPE with top < 1) moves, chosen on this model (`models.pair_contributions`, `rope.pair_selection`); `observe`:
+    (DPE with top < 1) moves, chosen on this model (`maps.pair_contributions`, `maps.pair_selection`); `observe`:
     `MappedAttention`'s; `length`: the length the map is measured at, which decides once which sliding layers it maps
     (those whose window reaches it; default: the model's L)."""
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS

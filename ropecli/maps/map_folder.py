@@ -1,6 +1,6 @@
 """`export --to transformers --map MAP --out DIR` (issue 60): a model folder that generates under the map in plain
 transformers. The folder is what `--to transformers` writes for the schedule (config.json merged, the weights placed),
-plus `modeling_ropecli_map.py` (`export/map_modeling.py` with the model's class and the map's region function pasted
+plus `modeling_ropecli_map.py` (`maps/map_modeling.py` with the model's class and the map's region function pasted
 in: no ropecli import at load or run time), `auto_map` pointing AutoModelForCausalLM at it, and the map with its
 parameters in config.json (`ropecli_map`). `AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)`, its
 `generate()` and `pipeline("text-generation")` then run every forward pass, each decoded token included, under the map.
@@ -15,22 +15,22 @@ from pathlib import Path
 from ropecli.errors import RopeCliError
 from ropecli.export.check import Check
 from ropecli.export.readback import read_json
-from ropecli.rope.position_maps import resolve_map
+from ropecli.maps.position_maps import resolve_map
 
 MODELING = "modeling_ropecli_map.py"
 AUTO_MAP = {"AutoModelForCausalLM": "modeling_ropecli_map.RopecliMapForCausalLM"}
 MARKER = "# REGIONS: the map's region function, ropecli's own source, pasted by the export below this line\n"
 
 
-BANDS = "# BANDS: ropecli's band planner (ropecli.models.map_bands, region_attention), pasted by the export below this line\n"
+BANDS = "# BANDS: ropecli's band planner (ropecli.maps.map_bands, region_attention), pasted by the export below this line\n"
 
 
 def modeling_source(position_map, base_class: str) -> str:
-    """The folder's modeling file: the template with the model's class, ropecli's band planner (`models.map_bands`
-    and `models.region_attention.region_attention`, torch alone: the code ropecli measures with) and the map's region
+    """The folder's modeling file: the template with the model's class, ropecli's band planner (`maps.map_bands`
+    and `maps.region_attention.region_attention`, torch alone: the code ropecli measures with) and the map's region
     function."""
-    from ropecli.models import map_bands
-    from ropecli.models.region_attention import region_attention
+    from ropecli.maps import map_bands
+    from ropecli.maps.region_attention import region_attention
 
     template = (Path(__file__).with_name("map_modeling.py")).read_text()
     fn = resolve_map(position_map.name).regions
@@ -88,10 +88,10 @@ def _base_class(config: dict) -> str:
 
 
 def _refusal(config: dict) -> str | None:
-    """Why ropecli cannot map this model (`models.mapped_attention.config_refusal`, from its config alone)."""
+    """Why ropecli cannot map this model (`maps.mapped_attention.config_refusal`, from its config alone)."""
     from transformers import AutoConfig
 
-    from ropecli.models.mapped_attention import config_refusal
+    from ropecli.maps.mapped_attention import config_refusal
 
     cfg = AutoConfig.for_model(**{k: v for k, v in config.items() if k not in ("auto_map", "ropecli_map")})
     return config_refusal(cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg)
@@ -100,7 +100,7 @@ def _refusal(config: dict) -> str | None:
 def verify_map_folder(artefact: Path, exp) -> list:
     """`ropecli verify DIR` of a map folder: the map and parameters config.json carries against the measured ones, and
     the modeling file with auto_map pointing at it."""
-    from ropecli.export.map_modeling import check_map_block  # the folder's own loader asks the same question
+    from ropecli.maps.map_modeling import check_map_block  # the folder's own loader asks the same question
 
     config = read_json(artefact / "config.json")
     text = config.get("text_config") or config

@@ -1,5 +1,5 @@
 """Self-Extend as llama.cpp serves it: the positions its KV cache holds, batch by batch (numpy; the map built on it is
-`selfextend-llamacpp` in `ropecli.rope.position_maps`).
+`selfextend-llamacpp` in `ropecli.maps.position_maps`).
 
 llama.cpp's completion tool (tools/completion/completion.cpp, the main loop; examples/main/main.cpp before 2025) groups
 positions in the cache itself, before each batch it decodes:

@@ -6,14 +6,14 @@ enter the default tournament only at targets past the shipped length Ls (within 
 from __future__ import annotations
 
 from ropecli.rope.geometry import Geometry
-from ropecli.rope.position_maps import BoundMap, bind, resolve_map
+from ropecli.maps.position_maps import BoundMap, bind, resolve_map
 from ropecli.rope.spec import Spec, reference_spec
 from ropecli.tuning.candidates import map_candidates
 
 
 def maps_apply(model, rope, longest: int) -> bool | tuple[str, ...]:
     """Which map candidates the default tournament takes: none (False) short of a target past Ls, a backend that maps
-    and a model it can map (transformers: a layer that attends globally with RoPE, `models.map_layers`; llama.cpp: one
+    and a model it can map (transformers: a layer that attends globally with RoPE, `maps.map_layers`; llama.cpp: one
     RoPE on every layer, every dimension rotated);
     else the backend's `maps`: True (transformers: every map) or the names it runs (llama.cpp: Self-Extend)."""
     if longest <= rope.shipped_len:

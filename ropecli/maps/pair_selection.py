@@ -10,7 +10,7 @@ RULER script) after averaging over samples and lengths. |q_m| |k_m| bounds pair 
 the pairs with the largest products are those whose rotation angles move the scores most.
 
 Here the share `top` of each head's pairs (k = round(top * pairs), at least 1) is kept, ties to the lower pair index.
-The contributions come from `ropecli.models.pair_contributions` on CALIBRATION: text no evaluation reads.
+The contributions come from `ropecli.maps.pair_contributions` on CALIBRATION: text no evaluation reads.
 Numpy only.
 """
 

@@ -3,7 +3,7 @@ the exported folder as `modeling_ropecli_map.py` and loaded with `from_pretraine
 
 This file imports torch and transformers only (never ropecli): the export copies it verbatim, with the model's own
 class named in BASE_CLASS, the map's region function (ropecli's own source) pasted below REGIONS and ropecli's band
-planner (`ropecli.models.map_bands`, `region_attention`) below BANDS. The map, its parameters and the length it was
+planner (`ropecli.maps.map_bands`, `region_attention`) below BANDS. The map, its parameters and the length it was
 exported for are read from config.json's `ropecli_map` (checked whole when the model loads: `check_map_block`).
 
 How it runs, as the model runs (issue 68):
@@ -28,7 +28,7 @@ How it runs, as the model runs (issue 68):
   region that is one shifted causal triangle runs as one causal call (`whole_triangles`), and blocks start at the map's
   period where it has one (`block_period`: DCA's chunks).
   Elsewhere, and where the model soft-caps its logits, explicit scores (correct on any device).
-ropecli's own `ropecli.models.mapped_attention` is what it is tested against."""
+ropecli's own `ropecli.maps.mapped_attention` is what it is tested against."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def _same(p):
     return p
 
 
-# BANDS: ropecli's band planner (ropecli.models.map_bands, region_attention), pasted by the export below this line
+# BANDS: ropecli's band planner (ropecli.maps.map_bands, region_attention), pasted by the export below this line
 
 
 # REGIONS: the map's region function, ropecli's own source, pasted by the export below this line
@@ -120,7 +120,7 @@ class LayerPlan(NamedTuple):
 
 def plan_layers(config, length: int) -> list[LayerPlan]:
     """Per layer: which RoPE it uses and whether the map changes it, decided once for the exported `length`
-    (ropecli's `models.map_layers.plan_layers`): full RoPE layers, and sliding ones whose window reaches `length`; a
+    (ropecli's `maps.map_layers.plan_layers`): full RoPE layers, and sliding ones whose window reaches `length`; a
     sliding layer whose window is shorter runs as shipped at every length, so decoding from a prompt inside its
     window past it is one pass over the whole sequence."""
     n = config.num_hidden_layers
@@ -151,7 +151,7 @@ _APPLY: dict = {}  # per attention class: its rotation as (x, cos, sin) -> x
 def own_apply(module) -> Callable:
     """The model's own rotation as (x, cos, sin) -> x: rotate-half in place where the model's apply_rotary_pos_emb is
     rotate-half over the whole head (probed once per attention class on 8 positions with a non-zero angle, as ropecli's
-    `models.map_layers.rotate_with` does: the model's own function on a (1, 3, 2048, 64) band takes 25x longer), else
+    `maps.map_layers.rotate_with` does: the model's own function on a (1, 3, 2048, 64) band takes 25x longer), else
     its apply_rotary_pos_emb, on the first rotary dims where the attention slices them off before calling it (Phi,
     StableLM)."""
     kind = type(module)
@@ -232,7 +232,7 @@ def model_apply(module) -> Callable:
 def trig_at(rotary, x, positions):
     """cos, sin (B, T, rotary dims) at positions (B, T), or at positions (B, T, groups) that differ per group of
     rotary pairs (group g: the pairs m with floor(m groups / pairs) = g), each group's columns from the rotary module's
-    own output at its positions, in its layout (ropecli's `models.map_rotation.trig_at`)."""
+    own output at its positions, in its layout (ropecli's `maps.map_rotation.trig_at`)."""
     if positions.ndim == 2:
         return rotary(x, positions.to(torch.float32))
     per = [rotary(x, positions[..., g].to(torch.float32)) for g in range(positions.shape[-1])]
@@ -438,7 +438,7 @@ class MapRun:
     def column_pairs(self, module, plan, x):
         """((head dims,) each column's rotary pair as the model rotates it, -1 where it does not rotate; pairs): each
         column alone rotated at position 1 by the model's own apply, the weight it moves matched to the module's sines
-        (ropecli's `models.map_layers.column_pairs`)."""
+        (ropecli's `maps.map_layers.column_pairs`)."""
         D = x.shape[-1]
         probe = torch.eye(D, dtype=torch.float32, device=x.device)[None, None]
         cos, sin = self.rotaries[plan.rope](probe, torch.ones(1, D, device=x.device))

@@ -1,5 +1,5 @@
 """The rules by which advise sets a map's parameters for a target, as each map's source sets them, and the ranges it
-searches around them (`register_map(rule=, ranges=)` in `ropecli.rope.position_maps`): `rule(Ls, T)` for a model
+searches around them (`register_map(rule=, ranges=)` in `ropecli.maps.position_maps`): `rule(Ls, T)` for a model
 shipped at Ls and a longest target T."""
 
 from __future__ import annotations

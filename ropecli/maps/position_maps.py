@@ -2,7 +2,7 @@
 gets, region by region. RoPE's score depends only on the difference of the two rotation positions, so a map is a
 relative position rel(i, j) made of regions, and in each region the query's position depends on i alone and the key's
 on j alone: one rotation of the queries and one of the keys per region, scores merged under the regions' masks before
-one softmax (`ropecli.models.mapped_attention`). A map composes with any frequency schedule (the frequencies say how
+one softmax (`ropecli.maps.mapped_attention`). A map composes with any frequency schedule (the frequencies say how
 fast each pair turns, the map at which positions). Issue 48; the maps, with their sources:
 
     none         one region: (i, j), the model as it is
@@ -29,7 +29,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from ropecli.errors import RopeCliError
-from ropecli.rope.map_rules import DPE_GROUPS, dca_rule, dpe_budget, dpe_ranges, dpe_rule, selfextend_ranges, selfextend_rule
+from ropecli.maps.map_rules import DPE_GROUPS, dca_rule, dpe_budget, dpe_ranges, dpe_rule, selfextend_ranges, selfextend_rule
 from ropecli.rope.schedule import REQUIRED, Param
 
 
@@ -55,7 +55,7 @@ class PositionMap:
     budget: Callable[[int, int], int] | None = None  # (Ls, T) -> NAME-tuned's evaluations (None: advise's --budget)
     in_default: bool = True  # NAME at its rule in advise's default tournament (False: by name only, --candidates)
     selects: str | None = None  # the parameter giving the share of each head's pairs the map moves, chosen on the
-    # model by their attention contribution (`rope.pair_selection`); the rest stay at true positions
+    # model by their attention contribution (`maps.pair_selection`); the rest stay at true positions
 
 
 
@@ -213,7 +213,7 @@ def _string(S: float, W: float, t: float) -> tuple[Region, ...]:
               window="W")
 def _selfextend_llamacpp(G: float, W: float) -> tuple[Region, ...]:
     """Two regions, read from the positions llama.cpp's cache holds while batch b = floor(i/W) is decoded
-    (`ropecli.rope.llamacpp_positions`, from tools/completion/completion.cpp): the keys of the earlier batches sit at
+    (`ropecli.maps.llamacpp_positions`, from tools/completion/completion.cpp): the keys of the earlier batches sit at
     floor(j/G), the positions grouping gave them for good, and the batch's own tokens at j - b (W - W/G), consecutive.
     So "near" (the batch's own keys, j >= bW) keeps the true relative position, and "far" puts the query at
     i - b (W - W/G) against the key at floor(j/G): two regions whatever the length, where the loop itself decodes one
@@ -245,7 +245,7 @@ def _dpe(W: float, top: float = 1.0, **groups: float) -> tuple[Region, ...]:
     floor(m * 8 / pairs) = g - 1, whatever the head size; w - w // s_g where the source divides in floats (equal for
     the source's w = 1024 and power-of-two factors). `top` < 1 is the source's key-pair selection (`select_topk_dim`:
     per layer and head only the pairs with the largest q-k 2-norm moved, the rest at true positions): a choice made on
-    the model (`rope.pair_selection`), not a region, so the regions here are every pair's."""
+    the model (`maps.pair_selection`), not a region, so the regions here are every pair's."""
     W = int(W)
     G = [int(groups[name]) for name in sorted(groups, key=lambda name: int(name[1:]))]  # G1 … G8
 

@@ -4,7 +4,7 @@ not already reach the whole sequence (where the "map" would be the model itself)
 from __future__ import annotations
 
 from ropecli.errors import RopeCliError
-from ropecli.rope.position_maps import as_bound
+from ropecli.maps.position_maps import as_bound
 
 
 def check_window(position_map: tuple, length: int) -> None:

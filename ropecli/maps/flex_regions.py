@@ -18,7 +18,7 @@ import warnings
 
 import torch
 
-from ropecli.models.map_bands import whole_triangles
+from ropecli.maps.map_bands import whole_triangles
 
 FLEX_BLOCK = 128  # flex attention's block (rows and columns)
 PASS_PAIRS = 2 ** 25  # (query, key) pairs per pass of `block_classes`: its int64 temporaries stay near 256 MiB

@@ -1,4 +1,4 @@
-"""How a position map's region becomes kernel calls on the CPU path (`ropecli.models.region_attention`): from the
+"""How a position map's region becomes kernel calls on the CPU path (`ropecli.maps.region_attention`): from the
 region's mask over a block of queries, the parts the fused kernel runs — full columns with no mask, the causal diagonal
 under the kernel's own causal skip, the rest under a bias — halved by rows where most of a band is masked
 (`split_band`); the regions that are one shifted causal triangle over the whole window, run in one call

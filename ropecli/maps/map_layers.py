@@ -4,7 +4,7 @@ A map changes the layers that attend globally with RoPE ("RoPE full", also besid
 window reaches every key of the call). Every other layer runs the model's own attention with its own arguments
 (sliding window, soft-capping, its mask): a sliding layer whose window is below the context never sees a distance it
 was not trained on, NoPE, linear-attention, convolution and Mamba layers have no positions. While the map is open the
-rotary modules hand every layer cos = 1, sin = 0 (`models.mapped_attention`), so an unmapped RoPE layer is rotated here
+rotary modules hand every layer cos = 1, sin = 0 (`maps.mapped_attention`), so an unmapped RoPE layer is rotated here
 at its true relative positions (keys 0 … T_k - 1, queries the last T_q of them: RoPE scores depend on differences only)
 by its own rotary module and layer type, through the model's own `apply_rotary_pos_emb` where the rotary dims are not the
 whole head (partial rotary: the model's layout, first dims or interleaved, is the model's code's).

@@ -1,4 +1,4 @@
-"""Queries and keys rotated at a position map's positions (`models.region_attention` and `models.flex_regions` call
+"""Queries and keys rotated at a position map's positions (`maps.region_attention` and `maps.flex_regions` call
 it per region): by the rotary module's own forward, at positions shared by every pair or per group of pairs (a per-pair
 map, DPE), and under a key-pair selection only the selected columns at the map's positions, the rest at true ones.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ropecli.models.map_layers import rotate_with
+from ropecli.maps.map_layers import rotate_with
 
 
 def rotated(x: torch.Tensor, positions: torch.Tensor, rotary, cache: dict | None = None, key=None,

@@ -12,7 +12,7 @@ import numpy as np
 
 from ropecli.rope.geometry import TWO_PI
 from ropecli.errors import RopeCliError
-from ropecli.rope.position_maps import BoundMap, map_params, map_regions
+from ropecli.maps.position_maps import BoundMap, map_params, map_regions
 
 
 def farthest_distance(position_map: BoundMap, length: int) -> np.ndarray:

@@ -1,13 +1,13 @@
 """How a position map is written and read: the `--map` spelling (`selfextend:G=8,W=64`, `MAP@METHOD`), its label in the
 tables (`selfextend(G=8,W=64)`) and its JSON ({"name", "params"}); each read back as a `BoundMap`
-(`ropecli.rope.position_maps`). Numpy only, through the registry."""
+(`ropecli.maps.position_maps`). Numpy only, through the registry."""
 
 from __future__ import annotations
 
 import math
 
 from ropecli.errors import RopeCliError
-from ropecli.rope.position_maps import as_bound, bind
+from ropecli.maps.position_maps import as_bound, bind
 
 
 def parse_map(text: str) -> tuple:
