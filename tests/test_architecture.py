@@ -46,3 +46,18 @@ def test_a_forbidden_import_breaks_a_contract(tmp_path, module, line, broken):
     r = lint(tmp_path)
     assert r.returncode != 0
     assert "BROKEN" in r.stdout and broken in r.stdout.replace("\n", " ")
+
+
+def test_architecture_lists_every_module_once():
+    """docs/ARCHITECTURE.md's file list names every module of the package by its path, and no module that is gone: a
+    module added, moved or renamed without its line fails here."""
+    import re
+
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    listing = text[text.index("## The files, one line each"):text.index("## The route of one")]
+    listed = re.findall(r"^\s*((?:[a-z_]+/)*[a-z_]+\.py)\s", listing, flags=re.M)
+    modules = {str(p.relative_to(ROOT / "ropecli")) for p in (ROOT / "ropecli").rglob("*.py") if p.name != "__init__.py"}
+    assert len(modules) > 150, len(modules)  # it found the package
+    assert not modules - set(listed), sorted(modules - set(listed))
+    assert not set(listed) - modules, sorted(set(listed) - modules)
+    assert len(listed) == len(set(listed)), sorted(m for m in listed if listed.count(m) > 1)
