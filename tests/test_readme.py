@@ -50,7 +50,13 @@ def test_readme_has_commands():
 
 
 def test_readme_is_a_front_page():
+    """The README lists every command, one line each, and links every docs page; the results live in docs."""
+    from ropecli.cli.app import COMMANDS as ALL_COMMANDS
+
     text = README.read_text()
+    table = text[text.index("## Commands"):text.index("## Where to read next")]
+    rows = [line.split("`")[1] for line in table.splitlines() if line.startswith("| `ropecli ")]
+    assert rows == [f"ropecli {name}" for name in ALL_COMMANDS], rows
     for page in DOCS:  # every docs page is reachable from the README
         assert f"({name(page)})" in text, f"README does not link {name(page)}"
 
