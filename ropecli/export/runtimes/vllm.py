@@ -27,8 +27,9 @@ import shlex
 import numpy as np
 
 from ropecli.errors import RopeCliError
-from ropecli.export.readback import Applied, rope_blocks
+from ropecli.export.readback import Applied, read_json, rope_blocks
 from ropecli.export.runtimes.record import AT_START_UP, Runtime, Version
+from ropecli.export.writers import hf_result, vllm_checkpoint, write_block
 from ropecli.models.model_rope import ModelRope
 from ropecli.rope.spec import Spec
 
@@ -65,10 +66,6 @@ RECORD = Runtime(
 
 def write(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:
     """--hf-overrides JSON (vLLM's native ntk, or longrope with its mscales) and the `vllm serve` line."""
-    import json
-
-    from ropecli.export.writers import hf_result, vllm_checkpoint, write_block
-
     block, result = hf_result(spec, geom, rope, "vllm", model, consistent)
     block, how = vllm_block(rope, spec, geom.factor, block)
     note = how if block["rope_parameters"].get("rope_type") == "ntk" else f"{result['note']}; {how}"
@@ -87,7 +84,6 @@ def claims(path) -> bool:
 
 def read_back(artefact, exp):
     """What vLLM applies to every request at --max-model-len T (`vllm_applied`)."""
-    from ropecli.export.readback import read_json
 
     block = read_json(artefact)
     if "rope_parameters" not in block:
