@@ -209,11 +209,15 @@ def test_bad_input(tiny_dir, tmp_path, args, fragment, code):
     assert r.exit_code == code and fragment in r.output and "Traceback" not in r.output
 
 
-def test_length_within_training_warns(tiny_dir, tmp_path):
+def test_length_within_training_is_refused_before_any_forward_pass(tiny_dir, tmp_path):
+    """Within L every b is the same schedule (k = 1): one line naming L and a length that extends, no search run (it
+    used to run the whole search and report b = 0), nothing cached."""
     r = runner.invoke(app, ["search-b", "--model", tiny_dir, "--len", "64", "--samples", "1", "--tol", "0.3",
                             "--cache-dir", str(tmp_path / "c")])
-    assert r.exit_code == 0, r.output
-    assert "nothing to extend" in " ".join(r.output.split())  # rich may wrap the line
+    text = " ".join(r.output.split())  # rich may wrap the line
+    assert r.exit_code == 1 and "nothing to extend" in text and "give a --len above" in text, r.output
+    assert "Traceback" not in r.output and "best b" not in text
+    assert not any(p.is_file() for p in (tmp_path / "c").rglob("*"))
 
 
 def test_short_regression_guard(tiny_dir, tmp_path):

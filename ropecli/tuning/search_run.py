@@ -62,16 +62,18 @@ def preflight(session: Bench, plan: SearchPlan, target: Target, *sessions: Bench
 
 
 def search_b_on(session: Bench, plan: SearchPlan, target: Target, lo: float, hi: float, tol: float) -> dict:
-    """search-b: golden-section over the mixed b, then the standard methods on the same windows."""
+    """search-b: golden-section over the mixed b, then the standard methods on the same windows; refused before any
+    forward pass where every length is within the training length (k = 1: every b is the same schedule)."""
+    L = session.rope.train_len
+    if all(n <= L for n in target.lengths) and target.factor is None:
+        raise RopeCliError(f"--len {max(target.lengths)} is within the training length L={L}: k = 1, nothing to extend "
+                           f"(every b gives the same perplexity); give a --len above {L}, e.g. --len {8 * L}")
     preflight(session, plan, target)
     lengths, geom = list(target.lengths), target.geom
     out = search_b(session.run, target, lo=lo, hi=hi, tol=tol, log_n=plan.log_n,
                    max_short_regression=plan.max_short_regression, max_short_kl=plan.max_short_kl,
                    objective=plan.objective, windows=session.inputs.count(plan.objective), screen=plan.race)
     out = {**session.header(), **out, "screened": plan.race, **session.tally()}
-    if all(n <= session.rope.train_len for n in lengths) and target.factor is None:
-        out["warning"] = (f"every --len is within the training length L={session.rope.train_len}: k = 1, nothing to "
-                          "extend; every b gives the same perplexity")
     title = f"search-b on {session.rope.name}: lengths {', '.join(map(str, lengths))}" + (" (log-n)" if plan.log_n else "")
     deliver(session, plan, out, ("mixed", {"b": out["best_b"]}), geom.factor,
             lambda path: result_plots().plot_search(out["evaluations"], out["references"], out["best_b"], path, plan.objective, title))
