@@ -220,6 +220,8 @@ def test_bad_inputs_are_one_line_and_leave_nothing(tiny_dir, llama_gguf, tmp_pat
         (["--model", tiny_dir, "--method", "pi", "--to", "hf"], "--len"),
         (["--model", llama_gguf, "--method", "pi", "--len", 128, "--to", "vllm", "--out", tmp_path / "d.txt"], "JSON"),
         (["--model", tiny_dir, "--method", "pi", "--len", 128, "--to", "vllm", "--out", tmp_path / "o.txt"], "JSON"),
+        (["--model", tiny_dir, "--method", "pi", "--len", 128, "--to", "transformers", "--out", tmp_path / "y.gguf"],
+         "writes a model folder, not a GGUF"),
     ]
     if os.geteuid() == 0:  # root writes anywhere: the read-only case cannot fail here
         cases = [c for c in cases if c[1] != "not writable"]
@@ -228,7 +230,8 @@ def test_bad_inputs_are_one_line_and_leave_nothing(tiny_dir, llama_gguf, tmp_pat
         assert r.exit_code == 1, (args, r.output)
         assert fragment in r.output and "Traceback" not in r.output, (fragment, r.output)
     assert exists.read_bytes() == b"keep me"
-    assert not (tmp_path / "a.gguf").exists() and not list(tmp_path.glob(".*.tmp"))
+    assert not (tmp_path / "a.gguf").exists() and not (tmp_path / "y.gguf").exists()
+    assert not list(tmp_path.glob(".*.tmp"))
 
 
 def test_builtin_gguf_is_the_builtin_model(tmp_path):

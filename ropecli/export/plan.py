@@ -63,6 +63,9 @@ def check_export_paths(runtime: str, out: str | None, model: str | None, gguf_fi
     if is_gguf(model, gguf_file) and not to_folder and rec.output != "json":
         raise RopeCliError(f"a GGUF model goes to llama.cpp with --to llamacpp, or to a transformers folder with "
                            f"--to transformers --out DIR (then --to {runtime} from that folder)")
+    if to_folder and out.rstrip("/").endswith(".gguf"):
+        raise RopeCliError(f"--out {out}: --to {runtime} writes a model folder, not a GGUF; name the folder without "
+                           ".gguf (a GGUF goes to llama.cpp: --to llamacpp --out NEW.gguf)")
     if to_folder and model is None:
         raise RopeCliError(f"--to {runtime} --out DIR writes a model folder and needs --model (a local folder or hub "
                            "id); without a model pass --out FILE.json")
