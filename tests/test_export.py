@@ -309,7 +309,9 @@ def test_export_weights_travel_as_asked(tmp_path, how):
     assert r.exit_code == 0, r.output
     files = [out / "model.safetensors", out / "tokenizer.json"]  # the built-in model's weights and tokenizer
     assert all(p.is_symlink() == (how == "link") for p in files), [(p, p.is_symlink()) for p in files]
-    assert ("dangling links" in " ".join(r.output.split())) == (how == "link")
+    said = " ".join(r.output.split())
+    assert ("dangling links" in said) == (how == "link")
+    assert (" linked " in said) is False  # the files are what the next line says, never "linked" as copies
     if how != "link":
         moved = tmp_path / "serving" / "hf"
         shutil.copytree(out, moved, symlinks=True)  # what rsync -a and tar do with links

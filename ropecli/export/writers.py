@@ -69,8 +69,9 @@ def write_block(result: dict, block: dict, out: str, model, gguf_file, force: bo
                                f"block in its config.json: from_pretrained('{out}') needs no keyword arguments")
     elif Path(model_folder(model)).is_dir():  # a folder, or a short name of ropecli's own (builtin, builtin-llama3)
         linked = export_hf_folder(Path(model_folder(model)), Path(out), block, force)
-        result["lines"].append(f"wrote {out}/config.json; linked {len(linked)} file(s) of {model} beside it "
-                               f"({', '.join(linked)}): from_pretrained('{out}') needs no keyword arguments")
+        result["lines"].append(f"wrote {out}/config.json and placed {len(linked)} file(s) of {model} beside it "
+                               f"({', '.join(linked)}; links, hard links or copies: the next line says which): "
+                               f"from_pretrained('{out}') needs no keyword arguments")
         result["linked"] = linked
     else:  # a hub id: its config.json merged; the weights are the user's to place
         export_hf_config(model, Path(out), block, force)
