@@ -19,12 +19,13 @@ def advise(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, prom
            out: AdviseOutOpt = "ropecli-advice", as_json: JsonOpt = False):
     """Which context extension for my model: every method on the same windows, ranked, exported.
 
-    Searches YaRN's betas, the mixed b and the clamped mixed family on the searched windows, then
-    ranks every candidate on held-out windows by the written rule (constraints, mean log-PPL, the
-    paired verdicts, ties going to the smallest cost within L) and exports the winner for
-    transformers, vLLM and (GGUF input) llama.cpp. Racing (the default; --no-race measures every
-    candidate on every window) drops the candidates shown worse and doubles the undecided ones'
-    windows up to --max-windows. Every window is cached: an interrupted run resumes.
+    Searches YaRN's betas, the mixed family and the tuned position maps on the searched windows, then
+    ranks every candidate (the schedules and the position maps, `ropecli methods`) on held-out windows by
+    the written rule (constraints, mean log-PPL, the paired verdicts, ties to the smallest cost within L)
+    and exports each runtime (`ropecli runtimes`) the best-ranked candidate it serves. Racing (the
+    default; --no-race measures every candidate on every window) drops the candidates shown worse and
+    doubles the undecided ones' windows up to --max-windows. Every window is cached: an interrupted run
+    resumes.
 
     Examples: ropecli advise
               ropecli advise --model meta-llama/Llama-2-7b-hf --len 32768 --len 65536 --out llama-advice
