@@ -859,8 +859,8 @@ def step_plan(run, plan, query, key, i: int, k0: int, Tk: int, base):
     ahead = run._ahead.get(plan.rope)
     if ahead is None or tag not in ahead[1] or not torch.equal(ahead[0], f):
         steps = decode_parts(run, i, k0, Tk, plan.window, STEPS_AHEAD)
-        turns = [one_call_turns(run, p, np.array([i + s]), np.arange(k0, k0 + Tk + s), base)
-                 for s, p in enumerate(steps)]
+        turns = (one_call_turns(run, p, np.array([i + s]), np.arange(k0, k0 + Tk + s), base)  # made as the loop
+                 for s, p in enumerate(steps))  # below takes them: none past the room for their turns
         deltas, plans, at = [], {}, 0
         keys = run.key_at(run.primary, np.arange(i, i + STEPS_AHEAD)) if run.primary >= 0 else None
         if keys is not None:  # the new key of each step, from its true position to the primary set's
