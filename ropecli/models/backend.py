@@ -9,13 +9,18 @@ token window (a numpy int64 array of shape (T,)) under a schedule:
 `scaled(schedule, log_n)` puts the model under a schedule (its frequencies, and a changed position temperature) for a block of windows (a backend may do
 real work there, e.g. write a GGUF with rope_freqs). A second runtime (llama.cpp) implements the
 same Protocol and plugs in without touching evaluation, tuning or the CLI.
+
+What a backend may leave out (position maps, a map's part of the cache key, closing notes, earlier fingerprints)
+is declared too, with do-nothing defaults in `BackendDefaults`, which both backends inherit: the layers above call
+every member directly, never `hasattr`. Calibration text (what a selecting map's key pairs are chosen on) is handed
+in with the map (`scaled(..., calibration=)`), never written onto the backend.
 """
 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -27,6 +32,9 @@ from ropecli.maps.position_maps import as_bound
 from ropecli.rope.schedule import Schedule
 
 
+Calibration = Callable[[], dict]  # () -> {name: text}: what a selecting map's key pairs are chosen on
+
+
 class ModelBackend(Protocol):
     rope: ModelRope  # d, base, L, layer types scaled
     tokenizer: Any  # a transformers tokenizer (callable, bos_token_id)
@@ -34,10 +42,15 @@ class ModelBackend(Protocol):
     dtype: str  # e.g. "float32": part of the cache key
     device: str
     runtime: str  # "transformers" | "llamacpp" (`ropecli.export.runtimes`): part of the cache key
+    # optional (defaults in `BackendDefaults`):
+    maps: bool | tuple[str, ...]  # the position maps it runs: True (every map), their names, or False (none)
+    earlier_fingerprints: tuple[str, ...]  # earlier fingerprints of the same weights: their cached windows are reused
 
     def describe(self) -> str: ...
 
-    def scaled(self, schedule: Schedule, log_n: bool, position_map: tuple = ()) -> AbstractContextManager[None]: ...
+    def scaled(self, schedule: Schedule, log_n: bool, position_map: tuple = (),
+               calibration: Calibration | None = None) -> AbstractContextManager[None]: ...
+    # `calibration`: the text a map that selects key pairs (DPE) chooses them on, handed in with the map
 
     def window_nll(self, ids: np.ndarray, chunk_tokens: int | None, score_last: int | None,
                    prefixes: list[int] | None = None, keep_tokens: bool = False): ...
@@ -52,8 +65,35 @@ class ModelBackend(Protocol):
     def greedy(self, ids: np.ndarray, max_new: int) -> str: ...
     # the greedy continuation of the prompt `ids`, max_new tokens at most, decoded (RULER's generation)
 
-    def window_kl(self, ids: np.ndarray, schedule: Schedule, log_n: bool,
-                  chunk_tokens: int | None, position_map: tuple = ()) -> tuple[float, int, int, list[float]]: ...
+    def window_kl(self, ids: np.ndarray, schedule: Schedule, log_n: bool, chunk_tokens: int | None,
+                  position_map: tuple = (), calibration: Calibration | None = None) -> tuple[float, int, int, list[float]]: ...
+
+    # optional (defaults in `BackendDefaults`):
+    def map_refusal(self) -> str | None: ...
+    # why no position map runs on this model, or None (where `maps` names the maps it runs)
+
+    def map_key(self) -> dict | None: ...
+    # what a map's number measured here depends on beyond the model and the map (its cache key's `map_runtime`), or None
+
+    def notes(self) -> list[str]: ...
+    # what a command says at its end about what ran here
+
+
+class BackendDefaults:
+    """The optional members of `ModelBackend`, doing nothing: a backend inherits them and overrides what it has."""
+    maps: bool | tuple[str, ...] = False  # runs no position map
+    earlier_fingerprints: tuple[str, ...] = ()  # no earlier fingerprint: only today's cache keys
+
+    def map_refusal(self) -> str | None:
+        """Why no position map runs here: none may, unless the backend says which (`maps`)."""
+        return None if self.maps else "this backend runs no position map"
+
+    def map_key(self) -> dict | None:
+        """Nothing beyond the model and the map: no `map_runtime` in the cache key."""
+        return None
+
+    def notes(self) -> list[str]:
+        return []
 
 
 def native_reference(rope: ModelRope, schedule: Schedule) -> Schedule:
@@ -74,7 +114,7 @@ def native_as_loaded(rope: ModelRope, schedule: Schedule, patched: bool) -> bool
 
 
 @dataclass
-class TransformersBackend:
+class TransformersBackend(BackendDefaults):
     """A transformers causal LM whose rotary modules ropecli patches in place (`ropecli.models.patch`)."""
     model: Any  # torch.nn.Module
     tokenizer: Any
@@ -87,7 +127,7 @@ class TransformersBackend:
     maps: bool = True  # runs every position map at the attention (`maps.mapped_attention`); llama.cpp: Self-Extend alone
     earlier_fingerprints: tuple[str, ...] = ()  # (with transformers' version in it, ropecli 0.x's): their windows are reused
     native_patched: bool = False  # the loaded rotary modules lack the shipped schedule (a GGUF's rope_freqs): write it
-    calibration: Any = None  # () -> {name: text}: what key pairs are chosen on (the evaluation layer's training plays)
+    calibration: Calibration | None = None  # what `pair_selection` falls back to where none is handed in (export's)
 
     @property
     def name(self) -> str:
@@ -103,16 +143,17 @@ class TransformersBackend:
         return map_refusal(self.model)
 
     @contextmanager
-    def scaled(self, schedule: Schedule, log_n: bool, position_map: tuple = ()):
+    def scaled(self, schedule: Schedule, log_n: bool, position_map: tuple = (), calibration: Calibration | None = None):
         """The model with `schedule` (and log-n, and a position map at the attention: `maps.mapped_attention`)
-        applied inside the block, restored after, whatever happens."""
+        applied inside the block, restored after, whatever happens. `calibration`: what a selecting map's key pairs
+        are chosen on (`pair_selection`)."""
         from contextlib import ExitStack
 
         from ropecli.maps.mapped_attention import mapped
         from ropecli.models.patch import add_log_n_hooks, apply_schedule, restore
 
         hooks = []
-        selection = self.pair_selection(as_bound(position_map)) if position_map else None  # before any schedule
+        selection = self.pair_selection(as_bound(position_map), calibration) if position_map else None  # before any schedule
         try:
             # the model as shipped: untouched (under a map, written: a length-dependent rotary would pick its factors
             # from each rotation's own positions, and the map rotates queries and keys at different ones)
@@ -134,22 +175,23 @@ class TransformersBackend:
             for slot in self.slots:
                 restore(slot)
 
-    def pair_selection(self, bound) -> dict | None:
+    def pair_selection(self, bound, calibration: Calibration | None = None) -> dict | None:
         """The pairs a selecting map moves on this model (DPE's key pairs: `maps.pair_selection` on the contributions
-        `maps.pair_contributions` measures on the model as shipped, once per model and process); None where the map
-        moves every pair."""
+        `maps.pair_contributions` measures on the model as shipped, once per model and process, on the `calibration`
+        text handed in: the evaluation layer's training plays); None where the map moves every pair."""
         if bound.share >= 1.0:
             return None
-        if self.calibration is None:
+        calibration = calibration or self.calibration
+        if calibration is None:
             raise RopeCliError(f"{bound.name}: its key pairs are chosen on calibration text, and none was given "
-                               "(backend.calibration = ropecli.evaluation.corpus.training_plays)")
+                               "(calibration=ropecli.evaluation.corpus.training_plays)")
         from ropecli.maps.pair_contributions import model_contributions
         from ropecli.models.chunked_scoring import oom_error, out_of_memory
 
         as_shipped = native_reference(self.rope, Schedule("none", np.ones(self.rope.rotary_dim // 2), 1.0))
         try:  # on the model as shipped, whatever schedule the evaluation asks for: one choice per model, as export's
             with self.scaled(as_shipped, False):
-                contributions = model_contributions(self, self.calibration())
+                contributions = model_contributions(self, calibration())
         except RuntimeError as exc:
             if out_of_memory(exc):
                 raise oom_error(min(self.rope.shipped_len, CALIBRATION_WINDOW)) from None
@@ -200,10 +242,10 @@ class TransformersBackend:
         new = self._run(greedy_tokens, ids, max_new, self.tokenizer.eos_token_id)
         return self.tokenizer.decode(new, skip_special_tokens=True)
 
-    def window_kl(self, ids: np.ndarray, schedule: Schedule, log_n: bool,
-                  chunk_tokens: int | None, position_map: tuple = ()) -> tuple[float, int, int, list[float]]:
+    def window_kl(self, ids: np.ndarray, schedule: Schedule, log_n: bool, chunk_tokens: int | None,
+                  position_map: tuple = (), calibration: Calibration | None = None) -> tuple[float, int, int, list[float]]:
         from ropecli.models.chunked_scoring import window_kl
 
         reference = native_reference(self.rope, schedule)  # the model as shipped, no log-n, no map
         return self._run(window_kl, ids, reference=lambda: self.scaled(reference, False),
-                         scaled=lambda: self.scaled(schedule, log_n, position_map), chunk_tokens=chunk_tokens)
+                         scaled=lambda: self.scaled(schedule, log_n, position_map, calibration), chunk_tokens=chunk_tokens)

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ropecli.errors import RopeCliError
+from ropecli.models.backend import BackendDefaults, Calibration
 from ropecli.models.model_rope import ModelRope
 from ropecli.rope.schedule import Schedule
 from ropecli.maps.position_maps import as_bound
@@ -40,7 +41,7 @@ N_BATCH = 512  # tokens per llama_decode: llama.cpp's default batch; logits of o
 
 
 @dataclass
-class LlamaCppBackend:
+class LlamaCppBackend(BackendDefaults):
     gguf: Path  # the source GGUF
     tokenizer: Any
     rope: ModelRope
@@ -62,9 +63,20 @@ class LlamaCppBackend:
     def describe(self) -> str:
         return self.rope.describe(f"llama.cpp ({self.dtype.removeprefix('gguf ')}, {self.threads} threads)")
 
+    def map_refusal(self) -> str | None:
+        """Why llama.cpp's Self-Extend does not run on this model, or None: its loop moves every layer's cached positions
+        under one RoPE, every dimension rotated."""
+        rope = self.rope
+        if rope.partial_rotary_factor != 1:
+            return f"llama.cpp's Self-Extend rotates every dimension; {rope.name} rotates {rope.partial_rotary_factor:g} of each head"
+        if rope.layer_bases or rope.layers is not None:
+            return f"llama.cpp's Self-Extend runs one RoPE on every layer; {rope.name}'s layers differ"
+        return None
+
     @contextmanager
-    def scaled(self, schedule: Schedule, log_n: bool, position_map: tuple = ()):
-        """The model under `schedule` inside the block: a temporary GGUF with rope_freqs and attn_factor."""
+    def scaled(self, schedule: Schedule, log_n: bool, position_map: tuple = (), calibration: Calibration | None = None):
+        """The model under `schedule` inside the block: a temporary GGUF with rope_freqs and attn_factor (`calibration`:
+        unused, Self-Extend selects no key pairs)."""
         position_map = as_bound(position_map)
         if position_map and position_map.name not in SELF_EXTEND_MAPS:
             raise RopeCliError(f"--map {position_map.name}: llama.cpp serves one position map, Self-Extend (-gan G -gaw W: "
@@ -224,8 +236,8 @@ class LlamaCppBackend:
         raise RopeCliError("--generate (RULER's generation score) runs on the transformers backend; drop --generate "
                            "(the answer likelihood is scored here too) or pass --backend transformers")
 
-    def window_kl(self, ids: np.ndarray, schedule: Schedule, log_n: bool,
-                  chunk_tokens: int | None, position_map: tuple = ()) -> tuple[float, int, int, list[float]]:
+    def window_kl(self, ids: np.ndarray, schedule: Schedule, log_n: bool, chunk_tokens: int | None,
+                  position_map: tuple = (), calibration: Calibration | None = None) -> tuple[float, int, int, list[float]]:
         """KL(unscaled || scaled) per position: the source GGUF and the scaled copy decode the window in
         step, batch by batch (two llama.cpp contexts; one batch of logits of each at a time). Under Self-Extend the
         reference decodes in the same batches of W, ungrouped."""
