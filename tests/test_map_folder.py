@@ -117,12 +117,28 @@ def test_what_cannot_be_served_is_one_line(llama_dir, tmp_path):
 
 
 def test_transformers_serves_every_per_pair_map_of_the_registry():
-    """The runtime record's maps (data, read without loading the registry) are the registry's maps: a map registered
-    later is served, or this test says the record lags."""
+    """transformers' record names no maps: it serves the registry's, read when asked, so a map registered later (here
+    one planted into MAPS) is served, listed and exported with no edit in ropecli/export."""
+    from ropecli.export.plan import check_map_served
     from ropecli.export.registry import record
-    from ropecli.maps.position_maps import MAPS
+    from ropecli.maps.position_maps import MAPS, Region, bind, register_map
+    from ropecli.rope.spec import make_spec
 
-    assert sorted(record("transformers").maps) == sorted(MAPS)
+    rec = record("transformers")
+    assert rec.map_names() == tuple(MAPS) and all(rec.serves_map(name) for name in MAPS)
+
+    @register_map("planted-cap", "relative position min(d, 8) (planted by a test)")
+    def planted():
+        return (Region("near", lambda i, j: i - j < 8, lambda i: i, lambda j: j),
+                Region("far", lambda i, j: i - j >= 8, lambda i: i * 0 + 8, lambda j: j * 0))
+
+    try:
+        assert rec.serves_map("planted-cap") and "planted-cap" in rec.describe()["maps"]
+        assert not record("vllm").serves_map("planted-cap")
+        check_map_served(make_spec("none").but(position_map=bind("planted-cap", {})), rec)  # no refusal
+    finally:
+        MAPS.pop("planted-cap")
+    assert not rec.serves_map("planted-cap")
 
 
 def test_the_modeling_file_imports_no_ropecli():

@@ -210,6 +210,7 @@ def test_export_serves_a_map_only_where_a_runtime_does(builtin_gguf, tmp_path):
     from typer.testing import CliRunner
 
     from ropecli.cli.app import app
+    from ropecli.maps.position_maps import MAPS
 
     def export(*args):
         return CliRunner().invoke(app, ["export", "--model", builtin_gguf, "--method", "yarn", "--len", "1024", *args])
@@ -231,8 +232,7 @@ def test_export_serves_a_map_only_where_a_runtime_does(builtin_gguf, tmp_path):
     records = {r["name"]: r["maps"] for r in json.loads(CliRunner().invoke(app, ["runtimes", "--json"]).stdout)}
     assert records["llamacpp"] == ["selfextend", "selfextend-llamacpp"] and records["sglang"] == ["dca"]
     assert records["vllm"] == []
-    assert records["transformers"] == ["none", "selfextend", "rerope", "leaky-rerope", "dca", "string",
-                                      "selfextend-llamacpp", "dpe"]  # issues 60, 61
+    assert records["transformers"] == list(MAPS)  # every registered map, in the registry's order (issues 60, 61, 69)
 
 
 def test_dca_goes_to_sglang_as_its_config_block_and_backend(tmp_path):

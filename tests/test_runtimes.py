@@ -110,12 +110,14 @@ def claims(path):
 
 def test_versions_say_when_the_installed_runtime_is_too_old():
     from ropecli.export.installed import too_old
+    from ropecli.export.registry import record
 
-    lines = too_old("vllm", "0.11.0")
+    vllm, transformers = record("vllm"), record("transformers")
+    lines = too_old(vllm, "0.11.0")
     assert any(">=0.11.1" in line and "per batch" in line for line in lines)  # PR #27431's rule, and what came before
     assert any(">=0.22.0" in line and "max_trained_positions" in line for line in lines)
-    assert too_old("vllm", "0.22.0") == []
-    assert too_old("transformers", "4.40.0") and too_old("transformers", "5.24.0") == []
+    assert too_old(vllm, "0.22.0") == []
+    assert too_old(transformers, "4.40.0") and too_old(transformers, "5.24.0") == []
 
 
 def test_export_and_verify_name_the_versions(tmp_path):
@@ -217,18 +219,19 @@ def test_the_docs_table_is_the_records():
 
 
 def test_sglang_switches_longrope_per_forward_but_fixes_dynamic_ntk_at_start_up():
+    from ropecli.export.registry import record
     from ropecli.export.served import decode_segments, served
     from ropecli.models.config import read_rope_config
     from ropecli.rope.spec import make_spec
 
-    rope = read_rope_config("builtin")
+    rope, sglang = read_rope_config("builtin"), record("sglang")
     dyn = make_spec("dynamic")
-    assert repr(served("sglang", dyn, 300, rope, 4.0).spec) == repr(served("vllm", dyn, 300, rope, 4.0).spec)
-    assert len(decode_segments("sglang", dyn, rope, 4.0, True, 200, 320)) == 2  # prefill, then one fixed schedule
+    assert repr(served(sglang, dyn, 300, rope, 4.0).spec) == repr(served("vllm", dyn, 300, rope, 4.0).spec)
+    assert len(decode_segments(sglang, dyn, rope, 4.0, True, 200, 320)) == 2  # prefill, then one fixed schedule
     yarn = make_spec("yarn")
-    assert [s.how for _, s in decode_segments("sglang", yarn, rope, 4.0, False, 200, 320)] == [
+    assert [s.how for _, s in decode_segments(sglang, yarn, rope, 4.0, False, 200, 320)] == [
         "longrope short_factor", "longrope short_factor", "longrope long_factor"]
-    assert len({repr(s.spec) for _, s in decode_segments("sglang", yarn, rope, 4.0, True, 200, 320)}) == 1
+    assert len({repr(s.spec) for _, s in decode_segments(sglang, yarn, rope, 4.0, True, 200, 320)}) == 1
 
 
 def test_a_runtime_module_without_its_interface_is_refused(tmp_path, monkeypatch):

@@ -96,10 +96,10 @@ def _memory(model: ModelOptions, device: str, lengths: list[int] | None):
     from ropecli.models.memory import available_memory, human, memory_before_loading
 
     dev = resolve_device(device)
-    runtime = "llamacpp" if model.backend == "llamacpp" else "transformers"
     dtype = str(resolve_dtype(model.dtype, dev)).replace("torch.", "")
     try:
-        plan = memory_before_loading(model.model, model.gguf_file, dtype, max(lengths) if lengths else None, runtime)
+        plan = memory_before_loading(model.model, model.gguf_file, dtype, max(lengths) if lengths else None,
+                                     gguf_as_is=model.backend == "llamacpp")
     except (RopeCliError, OSError, ValueError):
         return None  # the loader says what is wrong with the files, in its own words
     if plan is None:

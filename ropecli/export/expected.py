@@ -22,6 +22,7 @@ from ropecli.maps.map_spelling import map_from_json
 from ropecli.rope.spec import make_spec, parse_specs, Spec
 from ropecli.export.manifest import manifest_path
 from ropecli.export.readback import artefact_geometry, read_json
+from ropecli.export.runtimes.record import RuntimeHooks
 
 
 @dataclass
@@ -108,7 +109,7 @@ class Measured:
     advice: str | None = None
 
 
-def what_was_measured(artefact: Path, kind: str, flags: Measured) -> tuple[Expected, str | None, str | None]:
+def what_was_measured(artefact: Path, runtime: RuntimeHooks, flags: Measured) -> tuple[Expected, str | None, str | None]:
     """(Expected, the source model, its GGUF file name): from the manifest beside `artefact`, an advice.json,
     or the flags, in that order unless flags are given."""
     flags_given = bool(flags.methods) or flags.target_len is not None
@@ -123,7 +124,7 @@ def what_was_measured(artefact: Path, kind: str, flags: Measured) -> tuple[Expec
         adv = read_json(advice)
         model = model or adv.get("model") or None
         return expected_from_advice(adv, advice, model_rope(model, gguf_file)), model, gguf_file
-    return expected_from_flags(artefact, kind, flags), model, gguf_file
+    return expected_from_flags(artefact, runtime, flags), model, gguf_file
 
 
 def model_rope(model: str | None, gguf_file: str | None) -> ModelRope | None:
@@ -142,7 +143,7 @@ def advice_beside(artefact: Path) -> Path | None:
     return next((c for c in (folder / "advice.json", folder.parent / "advice.json") if c.is_file()), None)
 
 
-def expected_from_flags(artefact: Path, kind: str, f: Measured) -> Expected:
+def expected_from_flags(artefact: Path, runtime: RuntimeHooks, f: Measured) -> Expected:
     """The schedule from --method/--b/--param at --len on the geometry of --model (or --d/--base/--train-len,
     or, lacking those, what the artefact states)."""
     if f.target_len is None and f.k is None:
@@ -154,7 +155,7 @@ def expected_from_flags(artefact: Path, kind: str, f: Measured) -> Expected:
         raise RopeCliError("verify checks one schedule: one --method, at most one --b")
     stated = None
     if f.model is None and None in (f.rotary_dim, f.base, f.train_len):  # the artefact fills the gaps (said in the output)
-        stated = artefact_geometry(artefact, kind)
+        stated = artefact_geometry(artefact, runtime.stated_geometry)
         if not stated["rotary_dim"] and f.rotary_dim is None:
             raise RopeCliError(f"{artefact}: its rotary dim cannot be read from it; pass --d or --model")
     geom, rope = geometry_from_flags(f.rotary_dim, f.base, f.train_len, f.k, f.target_len, f.model, f.gguf_file,

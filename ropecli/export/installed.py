@@ -6,12 +6,11 @@ from __future__ import annotations
 import shutil
 from importlib import metadata
 
-from ropecli.export.registry import record
+from ropecli.export.runtimes.record import Runtime
 
 
-def installed_version(name: str) -> str | None:
+def installed_version(rec: Runtime) -> str | None:
     """The installed version of the runtime's package (or its executable's `--version`), None where absent."""
-    rec = record(name)
     if rec.package:
         try:
             return metadata.version(rec.package)
@@ -22,13 +21,12 @@ def installed_version(name: str) -> str | None:
     return None
 
 
-def too_old(name: str, version: str | None = None) -> list[str]:
+def too_old(rec: Runtime, version: str | None = None) -> list[str]:
     """A line per version requirement the installed (or given) version fails: what it does instead."""
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
     from packaging.version import InvalidVersion, Version
 
-    rec = record(name)
-    version = version or installed_version(name)
+    version = version or installed_version(rec)
     if version is None:
         return []
     lines = []

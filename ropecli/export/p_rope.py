@@ -29,14 +29,13 @@ def p_rope_refusal(spec: Spec, geom: Geometry, rope: ModelRope, rec: Runtime | N
         return None
     if rope.shipped is None and uniform_factor(spec, geom) == 1.0:
         return None  # the unscaled model is the model as shipped: every runtime serves it
-    runtime = rec.name if rec else "transformers"
     if rec and rec.p_rope_schedules == "per-pair":  # llama.cpp: rope_freqs on the rotating pairs, 1e30 kept past them
         if spec.log_n or spec.position_map or abs(spec.schedule(geom).attention_factor - 1.0) > 1e-12:
-            return f"{runtime}: {rec.p_rope}; {spec.label} scales the logits or maps positions: export it --to hf"
+            return f"{rec.name}: {rec.p_rope}; {spec.label} scales the logits or maps positions: export it --to hf"
         return None
     if rec and rec.p_rope_schedules != "uniform":
         said = rec.p_rope or "ropecli has not read how it serves p-RoPE (Gemma 4's 'proportional' layers)"
-        return f"{runtime}: {said}; --to hf writes transformers' own block"
+        return f"{rec.name}: {said}; --to hf writes transformers' own block"
     factor = uniform_factor(spec, geom)
     if factor is None:
         return (f"transformers' 'proportional' RoPE (Gemma 4's global layers) divides every pair by one factor; "

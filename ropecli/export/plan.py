@@ -22,7 +22,7 @@ from ropecli.rope.geometry import Geometry
 from ropecli.maps.map_spelling import map_json
 from ropecli.rope.spec import Spec
 from ropecli.export.manifest import write_manifest
-from ropecli.export.registry import AT_START_UP, PER_FORWARD, ROPE_FREQS, canonical, record, records, resolve_runtime
+from ropecli.export.registry import AT_START_UP, PER_FORWARD, ROPE_FREQS, Runtime, record, records, resolve_runtime
 from ropecli.export.installed import too_old
 from ropecli.export.p_rope import p_rope_refusal
 from ropecli.export.served import is_dynamic
@@ -37,18 +37,17 @@ def runtime_behaviour(rope: ModelRope, consistent: bool) -> dict[str, str]:
     for name, rec in records().items():
         if consistent:
             out[name] = f"the schedule at every length; decoding: {rec.decoding}"
+        elif rope.shipped is not None and rec.at_length_shipped:
+            at_length = rec.at_length_shipped.format(Ls=rope.shipped_len, shipped=rope.shipped.label)
+            out[name] = f"{at_length}; decoding: {rec.decoding}"
         else:
             out[name] = f"{rec.at_length}; decoding: {rec.decoding}"
-    if rope.shipped is not None and not consistent:
-        out["transformers"] = (f"per forward pass: long_factor once the sequence is longer than Ls = {rope.shipped_len}, "
-                               f"the shipped {rope.shipped.label} (short_factor) up to Ls; decoding: "
-                               f"{records()['transformers'].decoding}")
     return out
 
 
 def check_export_paths(runtime: str, out: str | None, model: str | None, gguf_file: str | None, force: bool) -> None:
     """Refuse, before any work, an output that cannot be written or a runtime the input cannot go to."""
-    rec = record(canonical(runtime))
+    rec = record(runtime)
     runtime = rec.name
     if rec.needs_gguf:
         if not is_gguf(model, gguf_file):
@@ -95,27 +94,27 @@ def export_schedule(spec: Spec, geom: Geometry, rope: ModelRope, runtime: str, o
     (--switching) writes the short/long switch; transformers then decodes across it with stale keys, and that
     damage is measured on `model` and printed (`measure_switching`). `weights`: how a model folder's other files
     sit beside the merged config.json: "link" (symbolic links by absolute path), "hardlink" or "copy"."""
-    runtime = canonical(runtime)
-    check_map_served(spec, runtime)
     hooks = resolve_runtime(runtime)  # resolved once: its record (passed down: no helper looks one up) and its hooks
     rec = hooks.record
+    runtime = rec.name
+    check_map_served(spec, rec)
     if (why := p_rope_refusal(spec, geom, rope, rec) or temperature_refusal(spec, rope, rec)) is not None:
         raise RopeCliError(why)
     if spec.position_map and hooks.write_map is not None:  # the runtime's own config serves the map (SGLang: DCA)
         result = {**hooks.write_map(spec, geom, rope, out, model=model, gguf_file=gguf_file, force=force,
                                     consistent=consistent), "runtime": runtime,
-                  "position_map": map_json(spec.position_map), "versions": works_with(runtime), "runtimes": {}}
+                  "position_map": map_json(spec.position_map), "versions": works_with(rec), "runtimes": {}}
         if result.get("linked"):
             result["weights"] = weights
             result["lines"].append(place_weights(Path(out), result["linked"], weights))
         if out is not None:
-            result["manifest"] = write_manifest(out, spec, geom, rope, record(runtime), model, gguf_file, consistent)
+            result["manifest"] = write_manifest(out, spec, geom, rope, rec, model, gguf_file, consistent)
             result["lines"].append(f"wrote {result['manifest']}: what was exported (`ropecli verify {out}` reads it)")
         return result
     map_lines = (hooks.map_lines(spec.position_map, out, geom.target_len, model=model, gguf_file=gguf_file)
                  if spec.position_map else [])  # checked first
     if spec.native:
-        native = native_export(rope, runtime)
+        native = native_export(rope, rec)
         return {**native, "lines": [*native.get("lines", []), *map_lines]} if map_lines else native
     result = hooks.write(spec, geom, rope, out, model=model, gguf_file=gguf_file, force=force,
                                    consistent=consistent, replace=replace)
@@ -135,56 +134,53 @@ def export_schedule(spec: Spec, geom: Geometry, rope: ModelRope, runtime: str, o
         result["weights"] = weights
         result["lines"].append(place_weights(Path(out), result["linked"], weights))
     result["lines"] += [line] if (line := temperature_line(rope, rec, spec, result.get("arch"))) else []  # or changed
-    result.update(runtimes=runtime_behaviour(rope, consistent), consistent=consistent, versions=works_with(runtime))
-    result["lines"] += [works_with_line(runtime), *installed_lines(runtime)]
-    flag = replaces_shipped(rope, runtime, consistent)
+    result.update(runtimes=runtime_behaviour(rope, consistent), consistent=consistent, versions=works_with(rec))
+    result["lines"] += [works_with_line(rec), *installed_lines(rec)]
+    flag = replaces_shipped(rope, rec, consistent)
     if flag:
         result["replaces_shipped"] = flag
         result["lines"].append(f"note: {flag}")
-    rec, dynamic = record(runtime), is_dynamic(spec)
+    dynamic = is_dynamic(spec)
     if (rec.dynamic_rule if dynamic else rec.rule) == PER_FORWARD and (not consistent or dynamic):
-        result.update(switching_report(spec, geom, rope, model, gguf_file, measure_switching, runtime))
+        result.update(switching_report(spec, geom, rope, model, gguf_file, measure_switching, rec))
         result["lines"] += result["switching_lines"]
     if out is not None:
-        result["manifest"] = write_manifest(out, spec, geom, rope, record(runtime), model, gguf_file, consistent)
+        result["manifest"] = write_manifest(out, spec, geom, rope, rec, model, gguf_file, consistent)
         result["lines"].append(f"wrote {result['manifest']}: what was exported (`ropecli verify {out}` reads it)")
     return result
 
 
-def works_with(runtime: str) -> list[dict]:
-    """The versions of `runtime` the artefact works with (its record's), for --json and the manifest."""
-    return record(runtime).describe()["versions"]
+def works_with(rec: Runtime) -> list[dict]:
+    """The versions of the runtime the artefact works with (its record's), for --json and the manifest."""
+    return rec.describe()["versions"]
 
 
-def works_with_line(runtime: str) -> str:
+def works_with_line(rec: Runtime) -> str:
     """'works with vLLM >=0.11.1, >=0.22.0 (what each version changes: `ropecli runtimes vllm`)'."""
-    rec = record(runtime)
     reqs = ", ".join(dict.fromkeys(v.requirement for v in rec.versions if v.requirement)) or "any version"
     named = f"{rec.label} ({rec.package} {reqs})" if rec.package and rec.package.lower() != rec.label.lower() and \
         rec.package.lower() != rec.name else f"{rec.label} {reqs}"  # the requirements are the package's versions
     return f"works with {named} (what each version changes, with sources: `ropecli runtimes {rec.name}`)"
 
 
-def installed_lines(runtime: str) -> list[str]:
+def installed_lines(rec: Runtime) -> list[str]:
     """One line where the runtime installed here is older than the artefact needs (`ropecli.export.installed`)."""
-    return too_old(runtime)
+    return too_old(rec)
 
 
-def native_export(rope: ModelRope, runtime: str) -> dict:
+def native_export(rope: ModelRope, rec: Runtime) -> dict:
     """`native` exported: nothing to write, and the line that says so."""
     line = (f"native is {rope.name or 'the model'} as shipped ({rope.describe_shipped()}): nothing to export, no "
             f"file written; serve the model as it is")
-    return {"runtime": runtime, "native": True, "factor": 1.0, "target_len": rope.shipped_len, "block": None,
+    return {"runtime": rec.name, "native": True, "factor": 1.0, "target_len": rope.shipped_len, "block": None,
             "lines": [line], "runtimes": {}, "consistent": False}
 
 
-def replaces_shipped(rope: ModelRope, runtime: str, consistent: bool) -> str | None:
+def replaces_shipped(rope: ModelRope, rec: Runtime, consistent: bool) -> str | None:
     """Whether an export would replace the shipped schedule within Ls, in the runtime's own terms (None: it keeps it)."""
     if rope.shipped is None:
         return None
     what = f"the shipped {rope.shipped.label}"
-
-    rec = record(runtime)
     if rec.rule == ROPE_FREQS:
         return f"{rec.label} applies the GGUF's schedule at every length: this export replaces {what} within Ls = {rope.shipped_len} too"
     if rec.rule == AT_START_UP:
@@ -196,16 +192,16 @@ def replaces_shipped(rope: ModelRope, runtime: str, consistent: bool) -> str | N
     return None
 
 
-def check_map_served(spec: Spec, runtime: str) -> None:
-    """A position map goes only to a runtime whose record names it; one line naming the runtimes that serve it (or none:
-    the measurement still stands, no runtime ropecli writes for can serve it)."""
+def check_map_served(spec: Spec, rec: Runtime) -> None:
+    """A position map goes only to a runtime that serves it (`Runtime.serves_map`); one line naming the runtimes that
+    serve it (or none: the measurement still stands, no runtime ropecli writes for can serve it)."""
     if not spec.position_map:
         return
     name = spec.position_map.name
-    if name in record(runtime).maps:
+    if rec.serves_map(name):
         return
-    serving = [r.name for r in records().values() if name in r.maps]
+    serving = [r.name for r in records().values() if r.serves_map(name)]
     verb = "serves" if len(serving) == 1 else "serve"
     where = f"{', '.join(serving)} {verb} it: --to {serving[0]}" if serving else \
         "no runtime ropecli exports to serves it (the measurement stands; serving it needs a patched model)"
-    raise RopeCliError(f"--map {name}: {runtime} does not serve this position map; {where}")
+    raise RopeCliError(f"--map {name}: {rec.name} does not serve this position map; {where}")

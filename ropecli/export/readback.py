@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -188,19 +189,28 @@ def rope_freqs_of(path: Path) -> np.ndarray | None:
     return None
 
 
-def artefact_geometry(artefact: Path, kind: str) -> dict:
-    """d, base and L as an artefact states them (a GGUF's header, a config.json or a block; None where it
-    does not), by the one rule (`ropecli.models.model_geometry.config_geometry`); one line if it is unreadable."""
+def artefact_geometry(artefact: Path, stated: Callable[[Path], dict] | None = None) -> dict:
+    """d, base and L as an artefact states them (None where it does not), by the one rule
+    (`ropecli.models.model_geometry.config_geometry`): `stated`, the runtime's own reader where it has one (a GGUF's
+    header: `gguf_geometry`), else a config.json or a block's; one line if it is unreadable."""
     try:
-        if kind == "llamacpp":
-            a = gguf_applied(artefact, 1)[0]
-            return {"rotary_dim": a.factors is not None and 2 * len(a.factors), "base": a.rope_theta, "train_len": a.train_len}
-        cfg = read_json(artefact / "config.json" if artefact.is_dir() else artefact)
-        text = cfg.get("text_config") or cfg
-        rp = text.get("rope_parameters") or {}
-        rp = rp if "rope_type" in rp else next((v for v in rp.values() if isinstance(v, dict)), {})
-        g = config_geometry(text, rp)
-        return {"rotary_dim": 2 * len(rp.get("long_factor") or []) or g.rotary_dim, "base": rp.get("rope_theta"),
-                "train_len": g.original_len}
+        return (stated or json_geometry)(artefact)
     except UNREADABLE as exc:
         raise unreadable(artefact, exc) from None
+
+
+def gguf_geometry(artefact: Path) -> dict:
+    """d, base and L from a GGUF's header, as llama.cpp reads them (`gguf_applied`)."""
+    a = gguf_applied(artefact, 1)[0]
+    return {"rotary_dim": a.factors is not None and 2 * len(a.factors), "base": a.rope_theta, "train_len": a.train_len}
+
+
+def json_geometry(artefact: Path) -> dict:
+    """d, base and L from a model folder's config.json or a rope_parameters block."""
+    cfg = read_json(artefact / "config.json" if artefact.is_dir() else artefact)
+    text = cfg.get("text_config") or cfg
+    rp = text.get("rope_parameters") or {}
+    rp = rp if "rope_type" in rp else next((v for v in rp.values() if isinstance(v, dict)), {})
+    g = config_geometry(text, rp)
+    return {"rotary_dim": 2 * len(rp.get("long_factor") or []) or g.rotary_dim, "base": rp.get("rope_theta"),
+            "train_len": g.original_len}

@@ -29,7 +29,7 @@ import numpy as np
 from ropecli.errors import RopeCliError
 from ropecli.models.model_rope import ModelRope
 from ropecli.rope.spec import Spec, make_spec
-from ropecli.export.registry import AT_START_UP, PER_FORWARD, record, ROPE_FREQS
+from ropecli.export.registry import AT_START_UP, PER_FORWARD, Runtime, record, ROPE_FREQS
 from ropecli.evaluation.decode_across import measure_decode
 from ropecli.export.hf import rope_block
 from ropecli.export.p_rope import p_rope_refusal
@@ -48,17 +48,24 @@ class Served:
     how: str
 
 
-def served(runtime: str, spec: Spec, length: int, rope: ModelRope, factor: float, consistent: bool = False) -> Served:
-    """What `runtime` (a name or alias) applies at `length` tokens to `spec` exported at factor k = `factor`,
-    by the runtime's rule (`ropecli.export.runtimes.record.RULES`)."""
-    rec = record(runtime)
+def as_record(runtime: Runtime | str) -> Runtime:
+    """The runtime's record: resolved once at the entries the tuning layer calls with a name (`served`,
+    `decode_damage`); everything below them takes the record."""
+    return runtime if isinstance(runtime, Runtime) else record(runtime)
+
+
+def served(runtime: Runtime | str, spec: Spec, length: int, rope: ModelRope, factor: float,
+           consistent: bool = False) -> Served:
+    """What `runtime` (its record, or a name or alias) applies at `length` tokens to `spec` exported at factor
+    k = `factor`, by the runtime's rule (`ropecli.export.runtimes.record.RULES`)."""
+    rec = as_record(runtime)
     runtime = rec.name
     if spec.native:  # nothing exported: every runtime serves the model as shipped
         return Served(runtime, length, spec, "the model as shipped")
-    if (why := p_rope_refusal(spec, rope.geometry(factor), rope, record(runtime))) is not None:
+    if (why := p_rope_refusal(spec, rope.geometry(factor), rope, rec)) is not None:
         return Served(runtime, length, None, why)
-    if rope.rotating_pairs is not None and rec.name != "transformers":  # p-RoPE elsewhere: only the unscaled model
-        return Served(runtime, length, spec, "the model as shipped (its p-RoPE block unchanged)")
+    if rope.rotating_pairs is not None and rec.p_rope_schedules != "uniform":  # p-RoPE without transformers' one-
+        return Served(runtime, length, spec, "the model as shipped (its p-RoPE block unchanged)")  # factor block
     if is_dynamic(spec):
         if not rec.serves_dynamic:
             return Served(runtime, length, None, f"{rec.label} has no dynamic NTK")
@@ -74,15 +81,14 @@ def is_dynamic(spec: Spec) -> bool:
     return spec.length_dependent and not spec.log_n and not spec.composed
 
 
-def decode_segments(runtime: str, spec: Spec, rope: ModelRope, factor: float, consistent: bool, prompt_len: int,
+def decode_segments(rec: Runtime, spec: Spec, rope: ModelRope, factor: float, consistent: bool, prompt_len: int,
                     total_len: int) -> list[tuple[int, Served]]:
-    """Generation as `runtime` runs it: a prompt of `prompt_len` tokens prefilled, then the continuation decoded
+    """Generation as the runtime `rec` runs it: a prompt of `prompt_len` tokens prefilled, then the continuation decoded
     with a KV cache up to `total_len`, as [(end, served)]: the tokens up to `end` (from the previous end) go
     through forward passes that all apply `served`; the first entry is the prefill. Exact for token-by-token
     decoding: a runtime that decides per forward pass (transformers) changes its schedule only where its rule
     says — longrope at the switch length, dynamic NTK at every token past L — so the tokens between two such
     points share one schedule; the others decide once (one segment after the prefill)."""
-    rec = record(runtime)
     rule = rec.dynamic_rule if is_dynamic(spec) else rec.rule
     ends = [prompt_len, total_len]
     if rule == PER_FORWARD and is_dynamic(spec):
@@ -92,9 +98,9 @@ def decode_segments(runtime: str, spec: Spec, rope: ModelRope, factor: float, co
         switch = switch_length(rope, spec, consistent)
         ends = sorted({prompt_len, total_len, *([switch] if prompt_len < switch < total_len else [])})
     if rule == AT_START_UP:  # decided once, for the longest request: every segment runs at total_len
-        once = served(rec.name, spec, total_len, rope, factor, consistent)
+        once = served(rec, spec, total_len, rope, factor, consistent)
         return [(n, once) for n in dict.fromkeys(ends)]
-    return [(n, served(rec.name, spec, n, rope, factor, consistent)) for n in dict.fromkeys(ends)]
+    return [(n, served(rec, spec, n, rope, factor, consistent)) for n in dict.fromkeys(ends)]
 
 
 def switch_length(rope: ModelRope, spec: Spec, consistent: bool) -> int:
@@ -147,11 +153,12 @@ def as_spec(spec: Spec, factors: np.ndarray, attention: float, rope: ModelRope, 
                      factor=factor)
 
 
-def decode_damage(ev, runtime: str, spec: Spec, factor: float, consistent: bool, plan, samples: int | None = None,
+def decode_damage(ev, runtime: Runtime | str, spec: Spec, factor: float, consistent: bool, plan, samples: int | None = None,
                   span: int | None = None) -> dict:
-    """Decode across L of `spec` exported at k = `factor` as `runtime` generates (`ropecli.evaluation.decode_across`)."""
-    rope = ev.backend.rope
-    segments = decode_segments(runtime, spec, rope, factor, consistent, plan.prompt_len, plan.total_len)
-    whole = served(runtime, spec, plan.total_len, rope, factor, consistent)
+    """Decode across L of `spec` exported at k = `factor` as `runtime` (its record, or a name or alias) generates
+    (`ropecli.evaluation.decode_across`)."""
+    rec, rope = as_record(runtime), ev.backend.rope
+    segments = decode_segments(rec, spec, rope, factor, consistent, plan.prompt_len, plan.total_len)
+    whole = served(rec, spec, plan.total_len, rope, factor, consistent)
     result = measure_decode(ev, spec.label, segments, whole, plan, samples, span=span)
     return {**result, "consistent": consistent}

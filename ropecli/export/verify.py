@@ -25,7 +25,7 @@ from ropecli.errors import RopeCliError
 from ropecli.export.manifest import manifest_path
 from ropecli.export.readback import Applied, CONSISTENT, read_json, rope_blocks, UNREADABLE, unreadable
 from ropecli.export.plan import installed_lines, replaces_shipped, works_with_line
-from ropecli.export.registry import PER_FORWARD, RuntimeHooks, canonical, names, record, resolve_runtime
+from ropecli.export.registry import PER_FORWARD, Runtime, RuntimeHooks, names, resolve_runtime
 from ropecli.export.switching import decode_check
 
 FACTOR_RTOL = 1e-4  # float32 in every runtime: their factors agree with ropecli's float64 to ~1e-7
@@ -52,11 +52,12 @@ class Verdict:
         return f"{self.runtime}: MISMATCH{where}: {c.what}: expected {c.expected}, found {c.found}{more}"
 
 
-def compare(applied: list[Applied], exp: Expected, runtime: str) -> list[Check]:
+def compare(applied: list[Applied], exp: Expected, rec: Runtime) -> list[Check]:
+    """`applied` (read back from `rec`'s artefact) against what was measured, check by check."""
     checks = []
     if not applied:
         want = ", ".join(t for t in exp.rope.scaled_types) or "its RoPE"
-        return [Check(runtime, None, "scaled layer types", want, "none scaled in the artefact", False)]
+        return [Check(rec.name, None, "scaled layer types", want, "none scaled in the artefact", False)]
     for a in applied:
         add = lambda what, e, f, ok: checks.append(Check(a.runtime, a.layer_type, what, e, f, ok))  # noqa: E731
         want, attention = exp.schedule(a.layer_type)
@@ -78,8 +79,8 @@ def compare(applied: list[Applied], exp: Expected, runtime: str) -> list[Check]:
             switch = exp.switch_len(a.how)
             add("original length L" if switch == exp.rope.train_len else "switch length Ls (shipped up to it)",
                 str(switch), str(a.train_len), a.train_len == switch)
-        if a.max_len is not None:  # dynamic NTK keeps L there: both runtimes scale from max_position_embeddings
-            want_len = exp.rope.train_len if a.how.startswith("dynamic") and a.runtime == "transformers" else exp.target_len
+        if a.max_len is not None:  # dynamic NTK keeps L there where the runtime grows from max_position_embeddings
+            want_len = exp.rope.train_len if a.how.startswith("dynamic") and rec.dynamic_keeps_L else exp.target_len
             add("declared length", str(want_len), str(a.max_len), a.max_len == want_len)
     return checks
 
@@ -98,41 +99,41 @@ def run_skipped(exp: Expected, run_len: int, consistent: bool) -> str | None:
     return None
 
 
-def kind_of(path: Path, runtime: str | None) -> str:
-    """The runtime that reads `path` (`ropecli.export.runtimes`): given, else the one its export manifest names, else the
-    first whose module claims the file (a model folder, an Ollama folder, a .gguf, a .json block or overrides)."""
+def kind_of(path: Path, runtime: str | None) -> RuntimeHooks:
+    """The runtime that reads `path` (`ropecli.export.runtimes`), resolved once into its record and hooks: given, else
+    the one its export manifest names, else the first whose module claims the file (a model folder, an Ollama folder, a
+    .gguf, a .json block or overrides)."""
     if runtime:
-        return canonical(runtime)
+        return resolve_runtime(runtime)
 
     made = manifest_path(path)
     if made.is_file():
         try:
             named = json.loads(made.read_text()).get("runtime")
             if isinstance(named, str):
-                return canonical(named)
+                return resolve_runtime(named)
         except (OSError, ValueError, RopeCliError):
             pass
     for name in names():
-        if resolve_runtime(name).claims(path):
-            return name
+        if (hooks := resolve_runtime(name)).claims(path):
+            return hooks
     if path.is_dir():
         raise RopeCliError(f"{path}: not a model folder (no config.json); pass what `ropecli export` wrote")
     raise RopeCliError(f"{path}: not a model folder, a .json block or a .gguf; pass what `ropecli export` wrote")
 
 
-def verify_artefact(artefact: Path, kind: str, exp: Expected, model: str | None, gguf_file: str | None, *,
+def verify_artefact(artefact: Path, hooks: RuntimeHooks, exp: Expected, model: str | None, gguf_file: str | None, *,
                     run: bool = True, run_len: int | None = None, cache_dir: str | None = None,
                     runtime_given: bool = False, status=None) -> Verdict:
-    """Read `artefact` back as runtime `kind` reads it, check it against `exp`, and run the runtime where
-    ropecli can (`status(text)`: a context manager the CLI shows while a run takes seconds)."""
+    """Read `artefact` back as the runtime `hooks` (resolved once, `kind_of`) reads it, check it against `exp`, and run
+    the runtime where ropecli can (`status(text)`: a context manager the CLI shows while a run takes seconds)."""
     from contextlib import nullcontext
 
-    hooks = resolve_runtime(kind)  # resolved once: the record and its module's hooks
-    kind = hooks.record.name
-    verdict = Verdict(kind)
+    rec = hooks.record
+    verdict = Verdict(rec.name)
     if exp.spec.position_map and hooks.verify_map is not None:  # a map in the runtime's own config (SGLang: DCA)
         verdict.checks += hooks.verify_map(artefact, exp)
-        verdict.notes += [works_with_line(kind), *installed_lines(kind)]
+        verdict.notes += [works_with_line(rec), *installed_lines(rec)]
         return verdict
     if exp.spec.position_map:  # llama.cpp's Self-Extend: its flags, not the file
         verdict.notes.append(f"the position map ({exp.spec.position_map.name}) is the runtime's launch flags, not in the "
@@ -142,17 +143,17 @@ def verify_artefact(artefact: Path, kind: str, exp: Expected, model: str | None,
         applied, block = hooks.read_back(artefact, exp)
     except UNREADABLE as exc:  # a malformed artefact fails in one line
         raise unreadable(artefact, exc) from None
-    verdict.checks += compare(applied, exp, verdict.runtime)
-    if hooks.record.output in ("json", "folder-or-json"):
+    verdict.checks += compare(applied, exp, rec)
+    if rec.output in ("json", "folder-or-json"):
         verdict.checks += both_forms_agree(artefact, block, verdict.runtime)
     if exp.rope.shipped is not None:  # a model that ships a schedule: is it kept within Ls?
-        kept = shipped_within_Ls(artefact, kind, block, exp, verdict.runtime)
+        kept = shipped_within_Ls(artefact, rec, block, exp)
         verdict.checks += [kept] if isinstance(kept, Check) else []
         verdict.notes += [kept] if isinstance(kept, str) else []
 
-    verdict.notes += [works_with_line(kind), *installed_lines(kind)]
-    if kind == "transformers" and artefact.suffix == ".json" and not runtime_given:
-        verdict.notes.append("read as a transformers block (no vLLM mscale or ntk in it); a vLLM overrides file: --runtime vllm")
+    verdict.notes += [works_with_line(rec), *installed_lines(rec)]
+    if not runtime_given and hooks.claim_note is not None and (note := hooks.claim_note(artefact)):
+        verdict.notes.append(note)
     if not run:
         return verdict
     why = run_unavailable(hooks, artefact, block, model, exp, run_len or exp.target_len)
@@ -161,9 +162,9 @@ def verify_artefact(artefact: Path, kind: str, exp: Expected, model: str | None,
         return verdict
     with (status or (lambda text: nullcontext()))(f"{verdict.runtime}: scoring a window with the export …"):
         verdict.checks.append(hooks.run(artefact, block, model, exp, run_len or exp.target_len, cache_dir, gguf_file))
-    if kind == "transformers" and exp.target_len > exp.rope.shipped_len and not exp.spec.log_n:
-        with (status or (lambda text: nullcontext()))("transformers: decoding across L through the KV cache …"):
-            verdict.checks.append(decode_check(model, gguf_file, exp, consistent_export(artefact, block), cache_dir))
+    if rec.decode_checked and exp.target_len > exp.rope.shipped_len and not exp.spec.log_n:
+        with (status or (lambda text: nullcontext()))(f"{rec.name}: decoding across L through the KV cache …"):
+            verdict.checks.append(decode_check(rec, model, gguf_file, exp, consistent_export(artefact, block), cache_dir))
     return verdict
 
 
@@ -179,11 +180,11 @@ def run_unavailable(hooks: RuntimeHooks, artefact: Path, block, model: str | Non
     return why or (hooks.unavailable() if hooks.unavailable is not None else None)
 
 
-def shipped_within_Ls(artefact: Path, kind: str, block, exp: Expected, runtime: str) -> Check | str | None:
-    """For a model that ships a schedule: transformers' short_factor must be the shipped schedule (a check); an
-    export that replaces it within Ls (vLLM, llama.cpp, --consistent) is flagged (a note)."""
-    if record(kind).rule != PER_FORWARD or consistent_export(artefact, block):
-        flag = replaces_shipped(exp.rope, kind, True)
+def shipped_within_Ls(artefact: Path, rec: Runtime, block, exp: Expected) -> Check | str | None:
+    """For a model that ships a schedule: a per-forward runtime's short_factor must be the shipped schedule (a check);
+    an export that replaces it within Ls (vLLM, llama.cpp, --consistent) is flagged (a note)."""
+    if rec.rule != PER_FORWARD or consistent_export(artefact, block):
+        flag = replaces_shipped(exp.rope, rec, True)
         return f"flag: {flag}" if flag else None
     cfg = block or read_json(artefact / "config.json")
     text = cfg.get("text_config") or cfg
@@ -195,7 +196,7 @@ def shipped_within_Ls(artefact: Path, kind: str, block, exp: Expected, runtime: 
     short = np.asarray(b.get("short_factor") or [], dtype=np.float64)
     ok = short.shape == want.shape and bool(np.allclose(short, want, rtol=FACTOR_RTOL))
     found = f"max relative difference {float(np.max(np.abs(short / want - 1))):.2g}" if short.shape == want.shape else f"{short.size} factors"
-    return Check(runtime, exp.rope.layer_type, f"within Ls = {exp.rope.shipped_len}: short_factor",
+    return Check(rec.name, exp.rope.layer_type, f"within Ls = {exp.rope.shipped_len}: short_factor",
                  f"the shipped {exp.rope.shipped.label}", found if ok else found + " (replaces the shipped schedule within Ls)", ok)
 
 

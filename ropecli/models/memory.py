@@ -183,9 +183,10 @@ def available_memory(device: str) -> int | None:
 
 
 def memory_before_loading(name: str | None, gguf_file: str | None, dtype: str, length: int | None,
-                          runtime: str = "transformers") -> MemoryPlan | None:
+                          gguf_as_is: bool = False) -> MemoryPlan | None:
     """What `name` will need (`plan_memory`) at `length` tokens (default: 8 x L0, the default target), read from its
-    config.json / safetensors headers or GGUF header; None where nothing can be read without a download."""
+    config.json / safetensors headers or GGUF header; None where nothing can be read without a download. `gguf_as_is`:
+    a GGUF runs as the file is, with an f16 KV cache (llama.cpp's backend), not dequantized to `dtype`."""
     from ropecli.models.config import (BUILTIN, BUILTIN_DIR, gguf_metadata, gguf_parameters, read_rope_config)
 
     name = name or BUILTIN
@@ -202,7 +203,7 @@ def memory_before_loading(name: str | None, gguf_file: str | None, dtype: str, l
                 "head_dim": meta.get(f"{arch}.attention.key_length") or (meta.get(f"{arch}.embedding_length") or 0)
                 // max(1, meta.get(f"{arch}.attention.head_count") or 1),
                 "sliding_window": meta.get(f"{arch}.attention.sliding_window")}
-        if runtime == "llamacpp":  # the quantized file as it is; llama.cpp's KV cache is f16 by default
+        if gguf_as_is:  # the quantized file as it is; llama.cpp's KV cache is f16 by default
             kv, layers, per_token = kv_cache_bytes(text, length, 2)
             return MemoryPlan(path.stat().st_size, kv, length, "gguf + f16 KV", layers, per_token)
         return plan_memory(text, gguf_parameters(path), length, dtype)

@@ -99,7 +99,7 @@ def served_in_order(standings: Standings, runtime: str, geom=None, rope=None) ->
 
     def why(r: Ranked) -> str | None:
         pm = r.spec.position_map
-        if pm and pm.name not in rec.maps:
+        if pm and not rec.serves_map(pm.name):
             return f"{runtime} does not serve the winner's position map ({pm.name})"
         if pm and (broken := dict(rec.maps_broken).get(pm.name)):
             return f"{runtime} does not serve the winner's position map ({pm.name}) as measured: {broken}"

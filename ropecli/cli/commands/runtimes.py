@@ -29,7 +29,7 @@ def runtimes(name: RuntimeArg = None, as_json: JsonOpt = False):
     from ropecli.export.installed import installed_version, too_old
 
     chosen = [records()[name]] if name else list(records().values())
-    out = [{**rec.describe(), "installed": installed_version(rec.name), "too_old": too_old(rec.name)} for rec in chosen]
+    out = [{**rec.describe(), "installed": installed_version(rec), "too_old": too_old(rec)} for rec in chosen]
     if as_json:
         return emit_json(out if name is None else out[0])
     lines = []

@@ -159,6 +159,13 @@ def read_back(artefact, exp):
     return gguf_applied(artefact, exp.target_len), None
 
 
+def stated_geometry(artefact) -> dict:
+    """d, base and L as the GGUF's header states them (verify fills the flags' gaps with them)."""
+    from ropecli.export.readback import gguf_geometry
+
+    return gguf_geometry(artefact)
+
+
 def run(artefact, block, model, exp, run_len, cache_dir, gguf_file):
     """llama.cpp serves the GGUF; its effect against the source is compared with ropecli's (`run_llamacpp`)."""
     from ropecli.export.runs import run_llamacpp

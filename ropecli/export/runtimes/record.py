@@ -20,6 +20,17 @@ ROPE_FREQS = "rope-freqs"  # llama.cpp, Ollama: the GGUF's rope_freqs (or scalin
 RULES = (PER_FORWARD, AT_START_UP, ROPE_FREQS)
 
 
+class EveryMap:
+    """`Runtime.maps = EVERY_MAP`: every map of the registry (`ropecli.maps.position_maps.MAPS`), read when asked, so a
+    map registered later is served with no edit here (transformers: its folder's modeling file runs any map)."""
+
+    def __repr__(self) -> str:
+        return "EVERY_MAP"
+
+
+EVERY_MAP = EveryMap()
+
+
 @dataclass(frozen=True)
 class Version:
     """A version requirement of what ropecli writes, with its source (a file and function, a PR)."""
@@ -47,23 +58,40 @@ class Runtime:
     dynamic_rule: str = ""  # how it runs dynamic NTK where that differs from `rule` (SGLang: fixed at start-up)
     output: str = "json"  # what --out takes: "json" (a file), "folder-or-json", "gguf" (NEW.gguf), "folder"
     needs_gguf: bool = False  # the export goes into a GGUF (--model FILE.gguf)
-    maps: tuple[str, ...] = ()  # the position maps (maps.position_maps) it serves; its module's `map_lines` says how
+    # the position maps (maps.position_maps) it serves, or EVERY_MAP; ask `serves_map`; its module's `map_lines` says how
+    maps: tuple[str, ...] | EveryMap = ()
     maps_broken: tuple[tuple[str, str], ...] = ()  # (map, why): served by older builds, broken in current ones
     p_rope: str = ""  # what it does with Gemma 4's p-RoPE block (export.p_rope); "": not read
     p_rope_schedules: str = ""  # which schedules it serves there: "uniform" (one factor), "per-pair", "" (as shipped only)
     temperatures: tuple[tuple[str, str], ...] = ()  # (temperature kind, what it does with it) (export.served_temperature)
     # (kind, how the export carries a changed value, `{values}` filled in) where it can; (kind:instead, the way round)
     temperature_changes: tuple[tuple[str, str], ...] = ()
+    # how it applies a switching export of a model that ships a schedule ({Ls}, {shipped} filled in); "": at_length
+    at_length_shipped: str = ""
+    dynamic_keeps_L: bool = False  # a dynamic NTK export declares L (max_position_embeddings), not T: it grows from L
+    decode_checked: bool = False  # verify decodes its export across L through a KV cache by its rule, on ropecli's model
 
     def __post_init__(self):
         if not self.dynamic_rule:
             object.__setattr__(self, "dynamic_rule", self.rule)
 
+    def map_names(self) -> tuple[str, ...]:
+        """The names of the position maps it serves (EVERY_MAP: the registry's, in its order)."""
+        if isinstance(self.maps, EveryMap):
+            from ropecli.maps.position_maps import MAPS  # numpy only; read at the call: a map registered later is in it
+
+            return tuple(MAPS)
+        return self.maps
+
+    def serves_map(self, name: str) -> bool:
+        """Whether it serves the position map `name` (`maps_broken` says where current builds break one)."""
+        return name in self.map_names()
+
     def describe(self) -> dict:
         """The record for --json and the docs."""
         return {"name": self.name, "label": self.label, "aliases": list(self.aliases), "artefact": self.artefact,
                 "reads": self.reads, "at_length": self.at_length, "decoding": self.decoding, "rule": self.rule, "dynamic_rule": self.dynamic_rule,
-                "serves_dynamic": self.serves_dynamic, "maps": list(self.maps),
+                "serves_dynamic": self.serves_dynamic, "maps": list(self.map_names()),
                 "maps_broken": dict(self.maps_broken),
                 "versions": [{"requirement": v.requirement or "any", "what": v.what, "source": v.source,
                               **({"older": v.older} if v.older else {})} for v in self.versions]}
@@ -72,7 +100,7 @@ class Runtime:
 class RuntimeModule(Protocol):
     """What a runtime's module (`ropecli.export.runtimes.<name>`) defines beside its RECORD; the registry refuses a
     module that lacks one of the three (`REQUIRED`). The optional hooks (`run`, `unavailable`, `map_lines`, `write_map`,
-    `verify_map`) are declared by `RuntimeHooks`, the object the registry resolves a runtime into."""
+    `verify_map`, `claim_note`, `stated_geometry`) are declared by `RuntimeHooks`, the object the registry resolves a runtime into."""
     RECORD: Runtime
 
     def write(self, spec: Any, geom: Any, rope: Any, out: str | None, *, model: str | None = None,
@@ -102,6 +130,8 @@ class RuntimeHooks:
     map_lines: Callable[..., list] | None = None  # (map, out, target_len, model=, gguf_file=) -> the flags serving a map
     write_map: Callable[..., dict] | None = None  # a position map written into the runtime's own config (SGLang: DCA)
     verify_map: Callable[..., list] | None = None  # (target, exp) -> the checks of such a config
+    claim_note: Callable[[Any], str | None] | None = None  # (artefact) -> verify's note when it guessed this runtime
+    stated_geometry: Callable[[Any], dict] | None = None  # (artefact) -> d, base, L as it states them; None: a JSON's
 
     @classmethod
     def of(cls, module: Any) -> "RuntimeHooks":

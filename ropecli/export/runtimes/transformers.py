@@ -15,7 +15,7 @@ than the switch into a continuation past it with stale keys. Only Phi-3's `prepa
 
 from __future__ import annotations
 
-from ropecli.export.runtimes.record import PER_FORWARD, Runtime, Version
+from ropecli.export.runtimes.record import EVERY_MAP, PER_FORWARD, Runtime, Version
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.corpus import training_plays
 
@@ -30,9 +30,13 @@ RECORD = Runtime(
     decoding="the choice is made again at every decoding step; cached keys keep their rotation (stale after a switch), "
              "except Phi-3, whose generate() drops the cache at the switch",
     rule=PER_FORWARD, serves_dynamic=True, drops_cache_at_switch=("phi3",),
-    # every map, through the exported folder's own modeling file (maps.map_folder; loaded with trust_remote_code=True)
-    maps=("none", "selfextend", "rerope", "leaky-rerope", "dca", "string", "selfextend-llamacpp",
-          "dpe"),  # = the registry's (tests/test_map_folder.py)
+    at_length_shipped="per forward pass: long_factor once the sequence is longer than Ls = {Ls}, the shipped {shipped} "
+                      "(short_factor) up to Ls",
+    dynamic_keeps_L=True,  # dynamic NTK grows its base from max_position_embeddings = L (dynamic_frequency_update)
+    decode_checked=True,  # ropecli's model runs its per-forward rule: verify decodes the export across L
+    # every map of the registry, one registered later too, through the exported folder's own modeling file
+    # (maps.map_folder; loaded with trust_remote_code=True)
+    maps=EVERY_MAP,
     versions=(
         Version(">=5.0", "reads rope_parameters (rope_type, rope_theta, factors) from config.json",
                 "transformers 5.0, modeling_rope_utils.py: RotaryEmbeddingConfigMixin.convert_rope_params_to_dict",
@@ -70,6 +74,13 @@ def claims(path) -> bool:
     if path.is_dir():
         return (path / "config.json").is_file()
     return path.suffix == ".json" and not _vllm_keys(path.read_text())
+
+
+def claim_note(path) -> str | None:
+    """What verify says when it read a .json as this runtime's block without --runtime (vLLM's overrides look alike)."""
+    if path.suffix == ".json":
+        return "read as a transformers block (no vLLM mscale or ntk in it); a vLLM overrides file: --runtime vllm"
+    return None
 
 
 def _vllm_keys(text: str) -> bool:
