@@ -1,4 +1,4 @@
-"""docs/shipped.md's tables of the pre-scaled built-in model are ropecli's own JSON (measurements/prescaled/, made by
+"""docs/measurements/prescaled.md's tables of the pre-scaled built-in model are ropecli's own JSON (measurements/prescaled/, made by
 measurements/prescaled.sh): every row measurements/prescaled_tables.py renders stands in the page as printed; and
 the claims the page makes of them hold on that JSON (native best or shown equivalent within Ls, none shown worse)."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGE = (ROOT / "docs" / "shipped.md").read_text()
+PAGE = (ROOT / "docs" / "measurements" / "prescaled.md").read_text()
 TABLES = runpy.run_path(str(ROOT / "measurements" / "prescaled_tables.py"))
 
 
@@ -28,7 +28,7 @@ def printed(render, *args) -> list[str]:
                                           ("advise_rows", ())])
 def test_page_shows_the_measured_rows(render, args):
     missing = [line for line in printed(render, *args) if line not in PAGE]
-    assert not missing, f"docs/shipped.md lacks {missing[:3]}: rerun python measurements/prescaled_tables.py"
+    assert not missing, f"docs/measurements/prescaled.md lacks {missing[:3]}: rerun python measurements/prescaled_tables.py"
 
 
 def test_within_Ls_native_is_best_or_equivalent_and_none_is_worse():

@@ -1,8 +1,10 @@
 """The documentation's commands work: every `ropecli …` line in the bash blocks of README.md and of
-every docs/*.md page runs and exits 0 (```text blocks are illustrations and are not run).
-Lines that name a hub model or a GGUF path (`--model …`) need the network or a download and are
-checked for their flags only (`--help` of the same command parses). Every picture the pages show is
-a file in the repository."""
+every page under docs/ runs and exits 0, from a folder outside the checkout (one folder per page, so a page's
+`verify DIR` finds the `export --out DIR` before it), with `--model builtin` or no `--model` (```text blocks that
+start with `$ ropecli` are checked against a run by tests/test_documented_commands.py; other ```text blocks are
+illustrations). Lines that name a hub model, a GGUF path or SmolLM2 need the network or a download and are checked
+for their flags only (`--help` of the same command parses). Every picture the pages show is a file in the
+repository."""
 
 import re
 import shlex
@@ -15,7 +17,8 @@ from ropecli.cli.app import app
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-DOCS = sorted((ROOT / "docs").glob("*.md"))
+DOCS = sorted(p for p in (ROOT / "docs").rglob("*.md") if "figures" not in p.parts)
+BUILTIN_MODELS = {"builtin", "builtin-llama3"}  # shipped inside the package: run from any folder
 PAGES = [README, *DOCS]
 
 FIRST_COMMANDS = [  # CI runs the README's install and test lines as they are written
@@ -45,20 +48,31 @@ def test_readme_has_commands():
     assert bash_lines(README)[: len(FIRST_COMMANDS)] == FIRST_COMMANDS  # the first commands, first
     docs_commands = [line for page, line in COMMANDS if page != "README.md"]
     assert len(docs_commands) >= 15
-    for page in ("docs/methods.md", "docs/evaluation.md", "docs/search-and-advise.md", "docs/export.md"):
+    for page in ("docs/guide/analyse.md", "docs/guide/measure.md", "docs/guide/choose.md", "docs/guide/export.md"):
         assert any(p == page for p, _ in COMMANDS), f"{page} has no tested command"
 
 
 def test_readme_is_a_front_page():
-    """The README lists every command, one line each, and links every docs page; the results live in docs."""
+    """The README lists every command, one line each, links every guide page and the measurements, and every docs
+    page is reachable from it by links; the results live in docs."""
     from ropecli.cli.app import COMMANDS as ALL_COMMANDS
 
     text = README.read_text()
     table = text[text.index("## Commands"):text.index("## Where to read next")]
     rows = [line.split("`")[1] for line in table.splitlines() if line.startswith("| `ropecli ")]
     assert rows == [f"ropecli {name}" for name in ALL_COMMANDS], rows
-    for page in DOCS:  # every docs page is reachable from the README
+    for page in sorted((ROOT / "docs" / "guide").glob("*.md")) + [ROOT / "docs" / "measurements" / "README.md"]:
         assert f"({name(page)})" in text, f"README does not link {name(page)}"
+    seen, todo = {README}, [README]
+    while todo:  # every docs page is reachable from the README, following relative links
+        page = todo.pop()
+        for target in re.findall(r"\]\(([^)\s#]+)(?:#[^)\s]*)?\)", page.read_text()):
+            path = (page.parent / target).resolve()
+            if path.suffix == ".md" and path.is_file() and path not in seen:
+                seen.add(path)
+                todo.append(path)
+    unreachable = [name(p) for p in DOCS if p.resolve() not in seen]
+    assert not unreachable, f"no link from the README leads to {unreachable}"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=name)
@@ -74,13 +88,30 @@ def shared_cache(tmp_path_factory):
     return str(tmp_path_factory.mktemp("readme-cache"))
 
 
+@pytest.fixture(scope="module")
+def page_dirs(tmp_path_factory):
+    """One working folder per page, outside the checkout: a page's commands run in it in the page's order."""
+    made = {}
+
+    def folder(page):
+        if page not in made:
+            made[page] = tmp_path_factory.mktemp("docs-cwd")
+        return made[page]
+    return folder
+
+
+def needs_download(args: list[str]) -> bool:
+    """`--model X` names something outside the package (a hub id, a file, SmolLM2's wheel)."""
+    return "--model" in args and args[args.index("--model") + 1] not in BUILTIN_MODELS
+
+
 @pytest.mark.parametrize(("page", "line"), COMMANDS, ids=[f"{p}: {ln}" for p, ln in COMMANDS])
-def test_readme_command(page, line, tmp_path, monkeypatch, shared_cache):
-    monkeypatch.chdir(tmp_path)
+def test_readme_command(page, line, monkeypatch, shared_cache, page_dirs):
+    monkeypatch.chdir(page_dirs(page))
     monkeypatch.setenv("ROPECLI_CACHE_DIR", shared_cache)
     args = shlex.split(line)[1:]
     runner = CliRunner()
-    if "--model" in args:
+    if needs_download(args):
         sub = [a for a in args if not a.startswith("-")][:1]
         r = runner.invoke(app, [*sub, "--help"])
         assert r.exit_code == 0, r.output

@@ -1,5 +1,6 @@
-"""docs/real-model.md's measured tables are ropecli's own JSON: every row that measurements/tables.py
-renders from measurements/smollm2/*.json stands in the page as it is printed (no model needed)."""
+"""The SmolLM2 measurement pages' tables (docs/measurements/smollm2*.md) are ropecli's own JSON: every row that
+measurements/tables.py renders from measurements/smollm2/*.json stands in those pages as it is printed (no model
+needed)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGE = ROOT / "docs" / "real-model.md"
+PAGES = sorted((ROOT / "docs" / "measurements").glob("smollm2*.md"))
+
+
+
+def page_text() -> str:
+    """The SmolLM2 pages as one text: a table may stand on any of them."""
+    return "\n".join(p.read_text() for p in PAGES)
 TABLES = runpy.run_path(str(ROOT / "measurements" / "tables.py"))  # not __main__: defines, prints nothing
 
 
@@ -51,15 +58,15 @@ def rows(render, *args) -> list[str]:
 def test_each_measured_row_is_in_the_page(render, args):
     found = rows(TABLES[render], *args)
     assert found, f"{render}{args}: no JSON in measurements/smollm2/"
-    page = PAGE.read_text()
+    page = page_text()
     missing = [line for line in found if line not in page]
-    assert not missing, "docs/real-model.md lacks (rerun python measurements/tables.py):\n" + "\n".join(missing)
+    assert not missing, "docs/measurements/smollm2*.md lack (rerun python measurements/tables.py):\n" + "\n".join(missing)
 
 
 def test_the_searches_each_have_a_held_out_verdict():
     searches = sorted((ROOT / "measurements" / "smollm2").glob("search-*.json"))
     assert {p.stem for p in searches} >= {"search-mixed-clamped", "search-yarn", "search-llama3"}
-    page = PAGE.read_text()
+    page = page_text()
     verdicts = [x for x in printed(TABLES["search_rows"]) if x.startswith("winner − best deployed")]
     assert len(verdicts) == len(searches)
     for line in verdicts:
@@ -67,11 +74,11 @@ def test_the_searches_each_have_a_held_out_verdict():
 
 
 def test_the_key_token_separation_and_rankings_are_in_the_page():
-    """docs/real-model.md's |Δ|/SE medians and the two rankings are what the stored windows give."""
+    """docs/measurements/smollm2.md's |Δ|/SE medians and the two rankings are what the stored windows give."""
     lines = [x for x in printed(TABLES["key_table"], "tokens-16k", "tokens-16k-winner")
              if x.startswith(("median |Δ|/SE", "ranked by"))]
     assert len(lines) == 3
-    page = PAGE.read_text()
+    page = page_text()
     assert all(line in page for line in lines), lines
 
 
@@ -79,7 +86,7 @@ def test_the_task_rank_agreement_lines_are_in_the_page():
     """Each task's rank correlation with PPL and key PPL at L and 2L, as the stored run gives it."""
     lines = [x for x in printed(TABLES["tasks_rows"], "tasks") if "Spearman's rho" in x]
     assert len(lines) == 8
-    page = PAGE.read_text()
+    page = page_text()
     assert all(line in page for line in lines), lines
 
 

@@ -13,15 +13,15 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-# Passkey accuracy by depth and length, one panel per schedule (docs/evaluation.md's passkey table).
+# Passkey accuracy by depth and length, one panel per schedule (docs/measurements/builtin.md's passkey table).
 ropecli passkey --len 256 --len 512 --len 1024 --len 2048 --method none,pi,ntk-fixed,mixed \
     --b 0.625 --b 1 --samples 4 --plot "$here/passkey-builtin.png"
 
-# Loss by position at 8L, the paired differences to the best below (docs/evaluation.md's loss by position).
+# Loss by position at 8L, the paired differences to the best below (docs/measurements/builtin.md's loss by position).
 ropecli compare --len 2048 --method none,pi,ntk-fixed,yarn,mixed --samples 8 --plot "$work/ppl.png"
 cp "$work/ppl-position.png" "$here/position-builtin.png"
 
-# The clamped mixed family's search at 8L: evaluated points, numbered in order (docs/search-and-advise.md).
+# The clamped mixed family's search at 8L: evaluated points, numbered in order (docs/measurements/builtin.md).
 ropecli search --method mixed --vary b --vary critical --samples 8 --plot "$here/search-mixed-map.png"
 
 # The advise tournament with no arguments; its report's Λ_m picture (factors.png) is the figure.
@@ -36,7 +36,7 @@ cp "$work/ppl-niah-single.png" "$here/tasks-niah-single-builtin.png"
 echo "figures written to $here"
 
 # The pre-scaled built-in model's shipped schedule (native), composed YaRN and re-derived llama3 at 2 x Ls
-# (docs/shipped.md); no evaluation, instant.
+# (docs/guide/shipped.md); no evaluation, instant.
 ropecli plot --model builtin-llama3 --method native,native+yarn,llama3 --target-len 2048 --out "$here/shipped-factors.png"
 
 # DPE's detected groups on the built-in model at 4L (docs/methods.md, "Per-pair maps"): each pair's farthest rotation
