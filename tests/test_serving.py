@@ -100,7 +100,7 @@ def test_prefix_scoring_keeps_a_three_length_workload_cheap(tmp_path):
 
 @pytest.mark.parametrize("method", ["yarn", "ntk-fixed", "mixed", "llama3", "dynamic"])
 def test_the_rule_is_what_verify_reads_back_from_each_export(builtin, tmp_path, method):
-    from ropecli.export.readback import transformers_applied
+    from ropecli.export.runtimes.transformers import transformers_applied
     from ropecli.export.runtimes.vllm import vllm_applied
     from ropecli.export.served import served
     from ropecli.rope.spec import make_spec
@@ -121,7 +121,7 @@ def test_the_rule_is_what_verify_reads_back_from_each_export(builtin, tmp_path, 
 
 
 def test_the_llamacpp_rule_is_what_verify_reads_back_from_the_gguf(builtin, builtin_gguf, tmp_path):
-    from ropecli.export.readback import gguf_applied
+    from ropecli.export.runtimes.llamacpp import gguf_applied
     from ropecli.export.served import served
     from ropecli.rope.spec import make_spec
 

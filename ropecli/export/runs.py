@@ -18,11 +18,12 @@ from ropecli.rope.spec import make_spec
 PPL_RTOL = 1e-4  # transformers reload vs ropecli's patched model, same weights and window
 
 
-def run_transformers(artefact: Path, block: dict | None, model: str | None, exp: Expected, run_len: int,
+def run_transformers(runtime: str, artefact: Path, block: dict | None, model: str | None, exp: Expected, run_len: int,
                      cache_dir: str | None, gguf_file: str | None = None) -> Check:
     """The artefact reloaded by transformers alone (a folder: from_pretrained(folder); a block:
     from_pretrained(model, **block)) scores the first held-out window of `run_len` tokens; ropecli's
-    patched source model scores the same window (through the evaluation cache)."""
+    patched source model scores the same window (through the evaluation cache). `runtime`: the check's runtime (the
+    calling module's record's name)."""
     import torch
 
     from ropecli.models.load import causal_lm_from_pretrained, load_model
@@ -46,7 +47,7 @@ def run_transformers(artefact: Path, block: dict | None, model: str | None, exp:
     nll, n, _ = window_nll(plain.eval(), torch.from_numpy(ids)[None])
     theirs = math.exp(nll / n)
     rel = abs(theirs / mine - 1)
-    return Check("transformers", None, f"PPL of one {run_len}-token window, reloaded vs ropecli",
+    return Check(runtime, None, f"PPL of one {run_len}-token window, reloaded vs ropecli",
                  f"{mine:.6g} (ropecli, patched)", f"{theirs:.6g} (relative {rel:.2g})", rel <= PPL_RTOL)
 
 
@@ -54,12 +55,13 @@ def run_transformers(artefact: Path, block: dict | None, model: str | None, exp:
 EFFECT_TOL = 2e-3  # |effect in llama.cpp - effect in transformers|, in log-PPL (nats per token): ~0.2 %
 
 
-def run_llamacpp(artefact: Path, model: str | None, exp: Expected, run_len: int, cache_dir: str | None,
+def run_llamacpp(runtime: str, artefact: Path, model: str | None, exp: Expected, run_len: int, cache_dir: str | None,
                  gguf_file: str | None = None) -> Check:
     """The exported GGUF served by llama.cpp as it is, against the source GGUF unscaled in llama.cpp: the
     effect log(PPL_export / PPL_source) on one window of `run_len` tokens, compared with the effect
     of the measured schedule in ropecli's transformers backend on the same window (llama.cpp computes with
-    the quantized weights, transformers with their dequantized copy: levels differ, effects agree)."""
+    the quantized weights, transformers with their dequantized copy: levels differ, effects agree). `runtime`: the
+    check's runtime (the calling module's record's name)."""
     from ropecli.models.llamacpp_open import load_llamacpp, open_gguf
     from ropecli.models.load import load_model
 
@@ -78,7 +80,7 @@ def run_llamacpp(artefact: Path, model: str | None, exp: Expected, run_len: int,
     ppl["hf_none"] = ours.evaluate(none, run_len).ppl
     ppl["hf_scaled"] = ours.evaluate(exp.spec.but(factor=exp.factor), run_len).ppl
     cpp, hf = math.log(ppl["export"] / ppl["source"]), math.log(ppl["hf_scaled"] / ppl["hf_none"])
-    return Check("llamacpp", None, f"effect log(PPL scaled / unscaled), one {run_len}-token window",
+    return Check(runtime, None, f"effect log(PPL scaled / unscaled), one {run_len}-token window",
                  f"{hf:+.5f} (transformers: {ppl['hf_none']:.5g} -> {ppl['hf_scaled']:.5g})",
                  f"{cpp:+.5f} (llama.cpp: {ppl['source']:.5g} -> {ppl['export']:.5g}; difference {abs(cpp - hf):.2g})",
                  abs(cpp - hf) <= EFFECT_TOL)

@@ -33,7 +33,7 @@ from ropecli.export.registry import AT_START_UP, PER_FORWARD, Runtime, record, R
 from ropecli.evaluation.decode_across import measure_decode
 from ropecli.export.hf import rope_block
 from ropecli.export.p_rope import p_rope_refusal
-from ropecli.export.readback import transformers_applied
+from ropecli.export.runtimes.transformers import transformers_applied
 from ropecli.export.runtimes.vllm import vllm_applied
 from ropecli.export.runtimes.vllm import vllm_block
 

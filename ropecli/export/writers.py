@@ -90,8 +90,9 @@ def vllm_checkpoint(result: dict, model, gguf_file) -> str:
     return checkpoint
 
 
-def to_gguf(spec, geom, out, model, gguf_file, force, replace) -> dict:
-    """llama.cpp: a GGUF copy carrying the schedule (`ropecli.models.gguf_rope.export_gguf`)."""
+def to_gguf(runtime: str, spec, geom, out, model, gguf_file, force, replace) -> dict:
+    """llama.cpp: a GGUF copy carrying the schedule (`ropecli.models.gguf_rope.export_gguf`), for the runtime named
+    `runtime` (the calling module's record's: llama.cpp, Ollama)."""
     path = source_path(model, gguf_file)
     if path.resolve() == Path(out).resolve():
         raise RopeCliError("--out is the input GGUF; write a new file")
@@ -121,5 +122,5 @@ def to_gguf(spec, geom, out, model, gguf_file, force, replace) -> dict:
     if abs(attention - 1) > 1e-12 and native is None:
         lines.append(f"attention factor {attention:.6g} written to {src.arch}.rope.scaling.attn_factor"
                      + (" (sqrt(log_L(k*L)): log-n's query scale at the target length, as one constant)" if spec.log_n else ""))
-    return {"runtime": "llamacpp", "model": model, "factor": geom.factor, "target_len": geom.target_len,
+    return {"runtime": runtime, "model": model, "factor": geom.factor, "target_len": geom.target_len,
             "factors": sched.factors, "attention_factor": attention, "lines": lines, "arch": src.arch, **written}

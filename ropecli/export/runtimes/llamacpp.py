@@ -145,7 +145,7 @@ def write(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, con
     """A GGUF copy with the schedule (rope_freqs, or the native scaling keys) and the llama-server line."""
     from ropecli.export.writers import to_gguf
 
-    return to_gguf(spec, geom, out, model, gguf_file, force, replace)
+    return to_gguf(RECORD.name, spec, geom, out, model, gguf_file, force, replace)
 
 
 def claims(path) -> bool:
@@ -154,23 +154,75 @@ def claims(path) -> bool:
 
 def read_back(artefact, exp):
     """What llama.cpp applies: rope_freqs, or its own yarn/linear from the scaling keys (`gguf_applied`)."""
-    from ropecli.export.readback import gguf_applied
-
     return gguf_applied(artefact, exp.target_len), None
 
 
-def stated_geometry(artefact) -> dict:
-    """d, base and L as the GGUF's header states them (verify fills the flags' gaps with them)."""
-    from ropecli.export.readback import gguf_geometry
+def gguf_applied(path: Path, at_len: int) -> list:
+    """What llama.cpp applies from a GGUF (`ropecli.export.readback.Applied`): rope_freqs, or its own yarn/linear from
+    the scaling keys (Ollama's reader uses it too)."""
+    import numpy as np
 
-    return gguf_geometry(artefact)
+    from ropecli.export.readback import Applied
+    from ropecli.models.config import gguf_metadata
+    from ropecli.models.gguf_rope import GGUF_ROPE_FREQS_ARCHS, llamacpp_yarn
+
+    meta = gguf_metadata(path)
+    arch = meta.get("general.architecture", "")
+    get = lambda key, default=None: meta.get(f"{arch}.{key}", default)  # noqa: E731
+
+    freqs = rope_freqs_of(path)
+    d = get("rope.dimension_count") or get("attention.key_length") or \
+        (get("embedding_length") and get("attention.head_count") and get("embedding_length") // get("attention.head_count"))
+    if not d:
+        raise RopeCliError(f"{path}: the GGUF states no rope.dimension_count or head size; is it a model file?")
+    factors = np.ones(int(d) // 2) if freqs is None else freqs.astype(np.float64)
+    how = "no rope_freqs" if freqs is None else "rope_freqs"
+    if freqs is not None and arch not in GGUF_ROPE_FREQS_ARCHS:
+        factors, how = None, f"rope_freqs in a '{arch}' GGUF, whose llama.cpp loader ignores it"
+    scaling = get("rope.scaling.type", "linear")  # llama.cpp's default when the key is absent
+    f = float(get("rope.scaling.factor") or get("rope.scale_linear") or 0.0)  # load_hparams' fallback key
+    if factors is not None and scaling == "linear" and f:
+        factors, how = factors * f, how + f" x linear factor {f:g}"
+    elif scaling == "yarn" and f and freqs is None:  # llama.cpp's own yarn (models.gguf_rope.llamacpp_yarn)
+
+        L0 = int(get("rope.scaling.original_context_length") or get("context_length"))
+        factors, scale = llamacpp_yarn(int(d), float(get("rope.freq_base", 10000.0)), f, L0)
+        return [Applied(RECORD.name, None, factors, scale * float(get("rope.scaling.attn_factor", 1.0)),
+                        float(get("rope.freq_base", 10000.0)), L0, int(get("context_length") or 0) or None, at_len,
+                        f"rope.scaling.type yarn, factor {f:g} (llama.cpp's yarn)")]
+    elif scaling not in ("none", "linear"):
+        factors, how = None, f"rope.scaling.type {scaling}"
+    L = get("rope.scaling.original_context_length")
+    ctx = get("context_length")
+    return [Applied(RECORD.name, None, factors, float(get("rope.scaling.attn_factor", 1.0)), float(get("rope.freq_base", 10000.0)),
+                    L and int(L), ctx and int(ctx), at_len, how)]
+
+
+def rope_freqs_of(path: Path):
+    """The F32 `rope_freqs.weight` tensor of a GGUF (a float64 array), or None."""
+    import numpy as np
+
+    try:
+        import gguf
+    except ImportError:
+        raise RopeCliError("reading a GGUF's tensors needs the 'gguf' package; pip install 'ropecli[gguf]'") from None
+    for t in gguf.GGUFReader(str(path)).tensors:
+        if t.name == "rope_freqs.weight":
+            return np.asarray(t.data, dtype=np.float64).reshape(-1)
+    return None
+
+
+def stated_geometry(artefact) -> dict:
+    """d, base and L as the GGUF's header states them, as llama.cpp reads them (verify fills the flags' gaps with them)."""
+    a = gguf_applied(artefact, 1)[0]
+    return {"rotary_dim": a.factors is not None and 2 * len(a.factors), "base": a.rope_theta, "train_len": a.train_len}
 
 
 def run(artefact, block, model, exp, run_len, cache_dir, gguf_file):
     """llama.cpp serves the GGUF; its effect against the source is compared with ropecli's (`run_llamacpp`)."""
     from ropecli.export.runs import run_llamacpp
 
-    return run_llamacpp(artefact, model, exp, run_len, cache_dir, gguf_file)
+    return run_llamacpp(RECORD.name, artefact, model, exp, run_len, cache_dir, gguf_file)
 
 
 def unavailable() -> str | None:

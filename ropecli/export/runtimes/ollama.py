@@ -43,7 +43,7 @@ def write(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, con
         raise RopeCliError(f"--out {out} exists and is not empty; pass --force to overwrite, or choose another folder")
     folder.mkdir(parents=True, exist_ok=True)
     name = f"{source_path(model, gguf_file).stem}-{geom.target_len}.gguf"
-    result = to_gguf(spec, geom, str(folder / name), model, gguf_file, True, replace)
+    result = to_gguf(RECORD.name, spec, geom, str(folder / name), model, gguf_file, True, replace)
     modelfile = folder / "Modelfile"
     atomic_write_text(modelfile, f"# ropecli export: {spec.label} at k = {geom.factor:g}; the schedule is in the GGUF "
                                  f"(Ollama reads no rope parameters from a Modelfile)\nFROM ./{name}\n"
@@ -79,7 +79,7 @@ def read_back(artefact, exp):
     """The GGUF as llama.cpp reads it; the declared length is the Modelfile's num_ctx (Ollama truncates to it)."""
     from dataclasses import replace
 
-    from ropecli.export.readback import gguf_applied
+    from ropecli.export.runtimes.llamacpp import gguf_applied
 
     applied = gguf_applied(modelfile_gguf(Path(artefact)), exp.target_len)
     return [replace(a, runtime="ollama", max_len=num_ctx(Path(artefact))) for a in applied], None
@@ -90,10 +90,11 @@ def claims(path) -> bool:
 
 
 def run(artefact, block, model, exp, run_len, cache_dir, gguf_file):
-    """Ollama runs the GGUF with llama-server: llama.cpp runs it here (`ropecli.export.runs.run_llamacpp`)."""
+    """Ollama runs the GGUF with llama-server: llama.cpp runs it here (`ropecli.export.runs.run_llamacpp`), its check
+    named for llama.cpp."""
     from ropecli.export.runs import run_llamacpp
 
-    return run_llamacpp(modelfile_gguf(Path(artefact)), model, exp, run_len, cache_dir, gguf_file)
+    return run_llamacpp(llamacpp.RECORD.name, modelfile_gguf(Path(artefact)), model, exp, run_len, cache_dir, gguf_file)
 
 
 def unavailable() -> str | None:

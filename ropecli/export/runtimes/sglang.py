@@ -162,7 +162,8 @@ def write(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, con
 
 def read_back(artefact, exp):
     """What SGLang applies at T from an override file: transformers' per-forward rule on the block."""
-    from ropecli.export.readback import read_json, transformers_applied
+    from ropecli.export.readback import read_json
+    from ropecli.export.runtimes.transformers import transformers_applied
 
     block = read_json(artefact)
     head_dim = int(round(exp.rope.rotary_dim / exp.rope.partial_rotary_factor))

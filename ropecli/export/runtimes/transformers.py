@@ -89,7 +89,7 @@ def _vllm_keys(text: str) -> bool:
 
 def read_back(artefact, exp):
     """What transformers applies at T: its own ROPE_INIT_FUNCTIONS on the folder's config or the block."""
-    from ropecli.export.readback import read_json, transformers_applied
+    from ropecli.export.readback import read_json
 
     if artefact.is_dir():
         return transformers_applied(read_json(artefact / "config.json"), exp.target_len, exp.rope.scaled_types), None
@@ -100,11 +100,67 @@ def read_back(artefact, exp):
     return transformers_applied(block, exp.target_len, exp.rope.scaled_types, head_dim=head_dim), block
 
 
+# --- transformers ------------------------------------------------------------------------------
+
+def transformers_applied(config: dict, at_len: int, scaled: tuple[str, ...], head_dim: int | None = None) -> list:
+    """A config.json (or a `{"rope_parameters", "max_position_embeddings"}` block with `head_dim`)
+    through transformers' own RoPE functions at `at_len`: what it applies per scaled layer type
+    (`ropecli.export.readback.Applied`; SGLang's reader and `export.served` use it too)."""
+    import numpy as np
+    import torch
+    from transformers import AutoConfig, LlamaConfig, PretrainedConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from ropecli.export.readback import CONSISTENT, Applied, layer_config, rope_blocks
+    from ropecli.models.model_geometry import config_geometry
+
+    if "model_type" in config:  # special floats as transformers writes them ({"__float__": "Infinity"}: Falcon-H1) decoded
+        cfg = AutoConfig.for_model(**PretrainedConfig._decode_special_floats(config))
+    else:  # a bare block: a one-head LLaMA config carries it
+        cfg = LlamaConfig(hidden_size=head_dim, num_attention_heads=1, num_key_value_heads=1, head_dim=head_dim,
+                          max_position_embeddings=config["max_position_embeddings"],
+                          rope_parameters=config["rope_parameters"])
+    text = cfg.get_text_config()
+    out = []
+    for layer_type, params in rope_blocks(text.rope_parameters).items():
+        rope_type = params.get("rope_type", "default")
+        if layer_type is not None and (layer_type not in scaled if scaled else rope_type == "default"):
+            continue  # a layer type the schedule leaves alone (Gemma 3's sliding layers)
+        base = float(params["rope_theta"])
+        dim = config_geometry(text.to_dict(), params, layer_type).rotary_dim  # as transformers' default init: head_dim x partial
+        plain = 1.0 / base ** (np.arange(0, int(dim), 2, dtype=np.float64) / int(dim))
+        if rope_type == "default":
+            factors, attention = np.ones_like(plain), 1.0
+        elif rope_type in ROPE_INIT_FUNCTIONS:
+            try:
+                inv, attention = ROPE_INIT_FUNCTIONS[rope_type](layer_config(text, layer_type), torch.device("cpu"),
+                                                                seq_len=at_len, layer_type=layer_type)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise RopeCliError(f"transformers cannot build rope_type '{rope_type}' from this config ({exc!r}); "
+                                   "it would fail at load time too") from None
+            if len(inv) != len(plain):
+                raise RopeCliError(f"rope_type '{rope_type}' gives {len(inv)} frequencies for rotary dim {int(dim)}: "
+                                   "its factor lists do not fit this model")
+            inv = inv.double().numpy()
+            factors = np.divide(plain, inv, out=np.ones_like(plain), where=inv > 0)  # p-RoPE's zero pairs: unscaled
+        else:
+            factors, attention = None, 1.0
+        L = config_geometry(text.to_dict(), params).original_len
+        which = ""
+        if rope_type == "longrope":
+            which = " long_factor" if at_len > int(L or text.max_position_embeddings) else " short_factor"
+            if params.get("short_factor") == params.get("long_factor"):
+                which += CONSISTENT
+        out.append(Applied(RECORD.name, layer_type, factors, float(attention), base, L and int(L),
+                           int(text.max_position_embeddings), at_len, f"{rope_type}{which}"))
+    return out
+
+
 def run(artefact, block, model, exp, run_len, cache_dir, gguf_file):
     """The artefact reloaded by transformers alone scores a window (`ropecli.export.runs.run_transformers`)."""
     from ropecli.export.runs import run_transformers
 
-    return run_transformers(artefact, block, model, exp, run_len, cache_dir, gguf_file)
+    return run_transformers(RECORD.name, artefact, block, model, exp, run_len, cache_dir, gguf_file)
 
 
 def write_map(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, consistent=True, **_) -> dict:
