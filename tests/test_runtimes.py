@@ -259,3 +259,33 @@ def write(spec, geom, target, out, **kw):
     finally:
         registry.records.cache_clear()
         sys.modules.pop("ropecli.export.runtimes.halfrt", None)
+
+
+def test_nothing_in_export_or_memory_spells_a_runtime_name():
+    """Below the command layer a runtime is its record and hooks (issue 69): no module of ropecli/export outside the
+    runtimes' own package, nor models/memory.py, holds a runtime's name as a string (a branch, a label or a default)."""
+    import ast
+
+    from ropecli.export.registry import names
+
+    root = Path(__file__).resolve().parent.parent / "ropecli"
+    files = [p for p in (root / "export").glob("*.py")] + [root / "models" / "memory.py"]
+    found = [(p.name, node.lineno, node.value) for p in files for node in ast.walk(ast.parse(p.read_text()))
+             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names()]
+    assert not found, found
+
+
+def test_a_switching_export_of_a_shipped_schedule_is_described_by_the_records():
+    """`Runtime.at_length_shipped` (transformers') describes a switching export of a model that ships a schedule; the
+    others keep their `at_length`; a consistent export is the schedule at every length for all."""
+    from types import SimpleNamespace
+
+    from ropecli.export.plan import runtime_behaviour
+    from ropecli.export.registry import records
+
+    rope = SimpleNamespace(shipped=SimpleNamespace(label="longrope (shipped)"), shipped_len=4096)
+    said = runtime_behaviour(rope, consistent=False)
+    assert said["transformers"].startswith("per forward pass: long_factor once the sequence is longer than Ls = 4096, "
+                                           "the shipped longrope (shipped) (short_factor) up to Ls; decoding: ")
+    assert all(said[n] == f"{r.at_length}; decoding: {r.decoding}" for n, r in records().items() if not r.at_length_shipped)
+    assert all(v.startswith("the schedule at every length") for v in runtime_behaviour(rope, consistent=True).values())
