@@ -64,8 +64,9 @@ def served(runtime: Runtime | str, spec: Spec, length: int, rope: ModelRope, fac
         return Served(runtime, length, spec, "the model as shipped")
     if (why := p_rope_refusal(spec, rope.geometry(factor), rope, rec)) is not None:
         return Served(runtime, length, None, why)
-    if rope.rotating_pairs is not None and rec.p_rope_schedules != "uniform":  # p-RoPE without transformers' one-
-        return Served(runtime, length, spec, "the model as shipped (its p-RoPE block unchanged)")  # factor block
+    # p-RoPE where the runtime writes no one-factor block of its own (transformers' 'proportional'): only as shipped
+    if rope.rotating_pairs is not None and rec.p_rope_schedules != "uniform":
+        return Served(runtime, length, spec, "the model as shipped (its p-RoPE block unchanged)")
     if is_dynamic(spec):
         if not rec.serves_dynamic:
             return Served(runtime, length, None, f"{rec.label} has no dynamic NTK")
