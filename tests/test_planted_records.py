@@ -171,6 +171,25 @@ def test_a_planted_map_in_help_methods_ppl_compare_search_advise_and_export(toy_
     e = run("export", "--model", tiny_dir, "--method", "none", "--map", "toy-cap:w=16", "--len", "128", "--to", "vllm",
             "--out", tmp_path / "v.json")
     assert e.exit_code == 1 and "--map toy-cap: vllm does not serve" in flat(e.output), e.output
+    # the transformers folder serves every registered map: its modeling file carries the planted region function
+    f = run("export", "--model", tiny_dir, "--method", "none", "--map", "toy-cap:w=16", "--len", "128", "--to",
+            "transformers", "--out", tmp_path / "folder")
+    assert f.exit_code == 0, f.output
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ropecli.maps.mapped_attention import mapped
+
+    folder = AutoModelForCausalLM.from_pretrained(str(tmp_path / "folder"), trust_remote_code=True).eval()
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
+    ids = torch.randint(2, 90, (1, 128), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        got = folder(ids).logits
+        with mapped(model, "toy-cap", {"w": 16}):
+            want = model(ids).logits
+    assert (got - want).abs().max() < 1e-4 and (got - model(ids).logits).abs().max() > 1e-3
+    v = run("verify", tmp_path / "folder")
+    assert v.exit_code == 0 and "ropecli_map.params.w" in v.output, v.output
 
 
 def test_a_planted_map_leaves_no_trace():

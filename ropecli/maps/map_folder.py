@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import textwrap
 from pathlib import Path
 
 from ropecli.errors import RopeCliError
@@ -34,7 +35,7 @@ def modeling_source(position_map, base_class: str) -> str:
 
     template = (Path(__file__).with_name("map_modeling.py")).read_text()
     fn = resolve_map(position_map.name).regions
-    source = inspect.getsource(fn)
+    source = textwrap.dedent(inspect.getsource(fn))  # a map registered inside a function (a test's) too
     source = source[source.index("def "):]  # its registration stays in ropecli
     bands = inspect.getsource(map_bands)
     bands = bands[bands.index("\nCAUSAL = "):]  # past its docstring and imports (torch: the template's own)
