@@ -246,10 +246,11 @@ def trig_at(rotary, x, positions):
     return cos, sin
 
 
-def key_sets(regions) -> tuple[list[int], list[Callable]]:
+def key_sets(regions, probe: int = 1 << 17) -> tuple[list[int], list[Callable]]:
     """(per region: the key set it reads, -1 for the keys at their true positions; the extra sets' key functions):
-    regions whose keys sit at the same positions share one set, probed on positions up to 2^17."""
-    probe = torch.arange(1 << 17)
+    regions whose keys sit at the same positions share one set, probed on positions up to `probe` (2^17; a per-length
+    map's regions: up to their length)."""
+    probe = torch.arange(max(2, probe))
     extra, outs, which = [], [], []
     for r in regions:
         got = torch.as_tensor(r.key(probe))
@@ -307,12 +308,18 @@ class MapRun:
     """The attention function while a forward pass runs, and what the layers of that pass share: mapped layers through
     `map_attention`, the others through the model's own attention with its own arguments."""
 
-    def __init__(self, plans, rotaries, regions, implementation, selection, attention, length, inv_freq=None):
+    def __init__(self, plans, rotaries, regions, implementation, selection, attention, length, inv_freq=None,
+                 regions_at=None):
         self.plans, self.rotaries, self.regions, self.implementation = plans, rotaries, regions, implementation
         self.inv_freq, self._pairs = inv_freq or {}, {}  # {layer type: (rotary module, its inv_freq's name)}
         self.which, self.extra = key_sets(regions)
-        self.primary = primary_set(regions, self.which, length)  # the key set a mapped layer's cache holds
-        self.period = block_period(regions, length)  # query blocks start at its multiples (None: every QUERY_BLOCK)
+        # a per-length map (`regions_at(T)`: LaMPE's far keys squeezed over the whole input) moves every key as the
+        # sequence grows: the cache keeps the true keys, each row's regions are made at its length (`at`), nothing is
+        # planned ahead
+        self.regions_at, self._at = regions_at, {}
+        self.primary = -1 if regions_at else primary_set(regions, self.which, length)  # the key set the cache holds
+        # query blocks start at its multiples (None: every QUERY_BLOCK)
+        self.period = None if regions_at else block_period(regions, length)
         self._primary: set = set()  # the storage of the keys the cache returned in the primary set this pass
         self._last = (None, None)  # (shape, block plan) of the last unpadded prefill: the next one of its shape
         self.selection, self._cols, self.attention = selection or {}, {}, attention  # {layer: its attention module}
@@ -322,6 +329,19 @@ class MapRun:
     def begin(self, position_ids):
         """A new forward pass: its queries' positions (B or 1, T_q); what the previous pass kept is dropped."""
         self.position_ids, self._layout, self._trig, self._primary = position_ids, {}, {}, set()
+
+    def at(self, kpos):
+        """A per-length map's regions (and their key sets) for a row whose newest key sits at kpos[-1]: its length
+        kpos[-1] + 1 (a prefill's T, a decoding step's T_k with its own key); the last few lengths kept."""
+        if self.regions_at is None:
+            return
+        T = int(kpos[-1]) + 1
+        if T not in self._at:
+            if len(self._at) > 64:
+                self._at.clear()
+            regions = self.regions_at(length=T)
+            self._at[T] = (regions, *key_sets(regions, T))
+        self.regions, self.which, self.extra = self._at[T]
 
     def unit(self, plan, x):
         """The rotary module's attention scaling (its cos at position 0): divided out of a rotation by a difference."""
@@ -651,6 +671,7 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
     out = torch.empty(B, Tq, H, Dv, dtype=value.dtype, device=value.device)
     plans = run._layout.setdefault(("plans", plan.window, id(mask), Tq, Tk, query.dtype), {})
     for b, (qpos, kpos, valid, allowed) in enumerate(rows):
+        run.at(kpos)  # a per-length map's regions at this row's length
         tag = one_call_tag(plan, mask, b, base, Tk)
         if Tq == 1 and cols is None and valid is None and allowed is None and tag not in run._trig:
             # an unpadded row's decoding step: its bands straight from the map, in numpy (no block plan), planned
@@ -850,8 +871,8 @@ def step_plan(run, plan, query, key, i: int, k0: int, Tk: int, base):
     cannot serve it: planned STEPS_AHEAD steps at a time (`decode_parts` over the steps, every turn of them in one
     `turn_trig`), with the new keys' turns to the primary set (`MapRun.primary_keys`), and kept until the rotary's
     frequencies change (dynamic NTK) or a step falls outside them (a new prompt, beam search)."""
-    if (torch.is_grad_enabled() and key.requires_grad) or 0 in key.stride() or k0 + Tk - 1 != i:
-        return False  # not planned ahead: the step plans itself
+    if (torch.is_grad_enabled() and key.requires_grad) or 0 in key.stride() or k0 + Tk - 1 != i or run.regions_at:
+        return False  # not planned ahead (a per-length map's next steps have other regions): the step plans itself
     f = run.frequencies(plan, query)
     if f is None:
         return False
@@ -1037,9 +1058,12 @@ class RopecliMapForCausalLM(Base):
             attention = {m.layer_idx: m for m in self.modules()
                          if isinstance(getattr(m, "layer_idx", None), int) and "Attention" in type(m).__name__}
             selection = {int(layer): heads for layer, heads in (spec.get("pairs") or {}).items()}
-            regions = map_regions()(**spec["params"])
+            fn, params = map_regions(), spec["params"]
+            per_length = "length" in inspect.signature(fn).parameters  # its regions depend on the input's length
+            regions = fn(**params, length=max(2, length)) if per_length else fn(**params)
             self._ropecli_run = MapRun(plans, rotaries, regions, config._attn_implementation, selection,
-                                       attention, length, inv_freq)
+                                       attention, length, inv_freq,
+                                       partial(fn, **params) if per_length else None)
         return self._ropecli_run
 
     _can_compile_fullgraph = False  # its forward swaps the attention function and the cache's update: never compiled

@@ -57,3 +57,9 @@ def dpe_budget(Ls: int, T: int) -> int:
     together (the one-at-a-time search's 2 + groups x points)."""
     lo, hi = next(iter(dpe_ranges(Ls, T).values()))
     return 2 + len(dpe_ranges(Ls, T)) * (int(hi / lo).bit_length())
+
+
+def lampe_rule(Ls: int, T: int) -> dict[str, float]:
+    """LaMPE's (scar-on/LaMPE llama_sw_map.py `forward`: head = 512 at Llama 3's 8,192, so Ls/16) with the paper's
+    length-aware mapping length (U = 0: set from each input's length by `remap_uselen`'s sigmoid, scaled by Ls)."""
+    return {"head": max(1, Ls // 16), "U": 0, "L": Ls}

@@ -15,6 +15,8 @@ fast each pair turns, the map at which positions). Issue 48; the maps, with thei
                  intra-chunk, successive-chunk and inter-chunk maps keep every relative position below `chunk`
     string       STRING (An et al., ICLR 2025, HKUNLP/STRING): d < S true; d >= S shifted to d - S + W (the well-trained
                  positions overwrite the rarely trained tail), logits scaled by t^2 (t = 0.1 ln 2 + 1 on cos and sin)
+    lampe        LaMPE (ACL 2026, scar-on/LaMPE): d < head true; d >= head every position squeezed onto [0, U] over
+                 the input's length (U from the length by a sigmoid), logits x t^2: regions per length
 
 Each map is one small registered function of its bounded parameters returning its regions; the region functions take
 integer position arrays of numpy or torch alike (the same code serves the numpy twin and the model).
@@ -23,13 +25,15 @@ Numpy only here (`ropecli freqs` and the tests import it without torch).
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
 from ropecli.errors import RopeCliError
-from ropecli.maps.map_rules import DPE_GROUPS, dca_rule, dpe_budget, dpe_ranges, dpe_rule, selfextend_ranges, selfextend_rule
+from ropecli.maps.map_rules import (DPE_GROUPS, dca_rule, dpe_budget, dpe_ranges, dpe_rule, lampe_rule, selfextend_ranges,
+                                    selfextend_rule)
 from ropecli.rope.schedule import REQUIRED, Param
 
 
@@ -57,6 +61,12 @@ class PositionMap:
     selects: str | None = None  # the parameter giving the share of each head's pairs the map moves, chosen on the
     # model by their attention contribution (`maps.pair_selection`); the rest stay at true positions
 
+    @property
+    def per_length(self) -> bool:
+        """Whether its regions depend on the sequence's length (its region function takes `length`: LaMPE squeezes
+        the far keys over the whole input), so the attention asks for them at each length it runs (a decoding step
+        included) and a cache cannot hold its keys turned once."""
+        return "length" in inspect.signature(self.regions).parameters
 
 
 
@@ -257,11 +267,57 @@ def _dpe(W: float, top: float = 1.0, **groups: float) -> tuple[Region, ...]:
                    lambda j: j[..., None] // per_group(j)))
 
 
+
+@register_map("lampe", "d < head: (i, j); d >= head: (m(i) + head - 1 - m(head), m(j)), m(p) = floor(p U/(T - 1)) "
+              "over the input's T tokens, logits x t^2 (U = 0: U from T by LaMPE's sigmoid)",
+              Param("head", REQUIRED, "local window of true positions (LaMPE: 512 at Llama 3's 8,192)", 1, 1e12,
+                    integer=True),
+              Param("U", 0, "mapping length: the far keys' positions squeezed into [0, U] (0: length-aware, U set "
+                    "from the input's length T by LaMPE's sigmoid in units of L)", 0, 1e12, integer=True),
+              Param("L", 0, "the training length LaMPE's sigmoid is scaled by (with U = 0)", 0, 1e12, integer=True),
+              Param("t", 0.1 * np.log(2) + 1, "factor on cos and sin, so logits x t^2 (the source: 0.1 ln 2 + 1)",
+                    0.5, 2),
+              window="head", rule=lampe_rule, in_default=False)
+def _lampe(head: float, U: float, L: float, t: float, length: int = 2) -> tuple[Region, ...]:
+    """LaMPE (Length-aware Multi-grained Positional Encoding, arXiv 2508.02308; scar-on/LaMPE), as llama_sw_map.py
+    computes it: `forward` keeps a window of `head` keys at their true positions and squeezes every position of the
+    input's T tokens linearly onto [0, U] (`map_ids(position_ids, 0, use_length)`: floor(p (U / (T - 1))) in float32,
+    as here), the far keys at m(j) and the query at m(i) + bias_1, bias_1 = head - (m(head) + 1), so the far region
+    starts where the window ends; the two merged by log-sum-exp (`flash_prefill_merge`, `flash_decode_merge`); cos
+    and sin x attention_factor = 0.1 ln 2 + 1 in both. U = 0 is the paper's length-aware mapping length, a scaled
+    sigmoid of the input length (llama_cache1.py `remap_uselen`, its Llama 3 fit: U = int(6204.41 / (1 + exp(-(1.0493e-4
+    T - 2.4666)))) past 8,192, 1536 below), here in units of the training length L (exactly the fit at L = 8,192); the
+    code's `forward` itself runs a fixed use_length = 1536 (3L/16) at every length, which is `U` set.
+    Where this differs from the source: (1) its prefill counts the pair d = head twice (flash window_size=[head, 0]
+    reaches it, and so does the far triangle); its decoding does not, and here, as there, the window is d < head.
+    (2) Decoding, the source recomputes m over the current length but keeps the prefill's bias_1; here every length
+    has its own (a decoding step equals one pass over its prefix). Regions per length: `PositionMap.per_length`."""
+    head, T = int(head), max(int(length), 2)
+    if not U:
+        if not L:
+            raise RopeCliError("lampe: U = 0 sets the mapping length from the input's length by LaMPE's sigmoid, "
+                               "scaled by the training length: give L (e.g. lampe:head=512,L=8192) or a fixed U")
+        L = int(L)
+        U = 3 * L // 16 if T < L else int(6204.409324666837 / 8192 * L / (
+            1 + np.exp(-(0.00010493097327094324 * 8192 * T / L - 2.466638011138158))))
+    ratio = float(np.float32(int(U)) / np.float32(T - 1))  # the source's U / (x_max - x_min) in float32
+
+    def m(p):  # the source's map_ids: floor(p * ratio) in float32, numpy or torch as p is
+        if hasattr(p, "new_tensor"):
+            return (p.float() * ratio).floor().long()
+        return np.floor(np.asarray(p).astype(np.float32) * np.float32(ratio)).astype(np.int64)
+
+    bias = head - 1 - int(m(np.array([head]))[0])
+    s = t * t
+    return (Region("window", lambda i, j: i - j < head, _same, _same, s),
+            Region("far", lambda i, j: i - j >= head, lambda i: m(i) + bias, m, s))
+
 def map_regions(name: str, params: dict, length: int) -> tuple[Region, ...]:
-    """The map's regions for a sequence of `length` tokens. No registered map's regions depend on the length (llama.cpp's
-    batch-by-batch Self-Extend has a closed form); the attention still asks per length, the one place a map that
-    needs it would plug in."""
-    return resolve_map(name).regions(**params)
+    """The map's regions for a sequence of `length` tokens (the keys' count: a decoding step's includes its own).
+    Only a per-length map (`PositionMap.per_length`: LaMPE) is given the length; llama.cpp's batch-by-batch
+    Self-Extend has a closed form without it."""
+    pmap = resolve_map(name)
+    return pmap.regions(**params, length=length) if pmap.per_length else pmap.regions(**params)
 
 
 def resolve_map(name: str) -> PositionMap:
