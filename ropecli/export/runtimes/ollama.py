@@ -82,7 +82,7 @@ def read_back(artefact, exp):
     from ropecli.export.runtimes.llamacpp import gguf_applied
 
     applied = gguf_applied(modelfile_gguf(Path(artefact)), exp.target_len)
-    return [replace(a, runtime="ollama", max_len=num_ctx(Path(artefact))) for a in applied], None
+    return [replace(a, runtime=RECORD.name, max_len=num_ctx(Path(artefact))) for a in applied], None
 
 
 def claims(path) -> bool:

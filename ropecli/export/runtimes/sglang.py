@@ -121,10 +121,10 @@ def verify_map(artefact, exp) -> list:
     block = read_json(artefact)
     dca, params = block.get("dual_chunk_attention_config") or {}, exp.spec.position_map.values
     want = {"chunk_size": int(params["chunk"]), "local_size": int(params["local"]), "original_max_position_embeddings": 0}
-    checks = [Check("sglang", None, f"dual_chunk_attention_config.{key}" + (" (0: no length temperature)" if v == 0 else ""),
+    checks = [Check(RECORD.name, None, f"dual_chunk_attention_config.{key}" + (" (0: no length temperature)" if v == 0 else ""),
                     str(v), str(dca.get(key)), dca.get(key) == v) for key, v in want.items()]
     n = block.get("max_position_embeddings")
-    checks.append(Check("sglang", None, "max_position_embeddings (the DCA rotary's key cache)", f">= {exp.target_len}",
+    checks.append(Check(RECORD.name, None, "max_position_embeddings (the DCA rotary's key cache)", f">= {exp.target_len}",
                         str(n), isinstance(n, int) and n >= exp.target_len))
     return checks
 
@@ -170,7 +170,7 @@ def read_back(artefact, exp):
     applied = transformers_applied(block, exp.target_len, exp.rope.scaled_types, head_dim=head_dim)
     from dataclasses import replace
 
-    return [replace(a, runtime="sglang") for a in applied], block
+    return [replace(a, runtime=RECORD.name) for a in applied], block
 
 
 def claims(path) -> bool:

@@ -62,7 +62,7 @@ def write(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, con
 
     from ropecli.export.writers import hf_result, write_block
 
-    block, result = hf_result(spec, geom, rope, "transformers", model, consistent)
+    block, result = hf_result(spec, geom, rope, RECORD.name, model, consistent)
     if out is None:
         result["lines"].insert(0, json.dumps(block, indent=2))
         return result

@@ -66,7 +66,7 @@ RECORD = Runtime(
 
 def write(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:
     """--hf-overrides JSON (vLLM's native ntk, or longrope with its mscales) and the `vllm serve` line."""
-    block, result = hf_result(spec, geom, rope, "vllm", model, consistent)
+    block, result = hf_result(spec, geom, rope, RECORD.name, model, consistent)
     block, how = vllm_block(rope, spec, geom.factor, block)
     note = how if block["rope_parameters"].get("rope_type") == "ntk" else f"{result['note']}; {how}"
     if rope.partial_rotary_factor != 1.0 and "longrope" in json.dumps(block):
@@ -237,5 +237,5 @@ def vllm_applied(block: dict, at_len: int, head_dim: int) -> list[Applied]:
             factors, attention, how = np.ones(rotary_dim // 2), 1.0, "default"
         else:
             factors, attention, how = None, 1.0, f"rope_type '{rope_type}'"
-        out.append(Applied("vllm", layer_type, factors, float(attention), base, L and int(L), max_pos, at_len, how))
+        out.append(Applied(RECORD.name, layer_type, factors, float(attention), base, L and int(L), max_pos, at_len, how))
     return out
