@@ -98,9 +98,9 @@ def _refusal(config: dict) -> str | None:
     return config_refusal(cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg)
 
 
-def verify_map_folder(artefact: Path, exp) -> list:
+def verify_map_folder(artefact: Path, exp, runtime: str) -> list:
     """`ropecli verify DIR` of a map folder: the map and parameters config.json carries against the measured ones, and
-    the modeling file with auto_map pointing at it."""
+    the modeling file with auto_map pointing at it; each check labelled `runtime` (the record's name that serves it)."""
     from ropecli.maps.map_modeling import check_map_block  # the folder's own loader asks the same question
 
     config = read_json(artefact / "config.json")
@@ -108,15 +108,15 @@ def verify_map_folder(artefact: Path, exp) -> list:
     if (why := check_map_block(config.get("ropecli_map"), text.get("num_hidden_layers"))) is not None:
         raise RopeCliError(f"{artefact}: {why}")
     served, want = config.get("ropecli_map") or {}, exp.spec.position_map
-    checks = [Check("transformers", None, "ropecli_map.name", want.name, str(served.get("name")),
+    checks = [Check(runtime, None, "ropecli_map.name", want.name, str(served.get("name")),
                     served.get("name") == want.name)]
     got = served.get("params") or {}
-    checks += [Check("transformers", None, f"ropecli_map.params.{k}", f"{v:g}", str(got.get(k)),
+    checks += [Check(runtime, None, f"ropecli_map.params.{k}", f"{v:g}", str(got.get(k)),
                      isinstance(got.get(k), (int, float)) and float(got[k]) == float(v)) for k, v in want.key_values.items()]
     if want.share < 1.0:  # the key pairs chosen on the model, per layer and head
-        checks.append(Check("transformers", None, "ropecli_map.pairs", "each layer's key pairs per head",
+        checks.append(Check(runtime, None, "ropecli_map.pairs", "each layer's key pairs per head",
                             f"{len(served.get('pairs') or {})} layers", bool(served.get("pairs"))))
-    checks.append(Check("transformers", None, f"auto_map.AutoModelForCausalLM ({MODELING})", AUTO_MAP["AutoModelForCausalLM"],
+    checks.append(Check(runtime, None, f"auto_map.AutoModelForCausalLM ({MODELING})", AUTO_MAP["AutoModelForCausalLM"],
                         str((config.get("auto_map") or {}).get("AutoModelForCausalLM")),
                         (config.get("auto_map") or {}).get("AutoModelForCausalLM") == AUTO_MAP["AutoModelForCausalLM"]
                         and (artefact / MODELING).is_file()))

@@ -189,7 +189,7 @@ def write_map(spec, geom, rope, out, *, model=None, gguf_file=None, force=False,
 def verify_map(artefact, exp) -> list:
     from ropecli.maps.map_folder import verify_map_folder
 
-    return verify_map_folder(artefact, exp)
+    return verify_map_folder(artefact, exp, RECORD.name)
 
 
 def map_lines(position_map: tuple, out: str | None, target_len: int, **_) -> list[str]:
