@@ -109,11 +109,13 @@ def test_kl_is_zero_for_the_unscaled_schedule_and_chunked_equals_full(tiny, text
     from ropecli.evaluation.evaluator import Evaluator
     from ropecli.rope.spec import make_spec
 
+    from ropecli.evaluation.metrics import KL
+
     ev = Evaluator.over(tiny, [text_file], samples=2, chunk_tokens=10, cache=EvalCache(enabled=False))
-    none = ev.evaluate(make_spec("none", factor=4), 64, metric="kl")
+    none = ev.evaluate(make_spec("none", factor=4), 64, metric=KL)
     assert none.kl_mean == 0.0 and none.kl_max == 0.0 and none.top1_agreement == 100.0
     spec = make_spec("yarn", factor=4)
-    r = ev.evaluate(spec, 64, metric="kl")
+    r = ev.evaluate(spec, 64, metric=KL)
     assert r.kl_mean > 1e-3 and r.top1_agreement < 100
     geom = tiny.rope.geometry(4.0)
     ref = [_kl_reference(tiny, torch.from_numpy(w)[None], spec, geom) for w in ev.inputs.windows(64).ids]
@@ -129,8 +131,10 @@ def test_dynamic_within_L_is_the_unscaled_model(tiny, text_file):
     from ropecli.evaluation.evaluator import Evaluator
     from ropecli.rope.spec import make_spec
 
+    from ropecli.evaluation.metrics import KL
+
     ev = Evaluator.over(tiny, [text_file], samples=2, cache=EvalCache(enabled=False))
-    assert ev.evaluate(make_spec("dynamic", factor=8), 64, metric="kl").kl_mean == 0.0
+    assert ev.evaluate(make_spec("dynamic", factor=8), 64, metric=KL).kl_mean == 0.0
 
 
 # --- paired statistics -------------------------------------------------------------------------

@@ -233,11 +233,12 @@ def test_answer_likelihood_equals_a_hand_computation_with_transformers(builtin, 
     """The task's answer NLL (prompt, then the answer teacher-forced) and its control's, from transformers'
     own forward pass and log-softmax of the built-in model (unscaled: ropecli's `none` leaves it as is)."""
     from ropecli.evaluation.evaluator import Evaluator
+    from ropecli.evaluation.metrics import metric_record
     from ropecli.rope.spec import make_spec
 
     ev = Evaluator.over(builtin, samples=1)
     ev.inputs.depths = (0.5,)
-    r = ev.evaluate(make_spec("none"), 512, metric="niah-single-noise")
+    r = ev.evaluate(make_spec("none"), 512, metric=metric_record("niah-single-noise"))
     u = ev.inputs.task_units("niah-single-noise", 512)[0]
 
     def by_hand(ids, start):
@@ -345,16 +346,17 @@ def test_prompts_per_depth_apart_from_windows(tmp_path):
 def test_held_out_prompts_follow_this_samples_prompts(builtin):
     """A held-out copy takes the prompts after this one's, counted by --prompts (not by --samples)."""
     from ropecli.evaluation.inputs import Inputs
+    from ropecli.evaluation.metrics import PASSKEY, PPL
 
     ins = Inputs.load(builtin.tokenizer, None, samples=3, prompt_count=1, depths=(0.0, 1.0))
     held = ins.held_out(2)
-    assert (ins.count("ppl"), ins.count("passkey"), held.count("passkey")) == (3, 1, 1)
+    assert (ins.count(PPL), ins.count(PASSKEY), held.count(PASSKEY)) == (3, 1, 1)
     assert held.prompt_start == 1 and held.first_window == 3
     ids = lambda i, n: [tuple(u.ids) for u in i.task_units("niah-single", n)]  # noqa: E731
     two = Inputs.load(builtin.tokenizer, None, samples=2, depths=(0.0, 1.0))
     both = ids(two, 1024)  # depth-major: [depth 0: prompt 0, 1; depth 1: prompt 0, 1]
     assert ids(ins, 1024) == [both[0], both[2]] and ids(held, 1024) == [both[1], both[3]]
-    assert ins.resized(2).count("passkey") == 2 and ins.resized(3).count("passkey") == 3
+    assert ins.resized(2).count(PASSKEY) == 2 and ins.resized(3).count(PASSKEY) == 3
 
 
 def test_a_task_race_counts_prompts_per_depth(tmp_path):

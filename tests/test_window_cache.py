@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 from ropecli.cli.app import app
 from ropecli.evaluation.cache import LEGACY_FORMAT, EvalCache, _canonical, key_hash
 from ropecli.evaluation.evaluator import Evaluator
+from ropecli.evaluation.metrics import metric_record
 from ropecli.rope.spec import make_spec
 
 runner = CliRunner()
@@ -62,7 +63,7 @@ def test_an_interrupt_keeps_every_finished_window(tiny, tmp_path, monkeypatch, t
 def test_whole_evaluation_entries_of_the_older_format_are_split_or_recomputed(tiny, tmp_path, text_file, metric):
     spec, n = make_spec("yarn"), 128 if metric != "kl" else 64
     first = Evaluator.over(tiny, [text_file], samples=3, cache=EvalCache(tmp_path / "c0"))
-    result = first.evaluate(spec, n, metric=metric)
+    result = first.evaluate(spec, n, metric=metric_record(metric))
     old_cache = EvalCache(tmp_path / "old")  # what ropecli wrote before per-window entries: one file per evaluation
     key = first.legacy_key(spec, n, *first.schedule_for(spec, n), metric, first.inputs)
     stored = result.stored()
@@ -71,14 +72,14 @@ def test_whole_evaluation_entries_of_the_older_format_are_split_or_recomputed(ti
         "format": LEGACY_FORMAT, "key": key, "result": stored,
         "checksum": hashlib.sha256(_canonical(stored).encode()).hexdigest()}))
     ev = Evaluator.over(tiny, [text_file], samples=3, cache=old_cache)
-    again = ev.evaluate(spec, n, metric=metric)
+    again = ev.evaluate(spec, n, metric=metric_record(metric))
     if metric == "kl":  # its per-token values are not in the old entry: recomputed and counted
         assert ev.forward_passes == 3 and old_cache.stale == 1 and old_cache.migrated == 0
     else:
         assert ev.forward_passes == 0 and old_cache.migrated == 1 and again.cached
         assert again.values == pytest.approx(result.values, rel=1e-12)
         later = Evaluator.over(tiny, [text_file], samples=3, cache=old_cache)
-        later.evaluate(spec, n, metric=metric)  # now from the per-window entries
+        later.evaluate(spec, n, metric=metric_record(metric))  # now from the per-window entries
         assert later.forward_passes == 0 and old_cache.hits == 2 * len(result.values)
 
 

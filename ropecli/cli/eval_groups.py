@@ -155,6 +155,7 @@ class AdviseOptions:
         serving.plan(None)  # --runtime without --workload, or a bad --workload: one line before the model loads
         chosen = flat_choices(self.candidates, candidate_names()) if self.candidates else None  # None: every one the model admits
         return AdvisePlan(**{**vars(self), "candidates": chosen, "metric": metric_record(self.metric),
+                             "task_guard": metric_record(self.task_guard) if self.task_guard else None,
                              "runtime": serving.runtimes() if self.workload else None})
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 
 from ropecli.evaluation.cache import FORMAT, EvalCache
+from ropecli.evaluation.metrics import metric_record
 
 
 def rekeyed(cache: EvalCache, keys: list[dict], missing: list[int], earlier: tuple[str, ...], store: bool) -> dict[int, tuple]:
@@ -83,7 +84,7 @@ def legacy_key(backend, score_last: int | None, spec, length: int, geom, sched, 
     """The key of a whole evaluation in cache format 1 (before per-window entries): read, never written."""
     key = {
         "model": backend.fingerprint, "data": inputs.fingerprint(metric, length), "len": length,
-        "samples": inputs.count(metric), "seed": inputs.seed, "method": sched.method,  # windows, or prompts per depth
+        "samples": inputs.count(metric_record(metric)), "seed": inputs.seed, "method": sched.method,  # windows, or prompts per depth
         "params": {k: (list(map(float, v)) if k == "factors" else v) for k, v in sched.params.items()},
         "factor": geom.factor, "log_n": spec.log_n, "dtype": backend.dtype, "score_last": score_last,
         "rope_layers": list(backend.rope.scaled_types) or [None],

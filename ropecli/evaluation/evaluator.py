@@ -32,11 +32,11 @@ from ropecli.evaluation.distributed import Dist
 from ropecli.evaluation.inputs import Inputs
 from ropecli.evaluation.key_metric import key_fields, window_key_sums
 from ropecli.evaluation.key_tokens import KeyRule, describe_rule
-from ropecli.evaluation.metrics import PPL, Metric, metric_record
+from ropecli.evaluation.metrics import PPL, Metric
 from ropecli.maps.map_checks import check_window
 from ropecli.maps.pair_selection import CALIBRATION
 from ropecli.evaluation.results import EvalResult
-from ropecli.models.backend import ModelBackend
+from ropecli.models.backend import Calibration, ModelBackend
 from ropecli.models.token_losses import plain, prefixes_from_kept
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.schedule import Schedule
@@ -55,10 +55,7 @@ class Evaluator:
     keep_tokens: bool = False  # ppl: entries without every prediction's NLL are computed again
     key_rule: KeyRule | None = None  # which predictions are key (`key_tokens`): key PPL beside PPL; kept NLL with it
     generate: bool = False  # tasks: also RULER's generation score (a greedy answer per prompt)
-
-    def __post_init__(self) -> None:
-        if getattr(self.backend, "calibration", False) is None:  # DPE's key pairs are chosen on the training plays
-            self.backend.calibration = training_plays
+    calibration: Calibration = training_plays  # what a selecting map's key pairs are chosen on, handed in with the map
 
     @classmethod
     def over(cls, backend: ModelBackend, data: list[str] | None = None, *, samples: int = 4, seed: int = 0,
@@ -71,27 +68,27 @@ class Evaluator:
         """An evaluator of the `samples` windows (and passkey prompts) after this one's: text this one never scores."""
         return replace(self, inputs=self.inputs.held_out(samples), forward_passes=0)
 
-    def check_inputs(self, metric: Metric | str, length: int, samples: int | None = None) -> None:
+    def check_inputs(self, metric: Metric, length: int, samples: int | None = None) -> None:
         """Fail on too little text, or a length the metric does not take, before any forward pass."""
-        m = metric_record(metric)
-        m.check(self, length)  # first: a metric's own check needs no text (key-ppl's missing rule, KL beyond Ls)
-        self.inputs.resized(samples).unit_inputs(m.unit_metric, length)
+        metric.check(self, length)  # first: a metric's own check needs no text (key-ppl's missing rule, KL beyond Ls)
+        self.inputs.resized(samples).unit_inputs(metric.unit_metric, length)
 
     def schedule_for(self, spec: Spec, length: int) -> tuple[Geometry, Schedule]:
         """The geometry and schedule a window of `length` tokens runs under."""
         geom = self.backend.rope.geometry(spec.factor_at(length, self.backend.rope.train_len))
         return geom, spec.schedule(geom, length)
 
-    def unit_key(self, spec: Spec, length: int, geom: Geometry, sched: Schedule, metric: str) -> dict:
+    def unit_key(self, spec: Spec, length: int, geom: Geometry, sched: Schedule, unit: Metric) -> dict:
         """Everything that changes one window's (prompt's) number but the window itself: the cache key
-        of a unit is this plus its fingerprint (`ropecli.evaluation.cache`)."""
+        of a unit (`unit`: the record of the metric its units are computed under, `Metric.unit_record`) is this plus
+        its fingerprint (`ropecli.evaluation.cache`)."""
         key = {
-            "model": self.backend.fingerprint, "runtime": self.backend.runtime, "len": length, "metric": metric,
+            "model": self.backend.fingerprint, "runtime": self.backend.runtime, "len": length, "metric": unit.name,
             "method": sched.method,
             "params": {k: (list(map(float, v)) if k == "factors" else v) for k, v in sched.params.items()},
             "factor": geom.factor, "log_n": spec.log_n, "dtype": self.backend.dtype,
             "rope_layers": list(self.backend.rope.scaled_types) or [None],
-            **metric_record(metric).key(self, self.backend.rope),  # the metric's own fields (score_last, KL's reference)
+            **unit.key(self, self.backend.rope),  # the metric's own fields (score_last, KL's reference)
         }
         if sched.params.get("truncate") is None:  # added after caches were committed: absent = transformers' default
             key["params"].pop("truncate", None)
@@ -101,16 +98,16 @@ class Evaluator:
             key["map"] = [spec.position_map.name, spec.position_map.key_values]
             if spec.position_map.share < 1.0:  # the pairs it moves were chosen on the model, from this text
                 key["pairs"] = CALIBRATION
-            if hasattr(self.backend, "map_key"):  # llama.cpp: its build's Self-Extend (seq_div right or not)
-                key["map_runtime"] = self.backend.map_key()
+            if (runtime := self.backend.map_key()) is not None:  # llama.cpp: its build's Self-Extend (seq_div right or not)
+                key["map_runtime"] = runtime
         return key
 
     def evaluate(self, spec: Spec, length: int, on_window: Callable[[int], None] | None = None,
-                 metric: Metric | str = PPL, samples: int | None = None, span: int | None = None) -> EvalResult:
+                 metric: Metric = PPL, samples: int | None = None, span: int | None = None) -> EvalResult:
         """Result for one (spec, length, metric) on the first `samples` windows (default: this evaluator's), each
         cached or computed and cached when done; under torchrun cached only if every rank finds it (ranks may not
         share a disk). `span`: the windows are the prefixes of those at `span` (`Inputs.spanning`)."""
-        m = metric_record(metric)
+        m = metric
         m.check(self, length)  # cheap, and a key-ppl result without a rule would be no result
         check_window(spec.position_map, length)
         inputs = self.inputs.resized(samples).spanning(span)
@@ -120,14 +117,14 @@ class Evaluator:
             on_window(len(keys) - len(todo))
         seconds = 0.0
         if todo:
-            unit = m.unit_metric
-            computed = self._compute(spec, geom, sched, unit, inputs.unit_inputs(unit, length), todo, keys, on_window)
+            unit = m.unit_record
+            computed = self._compute(spec, geom, sched, unit, inputs.unit_inputs(unit.name, length), todo, keys, on_window)
             values.update(computed)
             seconds = sum(t for _, t in computed.values())
         return self._summarize(spec, length, m, inputs, geom, sched, values, seconds, cached=not todo)
 
     def evaluate_lengths(self, spec: Spec, lengths: list[int], on_window: Callable[[int], None] | None = None,
-                         metric: Metric | str = PPL, samples: int | None = None, span: int | None = None) -> list[EvalResult]:
+                         metric: Metric = PPL, samples: int | None = None, span: int | None = None) -> list[EvalResult]:
         """One spec at every length, in order. Several ppl lengths score the same text: the windows at a
         length below the longest are the first tokens of the longest ones; where the spec runs the same
         schedule at both (a static schedule at one k; not dynamic NTK, not k = n / L), one forward pass of
@@ -135,7 +132,6 @@ class Evaluator:
         the n-token window), and each length's result is cached as if it had run alone."""
         for n in lengths:  # a map's window at or past a length: one line, whichever path scores it
             check_window(spec.position_map, n)
-        metric = metric_record(metric)  # resolved once: the record goes down
         if not metric.prefixes or (len(set(lengths)) < 2 and not span):
             return [self.evaluate(spec, n, on_window, metric, samples) for n in lengths]
         T = max([*lengths, span or 0])  # the windows: the first tokens of those at T
@@ -163,8 +159,8 @@ class Evaluator:
         seconds = 0.0
         if todo:
             keys = [[found[n][2][i] for n in lengths] for i in range(windows)]  # per window: its key at each length
-            unit = metric.unit_metric  # ppl's windows (key-ppl reads them too)
-            computed = self._compute(spec, found[top][0], found[top][1], unit, inputs.unit_inputs(unit, top), todo, keys,
+            unit = metric.unit_record  # ppl's windows (key-ppl reads them too)
+            computed = self._compute(spec, found[top][0], found[top][1], unit, inputs.unit_inputs(unit.name, top), todo, keys,
                                      (lambda k: on_window(k * len(lengths))) if on_window else None, prefixes=lengths)
             for i, (per_length, secs) in computed.items():
                 for n, value in zip(lengths, per_length):
@@ -177,7 +173,7 @@ class Evaluator:
         """(geometry, schedule, each unit's cache key, {unit: (value, seconds)} of the units found cached)."""
         metric = m.unit_metric
         geom, sched = self.schedule_for(spec, length)
-        base = self.unit_key(spec, length, geom, sched, metric)
+        base = self.unit_key(spec, length, geom, sched, m.unit_record)
         keys = [{**base, "unit": fp} for fp in inputs.unit_fingerprints(metric, length)]
         values: dict[int, tuple] = {}
         for i, key in enumerate(keys):
@@ -185,7 +181,7 @@ class Evaluator:
             if got is not None:
                 values[i] = tuple(got["value"]), got["seconds"]
         missing = [i for i in range(len(keys)) if i not in values]  # the formats the cache still reads
-        values.update(rekeyed(self.cache, keys, missing, getattr(self.backend, "earlier_fingerprints", ()),
+        values.update(rekeyed(self.cache, keys, missing, self.backend.earlier_fingerprints,
                               self.dist.is_main))
         values.update(respelled(self.cache, keys, [i for i in missing if i not in values], self.dist.is_main))
         if not values and m.units != "task" and not spec.position_map:  # format 1 knew no maps: its keys name none
@@ -208,12 +204,13 @@ class Evaluator:
         return key_fields(window_key_sums(per_unit, masks, self.score_last),
                           describe_rule(self.key_rule.name, self.key_rule.params()), inputs.windows(length).names)
 
-    def _compute(self, spec: Spec, geom: Geometry, sched: Schedule, metric: str, units: list[tuple], todo: list[int],
+    def _compute(self, spec: Spec, geom: Geometry, sched: Schedule, m: Metric, units: list[tuple], todo: list[int],
                  keys: list, on_window, prefixes: list[int] | None = None) -> dict[int, tuple]:
         """The units `todo` through the model, split across ranks: {unit: (values, seconds)}. Rank 0 stores
         each of its own the moment it is done, and the other ranks' when they are gathered. With `prefixes`
-        (ppl), a unit's values are one per prefix length and its key a list of the keys at those lengths."""
-        be, m = self.backend, metric_record(metric)
+        (ppl), a unit's values are one per prefix length and its key a list of the keys at those lengths. `m`: the
+        record of the metric the units are computed under (`Metric.unit_record`)."""
+        be = self.backend
         local: list[tuple] = []  # (unit index, values, seconds) computed here
         keep = self.keep_tokens or self.key_rule is not None
 
@@ -222,7 +219,7 @@ class Evaluator:
                 return [plain(v) for v in be.window_nll(unit[0], self.chunk_tokens, self.score_last, prefixes, keep)]
             return plain(m.score(self, spec, sched, unit))
 
-        mapped = {"position_map": spec.position_map} if spec.position_map else {}  # backends without maps never see one
+        mapped = {"position_map": spec.position_map, "calibration": self.calibration} if spec.position_map else {}
         with be.scaled(sched, spec.log_n, **mapped) if m.scales else nullcontext():
             for position, j in enumerate(self.dist.mine(len(todo))):
                 i = todo[j]

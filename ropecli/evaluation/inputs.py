@@ -77,9 +77,9 @@ class Inputs:
         """The index of this sample's first prompt per depth in the seeded sequence of prompts."""
         return self.first_window if self.first_prompt is None else self.first_prompt
 
-    def count(self, metric: "Metric | str" = PPL) -> int:
+    def count(self, metric: Metric = PPL) -> int:
         """How many of its units an evaluation of `metric` takes: windows per length, or prompts per depth."""
-        return self.samples if _kind(metric) == "windows" else self.per_depth
+        return self.samples if metric.units == "windows" else self.per_depth
 
     def _part(self, length: int) -> tuple[int | None, int]:
         """(which half of the documents, first window) of this sample at `length`."""
@@ -189,9 +189,9 @@ class Inputs:
                                                      self.per_depth, self.seed, first_sample=self.prompt_start)
         return self._tasks[(task, length)]
 
-    def units(self, metric: "Metric | str" = PPL) -> int:
+    def units(self, metric: Metric = PPL) -> int:
         """Units of one evaluation: windows (ppl, kl), prompts (passkey, a task: per_depth per depth)."""
-        return self.samples if _kind(metric) == "windows" else self.per_depth * len(self.depths)
+        return self.samples if metric.units == "windows" else self.per_depth * len(self.depths)
 
     def unit_inputs(self, metric: str, length: int) -> list[tuple]:
         """(token ids, answer start) of each unit: windows (answer start None), passkey prompts, or a task's
@@ -239,6 +239,7 @@ class Inputs:
         return h.hexdigest()[:16]
 
 
-def _kind(metric: "Metric | str") -> str:
-    """What a metric's units are: windows, prompts (passkey) or task (`ropecli.evaluation.metrics`)."""
+def _kind(metric: str) -> str:
+    """What the units of the metric named `metric` (the name its units are cached under, a task's name) are: windows,
+    prompts (passkey) or task (`ropecli.evaluation.metrics`)."""
     return metric_record(metric).units

@@ -79,6 +79,16 @@ class Metric:
         """The metric its units are computed and cached under."""
         return self.cached_as or self.name
 
+    @property
+    def unit_record(self) -> "Metric":
+        """The record of the metric its units are computed and cached under (key-ppl: ppl's); itself by default."""
+        return REGISTRY[self.cached_as] if self.cached_as else self
+
+    @property
+    def prompted(self) -> bool:
+        """Whether it scores prompts (passkey, a task) rather than windows of the text."""
+        return self.units != "windows"
+
 
 def _ppl_score(ev, spec, sched, unit) -> tuple:
     return ev.backend.window_nll(unit[0], ev.chunk_tokens, ev.score_last, keep_tokens=ev.keep_tokens or ev.key_rule is not None)
@@ -131,29 +141,20 @@ def _kl_check(ev, length: int) -> None:
                            "measures a schedule's cost within it; pass --len at most Ls")
 
 
-def _result(name: str) -> Callable[[], type]:
-    """The result type `name`, imported when a result is built (the CLI starts without numpy)."""
-    def get() -> type:
-        if name == "TaskResult":
-            return task_results.TaskResult
-
-        return getattr(results, name)
-    return get
-
-
-PPL = Metric("ppl", "windows", _ppl_score, _ppl_summary, "PPL", "PPL", _result("PplResult"), "nll", fresh=_ppl_fresh,
+PPL = Metric("ppl", "windows", _ppl_score, _ppl_summary, "PPL", "PPL", lambda: results.PplResult, "nll", fresh=_ppl_fresh,
              key=lambda ev, rope: {"score_last": ev.score_last}, check=_ppl_check, prefixes=True, ranks=True,
              measure="log-PPL", field="ppl", beside="key-ppl")
-KEY_PPL = Metric("key-ppl", "windows", _ppl_score, _ppl_summary, "key PPL", "key PPL", _result("KeyPplResult"), "key_nll",
+KEY_PPL = Metric("key-ppl", "windows", _ppl_score, _ppl_summary, "key PPL", "key PPL", lambda: results.KeyPplResult, "key_nll",
                  cached_as="ppl", ranks=True, measure="log key-token PPL", fresh=_ppl_fresh, check=_key_ppl_check, prefixes=True,
                  field="key_ppl", verdict_beside="key_vs_best")
 PASSKEY = Metric("passkey", "prompts", lambda ev, spec, sched, unit: ev.backend.passkey_scores(*unit),
-                 _passkey_summary, "passkey answer NLL", "passkey", _result("PasskeyResult"), "answer_nll", unit_word="keys",
+                 _passkey_summary, "passkey answer NLL", "passkey", lambda: results.PasskeyResult, "answer_nll", unit_word="keys",
                  field="accuracy", note="passkey: accuracy over all depths; bold/≈ rank by the answer NLL (paired over the "
                  "same prompts).")
 KL = Metric("kl", "windows", lambda ev, spec, sched, unit: ev.backend.window_kl(
-                unit[0], sched, spec.log_n, ev.chunk_tokens, **({"position_map": spec.position_map} if spec.position_map else {})),
-            _kl_summary, "KL", "KL", _result("KlResult"), "kl_mean",
+                unit[0], sched, spec.log_n, ev.chunk_tokens,
+                **({"position_map": spec.position_map, "calibration": ev.calibration} if spec.position_map else {})),
+            _kl_summary, "KL", "KL", lambda: results.KlResult, "kl_mean",
             key=lambda ev, rope: {"reference": "native"} if rope.shipped is not None else {},  # vs as shipped
             check=_kl_check, scales=False, objective=False, at_train_len=True,
             companion=("top-1 @ L", lambda r: f"{r['top1_agreement']:.1f}%"))
@@ -161,7 +162,7 @@ KL = Metric("kl", "windows", lambda ev, spec, sched, unit: ev.backend.window_kl(
 
 @functools.lru_cache(maxsize=None)
 def _task(name: str) -> Metric:
-    return Metric(name, "task", _task_score, _task_summary, f"{name} answer NLL", name, _result("TaskResult"), "answer_nll",
+    return Metric(name, "task", _task_score, _task_summary, f"{name} answer NLL", name, lambda: task_results.TaskResult, "answer_nll",
                   unit_word="prompts", passes=_task_passes, fresh=lambda ev, value: not ev.generate or value[4] is not None)
 
 
@@ -217,15 +218,14 @@ def is_task(name: str) -> bool:
 
 
 def prompted(name: str) -> bool:
-    """Whether the metric scores prompts (passkey, a task) rather than windows of the text."""
-    return metric_record(name).units != "windows"
+    """Whether the metric `name` scores prompts (passkey, a task) rather than windows of the text (a record:
+    `Metric.prompted`)."""
+    return metric_record(name).prompted
 
 
-def metric_record(name: "str | Metric") -> Metric:
-    """The record of `name` (a record is itself: the layers below the commands pass records), or one line naming the
-    choices."""
-    if isinstance(name, Metric):
-        return name
+def metric_record(name: str) -> Metric:
+    """The record of `name`, or one line naming the choices: where a name is read (a command's option, a stored result's
+    `metric`); the layers below the commands pass records."""
     if name not in REGISTRY:
         raise RopeCliError(f"unknown metric '{name}'; choose from {', '.join(REGISTRY)}")
     return REGISTRY[name]

@@ -24,6 +24,8 @@ class EvalResult:
     metric: ClassVar[str]
     paired: ClassVar[str]  # the field of per-unit values that pair across schedules
     keys_beside: ClassVar[bool] = False  # carries key-token PPL beside its own value, ranked too (a ppl result)
+    documents: ClassVar[str | None] = None  # the field naming each unit's source document (windows); None: prompts
+    has_accuracy: ClassVar[bool] = False  # carries `accuracy` (passkey, a task): the share of units answered right
     method: str
     label: str
     params: dict  # the resolved parameters, explicit factor lists left out
@@ -50,7 +52,8 @@ class EvalResult:
     def clusters(self) -> list[str] | None:
         """The source document of each unit (windows of one document are not independent); None for
         passkey prompts (each has its own seeded key and filler offset)."""
-        return list(self.windows) if isinstance(getattr(self, "windows", None), list) else None
+        names = getattr(self, self.documents) if self.documents else None
+        return list(names) if isinstance(names, list) else None
 
     def to_json(self) -> dict[str, Any]:
         return {"metric": self.metric, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
@@ -71,6 +74,7 @@ class PplResult(EvalResult):
     metric: ClassVar[str] = "ppl"
     keys_beside: ClassVar[bool] = True
     paired: ClassVar[str] = "window_nll"
+    documents: ClassVar[str | None] = "windows"
     ppl: float
     nll: float  # mean NLL per scored token (nats) = log PPL
     tokens: int
@@ -147,6 +151,7 @@ class KeyPplResult(PplResult):
 class PasskeyResult(EvalResult):
     metric: ClassVar[str] = "passkey"
     paired: ClassVar[str] = "prompt_answer_nll"
+    has_accuracy: ClassVar[bool] = True
     accuracy: float
     answer_nll: float | None
     samples: int
@@ -164,6 +169,7 @@ class PasskeyResult(EvalResult):
 class KlResult(EvalResult):
     metric: ClassVar[str] = "kl"
     paired: ClassVar[str] = "window_kl"
+    documents: ClassVar[str | None] = "windows"
     kl_mean: float
     kl_p99: float
     kl_max: float

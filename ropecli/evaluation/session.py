@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Iterator
 from ropecli.evaluation.cache import FORMAT
-from ropecli.evaluation.metrics import PPL, Metric, metric_record
+from ropecli.evaluation.metrics import PPL, Metric
 
 if TYPE_CHECKING:
+    from ropecli.evaluation.evaluator import Evaluator
+    from ropecli.models.backend import ModelBackend
     from ropecli.rope.spec import Spec
 
 
@@ -39,8 +41,8 @@ _OPENED: list["Session"] = []  # every session of this process, for the closing 
 
 @dataclass
 class Session:
-    model: Any  # a ropecli.models.backend.ModelBackend
-    ev: Any  # ropecli.evaluation.evaluator.Evaluator
+    model: ModelBackend
+    ev: Evaluator
     progress: Progress = field(default_factory=Progress)  # shared by a command's sessions: one bar over everything
     memory: dict | None = None  # weights and KV cache at the longest length, read before loading (`ropecli.models.memory`)
 
@@ -66,21 +68,20 @@ class Session:
         """The same model on the windows after this session's (default: as many as it has)."""
         return Session(self.model, self.ev.held_out(samples or self.inputs.samples), self.progress, self.memory)
 
-    def check(self, metric: Metric | str, length: int, samples: int | None = None) -> None:
+    def check(self, metric: Metric, length: int, samples: int | None = None) -> None:
         """Fail in one line when the text cannot give `samples` windows (prompts) at `length`, before any forward pass."""
         self.ev.check_inputs(metric, length, samples)
 
-    def run(self, specs: list[Spec], lengths: list[int], metric: Metric | str = PPL, samples: int | None = None,
+    def run(self, specs: list[Spec], lengths: list[int], metric: Metric = PPL, samples: int | None = None,
             span: int | None = None) -> list:
         """Every (spec, length) of one metric (ppl, passkey, kl), spec-major, as EvalResults on the first
         `samples` windows (prompts per depth; default: the session's); cached ones are instant. Several
         ppl lengths score the first tokens of the longest windows, a static schedule all of them in one
         forward pass per window (`Evaluator.evaluate_lengths`); `span`: the windows are the prefixes of those
         at `span` tokens (a longer length scored elsewhere), whatever the lengths asked here."""
-        metric = metric_record(metric)
         for n in lengths:  # fail on too little text before any forward pass
             self.check(metric, n, samples)
-        units = self.inputs.resized(samples).units(metric.name)
+        units = self.inputs.resized(samples).units(metric)
         results, bar = [], self.progress
         with bar.task(len(specs) * len(lengths) * units, "evaluating"):
             for spec in specs:
@@ -139,5 +140,5 @@ def closing_notes() -> list[str]:
     if stale:
         notes.append(f"note: {stale} cached result(s) were of another ropecli cache format and were recomputed (format {FORMAT} now)")
     backends = {id(s.ev.backend): s.ev.backend for s in sessions}.values()
-    notes += [n for be in backends for n in (be.notes() if hasattr(be, "notes") else [])]  # llama.cpp: its Self-Extend
+    notes += [n for be in backends for n in be.notes()]  # llama.cpp: its Self-Extend
     return notes

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 @dataclass(kw_only=True)
 class TaskResult(EvalResult):
     paired: ClassVar[str] = "prompt_answer_nll"
+    has_accuracy: ClassVar[bool] = True
     task: str
     samples: int
     answer_nll: float | None  # mean over prompts (None: some prompt diverged)

@@ -45,7 +45,7 @@ def run_advise(session: Bench, plan: AdvisePlan, target: Target, out_dir: Path, 
     (written on the main rank)."""
     rope = session.rope
     names = list(plan.candidates or ()) or default_candidates(
-        rope.shipped is not None, maps_apply(getattr(session, "model", None), rope, target.longest))
+        rope.shipped is not None, maps_apply(session.model, rope, target.longest))
     if rope.shipped is None and any(n in SHIPPED_ONLY for n in names):
         raise RopeCliError(f"--candidates {','.join(n for n in names if n in SHIPPED_ONLY)}: {rope.name} ships plain RoPE, "
                            "so native is none and native+METHOD is METHOD; leave those candidates out")
@@ -59,14 +59,14 @@ def run_advise(session: Bench, plan: AdvisePlan, target: Target, out_dir: Path, 
         try:
             held.check(plan.task_guard, rope.shipped_len)
         except RopeCliError as exc:
-            raise RopeCliError(f"--task-guard {plan.task_guard} compares with the model as shipped at its shipped length "
+            raise RopeCliError(f"--task-guard {plan.task_guard.name} compares with the model as shipped at its shipped length "
                                f"Ls = {rope.shipped_len}, and there: {str(exc).split('; pass')[0]}; pick a task with shorter prompts "
                                "(niah-single-noise, niah-multikey-needle) or leave --task-guard out") from None
         held.check(plan.task_guard, longest)
     racing = None if not plan.race else racing_plan(held, target, plan.max_windows, notes, plan.delta)
     serving = None
     if plan.workload:
-        serving = (parse_workload(plan.workload, longest), plan.runtime or list(SERVED_BY_DEFAULT), rope)
+        serving = (parse_workload(plan.workload, longest), plan.runtime or list(SERVED_BY_DEFAULT), rope, held.ev)
     with session.progress.task(bar_total(plan, names, lengths, session, held, racing, passkey), "advise"):
         result, standings = tournament(
             session.run, held.run, target, plan, names=names, passkey=passkey, note=notes.append,

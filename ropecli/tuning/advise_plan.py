@@ -24,6 +24,6 @@ class AdvisePlan:
     delta: float | None = None  # racing's indifference zone (ropecli.tuning.racing); None: the margin, 0: off
     max_windows: int | None = None
     metric: Metric = PPL  # what the searches minimize and the rule ranks by (ppl or key-ppl), the record
-    task_guard: str | None = None  # a RULER task: out if shown worse at the target than as shipped within Ls
+    task_guard: Metric | None = None  # a RULER task's record: out if shown worse at the target than as shipped within Ls
     workload: str | None = None  # --workload: also every candidate served per runtime over these request lengths
     runtime: list[str] | None = None  # the runtimes of --workload (None: all three)

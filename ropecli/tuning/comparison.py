@@ -12,21 +12,21 @@ from ropecli.rope.spec import reference_spec
 from ropecli.rope.target import Target
 from ropecli.tuning.objective import Bench, window_docs, window_values, window_weights
 from ropecli.evaluation.agreement import rank_agreement
-from ropecli.evaluation.metrics import KEY_PPL, PASSKEY, PPL, REGISTRY, Metric, is_task, metric_record, prompted
+from ropecli.evaluation.metrics import KEY_PPL, PASSKEY, PPL, REGISTRY, Metric, is_task
 from ropecli.evaluation.inference import MARGIN
 from ropecli.evaluation.stats import attach_paired
 from ropecli.tuning.racing import race
 from ropecli.tuning.serving import serve_workload
 
 
-def compare_schedules(session: Bench, specs: list, target: Target, metrics: list[Metric | str], *, race: bool = False,
+def compare_schedules(session: Bench, specs: list, target: Target, metrics: list[Metric], *, race: bool = False,
                       max_windows: int | None = None, margin: float | None = None, serving: tuple | None = None) -> dict:
     """Every spec x length on each metric (kl: at L, the schedules built for the target's k). With `race`, each
     metric is raced over all lengths from --samples windows. `serving` = (workload, runtimes): also each spec served
     by each runtime over the workload (`ropecli.tuning.serving`), its schedules exported for the target's k. Every
     metric is checked at every length first (enough text; a task's smallest prompt fits), before any forward pass."""
     L, lengths = session.rope.train_len, list(target.lengths)
-    chosen = {metric_record(m).name: metric_record(m) for m in metrics}  # resolved once: records below
+    chosen = {m.name: m for m in metrics}  # each once, in the order asked
     metrics = [m for name, m in chosen.items()]
     at_L = [m for m in metrics if m.at_train_len]  # kl: the schedules built for the target's k, run at L
     kl_k = target.k if at_L else None
@@ -40,7 +40,8 @@ def compare_schedules(session: Bench, specs: list, target: Target, metrics: list
                            "by llama.cpp's flags alone (`ropecli export --map`): leave --map out of a --workload comparison")
     if serving is not None:  # first: its prefix passes at the target's k leave the table's windows at k cached
 
-        served = {**serve_workload(session.run, specs, serving[0], serving[1], session.rope, target.k, margin),
+        served = {**serve_workload(session.run, specs, serving[0], serving[1], session.rope, target.k, margin,
+                                   decoder=session.ev),
                   "factor": target.k}
     results, races = [], {}
     for m in [REGISTRY[name] for name in REGISTRY if name in chosen]:  # the registry's order: ppl, …, the tasks
@@ -61,16 +62,16 @@ def compare_schedules(session: Bench, specs: list, target: Target, metrics: list
 def race_on(session: Bench, specs, lengths, metric: Metric, max_windows: int | None, margin: float | None = None):
     """One metric's race over every length, from --samples windows up to `max_windows` (default 4x),
     under one progress bar whose total grows with each round: (results, the race's record)."""
-    start = session.inputs.count(metric.name)  # windows, or prompts per depth
+    start = session.inputs.count(metric)  # windows, or prompts per depth
     most = max_windows or 4 * start
     for n in lengths:  # windows the text must hold; prompts are made, checked for their length only
-        if not prompted(metric.name):
+        if not metric.prompted:
             session.inputs.check_available(n, most)
         else:
             session.check(metric, n, most)
 
     def on_round(r, n, alive):
-        session.progress.grow(len(alive) * len(lengths) * session.inputs.resized(n).units(metric.name))
+        session.progress.grow(len(alive) * len(lengths) * session.inputs.resized(n).units(metric))
 
     with session.progress.task(0, f"race ({metric.name})"):
         return race_specs(session.run, specs, lengths, metric, start=start, max_windows=most, on_round=on_round,
@@ -116,7 +117,7 @@ def effective_against_shipped(session: Bench, results: list[dict]) -> dict | Non
     return effective_lengths([r for r in results if r["metric"] == PASSKEY.name], reference)
 
 
-def race_specs(run, specs: list, lengths: list[int], metric: Metric | str, *, start: int, max_windows: int,
+def race_specs(run, specs: list, lengths: list[int], metric: Metric, *, start: int, max_windows: int,
                margin: float = MARGIN, on_round: Callable[[int, int, list[str]], None] = lambda r, n, alive: None
                ) -> tuple[list, dict]:
     """`ropecli compare --race`: race schedules on one metric (ppl, passkey answer NLL or KL), the
@@ -131,8 +132,7 @@ def race_specs(run, specs: list, lengths: list[int], metric: Metric | str, *, st
         rows = latest[label]
         return window_values(rows), window_docs(rows), window_weights(rows)  # what a Scorer pairs candidates on
 
-    m = metric_record(metric)
-    unit = "windows" if m.units == "windows" else f"{m.unit_word} per depth"
+    unit = "windows" if metric.units == "windows" else f"{metric.unit_word} per depth"
     record = race(score, list(by_label), start=start, max_windows=max_windows, margin=margin, on_round=on_round,
                   unit=unit)
     return [r for s in specs for r in latest[s.label]], record

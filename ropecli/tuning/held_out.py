@@ -73,7 +73,7 @@ class Measure:
         kl = self.run([spec.but(factor=self.k)], [self.L], KL, n)[0]
         return [kl.values], [kl.clusters] if kl.clusters is not None else None
 
-    def task(self, spec: Spec, length: int, task: str):
+    def task(self, spec: Spec, length: int, task: Metric):
         """A RULER task's result (`ropecli.evaluation.task_results.TaskResult`) at `length`, on every prompt."""
         self.expect(1, task, None)
         return self.run([spec], [length], task)[0]

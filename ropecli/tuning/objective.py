@@ -28,7 +28,7 @@ class Evaluate(Protocol):
     one seeded sample, so results on n and on m > n windows agree on the first n. The CLI passes
     `Session.run` (evaluator, cache, progress bar); tests pass injected objectives."""
 
-    def __call__(self, specs: list[Spec], lengths: list[int], metric: Metric | str = PPL,
+    def __call__(self, specs: list[Spec], lengths: list[int], metric: Metric = PPL,
                  samples: int | None = None, span: int | None = None) -> list[EvalResult]: ...
 
 
@@ -36,15 +36,17 @@ class Bench(Protocol):
     """A model with its windows, as the tuning layer's orchestrations (advise, compare's race) take it:
     `ropecli.evaluation.session.Session`. `run` is the Evaluate; `check` fails in one line on too little
     text before any forward pass; `held_out` is the same model on the following windows (documents)."""
+    model: Any  # ropecli.models.backend.ModelBackend: what advise asks which maps it runs
+    ev: Any  # ropecli.evaluation.evaluator.Evaluator: what decodes across the switch (`tuning.serving`)
     rope: Any  # ropecli.models.model_rope.ModelRope
     inputs: Any  # ropecli.evaluation.inputs.Inputs
     progress: Any  # ropecli.evaluation.session.Progress
     is_main: bool
 
-    def run(self, specs: list[Spec], lengths: list[int], metric: Metric | str = PPL,
+    def run(self, specs: list[Spec], lengths: list[int], metric: Metric = PPL,
             samples: int | None = None, span: int | None = None) -> list[EvalResult]: ...
 
-    def check(self, metric: Metric | str, length: int, samples: int | None = None) -> None: ...
+    def check(self, metric: Metric, length: int, samples: int | None = None) -> None: ...
 
     def held_out(self, samples: int | None) -> "Bench": ...
 
@@ -58,17 +60,16 @@ class Scorer:
     with other candidates, and the short-context guards at L (PPL rise over none, KL against none),
     both with the target's k."""
 
-    def __init__(self, run: Evaluate, train_len: int, lengths: list[int], objective: Metric | str, guard_k: float,
+    def __init__(self, run: Evaluate, train_len: int, lengths: list[int], objective: Metric, guard_k: float,
                  max_short_regression: float | None = None, max_short_kl: float | None = None,
                  reference: Spec | None = None):
         """`train_len`: the length the guards measure at (Ls, the shipped length); `reference`: what the PPL
         rise is over (`reference_spec`: native for a model that ships a schedule, else none)."""
         self.run, self.train_len, self.lengths = run, train_len, lengths
 
-        name = getattr(objective, "name", objective)
-        if name not in objective_names():
-            raise RopeCliError(f"--objective {name}: choose from {', '.join(objective_names())}")
-        self.record = self.objective = metric_record(objective)
+        if objective.name not in objective_names():
+            raise RopeCliError(f"--objective {objective.name}: choose from {', '.join(objective_names())}")
+        self.record = self.objective = objective
         self.guard_k, self.max_rise, self.max_kl = guard_k, max_short_regression, max_short_kl
         self.guard = None
         if max_short_regression is not None or max_short_kl is not None:
@@ -97,7 +98,7 @@ class Scorer:
                 entry["also"] = other_metric(rows, self.objective)
         else:  # the estimand's field per length (passkey and tasks: the answer NLL), and accuracy where there is one
             entry[self.record.estimand] = {str(r.len): getattr(r, self.record.estimand) for r in rows}
-            if all(hasattr(r, "accuracy") for r in rows):
+            if all(r.has_accuracy for r in rows):
                 entry["accuracy"] = {str(r.len): r.accuracy for r in rows}
         if not guards:
             return entry
@@ -126,11 +127,11 @@ def other_metric(rows: list[EvalResult], objective: Metric) -> dict:
             "docs": [r.key_clusters() for r in rows], "weights": [r.key_weights() for r in rows]}
 
 
-def mean_objective(rows: list[EvalResult], metric: Metric | str | None = None) -> float:
+def mean_objective(rows: list[EvalResult], metric: Metric | None = None) -> float:
     """The estimand (`ropecli.evaluation.estimand`) over lengths: log-PPL (= NLL per token), log key-token PPL
-    (`metric` "key-ppl" reads a ppl result's keys), or the answer NLL of passkey or a task: the field its
-    metric's record names (`ropecli.evaluation.metrics`)."""
-    fields = [metric_record(metric or r.metric).estimand for r in rows]
+    (`metric` KEY_PPL reads a ppl result's keys), or the answer NLL of passkey or a task: the field its
+    metric's record names (`ropecli.evaluation.metrics`; default: each row's own metric)."""
+    fields = [(metric or metric_record(r.metric)).estimand for r in rows]
     if KEY_PPL.estimand in fields:  # a length without key predictions (no far repeat within it) is left out
         rows = [r for r in rows if r.key_tokens != 0] or rows
         fields = [KEY_PPL.estimand] * len(rows)

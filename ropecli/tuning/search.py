@@ -36,7 +36,7 @@ from ropecli.tuning.late_precision import first_windows, promote
 from ropecli.tuning.racing import worse_test
 from ropecli.tuning.search_verdicts import held_out_verdict, reference_rows, references_verdict
 from ropecli.tuning.space import Dim, Effort, SearchSpace, start_point
-from ropecli.evaluation.metrics import PPL, Metric, metric_record
+from ropecli.evaluation.metrics import PPL, Metric
 
 SCREEN_ALPHA = 0.05  # one interim look per point, against the one incumbent
 
@@ -153,7 +153,7 @@ def compare_with_best(evaluations: list[dict], best: dict, dims: list[Dim], brac
             "bracket": [d.value(u) for u in bracket] if bracket else None, "equivalent": [tied[0], tied[-1]]}
 
 
-def scorer(run: Evaluate, target: Target, objective: Metric | str = PPL, max_short_regression: float | None = None,
+def scorer(run: Evaluate, target: Target, objective: Metric = PPL, max_short_regression: float | None = None,
            max_short_kl: float | None = None) -> Scorer:
     """The Scorer of a search on `target`: its objective over the target's lengths, the guards at the shipped length
     (the target's k) against the model as shipped."""
@@ -164,7 +164,7 @@ def scorer(run: Evaluate, target: Target, objective: Metric | str = PPL, max_sho
 
 def search_b(run: Evaluate, target: Target, *, lo: float = 0.0, hi: float = 1.0, tol: float = 0.01,
              log_n: bool = False, max_short_regression: float | None = None,
-             max_short_kl: float | None = None, objective: Metric | str = PPL, windows: int | None = None,
+             max_short_kl: float | None = None, objective: Metric = PPL, windows: int | None = None,
              screen: bool = False, expect: Callable[..., None] = lambda count, metric=PPL, samples=None: None) -> dict:
     """`search --method mixed --vary b=LO:HI` with golden-section to accuracy `tol`, then the standard
     methods on the same windows and the verdict. Returns every number the CLI prints. `windows`,
@@ -172,7 +172,6 @@ def search_b(run: Evaluate, target: Target, *, lo: float = 0.0, hi: float = 1.0,
     check_range(lo, hi, tol)
     evals = interior_evaluations(lo, hi, tol) + 2  # both ends, then the interior points
     geom, lengths, factor = target.geom, list(target.lengths), target.factor
-    objective = metric_record(objective)
     score = scorer(run, target, objective, max_short_regression, max_short_kl)  # one Scorer: the references meet the same guards
     out = run_search(run, target, SearchSpace("mixed", (Dim("b", lo, hi),), log_n=log_n),
                      Effort(evals, "golden", tol / (hi - lo), windows, screen), score, expect=expect)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from ropecli.errors import RopeCliError
 from ropecli.rope.target import Target
 from ropecli.tuning.objective import Bench
-from ropecli.evaluation.metrics import PPL, Metric, metric_record, prompted
+from ropecli.evaluation.metrics import PPL, Metric
 from ropecli.export.hf import write_hf_block
 from ropecli.export.hf_folder import check_writable
 from ropecli.rope.methods import resolve_method
@@ -39,7 +39,7 @@ class SearchPlan:
     @property
     def prompted(self) -> bool:
         """The objective scores prompts (passkey or a RULER task): --depths places their needles."""
-        return prompted(self.objective)
+        return self.objective.prompted
 
     def check_paths(self) -> None:
         """--plot and --export-config must be writable: checked before the model loads."""
@@ -58,7 +58,7 @@ def preflight(session: Bench, plan: SearchPlan, target: Target, *sessions: Bench
     """Enough text at every length for the session and `sessions` (the held-out one), before any forward pass."""
     for n in target.lengths:
         for s in (session, *sessions):
-            s.check(metric_record(plan.objective).unit_metric, n)
+            s.check(plan.objective.unit_record, n)
 
 
 def search_b_on(session: Bench, plan: SearchPlan, target: Target, lo: float, hi: float, tol: float) -> dict:
@@ -76,7 +76,7 @@ def search_b_on(session: Bench, plan: SearchPlan, target: Target, lo: float, hi:
     out = {**session.header(), **out, "screened": plan.race, **session.tally()}
     title = f"search-b on {session.rope.name}: lengths {', '.join(map(str, lengths))}" + (" (log-n)" if plan.log_n else "")
     deliver(session, plan, out, ("mixed", {"b": out["best_b"]}), geom.factor,
-            lambda path: result_plots().plot_search(out["evaluations"], out["references"], out["best_b"], path, plan.objective, title))
+            lambda path: result_plots().plot_search(out["evaluations"], out["references"], out["best_b"], path, plan.objective.name, title))
     return out
 
 

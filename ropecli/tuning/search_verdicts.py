@@ -6,7 +6,7 @@ windows (`held_out_verdict`); a `--reference` as typed (`parse_reference`)."""
 from __future__ import annotations
 
 from ropecli.errors import RopeCliError
-from ropecli.evaluation.metrics import Metric, prompted
+from ropecli.evaluation.metrics import Metric
 from ropecli.evaluation.stats import tie_answer
 from ropecli.rope.geometry import Geometry
 from ropecli.maps.map_spelling import parse_map
@@ -73,7 +73,7 @@ def held_out_verdict(run: Evaluate, target: Target, objective: Metric, winner: S
         r["vs_winner"] = pair(r, win)
     best_std = min(rows[1:], key=lambda r: r["objective"])
     d = pair(win, best_std)
-    where = "held-out prompts" if prompted(objective) else "held-out windows"
+    where = "held-out prompts" if objective.prompted else "held-out windows"
     if d["diff"] is not None and d["diff"] < 0 and d["distinguishable"]:
         verdict = (f"{winner.label} beats the best standard method, {best_std['label']}, on {where}: "
                    f"{d['diff']:+.4f} nats ± {d['half_width']:.2g} (paired 95% interval)")

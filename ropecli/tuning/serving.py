@@ -28,9 +28,11 @@ def variants(runtime: str, spec: Spec) -> list[bool]:
 
 
 def serve_workload(run: Evaluate, specs: list[Spec], workload: Workload, runtimes: list[str], rope, factor: float,
-                   margin: float | None = None, names: list[str] | None = None) -> dict:
+                   margin: float | None = None, names: list[str] | None = None, decoder=None) -> dict:
     """{runtime: {rows, best}} plus the workload; every row: the candidate, its export variant, what the
-    runtime applies at each length, PPL there, the expected loss and its per-window values, vs_best."""
+    runtime applies at each length, PPL there, the expected loss and its per-window values, vs_best. `decoder`: the
+    evaluator (`ropecli.evaluation.evaluator.Evaluator`) `run` measures on, which also decodes each row across the
+    switch (`decode_across`); None (an injected objective): no decoding."""
     plans: dict[str, list] = {}  # runtime -> [(name, spec, consistent, {length: Served})], each distinct plan once
     for runtime in runtimes:
         seen = set()
@@ -63,8 +65,7 @@ def serve_workload(run: Evaluate, specs: list[Spec], workload: Workload, runtime
         best = next((rows[i] for i in measured if ranked[i]["best"]), None)
         out[runtime] = {"rows": rows, "best": best and {k: best[k] for k in ("name", "candidate", "variant", "consistent",
                                                                               "method", "composed", "params", "log_n")}}
-    ev = getattr(getattr(run, "__self__", None), "ev", None)  # a Session's evaluator; injected objectives have none
-    across = decode_across(ev, plans, out, rope, factor, workload.longest)
+    across = decode_across(decoder, plans, out, rope, factor, workload.longest)
     return {"workload": {"shares": {str(n): w for n, w in workload.shares.items()},
                          "token_shares": {str(n): w for n, w in workload.token_shares.items()}, "source": workload.source},
             "runtimes": out, **({"decode": across} if across else {})}

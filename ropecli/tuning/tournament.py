@@ -33,7 +33,7 @@ import math
 from typing import Callable
 
 from ropecli.evaluation.inference import MARGIN
-from ropecli.evaluation.metrics import PPL, Metric, metric_record
+from ropecli.evaluation.metrics import PPL, Metric
 from ropecli.rope.spec import Spec, make_spec, reference_spec
 from ropecli.tuning.advise_plan import AdvisePlan
 from ropecli.rope.target import Target
@@ -155,10 +155,11 @@ def tournament(run: Evaluate, held_run: Evaluate, target: Target, plan: AdvisePl
     admits. Returns every number for advice.json, and the standings (`tuning.standings`: the winner and the ranked,
     typed, each with the spec it was measured as). `expect(count, metric, samples)`:
     hears of evaluations the plan adds (a race's rounds) or drops (negative: a searched point stopped
-    early). `serving` = (workload, runtimes, the model's rope): every candidate also served by each
+    early). `serving` = (workload, runtimes, the model's rope, the held-out evaluator that decodes across the
+    switch, or None): every candidate also served by each
     runtime over the workload on the first round's held-out windows (`ropecli.tuning.serving`), before
     the race, whose first round then finds its windows at the target cached."""
-    budget, with_log_n, metric = plan.budget, plan.with_log_n, metric_record(plan.metric)  # the record, once
+    budget, with_log_n, metric = plan.budget, plan.with_log_n, plan.metric  # the record (the command resolved it)
     max_short_kl, max_short_regression, min_passkey = plan.max_short_kl, plan.max_short_regression, plan.min_passkey
     task_guard = plan.task_guard
     margin = MARGIN if plan.margin is None else plan.margin
@@ -177,9 +178,10 @@ def tournament(run: Evaluate, held_run: Evaluate, target: Target, plan: AdvisePl
                 reference_spec(geom))
     served = None
     if serving is not None:
-        workload, runtimes, rope = serving
+        workload, runtimes, rope, decoder = serving
         unmapped = {n: s for n, s in specs.items() if not s.position_map}  # a map is served by its runtime's flags alone
-        served = {**serve_workload(held_run, list(unmapped.values()), workload, runtimes, rope, k, margin, list(unmapped)),
+        served = {**serve_workload(held_run, list(unmapped.values()), workload, runtimes, rope, k, margin, list(unmapped),
+                                   decoder),
                   "factor": k}
     passkey_ok, none_acc = (passkey_baseline(m, racing) if passkey else (False, None))
     if passkey and not passkey_ok:
@@ -203,7 +205,7 @@ def tournament(run: Evaluate, held_run: Evaluate, target: Target, plan: AdvisePl
             rows[name].update(m.short(specs[name]))
         if task_guard and "task_guard" not in rows[name]:
             guard_ref[:] = guard_ref or [m.task(m.reference, L, task_guard)]
-            rows[name]["task_guard"] = guard_row(task_guard, m.task(specs[name], target.longest, task_guard), guard_ref[0],
+            rows[name]["task_guard"] = guard_row(task_guard.name, m.task(specs[name], target.longest, task_guard), guard_ref[0],
                                                  margin)
         if racing is None or min_passkey is not None:  # raced without --min-passkey: passkey is only reported
             with_passkey(name)
@@ -234,7 +236,7 @@ def tournament(run: Evaluate, held_run: Evaluate, target: Target, plan: AdvisePl
             "metric": metric.name, **({"serving": served} if served else {}), "passkey_measured": passkey_ok, "unscaled_passkey_at_L": none_acc,
             "searches": {n: s["search"] for n, s in searched.items()},
             "constraints": {"max_short_kl": max_short_kl, "max_short_regression": max_short_regression, "min_passkey": min_passkey,
-                            "task_guard": task_guard},
+                            "task_guard": task_guard and task_guard.name},
               "passkey_baseline_alpha": ALPHA if racing is not None and passkey else None}
     result["error_budget"] = error_budget(result)
     return result, Standings.of(result, specs)  # advice.json's numbers; the winner and the ranked, each with its spec

@@ -73,6 +73,7 @@ def ppl(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOptions,
               ropecli ppl --len 2048 --method yarn --task niah-single,vt
     """
     from ropecli.rope.target import check_lengths
+    from ropecli.evaluation.metrics import metric_record
     from ropecli.report.tables import ppl_table
     from ropecli.report.task_tables import task_table
 
@@ -88,7 +89,7 @@ def ppl(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOptions,
     session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts if tasks else None,
                            generate=generate)
     results = [r.to_json() for r in session.run(specs, lengths)]
-    done = [r.to_json() for t in tasks for r in session.run(specs, lengths, t)]
+    done = [r.to_json() for t in tasks for r in session.run(specs, lengths, metric_record(t))]
     plot_ppl(results + done, output.plot, session, tasks=tasks)
     if output.as_json:
         return emit_json({**session.header(), "results": results + done, **session.tally()})
@@ -113,6 +114,7 @@ def compare(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOpti
               ropecli compare --len 2048 --task niah-multikey,vt
               ropecli compare --model meta-llama/Llama-2-7b-hf --len 4096 --len 16384 --method none,pi,ntk-fixed,mixed --log-n --plot ppl.png
     """
+    from ropecli.evaluation.metrics import metric_record
     from ropecli.report.tables import compare_table
     from ropecli.tuning.comparison import compare_schedules
 
@@ -122,6 +124,6 @@ def compare(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOpti
     session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts if prompted else None,
                            generate=generate)
     target = evaluation.target(session.rope, lengths, default=False)
-    out = compare_schedules(session, specs, target, metrics, race=race, max_windows=max_windows, margin=margin, serving=serve)
+    out = compare_schedules(session, specs, target, [metric_record(m) for m in metrics], race=race, max_windows=max_windows, margin=margin, serving=serve)
     plot_ppl(out["results"], output.plot, session, out.get("serving"), tasks=tasks)
     return emit_json(out) if output.as_json else show(compare_table(out, [s.label for s in specs], list(target.lengths)))

@@ -25,6 +25,7 @@ def passkey(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOpti
               ropecli passkey --model meta-llama/Llama-2-7b-hf --len 4096 --len 16384 --method yarn,mixed --samples 20
     """
     from ropecli.rope.target import check_lengths, default_target
+    from ropecli.evaluation.metrics import PASSKEY
     from ropecli.evaluation.stats import attach_paired
     from ropecli.report.tables import passkey_table
 
@@ -34,7 +35,7 @@ def passkey(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOpti
     check_plot_path(output.plot)
     session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts)
     L, ins = session.rope.train_len, session.inputs
-    results = attach_paired(session.run(specs, check_lengths(evaluation.length or [L, default_target(L)]), "passkey"))
+    results = attach_paired(session.run(specs, check_lengths(evaluation.length or [L, default_target(L)]), PASSKEY))
     rows = [{"method": r["label"], "log_n": r["log_n"], "len": r["len"], "factor": r["factor"], **d}
             for r in results for d in r["by_depth"]]
     out = {**session.header(), "depths": list(ins.depths), "digits": ins.digits, "rows": rows, "results": results,
@@ -63,6 +64,7 @@ def kl(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, evalua
     """
     from ropecli.models.model_geometry import resolve_factor
     from ropecli.rope.target import check_lengths
+    from ropecli.evaluation.metrics import KL
     from ropecli.evaluation.stats import attach_paired
     from ropecli.report.tables import kl_table
 
@@ -74,7 +76,7 @@ def kl(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, evalua
     session = open_session(model, data, evaluation, quiet=output.as_json)
     L = session.rope.train_len
     k = resolve_factor(L, evaluation.k, target_len)
-    results = attach_paired(session.run([s.but(factor=k) for s in specs], check_lengths(evaluation.length or [L]), "kl"))
+    results = attach_paired(session.run([s.but(factor=k) for s in specs], check_lengths(evaluation.length or [L]), KL))
     if output.plot and session.is_main:
         from ropecli.report.result_plots import plot_kl
 
