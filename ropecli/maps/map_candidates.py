@@ -12,16 +12,14 @@ from ropecli.tuning.candidates import map_candidates
 
 
 def maps_apply(model, rope, longest: int) -> bool | tuple[str, ...]:
-    """Which map candidates the default tournament takes: none (False) short of a target past Ls, a backend that maps
-    and a model it can map (transformers: a layer that attends globally with RoPE, `maps.map_layers`; llama.cpp: one
-    RoPE on every layer, every dimension rotated);
-    else the backend's `maps`: True (transformers: every map) or the names it runs (llama.cpp: Self-Extend)."""
-    if longest <= rope.shipped_len:
+    """Which map candidates the default tournament takes: none (False) short of a target past Ls, or a model the
+    backend cannot map (its `map_refusal`: transformers, no layer that attends globally with RoPE, `maps.map_layers`;
+    llama.cpp, not one RoPE on every layer with every dimension rotated; a backend that maps nothing); else the
+    backend's `maps`: True (transformers: every map) or the names it runs (llama.cpp: Self-Extend). `model`: a
+    `ModelBackend` (None: a session that loaded none, no map)."""
+    if longest <= rope.shipped_len or model is None or model.map_refusal() is not None:
         return False
-    if (refusal := getattr(model, "map_refusal", None)) is not None:  # transformers: the layers the map would change
-        return model.maps if refusal() is None else False
-    ok = rope.partial_rotary_factor == 1 and not rope.layer_bases and rope.layers is None  # llama.cpp: every layer
-    return getattr(model, "maps", False) if ok else False
+    return model.maps
 
 
 def map_rule(candidate: str, Ls: int, T: int) -> BoundMap:
