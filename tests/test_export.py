@@ -118,6 +118,10 @@ def test_hf_block_without_a_model_goes_to_stdout():
     block = json.loads(r.stdout)["block"]
     assert block["max_position_embeddings"] == 32768 and len(block["rope_parameters"]["long_factor"]) == 64
     assert block["rope_parameters"]["long_factor"][-1] == pytest.approx(8.0)
+    # without --json or --out: the block alone on stdout (`> rope.json` is JSON), what it means on stderr
+    r = run("export", "--method", "mixed", "--b", "0.625", "--len", 32768, "--d", 128, "--train-len", 4096)
+    assert r.exit_code == 0 and json.loads(r.stdout) == block, r.stdout
+    assert "What each runtime does with it" in r.stderr
 
 
 # --- GGUF ------------------------------------------------------------------------------------

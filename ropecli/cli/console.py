@@ -37,3 +37,10 @@ def show(items: list, wrap: bool = True) -> None:
     out = console()
     for item in items:
         out.print(item, highlight=False, soft_wrap=not wrap)
+
+
+def show_err(items: list) -> None:
+    """`show` on stderr: what a command says beside the data it writes on stdout (export's block, for `> file`)."""
+    out = stderr_console()
+    for item in items:
+        out.print(item, highlight=False, soft_wrap=True)

@@ -51,7 +51,8 @@ class OutputFormat(str, Enum):
 
 ModelOpt = Annotated[Optional[str], typer.Option(
     "--model", rich_help_panel=MODEL,
-    help="HF hub id, local folder, or .gguf file. Evaluating commands load it (default: the built-in model); "
+    help="HF hub id, local folder, .gguf file, or builtin / builtin-llama3 (the models ropecli ships). Evaluating "
+         "commands load it (default: builtin); "
          "analysis commands read only its config (d, base, L).")]
 GgufOpt = Annotated[Optional[str], typer.Option("--gguf-file", rich_help_panel=MODEL, help="GGUF file name inside --model's folder or repo.")]
 RopeLayersOpt = Annotated[Optional[str], typer.Option(

@@ -63,8 +63,8 @@ def write(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, con
     from ropecli.export.writers import hf_result, write_block
 
     block, result = hf_result(spec, geom, rope, RECORD.name, model, consistent)
-    if out is None:
-        result["lines"].insert(0, json.dumps(block, indent=2))
+    if out is None:  # the block alone on stdout (`> rope.json` is JSON); the lines go to people, on stderr
+        result["stdout"] = json.dumps(block, indent=2)
         return result
     return write_block(result, block, out, model, gguf_file, force, folder=True)
 
