@@ -1,6 +1,6 @@
 """Which key-token rule should be ropecli's default? SmolLM2 has no long-context evaluator at 2L, so LongPPL's
 long-short rule cannot run on its 16k windows; within L it can, with the model itself as the evaluator.
-On the first L = 8192 tokens of the same 4 windows as docs/real-model.md (held-out plays, seed 0), this
+On the first L = 8192 tokens of the same 4 windows as docs/measurements/smollm2*.md (held-out plays, seed 0), this
 measures, for the predictions LongPPL can judge (those after the first 4,096 tokens):
 - how many each rule marks, and how many both mark;
 - the long-context gain (NLL with only the 4,096 tokens before a token's block of 1,024 minus the NLL with

