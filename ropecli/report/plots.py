@@ -130,7 +130,7 @@ def plot_overview(geom, schedules: Sequence, path: str) -> Path:
     """`ropecli plot`: wavelengths before/after (left) and Lambda_m (right) of the schedules, with the
     critical pair (the first that never completes a turn within L) marked on both; a third panel with the model's
     position temperature over positions up to the target, where it ships one (Llama 4, Mistral 4)."""
-    temperature = getattr(geom, "temperature", None)
+    temperature = geom.temperature
     fig, axes = plt.subplots(1, 3 if temperature is not None else 2, figsize=(19 if temperature is not None else 13, 5))
     left, right = axes[0], axes[1]
     if temperature is not None:
