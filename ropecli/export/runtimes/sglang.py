@@ -18,6 +18,7 @@ import shlex
 from ropecli.errors import RopeCliError
 from ropecli.export.check import Check
 from ropecli.export.runtimes.record import AT_START_UP, PER_FORWARD, Runtime, Version
+from ropecli.export.runtimes.transformers import transformers_applied
 
 RECORD = Runtime(
     name="sglang", label="SGLang", package="sglang",
@@ -163,7 +164,6 @@ def write(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, con
 def read_back(artefact, exp):
     """What SGLang applies at T from an override file: transformers' per-forward rule on the block."""
     from ropecli.export.readback import read_json
-    from ropecli.export.runtimes.transformers import transformers_applied
 
     block = read_json(artefact)
     head_dim = int(round(exp.rope.rotary_dim / exp.rope.partial_rotary_factor))

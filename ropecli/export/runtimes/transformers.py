@@ -18,6 +18,7 @@ from __future__ import annotations
 from ropecli.export.runtimes.record import EVERY_MAP, PER_FORWARD, Runtime, Version
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.corpus import training_plays
+from ropecli.models.model_geometry import config_geometry
 
 RECORD = Runtime(
     output="folder-or-json",
@@ -112,7 +113,6 @@ def transformers_applied(config: dict, at_len: int, scaled: tuple[str, ...], hea
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
     from ropecli.export.readback import CONSISTENT, Applied, layer_config, rope_blocks
-    from ropecli.models.model_geometry import config_geometry
 
     if "model_type" in config:  # special floats as transformers writes them ({"__float__": "Infinity"}: Falcon-H1) decoded
         cfg = AutoConfig.for_model(**PretrainedConfig._decode_special_floats(config))
