@@ -252,8 +252,7 @@ def test_the_folder_serves_dpes_key_pairs(tmp_path, row):
     backend = load_model(str(model_dir), dtype="fp32", device="cpu")
     with pytest.raises(RopeCliError, match="chosen on calibration text"):
         backend.pair_selection(bind("dpe", params))
-    backend.calibration = training_plays  # what the evaluation layer and the export hand down
-    selection = backend.pair_selection(bind("dpe", params))
+    selection = backend.pair_selection(bind("dpe", params), training_plays)  # as the evaluator and the export hand it in
     first = min(selection)  # Gemma 4: its first global layer
     assert {int(k) for k in pairs} == set(selection) and all(len(h) == selection[first].sum(1)[0] for h in pairs[str(first)])
     reference = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()

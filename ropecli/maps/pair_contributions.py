@@ -1,8 +1,8 @@
 """Each rotary pair's contribution to a model's attention scores, per layer and head (DPE's key-pair selection, issue
 61; the selection itself is `ropecli.maps.pair_selection`).
 
-The model reads the calibration text (ropecli's training plays, handed down by the evaluation layer as
-`backend.calibration`; never an evaluation's text: `maps.pair_selection`'s CALIBRATION) in windows of min(Ls, 4096) tokens, under the identity map, whose attention sees the queries and keys
+The model reads the calibration text (ropecli's training plays, handed in with the map by the evaluator and the export:
+`scaled(..., calibration=)`, `pair_selection(bound, calibration)`; never an evaluation's text: `maps.pair_selection`'s CALIBRATION) in windows of min(Ls, 4096) tokens, under the identity map, whose attention sees the queries and keys
 before rotation and otherwise runs the model as shipped (`maps.mapped_attention`). Per layer, head h and pair m:
 the mean over tokens of |q_{t,h,m}| |k_{t,h',m}| (h' the key head of h), as DPE's qk_2_norm_select_dim.py computes it.
 """

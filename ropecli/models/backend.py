@@ -127,7 +127,6 @@ class TransformersBackend(BackendDefaults):
     maps: bool = True  # runs every position map at the attention (`maps.mapped_attention`); llama.cpp: Self-Extend alone
     earlier_fingerprints: tuple[str, ...] = ()  # (with transformers' version in it, ropecli 0.x's): their windows are reused
     native_patched: bool = False  # the loaded rotary modules lack the shipped schedule (a GGUF's rope_freqs): write it
-    calibration: Calibration | None = None  # what `pair_selection` falls back to where none is handed in (export's)
 
     @property
     def name(self) -> str:
@@ -181,7 +180,6 @@ class TransformersBackend(BackendDefaults):
         text handed in: the evaluation layer's training plays); None where the map moves every pair."""
         if bound.share >= 1.0:
             return None
-        calibration = calibration or self.calibration
         if calibration is None:
             raise RopeCliError(f"{bound.name}: its key pairs are chosen on calibration text, and none was given "
                                "(calibration=ropecli.evaluation.corpus.training_plays)")

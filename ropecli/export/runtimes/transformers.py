@@ -180,8 +180,7 @@ def write_map(spec, geom, rope, out, *, model=None, gguf_file=None, force=False,
         from ropecli.models.load import load_model
 
         backend = load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu")
-        backend.calibration = training_plays
-        return backend.pair_selection(spec.position_map)
+        return backend.pair_selection(spec.position_map, training_plays)
 
     return write_map_folder(spec, out, folder, select, geom.target_len)
 
