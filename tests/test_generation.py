@@ -11,6 +11,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from ropecli.export.registry import record
 from ropecli.cli.app import app
 from ropecli.evaluation.cache import EvalCache
 from ropecli.evaluation.decode_across import DecodePlan
@@ -83,7 +84,7 @@ def test_ropecli_decodes_as_transformers_does(tmp_path, builtin, window, method,
     folder, _ = export(tmp_path, method, "--method", method, *flags)
     want, one, _ = transformers_decoding(folder, window)
     ev = Evaluator.over(builtin, samples=1, cache=EvalCache(enabled=False))
-    got = decode_damage(ev, "transformers", make_spec(method), 4.0, not flags, DecodePlan(PROMPT, TOTAL))
+    got = decode_damage(ev, record("transformers"), make_spec(method), 4.0, not flags, DecodePlan(PROMPT, TOTAL))
     assert got["decode_nll"] == pytest.approx(want, abs=1e-4) and got["one_pass_nll"] == pytest.approx(one, abs=1e-4)
 
 
@@ -94,9 +95,9 @@ def test_fixed_runtimes_decode_as_one_pass_and_switching_is_measured(builtin):
     plan = DecodePlan.across(256, 1024)
     assert (plan.prompt_len, plan.total_len) == (224, 320)
     for runtime in ("vllm", "llamacpp", "ollama"):
-        r = decode_damage(ev, runtime, make_spec("yarn"), 4.0, False, plan)
+        r = decode_damage(ev, record(runtime), make_spec("yarn"), 4.0, False, plan)
         assert r["one_schedule"] and abs(r["damage"]["diff"]) < 1e-5 and r["windows"] == 1
-    r = decode_damage(ev, "transformers", make_spec("yarn"), 4.0, False, plan)
+    r = decode_damage(ev, record("transformers"), make_spec("yarn"), 4.0, False, plan)
     assert not r["one_schedule"] and r["windows"] == 4 and r["damage"]["verdict"] == "worse"
     assert [s["how"] for s in r["segments"]] == ["longrope short_factor", "longrope long_factor"]
 

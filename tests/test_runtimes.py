@@ -102,7 +102,7 @@ def claims(path):
         from ropecli.models.config import read_rope_config
         from ropecli.rope.spec import make_spec
 
-        assert served("toy", make_spec("dynamic"), 512, read_rope_config("builtin"), 4.0).spec is None  # no dynamic
+        assert served(registry.record("toy"), make_spec("dynamic"), 512, read_rope_config("builtin"), 4.0).spec is None
     finally:
         registry.records.cache_clear()
         sys.modules.pop("ropecli.export.runtimes.toyrt", None)
@@ -226,7 +226,7 @@ def test_sglang_switches_longrope_per_forward_but_fixes_dynamic_ntk_at_start_up(
 
     rope, sglang = read_rope_config("builtin"), record("sglang")
     dyn = make_spec("dynamic")
-    assert repr(served(sglang, dyn, 300, rope, 4.0).spec) == repr(served("vllm", dyn, 300, rope, 4.0).spec)
+    assert repr(served(sglang, dyn, 300, rope, 4.0).spec) == repr(served(record("vllm"), dyn, 300, rope, 4.0).spec)
     assert len(decode_segments(sglang, dyn, rope, 4.0, True, 200, 320)) == 2  # prefill, then one fixed schedule
     yarn = make_spec("yarn")
     assert [s.how for _, s in decode_segments(sglang, yarn, rope, 4.0, False, 200, 320)] == [

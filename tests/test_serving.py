@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from ropecli.export.registry import record
 from ropecli.cli.app import app
 from ropecli.models.config import BUILTIN_DIR
 
@@ -113,7 +114,7 @@ def test_the_rule_is_what_verify_reads_back_from_each_export(builtin, tmp_path, 
         assert r.exit_code == 0, r.output
         block = json.loads(out.read_text())
         for n in (128, 512):
-            got = served("vllm" if to == "vllm" else "transformers", spec, n, builtin.rope, 2.0, consistent).spec
+            got = served(record("vllm" if to == "vllm" else "transformers"), spec, n, builtin.rope, 2.0, consistent).spec
             read = (vllm_applied(block, 512, 64) if to == "vllm" else transformers_applied(block, n, (), 64))[0]
             sched = got.schedule(geom, n)
             assert np.allclose(sched.factors, read.factors, rtol=1e-5), (to, consistent, n)
@@ -131,7 +132,7 @@ def test_the_llamacpp_rule_is_what_verify_reads_back_from_the_gguf(builtin, buil
                                 "--out", str(out)])
         assert r.exit_code == 0, r.output
         for n in (128, 512):
-            got = served("llamacpp", make_spec(method), n, builtin.rope, 2.0).spec.schedule(builtin.rope.geometry(2.0), n)
+            got = served(record("llamacpp"), make_spec(method), n, builtin.rope, 2.0).spec.schedule(builtin.rope.geometry(2.0), n)
             read = gguf_applied(out, n)[0]
             assert np.allclose(got.factors, read.factors, rtol=1e-6) and got.attention_factor == pytest.approx(read.attention_factor)
 

@@ -91,8 +91,11 @@ class ServingOptions:
     workload: WorkloadOpt = None
     runtime: ServeRuntimeOpt = None
 
-    def runtimes(self) -> list[str]:
-        return flat_choices(self.runtime, SERVED_BY_DEFAULT)
+    def runtimes(self) -> list:
+        """The runtimes of --runtime (default: transformers, vLLM, llama.cpp), each resolved once into its record."""
+        from ropecli.export.registry import record
+
+        return [record(name) for name in flat_choices(self.runtime, SERVED_BY_DEFAULT)]
 
     def plan(self, lengths: list[int] | None) -> tuple[tuple | None, list[int]]:
         """((workload, runtimes) or None, the target lengths: --len, or with --workload alone its longest request)."""

@@ -29,7 +29,7 @@ import numpy as np
 from ropecli.errors import RopeCliError
 from ropecli.models.model_rope import ModelRope
 from ropecli.rope.spec import Spec, make_spec
-from ropecli.export.registry import AT_START_UP, PER_FORWARD, Runtime, record, ROPE_FREQS
+from ropecli.export.registry import AT_START_UP, PER_FORWARD, Runtime, ROPE_FREQS
 from ropecli.evaluation.decode_across import measure_decode
 from ropecli.export.hf import rope_block
 from ropecli.export.p_rope import p_rope_refusal
@@ -48,17 +48,11 @@ class Served:
     how: str
 
 
-def as_record(runtime: Runtime | str) -> Runtime:
-    """The runtime's record: resolved once at the entries the tuning layer calls with a name (`served`,
-    `decode_damage`); everything below them takes the record."""
-    return runtime if isinstance(runtime, Runtime) else record(runtime)
-
-
-def served(runtime: Runtime | str, spec: Spec, length: int, rope: ModelRope, factor: float,
+def served(runtime: Runtime, spec: Spec, length: int, rope: ModelRope, factor: float,
            consistent: bool = False) -> Served:
-    """What `runtime` (its record, or a name or alias) applies at `length` tokens to `spec` exported at factor
+    """What `runtime` (its record) applies at `length` tokens to `spec` exported at factor
     k = `factor`, by the runtime's rule (`ropecli.export.runtimes.record.RULES`)."""
-    rec = as_record(runtime)
+    rec = runtime
     runtime = rec.name
     if spec.native:  # nothing exported: every runtime serves the model as shipped
         return Served(runtime, length, spec, "the model as shipped")
@@ -154,11 +148,11 @@ def as_spec(spec: Spec, factors: np.ndarray, attention: float, rope: ModelRope, 
                      factor=factor)
 
 
-def decode_damage(ev, runtime: Runtime | str, spec: Spec, factor: float, consistent: bool, plan, samples: int | None = None,
+def decode_damage(ev, runtime: Runtime, spec: Spec, factor: float, consistent: bool, plan, samples: int | None = None,
                   span: int | None = None) -> dict:
-    """Decode across L of `spec` exported at k = `factor` as `runtime` (its record, or a name or alias) generates
+    """Decode across L of `spec` exported at k = `factor` as `runtime` (its record) generates
     (`ropecli.evaluation.decode_across`)."""
-    rec, rope = as_record(runtime), ev.backend.rope
+    rec, rope = runtime, ev.backend.rope
     segments = decode_segments(rec, spec, rope, factor, consistent, plan.prompt_len, plan.total_len)
     whole = served(rec, spec, plan.total_len, rope, factor, consistent)
     result = measure_decode(ev, spec.label, segments, whole, plan, samples, span=span)

@@ -20,7 +20,7 @@ from ropecli.tuning.advise_exports import export_winner
 from ropecli.tuning.standings import Standings
 from ropecli.tuning.advise_plan import AdvisePlan
 from ropecli.tuning.objective import Bench
-from ropecli.export.registry import SERVED_BY_DEFAULT
+from ropecli.export.registry import SERVED_BY_DEFAULT, record
 from ropecli.files import atomic_write_text
 from ropecli.report.advice import write_report
 from ropecli.tuning.held_out import Racing
@@ -66,7 +66,7 @@ def run_advise(session: Bench, plan: AdvisePlan, target: Target, out_dir: Path, 
     racing = None if not plan.race else racing_plan(held, target, plan.max_windows, notes, plan.delta)
     serving = None
     if plan.workload:
-        serving = (parse_workload(plan.workload, longest), plan.runtime or list(SERVED_BY_DEFAULT), rope, held.ev)
+        serving = (parse_workload(plan.workload, longest), plan.runtime or [record(n) for n in SERVED_BY_DEFAULT], rope, held.ev)
     with session.progress.task(bar_total(plan, names, lengths, session, held, racing, passkey), "advise"):
         result, standings = tournament(
             session.run, held.run, target, plan, names=names, passkey=passkey, note=notes.append,

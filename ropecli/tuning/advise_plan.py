@@ -26,4 +26,4 @@ class AdvisePlan:
     metric: Metric = PPL  # what the searches minimize and the rule ranks by (ppl or key-ppl), the record
     task_guard: Metric | None = None  # a RULER task's record: out if shown worse at the target than as shipped within Ls
     workload: str | None = None  # --workload: also every candidate served per runtime over these request lengths
-    runtime: list[str] | None = None  # the runtimes of --workload (None: all three)
+    runtime: list | None = None  # the runtimes of --workload, their records (None: transformers, vLLM, llama.cpp)

@@ -13,27 +13,27 @@ from ropecli.tuning.workload import Workload
 from ropecli.evaluation.decode_across import DecodePlan
 from ropecli.evaluation.metrics import PPL
 from ropecli.evaluation.stats import paired_difference, rank_against_best
-from ropecli.export.registry import PER_FORWARD, record
+from ropecli.export.registry import PER_FORWARD, Runtime
 from ropecli.export.served import Served, decode_damage, is_dynamic, served
 
 VARIANTS = {True: "consistent (default)", False: "--switching"}
 
 
-def variants(runtime: str, spec: Spec) -> list[bool]:
+def variants(runtime: Runtime, spec: Spec) -> list[bool]:
     """The exports of a candidate worth serving in `runtime`: a runtime that picks short or long factors per
     forward pass (transformers, SGLang) serves the consistent export (the default) and the --switching one
     differently; the others apply one schedule to every request (both exports serve the same); dynamic NTK has one
     export."""
-    return [True, False] if record(runtime).rule == PER_FORWARD and not is_dynamic(spec) else [True]
+    return [True, False] if runtime.rule == PER_FORWARD and not is_dynamic(spec) else [True]
 
 
-def serve_workload(run: Evaluate, specs: list[Spec], workload: Workload, runtimes: list[str], rope, factor: float,
+def serve_workload(run: Evaluate, specs: list[Spec], workload: Workload, runtimes: list[Runtime], rope, factor: float,
                    margin: float | None = None, names: list[str] | None = None, decoder=None) -> dict:
     """{runtime: {rows, best}} plus the workload; every row: the candidate, its export variant, what the
     runtime applies at each length, PPL there, the expected loss and its per-window values, vs_best. `decoder`: the
     evaluator (`ropecli.evaluation.evaluator.Evaluator`) `run` measures on, which also decodes each row across the
     switch (`decode_across`); None (an injected objective): no decoding."""
-    plans: dict[str, list] = {}  # runtime -> [(name, spec, consistent, {length: Served})], each distinct plan once
+    plans: dict[Runtime, list] = {}  # runtime -> [(name, spec, consistent, {length: Served})], each distinct plan once
     for runtime in runtimes:
         seen = set()
         for name, spec in zip(names or [s.label for s in specs], specs):
@@ -63,7 +63,7 @@ def serve_workload(run: Evaluate, specs: list[Spec], workload: Workload, runtime
         for i in measured:
             rows[i]["vs_best"] = ranked[i]
         best = next((rows[i] for i in measured if ranked[i]["best"]), None)
-        out[runtime] = {"rows": rows, "best": best and {k: best[k] for k in ("name", "candidate", "variant", "consistent",
+        out[runtime.name] = {"rows": rows, "best": best and {k: best[k] for k in ("name", "candidate", "variant", "consistent",
                                                                               "method", "composed", "params", "log_n")}}
     across = decode_across(decoder, plans, out, rope, factor, workload.longest)
     return {"workload": {"shares": {str(n): w for n, w in workload.shares.items()},
@@ -93,7 +93,7 @@ def decode_across(ev, plans: dict, out: dict, rope, factor: float, longest: int)
         return None
     plan = DecodePlan.across(switch, longest)
     for runtime, entries in plans.items():
-        for row, (name, spec, consistent, _) in zip(out[runtime]["rows"], entries):
+        for row, (name, spec, consistent, _) in zip(out[runtime.name]["rows"], entries):
             if "unservable" in row:
                 continue
             d = decode_damage(ev, runtime, spec, factor, consistent, plan, span=longest)
@@ -103,7 +103,7 @@ def decode_across(ev, plans: dict, out: dict, rope, factor: float, longest: int)
     return {"prompt_len": plan.prompt_len, "total_len": plan.total_len, "switch": switch}
 
 
-def _row(runtime: str, spec: Spec, consistent: bool, plan: dict, workload: Workload, results: dict) -> dict:
+def _row(runtime: Runtime, spec: Spec, consistent: bool, plan: dict, workload: Workload, results: dict) -> dict:
     row = {"candidate": spec.label, "consistent": consistent, "method": spec.method, "composed": spec.composed,
            "params": dict(spec.params),
            "log_n": spec.log_n,
