@@ -90,9 +90,8 @@ def select(model: str, pmap: str) -> None:
     from ropecli.maps.position_maps import as_bound
 
     lm = load_model(model, dtype="fp32", device="cpu")
-    lm.calibration = training_plays
     t0 = time.perf_counter()
-    pairs = lm.pair_selection(as_bound(parse_map(pmap)))
+    pairs = lm.pair_selection(as_bound(parse_map(pmap)), training_plays)
     print(json.dumps({"seconds": time.perf_counter() - t0, "pairs": {k: v.tolist() for k, v in pairs.items()}}))
 
 

@@ -291,7 +291,11 @@ def _lampe(head: float, U: float, L: float, t: float, length: int = 2) -> tuple[
     Where this differs from the source: (1) its prefill counts the pair d = head twice (flash window_size=[head, 0]
     reaches it, and so does the far triangle); its decoding does not, and here, as there, the window is d < head.
     (2) Decoding, the source recomputes m over the current length but keeps the prefill's bias_1; here every length
-    has its own (a decoding step equals one pass over its prefix). Regions per length: `PositionMap.per_length`."""
+    has its own (a decoding step equals one pass over its prefix). (3) With U = 0 the mapping length follows the
+    current length at every step too, where the source sets it once from the prompt (modifed_forward.py:
+    remap_uselen(prompt_length) before generating, then decodes with it fixed): a generation that crosses L moves
+    it (1536 to 1036 at 8,192 for Llama 3); a fixed U holds it, as the source's generation does. Regions per
+    length: `PositionMap.per_length`."""
     head, T = int(head), max(int(length), 2)
     if not U:
         if not L:
