@@ -31,16 +31,10 @@ def stderr_console():
     return err
 
 
-def show(items: list, wrap: bool = True) -> None:
+def show(items: list, wrap: bool = True, err: bool = False) -> None:
     """Print what a report function returns (`ropecli.report.*_tables`): rich Tables, and lines in rich
-    markup; `wrap=False` keeps long lines (commands to copy) on one line."""
-    out = console()
+    markup; `wrap=False` keeps long lines (commands to copy) on one line; `err`: on stderr, beside data a command
+    writes on stdout (export's block, for `> file`)."""
+    out = stderr_console() if err else console()
     for item in items:
         out.print(item, highlight=False, soft_wrap=not wrap)
-
-
-def show_err(items: list) -> None:
-    """`show` on stderr: what a command says beside the data it writes on stdout (export's block, for `> file`)."""
-    out = stderr_console()
-    for item in items:
-        out.print(item, highlight=False, soft_wrap=True)

@@ -4,7 +4,7 @@ The work is `ropecli.export.plan.export_schedule` (advise calls it too); this pa
 from __future__ import annotations
 
 from ropecli.cli.common import emit_json, geometry_of, handle_errors
-from ropecli.cli.console import show, show_err
+from ropecli.cli.console import show
 from ropecli.errors import RopeCliError
 from ropecli.cli.eval_options import ConsistentOpt, ExportOutOpt, ForceOpt, ReplaceOpt, ToOpt, WeightsOpt
 from ropecli.cli.groups import TargetGeometryOptions, ScheduleOptions, with_option_groups
@@ -39,5 +39,5 @@ def export(geometry: TargetGeometryOptions, schedule: ScheduleOptions, log_n: Lo
         return emit_json({k: v for k, v in result.items() if k != "stdout"})
     if "stdout" in result:  # the block alone on stdout, what it means on stderr
         print(result["stdout"])
-        return show_err(export_lines(result, consistent))
+        return show(export_lines(result, consistent), wrap=False, err=True)
     return show(export_lines(result, consistent), wrap=False)
