@@ -1,6 +1,8 @@
 """Effective length (issue 48): the longest measured length at which a candidate's passkey accuracy stays at least 85 %
 of the model's own at Ls, point estimate and shown (a one-sided 95 % bound); the bound's error rate simulated."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -26,11 +28,12 @@ def test_shown_with_enough_prompts_where_it_clearly_retains():
 
 
 def row(label, n, correct):
-    return {"label": label, "len": n, "prompt_correct": correct, "metric": "passkey"}
+    """What effective_lengths reads of a PasskeyResult."""
+    return SimpleNamespace(label=label, len=n, prompt_correct=correct, metric="passkey")
 
 
 def test_effective_length_is_the_longest_length_retained_at_every_shorter_one():
-    reference = {"label": "none", "len": 256, "prompt_correct": [True] * 100}
+    reference = row("none", 256, [True] * 100)
     results = [row("a", 512, [True] * 100), row("a", 1024, [True] * 70 + [False] * 30), row("a", 2048, [True] * 100),
                row("b", 512, [True] * 90 + [False] * 10), row("b", 1024, [True] * 88 + [False] * 12)]
     eff = effective_lengths(results, reference)["candidates"]

@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 from ropecli.rope.target import Target
 from ropecli.cli.app import app
 from ropecli.evaluation.passkey import QUESTION, build_sample, encode, make_samples, prompt_overhead
-from ropecli.evaluation.stats import attach_paired, paired_difference, rank_against_best
+from ropecli.evaluation.compared import attach_paired
+from ropecli.evaluation.stats import paired_difference, rank_against_best
 from fakes import kl_result, ppl_result
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.spec import make_spec
@@ -171,7 +172,34 @@ def test_rank_against_best_ties_only_what_is_shown_equivalent():
 def test_attach_paired_groups_by_metric_and_length():
     rows = [kl_result(64, [0.0, 0.0]), kl_result(64, [0.2, 0.3]), ppl_result(make_spec("none"), 64, [3.0, 3.1])]
     out = attach_paired(rows)
-    assert out[0]["vs_best"]["best"] and not out[1]["vs_best"]["best"] and out[2]["vs_best"]["best"]
+    assert out[0].vs_best.best and not out[1].vs_best.best and out[2].vs_best.best
+
+
+def test_a_verdict_record_writes_every_key_the_ranking_computed():
+    """The typed verdict (`Verdict`) is the ranking's dict as a record: its JSON is that dict, key for key, for a
+    best, a worse, an undecided (with what would decide it) and an equivalent one, and a diverged candidate."""
+    from ropecli.evaluation.compared import Verdict
+
+    cases = [rank_against_best({"a": [1.0, 2.0, 3.0], "b": [1.01, 2.0, 3.02], "c": [2.0, 3.0, 4.1]}),
+             rank_against_best({"a": [1.0, 2.0, 3.0, 1.5, 2.5, 3.5], "b": [1.001, 2.0012, 3.0009, 1.501, 2.5011, 3.5008]}),
+             rank_against_best({"a": [1.0, 2.0], "b": [float("inf"), 2.0]})]
+    for ranked in cases:
+        for d in ranked.values():
+            assert Verdict.of(d).to_json() == d
+
+
+def test_a_row_is_its_results_json_with_its_verdicts_and_reads_back():
+    """`--json` writes a Row as the result's fields plus vs_best (and position_vs_best beside the best); a saved row
+    reads back into the same typed row."""
+    from ropecli.evaluation.compared import Row
+
+    a, b = ppl_result(make_spec("none"), 64, [3.0, 3.1, 2.9]), ppl_result(make_spec("pi"), 64, [3.2, 3.4, 3.0])
+    a.window_position_nll, b.window_position_nll = [[3.0, 3.0]] * 3, [[3.1, 3.3]] * 3
+    rows = attach_paired([a, b])
+    saved = json.loads(json.dumps([r.to_json() for r in rows]))
+    assert set(saved[0]) == set(a.to_json()) | {"vs_best"} and set(saved[1]) == set(b.to_json()) | {"vs_best", "position_vs_best"}
+    assert saved[1]["position_vs_best"]["diff"] == pytest.approx([0.1, 0.3])
+    assert [Row.from_json(d) for d in saved] == rows
 
 
 # --- the search's statistics, with an injected evaluator -------------------------------------------

@@ -35,9 +35,8 @@ def toy_metric(monkeypatch):
     class ToyResult(PplResult):
         metric: ClassVar[str] = "toy"
 
-        @staticmethod
-        def cell(row: dict) -> str:
-            return f"toy{row['nll']:.3f}"
+        def cell(self) -> str:  # compare's cell of a typed row's result
+            return f"toy{self.nll:.3f}"
 
     record = dataclasses.replace(metrics.PPL, name="toy", column="TOY", words="toy NLL", result=lambda: ToyResult,
                                  ranks=False)

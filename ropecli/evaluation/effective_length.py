@@ -36,26 +36,27 @@ def lower_bound(k1: float, n1: int, k2: float, n2: int, c: float = THRESHOLD) ->
     return clopper_pearson(k1, n1)[0] - c * clopper_pearson(k2, n2)[1]
 
 
-def effective_lengths(results: list[dict], reference: dict, threshold: float = THRESHOLD) -> dict:
+def effective_lengths(results: list, reference, threshold: float = THRESHOLD) -> dict:
     """{label: {"point": n or None, "shown": n or None, "by_length": {n: {accuracy, lower_bound, retains, shown}}}} for
-    each candidate's passkey rows in `results`, against the reference row (its `prompt_correct` at Ls)."""
-    ref = reference["prompt_correct"]
+    each candidate's passkey results (PasskeyResults) in `results`, against the reference result (its `prompt_correct` at
+    Ls)."""
+    ref = reference.prompt_correct
     k_ref, n_ref = sum(ref), len(ref)
     out: dict[str, dict] = {}
-    for label in dict.fromkeys(r["label"] for r in results):
-        rows = sorted((r for r in results if r["label"] == label), key=lambda r: r["len"])
+    for label in dict.fromkeys(r.label for r in results):
+        rows = sorted((r for r in results if r.label == label), key=lambda r: r.len)
         point = shown = None
         point_open = shown_open = True
         by_length = {}
         for r in rows:
-            k, n = sum(r["prompt_correct"]), len(r["prompt_correct"])
+            k, n = sum(r.prompt_correct), len(r.prompt_correct)
             lb = lower_bound(k, n, k_ref, n_ref, threshold)
             retains = k / n >= threshold * k_ref / n_ref
             point_open, shown_open = point_open and retains, shown_open and lb >= 0
-            point, shown = (r["len"] if point_open else point), (r["len"] if shown_open else shown)
-            by_length[r["len"]] = {"accuracy": k / n, "lower_bound": lb, "retains": retains, "shown": lb >= 0}
+            point, shown = (r.len if point_open else point), (r.len if shown_open else shown)
+            by_length[r.len] = {"accuracy": k / n, "lower_bound": lb, "retains": retains, "shown": lb >= 0}
         out[label] = {"point": point, "shown": shown, "by_length": by_length}
-    return {"threshold": threshold, "reference": {"label": reference["label"], "len": reference["len"],
+    return {"threshold": threshold, "reference": {"label": reference.label, "len": reference.len,
                                                   "accuracy": k_ref / n_ref, "prompts": n_ref},
             "candidates": out}
 

@@ -66,7 +66,7 @@ class Metric:
     beside: str | None = None  # a metric shown beside it from the same rows (ppl: key-token PPL from PPL's windows)
     verdict_beside: str = ""  # shown beside another metric: the field of that metric's rows holding its paired verdict
     note: str = ""  # the line under compare's table when it is a column
-    companion: tuple[str, Callable[[dict], str]] | None = None  # a second column from its rows: (heading, cell)
+    companion: tuple[str, Callable[[Any], str]] | None = None  # a second column from its results: (heading, cell)
 
     def __post_init__(self):
         if not self.measure:
@@ -157,7 +157,7 @@ KL = Metric("kl", "windows", lambda ev, spec, sched, unit: ev.backend.window_kl(
             _kl_summary, "KL", "KL", lambda: results.KlResult, "kl_mean",
             key=lambda ev, rope: {"reference": "native"} if rope.shipped is not None else {},  # vs as shipped
             check=_kl_check, scales=False, objective=False, at_train_len=True,
-            companion=("top-1 @ L", lambda r: f"{r['top1_agreement']:.1f}%"))
+            companion=("top-1 @ L", lambda r: f"{r.top1_agreement:.1f}%"))
 
 
 @functools.lru_cache(maxsize=None)

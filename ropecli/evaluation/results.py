@@ -108,11 +108,16 @@ class PplResult(EvalResult):
     def key_clusters(self) -> list[str]:
         return [self.windows[i] for i in self._with_keys()]
 
-    @staticmethod
-    def cell(row: dict) -> str:
-        """`59.91 ± 6.1`: PPL with the 95% half-width of its spread across windows (the row: `to_json()`); `inf` for a
-        diverged run. Every result type has its `cell`: how compare's table shows a row of it."""
-        return _ppl_cell(row.get("ppl"), row.get("ppl_err"), len(row.get("window_nll") or []))
+    def cell(self) -> str:
+        """`59.91 ± 6.1`: PPL with the 95% half-width of its spread across windows; `inf` for a diverged run. Every
+        result type has its `cell`: how compare's table shows it."""
+        return _ppl_cell(self.ppl, self.ppl_err, len(self.window_nll or []))
+
+    def key_cell(self) -> str:
+        """Key-token PPL ± its 95% half-width (over the windows that have key predictions); '—' without it."""
+        if self.key_ppl is None:
+            return "—"
+        return _ppl_cell(self.key_ppl, self.key_ppl_err, sum(1 for n in self.window_key_tokens or [] if n))
 
     def key_weights(self) -> list[int]:
         """The key predictions of each window with key predictions: the estimand's weights."""
@@ -138,13 +143,8 @@ class KeyPplResult(PplResult):
     def weights(self) -> list | None:
         return self.key_weights()
 
-    @staticmethod
-    def cell(row: dict) -> str:
-        """Key-token PPL ± its 95% half-width (over the windows that have key predictions); '—' without it (also on a
-        ppl row, which carries it)."""
-        if row.get("key_ppl") is None:
-            return "—"
-        return _ppl_cell(row["key_ppl"], row.get("key_ppl_err"), sum(1 for n in row.get("window_key_tokens") or [] if n))
+    def cell(self) -> str:
+        return self.key_cell()
 
 
 @dataclass(kw_only=True)
@@ -160,9 +160,8 @@ class PasskeyResult(EvalResult):
     prompt_correct: list
     prompt_answer_nll: list
 
-    @staticmethod
-    def cell(row: dict) -> str:
-        return f"{row['accuracy']:.0%}"
+    def cell(self) -> str:
+        return f"{self.accuracy:.0%}"
 
 
 @dataclass(kw_only=True)
@@ -178,9 +177,8 @@ class KlResult(EvalResult):
     window_kl: list
     windows: list
 
-    @staticmethod
-    def cell(row: dict) -> str:
-        return f"{row['kl_mean']:.4f}"
+    def cell(self) -> str:
+        return f"{self.kl_mean:.4f}"
 
 
 def _ppl_cell(ppl: float | None, err: float | None, windows: int) -> str:

@@ -127,30 +127,6 @@ def mean_over_lengths(per_length: list[list[float]]) -> list[float]:
     return [float(v) for v in arr.mean(axis=0)]
 
 
-def attach_paired(results: list, margin: float = MARGIN) -> list[dict]:
-    """The results (EvalResults) as JSON rows, each with `vs_best`: its paired difference to the best
-    result of the same metric and length (the best by mean of `values`: lowest NLL, answer NLL or KL),
-    with the verdict of the whole table at 95% (`rank_against_best`)."""
-    groups: dict[tuple, list[int]] = {}
-    for i, r in enumerate(results):
-        groups.setdefault((r.metric, r.len), []).append(i)
-    out = [r.to_json() for r in results]
-    for idx in groups.values():
-        widest = max(idx, key=lambda i: len(results[i].values))  # its windows' documents cover every other's
-        ranked = rank_against_best({i: results[i].values for i in idx}, results[widest].clusters, margin,
-                                   weights=results[widest].weights)
-        best = next(i for i in idx if ranked[i]["best"])
-        keyed = key_ranking([results[i] for i in idx], margin) if results[idx[0]].keys_beside else None
-        for j, i in enumerate(idx):
-            out[i]["vs_best"] = ranked[i]
-            if keyed:
-                out[i]["key_vs_best"] = keyed[j]
-            if i != best and out[i].get("window_position_nll") and out[best].get("window_position_nll"):
-                out[i]["position_vs_best"] = position_differences(out[i]["window_position_nll"],
-                                                                  out[best]["window_position_nll"], results[widest].clusters)
-    return out
-
-
 def key_ranking(results: list, margin: float = MARGIN) -> list[dict] | None:
     """The key-token NLL of ppl results of one length, ranked as `rank_against_best` ranks PPL (its own
     best; the windows with key predictions); None unless every result has it."""

@@ -44,13 +44,11 @@ class TaskResult(EvalResult):
     prompt_correct: list
     prompt_match: list | None
 
-    @staticmethod
-    def cell(row: dict) -> str:
+    def cell(self) -> str:
         """Answer NLL (+ gain over the needle-free prompt)[, RULER's score]."""
-        out = "inf" if row["answer_nll"] is None else f"{row['answer_nll']:.2f}"
-        out += f" (+{row['gain']:.1f})" if row.get("gain") is not None and row["gain"] >= 0 else \
-            f" ({row['gain']:.1f})" if row.get("gain") is not None else ""
-        return out + (f" {row['match']:.0%}" if row.get("match") is not None else "")
+        out = "inf" if self.answer_nll is None else f"{self.answer_nll:.2f}"
+        out += "" if self.gain is None else f" (+{self.gain:.1f})" if self.gain >= 0 else f" ({self.gain:.1f})"
+        return out + (f" {self.match:.0%}" if self.match is not None else "")
     prompt_depth: list
     prompt_answer_tokens: list
     prompt_references: list | None = None  # what RULER's string match looks for in each prompt's answer

@@ -174,7 +174,7 @@ def write_report(result: dict, out_dir: Path, geom, model_name: str) -> Path:
                                     f"{model_name}: passkey accuracy at {max(lengths)} tokens")
         images.append(("Passkey retrieval at the longest target", "passkey.png"))
     n = max(lengths)
-    at_n = [{**r, "position_nll": (r.get("position_nll") or {}).get(str(n))} for r in rows]
+    at_n = [position_plots.PositionCurve(r["candidate"], (r.get("position_nll") or {}).get(str(n))) for r in rows]
     if position_plots.plot_loss_by_position(at_n, n, geom.train_len, str(out_dir / "loss_by_position.png"),
                                             f"{model_name}: loss by position at {n} tokens (held-out windows)",
                                             winner=result["winner"]):

@@ -6,13 +6,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ropecli.evaluation.compared import PositionDiff, Row, Verdict
 from ropecli.evaluation.results import EvalResult
 
 
 def jsonable(obj: Any) -> Any:
-    """`obj` as plain JSON values: results through their to_json, numpy arrays and scalars as lists and numbers, NaN and
+    """`obj` as plain JSON values: results, rows and verdicts through their to_json, numpy arrays and scalars as lists and numbers, NaN and
     ±inf as None (null), so every parser reads it."""
-    if isinstance(obj, EvalResult):
+    if isinstance(obj, (EvalResult, Row, Verdict, PositionDiff)):
         return jsonable(obj.to_json())
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None

@@ -1,6 +1,7 @@
 """Figures of measured results (Agg backend, PNG/SVG/PDF by the file's suffix): PPL vs length, the
 b search, passkey heatmaps, KL, a parameter search's map, advise's ranking and short-context cost.
-Each takes the rows `--json` prints. Figures of schedules alone are in `ropecli.report.plots`."""
+The evaluations' figures take their results (`ropecli.evaluation.results`); the search's and advise's take the rows
+their commands print. Figures of schedules alone are in `ropecli.report.plots`."""
 
 from __future__ import annotations
 
@@ -11,25 +12,26 @@ import matplotlib.ticker
 import numpy as np
 
 from ropecli.evaluation.metrics import PPL, metric_record
+from ropecli.evaluation.results import EvalResult, PplResult
 from ropecli.evaluation.stats import ppl_half_width
 from ropecli.report.plots import check_out, plt, save
 
-def plot_ppl_vs_length(results: list[dict], path: str, title: str) -> Path:
+def plot_ppl_vs_length(results: list[PplResult], path: str, title: str) -> Path:
     """PPL vs evaluation length, one curve per method (log-log), error bars from the window spread.
     A method and its log-n variant share a color; the log-n curve is dashed."""
     fig, ax = plt.subplots(figsize=(8, 5))
-    by_label: dict[str, list[dict]] = {}
+    by_label: dict[str, list[PplResult]] = {}
     for r in results:
-        by_label.setdefault(r["label"], []).append(r)
+        by_label.setdefault(r.label, []).append(r)
     bases = list(dict.fromkeys(label.removesuffix("+log-n") for label in by_label))
     cmap = plt.get_cmap("tab10" if len(bases) <= 10 else "tab20")
     for label, rows in by_label.items():
-        rows = sorted(rows, key=lambda r: r["len"])
+        rows = sorted(rows, key=lambda r: r.len)
         base = label.removesuffix("+log-n")
-        ax.errorbar([r["len"] for r in rows], [r[PPL.field] for r in rows], yerr=[ppl_half_width(r.get("ppl_err"), len(r.get("window_nll") or [])) or 0 for r in rows],
+        ax.errorbar([r.len for r in rows], [r.ppl for r in rows], yerr=[ppl_half_width(r.ppl_err, len(r.window_nll or [])) or 0 for r in rows],
                     marker="o", capsize=3, label=label, color=cmap(bases.index(base) % cmap.N),
                     ls="--" if label.endswith("+log-n") else "-")
-    lengths = sorted({r["len"] for r in results})
+    lengths = sorted({r.len for r in results})
     ax.set_xscale("log", base=2)
     ax.set_xticks(lengths, [str(n) for n in lengths])
     ax.set_yscale("log")
@@ -74,12 +76,12 @@ def plot_search(evaluations: list[dict], references: list[dict], best_b: float, 
     return save(fig, path)
 
 
-def plot_passkey_heatmaps(results: list[dict], path: str, title: str) -> Path:
+def plot_passkey_heatmaps(results: list[EvalResult], path: str, title: str) -> Path:
     """Passkey accuracy, depth (rows, 0 at the top) x length (columns), one panel per method: the
     picture of the YaRN and LongRoPE papers. Every cell carries its accuracy as a number."""
-    labels = list(dict.fromkeys(r["label"] for r in results))  # a label carries its +log-n
-    lengths = sorted({r["len"] for r in results})
-    depths = sorted({d["depth"] for r in results for d in r["by_depth"]})
+    labels = list(dict.fromkeys(r.label for r in results))  # a label carries its +log-n
+    lengths = sorted({r.len for r in results})
+    depths = sorted({d["depth"] for r in results for d in r.by_depth})
     if len(lengths) == 1:  # one length (advise's longest target): one panel, a column per method
         return _passkey_one_length(results, labels, depths, path, title)
     cols = min(3, len(labels))
@@ -90,10 +92,10 @@ def plot_passkey_heatmaps(results: list[dict], path: str, title: str) -> Path:
     for panel, (ax, label) in enumerate(zip(axes.flat, labels)):
         grid = np.full((len(depths), len(lengths)), np.nan)
         for r in results:
-            if r["label"] != label:
+            if r.label != label:
                 continue
-            for d in r["by_depth"]:
-                grid[depths.index(d["depth"]), lengths.index(r["len"])] = d["accuracy"]
+            for d in r.by_depth:
+                grid[depths.index(d["depth"]), lengths.index(r.len)] = d["accuracy"]
         image = _accuracy_image(ax, grid)
         ax.set_xticks(range(len(lengths)), [str(n) for n in lengths], fontsize=8)
         first_col = panel % cols == 0  # depth ticks and label on the left column only: panels sit close
@@ -121,19 +123,19 @@ def _accuracy_image(ax, grid: np.ndarray):
     return image
 
 
-def _passkey_one_length(results: list[dict], labels: list[str], depths: list[float], path: str, title: str) -> Path:
+def _passkey_one_length(results: list[EvalResult], labels: list[str], depths: list[float], path: str, title: str) -> Path:
     """Depth (rows) x method (columns) at a single length: narrow per-method panels would crowd their titles."""
     grid = np.full((len(depths), len(labels)), np.nan)  # (depths, methods)
     for r in results:
-        j = labels.index(r["label"])
-        for d in r["by_depth"]:
+        j = labels.index(r.label)
+        for d in r.by_depth:
             grid[depths.index(d["depth"]), j] = d["accuracy"]
     fig, ax = plt.subplots(figsize=(0.75 * len(labels) + 3.0, 0.45 * len(depths) + 2.8), layout="constrained")
     image = _accuracy_image(ax, grid)
     ax.set_xticks(range(len(labels)), labels, rotation=35, ha="right", fontsize=8)
     ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize=8)
     ax.set_ylabel("depth of the key (0 = farthest)", fontsize=8)
-    n = results[0]["len"]
+    n = results[0].len
     ax.set_title(title if str(n) in title else f"{title} ({n} tokens)", fontsize=10)
     fig.colorbar(image, ax=ax, shrink=0.8, label="passkey accuracy")
     p = check_out(path)
@@ -142,19 +144,19 @@ def _passkey_one_length(results: list[dict], labels: list[str], depths: list[flo
     return p
 
 
-def plot_kl(results: list[dict], path: str, title: str) -> Path:
+def plot_kl(results: list[EvalResult], path: str, title: str) -> Path:
     """Mean KL (bars, log axis) and top-1 agreement (dots) per method at each length."""
-    results = sorted(results, key=lambda r: (r["len"], r["kl_mean"]))
-    names = [f"{r['label']} @ {r['len']}" for r in results]
+    results = sorted(results, key=lambda r: (r.len, r.kl_mean))
+    names = [f"{r.label} @ {r.len}" for r in results]
     fig, ax = plt.subplots(figsize=(8, 0.4 * len(results) + 1.8))
     y = np.arange(len(results))
-    ax.barh(y, [max(r["kl_mean"], 1e-8) for r in results], color="tab:blue", alpha=0.8, label="mean KL (nats/token)")
+    ax.barh(y, [max(r.kl_mean, 1e-8) for r in results], color="tab:blue", alpha=0.8, label="mean KL (nats/token)")
     ax.set_xscale("log")
     ax.set_yticks(y, names, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("mean KL(unscaled || scaled), nats per token (log axis; 1e-8 = identical)")
     twin = ax.twiny()
-    twin.plot([r["top1_agreement"] for r in results], y, "o", color="tab:red", label="top-1 agreement (%)")
+    twin.plot([r.top1_agreement for r in results], y, "o", color="tab:red", label="top-1 agreement (%)")
     twin.set_xlim(0, 100.5)
     twin.set_xlabel("top-1 agreement with the unscaled model (%)", color="tab:red")
     ax.set_title(title, fontsize=10)

@@ -1,5 +1,5 @@
-"""The terminal tables of the evaluating commands (`ppl`, `compare`, `passkey`, `kl`), from their JSON
-rows: each function returns what to print, rich Tables and lines (`ropecli.cli.console.show` prints
+"""The terminal tables of the evaluating commands (`ppl`, `compare`, `passkey`, `kl`), from their typed rows
+(`ropecli.evaluation.compared.Row`: a result and its verdicts): each function returns what to print, rich Tables and lines (`ropecli.cli.console.show` prints
 them). Cells judged against the best of their column: bold = best, ≈ = shown equivalent, ? = undecided."""
 
 from __future__ import annotations
@@ -8,93 +8,84 @@ from typing import Callable, NamedTuple
 
 from ropecli.evaluation.inference import MARGIN
 from ropecli.evaluation.effective_length import effective_line
-from ropecli.evaluation.metrics import KEY_PPL, Metric, is_task, metric_record, prompted
-from ropecli.evaluation.stats import fmt_diff, tie_answer
+from ropecli.evaluation.compared import Row, Verdict
+from ropecli.evaluation.metrics import Metric, metric_record
 from ropecli.report.text import lengths_of, plain, table
-from ropecli.evaluation.results import KeyPplResult, PplResult
+from ropecli.evaluation.results import EvalResult, PasskeyResult, PplResult
+from ropecli.evaluation.task_results import TaskResult
 from ropecli.report.serving_tables import serving_tables
 
 
-def key_note(results: list[dict]) -> list:
+def key_note(results: list[EvalResult]) -> list:
     """The line that says what key PPL is, once per table (nothing when no result has it)."""
-    key = KEY_PPL.field
-    rule = next((r["key_rule"] for r in results if r.get(key) is not None), None)
-    stale = sum(1 for r in results if r.get("key_rule") and r.get(key) is None and metric_record(r["metric"]).beside)
+    ppl = [r for r in results if isinstance(r, PplResult)]
+    rule = next((r.key_rule for r in ppl if r.key_ppl is not None), None)
+    stale = sum(1 for r in ppl if r.key_rule and r.key_ppl is None and r.keys_beside)
     if stale:
         return [plain(f"key PPL: not shown for {stale} result(s) whose cached windows predate the per-prediction NLL "
                       "it needs; --keep-token-losses computes those windows again")]
     if rule is None:
         return []
-    counts = sorted({r["key_tokens"] for r in results if r.get("key_tokens") is not None})
+    counts = sorted({r.key_tokens for r in ppl if r.key_tokens is not None})
     many = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
     return [plain(f"key PPL: PPL over the key predictions only ({many} per cell; rule: {rule}): the tokens that need "
                   "the long context, the same for every method, paired over the windows that have them.")]
 
 
-def mark(p: dict) -> str:
-    """' ≈' shown equivalent to the best, ' ?' undecided, '' otherwise (a row's `vs_best`)."""
-    if p.get("best"):
-        return ""
-    return " ≈" if p["tied"] else " ?" if p.get("verdict") == "undecided" else ""
-
-
-def ppl_table(results: list[dict], title: str) -> list:
+def ppl_table(results: list[PplResult], title: str) -> list:
     t = table(title, ["method", "len", "k", "PPL", "NLL/token", "tokens", "key PPL", "key tokens", "cached"])
     for r in results:
-        t.add_row(r["label"], str(r["len"]), f"{r['factor']:g}", PplResult.cell(r), f"{r['nll']:.4f}", str(r["tokens"]),
-                  KeyPplResult.cell(r), "—" if r.get("key_tokens") is None else str(r["key_tokens"]), "yes" if r.get("cached") else "")
+        t.add_row(r.label, str(r.len), f"{r.factor:g}", r.cell(), f"{r.nll:.4f}", str(r.tokens), r.key_cell(),
+                  "—" if r.key_tokens is None else str(r.key_tokens), "yes" if r.cached else "")
     return [t, *key_note(results)]
 
 
-def _cell(r: dict, text: str, against: str = "vs_best") -> str:
-    if against not in r:
+def _judged(verdict: Verdict | None, text: str) -> str:
+    """A cell with its verdict: bold green for the best, ' ≈' / ' ?' after the others; as is without a verdict."""
+    if verdict is None:
         return text
-    return f"[bold green]{text}[/]" if r[against]["best"] else text + mark(r[against])
+    return f"[bold green]{text}[/]" if verdict.best else text + verdict.mark
 
 
-def cell_text(r: dict) -> str:
-    """A result row's compare cell: its metric's result type's `cell(row)`."""
-    return metric_record(r["metric"]).result().cell(r)
-
-
-def _count(results: list[dict], fields: tuple) -> str:
-    """How many units the cells of `fields` hold: "4", or "4–16 (raced)", or "" where no cell has them."""
-    counts = sorted({len(r[f]) for r in results if "task" not in r for f in fields if r.get(f)})
+def _count(counts: set[int]) -> str:
+    """How many units the cells hold: "4", or "4–16 (raced)", or "" where no cell has them."""
+    counts = sorted(counts)
     return "" if not counts else f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]} (raced)"
 
 
 class Column(NamedTuple):
     """A compare column: `metric`'s cells at length n, read from the rows of `rows_of` (a metric shown beside another
-    reads that one's rows), each judged by the row's `against` verdict; `cell` None: the metric's own cell."""
+    reads that one's rows), each judged by the row's `against` verdict ('': none); `cell` None: the result's own cell."""
     metric: Metric
     n: int | None
     title: str
     rows_of: str
     against: str = "vs_best"
-    cell: Callable[[dict], str] | None = None
+    cell: Callable[[EvalResult], str] | None = None
 
 
-def compare_columns(results: list[dict], lengths: list[int], L: int, kl_k: float) -> list[Column]:
+def compare_columns(rows: list[Row], lengths: list[int], L: int, kl_k: float) -> list[Column]:
     """The columns of compare's table, from the metrics' records: the window metrics length by length, each with the
     metric it shows beside it (key PPL from PPL's windows, where every row at that length has it); then the prompted
     metrics (passkey, each task) and any other metric on windows, metric by metric; then those run at L (KL, with its
     companion column)."""
-    records = [metric_record(m) for m in dict.fromkeys(r["metric"] for r in results)]
-    have = {m.name for m in records}
+    records = list(dict.fromkeys(r.record for r in rows))
+    have = {m.name: m for m in records}
     shown_beside = {m.beside for m in records if m.beside}
     columns = []
     for n in lengths:
-        for m in (m for m in records if m.prefixes and not prompted(m.name) and not m.at_train_len):
-            rows = [r for r in results if r["metric"] == m.name and r["len"] == n]
-            if m.name in shown_beside and any(metric_record(o).beside == m.name and o in have and all(
-                    r.get(m.field) is not None for r in results if r["metric"] == o and r["len"] == n) for o in have):
+        for m in (m for m in records if m.prefixes and not m.prompted and not m.at_train_len):
+            at_n = [r.result for r in rows if r.record is m and r.result.len == n]
+            if m.name in shown_beside and any(o.beside == m.name and all(
+                    getattr(r.result, m.field) is not None for r in rows if r.record is o and r.result.len == n)
+                    for o in have.values()):
                 continue  # shown beside the metric whose rows carry it
             columns.append(Column(m, n, f"{m.column} {n}" + (" (train)" if n == L else ""), m.name))
             b = metric_record(m.beside) if m.beside else None
-            if b and rows and all(r.get(b.field) is not None for r in rows):
+            if b and at_n and all(getattr(r, b.field) is not None for r in at_n):
                 columns.append(Column(b, n, f"{b.column} {n}", m.name, b.verdict_beside, b.result().cell))
-    later = [m for m in records if prompted(m.name)] + [m for m in records if not prompted(m.name) and not m.prefixes
-                                                        and not m.at_train_len]
+    later = [m for m in records if m.prompted] + [m for m in records if not m.prompted and not m.prefixes
+                                                  and not m.at_train_len]
     columns += [Column(m, n, f"{m.column} {n}", m.name) for m in later for n in lengths]
     for m in (m for m in records if m.at_train_len):  # at L, for the target's k
         columns.append(Column(m, L, f"{m.column} @ L (k={kl_k:g})", m.name))
@@ -104,15 +95,18 @@ def compare_columns(results: list[dict], lengths: list[int], L: int, kl_k: float
 
 def compare_table(out: dict, labels: list[str], lengths: list[int]) -> list:
     """`ropecli compare`: methods x (PPL / passkey at each length, KL and top-1 at L), then one line per column;
-    with --workload, the tables per runtime (`ropecli.report.serving_tables`)."""
-    results, L, kl_k = out["results"], out["train_len"], out["kl_factor"]
-    by = {(r["metric"], r["label"], r["len"]): r for r in results}
-    counts = [(_count(results, fields), what) for fields, what in
-              ((("window_nll", "window_kl"), "windows"), (("prompt_answer_nll",), "passkey prompts"))]
+    with --workload, the tables per runtime (`ropecli.report.serving_tables`). `out["results"]`: Rows."""
+    rows: list[Row] = out["results"]
+    L, kl_k = out["train_len"], out["kl_factor"]
+    results = [r.result for r in rows]
+    by = {(r.record.name, r.result.label, r.result.len): r for r in rows}
+    counts = [(_count({len(r.windows) for r in results if r.documents and r.windows}), "windows"),
+              (_count({len(r.prompt_answer_nll) for r in results if isinstance(r, PasskeyResult) and r.prompt_answer_nll}),
+               "passkey prompts")]
     per_cell = "; ".join(f"{n} {what} per cell" for n, what in counts if n)
-    columns = compare_columns(results, lengths, L, kl_k)
+    columns = compare_columns(rows, lengths, L, kl_k)
     records = {c.metric.name: c.metric for c in columns}
-    tasks = [m for m in records if is_task(m)]
+    tasks = [r for r in results if isinstance(r, TaskResult)]
     effective = out.get("effective_length")
     per_cell = f"{per_cell}; " if per_cell else ""
     t = table(f"{out['model']} ({lengths_of(out)}); {per_cell}± = 95% half-width across windows; bold = "
@@ -122,23 +116,22 @@ def compare_table(out: dict, labels: list[str], lengths: list[int]) -> list:
         cells = []
         for c in columns:
             r = by[(c.rows_of, label, c.n)]
-            text = c.cell(r) if c.cell else cell_text(r)
-            cells.append(_cell(r, text, c.against) if c.against else text)
+            text = c.cell(r.result) if c.cell else r.result.cell()
+            cells.append(_judged(r.against(c.against), text) if c.against else text)
         if effective:  # the candidate's effective length: point estimate (shown at 95 %)
             e = effective["candidates"].get(label, {})
             cells.append(f"{e.get('point') or '-'} ({e.get('shown') or '-'})")
         t.add_row(label, *cells)
     lines = [t, *key_note(results)] + [plain(m.note) for m in records.values() if m.note]
     if tasks:
-        some = next(r for r in results if "task" in r)
-        lines.append(plain(f"tasks (RULER's, on this text; {some['samples']} prompts per cell): the answer's NLL in nats, "
+        lines.append(plain(f"tasks (RULER's, on this text; {tasks[0].samples} prompts per cell): the answer's NLL in nats, "
                            "-log p(answer | prompt, answer prefix), mean over prompts, lower is better; (+g) its gain over "
                            "the same prompt without the needle; with --generate, RULER's string-match score; bold/≈ rank "
                            "by the answer NLL (paired over the same prompts)."))
     races = [plain(f"race ({m}): {rec['outcome']}") for m, rec in out.get("races", {}).items()]
     races += [plain(effective_line(effective))] if effective else []
     races += [plain(agreement_line(a)) for a in out.get("agreement", [])]
-    return lines + [plain(line) for line in tie_lines(results)] + races + serving_tables(out)
+    return lines + [plain(line) for line in tie_lines(rows)] + races + serving_tables(out)
 
 
 def agreement_line(a: dict) -> str:
@@ -153,58 +146,62 @@ def agreement_line(a: dict) -> str:
             f"of {a['pairs']} pairs ordered; {a['schedules']} schedules)")
 
 
-def tie_lines(results: list[dict]) -> list[str]:
+def tie_lines(rows: list[Row]) -> list[str]:
     """One line per column: the best, the candidates shown equivalent to it, the undecided ones and what
     would decide each, and what the verdicts generalize to."""
-    groups: dict[tuple, list[dict]] = {}
-    for r in results:
-        m = metric_record(r["metric"])
-        groups.setdefault((m, r["len"], "vs_best"), []).append(r)
+    groups: dict[tuple, list[tuple[str, Verdict]]] = {}
+    for r in rows:
+        m, n = r.record, r.result.len
+        if r.vs_best is not None:
+            groups.setdefault((m, n), []).append((r.result.label, r.vs_best))
         b = metric_record(m.beside) if m.beside else None
-        if b and b.verdict_beside in r:  # the metric shown beside it, ranked on the same rows
-            groups.setdefault((b, r["len"], b.verdict_beside), []).append(r)
+        if b and r.against(b.verdict_beside) is not None:  # the metric shown beside it, ranked on the same rows
+            groups.setdefault((b, n), []).append((r.result.label, r.against(b.verdict_beside)))
     lines = []
-    for (m, n, against), rows in groups.items():
-        if len(rows) < 2:
+    for (m, n), judged in groups.items():
+        if len(judged) < 2:
             continue
-        best = next(r for r in rows if r[against]["best"])
-        others = [r for r in rows if not r[against]["best"]]
-        equivalent = [r["label"] for r in others if r[against]["tied"]]
-        undecided = [r for r in others if r[against].get("verdict") == "undecided"]
+        best = next(label for label, v in judged if v.best)
+        others = [(label, v) for label, v in judged if not v.best]
+        equivalent = [label for label, v in others if v.tied]
+        undecided = [(label, v) for label, v in others if v.verdict == "undecided"]
         what = f"{m.words} @ L={n}" if m.at_train_len else f"{m.words} @ {n}"
-        unit = m.unit_word
-        parts = [f"equivalent within ±{others[0][against]['margin']:g}: {', '.join(equivalent)}"] if equivalent else []
+        parts = [f"equivalent within ±{others[0][1].margin:g}: {', '.join(equivalent)}"] if equivalent else []
         if undecided:
-            parts.append("undecided: " + "; ".join(f"{r['label']} ({tie_answer(r[against], unit)})" for r in undecided))
-        p = others[0][against]
-        scope = f" [{p['inference']} inference: generalizes to {p['generalizes_to']}]" if p.get("generalizes_to") else ""
-        lines.append(f"{what}: best {best['label']}; {'; '.join(parts or ['every other candidate is shown worse'])} "
+            parts.append("undecided: " + "; ".join(f"{label} ({v.words(m.unit_word)})" for label, v in undecided))
+        p = others[0][1]
+        scope = f" [{p.inference} inference: generalizes to {p.generalizes_to}]" if p.generalizes_to else ""
+        lines.append(f"{what}: best {best}; {'; '.join(parts or ['every other candidate is shown worse'])} "
                      f"(paired, 95% for the column){scope}")
     return lines
 
 
 def passkey_table(out: dict) -> list:
-    """`ropecli passkey`: accuracy per depth, overall, the answer NLL and its paired Δ to the best."""
-    depths, results = out["depths"], out["results"]
+    """`ropecli passkey`: accuracy per depth, overall, the answer NLL and its paired Δ to the best (`out["results"]`:
+    Rows of PasskeyResults)."""
+    depths, rows = out["depths"], out["results"]
     t = table(f"Passkey accuracy on {out['model']} ({lengths_of(out)}): {out.get('prompts', out['samples'])} key(s) of "
               f"{out['digits']} digits per depth; depth 0 = key farthest from the question",
               ["method", "len", "k", *[f"depth {d:g}" for d in depths], "all", "answer NLL", "Δ NLL vs best (paired)"])
-    for r in sorted(results, key=lambda r: (r["len"], r["label"])):
-        t.add_row(r["label"], str(r["len"]), f"{r['factor']:g}", *[f"{d['accuracy']:.0%}" for d in r["by_depth"]],
-                  f"[bold]{r['accuracy']:.0%}[/]", "inf" if r["answer_nll"] is None else f"{r['answer_nll']:.3f}",
-                  fmt_diff(r["vs_best"]) + mark(r["vs_best"]))
+    for row in sorted(rows, key=lambda row: (row.result.len, row.result.label)):
+        r = row.result
+        t.add_row(r.label, str(r.len), f"{r.factor:g}", *[f"{d['accuracy']:.0%}" for d in r.by_depth],
+                  f"[bold]{r.accuracy:.0%}[/]", "inf" if r.answer_nll is None else f"{r.answer_nll:.3f}",
+                  row.vs_best.diff_text + row.vs_best.mark)
     return [t, plain("Δ NLL: answer NLL minus the best method's at that length, over the same prompts, ± the 95% half-width; "
                f"≈ = shown equivalent to the best within ±{MARGIN:g} nats, ? = undecided (paired, 95% for the column).")]
 
 
 def kl_table(out: dict) -> list:
-    """`ropecli kl`: mean, p99 and max KL against the unscaled model, top-1 agreement, paired Δ to the lowest."""
+    """`ropecli kl`: mean, p99 and max KL against the unscaled model, top-1 agreement, paired Δ to the lowest
+    (`out["results"]`: Rows of KlResults)."""
     t = table(f"KL({'native' if out.get('shipped') else 'unscaled'} || scaled) per token on {out['model']} ({lengths_of(out)}), schedules for "
               f"k = {out['factor']:g}; {out['samples']} windows",
               ["method", "len", "mean KL", "p99 KL", "max KL", "top-1 agree", "Δ vs best (paired)"])
-    for r in sorted(out["results"], key=lambda r: (r["len"], r["kl_mean"])):
-        t.add_row(r["label"], str(r["len"]), f"{r['kl_mean']:.5f}", f"{r['kl_p99']:.4f}", f"{r['kl_max']:.3f}",
-                  f"{r['top1_agreement']:.2f}%", fmt_diff(r["vs_best"]) + mark(r["vs_best"]))
+    for row in sorted(out["results"], key=lambda row: (row.result.len, row.result.kl_mean)):
+        r = row.result
+        t.add_row(r.label, str(r.len), f"{r.kl_mean:.5f}", f"{r.kl_p99:.4f}", f"{r.kl_max:.3f}",
+                  f"{r.top1_agreement:.2f}%", row.vs_best.diff_text + row.vs_best.mark)
     return [t, plain("nats per token; Δ: mean KL minus the lowest one over the same windows, ± the 95% half-width; "
                f"≈ = shown equivalent to the lowest within ±{MARGIN:g} nats, ? = undecided (paired, 95% for the column).")]
 

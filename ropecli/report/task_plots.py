@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from ropecli.evaluation.results import EvalResult
+from ropecli.evaluation.task_results import TaskResult
 from ropecli.report.plots import plt, save
 
 
@@ -26,17 +28,17 @@ def score_of(cell: dict, generated: bool) -> tuple[float, str]:
     return (math.nan if cell["answer_nll"] is None else cell["answer_nll"]), "answer NLL (nats)"
 
 
-def plot_task_heatmap(results: list[dict], task: str, train_len: int, path: str, title: str) -> Path | None:
+def plot_task_heatmap(results: list[EvalResult], task: str, train_len: int, path: str, title: str) -> Path | None:
     """One panel per schedule of `task`'s results (depth x length); None when there are none."""
-    rows = [r for r in results if r["metric"] == task]
+    rows = [r for r in results if isinstance(r, TaskResult) and r.task == task]
     if not rows:
         return None
-    labels = list(dict.fromkeys(r["label"] for r in rows))
-    lengths = sorted({r["len"] for r in rows})
-    depths = [d["depth"] for d in rows[0]["by_depth"]]
-    generated = all(r.get("match") is not None for r in rows)
-    by = {(r["label"], r["len"]): {d["depth"]: d for d in r["by_depth"]} for r in rows}
-    name = score_of(rows[0]["by_depth"][0], generated)[1]
+    labels = list(dict.fromkeys(r.label for r in rows))
+    lengths = sorted({r.len for r in rows})
+    depths = [d["depth"] for d in rows[0].by_depth]
+    generated = all(r.match is not None for r in rows)
+    by = {(r.label, r.len): {d["depth"]: d for d in r.by_depth} for r in rows}
+    name = score_of(rows[0].by_depth[0], generated)[1]
     grids = {lab: [[score_of(by[(lab, n)][d], generated)[0] if (lab, n) in by else math.nan for n in lengths]
                    for d in depths] for lab in labels}
     values = [v for g in grids.values() for row in g for v in row if not math.isnan(v)]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.metrics import PASSKEY, PPL
+from ropecli.evaluation.results import EvalResult
 from ropecli.rope.target import Target
 from ropecli.tuning.candidates import default_candidates, search_plans, SHIPPED_ONLY
 from ropecli.maps.map_candidates import maps_apply
@@ -174,4 +175,6 @@ def _plain(x):
 
     if isinstance(x, np.generic):
         return x.item()
+    if isinstance(x, EvalResult):  # a row's passkey result
+        return x.to_json()
     raise TypeError(f"not JSON: {type(x)}")

@@ -1,6 +1,7 @@
 """`ropecli compare` on an open session (`Bench`): every schedule on every metric, on the same windows
 (or raced, `race_specs` on `ropecli.tuning.racing.race`), each cell judged against the best of its column
-(`ropecli.evaluation.stats.attach_paired`). Returns the command's JSON; the command prints it."""
+(`ropecli.evaluation.compared.attach_paired`). Returns the command's output, its results as typed rows (`Row`);
+the command prints it, or writes it as JSON."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from ropecli.tuning.objective import Bench, window_docs, window_values, window_w
 from ropecli.evaluation.agreement import rank_agreement
 from ropecli.evaluation.metrics import KEY_PPL, PASSKEY, PPL, REGISTRY, Metric, is_task
 from ropecli.evaluation.inference import MARGIN
-from ropecli.evaluation.stats import attach_paired
+from ropecli.evaluation.compared import attach_paired
 from ropecli.tuning.racing import race
 from ropecli.tuning.serving import serve_workload
 
@@ -51,10 +52,10 @@ def compare_schedules(session: Bench, specs: list, target: Target, metrics: list
         else:
             results += session.run(*cells.get(m, (specs, lengths)), m)
     agreement = task_agreement(results)
-    results = attach_paired(results, *([margin] if margin is not None else []))
+    rows = attach_paired(results, *([margin] if margin is not None else []))
     beyond = PASSKEY in metrics and target.longest > session.rope.shipped_len  # effective length: an extension's question
     effective = effective_against_shipped(session, results) if beyond else None
-    return {**session.header(), "metrics": list(chosen), "kl_factor": kl_k, "results": results,
+    return {**session.header(), "metrics": list(chosen), "kl_factor": kl_k, "results": rows,
             **({"agreement": agreement} if agreement else {}), **({"effective_length": effective} if effective else {}),
             **({"races": races} if race else {}), **({"serving": served} if served else {}), **session.tally()}
 
@@ -104,7 +105,7 @@ def task_agreement(results: list) -> list[dict]:
     return out
 
 
-def effective_against_shipped(session: Bench, results: list[dict]) -> dict | None:
+def effective_against_shipped(session: Bench, results: list) -> dict | None:
     """Each candidate's effective length (`ropecli.evaluation.effective_length`) against the model as shipped at Ls on
     passkey (its prompts at Ls: one more set of passes, cached); None, with nothing run, where passkey prompts do not
     fit within Ls."""
@@ -113,8 +114,8 @@ def effective_against_shipped(session: Bench, results: list[dict]) -> dict | Non
         session.check(PASSKEY, Ls)
     except RopeCliError:
         return None
-    reference = session.run([reference_spec(session.rope.geometry(1.0))], [Ls], PASSKEY)[0].to_json()
-    return effective_lengths([r for r in results if r["metric"] == PASSKEY.name], reference)
+    reference = session.run([reference_spec(session.rope.geometry(1.0))], [Ls], PASSKEY)[0]
+    return effective_lengths([r for r in results if r.metric == PASSKEY.name], reference)
 
 
 def race_specs(run, specs: list, lengths: list[int], metric: Metric, *, start: int, max_windows: int,

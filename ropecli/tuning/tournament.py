@@ -195,8 +195,8 @@ def tournament(run: Evaluate, held_run: Evaluate, target: Target, plan: AdvisePl
     def with_passkey(name: str) -> None:
         r = rows[name]
         if passkey_ok and "passkey_accuracy" not in r:
-            pk = m.passkey(specs[name], target.longest)
-            r.update(passkey_accuracy=pk.accuracy, passkey_by_depth=pk.by_depth, passkey_result=pk.to_json())
+            pk = m.passkey(specs[name], target.longest)  # the PasskeyResult: advise's picture reads it, JSON at the edge
+            r.update(passkey_accuracy=pk.accuracy, passkey_by_depth=pk.by_depth, passkey_result=pk)
 
     guard_ref: list = []  # the model as shipped on the guard's task at Ls, measured once
 

@@ -14,30 +14,34 @@ from ropecli.cli.options import COMPARE_METHODS, DEFAULT_METHOD, flat_choices
 from ropecli.cli.session_opening import check_plot_path, open_session
 
 
-def plot_ppl(results: list[dict], path: str | None, session, serving: dict | None = None, tasks: tuple = ()) -> None:
+def plot_ppl(rows: list, path: str | None, session, serving: dict | None = None, tasks: tuple = ()) -> None:
     """On the main rank: PPL against length, one line per schedule; beside it the loss by position at the
     longest length (ppl-position.png), L marked; with a workload, loss against request length per runtime
-    (ppl-serving.png); each of `tasks` (RULER's, in `results` too) as its heat map (ppl-TASK.png)."""
-    plot_tasks(results, path, session, tasks)
-    results = [r for r in results if r["metric"] == "ppl"]
+    (ppl-serving.png); each of `tasks` (RULER's, in `rows` too) as its heat map (ppl-TASK.png). `rows`: typed rows
+    (`ropecli.evaluation.compared.Row`)."""
+    from ropecli.evaluation.results import PplResult
+
+    plot_tasks([r.result for r in rows], path, session, tasks)
+    rows = [r for r in rows if type(r.result) is PplResult]
     if path and session.is_main and serving:
         from ropecli.report.serving_plots import plot_serving, serving_path
 
         plot_serving(serving, session.rope.train_len, serving_path(path), f"{session.rope.name}: loss by request length")
         stderr_console().print(f"wrote {serving_path(path)}")
-    if path and session.is_main and results:
-        from ropecli.report.position_plots import plot_loss_by_position, position_path
+    if path and session.is_main and rows:
+        from ropecli.report.position_plots import PositionCurve, plot_loss_by_position, position_path
         from ropecli.report.result_plots import plot_ppl_vs_length
 
-        rope, n = session.rope, max(r["len"] for r in results)
-        plot_ppl_vs_length(results, path, f"Perplexity vs length: {rope.name} (L = {rope.train_len})")
+        rope, n = session.rope, max(r.result.len for r in rows)
+        plot_ppl_vs_length([r.result for r in rows], path, f"Perplexity vs length: {rope.name} (L = {rope.train_len})")
         stderr_console().print(f"wrote {path}")
-        if plot_loss_by_position([r for r in results if r["len"] == n], n, rope.train_len, position_path(path),
+        curves = [PositionCurve(r.result.label, r.result.position_nll, r.position_vs_best) for r in rows if r.result.len == n]
+        if plot_loss_by_position(curves, n, rope.train_len, position_path(path),
                                  f"Loss by position at {n} tokens: {rope.name} (L = {rope.train_len})"):
             stderr_console().print(f"wrote {position_path(path)}")
 
 
-def plot_tasks(results: list[dict], path: str | None, session, tasks: list[str]) -> None:
+def plot_tasks(results: list, path: str | None, session, tasks: list[str]) -> None:
     """On the main rank: each task's heat map (score against depth x length, a panel per schedule) beside `path`."""
     if not (path and session.is_main):
         return
@@ -74,6 +78,7 @@ def ppl(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOptions,
     """
     from ropecli.rope.target import check_lengths
     from ropecli.evaluation.metrics import metric_record
+    from ropecli.evaluation.compared import Row
     from ropecli.report.tables import ppl_table
     from ropecli.report.task_tables import task_table
 
@@ -88,9 +93,9 @@ def ppl(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOptions,
         prompts.parsed_depths()
     session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts if tasks else None,
                            generate=generate)
-    results = [r.to_json() for r in session.run(specs, lengths)]
-    done = [r.to_json() for t in tasks for r in session.run(specs, lengths, metric_record(t))]
-    plot_ppl(results + done, output.plot, session, tasks=tasks)
+    results = session.run(specs, lengths)
+    done = [r for t in tasks for r in session.run(specs, lengths, metric_record(t))]
+    plot_ppl([Row(r) for r in results + done], output.plot, session, tasks=tasks)
     if output.as_json:
         return emit_json({**session.header(), "results": results + done, **session.tally()})
     show(ppl_table(results, f"{specs[0].label} on {session.rope.name}"))

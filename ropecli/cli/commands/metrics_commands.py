@@ -26,7 +26,7 @@ def passkey(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOpti
     """
     from ropecli.rope.target import check_lengths, default_target
     from ropecli.evaluation.metrics import PASSKEY
-    from ropecli.evaluation.stats import attach_paired
+    from ropecli.evaluation.compared import attach_paired
     from ropecli.report.tables import passkey_table
 
     prompts.parsed_depths(), prompts.checked_digits()  # bad --depths / --digits fail before the model loads
@@ -35,11 +35,10 @@ def passkey(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOpti
     check_plot_path(output.plot)
     session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts)
     L, ins = session.rope.train_len, session.inputs
-    results = attach_paired(session.run(specs, check_lengths(evaluation.length or [L, default_target(L)]), PASSKEY))
-    rows = [{"method": r["label"], "log_n": r["log_n"], "len": r["len"], "factor": r["factor"], **d}
-            for r in results for d in r["by_depth"]]
-    out = {**session.header(), "depths": list(ins.depths), "digits": ins.digits, "rows": rows, "results": results,
-           **session.tally()}
+    results = session.run(specs, check_lengths(evaluation.length or [L, default_target(L)]), PASSKEY)
+    rows = [{"method": r.label, "log_n": r.log_n, "len": r.len, "factor": r.factor, **d} for r in results for d in r.by_depth]
+    out = {**session.header(), "depths": list(ins.depths), "digits": ins.digits, "rows": rows,
+           "results": attach_paired(results), **session.tally()}
     if output.plot and session.is_main:
         from ropecli.report.result_plots import plot_passkey_heatmaps
 
@@ -65,7 +64,7 @@ def kl(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, evalua
     from ropecli.models.model_geometry import resolve_factor
     from ropecli.rope.target import check_lengths
     from ropecli.evaluation.metrics import KL
-    from ropecli.evaluation.stats import attach_paired
+    from ropecli.evaluation.compared import attach_paired
     from ropecli.report.tables import kl_table
 
     if evaluation.k is None and target_len is None:
@@ -76,11 +75,11 @@ def kl(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, evalua
     session = open_session(model, data, evaluation, quiet=output.as_json)
     L = session.rope.train_len
     k = resolve_factor(L, evaluation.k, target_len)
-    results = attach_paired(session.run([s.but(factor=k) for s in specs], check_lengths(evaluation.length or [L]), KL))
+    results = session.run([s.but(factor=k) for s in specs], check_lengths(evaluation.length or [L]), KL)
     if output.plot and session.is_main:
         from ropecli.report.result_plots import plot_kl
 
         plot_kl(results, output.plot, f"KL against the unscaled model: {session.rope.name} (L = {L}), k = {k:g}")
         stderr_console().print(f"wrote {output.plot}")
-    out = {**session.header(), "factor": k, "results": results, **session.tally()}
+    out = {**session.header(), "factor": k, "results": attach_paired(results), **session.tally()}
     return emit_json(out) if output.as_json else show(kl_table(out))
