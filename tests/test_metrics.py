@@ -1,6 +1,7 @@
 """Passkey retrieval, KL against the unscaled model, and paired statistics (issue "Beyond perplexity")."""
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -362,3 +363,20 @@ def test_the_metric_name_check_finds_a_name(tmp_path):
     bad = tmp_path / "table.py"
     bad.write_text('def cells(r):\n    return r["ppl"] if r["metric"] == "key-ppl" else None\n')
     assert sorted(metric_names_in([bad], {"ppl", "key-ppl"})) == [f"{bad}:2 key-ppl", f"{bad}:2 ppl"]
+
+
+def test_compare_judges_key_ppl_by_its_own_verdict():
+    """The key-PPL column beside PPL reads the row's key verdict (`key_vs_best`), not PPL's: a schedule best on PPL
+    and worse on the key predictions is bold in one column only, and each column's line names its own best."""
+    from ropecli.report.tables import tie_lines
+
+    a, b = ppl_result(make_spec("none"), 64, [3.0, 3.1, 2.9, 3.0]), ppl_result(make_spec("pi"), 64, [3.5, 3.6, 3.4, 3.5])
+    for r, key in ((a, [5.0, 5.2, 4.9, 5.1]), (b, [2.0, 2.1, 1.9, 2.0])):
+        r.key_rule, r.window_key_nll, r.window_key_tokens = "far-repeat", key, [3, 3, 3, 3]
+        r.key_nll = sum(key) / 4
+        r.key_ppl, r.key_tokens = math.exp(r.key_nll), 12
+    rows = attach_paired([a, b])
+    assert rows[0].vs_best.best and rows[1].key_vs_best.best
+    lines = tie_lines(rows)
+    assert any(line.startswith("PPL @ 64: best none") for line in lines), lines
+    assert any(line.startswith("key PPL @ 64: best pi") for line in lines), lines
