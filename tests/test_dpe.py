@@ -135,13 +135,17 @@ def test_one_at_a_time_is_dpes_detection():
 
 
 def test_dpe_rule_and_detection_budget_follow_the_source():
-    """Window Ls/8, every group at 2T/Ls to start on 48 of 64 key pairs, each group searched over the powers of two up
-    to T/W (the key pairs held)."""
-    from ropecli.maps.map_rules import dpe_budget, dpe_ranges, dpe_rule
+    """The window is DPE's config's 1,024 (config/dpe_config.yaml, the same for every model it ships: not Ls/8), capped
+    at Ls/2 where Ls does not allow it; every group at 2T/Ls to start on 48 of 64 key pairs; the ladder is
+    run_niah_detect.sh's T/len for len = T, T/2, … down to the window, each group searched over it."""
+    from ropecli.maps.map_rules import dpe_budget, dpe_ladder, dpe_ranges, dpe_rule
 
     assert dpe_rule(8192, 131072) == {"W": 1024, **{f"G{g}": 32 for g in range(1, 9)}, "top": 0.75}  # its factor, TOPK=48
-    assert dpe_ranges(8192, 131072)["G3"] == (1, 128)  # detecting factors 1 … 131072/1024
-    assert dpe_budget(256, 1024) == 2 + 8 * 6
+    assert dpe_ladder(8192, 131072) == [1, 2, 4, 8, 16, 32, 64, 128]  # the script's detecting_factor at its defaults
+    assert dpe_ranges(8192, 131072)["G3"] == (1, 128)
+    assert dpe_rule(32768, 131072)["W"] == 1024 and dpe_ladder(32768, 131072)[-1] == 128  # Mistral/Qwen at 32k: 1,024
+    assert dpe_rule(256, 1024)["W"] == 128 and dpe_ladder(256, 1024) == [1, 2, 4, 8]  # the built-in model: capped
+    assert dpe_budget(256, 1024) == 2 + 8 * 4
 
 
 DETECTED = "dpe:W=32,G1=16,G2=32,G3=8,G4=16,G5=16,G6=16,G7=32,G8=1"  # found at 4L on the built-in model (docs/methods.md)
@@ -190,7 +194,7 @@ def test_advise_races_dpe_by_name_only():
 
     assert "dpe" not in default_candidates(False, True) and "selfextend" in default_candidates(False, True)
     assert {"dpe", "dpe-tuned"} <= set(candidate_names())
-    assert search_plans(7, 256, 1024)["dpe-tuned"][2] == 50 and search_plans(7)["dpe-tuned"][2] == 7
+    assert search_plans(7, 256, 1024)["dpe-tuned"][2] == 34 and search_plans(7)["dpe-tuned"][2] == 7
 
 
 # Key-pair selection (DPE's select_topk_dim): per layer and head only the chosen pairs move, the rest at true positions.

@@ -30,25 +30,44 @@ def dca_rule(Ls: int, T: int) -> dict[str, float]:
 
 
 DPE_GROUPS = 8  # DPE's pair groups (config/dpe_config.yaml: dimension_groups_range [0, 8, ..., 64] of head_dim 128)
-DPE_WINDOW = 8  # DPE's local window is L/8 (local_window_size 1024 for Llama-3-8B-Instruct's 8,192)
+# DPE's local window in tokens: config/dpe_config.yaml's local_window_size for every model it ships (Llama-3-8B at 8k,
+# Mistral-7B-v0.2 and Qwen2.5-7B at 32k, Llama-3.1-8B at 128k), run_niah_detect.sh's WINDOW_SIZE and inference.py's default
+DPE_WINDOW = 1024
 
 
 DPE_TOP = 48 / 64  # DPE's key pairs: topk_dim 48 of Llama 3's 64 pairs per head (README, run_niah_detect.sh TOPK=48)
 
 
+def dpe_window(Ls: int) -> int:
+    """DPE's window: its config's 1,024 tokens, capped at Ls/2 where the shipped length does not allow it (at the
+    detection's start, G = 2T/Ls, the window and the grouped far keys, W + (T - W)/G, stay within Ls only for
+    W <= Ls/2; the source ships no model under 8k)."""
+    return max(1, min(DPE_WINDOW, Ls // 2))
+
+
 def dpe_rule(Ls: int, T: int) -> dict[str, float]:
-    """DPE's detection start (effective_length_detection/run_niah_detect.sh: every group at factor = 2 T / Ls,
-    the power of two at or below it here, with its key pairs selected, --use_topk --topk 48 of 64), window Ls/8
-    (config/dpe_config.yaml: 1024 at 8k): Self-Extend with that group on each head's key pairs until the detection
-    moves each group (`dpe_ranges`, the one-at-a-time search)."""
+    """DPE's detection start (LuLuLuyi/DPE effective_length_detection/run_niah_detect.sh: every group at
+    factor = 2 T / Ls, the power of two at or below it here, with its key pairs selected, --use_topk --topk 48 of 64),
+    its window (`dpe_window`: config/dpe_config.yaml's 1,024): Self-Extend with that group on each head's key pairs
+    until the detection moves each group (`dpe_ranges`, the one-at-a-time search)."""
     G = 2 ** max(0, (2 * T // Ls).bit_length() - 1)
-    return {"W": max(1, Ls // DPE_WINDOW), **{f"G{g}": G for g in range(1, DPE_GROUPS + 1)}, "top": DPE_TOP}
+    return {"W": dpe_window(Ls), **{f"G{g}": G for g in range(1, DPE_GROUPS + 1)}, "top": DPE_TOP}
+
+
+def dpe_ladder(Ls: int, T: int) -> list[int]:
+    """run_niah_detect.sh's detecting factors: T / length for length = T, T/2, … while length >= 1,024 (the window:
+    `dpe_window`, the same 1,024 wherever Ls allows it), i.e. 1, 2, 4, … T/1,024 at a power-of-two T."""
+    out, length = [], T
+    while length >= dpe_window(Ls):
+        out.append(T // length)
+        length //= 2
+    return out
 
 
 def dpe_ranges(Ls: int, T: int) -> dict[str, tuple[float, float]]:
-    """Each group's factor over [1, T/W] on a log scale (run_niah_detect.sh's detecting factors T/len for len = T,
-    T/2, … down to the window: the powers of two up to T/W, as the one-at-a-time search's even grid sees them)."""
-    top = 2 ** max(1, (T // max(1, Ls // DPE_WINDOW)).bit_length() - 1)
+    """Each group's factor over the ladder's span, [1, T/W] on a log scale (the one-at-a-time search's even grid on
+    it: its powers of two, `dpe_ladder`)."""
+    top = max(2, dpe_ladder(Ls, T)[-1])
     return {f"G{g}": (1, top) for g in range(1, DPE_GROUPS + 1)}
 
 
