@@ -28,21 +28,22 @@ _ALWAYS = ("diff", "se", "df", "half_width", "n", "inference", "generalizes_to",
            "verdict", "distinguishable")  # written even when None: a reader sees that there is no number
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Verdict:
-    """One paired comparison with the best of a column (nats where the values are NLLs; ± = 95 % half-width)."""
+    """One paired comparison with the best of a column (nats where the values are NLLs; ± = 95 % half-width). The
+    fields in `describe`'s order, so `--json` writes them as it always has."""
     diff: float | None  # mean of x - best over the paired units
     se: float | None
+    df: float | None = None
     half_width: float | None  # 95 %, two-sided
     n: int  # paired units
-    verdict: str  # best / worse / better / equivalent / undecided
-    distinguishable: bool  # shown worse or better
-    df: float | None = None
     inference: str | None = None  # documents / windows / units / diverged
     generalizes_to: str | None = None
     documents: int | None = None
     margin: float | None = None  # the equivalence margin the verdict used
     level: float | None = None  # its one-sided level (0.025 / (K - 1) for a table of K)
+    verdict: str  # best / worse / better / equivalent / undecided
+    distinguishable: bool  # shown worse or better
     lower: float | None = None  # the one-sided bounds at `level`, where decided
     upper: float | None = None
     needs: dict | None = None  # undecided: the units or documents that would decide it (80 % power)
