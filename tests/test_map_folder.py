@@ -157,7 +157,7 @@ def test_the_folders_passkey_is_ropecli_passkey_under_the_map(tmp_path):
     from ropecli.evaluation.passkey import filler_stream, make_samples
 
     r = CliRunner().invoke(app, ["passkey", "--len", "1024", "--method", "none", "--map", "selfextend:G=8,W=64",
-                                 "--depths", "0,0.5", "--samples", "2", "--json", "--cache-dir", str(tmp_path / "c")])
+                                 "--depths", "0,0.5", "--samples", "2", "--json", "--cache-dir", str(tmp_path / "c"), "--text"])
     assert r.exit_code == 0, r.output
     row = next(x for x in json.loads(r.stdout)["results"] if x["position_map"])
     folder = tmp_path / "se"

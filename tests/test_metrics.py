@@ -238,7 +238,7 @@ def test_search_b_paired_interval_and_verdict():
 def test_passkey_command_json_and_plot(tiny_dir, text_file, tmp_path):
     png = tmp_path / "pk.png"
     r = run("passkey", "--model", tiny_dir, "--data", text_file, "--len", "128", "--len", "256", "--method", "none,yarn",
-            "--samples", "2", "--depths", "0,1", "--digits", "3", "--plot", str(png), "--json")
+            "--samples", "2", "--depths", "0,1", "--digits", "3", "--plot", str(png), "--json", "--text")
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
     assert {(x["method"], x["len"], x["depth"]) for x in data["rows"]} == {
@@ -252,11 +252,11 @@ def test_passkey_command_json_and_plot(tiny_dir, text_file, tmp_path):
 
 def test_compare_with_metrics(tiny_dir, text_file):
     r = run("compare", "--model", tiny_dir, "--data", text_file, "--len", "128", "--len", "256", "--method", "none,pi",
-            "--samples", "2", "--metric", "ppl,passkey,kl", "--depths", "0.5", "--json")
+            "--samples", "2", "--metric", "ppl,passkey-text,kl", "--depths", "0.5", "--json")
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
     metrics = {(x["metric"], x["label"], x["len"]) for x in data["results"]}
-    assert ("kl", "pi", 64) in metrics and ("passkey", "none", 128) in metrics and ("ppl", "pi", 256) in metrics
+    assert ("kl", "pi", 64) in metrics and ("passkey-text", "none", 128) in metrics and ("ppl", "pi", 256) in metrics
     assert data["kl_factor"] == 4.0  # the longest --len over L
     assert all("vs_best" in x for x in data["results"])
     table = run("compare", "--model", tiny_dir, "--data", text_file, "--len", "64", "--len", "128", "--method", "none,pi",
@@ -264,7 +264,7 @@ def test_compare_with_metrics(tiny_dir, text_file):
     assert table.exit_code == 0 and "KL @ L" in table.stdout and "paired" in table.stdout
 
 
-@pytest.mark.parametrize("command", [["passkey", "--len", "128", "--depths", "0.5"], ["kl", "--k", "4"]])
+@pytest.mark.parametrize("command", [["passkey", "--len", "128", "--depths", "0.5", "--text"], ["kl", "--k", "4"]])
 def test_log_n_is_named_once(tiny_dir, text_file, command, tmp_path):
     png = tmp_path / "p.png"
     r = run(*command, "--model", tiny_dir, "--data", text_file, "--method", "mixed", "--b", "0.5", "--log-n",
@@ -287,11 +287,12 @@ def test_kl_command(tiny_dir, text_file):
     (["passkey", "--depths", "a,b"], "--depths a,b"),
     (["passkey", "--digits", "0"], "--digits 0 is outside 1..20"),
     (["passkey", "--digits", "40"], "--digits 40 is outside 1..20"),
-    (["passkey", "--len", "40"], "shorter than the passkey prompt"),
-    (["passkey", "--len", "100000"], "too little text for the passkey filler"),
+    (["passkey", "--len", "40", "--text"], "shorter than the passkey prompt"),
+    (["passkey", "--len", "40"], "shorter than the published passkey prompt itself"),
+    (["passkey", "--len", "100000", "--text"], "too little text for the passkey filler"),
     (["kl"], "kl needs the target's factor"),
     (["kl", "--k", "4", "--len", "512"], "beyond the shipped length Ls"),
-    (["compare", "--len", "128", "--metric", "bleu"], "--metric bleu: choose from ppl, key-ppl, passkey, kl"),
+    (["compare", "--len", "128", "--metric", "bleu"], "--metric bleu: choose from ppl, key-ppl, passkey, passkey-text, kl"),
     (["search-b", "--objective", "bleu"], "--objective bleu: choose from ppl"),
 ])
 def test_bad_input_is_one_line(tiny_dir, text_file, args, needle, tmp_path):
@@ -305,7 +306,8 @@ def test_bad_input_is_one_line(tiny_dir, text_file, args, needle, tmp_path):
 
 def test_too_little_text_at_a_later_length_fails_before_any_forward_pass(tiny_dir, text_file, tmp_path):
     cache = tmp_path / "c"
-    r = run("passkey", "--model", tiny_dir, "--data", text_file, "--len", "128", "--len", "100000", "--cache-dir", str(cache))
+    r = run("passkey", "--model", tiny_dir, "--data", text_file, "--len", "128", "--len", "100000", "--cache-dir", str(cache),
+            "--text")
     assert r.exit_code != 0 and "too little text" in r.output
     assert not cache.exists() or not any(cache.iterdir())
 

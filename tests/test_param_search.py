@@ -101,7 +101,7 @@ def test_held_out_windows_come_from_other_documents(tiny_dir):
     # windows are non-overlapping cuts of documents: no held-out window repeats a searched one
     assert not {r.tobytes() for r in searched} & {r.tobytes() for r in kept}
     assert held.inputs.windows(192).fingerprint != ev.inputs.windows(192).fingerprint and len(docs) == 5
-    assert [p.key for p in held.inputs.prompts(192)] != [p.key for p in ev.inputs.prompts(192)][: len(held.inputs.prompts(192))]
+    assert [p.key for p in held.inputs.prompts(192, "passkey-text")] != [p.key for p in ev.inputs.prompts(192, "passkey-text")][: len(held.inputs.prompts(192, "passkey-text"))]
 
 
 def test_one_document_is_held_out_by_window_and_says_so(tiny_dir, tmp_path):

@@ -137,7 +137,7 @@ def test_decoding_through_the_cache_follows_the_map(name, params):
 
 
 def test_passkey_at_4L_selfextend_reads_what_the_best_schedule_misses():
-    """Issue 48's probe, through the command: the built-in model (L = 256) at 4L = 1,024, ropecli's passkey prompts.
+    """Issue 48's probe, through the command: the built-in model (L = 256) at 4L = 1,024, ropecli's real-text prompts.
     Self-Extend G = 8, W = 64 on the unscaled model retrieves at every depth (the probe: 100 %, answer NLL 0.01);
     llama3 x4, the best frequency schedule, loses the far keys (the probe: 25 % at depth 0, NLL 1.87)."""
     import json
@@ -147,7 +147,7 @@ def test_passkey_at_4L_selfextend_reads_what_the_best_schedule_misses():
     from ropecli.cli.app import app
 
     r = CliRunner().invoke(app, ["passkey", "--len", "1024", "--method", "none,llama3", "--map", "none",
-                                 "--map", "selfextend:G=8,W=64", "--samples", "2", "--json"])
+                                 "--map", "selfextend:G=8,W=64", "--samples", "2", "--json", "--text"])
     assert r.exit_code == 0, r.output
     rows = {row["method"] + ("@" + row["position_map"]["name"] if row["position_map"] else ""): row
             for row in json.loads(r.stdout)["results"]}
@@ -191,13 +191,13 @@ def test_compare_gives_each_candidate_its_effective_length():
 
     from ropecli.cli.app import app
 
-    args = ["compare", "--len", "1024", "--metric", "passkey", "--method", "none", "--map", "none",
+    args = ["compare", "--len", "1024", "--metric", "passkey-text", "--method", "none", "--map", "none",
             "--map", "selfextend:G=8,W=64", "--samples", "1"]
     out = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)["effective_length"]
     assert out["reference"]["len"] == 256 and out["threshold"] == 0.85
     assert out["candidates"]["none@selfextend(G=8,W=64)"]["point"] == 1024 and out["candidates"]["none"]["point"] is None
     table = CliRunner().invoke(app, args).output
-    assert "eff. length (shown)" in table and "effective length (passkey accuracy at least 85%" in " ".join(table.split())
+    assert "eff. length (shown)" in table and "effective length (passkey-text accuracy at least 85%" in " ".join(table.split())
 
 
 def test_export_serves_a_map_only_where_a_runtime_does(builtin_gguf, tmp_path):

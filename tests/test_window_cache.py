@@ -59,7 +59,7 @@ def test_an_interrupt_keeps_every_finished_window(tiny, tmp_path, monkeypatch, t
     assert r.values == fresh.values and r.ppl == fresh.ppl
 
 
-@pytest.mark.parametrize("metric", ["ppl", "passkey", "kl"])
+@pytest.mark.parametrize("metric", ["ppl", "passkey-text", "kl"])
 def test_whole_evaluation_entries_of_the_older_format_are_split_or_recomputed(tiny, tmp_path, text_file, metric):
     spec, n = make_spec("yarn"), 128 if metric != "kl" else 64
     first = Evaluator.over(tiny, [text_file], samples=3, cache=EvalCache(tmp_path / "c0"))
@@ -86,7 +86,7 @@ def test_whole_evaluation_entries_of_the_older_format_are_split_or_recomputed(ti
 @pytest.mark.parametrize("command", [
     ["ppl", "--len", "128"],
     ["compare", "--len", "128", "--method", "none,pi"],
-    ["passkey", "--len", "128", "--method", "none", "--depths", "0.5", "--digits", "3"],
+    ["passkey", "--len", "128", "--method", "none", "--depths", "0.5", "--digits", "3", "--text"],
     ["kl", "--k", "4", "--method", "pi"],
 ])
 def test_every_evaluating_command_reports_its_forward_passes(tiny_dir, text_file, tmp_path, command):

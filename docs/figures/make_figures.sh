@@ -14,7 +14,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 # Passkey accuracy by depth and length, one panel per schedule (docs/measurements/builtin.md's passkey table).
-ropecli passkey --len 256 --len 512 --len 1024 --len 2048 --method none,pi,ntk-fixed,mixed \
+ropecli passkey --text --len 256 --len 512 --len 1024 --len 2048 --method none,pi,ntk-fixed,mixed \
     --b 0.625 --b 1 --samples 4 --plot "$here/passkey-builtin.png"
 
 # Loss by position at 8L, the paired differences to the best below (docs/measurements/builtin.md's loss by position).

@@ -50,7 +50,10 @@ DepthsOpt = Annotated[str, typer.Option("--depths", rich_help_panel=EVALUATION,
 PromptsOpt = Annotated[Optional[int], typer.Option("--prompts", min=1, rich_help_panel=ADVANCED,
     help="Passkey and RULER tasks: prompts per depth and length (default: as many as --samples), e.g. --samples 4 "
          "--prompts 1 for PPL on 4 windows beside one prompt per depth.")]
-DigitsOpt = Annotated[int, typer.Option("--digits", rich_help_panel=ADVANCED, help="Passkey: digits of a key (1..20).")]
+DigitsOpt = Annotated[int, typer.Option("--digits", rich_help_panel=ADVANCED, help="passkey-text: digits of a key (1..20); "
+                                         "the published passkey draws its key from 1..50,000 as its source does.")]
+TextVariantOpt = Annotated[bool, typer.Option("--text", help="ropecli's real-text passkey (passkey-text: the key once inside "
+                                              "the text, no instruction; harder) instead of the published prompt.")]
 MetricOpt = Annotated[Optional[list[str]], typer.Option(
     "--metric", click_type=CommaChoices(REGISTRY, "--metric", "METRIC"), rich_help_panel=EVALUATION,
     help="What to measure (repeat or comma-separate): {choices}. ppl shows key-token PPL beside it (--key-tokens); kl runs "

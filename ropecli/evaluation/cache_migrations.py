@@ -34,12 +34,19 @@ def rekeyed(cache: EvalCache, keys: list[dict], missing: list[int], earlier: tup
 
 
 OLD_SPELLINGS = {"llamacpp": ("llama.cpp",)}  # runtime -> how earlier cache keys spelled it
+# metric -> the name its units were cached under before: passkey-text's real-text prompts were "passkey" until the
+# published prompt took that name (whose keys carry "prompt": "landmark", so an old entry never serves it)
+OLD_METRIC_NAMES = {"passkey-text": ("passkey",)}
 
 
 def respelled(cache: EvalCache, keys: list[dict], missing: list[int], store: bool) -> dict[int, tuple]:
-    """Windows stored under an earlier spelling of the runtime: {index: (value, seconds)}, stored under today's key."""
-    return _reuse(cache, keys, missing,
-                  lambda key: [{**key, "runtime": old} for old in OLD_SPELLINGS.get(key.get("runtime"), ())], store)
+    """Windows stored under an earlier spelling of the runtime, or prompts under an earlier name of their metric:
+    {index: (value, seconds)}, stored under today's key."""
+    def olds(key: dict) -> list[dict]:
+        return ([{**key, "runtime": old} for old in OLD_SPELLINGS.get(key.get("runtime"), ())]
+                + [{**key, "metric": old} for old in OLD_METRIC_NAMES.get(key.get("metric"), ())])
+
+    return _reuse(cache, keys, missing, olds, store)
 
 
 def _reuse(cache: EvalCache, keys: list[dict], missing: list[int], olds, store: bool) -> dict[int, tuple]:
@@ -90,6 +97,6 @@ def legacy_key(backend, score_last: int | None, spec, length: int, geom, sched, 
         "rope_layers": list(backend.rope.scaled_types) or [None],
     }
     if metric != "ppl":
-        key["metric"] = metric
+        key["metric"] = OLD_METRIC_NAMES.get(metric, (metric,))[0]  # format 1 knew passkey-text as "passkey"
         key.pop("score_last")
     return key

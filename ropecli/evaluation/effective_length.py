@@ -56,8 +56,8 @@ def effective_lengths(results: list, reference, threshold: float = THRESHOLD) ->
             point, shown = (r.len if point_open else point), (r.len if shown_open else shown)
             by_length[r.len] = {"accuracy": k / n, "lower_bound": lb, "retains": retains, "shown": lb >= 0}
         out[label] = {"point": point, "shown": shown, "by_length": by_length}
-    return {"threshold": threshold, "reference": {"label": reference.label, "len": reference.len,
-                                                  "accuracy": k_ref / n_ref, "prompts": n_ref},
+    return {"threshold": threshold, "metric": reference.metric,  # which passkey: the published one or passkey-text
+            "reference": {"label": reference.label, "len": reference.len, "accuracy": k_ref / n_ref, "prompts": n_ref},
             "candidates": out}
 
 
@@ -67,6 +67,6 @@ def effective_line(eff: dict) -> str:
     parts = [f"{label} {c['point'] or '< ' + str(min(c['by_length']))}"
              + (f" (shown {c['shown']})" if c["shown"] else " (not shown at any length)")
              for label, c in eff["candidates"].items()]
-    return (f"effective length (passkey accuracy at least {eff['threshold']:.0%} of the model's own, "
+    return (f"effective length ({eff['metric']} accuracy at least {eff['threshold']:.0%} of the model's own, "
             f"{ref['accuracy']:.0%} of {ref['prompts']} prompts at Ls = {ref['len']}; shown: one-sided 95 %, unpaired, "
             f"for prompts of this protocol from this text, at the measured lengths): " + "; ".join(parts))

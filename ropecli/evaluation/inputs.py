@@ -20,8 +20,8 @@ import numpy as np
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.data import (Windows, count_windows, load_documents, sample_windows, split_documents,
                                      tokenize_documents)
-from ropecli.evaluation.passkey import DEFAULT_DEPTHS, filler_stream, make_samples
-from ropecli.evaluation.metrics import PPL, Metric, metric_record
+from ropecli.evaluation.passkey import DEFAULT_DEPTHS, filler_stream, make_published_samples, make_samples
+from ropecli.evaluation.metrics import PASSKEY_TEXT, PPL, Metric, metric_record
 from ropecli.evaluation.ruler.builders import Haystack
 from ropecli.evaluation.ruler.generate import make_units
 
@@ -169,15 +169,20 @@ class Inputs:
         """Distinct documents among the first `samples` windows at `length` (default: this sample's)."""
         return len(set(self.resized(samples).windows(length).names))
 
-    def prompts(self, length: int) -> list:
-        """The passkey prompts at `length`, depth-major ([depth 0 samples…, depth 1 samples…])."""
-        if length not in self._prompts:
-            if self._stream is None:
-                self._stream = filler_stream(self.tokens)
-            rows = make_samples(self.tokenizer, self._stream, length, list(self.depths), self.per_depth,
-                                self.digits, self.seed, first_sample=self.prompt_start)
-            self._prompts[length] = [p for row in rows for p in row]
-        return self._prompts[length]
+    def prompts(self, length: int, metric: str) -> list:
+        """The passkey prompts at `length`, depth-major ([depth 0 samples…, depth 1 samples…]): the published prompt
+        (`passkey`) or the real-text variant (`passkey-text`), `ropecli.evaluation.passkey`."""
+        if (metric, length) not in self._prompts:
+            if metric_record(metric) is PASSKEY_TEXT:
+                if self._stream is None:
+                    self._stream = filler_stream(self.tokens)
+                rows = make_samples(self.tokenizer, self._stream, length, list(self.depths), self.per_depth,
+                                    self.digits, self.seed, first_sample=self.prompt_start)
+            else:
+                rows = make_published_samples(self.tokenizer, length, list(self.depths), self.per_depth, self.seed,
+                                              first_sample=self.prompt_start)
+            self._prompts[(metric, length)] = [p for row in rows for p in row]
+        return self._prompts[(metric, length)]
 
     def task_units(self, task: str, length: int) -> list:
         """A RULER task's prompts at `length` (`ropecli.evaluation.ruler.generate.make_units`), depth-major:
@@ -198,7 +203,7 @@ class Inputs:
         (TaskUnit, None): by the metric's units (`ropecli.evaluation.metrics`)."""
         kind = _kind(metric)
         if kind == "prompts":
-            return [(p.ids, p.answer_start) for p in self.prompts(length)]
+            return [(p.ids, p.answer_start) for p in self.prompts(length, metric)]
         if kind == "task":
             return [(u, None) for u in self.task_units(metric, length)]
         return [(w, None) for w in self.windows(length).ids]
@@ -233,7 +238,7 @@ class Inputs:
         if _kind(metric) == "windows":
             return self.windows(length).fingerprint
         h = hashlib.sha256()
-        for p in self.prompts(length):
+        for p in self.prompts(length, metric):
             h.update(p.ids.tobytes())
             h.update(str(p.answer_start).encode())
         return h.hexdigest()[:16]

@@ -104,7 +104,8 @@ def _ppl_summary(ev, spec, sched, geom, length, metric, per_unit, inputs, second
 
 
 def _passkey_summary(ev, spec, sched, geom, length, metric, per_unit, inputs, seconds):
-    return summarize_passkey(spec, sched, geom, length, per_unit, inputs.prompts(length), inputs.depths, seconds)
+    return summarize_passkey(spec, sched, geom, length, per_unit, inputs.prompts(length, metric), inputs.depths, seconds,
+                             REGISTRY[metric].result())
 
 
 def _kl_summary(ev, spec, sched, geom, length, metric, per_unit, inputs, seconds):
@@ -149,8 +150,15 @@ KEY_PPL = Metric("key-ppl", "windows", _ppl_score, _ppl_summary, "key PPL", "key
                  field="key_ppl", verdict_beside="key_vs_best")
 PASSKEY = Metric("passkey", "prompts", lambda ev, spec, sched, unit: ev.backend.passkey_scores(*unit),
                  _passkey_summary, "passkey answer NLL", "passkey", lambda: results.PasskeyResult, "answer_nll", unit_word="keys",
-                 field="accuracy", note="passkey: accuracy over all depths; bold/≈ rank by the answer NLL (paired over the "
-                 "same prompts).")
+                 key=lambda ev, rope: {"prompt": "landmark"},  # absent: passkey-text's prompts, cached under "passkey" before
+                 field="accuracy", note="passkey: the published prompt (landmark attention's, as YaRN and LongRoPE run it); "
+                 "accuracy over all depths; bold/≈ rank by the answer NLL (paired over the same prompts).")
+PASSKEY_TEXT = Metric("passkey-text", "prompts", lambda ev, spec, sched, unit: ev.backend.passkey_scores(*unit),
+                      _passkey_summary, "passkey-text answer NLL", "passkey-text", lambda: results.PasskeyTextResult,
+                      "answer_nll", unit_word="keys", field="accuracy",
+                      note="passkey-text: ropecli's real-text variant (the key once inside the text, no instruction); "
+                      "accuracy over all depths; bold/≈ rank by the answer NLL (paired over the same prompts).")
+PASSKEYS = (PASSKEY, PASSKEY_TEXT)  # the passkey prompts: what the passkey command, effective length and advise read
 KL = Metric("kl", "windows", lambda ev, spec, sched, unit: ev.backend.window_kl(
                 unit[0], sched, spec.log_n, ev.chunk_tokens,
                 **({"position_map": spec.position_map, "calibration": ev.calibration} if spec.position_map else {})),
@@ -199,7 +207,7 @@ class Registry(MutableMapping):
         return len(self._all())
 
 
-REGISTRY = Registry(PPL, KEY_PPL, PASSKEY, KL)
+REGISTRY = Registry(PPL, KEY_PPL, PASSKEY, PASSKEY_TEXT, KL)
 
 
 def objective_names() -> list[str]:

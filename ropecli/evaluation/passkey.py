@@ -1,19 +1,38 @@
-"""Passkey retrieval prompts (Mohtashami & Jaggi 2023, as YaRN and LongRoPE report it), torch-free.
+"""Passkey retrieval prompts, torch-free: the published one and ropecli's real-text variant.
 
-One sample at window length N, depth d in [0, 1], key K (`digits` random digits, the first non-zero):
+`passkey`: the prompt as the field publishes it (Mohtashami & Jaggi 2023's landmark-attention passkey, the one
+YaRN and LongRoPE report), byte for byte as jquesnelle/yarn `eval/passkey.py:generate_prompt` builds it
+(= epfml/landmark-attention `llama/run_test.py:generate_prompt`):
 
-    [BOS] filler[:j] NEEDLE filler[j:] QUESTION ANSWER          exactly N tokens
-    NEEDLE   = "\\nThe pass key is K. Remember it.\\n"            the key stated once
-    QUESTION = "\\nWhat is the pass key? The pass key is"
-    ANSWER   = the tokens of " K" that follow QUESTION            (scored, teacher-forced)
+    TASK "\n" garbage[:n_prefix] "\n" NEEDLE "\n" garbage[:n_garbage - n_prefix] "\n" QUESTION
+    TASK     = "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. I will
+                quiz you about the important information there."
+    garbage  = " ".join(["The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."]
+                        * 10000), cut at a character count (mid-word, as the source cuts it)
+    NEEDLE   = "The pass key is K. Remember it. K is the pass key."   K = randint(1, 50000) (1 to 5 digits)
+    QUESTION = "What is the pass key? The pass key is"
 
-The filler is real text: a contiguous run of the data source's tokens (documents concatenated in
-their order) starting at a seeded offset, F = N - |BOS| - |NEEDLE| - |QUESTION| - |ANSWER| tokens
-long. Depth is where the needle sits in the filler: j = round(d * F), so d = 0 puts it right after
-BOS (the farthest from the question) and d = 1 right before the question. Keys and offsets depend
-only on (seed, N, depth, sample index), so every schedule sees the same prompts (paired).
+The source sizes a prompt in characters and keeps the longest below its token target (`main`: n_garbage grown by
+128 characters); ropecli keeps the longest n_garbage whose [BOS] prompt + answer fits `--len` tokens (a binary search
+at one-character resolution). Depth d puts the needle at n_prefix = round(d * n_garbage) (the source draws n_prefix
+uniformly: a depth grid is the same draw, stratified, and gives the heat map). The source's keys and splits are
+unseeded; ropecli's are seeded by (seed, length, depth, sample), so every schedule sees the same prompts (paired).
+The source generates 10 tokens greedily and compares the first run of digits with the key as an integer; ropecli
+scores the answer " K" teacher-forced (below): the same prompts, read without sampling.
 
-A sample is retrieved when every answer token is the argmax given its prefix; its answer NLL is
+`passkey-text`: ropecli's real-text variant (harder: the filler is the text itself, the key stated once and no
+instruction), exactly N tokens:
+
+    [BOS] filler[:j] NEEDLE_TEXT filler[j:] QUESTION_TEXT ANSWER
+    NEEDLE_TEXT   = "\nThe pass key is {key}. Remember it.\n"            the key stated once
+    QUESTION_TEXT = "\nWhat is the pass key? The pass key is"
+    ANSWER        = the tokens of " K" that follow the question            (scored, teacher-forced)
+
+Its filler is a contiguous run of the data source's tokens (documents concatenated in their order) starting at a
+seeded offset, F = N - |BOS| - |NEEDLE| - |QUESTION| - |ANSWER| tokens long; depth j = round(d * F) (d = 0: right
+after BOS, the farthest from the question). Its key has `digits` random digits, the first non-zero.
+
+In both, a sample is retrieved when every answer token is the argmax given its prefix; its answer NLL is
 -log P(K | prompt) in nats (the sum over the answer tokens).
 """
 
@@ -25,8 +44,16 @@ import numpy as np
 
 from ropecli.errors import RopeCliError
 
-NEEDLE = "\nThe pass key is {key}. Remember it.\n"
-QUESTION = "\nWhat is the pass key? The pass key is"
+NEEDLE = "\nThe pass key is {key}. Remember it.\n"  # passkey-text's
+QUESTION = "\nWhat is the pass key? The pass key is"  # passkey-text's; the published question has no newline before it
+# the published prompt's strings, byte for byte from jquesnelle/yarn eval/passkey.py:generate_prompt
+TASK_DESCRIPTION = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
+                    "I will quiz you about the important information there.")
+GARBAGE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+GARBAGE_INF = " ".join([GARBAGE] * 10000)
+INFORMATION_LINE = "The pass key is {key}. Remember it. {key} is the pass key."
+FINAL_QUESTION = "What is the pass key? The pass key is"
+KEY_RANGE = (1, 50000)  # random.randint(1, 50000): both ends included
 DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 MAX_DIGITS = 20
 
@@ -44,10 +71,10 @@ def encode(tokenizer, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def answer_tokens(tokenizer, key: str) -> tuple[list[int], list[int]]:
+def answer_tokens(tokenizer, key: str, question_text: str = QUESTION) -> tuple[list[int], list[int]]:
     """(question ids, answer ids): the answer as the tokenizer continues the question with " key"."""
-    question = encode(tokenizer, QUESTION)
-    both = encode(tokenizer, QUESTION + " " + key)
+    question = encode(tokenizer, question_text)
+    both = encode(tokenizer, question_text + " " + key)
     if both[:len(question)] == question and len(both) > len(question):
         return question, both[len(question):]
     return question, encode(tokenizer, " " + key)  # tokenizers that merge across the boundary
@@ -77,6 +104,58 @@ def prompt_overhead(tokenizer, digits: int) -> int:
     question, answer = answer_tokens(tokenizer, key)
     bos = 1 if getattr(tokenizer, "bos_token_id", None) is not None else 0
     return bos + len(encode(tokenizer, NEEDLE.format(key=key))) + len(question) + len(answer)
+
+
+def published_prompt(n_garbage: int, n_prefix: int, key: int) -> str:
+    """The published passkey prompt, as jquesnelle/yarn eval/passkey.py:generate_prompt(n_garbage) builds it with
+    n_garbage_prefix = `n_prefix` and pass_key = `key` (its two random draws, handed in)."""
+    if not 0 <= n_prefix <= n_garbage <= len(GARBAGE_INF):
+        raise ValueError(f"need 0 <= n_prefix <= n_garbage <= {len(GARBAGE_INF)}: {n_prefix}, {n_garbage}")
+    lines = [TASK_DESCRIPTION, GARBAGE_INF[:n_prefix], INFORMATION_LINE.format(key=key),
+             GARBAGE_INF[:n_garbage - n_prefix], FINAL_QUESTION]
+    return "\n".join(lines)
+
+
+def published_sample(tokenizer, length: int, depth: float, key: int) -> PasskeySample:
+    """The longest published prompt whose [BOS] + prompt + answer " key" fits `length` tokens, the needle at
+    `depth` of its filler (n_prefix = round(depth * n_garbage))."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    prefix = [bos] if bos is not None else []
+    _, answer = answer_tokens(tokenizer, str(key), FINAL_QUESTION)
+
+    def ids_at(n: int) -> list[int]:
+        return prefix + encode(tokenizer, published_prompt(n, int(round(depth * n)), key))
+
+    if len(ids_at(0)) + len(answer) > length:
+        raise RopeCliError(f"--len {length} is shorter than the published passkey prompt itself "
+                           f"({len(ids_at(0)) + len(answer)} tokens without filler); pass a longer --len, or --text for "
+                           "ropecli's real-text prompt (passkey-text), which needs fewer")
+    per_char = len(encode(tokenizer, GARBAGE_INF[:4000])) / 4000  # tokens per filler character, to bracket the search
+    hi = min(len(GARBAGE_INF), int(1.25 * length / per_char) + 256)
+    while hi < len(GARBAGE_INF) and len(ids_at(hi)) + len(answer) <= length:
+        hi = min(len(GARBAGE_INF), 2 * hi)
+    lo = 0  # characters of filler: lo fits; the longest that fits is in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if len(ids_at(mid)) + len(answer) <= length else (lo, mid - 1)
+    ids = ids_at(lo)
+    n_prefix = int(round(depth * lo))
+    before = prefix + encode(tokenizer, published_prompt(n_prefix, n_prefix, key).split(INFORMATION_LINE.format(key=key))[0])
+    return PasskeySample(np.array(ids + answer, dtype=np.int64), len(ids), str(key), depth, len(before))
+
+
+def make_published_samples(tokenizer, length: int, depths: list[float], samples: int, seed: int,
+                           first_sample: int = 0) -> list[list[PasskeySample]]:
+    """The published prompts, samples per depth, [depth index][sample index]; each key drawn from KEY_RANGE seeded by
+    (seed, length, depth, sample), like passkey-text's."""
+    out = []
+    for depth in depths:
+        row = []
+        for s in range(first_sample, first_sample + samples):
+            rng = np.random.default_rng([seed, length, int(round(depth * 10000)), s])
+            row.append(published_sample(tokenizer, length, depth, int(rng.integers(KEY_RANGE[0], KEY_RANGE[1] + 1))))
+        out.append(row)
+    return out
 
 
 def build_sample(tokenizer, filler: np.ndarray, length: int, depth: float, key: str) -> PasskeySample:

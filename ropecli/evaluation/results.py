@@ -165,6 +165,15 @@ class PasskeyResult(EvalResult):
 
 
 @dataclass(kw_only=True)
+class PasskeyTextResult(PasskeyResult):
+    """ropecli's real-text passkey (`ropecli.evaluation.passkey`: passkey-text), read as the published one is."""
+    metric: ClassVar[str] = "passkey-text"
+
+    def cell(self) -> str:
+        return f"{self.accuracy:.0%}"
+
+
+@dataclass(kw_only=True)
 class KlResult(EvalResult):
     metric: ClassVar[str] = "kl"
     paired: ClassVar[str] = "window_kl"

@@ -70,7 +70,7 @@ def position_means(per_window: list[tuple], length: int):
 
 
 def summarize_passkey(spec: Spec, sched: Schedule, geom: Geometry, length: int, per_prompt: list[tuple[float, float]],
-                      prompts: list, depths, seconds: float) -> PasskeyResult:
+                      prompts: list, depths, seconds: float, kind: type = PasskeyResult) -> PasskeyResult:
     """Accuracy and mean answer NLL, overall and per depth; per-prompt values kept for paired statistics."""
     import numpy as np
 
@@ -81,8 +81,8 @@ def summarize_passkey(spec: Spec, sched: Schedule, geom: Geometry, length: int, 
         idx = [i for i, p in enumerate(prompts) if p.depth == d]
         by_depth.append({"depth": d, "accuracy": float(correct[idx].mean()), "answer_nll": _finite(nll[idx].mean()),
                          "samples": len(idx)})
-    return PasskeyResult(**_head(spec, sched, geom, length, seconds), accuracy=float(correct.mean()),
-                         answer_nll=_finite(nll.mean()), samples=len(per_prompt), digits=len(prompts[0].key),
+    return kind(**_head(spec, sched, geom, length, seconds), accuracy=float(correct.mean()),
+                         answer_nll=_finite(nll.mean()), samples=len(per_prompt), digits=max(len(p.key) for p in prompts),
                          by_depth=by_depth, prompt_correct=[bool(c) for c in correct],
                          prompt_answer_nll=[_finite(v) for v in nll])
 

@@ -9,7 +9,7 @@ from typing import Callable, NamedTuple
 from ropecli.evaluation.inference import MARGIN
 from ropecli.evaluation.effective_length import effective_line
 from ropecli.evaluation.compared import Row, Verdict
-from ropecli.evaluation.metrics import Metric, metric_record
+from ropecli.evaluation.metrics import PASSKEY_TEXT, Metric, metric_record
 from ropecli.report.text import lengths_of, plain, table
 from ropecli.evaluation.results import EvalResult, PasskeyResult, PplResult
 from ropecli.evaluation.task_results import TaskResult
@@ -180,8 +180,11 @@ def passkey_table(out: dict) -> list:
     """`ropecli passkey`: accuracy per depth, overall, the answer NLL and its paired Δ to the best (`out["results"]`:
     Rows of PasskeyResults)."""
     depths, rows = out["depths"], out["results"]
-    t = table(f"Passkey accuracy on {out['model']} ({lengths_of(out)}): {out.get('prompts', out['samples'])} key(s) of "
-              f"{out['digits']} digits per depth; depth 0 = key farthest from the question",
+    text = any(r.record is PASSKEY_TEXT for r in rows)
+    prompt = (f"ropecli's real-text prompt (passkey-text), keys of {out['digits']} digits" if text else
+              "the published prompt (landmark attention's, as YaRN and LongRoPE run it), keys 1–50,000")
+    t = table(f"Passkey accuracy on {out['model']} ({lengths_of(out)}): {prompt}, {out.get('prompts', out['samples'])} "
+              "per depth; depth 0 = key farthest from the question",
               ["method", "len", "k", *[f"depth {d:g}" for d in depths], "all", "answer NLL", "Δ NLL vs best (paired)"])
     for row in sorted(rows, key=lambda row: (row.result.len, row.result.label)):
         r = row.result

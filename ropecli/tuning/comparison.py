@@ -13,7 +13,7 @@ from ropecli.rope.spec import reference_spec
 from ropecli.rope.target import Target
 from ropecli.tuning.objective import Bench, window_docs, window_values, window_weights
 from ropecli.evaluation.agreement import rank_agreement
-from ropecli.evaluation.metrics import KEY_PPL, PASSKEY, PPL, REGISTRY, Metric, is_task
+from ropecli.evaluation.metrics import KEY_PPL, PASSKEY, PASSKEYS, PPL, REGISTRY, Metric, is_task
 from ropecli.evaluation.inference import MARGIN
 from ropecli.evaluation.compared import attach_paired
 from ropecli.tuning.racing import race
@@ -53,8 +53,9 @@ def compare_schedules(session: Bench, specs: list, target: Target, metrics: list
             results += session.run(*cells.get(m, (specs, lengths)), m)
     agreement = task_agreement(results)
     rows = attach_paired(results, *([margin] if margin is not None else []))
-    beyond = PASSKEY in metrics and target.longest > session.rope.shipped_len  # effective length: an extension's question
-    effective = effective_against_shipped(session, results) if beyond else None
+    passkey = next((m for m in PASSKEYS if m in metrics), None)  # the published prompt where both were measured
+    beyond = passkey is not None and target.longest > session.rope.shipped_len  # effective length: an extension's question
+    effective = effective_against_shipped(session, results, passkey) if beyond else None
     return {**session.header(), "metrics": list(chosen), "kl_factor": kl_k, "results": rows,
             **({"agreement": agreement} if agreement else {}), **({"effective_length": effective} if effective else {}),
             **({"races": races} if race else {}), **({"serving": served} if served else {}), **session.tally()}
@@ -105,17 +106,17 @@ def task_agreement(results: list) -> list[dict]:
     return out
 
 
-def effective_against_shipped(session: Bench, results: list) -> dict | None:
+def effective_against_shipped(session: Bench, results: list, passkey: Metric = PASSKEY) -> dict | None:
     """Each candidate's effective length (`ropecli.evaluation.effective_length`) against the model as shipped at Ls on
-    passkey (its prompts at Ls: one more set of passes, cached); None, with nothing run, where passkey prompts do not
-    fit within Ls."""
+    `passkey` (the published prompt or passkey-text; its prompts at Ls: one more set of passes, cached); None, with
+    nothing run, where its prompts do not fit within Ls."""
     Ls = session.rope.shipped_len
     try:
-        session.check(PASSKEY, Ls)
+        session.check(passkey, Ls)
     except RopeCliError:
         return None
-    reference = session.run([reference_spec(session.rope.geometry(1.0))], [Ls], PASSKEY)[0]
-    return effective_lengths([r for r in results if r.metric == PASSKEY.name], reference)
+    reference = session.run([reference_spec(session.rope.geometry(1.0))], [Ls], passkey)[0]
+    return effective_lengths([r for r in results if r.metric == passkey.name], reference)
 
 
 def race_specs(run, specs: list, lengths: list[int], metric: Metric, *, start: int, max_windows: int,

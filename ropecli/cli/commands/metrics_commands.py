@@ -9,23 +9,27 @@ from ropecli.errors import RopeCliError
 from ropecli.cli.eval_groups import DataOptions, EvalOptions, MappedScheduleOptions, ModelOptions, PasskeyOptions
 from ropecli.cli.groups import OutputOptions, ScheduleOptions, with_option_groups
 from ropecli.cli.options import KL_METHODS, PASSKEY_METHODS, TargetLenOpt
+from ropecli.cli.eval_options import TextVariantOpt
 from ropecli.cli.session_opening import check_plot_path, open_session
 
 
 @handle_errors
 @with_option_groups
 def passkey(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOptions, evaluation: EvalOptions,
-            prompts: PasskeyOptions, output: OutputOptions):
-    """Passkey retrieval: a random key stated once at each depth of real text, asked for at the end.
+            prompts: PasskeyOptions, output: OutputOptions, text: TextVariantOpt = False):
+    """Passkey retrieval as papers report it: the published prompt (landmark attention's, as YaRN and LongRoPE run it:
+    an instruction, the repeated "The grass is green…" filler, the key stated twice at each depth, asked at the end).
 
     Accuracy = share of prompts whose every key token is the model's argmax (teacher-forced); answer
-    NLL = -log P(key | prompt). --prompts keys per depth and length (default --samples); the same prompts for every method.
+    NLL = -log P(key | prompt). --prompts keys per depth and length (default --samples); the same prompts for every
+    method. --text: ropecli's real-text variant (passkey-text).
 
     Examples: ropecli passkey --len 256 --len 2048 --method none --method mixed --plot pk.png
               ropecli passkey --model meta-llama/Llama-2-7b-hf --len 4096 --len 16384 --method yarn,mixed --samples 20
+              ropecli passkey --len 1024 --method none,yarn --text
     """
     from ropecli.rope.target import check_lengths, default_target
-    from ropecli.evaluation.metrics import PASSKEY
+    from ropecli.evaluation.metrics import PASSKEY, PASSKEY_TEXT
     from ropecli.evaluation.compared import attach_paired
     from ropecli.report.tables import passkey_table
 
@@ -35,9 +39,10 @@ def passkey(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOpti
     check_plot_path(output.plot)
     session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts)
     L, ins = session.rope.train_len, session.inputs
-    results = session.run(specs, check_lengths(evaluation.length or [L, default_target(L)]), PASSKEY)
+    metric = PASSKEY_TEXT if text else PASSKEY
+    results = session.run(specs, check_lengths(evaluation.length or [L, default_target(L)]), metric)
     rows = [{"method": r.label, "log_n": r.log_n, "len": r.len, "factor": r.factor, **d} for r in results for d in r.by_depth]
-    out = {**session.header(), "depths": list(ins.depths), "digits": ins.digits, "rows": rows,
+    out = {**session.header(), "metric": metric.name, "depths": list(ins.depths), "digits": ins.digits, "rows": rows,
            "results": attach_paired(results), **session.tally()}
     if output.plot and session.is_main:
         from ropecli.report.result_plots import plot_passkey_heatmaps
