@@ -13,7 +13,7 @@ step() { local out=$1; shift; echo "$(date -u +%H:%M:%S) $out: ropecli $*"; rope
 [ -f "$O/bench_backends.txt" ] || python benchmarks/bench_backends.py > "$O/bench_backends.txt" 2>&1
 step compare-16k compare --model smollm2 --len 16384 --method "$M" --samples 4
 step kl-4k kl --model smollm2 --len 4096 --k 2 --method pi,ntk-aware,ntk-fixed,dynamic,yarn,llama3,mixed --samples 4
-step passkey-8k passkey --model smollm2 --len 8192 --method none --samples 2 --depths 0.1,0.5,0.9
+step passkey-8k passkey --text --model smollm2 --len 8192 --method none --samples 2 --depths 0.1,0.5,0.9
 step llamacpp-16k compare --model smollm2 --backend llamacpp --len 16384 --method none,yarn,mixed --samples 1
 best3=$(python - <<'PY'
 import json
@@ -22,4 +22,4 @@ best = sorted((r for r in rows if r["method"] != "none"), key=lambda r: r["ppl"]
 print(",".join(r["method"] for r in best))
 PY
 )
-step passkey-16k passkey --model smollm2 --len 16384 --method "none,$best3" --samples 2 --depths 0.1,0.5,0.9
+step passkey-16k passkey --text --model smollm2 --len 16384 --method "none,$best3" --samples 2 --depths 0.1,0.5,0.9

@@ -146,6 +146,7 @@ def test_dpe_rule_and_detection_budget_follow_the_source():
     assert dpe_rule(32768, 131072)["W"] == 1024 and dpe_ladder(32768, 131072)[-1] == 128  # Mistral/Qwen at 32k: 1,024
     assert dpe_rule(256, 1024)["W"] == 128 and dpe_ladder(256, 1024) == [1, 2, 4, 8]  # the built-in model: capped
     assert dpe_budget(256, 1024) == 2 + 8 * 4
+    assert dpe_ranges(4096, 512)["G1"] == (1, 2)  # a target under the window: no ladder, the smallest range
 
 
 DETECTED = "dpe:W=32,G1=16,G2=32,G3=8,G4=16,G5=16,G6=16,G7=32,G8=1"  # found at 4L on the built-in model (docs/methods.md)

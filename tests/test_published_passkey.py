@@ -119,3 +119,15 @@ def test_the_commands_name_the_variant():
     assert r.exit_code == 0 and {x["metric"] for x in json.loads(r.stdout)["results"]} == {"passkey-text"}, r.output
     r = run("compare", *common, "--metric", "passkey,passkey-text")
     assert r.exit_code == 0 and "passkey 256" in r.output and "passkey-text 256" in r.output, r.output
+
+
+def test_a_length_past_the_sources_filler_is_one_line_not_a_shorter_prompt(monkeypatch, tok):
+    """The source's filler is 10,000 sentences (it asserts the prompt fits in them): a --len beyond it is refused,
+    never answered with a shorter prompt recorded at that length (here the filler cut to 2,000 characters)."""
+    from ropecli.errors import RopeCliError
+    from ropecli.evaluation import passkey
+
+    monkeypatch.setattr(passkey, "GARBAGE_INF", passkey.GARBAGE_INF[:2000])
+    assert len(passkey.published_sample(tok, 256, 0.5, 7).ids) <= 256  # within it: as before
+    with pytest.raises(RopeCliError, match="longer than the published passkey prompt can be"):
+        passkey.published_sample(tok, 4096, 0.5, 7)

@@ -128,8 +128,8 @@ def published_sample(tokenizer, length: int, depth: float, key: int) -> PasskeyS
 
     if len(ids_at(0)) + len(answer) > length:
         raise RopeCliError(f"--len {length} is shorter than the published passkey prompt itself "
-                           f"({len(ids_at(0)) + len(answer)} tokens without filler); pass a longer --len, or --text for "
-                           "ropecli's real-text prompt (passkey-text), which needs fewer")
+                           f"({len(ids_at(0)) + len(answer)} tokens without filler); pass a longer --len, or use ropecli's "
+                           "real-text prompt, which needs fewer (passkey --text, --metric/--objective passkey-text)")
     per_char = len(encode(tokenizer, GARBAGE_INF[:4000])) / 4000  # tokens per filler character, to bracket the search
     hi = min(len(GARBAGE_INF), int(1.25 * length / per_char) + 256)
     while hi < len(GARBAGE_INF) and len(ids_at(hi)) + len(answer) <= length:
@@ -138,6 +138,10 @@ def published_sample(tokenizer, length: int, depth: float, key: int) -> PasskeyS
     while lo < hi:
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if len(ids_at(mid)) + len(answer) <= length else (lo, mid - 1)
+    if lo == len(GARBAGE_INF):  # the source's whole filler fits: it asserts len(garbage_inf) >= n_garbage
+        raise RopeCliError(f"--len {length} is longer than the published passkey prompt can be ({len(ids_at(lo)) + len(answer)} "
+                           "tokens: its filler is 10,000 sentences, as the source builds it); pass a shorter --len, or "
+                           "use the real-text prompt (passkey --text, --metric/--objective passkey-text)")
     ids = ids_at(lo)
     n_prefix = int(round(depth * lo))
     before = prefix + encode(tokenizer, published_prompt(n_prefix, n_prefix, key).split(INFORMATION_LINE.format(key=key))[0])

@@ -67,7 +67,7 @@ def dpe_ladder(Ls: int, T: int) -> list[int]:
 def dpe_ranges(Ls: int, T: int) -> dict[str, tuple[float, float]]:
     """Each group's factor over the ladder's span, [1, T/W] on a log scale (the one-at-a-time search's even grid on
     it: its powers of two, `dpe_ladder`)."""
-    top = max(2, dpe_ladder(Ls, T)[-1])
+    top = max([2, *dpe_ladder(Ls, T)])  # a target under the window: the ladder is empty
     return {f"G{g}": (1, top) for g in range(1, DPE_GROUPS + 1)}
 
 

@@ -149,16 +149,16 @@ def agreement_line(a: dict) -> str:
 def tie_lines(rows: list[Row]) -> list[str]:
     """One line per column: the best, the candidates shown equivalent to it, the undecided ones and what
     would decide each, and what the verdicts generalize to."""
-    groups: dict[tuple, list[tuple[str, Verdict]]] = {}
+    groups: dict[tuple, list[tuple[str, Verdict]]] = {}  # (metric, length, the verdict read) -> (label, verdict)
     for r in rows:
         m, n = r.record, r.result.len
         if r.vs_best is not None:
-            groups.setdefault((m, n), []).append((r.result.label, r.vs_best))
+            groups.setdefault((m, n, "vs_best"), []).append((r.result.label, r.vs_best))
         b = metric_record(m.beside) if m.beside else None
         if b and r.against(b.verdict_beside) is not None:  # the metric shown beside it, ranked on the same rows
-            groups.setdefault((b, n), []).append((r.result.label, r.against(b.verdict_beside)))
+            groups.setdefault((b, n, b.verdict_beside), []).append((r.result.label, r.against(b.verdict_beside)))
     lines = []
-    for (m, n), judged in groups.items():
+    for (m, n, _), judged in groups.items():
         if len(judged) < 2:
             continue
         best = next(label for label, v in judged if v.best)

@@ -42,13 +42,15 @@ def passkey(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOpti
     metric = PASSKEY_TEXT if text else PASSKEY
     results = session.run(specs, check_lengths(evaluation.length or [L, default_target(L)]), metric)
     rows = [{"method": r.label, "log_n": r.log_n, "len": r.len, "factor": r.factor, **d} for r in results for d in r.by_depth]
-    out = {**session.header(), "metric": metric.name, "depths": list(ins.depths), "digits": ins.digits, "rows": rows,
+    keys = f"keys of {ins.digits} digits" if text else "keys 1–50,000"  # the published prompt's randint(1, 50000)
+    out = {**session.header(), "metric": metric.name, "depths": list(ins.depths), "digits": ins.digits if text else None,
+           "rows": rows,
            "results": attach_paired(results), **session.tally()}
     if output.plot and session.is_main:
         from ropecli.report.result_plots import plot_passkey_heatmaps
 
         plot_passkey_heatmaps(results, output.plot, f"Passkey accuracy: {session.rope.name} (L = {L}), "
-                                                    f"{ins.per_depth} keys of {ins.digits} digits per cell")
+                                                    f"{ins.per_depth} {keys} per cell ({metric.name})")
         stderr_console().print(f"wrote {output.plot}")
     return emit_json(out) if output.as_json else show(passkey_table(out))
 
