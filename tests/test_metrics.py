@@ -383,3 +383,15 @@ def test_compare_judges_key_ppl_by_its_own_verdict():
     lines = tie_lines(rows)
     assert any(line.startswith("PPL @ 64: best none") for line in lines), lines
     assert any(line.startswith("key PPL @ 64: best pi") for line in lines), lines
+
+
+def test_a_column_where_every_candidate_diverged_has_no_best_and_says_so():
+    """Every result of a length with an infinite unit: no best to pair with (each shown worse, nothing bold), and the
+    column's line says so, where it raised StopIteration."""
+    from ropecli.report.tables import tie_lines
+
+    a = ppl_result(make_spec("none"), 64, [math.inf, 3.0])
+    b = ppl_result(make_spec("pi"), 64, [math.inf, 3.2])
+    rows = attach_paired([a, b])
+    assert not any(r.vs_best.best for r in rows) and {r.vs_best.verdict for r in rows} == {"worse"}
+    assert tie_lines(rows) == ["PPL @ 64: no best, every candidate diverged (a unit with infinite loss in each)"]

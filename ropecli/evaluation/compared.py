@@ -144,14 +144,14 @@ def attach_paired(results: list[EvalResult], margin: float = MARGIN) -> list[Row
         widest = max(idx, key=lambda i: len(results[i].values))  # its windows' documents cover every other's
         ranked = rank_against_best({i: results[i].values for i in idx}, results[widest].clusters, margin,
                                    weights=results[widest].weights)
-        best = next(i for i in idx if ranked[i]["best"])
+        best = next((i for i in idx if ranked[i]["best"]), None)  # None: every result of the column diverged
         keyed = key_ranking([results[i] for i in idx], margin) if results[idx[0]].keys_beside else None
         for j, i in enumerate(idx):
             rows[i].vs_best = Verdict.of(ranked[i])
             if keyed:
                 rows[i].key_vs_best = Verdict.of(keyed[j])
-            mine, theirs = _positions(results[i]), _positions(results[best])
-            if i != best and mine and theirs:
+            mine, theirs = _positions(results[i]), _positions(results[best]) if best is not None else None
+            if best is not None and i != best and mine and theirs:
                 rows[i].position_vs_best = PositionDiff(**position_differences(mine, theirs, results[widest].clusters))
     return rows
 

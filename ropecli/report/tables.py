@@ -161,11 +161,14 @@ def tie_lines(rows: list[Row]) -> list[str]:
     for (m, n, _), judged in groups.items():
         if len(judged) < 2:
             continue
-        best = next(label for label, v in judged if v.best)
+        what = f"{m.words} @ L={n}" if m.at_train_len else f"{m.words} @ {n}"
+        best = next((label for label, v in judged if v.best), None)
+        if best is None:  # every candidate diverged (an inf in each one's units): nothing to rank
+            lines.append(f"{what}: no best, every candidate diverged (a unit with infinite loss in each)")
+            continue
         others = [(label, v) for label, v in judged if not v.best]
         equivalent = [label for label, v in others if v.tied]
         undecided = [(label, v) for label, v in others if v.verdict == "undecided"]
-        what = f"{m.words} @ L={n}" if m.at_train_len else f"{m.words} @ {n}"
         parts = [f"equivalent within ±{others[0][1].margin:g}: {', '.join(equivalent)}"] if equivalent else []
         if undecided:
             parts.append("undecided: " + "; ".join(f"{label} ({v.words(m.unit_word)})" for label, v in undecided))
