@@ -158,7 +158,7 @@ PASSKEY_TEXT = Metric("passkey-text", "prompts", lambda ev, spec, sched, unit: e
                       "answer_nll", unit_word="keys", field="accuracy",
                       note="passkey-text: ropecli's real-text variant (the key once inside the text, no instruction); "
                       "accuracy over all depths; bold/≈ rank by the answer NLL (paired over the same prompts).")
-PASSKEYS = (PASSKEY, PASSKEY_TEXT)  # the passkey prompts: what the passkey command, effective length and advise read
+PASSKEYS = (PASSKEY, PASSKEY_TEXT)  # the passkey prompts, the published one first (effective length takes the first measured)
 KL = Metric("kl", "windows", lambda ev, spec, sched, unit: ev.backend.window_kl(
                 unit[0], sched, spec.log_n, ev.chunk_tokens,
                 **({"position_map": spec.position_map, "calibration": ev.calibration} if spec.position_map else {})),

@@ -126,9 +126,10 @@ def published_sample(tokenizer, length: int, depth: float, key: int) -> PasskeyS
     def ids_at(n: int) -> list[int]:
         return prefix + encode(tokenizer, published_prompt(n, int(round(depth * n)), key))
 
-    if len(ids_at(0)) + len(answer) > length:
+    bare = len(ids_at(0)) + len(answer)
+    if bare > length:
         raise RopeCliError(f"--len {length} is shorter than the published passkey prompt itself "
-                           f"({len(ids_at(0)) + len(answer)} tokens without filler); pass a longer --len, or use ropecli's "
+                           f"({bare} tokens without filler); pass a longer --len, or use ropecli's "
                            "real-text prompt, which needs fewer (passkey --text, --metric/--objective passkey-text)")
     per_char = len(encode(tokenizer, GARBAGE_INF[:4000])) / 4000  # tokens per filler character, to bracket the search
     hi = min(len(GARBAGE_INF), int(1.25 * length / per_char) + 256)

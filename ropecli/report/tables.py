@@ -10,6 +10,7 @@ from ropecli.evaluation.inference import MARGIN
 from ropecli.evaluation.effective_length import effective_line
 from ropecli.evaluation.compared import Row, Verdict
 from ropecli.evaluation.metrics import PASSKEY_TEXT, Metric, metric_record
+from ropecli.evaluation.passkey import KEY_RANGE
 from ropecli.report.text import lengths_of, plain, table
 from ropecli.evaluation.results import EvalResult, PasskeyResult, PplResult
 from ropecli.evaluation.task_results import TaskResult
@@ -185,7 +186,7 @@ def passkey_table(out: dict) -> list:
     depths, rows = out["depths"], out["results"]
     text = any(r.record is PASSKEY_TEXT for r in rows)
     prompt = (f"ropecli's real-text prompt (passkey-text), keys of {out['digits']} digits" if text else
-              "the published prompt (landmark attention's, as YaRN and LongRoPE run it), keys 1–50,000")
+              f"the published prompt (landmark attention's, as YaRN and LongRoPE run it), keys {KEY_RANGE[0]}–{KEY_RANGE[1]:,}")
     t = table(f"Passkey accuracy on {out['model']} ({lengths_of(out)}): {prompt}, {out.get('prompts', out['samples'])} "
               "per depth; depth 0 = key farthest from the question",
               ["method", "len", "k", *[f"depth {d:g}" for d in depths], "all", "answer NLL", "Δ NLL vs best (paired)"])

@@ -31,6 +31,7 @@ def passkey(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOpti
     from ropecli.rope.target import check_lengths, default_target
     from ropecli.evaluation.metrics import PASSKEY, PASSKEY_TEXT
     from ropecli.evaluation.compared import attach_paired
+    from ropecli.evaluation.passkey import KEY_RANGE
     from ropecli.report.tables import passkey_table
 
     prompts.parsed_depths(), prompts.checked_digits()  # bad --depths / --digits fail before the model loads
@@ -42,7 +43,7 @@ def passkey(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOpti
     metric = PASSKEY_TEXT if text else PASSKEY
     results = session.run(specs, check_lengths(evaluation.length or [L, default_target(L)]), metric)
     rows = [{"method": r.label, "log_n": r.log_n, "len": r.len, "factor": r.factor, **d} for r in results for d in r.by_depth]
-    keys = f"keys of {ins.digits} digits" if text else "keys 1–50,000"  # the published prompt's randint(1, 50000)
+    keys = f"keys of {ins.digits} digits" if text else f"keys {KEY_RANGE[0]}–{KEY_RANGE[1]:,}"  # the source's randint
     out = {**session.header(), "metric": metric.name, "depths": list(ins.depths), "digits": ins.digits if text else None,
            "rows": rows,
            "results": attach_paired(results), **session.tally()}
