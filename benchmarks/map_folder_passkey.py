@@ -3,11 +3,14 @@
     python benchmarks/map_folder_passkey.py                                   # SmolLM2 at 2L = 16,384, depth 0, 3 prompts
     python benchmarks/map_folder_passkey.py --task niah-single --map selfextend:G=4,W=2048 --prompts 6
     python benchmarks/map_folder_passkey.py --model builtin --len 1024 --map selfextend:G=8,W=64 --prompts 8
+    python benchmarks/map_folder_passkey.py --len 8192 --chat-template auto     # the prompts in SmolLM2's chat template
 
 `ropecli export --to transformers` writes a Self-Extend folder (`--method none --map MAP`, its modeling file) and a
 YaRN folder (`--method yarn`), each loaded with `AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)`.
-On ropecli's passkey prompts (the needle at --depth, real filler from the held-out plays), or with --task on a RULER
-task's prompts (ropecli's builders, the plays as the haystack), the same prompts for both, each folder answers by
+On the published passkey prompts (`ropecli passkey`'s; --text: ropecli's real-text variant, passkey-text, the filler
+from the plays), the needle at --depth, or with --task on a RULER task's prompts (ropecli's builders, the plays as the
+haystack), raw or in a chat template (--chat-template auto|none|FILE, as `ropecli passkey --chat-template`), the same
+prompts for both, each folder answers by
 greedy generation from one prefill of the prompt (its KV cache, as generate() decodes; with --pipeline through
 `pipeline("text-generation")`, a second prefill). Retrieved: a passkey said first, with no further digit; a task's
 answer anywhere in what it generates (RULER's string_match_all). Its answer NLL: -log P(answer | prompt),
@@ -37,13 +40,15 @@ def export(model: str, length: int, out: Path, method: str, position_map: str | 
     return out
 
 
-def prompts(tokenizer, length: int, depth: float, count: int):
+def prompts(tokenizer, length: int, depth: float, count: int, text: bool, frame):
     from ropecli.evaluation.data import load_documents, tokenize_documents
-    from ropecli.evaluation.passkey import filler_stream, make_samples
+    from ropecli.evaluation.passkey import filler_stream, make_published_samples, make_samples
 
+    if not text:
+        return make_published_samples(tokenizer, length, [depth], count, seed=0, frame=frame)[0]
     docs, _ = load_documents(None)
     stream = filler_stream(tokenize_documents(docs, tokenizer))
-    return make_samples(tokenizer, stream, length, [depth], count, 5, seed=0)[0]
+    return make_samples(tokenizer, stream, length, [depth], count, 5, seed=0, frame=frame)[0]
 
 
 class Prompt:
@@ -54,11 +59,11 @@ class Prompt:
         self.ids, self.answer_start, self.key, self.tokens, self.ruler = ids, answer_start, key, tokens, ruler
 
 
-def passkey_prompts(tokenizer, length: int, depth: float, count: int) -> list[Prompt]:
-    return [Prompt(s.ids, s.answer_start, str(s.key), 8) for s in prompts(tokenizer, length, depth, count)]
+def passkey_prompts(tokenizer, length: int, depth: float, count: int, text: bool, frame) -> list[Prompt]:
+    return [Prompt(s.ids, s.answer_start, str(s.key), 8) for s in prompts(tokenizer, length, depth, count, text, frame)]
 
 
-def task_prompts(tokenizer, task: str, length: int, depth: float, count: int) -> list[Prompt]:
+def task_prompts(tokenizer, task: str, length: int, depth: float, count: int, frame) -> list[Prompt]:
     """RULER's prompts of `task` (ropecli's builders: the held-out plays as the haystack), the needle at `depth`."""
     from ropecli.evaluation.data import load_documents
     from ropecli.evaluation.ruler.builders import Haystack
@@ -66,7 +71,7 @@ def task_prompts(tokenizer, task: str, length: int, depth: float, count: int) ->
     from ropecli.evaluation.ruler.templates import TASKS
 
     docs, _ = load_documents(None)
-    units = make_units(tokenizer, Haystack.of([d.text for d in docs]), task, length, [depth], count, seed=0)
+    units = make_units(tokenizer, Haystack.of([d.text for d in docs]), task, length, [depth], count, seed=0, frame=frame)
     return [Prompt(u.ids, u.answer_start, u.prompt.answer.strip(), min(TASKS[task].tokens_to_generate, 24), True)
             for u in units]
 
@@ -127,6 +132,8 @@ def main() -> None:
     ap.add_argument("--depth", type=float, default=0.0)
     ap.add_argument("--prompts", type=int, default=3)
     ap.add_argument("--task", default=None, help="a RULER task's prompts (e.g. niah-single) instead of passkeys")
+    ap.add_argument("--text", action="store_true", help="ropecli's real-text passkey (passkey-text), not the published one")
+    ap.add_argument("--chat-template", default="none", help="none (raw prompts), auto (the model's own) or a Jinja FILE")
     ap.add_argument("--work", default="/tmp/ropecli-map-folders")
     ap.add_argument("--pipeline", action="store_true", help="greedy generation through pipeline (a second prefill)")
     args = ap.parse_args()
@@ -136,13 +143,21 @@ def main() -> None:
     yarn = export(args.model, args.len, work / f"{args.model}-yarn-{args.len}", "yarn", None)
     from transformers import AutoTokenizer
 
+    from ropecli.errors import RopeCliError
+    from ropecli.evaluation.chat_template import prompt_frame
+
     tokenizer = AutoTokenizer.from_pretrained(str(mapped))
-    samples = passkey_prompts(tokenizer, args.len, args.depth, args.prompts) if args.task is None else \
-        task_prompts(tokenizer, args.task, args.len, args.depth, args.prompts)
+    try:
+        frame = prompt_frame(args.chat_template, tokenizer)
+    except RopeCliError as e:
+        sys.exit(f"Error: {e}")
+    samples = passkey_prompts(tokenizer, args.len, args.depth, args.prompts, args.text, frame) if args.task is None else \
+        task_prompts(tokenizer, args.task, args.len, args.depth, args.prompts, frame)
     got = {name: answer(folder, samples, args.pipeline) for name, folder in (("map", mapped), ("yarn", yarn))}
     diff = np.array([m[1] - y[1] for m, y in zip(got["map"], got["yarn"])])
     how = "pipeline" if args.pipeline else "the folder's KV cache"
-    print(f"{args.model} at {args.len} tokens, {args.task or 'passkey'}, needle at depth {args.depth}, {len(samples)} prompts, greedy through "
+    what = args.task or ("passkey-text" if args.text else "passkey")
+    print(f"{args.model} at {args.len} tokens, {what} {frame.describe()}, needle at depth {args.depth}, {len(samples)} prompts, greedy through "
           f"{how} ({time.perf_counter() - t0:.0f} s):")
     for name, label in (("map", f"none@{args.map}"), ("yarn", "yarn")):
         acc = np.mean([r[0] for r in got[name]])

@@ -208,9 +208,10 @@ def test_fit_finds_the_largest_size_that_fits():
     class P:
         def __init__(self, n):
             self.text = "x" * (3 * n + 7)
-    n, _ = fit(lambda n: sizes.setdefault(n, P(n)), len, 100, 1)
+    size = lambda p: len(p.text)  # noqa: E731
+    n, _ = fit(lambda n: sizes.setdefault(n, P(n)), size, 100, 1)
     assert n == 31  # 3 * 31 + 7 = 100
-    assert fit(lambda n: P(n), len, 100, 1, most=10)[0] == 10
+    assert fit(lambda n: P(n), size, 100, 1, most=10)[0] == 10
 
 
 def test_prompts_are_seeded_and_a_depths_prompts_do_not_depend_on_the_others(builtin, hay):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ropecli.cli.eval_options import (AdviseBudgetOpt, AdviseMetricOpt, AttnOpt, Backend, BackendOpt, CacheDirOpt,
-                                      CandidatesOpt, ChunkOpt, ConsistentOpt, DataOpt, DeltaOpt, DepthsOpt, DeviceMapOpt, DeviceOpt, DigitsOpt,
+                                      CandidatesOpt, ChatTemplateOpt, ChunkOpt, ConsistentOpt, DataOpt, DeltaOpt, DepthsOpt, DeviceMapOpt, DeviceOpt, DigitsOpt,
                                       Dtype, DtypeOpt, ExportConfigOpt, HeldOutOpt, KeyEvaluatorOpt, KeyShortOpt,
                                       KeyTokens, KeyTokensOpt, LenOpt, MarginOpt, MaxShortKlOpt,
                                       MaxShortRegressionOpt, MaxWindowsOpt, MinPasskeyOpt, NoCacheOpt, ObjectiveOpt,
@@ -115,6 +115,21 @@ class PasskeyOptions:
     depths: DepthsOpt = "0,0.25,0.5,0.75,1"
     digits: DigitsOpt = 5
     prompts: PromptsOpt = None
+    chat_template: ChatTemplateOpt = "none"
+
+    def frame(self, tokenizer):
+        """--chat-template as the PromptFrame of the loaded model's tokenizer (`ropecli.evaluation.chat_template`)."""
+        from ropecli.evaluation.chat_template import prompt_frame
+
+        return prompt_frame(self.chat_template, tokenizer)
+
+    def check_chat_template(self) -> None:
+        """A --chat-template FILE that is not there fails before the model loads."""
+        from pathlib import Path
+
+        if self.chat_template not in ("none", "auto") and not Path(self.chat_template).is_file():
+            raise RopeCliError(f"--chat-template {self.chat_template}: no such file; pass auto (the model's own), none, "
+                               "or the path of a Jinja chat template")
 
     def parsed_depths(self) -> list[float]:
         from ropecli.errors import RopeCliError

@@ -73,6 +73,8 @@ def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions
         if dist.world > data.samples:
             err.print(f"note: {dist.world} ranks but {data.samples} window(s) per length: ranks {data.samples}..{dist.world - 1} "
                       f"stay idle; pass --samples {dist.world} or more to use them all", highlight=False)
+    if passkey:
+        passkey.check_chat_template()  # a missing template file fails before the model loads
     memory = _memory(model, device, evaluation.length)  # before loading: a model that cannot fit is refused here
     with err.status(f"loading {model.model or 'the built-in model'} …", spinner="dots") if not quiet else nullcontext():
         lm = _load(model, device, dist)
@@ -80,11 +82,12 @@ def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions
     if memory is not None:
         err.print(memory[0].describe(memory[1]), highlight=False)
     prompts = {"depths": tuple(passkey.parsed_depths()), "digits": passkey.checked_digits(),
-               "prompt_count": passkey.prompts} if passkey else {}
+               "prompt_count": passkey.prompts, "frame": passkey.frame(lm.tokenizer)} if passkey else {}
     inputs = Inputs.load(lm.tokenizer, data.data, data.text_field, samples=data.samples, seed=data.seed, **prompts)
     ev = Evaluator(lm, inputs, cache=cache, dist=dist, chunk_tokens=evaluation.chunk_size, score_last=evaluation.score_last,
                    keep_tokens=evaluation.keep_token_losses, generate=generate, key_rule=_key_rule(evaluation, lm, cache, device, dist.is_main))
     per_depth = f", {inputs.prompt_count} prompt(s) per depth" if inputs.prompt_count is not None else ""
+    per_depth += f"; task prompts {inputs.frame.describe()}" if inputs.frame.chat else ""
     err.print(f"data {inputs.data_label}; {data.samples} window(s) per length{per_depth}, seed {data.seed}", highlight=False)
     return Session(lm, ev, RichProgress(), memory=memory[0].to_json() if memory else None)
 

@@ -20,6 +20,7 @@ import numpy as np
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.data import (Windows, count_windows, load_documents, sample_windows, split_documents,
                                      tokenize_documents)
+from ropecli.evaluation.chat_template import RAW, PromptFrame
 from ropecli.evaluation.passkey import DEFAULT_DEPTHS, filler_stream, make_published_samples, make_samples
 from ropecli.evaluation.metrics import PASSKEY_TEXT, PPL, Metric, metric_record
 from ropecli.evaluation.ruler.builders import Haystack
@@ -40,6 +41,7 @@ class Inputs:
     split: str | None = None  # "search" / "held": this part of the documents (held_out splits them)
     depths: tuple = DEFAULT_DEPTHS  # passkey: where the key sits in the filler
     digits: int = 5  # passkey: digits of a key
+    frame: PromptFrame = RAW  # passkey and RULER tasks: raw prompts or a chat template's (--chat-template)
     span: int | None = None  # windows at a length below it are the prefixes of the windows at `span`
     _windows: dict = field(default_factory=dict, repr=False)
     _prompts: dict = field(default_factory=dict, repr=False)
@@ -177,10 +179,10 @@ class Inputs:
                 if self._stream is None:
                     self._stream = filler_stream(self.tokens)
                 rows = make_samples(self.tokenizer, self._stream, length, list(self.depths), self.per_depth,
-                                    self.digits, self.seed, first_sample=self.prompt_start)
+                                    self.digits, self.seed, first_sample=self.prompt_start, frame=self.frame)
             else:
                 rows = make_published_samples(self.tokenizer, length, list(self.depths), self.per_depth, self.seed,
-                                              first_sample=self.prompt_start)
+                                              first_sample=self.prompt_start, frame=self.frame)
             self._prompts[(metric, length)] = [p for row in rows for p in row]
         return self._prompts[(metric, length)]
 
@@ -191,7 +193,8 @@ class Inputs:
             if self._haystack is None:
                 self._haystack = Haystack.of([d.text for d in self.docs])
             self._tasks[(task, length)] = make_units(self.tokenizer, self._haystack, task, length, list(self.depths),
-                                                     self.per_depth, self.seed, first_sample=self.prompt_start)
+                                                     self.per_depth, self.seed, first_sample=self.prompt_start,
+                                                     frame=self.frame)
         return self._tasks[(task, length)]
 
     def units(self, metric: Metric = PPL) -> int:

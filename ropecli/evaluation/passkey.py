@@ -43,16 +43,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from ropecli.errors import RopeCliError
+from ropecli.evaluation.chat_template import RAW, PromptFrame
 
 NEEDLE = "\nThe pass key is {key}. Remember it.\n"  # passkey-text's
-QUESTION = "\nWhat is the pass key? The pass key is"  # passkey-text's; the published question has no newline before it
+ASKED = "What is the pass key?"  # the question (a chat template's user turn ends with it) ...
+ANSWER_PREFIX = "The pass key is"  # ... and the answer's prefix (its assistant turn starts with it)
+QUESTION = "\n" + ASKED + " " + ANSWER_PREFIX  # passkey-text's raw close; the published one has no newline before it
+QUESTION_BODY = "\n" + ASKED  # passkey-text: the question's words after the filler (the frame closes it)
 # the published prompt's strings, byte for byte from jquesnelle/yarn eval/passkey.py:generate_prompt
 TASK_DESCRIPTION = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
                     "I will quiz you about the important information there.")
 GARBAGE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 GARBAGE_INF = " ".join([GARBAGE] * 10000)
 INFORMATION_LINE = "The pass key is {key}. Remember it. {key} is the pass key."
-FINAL_QUESTION = "What is the pass key? The pass key is"
+FINAL_QUESTION = "What is the pass key? The pass key is"  # = ASKED + " " + ANSWER_PREFIX, the raw frame's join
 KEY_RANGE = (1, 50000)  # random.randint(1, 50000): both ends included
 DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 MAX_DIGITS = 20
@@ -98,33 +102,36 @@ def check_digits(digits: int) -> int:
     return digits
 
 
-def prompt_overhead(tokenizer, digits: int) -> int:
-    """Tokens a prompt needs besides the filler (BOS, needle, question, answer), for the longest key."""
+def prompt_overhead(tokenizer, digits: int, frame: PromptFrame = RAW) -> int:
+    """Tokens a prompt needs besides the filler (BOS or the template's head, needle, question, answer), for the
+    longest key."""
     key = "9" * digits
-    question, answer = answer_tokens(tokenizer, key)
-    bos = 1 if getattr(tokenizer, "bos_token_id", None) is not None else 0
-    return bos + len(encode(tokenizer, NEEDLE.format(key=key))) + len(question) + len(answer)
+    question, answer = answer_tokens(tokenizer, key, frame.close(QUESTION_BODY, ANSWER_PREFIX))
+    return len(frame.lead(tokenizer)) + len(encode(tokenizer, NEEDLE.format(key=key))) + len(question) + len(answer)
+
+
+def published_question(n_garbage: int, n_prefix: int, key: int) -> str:
+    """The published prompt up to its question, the answer prefix left off: the user's turn under a chat template."""
+    if not 0 <= n_prefix <= n_garbage <= len(GARBAGE_INF):
+        raise ValueError(f"need 0 <= n_prefix <= n_garbage <= {len(GARBAGE_INF)}: {n_prefix}, {n_garbage}")
+    lines = [TASK_DESCRIPTION, GARBAGE_INF[:n_prefix], INFORMATION_LINE.format(key=key),
+             GARBAGE_INF[:n_garbage - n_prefix], ASKED]
+    return "\n".join(lines)
 
 
 def published_prompt(n_garbage: int, n_prefix: int, key: int) -> str:
     """The published passkey prompt, as jquesnelle/yarn eval/passkey.py:generate_prompt(n_garbage) builds it with
-    n_garbage_prefix = `n_prefix` and pass_key = `key` (its two random draws, handed in)."""
-    if not 0 <= n_prefix <= n_garbage <= len(GARBAGE_INF):
-        raise ValueError(f"need 0 <= n_prefix <= n_garbage <= {len(GARBAGE_INF)}: {n_prefix}, {n_garbage}")
-    lines = [TASK_DESCRIPTION, GARBAGE_INF[:n_prefix], INFORMATION_LINE.format(key=key),
-             GARBAGE_INF[:n_garbage - n_prefix], FINAL_QUESTION]
-    return "\n".join(lines)
+    n_garbage_prefix = `n_prefix` and pass_key = `key` (its two random draws, handed in): the raw frame's text."""
+    return RAW.text(published_question(n_garbage, n_prefix, key), ANSWER_PREFIX)
 
 
-def published_sample(tokenizer, length: int, depth: float, key: int) -> PasskeySample:
-    """The longest published prompt whose [BOS] + prompt + answer " key" fits `length` tokens, the needle at
-    `depth` of its filler (n_prefix = round(depth * n_garbage))."""
-    bos = getattr(tokenizer, "bos_token_id", None)
-    prefix = [bos] if bos is not None else []
-    _, answer = answer_tokens(tokenizer, str(key), FINAL_QUESTION)
+def published_sample(tokenizer, length: int, depth: float, key: int, frame: PromptFrame = RAW) -> PasskeySample:
+    """The longest published prompt whose [BOS] + prompt + answer " key" (under a chat template: its rendering +
+    answer) fits `length` tokens, the needle at `depth` of its filler (n_prefix = round(depth * n_garbage))."""
+    _, answer = answer_tokens(tokenizer, str(key), frame.close(ASKED, ANSWER_PREFIX))
 
     def ids_at(n: int) -> list[int]:
-        return prefix + encode(tokenizer, published_prompt(n, int(round(depth * n)), key))
+        return frame.ids(tokenizer, published_question(n, int(round(depth * n)), key), ANSWER_PREFIX)
 
     bare = len(ids_at(0)) + len(answer)
     if bare > length:
@@ -144,31 +151,32 @@ def published_sample(tokenizer, length: int, depth: float, key: int) -> PasskeyS
                            "tokens: its filler is 10,000 sentences, as the source builds it); pass a shorter --len, or "
                            "use the real-text prompt (passkey --text, --metric/--objective passkey-text)")
     ids = ids_at(lo)
-    n_prefix = int(round(depth * lo))
-    before = prefix + encode(tokenizer, published_prompt(n_prefix, n_prefix, key).split(INFORMATION_LINE.format(key=key))[0])
+    text = frame.text(published_question(lo, int(round(depth * lo)), key), ANSWER_PREFIX)
+    before = frame.ids_of(tokenizer, text[:text.index(INFORMATION_LINE.format(key=key))])
     return PasskeySample(np.array(ids + answer, dtype=np.int64), len(ids), str(key), depth, len(before))
 
 
 def make_published_samples(tokenizer, length: int, depths: list[float], samples: int, seed: int,
-                           first_sample: int = 0) -> list[list[PasskeySample]]:
+                           first_sample: int = 0, frame: PromptFrame = RAW) -> list[list[PasskeySample]]:
     """The published prompts, samples per depth, [depth index][sample index]; each key drawn from KEY_RANGE seeded by
-    (seed, length, depth, sample), like passkey-text's."""
+    (seed, length, depth, sample), like passkey-text's (the same keys under every frame)."""
     out = []
     for depth in depths:
         row = []
         for s in range(first_sample, first_sample + samples):
             rng = np.random.default_rng([seed, length, int(round(depth * 10000)), s])
-            row.append(published_sample(tokenizer, length, depth, int(rng.integers(KEY_RANGE[0], KEY_RANGE[1] + 1))))
+            row.append(published_sample(tokenizer, length, depth, int(rng.integers(KEY_RANGE[0], KEY_RANGE[1] + 1)), frame))
         out.append(row)
     return out
 
 
-def build_sample(tokenizer, filler: np.ndarray, length: int, depth: float, key: str) -> PasskeySample:
-    """One window of exactly `length` tokens; `filler` must hold at least the tokens it needs."""
-    bos = getattr(tokenizer, "bos_token_id", None)
-    prefix = [bos] if bos is not None else []
+def build_sample(tokenizer, filler: np.ndarray, length: int, depth: float, key: str,
+                 frame: PromptFrame = RAW) -> PasskeySample:
+    """One window of exactly `length` tokens; `filler` must hold at least the tokens it needs. Under a chat template
+    the filler, needle and question are the user's turn: [head] filler needle filler [question, middle, prefix] answer."""
+    prefix = frame.lead(tokenizer)
     needle = encode(tokenizer, NEEDLE.format(key=key))
-    question, answer = answer_tokens(tokenizer, key)
+    question, answer = answer_tokens(tokenizer, key, frame.close(QUESTION_BODY, ANSWER_PREFIX))
     n_fill = length - len(prefix) - len(needle) - len(question) - len(answer)
     if n_fill < 0:
         raise RopeCliError(f"--len {length} is shorter than the passkey prompt itself ({length - n_fill} tokens "
@@ -188,10 +196,10 @@ def filler_stream(token_ids: list[list[int]]) -> np.ndarray:
 
 
 def make_samples(tokenizer, stream: np.ndarray, length: int, depths: list[float], samples: int, digits: int,
-                 seed: int, first_sample: int = 0) -> list[list[PasskeySample]]:
+                 seed: int, first_sample: int = 0, frame: PromptFrame = RAW) -> list[list[PasskeySample]]:
     """samples per depth, [depth index][sample index]; keys and filler offsets seeded by (seed, length, depth, sample),
     so a depth's prompts do not depend on which other depths are asked for."""
-    overhead = prompt_overhead(tokenizer, digits)
+    overhead = prompt_overhead(tokenizer, digits, frame)
     if overhead > length:
         raise RopeCliError(f"--len {length} is shorter than the passkey prompt itself ({overhead} tokens with a "
                            f"{digits}-digit key); pass a longer --len or fewer --digits")
@@ -207,6 +215,6 @@ def make_samples(tokenizer, stream: np.ndarray, length: int, depths: list[float]
             rng = np.random.default_rng([seed, length, int(round(depth * 10000)), s])
             key = random_key(rng, digits)
             start = int(rng.integers(0, stream.size - span))
-            row.append(build_sample(tokenizer, stream[start:start + span], length, depth, key))
+            row.append(build_sample(tokenizer, stream[start:start + span], length, depth, key, frame))
         out.append(row)
     return out

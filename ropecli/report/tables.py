@@ -124,6 +124,8 @@ def compare_table(out: dict, labels: list[str], lengths: list[int]) -> list:
             cells.append(f"{e.get('point') or '-'} ({e.get('shown') or '-'})")
         t.add_row(label, *cells)
     lines = [t, *key_note(results)] + [plain(m.note) for m in records.values() if m.note]
+    if out.get("chat_template", "none") != "none" and any(m.units != "windows" for m in records.values()):
+        lines.append(plain(f"passkey and task prompts {chat_words(out)}."))
     if tasks:
         lines.append(plain(f"tasks (RULER's, on this text; {tasks[0].samples} prompts per cell): the answer's NLL in nats, "
                            "-log p(answer | prompt, answer prefix), mean over prompts, lower is better; (+g) its gain over "
@@ -180,6 +182,13 @@ def tie_lines(rows: list[Row]) -> list[str]:
     return lines
 
 
+def chat_words(out: dict) -> str:
+    """The prompts' chat template in words (`--chat-template`, `ropecli.evaluation.chat_template`)."""
+    from ropecli.evaluation.chat_template import describe_frame
+
+    return describe_frame(out.get("chat_template", "none"))
+
+
 def passkey_table(out: dict) -> list:
     """`ropecli passkey`: accuracy per depth, overall, the answer NLL and its paired Δ to the best (`out["results"]`:
     Rows of PasskeyResults)."""
@@ -187,7 +196,7 @@ def passkey_table(out: dict) -> list:
     text = any(r.record is PASSKEY_TEXT for r in rows)
     prompt = (f"ropecli's real-text prompt (passkey-text), keys of {out['digits']} digits" if text else
               f"the published prompt (landmark attention's, as YaRN and LongRoPE run it), keys {KEY_RANGE[0]}–{KEY_RANGE[1]:,}")
-    t = table(f"Passkey accuracy on {out['model']} ({lengths_of(out)}): {prompt}, {out.get('prompts', out['samples'])} "
+    t = table(f"Passkey accuracy on {out['model']} ({lengths_of(out)}): {prompt} {chat_words(out)}, {out.get('prompts', out['samples'])} "
               "per depth; depth 0 = key farthest from the question",
               ["method", "len", "k", *[f"depth {d:g}" for d in depths], "all", "answer NLL", "Δ NLL vs best (paired)"])
     for row in sorted(rows, key=lambda row: (row.result.len, row.result.label)):

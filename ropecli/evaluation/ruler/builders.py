@@ -38,6 +38,13 @@ class TaskPrompt:
     references: tuple  # what RULER's string_match_all looks for in a generated answer
     depth: float | None  # where the queried needle sits in the haystack (0 first, 1 last); None: no needle
     control: str | None  # the prompt without the queried needle(s); None where the task has none
+    prefix: str = ""  # the answer prefix `text` (and `control`) end with: the assistant's turn under a chat template
+
+    def question(self, text: str | None = None) -> str:
+        """`text` (default the prompt) without its answer prefix: the user's turn under a chat template."""
+        text = self.text if text is None else text
+        assert text.endswith(self.prefix), "a prompt ends with its answer prefix"
+        return text[:len(text) - len(self.prefix)]
 
 
 @dataclass(frozen=True)
@@ -111,12 +118,13 @@ def niah(task: Task, hay: Haystack, n: int, depth: float, rng: np.random.Generat
     q = [keys[i] for i in queried]
     query = ", ".join(q[:-1]) + ", and " + q[-1] if len(q) > 1 else q[0]
     answers = [v for i in queried for v in values[i]]
-    template, type_v = NIAH_TEMPLATE + NIAH_ANSWER_PREFIX, cfg.type_v
+    template, prefix, type_v = NIAH_TEMPLATE + NIAH_ANSWER_PREFIX, NIAH_ANSWER_PREFIX, cfg.type_v
     if cfg.num_q * cfg.num_v == 1:
-        template, type_v = singular(template), type_v[:-1]
+        template, prefix, type_v = singular(template), singular(prefix), type_v[:-1]
     text = template.format(type_needle_v=type_v, context=context(set()), query=query)
     control = template.format(type_needle_v=type_v, context=context(set(queried)), query=query)
-    return TaskPrompt(task.name, text, " " + ", ".join(answers), tuple(answers), depth, control)
+    return TaskPrompt(task.name, text, " " + ", ".join(answers), tuple(answers), depth, control,
+                      prefix.format(type_needle_v=type_v, query=query))
 
 
 def _names(rng: np.random.Generator, count: int, letters: int) -> list[str]:
@@ -128,9 +136,9 @@ def _names(rng: np.random.Generator, count: int, letters: int) -> list[str]:
     return out
 
 
-def vt_prompt(n: int, rng: np.random.Generator, depth: float | None, letters: int = 5) -> tuple[str, str, list[str]]:
+def vt_prompt(n: int, rng: np.random.Generator, depth: float | None, letters: int = 5) -> tuple[str, str, list[str], str]:
     """variable_tracking.py `generate_chains` / `generate_input_output` (noise haystack, one chain of VT_HOPS
-    hops): (prompt, the prompt without the chain, the chain's names). `depth`: the first assignment's place
+    hops): (prompt, the prompt without the chain, the chain's names, the answer prefix both end with). `depth`: the first assignment's place
     (None: RULER's uniform draw, as for the one-shot example)."""
     names = _names(rng, VT_HOPS + 1, letters)
     value = str(int(rng.integers(10000, 99999)))
@@ -143,16 +151,16 @@ def vt_prompt(n: int, rng: np.random.Generator, depth: float | None, letters: in
     template = VT_TEMPLATE + VT_ANSWER_PREFIX
     text = template.format(context="\n".join(lines).replace(". \n", ".\n"), query=value, num_v=VT_HOPS + 1)
     control = template.format(context="\n".join([NOISE] * n), query=value, num_v=VT_HOPS + 1)
-    return text, control, names
+    return text, control, names, VT_ANSWER_PREFIX.format(query=value, num_v=VT_HOPS + 1)
 
 
 def vt(task: Task, n: int, depth: float, rng: np.random.Generator, icl_noise: int) -> TaskPrompt:
     """The one-shot example (3-letter names, `icl_noise` noise lines: RULER's 500-token example) with its answer,
     a blank line, then the question (variable_tracking.py `sys_vartrack_w_noise_random`)."""
-    shot, _, shot_names = vt_prompt(icl_noise, rng, None, letters=3)
+    shot, _, shot_names, _ = vt_prompt(icl_noise, rng, None, letters=3)
     icl = shot + " " + " ".join(shot_names) + "\n"
-    text, control, names = vt_prompt(n, rng, depth)
-    return TaskPrompt(task.name, icl + "\n" + text, " ".join(names), tuple(names), depth, icl + "\n" + control)
+    text, control, names, prefix = vt_prompt(n, rng, depth)
+    return TaskPrompt(task.name, icl + "\n" + text, " ".join(names), tuple(names), depth, icl + "\n" + control, prefix)
 
 
 def cwe_example(rng: np.random.Generator, vocab: tuple, num_words: int, common: int, uncommon: int) -> tuple[str, list]:
@@ -171,7 +179,7 @@ def cwe(task: Task, hay: Haystack, n: int, rng: np.random.Generator, length: int
     template = CWE_TEMPLATE + CWE_ANSWER_PREFIX
     numbered = lambda ws: " ".join(f"{i + 1}. {w}" for i, w in enumerate(ws))  # noqa: E731
     text = template.format(context=shot_ctx) + " " + numbered(shot_common) + "\n" + template.format(context=ctx)
-    return TaskPrompt(task.name, text, " " + numbered(common), tuple(common), None, None)
+    return TaskPrompt(task.name, text, " " + numbered(common), tuple(common), None, None, CWE_ANSWER_PREFIX)
 
 
 def fwe(task: Task, n: int, rng: np.random.Generator, length: int) -> TaskPrompt:
@@ -190,4 +198,4 @@ def fwe(task: Task, n: int, rng: np.random.Generator, length: int) -> TaskPrompt
     stream = [w for w, c in zip(words, counts) for _ in range(c)]
     stream = [stream[i] for i in rng.permutation(len(stream))]
     text = (FWE_TEMPLATE + FWE_ANSWER_PREFIX).format(context=" ".join(stream))
-    return TaskPrompt(task.name, text, " " + " ".join(words[1:4]), tuple(words[1:4]), None, None)
+    return TaskPrompt(task.name, text, " " + " ".join(words[1:4]), tuple(words[1:4]), None, None, FWE_ANSWER_PREFIX)

@@ -20,6 +20,7 @@ from typing import Callable
 import numpy as np
 
 from ropecli.errors import RopeCliError
+from ropecli.evaluation.chat_template import RAW, PromptFrame
 from ropecli.evaluation.ruler.builders import Haystack, TaskPrompt, cwe, fwe, niah, vt, vt_prompt
 from ropecli.evaluation.ruler.templates import TASKS, Task
 
@@ -49,35 +50,37 @@ def encode(tokenizer, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def with_answer(tokenizer, text: str, answer: str) -> tuple[np.ndarray, int]:
-    """([BOS] prompt answer as ids, where the answer starts): the answer as the tokenizer continues the prompt."""
-    bos = getattr(tokenizer, "bos_token_id", None)
-    head = ([bos] if bos is not None else []) + encode(tokenizer, text)
+def with_answer(tokenizer, prompt: TaskPrompt, answer: str, frame: PromptFrame = RAW,
+                control: bool = False) -> tuple[np.ndarray, int]:
+    """([BOS] prompt answer as ids, where the answer starts): the answer as the tokenizer continues the prompt (the
+    prompt's text, or its control's, framed: raw, or its question and answer prefix in a chat template)."""
+    text = frame.text(prompt.question(prompt.control if control else prompt.text), prompt.prefix)
+    head = frame.ids_of(tokenizer, text)
     both = encode(tokenizer, text + answer)
     body = encode(tokenizer, text)
     tail = both[len(body):] if both[:len(body)] == body and len(both) > len(body) else encode(tokenizer, answer)
     return np.array(head + tail, dtype=np.int64), len(head)
 
 
-def fit(build: Callable[[int], TaskPrompt], count: Callable[[str], int], budget: int, lo: int,
+def fit(build: Callable[[int], TaskPrompt], count: Callable[[TaskPrompt], int], budget: int, lo: int,
         most: int | None = None) -> tuple[int, TaskPrompt]:
     """The largest n in [lo, most] whose prompt takes at most `budget` tokens, and its prompt (bisection after
     a doubling search, as RULER's binary search from its estimate)."""
     first = build(lo)
-    if count(first.text) > budget:
+    if count(first) > budget:
         return lo, first
     hi = lo
     while True:  # double until a size no longer fits
         nxt = hi * 2 if most is None else min(hi * 2, most)
         if nxt == hi:
             return hi, build(hi)
-        if count(build(nxt).text) > budget:
+        if count(build(nxt)) > budget:
             break
         hi = nxt
     good, bad = hi, nxt
     while bad - good > 1:
         mid = (good + bad) // 2
-        good, bad = (mid, bad) if count(build(mid).text) <= budget else (good, mid)
+        good, bad = (mid, bad) if count(build(mid)) <= budget else (good, mid)
     return good, build(good)
 
 
@@ -89,22 +92,22 @@ def rng_for(seed: int, length: int, task: str, depth: float | None, sample: int)
 def icl_noise(tokenizer, length: int) -> int:
     """vt's one-shot example: the noise lines that fit it in ICL_TOKENS (RULER fits it once per run), or in a
     quarter of `length` where that is less (RULER's 500 tokens leave no room for the question below ~800)."""
-    n, _ = fit(lambda k: _vt_shot(k), lambda t: len(encode(tokenizer, t)), min(ICL_TOKENS, length // 4), 1)
+    n, _ = fit(lambda k: _vt_shot(k), lambda p: len(encode(tokenizer, p.text)), min(ICL_TOKENS, length // 4), 1)
     return n
 
 
 def _vt_shot(n: int) -> TaskPrompt:
-    text, _, names = vt_prompt(n, np.random.default_rng(0), None, letters=3)
-    return TaskPrompt("vt", text, "", tuple(names), None, None)
+    text, _, names, prefix = vt_prompt(n, np.random.default_rng(0), None, letters=3)
+    return TaskPrompt("vt", text, "", tuple(names), None, None, prefix)
 
 
 def make_units(tokenizer, hay: Haystack, task_name: str, length: int, depths: list[float], samples: int, seed: int,
-               first_sample: int = 0) -> list[TaskUnit]:
-    """The prompts of one task at `length`, depth-major ([depth 0 samples…, depth 1 samples…])."""
+               first_sample: int = 0, frame: PromptFrame = RAW) -> list[TaskUnit]:
+    """The prompts of one task at `length`, depth-major ([depth 0 samples…, depth 1 samples…]); under a chat template
+    (`frame`) the haystack is sized so that the rendered prompt fits."""
     task = TASKS[task_name]
-    bos = 1 if getattr(tokenizer, "bos_token_id", None) is not None else 0
-    budget = length - bos - task.tokens_to_generate
-    count = lambda t: len(encode(tokenizer, t))  # noqa: E731
+    budget = length - task.tokens_to_generate
+    count = lambda p: len(frame.ids(tokenizer, p.question(), p.prefix))  # noqa: E731  [BOS] or the template's head included
     shot = icl_noise(tokenizer, length) if task.kind == "vt" else 0
     D = len(depths)  # no needle (cwe, fwe): samples x depths prompts, sample indices counted in blocks of D, so that
     where = [(d, s) for d in depths for s in range(first_sample, first_sample + samples)] if task.has_needle else \
@@ -114,12 +117,13 @@ def make_units(tokenizer, hay: Haystack, task_name: str, length: int, depths: li
         fresh = rng_for(seed, length, task_name, depth, s)
         build = builder(task, hay, depth, fresh, length, shot)
         n, prompt = fit(build, count, budget, _smallest(task), len(hay.vocab) if task.kind == "cwe" else None)
-        if count(prompt.text) > budget:
+        if count(prompt) > budget:
             raise RopeCliError(f"--len {length} is too short for the task {task_name}: its smallest prompt takes "
-                               f"{count(prompt.text) + bos + task.tokens_to_generate} tokens with the answer's room; "
+                               f"{count(prompt) + task.tokens_to_generate} tokens with the answer's room; "
                                "pass a longer --len")
-        ids, start = with_answer(tokenizer, prompt.text, prompt.answer)
-        control = with_answer(tokenizer, prompt.control, prompt.answer) if prompt.control is not None else (None, None)
+        ids, start = with_answer(tokenizer, prompt, prompt.answer, frame)
+        control = with_answer(tokenizer, prompt, prompt.answer, frame, control=True) if prompt.control is not None \
+            else (None, None)
         units.append(TaskUnit(prompt, ids, start, control[0], control[1], n))
     return units
 
