@@ -13,7 +13,7 @@ from ropecli.evaluation.inference import paired, t_quantile
 from ropecli.tuning.simulation import Cell, se_calibration
 from ropecli.evaluation.sample_size import projected_se, units_needed
 from ropecli.evaluation.stats import paired_difference, tie_answer
-from ropecli.tuning.held_out import clopper_pearson
+from ropecli.evaluation.proportions import clopper_pearson
 from ropecli.tuning.racing import looks, race, worse_test
 
 
@@ -219,9 +219,9 @@ def test_the_95_percent_half_width_is_the_plus_minus():
 
 
 def test_clopper_pearson_brackets_the_rate():
-    lo, hi = clopper_pearson(5, 5, 0.05)
+    lo, hi = clopper_pearson(5, 5, 0.025)
     assert lo == pytest.approx(0.025 ** (1 / 5)) and hi == 1.0
-    lo, hi = clopper_pearson(0, 10, 0.05)
+    lo, hi = clopper_pearson(0, 10, 0.025)
     assert lo == 0.0 and hi == pytest.approx(1 - 0.025 ** (1 / 10))
 
 

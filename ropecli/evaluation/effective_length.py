@@ -18,16 +18,9 @@ n a candidate's accuracy p_n (share of prompts whose every key token is the argm
 
 from __future__ import annotations
 
+from ropecli.evaluation.proportions import clopper_pearson
+
 THRESHOLD = 0.85  # NoLiMa: performance at least 85 % of the base score
-
-
-def clopper_pearson(successes: float, n: int, alpha: float = 0.025) -> tuple[float, float]:
-    """Exact one-sided bounds of a proportion: (lower, upper), each holding with probability at least 1 - alpha."""
-    from scipy.stats import beta
-
-    lower = 0.0 if successes == 0 else float(beta.ppf(alpha, successes, n - successes + 1))
-    upper = 1.0 if successes == n else float(beta.ppf(1 - alpha, successes + 1, n - successes))
-    return lower, upper
 
 
 def lower_bound(k1: float, n1: int, k2: float, n2: int, c: float = THRESHOLD) -> float:

@@ -23,6 +23,7 @@ from typing import Callable
 
 from ropecli.evaluation.inference import MARGIN
 from ropecli.evaluation.metrics import KL, PASSKEY, PPL, Metric
+from ropecli.evaluation.proportions import clopper_pearson
 from ropecli.rope.spec import Spec, make_spec
 from ropecli.tuning.objective import Evaluate, Scorer
 from ropecli.tuning.racing import ALPHA, looks, race
@@ -95,19 +96,10 @@ def passkey_baseline(m: Measure, racing: Racing | None) -> tuple[bool, float]:
     for per_depth in plan:
         pk = m.passkey(none, m.L, per_depth)
         hits = sum(pk.prompt_correct)
-        lo, hi = clopper_pearson(hits, len(pk.prompt_correct), ALPHA / len(plan))
+        lo, hi = clopper_pearson(hits, len(pk.prompt_correct), ALPHA / len(plan) / 2)  # two-sided
         if lo >= PASSKEY_BASELINE or hi < PASSKEY_BASELINE:
             break
     return pk.accuracy >= PASSKEY_BASELINE, pk.accuracy
-
-
-def clopper_pearson(k: int, n: int, alpha: float) -> tuple[float, float]:
-    """Exact two-sided (1 - alpha) interval of a binomial proportion with k successes in n."""
-    from scipy.stats import beta
-
-    lo = 0.0 if k == 0 else float(beta.ppf(alpha / 2, k, n - k + 1))
-    hi = 1.0 if k == n else float(beta.ppf(1 - alpha / 2, k + 1, n - k))
-    return lo, hi
 
 
 def race_candidates(m: Measure, specs: dict[str, Spec], rows: dict[str, dict], racing: Racing,
