@@ -11,9 +11,9 @@ from ropecli.evaluation.proportions import clopper_pearson, exact_difference, ne
 
 
 def test_wilson_is_the_textbooks_interval():
-    lo, hi = wilson(56, 70)  # Newcombe (1998a), example (a): 56/70 has Wilson limits 0.6918 to 0.8770
+    lo, hi = wilson(56, 70)  # by hand: (p + z^2/2n ± z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n) = 0.6918 to 0.8770
     assert lo == pytest.approx(0.6918, abs=5e-5) and hi == pytest.approx(0.8770, abs=5e-5)
-    assert wilson(0, 10)[0] == 0.0 and wilson(10, 10)[1] == 1.0
+    assert wilson(0, 10)[0] == pytest.approx(0.0, abs=1e-12) and wilson(10, 10)[1] == pytest.approx(1.0)
 
 
 def test_paired_outcomes_that_agree_everywhere_have_a_zero_difference_inside_a_narrow_interval():
