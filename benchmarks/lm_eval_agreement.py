@@ -88,7 +88,7 @@ def agree(folder: Path, length: int, samples: int, chat_template: str, model: st
     lm, theirs = lm_eval_prompts(folder, length, samples, chat_template != "none")
     tok, net = lm.tokenizer, lm.model
     frame = prompt_frame(chat_template, tok)
-    lines, on_theirs, same_ids = [], [], []
+    lines, on_theirs, same_ids, bos_only, their_tokens, our_tokens = [], [], [], [], [], []
     for r in theirs:  # ropecli's framing and scoring of lm-eval's prompts
         ours = frame.ids(tok, r["question"], r["gen_prefix"])
         used = lm.tok_encode(r["context"])[-(length - GENERATE):]  # HFLM.generate_until: left-truncated to fit
@@ -96,6 +96,8 @@ def agree(folder: Path, length: int, samples: int, chat_template: str, model: st
         said = r["generated"] if same else greedy(net, tok, ours)
         on_theirs.append(string_match_all(said, r["outputs"]))
         same_ids.append(same)
+        bos_only.append(not same and list(ours) == [tok.bos_token_id] + list(used))  # all that differs: ropecli's BOS
+        their_tokens.append(len(used))
         lines.append(f"    lm-eval prompt: {len(used)} tokens (ropecli's framing: {len(ours)}, "
                      f"{'the same ids' if same else 'other ids: ' + first_difference(used, ours, tok)}); "
                      f"answer {r['outputs'][0]}; lm-eval said {r['generated'][:40]!r} -> {r['score']:g}, "
@@ -107,6 +109,7 @@ def agree(folder: Path, length: int, samples: int, chat_template: str, model: st
     for u in units:  # ropecli's own prompts, the same generation and scoring
         said = greedy(net, tok, list(u.ids[:u.answer_start]))
         ours.append(string_match_all(said, u.prompt.references))
+        our_tokens.append(int(u.answer_start))
         lines.append(f"    ropecli prompt: {u.answer_start} tokens, needle at depth {u.prompt.depth:.2f}; answer "
                      f"{u.prompt.references[0]}; said {said[:40]!r} -> {ours[-1]:g}")
     lm_scores = [r["score"] for r in theirs]
@@ -114,7 +117,8 @@ def agree(folder: Path, length: int, samples: int, chat_template: str, model: st
     du, lou, hiu = exact_difference(sum(lm_scores), len(lm_scores), sum(ours), len(ours))
     return {"folder": folder.name, "len": length, "chat_template": chat_template, "prompts": len(theirs),
             "lm_eval": float(np.mean(lm_scores)), "ropecli_on_lm_eval_prompts": float(np.mean(on_theirs)),
-            "paired_difference": [d, lo, hi], "same_token_ids": int(sum(same_ids)),
+            "paired_difference": [d, lo, hi], "same_token_ids": int(sum(same_ids)), "differ_by_bos_only": int(sum(bos_only)),
+            "lm_eval_prompt_tokens": their_tokens, "ropecli_prompt_tokens": our_tokens,
             "ropecli": float(np.mean(ours)), "difference": [du, lou, hiu],
             "lm_eval_scores": lm_scores, "ropecli_on_lm_eval_scores": on_theirs, "ropecli_scores": ours,
             "lines": lines, "seconds": round(time.perf_counter() - t0, 1), "model": model}
