@@ -1,7 +1,7 @@
 """lm-evaluation-harness and ropecli on the same task, through the same exported folder (issue 70, point 3).
 
     python benchmarks/lm_eval_agreement.py --model builtin --len 512 --samples 8
-    python benchmarks/lm_eval_agreement.py --model smollm2 --len 8192,16384 --samples 3 \
+    python benchmarks/lm_eval_agreement.py --model smollm2 --len 8192,16384 --export-len 16384 --samples 3 \
         --folder none --folder yarn --folder none@selfextend:G=4,W=2048 --out measurements/smollm2/lm-eval-niah.json
 
 The task: RULER's niah_single_1 (one needle, a word key and a 7-digit value, in the noise haystack "The grass is
@@ -147,6 +147,8 @@ def main() -> None:
     ap.add_argument("--len", default="512", help="comma-separated lengths")
     ap.add_argument("--samples", type=int, default=4, help="prompts per folder and length, each side")
     ap.add_argument("--folder", action="append", help="METHOD or METHOD@MAP (default: none, yarn)")
+    ap.add_argument("--export-len", type=int, default=None,
+                    help="the length the folders are exported for (their factor; default: each --len)")
     ap.add_argument("--chat-template", default="none", help="none, or auto (lm-eval's --apply_chat_template beside it)")
     ap.add_argument("--work", default="/tmp/ropecli-lm-eval")
     ap.add_argument("--out", default=None, help="also write the rows as JSON here (rewritten after each row)")
@@ -154,7 +156,7 @@ def main() -> None:
     rows = []
     for length in [int(x) for x in args.len.split(",")]:
         for folder in args.folder or ["none", "yarn"]:
-            path = export(args.model, length, Path(args.work), folder)
+            path = export(args.model, args.export_len or length, Path(args.work), folder)
             row = agree(path, length, args.samples, args.chat_template, args.model)
             rows.append(row)
             print(f"{row['folder']} at {length}: {row['seconds']:.0f} s", *row["lines"], sep="\n", flush=True)
