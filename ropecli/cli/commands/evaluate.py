@@ -100,7 +100,8 @@ def ppl(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOptions,
         return emit_json({**session.header(), "results": results + done, **session.tally()})
     show(ppl_table(results, f"{specs[0].label} on {session.rope.name}"))
     if done:
-        show(task_table(done, f"RULER's tasks on {session.rope.name} under {specs[0].label} ({session.inputs.data_label})"))
+        framed = f"; prompts {session.inputs.frame.describe()}" if session.inputs.frame.chat else ""
+        show(task_table(done, f"RULER's tasks on {session.rope.name} under {specs[0].label} ({session.inputs.data_label}{framed})"))
 
 
 @handle_errors
