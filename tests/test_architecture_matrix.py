@@ -185,3 +185,17 @@ def test_docs_table_is_the_matrix():
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "architectures.md").read_text()
     assert docs_table() in doc, "docs/architectures.md's table differs from tests/architectures.py: paste docs_table()"
+
+
+def test_mla_with_fewer_key_value_heads_than_heads_is_refused_in_one_line(text, tmp_path):
+    """transformers' MLA attention fails on every forward of a DeepSeek V3 config with 2 key-value heads of 4 (issue 71
+    found it in compare --workload and verify); ropecli refuses it before any weight is read, naming the fix."""
+    from dataclasses import replace
+
+    arch = next(a for a in ARCHS if a.name.startswith("deepseek_v3"))
+    model = str(save_arch(replace(arch, kwargs={**arch.kwargs, "num_key_value_heads": 2}), tmp_path / "mla-2kv"))
+    for args in (["compare", "--model", model, "--data", text, "--len", str(2 * arch.Ls), "--method", "native,yarn",
+                  "--samples", "1", "--workload", f"{arch.Ls}:0.5,{2 * arch.Ls}:0.5"],
+                 ["verify", model, "--model", model, "--method", "yarn", "--len", str(2 * arch.Ls)]):
+        err = one_line_refusal(invoke(args + ["--cache-dir", str(tmp_path / "cache")]))
+        assert "num_key_value_heads 2 < num_attention_heads 4" in err and "set num_key_value_heads to 4" in err

@@ -40,6 +40,21 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def check_latent_heads(config: dict, name: str) -> None:
+    """Multi-head latent attention (MLA: DeepSeek V3, Kimi K2, Mistral 4; a `kv_lora_rank` in the config) with fewer
+    key-value heads than heads: transformers' attention (modeling_deepseek_v3.py, `DeepseekV3Attention.forward`)
+    fails on every forward of such a config ("The size of tensor a (4) must match the size of tensor b (8)", 5.24,
+    sdpa and eager alike), so it is refused in one line before any weight is read. MLA has no grouped key-value heads:
+    real checkpoints state as many as heads."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    heads, kv = text.get("num_attention_heads"), text.get("num_key_value_heads")
+    if text.get("kv_lora_rank") and isinstance(heads, int) and isinstance(kv, int) and kv < heads:
+        raise RopeCliError(f"--model {name}: multi-head latent attention with num_key_value_heads {kv} < "
+                           f"num_attention_heads {heads}, which transformers' MLA attention cannot run (every forward "
+                           f"fails); MLA has no grouped key-value heads: set num_key_value_heads to {heads} in its "
+                           "config.json, as DeepSeek's and Mistral's checkpoints ship it")
+
+
 def load_model(name: str | None, *, gguf_file: str | None = None, dtype: str = "auto", device: str = "auto",
                device_map: str | None = None, attn_implementation: str | None = None, trust_remote_code: bool = False,
                rotary_dim: int | None = None, base: float | None = None, train_len: int | None = None,
@@ -83,7 +98,9 @@ def load_model(name: str | None, *, gguf_file: str | None = None, dtype: str = "
             kwargs["max_memory"] = {i: torch.cuda.get_device_properties(i).total_memory for i in gpu_group}
     local = path.exists() or name == BUILTIN
     if not gguf_file and name != BUILTIN:  # a hand-edited rope block is refused before any weight is read
-        check_config_blocks(read_config_json(name, path))
+        config = read_config_json(name, path)
+        check_config_blocks(config)
+        check_latent_heads(config, name)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **({"gguf_file": gguf_file} if gguf_file else {}),
                                                   trust_remote_code=trust_remote_code)
