@@ -170,16 +170,27 @@ def test_a_map_where_it_cannot_run_is_one_line():
     assert r.exit_code == 1 and "W = 256 reaches the whole 256-token window" in r.output.strip().splitlines()[-1], r.output
 
 
-def test_an_mla_model_is_refused_saying_what_is_missing():
-    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+@pytest.mark.parametrize("v_head_dim", [16, 8])
+def test_an_mla_model_decodes_under_a_map_as_one_pass(v_head_dim):
+    """Multi-head latent attention (issue 71): the rope part (each head's last qk_rope_head_dim dims, the shared k_rot)
+    rotated per region, the latent part as is; the cache keeps k_rot unrotated, so decoding token by token past W gives
+    the logits of one pass; values narrower than queries (v_head_dim 8 < 16) too."""
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, DynamicCache
 
-    cfg = DeepseekV3Config(vocab_size=96, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=1,
+    cfg = DeepseekV3Config(vocab_size=96, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=2,
                            num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=None,
-                           qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, n_routed_experts=2, num_experts_per_tok=1,
-                           first_k_dense_replace=1, max_position_embeddings=64)
-    with pytest.raises(RopeCliError, match="multi-head latent attention"):
-        with mapped(DeepseekV3ForCausalLM(cfg), "rerope", {"w": 4}):
-            pass
+                           qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=v_head_dim, n_routed_experts=2,
+                           num_experts_per_tok=1, n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1,
+                           max_position_embeddings=64)
+    torch.manual_seed(0)
+    model = DeepseekV3ForCausalLM(cfg).eval()
+    ids = torch.randint(0, 96, (1, 40))
+    with torch.no_grad(), mapped(model, "selfextend", {"G": 2, "W": 8}):
+        whole = model(ids).logits[0]
+        cache = DynamicCache(config=cfg)
+        steps = [model(ids[:, :20], past_key_values=cache, use_cache=True).logits[0]]
+        steps += [model(ids[:, t:t + 1], past_key_values=cache, use_cache=True).logits[0] for t in range(20, 40)]
+    assert (torch.cat(steps) - whole).abs().max() < 1e-4
 
 
 def test_compare_gives_each_candidate_its_effective_length():

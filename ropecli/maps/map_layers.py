@@ -138,11 +138,15 @@ _FIRST: dict[type, bool] = {}  # per attention class, partial rotary: the model 
 
 
 def rotate_with(module, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x (B, H, T, D) rotated by cos, sin (1, T, rotary dims) as the model rotates: rotate-half where the model's own
+    """x (B, H, T, D) rotated by cos, sin (1, T, rotary dims) as the model rotates: MLA's last rotary dims rotate-half
+    (`latent_rope`); rotate-half where the model's own
     `apply_rotary_pos_emb` is rotate-half over the whole head (probed once per attention class on a slice with a
     non-zero angle), else the model's own function (interleaved pairs: Cohere), on the whole head where it splits off
     the rotary dims itself (GPT-NeoX, Qwen3.5, GLM), on the first rotary dims where the attention slices them before
     calling it (Phi, StableLM)."""
+    d = cos.shape[-1]
+    if latent_rope(module) == d and d < x.shape[-1]:  # MLA: the rope part is each head's last d dims, rotate-half
+        return torch.cat((x[..., :-d], _half(x[..., -d:], cos, sin)), dim=-1)
     apply = own_apply(module)
     if cos.shape[-1] == x.shape[-1]:
         half = _HALF.get(type(module))
@@ -163,6 +167,17 @@ def rotate_with(module, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -
             _FIRST[type(module)] = True
     d = cos.shape[-1]
     return torch.cat((apply(x[..., :d], cos, sin), x[..., d:]), dim=-1)
+
+
+def latent_rope(module) -> int | None:
+    """Multi-head latent attention (DeepSeek V2/V3, Kimi K2, Mistral 4): the rope part's width, the last dims of each
+    head (the attention concatenates (q_pass, q_rot) and (k_nope, k_rot): modeling_deepseek_v3.py and
+    modeling_mistral4.py, `forward` / `expand_kv`); None for any other attention. Under a map the rotary module hands
+    cos = 1, sin = 0, so the model's own apply function leaves q_rot and the shared k_rot unrotated (where it
+    interleaves, `apply_rotary_pos_emb_interleave` has already put the pairs in rotate-half order, the order its cos
+    is in): they are rotated here, rotate-half on those dims, and the latent part is scored as is."""
+    d, nope = getattr(module, "qk_rope_head_dim", None), getattr(module, "qk_nope_head_dim", None)
+    return int(d) if d and nope is not None else None
 
 
 def own_apply(module) -> Callable | None:

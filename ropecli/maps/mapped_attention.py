@@ -4,9 +4,11 @@ The model's rotary modules hand the attention layers cos = 1, sin = 0, so querie
 KV cache keeps its keys unrotated: cached decoding follows the same map), and one attention function, registered
 through transformers' attention interface, dispatches per layer (`map_layers`): the layers that attend globally with
 RoPE run the map's regions (`region_attention`, `flex_regions`), each with its own rotary module and layer type
-(Gemma 3/4, OLMo 3), partial rotary in the model's own layout, Gemma 2's soft-capping inside each region; sliding,
-NoPE, linear-attention and convolution layers run as shipped. Refused in one line: MLA (its rope part is a separate
-slice of each head), chunked RoPE (Llama 4), compressed layers (DeepSeek V4), a model with no layer to map.
+(Gemma 3/4, OLMo 3), partial rotary in the model's own layout, multi-head latent attention's rope part (the last dims
+of each head, DeepSeek V3 / Kimi K2 / Mistral 4: `map_layers.latent_rope`; the latent part scored as is, the KV cache
+keeping its shared k_rot unrotated, the softmax scale with DeepSeek's mscale as shipped), Gemma 2's soft-capping inside
+each region; sliding, NoPE, linear-attention and convolution layers run as shipped. Refused in one line: chunked RoPE
+(Llama 4), compressed layers (DeepSeek V4), a model with no layer to map.
 """
 
 from __future__ import annotations
@@ -47,9 +49,6 @@ def _layers(model, name: str = "a position map", length: int | None = None):
 
 
 def _plans(cfg, slots, name: str, length: int | None = None) -> list:
-    if getattr(cfg, "kv_lora_rank", None):
-        raise RopeCliError(f"{name}: multi-head latent attention (MLA) rotates a separate rope part of each head; "
-                           "position maps need the query and key split it keeps apart: not supported")
     return plan_layers(cfg, slots, length)
 
 

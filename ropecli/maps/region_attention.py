@@ -15,6 +15,7 @@ from __future__ import annotations
 import warnings
 
 import torch
+import torch.nn.functional as F
 
 from ropecli.errors import RopeCliError
 from ropecli.maps.flex_regions import FlexRegions, flex_available
@@ -162,6 +163,10 @@ class MappedAttention:
 
     def __call__(self, module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, **kwargs):
         B, H, Tq, D = query.shape
+        if value.shape[-1] < D:  # MLA: values narrower than queries and keys (v_head_dim < qk_head_dim); zero columns
+            Dv = value.shape[-1]  # change no score and no log-sum-exp (transformers pads them so for FlashAttention)
+            out, weights = self(module, query, key, F.pad(value, (0, D - Dv)), attention_mask, scaling, dropout, **kwargs)
+            return out[..., :Dv].contiguous(), weights
         softcap = kwargs.get("softcap")  # Gemma 2's logit soft-capping, inside each region before the merge
         sinks = kwargs.get("s_aux")  # gpt-oss: a logit per head in every softmax's denominator, no value (H,)
         Tk = key.shape[2]
