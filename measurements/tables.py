@@ -321,6 +321,67 @@ def tasks_ppl_rows(d: dict) -> None:
     print()
 
 
+def published_rows() -> None:
+    """Issue 70: the published passkey raw and in the chat template, and passkey-text, per method and length
+    (published-raw-N.json: passkey and passkey-text; published-chat-N.json: passkey under --chat-template auto); the
+    paired difference of the answer NLL to the model as shipped (none) on the same prompts, ± its 95 % half-width."""
+    from ropecli.evaluation.inference import paired
+
+    cells: dict = {}
+    for n in (8192, 16384):
+        for name, frame in ((f"published-raw-{n}", "raw"), (f"published-chat-{n}", "chat")):
+            d = load(name)
+            for r in (d or {}).get("results", []):
+                variant = "passkey-text" if r["metric"] == "passkey-text" else f"passkey {frame}"
+                cells[(n, short_label(r["label"]), variant)] = r
+    if not cells:
+        return
+    variants = ("passkey raw", "passkey chat", "passkey-text")
+    header("len", "method", *(f"{v}: retrieved, NLL, Δ vs none" for v in variants), "chat − raw (same keys)")
+    for n in (8192, 16384):
+        for label in ("none", "yarn", "none@selfextend"):  # short_label: Self-Extend G = 4, W = 2048
+            row = []
+            for v in variants:
+                r, ref = cells.get((n, label, v)), cells.get((n, "none", v))
+                if r is None:
+                    row.append("—")
+                    continue
+                hits = sum(r["prompt_correct"])
+                cell = f"{hits:g}/{len(r['prompt_correct'])}, {r['answer_nll']:.2f}"
+                if ref is not None and label != "none":
+                    p = paired(r["prompt_answer_nll"], ref["prompt_answer_nll"])
+                    cell += f", {p.diff:+.2f} ± {p.half_width():.2f}"
+                row.append(cell)
+            raw, chat = cells.get((n, label, "passkey raw")), cells.get((n, label, "passkey chat"))
+            if raw is not None and chat is not None:  # the same keys at each depth under both frames: paired
+                p = paired(chat["prompt_answer_nll"], raw["prompt_answer_nll"])
+                row.append(f"{p.diff:+.2f} ± {p.half_width():.2f}")
+            else:
+                row.append("—")
+            if any(c != "—" for c in row):
+                print(f"| {n} | {label} | " + " | ".join(row) + " |")
+    print()
+
+
+def lm_eval_rows(name: str) -> None:
+    """Issue 70: benchmarks/lm_eval_agreement.py's rows (its --out JSON)."""
+    path = HERE / f"{name}.json"
+    try:
+        rows = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    header("folder", "len", "lm-eval", "ropecli on lm-eval's prompts", "paired diff [95 %]", "same ids",
+           "ropecli's prompts", "lm-eval − ropecli [95 %]")
+    for r in rows:
+        d, lo, hi = r["paired_difference"]
+        du, lou, hiu = r["difference"]
+        n = r["prompts"]
+        print(f"| {r['folder'].removeprefix('SmolLM2-135M-Instruct.Q4_1-')} | {r['len']} | {sum(r['lm_eval_scores']):g}/{n} | "
+              f"{sum(r['ropecli_on_lm_eval_scores']):g}/{n} | {d:+.2f} [{lo:+.2f}, {hi:+.2f}] | {r['same_token_ids']}/{n} | "
+              f"{sum(r['ropecli_scores']):g}/{len(r['ropecli_scores'])} | {du:+.2f} [{lou:+.2f}, {hiu:+.2f}] |")
+    print()
+
+
 if __name__ == "__main__":
     for name in ("compare-16k", "llamacpp-16k", "maps-16k-ppl"):
         ppl_table(name)
@@ -338,4 +399,7 @@ if __name__ == "__main__":
     advise_rows("advise-16k-maps")
     for name in ("tasks-8k", "tasks-16k", "tasks", "maps-16k", "maps-16k-llamacpp"):
         tasks_rows(name)
+    published_rows()
+    for name in ("lm-eval-niah-8192", "lm-eval-niah-16384"):
+        lm_eval_rows(name)
     sys.stdout.flush()
