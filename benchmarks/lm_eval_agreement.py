@@ -41,7 +41,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-TASK, ROPECLI_TASK, GENERATE = "niah_single_1", "niah-single-noise", 128
+TASK, ROPECLI_TASK = "niah_single_1", "niah-single-noise"
+GENERATE = 128  # RULER's tokens_to_generate for niah (--max-new-tokens lowers it on both sides alike)
 
 
 def export(model: str, length: int, work: Path, folder: str) -> Path:
@@ -53,7 +54,7 @@ def export(model: str, length: int, work: Path, folder: str) -> Path:
     return export_folder(model, length, work / name, method, position_map or None)
 
 
-def lm_eval_prompts(folder: Path, length: int, samples: int, chat: bool):
+def lm_eval_prompts(folder: Path, length: int, samples: int, chat: bool, max_new: int = GENERATE):
     """(HFLM, [{"context", "generated", "score", "outputs", "gen_prefix"}]): lm-eval's run of niah_single_1."""
     from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM
@@ -61,7 +62,8 @@ def lm_eval_prompts(folder: Path, length: int, samples: int, chat: bool):
     lm = HFLM(pretrained=str(folder), trust_remote_code=True, max_length=length, batch_size=1, device="cpu",
               dtype="float32")
     out = simple_evaluate(model=lm, tasks=[TASK], limit=samples, log_samples=True, apply_chat_template=chat,
-                          metadata={"max_seq_lengths": [length], "tokenizer": str(folder)}, random_seed=0)
+                          metadata={"max_seq_lengths": [length], "tokenizer": str(folder)}, random_seed=0,
+                          gen_kwargs=None if max_new == GENERATE else {"max_gen_toks": max_new})
     rows = []
     for s in sorted(out["samples"][TASK], key=lambda s: int(s["doc_id"])):
         rows.append({"context": s["arguments"][0][0], "generated": s["filtered_resps"][0], "score": float(s[str(length)]),
@@ -69,15 +71,19 @@ def lm_eval_prompts(folder: Path, length: int, samples: int, chat: bool):
     return lm, rows
 
 
-def greedy(model, tokenizer, ids: list[int]) -> str:
-    """Up to GENERATE tokens of greedy decoding, as generate() runs it (the folder's KV cache), stopped at EOS."""
+def greedy(model, tokenizer, ids: list[int], max_new: int = GENERATE) -> str:
+    """Up to `max_new` tokens of greedy decoding, as generate() runs it (the folder's KV cache), stopped at EOS."""
     with torch.no_grad():
         out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                             max_new_tokens=GENERATE, do_sample=False, pad_token_id=tokenizer.eos_token_id)
+                             max_new_tokens=max_new, do_sample=False, pad_token_id=tokenizer.eos_token_id)
     return tokenizer.decode(out[0, len(ids):], skip_special_tokens=True)
 
 
-def agree(folder: Path, length: int, samples: int, chat_template: str, model: str) -> dict:
+def agree(folder: Path, length: int, samples: int, chat_template: str, model: str, max_new: int = GENERATE,
+          regenerate: bool = True) -> dict:
+    """One folder at one length: the three scores and their intervals. `regenerate` False: where ropecli's ids of an
+    lm-eval prompt differ (its BOS), ropecli scores lm-eval's own generation instead of generating from its ids (the
+    paired column then isolates scoring alone)."""
     from ropecli.evaluation.chat_template import prompt_frame
     from ropecli.evaluation.proportions import exact_difference, newcombe_paired
     from ropecli.evaluation.ruler.answer_scoring import string_match_all
@@ -85,15 +91,15 @@ def agree(folder: Path, length: int, samples: int, chat_template: str, model: st
     from ropecli.evaluation.ruler.generate import make_units
 
     t0 = time.perf_counter()
-    lm, theirs = lm_eval_prompts(folder, length, samples, chat_template != "none")
+    lm, theirs = lm_eval_prompts(folder, length, samples, chat_template != "none", max_new)
     tok, net = lm.tokenizer, lm.model
     frame = prompt_frame(chat_template, tok)
     lines, on_theirs, same_ids, bos_only, their_tokens, our_tokens = [], [], [], [], [], []
     for r in theirs:  # ropecli's framing and scoring of lm-eval's prompts
         ours = frame.ids(tok, r["question"], r["gen_prefix"])
-        used = lm.tok_encode(r["context"])[-(length - GENERATE):]  # HFLM.generate_until: left-truncated to fit
+        used = lm.tok_encode(r["context"])[-(length - max_new):]  # HFLM.generate_until: left-truncated to fit
         same = list(ours) == list(used)
-        said = r["generated"] if same else greedy(net, tok, ours)
+        said = r["generated"] if same or not regenerate else greedy(net, tok, ours, max_new)
         on_theirs.append(string_match_all(said, r["outputs"]))
         same_ids.append(same)
         bos_only.append(not same and list(ours) == [tok.bos_token_id] + list(used))  # all that differs: ropecli's BOS
@@ -107,7 +113,7 @@ def agree(folder: Path, length: int, samples: int, chat_template: str, model: st
                        frame=frame)
     ours = []
     for u in units:  # ropecli's own prompts, the same generation and scoring
-        said = greedy(net, tok, list(u.ids[:u.answer_start]))
+        said = greedy(net, tok, list(u.ids[:u.answer_start]), max_new)
         ours.append(string_match_all(said, u.prompt.references))
         our_tokens.append(int(u.answer_start))
         lines.append(f"    ropecli prompt: {u.answer_start} tokens, needle at depth {u.prompt.depth:.2f}; answer "
@@ -121,7 +127,8 @@ def agree(folder: Path, length: int, samples: int, chat_template: str, model: st
             "lm_eval_prompt_tokens": their_tokens, "ropecli_prompt_tokens": our_tokens,
             "ropecli": float(np.mean(ours)), "difference": [du, lou, hiu],
             "lm_eval_scores": lm_scores, "ropecli_on_lm_eval_scores": on_theirs, "ropecli_scores": ours,
-            "lines": lines, "seconds": round(time.perf_counter() - t0, 1), "model": model}
+            "lines": lines, "seconds": round(time.perf_counter() - t0, 1), "model": model, "max_new_tokens": max_new,
+            "regenerated": regenerate}
 
 
 def first_difference(a: list[int], b: list[int], tok) -> str:
@@ -150,6 +157,10 @@ def main() -> None:
     ap.add_argument("--export-len", type=int, default=None,
                     help="the length the folders are exported for (their factor; default: each --len)")
     ap.add_argument("--chat-template", default="none", help="none, or auto (lm-eval's --apply_chat_template beside it)")
+    ap.add_argument("--max-new-tokens", type=int, default=GENERATE,
+                    help="greedy tokens on every side (RULER's niah: 128; fewer is cheaper, and the field's is 128)")
+    ap.add_argument("--no-regenerate", action="store_true",
+                    help="ropecli scores lm-eval's own generation where its ids differ, instead of generating again")
     ap.add_argument("--work", default="/tmp/ropecli-lm-eval")
     ap.add_argument("--out", default=None, help="also write the rows as JSON here (rewritten after each row)")
     args = ap.parse_args()
@@ -157,7 +168,8 @@ def main() -> None:
     for length in [int(x) for x in args.len.split(",")]:
         for folder in args.folder or ["none", "yarn"]:
             path = export(args.model, args.export_len or length, Path(args.work), folder)
-            row = agree(path, length, args.samples, args.chat_template, args.model)
+            row = agree(path, length, args.samples, args.chat_template, args.model, args.max_new_tokens,
+                        not args.no_regenerate)
             rows.append(row)
             print(f"{row['folder']} at {length}: {row['seconds']:.0f} s", *row["lines"], sep="\n", flush=True)
             if args.out:
