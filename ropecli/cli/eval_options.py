@@ -50,7 +50,7 @@ DepthsOpt = Annotated[str, typer.Option("--depths", rich_help_panel=EVALUATION,
 PromptsOpt = Annotated[Optional[int], typer.Option("--prompts", min=1, rich_help_panel=ADVANCED,
     help="Passkey and RULER tasks: prompts per depth and length (default: as many as --samples), e.g. --samples 4 "
          "--prompts 1 for PPL on 4 windows beside one prompt per depth.")]
-ChatTemplateOpt = Annotated[str, typer.Option("--chat-template", rich_help_panel=EVALUATION,
+ChatTemplateOpt = Annotated[str, typer.Option("--chat-template", rich_help_panel=ADVANCED,
     help="Passkey and RULER tasks: none (the raw prompt, as the tasks' authors publish it), auto (the model's own chat "
          "template: the question as the user's turn, the answer prefix opening the assistant's) or a Jinja template FILE.")]
 DigitsOpt = Annotated[int, typer.Option("--digits", rich_help_panel=ADVANCED, help="passkey-text: digits of a key (1..20); "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
+from ropecli.evaluation.chat_template import describe_frame
 from ropecli.evaluation.inference import MARGIN
 from ropecli.evaluation.effective_length import effective_line
 from ropecli.evaluation.compared import Row, Verdict
@@ -184,8 +185,6 @@ def tie_lines(rows: list[Row]) -> list[str]:
 
 def chat_words(out: dict) -> str:
     """The prompts' chat template in words (`--chat-template`, `ropecli.evaluation.chat_template`)."""
-    from ropecli.evaluation.chat_template import describe_frame
-
     return describe_frame(out.get("chat_template", "none"))
 
 
