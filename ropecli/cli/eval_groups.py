@@ -125,11 +125,10 @@ class PasskeyOptions:
 
     def check_chat_template(self) -> None:
         """A --chat-template FILE that is not there fails before the model loads."""
-        from pathlib import Path
+        from ropecli.evaluation.chat_template import check_template_file
 
-        if self.chat_template not in ("none", "auto") and not Path(self.chat_template).is_file():
-            raise RopeCliError(f"--chat-template {self.chat_template}: no such file; pass auto (the model's own), none, "
-                               "or the path of a Jinja chat template")
+        if self.chat_template not in ("none", "auto"):
+            check_template_file(self.chat_template)
 
     def parsed_depths(self) -> list[float]:
         from ropecli.errors import RopeCliError

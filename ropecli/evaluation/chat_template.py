@@ -98,6 +98,15 @@ def describe_frame(name: str) -> str:
     return "in the model's own chat template" if name == "auto" else f"in the chat template {name}"
 
 
+def check_template_file(option: str) -> Path:
+    """--chat-template FILE: the file, or one line saying it is not there (also asked before the model loads)."""
+    path = Path(option)
+    if not path.is_file():
+        raise RopeCliError(f"--chat-template {option}: no such file; pass auto (the model's own), none, or the path of "
+                           "a Jinja chat template")
+    return path
+
+
 def prompt_frame(option: str | None, tokenizer) -> PromptFrame:
     """--chat-template as a PromptFrame: none (raw), auto (the model's own template) or a Jinja file. A model without a
     template under auto, an unreadable file, or a template that does not write the contents as given: one line."""
@@ -111,11 +120,7 @@ def prompt_frame(option: str | None, tokenizer) -> PromptFrame:
             raise RopeCliError(f"--chat-template auto: this model ships no chat template (its tokenizer has none); {HINT}")
         source = "the model's chat template"
     else:
-        path = Path(option)
-        if not path.is_file():
-            raise RopeCliError(f"--chat-template {option}: no such file; pass auto (the model's own), none, or the path of "
-                               "a Jinja chat template")
-        template, source = path.read_text(encoding="utf-8"), f"the chat template {option}"
+        template, source = check_template_file(option).read_text(encoding="utf-8"), f"the chat template {option}"
     rewrites = RopeCliError(f"--chat-template {option}: {source} does not write a user's and an assistant's message as "
                             f"given (it trims or rewrites them), so its prompts cannot be built around a task's text; {HINT}")
     try:

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ropecli.errors import RopeCliError
-from ropecli.evaluation.chat_template import RAW, PromptFrame
+from ropecli.evaluation.chat_template import RAW, PromptFrame, encode
 
 NEEDLE = "\nThe pass key is {key}. Remember it.\n"  # passkey-text's
 ASKED = "What is the pass key?"  # the question (a chat template's user turn ends with it) ...
@@ -69,10 +69,6 @@ class PasskeySample:
     key: str
     depth: float
     needle_at: int  # index of the needle's first token
-
-
-def encode(tokenizer, text: str) -> list[int]:
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def answer_tokens(tokenizer, key: str, question_text: str = QUESTION) -> tuple[list[int], list[int]]:

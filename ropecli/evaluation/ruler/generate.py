@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 
 from ropecli.errors import RopeCliError
-from ropecli.evaluation.chat_template import RAW, PromptFrame
+from ropecli.evaluation.chat_template import RAW, PromptFrame, encode
 from ropecli.evaluation.ruler.builders import Haystack, TaskPrompt, cwe, fwe, niah, vt, vt_prompt
 from ropecli.evaluation.ruler.templates import TASKS, Task
 
@@ -44,10 +44,6 @@ def check_tasks(names: list[str]) -> list[str]:
     if bad:
         raise RopeCliError(f"unknown task '{bad[0]}'; choose from {', '.join(TASKS)} (e.g. --task niah-single,vt)")
     return list(dict.fromkeys(names))
-
-
-def encode(tokenizer, text: str) -> list[int]:
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def with_answer(tokenizer, prompt: TaskPrompt, answer: str, frame: PromptFrame = RAW,
