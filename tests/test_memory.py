@@ -86,3 +86,32 @@ def test_a_model_that_cannot_fit_is_refused_before_loading(tmp_path, text_file, 
     assert r.exit_code == 1
     err = r.stderr.strip()
     assert len(err.splitlines()) == 1 and "needs 17" in err and "--dtype bf16" in err
+
+
+def test_a_gguf_with_a_window_lays_out_its_sliding_layers_as_llama_cpp_does():
+    """Gemma 3's GGUF states a window and no layer types: llama.cpp's pattern (every 6th layer global) decides which
+    layers cache every token. Without it, all 18 layers of Gemma 3 270M counted as sliding (18.8 MB at 49k, issue 71)."""
+    from ropecli.models.gguf_families import gguf_layer_types
+
+    meta = {"gemma3.block_count": 18, "gemma3.attention.sliding_window": 512}
+    types = gguf_layer_types(meta, "gemma3")
+    assert [i for i, t in enumerate(types) if t == "full_attention"] == [5, 11, 17]
+    assert gguf_layer_types({"gemma2.block_count": 4, "gemma2.attention.sliding_window": 4096}, "gemma2") == \
+        ["sliding_attention", "full_attention"] * 2
+    assert gguf_layer_types({"llama.block_count": 4}, "llama") is None
+    text = {"num_hidden_layers": 18, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
+            "sliding_window": 512, "layer_types": types}
+    n = 49152
+    assert kv_cache_bytes(text, n, 4)[0] == (3 * n + 15 * 511) * 2 * 256 * 4
+
+
+def test_the_activation_estimate_grows_with_the_layer_not_the_square_of_the_length():
+    """A scoring forward pass holds the residual stream and the wider of a layer's attention and MLP (linear in T:
+    sliding layers banded, sdpa fused), or a chunk of logits at the head; doubling T at most doubles it."""
+    from ropecli.models.memory import LOGIT_BUDGET_BYTES, activation_bytes
+
+    text = {"hidden_size": 640, "intermediate_size": 2048, "num_attention_heads": 4, "num_key_value_heads": 1,
+            "head_dim": 256, "vocab_size": 262144}
+    a, b = activation_bytes(text, 32768, 4), activation_bytes(text, 65536, 4)
+    assert a == (2 * 640 + 3 * 2048) * 32768 * 4 and b == 2 * a
+    assert activation_bytes(text, 16, 4) == 640 * 16 * 4 + 2 * LOGIT_BUDGET_BYTES

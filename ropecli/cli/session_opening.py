@@ -79,6 +79,7 @@ def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions
     with err.status(f"loading {model.model or 'the built-in model'} …", spinner="dots") if not quiet else nullcontext():
         lm = _load(model, device, dist)
     err.print(f"model {lm.describe()}", highlight=False)
+    loaded_peak = loading_peak()
     if memory is not None:
         err.print(memory[0].describe(memory[1]), highlight=False)
     prompts = {"depths": tuple(passkey.parsed_depths()), "digits": passkey.checked_digits(),
@@ -89,7 +90,18 @@ def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions
     per_depth = f", {inputs.prompt_count} prompt(s) per depth" if inputs.prompt_count is not None else ""
     per_depth += f"; task prompts {inputs.frame.describe()}" if inputs.frame.chat else ""
     err.print(f"data {inputs.data_label}; {data.samples} window(s) per length{per_depth}, seed {data.seed}", highlight=False)
-    return Session(lm, ev, RichProgress(), memory=memory[0].to_json() if memory else None)
+    plan = {**memory[0].to_json(), "load_peak_bytes": loaded_peak} if memory else None
+    return Session(lm, ev, RichProgress(), memory=plan)
+
+
+def loading_peak() -> int | None:
+    """The process's peak resident memory while the model loaded (a GGUF is dequantized through temporaries), then the
+    peak started afresh: the session's JSON reports the evaluation's own peak beside the estimate (`Session.header`)."""
+    from ropecli.models.memory import reset_peak, resident_bytes
+
+    peak = resident_bytes("VmHWM")
+    reset_peak()
+    return peak
 
 
 def _memory(model: ModelOptions, device: str, lengths: list[int] | None):

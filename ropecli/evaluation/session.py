@@ -100,9 +100,23 @@ class Session:
                "data": ev.inputs.data_label, "samples": ev.inputs.samples,
                **({"prompts": ev.inputs.prompt_count} if ev.inputs.prompt_count is not None else {}), "seed": ev.inputs.seed,
                "chat_template": ev.inputs.frame.to_json(),
-               "score_last": ev.score_last, "world_size": ev.dist.world, "key_rule": self.key_rule(), "memory": self.memory}
+               "score_last": ev.score_last, "world_size": ev.dist.world, "key_rule": self.key_rule(), "memory": self.measured_memory()}
         if ev.dist.world > 1:
             out["windows_per_rank"] = [len(w) for w in ev.dist.gather(ev.dist.windows_done)]
+        return out
+
+    def measured_memory(self) -> dict | None:
+        """The memory plan printed before loading, with this process's peak resident memory since the model loaded
+        (`peak_bytes`, measured: `models.memory.resident_bytes`; on CUDA the device's peak allocation beside it)."""
+        if self.memory is None:
+            return None
+        from ropecli.models.memory import resident_bytes
+
+        out = {**self.memory, "peak_bytes": resident_bytes("VmHWM")}
+        if self.model.device.startswith("cuda"):
+            import torch
+
+            out["cuda_peak_bytes"] = int(torch.cuda.max_memory_allocated())
         return out
 
     def key_rule(self) -> dict | None:

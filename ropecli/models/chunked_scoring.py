@@ -13,9 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from ropecli.errors import RopeCliError
+from ropecli.models.memory import LOGIT_BUDGET_BYTES
 from ropecli.models.token_losses import prefix_summaries
-
-LOGIT_BUDGET_BYTES = 1 << 28  # 256 MiB of fp32 logits per chunk
 
 
 def default_chunk_tokens(vocab_size: int) -> int:

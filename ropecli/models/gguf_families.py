@@ -61,6 +61,20 @@ def gguf_alpha_block(meta: dict[str, Any], arch: str) -> dict | None:
     return {"rope_type": "dynamic", "alpha": float(alpha)} if alpha and float(alpha) > 0 else None
 
 
+SWA_PATTERN = {"gemma2": 2, "cohere2": 4, "gemma3n": 5, "gemma3": 6}  # src/llama-model.cpp load_hparams: set_swa_pattern(n)
+
+
+def gguf_layer_types(meta: dict[str, Any], arch: str) -> list[str] | None:
+    """Per layer, sliding_attention or full_attention, for the families whose GGUF states a window and llama.cpp
+    lays the sliding layers out by a fixed pattern (`llama_hparams::set_swa_pattern(n)`: layer il slides where
+    il % n < n - 1, every n-th layer is global; transformers' configs say the same: Gemma 3's sliding_window_pattern 6);
+    None where the GGUF has no window or the family no such pattern."""
+    n, window, every = meta.get(f"{arch}.block_count"), meta.get(f"{arch}.attention.sliding_window"), SWA_PATTERN.get(arch)
+    if not (isinstance(n, int) and window and every):
+        return None
+    return ["sliding_attention" if i % every < every - 1 else "full_attention" for i in range(n)]
+
+
 def sliding_base(meta: dict[str, Any], arch: str) -> float | None:
     """`rope.freq_base_swa` (Gemma 4's sliding layers), None where the GGUF does not state it."""
     base = meta.get(f"{arch}.rope.freq_base_swa")

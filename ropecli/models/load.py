@@ -12,6 +12,7 @@ import torch
 
 from ropecli.errors import RopeCliError
 from ropecli.models.backend import TransformersBackend
+from ropecli.models.banded_attention import banded_model
 from ropecli.models.config import _from_gguf, BUILTIN, BUILTIN_DIR, choose_layer_types, read_config_json, rope_from_config
 from ropecli.models.rope_block import check_config_blocks
 from ropecli.models.packaged import resolve_model
@@ -139,6 +140,7 @@ def load_model(name: str | None, *, gguf_file: str | None = None, dtype: str = "
     rope = replace(read, rotary_dim=d, base=chosen[0].base, layer_bases=bases, scaled_types=scaled)
     rope = rope.overridden(train_len=train_len)
     fp, earlier = fingerprint(model)
+    banded_model(model)  # after the fingerprint (it reads the config): sliding layers over their band of keys
     return TransformersBackend(model, tokenizer, rope, chosen, str(torch_dtype).replace("torch.", ""),
                                str(next(model.parameters()).device), fp, earlier_fingerprints=earlier,
                                native_patched=native_patched)

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from ropecli.models.compressed_cache import COMPRESSED, compressed_state_bytes
+from ropecli.models.gguf_families import gguf_layer_types
 from ropecli.models.packaged import resolve_model
 
+LOGIT_BUDGET_BYTES = 1 << 28  # 256 MiB of fp32 logits per chunk (`models.chunked_scoring`: the LM head's rows at a time)
 BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
 
 
@@ -31,14 +33,20 @@ class MemoryPlan:
     kv_per_token: int  # bytes a full-attention token adds over all layers
     map_extra: int = 0  # bytes a position map's attention may hold beyond the model's own, at `length` (`map_working_set`)
     key_pairs_extra: int = 0  # the same under a selection of key pairs (DPE's top < 1: keys rotated per query head)
+    activations: int = 0  # bytes a scoring forward pass holds at `length` beyond weights and cache (`activation_bytes`)
+    process: int = 0  # bytes this process held when the plan was made (Python, torch, transformers), measured
 
     @property
     def total(self) -> int | None:
-        return None if self.weights is None else self.weights + self.kv_cache
+        return None if self.weights is None else self.weights + self.kv_cache + self.activations + self.process
 
     def describe(self, available: int | None = None) -> str:
         weights = "weights not known before loading" if self.weights is None else f"weights {human(self.weights)}"
         line = f"memory: {weights} ({self.dtype}) + KV cache at {self.length:,} tokens {human(self.kv_cache)}"
+        if self.activations:
+            line += f" + activations {human(self.activations)}"
+        if self.process:
+            line += f" + this process {human(self.process)}"
         if self.total is not None:
             line += f" = {human(self.total)}"
         if self.map_extra:
@@ -50,7 +58,8 @@ class MemoryPlan:
     def to_json(self) -> dict[str, Any]:
         return {"weights_bytes": self.weights, "kv_cache_bytes": self.kv_cache, "length": self.length, "dtype": self.dtype,
                 "layers": self.layers, "kv_bytes_per_token": self.kv_per_token, "total_bytes": self.total,
-                "map_extra_bytes": self.map_extra, "key_pairs_extra_bytes": self.key_pairs_extra}
+                "map_extra_bytes": self.map_extra, "key_pairs_extra_bytes": self.key_pairs_extra,
+                "activation_bytes": self.activations, "process_bytes": self.process}
 
 
 def human(n: int) -> str:
@@ -144,7 +153,61 @@ def plan_memory(text: dict[str, Any], parameters: int | None, length: int, dtype
     b = BYTES.get(dtype, 4)
     kv, layers, per_token = kv_cache_bytes(text, length, b)
     return MemoryPlan(None if parameters is None else parameters * b, kv, length, dtype, layers, per_token,
-                      map_working_set(text, length, b), map_working_set(text, length, b, key_pairs=True))
+                      map_working_set(text, length, b), map_working_set(text, length, b, key_pairs=True),
+                      activation_bytes(text, length, b), resident_bytes("VmRSS") or 0)
+
+
+def activation_bytes(text: dict[str, Any], length: int, dtype_bytes: int) -> int:
+    """Bytes one scoring forward pass of `length` tokens holds beyond the weights (`models.chunked_scoring`: the cache
+    off, the LM head's logits LOGIT_BUDGET_BYTES at a time), the larger of two moments: inside a layer, the residual
+    stream and the layer's input (2 x T x hidden) beside the larger of its attention (queries, keys and values
+    projected, their rotated copies and the output: 3 x (H + H_kv) x T x head dim; a sliding layer bands its keys,
+    `models.banded_attention`, and sdpa's fused kernel keeps no T x T) and its MLP (gate, up and their product:
+    3 x T x intermediate); at the head, the final hidden states beside a chunk of fp32 logits and their log-softmax
+    (2 x LOGIT_BUDGET_BYTES). Checked against the measured peak (`resident_bytes`) on Gemma 3 270M at 48k-64k and
+    SmolLM2 at 16k (docs/measurements/gemma3.md)."""
+    hidden = int(text.get("hidden_size") or text.get("n_embd") or 0)
+    heads = int(text.get("num_attention_heads") or text.get("n_head") or 1)
+    kv_heads = int(text.get("num_key_value_heads") or heads)
+    head_dim = int(text.get("head_dim") or hidden // max(1, heads))
+    inner = text.get("intermediate_size") or text.get("n_inner") or 4 * hidden
+    inner = max(inner) if isinstance(inner, (list, tuple)) else int(inner)  # per-layer widths (OpenELM, Gemma 3n)
+    attention = 3 * (heads + kv_heads) * head_dim
+    layer = (2 * hidden + max(attention, 3 * inner)) * length * dtype_bytes
+    vocab = int(text.get("vocab_size") or 0)
+    head = hidden * length * dtype_bytes + (2 * LOGIT_BUDGET_BYTES if vocab else 0)
+    return max(layer, head)
+
+
+def resident_bytes(field: str = "VmHWM") -> int | None:
+    """This process's resident memory from /proc/self/status: VmRSS now, VmHWM its peak (Linux; None elsewhere)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def reset_peak() -> bool:
+    """Start VmHWM afresh (Linux: writing 5 to /proc/self/clear_refs), so the peak read after is the evaluation's own,
+    not the model loading's (a GGUF is dequantized through temporaries); False where it cannot."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def gguf_vocab(meta: dict[str, Any]) -> int | None:
+    """The vocabulary of a GGUF's tokenizer (its token types or scores: the token strings may be left unread)."""
+    for key in ("tokenizer.ggml.token_type", "tokenizer.ggml.scores", "tokenizer.ggml.tokens"):
+        if isinstance(meta.get(key), list):
+            return len(meta[key])
+    return None
 
 
 def map_working_set(text: dict[str, Any], length: int, dtype_bytes: int, regions: int = 3, key_pairs: bool = False) -> int:
@@ -202,7 +265,9 @@ def memory_before_loading(name: str | None, gguf_file: str | None, dtype: str, l
                 "num_key_value_heads": meta.get(f"{arch}.attention.head_count_kv"),
                 "head_dim": meta.get(f"{arch}.attention.key_length") or (meta.get(f"{arch}.embedding_length") or 0)
                 // max(1, meta.get(f"{arch}.attention.head_count") or 1),
-                "sliding_window": meta.get(f"{arch}.attention.sliding_window")}
+                "sliding_window": meta.get(f"{arch}.attention.sliding_window"),
+                "layer_types": gguf_layer_types(meta, arch), "hidden_size": meta.get(f"{arch}.embedding_length"),
+                "intermediate_size": meta.get(f"{arch}.feed_forward_length"), "vocab_size": gguf_vocab(meta)}
         if gguf_as_is:  # the quantized file as it is; llama.cpp's KV cache is f16 by default
             kv, layers, per_token = kv_cache_bytes(text, length, 2)
             return MemoryPlan(path.stat().st_size, kv, length, "gguf + f16 KV", layers, per_token)
