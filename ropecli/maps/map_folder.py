@@ -96,10 +96,6 @@ def _refusal(config: dict) -> str | None:
 
     cfg = AutoConfig.for_model(**{k: v for k, v in config.items() if k not in ("auto_map", "ropecli_map")})
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    if getattr(text, "kv_lora_rank", None):  # ropecli maps MLA (maps.map_layers.latent_rope); the folder does not yet
-        return ("multi-head latent attention (MLA): the folder's modeling file turns whole keys as they enter the KV "
-                "cache, and MLA caches a compressed latent and one shared k_rot instead; ropecli measures the map on "
-                "it (compare/ppl --map), the folder does not serve it yet")
     return config_refusal(text)
 
 

@@ -157,6 +157,16 @@ def own_apply(module) -> Callable:
     kind = type(module)
     if kind in _APPLY:
         return _APPLY[kind]
+    if (d := latent_rope(module)) is not None:  # MLA: the rope part is each head's last d dims, rotate-half
+        _HALF[kind] = True  # (a shared k_rot alone, d wide, turns by one matrix in a decoding step: `turned_one`)
+
+        def latent(x, cos, sin):
+            if x.shape[-1] == d:
+                return rotate_half_into(x, cos, sin)
+            return torch.cat((x[..., :-d], rotate_half_into(x[..., -d:], cos, sin)), dim=-1)
+
+        _APPLY[kind] = latent
+        return latent
     slow = model_apply(module)
 
     def apply(x, cos, sin):
@@ -171,6 +181,17 @@ def own_apply(module) -> Callable:
 
     _APPLY[kind] = apply
     return apply
+
+
+def latent_rope(module) -> int | None:
+    """Multi-head latent attention (DeepSeek V2/V3, Kimi K2, Mistral 4): the rope part's width, the last dims of each
+    head (the attention concatenates (q_pass, q_rot) and (k_nope, k_rot): modeling_deepseek_v3.py and
+    modeling_mistral4.py, `forward` / `expand_kv`), in rotate-half order once the model has rotated it (where it
+    interleaves, `apply_rotary_pos_emb_interleave` puts the pairs in rotate-half order first); None for any other
+    attention. Its cache holds the latent and the shared k_rot (`cache.update(kv_nope, k_rot, ...)`): `MapRun.update`
+    turns the k_rot. ropecli's `maps.map_layers.latent_rope`."""
+    d, nope = getattr(module, "qk_rope_head_dim", None), getattr(module, "qk_nope_head_dim", None)
+    return int(d) if d and nope is not None else None
 
 
 def rotate_half_into(x, cos, sin, out=None):
@@ -321,6 +342,7 @@ class MapRun:
         # query blocks start at its multiples (None: every QUERY_BLOCK)
         self.period = None if regions_at else block_period(regions, length)
         self._primary: set = set()  # the storage of the keys the cache returned in the primary set this pass
+        self._latent: set = set()  # the MLA layers whose k_rot the cache returned in the primary set this pass
         self._last = (None, None)  # (shape, block plan) of the last unpadded prefill: the next one of its shape
         self.selection, self._cols, self.attention = selection or {}, {}, attention  # {layer: its attention module}
         self.position_ids, self._layout, self._trig, self._scale = None, {}, {}, {}
@@ -329,6 +351,7 @@ class MapRun:
     def begin(self, position_ids):
         """A new forward pass: its queries' positions (B or 1, T_q); what the previous pass kept is dropped."""
         self.position_ids, self._layout, self._trig, self._primary = position_ids, {}, {}, set()
+        self._latent = set()  # the MLA layers whose k_rot came through the cache this pass (turned to the primary set)
 
     def at(self, kpos):
         """A per-length map's regions (and their key sets) for a row whose newest key sits at kpos[-1]: its length
@@ -475,6 +498,12 @@ class MapRun:
         (rotated once, when they arrive; at their true positions where the primary set is the true one)."""
         def update(key_states, value_states, layer_idx, *args, **kwargs):
             plan = self.plans[layer_idx] if layer_idx < len(self.plans) else None
+            if plan is not None and plan.mapped and latent_rope(self.attention.get(layer_idx)) is not None:
+                # MLA caches (the latent, the shared k_rot (B, 1, T, d)): the k_rot enters turned, the latent as is
+                latents, k_rot = real_update(key_states, self.primary_keys(layer_idx, plan, value_states), layer_idx,
+                                             *args, **kwargs)
+                self._latent.add(layer_idx)  # its attention's keys are expanded from these: in the primary set
+                return latents, k_rot
             if plan is not None and plan.mapped and layer_idx in self.attention:
                 keys, values = real_update(self.primary_keys(layer_idx, plan, key_states), value_states, layer_idx,
                                            *args, **kwargs)
@@ -659,7 +688,8 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
     Tk, Hkv = key.shape[2], key.shape[1]
     scaling = D ** -0.5 if scaling is None else scaling
     fused = _flash_kernel(query, softcap)
-    base = run.primary if key.data_ptr() in run._primary else -1  # the set the keys arrive in (no cache: true)
+    # the set the keys arrive in (no cache: true; MLA: expanded from the cache's turned k_rot)
+    base = run.primary if key.data_ptr() in run._primary or module.layer_idx in run._latent else -1
     groups = H // Hkv
     Dv = value.shape[-1]
     if Tq == 1 and B == 1 and isinstance(one := run._trig.get(one_call_tag(plan, mask, 0, base, Tk)), OneCall):
