@@ -31,18 +31,37 @@ SHAPES = {  # LLaMA-2-style shapes
                    head_dim=64, sliding_window=1024),
     "smoke-swa": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2,
                       head_dim=16, sliding_window=32),
+    # Gemma 3 270M as its config ships (google/gemma-3-270m: 18 layers, 5 sliding of 512 to 1 global, 4 heads of 256,
+    # one key-value head, vocab 262,144, L = 32k), random weights
+    "270M-swa": dict(hidden_size=640, intermediate_size=2048, num_hidden_layers=18, num_attention_heads=4,
+                     num_key_value_heads=1, head_dim=256, sliding_window=512, vocab_size=262144, rope_theta=1e6),
+    # multi-head latent attention (DeepSeek V3's attention dims: 128 heads -> 16 here, q_lora 1536, kv_lora 512,
+    # qk_nope 128 + qk_rope 64, v 128; dense layers only: the MLP is not what a map changes)
+    "mla": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=16, num_attention_heads=16,
+                num_key_value_heads=16, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+                v_head_dim=128, first_k_dense_replace=16, n_routed_experts=2, num_experts_per_tok=1, n_group=1, topk_group=1),
+    "smoke-mla": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                      q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8,
+                      first_k_dense_replace=2, n_routed_experts=2, num_experts_per_tok=1, n_group=1, topk_group=1),
 }
 
 
 def build(shape: str, device: str, dtype: torch.dtype, max_len: int):
-    """A LLaMA of `shape`; a "-swa" shape is Gemma 3's text model (sliding and global layers, RoPE per layer type)."""
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
+    """A LLaMA of `shape`; a "-swa" shape is Gemma 3's text model (sliding and global layers, RoPE per layer type), its
+    sliding layers banded as ropecli loads it (`ropecli.models.banded_attention`); an "mla" shape DeepSeek V3's."""
+    from transformers import (DeepseekV3Config, DeepseekV3ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig,
+                              LlamaForCausalLM)
 
-    config, model_class = (Gemma3TextConfig, Gemma3ForCausalLM) if shape.endswith("-swa") else (LlamaConfig, LlamaForCausalLM)
-    cfg = config(vocab_size=512 if shape.startswith("smoke") else 32000, max_position_embeddings=max_len,
-                 attn_implementation="sdpa", **SHAPES[shape])
+    from ropecli.models.banded_attention import banded_model
+
+    config, model_class = ((Gemma3TextConfig, Gemma3ForCausalLM) if shape.endswith("-swa") else
+                           (DeepseekV3Config, DeepseekV3ForCausalLM) if shape.endswith("mla") else
+                           (LlamaConfig, LlamaForCausalLM))
+    kw = {"vocab_size": 512 if shape.startswith("smoke") else 32000, **SHAPES[shape]}
+    cfg = config(max_position_embeddings=max_len, attn_implementation="sdpa", **kw)
     with torch.device(device):
         model = model_class(cfg).to(dtype)
+    banded_model(model)
     return model.eval()
 
 

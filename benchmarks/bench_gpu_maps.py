@@ -6,6 +6,7 @@ quality.
     python benchmarks/bench_gpu_maps.py                                   # GPU: the 1B shape, bf16, 8k ... 128k
     python benchmarks/bench_gpu_maps.py --shapes 1B,7B --lengths 16384,32768 --kernel blocks   # the old path, to compare
     python benchmarks/bench_gpu_maps.py --shapes 1B-swa                   # a sliding-window family (Gemma 3's layout)
+    python benchmarks/bench_gpu_maps.py --shapes 270M-swa,mla --lengths 65536,131072 --L 32768   # Gemma 3 270M, MLA
     python benchmarks/bench_gpu_maps.py --cpu-smoke                       # CPU: tiny shapes, the same code (the suite)
 
 Each map runs under `ropecli.maps.mapped_attention.mapped` with its `--kernel` (auto: flex attention on CUDA); its
@@ -48,13 +49,15 @@ def main() -> None:
     ap.add_argument("--maps", default="none,selfextend,dca,rerope")
     ap.add_argument("--kernel", default="auto", choices=("auto", "flex", "blocks"))
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--L", type=int, default=L0, help="the shapes' training length, which the maps' parameters scale "
+                    "with (Gemma 3 270M: 32768)")
     args = ap.parse_args()
     if args.cpu_smoke:
-        device, dtype, shapes, lengths, L = "cpu", torch.float32, ["smoke", "smoke-swa"], [256, 384], 128
+        device, dtype, shapes, lengths, L = "cpu", torch.float32, ["smoke", "smoke-swa", "smoke-mla"], [256, 384], 128
     else:
         if not torch.cuda.is_available():
             raise SystemExit("no CUDA device: run with --cpu-smoke, or on a GPU machine")
-        device, dtype, L = "cuda", torch.bfloat16, L0
+        device, dtype, L = "cuda", torch.bfloat16, args.L
         shapes, lengths = args.shapes.split(","), [int(x) for x in args.lengths.split(",")]
         print(f"GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; kernel {args.kernel}")
     maps = {k: v for k, v in maps_for(L).items() if k in args.maps.split(",")}

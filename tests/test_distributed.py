@@ -230,8 +230,8 @@ def test_gpu_map_benchmark_cpu_smoke_runs(kernel):
     assert out.returncode == 0, out.stderr
     assert "FAIL" not in out.stdout and "OOM" not in out.stdout, out.stdout
     rows = [[c.split() for c in ln.split("|")] for ln in out.stdout.splitlines() if ln.startswith("smoke")]
-    assert len(rows) == 20 and {r[0][2] for r in rows} == {"unpatched", "none", "selfextend", "dca", "rerope"}
-    assert {r[0][0] for r in rows} == {"smoke", "smoke-swa"}  # a sliding-window family beside the LLaMA
+    assert len(rows) == 30 and {r[0][2] for r in rows} == {"unpatched", "none", "selfextend", "dca", "rerope"}
+    assert {r[0][0] for r in rows} == {"smoke", "smoke-swa", "smoke-mla"}  # sliding-window and MLA beside the LLaMA
     assert all(float(r[2][-1]) < 1e-4 for r in rows if r[0][2] == "none")  # the identity map is the model
 
 
