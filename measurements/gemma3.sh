@@ -9,6 +9,8 @@
 #     Gemma tokens: the longest is 57,179), one window, then two (the first one cached).
 # Each step under /usr/bin/time -v: the process's peak resident memory beside the estimate the command prints first
 # (and the JSON's memory.peak_bytes: the evaluation's own peak, after loading).
+# Then the same estimate against the peak on SmolLM2 at 2L (16k), the model as shipped and under Self-Extend, not cached
+# (a cached window runs no forward pass).
 #   bash measurements/gemma3.sh      # from the repository root; ~2 h on 2 cores, cached window by window
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,3 +24,4 @@ S="--model $G --method none,yarn --map none --map selfextend:G=4,W=8192@none --m
 step passkey-49152 compare $S --samples 1 --metric passkey --depths 0.75,0.9 --prompts 1 --len 49152
 step ppl-65536 compare $S --samples 1 --metric ppl --len 65536 --key-tokens off --data "$P"
 step ppl-65536-2 compare $S --samples 2 --metric ppl --len 65536 --key-tokens off --data "$P"
+step smollm2-memory-16384 ppl --model smollm2 --len 16384 --samples 1 --method none --map none --map selfextend:G=4,W=2048 --no-cache
