@@ -41,7 +41,7 @@ def plan_layers(text, slots, length: int | None = None) -> list[LayerPlan]:
     one line where no layer is left to map (sliding windows shorter than L included) or a layer's RoPE is one the map
     cannot rotate (chunked: Llama 4's complex rotation)."""
     config = text.to_dict()
-    n = int(config["num_hidden_layers"])
+    n = int(getattr(text, "num_hidden_layers", None) or config["num_hidden_layers"])  # an alias (LongCat: num_layers)
     types = config.get("layer_types")
     window = config.get("sliding_window")
     if not (isinstance(types, (list, tuple)) and len(types) == n):  # no layer types: a window, if any, on every layer
@@ -63,6 +63,10 @@ def plan_layers(text, slots, length: int | None = None) -> list[LayerPlan]:
                                    window))
         elif t == "full_attention":
             plans.append(LayerPlan("RoPE full", True, slot))
+        elif t == "indexed_attention":  # DeepSeek Sparse Attention: its indexer picks the keys by its own RoPE scores
+            raise RopeCliError("a position map on DeepSeek Sparse Attention's indexed layers (DeepSeek V3.2, GLM MoE DSA, "
+                               "HY V4) is not supported: their lightning indexer chooses each query's keys by scores "
+                               "under its own RoPE, which the map would have to move too; not mapped")
         else:
             raise RopeCliError(f"a position map on '{t}' layers is not supported; pass a model whose RoPE layers are "
                                "full or sliding attention")

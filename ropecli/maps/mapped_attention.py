@@ -45,7 +45,26 @@ def _layers(model, name: str = "a position map", length: int | None = None):
         raise RopeCliError(f"{name}: {len(slots)} rotary modules and no layer type to tell which layer uses which; "
                            "not mapped")
     cfg = text_config(model)
-    return slots, cfg, _plans(cfg, slots, name, length)
+    plans = _plans(cfg, slots, name, length)
+    for s in slots:
+        if complex_rotary(s):
+            raise RopeCliError(f"{name}: {type(s.module).__name__} rotates by complex numbers (freqs_cis, DeepSeek V2's "
+                               "interleaved pairs), which a map does not turn; not mapped (DeepSeek V3 / Kimi K2's MLA is)")
+    return slots, cfg, plans
+
+
+def complex_rotary(slot) -> bool:
+    """Whether a rotary module hands its layers one complex tensor (freqs_cis: DeepSeek V2) instead of (cos, sin),
+    probed at position 0 (its x only gives the dtype and device)."""
+    buffer = next((b for b in slot.module.buffers()), None)
+    x = torch.zeros(1, 1, 1, device=buffer.device if buffer is not None else "cpu")
+    with torch.no_grad():
+        kw = {"layer_type": slot.layer_type} if slot.layer_type else {}
+        try:
+            out = slot.module(x, torch.zeros(1, 1, dtype=torch.long, device=x.device), **kw)
+        except Exception:  # noqa: BLE001  a module that cannot be probed so: the map's own call will say
+            return False
+    return isinstance(out, torch.Tensor) and out.is_complex()
 
 
 def _plans(cfg, slots, name: str, length: int | None = None) -> list:
