@@ -5,13 +5,13 @@
 # 3/4 L, local 2048 = L/16, ChunkLlama's proportions) on the global layers, paired:
 #   - the published passkey (the prompt papers report) at 48k (1.5L), its key at depths 0.75 and 0.9 (tokens ~36k and
 #     ~44k: beyond 32k), answer NLL and accuracy;
-#   - PPL at 64k (2L) of windows of the five held-out plays run together as one text (no single play reaches 64k
-#     Gemma tokens: the longest is 57,179), one window, then two (the first one cached).
+#   - PPL at 64k (2L) of one window of the five held-out plays run together as one text (no single play reaches 64k
+#     Gemma tokens: the longest is 57,179); --samples 2 adds a second window (~50 min more here).
 # Each step under /usr/bin/time -v: the process's peak resident memory beside the estimate the command prints first
 # (and the JSON's memory.peak_bytes: the evaluation's own peak, after loading).
 # Then the same estimate against the peak on SmolLM2 at 2L (16k), the model as shipped and under Self-Extend, not cached
 # (a cached window runs no forward pass).
-#   bash measurements/gemma3.sh      # from the repository root; ~2 h on 2 cores, cached window by window
+#   bash measurements/gemma3.sh      # from the repository root; ~1.5 h on 2 cores, cached window by window
 set -uo pipefail
 cd "$(dirname "$0")/.."
 C=measurements/cache
@@ -23,5 +23,4 @@ step() { local out=$1; shift; [ -f "$O/$out.json" ] && { echo "have $O/$out.json
 S="--model $G --method none,yarn --map none --map selfextend:G=4,W=8192@none --map dca:chunk=24576,local=2048@none"
 step passkey-49152 compare $S --samples 1 --metric passkey --depths 0.75,0.9 --prompts 1 --len 49152
 step ppl-65536 compare $S --samples 1 --metric ppl --len 65536 --key-tokens off --data "$P"
-step ppl-65536-2 compare $S --samples 2 --metric ppl --len 65536 --key-tokens off --data "$P"
 step smollm2-memory-16384 ppl --model smollm2 --len 16384 --samples 1 --method none --map none --map selfextend:G=4,W=2048 --no-cache

@@ -115,3 +115,56 @@ def test_a_position_map_on_a_banded_model_runs_its_sliding_layers_banded():
             got = model(ids).logits
     assert (got - want).abs().max() < 1e-4
     assert model.config._attn_implementation == banded_attention.BANDED["sdpa"]
+
+
+def _sliding_archs():
+    from architectures import ARCHS
+
+    return [a for a in ARCHS if a.kwargs.get("sliding_window")]
+
+
+@pytest.mark.parametrize("arch", _sliding_archs(), ids=lambda a: a.name)
+def test_every_sliding_family_of_the_matrix_gives_its_own_logits_banded(arch):
+    """Every architecture of the matrix with a window (Gemma 2/3/4, gpt-oss, OLMo 3, EXAONE 4 …), prefilled past it and
+    continued through the cache: banded = its own attention. DeepSeek V4 (compressed layers extend the mask) is left as
+    shipped."""
+    from architectures import VOCAB, build_arch
+
+    from transformers import DynamicCache
+
+    model = build_arch(arch)  # its own implementation: sdpa, eager where sdpa cannot (Gemma 2's soft-capping)
+    ids = torch.randint(2, VOCAB, (1, 90), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = model(ids).logits
+        if banded_model(model) is None:
+            assert "compressed" in arch.name or "chunked" in arch.name, arch.name
+            return
+        got = model(ids).logits
+        cache = DynamicCache(config=model.config)
+        parts = torch.cat([model(ids[:, :50], past_key_values=cache, use_cache=True).logits,
+                           model(ids[:, 50:], past_key_values=cache, use_cache=True).logits], 1)
+    assert (got - want).abs().max() < 1e-4
+    assert (parts - want).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("family", ["qwen2_moe", "phimoe"])
+def test_a_family_that_keeps_the_window_to_its_mask_is_banded_by_its_layer_type(family):
+    """Qwen2-MoE and PhiMoE build the sliding mask without handing the window to the attention function: the layer's
+    window comes from its config (`layer_window`), so banding still keeps it."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    cfg = AutoConfig.for_model(family, vocab_size=100, hidden_size=64, intermediate_size=64, moe_intermediate_size=32,
+                               shared_expert_intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+                               num_key_value_heads=2, num_experts=2, num_local_experts=2, num_experts_per_tok=1,
+                               sliding_window=WINDOW // 4, use_sliding_window=True, max_window_layers=2,
+                               max_position_embeddings=256)
+    model = AutoModelForCausalLM.from_config(cfg).eval()
+    model.config._attn_implementation = "sdpa"
+    ids = torch.randint(0, 100, (1, 120))
+    with torch.no_grad():
+        want = model(ids).logits
+        assert banded_model(model) is not None
+        got = model(ids).logits
+    assert (got - want).abs().max() < 1e-4

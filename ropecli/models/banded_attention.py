@@ -4,8 +4,9 @@ T x T mask transformers builds for a sliding layer past its window.
 transformers 5 (masking_utils.py, `create_sliding_window_causal_mask` -> `sdpa_mask` / `eager_mask`) materialises a
 (B, 1, T_q, T_k) mask for every sliding layer once T_k exceeds the window (about 2.4 GB in bool at 49k, and the CPU
 kernel turns it into a float bias per call), so Gemma 3 270M (5 sliding layers per global one, window 512) cannot be
-scored past its L = 32k on a 24 GB machine. Loaded models whose layers slide (`banded_model`) run under an attention
-implementation registered here instead of sdpa or eager:
+scored past its L = 32k on a 24 GB machine. Loaded models whose layers slide (`banded_model`; their layers full or
+sliding attention, nothing chunked or compressed) run under an attention implementation registered here instead of
+sdpa or eager:
 - the mask function answers None where the mask would be the plain causal (or sliding causal) one: no padding, no
   overlay (packed sequences, bidirectional image tokens), queries the last T_q of T_k contiguous keys (a prefill, a
   dynamic cache, a sliding cache); anything else (left padding, a static cache's empty slots) gets the model's own mask;
@@ -27,6 +28,9 @@ import torch
 
 BLOCK = 512  # queries per block: a sliding layer's block attends to (BLOCK, BLOCK + window - 1) keys
 BANDED = {"sdpa": "ropecli_banded_sdpa", "eager": "ropecli_banded_eager"}  # the implementation it wraps -> its name
+# the layer types whose mask is the plain causal or sliding one: a model with any other (Llama 4's chunked layers,
+# DeepSeek V4's compressed ones, which append entries to the keys and extend the mask) runs as shipped
+PLAIN_TYPES = {"full_attention", "sliding_attention"}
 
 
 def sliding_layers(text) -> bool:
@@ -47,7 +51,8 @@ def banded_model(model) -> str | None:
     flex never build the T x T mask). Not saved with the model: `_attn_implementation` is not in its config.json."""
     text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     own = model.config._attn_implementation
-    if own not in BANDED or not sliding_layers(text):
+    types = set(getattr(text, "layer_types", None) or [])
+    if own not in BANDED or not sliding_layers(text) or not types <= PLAIN_TYPES:
         return None
     register()
     for cfg in {id(c): c for c in (model.config, text)}.values():
@@ -102,7 +107,7 @@ class BandedAttention:
         if attention_mask is not None:  # padding, a static cache, an overlay: the model's own mask as given
             return fn(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
         Tq, Tk = query.shape[2], key.shape[2]
-        window = kwargs.get("sliding_window", getattr(module, "sliding_window", None)) or None
+        window = layer_window(module, kwargs)
         reaches_all = window is None or Tk <= window  # the last query reaches every key: only causality masks
         if reaches_all and (Tq == 1 or (Tq == Tk and self.own == "sdpa")):  # one query; sdpa's own causal skip
             return fn(module, query, key, value, None, scaling=scaling, dropout=dropout, **kwargs)
@@ -122,6 +127,23 @@ class BandedAttention:
                         scaling=scaling, dropout=dropout, **kwargs)
             outs.append(out)  # (B, n, H, D)
         return torch.cat(outs, dim=1), None
+
+
+def layer_window(module, kwargs: dict) -> int | None:
+    """The sliding window of the layer `module` belongs to, None for a global layer: the window its attention hands
+    the attention function (Gemma, Mistral, Qwen2, gpt-oss: `sliding_window=`), else its own attribute, else its
+    config's layer type (Qwen2-MoE, PhiMoE, Doge build the sliding mask without handing the window on)."""
+    if "sliding_window" in kwargs:
+        return kwargs["sliding_window"] or None
+    if getattr(module, "sliding_window", None):
+        return int(module.sliding_window)
+    cfg, idx = getattr(module, "config", None), getattr(module, "layer_idx", None)
+    if cfg is None or not sliding_layers(cfg):
+        return None
+    types = getattr(cfg, "layer_types", None)
+    if isinstance(types, (list, tuple)) and types and idx is not None:
+        return int(cfg.sliding_window) if types[idx] == "sliding_attention" else None
+    return int(cfg.sliding_window)
 
 
 def own_function(module, own: str):
