@@ -23,4 +23,4 @@ step() { local out=$1; shift; [ -f "$O/$out.json" ] && { echo "have $O/$out.json
 S="--model $G --method none,yarn --map none --map selfextend:G=4,W=8192@none --map dca:chunk=24576,local=2048@none"
 step passkey-49152 compare $S --samples 1 --metric passkey --depths 0.75,0.9 --prompts 1 --len 49152
 step ppl-65536 compare $S --samples 1 --metric ppl --len 65536 --key-tokens off --data "$P"
-step smollm2-memory-16384 ppl --model smollm2 --len 16384 --samples 1 --method none --map none --map selfextend:G=4,W=2048 --no-cache
+step smollm2-memory-16384 compare --model smollm2 --len 16384 --samples 1 --method none --map none --map selfextend:G=4,W=2048 --metric ppl --key-tokens off --no-cache

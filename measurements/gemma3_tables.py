@@ -67,9 +67,16 @@ def ppl_rows(name: str) -> None:
         return
     r0 = d["results"][0]
     print(f"{name}: PPL at {r0['len']:,} tokens (k = {r0['factor']:g}), {d['samples']} window(s) of {d['data']}\n")
-    header("schedule", "PPL", "NLL/token", "vs best (paired)", "s per window")
+    L = d["train_len"]
+    header("schedule", "PPL", "NLL/token", f"NLL/token before {L:,}", f"NLL/token from {L:,}", "vs best (paired)",
+           "s per window")
     for r in sorted(d["results"], key=lambda r: r["ppl"]):
-        print(f"| {label(r)} | {r['ppl']:.2f} | {r['nll']:.4f} | {vs_best(r['vs_best'])} | "
+        n = len(r["window_position_nll"][0])  # per window, equal bins of its predictions (mean NLL per token)
+        split = n * L // r["len"]  # the bins before position L
+        early = [b for w in r["window_position_nll"] for b in w[:split]]
+        late = [b for w in r["window_position_nll"] for b in w[split:]]
+        print(f"| {label(r)} | {r['ppl']:.2f} | {r['nll']:.4f} | {sum(early) / len(early):.4f} | "
+              f"{sum(late) / len(late):.4f} | {vs_best(r['vs_best'])} | "
               f"{r['seconds'] / max(1, len(r.get('window_nll') or [1])):.0f} |")
     print()
 
@@ -86,17 +93,21 @@ def time_rss(name: str) -> int | None:
 
 
 def memory_rows(names: list[str]) -> None:
-    """Per run: the estimate it printed (the model as shipped, and the bound under a position map: every run here runs
-    maps), the evaluation's measured peak (VmHWM after loading), peak / estimate, and loading's own peak."""
-    header("run", "tokens", "estimate (as shipped)", "estimate under a map", "measured peak (evaluation)",
-           "peak / map estimate", "loading peak")
+    """Per run: the estimate of a scoring pass from the parts the command recorded (weights + activations + this
+    process, `MemoryPlan.total` as ropecli prints it now: the cache is off when ropecli scores), with the bound under a
+    position map (every run here runs maps), the total the run printed then (the KV cache counted in), the
+    evaluation's measured peak (VmHWM after loading), peak / estimate under a map, and loading's own peak."""
+    header("run", "tokens", "estimate to score", "under a map", "printed then (with the KV cache, under a map)",
+           "measured peak (evaluation)", "peak / estimate under a map", "loading peak")
     for name in names:
         d = load(name)
         if d is None or not d.get("memory"):
             continue
         m = d["memory"]
-        mapped = m["total_bytes"] + m["map_extra_bytes"]
-        print(f"| {name} | {m['length']:,} | {m['total_bytes'] / GB:.2f} GB | {mapped / GB:.2f} GB | "
+        scoring = m["weights_bytes"] + m["activation_bytes"] + m["process_bytes"]
+        mapped = scoring + m["map_extra_bytes"]
+        printed = m["weights_bytes"] + m["kv_cache_bytes"] + m["activation_bytes"] + m["process_bytes"] + m["map_extra_bytes"]
+        print(f"| {name} | {m['length']:,} | {scoring / GB:.2f} GB | {mapped / GB:.2f} GB | {printed / GB:.2f} GB | "
               f"{m['peak_bytes'] / GB:.2f} GB | {m['peak_bytes'] / mapped:.2f} | {m['load_peak_bytes'] / GB:.2f} GB |")
     print()
 

@@ -102,3 +102,24 @@ def test_separation_counts_pairs_and_orders_by_ratio():
     ab = s["pairs"][0]
     assert ab["ratio"] == pytest.approx(0.125 / (0.05 / 2))  # mean 0.125, sd 0.05, 4 units
     assert s["median_ratio"] == pytest.approx(sorted(p["ratio"] for p in s["pairs"])[1])
+
+
+GEMMA3 = runpy.run_path(str(ROOT / "measurements" / "gemma3_tables.py"))  # docs/measurements/gemma3.md's tables
+
+
+@pytest.mark.parametrize("render, args", [
+    ("passkey_rows", ("passkey-49152",)),
+    ("ppl_rows", ("ppl-65536",)),
+    ("memory_rows", (["passkey-49152", "ppl-65536", "smollm2-memory-16384"],)),
+], ids=["gemma3-passkey-48k", "gemma3-ppl-64k", "gemma3-memory"])
+def test_each_gemma3_row_is_in_its_page(render, args):
+    """Gemma 3 270M past its length (measurements/gemma3.sh): every rendered row stands in docs/measurements/gemma3.md,
+    and every run's measured peak is within 1.3x of the estimate it printed (under a map: every run here runs one)."""
+    found = rows(GEMMA3[render], *args)
+    assert found, f"{render}{args}: no JSON in measurements/gemma3/"
+    page = (ROOT / "docs" / "measurements" / "gemma3.md").read_text()
+    missing = [line for line in found if line not in page]
+    assert not missing, "docs/measurements/gemma3.md lacks (rerun python measurements/gemma3_tables.py):\n" + "\n".join(missing)
+    if render == "memory_rows":
+        ratios = [float(line.split("|")[7]) for line in found]
+        assert all(1 / 1.3 <= x <= 1.3 for x in ratios), ratios

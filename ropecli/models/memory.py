@@ -37,18 +37,32 @@ class MemoryPlan:
     process: int = 0  # bytes this process held when the plan was made (Python, torch, transformers), measured
 
     @property
+    def scoring_cache(self) -> bool:
+        """Whether a scoring pass holds the KV cache: ropecli's transformers scoring runs with the cache off
+        (`models.chunked_scoring`); llama.cpp always fills its cache (a plan with no activation estimate is that one)."""
+        return not self.activations
+
+    @property
     def total(self) -> int | None:
-        return None if self.weights is None else self.weights + self.kv_cache + self.activations + self.process
+        """Bytes a scoring pass needs at `length`: weights, its activations and this process (the KV cache too where
+        scoring fills one: llama.cpp)."""
+        if self.weights is None:
+            return None
+        return self.weights + self.activations + self.process + (self.kv_cache if self.scoring_cache else 0)
 
     def describe(self, available: int | None = None) -> str:
         weights = "weights not known before loading" if self.weights is None else f"weights {human(self.weights)}"
-        line = f"memory: {weights} ({self.dtype}) + KV cache at {self.length:,} tokens {human(self.kv_cache)}"
-        if self.activations:
-            line += f" + activations {human(self.activations)}"
+        if self.scoring_cache:
+            line = f"memory: {weights} ({self.dtype}) + KV cache at {self.length:,} tokens {human(self.kv_cache)}"
+        else:
+            line = f"memory: {weights} ({self.dtype}) + activations at {self.length:,} tokens {human(self.activations)}"
         if self.process:
             line += f" + this process {human(self.process)}"
         if self.total is not None:
             line += f" = {human(self.total)}"
+        if not self.scoring_cache:
+            line += f" to score; decoding (generation, decode across L) also holds the KV cache at {self.length:,} " \
+                    f"tokens, {human(self.kv_cache)}"
         if self.map_extra:
             line += f"; under a position map up to {human(self.map_extra)} more"
             if self.key_pairs_extra > self.map_extra:
@@ -175,7 +189,8 @@ def activation_bytes(text: dict[str, Any], length: int, dtype_bytes: int) -> int
     attention = 3 * (heads + kv_heads) * head_dim
     layer = (2 * hidden + max(attention, 3 * inner)) * length * dtype_bytes
     vocab = int(text.get("vocab_size") or 0)
-    head = hidden * length * dtype_bytes + (2 * LOGIT_BUDGET_BYTES if vocab else 0)
+    rows = min(length, max(16, LOGIT_BUDGET_BYTES // (4 * vocab))) if vocab else 0  # a chunk of the head's rows
+    head = hidden * length * dtype_bytes + 2 * rows * vocab * 4
     return max(layer, head)
 
 
