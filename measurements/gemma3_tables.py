@@ -11,6 +11,9 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tables import header, vs_best  # noqa: E402  (the SmolLM2 pages' table head and paired verdict cell)
+
 HERE = Path(__file__).resolve().parent / "gemma3"
 GB = 1e9
 
@@ -20,20 +23,6 @@ def load(name: str) -> dict | None:
         return json.loads((HERE / f"{name}.json").read_text())
     except (OSError, ValueError):
         return None
-
-
-def header(*columns: str) -> None:
-    print("| " + " | ".join(columns) + " |")
-    print("|" + "---|" * len(columns))
-
-
-def vs_best(v: dict) -> str:
-    """A row's paired comparison with the best row as the command printed it (95 %, Holm-adjusted level)."""
-    if v.get("best"):
-        return "best"
-    if v.get("diff") is None or v.get("half_width") is None:
-        return "—"
-    return f"{v['diff']:+.3f} ± {v['half_width']:.3g}: {v['verdict']}"
 
 
 def label(r: dict) -> str:
