@@ -156,7 +156,7 @@ def test_progress_draws_only_on_a_terminal(tiny_dir, jsonl_file, tmp_path):
     with open(log, "w") as err:
         r = subprocess.run([sys.executable, "-m", "ropecli", "ppl", "--model", tiny_dir, "--data", jsonl_file, "--len", "64",
                             "--samples", "2", "--cache-dir", str(tmp_path / "c")], stdout=subprocess.PIPE, stderr=err,
-                           text=True, env={**os.environ, "COLUMNS": "120"})
+                           text=True, env={**os.environ, "COLUMNS": "400"})
     assert r.returncode == 0
     lines = log.read_text().splitlines()
     assert lines and all(line.strip() for line in lines), lines

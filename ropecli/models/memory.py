@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from ropecli.models.compressed_cache import COMPRESSED, compressed_state_bytes
+from ropecli.models.config import BUILTIN, BUILTIN_DIR, gguf_metadata, gguf_parameters, read_rope_config
 from ropecli.models.gguf_families import gguf_layer_types
 from ropecli.models.packaged import resolve_model
 
@@ -265,8 +266,6 @@ def memory_before_loading(name: str | None, gguf_file: str | None, dtype: str, l
     """What `name` will need (`plan_memory`) at `length` tokens (default: 8 x L0, the default target), read from its
     config.json / safetensors headers or GGUF header; None where nothing can be read without a download. `gguf_as_is`:
     a GGUF runs as the file is, with an f16 KV cache (llama.cpp's backend), not dequantized to `dtype`."""
-    from ropecli.models.config import (BUILTIN, BUILTIN_DIR, gguf_metadata, gguf_parameters, read_rope_config)
-
     name = name or BUILTIN
     path = BUILTIN_DIR if name == BUILTIN else Path(resolve_model(name) or name)
     rope = read_rope_config(name, gguf_file)
