@@ -153,20 +153,24 @@ def causal_lm_from_pretrained(source: str, kwargs: dict):
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
-    cfg = AutoConfig.from_pretrained(source, **{k: v for k, v in kwargs.items() if k in ("gguf_file", "trust_remote_code")})
-    named = [getattr(transformers, a) for a in (cfg.architectures or []) if a.endswith("ForCausalLM") and hasattr(transformers, a)]
-    mapped_to = MODEL_FOR_CAUSAL_LM_MAPPING._extra_content.get(type(cfg)) if hasattr(MODEL_FOR_CAUSAL_LM_MAPPING, "_extra_content") else None
-    if named and mapped_to is not None and not kwargs.get("trust_remote_code") and \
-            str(getattr(mapped_to, "__module__", "")).startswith("transformers_modules"):
+    def named() -> list:  # the causal-LM classes the config's `architectures` names (the config read once, when asked)
+        cfg = AutoConfig.from_pretrained(source, **{k: v for k, v in kwargs.items() if k in ("gguf_file", "trust_remote_code")})
+        return [getattr(transformers, a) for a in (cfg.architectures or []) if a.endswith("ForCausalLM") and hasattr(transformers, a)]
+
+    taken = [c for c in getattr(MODEL_FOR_CAUSAL_LM_MAPPING, "_extra_content", {}).values()
+             if str(getattr(c, "__module__", "")).startswith("transformers_modules")]
+    if taken and not kwargs.get("trust_remote_code") and (own := named()) and \
+            AutoConfig.from_pretrained(source, **{k: v for k, v in kwargs.items() if k == "gguf_file"}).__class__ in \
+            {k for k, c in MODEL_FOR_CAUSAL_LM_MAPPING._extra_content.items() if c in taken}:
         # a folder's remote class, registered for this config class by an earlier trust_remote_code load in this process
         # (transformers' auto mapping is process-wide: a Mistral 4 map folder's class would load a plain Mistral 4 here)
-        return named[0].from_pretrained(source, **kwargs)
+        return own[0].from_pretrained(source, **kwargs)
     try:
         return AutoModelForCausalLM.from_pretrained(source, **kwargs)
     except ValueError as exc:
-        if "Unrecognized configuration class" not in str(exc) or not named:
+        if "Unrecognized configuration class" not in str(exc) or not (own := named()):
             raise
-        return named[0].from_pretrained(source, **kwargs)
+        return own[0].from_pretrained(source, **kwargs)
 
 
 def fingerprint(model, transformers_version: str | None = None) -> tuple[str, tuple[str, ...]]:
