@@ -51,7 +51,7 @@ WHOLE_ROWS = 4 * QUERY_BLOCK  # a prompt up to this long runs a whole-triangle r
 # SmolLM2 at 16,000 tokens the one call's row-long buffers cost 1.20x the peak memory and a slower prefill)
 MASK_CACHE_BYTES = 256 * 2 ** 20  # a forward pass's block plan is kept for its next layers while its masks fit
 POSITIONLESS = ("linear_attention", "conv", "mamba", "mamba2")
-MAP_KEYS = {"name": str, "params": dict, "length": int, "pairs": dict}  # config.json's ropecli_map, whole
+MAP_KEYS = {"name": str, "params": dict, "length": int, "pairs": dict, "architecture": str}  # config.json's ropecli_map, whole
 
 
 class RopeCliError(ValueError):
@@ -1097,6 +1097,15 @@ class RopecliMapForCausalLM(Base):
         return self._ropecli_run
 
     _can_compile_fullgraph = False  # its forward swaps the attention function and the cache's update: never compiled
+
+    @classmethod
+    def is_backend_compatible(cls):
+        """Asked by vLLM alone, where no class is registered for RopecliMapForCausalLM (ropecli's plugin absent) and it
+        would serve this file's model through its transformers backend with its own attention, without the map
+        (vllm/model_executor/models/registry.py: _try_resolve_transformers): refused in one line instead."""
+        raise RopeCliError("this folder runs a position map that vLLM serves only through ropecli's vLLM plugin: "
+                           "pip install ropecli where vLLM is installed (and keep 'ropecli' in VLLM_PLUGINS if set), "
+                           "then vllm serve DIR")
 
     def generate(self, *args, **kwargs):
         wanted = kwargs.get("cache_implementation") or getattr(kwargs.get("generation_config") or

@@ -1,0 +1,21 @@
+"""ropecli's vLLM plugin: the `vllm.general_plugins` entry point `ropecli` (pyproject.toml), which vLLM calls in every
+process it starts, before it reads a model (vllm/plugins/__init__.py: load_general_plugins). It registers the class a
+position-map folder names in config.json's `architectures` (`RopecliMapForCausalLM`, `maps.vllm_model`), by its
+import path only, so registering costs no import of vLLM's model code. Without the plugin (ropecli not installed where
+vLLM is, or `VLLM_PLUGINS` leaving `ropecli` out) no class has that name and vLLM refuses the folder; it never serves it
+without its map (the folder's modeling file refuses vLLM's transformers fallback too: `map_modeling.
+RopecliMapForCausalLM.is_backend_compatible`).
+"""
+
+from __future__ import annotations
+
+ARCHITECTURE = "RopecliMapForCausalLM"
+MODEL_PATH = "ropecli.maps.vllm_model:RopecliMapForCausalLM"
+
+
+def register() -> None:
+    """Register the map folder's class with vLLM's model registry (idempotent: vLLM may call it more than once)."""
+    from vllm import ModelRegistry  # vLLM's own process calls this; ropecli without vLLM never does
+
+    if ARCHITECTURE not in ModelRegistry.get_supported_archs():
+        ModelRegistry.register_model(ARCHITECTURE, MODEL_PATH)
