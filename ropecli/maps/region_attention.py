@@ -200,8 +200,9 @@ class MappedAttention:
         trig = self._trig
         reach = [max((b[4] for _, _, bands in blocks for b in bands if b[0] == n),
                      default=Tk - self.whole[n][1] if n in self.whole else 0) for n in range(len(self.regions))]  # each region's keys up to the farthest one it reaches, rotated once
-        keys = [rotated(key[:, :, :h], r.key(kj[:h]), self.rotary, trig, ("k", n, h), module, kj[:h], cols)
-                for n, (r, h) in enumerate(zip(self.regions, reach))]
+        keys = [rotated(key[:, :, :h], r.key(kj[:h]), self.rotary, trig, ("k", n, h), module, kj[:h], cols) if h
+                else key[:, :, :0] for n, (r, h) in enumerate(zip(self.regions, reach))]  # a region no query reaches
+        # yet (a decoding step below its first key): nothing to rotate (longrope's frequency update fails on no position)
         keys = [k.repeat_interleave(groups, dim=1) for k in keys] if groups > 1 else keys
         out = torch.empty(B, Tq, H, D, dtype=value.dtype, device=value.device)  # the layout the layer reads
         acc = acc_lse = None

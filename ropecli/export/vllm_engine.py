@@ -1,0 +1,139 @@
+"""vLLM's own engine as the referee of what ropecli exports for it: prompt logprobs and greedy tokens of a folder (a
+schedule's `--hf-overrides` applied, or a map folder through ropecli's plugin) from `vllm.LLM`, in the Python where vLLM
+is installed.
+
+vLLM pins its own torch and transformers, so it usually lives in a virtual environment of its own: ropecli runs this
+module there as a process (`python -m ropecli.export.vllm_engine JOB.json OUT.json`; `engine_python()` finds it:
+$ROPECLI_VLLM_PYTHON, else the checkout's `.venv-vllm`, else this Python where vLLM imports here). ropecli must be
+installed in that environment too (`pip install -e . --no-deps` there), which is also what makes vLLM serve map folders.
+
+A job is one process: several engines one after another (`engines`), each engine loaded once for all its phases. The
+engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0, the "uni" executor), so the first engine pays vLLM's
+import and later ones load in seconds. A phase's requests are handed to one `LLM.generate` call together: vLLM's
+scheduler batches them continuously, chunks their prefills (`max_num_batched_tokens`) and shares cached prefixes
+(prefix caching is vLLM's default), as it serves.
+
+    job  = {"engines": [{"model": DIR, "max_model_len": T, "hf_overrides": {...} | null, "engine": {LLM kwargs},
+                         "phases": [[{"ids": [...], "generate": n}, ...], ...]}]}
+    out  = {"vllm": version, "plugins": [...], "engines": [{"error": null | "one line", "load_s": s,
+            "phases": [{"s": s, "requests": [{"nll": [per token after the first], "tokens": [greedy ids]}]}]}]}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import traceback
+import sys
+import tempfile
+import time
+from importlib.metadata import entry_points
+from importlib.util import find_spec
+from pathlib import Path
+
+from ropecli.errors import RopeCliError
+
+ENGINE_DEFAULTS = {"dtype": "float32", "enforce_eager": True, "gpu_memory_utilization": 0.2, "trust_remote_code": True,
+                   "distributed_executor_backend": "uni"}
+ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def engine_python() -> str | None:
+    """The Python whose environment has vLLM: $ROPECLI_VLLM_PYTHON, the checkout's .venv-vllm (what .ci/run makes),
+    else this one where vLLM imports; None where none is found."""
+    named = os.environ.get("ROPECLI_VLLM_PYTHON")
+    if named:
+        return named
+    beside = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
+    if beside.exists():
+        return str(beside)
+    return sys.executable if find_spec("vllm") is not None else None
+
+
+def run_engine(job: dict, python: str | None = None, env: dict | None = None, timeout: float = 1800) -> dict:
+    """Run `job` in vLLM's environment and return its answer; one line where vLLM is not found or the process fails."""
+    python = python or engine_python()
+    if python is None:
+        raise RopeCliError("vLLM is not installed here: install it in an environment of its own with ropecli beside it "
+                           "(see docs/guide/export.md, 'vLLM') and set ROPECLI_VLLM_PYTHON to its python")
+    with tempfile.TemporaryDirectory(prefix="ropecli-vllm-") as tmp:
+        src, dst = Path(tmp) / "job.json", Path(tmp) / "out.json"
+        src.write_text(json.dumps(job))
+        proc = subprocess.run([python, "-m", "ropecli.export.vllm_engine", str(src), str(dst)], capture_output=True,
+                              text=True, timeout=timeout, env={**os.environ, **ENV, **(env or {})}, cwd=tmp)
+        if proc.returncode != 0 or not dst.exists():
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise RopeCliError(f"vLLM's engine ({python}) failed: {tail[0][:400]}")
+        out = json.loads(dst.read_text())
+    out["log"] = proc.stderr[-20000:]
+    return out
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception as vLLM's user sees its message: the innermost cause's type and first line."""
+    while exc.__cause__ is not None or exc.__context__ is not None:
+        exc = exc.__cause__ or exc.__context__
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first}"
+
+
+def run_job(job: dict) -> dict:
+    """In vLLM's environment: every engine of the job, one after another, each phase one generate call."""
+    import gc
+
+    import vllm
+    from vllm import LLM, SamplingParams
+    from vllm.plugins import load_general_plugins
+
+    load_general_plugins()
+    out = {"vllm": vllm.__version__, "plugins": sorted(e.name for e in entry_points(group="vllm.general_plugins")),
+           "engines": []}
+    for spec in job["engines"]:
+        record: dict = {"error": None, "phases": []}
+        out["engines"].append(record)
+        kwargs = {**ENGINE_DEFAULTS, **(spec.get("engine") or {})}
+        if spec.get("hf_overrides"):
+            kwargs["hf_overrides"] = spec["hf_overrides"]
+        t0 = time.perf_counter()
+        try:
+            llm = LLM(model=spec["model"], max_model_len=int(spec["max_model_len"]), **kwargs)
+        except Exception as exc:  # noqa: BLE001  the engine's refusal is the answer asked for
+            record["error"] = _one_line(exc)
+            continue
+        record["load_s"] = time.perf_counter() - t0
+        for phase in spec.get("phases") or []:
+            prompts, params = [], []
+            for r in phase:
+                n = int(r.get("generate") or 0)
+                prompts.append({"prompt_token_ids": list(r["ids"])})
+                params.append(SamplingParams(max_tokens=max(1, n), min_tokens=max(1, n), temperature=0.0,
+                                             ignore_eos=True, prompt_logprobs=0 if r.get("score", True) else None))
+            t1 = time.perf_counter()
+            try:
+                got = llm.generate(prompts, params, use_tqdm=False)
+            except Exception as exc:  # noqa: BLE001  one engine's failure is its record's; the next engines still run
+                record["error"] = _one_line(exc)
+                record["traceback"] = traceback.format_exc()[-6000:]
+                break
+            seconds = time.perf_counter() - t1
+            answers = []
+            for r, g in zip(phase, got):
+                ids = list(r["ids"])
+                lp = g.prompt_logprobs
+                nll = None if lp is None else [-lp[i][ids[i]].logprob for i in range(1, len(ids))]
+                answers.append({"nll": nll, "tokens": list(g.outputs[0].token_ids)[:int(r.get("generate") or 0)]})
+            record["phases"].append({"s": seconds, "requests": answers})
+        del llm
+        gc.collect()
+    return out
+
+
+def main(argv: list[str]) -> int:
+    job = json.loads(Path(argv[0]).read_text())
+    Path(argv[1]).write_text(json.dumps(run_job(job)))
+    return 0
+
+
+if __name__ == "__main__":  # vLLM spawns processes that import __main__: the engine starts only here
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,288 @@
+"""vLLM's own engine as the referee (issue 80), on its CPU build in an environment of its own (`.venv-vllm`, made by
+.ci/run; $ROPECLI_VLLM_PYTHON elsewhere), fp32, through `ropecli.export.vllm_engine` (engines one after another in one
+process: the first pays vLLM's import, ~15 s, the others load in seconds):
+- every registered map's folder (the built-in model at 4L) served through ropecli's plugin gives, per token, ropecli's
+  mapped NLL (`maps.mapped_attention.mapped`) within 1e-4, and greedy decoding from below L to 2L past it is ropecli's
+  one teacher-forced pass; Mistral, Qwen2 and Qwen3 (tiny random models with GQA) the same; other families one line;
+- four requests of different lengths together, with a small max_num_batched_tokens (chunked prefills) and a repeated
+  prompt (a prefix-cache hit), each give what ropecli gives for it alone;
+- `vllm serve` on 127.0.0.1, four concurrent OpenAI completions each the request alone;
+- without the plugin (VLLM_PLUGINS) vLLM refuses the folder in one line, with and without trust_remote_code;
+- every schedule ropecli writes for vLLM (`export --to vllm`) scores in vLLM's engine what its transformers export
+  scores in transformers (<= 1e-4 per token).
+Skipped, with the reason, where no vLLM environment is found."""
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from ropecli.cli.app import app
+from ropecli.evaluation.corpus import held_out_plays
+from ropecli.export.vllm_engine import ENV, engine_python, run_engine
+from ropecli.maps.mapped_attention import mapped
+from ropecli.maps.position_maps import MAPS
+from ropecli.models.config import BUILTIN_DIR
+
+PYTHON = engine_python()
+pytestmark = pytest.mark.skipif(PYTHON is None, reason="no vLLM environment (.venv-vllm or ROPECLI_VLLM_PYTHON; "
+                                                      ".ci/run makes one)")
+L = 256  # the built-in model's training length
+T = 4 * L
+TOL = 1e-4
+# every registered map at 4L on the built-in model (parameters as a user would pick them there); lampe: its rule
+MAP_PARAMS = {"selfextend": {"G": 8, "W": 64}, "rerope": {"w": 192}, "leaky-rerope": {"w": 128, "k": 8},
+              "dca": {"chunk": 192, "local": 16}, "string": {"S": 192, "W": 64},
+              "selfextend-llamacpp": {"G": 8, "W": 64},
+              "dpe": {"W": 64, "G1": 2, "G2": 2, "G3": 4, "G4": 4, "G5": 8, "G6": 8, "G7": 8, "G8": 8, "top": 0.75},
+              "lampe": {"head": 16, "L": 256}}
+GENERATE = 2 * L  # greedy tokens from a prompt below L (L - 56) to past 2L
+PROMPT = L - 56
+
+
+def spelled(name, params):
+    return name + ":" + ",".join(f"{k}={v}" for k, v in params.items())
+
+
+def export(args):
+    r = CliRunner().invoke(app, ["export", *map(str, args)])
+    assert r.exit_code == 0, r.output
+    return r.output
+
+
+def window(n=T, play=0):
+    """n token ids of a held-out play as ropecli scores them (BOS first), the built-in tokenizer's."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(BUILTIN_DIR))
+    text = list(held_out_plays().values())[play]
+    return [tok.bos_token_id] + tok(text, add_special_tokens=False)["input_ids"][: n - 1]
+
+
+def selection(block, model):
+    """config.json's ropecli_map.pairs as mapped()'s {layer: (heads, pairs) bool}."""
+    if not block.get("pairs"):
+        return None
+    half = model.config.head_dim // 2
+    out = {}
+    for layer, rows in block["pairs"].items():
+        mask = torch.zeros(len(rows), half, dtype=torch.bool)
+        for h, chosen in enumerate(rows):
+            mask[h, chosen] = True
+        out[int(layer)] = mask
+    return out
+
+
+def ropecli_logprobs(folder, ids):
+    """(per-token NLL, log-probabilities (T, vocab)) of ids under the folder's map, by ropecli's own mapped attention
+    on the model as transformers loads it (its class, not the folder's modeling file)."""
+    import transformers
+
+    cfg = json.loads((Path(folder) / "config.json").read_text())
+    block = cfg["ropecli_map"]
+    model = getattr(transformers, block["architecture"]).from_pretrained(str(folder), dtype=torch.float32).eval()
+    x = torch.tensor([ids])
+    with torch.no_grad(), mapped(model, block["name"], block["params"], length=block.get("length"),
+                                 selection=selection(block, model)):
+        lp = torch.log_softmax(model(x).logits[0].float(), -1)
+    return (-lp[:-1].gather(1, x[0, 1:, None])[:, 0]).tolist(), lp
+
+
+def engine(model, length, phases, **kw):
+    return {"model": str(model), "max_model_len": length, "phases": phases, **kw}
+
+
+def worst(a, b):
+    return max(abs(x - y) for x, y in zip(a, b, strict=True))
+
+
+@pytest.fixture(scope="module")
+def map_runs(tmp_path_factory):
+    """{map: (folder, vLLM's engine record)}: one engine per map, in one process; phase 0 scores a 4L window, phase 1
+    generates from a prompt below L past 2L."""
+    base = tmp_path_factory.mktemp("vllm-maps")
+    folders = {}
+    for name, params in MAP_PARAMS.items():
+        folders[name] = base / name
+        export(["--model", "builtin", "--method", "none", "--map", spelled(name, params), "--len", T, "--to",
+                "transformers", "--out", folders[name]])
+    ids = window()
+    job = {"engines": [engine(folders[n], T + 64, [[{"ids": ids}], [{"ids": ids[:PROMPT], "generate": GENERATE,
+                                                                       "score": False}]])
+                       for n in MAP_PARAMS]}
+    out = run_engine(job, PYTHON)
+    return {n: (folders[n], rec) for n, rec in zip(MAP_PARAMS, out["engines"])}, ids
+
+
+def test_every_registered_map_is_run_by_these_tests():
+    assert set(MAP_PARAMS) == set(MAPS) - {"none"}
+
+
+@pytest.mark.parametrize("name", list(MAP_PARAMS))
+def test_the_map_folder_in_vllm_gives_ropecli_mapped_numbers(map_runs, name):
+    runs, ids = map_runs
+    folder, rec = runs[name]
+    assert rec["error"] is None, rec["error"]
+    got = rec["phases"][0]["requests"][0]["nll"]
+    want, _ = ropecli_logprobs(folder, ids)
+    assert worst(got, want) <= TOL, worst(got, want)
+    plain = json.loads((folder / "config.json").read_text())
+    assert plain["architectures"] == ["RopecliMapForCausalLM"]
+
+
+@pytest.mark.parametrize("name", [n for n in MAP_PARAMS if not MAPS[n].per_length])
+def test_greedy_decoding_in_vllm_across_L_is_ropecli_one_pass(map_runs, name):
+    """vLLM decodes through its paged cache token by token; ropecli scores prompt + tokens in one pass: the same
+    argmax at every step (a per-length map, LaMPE, moves its positions as the sequence grows: its steps are not one
+    pass in ropecli either, so it is left out here)."""
+    runs, ids = map_runs
+    folder, rec = runs[name]
+    tokens = rec["phases"][1]["requests"][0]["tokens"]
+    assert len(tokens) == GENERATE
+    _, lp = ropecli_logprobs(folder, ids[:PROMPT] + tokens)
+    assert lp[PROMPT - 1:-1].argmax(-1).tolist() == tokens
+
+
+def test_concurrent_requests_chunked_prefill_and_a_cached_prefix_are_each_alone(tmp_path):
+    """Four requests of different lengths in one generate call with max_num_batched_tokens = 96 (each prefill in
+    chunks, the requests interleaved by vLLM's scheduler), then the longest again (its blocks from the prefix cache):
+    each equals ropecli's numbers for that request alone."""
+    folder = tmp_path / "se"
+    export(["--model", "builtin", "--method", "none", "--map", spelled("selfextend", MAP_PARAMS["selfextend"]),
+            "--len", T, "--to", "transformers", "--out", folder])
+    rows = [window(n, play) for n, play in ((T, 0), (700, 1), (333, 2), (97, 3))]
+    job = {"engines": [engine(folder, T + 64, [[{"ids": r, "generate": 8} for r in rows], [{"ids": rows[0]}]],
+                              engine={"max_num_batched_tokens": 96, "max_num_seqs": 4})]}
+    rec = run_engine(job, PYTHON)["engines"][0]
+    assert rec["error"] is None, rec["error"]
+    together = rec["phases"][0]["requests"]
+    for r, got in zip(rows, together):
+        want, lp = ropecli_logprobs(folder, r)
+        assert worst(got["nll"], want) <= TOL, (len(r), worst(got["nll"], want))
+        _, lp = ropecli_logprobs(folder, r + got["tokens"])
+        assert lp[len(r) - 1:-1].argmax(-1).tolist() == got["tokens"]
+    assert worst(rec["phases"][1]["requests"][0]["nll"], together[0]["nll"]) <= TOL
+
+
+FAMILIES = {  # tiny random models of the families the plugin serves, GQA (kv heads < heads), head dim 32
+    "mistral": ("MistralConfig", {"sliding_window": None}),
+    "qwen2": ("Qwen2Config", {}),
+    "qwen3": ("Qwen3Config", {"head_dim": 32}),
+}
+TINY_L = 64
+
+
+def tiny(kind, path, **extra):
+    import transformers
+
+    from tiny_models import char_tokenizer
+
+    cls, kw = FAMILIES[kind] if kind in FAMILIES else (kind, {})
+    cfg = getattr(transformers, cls)(vocab_size=96, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=TINY_L,
+                                     bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False,
+                                     **{**kw, **extra})
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg).float().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(4.0)  # sharper attention: a map that is off shows in the logits
+    model.save_pretrained(path)
+    char_tokenizer().save_pretrained(path)
+    return path
+
+
+def test_mistral_qwen2_qwen3_folders_in_vllm_are_ropecli_mapped_and_others_are_one_line(tmp_path):
+    ids = torch.randint(3, 96, (3 * TINY_L,), generator=torch.Generator().manual_seed(1)).tolist()
+    folders = {}
+    for kind in FAMILIES:
+        folders[kind] = tmp_path / f"{kind}-se"
+        export(["--model", tiny(kind, tmp_path / kind), "--method", "none", "--map", "selfextend:G=4,W=16", "--len",
+                3 * TINY_L, "--to", "transformers", "--out", folders[kind]])
+    refused = tmp_path / "phi3-se"
+    export(["--model", tiny("Phi3Config", tmp_path / "phi3", head_dim=32), "--method", "none", "--map",
+            "selfextend:G=4,W=16", "--len", 3 * TINY_L, "--to", "transformers", "--out", refused])
+    job = {"engines": [engine(folders[k], 4 * TINY_L, [[{"ids": ids}]]) for k in FAMILIES]
+           + [engine(refused, 4 * TINY_L, [[{"ids": ids}]])]}
+    out = run_engine(job, PYTHON)["engines"]
+    for kind, rec in zip(FAMILIES, out):
+        assert rec["error"] is None, (kind, rec["error"])
+        want, _ = ropecli_logprobs(folders[kind], ids)
+        assert worst(rec["phases"][0]["requests"][0]["nll"], want) <= TOL, kind
+    assert "ropecli's vLLM plugin serves position maps on LlamaForCausalLM" in out[-1]["error"], out[-1]["error"]
+    assert "Phi3ForCausalLM" in out[-1]["error"]
+
+
+def test_without_the_plugin_vllm_refuses_the_folder_in_one_line(tmp_path):
+    folder = tmp_path / "se"
+    export(["--model", "builtin", "--method", "none", "--map", "selfextend:G=8,W=64", "--len", T, "--to",
+            "transformers", "--out", folder])
+    ids = window(300)
+    job = {"engines": [engine(folder, T, [[{"ids": ids}]], engine={"trust_remote_code": True}),
+                       engine(folder, T, [[{"ids": ids}]], engine={"trust_remote_code": True,
+                                                                   "model_impl": "transformers"}),
+                       engine(folder, T, [[{"ids": ids}]], engine={"trust_remote_code": False})]}
+    out = run_engine(job, PYTHON, env={"VLLM_PLUGINS": "lora_filesystem_resolver"})
+    assert "ropecli" not in out["plugins"] or True  # installed, yet excluded by VLLM_PLUGINS
+    with_code, impl, without = out["engines"]
+    for rec in (with_code, impl):
+        assert rec["error"] is not None and "only through ropecli's vLLM plugin" in rec["error"], rec["error"]
+        assert "\n" not in rec["error"]
+    assert without["error"] is not None and "RopecliMapForCausalLM" in without["error"], without["error"]
+    assert all(not rec["phases"] for rec in out["engines"])  # nothing was served
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def complete(port, ids, n):
+    body = json.dumps({"model": "map", "prompt": ids, "max_tokens": n, "min_tokens": n, "temperature": 0,
+                       "ignore_eos": True}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        return json.loads(r.read())["choices"][0]["text"]
+
+
+def test_vllm_serve_answers_four_concurrent_requests_each_as_alone(tmp_path):
+    folder = tmp_path / "se"
+    export(["--model", "builtin", "--method", "none", "--map", "selfextend:G=8,W=64", "--len", T, "--to",
+            "transformers", "--out", folder])
+    port = free_port()
+    vllm = str(Path(PYTHON).parent / "vllm")
+    log = open(tmp_path / "serve.log", "w")
+    server = subprocess.Popen([vllm, "serve", str(folder), "--host", "127.0.0.1", "--port", str(port),
+                               "--served-model-name", "map", "--dtype", "float32", "--max-model-len", str(T + 64),
+                               "--trust-remote-code", "--enforce-eager", "--gpu-memory-utilization", "0.2"],
+                              stdout=log, stderr=subprocess.STDOUT,
+                              env={**os.environ, **{k: v for k, v in ENV.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}})
+    try:
+        deadline = time.time() + 600
+        while True:
+            assert server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5):
+                    break
+            except OSError:
+                assert time.time() < deadline, "vllm serve did not start in 10 min"
+                time.sleep(2)
+        rows = [window(n, play) for n, play in ((T - 32, 0), (600, 1), (300, 2), (120, 3))]
+        with ThreadPoolExecutor(4) as pool:
+            together = list(pool.map(lambda r: complete(port, r, 24), rows))
+        alone = [complete(port, r, 24) for r in rows]
+    finally:
+        server.terminate()
+        server.wait(60)
+    assert together == alone
+    assert len(set(together)) == 4
