@@ -74,8 +74,10 @@ def _one_line(exc: BaseException) -> str:
     """An exception as vLLM's user sees its message: the innermost cause's type and first line."""
     while exc.__cause__ is not None or exc.__context__ is not None:
         exc = exc.__cause__ or exc.__context__
-    first = (str(exc).strip().splitlines() or [""])[0]
-    return f"{type(exc).__name__}: {first}"
+    lines = [line.strip() for line in str(exc).strip().splitlines()] or [""]
+    # pydantic's "1 validation error for ModelConfig" says what failed on a later line ("Value error, ...")
+    said = next((line.removeprefix("Value error, ") for line in lines if line.startswith("Value error, ")), lines[0])
+    return f"{type(exc).__name__}: {said}"
 
 
 def run_job(job: dict) -> dict:
@@ -107,7 +109,7 @@ def run_job(job: dict) -> dict:
             for r in phase:
                 n = int(r.get("generate") or 0)
                 prompts.append({"prompt_token_ids": list(r["ids"])})
-                params.append(SamplingParams(max_tokens=max(1, n), min_tokens=max(1, n), temperature=0.0,
+                params.append(SamplingParams(max_tokens=max(1, n), temperature=0.0,
                                              ignore_eos=True, prompt_logprobs=0 if r.get("score", True) else None))
             t1 = time.perf_counter()
             try:

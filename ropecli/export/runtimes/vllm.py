@@ -97,9 +97,10 @@ def native_ntk_params(rope: ModelRope, spec: Spec, factor: float) -> dict | None
     if spec.log_n or rope.layer_types or factor <= 1:
         return None
     params = dict(spec.params)
-    if spec.method == "ntk-fixed":
-        out = {"rope_type": "ntk", "rope_theta": rope.base, "factor": factor}
-    elif spec.method == "mixed" and params.get("critical") is None:
+    # ntk-fixed goes as longrope lists: vLLM's own ntk computes (base k)^(-2i/d) / k^(2/d) in float32, 1 ulp from
+    # transformers' base^(-2i/d) / k^(2m/d), which moved a token of the built-in model's 4L window by 2.1e-4 nats in
+    # vLLM's engine (tests/test_vllm_engine.py); the lists are computed as transformers computes them
+    if spec.method == "mixed" and params.get("critical") is None:
         out = {"rope_type": "ntk", "rope_theta": rope.base, "factor": factor, "mixed_b": float(params["b"])}
     else:
         return None
