@@ -15,7 +15,7 @@ scheduler batches them continuously, chunks their prefills (`max_num_batched_tok
 
     job  = {"engines": [{"model": DIR, "max_model_len": T, "hf_overrides": {...} | null, "engine": {LLM kwargs},
                          "phases": [[{"ids": [...], "generate": n}, ...], ...]}]}
-    out  = {"vllm": version, "plugins": [...], "engines": [{"error": null | "one line", "load_s": s,
+    out  = {"version": vLLM's, "plugins": [...], "engines": [{"error": null | "one line", "load_s": s,
             "phases": [{"s": s, "requests": [{"nll": [per token after the first], "tokens": [greedy ids]}]}]}]}
 """
 
@@ -33,6 +33,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from ropecli.errors import RopeCliError
+from ropecli.export.runtimes.vllm import RECORD
 
 ENGINE_DEFAULTS = {"dtype": "float32", "enforce_eager": True, "gpu_memory_utilization": 0.2, "trust_remote_code": True,
                    "distributed_executor_backend": "uni"}
@@ -48,7 +49,7 @@ def engine_python() -> str | None:
     beside = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
     if beside.exists():
         return str(beside)
-    return sys.executable if find_spec("vllm") is not None else None
+    return sys.executable if find_spec(RECORD.package) is not None else None
 
 
 def run_engine(job: dict, python: str | None = None, env: dict | None = None, timeout: float = 1800) -> dict:
@@ -89,7 +90,7 @@ def run_job(job: dict) -> dict:
     from vllm.plugins import load_general_plugins
 
     load_general_plugins()
-    out = {"vllm": vllm.__version__, "plugins": sorted(e.name for e in entry_points(group="vllm.general_plugins")),
+    out = {"version": vllm.__version__, "plugins": sorted(e.name for e in entry_points(group=f"{RECORD.package}.general_plugins")),
            "engines": []}
     for spec in job["engines"]:
         record: dict = {"error": None, "phases": []}
