@@ -42,7 +42,11 @@ def test_every_runtime_gets_an_export_or_a_line(tmp_path):
     assert got["transformers"]["ok"] and got["transformers"]["candidate"] == "dca", got["transformers"]
     assert json.loads((tmp_path / "out" / "hf" / "config.json").read_text())["ropecli_map"]["name"] == "dca"
     assert "trust_remote_code=True" in got["transformers"]["output"]
-    assert got["vllm"]["ok"] and got["vllm"]["candidate"] == "yarn" and "does not serve" in got["vllm"]["instead"]
+    # vLLM serves every map through ropecli's plugin (issue 80): the winner's folder and its `vllm serve` line
+    assert got["vllm"]["ok"] and got["vllm"]["candidate"] == "dca" and "instead" not in got["vllm"], got["vllm"]
+    assert json.loads((tmp_path / "out" / "vllm" / "config.json").read_text())["architectures"] == ["RopecliMapForCausalLM"]
+    assert f"vllm serve {tmp_path / 'out' / 'vllm'}" in got["vllm"]["output"] and "plugin" in got["vllm"]["output"]
+    assert "--to vllm --out " + str(tmp_path / "out" / "vllm") in got["vllm"]["command"]
     for name in ("llamacpp", "ollama"):  # a config folder, not a GGUF
         assert not got[name]["ok"] and "not a GGUF file" in got[name]["output"]
 

@@ -165,12 +165,14 @@ def test_a_planted_map_in_help_methods_ppl_compare_search_advise_and_export(toy_
     assert rows["toy-cap-tuned"]["position_map"]["name"] == "toy-cap"  # searched around it
     exports = {e["runtime"]: e for e in advice["exports"]}
     assert set(exports) == {"transformers", "vllm", "sglang", "llamacpp", "ollama"}
-    if advice["winner"].startswith("toy-cap"):  # no runtime serves it: each says so and writes the best it serves
-        assert "does not serve the winner's position map (toy-cap)" in exports["vllm"]["instead"], exports["vllm"]
-    e = run("export", "--model", tiny_dir, "--method", "none", "--map", "toy-cap:w=16", "--len", "128", "--to", "vllm",
+    if advice["winner"].startswith("toy-cap"):  # a runtime that does not serve it says so and writes the best it serves
+        assert "does not serve the winner's position map (toy-cap)" in exports["sglang"]["instead"], exports["sglang"]
+        assert exports["vllm"]["ok"] and "instead" not in exports["vllm"]  # vLLM's plugin serves every map's folder
+    e = run("export", "--model", tiny_dir, "--method", "none", "--map", "toy-cap:w=16", "--len", "128", "--to", "sglang",
             "--out", tmp_path / "v.json")
-    assert e.exit_code == 1 and "--map toy-cap: vllm does not serve" in flat(e.output), e.output
-    # the transformers folder serves every registered map: its modeling file carries the planted region function
+    assert e.exit_code == 1 and "--map toy-cap: sglang does not serve" in flat(e.output), e.output
+    # the transformers folder (and vLLM's, the same) serves every registered map: its modeling file carries the
+    # planted region function
     f = run("export", "--model", tiny_dir, "--method", "none", "--map", "toy-cap:w=16", "--len", "128", "--to",
             "transformers", "--out", tmp_path / "folder")
     assert f.exit_code == 0, f.output

@@ -156,7 +156,7 @@ def test_concurrent_requests_chunked_prefill_and_a_cached_prefix_are_each_alone(
     chunks, the requests interleaved by vLLM's scheduler), then the longest again (its blocks from the prefix cache):
     each equals ropecli's numbers for that request alone."""
     folder = tmp_path / "se"
-    export(["--model", "builtin", "--method", "none", "--map", spelled("selfextend", MAP_PARAMS["selfextend"]),
+    export(["--model", "builtin", "--method", "yarn", "--map", spelled("selfextend", MAP_PARAMS["selfextend"]),
             "--len", T, "--to", "transformers", "--out", folder])
     rows = [window(n, play) for n, play in ((T, 0), (700, 1), (333, 2), (97, 3))]
     job = {"engines": [engine(folder, T + 64, [[{"ids": r, "generate": 8} for r in rows], [{"ids": rows[0]}]],

@@ -45,10 +45,20 @@ def runtime_behaviour(rope: ModelRope, consistent: bool) -> dict[str, str]:
     return out
 
 
-def check_export_paths(runtime: str, out: str | None, model: str | None, gguf_file: str | None, force: bool) -> None:
-    """Refuse, before any work, an output that cannot be written or a runtime the input cannot go to."""
+def check_export_paths(runtime: str, out: str | None, model: str | None, gguf_file: str | None, force: bool,
+                       mapped: bool = False) -> None:
+    """Refuse, before any work, an output that cannot be written or a runtime the input cannot go to. `mapped`: the
+    export carries a position map (a runtime whose `map_output` is a folder writes one for it)."""
     rec = record(runtime)
     runtime = rec.name
+    if mapped and rec.map_output == "folder":
+        if not out or out.rstrip("/").endswith((".json", ".gguf")):
+            raise RopeCliError(f"--to {runtime} --map: the map is served from a model folder; pass --out DIR")
+        if model is None:
+            raise RopeCliError(f"--to {runtime} --map writes a model folder and needs --model (a local folder, hub id "
+                               "or GGUF)")
+        check_writable(out.rstrip("/"), "--out", force=True)
+        return
     if rec.needs_gguf:
         if not is_gguf(model, gguf_file):
             raise RopeCliError(f"--to {runtime} needs --model FILE.gguf (or --model DIR --gguf-file NAME), the GGUF to export into")

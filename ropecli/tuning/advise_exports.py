@@ -39,12 +39,15 @@ def export_winner(standings: Standings, result: dict, rope, model: str | None, g
         picks = [standings.get(best["name"])] if best else served_in_order(standings, runtime, geom, target)
         refused: list[str] = []  # a candidate the runtime's writer refused (SGLang's DCA on an architecture it lacks)
         try:  # where the export goes: not the candidate's fault, so no next candidate
-            check_export_paths(runtime, str(out), source, gguf_file, force=True)
+            for w in picks:
+                check_export_paths(runtime, str(map_out(runtime, w, out, out_dir)), source, gguf_file, force=True,
+                                   mapped=bool(w.spec.position_map))
         except RopeCliError as exc:
             done.append({"runtime": runtime, "command": None, "ok": False, "output": str(exc)})
             continue
         for w in picks:
-            entry = export_one(w, best, runtime, out, geom, target, model, source, gguf_file)
+            entry = export_one(w, best, runtime, map_out(runtime, w, out, out_dir), geom, target, model, source,
+                               gguf_file)
             if entry["ok"] or w is picks[-1]:
                 why = "; ".join(filter(None, [picks[0].instead, *refused]))
                 why += f": exporting {w.candidate}, the next-ranked candidate it serves (rank {w.rank})" if refused else ""
@@ -75,6 +78,12 @@ def export_one(w: Ranked, best: dict | None, runtime: str, out: Path, geom, rope
         return {"runtime": runtime, "command": command, "ok": False, "output": str(exc), "candidate": w.candidate}
     return {"runtime": runtime, "command": command, "ok": True, "output": "\n".join(written["lines"])[-2000:],
             "candidate": w.candidate}
+
+
+def map_out(runtime: str, w: Ranked, out: Path, out_dir: Path) -> Path:
+    """Where candidate `w` goes for `runtime`: `out`, or for a position map to a runtime that serves maps from a model
+    folder (vLLM's plugin: `Runtime.map_output`) the folder out_dir/NAME."""
+    return out_dir / runtime if w.spec.position_map and record(runtime).map_output == "folder" else out
 
 
 def export_paths(out_dir: Path, gguf: bool) -> list[tuple[str, Path]]:

@@ -30,7 +30,7 @@ def export(geometry: TargetGeometryOptions, schedule: ScheduleOptions, log_n: Lo
     specs = [s.but(position_map=one_map(position_map)) for s in schedule.specs(DEFAULT_METHOD, log_n_modes=(log_n,))]
     if len(specs) != 1:
         raise RopeCliError("export writes one schedule: one --method, at most one --b")
-    check_export_paths(to, out, geometry.model, geometry.gguf_file, force)
+    check_export_paths(to, out, geometry.model, geometry.gguf_file, force, mapped=bool(specs[0].position_map))
     geom, rope = geometry_of(geometry)
     result = export_schedule(specs[0], geom, export_target(geom, rope, base_given=geometry.base is not None), to, out,
                              model=geometry.model, gguf_file=geometry.gguf_file, force=force, consistent=consistent,

