@@ -236,14 +236,16 @@ def test_export_serves_a_map_only_where_a_runtime_does(builtin_gguf, tmp_path):
     assert not any(line.startswith("llama.cpp: llama-server") for line in got["lines"])  # never the schedule alone
     r = export("--to", "llamacpp", "--out", str(tmp_path / "bad.gguf"), "--map", "selfextend:G=3,W=64")
     assert r.exit_code == 1 and "W a multiple of G" in r.output and not (tmp_path / "bad.gguf").exists()
+    r = CliRunner().invoke(app, ["export", "--method", "yarn", "--len", "32768", "--to", "sglang", "--map", "selfextend:G=8,W=64"])
+    assert r.exit_code == 1 and "transformers, vllm, llamacpp serve it" in r.output.strip().splitlines()[-1], r.output
     r = CliRunner().invoke(app, ["export", "--method", "yarn", "--len", "32768", "--to", "vllm", "--map", "selfextend:G=8,W=64"])
-    assert r.exit_code == 1 and "transformers, llamacpp serve it" in r.output.strip().splitlines()[-1], r.output
+    assert r.exit_code == 1 and "pass --out DIR" in r.output.strip().splitlines()[-1], r.output  # a folder, as transformers
     r = export("--to", "llamacpp", "--out", str(tmp_path / "re.gguf"), "--map", "rerope:w=64")
-    assert r.exit_code == 1 and "transformers serves it" in r.output, r.output
+    assert r.exit_code == 1 and "transformers, vllm serve it" in r.output, r.output
     records = {r["name"]: r["maps"] for r in json.loads(CliRunner().invoke(app, ["runtimes", "--json"]).stdout)}
     assert records["llamacpp"] == ["selfextend", "selfextend-llamacpp"] and records["sglang"] == ["dca"]
-    assert records["vllm"] == []
-    assert records["transformers"] == list(MAPS)  # every registered map, in the registry's order (issues 60, 61, 69)
+    assert records["vllm"] == records["transformers"] == list(MAPS)  # every registered map, in the registry's order
+    # (transformers: issues 60, 61, 69; vLLM through ropecli's plugin: issue 80)  # every registered map, in the registry's order (issues 60, 61, 69)
 
 
 def test_dca_goes_to_sglang_as_its_config_block_and_backend(tmp_path):

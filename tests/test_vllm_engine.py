@@ -27,12 +27,12 @@ from typer.testing import CliRunner
 
 from ropecli.cli.app import app
 from ropecli.evaluation.corpus import held_out_plays
-from ropecli.export.vllm_engine import ENV, engine_python, run_engine
+from ropecli.export.vllm_engine import ENV, checkout_vllm_python, run_engine
 from ropecli.maps.mapped_attention import mapped
 from ropecli.maps.position_maps import MAPS
 from ropecli.models.config import BUILTIN_DIR
 
-PYTHON = engine_python()
+PYTHON = checkout_vllm_python()
 pytestmark = pytest.mark.skipif(PYTHON is None, reason="no vLLM environment (.venv-vllm or ROPECLI_VLLM_PYTHON; "
                                                       ".ci/run makes one)")
 L = 256  # the built-in model's training length
@@ -337,3 +337,18 @@ def test_every_vllm_schedule_export_scores_in_vllm_what_transformers_scores(tmp_
         if d > TOL:
             bad[label] = f"max |vLLM - transformers| = {d:.3g} nats"
     assert not bad, bad
+
+
+def test_verify_runs_vllms_engine_on_a_map_folder_and_on_overrides(tmp_path, monkeypatch):
+    """`ropecli verify` of a vLLM export runs vLLM's engine where one is found ($ROPECLI_VLLM_PYTHON here): the map
+    folder through the plugin, the overrides on the source model; each PPL within 1e-4 of ropecli's."""
+    monkeypatch.setenv("ROPECLI_VLLM_PYTHON", PYTHON)
+    folder, overrides = tmp_path / "se", tmp_path / "yarn.json"
+    export(["--model", "builtin", "--method", "yarn", "--map", "dca:chunk=192,local=16", "--len", T, "--to", "vllm",
+            "--out", folder])
+    export(["--model", "builtin", "--method", "yarn", "--len", T, "--to", "vllm", "--out", overrides])
+    for artefact in (folder, overrides):
+        r = CliRunner().invoke(app, ["verify", str(artefact), "--json"])
+        assert r.exit_code == 0, r.output
+        checks = [c for c in json.loads(r.stdout)["checks"] if "vLLM's engine" in c["what"]]
+        assert len(checks) == 1 and checks[0]["ok"], checks

@@ -1,5 +1,6 @@
 """An export run by its runtime on one window, against ropecli's own measurement: transformers reloading the artefact
-(`run_transformers`), llama.cpp serving the exported GGUF (`run_llamacpp`). The runtime modules' `run` hooks call these;
+(`run_transformers`), vLLM's own engine serving it (`run_vllm`, in vLLM's environment: `export.vllm_engine`), llama.cpp
+serving the exported GGUF (`run_llamacpp`). The runtime modules' `run` hooks call these;
 `ropecli.export.verify` asks for them. Below the runtime registry: nothing here looks a runtime up by name."""
 
 from __future__ import annotations
@@ -11,11 +12,37 @@ from ropecli.evaluation.cache import EvalCache
 from ropecli.evaluation.evaluator import Evaluator
 from ropecli.export.check import Check
 from ropecli.export.expected import Expected
+from ropecli.export.vllm_engine import run_engine
 from ropecli.models.config import BUILTIN, BUILTIN_DIR
 from ropecli.models.packaged import resolve_model
 from ropecli.rope.spec import make_spec
 
 PPL_RTOL = 1e-4  # transformers reload vs ropecli's patched model, same weights and window
+
+
+def run_vllm(runtime: str, artefact: Path, block: dict | None, model: str | None, exp: Expected, run_len: int,
+             cache_dir: str | None, gguf_file: str | None = None) -> Check:
+    """vLLM's engine serving the export (a map folder through ropecli's plugin, or the model with the overrides `block`
+    as --hf-overrides) scores the first held-out window of `run_len` tokens; ropecli's patched (and mapped) source model
+    scores the same window (through the evaluation cache). PPL within PPL_RTOL."""
+    from ropecli.models.load import load_model
+
+    ours = load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu")
+    ev = Evaluator.over(ours, samples=1, cache=EvalCache(cache_dir))
+    mine = ev.evaluate(exp.spec.but(factor=exp.factor), run_len).ppl
+    ids = [int(i) for i in ev.inputs.windows(run_len).ids[0]]
+    source = str(artefact) if block is None else str(BUILTIN_DIR) if model in (None, BUILTIN) else resolve_model(model)
+    engine = {"model": source, "max_model_len": run_len + 16, "phases": [[{"ids": ids}]]}
+    if block is not None:
+        engine["hf_overrides"] = block
+    rec = run_engine({"engines": [engine]})["engines"][0]
+    what = f"PPL of one {run_len}-token window, vLLM's engine vs ropecli"
+    if rec["error"] is not None:
+        return Check(runtime, None, what, f"{mine:.6g} (ropecli)", rec["error"][:200], False)
+    nll = rec["phases"][0]["requests"][0]["nll"]
+    theirs = math.exp(sum(nll) / len(nll))
+    rel = abs(theirs / mine - 1)
+    return Check(runtime, None, what, f"{mine:.6g} (ropecli)", f"{theirs:.6g} (relative {rel:.2g})", rel <= PPL_RTOL)
 
 
 def run_transformers(runtime: str, artefact: Path, block: dict | None, model: str | None, exp: Expected, run_len: int,

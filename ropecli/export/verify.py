@@ -134,6 +134,14 @@ def verify_artefact(artefact: Path, hooks: RuntimeHooks, exp: Expected, model: s
     if exp.spec.position_map and hooks.verify_map is not None:  # a map in the runtime's own config (SGLang: DCA)
         verdict.checks += hooks.verify_map(artefact, exp)
         verdict.notes += [works_with_line(rec), *installed_lines(rec)]
+        if run and rec.map_output == "folder" and hooks.run is not None:  # vLLM serves the folder: run its engine
+            why = run_unavailable(hooks, artefact, None, model, exp, run_len or exp.target_len)
+            if why:
+                verdict.notes.append(why)
+                return verdict
+            with (status or (lambda text: nullcontext()))(f"{verdict.runtime}: scoring a window in its engine …"):
+                verdict.checks.append(hooks.run(artefact, None, model, exp, run_len or exp.target_len, cache_dir,
+                                                gguf_file))
         return verdict
     if exp.spec.position_map:  # llama.cpp's Self-Extend: its flags, not the file
         verdict.notes.append(f"the position map ({exp.spec.position_map.name}) is the runtime's launch flags, not in the "

@@ -4,7 +4,7 @@ is installed.
 
 vLLM pins its own torch and transformers, so it usually lives in a virtual environment of its own: ropecli runs this
 module there as a process (`python -m ropecli.export.vllm_engine JOB.json OUT.json`; `engine_python()` finds it:
-$ROPECLI_VLLM_PYTHON, else the checkout's `.venv-vllm`, else this Python where vLLM imports here). ropecli must be
+$ROPECLI_VLLM_PYTHON, else this Python where vLLM imports here; the checkout's tests look for its `.venv-vllm` too). ropecli must be
 installed in that environment too (`pip install -e . --no-deps` there), which is also what makes vLLM serve map folders.
 
 A job is one process: several engines one after another (`engines`), each engine loaded once for all its phases. The
@@ -41,15 +41,18 @@ ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "
 
 
 def engine_python() -> str | None:
-    """The Python whose environment has vLLM: $ROPECLI_VLLM_PYTHON, the checkout's .venv-vllm (what .ci/run makes),
-    else this one where vLLM imports; None where none is found."""
+    """The Python whose environment has vLLM: $ROPECLI_VLLM_PYTHON, else this one where vLLM imports; None where
+    neither (the checkout's tests and benchmarks also look for its .venv-vllm: `checkout_vllm_python`)."""
     named = os.environ.get("ROPECLI_VLLM_PYTHON")
     if named:
         return named
-    beside = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
-    if beside.exists():
-        return str(beside)
     return sys.executable if find_spec(RECORD.package) is not None else None
+
+
+def checkout_vllm_python() -> str | None:
+    """The checkout's .venv-vllm (what tests/vllm_env.sh and .ci/run make), else `engine_python()`."""
+    beside = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
+    return str(beside) if beside.exists() else engine_python()
 
 
 def run_engine(job: dict, python: str | None = None, env: dict | None = None, timeout: float = 1800) -> dict:
@@ -79,6 +82,14 @@ def _one_line(exc: BaseException) -> str:
     # pydantic's "1 validation error for ModelConfig" says what failed on a later line ("Value error, ...")
     said = next((line.removeprefix("Value error, ") for line in lines if line.startswith("Value error, ")), lines[0])
     return f"{type(exc).__name__}: {said}"
+
+
+def _rss_mib() -> float:
+    """This process's resident memory (VmRSS, MiB): the engine's weights, KV cache and work buffers."""
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def run_job(job: dict) -> dict:
@@ -126,7 +137,7 @@ def run_job(job: dict) -> dict:
                 lp = g.prompt_logprobs
                 nll = None if lp is None else [-lp[i][ids[i]].logprob for i in range(1, len(ids))]
                 answers.append({"nll": nll, "tokens": list(g.outputs[0].token_ids)[:int(r.get("generate") or 0)]})
-            record["phases"].append({"s": seconds, "requests": answers})
+            record["phases"].append({"s": seconds, "requests": answers, "rss_mib": _rss_mib()})
         del llm
         gc.collect()
     return out

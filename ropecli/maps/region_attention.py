@@ -200,9 +200,12 @@ class MappedAttention:
         trig = self._trig
         reach = [max((b[4] for _, _, bands in blocks for b in bands if b[0] == n),
                      default=Tk - self.whole[n][1] if n in self.whole else 0) for n in range(len(self.regions))]  # each region's keys up to the farthest one it reaches, rotated once
-        keys = [rotated(key[:, :, :h], r.key(kj[:h]), self.rotary, trig, ("k", n, h), module, kj[:h], cols) if h
-                else key[:, :, :0] for n, (r, h) in enumerate(zip(self.regions, reach))]  # a region no query reaches
-        # yet (a decoding step below its first key): nothing to rotate (longrope's frequency update fails on no position)
+        # ... and from the nearest one: a decoding step's local region (Self-Extend's W keys) rotates its band alone
+        nearest = [0 if n in self.whole else min((b[3] for _, _, bands in blocks for b in bands if b[0] == n), default=0)
+                 for n in range(len(self.regions))]
+        keys = [rotated(key[:, :, f:h], r.key(kj[f:h]), self.rotary, trig, ("k", n, f, h), module, kj[f:h], cols)
+                if h > f else key[:, :, :0] for n, (r, f, h) in enumerate(zip(self.regions, nearest, reach))]  # a region
+        # no query reaches yet (a decoding step below its first key): nothing to rotate (longrope's update fails on none)
         keys = [k.repeat_interleave(groups, dim=1) for k in keys] if groups > 1 else keys
         out = torch.empty(B, Tq, H, D, dtype=value.dtype, device=value.device)  # the layout the layer reads
         acc = acc_lse = None
@@ -224,7 +227,8 @@ class MappedAttention:
             if acc is not None:  # the whole regions' rows of this block, merged into below
                 merged, lse = acc[:, :, start:start + len(qi)], acc_lse[:, :, start:start + len(qi)]
             for n, r0, r1, lo, hi, mask, bias, has in bands:
-                o, l = region_attention(rq[n][:, :, r0:r1], keys[n][:, :, lo:hi], value[:, :, lo:hi], mask,
+                o, l = region_attention(rq[n][:, :, r0:r1], keys[n][:, :, lo - nearest[n]:hi - nearest[n]],
+                                        value[:, :, lo:hi], mask,
                                         scaling * self.regions[n].scale, fused, bias, has, softcap)
                 if merged is None and (r0, r1) == (0, len(qi)):
                     merged, lse = o, l

@@ -276,5 +276,23 @@ def verify_map(artefact, exp) -> list:
     return verify_transformers_map(artefact, exp)
 
 
+def run(artefact, block, model, exp, run_len, cache_dir, gguf_file):
+    """The export served by vLLM's own engine on one window against ropecli (`ropecli.export.runs.run_vllm`): the
+    overrides on the source model, or a map folder (block None) through ropecli's plugin."""
+    from ropecli.export.runs import run_vllm
+
+    return run_vllm(RECORD.name, artefact, block, model, exp, run_len, cache_dir, gguf_file)
+
+
+def unavailable() -> str | None:
+    """Why vLLM's engine is not run here, or None (found: $ROPECLI_VLLM_PYTHON, .venv-vllm, or vLLM importable)."""
+    from ropecli.export.vllm_engine import engine_python
+
+    if engine_python() is None:
+        return ("not run: vLLM is not installed here; in an environment of its own with ropecli beside it "
+                "(bash tests/vllm_env.sh makes .venv-vllm, or set ROPECLI_VLLM_PYTHON) verify runs its engine")
+    return None
+
+
 def map_lines(position_map, out, target_len, **_) -> list[str]:
     return []  # write_map wrote the map, in the folder itself
