@@ -27,7 +27,8 @@ from typer.testing import CliRunner
 
 from ropecli.cli.app import app
 from ropecli.evaluation.corpus import held_out_plays
-from ropecli.export.vllm_engine import ENV, checkout_vllm_python, run_engine
+from ropecli.export.runtimes.vllm import checkout_vllm_python
+from ropecli.export.vllm_engine import ENV, run_engine
 from ropecli.maps.mapped_attention import mapped
 from ropecli.maps.position_maps import MAPS
 from ropecli.models.config import BUILTIN_DIR

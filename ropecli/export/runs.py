@@ -21,7 +21,7 @@ PPL_RTOL = 1e-4  # transformers reload vs ropecli's patched model, same weights 
 
 
 def run_vllm(runtime: str, artefact: Path, block: dict | None, model: str | None, exp: Expected, run_len: int,
-             cache_dir: str | None, gguf_file: str | None = None) -> Check:
+             cache_dir: str | None, gguf_file: str | None = None, python: str | None = None) -> Check:
     """vLLM's engine serving the export (a map folder through ropecli's plugin, or the model with the overrides `block`
     as --hf-overrides) scores the first held-out window of `run_len` tokens; ropecli's patched (and mapped) source model
     scores the same window (through the evaluation cache). PPL within PPL_RTOL."""
@@ -35,7 +35,7 @@ def run_vllm(runtime: str, artefact: Path, block: dict | None, model: str | None
     engine = {"model": source, "max_model_len": run_len + 16, "phases": [[{"ids": ids}]]}
     if block is not None:
         engine["hf_overrides"] = block
-    rec = run_engine({"engines": [engine]})["engines"][0]
+    rec = run_engine({"engines": [engine]}, python)["engines"][0]
     what = f"PPL of one {run_len}-token window, vLLM's engine vs ropecli"
     if rec["error"] is not None:
         return Check(runtime, None, what, f"{mine:.6g} (ropecli)", rec["error"][:200], False)

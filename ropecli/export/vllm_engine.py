@@ -3,8 +3,9 @@ schedule's `--hf-overrides` applied, or a map folder through ropecli's plugin) f
 is installed.
 
 vLLM pins its own torch and transformers, so it usually lives in a virtual environment of its own: ropecli runs this
-module there as a process (`python -m ropecli.export.vllm_engine JOB.json OUT.json`; `engine_python()` finds it:
-$ROPECLI_VLLM_PYTHON, else this Python where vLLM imports here; the checkout's tests look for its `.venv-vllm` too). ropecli must be
+module there as a process (`python -m ropecli.export.vllm_engine JOB.json OUT.json`; `runtimes.vllm.engine_python`
+finds it: $ROPECLI_VLLM_PYTHON, else this Python where vLLM imports here; the checkout's tests look for its `.venv-vllm`
+too). ropecli must be
 installed in that environment too (`pip install -e . --no-deps` there), which is also what makes vLLM serve map folders.
 
 A job is one process: several engines one after another (`engines`), each engine loaded once for all its phases. The
@@ -29,35 +30,18 @@ import sys
 import tempfile
 import time
 from importlib.metadata import entry_points
-from importlib.util import find_spec
 from pathlib import Path
 
 from ropecli.errors import RopeCliError
-from ropecli.export.runtimes.vllm import RECORD
 
 ENGINE_DEFAULTS = {"dtype": "float32", "enforce_eager": True, "gpu_memory_utilization": 0.2, "trust_remote_code": True,
                    "distributed_executor_backend": "uni"}
 ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
-def engine_python() -> str | None:
-    """The Python whose environment has vLLM: $ROPECLI_VLLM_PYTHON, else this one where vLLM imports; None where
-    neither (the checkout's tests and benchmarks also look for its .venv-vllm: `checkout_vllm_python`)."""
-    named = os.environ.get("ROPECLI_VLLM_PYTHON")
-    if named:
-        return named
-    return sys.executable if find_spec(RECORD.package) is not None else None
-
-
-def checkout_vllm_python() -> str | None:
-    """The checkout's .venv-vllm (what tests/vllm_env.sh and .ci/run make), else `engine_python()`."""
-    beside = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
-    return str(beside) if beside.exists() else engine_python()
-
-
-def run_engine(job: dict, python: str | None = None, env: dict | None = None, timeout: float = 1800) -> dict:
-    """Run `job` in vLLM's environment and return its answer; one line where vLLM is not found or the process fails."""
-    python = python or engine_python()
+def run_engine(job: dict, python: str | None, env: dict | None = None, timeout: float = 1800) -> dict:
+    """Run `job` with `python`, vLLM's environment's (`runtimes.vllm.engine_python`), and return its answer; one line
+    where none was found or the process fails."""
     if python is None:
         raise RopeCliError("vLLM is not installed here: install it in an environment of its own with ropecli beside it "
                            "(see docs/guide/export.md, 'vLLM') and set ROPECLI_VLLM_PYTHON to its python")
@@ -101,7 +85,7 @@ def run_job(job: dict) -> dict:
     from vllm.plugins import load_general_plugins
 
     load_general_plugins()
-    out = {"version": vllm.__version__, "plugins": sorted(e.name for e in entry_points(group=f"{RECORD.package}.general_plugins")),
+    out = {"version": vllm.__version__, "plugins": sorted(e.name for e in entry_points(group=f"{vllm.__name__}.general_plugins")),
            "engines": []}
     for spec in job["engines"]:
         record: dict = {"error": None, "phases": []}

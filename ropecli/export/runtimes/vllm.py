@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
+import sys
+from importlib.util import find_spec
 from pathlib import Path
 
 import numpy as np
@@ -281,13 +284,26 @@ def run(artefact, block, model, exp, run_len, cache_dir, gguf_file):
     overrides on the source model, or a map folder (block None) through ropecli's plugin."""
     from ropecli.export.runs import run_vllm
 
-    return run_vllm(RECORD.name, artefact, block, model, exp, run_len, cache_dir, gguf_file)
+    return run_vllm(RECORD.name, artefact, block, model, exp, run_len, cache_dir, gguf_file, python=engine_python())
+
+
+def engine_python() -> str | None:
+    """The Python whose environment has vLLM: $ROPECLI_VLLM_PYTHON, else this one where vLLM imports; None where
+    neither (the checkout's tests and benchmarks also look for its .venv-vllm: `checkout_vllm_python`)."""
+    named = os.environ.get("ROPECLI_VLLM_PYTHON")
+    if named:
+        return named
+    return sys.executable if find_spec(RECORD.package) is not None else None
+
+
+def checkout_vllm_python() -> str | None:
+    """The checkout's .venv-vllm (what tests/vllm_env.sh and .ci/run make), else `engine_python()`."""
+    beside = Path(__file__).resolve().parents[3] / ".venv-vllm" / "bin" / "python"
+    return str(beside) if beside.exists() else engine_python()
 
 
 def unavailable() -> str | None:
-    """Why vLLM's engine is not run here, or None (found: $ROPECLI_VLLM_PYTHON, .venv-vllm, or vLLM importable)."""
-    from ropecli.export.vllm_engine import engine_python
-
+    """Why vLLM's engine is not run here, or None (found: $ROPECLI_VLLM_PYTHON, or vLLM importable)."""
     if engine_python() is None:
         return ("not run: vLLM is not installed here; in an environment of its own with ropecli beside it "
                 "(bash tests/vllm_env.sh makes .venv-vllm, or set ROPECLI_VLLM_PYTHON) verify runs its engine")
