@@ -17,7 +17,7 @@ from ropecli.errors import RopeCliError
 from ropecli.export.check import Check
 from ropecli.export.readback import read_json
 from ropecli.maps.position_maps import resolve_map
-from ropecli.maps.vllm_plugin import ARCHITECTURE as VLLM_ARCHITECTURE
+from ropecli.maps import vllm_plugin
 
 MODELING = "modeling_ropecli_map.py"
 AUTO_MAP = {"AutoModelForCausalLM": "modeling_ropecli_map.RopecliMapForCausalLM"}
@@ -63,7 +63,7 @@ def write_map_folder(spec, out: str | None, write_schedule, select=None, length:
     # architectures names the class only ropecli's vLLM plugin registers (maps.vllm_plugin): vLLM without the plugin
     # refuses the folder instead of serving it without its map; transformers loads it through auto_map
     config["ropecli_map"] = {"name": position_map.name, "params": position_map.values, "architecture": base}
-    config["architectures"] = [VLLM_ARCHITECTURE]
+    config["architectures"] = [vllm_plugin.ARCHITECTURE]
     if length:  # the length the map is exported for: a sliding layer whose window is shorter runs as shipped
         config["ropecli_map"]["length"] = int(length)
     if (selection := select() if select is not None else None) is not None:
@@ -85,7 +85,7 @@ def _base_class(config: dict) -> str:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     named = (config.get("ropecli_map") or {}).get("architecture") if isinstance(config.get("ropecli_map"), dict) else None
-    arch = named or next((a for a in config.get("architectures") or [] if a != VLLM_ARCHITECTURE), None) or \
+    arch = named or next((a for a in config.get("architectures") or [] if a != vllm_plugin.ARCHITECTURE), None) or \
         MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(
         str((config.get("text_config") or {}).get("model_type") or config.get("model_type")))
     if not arch or not hasattr(transformers, arch):

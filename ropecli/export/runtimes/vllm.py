@@ -33,8 +33,7 @@ import numpy as np
 from ropecli.errors import RopeCliError
 from ropecli.export.readback import Applied, read_json, rope_blocks
 from ropecli.export.runtimes.record import AT_START_UP, EVERY_MAP, Runtime, Version
-from ropecli.export.runtimes.transformers import verify_map as verify_transformers_map
-from ropecli.export.runtimes.transformers import write_map as write_transformers_map
+from ropecli.export.runtimes import transformers  # vLLM serves the transformers map folder
 from ropecli.export.writers import hf_result, vllm_checkpoint, write_block
 from ropecli.maps.vllm_plugin import SERVED, VLLM_VERSIONS
 from ropecli.models.model_rope import ModelRope
@@ -260,7 +259,7 @@ def vllm_applied(block: dict, at_len: int, head_dim: int) -> list[Applied]:
 def write_map(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, consistent=True, **_) -> dict:
     """A position map for vLLM: the map folder transformers runs (`runtimes.transformers.write_map`), whose
     `architectures` names the class ropecli's vLLM plugin registers (`maps.vllm_plugin`), and the `vllm serve` line."""
-    result = write_transformers_map(spec, geom, rope, out, model=model, gguf_file=gguf_file, force=force,
+    result = transformers.write_map(spec, geom, rope, out, model=model, gguf_file=gguf_file, force=force,
                                     consistent=consistent)
     arch = read_json(Path(out) / "config.json")["ropecli_map"]["architecture"]
     command = f"vllm serve {shlex.quote(str(out))} --max-model-len {geom.target_len}"
@@ -276,7 +275,7 @@ def write_map(spec, geom, rope, out, *, model=None, gguf_file=None, force=False,
 
 
 def verify_map(artefact, exp) -> list:
-    return verify_transformers_map(artefact, exp)
+    return transformers.verify_map(artefact, exp)
 
 
 def run(artefact, block, model, exp, run_len, cache_dir, gguf_file):
