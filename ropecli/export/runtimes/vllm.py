@@ -33,6 +33,7 @@ import numpy as np
 from ropecli.errors import RopeCliError
 from ropecli.export.readback import Applied, read_json, rope_blocks
 from ropecli.export.runtimes.record import AT_START_UP, EVERY_MAP, Runtime, Version
+from ropecli.export.runs import run_vllm
 from ropecli.export.runtimes import transformers  # vLLM serves the transformers map folder
 from ropecli.export.writers import hf_result, vllm_checkpoint, write_block
 from ropecli.maps.vllm_plugin import SERVED, VLLM_VERSIONS
@@ -281,8 +282,6 @@ def verify_map(artefact, exp) -> list:
 def run(artefact, block, model, exp, run_len, cache_dir, gguf_file):
     """The export served by vLLM's own engine on one window against ropecli (`ropecli.export.runs.run_vllm`): the
     overrides on the source model, or a map folder (block None) through ropecli's plugin."""
-    from ropecli.export.runs import run_vllm
-
     return run_vllm(RECORD.name, artefact, block, model, exp, run_len, cache_dir, gguf_file, python=engine_python())
 
 
