@@ -110,7 +110,7 @@ def install_map(model, vllm_config) -> "ServedMap":
     block = hf.ropecli_map
     length = int(block.get("length") or vllm_config.model_config.max_model_len)
     plans = plan_layers(text, [SimpleNamespace(layer_type=None)], length)
-    served = ServedMap(block, text, plans, vllm_config.model_config.dtype)
+    served = ServedMap(block, text, plans)
     changed = 0
     for module in model.modules():
         attn = getattr(module, "attn", None)
@@ -141,7 +141,7 @@ class ServedMap:
     and per engine step one `MappedAttention` per (queries, keys) shape, shared by the layers of the step (its block
     plan and its cos and sin made once per shape: requests of one shape have the same positions)."""
 
-    def __init__(self, block: dict, text, plans, dtype):
+    def __init__(self, block: dict, text, plans):
         name = block["name"]
         self.name, self.params = name, map_params(name, block.get("params") or {})
         map_regions(name, self.params, 1)  # its parameters' own rules, before the first request
@@ -158,7 +158,7 @@ class ServedMap:
     def regions(self, n: int):
         return map_regions(self.name, self.params, n)
 
-    def attention(self, layer: int, Tq: int, Tk: int) -> MappedAttention:
+    def attention(self, Tq: int, Tk: int) -> MappedAttention:
         """The step's attention for Tq new queries ending Tk keys (a new step begins at the first mapped layer)."""
         key = (Tq, Tk)
         if key not in self._step:
@@ -249,7 +249,7 @@ class MapAttentionMixin:
             k = keys[blocks].permute(1, 0, 2, 3).reshape(keys.shape[1], -1, keys.shape[3])[None, :, :Tk]
             v = values[blocks].permute(1, 0, 2, 3).reshape(values.shape[1], -1, values.shape[3])[None, :, :Tk]
             q = query[q0:q1].transpose(0, 1)[None]  # (1, heads, Tq, dim)
-            attention = served.attention(idx, Tq, Tk)
+            attention = served.attention(Tq, Tk)
             out, _ = attention(module, q, k.to(q.dtype), v.to(q.dtype), None, scaling=self.scale)
             output[q0:q1] = out[0].to(output.dtype)
         return output
