@@ -167,3 +167,37 @@ def test_unreadable_factor_file(tmp_path):
     bad.write_text("{not json")
     r = run("schedule", "--method", "longrope", "--d", "8", "--factors", str(bad))
     assert r.exit_code == 1 and "not a list of numbers" in r.output
+
+
+@pytest.mark.parametrize("switching", [False, True])
+def test_schedule_hf_block_decodes_through_a_cache_as_one_pass(switching):
+    """`schedule --format hf` writes the generation-safe block: the built-in model under it, fed a prompt shorter
+    than L and decoded token by token through its KV cache past L, gives the logits of one forward pass. The
+    switching form (`--switching`, short_factor = 1) does not: keys cached before L keep the unscaled rotation."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from ropecli.models.packaged import PACKAGE_DIR
+
+    r = runner.invoke(app, ["schedule", "--model", "builtin", "--k", "2", "--method", "yarn", "--format", "hf",
+                            *(["--switching"] if switching else [])], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    block = json.loads(r.stdout)
+    assert (block["rope_parameters"]["short_factor"] == block["rope_parameters"]["long_factor"]) is not switching
+    folder = PACKAGE_DIR / "builtin_model"
+    config = AutoConfig.from_pretrained(folder)
+    config.rope_parameters, config.max_position_embeddings = block["rope_parameters"], block["max_position_embeddings"]
+    model = AutoModelForCausalLM.from_pretrained(folder, config=config, dtype=torch.float32).eval()
+    L, prompt, total = 256, 200, 320
+    ids = torch.randint(0, config.vocab_size, (1, total), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        one_pass = model(ids).logits[0, prompt - 1:]
+        out = model(ids[:, :prompt], use_cache=True)
+        steps, cache = [out.logits[0, -1]], out.past_key_values
+        for t in range(prompt, total):
+            out = model(ids[:, t:t + 1], past_key_values=cache, use_cache=True)
+            steps.append(out.logits[0, -1])
+            cache = out.past_key_values
+    worst = (torch.stack(steps[:-1]) - one_pass[:-1]).abs().max().item()
+    assert total > L > prompt
+    assert (worst > 1e-2) if switching else (worst < 1e-4), worst

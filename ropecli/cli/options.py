@@ -93,6 +93,11 @@ LogNOpt = Annotated[bool, typer.Option(
 
 JsonOpt = Annotated[bool, typer.Option("--json", rich_help_panel=OUTPUT, help="Print JSON for programs instead of tables.")]
 PlotOpt = Annotated[Optional[str], typer.Option("--plot", rich_help_panel=OUTPUT, help="Write a PNG/SVG/PDF picture of the results.")]
+HfFormOpt = Annotated[bool, typer.Option(
+    "--consistent/--switching", rich_help_panel=OUTPUT,
+    help="--format hf: --consistent (default) writes short_factor = long_factor, one schedule at every length, so "
+         "generation through a KV cache equals one pass; --switching writes short_factor = 1, which transformers "
+         "switches to the extension only past L, leaving keys cached before the switch stale.")]
 OutOpt = Annotated[Optional[str], typer.Option("--out", "-o", rich_help_panel=OUTPUT, help="Output file (.png, .svg or .pdf).")]
 
 class CommaChoices(ParamType):

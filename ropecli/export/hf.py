@@ -34,7 +34,8 @@ def rope_block(rope: ModelRope, spec: Spec, factor: float, consistent: bool = Fa
     per_type: dict[Any, dict] = {}
     for layer_type, base in rope.scaled_bases.items():
         geom = rope.geometry(factor, base)
-        block = rope_parameters_block(geom, spec.schedule(geom), partial_rotary_factor=rope.partial_rotary_factor)
+        block = rope_parameters_block(geom, spec.schedule(geom), partial_rotary_factor=rope.partial_rotary_factor,
+                                      consistent=consistent)
         params = block["rope_parameters"]
         if rope.shipped is not None:  # the shipped schedule up to Ls (short_factor), the extension past it
             params["original_max_position_embeddings"] = rope.shipped_len

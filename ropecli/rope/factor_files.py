@@ -71,12 +71,16 @@ def _parse_csv(text: str) -> list[float]:
     return [float(r[cols[0]]) for r in rows[1:]]
 
 
-def rope_parameters_block(geom: Geometry, schedule: Schedule, partial_rotary_factor: float = 1.0) -> dict[str, Any]:
+def rope_parameters_block(geom: Geometry, schedule: Schedule, partial_rotary_factor: float = 1.0,
+                          consistent: bool = True) -> dict[str, Any]:
     """The transformers config fragment that reproduces `schedule`: longrope with long_factor = Lambda.
 
-    transformers uses long_factor above original_max_position_embeddings and short_factor (all 1,
-    the unscaled model) up to it; attention_factor is written explicitly so transformers does not
-    substitute its own default sqrt(1 + ln k / ln L).
+    transformers picks long_factor for a forward pass longer than original_max_position_embeddings and
+    short_factor up to it (`longrope_frequency_update`), and keys in a KV cache keep the rotation they got:
+    `consistent` (the default) writes short_factor = long_factor, one schedule at every length, so generation
+    through a cache equals one pass; `consistent=False` writes short_factor = 1 (the unscaled model up to L),
+    the switching form. attention_factor is written explicitly so transformers does not substitute its own
+    default sqrt(1 + ln k / ln L).
     """
     params: dict[str, Any] = {
         "rope_type": "longrope",
@@ -84,7 +88,7 @@ def rope_parameters_block(geom: Geometry, schedule: Schedule, partial_rotary_fac
         "factor": float(geom.factor),
         "original_max_position_embeddings": int(geom.train_len),
         "long_factor": [float(x) for x in schedule.factors],
-        "short_factor": [1.0] * geom.n_pairs,
+        "short_factor": [float(x) for x in schedule.factors] if consistent else [1.0] * geom.n_pairs,
         "attention_factor": float(schedule.attention_factor),
     }
     if partial_rotary_factor != 1.0:

@@ -10,7 +10,7 @@ from ropecli.cli.common import emit_json, geometry_of, handle_errors, schedules_
 from ropecli.cli.console import show
 from ropecli.errors import RopeCliError
 from ropecli.cli.groups import GeometryOptions, ScheduleOptions, with_option_groups
-from ropecli.cli.options import DEFAULT_METHOD, JsonOpt, MapOpt, OUTPUT, OutputFormat
+from ropecli.cli.options import DEFAULT_METHOD, HfFormOpt, JsonOpt, MapOpt, OUTPUT, OutputFormat
 from ropecli.maps.map_spelling import one_map
 
 
@@ -83,6 +83,7 @@ def schedule(
                                               help="Output: table, json, csv, or hf (transformers rope_parameters block).")] = OutputFormat.table,
     as_json: JsonOpt = False,
     as_csv: Annotated[bool, typer.Option("--csv", rich_help_panel=OUTPUT, help="Same as --format csv.")] = False,
+    consistent: HfFormOpt = True,
 ):
     """Per-pair factors Lambda_m and radix multipliers lambda_m of one or more methods.
 
@@ -102,7 +103,10 @@ def schedule(
             raise RopeCliError("--format hf writes one schedule; pass a single --method (and at most one --b)")
         from ropecli.rope.factor_files import rope_parameters_block
 
-        return emit_json(rope_parameters_block(geom, schedules[0], rope.partial_rotary_factor if rope else 1.0))
+        return emit_json(rope_parameters_block(geom, schedules[0], rope.partial_rotary_factor if rope else 1.0,
+                                               consistent=consistent))
+    if not consistent:
+        raise RopeCliError("--switching shapes the --format hf block only; add --format hf, or leave --switching out")
     if fmt == "csv":
         return print(schedule_csv(geom, schedules), end="")
     return emit_json(schedule_json(geom, schedules)) if fmt == "json" else show(schedule_table(geom, schedules))
