@@ -136,6 +136,25 @@ def test_plot_alone_draws_the_overview(tmp_path, monkeypatch):
     assert r.exit_code == 0 and (tmp_path / "o.svg").stat().st_size > 20000
 
 
+def test_no_wavelength_curve_hides_under_another():
+    """The overview's "none" leaves every wavelength as it was: drawn, it would lie exactly over "original" (hidden);
+    it is named in the original's legend entry instead, and every curve drawn is one that can be seen."""
+    import matplotlib.pyplot as plt
+
+    from ropecli.cli.options import OVERVIEW_METHODS
+    from ropecli.report.plots import _wavelengths
+    from ropecli.rope.geometry import Geometry
+    from ropecli.rope.spec import make_spec
+
+    geom = Geometry(rotary_dim=64, base=1e4, train_len=4096, factor=4)
+    fig, ax = plt.subplots()
+    _wavelengths(ax, geom, [make_spec(name).schedule(geom) for name in OVERVIEW_METHODS.split(",")])
+    curves = [(line.get_label(), tuple(line.get_ydata())) for line in ax.get_lines() if len(line.get_xdata()) > 2]
+    plt.close(fig)
+    assert curves[0][0] == "original = none"
+    assert len({y for _, y in curves}) == len(curves), [label for label, _ in curves]
+
+
 # --- the search's orchestration, without a model --------------------------------------------
 
 def fake_evaluator(nll_of, calls):

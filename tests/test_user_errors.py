@@ -48,3 +48,5 @@ def test_an_exported_folder_from_a_gguf_has_a_normal_folder_mode(builtin_gguf, t
         os.umask(old)
     assert r.exit_code == 0, r.output
     assert stat.S_IMODE(out.stat().st_mode) == 0o755  # mkdtemp's 0700 would keep a serving account out
+    modes = {f.name: stat.S_IMODE(f.stat().st_mode) for f in out.iterdir()}
+    assert "model.safetensors" in modes and set(modes.values()) == {0o644}, modes  # safetensors' own writer makes 0600

@@ -41,9 +41,14 @@ def save(fig, path: str) -> Path:
 def _wavelengths(ax, geom, schedules: Sequence) -> None:
     """Wavelength per pair (log axis), before and after each schedule, with the L and k*L lines."""
     m = geom.pair_index()
-    ax.plot(m, wavelength(geom.inv_freq()), color="black", lw=2, label="original")  # p-RoPE's zero pairs: inf, not drawn
+    # a schedule that leaves every frequency as it was (none, native of a plain model) would be drawn exactly over
+    # the original curve and hide it: it is named in the original's label instead
+    same = [s.label() for s in schedules if np.array_equal(s.scaled_inv_freq(geom), geom.inv_freq())]
+    ax.plot(m, wavelength(geom.inv_freq()), color="black", lw=2,  # p-RoPE's zero pairs: inf, not drawn
+            label=" = ".join(["original", *same]))
     for s in schedules:
-        ax.plot(m, wavelength(s.scaled_inv_freq(geom)), lw=1.6, label=s.label())
+        if s.label() not in same:
+            ax.plot(m, wavelength(s.scaled_inv_freq(geom)), lw=1.6, label=s.label())
     _zero_pairs(ax, geom)
     ax.axhline(geom.train_len, color="tab:red", ls="--", lw=1, label=f"L{'0' if geom.shipped else ''} = {geom.train_len}")
     if geom.shipped is not None:
