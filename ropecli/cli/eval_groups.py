@@ -186,13 +186,15 @@ class SearchOptions:
     consistent: ConsistentOpt = True
     race: RaceOpt = True
 
-    def plan(self, evaluation: EvalOptions, output, prompts: PasskeyOptions, position_map: list[str] | None = None):
+    def plan(self, evaluation: EvalOptions, output, prompts: PasskeyOptions, model: ModelOptions,
+             position_map: list[str] | None = None):
         """The search's plan (`ropecli.tuning.search_run.SearchPlan`), its paths checked before the model loads."""
         from ropecli.tuning.search_run import SearchPlan
         from ropecli.maps.map_spelling import one_map
 
         plan = SearchPlan(metric_record(self.objective), self.max_short_regression, self.max_short_kl, self.export_config,
-                          self.race, output.plot, evaluation.log_n, evaluation.k, one_map(position_map), self.consistent)
+                          self.race, output.plot, evaluation.log_n, evaluation.k, one_map(position_map), self.consistent,
+                          output.force, (model.model, model.gguf_file))
         if plan.prompted:
             prompts.parsed_depths(), prompts.checked_digits()
         plan.check_paths()

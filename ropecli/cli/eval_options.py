@@ -176,7 +176,6 @@ WeightsOpt = Annotated[str, typer.Option(
     "--weights", click_type=CommaChoices(("link", "hardlink", "copy"), "--weights", "HOW", many=False), rich_help_panel=OUTPUT,
     help="transformers, a local model folder: its weights beside the merged config.json as symbolic links by absolute "
          "path (link: a folder moved with rsync -a or tar arrives with dangling links), hard links or copies.")]
-ForceOpt = Annotated[bool, typer.Option("--force", rich_help_panel=OUTPUT, help="Overwrite an existing --out.")]
 ReplaceOpt = Annotated[bool, typer.Option(
     "--replace", rich_help_panel=ADVANCED, help="gguf: replace the rope_freqs / scaling the input already has.")]
 ArtefactPathArg = Annotated[str, typer.Argument(

@@ -20,7 +20,7 @@ import inspect
 import typing
 from dataclasses import dataclass
 
-from ropecli.cli.options import (BaseOpt, BOpt, DOpt, FactorsOpt, GgufOpt, HeadDimAliasOpt, JsonOpt, KOpt, MethodOpt,
+from ropecli.cli.options import (BaseOpt, BOpt, DOpt, FactorsOpt, ForceOpt, GgufOpt, HeadDimAliasOpt, JsonOpt, KOpt, MethodOpt,
                                  MethodsAliasOpt, ModelOpt, OneTargetOpt, ParamOpt, PlotOpt, RopeLayersOpt, TargetLenOpt, TrainLenOpt, advanced)
 from ropecli.errors import RopeCliError
 
@@ -82,6 +82,7 @@ class OutputOptions:
     """Tables for people, JSON for programs, and a picture."""
     as_json: JsonOpt = False
     plot: PlotOpt = None
+    force: ForceOpt = False  # --plot (and search's --export-config) may replace an existing file
 
 
 def _alias(value, old, new_name: str, old_name: str):

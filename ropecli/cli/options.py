@@ -98,6 +98,8 @@ HfFormOpt = Annotated[bool, typer.Option(
     help="--format hf: --consistent (default) writes short_factor = long_factor, one schedule at every length, so "
          "generation through a KV cache equals one pass; --switching writes short_factor = 1, which transformers "
          "switches to the extension only past L, leaving keys cached before the switch stale.")]
+ForceOpt = Annotated[bool, typer.Option(
+    "--force", rich_help_panel=OUTPUT, help="Overwrite what this command writes (--out, --plot, --export-config) where it exists.")]
 OutOpt = Annotated[Optional[str], typer.Option("--out", "-o", rich_help_panel=OUTPUT, help="Output file (.png, .svg or .pdf).")]
 
 class CommaChoices(ParamType):

@@ -161,9 +161,9 @@ def _load(model: ModelOptions, device: str, dist):
                       train_len=model.train_len, rope_layers=model.rope_layers, gpu_group=dist.gpu_group)
 
 
-def check_plot_path(path: str | None) -> None:
-    """Refuse a bad --plot path before any evaluation runs."""
+def check_plot_path(path: str | None, force: bool = False) -> None:
+    """Refuse a bad --plot path (or an existing file without --force) before any evaluation runs."""
     if path:
         from ropecli.report.plots import check_out
 
-        check_out(path)
+        check_out(path, force, "--plot")

@@ -20,7 +20,7 @@ from ropecli.models.config import geometry_from_flags, read_rope_config
 from ropecli.models.model_rope import ModelRope
 from ropecli.maps.map_spelling import map_from_json
 from ropecli.rope.spec import make_spec, parse_specs, Spec
-from ropecli.export.manifest import manifest_path
+from ropecli.export.manifest import describes, manifest_path
 from ropecli.export.readback import artefact_geometry, read_json
 from ropecli.export.runtimes.record import RuntimeHooks
 
@@ -117,6 +117,10 @@ def what_was_measured(artefact: Path, runtime: RuntimeHooks, flags: Measured) ->
     manifest = None if (flags.advice or flags_given) else manifest_path(artefact)
     if manifest is not None and manifest.is_file():
         made = read_json(manifest)
+        if not describes(made, artefact):
+            raise RopeCliError(f"{artefact} changed after ropecli wrote {manifest.name} beside it (that manifest describes "
+                               f"{made.get('label', 'another export')}, {made.get('runtime', '?')}); export it again, or "
+                               "verify it as it is with --model, --method and --len")
         model, gguf_file = model or made.get("model") or None, gguf_file or made.get("gguf_file")
         return expected_from_export(made, manifest, model_rope(model, gguf_file)), model, gguf_file
     advice = Path(flags.advice) if flags.advice else (None if flags_given else advice_beside(artefact))

@@ -21,6 +21,8 @@ from ropecli.export.p_rope import p_rope_refusal, proportional_block, uniform_fa
 from ropecli.models.model_rope import ModelRope
 from ropecli.rope.spec import Spec
 from ropecli.rope.factor_files import rope_parameters_block
+from ropecli.export.manifest import write_manifest
+from ropecli.export.runtimes.record import Runtime
 
 
 def rope_block(rope: ModelRope, spec: Spec, factor: float, consistent: bool = False) -> tuple[dict, str]:
@@ -110,12 +112,16 @@ def write_json(path: str, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2) + "\n")
 
 
-def write_hf_block(path: str, rope: ModelRope, spec: Spec, factor: float, consistent: bool = True) -> dict:
-    """`search-b --export-config`: the block for a model, to a JSON file; generation-safe (short_factor = long_factor,
-    as `export` writes by default) unless `consistent` is False (--switching)."""
+def write_hf_block(path: str, rope: ModelRope, spec: Spec, factor: float, rec: Runtime, consistent: bool = True,
+                   model: str | None = None, gguf_file: str | None = None) -> dict:
+    """`search-b --export-config`: the block for a model, to a JSON file, with the manifest `ropecli export` writes
+    beside it (what `ropecli verify PATH` reads); generation-safe (short_factor = long_factor, as `export` writes by
+    default) unless `consistent` is False (--switching); `rec`: transformers' record."""
     block, note = rope_block(rope, spec, factor, consistent=consistent)
     write_json(path, block)
-    return {"path": path, "note": note}
+    manifest = write_manifest(path, spec, rope.geometry(factor), rope, rec, model or rope.name,
+                              gguf_file, consistent)
+    return {"path": path, "note": note, "manifest": manifest}
 
 
 # --- transformers: a model folder whose config.json carries the block ---------------------------

@@ -3,6 +3,7 @@ runtime), so that `ropecli verify PATH` needs no other flag (`ropecli.export.exp
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -22,6 +23,28 @@ def manifest_path(out: str | Path) -> Path:
     return out / MANIFEST if out.is_dir() else out.with_name(out.name + ".ropecli.json")
 
 
+def fingerprint(out: str | Path) -> dict:
+    """What the artefact at `out` holds now: the sha256 of the file (of a folder's config.json, where its schedule or
+    map is written). A manifest keeps it, so that verify can tell an artefact rewritten since (another command writing
+    the same path) from the one the manifest describes."""
+    out = Path(out)
+    target = out / "config.json" if out.is_dir() else out
+    if not target.is_file():
+        return {}
+    digest = hashlib.sha256()
+    with open(target, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            digest.update(chunk)
+    return {"file": target.name, "sha256": digest.hexdigest()}
+
+
+def describes(manifest: dict, out: str | Path) -> bool:
+    """Whether a manifest describes the artefact at `out` as it is now (a manifest without a fingerprint, written
+    before ropecli kept one, is taken at its word)."""
+    kept = manifest.get("artefact")
+    return not kept or fingerprint(out) == kept
+
+
 def write_manifest(out: str, spec: Spec, geom: Geometry, rope: ModelRope, rec: Runtime, model: str | None,
                    gguf_file: str | None, consistent: bool) -> str:
     """What an export wrote, for `ropecli verify` to check it against with no flags: the schedule, k, the
@@ -35,5 +58,5 @@ def write_manifest(out: str, spec: Spec, geom: Geometry, rope: ModelRope, rec: R
         "rotary_dim": geom.rotary_dim, "base": geom.base, "model": model, "gguf_file": gguf_file,
         "consistent": consistent, "scaled_layer_types": list(rope.scaled_types),
         "position_map": map_json(spec.position_map), "temperature": dict(spec.temperature) or None,
-        "works_with": rec.describe()["versions"]}, indent=1))
+        "works_with": rec.describe()["versions"], "artefact": fingerprint(out)}, indent=1))
     return str(path)

@@ -21,12 +21,16 @@ from ropecli.maps.map_pairs import pair_reach
 SUFFIXES = (".png", ".svg", ".pdf")
 
 
-def check_out(path: str) -> Path:
+def check_out(path: str, force: bool | None = None, flag: str = "--out") -> Path:
+    """A picture's path, refused in one line: a suffix matplotlib cannot write, a missing folder, and (where `force`
+    is False: a command's check before it runs) a file that exists. `force` None: not asked (advise's own folder)."""
     p = Path(path)
     if p.suffix.lower() not in SUFFIXES:
-        raise RopeCliError(f"--out {path}: the file must end in {', '.join(SUFFIXES)}; e.g. --out freqs.png")
+        raise RopeCliError(f"{flag} {path}: the file must end in {', '.join(SUFFIXES)}; e.g. {flag} freqs.png")
     if not p.parent.exists():
-        raise RopeCliError(f"--out {path}: folder '{p.parent}' does not exist; create it or write elsewhere")
+        raise RopeCliError(f"{flag} {path}: folder '{p.parent}' does not exist; create it or write elsewhere")
+    if force is False and p.exists():
+        raise RopeCliError(f"{flag} {path} exists; pass --force to overwrite it, or choose another path")
     return p
 
 

@@ -122,13 +122,17 @@ def bar_total(plan: AdvisePlan, names, lengths, session: Bench, held: Bench, rac
     return estimate_units(*args, passkey, Ls=Ls) + (held.inputs.units(PASSKEY) if passkey else 0)
 
 
-def prepare_out(out: str) -> Path:
-    """--out must be creatable and writable, and empty unless an earlier advise made it."""
+def prepare_out(out: str, force: bool = False) -> Path:
+    """--out must be creatable and writable, and empty unless an earlier advise made it; an earlier advise's results
+    (advice.json) are replaced only with --force (its windows stay in the evaluation cache either way)."""
     p = Path(out)
     if p.exists() and not p.is_dir():
         raise RopeCliError(f"--out {out} is a file; pass a folder")
     if p.exists() and any(p.iterdir()) and not (p / MARKER).exists():
         raise RopeCliError(f"--out {out} is not empty and was not made by ropecli advise; pass a new or empty folder")
+    if (p / "advice.json").exists() and not force:
+        raise RopeCliError(f"--out {out} holds an earlier advise's results (advice.json); pass --force to replace them "
+                           "(its measured windows are reused from the cache), or another --out")
     try:
         p.mkdir(parents=True, exist_ok=True)
         (p / MARKER).write_text("made by ropecli advise; a rerun writes here again\n")

@@ -14,6 +14,7 @@ from ropecli.tuning.objective import Bench
 from ropecli.evaluation.metrics import PPL, Metric
 from ropecli.export.hf import write_hf_block
 from ropecli.export.hf_folder import check_writable
+from ropecli.export.registry import record
 from ropecli.rope.methods import resolve_method
 from ropecli.rope.spec import make_spec, parse_params
 from ropecli.tuning.optimizers import min_budget
@@ -35,6 +36,8 @@ class SearchPlan:
     factor: float | None = None  # --k as given: the references are checked with it before the model loads
     position_map: tuple = ()  # search: every point under this map (maps.position_maps); its parameters may be --vary
     consistent: bool = True  # --export-config: short_factor = long_factor (generation-safe); --switching: the shipped one
+    force: bool = False  # --plot and --export-config may replace an existing file
+    source: tuple = (None, None)  # (--model, --gguf-file) as given: the --export-config manifest names them
 
     @property
     def prompted(self) -> bool:
@@ -49,9 +52,9 @@ class SearchPlan:
         if self.plot:
             from ropecli.report.plots import check_out
 
-            check_out(self.plot)
+            check_out(self.plot, self.force, "--plot")
         if self.export_config:
-            check_writable(self.export_config, "--export-config")
+            check_writable(self.export_config, "--export-config", self.force)
 
 
 def preflight(session: Bench, plan: SearchPlan, target: Target, *sessions: Bench) -> None:
@@ -128,7 +131,7 @@ def deliver(session: Bench, plan: SearchPlan, out: dict, winner: tuple, factor: 
         return
     if plan.export_config:
         out["export_config"] = write_hf_block(plan.export_config, session.rope, make_spec(*winner, log_n=plan.log_n), factor,
-                                             plan.consistent)
+                                             record("transformers"), plan.consistent, *plan.source)
         out["written"].append(f"wrote {plan.export_config}: {out['export_config']['note']}")
     if plan.plot:
         draw(plan.plot)

@@ -9,14 +9,14 @@ from ropecli.cli.console import show
 from ropecli.cli.eval_groups import AdviseOptions, DataOptions, EvalOptions, ModelOptions, PasskeyOptions
 from ropecli.cli.eval_options import AdviseOutOpt
 from ropecli.cli.groups import with_option_groups
-from ropecli.cli.options import JsonOpt
+from ropecli.cli.options import ForceOpt, JsonOpt
 from ropecli.cli.session_opening import open_session
 
 
 @handle_errors
 @with_option_groups
 def advise(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, prompts: PasskeyOptions, plan: AdviseOptions,
-           out: AdviseOutOpt = "ropecli-advice", as_json: JsonOpt = False):
+           out: AdviseOutOpt = "ropecli-advice", force: ForceOpt = False, as_json: JsonOpt = False):
     """Which context extension for my model: every method on the same windows, ranked, exported.
 
     Searches YaRN's betas, the mixed family and the tuned position maps on the searched windows, then
@@ -34,7 +34,7 @@ def advise(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, prom
     from ropecli.tuning.advise import Source, prepare_out, run_advise
 
     prompts.parsed_depths(), prompts.checked_digits()
-    out_dir = prepare_out(out)  # a bad --out fails before the model loads
+    out_dir = prepare_out(out, force)  # a bad --out fails before the model loads
     session = open_session(model, data, evaluation, quiet=as_json, passkey=prompts)
     result = run_advise(session, plan.plan(), evaluation.target(session.rope), out_dir,
                         Source(model.model, model.gguf_file, data.data))

@@ -87,7 +87,7 @@ def ppl(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOptions,
                              factor=evaluation.k, log_n_modes=(evaluation.log_n,))
     if len(specs) != 1:
         raise RopeCliError("ppl evaluates one schedule (one --method, at most one --b); use `ropecli compare` for several")
-    check_plot_path(output.plot)
+    check_plot_path(output.plot, output.force)
     tasks = flat_choices(task, ())
     if tasks:
         prompts.parsed_depths()
@@ -126,7 +126,7 @@ def compare(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOpti
 
     (serve, lengths), (metrics, tasks, prompted) = serving.plan(evaluation.length), chosen_metrics(metric, task, prompts)
     specs = schedule.specs(COMPARE_METHODS, factor=evaluation.k, log_n_modes=(False, True) if both_log_n else (evaluation.log_n,))
-    check_plot_path(output.plot)
+    check_plot_path(output.plot, output.force)
     session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts if prompted else None,
                            generate=generate)
     target = evaluation.target(session.rope, lengths, default=False)

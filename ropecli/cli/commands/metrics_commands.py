@@ -37,7 +37,7 @@ def passkey(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOpti
     prompts.parsed_depths(), prompts.checked_digits()  # bad --depths / --digits fail before the model loads
     specs = schedule.specs(PASSKEY_METHODS,
                              factor=evaluation.k, log_n_modes=(evaluation.log_n,))
-    check_plot_path(output.plot)
+    check_plot_path(output.plot, output.force)
     session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts)
     L, ins = session.rope.train_len, session.inputs
     metric = PASSKEY_TEXT if text else PASSKEY
@@ -79,7 +79,7 @@ def kl(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, evalua
         raise RopeCliError("kl needs the target's factor: pass --k 8 or --target-len N (at k = 1 every schedule is the "
                            "unscaled model and every KL is 0)")
     specs = schedule.specs(KL_METHODS, log_n_modes=(evaluation.log_n,))
-    check_plot_path(output.plot)
+    check_plot_path(output.plot, output.force)
     session = open_session(model, data, evaluation, quiet=output.as_json)
     L = session.rope.train_len
     k = resolve_factor(L, evaluation.k, target_len)

@@ -8,17 +8,17 @@ import typer
 from ropecli.cli.common import OneLineErrorsGroup, geometry_of, handle_errors, schedules_of
 from ropecli.cli.console import console
 from ropecli.cli.groups import GeometryOptions, ScheduleOptions, with_option_groups
-from ropecli.cli.options import DEFAULT_METHOD, MapOpt, OVERVIEW_METHODS, OutOpt, PLOT_SCHEDULE_METHODS
+from ropecli.cli.options import DEFAULT_METHOD, ForceOpt, MapOpt, OVERVIEW_METHODS, OutOpt, PLOT_SCHEDULE_METHODS
 from ropecli.maps.map_spelling import one_map
 
 app = typer.Typer(help="Draw RoPE pictures to PNG, SVG or PDF; with no subcommand, an overview.", cls=OneLineErrorsGroup,
                   invoke_without_command=True)
 
 
-def _draw(draw, out: str, geometry: GeometryOptions, schedule: ScheduleOptions, default: str, **kw) -> None:
+def _draw(draw, out: str, geometry: GeometryOptions, schedule: ScheduleOptions, default: str, force: bool, **kw) -> None:
     from ropecli.report.plots import check_out
 
-    check_out(out)
+    check_out(out, force)
     geom, _ = geometry_of(geometry)
     console().print(f"wrote {draw(geom, schedules_of(geom, schedule, default), out, **kw)}")
 
@@ -26,7 +26,7 @@ def _draw(draw, out: str, geometry: GeometryOptions, schedule: ScheduleOptions, 
 @app.callback()
 @handle_errors
 @with_option_groups
-def overview(ctx: typer.Context, geometry: GeometryOptions, schedule: ScheduleOptions, out: OutOpt = None):
+def overview(ctx: typer.Context, geometry: GeometryOptions, schedule: ScheduleOptions, out: OutOpt = None, force: ForceOpt = False):
     """Without a subcommand: wavelengths before and after, and Lambda_m, of none, PI, NTK-fixed and
     mixed on one figure (default ropecli.png).
 
@@ -37,26 +37,26 @@ def overview(ctx: typer.Context, geometry: GeometryOptions, schedule: ScheduleOp
         return
     from ropecli.report.plots import plot_overview
 
-    _draw(plot_overview, out or "ropecli.png", geometry, schedule, OVERVIEW_METHODS)
+    _draw(plot_overview, out or "ropecli.png", geometry, schedule, OVERVIEW_METHODS, force)
 
 
 @app.command("freqs")
 @handle_errors
 @with_option_groups
-def plot_freqs(geometry: GeometryOptions, schedule: ScheduleOptions, position_map: MapOpt = None, out: OutOpt = None):
+def plot_freqs(geometry: GeometryOptions, schedule: ScheduleOptions, position_map: MapOpt = None, out: OutOpt = None, force: ForceOpt = False):
     """Wavelength per pair (log axis) before and after the schedules, with the L and k*L lines (and a --map's reach).
 
     Example: ropecli plot freqs --d 128 --k 8 --method pi,ntk-fixed,mixed --out freqs.png
     """
     from ropecli.report.plots import plot_wavelengths
 
-    _draw(plot_wavelengths, out or "freqs.png", geometry, schedule, DEFAULT_METHOD, position_map=one_map(position_map))
+    _draw(plot_wavelengths, out or "freqs.png", geometry, schedule, DEFAULT_METHOD, force, position_map=one_map(position_map))
 
 
 @app.command("schedule")
 @handle_errors
 @with_option_groups
-def plot_schedule(geometry: GeometryOptions, schedule: ScheduleOptions, out: OutOpt = None):
+def plot_schedule(geometry: GeometryOptions, schedule: ScheduleOptions, out: OutOpt = None, force: ForceOpt = False):
     """Lambda_m and lambda_m of several methods, or of several b, overlaid.
 
     Examples: ropecli plot schedule --method pi,ntk-old,ntk-fixed,mixed,yarn --out schedule.png
@@ -64,4 +64,4 @@ def plot_schedule(geometry: GeometryOptions, schedule: ScheduleOptions, out: Out
     """
     from ropecli.report.plots import plot_factors
 
-    _draw(plot_factors, out or "schedule.png", geometry, schedule, PLOT_SCHEDULE_METHODS)
+    _draw(plot_factors, out or "schedule.png", geometry, schedule, PLOT_SCHEDULE_METHODS, force)

@@ -39,7 +39,7 @@ def search_b(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, ou
     from ropecli.tuning.search_run import search_b_on
 
     check_range(lo, hi, tol)
-    plan = search.plan(evaluation, output, prompts)
+    plan = search.plan(evaluation, output, prompts, model)
     session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts if plan.prompted else None)
     deliver(search_b_on(session, plan, evaluation.target(session.rope), lo, hi, tol), output.as_json, search_b_tables)
 
@@ -64,7 +64,7 @@ def search(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, outp
     from ropecli.report.search_tables import search_tables
     from ropecli.tuning.search_run import check_search, search_on
 
-    plan = search.plan(evaluation, output, prompts, position_map)
+    plan = search.plan(evaluation, output, prompts, model, position_map)
     optimizer = Optimizer(optimizer).value
     method, fixed, refs = check_search(method, vary, param, budget, optimizer, reference, plan)
     session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts if plan.prompted else None)

@@ -111,15 +111,21 @@ def transformers_applied(config: dict, at_len: int, scaled: tuple[str, ...], hea
     import torch
     from transformers import AutoConfig, LlamaConfig, PretrainedConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    from transformers.utils import logging as transformers_logging
 
     from ropecli.export.readback import CONSISTENT, Applied, layer_config, rope_blocks
 
-    if "model_type" in config:  # special floats as transformers writes them ({"__float__": "Infinity"}: Falcon-H1) decoded
-        cfg = AutoConfig.for_model(**PretrainedConfig._decode_special_floats(config))
-    else:  # a bare block: a one-head LLaMA config carries it
-        cfg = LlamaConfig(hidden_size=head_dim, num_attention_heads=1, num_key_value_heads=1, head_dim=head_dim,
-                          max_position_embeddings=config["max_position_embeddings"],
-                          rope_parameters=config["rope_parameters"])
+    verbosity = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_error()  # its warning on factor lists of the wrong length: said below in one line
+    try:
+        if "model_type" in config:  # special floats as transformers writes them ({"__float__": "Infinity"}: Falcon-H1) decoded
+            cfg = AutoConfig.for_model(**PretrainedConfig._decode_special_floats(config))
+        else:  # a bare block: a one-head LLaMA config carries it
+            cfg = LlamaConfig(hidden_size=head_dim, num_attention_heads=1, num_key_value_heads=1, head_dim=head_dim,
+                              max_position_embeddings=config["max_position_embeddings"],
+                              rope_parameters=config["rope_parameters"])
+    finally:
+        transformers_logging.set_verbosity(verbosity)
     text = cfg.get_text_config()
     out = []
     for layer_type, params in rope_blocks(text.rope_parameters).items():
@@ -132,6 +138,11 @@ def transformers_applied(config: dict, at_len: int, scaled: tuple[str, ...], hea
         if rope_type == "default":
             factors, attention = np.ones_like(plain), 1.0
         elif rope_type in ROPE_INIT_FUNCTIONS:
+            for key in ("long_factor", "short_factor"):
+                if isinstance(params.get(key), list) and len(params[key]) != len(plain):
+                    raise RopeCliError(f"the rope block's {key} has {len(params[key])} entries where rotary dim {int(dim)} has "
+                                       f"{len(plain)} pairs: it was written for another model (rotary dim "
+                                       f"{2 * len(params[key])}); export it for this one, or verify it with that model")
             try:
                 inv, attention = ROPE_INIT_FUNCTIONS[rope_type](layer_config(text, layer_type), torch.device("cpu"),
                                                                 seq_len=at_len, layer_type=layer_type)
