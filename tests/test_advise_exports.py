@@ -74,3 +74,24 @@ def test_sglangs_dca_is_not_exported_where_it_crashes(tmp_path):
                                                 str(folder), None, out)}["sglang"]
     assert e["ok"] and e["candidate"] != "dca", e
     assert "sglang refused dca" in e["instead"] and "#16461" in e["instead"], e["instead"]
+
+
+def test_advise_says_how_to_load_each_export_and_copies_ropecli_own_weights(tmp_path):
+    """The terminal says exactly what to type (trust_remote_code for a map's folder) for every export it wrote; the
+    built-in model's weights are copied (links into the installed package break with it), --weights link keeps
+    links and goes into the printed command (issue 81)."""
+    from ropecli.models.config import BUILTIN_DIR
+    from ropecli.report.advice import export_lines
+
+    result = ranking("selfextend")
+    rope = read_rope_config(str(BUILTIN_DIR))
+    for weights in ("auto", "link"):
+        out = tmp_path / weights
+        out.mkdir()
+        got = {e["runtime"]: e for e in export_winner(Standings.from_json(result), result, rope, None, None, out, weights)}
+        assert got["transformers"]["serve"] == f"AutoModelForCausalLM.from_pretrained('{out / 'hf'}', trust_remote_code=True)"
+        assert ("--weights link" in got["transformers"]["command"]) is (weights == "link")
+        assert (out / "hf" / "model.safetensors").is_symlink() is (weights == "link")
+    said = export_lines(list(got.values()))
+    assert f"  load it: AutoModelForCausalLM.from_pretrained('{out / 'hf'}', trust_remote_code=True)" in said
+    assert f"  serve it: vllm serve {out / 'vllm'} --max-model-len 1024" in said

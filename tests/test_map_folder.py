@@ -117,11 +117,15 @@ def test_an_mla_folder_decodes_across_L_as_one_pass_and_a_padded_row_as_alone(tm
     assert torch.equal(both[0, 40:], alone[0, 34:])
 
 
-def test_pipeline_runs_the_folder_unchanged(llama_dir, tmp_path):
+def test_pipeline_runs_the_folder_unchanged(llama_dir, tmp_path, capfd):
+    """pipeline() accepts the folder's class: no "is not supported for text-generation" (several KB, issue 81)."""
     from transformers import pipeline
 
     folder = export(llama_dir, tmp_path / "out", "selfextend", {"G": 2, "W": 8})
+    capfd.readouterr()
     generate = pipeline("text-generation", model=str(folder), trust_remote_code=True, dtype=torch.float32)
+    said = capfd.readouterr()
+    assert "not supported" not in said.err + said.out, (said.err + said.out)[:300]
     text = generate("the quick brown fox " * 12, max_new_tokens=L0, do_sample=False)[0]["generated_text"]
     assert len(text) > len("the quick brown fox " * 12)
     assert type(generate.model).__name__ == "RopecliMapForCausalLM"

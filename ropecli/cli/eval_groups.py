@@ -11,7 +11,8 @@ from ropecli.cli.eval_options import (AdviseBudgetOpt, AdviseMetricOpt, AttnOpt,
                                       KeyTokens, KeyTokensOpt, LenOpt, MarginOpt, MaxShortKlOpt,
                                       MaxShortRegressionOpt, MaxWindowsOpt, MinPasskeyOpt, NoCacheOpt, ObjectiveOpt,
                                       PromptsOpt, RaceOpt, SamplesOpt, ScoreLastOpt, SeedOpt, ServeRuntimeOpt,
-                                      TaskGuardOpt, TextFieldOpt, TokenLossesOpt, TrustOpt, WithLogNOpt, WorkloadOpt)
+                                      TaskGuardOpt, TextFieldOpt, TokenLossesOpt, TrustOpt, WeightsOpt, WithLogNOpt,
+                                      WorkloadOpt)
 from ropecli.cli.groups import ModelSourceOptions, ScheduleOptions
 from ropecli.cli.options import (BaseOpt, MapOpt, DOpt, GgufOpt, HeadDimAliasOpt, KOpt, LogNOpt, RopeLayersOpt, TrainLenOpt, advanced,
                                  flat_choices)
@@ -166,6 +167,7 @@ class AdviseOptions:
     metric: AdviseMetricOpt = "ppl"  # what the searches minimize and the rule ranks by
     workload: WorkloadOpt = None  # also every candidate served per runtime over these request lengths
     runtime: ServeRuntimeOpt = None
+    weights: WeightsOpt = "auto"  # the transformers export's weights: copies of ropecli's own model, links otherwise
 
     def plan(self):
         serving = ServingOptions(self.workload, self.runtime)

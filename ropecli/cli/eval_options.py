@@ -173,9 +173,11 @@ ConsistentOpt = Annotated[bool, typer.Option(
          "cache is safe in every runtime. --switching: transformers switches to the extension only past L (Ls) per "
          "forward pass, and keys cached before the switch go stale; its measured decode damage is printed.")]
 WeightsOpt = Annotated[str, typer.Option(
-    "--weights", click_type=CommaChoices(("link", "hardlink", "copy"), "--weights", "HOW", many=False), rich_help_panel=OUTPUT,
+    "--weights", click_type=CommaChoices(("auto", "link", "hardlink", "copy"), "--weights", "HOW", many=False),
+    rich_help_panel=OUTPUT,
     help="transformers, a local model folder: its weights beside the merged config.json as symbolic links by absolute "
-         "path (link: a folder moved with rsync -a or tar arrives with dangling links), hard links or copies.")]
+         "path (link: a folder moved with rsync -a or tar arrives with dangling links), hard links or copies; auto "
+         "(default): copies of ropecli's own models (links into the installed package break with it), links otherwise.")]
 ReplaceOpt = Annotated[bool, typer.Option(
     "--replace", rich_help_panel=ADVANCED, help="gguf: replace the rope_freqs / scaling the input already has.")]
 ArtefactPathArg = Annotated[str, typer.Argument(

@@ -12,6 +12,7 @@ from ropecli.errors import RopeCliError
 from ropecli.export.hf import merged_config, write_json
 from ropecli.files import normal_mode
 from ropecli.models.config import locate_file
+from ropecli.models.packaged import PACKAGE_DIR
 
 
 def check_empty_or_forced(out_dir: Path, force: bool) -> None:
@@ -54,7 +55,7 @@ def export_hf_folder(model_dir: Path, out_dir: Path, block: dict | None, force: 
     return linked
 
 
-WEIGHTS = ("link", "hardlink", "copy")
+WEIGHTS = ("auto", "link", "hardlink", "copy")
 
 
 def place_weights(out_dir: Path, names: list[str], how: str) -> str:
@@ -64,6 +65,9 @@ def place_weights(out_dir: Path, names: list[str], how: str) -> str:
     import os
     import shutil
 
+    own = bool(names) and all((out_dir / name).resolve().is_relative_to(PACKAGE_DIR) for name in names)
+    if how == "auto":  # ropecli's own models (tens of MB) are copied: links into the installed package break with it
+        how = "copy" if own else "link"
     if how == "link":
         return ("the weights are symbolic links by absolute path: a folder moved to the serving machine with rsync -a "
                 "or tar arrives with dangling links; --weights hardlink (same filesystem, no extra space) or --weights "
@@ -88,7 +92,9 @@ def place_weights(out_dir: Path, names: list[str], how: str) -> str:
         tmp.rename(dst)
     return (f"the weights are {'hard links' if how == 'hardlink' else 'copies'}"
             + (f" ({copied} copied: another filesystem)" if how == "hardlink" and copied else "")
-            + ": the folder is self-contained, rsync -a or tar carries it whole")
+            + ": the folder is self-contained, rsync -a or tar carries it whole"
+            + (" (ropecli's own model: links into the installed package would break when it is upgraded or removed)"
+               if own and how == "copy" else ""))
 
 
 def export_hf_from_gguf(gguf_path: Path, out_dir: Path, block: dict | None, force: bool) -> None:

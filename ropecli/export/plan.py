@@ -97,13 +97,14 @@ def export_target(geom: Geometry, rope: ModelRope | None, base_given: bool) -> M
 def export_schedule(spec: Spec, geom: Geometry, rope: ModelRope, runtime: str, out: str | None, *,
                     model: str | None = None, gguf_file: str | None = None, force: bool = False,
                     consistent: bool = True, replace: bool = False, measure_switching: bool = True,
-                    weights: str = "link") -> dict:
+                    weights: str = "auto") -> dict:
     """Write `spec` at geom's k for `runtime` (a name or alias; paths checked by `check_export_paths` first) with
     the runtime's writer (`ropecli.export.runtimes.<name>.write`); returns what was written, the lines to tell the user,
     and what each runtime does with it. `native` (the model as shipped) writes nothing. `consistent=False`
     (--switching) writes the short/long switch; transformers then decodes across it with stale keys, and that
     damage is measured on `model` and printed (`measure_switching`). `weights`: how a model folder's other files
-    sit beside the merged config.json: "link" (symbolic links by absolute path), "hardlink" or "copy"."""
+    sit beside the merged config.json: "link" (symbolic links by absolute path), "hardlink", "copy", or "auto"
+    (copies of ropecli's own models, links otherwise: `hf_folder.place_weights`)."""
     hooks = resolve_runtime(runtime)  # resolved once: its record (passed down: no helper looks one up) and its hooks
     rec = hooks.record
     runtime = rec.name
@@ -120,6 +121,7 @@ def export_schedule(spec: Spec, geom: Geometry, rope: ModelRope, runtime: str, o
         if out is not None:
             result["manifest"] = write_manifest(out, spec, geom, rope, rec, model, gguf_file, consistent)
             result["lines"].append(f"wrote {result['manifest']}: what was exported (`ropecli verify {out}` reads it)")
+        result["lines"] += load_lines(result, rec)
         return result
     map_lines = (hooks.map_lines(spec.position_map, out, geom.target_len, model=model, gguf_file=gguf_file)
                  if spec.position_map else [])  # checked first
@@ -157,7 +159,14 @@ def export_schedule(spec: Spec, geom: Geometry, rope: ModelRope, runtime: str, o
     if out is not None:
         result["manifest"] = write_manifest(out, spec, geom, rope, rec, model, gguf_file, consistent)
         result["lines"].append(f"wrote {result['manifest']}: what was exported (`ropecli verify {out}` reads it)")
+    result["lines"] += load_lines(result, rec)
     return result
+
+
+def load_lines(result: dict, rec: Runtime) -> list[str]:
+    """The last line of a transformers folder's export: exactly what to type to load it (`writers.load_line`: with
+    trust_remote_code=True where the folder runs a map). Other runtimes print their serving command among their lines."""
+    return [f"load it: {result['command']}"] if rec.name == "transformers" and result.get("command") else []
 
 
 def works_with(rec: Runtime) -> list[dict]:

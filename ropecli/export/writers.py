@@ -66,18 +66,26 @@ def write_block(result: dict, block: dict, out: str, model, gguf_file, force: bo
         path = source_path(model, gguf_file)
         export_hf_from_gguf(path, Path(out), block, force)
         result["lines"].append(f"wrote {out}: {path.name} dequantized by transformers (safetensors, tokenizer) with the "
-                               f"block in its config.json: from_pretrained('{out}') needs no keyword arguments")
+                               "block in its config.json")
+        result["command"] = load_line(out)
     elif Path(model_folder(model)).is_dir():  # a folder, or a short name of ropecli's own (builtin, builtin-llama3)
         linked = export_hf_folder(Path(model_folder(model)), Path(out), block, force)
         result["lines"].append(f"wrote {out}/config.json and placed {len(linked)} file(s) of {model} beside it "
-                               f"({', '.join(linked)}; links, hard links or copies: the next line says which): "
-                               f"from_pretrained('{out}') needs no keyword arguments")
-        result["linked"] = linked
+                               f"({', '.join(linked)}; links, hard links or copies: a line below says which)")
+        result["linked"], result["command"] = linked, load_line(out)
     else:  # a hub id: its config.json merged; the weights are the user's to place
         export_hf_config(model, Path(out), block, force)
         result["lines"].append(f"wrote {out}/config.json; place {model}'s other files beside it, e.g. "
                                f"huggingface-cli download {model} --exclude config.json --local-dir {out}")
+        result["command"] = load_line(out)
     return result
+
+
+def load_line(out: str, remote_code: bool = False) -> str:
+    """What to type to load an exported transformers folder: the block is in its config.json, so no keyword argument
+    but trust_remote_code where the folder's own modeling file runs (a position map)."""
+    return (f"AutoModelForCausalLM.from_pretrained({str(out)!r}"
+            + (", trust_remote_code=True)" if remote_code else ")"))
 
 
 def vllm_checkpoint(result: dict, model, gguf_file) -> str:

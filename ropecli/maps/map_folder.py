@@ -16,6 +16,7 @@ from pathlib import Path
 from ropecli.errors import RopeCliError
 from ropecli.export.check import Check
 from ropecli.export.readback import read_json
+from ropecli.export.writers import load_line
 from ropecli.maps.position_maps import resolve_map
 from ropecli.maps import vllm_plugin
 
@@ -72,9 +73,10 @@ def write_map_folder(spec, out: str | None, write_schedule, select=None, length:
     config["auto_map"] = {**config.get("auto_map", {}), **AUTO_MAP}
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     (folder / MODELING).write_text(modeling_source(position_map, base))
-    result["lines"].append(f"wrote {out}/{MODELING} and the map in config.json: AutoModelForCausalLM.from_pretrained("
-                           f"'{out}', trust_remote_code=True) generates under {position_map.name} (generate(), "
-                           f"pipeline('text-generation'), lm-eval's hf model with trust_remote_code=True)")
+    result["lines"].append(f"wrote {out}/{MODELING} and the map in config.json: the folder generates under "
+                           f"{position_map.name} (generate(), pipeline('text-generation', model=...), lm-eval's hf model, "
+                           "each with trust_remote_code=True)")
+    result["command"] = load_line(out, remote_code=True)
     result["served_map"] = config["ropecli_map"]
     return result
 

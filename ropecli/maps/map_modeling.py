@@ -42,6 +42,7 @@ import torch
 import transformers
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 BASE_CLASS = "LlamaForCausalLM"  # the model's own class (the export writes it)
 NAME = "ropecli_map_export"
@@ -1175,3 +1176,9 @@ class RopecliMapForCausalLM(Base):
 # generate() reads the model's parameters from forward's signature (logits_to_keep: the prefill's logits for the last
 # token only; the attention mask it derives): the model's own, not (*args, **kwargs)
 RopecliMapForCausalLM.forward.__signature__ = inspect.signature(Base.forward)
+
+
+# pipeline("text-generation") checks the model's class name against transformers' causal-LM names and logs a
+# several-KB "is not supported" error for any other (transformers/pipelines/base.py: check_model_type): this class is
+# named there under a model type no config has (the auto mappings look names up by config only: nothing else changes)
+MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.setdefault("ropecli_map", RopecliMapForCausalLM.__name__)

@@ -116,14 +116,25 @@ def advice_lines(result: dict, out_dir) -> list:
         text.append(f"race: {result['race']['outcome']}")
         if result["kl_race"]:
             text.append(f"tie-break (KL within L): {result['kl_race']['outcome']}")
-    text += [f"{e['runtime']}: {'ok' if e['ok'] else 'not written'} — " + (f"{e['instead']}: " if e.get("instead") else "")
-             + (e['command'] or e['output']) for e in result["exports"]]
+    text += export_lines(result["exports"])
     from ropecli.report.serving_tables import serving_tables
 
     served = serving_tables(result)
     text.append(f"wrote {out_dir}/advice.json and {out_dir}/report.md; {result['forward_passes']} forward passes, "
                 f"{result['cache']['hits']} cached windows reused")
     return [f"[bold]winner: {escape(result['winner_label'])}[/] — {escape(result['verdict'])}", t, *served, *map(plain, text)]
+
+
+def export_lines(exports: list[dict]) -> list[str]:
+    """Per runtime: the export's command or why none was written, then what to type to load or serve what it wrote
+    (trust_remote_code=True where the folder runs a map; vLLM's serve line)."""
+    text = []
+    for e in exports:
+        text.append(f"{e['runtime']}: {'ok' if e['ok'] else 'not written'} — " + (f"{e['instead']}: " if e.get("instead") else "")
+                    + (e['command'] or e['output']))
+        if e["ok"] and e.get("serve"):
+            text.append(f"  {'load it' if e['runtime'] == 'transformers' else 'serve it'}: {e['serve']}")
+    return text
 
 
 def mixed_windows(result: dict) -> bool:

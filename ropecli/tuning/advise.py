@@ -145,7 +145,7 @@ def write_advice(result: dict, standings: Standings, session: Bench, plan: Advis
                  out_dir: Path) -> None:
     """The winner exported for every runtime, report.md with its pictures, and advice.json, in --out."""
     rope = session.rope
-    result["exports"] = export_winner(standings, result, rope, source.model, source.gguf_file, out_dir)
+    result["exports"] = export_winner(standings, result, rope, source.model, source.gguf_file, out_dir, plan.weights)
     result["commands"] = [reproduce_command(plan, source, lengths, session.inputs, str(out_dir)),
                           *[e["command"] for e in result["exports"] if e["command"]]]
     write_report(result, out_dir, rope.geometry(result["factor"]), rope.name)

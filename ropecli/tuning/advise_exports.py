@@ -21,7 +21,7 @@ from ropecli.tuning.standings import Ranked, Standings
 
 
 def export_winner(standings: Standings, result: dict, rope, model: str | None, gguf_file: str | None,
-                  out_dir: Path) -> list[dict]:
+                  out_dir: Path, weights: str = "auto") -> list[dict]:
     """The winner through `ropecli.export.plan.export_schedule` (what `ropecli export` runs), for each
     runtime, with the `ropecli export` command that does the same; a runtime that fails is reported, not raised.
     With a workload (`result["serving"]`) each runtime gets `runtime_pick`'s candidate and export variant."""
@@ -47,7 +47,7 @@ def export_winner(standings: Standings, result: dict, rope, model: str | None, g
             continue
         for w in picks:
             entry = export_one(w, best, runtime, map_out(runtime, w, out, out_dir), geom, target, model, source,
-                               gguf_file)
+                               gguf_file, weights)
             if entry["ok"] or w is picks[-1]:
                 why = "; ".join(filter(None, [picks[0].instead, *refused]))
                 why += f": exporting {w.candidate}, the next-ranked candidate it serves (rank {w.rank})" if refused else ""
@@ -58,7 +58,8 @@ def export_winner(standings: Standings, result: dict, rope, model: str | None, g
     return sorted(done, key=lambda e: order.index(e["runtime"]))
 
 
-def export_one(w: Ranked, best: dict | None, runtime: str, out: Path, geom, rope, model, source, gguf_file) -> dict:
+def export_one(w: Ranked, best: dict | None, runtime: str, out: Path, geom, rope, model, source, gguf_file,
+               weights: str = "auto") -> dict:
     """One candidate `w` exported for `runtime` (what `ropecli export` runs) as the spec the tournament measured, with
     the command that does the same: the export's lines, or the one line that refused it."""
     spec = w.spec
@@ -69,15 +70,16 @@ def export_one(w: Ranked, best: dict | None, runtime: str, out: Path, geom, rope
     flags = ["--model", shown, *(["--gguf-file", gguf_file] if gguf_file else []), "--method", name,
              *[x for k, v in params.items() for x in ("--param", f"{k}={v:.10g}")], *(["--log-n"] if spec.log_n else []),
              *(["--map", map_text(spec.position_map)] if spec.position_map else []),
-             "--len", str(geom.target_len), "--force", *([] if consistent else ["--switching"])]
+             "--len", str(geom.target_len), "--force", *([] if consistent else ["--switching"]),
+             *(["--weights", weights] if weights != "auto" and runtime == "transformers" else [])]
     command = " ".join(shlex.quote(c) for c in ["ropecli", "export", *flags, "--to", runtime, "--out", str(out)])
     try:
         written = export_schedule(spec, geom, rope, runtime, str(out), model=source, gguf_file=gguf_file, force=True,
-                                  consistent=consistent, measure_switching=False)
+                                  consistent=consistent, measure_switching=False, weights=weights)
     except RopeCliError as exc:
         return {"runtime": runtime, "command": command, "ok": False, "output": str(exc), "candidate": w.candidate}
     return {"runtime": runtime, "command": command, "ok": True, "output": "\n".join(written["lines"])[-2000:],
-            "candidate": w.candidate}
+            "candidate": w.candidate, "serve": written.get("command")}
 
 
 def map_out(runtime: str, w: Ranked, out: Path, out_dir: Path) -> Path:

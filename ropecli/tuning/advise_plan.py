@@ -27,3 +27,4 @@ class AdvisePlan:
     task_guard: Metric | None = None  # a RULER task's record: out if shown worse at the target than as shipped within Ls
     workload: str | None = None  # --workload: also every candidate served per runtime over these request lengths
     runtime: list | None = None  # the runtimes of --workload, their records (None: transformers, vLLM, llama.cpp)
+    weights: str = "auto"  # how the transformers export holds a local model's weights (`export.hf_folder.place_weights`)

@@ -14,7 +14,7 @@ from ropecli.cli.options import DEFAULT_METHOD, ForceOpt, JsonOpt, LogNOpt, MapO
 @handle_errors
 @with_option_groups
 def export(geometry: TargetGeometryOptions, schedule: ScheduleOptions, log_n: LogNOpt = False, to: ToOpt = "transformers", out: ExportOutOpt = None, consistent: ConsistentOpt = True, force: ForceOpt = False,
-           replace: ReplaceOpt = False, weights: WeightsOpt = "link", position_map: MapOpt = None, as_json: JsonOpt = False):
+           replace: ReplaceOpt = False, weights: WeightsOpt = "auto", position_map: MapOpt = None, as_json: JsonOpt = False):
     """Write a schedule where a runtime reads it: transformers, vLLM, llama.cpp, SGLang or Ollama.
 
     Examples: ropecli export --model path/to/llama --method mixed --b 0.75 --len 32768 --to transformers --out llama-32k
