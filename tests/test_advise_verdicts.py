@@ -50,3 +50,20 @@ def test_advise_at_8x_on_one_or_two_documents_never_picks_a_worse_winner(plays, 
     for name in ("none", "pi"):
         assert rows[name]["rank"] > winner["rank"] and rows[name]["vs_best"]["diff"] > 0.5
         assert rows[name]["verdict"] == "worse" or race == ["--no-race"], rows[name]["vs_best"]
+
+
+def test_the_verdict_and_the_verdicts_line_state_one_scope():
+    """The first line (verdict) and the Verdicts line / advice.json["inference"] once named different inferences
+    ("document units" from the first comparison, "windows" from the best's own row): both now state the least general
+    one of all comparisons with the best (issue 81)."""
+    from ropecli.tuning.ranking import ranking_scope
+
+    def row(inference, n):
+        from ropecli.evaluation.inference import GENERALIZES
+
+        return {"vs_best": {"inference": inference, "generalizes_to": GENERALIZES[inference], "documents": None, "n": n}}
+
+    scope = ranking_scope([row("document units", 4), row("windows", 8), row("documents", 12)])
+    assert scope["inference"] == "windows" and scope["generalizes_to"] == "every window of these documents"
+    assert ranking_scope([row("documents", 12), row("documents", 10)])["n"] == 10
+    assert ranking_scope([]) is None

@@ -258,3 +258,20 @@ def test_cached_windows_without_per_prediction_nll_are_computed_again_for_key_pp
     assert again.exit_code == 0, again.output
     out = json.loads(again.stdout)
     assert out["forward_passes"] == 4 and all(r["key_ppl"] is not None for r in out["results"])
+
+
+def test_the_key_note_says_what_happened():
+    """No key prediction found (0 key tokens, an empty cache) is not "cached windows predate" (issue 81); a result
+    without per-prediction NLL is."""
+    import dataclasses
+
+    from fakes import ppl_result
+    from ropecli.report.tables import key_note
+    from ropecli.rope.spec import make_spec
+
+    base = ppl_result(make_spec("pi", factor=2.0), 512, [3.0, 3.1])
+    found_none = dataclasses.replace(base, key_rule="repeated n-grams", key_tokens=0)
+    note = key_note([found_none])[0]
+    assert "found no key prediction" in note and "predate" not in note, note
+    stale = dataclasses.replace(base, key_rule="repeated n-grams", key_tokens=None)
+    assert "predate" in key_note([stale])[0]

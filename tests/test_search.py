@@ -229,3 +229,15 @@ def test_short_regression_guard(tiny_dir, tmp_path):
     ok = [e for e in out["evaluations"] if not e.get("violates_guard")]
     assert ok and all(e["short_rise_percent"] <= 0.5 for e in ok)
     assert any(e.get("violates_guard") for e in out["evaluations"])
+
+
+def test_the_summary_names_equivalent_points_not_an_interval():
+    """`b in [0.8541, 0.8541] is shown equivalent` beside undecided neighbours (issue 81): the line names the evaluated
+    points shown equivalent, or says none is, and the undecided ones."""
+    from ropecli.report.search_tables import equivalent_words
+
+    alone = equivalent_words({"equivalent_points": [], "undecided_points": [0.849, 0.862]}, "b")
+    assert alone.startswith("no other evaluated b is shown equivalent") and "undecided: 0.8490, 0.8620" in alone
+    assert "[" not in alone
+    some = equivalent_words({"equivalent_points": [0.83], "undecided_points": []}, "b")
+    assert some.startswith("evaluated b shown equivalent to it: 0.8300") and "undecided" not in some

@@ -60,6 +60,7 @@ MIN_DOCUMENTS = 10  # documents from which inference is over documents (generali
 MARGIN = 0.01  # nats of mean log-PPL within which two candidates count as equivalent (PPL within 1.0 %)
 POWER = 0.80  # of the units-needed answer
 
+GENERALITY = ["documents", "units", "document units", "windows"]  # the inferences, most general first
 GENERALIZES = {"documents": "new documents like these", "windows": "every window of these documents",
                "document units": "the documents of this text", "units": "new prompts drawn the same way"}
 
@@ -245,8 +246,7 @@ def combine(parts: list[Paired]) -> Paired:
     diff = float(np.mean([p.diff for p in parts]))
     if any(p.se is None for p in parts):
         return Paired(diff, None, None, n, "none", lengths=len(parts))
-    order = ["documents", "units", "document units", "windows"]  # least general last
-    inference = max((p.inference for p in parts), key=order.index)
+    inference = max((p.inference for p in parts), key=GENERALITY.index)
     return Paired(diff, float(np.mean([p.se for p in parts])), float(min(p.df for p in parts)), n, inference,
                   min(p.documents or 0 for p in parts) or None, lengths=len(parts))
 

@@ -76,13 +76,24 @@ def search_b_tables(out: dict) -> list:
         d = ref["vs_best_b"]
         r.add_row(ref["label"], *_cells(ref, lengths, passkey, keyed), f"{ref['objective']:.4f}", fmt_diff(d),
                   "beats best b" if d["beats_best_b"] else d["verdict"])
-    lo_b, hi_b = out["equivalent_b"]
     return [f"[bold]verdict:[/] {escape(out['verdict'])}", t, r,
-            f"best b = [bold]{out['best_b']:.4f}[/] (±{out['tol']:g}), objective {out['best_objective']:.4f}; b in [{lo_b:.4f}, "
-            f"{hi_b:.4f}] is shown equivalent to it (paired 95%, fully evaluated points); {out['search_evaluations']} "
+            f"best b = [bold]{out['best_b']:.4f}[/] (±{out['tol']:g}), objective {out['best_objective']:.4f}; "
+            f"{equivalent_words(out, 'b')}; {out['search_evaluations']} "
             f"evaluations (a uniform grid of the same accuracy needs {out['grid_evaluations_same_accuracy']}); "
             f"{out['forward_passes']} forward passes, {out['cache']['hits']} cached results reused",
             *one_dim_notes(out, "b", out["lo"], out["hi"], "--lo/--hi")]
+
+
+def equivalent_words(out: dict, name: str) -> str:
+    """Which evaluated values are shown equivalent to the best (paired 95%, within the margin), and which are
+    undecided: points, never an interval (the values between two equivalent points were not measured)."""
+    points = lambda xs: ", ".join(f"{x:.4f}" for x in xs)  # noqa: E731
+    shown, undecided = out.get("equivalent_points") or [], out.get("undecided_points") or []
+    said = (f"evaluated {name} shown equivalent to it: {points(shown)}" if shown else
+            f"no other evaluated {name} is shown equivalent to it")
+    said += f" (paired 95%, fully evaluated points); undecided: {points(undecided)}" if undecided else \
+        " (paired 95%, fully evaluated points)"
+    return said
 
 
 def one_dim_notes(out: dict, name: str, lo: float, hi: float, flags: str) -> list[str]:

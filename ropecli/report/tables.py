@@ -22,10 +22,15 @@ def key_note(results: list[EvalResult]) -> list:
     """The line that says what key PPL is, once per table (nothing when no result has it)."""
     ppl = [r for r in results if isinstance(r, PplResult)]
     rule = next((r.key_rule for r in ppl if r.key_ppl is not None), None)
-    stale = sum(1 for r in ppl if r.key_rule and r.key_ppl is None and r.keys_beside)
+    stale = sum(1 for r in ppl if r.key_rule and r.key_tokens is None and r.keys_beside)  # no per-prediction NLL
+    none_found = sum(1 for r in ppl if r.key_rule and r.key_tokens == 0 and r.keys_beside)
     if stale:
         return [plain(f"key PPL: not shown for {stale} result(s) whose cached windows predate the per-prediction NLL "
                       "it needs; --keep-token-losses computes those windows again")]
+    if none_found and rule is None:
+        rule = next(r.key_rule for r in ppl if r.key_tokens == 0)
+        return [plain(f"key PPL: not shown: the rule ({rule}) found no key prediction in these windows (the tokens "
+                      "that need the long context; more or longer windows may hold some)")]
     if rule is None:
         return []
     counts = sorted({r.key_tokens for r in ppl if r.key_tokens is not None})

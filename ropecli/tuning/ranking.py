@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from ropecli.errors import RopeCliError
-from ropecli.evaluation.inference import MARGIN
+from ropecli.evaluation.inference import GENERALITY, MARGIN
 from ropecli.evaluation.metrics import PPL, Metric
 from ropecli.evaluation.stats import ONE_SIDED
 from ropecli.tuning.objective import pair
@@ -75,7 +75,9 @@ def rank(rows: list[dict], lengths: list[int], breaks, ppl_race: dict | None, kl
     others = [r["candidate"] for r in tied if r is not winner]
     undecided = [r["candidate"] for r in eligible if r["verdict"] == "undecided"]
     both = decide_other(rows, winner, metric, margin, level)
-    words = verdict(winner, best, [r for r in eligible if r is not best], excluded, lengths, ppl_race, margin, measure)
+    scope = ranking_scope([r for r in eligible if r is not best])
+    words = verdict(winner, best, [r for r in eligible if r is not best], excluded, lengths, ppl_race, margin, measure,
+                    scope)
     regret = regret_bound(winner, [r for r in alive if r is not winner], level, ppl_race)
     if regret:
         words += f"; {regret['line']}"
@@ -90,8 +92,7 @@ def rank(rows: list[dict], lengths: list[int], breaks, ppl_race: dict | None, kl
                             "temperature": winner.get("temperature")},
             "best_by_ppl": best["candidate"], "tied_with_winner": others, "equivalent_to_best": others,
             "undecided": undecided, "excluded": excluded, "margin": margin, "test_level": level,
-            "inference": {k: best["vs_best"].get(k) for k in ("inference", "generalizes_to", "documents")} if len(rows) > 1
-            else None,
+            "inference": scope if len(rows) > 1 else None,
             "verdict": words, "other_metric": both, "regret": regret, "race": ppl_race, "kl_race": kl_race}
 
 
@@ -113,8 +114,21 @@ def regret_bound(winner: dict, rivals: list[dict], level: float, ppl_race: dict 
         + (f", plus the race's {ppl_race['alpha']:g} chance of dropping the true best)" if ppl_race else ")"))}
 
 
+def ranking_scope(others: list[dict]) -> dict | None:
+    """What the ranking's verdicts generalize to, one statement for all of them: the least general inference among
+    the comparisons with the best (`evaluation.inference`: documents, prompts, this text's documents, these windows),
+    its unit count the smallest; None where no comparison has one (a single candidate, or none estimable)."""
+    scoped = [r["vs_best"] for r in others if r["vs_best"].get("generalizes_to")]
+    if not scoped:
+        return None
+    least = max(scoped, key=lambda p: (GENERALITY.index(p["inference"]) if p["inference"] in GENERALITY else -1,
+                                       -(p.get("documents") or p.get("n") or 0)))
+    return {"inference": least["inference"], "generalizes_to": least["generalizes_to"],
+            "documents": least.get("documents"), "n": least.get("n")}
+
+
 def verdict(winner: dict, best: dict, others: list[dict], excluded: list[dict], lengths: list[int],
-            ppl_race: dict | None, margin: float, measure: str = "log-PPL") -> str:
+            ppl_race: dict | None, margin: float, measure: str = "log-PPL", scope: dict | None = None) -> str:
     """The winner and why, every other candidate's standing, what would decide the undecided ones."""
     over = ", ".join(map(str, lengths))
     if winner is best:
@@ -140,8 +154,8 @@ def verdict(winner: dict, best: dict, others: list[dict], excluded: list[dict], 
         why += "; every other eligible candidate is shown worse"
     elif worse:
         why += f"; shown worse: {', '.join(worse)}"
-    if others and others[0]["vs_best"].get("generalizes_to"):
-        p = others[0]["vs_best"]
+    if scope:
+        p = scope
         count, unit = (p["documents"], "document") if p.get("documents") else (p["n"], "unit")
         why += (f" ({p['inference']} inference over {count} {unit}{'' if count == 1 else 's'}: generalizes to "
                 f"{p['generalizes_to']})")

@@ -150,7 +150,12 @@ def compare_with_best(evaluations: list[dict], best: dict, dims: list[Dim], brac
     measured = [e for e in evaluations if "stopped_early" not in e and "partial" not in e]
     return {"at_boundary": boundary(x[id(best)], d.lo, d.hi),
             "non_unimodal_at": local_maxima([(x[id(e)], e["objective"]) for e in measured]),
-            "bracket": [d.value(u) for u in bracket] if bracket else None, "equivalent": [tied[0], tied[-1]]}
+            "bracket": [d.value(u) for u in bracket] if bracket else None, "equivalent": [tied[0], tied[-1]],
+            # the evaluated points themselves: the values between two equivalent points are not shown equivalent
+            "equivalent_points": [x[id(e)] for e in sorted(scored, key=lambda e: x[id(e)])
+                                  if e["vs_best"]["tied"] and e is not best],
+            "undecided_points": [x[id(e)] for e in sorted(scored, key=lambda e: x[id(e)])
+                                 if e["vs_best"].get("verdict") == "undecided"]}
 
 
 def scorer(run: Evaluate, target: Target, objective: Metric = PPL, max_short_regression: float | None = None,
@@ -185,7 +190,8 @@ def search_b(run: Evaluate, target: Target, *, lo: float = 0.0, hi: float = 1.0,
         "best_b": best["b"], "best_objective": best["objective"], "best_ppl": best.get(PPL.field),
         "at_boundary": out["at_boundary"], "non_unimodal_at": out["non_unimodal_at"], "bracket": out["bracket"],
         "evaluations": out["evaluations"], "references": references, "guard": out["guard"],
-        "equivalent_b": out["equivalent"], **references_verdict(references, best),
+        "equivalent_b": out["equivalent"], "equivalent_points": out["equivalent_points"],
+        "undecided_points": out["undecided_points"], **references_verdict(references, best),
         "search_evaluations": out["search_evaluations"], "grid_evaluations_same_accuracy": grid_evaluations(lo, hi, tol),
     }
 
