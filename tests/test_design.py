@@ -201,3 +201,20 @@ def test_search_core_guard_rejects_short_context_damage():
     assert out["best_b"] <= 0.5  # the unguarded optimum 0.9 is rejected
     assert all(e["violates_guard"] for e in out["evaluations"] if e["b"] > 0.5)
     assert all((n, k) == (256, 8.0) for label, n, k in calls if label.startswith("mixed") and n == 256)
+
+
+def test_a_long_command_says_its_plan_first_and_progress_in_a_log(monkeypatch):
+    """With stderr not a terminal (a log, a pipe), a command says its forward passes before the first one, the time
+    the rest should take after the first one that runs, and a progress line every LINE_EVERY seconds (issue 81:
+    search-b ran 5 minutes with nothing said)."""
+    from ropecli.cli.session_opening import RichProgress
+
+    monkeypatch.setattr(RichProgress, "LINE_EVERY", 0.0)
+    monkeypatch.setattr(RichProgress, "LONG", 0.0)
+    r = runner.invoke(app, ["search-b", "--len", "512", "--samples", "2", "--tol", "0.3", "--no-cache"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    planned = next(i for i, ln in enumerate(lines) if "search-b: " in ln and "forward passes planned" in ln)
+    estimate = next(i for i, ln in enumerate(lines) if "a forward pass takes about" in ln)
+    progress = [ln for ln in lines if re.match(r"search-b: \d+/\d+ forward passes, .* elapsed, about .* left", ln)]
+    assert planned < estimate and len(progress) >= 2, r.output

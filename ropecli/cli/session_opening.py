@@ -16,20 +16,36 @@ from ropecli.evaluation.session import Progress, Session
 
 class RichProgress(Progress):
     """One rich progress bar (ETA) on stderr over everything a command evaluates; a task opened inside
-    another shares the outer bar. A log file or a pipe gets no progress frames."""
+    another shares the outer bar. Before the first forward pass it says how many it plans; after the first one it
+    computes, the time the rest should take. A log file or a pipe gets no bar frames but a line every
+    LINE_EVERY seconds (forward passes done, elapsed, time left)."""
+
+    LINE_EVERY = 30.0  # seconds between progress lines where stderr is not a terminal
+    LONG = 10.0  # seconds: an estimate is said once the rest is expected to take longer than this
 
     def __init__(self):
         self.bar, self.id = None, None
+        self.label, self.total, self.done = "", 0, 0
+        self.computed, self.computing_s = 0, 0.0  # forward passes that ran (not cache hits) and their seconds
+        self.started = self.last_tick = self.last_line = 0.0
+        self.estimated = False
 
     @contextmanager
     def task(self, total: int, label: str):
         if self.bar is not None:
             yield
             return
+        import time
+
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                    TimeRemainingColumn)
 
         err = stderr_console()
+        self.err, self.label, self.total, self.done = err, label, total, 0
+        self.computed, self.computing_s, self.estimated = 0, 0.0, False
+        self.started = self.last_tick = self.last_line = time.monotonic()
+        err.print(f"{label}: {total} forward pass{'' if total == 1 else 'es'} planned (cached ones are reused at "
+                  "once); the time they take is said after the first one", highlight=False)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       TextColumn("ETA"), TimeRemainingColumn(), console=err, disable=not err.is_terminal) as bar:
             self.bar, self.id = bar, bar.add_task(label, total=total)
@@ -40,6 +56,7 @@ class RichProgress(Progress):
 
     def grow(self, count: int) -> None:
         if self.bar is not None:
+            self.total += count
             self.bar.update(self.id, total=self.bar.tasks[0].total + count)
 
     def show(self, label: str) -> None:
@@ -47,8 +64,43 @@ class RichProgress(Progress):
             self.bar.update(self.id, description=label)
 
     def advance(self, count: int) -> None:
-        if self.bar is not None:
-            self.bar.advance(self.id, count)
+        if self.bar is None:
+            return
+        import time
+
+        self.bar.advance(self.id, count)
+        now = time.monotonic()
+        if now - self.last_tick > 0.05:  # a pass that ran (a cache hit ticks at once)
+            self.computed += count
+            self.computing_s += now - self.last_tick
+        self.done, self.last_tick = self.done + count, now
+        left = self.time_left()
+        if not self.estimated and left is not None and self.done < self.total:
+            self.estimated = True
+            if left > self.LONG:
+                self.err.print(f"{self.label}: a forward pass takes about {self.computing_s / self.computed:.1f} s here: "
+                               f"about {clock(left)} for the {self.total - self.done} left (the longest lengths "
+                               "take longest)", highlight=False)
+        if not self.err.is_terminal and now - self.last_line >= self.LINE_EVERY:
+            self.last_line = now
+            self.err.print(f"{self.label}: {self.done}/{self.total} forward passes, {clock(now - self.started)} elapsed"
+                           + (f", about {clock(left)} left" if left is not None else ""), highlight=False)
+
+    def time_left(self) -> float | None:
+        """Seconds the passes not yet done should take at the mean rate of those that ran (None before one ran)."""
+        if not self.computed:
+            return None
+        return (self.total - self.done) * self.computing_s / self.computed
+
+
+def clock(seconds: float) -> str:
+    """'42 s', '3 min 05 s', '1 h 12 min'."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
 def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, quiet: bool,

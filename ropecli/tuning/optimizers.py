@@ -64,6 +64,11 @@ def grid_evaluations(lo: float, hi: float, tol: float) -> int:
     return math.ceil((hi - lo) / (2 * tol)) + 1
 
 
+def golden_evaluations(lo: float, hi: float, tol: float) -> int:
+    """Evaluations `golden_section` makes: the two ends and its interior points."""
+    return 2 + interior_evaluations(lo, hi, tol)
+
+
 def check_range(lo: float, hi: float, tol: float) -> None:
     if not (0.0 <= lo <= 1.0 and 0.0 <= hi <= 1.0):
         raise RopeCliError(f"--lo {lo} / --hi {hi}: b must lie in [0, 1] (0 is PI, 1 is NTK-fixed)")

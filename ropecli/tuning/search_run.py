@@ -16,8 +16,8 @@ from ropecli.export.hf import write_hf_block
 from ropecli.export.hf_folder import check_writable
 from ropecli.export.registry import record
 from ropecli.rope.methods import resolve_method
-from ropecli.rope.spec import make_spec, parse_params
-from ropecli.tuning.optimizers import min_budget
+from ropecli.rope.spec import make_spec, parse_params, standard_specs_for
+from ropecli.tuning.optimizers import golden_evaluations, min_budget
 from ropecli.tuning.search import run_search, scorer, search_b
 from ropecli.tuning.search_verdicts import parse_reference
 from ropecli.tuning.space import ANY_GEOMETRY, Effort, SearchSpace, parse_vary
@@ -73,9 +73,12 @@ def search_b_on(session: Bench, plan: SearchPlan, target: Target, lo: float, hi:
                            f"(every b gives the same perplexity); give a --len above {L}, e.g. --len {8 * L}")
     preflight(session, plan, target)
     lengths, geom = list(target.lengths), target.geom
-    out = search_b(session.run, target, lo=lo, hi=hi, tol=tol, log_n=plan.log_n,
-                   max_short_regression=plan.max_short_regression, max_short_kl=plan.max_short_kl,
-                   objective=plan.objective, windows=session.inputs.count(plan.objective), screen=plan.race)
+    windows = session.inputs.count(plan.objective)
+    planned = (golden_evaluations(lo, hi, tol) + len(standard_specs_for(geom))) * windows * len(lengths)
+    with session.progress.task(planned, "search-b"):  # the golden section, then the references (fewer where reused)
+        out = search_b(session.run, target, lo=lo, hi=hi, tol=tol, log_n=plan.log_n,
+                       max_short_regression=plan.max_short_regression, max_short_kl=plan.max_short_kl,
+                       objective=plan.objective, windows=windows, screen=plan.race)
     out = {**session.header(), **out, "screened": plan.race, **session.tally()}
     title = f"search-b on {session.rope.name}: lengths {', '.join(map(str, lengths))}" + (" (log-n)" if plan.log_n else "")
     deliver(session, plan, out, ("mixed", {"b": out["best_b"]}), geom.factor,
@@ -109,7 +112,10 @@ def search_on(session: Bench, plan: SearchPlan, target: Target, method: str, var
     space = SearchSpace(method, tuple(dims), fixed, plan.log_n, plan.position_map)
     effort = Effort(budget, optimizer, windows=session.inputs.count(plan.objective), screen=plan.race)
     score = scorer(session.run, target, plan.objective, plan.max_short_regression, plan.max_short_kl)
-    out = run_search(session.run, target, space, effort, score, held_out_run=held.run, references=refs)
+    references = 1 + (len(refs) or len(standard_specs_for(geom)))  # the winner and the references, held out
+    planned = (budget * effort.windows + references * (effort.windows + held.inputs.count(plan.objective))) * len(lengths)
+    with session.progress.task(planned, "search"):
+        out = run_search(session.run, target, space, effort, score, held_out_run=held.run, references=refs)
     out = {**session.header(), **out, "held_out_windows": held.inputs.samples,
            "held_out_first_window": held.inputs.first_window_at(target.longest),
            "held_out_split": held.inputs.split_note(target.longest), "screened": plan.race, **session.tally(held)}
