@@ -12,6 +12,7 @@ from ropecli.cli.console import stderr_console
 from ropecli.errors import RopeCliError
 from ropecli.cli.eval_groups import DataOptions, EvalOptions, ModelOptions, PasskeyOptions
 from ropecli.evaluation.session import Progress, Session
+from ropecli.models.memory import resident_bytes
 
 
 class RichProgress(Progress):
@@ -132,8 +133,6 @@ def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions
         lm = _load(model, device, dist)
     err.print(f"model {lm.describe()}", highlight=False)
     loaded_peak = loading_peak()
-    if memory is not None:
-        err.print(memory[0].describe(memory[1]), highlight=False)
     prompts = {"depths": tuple(passkey.parsed_depths()), "digits": passkey.checked_digits(),
                "prompt_count": passkey.prompts, "frame": passkey.frame(lm.tokenizer)} if passkey else {}
     inputs = Inputs.load(lm.tokenizer, data.data, data.text_field, samples=data.samples, seed=data.seed, **prompts)
@@ -142,7 +141,11 @@ def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions
     per_depth = f", {inputs.prompt_count} prompt(s) per depth" if inputs.prompt_count is not None else ""
     per_depth += f"; task prompts {inputs.frame.describe()}" if inputs.frame.chat else ""
     err.print(f"data {inputs.data_label}; {data.samples} window(s) per length{per_depth}, seed {data.seed}", highlight=False)
-    plan = {**memory[0].to_json(), "load_peak_bytes": loaded_peak} if memory else None
+    held = resident_bytes("VmRSS")  # the model, the text and its tokens: what every forward pass starts from
+    if memory is not None:
+        err.print(memory[0].describe(memory[1], loaded_peak, held), highlight=False)
+    plan = {**memory[0].to_json(), "load_peak_bytes": loaded_peak, "held_after_loading_bytes": held,
+            "run_peak_bytes": memory[0].run_peak(loaded_peak, held)} if memory else None
     return Session(lm, ev, RichProgress(), memory=plan)
 
 

@@ -51,7 +51,16 @@ class MemoryPlan:
             return None
         return self.weights + self.activations + self.process + (self.kv_cache if self.scoring_cache else 0)
 
-    def describe(self, available: int | None = None) -> str:
+    def run_peak(self, load_peak: int | None, held: int | None) -> int | None:
+        """The whole run's peak from what loading measured: its own peak (a GGUF is dequantized through temporaries),
+        or what loading left resident (`held`, allocator slack included) plus what a scoring pass adds."""
+        if load_peak is None or held is None:
+            return None
+        return max(load_peak, held + self.activations + (self.kv_cache if self.scoring_cache else 0))
+
+    def describe(self, available: int | None = None, load_peak: int | None = None, held: int | None = None) -> str:
+        """The plan in one line; with `load_peak` and `held` (measured once the model is loaded) the whole run's peak,
+        loading included: the number to size a machine by."""
         weights = "weights not known before loading" if self.weights is None else f"weights {human(self.weights)}"
         if self.scoring_cache:
             line = f"memory: {weights} ({self.dtype}) + KV cache at {self.length:,} tokens {human(self.kv_cache)}"
@@ -68,6 +77,9 @@ class MemoryPlan:
             line += f"; under a position map up to {human(self.map_extra)} more"
             if self.key_pairs_extra > self.map_extra:
                 line += f" ({human(self.key_pairs_extra)} with DPE's key pairs)"
+        if (peak := self.run_peak(load_peak, held)) is not None:
+            line += (f"; measured: loading peaked at {human(load_peak)} and left {human(held)} resident, so this run "
+                     f"needs about {human(peak)}")
         return line + (f"; {human(available)} available" if available else "")
 
     def to_json(self) -> dict[str, Any]:
