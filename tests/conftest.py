@@ -5,6 +5,19 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+# `python -m pytest -m quick` (README, Tests): these files run in about two minutes on 2 cores (timed together with
+# --durations; the error-rate simulations of test_verdicts, test_agreement and test_proportions are left out)
+QUICK = {"test_cli_analysis.py", "test_schedule_identities.py", "test_schedules_oracle.py", "test_rope_blocks.py",
+         "test_user_errors.py", "test_writers.py", "test_design.py", "test_help_and_imports.py", "test_finite_options.py",
+         "test_estimand.py", "test_model_config.py", "test_runtimes.py", "test_p_rope.py", "test_fuzz_inputs.py",
+         "test_architecture.py"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in QUICK:
+            item.add_marker(pytest.mark.quick)
+
 
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path, monkeypatch):

@@ -82,7 +82,7 @@ class OutputOptions:
     """Tables for people, JSON for programs, and a picture."""
     as_json: JsonOpt = False
     plot: PlotOpt = None
-    force: ForceOpt = False  # --plot (and search's --export-config) may replace an existing file
+    force: advanced(ForceOpt) = False  # --plot (and search's --export-config) may replace an existing file
 
 
 def _alias(value, old, new_name: str, old_name: str):

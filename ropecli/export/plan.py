@@ -166,7 +166,7 @@ def export_schedule(spec: Spec, geom: Geometry, rope: ModelRope, runtime: str, o
 def load_lines(result: dict, rec: Runtime) -> list[str]:
     """The last line of a transformers folder's export: exactly what to type to load it (`writers.load_line`: with
     trust_remote_code=True where the folder runs a map). Other runtimes print their serving command among their lines."""
-    return [f"load it: {result['command']}"] if rec.name == "transformers" and result.get("command") else []
+    return [f"load it: {result['load']}"] if result.get("load") else []
 
 
 def works_with(rec: Runtime) -> list[dict]:

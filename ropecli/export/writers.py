@@ -67,17 +67,17 @@ def write_block(result: dict, block: dict, out: str, model, gguf_file, force: bo
         export_hf_from_gguf(path, Path(out), block, force)
         result["lines"].append(f"wrote {out}: {path.name} dequantized by transformers (safetensors, tokenizer) with the "
                                "block in its config.json")
-        result["command"] = load_line(out)
+        result["load"] = load_line(out)
     elif Path(model_folder(model)).is_dir():  # a folder, or a short name of ropecli's own (builtin, builtin-llama3)
         linked = export_hf_folder(Path(model_folder(model)), Path(out), block, force)
         result["lines"].append(f"wrote {out}/config.json and placed {len(linked)} file(s) of {model} beside it "
                                f"({', '.join(linked)}; links, hard links or copies: a line below says which)")
-        result["linked"], result["command"] = linked, load_line(out)
+        result["linked"], result["load"] = linked, load_line(out)
     else:  # a hub id: its config.json merged; the weights are the user's to place
         export_hf_config(model, Path(out), block, force)
         result["lines"].append(f"wrote {out}/config.json; place {model}'s other files beside it, e.g. "
                                f"huggingface-cli download {model} --exclude config.json --local-dir {out}")
-        result["command"] = load_line(out)
+        result["load"] = load_line(out)
     return result
 
 

@@ -76,7 +76,7 @@ def write_map_folder(spec, out: str | None, write_schedule, select=None, length:
     result["lines"].append(f"wrote {out}/{MODELING} and the map in config.json: the folder generates under "
                            f"{position_map.name} (generate(), pipeline('text-generation', model=...), lm-eval's hf model, "
                            "each with trust_remote_code=True)")
-    result["command"] = load_line(out, remote_code=True)
+    result["load"] = load_line(out, remote_code=True)
     result["served_map"] = config["ropecli_map"]
     return result
 

@@ -262,6 +262,7 @@ def write_map(spec, geom, rope, out, *, model=None, gguf_file=None, force=False,
     `architectures` names the class ropecli's vLLM plugin registers (`maps.vllm_plugin`), and the `vllm serve` line."""
     result = transformers.write_map(spec, geom, rope, out, model=model, gguf_file=gguf_file, force=force,
                                     consistent=consistent)
+    result.pop("load", None)  # vLLM serves the folder: its line is `vllm serve`, not transformers' loading line
     arch = read_json(Path(out) / "config.json")["ropecli_map"]["architecture"]
     command = f"vllm serve {shlex.quote(str(out))} --max-model-len {geom.target_len}"
     if arch in SERVED:
