@@ -121,3 +121,23 @@ def test_readme_command(page, line, monkeypatch, shared_cache, page_dirs):
         return
     r = runner.invoke(app, args)
     assert r.exit_code == 0, f"{page}: {line}\n{r.output}"
+
+
+def test_the_first_hour_is_planned():
+    """What a new user needs before the first long command (issue 81): the real models' lengths, the suite's time and
+    a quick subset that exists, what -m slow selects, a CPU torch pin that cannot resolve to a CUDA build, and test
+    extras without lm-eval's stack."""
+    import tomllib
+
+    text = README.read_text()
+    assert "SmolLM2\n8,192" in text or "SmolLM2 8,192" in text.replace("\n", " ")
+    assert "Gemma 3 270M 32,768" in text.replace("\n", " ")
+    assert "python -m pytest -m quick" in text and "about 50 minutes" in text
+    assert "-m slow` runs only the slow tests" in text.replace("\n", " ")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    markers = project["tool"]["pytest"]["ini_options"]["markers"]
+    assert any(m.startswith("quick:") for m in markers)
+    assert not any("lm-eval" in dep for dep in project["project"]["optional-dependencies"]["test"])
+    pins = [ln for ln in (ROOT / "constraints" / "cpu.txt").read_text().splitlines() if ln.startswith("torch")]
+    assert pins == ["torch==2.13.0+cpu"]  # PyPI's plain 2.13.0 is the CUDA build on Linux
+    assert "--index-url https://download.pytorch.org/whl/cpu" in text
