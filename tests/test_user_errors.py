@@ -50,3 +50,19 @@ def test_an_exported_folder_from_a_gguf_has_a_normal_folder_mode(builtin_gguf, t
     assert stat.S_IMODE(out.stat().st_mode) == 0o755  # mkdtemp's 0700 would keep a serving account out
     modes = {f.name: stat.S_IMODE(f.stat().st_mode) for f in out.iterdir()}
     assert "model.safetensors" in modes and set(modes.values()) == {0o644}, modes  # safetensors' own writer makes 0600
+
+
+def test_a_hub_id_without_network_or_cached_copy_is_one_line_with_the_fix(monkeypatch):
+    """Offline (or DNS down) and not cached: one line naming both fixes, not the hub's paragraph (issue 81's walk)."""
+    import huggingface_hub
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    def offline(*args, **kwargs):
+        raise LocalEntryNotFoundError("An error happened while trying to locate the file on the Hub and we cannot find "
+                                      "the requested files in the local cache. Please check your connection …")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
+    r = runner.invoke(app, ["freqs", "--model", "meta-llama/Llama-2-7b-hf", "--k", "8"])
+    assert r.exit_code == 1 and r.output.count("\n") == 1, r.output
+    assert "the hub cannot be reached and config.json is not in the local cache" in r.output
+    assert "pass a local folder" in r.output

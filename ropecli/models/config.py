@@ -83,6 +83,9 @@ def locate_file(name: str, path: Path, filename: str) -> Path:
 
         return Path(hf_hub_download(name, filename))
     except Exception as exc:  # network, auth, missing repo: one line
+        if type(exc).__name__ == "LocalEntryNotFoundError":  # huggingface_hub.errors: no network and no cached copy
+            raise RopeCliError(f"--model {name}: the hub cannot be reached and {filename} is not in the local cache; "
+                               "connect to the network (HF_TOKEN for a gated model) or pass a local folder") from None
         first = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
         raise RopeCliError(f"cannot read {filename} of '{name}': {first}; check the hub id, your network and HF_TOKEN "
                            "(offline: HF_HUB_OFFLINE=1 needs a cached copy)") from None
