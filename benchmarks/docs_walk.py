@@ -56,11 +56,13 @@ def run(line: str, cwd: Path, env: dict, timeout: int) -> dict:
     started = time.monotonic()
     try:
         p = subprocess.run(line, shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-        rc, out = p.returncode, (p.stderr if p.returncode else p.stdout or p.stderr)
-        first = first_line(out) if rc else first_line(p.stdout) or first_line(p.stderr)
+        rc = p.returncode
+        first = first_line(p.stderr) if rc else first_line(p.stdout) or first_line(p.stderr)
+        last = next((ln.strip() for ln in reversed((p.stderr or p.stdout).splitlines()) if ln.strip()), "")
     except subprocess.TimeoutExpired:
-        rc, first = None, f"(stopped after {timeout} s)"
-    return {"exit": rc, "seconds": round(time.monotonic() - started, 1), "first_line": first[:300]}
+        rc, first, last = None, f"(stopped after {timeout} s)", ""
+    return {"exit": rc, "seconds": round(time.monotonic() - started, 1), "first_line": first[:300],
+            "last_line": last[:300] if rc else ""}  # a failure's last line: ropecli's one-line error
 
 
 def main() -> int:
@@ -99,10 +101,11 @@ def main() -> int:
                   file=sys.stderr, flush=True)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(rows, indent=1) + "\n")
-    print("| page | command | exit | s | first line |\n|---|---|---|---|---|")
+    print("| page | command | exit | s | first line (a failure's last line after ⏎) |\n|---|---|---|---|---|")
     for r in rows:
+        said = r["first_line"] + (f" ⏎ {r['last_line']}" if r.get("last_line") and r["last_line"] != r["first_line"] else "")
         cells = [r["page"], f"`{r['command']}`", "—" if r["exit"] is None else str(r["exit"]), f"{r['seconds']:g}",
-                 r["first_line"].replace("|", "\\|")]
+                 said.replace("|", "\\|")]
         print("| " + " | ".join(cells) + " |")
     failed = [r for r in rows if r["exit"] not in (0, None)]
     print(f"\n{len(rows)} lines, {len(failed)} with a non-zero exit", file=sys.stderr)
