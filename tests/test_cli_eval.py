@@ -160,4 +160,4 @@ def test_progress_draws_only_on_a_terminal(tiny_dir, jsonl_file, tmp_path):
     assert r.returncode == 0
     lines = log.read_text().splitlines()
     assert lines and all(line.strip() for line in lines), lines
-    assert [line.split()[0] for line in lines] == ["model", "memory:", "data"]
+    assert [line.split()[0] for line in lines] == ["model", "data", "memory:", "evaluating:"]  # the plan, then the passes

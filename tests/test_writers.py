@@ -43,7 +43,13 @@ def test_export_then_search_b_then_verify_ends_in_a_refusal_never_a_bare_excepti
     assert r.exit_code == 0 and "transformers: OK" in r.output, r.output
     r = run("schedule", "--d", "128", "--k", "8", "--method", "yarn", "--format", "hf")  # as `> rope.json` would
     (tmp_path / "rope.json").write_text(r.stdout)
-    one_error_line(run("verify", "rope.json"), "rope.json changed after ropecli wrote rope.json.ropecli.json")
+    r = run("verify", "rope.json")  # the block of another model: said first, then the one line that refuses it
+    assert "warning: rope.json changed after ropecli wrote rope.json.ropecli.json" in r.output, r.output
+    one_error_line(r, "long_factor has 64 entries where rotary dim 64 has 32 pairs")
+    r = run("schedule", "--model", "builtin", "--k", "2", "--method", "yarn", "--format", "hf")  # this model, k = 2
+    (tmp_path / "rope.json").write_text(r.stdout)
+    r = run("verify", "rope.json")  # checked against the manifest: the checks that differ fail, exit 1
+    assert r.exit_code == 1 and "changed after ropecli wrote" in r.output and "Traceback" not in r.output, r.output
 
 
 def test_verify_of_a_block_for_another_model_is_one_line(tmp_path, monkeypatch):

@@ -32,6 +32,7 @@ class Expected:
     factor: float
     target_len: int
     source: str  # where the expectation came from, in words
+    warning: str = ""  # what the user should know first (an artefact rewritten after its manifest), or ""
 
     def schedule(self, layer_type: str | None) -> tuple[np.ndarray, float]:
         """(factors, attention factor) the export must carry for `layer_type` at T; log-n as the
@@ -117,12 +118,13 @@ def what_was_measured(artefact: Path, runtime: RuntimeHooks, flags: Measured) ->
     manifest = None if (flags.advice or flags_given) else manifest_path(artefact)
     if manifest is not None and manifest.is_file():
         made = read_json(manifest)
-        if not describes(made, artefact):
-            raise RopeCliError(f"{artefact} changed after ropecli wrote {manifest.name} beside it (that manifest describes "
-                               f"{made.get('label', 'another export')}, {made.get('runtime', '?')}); export it again, or "
-                               "verify it as it is with --model, --method and --len")
         model, gguf_file = model or made.get("model") or None, gguf_file or made.get("gguf_file")
-        return expected_from_export(made, manifest, model_rope(model, gguf_file)), model, gguf_file
+        exp = expected_from_export(made, manifest, model_rope(model, gguf_file))
+        if not describes(made, artefact):  # rewritten since (another command, a shell redirect, a hand edit)
+            exp.warning = (f"{artefact} changed after ropecli wrote {manifest.name} beside it: checked against what that "
+                           f"manifest describes ({made.get('label', '?')} for {made.get('runtime', '?')}); export it "
+                           "again, or verify it as it is now with --model, --method and --len")
+        return exp, model, gguf_file
     advice = Path(flags.advice) if flags.advice else (None if flags_given else advice_beside(artefact))
     if advice is not None:
         adv = read_json(advice)

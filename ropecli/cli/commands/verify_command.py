@@ -39,9 +39,12 @@ def verify(path: ArtefactPathArg, geometry: TargetGeometryOptions, schedule: Sch
     exp, model, gguf_file = what_was_measured(target, kind, Measured(
         g.model, g.gguf_file, g.d, g.base, g.train_len, g.rope_layers, g.k, g.target_len, s.method, s.b, s.param,
         s.factors, log_n, advice))
+    if exp.warning:
+        stderr_console().print(f"[yellow]warning:[/] {exp.warning}", highlight=False)
     verdict = verify_artefact(target, kind, exp, model, gguf_file, run=run, run_len=run_len, cache_dir=cache_dir,
                               runtime_given=runtime is not None, status=stderr_console().status)
     result = {"path": str(target), "runtime": verdict.runtime, "expected": exp.source, "ok": verdict.ok,
+              **({"warning": exp.warning} if exp.warning else {}),
               "verdict": verdict.line(), "checks": [vars(c) for c in verdict.checks], "notes": verdict.notes}
     emit_json(result) if as_json else show(verify_table(verdict, exp, target), wrap=False)
     if not verdict.ok:
