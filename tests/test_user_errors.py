@@ -62,7 +62,11 @@ def test_a_hub_id_without_network_or_cached_copy_is_one_line_with_the_fix(monkey
                                       "the requested files in the local cache. Please check your connection …")
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     r = runner.invoke(app, ["freqs", "--model", "meta-llama/Llama-2-7b-hf", "--k", "8"])
     assert r.exit_code == 1 and r.output.count("\n") == 1, r.output
     assert "the hub cannot be reached and config.json is not in the local cache" in r.output
     assert "pass a local folder" in r.output
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # offline on purpose: the fix is to unset it
+    r = runner.invoke(app, ["freqs", "--model", "meta-llama/Llama-2-7b-hf", "--k", "8"])
+    assert r.exit_code == 1 and "HF_HUB_OFFLINE is set" in r.output and "unset HF_HUB_OFFLINE" in r.output, r.output

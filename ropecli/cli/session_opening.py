@@ -45,8 +45,9 @@ class RichProgress(Progress):
         self.err, self.label, self.total, self.done = err, label, total, 0
         self.computed, self.computing_s, self.estimated = 0, 0.0, False
         self.started = self.last_tick = self.last_line = time.monotonic()
-        err.print(f"{label}: {total} forward pass{'' if total == 1 else 'es'} planned (cached ones are reused at "
-                  "once); the time they take is said after the first one", highlight=False)
+        if total:  # a race plans its passes round by round (a task opened at 0 grows)
+            err.print(f"{label}: up to {total} forward pass{'' if total == 1 else 'es'} planned (cached ones are reused "
+                      "at once); the time they take is said after the first one", highlight=False)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       TextColumn("ETA"), TimeRemainingColumn(), console=err, disable=not err.is_terminal) as bar:
             self.bar, self.id = bar, bar.add_task(label, total=total)
@@ -69,6 +70,8 @@ class RichProgress(Progress):
             return
         import time
 
+        if self.done + count > self.total:  # more than planned (a guard's passes): the bar grows, never runs over
+            self.grow(self.done + count - self.total)
         self.bar.advance(self.id, count)
         now = time.monotonic()
         if now - self.last_tick > 0.05:  # a pass that ran (a cache hit ticks at once)
@@ -91,7 +94,7 @@ class RichProgress(Progress):
         """Seconds the passes not yet done should take at the mean rate of those that ran (None before one ran)."""
         if not self.computed:
             return None
-        return (self.total - self.done) * self.computing_s / self.computed
+        return max(self.total - self.done, 0) * self.computing_s / self.computed
 
 
 def clock(seconds: float) -> str:
@@ -141,7 +144,8 @@ def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions
     per_depth = f", {inputs.prompt_count} prompt(s) per depth" if inputs.prompt_count is not None else ""
     per_depth += f"; task prompts {inputs.frame.describe()}" if inputs.frame.chat else ""
     err.print(f"data {inputs.data_label}; {data.samples} window(s) per length{per_depth}, seed {data.seed}", highlight=False)
-    held = resident_bytes("VmRSS")  # the model, the text and its tokens: what every forward pass starts from
+    # the model, the text and its tokens: what every forward pass starts from (host memory: a CPU run's whole story)
+    held = resident_bytes("VmRSS") if lm.device == "cpu" and not model.device_map else None
     if memory is not None:
         err.print(memory[0].describe(memory[1], loaded_peak, held), highlight=False)
     plan = {**memory[0].to_json(), "load_peak_bytes": loaded_peak, "held_after_loading_bytes": held,

@@ -122,7 +122,7 @@ def export_hf_from_gguf(gguf_path: Path, out_dir: Path, block: dict | None, forc
         write_json(str(work / "config.json"), (config if block is None else merged_config(config, block)))
         normal_mode(work, folder=True)  # mkdtemp made it 0700: a serving account could not read it
         for f in work.iterdir():  # safetensors writes model.safetensors 0600 (a temporary file renamed into place)
-            normal_mode(f)
+            normal_mode(f, folder=f.is_dir())
         if out_dir.exists():
             shutil.rmtree(out_dir)
         work.rename(out_dir)

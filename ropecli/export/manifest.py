@@ -14,6 +14,7 @@ from ropecli.rope.spec import Spec
 from ropecli.export.runtimes.record import Runtime
 from ropecli.files import atomic_write_text
 
+EDGE = 16 << 20  # bytes: a file larger than twice this is fingerprinted by its size, first and last EDGE bytes
 MANIFEST = "ropecli-export.json"  # in an exported folder; beside a file: FILE.ropecli.json
 
 
@@ -31,11 +32,16 @@ def fingerprint(out: str | Path) -> dict:
     target = out / "config.json" if out.is_dir() else out
     if not target.is_file():
         return {}
-    digest = hashlib.sha256()
+    digest, size = hashlib.sha256(), target.stat().st_size
     with open(target, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            digest.update(chunk)
-    return {"file": target.name, "sha256": digest.hexdigest()}
+        if size <= 2 * EDGE:
+            digest.update(f.read())
+        else:  # a GGUF of gigabytes: its size, its header (the keys an export writes) and its last tensor bytes
+            digest.update(size.to_bytes(8, "little") + f.read(EDGE))
+            f.seek(size - EDGE)
+            digest.update(f.read(EDGE))
+    return {"file": target.name, "sha256": digest.hexdigest(), **({"of": "size, first and last 16 MiB"}
+                                                                   if size > 2 * EDGE else {})}
 
 
 def describes(manifest: dict, out: str | Path) -> bool:

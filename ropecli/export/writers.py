@@ -76,8 +76,8 @@ def write_block(result: dict, block: dict, out: str, model, gguf_file, force: bo
     else:  # a hub id: its config.json merged; the weights are the user's to place
         export_hf_config(model, Path(out), block, force)
         result["lines"].append(f"wrote {out}/config.json; place {model}'s other files beside it, e.g. "
-                               f"huggingface-cli download {model} --exclude config.json --local-dir {out}")
-        result["load"] = load_line(out)
+                               f"huggingface-cli download {model} --exclude config.json --local-dir {out}, then "
+                               f"{load_line(out)}")
     return result
 
 

@@ -11,6 +11,7 @@ type). Gemma 3 style configs keep one RoPE per layer type; ropecli scales `full_
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from ropecli.errors import RopeCliError
@@ -83,6 +84,9 @@ def locate_file(name: str, path: Path, filename: str) -> Path:
 
         return Path(hf_hub_download(name, filename))
     except Exception as exc:  # network, auth, missing repo: one line
+        if type(exc).__name__ == "LocalEntryNotFoundError" and os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0"):
+            raise RopeCliError(f"--model {name}: HF_HUB_OFFLINE is set and {filename} is not in the local cache; "
+                               "unset HF_HUB_OFFLINE to download it, or pass a local folder") from None
         if type(exc).__name__ == "LocalEntryNotFoundError":  # huggingface_hub.errors: no network and no cached copy
             raise RopeCliError(f"--model {name}: the hub cannot be reached and {filename} is not in the local cache; "
                                "connect to the network (HF_TOKEN for a gated model) or pass a local folder") from None

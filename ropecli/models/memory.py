@@ -52,11 +52,12 @@ class MemoryPlan:
         return self.weights + self.activations + self.process + (self.kv_cache if self.scoring_cache else 0)
 
     def run_peak(self, load_peak: int | None, held: int | None) -> int | None:
-        """The whole run's peak from what loading measured: its own peak (a GGUF is dequantized through temporaries),
-        or what loading left resident (`held`, allocator slack included) plus what a scoring pass adds."""
+        """A CPU run's peak from what loading measured: its own peak (a GGUF is dequantized through temporaries), or
+        what loading left resident (`held`, allocator slack included) plus what a scoring pass adds (llama.cpp's KV
+        cache is allocated with its context, at loading: in `held`). None on a GPU (`held` not measured there)."""
         if load_peak is None or held is None:
             return None
-        return max(load_peak, held + self.activations + (self.kv_cache if self.scoring_cache else 0))
+        return max(load_peak, held + self.activations)
 
     def describe(self, available: int | None = None, load_peak: int | None = None, held: int | None = None) -> str:
         """The plan in one line; with `load_peak` and `held` (measured once the model is loaded) the whole run's peak,

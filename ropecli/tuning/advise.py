@@ -29,7 +29,7 @@ from ropecli.tuning.racing import race_start
 from ropecli.tuning.tournament import tournament
 from ropecli.tuning.workload import parse_workload
 
-MARKER = ".ropecli-advise"  # a folder advise made: a rerun may write into it again
+MARKER = ".ropecli-advise"  # a folder advise made: a rerun may write into it again (its advice.json: with --force)
 
 
 @dataclass
@@ -155,7 +155,9 @@ def write_advice(result: dict, standings: Standings, session: Bench, plan: Advis
 def reproduce_command(plan: AdvisePlan, source: Source, lengths, inputs, out: str) -> str:
     parts = ["ropecli", "advise", *(["--model", source.model] if source.model else [])]
     parts += [x for n in lengths for x in ("--len", str(n))] + [x for d in source.data or [] for x in ("--data", d)]
-    parts += ["--samples", str(inputs.samples), "--seed", str(inputs.seed), "--budget", str(plan.budget), "--out", out]
+    parts += ["--samples", str(inputs.samples), "--seed", str(inputs.seed), "--budget", str(plan.budget), "--out", out,
+              "--force"]  # the folder holds the advice this command replaces
+    parts += ["--weights", plan.weights] if plan.weights != "auto" else []
     parts += ["--prompts", str(inputs.prompt_count)] if inputs.prompt_count is not None else []
     return " ".join(shlex.quote(p) for p in parts + (["--with-log-n"] if plan.with_log_n else []))
 

@@ -71,7 +71,7 @@ def export_one(w: Ranked, best: dict | None, runtime: str, out: Path, geom, rope
              *[x for k, v in params.items() for x in ("--param", f"{k}={v:.10g}")], *(["--log-n"] if spec.log_n else []),
              *(["--map", map_text(spec.position_map)] if spec.position_map else []),
              "--len", str(geom.target_len), "--force", *([] if consistent else ["--switching"]),
-             *(["--weights", weights] if weights != "auto" and runtime == "transformers" else [])]
+             *(["--weights", weights] if weights != "auto" else [])]
     command = " ".join(shlex.quote(c) for c in ["ropecli", "export", *flags, "--to", runtime, "--out", str(out)])
     try:
         written = export_schedule(spec, geom, rope, runtime, str(out), model=source, gguf_file=gguf_file, force=True,

@@ -155,7 +155,7 @@ def compare_with_best(evaluations: list[dict], best: dict, dims: list[Dim], brac
             "equivalent_points": [x[id(e)] for e in sorted(scored, key=lambda e: x[id(e)])
                                   if e["vs_best"]["tied"] and e is not best],
             "undecided_points": [x[id(e)] for e in sorted(scored, key=lambda e: x[id(e)])
-                                 if e["vs_best"].get("verdict") == "undecided"]}
+                                 if e["vs_best"].get("verdict") == "undecided" and e is not best]}
 
 
 def scorer(run: Evaluate, target: Target, objective: Metric = PPL, max_short_regression: float | None = None,

@@ -74,8 +74,11 @@ def search_b_on(session: Bench, plan: SearchPlan, target: Target, lo: float, hi:
     preflight(session, plan, target)
     lengths, geom = list(target.lengths), target.geom
     windows = session.inputs.count(plan.objective)
-    planned = (golden_evaluations(lo, hi, tol) + len(standard_specs_for(geom))) * windows * len(lengths)
-    with session.progress.task(planned, "search-b"):  # the golden section, then the references (fewer where reused)
+    # the golden section, then the references: an upper bound (a screened point stops early; b = 0, 1 are PI and
+    # NTK-fixed, reused); a guard's passes within L tick beyond it and grow the bar
+    planned = (golden_evaluations(lo, hi, tol) + len(standard_specs_for(geom))) * session.inputs.units(plan.objective) \
+        * len(lengths)
+    with session.progress.task(planned, "search-b"):
         out = search_b(session.run, target, lo=lo, hi=hi, tol=tol, log_n=plan.log_n,
                        max_short_regression=plan.max_short_regression, max_short_kl=plan.max_short_kl,
                        objective=plan.objective, windows=windows, screen=plan.race)
@@ -113,7 +116,8 @@ def search_on(session: Bench, plan: SearchPlan, target: Target, method: str, var
     effort = Effort(budget, optimizer, windows=session.inputs.count(plan.objective), screen=plan.race)
     score = scorer(session.run, target, plan.objective, plan.max_short_regression, plan.max_short_kl)
     references = 1 + (len(refs) or len(standard_specs_for(geom)))  # the winner and the references, held out
-    planned = (budget * effort.windows + references * (effort.windows + held.inputs.count(plan.objective))) * len(lengths)
+    units, held_units = session.inputs.units(plan.objective), held.inputs.units(plan.objective)
+    planned = (budget * units + references * (units + held_units)) * len(lengths)  # an upper bound, as search-b's
     with session.progress.task(planned, "search"):
         out = run_search(session.run, target, space, effort, score, held_out_run=held.run, references=refs)
     out = {**session.header(), **out, "held_out_windows": held.inputs.samples,
