@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -54,12 +55,17 @@ def first_line(output: str) -> str:
 
 def run(line: str, cwd: Path, env: dict, timeout: int) -> dict:
     started = time.monotonic()
+    proc = subprocess.Popen(line, shell=True, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)  # its own process group: a timeout stops ropecli too
     try:
-        p = subprocess.run(line, shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+        out, err = proc.communicate(timeout=timeout)
+        p = subprocess.CompletedProcess(line, proc.returncode, out, err)
         rc = p.returncode
         first = first_line(p.stderr) if rc else first_line(p.stdout) or first_line(p.stderr)
         last = next((ln.strip() for ln in reversed((p.stderr or p.stdout).splitlines()) if ln.strip()), "")
     except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
         rc, first, last = None, f"(stopped after {timeout} s)", ""
     return {"exit": rc, "seconds": round(time.monotonic() - started, 1), "first_line": first[:300],
             "last_line": last[:300] if rc else ""}  # a failure's last line: ropecli's one-line error
@@ -71,6 +77,7 @@ def main() -> int:
     ap.add_argument("--keep", default=None, help="walk in this folder and keep it (default: a temporary one)")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per command")
     ap.add_argument("--json-out", default=None)
+    ap.add_argument("--only", action="append", default=None, help="run only the lines containing this text (repeatable)")
     args = ap.parse_args()
     base = Path(args.keep or tempfile.mkdtemp(prefix="ropecli-walk-"))
     base.mkdir(parents=True, exist_ok=True)
@@ -89,6 +96,8 @@ def main() -> int:
         for line in page_lines(page):
             why = next((w for start, w in NOT_RUN.items() if line.startswith(start)), None)
             if line in ran:  # a `$ ropecli …` block showing the output of a line the page's bash block ran
+                continue
+            if args.only and not line.startswith("pip install") and not any(o in line for o in args.only):
                 continue
             ran.add(line)
             if why:
