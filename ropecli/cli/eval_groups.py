@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ropecli.cli.eval_options import (AdviseBudgetOpt, AdviseMetricOpt, AttnOpt, Backend, BackendOpt, CacheDirOpt,
-                                      CandidatesOpt, ChatTemplateOpt, ChunkOpt, ConsistentOpt, DataOpt, DeltaOpt, DepthsOpt, DeviceMapOpt, DeviceOpt, DigitsOpt,
+                                      CandidatesOpt, ChatTemplateOpt, ChunkOpt, DataOpt, DeltaOpt, DepthsOpt, DeviceMapOpt, DeviceOpt, DigitsOpt,
                                       Dtype, DtypeOpt, ExportConfigOpt, HeldOutOpt, KeyEvaluatorOpt, KeyShortOpt,
                                       KeyTokens, KeyTokensOpt, LenOpt, MarginOpt, MaxShortKlOpt,
                                       MaxShortRegressionOpt, MaxWindowsOpt, MinPasskeyOpt, NoCacheOpt, ObjectiveOpt,
@@ -14,7 +14,7 @@ from ropecli.cli.eval_options import (AdviseBudgetOpt, AdviseMetricOpt, AttnOpt,
                                       TaskGuardOpt, TextFieldOpt, TokenLossesOpt, TrustOpt, WeightsOpt, WithLogNOpt,
                                       WorkloadOpt)
 from ropecli.cli.groups import ModelSourceOptions, ScheduleOptions
-from ropecli.cli.options import (BaseOpt, MapOpt, DOpt, GgufOpt, HeadDimAliasOpt, KOpt, LogNOpt, RopeLayersOpt, TrainLenOpt, advanced,
+from ropecli.cli.options import (BaseOpt, ConsistentOpt, MapOpt, DOpt, GgufOpt, HeadDimAliasOpt, KOpt, LogNOpt, RopeLayersOpt, TrainLenOpt, advanced,
                                  flat_choices)
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.metrics import metric_record

@@ -167,11 +167,6 @@ CacheDirOpt = Annotated[Optional[str], typer.Option(
 ToOpt = Annotated[str, typer.Option(
     "--to", click_type=CommaChoices(registry.names, "--to", "RUNTIME", many=False, spellings=registry.spellings), rich_help_panel=OUTPUT,
     help="The runtime: {choices}; `ropecli runtimes` shows each one's record.")]
-ConsistentOpt = Annotated[bool, typer.Option(
-    "--consistent/--switching", rich_help_panel=OUTPUT,
-    help="--consistent (default): short_factor = long_factor, the schedule at every length, so generation through a KV "
-         "cache is safe in every runtime. --switching: transformers switches to the extension only past L (Ls) per "
-         "forward pass, and keys cached before the switch go stale; its measured decode damage is printed.")]
 WeightsOpt = Annotated[str, typer.Option(
     "--weights", click_type=CommaChoices(("auto", "link", "hardlink", "copy"), "--weights", "HOW", many=False),
     rich_help_panel=OUTPUT,

@@ -93,11 +93,12 @@ LogNOpt = Annotated[bool, typer.Option(
 
 JsonOpt = Annotated[bool, typer.Option("--json", rich_help_panel=OUTPUT, help="Print JSON for programs instead of tables.")]
 PlotOpt = Annotated[Optional[str], typer.Option("--plot", rich_help_panel=OUTPUT, help="Write a PNG/SVG/PDF picture of the results.")]
-HfFormOpt = Annotated[bool, typer.Option(
+ConsistentOpt = Annotated[bool, typer.Option(
     "--consistent/--switching", rich_help_panel=OUTPUT,
-    help="--format hf: --consistent (default) writes short_factor = long_factor, one schedule at every length, so "
-         "generation through a KV cache equals one pass; --switching writes short_factor = 1, which transformers "
-         "switches to the extension only past L, leaving keys cached before the switch stale.")]
+    help="--consistent (default): short_factor = long_factor, the schedule at every length, so generation through a KV "
+         "cache equals one pass in every runtime. --switching: short_factor = 1 (or the shipped schedule), which "
+         "transformers switches to the extension only past L (Ls) per forward pass, leaving keys cached before the "
+         "switch stale (export measures and prints that damage).")]
 ForceOpt = Annotated[bool, typer.Option(
     "--force", rich_help_panel=OUTPUT, help="Overwrite what this command writes (--out, --plot, --export-config) where it exists.")]
 OutOpt = Annotated[Optional[str], typer.Option("--out", "-o", rich_help_panel=OUTPUT, help="Output file (.png, .svg or .pdf).")]

@@ -10,7 +10,7 @@ from ropecli.cli.common import emit_json, geometry_of, handle_errors, schedules_
 from ropecli.cli.console import show
 from ropecli.errors import RopeCliError
 from ropecli.cli.groups import GeometryOptions, ScheduleOptions, with_option_groups
-from ropecli.cli.options import DEFAULT_METHOD, HfFormOpt, JsonOpt, MapOpt, OUTPUT, OutputFormat
+from ropecli.cli.options import ConsistentOpt, DEFAULT_METHOD, JsonOpt, MapOpt, OUTPUT, OutputFormat
 from ropecli.maps.map_spelling import one_map
 
 
@@ -83,7 +83,7 @@ def schedule(
                                               help="Output: table, json, csv, or hf (transformers rope_parameters block).")] = OutputFormat.table,
     as_json: JsonOpt = False,
     as_csv: Annotated[bool, typer.Option("--csv", rich_help_panel=OUTPUT, help="Same as --format csv.")] = False,
-    consistent: HfFormOpt = True,
+    consistent: ConsistentOpt = True,
 ):
     """Per-pair factors Lambda_m and radix multipliers lambda_m of one or more methods.
 

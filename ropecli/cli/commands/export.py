@@ -6,9 +6,9 @@ from __future__ import annotations
 from ropecli.cli.common import emit_json, geometry_of, handle_errors
 from ropecli.cli.console import show
 from ropecli.errors import RopeCliError
-from ropecli.cli.eval_options import ConsistentOpt, ExportOutOpt, ReplaceOpt, ToOpt, WeightsOpt
+from ropecli.cli.eval_options import ExportOutOpt, ReplaceOpt, ToOpt, WeightsOpt
 from ropecli.cli.groups import TargetGeometryOptions, ScheduleOptions, with_option_groups
-from ropecli.cli.options import DEFAULT_METHOD, ForceOpt, JsonOpt, LogNOpt, MapOpt
+from ropecli.cli.options import ConsistentOpt, DEFAULT_METHOD, ForceOpt, JsonOpt, LogNOpt, MapOpt
 
 
 @handle_errors
