@@ -6,6 +6,7 @@ module imports another.
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager, nullcontext
 
 from ropecli.cli.console import stderr_console
@@ -36,8 +37,6 @@ class RichProgress(Progress):
         if self.bar is not None:
             yield
             return
-        import time
-
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                    TimeRemainingColumn)
 
@@ -68,8 +67,6 @@ class RichProgress(Progress):
     def advance(self, count: int) -> None:
         if self.bar is None:
             return
-        import time
-
         if self.done + count > self.total:  # more than planned (a guard's passes): the bar grows, never runs over
             self.grow(self.done + count - self.total)
         self.bar.advance(self.id, count)
