@@ -80,7 +80,7 @@ def test_lampe_is_the_authors_construction(use_length):
     own window, which also counts d = head, moves it (the one difference the map's docstring names)."""
     model, ids = build("llama"), torch.randint(0, 96, (1, 40), generator=torch.Generator().manual_seed(3))
     params = {"head": 6, "U": use_length}
-    with mapped(model, "lampe", params, block=7):
+    with mapped(model, "lampe-sw", params, block=7):
         got = nll(model, ids)
         rotary = ALL_ATTENTION_FUNCTIONS[NAME].mapped_by_slot[0].rotary
         ALL_ATTENTION_FUNCTIONS[NAME] = AuthorsLampe(rotary, 6, use_length, once=True)
@@ -95,7 +95,7 @@ def test_the_far_positions_are_the_sources_map_ids_in_float32():
     """m(p) = floor(p (U / (T - 1))) with the source's float32 rounding, numpy and torch alike, at lengths and mapping
     lengths where float32 and exact division disagree somewhere (10 positions in ~460k)."""
     for T, U in [(1023, 1536), (8192, 1036), (16384, 3072), (300, 96)]:
-        far = map_regions("lampe", map_params("lampe", {"head": 4, "U": U}), T)[1]
+        far = map_regions("lampe-sw", map_params("lampe-sw", {"head": 4, "U": U}), T)[1]
         src = AuthorsLampe.map_ids(torch.arange(T)[None], 0, U)[0].long()
         assert torch.equal(far.key(torch.arange(T)), src)
         assert np.array_equal(far.key(np.arange(T)), src.numpy())
@@ -112,14 +112,14 @@ def test_the_length_aware_mapping_length_is_the_papers_sigmoid():
         return int(param[2] / (1 + np.exp(-(param[0] * ctx_len + param[1]))))
 
     for T in (4096, 8192, 12000, 16384, 32768, 65536, 131072):
-        far = map_regions("lampe", map_params("lampe", {"head": 512, "L": 8192}), T)[1]
+        far = map_regions("lampe-sw", map_params("lampe-sw", {"head": 512, "L": 8192}), T)[1]
         U = remap_uselen(T)
         assert int(far.key(np.array([T - 1]))[0]) == int(np.floor(np.float32(T - 1) * (np.float32(U) / np.float32(T - 1))))
-    half = map_regions("lampe", map_params("lampe", {"head": 256, "L": 4096}), 8192)[1]
-    full = map_regions("lampe", map_params("lampe", {"head": 512, "L": 8192}), 16384)[1]
+    half = map_regions("lampe-sw", map_params("lampe-sw", {"head": 256, "L": 4096}), 8192)[1]
+    full = map_regions("lampe-sw", map_params("lampe-sw", {"head": 512, "L": 8192}), 16384)[1]
     assert int(half.key(np.array([8191]))[0]) * 2 in range(int(full.key(np.array([16383]))[0]) - 2,
                                                            int(full.key(np.array([16383]))[0]) + 3)
-    assert MAPS["lampe"].rule(8192, 32768) == {"head": 512, "U": 0, "L": 8192}
+    assert MAPS["lampe-sw"].rule(8192, 32768) == {"head": 512, "U": 0, "L": 8192}
 
 
 def cached_steps(model, ids, prompt: int):
@@ -147,7 +147,7 @@ def test_a_decoding_step_has_the_regions_of_its_own_length():
     ids = torch.randint(0, 96, (1, 80), generator=torch.Generator().manual_seed(2))
     params = {"head": 8, "L": 64}
     for model, equal in ((one, True), (build("llama"), False)):
-        with mapped(model, "lampe", params), torch.no_grad():
+        with mapped(model, "lampe-sw", params), torch.no_grad():
             steps = cached_steps(model, ids, 56)
             want = torch.stack([model(ids[:, :t]).logits[0, -1] for t in range(56, 81)])
         gap = (steps - want).abs().max()
@@ -156,10 +156,10 @@ def test_a_decoding_step_has_the_regions_of_its_own_length():
 
 @pytest.fixture(scope="module")
 def lampe_folder(tmp_path_factory):
-    base = tmp_path_factory.mktemp("lampe")
+    base = tmp_path_factory.mktemp("lampe-sw")
     model_dir = save_arch(next(a for a in ARCHS if a.name == "llama"), base / "model")
     r = CliRunner().invoke(app, ["export", "--model", str(model_dir), "--method", "none", "--map",
-                                 f"lampe:head=8,L={L0}", "--len", str(3 * L0), "--to", "transformers",
+                                 f"lampe-sw:head=8,L={L0}", "--len", str(3 * L0), "--to", "transformers",
                                  "--out", str(base / "out")])
     assert r.exit_code == 0, r.output
     return model_dir, base / "out"
@@ -175,10 +175,10 @@ def test_the_folder_is_ropecli_lampe_and_each_decoded_token_its_prefixs(lampe_fo
     params = {"head": 8, "L": L0}
     with torch.no_grad():
         got = folder(ids).logits
-        with mapped(reference, "lampe", params):
+        with mapped(reference, "lampe-sw", params):
             want = reference(ids).logits
         gen = folder.generate(ids[:, :L0 - 8], max_new_tokens=2 * L0, do_sample=False, min_new_tokens=2 * L0)
-        with mapped(reference, "lampe", params):
+        with mapped(reference, "lampe-sw", params):
             theirs = cached_steps(reference, gen, L0 - 8)[:-1]  # ropecli's decoding of the same tokens
         ours = cached_steps(folder, gen, L0 - 8)[:-1]
     assert (got - want).abs().max() < 1e-4, (got - want).abs().max()
@@ -204,18 +204,18 @@ def test_the_folder_is_ropecli_lampe_and_each_decoded_token_its_prefixs(lampe_fo
 def test_lampe_through_the_commands(lampe_folder, tiny_dir, text_file, tmp_path):
     """--map, methods, compare, search --vary, advise (by name, its rule), verify of the folder."""
     run = CliRunner().invoke
-    assert "lampe" in run(app, ["methods"]).output
+    assert "lampe-sw" in run(app, ["methods"]).output
     common = ["--model", tiny_dir, "--data", text_file, "--samples", "2", "--len", "128"]
-    r = run(app, ["compare", *common, "--method", "none", "--map", "none", "--map", "lampe:head=8,U=24"])
-    assert r.exit_code == 0 and "lampe(head=8,U=24" in r.output, r.output
-    s = run(app, ["search", *common, "--method", "none", "--map", "lampe:head=8,U=24", "--vary", "U=8:48",
+    r = run(app, ["compare", *common, "--method", "none", "--map", "none", "--map", "lampe-sw:head=8,U=24"])
+    assert r.exit_code == 0 and "lampe-sw(head=8,U=24" in r.output, r.output
+    s = run(app, ["search", *common, "--method", "none", "--map", "lampe-sw:head=8,U=24", "--vary", "U=8:48",
                   "--budget", "4", "--json"])
     assert s.exit_code == 0 and 8 <= json.loads(s.stdout)["best_params"]["U"] <= 48, s.output
-    a = run(app, ["advise", *common, "--budget", "4", "--candidates", "none,lampe", "--out", str(tmp_path / "a"),
+    a = run(app, ["advise", *common, "--budget", "4", "--candidates", "none,lampe-sw", "--out", str(tmp_path / "a"),
                   "--json"])
     assert a.exit_code == 0, a.output
     rows = {row["candidate"]: row for row in json.loads(a.stdout)["rows"]}
-    assert rows["lampe"]["position_map"]["name"] == "lampe" and rows["lampe"]["position_map"]["params"]["U"] == 0
+    assert rows["lampe-sw"]["position_map"]["name"] == "lampe-sw" and rows["lampe-sw"]["position_map"]["params"]["U"] == 0
     model_dir, out = lampe_folder
     v = run(app, ["verify", str(out)])
     assert v.exit_code == 0 and "ropecli_map.params.head" in v.output, v.output

@@ -21,6 +21,9 @@ def check_window(position_map: tuple, length: int) -> None:
 def check_map(position_map: tuple, lengths) -> None:
     """The map's regions can be built (DCA: local below chunk) and its window is below every length: one line otherwise."""
     if position_map:
-        as_bound(position_map).regions(max([*lengths, 1]))
+        bound = as_bound(position_map)
+        if bound.values.get("fit") == 0 and not bound.values.get("L"):  # LaMPE's fit = auto is chosen on the model:
+            bound = bound.but(L=float(max([*lengths, 1])))  # its regions' own rules checked at some L meanwhile
+        bound.regions(max([*lengths, 1]))
         for n in lengths:
             check_window(position_map, n)

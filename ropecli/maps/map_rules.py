@@ -78,7 +78,44 @@ def dpe_budget(Ls: int, T: int) -> int:
     return 2 + len(dpe_ranges(Ls, T)) * (int(hi / lo).bit_length())
 
 
-def lampe_rule(Ls: int, T: int) -> dict[str, float]:
-    """LaMPE's (scar-on/LaMPE llama_sw_map.py `forward`: head = 512 at Llama 3's 8,192, so Ls/16) with the paper's
-    length-aware mapping length (U = 0: set from each input's length by `remap_uselen`'s sigmoid, scaled by Ls)."""
+def lampe_sw_rule(Ls: int, T: int) -> dict[str, float]:
+    """LaMPE's two-region file (scar-on/LaMPE llama_sw_map.py `forward`: head = 512 at Llama 3's 8,192, so Ls/16) with
+    the paper's length-aware mapping length (U = 0: from each input's length by the Llama 3 sigmoid, scaled by Ls)."""
     return {"head": max(1, Ls // 16), "U": 0, "L": Ls}
+
+
+def lampe_rule(Ls: int, T: int) -> dict[str, float]:
+    """LaMPE's (scar-on/LaMPE llama_cache1.py `forward`'s defaults, head = 512 and tail = 200 at Llama 3's 8,192, in
+    units of Ls) with the paper's length-aware mapping length (U = 0: from each prompt's length by `remap_uselen`'s
+    sigmoid of the model's family, fit = auto; the Llama 3 one in units of Ls where LaMPE fitted none)."""
+    return {"head": max(2, Ls // 16), "tail": max(1, round(200 * Ls / 8192)), "U": 0, "L": Ls, "fit": 0}
+
+
+# LaMPE's per-benchmark settings, as its scripts run llama_cache1.py (`--map lampe:preset` spells none: these are
+# what `ropecli methods` lists and `lampe_preset` returns): LongBench run_cmd.sh (use_length 1536, head 512, tail 200;
+# pred.py uses the context's length below 1,536), RULER run_cmd.sh (head 1024, tail 200; test_ruler_llama_mix.py sets
+# U per prompt by remap_uselen), InfiniteBench run_cmd_llama3.sh (head 512, tail 200, map_len 4501)
+LAMPE_PRESETS = {"longbench": {"head": 512, "tail": 200, "U": 1536},
+                 "ruler": {"head": 1024, "tail": 200, "U": 0},
+                 "infinitebench": {"head": 512, "tail": 200, "U": 4501}}
+
+
+LAMPE_FIT_NAMES = {"scaled": "LaMPE's Llama 3 fit in units of the training length (ropecli's own scaling)", "llama2": "LaMPE's Llama 2 fit",
+                   "llama3": "LaMPE's Llama 3 fit", "llama3.1": "LaMPE's Llama 3.1 fit", "mistral": "LaMPE's Mistral fit"}
+
+
+def lampe_family(model_type: str, base: float, train_len: int, rope_type: str | None) -> str | None:
+    """The family whose `remap_uselen` fit LaMPE made (llama_cache1.py: llama2, llama3, mistral, llama3.1), read from a
+    model's config as those models ship (Llama 2: llama, base 10,000, L 4,096; Llama 3: base 500,000, L 8,192; Llama
+    3.1: base 500,000 with its llama3 rope block; Mistral: model_type mistral); None for any other model."""
+    if model_type == "mistral":
+        return "mistral"
+    if model_type != "llama":
+        return None
+    if base == 500000 and rope_type == "llama3":
+        return "llama3.1"
+    if base == 500000 and train_len == 8192 and not rope_type:
+        return "llama3"
+    if base == 10000 and train_len == 4096 and not rope_type:
+        return "llama2"
+    return None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from ropecli.errors import RopeCliError
-from ropecli.maps.position_maps import as_bound, bind
+from ropecli.maps.position_maps import MAPS, as_bound, bind
 
 
 def parse_map(text: str) -> tuple:
@@ -18,15 +18,28 @@ def parse_map(text: str) -> tuple:
     for pair in filter(None, (p.strip() for p in rest.split(","))):
         key, eq, value = pair.partition("=")
         try:
-            given[key.strip()] = float(value)
+            given[key.strip()] = value.strip() if value.strip() in named(name.strip(), key.strip()) else float(value)
         except ValueError:
-            raise RopeCliError(f"--map {text}: parameters are KEY=NUMBER, comma-separated, e.g. selfextend:G=8,W=64") from None
-        if not math.isfinite(given[key.strip()]):
+            raise RopeCliError(f"--map {text}: parameters are KEY=NUMBER (or a named value: lampe's fit=llama2), "
+                               "comma-separated, e.g. selfextend:G=8,W=64") from None
+        if not isinstance(given[key.strip()], str) and not math.isfinite(given[key.strip()]):
             raise RopeCliError(f"--map {text}: {key.strip()} = {value.strip()} is not a finite number")
         if not eq:
             raise RopeCliError(f"--map {text}: parameters are KEY=NUMBER, e.g. selfextend:G=8,W=64")
     bound = bind(name.strip(), given)
     return () if bound.name == "none" else bound
+
+
+def named(name: str, key: str) -> tuple[str, ...]:
+    """The names a parameter's values go by (LaMPE's fit: auto, scaled, llama2 …); () for a number."""
+    record = MAPS.get(name)
+    return next((p.choices for p in record.params if p.name == key), ()) if record else ()
+
+
+def shown(name: str, key: str, value: float, fmt: str) -> str:
+    """A parameter's value as the spelling shows it: its name where it has one (fit=llama2), else the number."""
+    choices = named(name, key)
+    return choices[int(value)] if choices and 0 <= int(value) < len(choices) else format(value, fmt)
 
 
 def under_maps(specs: list, texts: list[str] | None) -> list:
@@ -54,7 +67,7 @@ def map_label(position_map: tuple) -> str:
     if not position_map:
         return ""
     bound = as_bound(position_map)
-    return f"{bound.name}(" + ",".join(f"{k}={v:g}" for k, v in bound.key_values.items()) + ")"  # top=1 unsaid
+    return f"{bound.name}(" + ",".join(f"{k}={shown(bound.name, k, v, 'g')}" for k, v in bound.key_values.items()) + ")"  # top=1 unsaid
 
 
 def map_text(position_map: tuple) -> str:
@@ -62,7 +75,7 @@ def map_text(position_map: tuple) -> str:
     if not position_map:
         return "none"
     bound = as_bound(position_map)
-    return bound.name + ":" + ",".join(f"{k}={v:.10g}" for k, v in bound.key_values.items())
+    return bound.name + ":" + ",".join(f"{k}={shown(bound.name, k, v, '.10g')}" for k, v in bound.key_values.items())
 
 
 def map_json(position_map: tuple) -> dict | None:

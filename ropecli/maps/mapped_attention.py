@@ -115,7 +115,7 @@ def mapped(model, name: str, params: dict[str, float] | None = None, block: int 
                            "selection")
     selection = selection if selects and checked[selects] < 1.0 else None
     map_regions(name, checked, 1)  # its parameters' own rules, before the model is touched
-    regions = lambda n: map_regions(name, checked, n)  # noqa: E731  (a per-length map's regions depend on T_k)
+    regions = lambda n, prompt=None: map_regions(name, checked, n, prompt)  # noqa: E731  (per length: T_k; LaMPE: its prompt)
     slots, cfg, plans = _layers(model, name, length)
     kernel = kernel or os.environ.get("ROPECLI_MAP_KERNEL", "auto")
     if kernel not in ("auto", "flex", "blocks"):
@@ -126,7 +126,8 @@ def mapped(model, name: str, params: dict[str, float] | None = None, block: int 
                 for s in slots]
     first = {n: min(i for i, p in enumerate(plans) if p.rope == n) for n in {p.rope for p in plans if p.rope is not None}}
     attention = {n: MappedAttention(regions, forwards[n], block, kernel=kernel, name=(name, tuple(checked.items())),
-                                    first_layer=first[n], selection=selection, observe=observe) for n in first}
+                                    first_layer=first[n], selection=selection, observe=observe,
+                                    per_prompt=resolve_map(name).per_prompt) for n in first}
     before = model.config._attn_implementation
     ALL_ATTENTION_FUNCTIONS[NAME] = LayerDispatch(plans, attention, [rotator(real[id(s.module)][0], s.layer_type)
                                                                      for s in slots], before, ALL_ATTENTION_FUNCTIONS)

@@ -15,8 +15,10 @@ fast each pair turns, the map at which positions). Issue 48; the maps, with thei
                  intra-chunk, successive-chunk and inter-chunk maps keep every relative position below `chunk`
     string       STRING (An et al., ICLR 2025, HKUNLP/STRING): d < S true; d >= S shifted to d - S + W (the well-trained
                  positions overwrite the rarely trained tail), logits scaled by t^2 (t = 0.1 ln 2 + 1 on cos and sin)
-    lampe        LaMPE (ACL 2026, scar-on/LaMPE): d < head true; d >= head every position squeezed onto [0, U] over
-                 the input's length (U from the length by a sigmoid), logits x t^2: regions per length
+    lampe        LaMPE (ACL 2026, scar-on/LaMPE llama_cache1.py): d <= head true; the far keys squeezed onto [0, U]
+                 over the prompt's length (U from it by the model family's sigmoid), the last queries reading the
+                 first ~tail keys at fine positions; logits x t^2; fixed from the prompt while decoding
+    lampe-sw     LaMPE's two-region file (llama_sw_map.py): the window and the squeezed far keys, per length
 
 Each map is one small registered function of its bounded parameters returning its regions; the region functions take
 integer position arrays of numpy or torch alike (the same code serves the numpy twin and the model).
@@ -26,14 +28,14 @@ Numpy only here (`ropecli freqs` and the tests import it without torch).
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
 from ropecli.errors import RopeCliError
-from ropecli.maps.map_rules import (DPE_GROUPS, dca_rule, dpe_budget, dpe_ranges, dpe_rule, lampe_rule, selfextend_ranges,
-                                    selfextend_rule)
+from ropecli.maps.map_rules import (DPE_GROUPS, LAMPE_FIT_NAMES, LAMPE_PRESETS, dca_rule, dpe_budget, dpe_ranges,
+                                    dpe_rule, lampe_family, lampe_rule, lampe_sw_rule, selfextend_ranges, selfextend_rule)
 from ropecli.rope.schedule import REQUIRED, Param
 
 
@@ -68,6 +70,11 @@ class PositionMap:
         included) and a cache cannot hold its keys turned once."""
         return "length" in inspect.signature(self.regions).parameters
 
+    @property
+    def per_prompt(self) -> bool:
+        """Whether its regions are fixed by the prompt, the sequence's first forward pass, and kept while decoding
+        (its region function takes `prompt`: LaMPE's three regions, as its source decodes)."""
+        return "prompt" in inspect.signature(self.regions).parameters
 
 
 MAPS: dict[str, PositionMap] = {}
@@ -104,6 +111,21 @@ class BoundMap(NamedTuple):
 
     def regions(self, length: int) -> tuple[Region, ...]:
         return map_regions(self.name, self.values, length)
+
+    def on_model(self, model_type: str, base: float, train_len: int, rope_type: str | None) -> tuple["BoundMap", str | None]:
+        """The map as it runs on a model (LaMPE's fit = auto: the fit of the model's family, `map_rules.lampe_family`,
+        else the scaled one at the model's L) and the line that says which fit it used (None: nothing chosen here)."""
+        if "fit" not in self.values or self.values["U"]:
+            return self, None
+        fit = LAMPE_FITS[int(self.values["fit"])]
+        family = lampe_family(model_type, base, train_len, rope_type) if fit == "auto" else fit
+        chosen = family or "scaled"
+        L = int(self.values["L"] or train_len) if chosen == "scaled" else int(self.values["L"])
+        bound = self.but(fit=float(LAMPE_FITS.index(chosen)), L=float(L))
+        why = ("the model's family" if family and fit == "auto" else "no LaMPE fit for this model" if fit == "auto"
+               else "as asked")
+        where = f" (L = {L})" if chosen == "scaled" else ""
+        return bound, f"{self.name}: U from each prompt's length by {LAMPE_FIT_NAMES[chosen]}{where}: {why}"
 
     def but(self, **changes: float) -> "BoundMap":
         """The same map with some parameters changed (checked again: a searched G = 7.6 runs as G = 8)."""
@@ -268,7 +290,7 @@ def _dpe(W: float, top: float = 1.0, **groups: float) -> tuple[Region, ...]:
 
 
 
-@register_map("lampe", "d < head: (i, j); d >= head: (m(i) + head - 1 - m(head), m(j)), m(p) = floor(p U/(T - 1)) "
+@register_map("lampe-sw", "d < head: (i, j); d >= head: (m(i) + head - 1 - m(head), m(j)), m(p) = floor(p U/(T - 1)) "
               "over the input's T tokens, logits x t^2 (U = 0: U from T by LaMPE's sigmoid)",
               Param("head", REQUIRED, "local window of true positions (LaMPE: 512 at Llama 3's 8,192)", 1, 1e12,
                     integer=True),
@@ -277,10 +299,10 @@ def _dpe(W: float, top: float = 1.0, **groups: float) -> tuple[Region, ...]:
               Param("L", 0, "the training length LaMPE's sigmoid is scaled by (with U = 0)", 0, 1e12, integer=True),
               Param("t", 0.1 * np.log(2) + 1, "factor on cos and sin, so logits x t^2 (the source: 0.1 ln 2 + 1)",
                     0.5, 2),
-              window="head", rule=lampe_rule, in_default=False)
-def _lampe(head: float, U: float, L: float, t: float, length: int = 2) -> tuple[Region, ...]:
-    """LaMPE (Length-aware Multi-grained Positional Encoding, arXiv 2508.02308; scar-on/LaMPE), as llama_sw_map.py
-    computes it: `forward` keeps a window of `head` keys at their true positions and squeezes every position of the
+              window="head", rule=lampe_sw_rule, in_default=False)
+def _lampe_sw(head: float, U: float, L: float, t: float, length: int = 2) -> tuple[Region, ...]:
+    """LaMPE's two-region file (scar-on/LaMPE llama_sw_map.py, the `sw_map` method of its RULER script; the method
+    its benchmarks run is `lampe`, llama_cache1.py's three regions), as it computes it: `forward` keeps a window of `head` keys at their true positions and squeezes every position of the
     input's T tokens linearly onto [0, U] (`map_ids(position_ids, 0, use_length)`: floor(p (U / (T - 1))) in float32,
     as here), the far keys at m(j) and the query at m(i) + bias_1, bias_1 = head - (m(head) + 1), so the far region
     starts where the window ends; the two merged by log-sum-exp (`flash_prefill_merge`, `flash_decode_merge`); cos
@@ -299,8 +321,8 @@ def _lampe(head: float, U: float, L: float, t: float, length: int = 2) -> tuple[
     head, T = int(head), max(int(length), 2)
     if not U:
         if not L:
-            raise RopeCliError("lampe: U = 0 sets the mapping length from the input's length by LaMPE's sigmoid, "
-                               "scaled by the training length: give L (e.g. lampe:head=512,L=8192) or a fixed U")
+            raise RopeCliError("lampe-sw: U = 0 sets the mapping length from the input's length by LaMPE's sigmoid, "
+                               "scaled by the training length: give L (e.g. lampe-sw:head=512,L=8192) or a fixed U")
         L = int(L)
         U = 3 * L // 16 if T < L else int(6204.409324666837 / 8192 * L / (
             1 + np.exp(-(0.00010493097327094324 * 8192 * T / L - 2.466638011138158))))
@@ -316,12 +338,111 @@ def _lampe(head: float, U: float, L: float, t: float, length: int = 2) -> tuple[
     return (Region("window", lambda i, j: i - j < head, _same, _same, s),
             Region("far", lambda i, j: i - j >= head, lambda i: m(i) + bias, m, s))
 
-def map_regions(name: str, params: dict, length: int) -> tuple[Region, ...]:
-    """The map's regions for a sequence of `length` tokens (the keys' count: a decoding step's includes its own).
-    Only a per-length map (`PositionMap.per_length`: LaMPE) is given the length; llama.cpp's batch-by-batch
-    Self-Extend has a closed form without it."""
+LAMPE_FITS = ("auto", "scaled", "llama2", "llama3", "llama3.1", "mistral")  # `lampe`'s fit, by index
+
+
+@register_map("lampe", "three regions (llama_cache1.py): d <= head true; the far keys squeezed onto [0, U] over the "
+              "prompt's T tokens, the query at m(i) + bias_1; the last queries see the first ~tail keys at fine "
+              "positions (the query at i - bias_2); logits x t^2; below 2 head full attention; U from T by the "
+              "model family's sigmoid",
+              Param("head", REQUIRED, "local window of true positions (LaMPE: 512 at Llama 3's 8,192; its RULER runs "
+                    "1,024)", 1, 1e12, integer=True),
+              Param("tail", 200, "initial keys the last queries see at fine-grained positions, extended to the end of "
+                    "their mapped chunk (LaMPE: 200); below head", 1, 1e12, integer=True),
+              Param("U", 0, "mapping length: the far keys squeezed onto [0, U] (0: from the prompt's length by the "
+                    "fit's sigmoid)", 0, 1e12, integer=True),
+              Param("L", 0, "the training length the scaled fit is in units of (fit=scaled, or auto on a model "
+                    "without a fit of its own)", 0, 1e12, integer=True),
+              Param("fit", 0, "U's sigmoid with U = 0: auto (the model's family where LaMPE fitted it, else "
+                    "scaled), scaled (the Llama 3 fit in units of L: ropecli's own), llama2, llama3, llama3.1, mistral "
+                    "(llama_cache1.py remap_uselen)", 0, len(LAMPE_FITS) - 1, integer=True, choices=LAMPE_FITS),
+              Param("t", 0.1 * np.log(2) + 1, "factor on cos and sin, so logits x t^2 (the source: 0.1 ln 2 + 1)",
+                    0.5, 2),
+              window="head", rule=lampe_rule, in_default=False)
+def _lampe(head: float, tail: float, U: float, L: float, fit: float, t: float, length: int = 2,
+           prompt: int | None = None) -> tuple[Region, ...]:
+    """LaMPE (Length-aware Multi-grained Positional Encoding, arXiv 2508.02308), as scar-on/LaMPE's llama_cache1.py
+    `forward` runs it, the file its LongBench, InfiniteBench, LEval and RULER scripts call. Everything is fixed from
+    the prompt's T tokens (the prefill) and kept while decoding: m(p) = floor(p (U / (T - 1))) in float32
+    (`map_ids`), r = the last index of the mapped chunk holding index `tail` (`find_chunk_last_index`),
+    bias_1 = head - (m(head) + 1), bias_2 = (T - 1 - r) - m(T - 1 - r) - bias_1, and U itself (`remap_uselen`). Three
+    regions, merged by log-sum-exp (`flash_prefill_merge`, `flash_decode_merge`), cos and sin x t in all:
+    - window: true positions, keys i - head … i in the prefill (flash window_size=[head, 0]), i - head + 1 … i
+      while decoding (the cache's last `head` keys);
+    - far: the query at m(i) + bias_1 (decoding: m(T - 1) + bias_1, the prefill's last), the key at m(j), keys
+      max(0, i - T + r) … i - head in the prefill (flash causal over the two slices, window_size=[T - head - r, 0]),
+      i - T + r + 1 … i - head while decoding;
+    - initial: the query at i - bias_2, keys 0 … i - T + r at true positions: the last r queries of the prefill (flash
+      causal over the first r keys), and every decoding step (the cache's first r + steps keys).
+    So the prefill counts the pairs at d = head and at j = i - T + r in two regions each, as the source does, and
+    decoding counts each once. A prompt below 2 head runs full attention (x t^2) in the prefill and every step.
+    `prompt`: the prompt's length T (None: `length`, a prefill); a step's keys past the prompt's m are at m(j)
+    continued (the source's slice of the prompt's positions ends `head` steps into decoding).
+    U = 0: `remap_uselen(T, fit)` (Llama 2, Llama 3 and Mistral: 1536 below 8,192; Llama 3.1 none), or the Llama 3
+    fit in units of the training length L (fit=scaled, ropecli's own: exactly the Llama 3 fit at L = 8,192)."""
+    head, tail, fit = int(head), int(tail), int(fit)
+    T = max(int(prompt or length), 2)
+    s = t * t
+    if tail >= head:
+        raise RopeCliError(f"lampe: tail = {tail} must be below head = {head} (the initial keys are read by the last "
+                           "queries beyond the window); lower tail")
+    if T < 2 * head:  # the source: `if self.prefill_len < 2*head` full attention, cos and sin x t as everywhere
+        return (Region("all", lambda i, j: i >= j, _same, _same, s),)
+    if not U:
+        fits = {2: (8.673006440952035e-05, -0.648012322406978, 2489.1055552214357, 8192),  # remap_uselen's own
+                3: (0.00010493097327094324, -2.466638011138158, 6204.409324666837, 8192),
+                4: (4.505261149632588e-05, -2.788576860718702, 82358.52413056031, 0),
+                5: (0.00010493097327094324, -2.466638011138158, 24576, 8192)}
+        if fit in fits:
+            a, b, c, below = fits[fit]
+            U = 1536 if T < below else int(c / (1 + np.exp(-(a * T + b))))
+        elif not L:
+            raise RopeCliError("lampe: U = 0 sets the mapping length from the prompt's length by a sigmoid: fit = auto "
+                               "picks it on the model, and the scaled fit needs the training length; give L "
+                               "(lampe:head=512,L=8192), a fit (fit=llama2) or a fixed U")
+        else:
+            L = int(L)
+            U = 3 * L // 16 if T < L else int(6204.409324666837 / 8192 * L / (
+                1 + np.exp(-(0.00010493097327094324 * 8192 * T / L - 2.466638011138158))))
+    ratio = float(np.float32(int(U)) / np.float32(T - 1))  # the source's U / (x_max - x_min) in float32
+
+    def m(p):  # the source's map_ids: floor(p * ratio) in float32, numpy or torch as p is
+        if hasattr(p, "new_tensor"):
+            return (p.float() * ratio).floor().long()
+        return np.floor(np.asarray(p).astype(np.float32) * np.float32(ratio)).astype(np.int64)
+
+    mapped = m(np.arange(T))
+    r = tail  # find_chunk_last_index(mapping_ids, tail)
+    while r + 1 < T and mapped[r] == mapped[r + 1]:
+        r += 1
+    if T - r < head:
+        raise RopeCliError(f"lampe: the initial keys reach index {r} (tail = {tail} extended to its mapped chunk at U = "
+                           f"{int(U)}), past T - head = {T - head} of the {T}-token prompt; lower tail or raise U")
+    bias_1 = head - (int(mapped[head]) + 1)
+    bias_2 = (T - 1 - r) - int(mapped[T - 1 - r]) - bias_1
+    edge = r - T  # the initial keys of query i: j <= i + edge
+    return (Region("window", lambda i, j: (i - j < head) | ((i - j == head) & (i < T)), _same, _same, s),
+            Region("far", lambda i, j: (i - j >= head) & ((j > i + edge) | ((j == i + edge) & (i < T))),
+                   lambda i: m(i.clip(max=T - 1)) + bias_1, m, s),
+            Region("initial", lambda i, j: j <= i + edge, lambda i: i - bias_2, _same, s))
+
+
+for _preset, _values in LAMPE_PRESETS.items():  # the authors' per-benchmark settings, each a map of its own
+    register_map(f"lampe-{_preset}", f"lampe as LaMPE's {_preset} scripts run it: " + ", ".join(
+                     f"{k} = {v:g}" for k, v in _values.items()) + (" (U from the prompt by the family's fit)"
+                                                                     if not _values["U"] else ""),
+                 *(replace(p, default=_values.get(p.name, p.default)) for p in MAPS["lampe"].params),
+                 window="head", in_default=False)(_lampe)
+
+
+def map_regions(name: str, params: dict, length: int, prompt: int | None = None) -> tuple[Region, ...]:
+    """The map's regions for a sequence of `length` tokens (the keys' count: a decoding step's includes its own) whose
+    prompt, its first forward pass, was `prompt` tokens (None: `length`, a prefill). Only a per-length map
+    (`PositionMap.per_length`: LaMPE) is given the length, and only a per-prompt one (`PositionMap.per_prompt`:
+    LaMPE's three regions) the prompt; llama.cpp's batch-by-batch Self-Extend has a closed form without either."""
     pmap = resolve_map(name)
-    return pmap.regions(**params, length=length) if pmap.per_length else pmap.regions(**params)
+    extra = {"length": length} if pmap.per_length else {}
+    return pmap.regions(**params, **extra, **({"prompt": prompt} if pmap.per_prompt else {}))
 
 
 def resolve_map(name: str) -> PositionMap:
@@ -340,6 +461,10 @@ def map_params(name: str, given: dict[str, float]) -> dict[str, float]:
     out = {}
     for p in pmap.params:
         v = given.get(p.name, p.default)
+        if isinstance(v, str) and p.choices:
+            if v not in p.choices:
+                raise RopeCliError(f"{name}: {p.name} = {v} is not one of {', '.join(p.choices)}")
+            v = float(p.choices.index(v))
         if v is REQUIRED:
             raise RopeCliError(f"{name} needs {p.name} ({p.help}), e.g. {name}:{p.name}=…")
         if (p.lo is not None and v < p.lo) or (p.hi is not None and v > p.hi):

@@ -69,7 +69,7 @@ class MappedAttention:
     the union of their keys). Memory per layer: one (block, band) mask, never a T x T score matrix per head."""
 
     def __init__(self, regions, rotary, block: int = BLOCK, fused: bool = True, kernel: str = "auto", name=None,
-                 first_layer: int = 0, selection: dict | None = None, observe=None):
+                 first_layer: int = 0, selection: dict | None = None, observe=None, per_prompt: bool = False):
         """`regions(n)`: the map's regions for n keys. `kernel`: "auto" (flex attention on CUDA where torch has it,
         the fused blocks elsewhere), "flex" (flex attention on any device: eager on the CPU, the twin the tests run) or
         "blocks" (the fused blocks everywhere). `name`: the map with its parameters, under which the blocks of a shape
@@ -77,7 +77,9 @@ class MappedAttention:
         `first_layer`: the first layer this function serves (a forward pass begins there: cos and sin afresh).
         `selection`: {layer: (heads, pairs) bool} the pairs the map moves per head (DPE's key pairs,
         `maps.pair_selection`), the rest at true positions; None: every pair. `observe(module, query, key, pair)`:
-        called with each layer's unrotated queries and keys and the pair of each rotary column (`pair_contributions`)."""
+        called with each layer's unrotated queries and keys and the pair of each rotary column (`pair_contributions`).
+        `per_prompt`: the map's regions are fixed by the prompt (`PositionMap.per_prompt`: LaMPE's three regions),
+        `regions(n, prompt)`; the prompt is the keys of the last pass that had no cache (T_q = T_k)."""
         self.name, self.first_layer = name, first_layer
         self.regions_for, self.rotary, self.block, self.fused = regions, rotary, block, fused
         self._shape, self._blocks, self.regions = None, [], ()
@@ -86,6 +88,7 @@ class MappedAttention:
         self._trig: dict | None = None  # cos and sin of this forward pass, by (queries or keys, region, block or reach)
         self.selection, self.observe, self._columns = selection, observe, {}
         self._pair: dict = {}
+        self.per_prompt, self.prompt = per_prompt, None  # the last prefill's length: a per-prompt map's decoding
 
     def pair(self, module, x) -> torch.Tensor:
         """(head dims,) the rotary pair of each column of x's heads as the model rotates it, -1 where it does not
@@ -131,12 +134,13 @@ class MappedAttention:
         full columns unmasked, a causal square under the kernel's own causal skip, the rest under its mask as a bias in
         the queries' dtype. The same in every layer, so built once per shape and kept for the next layer while the
         biases fit in MASK_CACHE_BYTES."""
-        key = (self.name, self.block, Tq, Tk, device, dtype)
-        if self._shape != (Tq, Tk, device, dtype) and self.name is not None and _LAST.get("key") == key:
+        prompt = self.prompt if self.per_prompt else None
+        key = (self.name, self.block, Tq, Tk, device, dtype, prompt)
+        if self._shape != (Tq, Tk, device, dtype, prompt) and self.name is not None and _LAST.get("key") == key:
             self.regions, self._blocks, self.whole = _LAST["built"]
-            self._shape = (Tq, Tk, device, dtype)
-        if self._shape != (Tq, Tk, device, dtype):
-            self.regions = self.regions_for(Tk)
+            self._shape = (Tq, Tk, device, dtype, prompt)
+        if self._shape != (Tq, Tk, device, dtype, prompt):
+            self.regions = self.regions_for(Tk, prompt) if self.per_prompt else self.regions_for(Tk)
             kj, out = torch.arange(Tk, device=device), []
             shape = torch.zeros(3, len(self.regions), Tq, dtype=torch.long)  # per region and row: keys, first, last
             for start in range(0, Tq, self.block):
@@ -156,7 +160,7 @@ class MappedAttention:
             if sum(b[6].numel() * b[6].element_size() for _, _, bands in out for b in bands
                    if b[6] is not None) > MASK_CACHE_BYTES:
                 return out  # too big to keep for the next layer: rebuilt there (time, not memory)
-            self._shape, self._blocks = (Tq, Tk, device, dtype), out
+            self._shape, self._blocks = (Tq, Tk, device, dtype, prompt), out
             _LAST.clear()
             _LAST.update(key=key, built=(self.regions, out, self.whole))
         return self._blocks
@@ -170,6 +174,8 @@ class MappedAttention:
         softcap = kwargs.get("softcap")  # Gemma 2's logit soft-capping, inside each region before the merge
         sinks = kwargs.get("s_aux")  # gpt-oss: a logit per head in every softmax's denominator, no value (H,)
         Tk = key.shape[2]
+        if Tq == Tk or self.prompt is None:  # a prefill (or a cache filled elsewhere: its keys before these queries)
+            self.prompt = Tk if Tq == Tk else Tk - Tq
         scaling = D ** -0.5 if scaling is None else scaling
         if padded(attention_mask):
             raise RopeCliError("ropecli's mapped attention runs unpadded sequences of one length (as its evaluations "
@@ -180,7 +186,7 @@ class MappedAttention:
         cols = self.columns(module, query)
         if cols is not None and key.shape[1] != H:  # a selection per query head: each its own keys' rotation
             key, value = key.repeat_interleave(H // key.shape[1], dim=1), value.repeat_interleave(H // key.shape[1], dim=1)
-        if (flex := self.flex_for(query.device, softcap)) is not None:
+        if (flex := None if self.per_prompt and Tq < Tk else self.flex_for(query.device, softcap)) is not None:
             try:
                 out = flex(query, key, value, scaling,
                            lambda x, p, t: rotated(x, p, self.rotary, module=module, true=t, columns=cols), sinks)

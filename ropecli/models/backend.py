@@ -19,7 +19,7 @@ in with the map (`scaled(..., calibration=)`), never written onto the backend.
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 import numpy as np
@@ -127,6 +127,11 @@ class TransformersBackend(BackendDefaults):
     maps: bool = True  # runs every position map at the attention (`maps.mapped_attention`); llama.cpp: Self-Extend alone
     earlier_fingerprints: tuple[str, ...] = ()  # (with transformers' version in it, ropecli 0.x's): their windows are reused
     native_patched: bool = False  # the loaded rotary modules lack the shipped schedule (a GGUF's rope_freqs): write it
+    _map_notes: list = field(default_factory=list)  # what a map chose on this model (LaMPE's fit), said at the end
+
+    def notes(self) -> list[str]:
+        """What a command says at its end about the maps that ran here (which of LaMPE's fits set U)."""
+        return list(self._map_notes)
 
     @property
     def name(self) -> str:
@@ -165,7 +170,9 @@ class TransformersBackend(BackendDefaults):
                 if schedule.temperature is not None:  # the model's own position temperature, changed
                     stack.enter_context(position_temperature(self.model, schedule.temperature))
                 if position_map:
-                    bound = as_bound(position_map)
+                    bound, note = self.rope.on_model(as_bound(position_map))
+                    if note and note not in self._map_notes:
+                        self._map_notes.append(note)
                     stack.enter_context(mapped(self.model, bound.name, bound.values, selection=selection))
                 yield
         finally:

@@ -51,6 +51,14 @@ class ModelRope:
         """Base of each scaled layer type ({None: base} for a model with one RoPE)."""
         return {t: self.layer_bases[t] for t in self.scaled_types} if self.scaled_types else {None: self.base}
 
+    def on_model(self, position_map):
+        """(the map as it runs on this model, the line saying what it chose here or None): LaMPE's fit = auto becomes
+        its family's (`BoundMap.on_model`); () stays ()."""
+        if not position_map:
+            return position_map, None
+        return position_map.on_model(self.model_type, self.base, self.train_len,
+                                     self.shipped.rope_type if self.shipped else None)
+
     def geometry(self, factor: float, base: float | None = None) -> Geometry:
         """The geometry of L0 at factor k (k = N / L0), carrying the shipped schedule; `base`: a layer type's."""
         return Geometry(self.rotary_dim, self.base if base is None else base, self.train_len, factor, self.shipped,

@@ -51,3 +51,4 @@ class Param:
     hi: float | None = None
     integer: bool = False  # a count of tokens or positions (a position map's G, W): rounded when searched
     log: bool = False  # searched on a log scale (DPE's group factors: powers of two on an even grid)
+    choices: tuple[str, ...] = ()  # named values: the value is its name's index (LaMPE's fit=llama2 is 2)
