@@ -246,3 +246,62 @@ def test_the_presets_are_the_authors_settings():
     assert MAPS["lampe"].rule(8192, 32768) == {"head": 512, "tail": 200, "U": 0, "L": 8192, "fit": 0}
     with pytest.raises(RopeCliError, match="tail = 20 must be below head = 16"):
         map_regions("lampe", map_params("lampe", {"head": 16, "tail": 20, "U": 40}), 64)
+
+
+@pytest.fixture(scope="module")
+def lampe_folder(tmp_path_factory):
+    from typer.testing import CliRunner
+
+    from architectures import ARCHS, save_arch
+    from ropecli.cli.app import app
+
+    base = tmp_path_factory.mktemp("lampe3")
+    model_dir = save_arch(next(a for a in ARCHS if a.name == "llama"), base / "model")
+    r = CliRunner().invoke(app, ["export", "--model", str(model_dir), "--method", "none", "--map", "lampe:head=8,tail=3",
+                                 "--len", "96", "--to", "transformers", "--out", str(base / "out")])
+    assert r.exit_code == 0, r.output
+    assert "LaMPE's Llama 3 fit in units of the training length (ropecli's own scaling) (L = 32)" in r.output, r.output
+    return model_dir, base / "out"
+
+
+def test_the_folder_decodes_as_the_source_decodes(lampe_folder):
+    """The exported folder: its prefill and each decoding step through the cache are ropecli's (which the
+    transliteration pins to llama_cache1.py), the regions fixed from the prompt (fit = auto resolved to the scaled
+    fit at the model's L, written into config.json); greedy generation follows them; a left-padded batch is each
+    prompt alone; static and dynamic caches agree."""
+    import json
+
+    from transformers import AutoModelForCausalLM
+
+    model_dir, out = lampe_folder
+    served = json.loads((out / "config.json").read_text())["ropecli_map"]["params"]
+    assert served["fit"] == 1.0 and served["L"] == 32.0, served
+    folder = AutoModelForCausalLM.from_pretrained(str(out), trust_remote_code=True, dtype=torch.float32).eval()
+    reference = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    ids = torch.randint(2, 96, (1, 90), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        gen = folder.generate(ids[:, :60], max_new_tokens=8, do_sample=False, min_new_tokens=8)
+    with mapped(reference, "lampe", served):
+        want = logits_prefill_then_steps(reference, gen, 60)
+    got = logits_prefill_then_steps(folder, gen, 60)
+    assert (got[0] - want[0]).abs().max() < 1e-4 and (got[1] - want[1]).abs().max() < 1e-4, (
+        (got[0] - want[0]).abs().max(), (got[1] - want[1]).abs().max())
+    theirs = want[1][:-1].clone()
+    theirs[:, folder.config.eos_token_id] = float("-inf")  # generate holds EOS back for min_new_tokens
+    assert torch.equal(gen[0, 61:], theirs.argmax(-1)) and int(gen[0, 60]) == int(want[0][-1].argmax())
+    with torch.no_grad():
+        one_pass = folder(gen).logits[0, 59:-1]  # the decoding steps are not one pass over their prefix: the source's
+    assert (one_pass[1:] - want[1][:-1]).abs().max() > 1e-3  # regions stay the prompt's
+    rows = [ids[0, :60], ids[0, :41]]
+    n = max(len(r) for r in rows)
+    batch, mask = torch.zeros(2, n, dtype=torch.long), torch.zeros(2, n, dtype=torch.long)
+    for b, r in enumerate(rows):
+        batch[b, n - len(r):], mask[b, n - len(r):] = r, 1
+    with torch.no_grad():
+        both = folder.generate(batch, attention_mask=mask, max_new_tokens=10, do_sample=False, pad_token_id=0)
+        for b, r in enumerate(rows):
+            alone = folder.generate(r[None], max_new_tokens=10, do_sample=False, pad_token_id=0)
+            assert torch.equal(both[b, n:], alone[0, len(r):]), (b, both[b, n:], alone[0, len(r):])
+        static = folder.generate(ids[:, :60], max_new_tokens=10, do_sample=False, cache_implementation="static")
+        dynamic = folder.generate(ids[:, :60], max_new_tokens=10, do_sample=False)
+    assert torch.equal(static, dynamic)

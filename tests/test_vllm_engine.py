@@ -30,6 +30,7 @@ from ropecli.evaluation.corpus import held_out_plays
 from ropecli.export.runtimes.vllm import checkout_vllm_python
 from ropecli.export.vllm_engine import ENV, run_engine
 from ropecli.maps.mapped_attention import mapped
+from ropecli.maps.map_rules import LAMPE_PRESETS
 from ropecli.maps.position_maps import MAPS
 from ropecli.models.config import BUILTIN_DIR
 
@@ -44,7 +45,8 @@ MAP_PARAMS = {"selfextend": {"G": 8, "W": 64}, "rerope": {"w": 192}, "leaky-rero
               "dca": {"chunk": 192, "local": 16}, "string": {"S": 192, "W": 64},
               "selfextend-llamacpp": {"G": 8, "W": 64},
               "dpe": {"W": 64, "G1": 2, "G2": 2, "G3": 4, "G4": 4, "G5": 8, "G6": 8, "G7": 8, "G8": 8, "top": 0.75},
-              "lampe": {"head": 16, "L": 256}}
+              "lampe-sw": {"head": 16, "L": 256}, "lampe": {"head": 16, "tail": 6}}
+PRESETS = {f"lampe-{p}" for p in LAMPE_PRESETS}  # lampe at the authors' settings: lampe's code, at lengths of 8k+
 GENERATE = 2 * L  # greedy tokens from a prompt below L (L - 56) to past 2L
 PROMPT = L - 56
 
@@ -117,14 +119,15 @@ def map_runs(tmp_path_factory):
                 "transformers", "--out", folders[name]])
     ids = window()
     job = {"engines": [engine(folders[n], T + 64, [[{"ids": ids}], [{"ids": ids[:PROMPT], "generate": GENERATE,
-                                                                       "score": False}]])
+                                                                       "score": False}]],
+                              **({"engine": {"enable_prefix_caching": False}} if MAPS[n].per_prompt else {}))
                        for n in MAP_PARAMS]}
     out = run_engine(job, PYTHON)
     return {n: (folders[n], rec) for n, rec in zip(MAP_PARAMS, out["engines"])}, ids
 
 
 def test_every_registered_map_is_run_by_these_tests():
-    assert set(MAP_PARAMS) == set(MAPS) - {"none"}
+    assert set(MAP_PARAMS) == set(MAPS) - {"none"} - PRESETS
 
 
 @pytest.mark.parametrize("name", list(MAP_PARAMS))
@@ -150,6 +153,39 @@ def test_greedy_decoding_in_vllm_across_L_is_ropecli_one_pass(map_runs, name):
     assert len(tokens) == GENERATE
     _, lp = ropecli_logprobs(folder, ids[:PROMPT] + tokens)
     assert lp[PROMPT - 1:-1].argmax(-1).tolist() == tokens
+
+
+def folder_choices(folder, ids, tokens):
+    """The exported folder's argmax at each step of decoding `tokens` after the prompt `ids` through its KV cache in
+    transformers (greedy decoding's choices, EOS included)."""
+    from transformers import AutoModelForCausalLM, DynamicCache
+
+    model = AutoModelForCausalLM.from_pretrained(str(folder), trust_remote_code=True, dtype=torch.float32).eval()
+    cache, x = DynamicCache(), torch.tensor([ids + tokens])
+    with torch.no_grad():
+        out = [int(model(x[:, :len(ids)], cache=cache, use_cache=True).logits[0, -1].argmax())]
+        for t in range(len(ids), len(ids) + len(tokens) - 1):
+            out.append(int(model(x[:, t:t + 1], cache=cache, use_cache=True).logits[0, -1].argmax()))
+    return out
+
+
+def test_lampe_decodes_in_vllm_as_the_folder_and_its_source_decode(map_runs, tmp_path):
+    """LaMPE's regions are fixed from the prompt while decoding (llama_cache1.py; the folder pinned to the source in
+    tests/test_lampe_regions.py): vLLM's greedy tokens from below L past 2L are the folder's own generation; and three
+    requests of different lengths in one call (the plugin telling them apart by their KV blocks) each decode as alone."""
+    runs, ids = map_runs
+    folder, rec = runs["lampe"]
+    tokens = rec["phases"][1]["requests"][0]["tokens"]
+    assert tokens == folder_choices(folder, ids[:PROMPT], tokens)
+    rows = [window(n, play) for n, play in ((600, 1), (333, 2), (97, 3))]
+    job = {"engines": [engine(folder, T + 64, [[{"ids": r, "generate": 16, "score": False} for r in rows]],
+                              engine={"enable_prefix_caching": False, "max_num_seqs": 4})]}
+    got = run_engine(job, PYTHON)["engines"][0]
+    assert got["error"] is None, got["error"]
+    for r, req in zip(rows, got["phases"][0]["requests"]):
+        assert len(req["tokens"]) == 16 and req["tokens"] == folder_choices(folder, r, req["tokens"]), len(r)
+    cached = run_engine({"engines": [engine(folder, T + 64, [[{"ids": rows[0]}]])]}, PYTHON)["engines"][0]
+    assert "--no-enable-prefix-caching" in cached["error"], cached["error"]
 
 
 def test_concurrent_requests_chunked_prefill_and_a_cached_prefix_are_each_alone(tmp_path):

@@ -94,10 +94,20 @@ def export_target(geom: Geometry, rope: ModelRope | None, base_given: bool) -> M
     return rope.overridden(rotary_dim=geom.rotary_dim, base=geom.base if base_given else None, train_len=geom.train_len)
 
 
-def export_schedule(spec: Spec, geom: Geometry, rope: ModelRope, runtime: str, out: str | None, *,
-                    model: str | None = None, gguf_file: str | None = None, force: bool = False,
-                    consistent: bool = True, replace: bool = False, measure_switching: bool = True,
-                    weights: str = "auto") -> dict:
+def export_schedule(spec: Spec, geom: Geometry, rope: ModelRope, runtime: str, out: str | None, **kw) -> dict:
+    """`write_schedule` of `spec` with its map as it runs on this model (LaMPE's fit = auto: the model family's, written
+    into the artefact and said in its lines: `ModelRope.on_model`)."""
+    bound, note = rope.on_model(spec.position_map)
+    result = write_schedule(spec.but(position_map=bound) if note else spec, geom, rope, runtime, out, **kw)
+    if note:
+        result["lines"] = [note, *result.get("lines", [])]
+    return result
+
+
+def write_schedule(spec: Spec, geom: Geometry, rope: ModelRope, runtime: str, out: str | None, *,
+                   model: str | None = None, gguf_file: str | None = None, force: bool = False,
+                   consistent: bool = True, replace: bool = False, measure_switching: bool = True,
+                   weights: str = "auto") -> dict:
     """Write `spec` at geom's k for `runtime` (a name or alias; paths checked by `check_export_paths` first) with
     the runtime's writer (`ropecli.export.runtimes.<name>.write`); returns what was written, the lines to tell the user,
     and what each runtime does with it. `native` (the model as shipped) writes nothing. `consistent=False`

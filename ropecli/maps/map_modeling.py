@@ -339,6 +339,11 @@ class MapRun:
         # sequence grows: the cache keeps the true keys, each row's regions are made at its length (`at`), nothing is
         # planned ahead
         self.regions_at, self._at = regions_at, {}
+        # a per-prompt map (LaMPE's three regions) fixes its regions from the prompt, each row's keys at its first pass
+        # through the cache, and keeps them while the row decodes: {row: its prompt's length}
+        self.per_prompt = regions_at is not None and "prompt" in inspect.signature(regions_at).parameters
+        self._prompts: dict[int, int] = {}
+        self.fresh = True  # this pass starts its rows (no cache, or an empty one): their prompts are its keys
         self.primary = -1 if regions_at else primary_set(regions, self.which, length)  # the key set the cache holds
         # query blocks start at its multiples (None: every QUERY_BLOCK)
         self.period = None if regions_at else block_period(regions, length)
@@ -349,23 +354,32 @@ class MapRun:
         self.position_ids, self._layout, self._trig, self._scale = None, {}, {}, {}
         self._ahead: dict = {}  # per rotary: (its frequencies, {step: OneCall}, {position: new key's turn}) (`step_plan`)
 
-    def begin(self, position_ids):
-        """A new forward pass: its queries' positions (B or 1, T_q); what the previous pass kept is dropped."""
+    def begin(self, position_ids, fresh: bool = False):
+        """A new forward pass: its queries' positions (B or 1, T_q), and whether it starts its rows (`fresh`: no cache
+        before it, so a per-prompt map's prompts are its rows' keys); what the previous pass kept is dropped."""
         self.position_ids, self._layout, self._trig, self._primary = position_ids, {}, {}, set()
+        self.fresh = fresh
+        if fresh:
+            self._prompts = {}
         self._latent = set()  # the MLA layers whose k_rot came through the cache this pass (turned to the primary set)
 
-    def at(self, kpos):
-        """A per-length map's regions (and their key sets) for a row whose newest key sits at kpos[-1]: its length
-        kpos[-1] + 1 (a prefill's T, a decoding step's T_k with its own key); the last few lengths kept."""
+    def at(self, qpos, b: int = 0):
+        """A per-length map's regions (and their key sets) for row b whose last query sits at max(qpos): its length
+        max(qpos) + 1 (a prefill's T, a decoding step's T_k with its own key; a static cache's empty slots beyond it
+        not counted), and for a per-prompt map the row's prompt (its length at the pass that started it); the last
+        few kept."""
         if self.regions_at is None:
             return
-        T = int(kpos[-1]) + 1
-        if T not in self._at:
+        T = int(qpos.max()) + 1
+        if self.per_prompt and (self.fresh or b not in self._prompts):
+            self._prompts[b] = T
+        at = (T, self._prompts[b]) if self.per_prompt else (T, None)
+        if at not in self._at:
             if len(self._at) > 64:
                 self._at.clear()
-            regions = self.regions_at(length=T)
-            self._at[T] = (regions, *key_sets(regions, T))
-        self.regions, self.which, self.extra = self._at[T]
+            regions = self.regions_at(length=T, prompt=at[1]) if self.per_prompt else self.regions_at(length=T)
+            self._at[at] = (regions, *key_sets(regions, T))
+        self.regions, self.which, self.extra = self._at[at]
 
     def unit(self, plan, x):
         """The rotary module's attention scaling (its cos at position 0): divided out of a rotation by a difference."""
@@ -702,7 +716,7 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
     out = torch.empty(B, Tq, H, Dv, dtype=value.dtype, device=value.device)
     plans = run._layout.setdefault(("plans", plan.window, id(mask), Tq, Tk, query.dtype), {})
     for b, (qpos, kpos, valid, allowed) in enumerate(rows):
-        run.at(kpos)  # a per-length map's regions at this row's length
+        run.at(qpos, b)  # a per-length map's regions at this row's length (a per-prompt map's: its prompt's too)
         tag = one_call_tag(plan, mask, b, base, Tk)
         if Tq == 1 and cols is None and valid is None and allowed is None and tag not in run._trig:
             # an unpadded row's decoding step: its bands straight from the map, in numpy (no block plan), planned
@@ -1151,7 +1165,7 @@ class RopecliMapForCausalLM(Base):
                 seen = cache.get_seq_length() if cache is not None else 0
                 position_ids = (torch.arange(T, device=(ids if ids is not None else embeds).device) + seen)[None]
             kwargs["position_ids"] = position_ids
-        run.begin(position_ids)
+        run.begin(position_ids, cache is None or cache.get_seq_length() == 0)
         before = config._attn_implementation
         run.implementation = before
         ALL_ATTENTION_FUNCTIONS[NAME] = run

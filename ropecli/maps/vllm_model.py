@@ -15,7 +15,9 @@ exported length) in two places:
   config (its schedule: the same cos and sin as ropecli's scoring), regions merged by log-sum-exp.
 A request's new tokens are always the last of its keys (vLLM's query_start_loc / seq_lens), so a prefill, a chunk of a
 chunked prefill, a prefill after a prefix-cache hit and a decoding step are one call each, at the positions they have
-in the request: every schedule of vLLM's scheduler gives the map's numbers. Unmapped layers (sliding windows below the
+in the request: every schedule of vLLM's scheduler gives the map's numbers. A per-prompt map (LaMPE's three regions)
+keeps each request's prompt length from its prefill through its decoding steps, as its source decodes (the request
+told by its first KV block: prefix caching off); a prompt prefilled in chunks runs each chunk as the prompt up to it. Unmapped layers (sliding windows below the
 exported length) run vLLM's own attention untouched.
 """
 
@@ -111,6 +113,10 @@ def install_map(model, vllm_config) -> "ServedMap":
     length = int(block.get("length") or vllm_config.model_config.max_model_len)
     plans = plan_layers(text, [SimpleNamespace(layer_type=None)], length)
     served = ServedMap(block, text, plans)
+    if served.per_prompt and getattr(vllm_config.cache_config, "enable_prefix_caching", False):
+        raise RopeCliError(f"{served.name} fixes its regions from each request's prompt, which ropecli's plugin tells "
+                           "apart by their KV blocks: serve it with prefix caching off (vllm serve DIR "
+                           "--no-enable-prefix-caching; LLM(..., enable_prefix_caching=False))")
     changed = 0
     for module in model.modules():
         attn = getattr(module, "attn", None)
@@ -154,16 +160,31 @@ class ServedMap:
         self.rotary = _rotary_forward(text)
         self.first = min(i for i, p in enumerate(plans) if p.mapped)
         self._step: dict = {}
+        self.per_prompt, self._prompts = pmap.per_prompt, {}  # {a request's first block: its prompt's length}
 
-    def regions(self, n: int):
-        return map_regions(self.name, self.params, n)
+    def regions(self, n: int, prompt: int | None = None):
+        return map_regions(self.name, self.params, n, prompt)
 
-    def attention(self, Tq: int, Tk: int) -> MappedAttention:
-        """The step's attention for Tq new queries ending Tk keys (a new step begins at the first mapped layer)."""
-        key = (Tq, Tk)
+    def prompt(self, first_block: int, Tq: int, Tk: int) -> int | None:
+        """A per-prompt map's prompt length for the request whose block table starts at `first_block` (with prefix
+        caching off, `install_map`, a live request's own): its keys at a pass of more than one new token (a prefill,
+        or a chunk of one: the prompt up to it) or at its first; kept through its decoding steps. None for any other
+        map."""
+        if not self.per_prompt:
+            return None
+        if Tq == Tk or Tq > 1 or first_block not in self._prompts:
+            self._prompts[first_block] = Tk
+        return self._prompts[first_block]
+
+    def attention(self, Tq: int, Tk: int, prompt: int | None = None) -> MappedAttention:
+        """The step's attention for Tq new queries ending Tk keys of a request whose prompt was `prompt` tokens (a
+        per-prompt map's; a new step begins at the first mapped layer)."""
+        key = (Tq, Tk, prompt)
         if key not in self._step:
             self._step[key] = MappedAttention(self.regions, self.rotary, BLOCK, name=(self.name, tuple(self.params.items())),
-                                              first_layer=self.first, selection=self.selection)
+                                              first_layer=self.first, selection=self.selection,
+                                              per_prompt=self.per_prompt)
+        self._step[key].prompt = prompt
         return self._step[key]
 
     def begin_step(self):
@@ -249,7 +270,7 @@ class MapAttentionMixin:
             k = keys[blocks].permute(1, 0, 2, 3).reshape(keys.shape[1], -1, keys.shape[3])[None, :, :Tk]
             v = values[blocks].permute(1, 0, 2, 3).reshape(values.shape[1], -1, values.shape[3])[None, :, :Tk]
             q = query[q0:q1].transpose(0, 1)[None]  # (1, heads, Tq, dim)
-            attention = served.attention(Tq, Tk)
+            attention = served.attention(Tq, Tk, served.prompt(int(table[r, 0]), Tq, Tk))
             out, _ = attention(module, q, k.to(q.dtype), v.to(q.dtype), None, scaling=self.scale)
             output[q0:q1] = out[0].to(output.dtype)
         return output

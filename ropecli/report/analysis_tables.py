@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 
+from ropecli.maps.map_spelling import map_from_json, map_label
 from ropecli.report.text import table
 
 
@@ -28,7 +29,7 @@ def freqs_table(report: dict, geom) -> list:
     """`ropecli freqs`: per pair before and after the schedule, then the critical pair in words."""
     pmap = report.get("map")
     mapped = ["map group", "farthest distance", "turns there", "in range (map)"] if pmap else []
-    under = f" under {pmap['name']}({', '.join(f'{k}={v:g}' for k, v in pmap['params'].items())})" if pmap else ""
+    under = f" under {map_label(map_from_json(pmap))}" if pmap else ""
     t = table(f"{report['label']}{under}: d={geom.rotary_dim}, base={geom.base:g}, {lengths(geom)}, k={geom.factor:g} "
               f"(target {geom.target_len}), attention factor {report['attention_factor']:.4f}",
               ["m", "inv_freq", "factor Λ", "scaled inv_freq", "wavelength", "scaled wavelength", "turns in L",
@@ -125,7 +126,8 @@ def methods_rows() -> list[dict]:
     from ropecli.rope.schedule import REQUIRED
     from ropecli.maps.position_maps import MAPS
 
-    shown = lambda params: {p.name: ("required" if p.default is REQUIRED else p.default) for p in params}  # noqa: E731
+    shown = lambda params: {p.name: ("required" if p.default is REQUIRED else p.choices[int(p.default)] if p.choices  # noqa: E731
+                                     else p.default) for p in params}
     return [*({"kind": "scaling method", "method": m.name, "summary": m.summary, "params": shown(m.params),
                "aliases": [a for a, t in ALIASES.items() if t == m.name]} for m in REGISTRY.values()),
             *({"kind": "position map", "map": m.name, "summary": m.summary, "params": shown(m.params)} for m in MAPS.values())]

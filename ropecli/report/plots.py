@@ -17,6 +17,7 @@ import numpy as np  # noqa: E402
 from ropecli.errors import RopeCliError  # noqa: E402
 from ropecli.rope.geometry import critical_pair, wavelength
 from ropecli.maps.map_pairs import pair_reach
+from ropecli.maps.map_spelling import map_label
 
 SUFFIXES = (".png", ".svg", ".pdf")
 
@@ -107,7 +108,7 @@ def plot_wavelengths(geom, schedules: Sequence, path: str, position_map=()) -> P
     title = f"RoPE wavelengths: {_geometry_title(geom)}"
     if position_map:
         _map_distances(ax, geom, schedules[0], position_map)
-        title += f"\nunder {position_map.name}({', '.join(f'{k}={v:g}' for k, v in position_map.values.items())})"
+        title += f"\nunder {map_label(position_map)}"
     ax.set_title(title, fontsize=10)
     return save(fig, path)
 

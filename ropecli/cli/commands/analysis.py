@@ -34,7 +34,10 @@ def freqs(geometry: GeometryOptions, schedule: ScheduleOptions, position_map: Ma
     from ropecli.rope.freqs import frequency_report
 
     geom, rope = geometry_of(geometry)
-    report = frequency_report(geom, _one_schedule(geom, schedule), one_map(position_map))
+    bound = one_map(position_map)  # LaMPE's fit = auto with no model: the scaled fit at this geometry's L
+    bound = rope.on_model(bound)[0] if rope is not None else bound.on_model("", geom.base, geom.train_len, None)[0] \
+        if bound else bound
+    report = frequency_report(geom, _one_schedule(geom, schedule), bound)
     return emit_json(report) if as_json else show(freqs_table(report, geom))
 
 
