@@ -305,3 +305,16 @@ def test_the_folder_decodes_as_the_source_decodes(lampe_folder):
         static = folder.generate(ids[:, :60], max_new_tokens=10, do_sample=False, cache_implementation="static")
         dynamic = folder.generate(ids[:, :60], max_new_tokens=10, do_sample=False)
     assert torch.equal(static, dynamic)
+
+
+def test_the_commands_name_the_fit():
+    """`freqs` (no model) runs fit = auto as the scaled fit at the geometry's L and says so in its title; `methods`
+    lists the fits by name and the presets."""
+    from typer.testing import CliRunner
+
+    from ropecli.cli.app import app
+
+    r = CliRunner().invoke(app, ["freqs", "--d", "64", "--train-len", "256", "--k", "4", "--map", "lampe:head=16,tail=6"])
+    assert r.exit_code == 0 and "lampe(head=16,tail=6,U=0,L=256,fit=scaled" in r.output.replace("\n", ""), r.output
+    m = CliRunner().invoke(app, ["methods"])
+    assert "fit=auto" in m.output and "lampe-ruler" in m.output and "lampe-sw" in m.output, m.output

@@ -7,6 +7,10 @@ import csv
 import io
 
 from ropecli.maps.map_spelling import map_from_json, map_label
+from ropecli.maps.pair_selection import kept_pairs
+from ropecli.maps.position_maps import MAPS
+from ropecli.rope.methods import ALIASES, REGISTRY
+from ropecli.rope.schedule import REQUIRED
 from ropecli.report.text import table
 
 
@@ -49,7 +53,6 @@ def freqs_table(report: dict, geom) -> list:
         tail = (f" Under the map, {len(out)} pair(s) see angles at the target never seen in training"
                 f"{' (m = ' + ', '.join(map(str, out[:12])) + (' …' if len(out) > 12 else '') + ')' if out else ''}.")
         if (share := pmap["params"].get("top", 1.0)) < 1.0:  # DPE's key pairs: chosen per layer and head on a model
-            from ropecli.maps.pair_selection import kept_pairs  # numpy, kept off the tables' import
             tail += (f" top = {share:g}: each head moves only its {kept_pairs(len(report['pairs']), share)} of "
                      f"{len(report['pairs'])} pairs of largest mean |q||k| on the model (chosen per layer and head when "
                      f"a model runs); the distances shown are a moved pair's, the others keep every true distance up "
@@ -122,9 +125,6 @@ def schedule_table(geom, schedules: list) -> list:
 
 def methods_rows() -> list[dict]:
     """Every scaling method ("kind": "scaling method"), then every position map ("kind": "position map")."""
-    from ropecli.rope.methods import ALIASES, REGISTRY
-    from ropecli.rope.schedule import REQUIRED
-    from ropecli.maps.position_maps import MAPS
 
     shown = lambda params: {p.name: ("required" if p.default is REQUIRED else p.choices[int(p.default)] if p.choices  # noqa: E731
                                      else p.default) for p in params}
