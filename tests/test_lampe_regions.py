@@ -318,3 +318,23 @@ def test_the_commands_name_the_fit():
     assert r.exit_code == 0 and "lampe(head=16,tail=6,U=0,L=256,fit=scaled" in r.output.replace("\n", ""), r.output
     m = CliRunner().invoke(app, ["methods"])
     assert "fit=auto" in m.output and "lampe-ruler" in m.output and "lampe-sw" in m.output, m.output
+
+
+def test_a_run_on_a_llama_2_shaped_model_names_the_llama_2_fit(tmp_path, text_file):
+    """End to end: a tiny model with Llama 2's RoPE config (llama, base 10,000, L 4,096) scored under
+    `lampe:head=16,tail=4` ends with the line naming LaMPE's Llama 2 fit, chosen from the model's family."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from typer.testing import CliRunner
+
+    from ropecli.cli.app import app
+    from tiny_models import char_tokenizer
+
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=4096,
+                                 rope_parameters={"rope_type": "default", "rope_theta": 10000.0})).save_pretrained(tmp_path)
+    char_tokenizer().save_pretrained(tmp_path)
+    r = CliRunner().invoke(app, ["ppl", "--model", str(tmp_path), "--data", text_file, "--len", "64", "--samples", "1",
+                                 "--method", "none", "--map", "lampe:head=16,tail=4", "--no-cache"])
+    assert r.exit_code == 0, r.output
+    assert "lampe: U from each prompt's length by LaMPE's Llama 2 fit: the model's family" in r.output, r.output
