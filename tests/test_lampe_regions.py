@@ -1,4 +1,4 @@
-"""LaMPE's three regions (issue 82): the registered `lampe` against a transliteration of the method its benchmarks run,
+"""LaMPE's three regions: the registered `lampe` against a transliteration of the method its benchmarks run,
 scar-on/LaMPE llama_cache1.py `forward` (prefill and decoding, the full-attention fallback below 2 x head), each
 flash_attn_func call replaced by explicit scores with flash's semantics; its U fits (`remap_uselen`) and the fit a
 model's config picks; the presets; the exported folder decoding as the source decodes."""
