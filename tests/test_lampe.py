@@ -17,7 +17,7 @@ from ropecli.cli.app import app
 from ropecli.maps.map_rotation import rotated
 from ropecli.maps.mapped_attention import NAME, mapped
 from ropecli.maps.position_maps import MAPS, map_params, map_regions
-from tiny_models import build
+from tiny_models import build, folder_batches_agree
 
 T_FACTOR = 0.1 * math.log(2) + 1
 
@@ -186,19 +186,7 @@ def test_the_folder_is_ropecli_lampe_and_each_decoded_token_its_prefixs(lampe_fo
     theirs[:, folder.config.eos_token_id] = float("-inf")  # generate holds EOS back for min_new_tokens
     assert torch.equal(gen[0, L0 - 8:], theirs.argmax(-1))  # every token from below L to 2L past it: ropecli's
     # a left-padded batch: each row at its own length, the prompt alone
-    rows = [ids[0, :40], ids[0, :27]]
-    n = max(len(r) for r in rows)
-    batch, mask = torch.zeros(2, n, dtype=torch.long), torch.zeros(2, n, dtype=torch.long)
-    for b, r in enumerate(rows):
-        batch[b, n - len(r):], mask[b, n - len(r):] = r, 1
-    with torch.no_grad():
-        both = folder.generate(batch, attention_mask=mask, max_new_tokens=24, do_sample=False, pad_token_id=0)
-        for b, r in enumerate(rows):
-            alone = folder.generate(r[None], max_new_tokens=24, do_sample=False, pad_token_id=0)
-            assert torch.equal(both[b, n:], alone[0, len(r):]), (b, both[b, n:], alone[0, len(r):])
-        static = folder.generate(ids[:, :40], max_new_tokens=24, do_sample=False, cache_implementation="static")
-        dynamic = folder.generate(ids[:, :40], max_new_tokens=24, do_sample=False)
-    assert torch.equal(static, dynamic)
+    folder_batches_agree(folder, [ids[0, :40], ids[0, :27]], ids[:, :40], 24)
 
 
 def test_lampe_through_the_commands(lampe_folder, tiny_dir, text_file, tmp_path):

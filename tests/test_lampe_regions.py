@@ -16,7 +16,7 @@ from ropecli.maps.map_rotation import rotated
 from ropecli.maps.map_spelling import map_label, parse_map
 from ropecli.maps.mapped_attention import NAME, mapped
 from ropecli.maps.position_maps import MAPS, map_params, map_regions
-from tiny_models import build
+from tiny_models import build, folder_batches_agree
 
 T_FACTOR = 0.1 * math.log(2) + 1
 
@@ -94,7 +94,7 @@ class AuthorsLampe:
         position_ids = torch.arange(kv_seq_len - q_len, kv_seq_len)
         v = value.transpose(1, 2)  # (B, T, H, D), flash's layout
         if not has_kv_cache:
-            _, mapping_ids = None, map_ids(position_ids[None], 0, self.U).long()
+            mapping_ids = map_ids(position_ids[None], 0, self.U).long()
             re_size_2 = find_chunk_last_index(mapping_ids, tail)
             bias_1 = head - (int(mapping_ids[0, head]) + 1) if kv_seq_len > head else 0
             bias_2 = ((kv_seq_len - 1 - re_size_2) - int(mapping_ids[0, kv_seq_len - 1 - re_size_2]) - bias_1
@@ -292,19 +292,7 @@ def test_the_folder_decodes_as_the_source_decodes(lampe_folder):
     with torch.no_grad():
         one_pass = folder(gen).logits[0, 59:-1]  # the decoding steps are not one pass over their prefix: the source's
     assert (one_pass[1:] - want[1][:-1]).abs().max() > 1e-3  # regions stay the prompt's
-    rows = [ids[0, :60], ids[0, :41]]
-    n = max(len(r) for r in rows)
-    batch, mask = torch.zeros(2, n, dtype=torch.long), torch.zeros(2, n, dtype=torch.long)
-    for b, r in enumerate(rows):
-        batch[b, n - len(r):], mask[b, n - len(r):] = r, 1
-    with torch.no_grad():
-        both = folder.generate(batch, attention_mask=mask, max_new_tokens=10, do_sample=False, pad_token_id=0)
-        for b, r in enumerate(rows):
-            alone = folder.generate(r[None], max_new_tokens=10, do_sample=False, pad_token_id=0)
-            assert torch.equal(both[b, n:], alone[0, len(r):]), (b, both[b, n:], alone[0, len(r):])
-        static = folder.generate(ids[:, :60], max_new_tokens=10, do_sample=False, cache_implementation="static")
-        dynamic = folder.generate(ids[:, :60], max_new_tokens=10, do_sample=False)
-    assert torch.equal(static, dynamic)
+    folder_batches_agree(folder, [ids[0, :60], ids[0, :41]], ids[:, :60], 10)
 
 
 def test_the_commands_name_the_fit():

@@ -66,3 +66,20 @@ def save_tiny(path, family: str = "llama"):
     model.save_pretrained(path)
     char_tokenizer().save_pretrained(path)
     return path
+
+
+def folder_batches_agree(folder, rows, prompt, new: int) -> None:
+    """An exported map folder's generation: a left-padded batch of `rows` (1-D id tensors) gives each row what it
+    gives alone, and the static cache what the dynamic one gives for `prompt` (1, T)."""
+    n = max(len(r) for r in rows)
+    batch, mask = torch.zeros(len(rows), n, dtype=torch.long), torch.zeros(len(rows), n, dtype=torch.long)
+    for b, r in enumerate(rows):
+        batch[b, n - len(r):], mask[b, n - len(r):] = r, 1
+    with torch.no_grad():
+        both = folder.generate(batch, attention_mask=mask, max_new_tokens=new, do_sample=False, pad_token_id=0)
+        for b, r in enumerate(rows):
+            alone = folder.generate(r[None], max_new_tokens=new, do_sample=False, pad_token_id=0)
+            assert torch.equal(both[b, n:], alone[0, len(r):]), (b, both[b, n:], alone[0, len(r):])
+        static = folder.generate(prompt, max_new_tokens=new, do_sample=False, cache_implementation="static")
+        dynamic = folder.generate(prompt, max_new_tokens=new, do_sample=False)
+    assert torch.equal(static, dynamic)
