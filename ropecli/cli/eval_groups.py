@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ropecli.cli.eval_options import (AdviseBudgetOpt, AdviseMetricOpt, AttnOpt, Backend, BackendOpt, CacheDirOpt,
+from ropecli.cli.eval_options import (AdviseBudgetOpt, AdviseMetricOpt, AttnOpt, Backend, BackendOpt, BosOpt, CacheDirOpt,
                                       CandidatesOpt, ChatTemplateOpt, ChunkOpt, DataOpt, DeltaOpt, DepthsOpt, DeviceMapOpt, DeviceOpt, DigitsOpt,
                                       Dtype, DtypeOpt, ExportConfigOpt, HeldOutOpt, KeyEvaluatorOpt, KeyShortOpt,
                                       KeyTokens, KeyTokensOpt, LenOpt, MarginOpt, MaxShortKlOpt,
@@ -62,6 +62,10 @@ class DataOptions:
     text_field: TextFieldOpt = "text"
     samples: SamplesOpt = 4
     seed: SeedOpt = 0
+    bos: BosOpt = "auto"
+
+    def __post_init__(self):
+        self.bos = getattr(self.bos, "value", self.bos)
 
 
 @dataclass

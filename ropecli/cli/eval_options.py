@@ -26,6 +26,17 @@ class Dtype(str, Enum):
     fp32 = "fp32"
 
 
+class Bos(str, Enum):  # --bos (`ropecli.evaluation.bos_policy.BOS_CHOICES`)
+    auto = "auto"  # the tokenizer's own: what it puts before a text by default
+    always = "always"  # its BOS token
+    never = "never"
+
+
+class PasskeyScore(str, Enum):  # passkey --score (`ropecli.evaluation.passkey`)
+    teacher = "teacher"  # every key token the argmax, teacher-forced
+    generate = "generate"  # also the published scripts' rule: 10 greedy tokens, the first integer is the key
+
+
 class Backend(str, Enum):
     transformers = "transformers"  # the model in torch, RoPE patched in place
     llamacpp = "llamacpp"  # a GGUF inside llama.cpp (llama-cpp-python), scaled by rope_freqs
@@ -44,6 +55,9 @@ DataOpt = Annotated[Optional[list[str]], typer.Option(
 TextFieldOpt = Annotated[str, typer.Option("--text-field", rich_help_panel=ADVANCED, help="JSONL / dataset field holding the text.")]
 SamplesOpt = Annotated[int, typer.Option("--samples", min=1, rich_help_panel=DATA, help="Windows per length (documents, YaRN-style).")]
 SeedOpt = Annotated[int, typer.Option("--seed", rich_help_panel=ADVANCED, help="Seed of the document sampling.")]
+BosOpt = Annotated[Bos, typer.Option("--bos", rich_help_panel=ADVANCED,
+    help="What stands before every window and prompt: auto (the tokenizer's own, as lm-eval and RULER tokenize), "
+         "always (its BOS token) or never.")]
 
 DepthsOpt = Annotated[str, typer.Option("--depths", rich_help_panel=EVALUATION,
     help="Passkey: where the key sits in the filler, comma list in [0, 1] (0 = right after BOS, farthest from the question).")]
@@ -65,6 +79,9 @@ TaskOpt = Annotated[Optional[list[str]], typer.Option(
     "--task", click_type=CommaChoices(TASKS, "--task", "TASK"), rich_help_panel=EVALUATION,
     help="RULER's synthetic tasks on your text, a column each, ranked by the answer's NLL (paired by prompt; --depths "
          "places the needle): {choices}. Added to --metric.")]
+PasskeyScoreOpt = Annotated[PasskeyScore, typer.Option("--score", rich_help_panel=EVALUATION,
+    help="teacher: a key is retrieved when its every token is the argmax (teacher-forced); generate: also as the published "
+         "scripts score it (10 greedy tokens, the first integer compared with the key): both in the table and --json.")]
 GenerateOpt = Annotated[bool, typer.Option("--generate", rich_help_panel=ADVANCED,
     help="Tasks: also RULER's own score, string match of a greedy answer (tokens_to_generate tokens per prompt).")]
 ObjectiveOpt = Annotated[str, typer.Option(

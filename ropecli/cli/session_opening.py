@@ -12,6 +12,7 @@ from contextlib import contextmanager, nullcontext
 from ropecli.cli.console import stderr_console
 from ropecli.errors import RopeCliError
 from ropecli.cli.eval_groups import DataOptions, EvalOptions, ModelOptions, PasskeyOptions
+from ropecli.evaluation.bos_policy import describe_bos
 from ropecli.evaluation.session import Progress, Session
 from ropecli.models.memory import resident_bytes
 
@@ -135,12 +136,14 @@ def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions
     loaded_peak = loading_peak()
     prompts = {"depths": tuple(passkey.parsed_depths()), "digits": passkey.checked_digits(),
                "prompt_count": passkey.prompts, "frame": passkey.frame(lm.tokenizer)} if passkey else {}
-    inputs = Inputs.load(lm.tokenizer, data.data, data.text_field, samples=data.samples, seed=data.seed, **prompts)
+    inputs = Inputs.load(lm.tokenizer, data.data, data.text_field, samples=data.samples, seed=data.seed, bos=data.bos,
+                         **prompts)
     ev = Evaluator(lm, inputs, cache=cache, dist=dist, chunk_tokens=evaluation.chunk_size, score_last=evaluation.score_last,
                    keep_tokens=evaluation.keep_token_losses, generate=generate, key_rule=_key_rule(evaluation, lm, cache, device, dist.is_main))
     per_depth = f", {inputs.prompt_count} prompt(s) per depth" if inputs.prompt_count is not None else ""
     per_depth += f"; task prompts {inputs.frame.describe()}" if inputs.frame.chat else ""
-    err.print(f"data {inputs.data_label}; {data.samples} window(s) per length{per_depth}, seed {data.seed}", highlight=False)
+    err.print(f"data {inputs.data_label}; {data.samples} window(s) per length{per_depth}, seed {data.seed}; "
+              f"{describe_bos(inputs.bos, lm.tokenizer.convert_ids_to_tokens(inputs.lead))}", highlight=False)
     # the model, the text and its tokens: what every forward pass starts from (host memory: a CPU run's whole story)
     held = resident_bytes("VmRSS") if lm.device == "cpu" and not model.device_map else None
     if memory is not None:

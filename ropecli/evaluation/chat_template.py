@@ -5,10 +5,14 @@ prefix it continues ("What is the pass key?" / "The pass key is"), then the scor
 turns the two into the tokens the model reads:
 
     none (the default: the raw form the tasks' authors publish, today's prompts)
-        [BOS] question SEP prefix          SEP = " " where neither side has whitespace at the join, else ""
+        LEAD question SEP prefix           SEP = " " where neither side has whitespace at the join, else ""
+                                           LEAD: what --bos puts before a text (`ropecli.evaluation.bos_policy`; auto:
+                                           the tokenizer's own, as lm-eval and RULER tokenize)
     a chat template (auto: the model's own, the tokenizer's or the GGUF's `tokenizer.chat_template`; FILE: a Jinja file)
         render([{"role": "user", "content": question}, {"role": "assistant", "content": prefix}],
-               continue_final_message=True)      tokenized with no special tokens added: the template writes its BOS
+               continue_final_message=True)      tokenized with no special tokens added (the template writes its BOS),
+                                                 then --bos: auto adds the tokenizer's own lead unless the rendering
+                                                 starts with BOS (lm-eval's rule)
 
 The chat form is what lm-evaluation-harness builds with --apply_chat_template for a task with a `gen_prefix`
 (lm_eval 0.4.13 `api/task.py:ConfigurableTask.fewshot_context` → `build_qa_turn` makes the user turn and an assistant
@@ -28,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ropecli.errors import RopeCliError
+from ropecli.evaluation.bos_policy import framed, lead_ids
 
 USER, ASSISTANT = "\x00ropecli-question\x00", "\x00ropecli-prefix\x00"
 HINT = "pass --chat-template none (the raw prompt), or --chat-template FILE with a Jinja chat template"
@@ -50,22 +55,20 @@ class PromptFrame:
     template: str | None = None
     head: str = ""
     middle: str = ""
+    bos: str = "auto"  # --bos: what stands before the text (`ropecli.evaluation.bos_policy`)
 
     @property
     def chat(self) -> bool:
         return self.template is not None
 
     def text(self, question: str, prefix: str) -> str:
-        """The prompt as text, without the raw form's BOS (a token, added by `ids`)."""
+        """The prompt as text, without the raw form's lead (tokens, added by `ids`)."""
         prefix = prefix.lstrip() if self.chat else prefix  # the assistant's turn starts at its first word
         return self.head + question + self.middle + prefix if self.chat else question + separator(question, prefix) + prefix
 
     def lead(self, tokenizer) -> list[int]:
-        """The tokens before the question: BOS (raw, where the model has one) or the template's head."""
-        if self.chat:
-            return encode(tokenizer, self.head)
-        bos = getattr(tokenizer, "bos_token_id", None)
-        return [bos] if bos is not None else []
+        """The tokens before the question: --bos's (raw) or the template's head (with --bos's BOS)."""
+        return framed(tokenizer, self.bos, encode(tokenizer, self.head)) if self.chat else lead_ids(tokenizer, self.bos)
 
     def close(self, question_end: str, prefix: str) -> str:
         """The text after the question's body (its last words `question_end`), through the answer prefix: for prompts
@@ -77,8 +80,8 @@ class PromptFrame:
         return self.ids_of(tokenizer, self.text(question, prefix))
 
     def ids_of(self, tokenizer, text: str) -> list[int]:
-        """The tokens of `text`, a prompt of this frame or its beginning: after BOS where raw."""
-        return encode(tokenizer, text) if self.chat else self.lead(tokenizer) + encode(tokenizer, text)
+        """The tokens of `text`, a prompt of this frame or its beginning: after --bos's lead where raw."""
+        return framed(tokenizer, self.bos, encode(tokenizer, text)) if self.chat else self.lead(tokenizer) + encode(tokenizer, text)
 
     def to_json(self) -> str:
         return self.name

@@ -7,7 +7,7 @@ for a HF datasets dataset (optional extra). Without `--data`: the held-out Shake
 
 Sampling policy (deterministic in `seed`): each document is tokenized whole; a document shorter than
 the evaluation length is skipped; every eligible document is cut into non-overlapping windows of
-`length` tokens (a BOS token first where the tokenizer has one). Windows are then taken round-robin
+`length` tokens (the tokens `--bos` puts before a text first: `ropecli.evaluation.bos_policy`). Windows are then taken round-robin
 over the documents in a seeded order: a first window of every document, then a second, … until
 `samples` are chosen. Which window of a document comes first, second, …: a stratified random order
 along it (`stratified_order`): its first 2^j windows lie one in each 2^j-th of the document, each at
@@ -140,31 +140,34 @@ def tokenize_documents(docs: list[Document], tokenizer) -> list[list[int]]:
     return [tokenizer(d.text, add_special_tokens=False)["input_ids"] for d in docs]
 
 
-def count_windows(token_ids: list[list[int]], length: int, bos_id: int | None) -> int:
-    """How many windows of `length` tokens the documents hold (what `sample_windows` can take at most)."""
-    body = length - (1 if bos_id is not None else 0)
+def count_windows(token_ids: list[list[int]], length: int, lead: list[int]) -> int:
+    """How many windows of `length` tokens (`lead`, the tokens before the text, counted in) the documents hold (what
+    `sample_windows` can take at most)."""
+    body = length - len(lead)
     return sum(len(ids) // body for ids in token_ids if len(ids) >= body) if body > 0 else 0
 
 
-def split_documents(docs: list[Document], token_ids: list[list[int]], length: int, seed: int, bos_id: int | None,
+def split_documents(docs: list[Document], token_ids: list[list[int]], length: int, seed: int, lead: list[int],
                     part: int | None) -> list[int]:
     """Indices of the documents long enough for `length`, in the seeded order; with `part` and at least
     two of them, every other one from `part` on (0: the held-out half, the larger one with an odd count;
     1: the searched half), so that searched and held-out windows come from different documents."""
-    body = length - (1 if bos_id is not None else 0)
+    body = length - len(lead)
     eligible = [i for i, ids in enumerate(token_ids) if len(ids) >= body]
     order = [eligible[j] for j in np.random.default_rng(seed).permutation(len(eligible))]
     return order[part::2] if part is not None and len(order) >= 2 else order
 
 
 def sample_windows(docs: list[Document], token_ids: list[list[int]], length: int, samples: int, seed: int,
-                   bos_id: int | None, part: int | None = None) -> Windows:
+                   lead: list[int], part: int | None = None) -> Windows:
+    """`samples` windows of `length` tokens: `lead` (the BOS of `--bos`, `ropecli.evaluation.bos_policy`, or nothing)
+    then length - len(lead) tokens of one document, drawn along the documents in the seeded order."""
     if length < 2:
         raise RopeCliError(f"--len {length} is too short; perplexity needs at least 2 tokens")
     if samples < 1:
         raise RopeCliError(f"--samples {samples} must be at least 1")
-    body = length - (1 if bos_id is not None else 0)  # text tokens per window
-    order = split_documents(docs, token_ids, length, seed, bos_id, part)
+    body = length - len(lead)  # text tokens per window
+    order = split_documents(docs, token_ids, length, seed, lead, part)
     per_doc = [len(token_ids[i]) // body for i in order]
     along: dict[int, list[int]] = {}  # document -> its windows' sampling order, made when first needed
     chosen: list[tuple[str, list[int]]] = []
@@ -179,9 +182,8 @@ def sample_windows(docs: list[Document], token_ids: list[list[int]], length: int
         longest = max((len(t) for t in token_ids), default=0)
         raise RopeCliError(f"too little text for --len {length}: only {len(chosen)} window(s) of {length} tokens "
                            f"(longest document {longest} tokens); lower --len or --samples, or add text with --data")
-    prefix = [bos_id] if bos_id is not None else []
-    ids = np.array([prefix + w for _, w in chosen], dtype=np.int64)
-    return Windows(length, ids, [n for n, _ in chosen], len(docs) - len(split_documents(docs, token_ids, length, seed, bos_id, None)))
+    ids = np.array([list(lead) + w for _, w in chosen], dtype=np.int64)
+    return Windows(length, ids, [n for n, _ in chosen], len(docs) - len(split_documents(docs, token_ids, length, seed, lead, None)))
 
 
 def stratified_order(m: int, rng: np.random.Generator) -> list[int]:

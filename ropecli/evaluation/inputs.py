@@ -20,6 +20,7 @@ import numpy as np
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.data import (Windows, count_windows, load_documents, sample_windows, split_documents,
                                      tokenize_documents)
+from ropecli.evaluation.bos_policy import lead_ids
 from ropecli.evaluation.chat_template import RAW, PromptFrame
 from ropecli.evaluation.passkey import DEFAULT_DEPTHS, filler_stream, make_published_samples, make_samples
 from ropecli.evaluation.metrics import PASSKEY_TEXT, PPL, Metric, metric_record
@@ -43,6 +44,7 @@ class Inputs:
     digits: int = 5  # passkey: digits of a key
     frame: PromptFrame = RAW  # passkey and RULER tasks: raw prompts or a chat template's (--chat-template)
     span: int | None = None  # windows at a length below it are the prefixes of the windows at `span`
+    bos: str = "auto"  # --bos: what stands before every window's and prompt's text (`ropecli.evaluation.bos_policy`)
     _windows: dict = field(default_factory=dict, repr=False)
     _prompts: dict = field(default_factory=dict, repr=False)
     _tasks: dict = field(default_factory=dict, repr=False)  # (task, length) -> its TaskUnits
@@ -51,6 +53,13 @@ class Inputs:
     _resized: dict = field(default_factory=dict, repr=False)
     _fingerprints: dict = field(default_factory=dict, repr=False)
     _spanned: dict = field(default_factory=dict, repr=False)
+    lead: list = field(default=None, repr=False)  # the token ids --bos resolved to on this tokenizer
+
+    def __post_init__(self):
+        if self.frame.bos != self.bos:  # the prompts' frame carries the same choice
+            self.frame = replace(self.frame, bos=self.bos)
+        if self.lead is None:
+            self.lead = lead_ids(self.tokenizer, self.bos)
 
     @classmethod
     def load(cls, tokenizer, data: list[str] | None = None, text_field: str = "text", **kw) -> "Inputs":
@@ -85,9 +94,8 @@ class Inputs:
 
     def _part(self, length: int) -> tuple[int | None, int]:
         """(which half of the documents, first window) of this sample at `length`."""
-        bos = getattr(self.tokenizer, "bos_token_id", None)
         part = {"search": 1, "held": 0}.get(self.split)  # the held-out half is the larger one: its verdict ranks
-        if part is not None and len(split_documents(self.docs, self.tokens, length, self.seed, bos, None)) >= 2:
+        if part is not None and len(split_documents(self.docs, self.tokens, length, self.seed, self.lead, None)) >= 2:
             return part, 0 if self.split == "held" else self.first_window
         return None, self.first_window
 
@@ -105,8 +113,7 @@ class Inputs:
         if part is None:
             return ("held out by window: one document is long enough, so the held-out windows follow the searched ones "
                     "in it (not text the search never saw the like of)")
-        bos = getattr(self.tokenizer, "bos_token_id", None)
-        names = lambda p: ", ".join(self.docs[i].name for i in split_documents(self.docs, self.tokens, length, self.seed, bos, p))  # noqa: E731
+        names = lambda p: ", ".join(self.docs[i].name for i in split_documents(self.docs, self.tokens, length, self.seed, self.lead, p))  # noqa: E731
         return f"held out by document: searched on {names(1)}; held out on {names(0)}"
 
     def spanning(self, span: int | None) -> "Inputs":
@@ -139,10 +146,9 @@ class Inputs:
     def available(self, length: int) -> int:
         """Windows at `length` this sample can still take from its first window on (the data's limit)."""
         length = self._at(length)
-        bos = getattr(self.tokenizer, "bos_token_id", None)
         part, first = self._part(length)
-        docs = split_documents(self.docs, self.tokens, length, self.seed, bos, part)
-        return count_windows([self.tokens[i] for i in docs], length, bos) - first
+        docs = split_documents(self.docs, self.tokens, length, self.seed, self.lead, part)
+        return count_windows([self.tokens[i] for i in docs], length, self.lead) - first
 
     def check_available(self, length: int, samples: int, what: str = "--max-windows") -> None:
         length = self._at(length)
@@ -159,9 +165,8 @@ class Inputs:
             full = self.windows(self.span)
             self._windows[length] = Windows(length, np.ascontiguousarray(full.ids[:, :length]), full.names, full.skipped)
         if length not in self._windows:
-            bos = getattr(self.tokenizer, "bos_token_id", None)
             part, first = self._part(length)
-            win = sample_windows(self.docs, self.tokens, length, first + self.samples, self.seed, bos, part)
+            win = sample_windows(self.docs, self.tokens, length, first + self.samples, self.seed, self.lead, part)
             if first:  # the first windows of a larger sample are the smaller sample: skip them
                 win = Windows(length, win.ids[first:], win.names[first:], win.skipped)
             self._windows[length] = win

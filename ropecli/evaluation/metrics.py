@@ -35,7 +35,7 @@ from typing import Any, Callable
 from ropecli.errors import RopeCliError
 from ropecli.evaluation import results, task_results
 from ropecli.evaluation.summaries import summarize_kl, summarize_passkey, summarize_ppl
-from ropecli.evaluation.ruler.answer_scoring import passes, score_prompt
+from ropecli.evaluation.ruler.answer_scoring import GENERATED_TOKENS, passes, published_match, score_prompt
 from ropecli.evaluation.ruler.templates import TASKS
 from ropecli.evaluation.task_results import summarize_task
 
@@ -103,6 +103,23 @@ def _ppl_summary(ev, spec, sched, geom, length, metric, per_unit, inputs, second
                          ev.key_fields(per_unit, inputs, length), REGISTRY[metric].result())
 
 
+def _passkey_score(ev, spec, sched, unit) -> tuple:
+    """(1.0 if the key's tokens are the argmax teacher-forced else 0.0, their NLL) and under --score generate (the
+    evaluator's `generate`) also (1.0 if the published rule reads the key in 10 greedy tokens, what they said):
+    `ropecli.evaluation.ruler.answer_scoring.published_match`."""
+    ids, start = unit
+    correct, nll = ev.backend.passkey_scores(ids, start)
+    if not ev.generate:
+        return correct, nll
+    said = ev.backend.greedy(ids[:start], GENERATED_TOKENS)
+    key = ev.backend.tokenizer.decode(list(ids[start:])).strip()  # the answer " K" (its digits) as the prompt has it
+    return correct, nll, float(published_match(said, key)), said
+
+
+def _passkey_fresh(ev, value) -> bool:  # a cached prompt without its generation serves only where none is asked
+    return not ev.generate or len(value) > 2
+
+
 def _passkey_summary(ev, spec, sched, geom, length, metric, per_unit, inputs, seconds):
     return summarize_passkey(spec, sched, geom, length, per_unit, inputs.prompts(length, metric), inputs.depths, seconds,
                              REGISTRY[metric].result())
@@ -148,15 +165,14 @@ PPL = Metric("ppl", "windows", _ppl_score, _ppl_summary, "PPL", "PPL", lambda: r
 KEY_PPL = Metric("key-ppl", "windows", _ppl_score, _ppl_summary, "key PPL", "key PPL", lambda: results.KeyPplResult, "key_nll",
                  cached_as="ppl", ranks=True, measure="log key-token PPL", fresh=_ppl_fresh, check=_key_ppl_check, prefixes=True,
                  field="key_ppl", verdict_beside="key_vs_best")
-PASSKEY = Metric("passkey", "prompts", lambda ev, spec, sched, unit: ev.backend.passkey_scores(*unit),
-                 _passkey_summary, "passkey answer NLL", "passkey", lambda: results.PasskeyResult, "answer_nll", unit_word="keys",
+PASSKEY = Metric("passkey", "prompts", _passkey_score, _passkey_summary, "passkey answer NLL", "passkey", lambda: results.PasskeyResult, "answer_nll", unit_word="keys",
+                 passes=lambda ev, unit: 1 + bool(ev.generate), fresh=_passkey_fresh,
                  key=lambda ev, rope: {"prompt": "landmark"},  # absent: passkey-text's prompts, cached under "passkey" before
                  field="accuracy", note="passkey: the published prompt (landmark attention's, as YaRN and LongRoPE run it); "
                  "accuracy over all depths; bold/≈ rank by the answer NLL (paired over the same prompts).")
-PASSKEY_TEXT = Metric("passkey-text", "prompts", lambda ev, spec, sched, unit: ev.backend.passkey_scores(*unit),
-                      _passkey_summary, "passkey-text answer NLL", "passkey-text", lambda: results.PasskeyTextResult,
-                      "answer_nll", unit_word="keys", field="accuracy",
-                      note="passkey-text: ropecli's real-text variant (the key once inside the text, no instruction); "
+PASSKEY_TEXT = Metric("passkey-text", "prompts", _passkey_score, _passkey_summary, "passkey-text answer NLL", "passkey-text", lambda: results.PasskeyTextResult,
+                      "answer_nll", unit_word="keys", field="accuracy", passes=lambda ev, unit: 1 + bool(ev.generate),
+                      fresh=_passkey_fresh, note="passkey-text: ropecli's real-text variant (the key once inside the text, no instruction); "
                       "accuracy over all depths; bold/≈ rank by the answer NLL (paired over the same prompts).")
 PASSKEYS = (PASSKEY, PASSKEY_TEXT)  # the passkey prompts, the published one first (effective length takes the first measured)
 KL = Metric("kl", "windows", lambda ev, spec, sched, unit: ev.backend.window_kl(

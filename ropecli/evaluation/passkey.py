@@ -17,8 +17,10 @@ The source sizes a prompt in characters and keeps the longest below its token ta
 at one-character resolution). Depth d puts the needle at n_prefix = round(d * n_garbage) (the source draws n_prefix
 uniformly: a depth grid is the same draw, stratified, and gives the heat map). The source's keys and splits are
 unseeded; ropecli's are seeded by (seed, length, depth, sample), so every schedule sees the same prompts (paired).
-The source generates 10 tokens greedily and compares the first run of digits with the key as an integer; ropecli
-scores the answer " K" teacher-forced (below): the same prompts, read without sampling.
+The source generates 10 tokens greedily and compares the first run of digits with the key as an integer
+(`eval/passkey.py:test_model`: `int(re.search(r'\\d+', response).group())`, the pipeline's 10 new tokens); ropecli
+scores the answer " K" teacher-forced (below) and, with `--score generate`, also as the source does (`ropecli.evaluation.ruler.answer_scoring.published_match`:
+"\n4711" is 4,711, right; "47110" is wrong).
 
 `passkey-text`: ropecli's real-text variant (harder: the filler is the text itself, the key stated once and no
 instruction), exactly N tokens:

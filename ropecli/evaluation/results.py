@@ -157,11 +157,20 @@ class PasskeyResult(EvalResult):
     samples: int
     digits: int
     by_depth: list  # [{depth, accuracy, answer_nll, samples}]
-    prompt_correct: list
+    prompt_correct: list  # teacher-forced: every key token the argmax
     prompt_answer_nll: list
+    generated_accuracy: float | None = None  # --score generate: the published rule on 10 greedy tokens
+    prompt_generated: list | None = None  # per prompt: the rule's verdict
+    prompt_said: list | None = None  # per prompt: the generated text
 
     def cell(self) -> str:
-        return f"{self.accuracy:.0%}"
+        return f"{self.accuracy:.0%}" + (f" (gen {self.generated_accuracy:.0%})" if self.generated_accuracy is not None else "")
+
+    def agreement(self) -> int | None:
+        """Prompts on which the teacher-forced and the published (generated) verdicts agree; None without generation."""
+        if self.prompt_generated is None:
+            return None
+        return sum(a == b for a, b in zip(self.prompt_correct, self.prompt_generated))
 
 
 @dataclass(kw_only=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator
+from ropecli.evaluation.bos_policy import bos_fields
 from ropecli.evaluation.cache import FORMAT
 from ropecli.evaluation.metrics import PPL, Metric
 
@@ -99,7 +100,7 @@ class Session:
                "shipped": rope.shipped.to_json() if rope.shipped else None, "runtime": lm.runtime, "dtype": lm.dtype, "device": lm.device,
                "data": ev.inputs.data_label, "samples": ev.inputs.samples,
                **({"prompts": ev.inputs.prompt_count} if ev.inputs.prompt_count is not None else {}), "seed": ev.inputs.seed,
-               "chat_template": ev.inputs.frame.to_json(),
+               "chat_template": ev.inputs.frame.to_json(), **bos_fields(self.model.tokenizer, ev.inputs.bos, ev.inputs.lead),
                "score_last": ev.score_last, "world_size": ev.dist.world, "key_rule": self.key_rule(), "memory": self.measured_memory()}
         if ev.dist.world > 1:
             out["windows_per_rank"] = [len(w) for w in ev.dist.gather(ev.dist.windows_done)]

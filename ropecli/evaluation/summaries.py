@@ -69,22 +69,28 @@ def position_means(per_window: list[tuple], length: int):
     return np.array([bin_means(v[2], length) for v in per_window])
 
 
-def summarize_passkey(spec: Spec, sched: Schedule, geom: Geometry, length: int, per_prompt: list[tuple[float, float]],
+def summarize_passkey(spec: Spec, sched: Schedule, geom: Geometry, length: int, per_prompt: list[tuple],
                       prompts: list, depths, seconds: float, kind: type = PasskeyResult) -> PasskeyResult:
-    """Accuracy and mean answer NLL, overall and per depth; per-prompt values kept for paired statistics."""
+    """Accuracy and mean answer NLL, overall and per depth; per-prompt values kept for paired statistics. Units of
+    four (--score generate: the published rule's verdict and the generated text beside): that accuracy too."""
     import numpy as np
 
-    correct = np.array([c for c, _ in per_prompt], dtype=np.float64)
-    nll = np.array([a for _, a in per_prompt], dtype=np.float64)
+    correct = np.array([v[0] for v in per_prompt], dtype=np.float64)
+    nll = np.array([v[1] for v in per_prompt], dtype=np.float64)
+    generated = np.array([v[2] for v in per_prompt], dtype=np.float64) if all(len(v) > 2 for v in per_prompt) else None
     by_depth = []
     for d in depths:
         idx = [i for i, p in enumerate(prompts) if p.depth == d]
         by_depth.append({"depth": d, "accuracy": float(correct[idx].mean()), "answer_nll": _finite(nll[idx].mean()),
-                         "samples": len(idx)})
+                         "samples": len(idx),
+                         **({"generated_accuracy": float(generated[idx].mean())} if generated is not None else {})})
+    said = {} if generated is None else {"generated_accuracy": float(generated.mean()),
+                                         "prompt_generated": [bool(g) for g in generated],
+                                         "prompt_said": [str(v[3]) for v in per_prompt]}
     return kind(**_head(spec, sched, geom, length, seconds), accuracy=float(correct.mean()),
                          answer_nll=_finite(nll.mean()), samples=len(per_prompt), digits=max(len(p.key) for p in prompts),
                          by_depth=by_depth, prompt_correct=[bool(c) for c in correct],
-                         prompt_answer_nll=[_finite(v) for v in nll])
+                         prompt_answer_nll=[_finite(v) for v in nll], **said)
 
 
 def summarize_kl(spec: Spec, sched: Schedule, geom: Geometry, length: int, per_window: list[tuple], names: list[str],

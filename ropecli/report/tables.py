@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
+from ropecli.evaluation.bos_policy import describe_bos
 from ropecli.evaluation.chat_template import describe_frame
 from ropecli.evaluation.inference import MARGIN
 from ropecli.evaluation.effective_length import effective_line
@@ -116,7 +117,7 @@ def compare_table(out: dict, labels: list[str], lengths: list[int]) -> list:
     tasks = [r for r in results if isinstance(r, TaskResult)]
     effective = out.get("effective_length")
     per_cell = f"{per_cell}; " if per_cell else ""
-    t = table(f"{out['model']} ({lengths_of(out)}); {per_cell}± = 95% half-width across windows; bold = "
+    t = table(f"{out['model']} ({lengths_of(out)}); {bos_words(out)}; {per_cell}± = 95% half-width across windows; bold = "
               "best, ≈ = shown equivalent to it, ? = undecided (paired, 95% for the whole column)",
               ["method", *[c.title for c in columns], *(["eff. length (shown)"] if effective else [])])
     for label in labels:
@@ -188,6 +189,11 @@ def tie_lines(rows: list[Row]) -> list[str]:
     return lines
 
 
+def bos_words(out: dict) -> str:
+    """What stood before every window and prompt (`--bos`, `ropecli.evaluation.bos_policy`), for a caption."""
+    return describe_bos(out.get("bos"), out.get("bos_tokens", []))
+
+
 def chat_words(out: dict) -> str:
     """The prompts' chat template in words (`--chat-template`, `ropecli.evaluation.chat_template`)."""
     return describe_frame(out.get("chat_template", "none"))
@@ -198,17 +204,25 @@ def passkey_table(out: dict) -> list:
     Rows of PasskeyResults)."""
     depths, rows = out["depths"], out["results"]
     text = any(r.record is PASSKEY_TEXT for r in rows)
+    said = all(r.result.generated_accuracy is not None for r in rows)  # --score generate: the published score beside
     prompt = (f"ropecli's real-text prompt (passkey-text), keys of {out['digits']} digits" if text else
               f"the published prompt (landmark attention's, as YaRN and LongRoPE run it), keys {KEY_RANGE[0]}–{KEY_RANGE[1]:,}")
     t = table(f"Passkey accuracy on {out['model']} ({lengths_of(out)}): {prompt} {chat_words(out)}, {out.get('prompts', out['samples'])} "
-              "per depth; depth 0 = key farthest from the question",
-              ["method", "len", "k", *[f"depth {d:g}" for d in depths], "all", "answer NLL", "Δ NLL vs best (paired)"])
+              f"per depth; depth 0 = key farthest from the question; {bos_words(out)}",
+              ["method", "len", "k", *[f"depth {d:g}" for d in depths], "all", *(["generated", "agree"] if said else []),
+               "answer NLL", "Δ NLL vs best (paired)"])
     for row in sorted(rows, key=lambda row: (row.result.len, row.result.label)):
         r = row.result
+        gen = [f"{r.generated_accuracy:.0%}", f"{r.agreement()}/{r.samples}"] if said else []
         t.add_row(r.label, str(r.len), f"{r.factor:g}", *[f"{d['accuracy']:.0%}" for d in r.by_depth],
-                  f"[bold]{r.accuracy:.0%}[/]", "inf" if r.answer_nll is None else f"{r.answer_nll:.3f}",
+                  f"[bold]{r.accuracy:.0%}[/]", *gen, "inf" if r.answer_nll is None else f"{r.answer_nll:.3f}",
                   row.vs_best.diff_text + row.vs_best.mark)
-    return [t, plain("Δ NLL: answer NLL minus the best method's at that length, over the same prompts, ± the 95% half-width; "
+    lines = [t]
+    if said:
+        lines.append(plain("depths and all: teacher-forced (every key token the argmax); generated: the published scripts' "
+                           "score (10 greedy tokens, the first integer is the key: YaRN's eval/passkey.py); agree: prompts "
+                           "on which the two verdicts agree."))
+    return lines + [plain("Δ NLL: answer NLL minus the best method's at that length, over the same prompts, ± the 95% half-width; "
                f"≈ = shown equivalent to the best within ±{MARGIN:g} nats, ? = undecided (paired, 95% for the column).")]
 
 
@@ -216,7 +230,7 @@ def kl_table(out: dict) -> list:
     """`ropecli kl`: mean, p99 and max KL against the unscaled model, top-1 agreement, paired Δ to the lowest
     (`out["results"]`: Rows of KlResults)."""
     t = table(f"KL({'native' if out.get('shipped') else 'unscaled'} || scaled) per token on {out['model']} ({lengths_of(out)}), schedules for "
-              f"k = {out['factor']:g}; {out['samples']} windows",
+              f"k = {out['factor']:g}; {out['samples']} windows; {bos_words(out)}",
               ["method", "len", "mean KL", "p99 KL", "max KL", "top-1 agree", "Δ vs best (paired)"])
     for row in sorted(out["results"], key=lambda row: (row.result.len, row.result.kl_mean)):
         r = row.result

@@ -9,24 +9,26 @@ from ropecli.errors import RopeCliError
 from ropecli.cli.eval_groups import DataOptions, EvalOptions, MappedScheduleOptions, ModelOptions, PasskeyOptions
 from ropecli.cli.groups import OutputOptions, ScheduleOptions, with_option_groups
 from ropecli.cli.options import KL_METHODS, PASSKEY_METHODS, TargetLenOpt
-from ropecli.cli.eval_options import TextVariantOpt
+from ropecli.cli.eval_options import PasskeyScore, PasskeyScoreOpt, TextVariantOpt
 from ropecli.cli.session_opening import check_plot_path, open_session
 
 
 @handle_errors
 @with_option_groups
 def passkey(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOptions, evaluation: EvalOptions,
-            prompts: PasskeyOptions, output: OutputOptions, text: TextVariantOpt = False):
+            prompts: PasskeyOptions, output: OutputOptions, text: TextVariantOpt = False,
+            score: PasskeyScoreOpt = PasskeyScore.teacher):
     """Passkey retrieval as papers report it: the published prompt (landmark attention's, as YaRN and LongRoPE run it:
     an instruction, the repeated "The grass is green…" filler, the key stated twice at each depth, asked at the end).
 
-    Accuracy = share of prompts whose every key token is the model's argmax (teacher-forced); answer
-    NLL = -log P(key | prompt). --prompts keys per depth and length (default --samples); the same prompts for every
+    Accuracy = share of prompts whose every key token is the model's argmax (teacher-forced); with --score generate
+    also the published scripts' score (10 greedy tokens, the first integer is the key); answer NLL = -log P(key | prompt). --prompts keys per depth and length (default --samples); the same prompts for every
     method. --text: ropecli's real-text variant (passkey-text).
 
     Examples: ropecli passkey --len 256 --len 2048 --method none --method mixed --plot pk.png
               ropecli passkey --model meta-llama/Llama-2-7b-hf --len 4096 --len 16384 --method yarn,mixed --samples 20
               ropecli passkey --len 1024 --method none,yarn --text
+              ropecli passkey --len 512 --method none,yarn --score generate
     """
     from ropecli.rope.target import check_lengths, default_target
     from ropecli.evaluation.metrics import PASSKEY, PASSKEY_TEXT
@@ -38,13 +40,14 @@ def passkey(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOpti
     specs = schedule.specs(PASSKEY_METHODS,
                              factor=evaluation.k, log_n_modes=(evaluation.log_n,))
     check_plot_path(output.plot, output.force)
-    session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts)
+    session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts,
+                           generate=PasskeyScore(score) is PasskeyScore.generate)
     L, ins = session.rope.train_len, session.inputs
     metric = PASSKEY_TEXT if text else PASSKEY
     results = session.run(specs, check_lengths(evaluation.length or [L, default_target(L)]), metric)
     rows = [{"method": r.label, "log_n": r.log_n, "len": r.len, "factor": r.factor, **d} for r in results for d in r.by_depth]
     keys = f"keys of {ins.digits} digits" if text else f"keys {KEY_RANGE[0]}–{KEY_RANGE[1]:,}"  # the source's randint
-    out = {**session.header(), "metric": metric.name, "depths": list(ins.depths), "digits": ins.digits if text else None,
+    out = {**session.header(), "metric": metric.name, "score": PasskeyScore(score).value, "depths": list(ins.depths), "digits": ins.digits if text else None,
            "rows": rows,
            "results": attach_paired(results), **session.tally()}
     if output.plot and session.is_main:

@@ -1,6 +1,10 @@
-"""RULER's score of a generated answer (NVIDIA/RULER c3f5e3b, scripts/eval/evaluate.py `postprocess_pred`,
-scripts/eval/synthetic/constants.py `string_match_all`), per prompt: the share of the references found
-in the prediction, ignoring case (RULER averages it over prompts and prints x100)."""
+"""Generated answers scored as their authors score them, per prompt.
+
+RULER's tasks (NVIDIA/RULER c3f5e3b, scripts/eval/evaluate.py `postprocess_pred`, scripts/eval/synthetic/constants.py
+`string_match_all`): the share of the references found in the prediction, ignoring case (RULER averages it over prompts
+and prints x100). The published passkey (jquesnelle/yarn eval/passkey.py `test_model`, after landmark attention's
+run_test.py): 10 new tokens, the first run of digits read as an integer and compared with the key (`published_match`:
+"\n4711" retrieves 4711, "47110" does not)."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import re
 from ropecli.evaluation.ruler.templates import TASKS
 
 _CONTROL = re.compile(r"[\x00-\x1f]")
+GENERATED_TOKENS = 10  # the published passkey's max_new_tokens (eval/passkey.py:test_model)
 
 
 def postprocess(prediction: str) -> str:
@@ -19,6 +24,12 @@ def string_match_all(prediction: str, references: tuple | list) -> float:
     """One prompt's share of `references` contained in the prediction, case-insensitive (in [0, 1])."""
     pred = postprocess(prediction).lower()
     return sum(1.0 for r in references if r.lower() in pred) / len(references)
+
+
+def published_match(said: str, key: str) -> bool:
+    """The published passkey's rule: the first run of digits in the generated text, as an integer, is the key."""
+    found = re.search(r"\d+", said)
+    return found is not None and int(found.group()) == int(key)
 
 
 def score_prompt(backend, unit, generate: bool) -> tuple:
