@@ -15,7 +15,8 @@ to 128 tokens (RULER's tokens_to_generate):
 
   lm-eval          lm-eval's own prompts, generation and scoring (simple_evaluate, limit = --samples: the first
                    prompts of the 500 it draws with its seed)
-  ropecli on them  the same prompts as ropecli frames them ([BOS] question " " answer prefix, or --chat-template), the
+  ropecli on them  the same prompts as ropecli frames them (question " " answer prefix after --bos auto's lead: the
+                   tokenizer's own, as lm-eval tokenizes; or --chat-template), the
                    same model's greedy generation (generate(), do_sample=False; lm-eval's own generation reused where
                    the token ids are the same: greedy decoding of the same ids is the same text), ropecli's
                    string_match_all. Paired with lm-eval's per prompt: Newcombe's paired interval (95 %), which
