@@ -382,6 +382,59 @@ def lm_eval_rows(name: str) -> None:
     print()
 
 
+def bos_rows() -> None:
+    """Issue 82: what --bos changes on SmolLM2 (its tokenizer adds nothing before a text: auto is no BOS) against BOS
+    before every window and prompt (always, what ropecli measured before --bos): bos-{always,auto}-ppl-passkey.json and
+    bos-{always,auto}-niah.json. Paired by unit: the same windows of the same plays (a window with BOS holds one text
+    token fewer), the same keys and needles at the same depths; auto − always, ± the 95 % half-width (PPL: mean
+    log-PPL over windows, clustered by play; prompts: answer NLL; retrieved: Newcombe's paired interval)."""
+    from ropecli.evaluation.inference import paired
+    from ropecli.evaluation.proportions import newcombe_paired
+
+    runs = {bos: [r for part in ("ppl-passkey", "niah") for r in (load(f"bos-{bos}-{part}") or {}).get("results", [])]
+            for bos in ("always", "auto")}
+    cells = {bos: {(r["metric"], r["len"], short_label(r["label"])): r for r in rs} for bos, rs in runs.items()}
+    if not cells["always"] or not cells["auto"]:
+        return
+    header("metric", "len", "method", "BOS always", "BOS auto (none)", "auto − always (paired, ± 95 %)", "retrieved: auto − always [95 %]")
+    for key in sorted(set(cells["always"]) & set(cells["auto"]), key=lambda k: (k[0] != "ppl", k[0], k[1], k[2])):
+        a, b = cells["auto"][key], cells["always"][key]
+        metric, n, label = key
+        if metric == "ppl":
+            assert a["windows"] == b["windows"], (a["windows"], b["windows"])  # the same plays, window by window
+            p = paired(a["window_nll"], b["window_nll"], docs=a["windows"])
+            print(f"| PPL | {n} | {label} | {b['ppl']:.2f} | {a['ppl']:.2f} | {p.diff:+.4f} ± {p.half_width():.4f} nats/token "
+                  f"({len(a['windows'])} windows) | — |")
+            continue
+        p = paired(a["prompt_answer_nll"], b["prompt_answer_nll"])
+        d, lo, hi = newcombe_paired([float(x) for x in a["prompt_correct"]], [float(x) for x in b["prompt_correct"]])
+        k = len(a["prompt_correct"])
+        print(f"| {metric} | {n} | {label} | {sum(b['prompt_correct'])}/{k}, NLL {b['answer_nll']:.2f} | "
+              f"{sum(a['prompt_correct'])}/{k}, NLL {a['answer_nll']:.2f} | {p.diff:+.2f} ± {p.half_width():.2f} nats (answer) | "
+              f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}] |")
+    print()
+
+
+def scores_rows(*names: str) -> None:
+    """Issue 82: the published passkey scored twice (passkey --score generate): teacher-forced (every key token the
+    argmax) and as the scripts do (10 greedy tokens, the first integer), per run and method; where they disagree,
+    what the model said."""
+    from ropecli.evaluation.proportions import clopper_pearson
+
+    rows = [r for name in names for r in (load(name) or {}).get("results", []) if r.get("prompt_generated") is not None]
+    if not rows:
+        return
+    header("len", "method", "prompts", "teacher-forced", "generated", "agree [95 %, exact]", "disagreements: what it said (teacher, generated)")
+    for r in rows:
+        t, g = r["prompt_correct"], r["prompt_generated"]
+        agree = sum(x == y for x, y in zip(t, g))
+        lo, hi = clopper_pearson(agree, len(t))
+        odd = "; ".join(f"{said!r} ({'✓' if x else '✗'}, {'✓' if y else '✗'})" for x, y, said in zip(t, g, r["prompt_said"])
+                        if x != y) or "—"
+        print(f"| {r['len']} | {short_label(r['label'])} | {len(t)} | {sum(t)} | {sum(g)} | {agree}/{len(t)} [{lo:.2f}, {hi:.2f}] | {odd} |")
+    print()
+
+
 if __name__ == "__main__":
     for name in ("compare-16k", "llamacpp-16k", "maps-16k-ppl"):
         ppl_table(name)
@@ -402,4 +455,7 @@ if __name__ == "__main__":
     published_rows()
     for name in ("lm-eval-niah-8192", "lm-eval-niah-16384"):
         lm_eval_rows(name)
+    bos_rows()
+    passkey_table("lampe-16k")
+    scores_rows("passkey-scores-8k")
     sys.stdout.flush()

@@ -75,22 +75,21 @@ def test_the_prompt_is_yarns_byte_for_byte(monkeypatch, n_garbage, n_prefix, key
 
 @pytest.mark.parametrize("length, depth", [(256, 0.0), (512, 0.5), (1024, 1.0), (2048, 0.25)])
 def test_a_sample_is_yarns_prompt_token_for_token_and_the_longest_that_fits(monkeypatch, tok, length, depth):
-    """[BOS] + the source's prompt + the answer " K": the ids ropecli scores, at most --len tokens, and one more
-    character of filler would not fit."""
+    """The source's prompt as its script tokenizes it (`tokenizer(prompt)`: --bos auto, no BOS from this tokenizer) + the
+    answer " K": the ids ropecli scores, at most --len tokens, and one more character of filler would not fit."""
     from ropecli.evaluation.passkey import GARBAGE_INF, answer_tokens, published_sample, FINAL_QUESTION
 
     key = 4242
     s = published_sample(tok, length, depth, key)
-    text = tok.decode(s.ids[1:s.answer_start])
+    text = tok.decode(s.ids[:s.answer_start])
     n_garbage = len(text) - len(yarn_with(monkeypatch, 0, 0, key))  # the filler's characters, both parts
     assert 0 < n_garbage < len(GARBAGE_INF)
-    ids = [tok.bos_token_id] + tok(yarn_with(monkeypatch, n_garbage, round(depth * n_garbage), key),
-                                   add_special_tokens=False)["input_ids"]
+    ids = tok(yarn_with(monkeypatch, n_garbage, round(depth * n_garbage), key))["input_ids"]
     answer = answer_tokens(tok, str(key), FINAL_QUESTION)[1]
     assert list(s.ids) == ids + answer and s.answer_start == len(ids) and len(s.ids) <= length
     assert tok.decode(answer).strip() == str(key)
     longer = tok(yarn_with(monkeypatch, n_garbage + 1, round(depth * (n_garbage + 1)), key), add_special_tokens=False)
-    assert 1 + len(longer["input_ids"]) + len(answer) > length
+    assert len(longer["input_ids"]) + len(answer) > length
 
 
 def test_passkey_text_reads_the_cache_of_the_old_name_and_passkey_does_not(tmp_path):
