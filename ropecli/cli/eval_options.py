@@ -83,7 +83,8 @@ PasskeyScoreOpt = Annotated[PasskeyScore, typer.Option("--score", rich_help_pane
     help="teacher: a key is retrieved when its every token is the argmax (teacher-forced); generate: also as the published "
          "scripts score it (10 greedy tokens, the first integer compared with the key): both in the table and --json.")]
 GenerateOpt = Annotated[bool, typer.Option("--generate", rich_help_panel=ADVANCED,
-    help="Tasks: also RULER's own score, string match of a greedy answer (tokens_to_generate tokens per prompt).")]
+    help="Tasks: also RULER's own score, string match of a greedy answer (tokens_to_generate tokens per prompt); passkey "
+         "columns: also the published scripts' score (as passkey --score generate).")]
 ObjectiveOpt = Annotated[str, typer.Option(
     "--objective", click_type=CommaChoices(objective_names, "--objective", "METRIC", many=False), rich_help_panel=SEARCH,
     help="What the search minimizes, the mean over the lengths of a metric's estimand: {choices} (ppl: log-PPL; "
