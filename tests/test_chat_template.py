@@ -74,7 +74,7 @@ def test_a_ruler_prompt_in_a_template_is_the_templates_rendering_and_raw_is_unch
     for task in ("niah-single-noise", "vt", "fwe"):
         raw = make_units(tok, hay, task, 1024, [0.5], 1, seed=0)[0]
         framed = make_units(tok, hay, task, 1024, [0.5], 1, seed=0, frame=frame)[0]
-        assert list(raw.ids[:raw.answer_start]) == [tok.bos_token_id] + list(tok(raw.prompt.text, add_special_tokens=False)["input_ids"])
+        assert list(raw.ids[:raw.answer_start]) == list(tok(raw.prompt.text)["input_ids"])  # --bos auto: the tokenizer's own
         p = framed.prompt
         assert p.text.endswith(p.prefix) and p.prefix.startswith(" ")
         assert list(framed.ids[:framed.answer_start]) == oracle(tok, CHATML, p.question(), p.prefix.lstrip())

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from ropecli.rope.target import Target
 from ropecli.cli.app import app
+from ropecli.evaluation.chat_template import PromptFrame
 from ropecli.evaluation.passkey import QUESTION, build_sample, encode, make_samples, prompt_overhead
 from ropecli.evaluation.compared import attach_paired
 from ropecli.evaluation.stats import paired_difference, rank_against_best
@@ -33,7 +34,7 @@ def test_prompt_layout_depth_and_answer():
     filler = np.resize(filler, 500)
     key = "90210"
     for depth, expect_at in [(0.0, 1), (1.0, None)]:
-        s = build_sample(tok, filler, 200, depth, key)
+        s = build_sample(tok, filler, 200, depth, key, PromptFrame(bos="always"))  # BOS first, as --bos always
         assert s.ids.shape == (200,) and s.ids[0] == tok.bos_token_id
         answer = tok.decode(s.ids[s.answer_start:])
         assert answer.replace(" ", "") == key and s.answer_start == 200 - 6  # " " and five digits, one token each
