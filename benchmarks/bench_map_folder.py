@@ -36,13 +36,14 @@ def child(folder: str, prompt: int, tokens: int, repeats: int) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
+    from ropecli.evaluation.bos_policy import lead_ids
     from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
 
     torch.set_num_threads(os.cpu_count() or 1)
     model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     docs, _ = load_documents(None)
-    windows = sample_windows(docs, tokenize_documents(docs, tokenizer), prompt, 1, 0, tokenizer.bos_token_id)
+    windows = sample_windows(docs, tokenize_documents(docs, tokenizer), prompt, 1, 0, lead_ids(tokenizer, "auto"))
     ids = torch.as_tensor(windows.ids[0][:prompt])[None]
     with open("/proc/self/clear_refs", "w") as f:  # the peak from here on: the generation's, not the loading's
         f.write("5")

@@ -28,6 +28,7 @@ from bench_ppl_memory import gguf_path, vm_kib
 def child(mode: str, length: int) -> None:
     import torch
 
+    from ropecli.evaluation.bos_policy import lead_ids
     from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
     from ropecli.models.load import load_model
     from ropecli.models.patch import apply_schedule, restore
@@ -39,7 +40,7 @@ def child(mode: str, length: int) -> None:
     lm = load_model(gguf_path(), dtype="fp32", device="cpu")
     docs, _ = load_documents(None)
     tokens = tokenize_documents(docs, lm.tokenizer)
-    win = sample_windows(docs, tokens, length, 1, 0, lm.tokenizer.bos_token_id)
+    win = sample_windows(docs, tokens, length, 1, 0, lead_ids(lm.tokenizer, "auto"))
     prompt = make_samples(lm.tokenizer, filler_stream(tokens), length, [0.5], 1, 5, seed=0)[0][0]
     geom = lm.rope.geometry(8.0)
     sched = make_spec("yarn").schedule(geom)

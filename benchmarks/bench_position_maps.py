@@ -47,6 +47,7 @@ def peak_kib() -> int:
 def child(model: str, length: int, pmap: str | None, repeats: int) -> None:
     import torch
 
+    from ropecli.evaluation.bos_policy import lead_ids
     from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
     from ropecli.models.load import load_model
     from ropecli.maps.mapped_attention import mapped
@@ -57,7 +58,7 @@ def child(model: str, length: int, pmap: str | None, repeats: int) -> None:
     torch.set_num_threads(os.cpu_count() or 1)
     lm = load_model(model, dtype="fp32", device="cpu")
     docs, _ = load_documents(None)
-    windows = sample_windows(docs, tokenize_documents(docs, lm.tokenizer), length, 1, 0, lm.tokenizer.bos_token_id)
+    windows = sample_windows(docs, tokenize_documents(docs, lm.tokenizer), length, 1, 0, lead_ids(lm.tokenizer, "auto"))
     ids = windows.ids[0]
     bound = (as_bound(parse_map(pmap)) or bind("none", {})) if pmap is not None else None
     calibration, selection = 0.0, None

@@ -32,6 +32,7 @@ def vm_kib(field: str) -> int:
 def child(mode: str, length: int, repeats: int) -> None:
     import torch
 
+    from ropecli.evaluation.bos_policy import lead_ids
     from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
     from ropecli.models.load import load_model
     from ropecli.models.chunked_scoring import naive_window_nll, window_nll
@@ -39,7 +40,7 @@ def child(mode: str, length: int, repeats: int) -> None:
     torch.set_num_threads(os.cpu_count() or 1)
     lm = load_model(gguf_path(), dtype="fp32", device="cpu")
     docs, _ = load_documents(None)
-    win = sample_windows(docs, tokenize_documents(docs, lm.tokenizer), length, 1, 0, lm.tokenizer.bos_token_id)
+    win = sample_windows(docs, tokenize_documents(docs, lm.tokenizer), length, 1, 0, lead_ids(lm.tokenizer, "auto"))
     ids = torch.from_numpy(win.ids[0])[None]
     load_peak = vm_kib("VmHWM")
     with open("/proc/self/clear_refs", "w") as f:  # reset the RSS high-water mark: measure evaluation alone

@@ -8,6 +8,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from ropecli.evaluation.bos_policy import lead_ids
 from ropecli.cli.app import app
 from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
 from ropecli.models.chunked_scoring import naive_window_nll
@@ -36,7 +37,7 @@ def hf_ppl_on_held_out(model_dir: str, length: int, first: int, count: int, long
     model = AutoModelForCausalLM.from_pretrained(model_dir, trust_remote_code=True).eval()
     tok = AutoTokenizer.from_pretrained(model_dir)  # the folder's tokenizer, as ropecli loads it
     docs, _ = load_documents(None)
-    win = sample_windows(docs, tokenize_documents(docs, tok), longest or length, count, 0, tok.bos_token_id, part=0)
+    win = sample_windows(docs, tokenize_documents(docs, tok), longest or length, count, 0, lead_ids(tok, "auto"), part=0)
     nll = [naive_window_nll(model, torch.from_numpy(row[:length])[None]) for row in win.ids]
     per_doc: dict = {}  # the estimand: each document's NLL per token, then the mean over documents
     for (n, t), doc in zip(nll, win.names):

@@ -72,7 +72,7 @@ def fake_docs():
 
 def test_windows_are_deterministic_and_round_robin():
     docs, tokens = fake_docs()
-    w = sample_windows(docs, tokens, 11, 5, seed=3, bos_id=-1)
+    w = sample_windows(docs, tokens, 11, 5, seed=3, lead=[-1])
     assert w.ids.shape == (5, 11) and (w.ids[:, 0] == -1).all()
     assert w.skipped == 0
     firsts = w.names[:4]
@@ -80,15 +80,15 @@ def test_windows_are_deterministic_and_round_robin():
     for name, row in zip(w.names, w.ids):
         i = int(name[1:])
         assert row[1] % 10 == 0 and 100 * i <= row[1] < 100 * i + 50  # windows start on window boundaries
-    again = sample_windows(docs, tokens, 11, 5, seed=3, bos_id=-1)
+    again = sample_windows(docs, tokens, 11, 5, seed=3, lead=[-1])
     assert np.array_equal(w.ids, again.ids) and w.fingerprint == again.fingerprint
-    other = sample_windows(docs, tokens, 11, 5, seed=4, bos_id=-1)
+    other = sample_windows(docs, tokens, 11, 5, seed=4, lead=[-1])
     assert other.fingerprint != w.fingerprint or other.names != w.names
 
 
 def test_short_documents_are_skipped_and_too_little_text_is_an_error():
     docs, tokens = fake_docs()
-    w = sample_windows(docs, tokens, 26, 2, seed=0, bos_id=None)
+    w = sample_windows(docs, tokens, 26, 2, seed=0, lead=[])
     assert w.skipped == 2 and set(w.names) <= {"d0", "d1"}
     with pytest.raises(RopeCliError, match="too little text"):
-        sample_windows(docs, tokens, 26, 3, seed=0, bos_id=None)
+        sample_windows(docs, tokens, 26, 3, seed=0, lead=[])

@@ -10,6 +10,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from ropecli.evaluation.bos_policy import lead_ids
 from ropecli.cli.app import app
 from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
 from ropecli.models.chunked_scoring import naive_window_nll
@@ -31,7 +32,7 @@ def hf_ppl(model, length: int, samples: int = 2) -> float:
     """PPL of an unpatched transformers model, plain `model(ids, labels=ids)`, on ropecli's windows."""
     tok = char_tokenizer()
     docs, _ = load_documents(None)
-    win = sample_windows(docs, tokenize_documents(docs, tok), length, samples, 0, tok.bos_token_id)
+    win = sample_windows(docs, tokenize_documents(docs, tok), length, samples, 0, lead_ids(tok, "auto"))
     nll = [naive_window_nll(model, torch.from_numpy(row)[None]) for row in win.ids]
     return math.exp(sum(n for n, _ in nll) / sum(t for _, t in nll))
 
@@ -278,7 +279,7 @@ def test_llama_cpp_runs_the_exported_gguf_like_ropecli(tmp_path):
     r = run("export", "--model", src, "--method", "mixed", "--b", "0.5", "--len", 512, "--to", "gguf", "--out", out)
     assert r.exit_code == 0, r.output
     docs, _ = load_documents(None)
-    ids = sample_windows(docs, tokenize_documents(docs, lm.tokenizer), 512, 1, 0, lm.tokenizer.bos_token_id).ids[0]
+    ids = sample_windows(docs, tokenize_documents(docs, lm.tokenizer), 512, 1, 0, lead_ids(lm.tokenizer, "auto")).ids[0]
 
     llm = llama_cpp.Llama(model_path=str(out), n_ctx=512, n_batch=512, n_ubatch=512, logits_all=True, n_threads=2,
                           verbose=False)

@@ -21,6 +21,7 @@ def gguf_path():
 def test_chunked_equals_naive_on_gemma3(gguf_path):
     import torch
 
+    from ropecli.evaluation.bos_policy import lead_ids
     from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
     from ropecli.models.load import load_model
     from ropecli.models.chunked_scoring import naive_window_nll, window_nll
@@ -29,7 +30,7 @@ def test_chunked_equals_naive_on_gemma3(gguf_path):
     assert lm.rope.rotary_dim == 256 and lm.rope.layer_types == ["full_attention", "sliding_attention"]
     assert [s.layer_type for s in lm.slots] == ["full_attention"]
     docs, _ = load_documents(None)
-    win = sample_windows(docs, tokenize_documents(docs, lm.tokenizer), 512, 1, 0, lm.tokenizer.bos_token_id)
+    win = sample_windows(docs, tokenize_documents(docs, lm.tokenizer), 512, 1, 0, lead_ids(lm.tokenizer, "auto"))
     ids = torch.from_numpy(win.ids[0])[None]
     a, n, _ = window_nll(lm.model, ids)
     b, _ = naive_window_nll(lm.model, ids)
@@ -57,6 +58,7 @@ def test_export_hf_from_gemma3_gguf_reproduces_ppl(gguf_path, tmp_path):
     from typer.testing import CliRunner
 
     from ropecli.cli.app import app
+    from ropecli.evaluation.bos_policy import lead_ids
     from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
     from ropecli.models.chunked_scoring import window_nll
 
@@ -75,7 +77,7 @@ def test_export_hf_from_gemma3_gguf_reproduces_ppl(gguf_path, tmp_path):
     model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
     tok = AutoTokenizer.from_pretrained(out)
     docs, _ = load_documents(None)
-    win = sample_windows(docs, tokenize_documents(docs, tok), 512, 1, 0, tok.bos_token_id)
+    win = sample_windows(docs, tokenize_documents(docs, tok), 512, 1, 0, lead_ids(tok, "auto"))
     with torch.inference_mode():
         nll, n, _ = window_nll(model, torch.from_numpy(win.ids[0])[None])
     assert math.exp(nll / n) == pytest.approx(expected, rel=1e-4)
@@ -86,6 +88,7 @@ def test_a_map_on_gemma3s_global_layers(gguf_path):
     identity map is the model; Self-Extend maps its global layers only and changes the NLL; advise offers maps."""
     import torch
 
+    from ropecli.evaluation.bos_policy import lead_ids
     from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
     from ropecli.models.load import load_model
     from ropecli.maps.mapped_attention import map_refusal, mapped
@@ -95,7 +98,7 @@ def test_a_map_on_gemma3s_global_layers(gguf_path):
     lm = load_model(gguf_path, dtype="fp32", device="cpu")
     assert map_refusal(lm.model) is None and maps_apply(lm, lm.rope, 2 * lm.rope.shipped_len) is True
     docs, _ = load_documents(None)
-    win = sample_windows(docs, tokenize_documents(docs, lm.tokenizer), 1024, 1, 0, lm.tokenizer.bos_token_id)
+    win = sample_windows(docs, tokenize_documents(docs, lm.tokenizer), 1024, 1, 0, lead_ids(lm.tokenizer, "auto"))
     ids = torch.from_numpy(win.ids[0])[None]
     plain, n, _ = window_nll(lm.model, ids)
     with mapped(lm.model, "none"):

@@ -8,6 +8,7 @@ import math
 import pytest
 from typer.testing import CliRunner
 
+from ropecli.evaluation.bos_policy import lead_ids
 from ropecli.cli.app import app
 from ropecli.errors import RopeCliError
 from ropecli.tuning.optimizers import golden_section, grid_evaluations, interior_evaluations, local_maxima
@@ -184,7 +185,7 @@ def test_exported_config_reproduces_patched_ppl(tiny_dir, tmp_path):
     model = AutoModelForCausalLM.from_pretrained(tiny_dir, **block).eval()
     tok = char_tokenizer()
     docs, _ = load_documents(None)
-    win = sample_windows(docs, tokenize_documents(docs, tok), 192, 2, 0, tok.bos_token_id)
+    win = sample_windows(docs, tokenize_documents(docs, tok), 192, 2, 0, lead_ids(tok, "auto"))
     nll = [naive_window_nll(model, torch.from_numpy(row)[None]) for row in win.ids]
     ppl = math.exp(sum(n for n, _ in nll) / sum(t for _, t in nll))
     assert ppl == pytest.approx(out["best_ppl"]["192"], rel=1e-4)

@@ -100,11 +100,15 @@ class Session:
                "shipped": rope.shipped.to_json() if rope.shipped else None, "runtime": lm.runtime, "dtype": lm.dtype, "device": lm.device,
                "data": ev.inputs.data_label, "samples": ev.inputs.samples,
                **({"prompts": ev.inputs.prompt_count} if ev.inputs.prompt_count is not None else {}), "seed": ev.inputs.seed,
-               "chat_template": ev.inputs.frame.to_json(), **bos_fields(self.model.tokenizer, ev.inputs.bos, ev.inputs.lead),
+               "chat_template": ev.inputs.frame.to_json(), **self.bos(),
                "score_last": ev.score_last, "world_size": ev.dist.world, "key_rule": self.key_rule(), "memory": self.measured_memory()}
         if ev.dist.world > 1:
             out["windows_per_rank"] = [len(w) for w in ev.dist.gather(ev.dist.windows_done)]
         return out
+
+    def bos(self) -> dict:
+        """What stood before every window and prompt (`--bos`): the choice, its ids and their tokens."""
+        return bos_fields(self.model.tokenizer, self.ev.inputs.bos, self.ev.inputs.lead)
 
     def measured_memory(self) -> dict | None:
         """The memory plan printed before loading, with this process's peak resident memory since the model loaded

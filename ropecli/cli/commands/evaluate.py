@@ -79,7 +79,6 @@ def ppl(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOptions,
     from ropecli.rope.target import check_lengths
     from ropecli.evaluation.metrics import metric_record
     from ropecli.evaluation.compared import Row
-    from ropecli.evaluation.bos_policy import bos_fields
     from ropecli.report.tables import bos_words, ppl_table
     from ropecli.report.task_tables import task_table
 
@@ -99,12 +98,11 @@ def ppl(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOptions,
     plot_ppl([Row(r) for r in results + done], output.plot, session, tasks=tasks)
     if output.as_json:
         return emit_json({**session.header(), "results": results + done, **session.tally()})
-    bos = bos_words(bos_fields(session.model.tokenizer, session.inputs.bos, session.inputs.lead))
-    show(ppl_table(results, f"{specs[0].label} on {session.rope.name}; {bos}"))
+    show(ppl_table(results, f"{specs[0].label} on {session.rope.name}; {bos_words(session.bos())}"))
     if done:
         framed = f"; prompts {session.inputs.frame.describe()}" if session.inputs.frame.chat else ""
         show(task_table(done, f"RULER's tasks on {session.rope.name} under {specs[0].label} ({session.inputs.data_label}{framed}; "
-                              f"{bos})"))
+                              f"{bos_words(session.bos())})"))
 
 
 @handle_errors

@@ -21,9 +21,10 @@ def passkey(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOpti
     """Passkey retrieval as papers report it: the published prompt (landmark attention's, as YaRN and LongRoPE run it:
     an instruction, the repeated "The grass is green…" filler, the key stated twice at each depth, asked at the end).
 
-    Accuracy = share of prompts whose every key token is the model's argmax (teacher-forced); with --score generate
-    also the published scripts' score (10 greedy tokens, the first integer is the key); answer NLL = -log P(key | prompt). --prompts keys per depth and length (default --samples); the same prompts for every
-    method. --text: ropecli's real-text variant (passkey-text).
+    Accuracy = share of prompts whose every key token is the model's argmax (teacher-forced); --score generate: also
+    the published scripts' score (10 greedy tokens, the first integer is the key); answer NLL = -log P(key | prompt).
+    --prompts keys per depth and length (default --samples); the same prompts for every method. --text: ropecli's
+    real-text variant (passkey-text).
 
     Examples: ropecli passkey --len 256 --len 2048 --method none --method mixed --plot pk.png
               ropecli passkey --model meta-llama/Llama-2-7b-hf --len 4096 --len 16384 --method yarn,mixed --samples 20
@@ -37,19 +38,15 @@ def passkey(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOpti
     from ropecli.report.tables import passkey_table
 
     prompts.parsed_depths(), prompts.checked_digits()  # bad --depths / --digits fail before the model loads
-    specs = schedule.specs(PASSKEY_METHODS,
-                             factor=evaluation.k, log_n_modes=(evaluation.log_n,))
+    specs = schedule.specs(PASSKEY_METHODS, factor=evaluation.k, log_n_modes=(evaluation.log_n,))
     check_plot_path(output.plot, output.force)
-    session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts,
-                           generate=PasskeyScore(score) is PasskeyScore.generate)
-    L, ins = session.rope.train_len, session.inputs
-    metric = PASSKEY_TEXT if text else PASSKEY
+    session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts, generate=score == "generate")
+    L, ins, metric = session.rope.train_len, session.inputs, PASSKEY_TEXT if text else PASSKEY
     results = session.run(specs, check_lengths(evaluation.length or [L, default_target(L)]), metric)
     rows = [{"method": r.label, "log_n": r.log_n, "len": r.len, "factor": r.factor, **d} for r in results for d in r.by_depth]
     keys = f"keys of {ins.digits} digits" if text else f"keys {KEY_RANGE[0]}–{KEY_RANGE[1]:,}"  # the source's randint
-    out = {**session.header(), "metric": metric.name, "score": PasskeyScore(score).value, "depths": list(ins.depths), "digits": ins.digits if text else None,
-           "rows": rows,
-           "results": attach_paired(results), **session.tally()}
+    out = {**session.header(), "metric": metric.name, "score": PasskeyScore(score).value, "depths": list(ins.depths),
+           "digits": ins.digits if text else None, "rows": rows, "results": attach_paired(results), **session.tally()}
     if output.plot and session.is_main:
         from ropecli.report.result_plots import plot_passkey_heatmaps
 
