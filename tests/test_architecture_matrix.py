@@ -135,7 +135,14 @@ def test_evaluate_serve_export_verify(folders, text, tmp_path, arch: Arch):
     r = invoke(["export", "--model", model, "--method", spec, "--len", str(n), "--to", "hf", "--out", str(tmp_path / "hf")])
     assert r.exit_code == 0, r.output
     r = invoke(["verify", str(tmp_path / "hf"), "--run-len", str(n), "--cache-dir", str(tmp_path / "cache")])
-    assert r.exit_code == 0, r.output  # the export reloads in transformers and reproduces what ropecli measured
+    if arch.model_type == "deepseek_v4":
+        # DeepSeek V4's compressed layers in transformers do not decode through their cache as one pass when the window
+        # starts with text rather than a BOS (measured, issue 82: the unscaled model itself drifts 5.5e-5 nats/token,
+        # worst token 0.006, without BOS; 1.6e-7 with it; native 8.9e-4): the export's PPL and factors check out, and
+        # the decode check reports the architecture's own drift (ropecli's --bos auto windows have no BOS here)
+        assert r.exit_code == 1 and r.output.count("MISMATCH") == 1 and "MISMATCH: decode across L" in r.output, r.output
+    else:
+        assert r.exit_code == 0, r.output  # the export reloads in transformers and reproduces what ropecli measured
     r = invoke(["export", "--model", model, "--method", spec, "--len", str(n), "--to", "vllm", "--out", str(tmp_path / "v.json")])
     if p_rope:
         assert "--to hf writes transformers' own block" in refusal_after_header(r)

@@ -275,3 +275,18 @@ def test_the_key_note_says_what_happened():
     assert "found no key prediction" in note and "predate" not in note, note
     stale = dataclasses.replace(base, key_rule="repeated n-grams", key_tokens=None)
     assert "predate" in key_note([stale])[0]
+
+
+def test_a_column_where_no_window_has_a_key_prediction_is_left_unranked():
+    """Key PPL at a length whose windows hold no key prediction (every value empty): no verdict, no error (it raised
+    "paired values need at least one unit on each side" once windows lost their BOS and 256 tokens held no key)."""
+    from ropecli.evaluation.compared import attach_paired
+    from ropecli.evaluation.results import KeyPplResult
+
+    f = key_fields([(0.0, 0), (0.0, 0)], "far-repeat")
+    results = [KeyPplResult(method=m, label=m, params={}, log_n=False, len=8, factor=1.0, attention_factor=1.0, seconds=0.0,
+                            ppl=1.0, nll=0.0, tokens=1, ppl_err=None, window_nll=[0.0] * 2, windows=["a", "b"], **f)
+               for m in ("pi", "yarn")]
+    assert all(r.values == [] for r in results)
+    rows = attach_paired(results)
+    assert [r.vs_best for r in rows] == [None, None]

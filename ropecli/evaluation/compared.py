@@ -141,6 +141,8 @@ def attach_paired(results: list[EvalResult], margin: float = MARGIN) -> list[Row
         groups.setdefault((r.metric, r.len), []).append(i)
     rows = [Row(r) for r in results]
     for idx in groups.values():
+        if not any(results[i].values for i in idx):  # no unit to pair (key PPL where no window has a key prediction)
+            continue
         widest = max(idx, key=lambda i: len(results[i].values))  # its windows' documents cover every other's
         ranked = rank_against_best({i: results[i].values for i in idx}, results[widest].clusters, margin,
                                    weights=results[widest].weights)
