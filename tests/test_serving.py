@@ -68,9 +68,11 @@ def test_expected_loss_is_each_length_evaluated_alone_under_the_runtime_rule(ser
         alone = {n: ev.evaluate(by_hand(builtin, runtime, method, r["consistent"], n), n, span=max(SHARES))  # the same windows' first n tokens
                  for n in SHARES}
         tokens = {n: w * n / sum(v * m for m, v in SHARES.items()) for n, w in SHARES.items()}  # each served token weighs the same
-        assert r["expected_nll"] == pytest.approx(sum(w * alone[n].nll for n, w in tokens.items()), abs=1e-5)
+        # abs 5e-5: compare may score a request in its own pass where `alone` reads the prefix of the longest one, equal
+        # up to fp32 rounding (measured: 3.5e-5 nats/token at 128 tokens of a window without BOS, 1e-6 with one)
+        assert r["expected_nll"] == pytest.approx(sum(w * alone[n].nll for n, w in tokens.items()), abs=5e-5)
         per_window = [sum(w * alone[n].values[i] for n, w in tokens.items()) for i in range(3)]
-        assert np.allclose(r["values"], per_window, atol=1e-5)
+        assert np.allclose(r["values"], per_window, atol=1e-4)
 
 
 def test_a_switching_export_differs_from_the_consistent_one_below_L_only(served_out):
