@@ -18,7 +18,7 @@ for bos in always auto; do
   step "bos-$bos-ppl-passkey" compare $P --len 8192 --len 16384 --metric ppl,passkey --depths 0.2,0.5,0.8 --samples 4 --prompts 1 --bos $bos
 done
 step lampe-16k passkey --model smollm2 --len 16384 --method none --map lampe-ruler@none --map lampe-sw:head=1024@none --map selfextend:G=4,W=2048@none --depths 0.2,0.5,0.8 --prompts 1 --samples 1
+step passkey-scores-8k passkey --model smollm2 --len 8192 --method none --depths 0.2,0.5,0.8 --prompts 1 --samples 1 --score generate
 for bos in always auto; do  # niah at L (its 2L prompts: a 16k pass and its control per prompt, about 6 CPU-minutes each)
   step "bos-$bos-niah" compare $P --len 8192 --task niah-single --depths 0,0.5,1 --samples 1 --bos $bos
 done
-step passkey-scores-8k passkey --model smollm2 --len 8192 --method none --depths 0.2,0.5,0.8 --prompts 1 --samples 1 --score generate
