@@ -214,3 +214,14 @@ def test_lampe_through_the_commands(lampe_folder, tiny_dir, text_file, tmp_path)
     cfg["ropecli_map"]["params"]["head"] = 8
     (out / "config.json").write_text(json.dumps(cfg))
     assert bad.exit_code == 1 and "ropecli_map.params.head" in bad.output, bad.output
+
+
+def test_lampe_sw_without_u_or_l_takes_the_models_training_length():
+    """lampe-sw's sigmoid runs in units of the model's L once on the model (lampe's scaled fit does the same); before,
+    a run refused it mid-way, after the maps before it had computed (issue 82's SmolLM2 run)."""
+    from ropecli.maps.position_maps import bind
+
+    bound, note = bind("lampe-sw", {"head": 64}).on_model("llama", 1e5, 8192, None)
+    assert bound.values["L"] == 8192 and "L = 8192" in note
+    kept, none = bind("lampe-sw", {"head": 64, "U": 900}).on_model("llama", 1e5, 8192, None)
+    assert kept.values["L"] == 0 and none is None  # a fixed U needs no L

@@ -114,7 +114,11 @@ class BoundMap(NamedTuple):
 
     def on_model(self, model_type: str, base: float, train_len: int, rope_type: str | None) -> tuple["BoundMap", str | None]:
         """The map as it runs on a model (LaMPE's fit = auto: the fit of the model's family, `map_rules.lampe_family`,
-        else the scaled one at the model's L) and the line that says which fit it used (None: nothing chosen here)."""
+        else the scaled one at the model's L; lampe-sw without U or L: its sigmoid at the model's L) and the line that
+        says which fit it used (None: nothing chosen here)."""
+        if "fit" not in self.values and "L" in self.values and not self.values["U"] and not self.values["L"]:
+            bound = self.but(L=float(train_len))  # lampe-sw: LaMPE's sigmoid in units of the model's L, as lampe's scaled fit
+            return bound, f"{self.name}: U from each prompt's length by LaMPE's sigmoid in units of the model's L = {train_len}"
         if "fit" not in self.values or self.values["U"]:
             return self, None
         fit = LAMPE_FITS[int(self.values["fit"])]
