@@ -57,9 +57,10 @@ def rows(render, *args) -> list[str]:
     ("lm_eval_rows", ("lm-eval-niah-16384",)),
     ("bos_rows", ()),
     ("scores_rows", ("passkey-scores-8k",)),
+    ("passkey_table", ("lampe-16k",)),
 ], ids=["compare-16k", "kl-4k", "kl-4k-searched", "passkey-16k", "searches", "key-tokens-16k", "key-rules-8k",
         "workload-short", "workload-long", "workload-decode", "advise-16k", "tasks-8k", "tasks-16k",
-        "tasks-with-ppl", "maps-16k", "maps-16k-ppl", "maps-16k-llamacpp", "advise-16k-maps", "published-passkey", "lm-eval-8k", "lm-eval-16k", "bos", "passkey-scores-8k"])
+        "tasks-with-ppl", "maps-16k", "maps-16k-ppl", "maps-16k-llamacpp", "advise-16k-maps", "published-passkey", "lm-eval-8k", "lm-eval-16k", "bos", "passkey-scores-8k", "lampe-16k"])
 def test_each_measured_row_is_in_the_page(render, args):
     found = rows(TABLES[render], *args)
     assert found, f"{render}{args}: no JSON in measurements/smollm2/"
