@@ -28,14 +28,14 @@ from bench_ppl_memory import vm_kib  # the /proc/self/status reader both memory 
 def child(backend: str, length: int, repeats: int) -> None:
     from ropecli.evaluation.cache import EvalCache
     from ropecli.evaluation.evaluator import Evaluator
-    from ropecli.rope.spec import make_spec
+    from ropecli.spec import make_spec
 
     if backend == "llamacpp":
-        from ropecli.models.llamacpp_open import open_gguf
+        from ropecli.backends.llamacpp_open import open_gguf
 
         lm = open_gguf("smollm2", None)
     else:
-        from ropecli.models.load import load_model
+        from ropecli.backends.load import load_model
 
         lm = load_model("smollm2", dtype="fp32", device="cpu")
     ev = Evaluator.over(lm, samples=1, cache=EvalCache(enabled=False))

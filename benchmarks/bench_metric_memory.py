@@ -30,11 +30,11 @@ def child(mode: str, length: int) -> None:
 
     from ropecli.evaluation.bos_policy import lead_ids
     from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
-    from ropecli.models.load import load_model
+    from ropecli.backends.load import load_model
     from ropecli.models.patch import apply_schedule, restore
     from ropecli.models.chunked_scoring import passkey_scores, window_kl, window_nll
     from ropecli.evaluation.passkey import filler_stream, make_samples
-    from ropecli.rope.spec import make_spec
+    from ropecli.spec import make_spec
 
     torch.set_num_threads(os.cpu_count() or 1)
     lm = load_model(gguf_path(), dtype="fp32", device="cpu")

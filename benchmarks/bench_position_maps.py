@@ -49,7 +49,7 @@ def child(model: str, length: int, pmap: str | None, repeats: int) -> None:
 
     from ropecli.evaluation.bos_policy import lead_ids
     from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
-    from ropecli.models.load import load_model
+    from ropecli.backends.load import load_model
     from ropecli.maps.mapped_attention import mapped
     from ropecli.models.chunked_scoring import window_nll
     from ropecli.maps.map_spelling import parse_map
@@ -86,7 +86,7 @@ def child(model: str, length: int, pmap: str | None, repeats: int) -> None:
 def select(model: str, pmap: str) -> None:
     """The key pairs of `pmap` on the model, as JSON {seconds, pairs: {layer: (heads, pairs) bool}}."""
     from ropecli.evaluation.corpus import training_plays
-    from ropecli.models.load import load_model
+    from ropecli.backends.load import load_model
     from ropecli.maps.map_spelling import parse_map
     from ropecli.maps.position_maps import as_bound
 

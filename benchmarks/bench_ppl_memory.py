@@ -34,7 +34,7 @@ def child(mode: str, length: int, repeats: int) -> None:
 
     from ropecli.evaluation.bos_policy import lead_ids
     from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
-    from ropecli.models.load import load_model
+    from ropecli.backends.load import load_model
     from ropecli.models.chunked_scoring import naive_window_nll, window_nll
 
     torch.set_num_threads(os.cpu_count() or 1)

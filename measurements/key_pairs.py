@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ropecli.evaluation.corpus import training_plays
-from ropecli.models.load import load_model
+from ropecli.backends.load import load_model
 from ropecli.maps.pair_contributions import calibration_windows, pair_contributions
 from ropecli.maps.map_rules import DPE_GROUPS
 from ropecli.maps.pair_selection import overlap, select_pairs

@@ -20,7 +20,7 @@ import numpy as np
 
 from ropecli.evaluation.inputs import Inputs
 from ropecli.evaluation.key_tokens import TRUNC_LEN, far_repeat_mask, long_short_mask, short_context_blocks
-from ropecli.models.load import load_model
+from ropecli.backends.load import load_model
 
 OUT = Path(__file__).parent / "smollm2" / "key-rules-8k.json"
 

@@ -1,5 +1,5 @@
 """Re-key committed cache entries made under another transformers version (ropecli once hashed the config's
-`transformers_version` into the model fingerprint; it no longer does, `ropecli.models.load.fingerprint`).
+`transformers_version` into the model fingerprint; it no longer does, `ropecli.backends.load.fingerprint`).
 
     python measurements/rekey_cache.py --model smollm2 --version 5.23.0 [--cache-dir measurements/cache]
 
@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from ropecli.evaluation.cache import EvalCache, FORMAT
-from ropecli.models.load import fingerprint, load_model
+from ropecli.backends.load import fingerprint, load_model
 
 
 def main() -> None:

@@ -36,7 +36,7 @@ def tiny_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny(tiny_dir):
-    from ropecli.models.load import load_model
+    from ropecli.backends.load import load_model
 
     return load_model(tiny_dir)
 
@@ -56,7 +56,7 @@ def builtin_gguf(tmp_path_factory):
     from gguf_models import write_llama_gguf
 
     from ropecli.models.config import BUILTIN_DIR
-    from ropecli.models.load import load_model
+    from ropecli.backends.load import load_model
 
     path = tmp_path_factory.mktemp("gguf") / "builtin.gguf"
     write_llama_gguf(load_model(None, device="cpu", dtype="fp32").model, path, tokenizer_json=BUILTIN_DIR / "tokenizer.json")

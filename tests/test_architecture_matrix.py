@@ -60,7 +60,7 @@ def refusal_after_header(r) -> str:
 
 @pytest.mark.parametrize("arch", ARCHS, ids=IDS)
 def test_geometry_and_shipped_schedule_read_right(folders, arch: Arch):
-    from ropecli.models.load import load_model
+    from ropecli.backends.load import load_model
 
     rope = read_rope_config(str(folders[arch.name]))
     assert (rope.rotary_dim, rope.base, rope.train_len, rope.shipped_len) == (arch.d, arch.base, L0, arch.Ls)
@@ -100,7 +100,7 @@ def test_frequencies_are_what_the_loaded_model_rotates_by(folders, arch: Arch):
     it rotates by, not a re-derivation of the config): the rotary pairs, the base and the shipped schedule at once."""
     import numpy as np
 
-    from ropecli.models.load import load_model
+    from ropecli.backends.load import load_model
     from ropecli.rope.methods import compute_schedule
 
     rope = read_rope_config(str(folders[arch.name]))

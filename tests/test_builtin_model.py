@@ -7,7 +7,7 @@ import math
 from typer.testing import CliRunner
 
 from ropecli.cli.app import app
-from ropecli.models.load import BUILTIN_DIR
+from ropecli.backends.load import BUILTIN_DIR
 
 runner = CliRunner()
 
@@ -29,7 +29,7 @@ def test_shipped_files_and_size():
 
 def test_loads_offline_with_autotokenizer(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    from ropecli.models.load import load_model
+    from ropecli.backends.load import load_model
 
     lm = load_model(None, device="cpu")
     assert (lm.rope.name, lm.rope.rotary_dim, lm.rope.base, lm.rope.train_len) == ("builtin", 64, 10000.0, 256)

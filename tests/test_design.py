@@ -144,7 +144,7 @@ def test_no_wavelength_curve_hides_under_another():
     from ropecli.cli.options import OVERVIEW_METHODS
     from ropecli.report.plots import _wavelengths
     from ropecli.rope.geometry import Geometry
-    from ropecli.rope.spec import make_spec
+    from ropecli.spec import make_spec
 
     geom = Geometry(rotary_dim=64, base=1e4, train_len=4096, factor=4)
     fig, ax = plt.subplots()

@@ -149,7 +149,7 @@ def test_killed_rank_ends_the_run_and_the_rerun_resumes(tmp_path):
 RANK_SCRIPT = """
 import json, sys
 from ropecli.evaluation.distributed import group_threads, leave, setup, shutdown
-from ropecli.models.load import load_model
+from ropecli.backends.load import load_model
 dist, device = setup("cpu", None)
 load_model(None, device=device)
 during = group_threads()

@@ -249,7 +249,7 @@ def test_builtin_gguf_is_the_builtin_model(tmp_path):
     from transformers import AutoModelForCausalLM
 
     from gguf_models import write_llama_gguf
-    from ropecli.models.load import BUILTIN_DIR, load_model
+    from ropecli.backends.load import BUILTIN_DIR, load_model
 
     lm = load_model(None, device="cpu", dtype="fp32")
     write_llama_gguf(lm.model, tmp_path / "b.gguf", tokenizer_json=BUILTIN_DIR / "tokenizer.json")
@@ -268,10 +268,10 @@ def test_llama_cpp_runs_the_exported_gguf_like_ropecli(tmp_path):
     pytest.importorskip("gguf")
     from gguf_models import write_llama_gguf
 
-    from ropecli.models.load import BUILTIN_DIR, load_model
+    from ropecli.backends.load import BUILTIN_DIR, load_model
     from ropecli.models.patch import apply_schedule, restore
     from ropecli.models.chunked_scoring import window_nll
-    from ropecli.rope.spec import make_spec
+    from ropecli.spec import make_spec
 
     lm = load_model(None, device="cpu", dtype="fp32")
     src, out = tmp_path / "builtin.gguf", tmp_path / "builtin-512.gguf"

@@ -18,7 +18,7 @@ from ropecli.evaluation.decode_across import DecodePlan
 from ropecli.export.served import decode_damage
 from ropecli.evaluation.evaluator import Evaluator
 from ropecli.models.cached_decoding import cache_keyword
-from ropecli.rope.spec import make_spec
+from ropecli.spec import make_spec
 
 runner = CliRunner()
 PROMPT, TOTAL = 200, 600  # the built-in model's L = 256: a prompt shorter than L, decoded well past it
@@ -26,7 +26,7 @@ PROMPT, TOTAL = 200, 600  # the built-in model's L = 256: a prompt shorter than 
 
 @pytest.fixture(scope="module")
 def builtin():
-    from ropecli.models.load import load_model
+    from ropecli.backends.load import load_model
 
     return load_model(None, dtype="fp32", device="cpu")
 

@@ -21,7 +21,7 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def builtin():
-    from ropecli.models.load import load_model
+    from ropecli.backends.load import load_model
 
     return load_model(None, device="cpu", dtype="fp32")
 
@@ -74,7 +74,7 @@ def test_longppl_across_tokenizers(builtin, tmp_path):
     from reference.longppl_0_3_0 import cal_overlap, find_key_token
     from tiny_models import save_tiny
 
-    from ropecli.models.load import load_model
+    from ropecli.backends.load import load_model
 
     judge = load_model(str(save_tiny(tmp_path / "judge")), device="cpu", dtype="fp32", train_len=4096)
     text = repeated_text()[:420]
@@ -166,8 +166,8 @@ def test_compare_reports_key_ppl_paired_and_equal_to_a_recount():
     method (counts equal), ranked with its own paired verdicts; the key predictions' NLL recounted from
     the model's own per-prediction losses agrees."""
     from ropecli.evaluation.inputs import Inputs
-    from ropecli.models.load import load_model
-    from ropecli.rope.spec import make_spec
+    from ropecli.backends.load import load_model
+    from ropecli.spec import make_spec
 
     out = _compare()
     rows = [r for r in out["results"] if r["len"] == 512]
@@ -267,7 +267,7 @@ def test_the_key_note_says_what_happened():
 
     from fakes import ppl_result
     from ropecli.report.tables import key_note
-    from ropecli.rope.spec import make_spec
+    from ropecli.spec import make_spec
 
     base = ppl_result(make_spec("pi", factor=2.0), 512, [3.0, 3.1])
     found_none = dataclasses.replace(base, key_rule="repeated n-grams", key_tokens=0)

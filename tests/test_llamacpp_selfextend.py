@@ -202,7 +202,7 @@ def test_the_installed_build_agrees_with_its_probe_and_the_record(builtin_gguf):
     _llama_cpp()
     from packaging.version import Version
 
-    from ropecli.models.llamacpp_open import open_gguf
+    from ropecli.backends.llamacpp_open import open_gguf
 
     common = ["--model", builtin_gguf, "--len", 1024, "--method", "none", "--map", "selfextend-llamacpp:G=4,W=64"]
     twin, built = ppl(*common), ppl(*common, "--backend", "llamacpp")
@@ -232,7 +232,7 @@ def test_a_needle_read_through_llama_cpps_loop_scores_as_the_twin(builtin_gguf):
 
 
 def test_advise_on_llama_cpp_races_self_extend_not_the_maps_it_cannot_run():
-    from ropecli.models.llamacpp_backend import LlamaCppBackend
+    from ropecli.backends.llamacpp_backend import LlamaCppBackend
     from ropecli.tuning.candidates import default_candidates
 
     got = set(default_candidates(False, maps=LlamaCppBackend.maps))
@@ -279,7 +279,7 @@ def test_the_upstream_reproduction_says_what_the_probe_says(builtin_gguf):
     import subprocess
     import sys
 
-    from ropecli.models.llamacpp_open import open_gguf
+    from ropecli.backends.llamacpp_open import open_gguf
 
     example = Path(__file__).parent.parent / "examples" / "llamacpp_seq_div.py"
     r = subprocess.run([sys.executable, str(example), str(builtin_gguf)], capture_output=True, text=True, timeout=300)

@@ -155,7 +155,7 @@ def test_transformers_serves_every_per_pair_map_of_the_registry():
     from ropecli.export.plan import check_map_served
     from ropecli.export.registry import record
     from ropecli.maps.position_maps import MAPS, Region, bind, register_map
-    from ropecli.rope.spec import make_spec
+    from ropecli.spec import make_spec
 
     rec = record("transformers")
     assert rec.map_names() == tuple(MAPS) and all(rec.serves_map(name) for name in MAPS)
@@ -176,7 +176,7 @@ def test_transformers_serves_every_per_pair_map_of_the_registry():
 
 def test_the_modeling_file_imports_no_ropecli():
     """What the folder runs is torch and transformers alone: a user without ropecli loads it."""
-    source = (Path(__file__).resolve().parent.parent / "ropecli" / "maps" / "map_modeling.py").read_text()
+    source = (Path(__file__).resolve().parent.parent / "ropecli" / "export" / "map_modeling.py").read_text()
     modules = {n.module for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ImportFrom)}
     modules |= {a.name for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Import) for a in n.names}
     assert not any(m and m.split(".")[0] == "ropecli" for m in modules), modules
@@ -275,7 +275,7 @@ def test_the_folder_serves_dpes_key_pairs(tmp_path, row):
 
     from ropecli.errors import RopeCliError
     from ropecli.evaluation.corpus import training_plays
-    from ropecli.models.load import load_model
+    from ropecli.backends.load import load_model
     from ropecli.maps.position_maps import bind
 
     params = {**MAPS[-1][1], "top": 0.5}

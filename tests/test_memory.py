@@ -32,7 +32,7 @@ def allocated_kv(model, n: int) -> int:
 
 @pytest.mark.parametrize("name", ["builtin", "builtin-llama3"])
 def test_builtin_models_estimate_equals_allocation(name):
-    from ropecli.models.load import load_model
+    from ropecli.backends.load import load_model
 
     n = 300
     plan = memory_before_loading(name, None, "float32", n)
@@ -78,7 +78,7 @@ def test_a_maps_extra_counts_the_heads_gqa_repeats():
 
 
 def test_a_model_that_cannot_fit_is_refused_before_loading(tmp_path, text_file, monkeypatch):
-    import ropecli.models.load as load
+    import ropecli.backends.load as load
     import ropecli.models.memory as memory
 
     monkeypatch.setattr(memory, "available_memory", lambda device: 1000)

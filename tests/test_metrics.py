@@ -16,7 +16,7 @@ from ropecli.evaluation.compared import attach_paired
 from ropecli.evaluation.stats import paired_difference, rank_against_best
 from fakes import kl_result, ppl_result
 from ropecli.rope.geometry import Geometry
-from ropecli.rope.spec import make_spec
+from ropecli.spec import make_spec
 from tiny_models import char_tokenizer
 
 runner = CliRunner()
@@ -110,7 +110,7 @@ def _kl_reference(lm, ids, spec, geom):
 def test_kl_is_zero_for_the_unscaled_schedule_and_chunked_equals_full(tiny, text_file):
     from ropecli.evaluation.cache import EvalCache
     from ropecli.evaluation.evaluator import Evaluator
-    from ropecli.rope.spec import make_spec
+    from ropecli.spec import make_spec
 
     from ropecli.evaluation.metrics import KL
 
@@ -132,7 +132,7 @@ def test_kl_is_zero_for_the_unscaled_schedule_and_chunked_equals_full(tiny, text
 def test_dynamic_within_L_is_the_unscaled_model(tiny, text_file):
     from ropecli.evaluation.cache import EvalCache
     from ropecli.evaluation.evaluator import Evaluator
-    from ropecli.rope.spec import make_spec
+    from ropecli.spec import make_spec
 
     from ropecli.evaluation.metrics import KL
 

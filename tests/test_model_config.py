@@ -31,7 +31,7 @@ def folders(tmp_path_factory):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_config_reader_agrees_with_the_loaded_model(folders, family):
-    from ropecli.models.load import load_model
+    from ropecli.backends.load import load_model
 
     rope = read_rope_config(folders[family])
     lm = load_model(folders[family], device="cpu")

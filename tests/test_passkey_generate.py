@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from ropecli.cli.app import app
 from ropecli.evaluation.ruler.answer_scoring import GENERATED_TOKENS, published_match
-from ropecli.models.backend import TransformersBackend
+from ropecli.backends.backend import TransformersBackend
 
 RUN = ["passkey", "--len", "256", "--method", "none", "--depths", "0,1", "--prompts", "2", "--samples", "1", "--json"]
 

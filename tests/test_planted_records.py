@@ -115,7 +115,7 @@ def test_a_planted_task_is_a_metric_a_choice_and_an_objective(monkeypatch):
 def test_compare_checks_every_task_before_the_first_forward_pass(tmp_path, monkeypatch):
     """Issue 47's late validation: `--task niah-single,vt` at a length vt's smallest prompt does not fit ran
     niah-single's passes first, then failed. The boundary now checks every metric at every length first."""
-    from ropecli.models.backend import TransformersBackend
+    from ropecli.backends.backend import TransformersBackend
 
     passes = []
     monkeypatch.setattr(TransformersBackend, "_run", lambda self, *a, **k: passes.append(1))  # every forward pass

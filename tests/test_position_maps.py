@@ -345,7 +345,7 @@ def test_a_model_whose_every_layer_slides_is_refused_not_silently_unchanged():
 
 def test_a_map_after_at_goes_on_the_methods_named_only():
     from ropecli.maps.map_spelling import under_maps
-    from ropecli.rope.spec import Spec
+    from ropecli.spec import Spec
 
     specs = [Spec("none"), Spec("yarn")]
     got = [s.label for s in under_maps(specs, ["none", "selfextend:G=4,W=2048@none"])]
@@ -420,7 +420,7 @@ def test_advise_map_candidates_follow_their_sources_rules():
     DCA takes ChunkLlama's 3Ls/4 and Ls/16; the maps join the default tournament only where they can run past Ls."""
     from ropecli.tuning.candidates import default_candidates
     from ropecli.maps.map_rules import selfextend_rule
-    from ropecli.maps.map_candidates import map_rule
+    from ropecli.tuning.candidates import map_rule
 
     for Ls, T in ((256, 1024), (8192, 16384), (4096, 65536)):
         G, W = selfextend_rule(Ls, T).values()

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from ropecli.cli.app import app
 from ropecli.evaluation.cache import EvalCache
 from ropecli.evaluation.evaluator import Evaluator
-from ropecli.rope.spec import make_spec
+from ropecli.spec import make_spec
 
 runner = CliRunner()
 LENGTHS = [64, 128, 256]

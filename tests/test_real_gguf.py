@@ -23,7 +23,7 @@ def test_chunked_equals_naive_on_gemma3(gguf_path):
 
     from ropecli.evaluation.bos_policy import lead_ids
     from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
-    from ropecli.models.load import load_model
+    from ropecli.backends.load import load_model
     from ropecli.models.chunked_scoring import naive_window_nll, window_nll
 
     lm = load_model(gguf_path, dtype="fp32", device="cpu")
@@ -90,10 +90,10 @@ def test_a_map_on_gemma3s_global_layers(gguf_path):
 
     from ropecli.evaluation.bos_policy import lead_ids
     from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
-    from ropecli.models.load import load_model
+    from ropecli.backends.load import load_model
     from ropecli.maps.mapped_attention import map_refusal, mapped
     from ropecli.models.chunked_scoring import window_nll
-    from ropecli.maps.map_candidates import maps_apply
+    from ropecli.tuning.candidates import maps_apply
 
     lm = load_model(gguf_path, dtype="fp32", device="cpu")
     assert map_refusal(lm.model) is None and maps_apply(lm, lm.rope, 2 * lm.rope.shipped_len) is True

@@ -81,8 +81,8 @@ def test_llamacpp_backend_is_llama_cpps_own_ppl_on_the_real_gguf():
     from ropecli.evaluation.cache import EvalCache
     from ropecli.evaluation.evaluator import Evaluator
     from ropecli.models.llamacpp_files import plain_weight_buffers
-    from ropecli.models.llamacpp_open import open_gguf
-    from ropecli.rope.spec import make_spec
+    from ropecli.backends.llamacpp_open import open_gguf
+    from ropecli.spec import make_spec
 
     backend = open_gguf("smollm2", None)
     ev = Evaluator.over(backend, samples=1, cache=EvalCache(enabled=False))

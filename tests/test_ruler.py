@@ -53,7 +53,7 @@ def ruler_args() -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def builtin():
-    from ropecli.models.load import load_model
+    from ropecli.backends.load import load_model
 
     return load_model(None, device="cpu", dtype="fp32")
 
@@ -235,7 +235,7 @@ def test_answer_likelihood_equals_a_hand_computation_with_transformers(builtin, 
     own forward pass and log-softmax of the built-in model (unscaled: ropecli's `none` leaves it as is)."""
     from ropecli.evaluation.evaluator import Evaluator
     from ropecli.evaluation.metrics import metric_record
-    from ropecli.rope.spec import make_spec
+    from ropecli.spec import make_spec
 
     ev = Evaluator.over(builtin, samples=1)
     ev.inputs.depths = (0.5,)

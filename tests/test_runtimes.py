@@ -100,7 +100,7 @@ def claims(path):
         assert r.exit_code == 0 and json.loads(r.stdout)["runtime"] == "toyrt", r.output
         from ropecli.export.served import served
         from ropecli.models.config import read_rope_config
-        from ropecli.rope.spec import make_spec
+        from ropecli.spec import make_spec
 
         assert served(registry.record("toy"), make_spec("dynamic"), 512, read_rope_config("builtin"), 4.0).spec is None
     finally:
@@ -175,7 +175,7 @@ def qwen_gguf(tmp_path_factory):
     from gguf_models import write_llama_gguf
 
     from ropecli.models.config import BUILTIN_DIR
-    from ropecli.models.load import load_model
+    from ropecli.backends.load import load_model
 
     path = tmp_path_factory.mktemp("qwen") / "qwen.gguf"
     write_llama_gguf(load_model(None, device="cpu", dtype="fp32").model, path, arch="qwen2",
@@ -222,7 +222,7 @@ def test_sglang_switches_longrope_per_forward_but_fixes_dynamic_ntk_at_start_up(
     from ropecli.export.registry import record
     from ropecli.export.served import decode_segments, served
     from ropecli.models.config import read_rope_config
-    from ropecli.rope.spec import make_spec
+    from ropecli.spec import make_spec
 
     rope, sglang = read_rope_config("builtin"), record("sglang")
     dyn = make_spec("dynamic")

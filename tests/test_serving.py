@@ -21,7 +21,7 @@ MIX = ",".join(f"{n}:{w}" for n, w in SHARES.items())
 
 @pytest.fixture(scope="module")
 def builtin():
-    from ropecli.models.load import load_model
+    from ropecli.backends.load import load_model
 
     return load_model(None, device="cpu", dtype="fp32")
 
@@ -36,7 +36,7 @@ def served_out():
 
 def by_hand(builtin, runtime: str, method: str, consistent: bool, n: int):
     """The schedule `runtime` applies at n, written from docs/guide/export.md's table, not from export/served.py."""
-    from ropecli.rope.spec import make_spec
+    from ropecli.spec import make_spec
 
     geom = builtin.rope.geometry(2.0)
     own = make_spec(method, factor=2.0)
@@ -106,7 +106,7 @@ def test_the_rule_is_what_verify_reads_back_from_each_export(builtin, tmp_path, 
     from ropecli.export.runtimes.transformers import transformers_applied
     from ropecli.export.runtimes.vllm import vllm_applied
     from ropecli.export.served import served
-    from ropecli.rope.spec import make_spec
+    from ropecli.spec import make_spec
 
     spec, geom = make_spec(method), builtin.rope.geometry(2.0)
     for to, consistent in (("hf", False), ("hf", True), ("vllm", False)):
@@ -126,7 +126,7 @@ def test_the_rule_is_what_verify_reads_back_from_each_export(builtin, tmp_path, 
 def test_the_llamacpp_rule_is_what_verify_reads_back_from_the_gguf(builtin, builtin_gguf, tmp_path):
     from ropecli.export.runtimes.llamacpp import gguf_applied
     from ropecli.export.served import served
-    from ropecli.rope.spec import make_spec
+    from ropecli.spec import make_spec
 
     for method in ("yarn", "ntk-fixed", "llama3"):
         out = tmp_path / f"{method}.gguf"

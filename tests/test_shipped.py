@@ -12,7 +12,7 @@ import torch
 from architectures import ARCHS, L0, build_arch, save_arch
 from ropecli.models.config import rope_from_config
 from ropecli.rope.shipped import read_shipped
-from ropecli.rope.spec import make_spec
+from ropecli.spec import make_spec
 
 SHIPPED = [a for a in ARCHS if a.shipped]
 
@@ -104,7 +104,7 @@ def test_shipped_schedule_is_what_transformers_applies(arch):
 def test_native_equals_the_unpatched_model(tmp_path, arch):
     """`native` through ropecli's backend (after another schedule ran and was restored) gives the unpatched
     model's NLL within 1e-5 at every length; `none` does not (the test can fail)."""
-    from ropecli.models.load import causal_lm_from_pretrained, load_model
+    from ropecli.backends.load import causal_lm_from_pretrained, load_model
     from ropecli.models.chunked_scoring import window_nll
 
     folder = save_arch(arch, tmp_path / "m")
@@ -226,7 +226,7 @@ def test_native_is_the_prescaled_builtin_model_as_it_loads():
     """The pre-scaled built-in model (llama3 x4 shipped): native equals the unpatched model at 2 x Ls; none does not."""
     from transformers import AutoModelForCausalLM
 
-    from ropecli.models.load import load_model
+    from ropecli.backends.load import load_model
     from ropecli.models.packaged import BUILTIN_FOLDERS
     from ropecli.models.chunked_scoring import window_nll
 

@@ -41,7 +41,7 @@ def queries_seen(model, ids: torch.Tensor) -> dict[int, torch.Tensor]:
 
 
 def test_llama4_temperature_is_the_models_query_scale(tmp_path):
-    from ropecli.models.load import load_model
+    from ropecli.backends.load import load_model
 
     arch = ROW["llama4"]
     folder = save_arch(arch, tmp_path / "m")
@@ -106,7 +106,7 @@ def test_header_json_and_export_keep_the_temperature(tmp_path):
 def test_a_changed_temperature_is_the_query_scale_the_model_then_applies(tmp_path):
     """`--param attn_scale=…` / `beta=…` puts the model at that temperature: the query each layer sees is scaled by the
     changed Temperature's s(n), position by position; restored after the block."""
-    from ropecli.models.load import load_model
+    from ropecli.backends.load import load_model
     from ropecli.models.position_temperature import position_temperature
 
     for kind, change in (("llama4", ("attn_scale", 0.7)), ("mistral4", ("beta", 0.9))):

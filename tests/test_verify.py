@@ -115,7 +115,7 @@ def written_gguf(src, out, train_len=256, target_len=1024, attention=None, facto
     """An exported GGUF with chosen (possibly wrong) metadata, written by the exporter's own function."""
     from ropecli.models.gguf_rope import export_gguf, read_gguf_input
     from ropecli.rope.geometry import Geometry
-    from ropecli.rope.spec import make_spec
+    from ropecli.spec import make_spec
 
     sched = make_spec("yarn").schedule(Geometry(64, 1e4, 256, factor_k))
     gin, reader = read_gguf_input(src)

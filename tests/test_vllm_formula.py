@@ -12,7 +12,7 @@ import torch
 
 from ropecli.export.runtimes.vllm import ntk_factors
 from ropecli.rope.geometry import Geometry
-from ropecli.rope.spec import make_spec
+from ropecli.spec import make_spec
 
 
 def vllm_inv_freq(base: float, rotary_dim: int, scaling_factor: float, mixed_b: float | None) -> torch.Tensor:

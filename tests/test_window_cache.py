@@ -11,7 +11,7 @@ from ropecli.cli.app import app
 from ropecli.evaluation.cache import LEGACY_FORMAT, EvalCache, _canonical, key_hash
 from ropecli.evaluation.evaluator import Evaluator
 from ropecli.evaluation.metrics import metric_record
-from ropecli.rope.spec import make_spec
+from ropecli.spec import make_spec
 
 runner = CliRunner()
 
@@ -160,7 +160,7 @@ def test_windows_stored_under_the_old_spelling_of_a_runtime_are_reused(tiny, tmp
 def test_the_fingerprint_outlives_a_transformers_upgrade(tiny):
     """The config's transformers_version is not in the fingerprint (it once was: a new transformers orphaned every
     cached window); the fingerprint with it is kept as an earlier one, for the windows stored under it."""
-    from ropecli.models.load import fingerprint
+    from ropecli.backends.load import fingerprint
 
     now, (versioned, _) = fingerprint(tiny.model)  # config.to_dict() writes the installed version
     then, (versioned_then, _) = fingerprint(tiny.model, "5.0.0")  # as transformers 5.0.0 would have

@@ -70,9 +70,9 @@ class ScheduleOptions:
             raise RopeCliError("--b and --param b=… both give b; pass one (--b repeats: one schedule per value)")
 
     def specs(self, default: str, factor: float | None = None, log_n_modes: tuple[bool, ...] = (False,)) -> list:
-        """One Spec per method, per b, per log-n mode (`ropecli.rope.spec.parse_specs`); `default`: the
+        """One Spec per method, per b, per log-n mode (`ropecli.spec.parse_specs`); `default`: the
         command's methods when no --method is given."""
-        from ropecli.rope.spec import parse_specs
+        from ropecli.spec import parse_specs
 
         return parse_specs(self.method, self.b, self.param, self.factors, default=default, factor=factor, log_n_modes=log_n_modes)
 

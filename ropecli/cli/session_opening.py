@@ -166,7 +166,7 @@ def loading_peak() -> int | None:
 def _memory(model: ModelOptions, device: str, lengths: list[int] | None):
     """(MemoryPlan, bytes available) of the model at the longest --len, or None where its files cannot be read before
     loading (a hub id not yet downloaded). Weights that cannot fit are refused in one line."""
-    from ropecli.models.load import resolve_device, resolve_dtype
+    from ropecli.backends.load import resolve_device, resolve_dtype
     from ropecli.models.memory import available_memory, human, memory_before_loading
 
     dev = resolve_device(device)
@@ -196,7 +196,7 @@ def _key_rule(evaluation: EvalOptions, lm, cache, device: str, store: bool):
     if evaluation.key_tokens.value == "far-repeat":
         return FarRepeat(short)
     from ropecli.evaluation.longppl import LongShort
-    from ropecli.models.load import load_model
+    from ropecli.backends.load import load_model
 
     judge = lm if evaluation.key_evaluator is None else load_model(evaluation.key_evaluator, device=device)
     return LongShort(judge, lm.tokenizer, cache, trunc_len=short, chunk_tokens=evaluation.chunk_size, store=store)
@@ -205,14 +205,14 @@ def _key_rule(evaluation: EvalOptions, lm, cache, device: str, store: bool):
 def _load(model: ModelOptions, device: str, dist):
     """The model backend of --backend: transformers (torch, RoPE patched in place) or llama.cpp (a GGUF)."""
     if model.backend == "llamacpp":
-        from ropecli.models.llamacpp_open import open_gguf
+        from ropecli.backends.llamacpp_open import open_gguf
 
         return open_gguf(model.model, model.gguf_file, device=device, train_len=model.train_len,
                          refused={"--dtype": model.dtype != "auto", "--device-map": model.device_map,
                                   "--attn-implementation": model.attn_implementation, "--base": model.base is not None,
                                   "--d": model.d is not None, "--trust-remote-code": model.trust_remote_code,
                                   "--rope-layers": model.rope_layers})
-    from ropecli.models.load import load_model
+    from ropecli.backends.load import load_model
 
     return load_model(model.model, gguf_file=model.gguf_file, dtype=model.dtype, device=device,
                       device_map=model.device_map, attn_implementation=model.attn_implementation,

@@ -22,7 +22,7 @@ from ropecli.evaluation.metrics import metric_record
 
 
 def rekeyed(cache: EvalCache, keys: list[dict], missing: list[int], earlier: tuple[str, ...], store: bool) -> dict[int, tuple]:
-    """Windows stored under an earlier fingerprint of the same weights (`ropecli.models.load.fingerprint`): the one
+    """Windows stored under an earlier fingerprint of the same weights (`ropecli.backends.load.fingerprint`): the one
     with transformers' version in it (today's key otherwise), then ropecli 0.x's (no runtime in the key):
     {index: (value, seconds)}, each stored under today's key."""
     versioned, oldest = (tuple(earlier) + (None, None))[:2]

@@ -22,7 +22,7 @@ from ropecli.evaluation.evaluator import Evaluator
 from ropecli.evaluation.inference import MARGIN
 from ropecli.evaluation.metrics import PPL
 from ropecli.evaluation.stats import paired_difference
-from ropecli.rope.spec import Spec
+from ropecli.spec import Spec
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ The evaluation protocol, whole (the YaRN repo's):
   4 compute 4, and racing (`ropecli.tuning.racing`) grows a candidate's windows at the cost of the new ones.
 - Under torchrun the windows still missing are split across ranks and gathered back by window
   (`ropecli.evaluation.distributed`): the sums, and so every number, are the single-process ones.
-The model is reached only through `ropecli.models.backend.ModelBackend`; nothing here imports torch.
+The model is reached only through `ropecli.backends.backend.ModelBackend`; nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ from ropecli.evaluation.metrics import PPL, Metric
 from ropecli.maps.map_checks import check_window
 from ropecli.maps.pair_selection import CALIBRATION
 from ropecli.evaluation.results import EvalResult
-from ropecli.models.backend import Calibration, ModelBackend
+from ropecli.backends.backend import Calibration, ModelBackend
 from ropecli.models.token_losses import plain, prefixes_from_kept
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.schedule import Schedule
-from ropecli.rope.spec import Spec
+from ropecli.spec import Spec
 
 
 @dataclass

@@ -16,8 +16,8 @@ from ropecli.evaluation.metrics import PPL, Metric
 
 if TYPE_CHECKING:
     from ropecli.evaluation.evaluator import Evaluator
-    from ropecli.models.backend import ModelBackend
-    from ropecli.rope.spec import Spec
+    from ropecli.backends.backend import ModelBackend
+    from ropecli.spec import Spec
 
 
 class Progress:

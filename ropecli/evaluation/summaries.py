@@ -12,7 +12,7 @@ from ropecli.evaluation.results import KlResult, PasskeyResult, PplResult, _fini
 if TYPE_CHECKING:
     from ropecli.rope.geometry import Geometry
     from ropecli.rope.schedule import Schedule
-    from ropecli.rope.spec import Spec
+    from ropecli.spec import Spec
 
 
 def _head(spec: Spec, sched: Schedule, geom: Geometry, length: int, seconds: float) -> dict:

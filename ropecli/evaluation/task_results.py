@@ -25,7 +25,7 @@ from ropecli.evaluation.ruler.answer_scoring import string_match_all
 if TYPE_CHECKING:
     from ropecli.rope.geometry import Geometry
     from ropecli.rope.schedule import Schedule
-    from ropecli.rope.spec import Spec
+    from ropecli.spec import Spec
 
 
 @dataclass(kw_only=True)

@@ -19,7 +19,7 @@ from ropecli.errors import RopeCliError
 from ropecli.files import atomic_write_text
 from ropecli.export.p_rope import p_rope_refusal, proportional_block, uniform_factor
 from ropecli.models.model_rope import ModelRope
-from ropecli.rope.spec import Spec
+from ropecli.spec import Spec
 from ropecli.rope.factor_files import rope_parameters_block
 from ropecli.export.manifest import write_manifest
 from ropecli.export.runtimes.record import Runtime

@@ -10,7 +10,7 @@ from pathlib import Path
 from ropecli.models.model_rope import ModelRope
 from ropecli.rope.geometry import Geometry
 from ropecli.maps.map_spelling import map_json
-from ropecli.rope.spec import Spec
+from ropecli.spec import Spec
 from ropecli.export.runtimes.record import Runtime
 from ropecli.files import atomic_write_text
 

@@ -19,7 +19,7 @@ import numpy as np
 from ropecli.export.runtimes.record import Runtime
 from ropecli.models.model_rope import ModelRope
 from ropecli.rope.geometry import Geometry
-from ropecli.rope.spec import Spec
+from ropecli.spec import Spec
 
 
 def p_rope_refusal(spec: Spec, geom: Geometry, rope: ModelRope, rec: Runtime | None = None) -> str | None:

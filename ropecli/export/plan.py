@@ -20,7 +20,7 @@ from ropecli.export.hf_folder import check_writable, place_weights
 from ropecli.models.model_rope import ModelRope
 from ropecli.rope.geometry import Geometry
 from ropecli.maps.map_spelling import map_json
-from ropecli.rope.spec import Spec
+from ropecli.spec import Spec
 from ropecli.export.manifest import write_manifest
 from ropecli.export.registry import AT_START_UP, PER_FORWARD, ROPE_FREQS, Runtime, record, records, resolve_runtime
 from ropecli.export.installed import too_old

@@ -15,7 +15,7 @@ from ropecli.export.expected import Expected
 from ropecli.export.vllm_engine import run_engine
 from ropecli.models.config import BUILTIN, BUILTIN_DIR
 from ropecli.models.packaged import resolve_model
-from ropecli.rope.spec import make_spec
+from ropecli.spec import make_spec
 
 PPL_RTOL = 1e-4  # transformers reload vs ropecli's patched model, same weights and window
 
@@ -25,7 +25,7 @@ def run_vllm(runtime: str, artefact: Path, block: dict | None, model: str | None
     """vLLM's engine serving the export (a map folder through ropecli's plugin, or the model with the overrides `block`
     as --hf-overrides) scores the first held-out window of `run_len` tokens; ropecli's patched (and mapped) source model
     scores the same window (through the evaluation cache). PPL within PPL_RTOL."""
-    from ropecli.models.load import load_model
+    from ropecli.backends.load import load_model
 
     ours = load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu")
     ev = Evaluator.over(ours, samples=1, cache=EvalCache(cache_dir))
@@ -55,7 +55,7 @@ def run_transformers(runtime: str, artefact: Path, block: dict | None, model: st
     calling module's record's name)."""
     import torch
 
-    from ropecli.models.load import causal_lm_from_pretrained, load_model
+    from ropecli.backends.load import causal_lm_from_pretrained, load_model
     from ropecli.models.chunked_scoring import window_nll
 
     ours = load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu")
@@ -91,8 +91,8 @@ def run_llamacpp(runtime: str, artefact: Path, model: str | None, exp: Expected,
     of the measured schedule in ropecli's transformers backend on the same window (llama.cpp computes with
     the quantized weights, transformers with their dequantized copy: levels differ, effects agree). `runtime`: the
     check's runtime (the calling module's record's name)."""
-    from ropecli.models.llamacpp_open import load_llamacpp, open_gguf
-    from ropecli.models.load import load_model
+    from ropecli.backends.llamacpp_open import load_llamacpp, open_gguf
+    from ropecli.backends.load import load_model
 
     cache = EvalCache(cache_dir)
     none = make_spec("none")

@@ -28,7 +28,7 @@ import numpy as np
 
 from ropecli.errors import RopeCliError
 from ropecli.models.model_rope import ModelRope
-from ropecli.rope.spec import Spec, make_spec
+from ropecli.spec import Spec, make_spec
 from ropecli.export.registry import AT_START_UP, PER_FORWARD, Runtime, ROPE_FREQS
 from ropecli.evaluation.decode_across import measure_decode
 from ropecli.export.hf import rope_block

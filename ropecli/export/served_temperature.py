@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ropecli.export.runtimes.record import Runtime
 from ropecli.models.model_rope import ModelRope
-from ropecli.rope.spec import Spec
+from ropecli.spec import Spec
 from ropecli.rope.temperature import HF_KEYS, Temperature, tempered
 
 

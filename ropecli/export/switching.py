@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ropecli.models.model_rope import ModelRope
 from ropecli.rope.geometry import Geometry
-from ropecli.rope.spec import Spec
+from ropecli.spec import Spec
 from ropecli.evaluation.cache import EvalCache
 from ropecli.evaluation.decode_across import DecodePlan
 from ropecli.evaluation.evaluator import Evaluator
@@ -52,7 +52,7 @@ def switching_report(spec: Spec, geom: Geometry, rope: ModelRope, model: str | N
 
 def _measure(spec: Spec, geom: Geometry, model: str, gguf_file: str | None, switch: int, rec: Runtime) -> dict:
     """The decode damage on the first SAMPLES held-out windows of the model (through the evaluation cache)."""
-    from ropecli.models.load import load_model
+    from ropecli.backends.load import load_model
 
     backend = load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu")
     ev = Evaluator.over(backend, samples=SAMPLES, cache=EvalCache())
@@ -65,7 +65,7 @@ def decode_check(rec: Runtime, model: str, gguf_file: str | None, exp, consisten
     per forward pass), against one pass; passes where the two
     agree within 1e-4 nats per token (a consistent export: one schedule at every step), fails with the damage where
     the export switches (`--switching`, dynamic NTK)."""
-    from ropecli.models.load import load_model
+    from ropecli.backends.load import load_model
 
     ev = Evaluator.over(load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu"), samples=SAMPLES,
                         cache=EvalCache(cache_dir))

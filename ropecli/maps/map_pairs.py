@@ -48,6 +48,17 @@ def pair_reach(position_map: BoundMap, length: int, scaled_inv_freq: np.ndarray,
     return out
 
 
+def with_reach(report: dict, geom, schedule, position_map: BoundMap | None) -> dict:
+    """`rope.freqs.frequency_report` under a position map (`--map`): each pair also gets the farthest rotation distance
+    the map leaves it at the target and whether that angle was seen in training (`pair_reach`); "map" names the map
+    (None: no map)."""
+    if position_map:
+        seen_angle = np.minimum(geom.train_len * geom.inv_freq(), TWO_PI)  # the largest angle training showed
+        reach = pair_reach(position_map, geom.target_len, schedule.scaled_inv_freq(geom), seen_angle)
+        report = {**report, "pairs": [{**pair, **more} for pair, more in zip(report["pairs"], reach)]}
+    return {**report, "map": {"name": position_map.name, "params": position_map.values} if position_map else None}
+
+
 def relative_positions(name: str, params: dict[str, float], n: int) -> np.ndarray:
     """rel[i, j] = the query's rotation position minus the key's, for i, j < n, j <= i (NaN above the diagonal), float64
     (n, n), or (n, n, groups) for a map whose positions differ per group of rotary pairs (dpe): what the map does to

@@ -63,7 +63,7 @@ def token_losses(model, ids: torch.Tensor, chunk_tokens: int | None = None):
     return torch.cat(parts).cpu().numpy()  # one transfer at the end: no chunk waits on the host (a GPU runs ahead)
 
 
-# --- the measures on logits: shared by every backend (transformers here, llama.cpp in models.llamacpp_backend) ---
+# --- the measures on logits: shared by every backend (transformers and llama.cpp: ropecli.backends) ---
 
 def chunk_nll(logits: torch.Tensor, targets: torch.Tensor) -> float:
     """Sum of -log p(target) over rows of fp32 logits (c, V) and their next tokens (c,), in nats."""

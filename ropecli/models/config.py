@@ -3,7 +3,7 @@
 Sources: a local folder's `config.json`, a hub id's `config.json` (one small download through
 huggingface_hub, cached), or a GGUF file's metadata (header only, parsed here: the `gguf` package's
 reader decodes every tokenizer string and takes seconds). The rule for d, base and L is
-`ropecli.models.model_geometry.config_geometry`, the one the model layer (`ropecli.models.load`) applies to a
+`ropecli.models.model_geometry.config_geometry`, the one the model layer (`ropecli.backends.load`) applies to a
 loaded model, tested to agree on LLaMA, Qwen2, GPT-NeoX (partial rotary) and Gemma 3 (RoPE per layer
 type). Gemma 3 style configs keep one RoPE per layer type; ropecli scales `full_attention` by default.
 """

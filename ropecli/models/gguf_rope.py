@@ -1,6 +1,6 @@
 """llama.cpp / Ollama: a GGUF copy with an F32 `rope_freqs.weight` tensor of the d/2 factors. One writer
 for both users: `ropecli export --to gguf` (through `ropecli.export.plan`) and the llama.cpp backend's
-temporary scaled copies (`ropecli.models.llamacpp_backend`); it lives in the models layer so that both can import it.
+temporary scaled copies (`ropecli.backends.llamacpp_backend`); it lives in the models layer so that both can import it.
 
 llama.cpp's kernels divide each pair's angle by rope_freqs at every length and context size (no
 short variant; `ggml_rope_ext` with the `freq_factors` tensor, read by `get_rope_factors` in

@@ -1,5 +1,5 @@
 """The one rule for a model's rotary geometry (d, base, L), from a config's fields, and the geometry the
-commands compute with (flags over config over defaults). Torch-free: loading (`ropecli.models.load`),
+commands compute with (flags over config over defaults). Torch-free: loading (`ropecli.backends.load`),
 the config reader (`ropecli.models.config`), export's readback and verify all take d, base and L from
 `config_geometry`:
 

@@ -1,6 +1,6 @@
 """ModelRope: a model's RoPE geometry, the one record of it that export and evaluation take — d, base, the lengths L0
 and Ls, the layer types and which are scaled, what the model ships (a schedule, layer kinds, p-RoPE, a position
-temperature). Made by `ropecli.models.config` from a config alone and by `ropecli.models.load` from a loaded model."""
+temperature). Made by `ropecli.models.config` from a config alone and by `ropecli.backends.load` from a loaded model."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from ropecli.rope.temperature import Temperature
 @dataclass(frozen=True)
 class ModelRope:
     """A model's RoPE geometry, the one record of it: read from a config (`read_rope_config`, no
-    weights) or from a loaded model (`ropecli.models.load`); export and evaluation both take it."""
+    weights) or from a loaded model (`ropecli.backends.load`); export and evaluation both take it."""
     name: str  # what the user passed
     rotary_dim: int  # d
     base: float  # of the (first) scaled layer type

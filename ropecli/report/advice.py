@@ -170,7 +170,7 @@ def write_report(result: dict, out_dir: Path, geom, model_name: str) -> Path:
     from ropecli.report import position_plots
     from ropecli.report import plots, result_plots
     from ropecli.rope.geometry import Geometry
-    from ropecli.rope.spec import make_spec
+    from ropecli.spec import make_spec
 
     rows = result["rows"]
     lengths = result["lengths"]

@@ -18,8 +18,6 @@ from typing import Any
 import numpy as np
 
 from ropecli.rope.geometry import TWO_PI, Geometry, critical_pair, turns, wavelength
-from ropecli.maps.map_pairs import pair_reach
-from ropecli.maps.position_maps import BoundMap
 from ropecli.rope.schedule import Schedule
 
 REL_TOL = 1e-9
@@ -41,15 +39,13 @@ def pair_status(factors: np.ndarray, k: float, inv_freq: np.ndarray | None = Non
     return out
 
 
-def frequency_report(geom: Geometry, schedule: Schedule, position_map: BoundMap | tuple = ()) -> dict[str, Any]:
-    """Per pair before and after `schedule`; under a position map (`--map`), also the farthest rotation distance it
-    leaves each pair at the target and whether that angle was seen in training (`map_pairs.pair_reach`)."""
+def frequency_report(geom: Geometry, schedule: Schedule) -> dict[str, Any]:
+    """Per pair before and after `schedule` (a position map's reach is added above, by `maps.map_pairs.with_reach`)."""
     inv = geom.inv_freq()  # (d/2,)
     scaled = schedule.scaled_inv_freq(geom)  # (d/2,)
     seen_angle = np.minimum(geom.train_len * inv, TWO_PI)  # largest angle (mod a turn) training showed
     target_angle = geom.target_len * scaled
     status = pair_status(schedule.factors, geom.factor, inv)
-    mapped = pair_reach(position_map, geom.target_len, scaled, seen_angle) if position_map else [{}] * len(inv)
     pairs = [
         {
             "m": int(m),
@@ -63,7 +59,6 @@ def frequency_report(geom: Geometry, schedule: Schedule, position_map: BoundMap 
             "turns_in_target_len": float(turns(scaled[i], geom.target_len)),
             "status": status[i],
             "in_range": bool(target_angle[i] <= seen_angle[i] * (1 + 1e-12) or seen_angle[i] >= TWO_PI),
-            **mapped[i],
         }
         for i, m in enumerate(geom.pair_index())
     ]
@@ -86,5 +81,4 @@ def frequency_report(geom: Geometry, schedule: Schedule, position_map: BoundMap 
         "temperature": (geom.temperature.to_json({"L0": geom.train_len, "Ls": geom.shipped_len, "target": geom.target_len})
                         if geom.temperature is not None else None),  # the model's own position temperature
         "pairs": pairs,
-        "map": ({"name": position_map.name, "params": position_map.values} if position_map else None),
     }

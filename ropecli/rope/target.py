@@ -2,7 +2,7 @@
 (compare, search, search-b, advise, the tournament, the search engine): the lengths to measure (validated here,
 once), the factor k as the user gave it, and the model's geometry at the target's k with its shipped schedule.
 
-The one target-k rule (`rope.spec.target_factor`): the given k, else the longest length over L. A spec built with
+The one target-k rule (`target_factor`): the given k, else the longest length over L. A spec built with
 `factor` None is evaluated at each length's own k (n / L); `geom.factor` is the target's k, what an export writes.
 """
 
@@ -12,10 +12,14 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ropecli.errors import RopeCliError
-from ropecli.rope.geometry import Geometry
-from ropecli.rope.spec import target_factor
+from ropecli.rope.geometry import Geometry, default_factor
 
 DEFAULT_EXTENSION = 8  # the default target of search-b, search, advise and passkey: 8 L
+
+
+def target_factor(k: float | None, lengths: Sequence[int], train_len: int) -> float:
+    """The one target-k rule: the given k, else the longest target length over L (never below 1)."""
+    return k if k is not None else default_factor(max(lengths), train_len)
 
 
 def check_lengths(lengths: Sequence[int]) -> list[int]:

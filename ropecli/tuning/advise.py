@@ -15,8 +15,7 @@ from ropecli.errors import RopeCliError
 from ropecli.evaluation.metrics import PASSKEY, PPL
 from ropecli.evaluation.results import EvalResult
 from ropecli.rope.target import Target
-from ropecli.tuning.candidates import default_candidates, search_plans, SHIPPED_ONLY
-from ropecli.maps.map_candidates import maps_apply
+from ropecli.tuning.candidates import SHIPPED_ONLY, default_candidates, maps_apply, search_plans
 from ropecli.tuning.advise_exports import export_winner
 from ropecli.tuning.standings import Standings
 from ropecli.tuning.advise_plan import AdvisePlan

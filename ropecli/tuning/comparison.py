@@ -9,7 +9,7 @@ from typing import Callable
 
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.effective_length import effective_lengths
-from ropecli.rope.spec import reference_spec
+from ropecli.spec import reference_spec
 from ropecli.rope.target import Target
 from ropecli.tuning.objective import Bench, window_docs, window_values, window_weights
 from ropecli.evaluation.agreement import rank_agreement

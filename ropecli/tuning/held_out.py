@@ -24,7 +24,7 @@ from typing import Callable
 from ropecli.evaluation.inference import MARGIN
 from ropecli.evaluation.metrics import KL, PASSKEY, PPL, Metric
 from ropecli.evaluation.proportions import clopper_pearson
-from ropecli.rope.spec import Spec, make_spec
+from ropecli.spec import Spec, make_spec
 from ropecli.tuning.objective import Evaluate, Scorer
 from ropecli.tuning.racing import ALPHA, looks, race
 

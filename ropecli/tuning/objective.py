@@ -19,7 +19,7 @@ from ropecli.evaluation.metrics import KEY_PPL, KL, PPL, Metric, metric_record, 
 
 if TYPE_CHECKING:  # the CLI imports Objective at start-up: numpy waits until something is scored
     from ropecli.evaluation.results import EvalResult
-    from ropecli.rope.spec import Spec
+    from ropecli.spec import Spec
 
 
 class Evaluate(Protocol):
@@ -36,7 +36,7 @@ class Bench(Protocol):
     """A model with its windows, as the tuning layer's orchestrations (advise, compare's race) take it:
     `ropecli.evaluation.session.Session`. `run` is the Evaluate; `check` fails in one line on too little
     text before any forward pass; `held_out` is the same model on the following windows (documents)."""
-    model: Any  # ropecli.models.backend.ModelBackend: what advise asks which maps it runs
+    model: Any  # ropecli.backends.backend.ModelBackend: what advise asks which maps it runs
     ev: Any  # ropecli.evaluation.evaluator.Evaluator: what decodes across the switch (`tuning.serving`)
     rope: Any  # ropecli.models.model_rope.ModelRope
     inputs: Any  # ropecli.evaluation.inputs.Inputs
@@ -75,7 +75,7 @@ class Scorer:
         if max_short_regression is not None or max_short_kl is not None:
             self.guard = {"len": train_len, "factor": guard_k, "max_percent": max_short_regression, "max_kl": max_short_kl}
         if max_short_regression is not None:
-            from ropecli.rope.spec import make_spec
+            from ropecli.spec import make_spec
 
             ref = reference or make_spec("none")
             self.guard["reference"] = ref.label

@@ -8,7 +8,7 @@ the best (`vs_best`); a one-parameter search adds its notes from this one code p
 end of the range (`at_boundary`), bumps in the evaluated objective (`non_unimodal_at`), the golden
 bracket, and the interval of values not distinguishable from the best (`equivalent`).
 
-Verdicts, against the methods people deploy (`ropecli.rope.spec.STANDARD_METHODS`):
+Verdicts, against the methods people deploy (`ropecli.spec.STANDARD_METHODS`):
 - `search-b` = `run_search` of mixed over b with golden-section, then the standard methods on the
   same windows (`search_verdicts.reference_rows`; PI and NTK-fixed are the b = 0 and b = 1 evaluations, reused) and
   the verdict (`search_verdicts.references_verdict`), which says first when a reference beats the best b;
@@ -25,7 +25,7 @@ from typing import Callable
 
 from ropecli.errors import RopeCliError
 from ropecli.rope.schedule import format_label
-from ropecli.rope.spec import Spec, make_spec, reference_spec
+from ropecli.spec import Spec, make_spec, reference_spec
 from ropecli.maps.map_checks import check_map
 from ropecli.rope.temperature import TUNABLE_NAMES, tempered
 from ropecli.rope.target import Target

@@ -16,7 +16,7 @@ from ropecli.export.hf import write_hf_block
 from ropecli.export.hf_folder import check_writable
 from ropecli.export.registry import record
 from ropecli.rope.methods import resolve_method
-from ropecli.rope.spec import make_spec, parse_params, standard_specs_for
+from ropecli.spec import make_spec, parse_params, standard_specs_for
 from ropecli.tuning.optimizers import golden_evaluations, min_budget
 from ropecli.tuning.search import run_search, scorer, search_b
 from ropecli.tuning.search_verdicts import parse_reference

@@ -1,4 +1,4 @@
-"""The verdicts of a search against the methods people deploy (`ropecli.rope.spec.STANDARD_METHODS`): search-b's
+"""The verdicts of a search against the methods people deploy (`ropecli.spec.STANDARD_METHODS`): search-b's
 references on the same windows, PI and NTK-fixed reused from the b = 0 and b = 1 evaluations (`reference_rows`), and
 whether one beats the best b (`references_verdict`); search's winner and the standard methods re-measured on held-out
 windows (`held_out_verdict`); a `--reference` as typed (`parse_reference`)."""
@@ -10,7 +10,7 @@ from ropecli.evaluation.metrics import Metric
 from ropecli.evaluation.stats import tie_answer
 from ropecli.rope.geometry import Geometry
 from ropecli.maps.map_spelling import parse_map
-from ropecli.rope.spec import Spec, make_spec, standard_specs_for
+from ropecli.spec import Spec, make_spec, standard_specs_for
 from ropecli.rope.target import Target
 from ropecli.tuning.objective import Evaluate, Scorer, pair
 

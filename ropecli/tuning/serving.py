@@ -7,7 +7,7 @@ shared by every candidate)."""
 
 from __future__ import annotations
 
-from ropecli.rope.spec import reference_spec, Spec
+from ropecli.spec import reference_spec, Spec
 from ropecli.tuning.objective import Evaluate
 from ropecli.tuning.workload import Workload
 from ropecli.evaluation.decode_across import DecodePlan

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 
 from ropecli.maps.map_spelling import map_from_json
-from ropecli.rope.spec import Spec, make_spec
+from ropecli.spec import Spec, make_spec
 
 
 @dataclass(frozen=True)

@@ -34,17 +34,16 @@ from typing import Callable
 
 from ropecli.evaluation.inference import MARGIN
 from ropecli.evaluation.metrics import PPL, Metric
-from ropecli.rope.spec import Spec, make_spec, reference_spec
+from ropecli.spec import Spec, make_spec, reference_spec
 from ropecli.tuning.advise_plan import AdvisePlan
 from ropecli.rope.target import Target
-from ropecli.tuning.candidates import map_candidates, search_plans, static_candidates
+from ropecli.tuning.candidates import map_candidates, map_rule, map_spec, search_plans, search_ranges, static_candidates
 from ropecli.tuning.held_out import PASSKEY_BASELINE, Measure, Racing, passkey_baseline, race_candidates
 from ropecli.tuning.objective import Evaluate
 from ropecli.tuning.error_budget import error_budget
 from ropecli.tuning.racing import ALPHA
 from ropecli.tuning.ranking import RULE, RULE_RACED, rank
 from ropecli.maps.map_spelling import map_json
-from ropecli.maps.map_candidates import map_rule, map_spec, search_ranges
 from ropecli.tuning.search import point_spec, run_search, scorer
 from ropecli.tuning.space import Effort, SearchSpace, parse_vary
 from ropecli.tuning.serving import serve_workload

@@ -32,12 +32,14 @@ def freqs(geometry: GeometryOptions, schedule: ScheduleOptions, position_map: Ma
     """
     from ropecli.report.analysis_tables import freqs_table
     from ropecli.rope.freqs import frequency_report
+    from ropecli.maps.map_pairs import with_reach
 
     geom, rope = geometry_of(geometry)
     bound = one_map(position_map)  # LaMPE's fit = auto with no model: the scaled fit at this geometry's L
     bound = rope.on_model(bound)[0] if rope is not None else bound.on_model("", geom.base, geom.train_len, None)[0] \
         if bound else bound
-    report = frequency_report(geom, _one_schedule(geom, schedule), bound)
+    sched = _one_schedule(geom, schedule)
+    report = with_reach(frequency_report(geom, sched), geom, sched, bound)
     return emit_json(report) if as_json else show(freqs_table(report, geom))
 
 

@@ -33,7 +33,7 @@ def published_match(said: str, key: str) -> bool:
 
 
 def score_prompt(backend, unit, generate: bool) -> tuple:
-    """One task prompt through the model (`ropecli.models.backend.ModelBackend`, schedule applied): (1.0 if
+    """One task prompt through the model (`ropecli.backends.backend.ModelBackend`, schedule applied): (1.0 if
     the answer is the argmax throughout else 0.0, answer NLL, answer tokens, the control prompt's answer NLL
     (None: no needle), the greedy generation (None without `generate`)). Forward passes: 1, +1 for the
     control, +1 prefill (and its decode steps) for the generation."""

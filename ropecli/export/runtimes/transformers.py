@@ -36,7 +36,7 @@ RECORD = Runtime(
     dynamic_keeps_L=True,  # dynamic NTK grows its base from max_position_embeddings = L (dynamic_frequency_update)
     decode_checked=True,  # ropecli's model runs its per-forward rule: verify decodes the export across L
     # every map of the registry, one registered later too, through the exported folder's own modeling file
-    # (maps.map_folder; loaded with trust_remote_code=True)
+    # (export.map_folder; loaded with trust_remote_code=True)
     maps=EVERY_MAP,
     versions=(
         Version(">=5.0", "reads rope_parameters (rope_type, rope_theta, factors) from config.json",
@@ -175,9 +175,9 @@ def run(artefact, block, model, exp, run_len, cache_dir, gguf_file):
 
 
 def write_map(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, consistent=True, **_) -> dict:
-    """A model folder that generates under the map (`maps.map_folder`): the schedule's folder, then the map's
+    """A model folder that generates under the map (`export.map_folder`): the schedule's folder, then the map's
     modeling file and config keys."""
-    from ropecli.maps.map_folder import write_map_folder
+    from ropecli.export.map_folder import write_map_folder
     from ropecli.export.writers import write_block
 
     def folder(path: str) -> dict:  # the model as shipped (config.json as it is), or the schedule's folder
@@ -188,7 +188,7 @@ def write_map(spec, geom, rope, out, *, model=None, gguf_file=None, force=False,
     def select() -> dict | None:  # DPE's key pairs: chosen on the model as shipped, as ropecli's evaluations choose them
         if spec.position_map.share >= 1.0:
             return None
-        from ropecli.models.load import load_model
+        from ropecli.backends.load import load_model
 
         backend = load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu")
         return backend.pair_selection(spec.position_map, training_plays)
@@ -197,7 +197,7 @@ def write_map(spec, geom, rope, out, *, model=None, gguf_file=None, force=False,
 
 
 def verify_map(artefact, exp) -> list:
-    from ropecli.maps.map_folder import verify_map_folder
+    from ropecli.export.map_folder import verify_map_folder
 
     return verify_map_folder(artefact, exp, RECORD.name)
 

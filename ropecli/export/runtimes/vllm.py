@@ -38,7 +38,7 @@ from ropecli.export.runtimes import transformers  # vLLM serves the transformers
 from ropecli.export.writers import hf_result, vllm_checkpoint, write_block
 from ropecli.maps.vllm_plugin import SERVED, VLLM_VERSIONS
 from ropecli.models.model_rope import ModelRope
-from ropecli.rope.spec import Spec
+from ropecli.spec import Spec
 
 RECORD = Runtime(
     name="vllm", label="vLLM", package="vllm",

@@ -5,7 +5,7 @@ at a length, and the one list of standard methods. Numpy only.
   them), so labels and cache keys say exactly what ran.
 - k: a Spec may fix it (`factor`); otherwise a window of n tokens runs at k = max(1, n / L)
   (`Spec.factor_at`), and a schedule meant for several target lengths runs at the longest one's k
-  (`target_factor`): the deployed config serves every length with one k.
+  (`rope.target.target_factor`): the deployed config serves every length with one k.
 - `parse_specs`: method names (repeated or comma lists), b values, `KEY=VALUE` parameters and a
   factor file, as the flags give them, become Specs; every given parameter must fit a chosen method.
 - A method whose schedule depends on the current sequence length (dynamic NTK) says so in the
@@ -148,11 +148,6 @@ def standard_specs_for(geom: Geometry, *, factor: float | None = None, log_n: bo
         return specs
     composed = [s.but(composed=True) for s in specs if s.method not in ("none", "native")]
     return [make_spec("native", factor=factor, log_n=log_n), *specs, *composed]
-
-
-def target_factor(k: float | None, lengths: Sequence[int], train_len: int) -> float:
-    """The one target-k rule: the given k, else the longest target length over L (never below 1)."""
-    return k if k is not None else default_factor(max(lengths), train_len)
 
 
 def standard_specs(*, factor: float | None = None, log_n: bool = False) -> list[Spec]:

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from ropecli.errors import RopeCliError
-from ropecli.models.backend import BackendDefaults, Calibration
+from ropecli.backends.backend import BackendDefaults, Calibration
 from ropecli.models.model_rope import ModelRope
 from ropecli.rope.schedule import Schedule
 from ropecli.maps.position_maps import as_bound

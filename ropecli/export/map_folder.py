@@ -1,6 +1,6 @@
 """`export --to transformers --map MAP --out DIR` (issue 60): a model folder that generates under the map in plain
 transformers. The folder is what `--to transformers` writes for the schedule (config.json merged, the weights placed),
-plus `modeling_ropecli_map.py` (`maps/map_modeling.py` with the model's class and the map's region function pasted
+plus `modeling_ropecli_map.py` (`export/map_modeling.py` with the model's class and the map's region function pasted
 in: no ropecli import at load or run time), `auto_map` pointing AutoModelForCausalLM at it, and the map with its
 parameters in config.json (`ropecli_map`). `AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)`, its
 `generate()` and `pipeline("text-generation")` then run every forward pass, each decoded token included, under the map.
@@ -110,7 +110,7 @@ def _refusal(config: dict) -> str | None:
 def verify_map_folder(artefact: Path, exp, runtime: str) -> list:
     """`ropecli verify DIR` of a map folder: the map and parameters config.json carries against the measured ones, and
     the modeling file with auto_map pointing at it; each check labelled `runtime` (the record's name that serves it)."""
-    from ropecli.maps.map_modeling import check_map_block  # the folder's own loader asks the same question
+    from ropecli.export.map_modeling import check_map_block  # the folder's own loader asks the same question
 
     config = read_json(artefact / "config.json")
     text = config.get("text_config") or config

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from ropecli.errors import RopeCliError
-from ropecli.models.backend import TransformersBackend
+from ropecli.backends.backend import TransformersBackend
 from ropecli.models.banded_attention import banded_model
 from ropecli.models.config import _from_gguf, BUILTIN, BUILTIN_DIR, choose_layer_types, read_config_json, rope_from_config
 from ropecli.models.rope_block import check_config_blocks
