@@ -53,14 +53,14 @@ def child(model: str, length: int, pmap: str | None, repeats: int) -> None:
     from ropecli.maps.mapped_attention import mapped
     from ropecli.models.chunked_scoring import window_nll
     from ropecli.maps.map_spelling import parse_map
-    from ropecli.maps.position_maps import as_bound, bind
+    from ropecli.maps.position_maps import bind
 
     torch.set_num_threads(os.cpu_count() or 1)
     lm = load_model(model, dtype="fp32", device="cpu")
     docs, _ = load_documents(None)
     windows = sample_windows(docs, tokenize_documents(docs, lm.tokenizer), length, 1, 0, lead_ids(lm.tokenizer, "auto"))
     ids = windows.ids[0]
-    bound = (as_bound(parse_map(pmap)) or bind("none", {})) if pmap is not None else None
+    bound = (parse_map(pmap) or bind("none", {})) if pmap is not None else None
     calibration, selection = 0.0, None
     if bound and bound.share < 1.0:  # DPE's key pairs: chosen once per model, in a process of its own (the heap its
         out = subprocess.run([sys.executable, __file__, "--model", model, "--select", pmap],  # activations leave
@@ -76,7 +76,7 @@ def child(model: str, length: int, pmap: str | None, repeats: int) -> None:
             if pmap is None:
                 out = window_nll(lm.model, torch.as_tensor(ids)[None], None)
             else:
-                with mapped(lm.model, bound.name, bound.values, selection=selection):
+                with mapped(lm.model, bound, selection=selection):
                     out = window_nll(lm.model, torch.as_tensor(ids)[None], None)
         best = min(best, time.perf_counter() - t0)
         nll = out[0] / out[1]
@@ -88,11 +88,10 @@ def select(model: str, pmap: str) -> None:
     from ropecli.evaluation.corpus import training_plays
     from ropecli.backends.load import load_model
     from ropecli.maps.map_spelling import parse_map
-    from ropecli.maps.position_maps import as_bound
 
     lm = load_model(model, dtype="fp32", device="cpu")
     t0 = time.perf_counter()
-    pairs = lm.pair_selection(as_bound(parse_map(pmap)), training_plays)
+    pairs = lm.pair_selection(parse_map(pmap), training_plays)
     print(json.dumps({"seconds": time.perf_counter() - t0, "pairs": {k: v.tolist() for k, v in pairs.items()}}))
 
 

@@ -31,7 +31,7 @@ from ropecli.rope.methods import REGISTRY, Method, compute_schedule, resolve_met
 from ropecli.rope.schedule import Schedule, format_label
 from ropecli.rope.factor_files import read_factors
 from ropecli.maps.map_spelling import map_label
-from ropecli.maps.position_maps import as_bound
+from ropecli.maps.position_maps import BoundMap
 from ropecli.rope.temperature import TUNABLE_NAMES, split_temperature, tempered, temperature_label
 
 # The methods people deploy, with transformers' defaults: search-b's references, search's held-out
@@ -50,11 +50,8 @@ class Spec:
     factor: float | None = None  # None: k = max(1, n / L) for a window of n tokens (`factor_at`)
     log_n: bool = False
     composed: bool = False  # native+METHOD: on top of the shipped schedule (k' = N / Ls), not re-derived from L0
-    position_map: tuple = ()  # a maps.position_maps.BoundMap (name, ((param, value), ...)) at the attention; () none
+    position_map: BoundMap | None = None  # the position map at the attention, checked once where it was bound; None: none
     temperature: tuple = ()  # ((param, value), ...): the model's position temperature changed (rope.temperature); () as shipped
-
-    def __post_init__(self):
-        object.__setattr__(self, "position_map", as_bound(self.position_map))  # a plain (name, params) tuple, bound
 
     @property
     def label(self) -> str:

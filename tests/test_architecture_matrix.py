@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from architectures import ARCHS, L0, VOCAB, Arch, build_arch, save_arch
 from ropecli.cli.app import app
 from ropecli.models.config import read_rope_config
+from ropecli.maps.position_maps import bind
 
 runner = CliRunner()
 IDS = [a.name for a in ARCHS]
@@ -168,15 +169,15 @@ def test_the_map_cell_of_every_row(arch: Arch):
     ids = torch.randint(2, VOCAB, (1, 3 * L0), generator=torch.Generator().manual_seed(1))
     if arch.map_refused:
         with pytest.raises(RopeCliError, match=re.escape(arch.map_refused)):
-            with mapped(model, "none"):
+            with mapped(model, bind("none", {})):
                 pass
         return
     W = 8
     with torch.no_grad():
         plain = model(ids).logits[0]
-        with mapped(model, "none"):
+        with mapped(model, bind("none", {})):
             identity = model(ids).logits[0]
-        with mapped(model, "selfextend", {"G": 2, "W": W}):
+        with mapped(model, bind("selfextend", {"G": 2, "W": W})):
             extended = model(ids).logits[0]
         again = model(ids).logits[0]
     assert (identity - plain).abs().max() < 1e-4, (identity - plain).abs().max()

@@ -11,6 +11,7 @@ import torch
 
 from ropecli.models import banded_attention
 from ropecli.models.banded_attention import BLOCK, banded_model
+from ropecli.maps.position_maps import bind
 
 WINDOW = 64
 
@@ -111,7 +112,7 @@ def test_a_position_map_on_a_banded_model_runs_its_sliding_layers_banded():
     with torch.no_grad():
         want = model(ids).logits
         banded_model(model)
-        with mapped(model, "none", length=256):
+        with mapped(model, bind("none", {}), length=256):
             got = model(ids).logits
     assert (got - want).abs().max() < 1e-4
     assert model.config._attn_implementation == banded_attention.BANDED["sdpa"]

@@ -11,7 +11,7 @@ from architectures import ARCHS, L0, VOCAB, save_arch
 from ropecli.errors import RopeCliError
 from ropecli.maps.mapped_attention import mapped
 from ropecli.maps.map_pairs import relative_positions
-from ropecli.maps.position_maps import map_params
+from ropecli.maps.position_maps import map_params, bind
 
 T = 3 * L0
 
@@ -43,13 +43,13 @@ def test_equal_groups_are_self_extend_and_groups_of_one_the_model(llama):
     ids = torch.randint(2, VOCAB, (1, T), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         plain = llama(ids).logits
-        with mapped(llama, "dpe", dpe(8, *[1] * 8)):
+        with mapped(llama, bind("dpe", dpe(8, *[1] * 8))):
             ones = llama(ids).logits
-        with mapped(llama, "selfextend", {"G": 4, "W": 8}):
+        with mapped(llama, bind("selfextend", {"G": 4, "W": 8})):
             se = llama(ids).logits
-        with mapped(llama, "dpe", dpe(8, *[4] * 8)):
+        with mapped(llama, bind("dpe", dpe(8, *[4] * 8))):
             fours = llama(ids).logits
-        with mapped(llama, "dpe", dpe(8, 1, 1, 1, 1, 4, 4, 4, 4)):
+        with mapped(llama, bind("dpe", dpe(8, 1, 1, 1, 1, 4, 4, 4, 4))):
             mixed = llama(ids).logits
     assert (ones - plain).abs().max() < 1e-4 and (fours - se).abs().max() < 1e-4
     assert (mixed - se).abs().max() > 1e-3 and (mixed - plain).abs().max() > 1e-3  # the groups matter, each way
@@ -184,8 +184,8 @@ def test_a_reference_may_run_under_a_map():
     from ropecli.tuning.search_verdicts import parse_reference
 
     spec = parse_reference("none@selfextend:G=4,W=2048", 2.0, False)
-    assert spec.method == "none" and spec.position_map == ("selfextend", (("G", 4.0), ("W", 2048.0)))
-    assert parse_reference("yarn:beta_fast=16", 2.0, False).position_map == ()
+    assert spec.method == "none" and spec.position_map == bind("selfextend", {"G": 4, "W": 2048})
+    assert parse_reference("yarn:beta_fast=16", 2.0, False).position_map is None
 
 
 def test_advise_races_dpe_by_name_only():
@@ -213,16 +213,16 @@ def test_a_selection_of_every_pair_is_the_map_and_of_none_the_model(llama):
     p = {**dpe(8, 1, 2, 4, 8, 4, 4, 16, 2), "top": 0.5}
     with torch.no_grad():
         plain = llama(ids).logits
-        with mapped(llama, "dpe", {**p, "top": 1.0}):
+        with mapped(llama, bind("dpe", {**p, "top": 1.0})):
             whole = llama(ids).logits
-        with mapped(llama, "dpe", p, selection=every(llama, True)):
+        with mapped(llama, bind("dpe", p), selection=every(llama, True)):
             all_sel = llama(ids).logits
-        with mapped(llama, "dpe", p, selection=every(llama, False)):
+        with mapped(llama, bind("dpe", p), selection=every(llama, False)):
             none_sel = llama(ids).logits
     assert (all_sel - whole).abs().max() < 1e-5 and (none_sel - plain).abs().max() < 1e-4
     assert (whole - plain).abs().max() > 1e-3
     with pytest.raises(RopeCliError, match="top = 0.5 moves the pairs chosen on the model"):
-        with mapped(llama, "dpe", p):
+        with mapped(llama, bind("dpe", p)):
             pass
 
 
@@ -362,7 +362,7 @@ def test_each_columns_pair_is_the_one_the_model_rotates(tmp_path, row):
     folder = save_arch(next(a for a in ARCHS if a.name == row), tmp_path / "m")
     model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
     seen = {}
-    with torch.no_grad(), mapped(model, "none", observe=lambda m, q, k, pair: seen.setdefault(m.layer_idx, (m, pair))):
+    with torch.no_grad(), mapped(model, bind("none", {}), observe=lambda m, q, k, pair: seen.setdefault(m.layer_idx, (m, pair))):
         model(torch.randint(2, VOCAB, (1, 20), generator=torch.Generator().manual_seed(0)))
         dispatch = ALL_ATTENTION_FUNCTIONS[NAME]
         layer, (module, pair) = next(iter(seen.items()))

@@ -9,6 +9,7 @@ import torch
 from ropecli.maps.flex_regions import FLEX_BLOCK, as_block_mask, block_classes, extent, flex_available
 from ropecli.maps.mapped_attention import mapped
 from tiny_models import build
+from ropecli.maps.position_maps import bind
 
 pytestmark = pytest.mark.skipif(not flex_available(), reason="this torch has no flex attention")
 
@@ -33,9 +34,9 @@ def test_flex_and_the_fused_blocks_agree(model_and_ids, name, params, triangles,
     monkeypatch.setattr(fr, "TRIANGLES_FUSED", triangles)
     model, ids = model_and_ids
     with torch.no_grad():
-        with mapped(model, name, params, kernel="flex"):
+        with mapped(model, bind(name, params), kernel="flex"):
             flex = model(ids).logits
-        with mapped(model, name, params, kernel="blocks"):
+        with mapped(model, bind(name, params), kernel="blocks"):
             blocks = model(ids).logits
         plain = model(ids).logits
     assert torch.allclose(flex, blocks, atol=2e-5), (flex - blocks).abs().max()
@@ -50,7 +51,7 @@ def test_flex_decodes_through_the_cache(name, params):
     from transformers import DynamicCache
 
     model, ids = build("llama"), torch.randint(0, 96, (1, 80), generator=torch.Generator().manual_seed(2))
-    with mapped(model, name, params, kernel="flex"), torch.no_grad():
+    with mapped(model, bind(name, params), kernel="flex"), torch.no_grad():
         whole = model(ids).logits[0]
         cache = DynamicCache()
         steps = [model(ids[:, :56], cache=cache, use_cache=True).logits[0]]
@@ -62,9 +63,9 @@ def test_flex_decodes_through_the_cache(name, params):
 def test_flex_in_bfloat16_is_the_fused_path_within_bf16():
     model, ids = build("llama").to(torch.bfloat16), torch.randint(0, 96, (1, 160), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
-        with mapped(model, "selfextend", {"G": 4, "W": 16}, kernel="flex"):
+        with mapped(model, bind("selfextend", {"G": 4, "W": 16}), kernel="flex"):
             flex = model(ids).logits.float()
-        with mapped(model, "selfextend", {"G": 4, "W": 16}, kernel="blocks"):
+        with mapped(model, bind("selfextend", {"G": 4, "W": 16}), kernel="blocks"):
             blocks = model(ids).logits.float()
     assert (flex - blocks).abs().max() < 0.1 * blocks.abs().max(), (flex - blocks).abs().max()
 
@@ -112,7 +113,7 @@ def test_a_wrong_kernel_name_is_one_line(monkeypatch):
 
     monkeypatch.setenv("ROPECLI_MAP_KERNEL", "triton")
     with pytest.raises(RopeCliError, match="ROPECLI_MAP_KERNEL=triton: choose auto, flex or blocks"):
-        with mapped(build("llama"), "rerope", {"w": 8}):
+        with mapped(build("llama"), bind("rerope", {"w": 8})):
             pass
 
 
@@ -126,9 +127,9 @@ def test_flex_is_the_fused_blocks_on_the_families(row):
     model = build_arch(next(a for a in ARCHS if a.name == row))
     ids = torch.randint(2, VOCAB, (1, 5 * L0), generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
-        with mapped(model, "selfextend", {"G": 2, "W": 8}, kernel="flex"):
+        with mapped(model, bind("selfextend", {"G": 2, "W": 8}), kernel="flex"):
             flex = model(ids).logits
-        with mapped(model, "selfextend", {"G": 2, "W": 8}, kernel="blocks"):
+        with mapped(model, bind("selfextend", {"G": 2, "W": 8}), kernel="blocks"):
             blocks = model(ids).logits
         plain = model(ids).logits
     assert torch.allclose(flex, blocks, atol=2e-5), (flex - blocks).abs().max()

@@ -6,6 +6,7 @@ import torch
 from ropecli.models.patch import apply_schedule, find_rotary_slots, restore
 from ropecli.models.chunked_scoring import naive_window_nll, window_nll
 from tiny_models import L, VOCAB, build
+from ropecli.maps.position_maps import bind
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -39,10 +40,10 @@ def test_a_map_on_cuda_is_its_cpu_twin(name, params):
 
     model, ids = build("llama"), torch.randint(0, VOCAB, (1, 300), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
-        with mapped(model, name, params, kernel="blocks"):
+        with mapped(model, bind(name, params), kernel="blocks"):
             cpu = model(ids).logits
         model.cuda()
-        with mapped(model, name, params, kernel="auto"):
+        with mapped(model, bind(name, params), kernel="auto"):
             gpu = model(ids.cuda()).logits.cpu()
     assert torch.allclose(gpu, cpu, atol=1e-3), (gpu - cpu).abs().max()
 
@@ -60,10 +61,10 @@ def test_dpes_key_pairs_on_cuda_are_their_cpu_twin():
                  for n in range(cfg.num_hidden_layers)}
     params = {"W": 16, **{f"G{g}": 2 ** (g % 4) for g in range(1, 9)}, "top": 0.5}
     with torch.no_grad():
-        with mapped(model, "dpe", params, kernel="blocks", selection=selection):
+        with mapped(model, bind("dpe", params), kernel="blocks", selection=selection):
             cpu = model(ids).logits
         model.cuda()
-        with mapped(model, "dpe", params, kernel="auto", selection=selection):
+        with mapped(model, bind("dpe", params), kernel="auto", selection=selection):
             gpu = model(ids.cuda()).logits.cpu()
     assert torch.allclose(gpu, cpu, atol=1e-3), (gpu - cpu).abs().max()
 
@@ -82,11 +83,11 @@ def test_a_map_in_bf16_on_cuda_is_its_fp32_cpu_twin(name, params, triangles, mon
     model, ids = build("llama"), torch.randint(0, VOCAB, (1, 300), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         plain32 = model(ids).logits
-        with mapped(model, name, params, kernel="blocks"):
+        with mapped(model, bind(name, params), kernel="blocks"):
             cpu = model(ids).logits
         model.to(torch.bfloat16).cuda()
         plain16 = model(ids.cuda()).logits.float().cpu()
-        with mapped(model, name, params, kernel="auto"):
+        with mapped(model, bind(name, params), kernel="auto"):
             gpu = model(ids.cuda()).logits.float().cpu()
     noise = (plain16 - plain32).abs().max()
     assert (gpu - cpu).abs().max() <= 3 * noise + 1e-3, ((gpu - cpu).abs().max(), noise)

@@ -16,7 +16,7 @@ from architectures import ARCHS, L0, VOCAB, save_arch
 from ropecli.cli.app import app
 from ropecli.maps.map_rotation import rotated
 from ropecli.maps.mapped_attention import NAME, mapped
-from ropecli.maps.position_maps import MAPS, map_params, map_regions
+from ropecli.maps.position_maps import MAPS, map_params, map_regions, bind
 from tiny_models import build, folder_batches_agree
 
 T_FACTOR = 0.1 * math.log(2) + 1
@@ -80,7 +80,7 @@ def test_lampe_is_the_authors_construction(use_length):
     own window, which also counts d = head, moves it (the one difference the map's docstring names)."""
     model, ids = build("llama"), torch.randint(0, 96, (1, 40), generator=torch.Generator().manual_seed(3))
     params = {"head": 6, "U": use_length}
-    with mapped(model, "lampe-sw", params, block=7):
+    with mapped(model, bind("lampe-sw", params), block=7):
         got = nll(model, ids)
         rotary = ALL_ATTENTION_FUNCTIONS[NAME].mapped_by_slot[0].rotary
         ALL_ATTENTION_FUNCTIONS[NAME] = AuthorsLampe(rotary, 6, use_length, once=True)
@@ -147,7 +147,7 @@ def test_a_decoding_step_has_the_regions_of_its_own_length():
     ids = torch.randint(0, 96, (1, 80), generator=torch.Generator().manual_seed(2))
     params = {"head": 8, "L": 64}
     for model, equal in ((one, True), (build("llama"), False)):
-        with mapped(model, "lampe-sw", params), torch.no_grad():
+        with mapped(model, bind("lampe-sw", params)), torch.no_grad():
             steps = cached_steps(model, ids, 56)
             want = torch.stack([model(ids[:, :t]).logits[0, -1] for t in range(56, 81)])
         gap = (steps - want).abs().max()
@@ -175,10 +175,10 @@ def test_the_folder_is_ropecli_lampe_and_each_decoded_token_its_prefixs(lampe_fo
     params = {"head": 8, "L": L0}
     with torch.no_grad():
         got = folder(ids).logits
-        with mapped(reference, "lampe-sw", params):
+        with mapped(reference, bind("lampe-sw", params)):
             want = reference(ids).logits
         gen = folder.generate(ids[:, :L0 - 8], max_new_tokens=2 * L0, do_sample=False, min_new_tokens=2 * L0)
-        with mapped(reference, "lampe-sw", params):
+        with mapped(reference, bind("lampe-sw", params)):
             theirs = cached_steps(reference, gen, L0 - 8)[:-1]  # ropecli's decoding of the same tokens
         ours = cached_steps(folder, gen, L0 - 8)[:-1]
     assert (got - want).abs().max() < 1e-4, (got - want).abs().max()

@@ -15,7 +15,7 @@ from ropecli.maps import position_maps
 from ropecli.maps.map_rotation import rotated
 from ropecli.maps.map_spelling import map_label, parse_map
 from ropecli.maps.mapped_attention import NAME, mapped
-from ropecli.maps.position_maps import MAPS, map_params, map_regions
+from ropecli.maps.position_maps import MAPS, map_params, map_regions, bind
 from tiny_models import build, folder_batches_agree
 
 T_FACTOR = 0.1 * math.log(2) + 1
@@ -150,7 +150,7 @@ def against_the_source(params: dict, prompt: int, steps: int, seed: int = 3):
     with torch.no_grad():
         plain = model(ids[:, :prompt]).logits[0]
     checked = map_params("lampe", params)
-    with mapped(model, "lampe", checked, block=7):
+    with mapped(model, bind("lampe", checked), block=7):
         got = logits_prefill_then_steps(model, ids, prompt)
         rotary = ALL_ATTENTION_FUNCTIONS[NAME].mapped_by_slot[0].rotary
         ALL_ATTENTION_FUNCTIONS[NAME] = AuthorsLampe(rotary, int(checked["head"]), int(checked["tail"]), int(checked["U"]))
@@ -281,7 +281,7 @@ def test_the_folder_decodes_as_the_source_decodes(lampe_folder):
     ids = torch.randint(2, 96, (1, 90), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         gen = folder.generate(ids[:, :60], max_new_tokens=8, do_sample=False, min_new_tokens=8)
-    with mapped(reference, "lampe", served):
+    with mapped(reference, bind("lampe", served)):
         want = logits_prefill_then_steps(reference, gen, 60)
     got = logits_prefill_then_steps(folder, gen, 60)
     assert (got[0] - want[0]).abs().max() < 1e-4 and (got[1] - want[1]).abs().max() < 1e-4, (

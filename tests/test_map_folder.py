@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from architectures import ARCHS, L0, VOCAB, save_arch
 from ropecli.cli.app import app
 from ropecli.maps.mapped_attention import mapped
+from ropecli.maps.position_maps import bind
 
 MAPS = [("none", {}), ("selfextend", {"G": 2, "W": 8}), ("rerope", {"w": 12}), ("leaky-rerope", {"w": 12, "k": 4}),
         ("dca", {"chunk": 24, "local": 4}), ("string", {"S": 20, "W": 4}),
@@ -54,7 +55,7 @@ def test_the_folder_is_ropecli_mapped_and_decodes_across_L_as_one_pass(llama_dir
     reference = AutoModelForCausalLM.from_pretrained(str(llama_dir), dtype=torch.float32).eval()
     with torch.no_grad():
         got = folder(ids).logits
-        with mapped(reference, name, params):
+        with mapped(reference, bind(name, params)):
             want = reference(ids).logits
         plain = reference(ids).logits
         out = folder.generate(ids[:, :L0 - 8], max_new_tokens=2 * L0, do_sample=False, min_new_tokens=2 * L0)
@@ -89,7 +90,7 @@ def test_the_folder_maps_the_families(tmp_path, row):
     folder = load(export(model_dir, tmp_path / "out", "selfextend", {"G": 2, "W": 8}, method="native"))
     reference = reference_model(arch, model_dir)
     ids = torch.randint(2, VOCAB, (1, T), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad(), mapped(reference, "selfextend", {"G": 2, "W": 8}):
+    with torch.no_grad(), mapped(reference, bind("selfextend", {"G": 2, "W": 8})):
         want = reference(ids).logits
     with torch.no_grad():
         got = folder(ids).logits
@@ -292,9 +293,9 @@ def test_the_folder_serves_dpes_key_pairs(tmp_path, row):
     ids = torch.randint(2, VOCAB, (1, T), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         got = folder(ids).logits
-        with mapped(reference, "dpe", params, selection=selection):
+        with mapped(reference, bind("dpe", params), selection=selection):
             want = reference(ids).logits
-        with mapped(reference, "dpe", {**params, "top": 1.0}):
+        with mapped(reference, bind("dpe", {**params, "top": 1.0})):
             every = reference(ids).logits
         out = folder.generate(ids[:, :L0 - 8], max_new_tokens=L0, do_sample=False, min_new_tokens=L0)
         logits = folder(out).logits[0, L0 - 9:-1]
@@ -315,7 +316,7 @@ def test_sliding_layers_decode_past_their_window_as_shipped(tmp_path, row):
     folder = load(export(model_dir, tmp_path / "out", "selfextend", params, method="native"))
     reference = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     ids = torch.randint(2, VOCAB, (1, L0), generator=torch.Generator().manual_seed(3))
-    for model, context in ((folder, None), (reference, lambda: mapped(reference, "selfextend", params))):
+    for model, context in ((folder, None), (reference, lambda: mapped(reference, bind("selfextend", params)))):
         with torch.no_grad(), (context() if context else torch.no_grad()):
             out = model.generate(ids[:, :L0 - 8], max_new_tokens=L0, do_sample=False, min_new_tokens=L0)
             logits = model(out).logits[0, L0 - 9:-1]

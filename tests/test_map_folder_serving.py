@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from architectures import ARCHS, L0, VOCAB, save_arch
 from ropecli.cli.app import app
 from ropecli.maps.mapped_attention import mapped
+from ropecli.maps.position_maps import bind
 
 SE = ("selfextend", {"G": 2, "W": 8})
 DPE = ("dpe", {"W": 8, "G1": 1, "G2": 2, "G3": 4, "G4": 1, "G5": 2, "G6": 8, "G7": 1, "G8": 3, "top": 0.5})
@@ -121,7 +122,7 @@ def test_beam_search_and_sampling_run_under_the_map(tmp_path_factory):
     kw = dict(max_new_tokens=10, num_beams=3, do_sample=False, pad_token_id=PAD, min_new_tokens=10)
     with torch.no_grad():
         beams = model.generate(x, **kw)
-        with mapped(reference, *SE):
+        with mapped(reference, bind(*SE)):
             want = reference.generate(x, **kw)
         sampled = [model.generate(x, do_sample=True, max_new_tokens=10, pad_token_id=PAD,
                                   generator=None) if torch.manual_seed(7) is not None else None for _ in range(2)]
@@ -141,7 +142,7 @@ def test_decoding_from_inside_a_sliding_window_past_it_is_one_pass(tmp_path_fact
     folder = load(out)
     reference = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     x = prompts([10], seed=4)[0][None]
-    for model, context in ((folder, None), (reference, lambda: mapped(reference, *SE, length=3 * L0))):
+    for model, context in ((folder, None), (reference, lambda: mapped(reference, bind(*SE), length=3 * L0))):
         with torch.no_grad(), (context() if context else torch.no_grad()):
             res = model.generate(x, max_new_tokens=40, do_sample=False, min_new_tokens=40, output_logits=True,
                                  return_dict_in_generate=True, pad_token_id=PAD)
@@ -293,9 +294,9 @@ def test_ropecli_mapped_attention_refuses_a_padded_batch_in_one_line(tmp_path_fa
     model_dir, _ = folder_for(tmp_path_factory, "llama", *SE)
     reference = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     ids, mask = left_padded(prompts([40, 28]))
-    with torch.no_grad(), mapped(reference, *SE), pytest.raises(RopeCliError, match="padded batch runs in the exported"):
+    with torch.no_grad(), mapped(reference, bind(*SE)), pytest.raises(RopeCliError, match="padded batch runs in the exported"):
         reference(input_ids=ids, attention_mask=mask)
-    with torch.no_grad(), mapped(reference, *SE):  # one sequence, its mask all ones: runs
+    with torch.no_grad(), mapped(reference, bind(*SE)):  # one sequence, its mask all ones: runs
         reference(input_ids=ids[:1, -40:], attention_mask=mask[:1, -40:])
 
 

@@ -13,6 +13,7 @@ import torch
 
 from ropecli.errors import RopeCliError
 from ropecli.maps.mapped_attention import map_refusal, mapped
+from ropecli.maps.position_maps import bind
 
 TINY = dict(vocab_size=128, hidden_size=64, intermediate_size=64, moe_intermediate_size=32, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=16, qk_rope_head_dim=8,
@@ -51,9 +52,9 @@ def test_every_mla_family_runs_a_map(family):
     ids = torch.randint(3, 128, (1, 48), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         plain = model(ids).logits
-        with mapped(model, "none"):
+        with mapped(model, bind("none", {})):
             same = model(ids).logits
-        with mapped(model, "selfextend", {"G": 2, "W": 8}):
+        with mapped(model, bind("selfextend", {"G": 2, "W": 8})):
             extended = model(ids).logits
     assert (same - plain).abs().max() < 1e-4
     assert (extended[:, :8] - plain[:, :8]).abs().max() < 1e-4  # within W: true positions

@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ropecli.cli.app import app
+from ropecli.maps.position_maps import bind
 
 runner = CliRunner()
 
@@ -186,7 +187,7 @@ def test_a_planted_map_in_help_methods_ppl_compare_search_advise_and_export(toy_
     ids = torch.randint(2, 90, (1, 128), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         got = folder(ids).logits
-        with mapped(model, "toy-cap", {"w": 16}):
+        with mapped(model, bind("toy-cap", {"w": 16})):
             want = model(ids).logits
     assert (got - want).abs().max() < 1e-4 and (got - model(ids).logits).abs().max() > 1e-3
     v = run("verify", tmp_path / "folder")

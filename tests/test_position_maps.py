@@ -12,7 +12,7 @@ from ropecli.maps.mapped_attention import NAME, mapped
 from ropecli.maps.map_rotation import rotated
 from ropecli.maps.region_attention import _fused_for
 from ropecli.maps.map_pairs import relative_positions
-from ropecli.maps.position_maps import MAPS, map_params
+from ropecli.maps.position_maps import MAPS, map_params, bind
 from tiny_models import build
 
 
@@ -63,12 +63,12 @@ def test_a_map_whose_near_region_covers_the_window_is_the_model(family):
     for name, params in (("none", {}), ("selfextend", {"G": 4, "W": 48}), ("rerope", {"w": 48}),
                          ("leaky-rerope", {"w": 48, "k": 8}), ("dca", {"chunk": 56, "local": 4}),
                          ("string", {"S": 48, "W": 8, "t": 1}), ("selfextend-llamacpp", {"G": 4, "W": 48})):
-        with mapped(model, name, params, block=16):  # three query blocks
+        with mapped(model, bind(name, params), block=16):  # three query blocks
             assert abs(nll(model, ids) - plain) < 1e-5, name
     assert model.config._attn_implementation != NAME  # put back
-    with mapped(model, "string", {"S": 48, "W": 8}):  # STRING's own temperature (t = 1.069 on cos and sin) is felt
+    with mapped(model, bind("string", {"S": 48, "W": 8})):  # STRING's own temperature (t = 1.069 on cos and sin) is felt
         assert abs(nll(model, ids) - plain) > 1e-4
-    with mapped(model, "selfextend", {"G": 4, "W": 8}):
+    with mapped(model, bind("selfextend", {"G": 4, "W": 8})):
         assert abs(nll(model, ids) - plain) > 1e-3  # the map does change the scores beyond W
 
 
@@ -97,7 +97,7 @@ class PairReference:
                                               ("selfextend-llamacpp", {"G": 2, "W": 6})])
 def test_the_mapped_attention_equals_a_per_pair_reference(name, params):
     model, ids = build("llama"), torch.randint(0, 96, (1, 24), generator=torch.Generator().manual_seed(1))
-    with mapped(model, name, params, block=7):
+    with mapped(model, bind(name, params), block=7):
         got = nll(model, ids)
         rotary = ALL_ATTENTION_FUNCTIONS[NAME].mapped_by_slot[0].rotary
         ALL_ATTENTION_FUNCTIONS[NAME] = PairReference(relative_positions(name, params, 24), rotary)
@@ -109,7 +109,7 @@ def test_the_mapped_attention_equals_a_per_pair_reference(name, params):
 def test_the_fused_kernel_and_its_explicit_twin_agree(name, params):
     """The CPU path runs torch's flash kernel (its log-sum-exp merges the regions); other devices the explicit scores."""
     model, ids = build("qwen2"), torch.randint(0, 96, (1, 40), generator=torch.Generator().manual_seed(4))
-    with mapped(model, name, params, block=16), torch.no_grad():
+    with mapped(model, bind(name, params), block=16), torch.no_grad():
         fused = model(ids).logits
         attention = ALL_ATTENTION_FUNCTIONS[NAME].mapped_by_slot[0]
         assert attention.fused and _fused_for(ids.device) is not None
@@ -127,7 +127,7 @@ def test_decoding_through_the_cache_follows_the_map(name, params):
     from transformers import DynamicCache
 
     model, ids = build("llama"), torch.randint(0, 96, (1, 80), generator=torch.Generator().manual_seed(2))
-    with mapped(model, name, params), torch.no_grad():
+    with mapped(model, bind(name, params)), torch.no_grad():
         whole = model(ids).logits[0]
         cache = DynamicCache()
         steps = [model(ids[:, :56], cache=cache, use_cache=True).logits[0]]
@@ -185,7 +185,7 @@ def test_an_mla_model_decodes_under_a_map_as_one_pass(v_head_dim):
     torch.manual_seed(0)
     model = DeepseekV3ForCausalLM(cfg).eval()
     ids = torch.randint(0, 96, (1, 40))
-    with torch.no_grad(), mapped(model, "selfextend", {"G": 2, "W": 8}):
+    with torch.no_grad(), mapped(model, bind("selfextend", {"G": 2, "W": 8})):
         whole = model(ids).logits[0]
         cache = DynamicCache(config=cfg)
         steps = [model(ids[:, :20], past_key_values=cache, use_cache=True).logits[0]]
@@ -267,7 +267,7 @@ def test_dca_goes_to_sglang_as_its_config_block_and_backend(tmp_path):
     got, block = json.loads(r.stdout), json.loads((tmp_path / "o.json").read_text())
     dca = block["dual_chunk_attention_config"]
     assert map_from_json({"name": "dca", "params": {"chunk": dca["chunk_size"], "local": dca["local_size"]}}) == \
-        map_from_json(got["position_map"]) == ("dca", (("chunk", 48.0), ("local", 4.0)))
+        map_from_json(got["position_map"]) == bind("dca", {"chunk": 48, "local": 4})
     assert dca["original_max_position_embeddings"] == 0 and block["max_position_embeddings"] == 1024
     assert "--attention-backend dual_chunk_flash_attn --context-length 1024" in got["command"]
     assert CliRunner().invoke(app, ["verify", str(tmp_path / "o.json")]).exit_code == 0  # the manifest says what was measured
@@ -336,10 +336,10 @@ def test_a_model_whose_every_layer_slides_is_refused_not_silently_unchanged():
     ids = torch.randint(0, 96, (1, 40), generator=torch.Generator().manual_seed(3))
     model = MistralForCausalLM(MistralConfig(**cfg, sliding_window=16))
     with pytest.raises(RopeCliError, match="no layer to map: this model's layers are RoPE sliding"):
-        with mapped(model, "rerope", {"w": 8}), torch.no_grad():
+        with mapped(model, bind("rerope", {"w": 8})), torch.no_grad():
             model(ids)
     plain = MistralForCausalLM(MistralConfig(**cfg, sliding_window=None))
-    with mapped(plain, "rerope", {"w": 8}), torch.no_grad():
+    with mapped(plain, bind("rerope", {"w": 8})), torch.no_grad():
         assert plain(ids).logits.shape == (1, 40, 96)
 
 
@@ -428,7 +428,7 @@ def test_advise_map_candidates_follow_their_sources_rules():
         assert G == 2 or (T - 1) // (G - 1) + W - W // (G - 1) > Ls - 1 or W != Ls // 4 // (G - 1) * (G - 1)
         assert np.nanmax(relative_positions("selfextend", {"G": G, "W": W}, T)) <= Ls - 1 if T <= 1024 else True
     assert selfextend_rule(8192, 16384) == {"G": 3, "W": 2046}
-    assert map_rule("dca", 8192, 16384) == ("dca", (("chunk", 6144.0), ("local", 512.0)))
+    assert map_rule("dca", 8192, 16384) == bind("dca", {"chunk": 6144, "local": 512})
     assert {"selfextend", "dca"} <= set(default_candidates(False, maps=True))
     assert not {"selfextend", "dca", "selfextend-tuned"} & set(default_candidates(False, maps=False))
     assert "selfextend-tuned" not in default_candidates(True, maps=True)  # a search of mapped passes: asked for by name

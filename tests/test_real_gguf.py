@@ -7,6 +7,7 @@ import json
 import math
 
 import pytest
+from ropecli.maps.position_maps import bind
 
 pytestmark = pytest.mark.slow
 
@@ -101,9 +102,9 @@ def test_a_map_on_gemma3s_global_layers(gguf_path):
     win = sample_windows(docs, tokenize_documents(docs, lm.tokenizer), 1024, 1, 0, lead_ids(lm.tokenizer, "auto"))
     ids = torch.from_numpy(win.ids[0])[None]
     plain, n, _ = window_nll(lm.model, ids)
-    with mapped(lm.model, "none"):
+    with mapped(lm.model, bind("none", {})):
         identity, _, _ = window_nll(lm.model, ids)
-    with mapped(lm.model, "selfextend", {"G": 4, "W": 256}):
+    with mapped(lm.model, bind("selfextend", {"G": 4, "W": 256})):
         extended, _, _ = window_nll(lm.model, ids)
     assert abs(identity - plain) / n < 1e-5, (identity / n, plain / n)
     assert abs(extended - plain) / n > 1e-4 and math.isfinite(extended)  # within L, a small change: 4e-4 nats/token

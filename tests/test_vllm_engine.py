@@ -31,7 +31,7 @@ from ropecli.export.runtimes.vllm import checkout_vllm_python
 from ropecli.export.vllm_engine import ENV, run_engine
 from ropecli.maps.mapped_attention import mapped
 from ropecli.maps.map_rules import LAMPE_PRESETS
-from ropecli.maps.position_maps import MAPS
+from ropecli.maps.position_maps import MAPS, bind
 from ropecli.models.config import BUILTIN_DIR
 
 PYTHON = checkout_vllm_python()
@@ -93,8 +93,7 @@ def ropecli_logprobs(folder, ids):
     block = cfg["ropecli_map"]
     model = getattr(transformers, block["architecture"]).from_pretrained(str(folder), dtype=torch.float32).eval()
     x = torch.tensor([ids])
-    with torch.no_grad(), mapped(model, block["name"], block["params"], length=block.get("length"),
-                                 selection=selection(block, model)):
+    with torch.no_grad(), mapped(model, bind(block["name"], {}), block["params"], length=block.get("length"), selection=selection(block, model)):
         lp = torch.log_softmax(model(x).logits[0].float(), -1)
     return (-lp[:-1].gather(1, x[0, 1:, None])[:, 0]).tolist(), lp
 

@@ -28,7 +28,8 @@ from ropecli.errors import RopeCliError
 from ropecli.models.model_rope import ModelRope
 from ropecli.models.position_temperature import position_temperature
 from ropecli.maps.pair_selection import CALIBRATION_WINDOW, select_pairs
-from ropecli.maps.position_maps import as_bound
+from ropecli.maps.mapped_attention import map_refusal, mapped
+from ropecli.maps.position_maps import BoundMap
 from ropecli.rope.schedule import Schedule
 
 
@@ -48,7 +49,7 @@ class ModelBackend(Protocol):
 
     def describe(self) -> str: ...
 
-    def scaled(self, schedule: Schedule, log_n: bool, position_map: tuple = (),
+    def scaled(self, schedule: Schedule, log_n: bool, position_map: BoundMap | None = None,
                calibration: Calibration | None = None) -> AbstractContextManager[None]: ...
     # `calibration`: the text a map that selects key pairs (DPE) chooses them on, handed in with the map
 
@@ -66,7 +67,7 @@ class ModelBackend(Protocol):
     # the greedy continuation of the prompt `ids`, max_new tokens at most, decoded (RULER's generation)
 
     def window_kl(self, ids: np.ndarray, schedule: Schedule, log_n: bool, chunk_tokens: int | None,
-                  position_map: tuple = (), calibration: Calibration | None = None) -> tuple[float, int, int, list[float]]: ...
+                  position_map: BoundMap | None = None, calibration: Calibration | None = None) -> tuple[float, int, int, list[float]]: ...
 
     # optional (defaults in `BackendDefaults`):
     def map_refusal(self) -> str | None: ...
@@ -142,22 +143,20 @@ class TransformersBackend(BackendDefaults):
 
     def map_refusal(self) -> str | None:
         """Why no position map runs on this model (`maps.mapped_attention.map_refusal`), or None."""
-        from ropecli.maps.mapped_attention import map_refusal
-
         return map_refusal(self.model)
 
     @contextmanager
-    def scaled(self, schedule: Schedule, log_n: bool, position_map: tuple = (), calibration: Calibration | None = None):
+    def scaled(self, schedule: Schedule, log_n: bool, position_map: BoundMap | None = None,
+               calibration: Calibration | None = None):
         """The model with `schedule` (and log-n, and a position map at the attention: `maps.mapped_attention`)
         applied inside the block, restored after, whatever happens. `calibration`: what a selecting map's key pairs
         are chosen on (`pair_selection`)."""
         from contextlib import ExitStack
 
-        from ropecli.maps.mapped_attention import mapped
         from ropecli.models.patch import add_log_n_hooks, apply_schedule, restore
 
         hooks = []
-        selection = self.pair_selection(as_bound(position_map), calibration) if position_map else None  # before any schedule
+        selection = self.pair_selection(position_map, calibration) if position_map else None  # before any schedule
         try:
             # the model as shipped: untouched (under a map, written: a length-dependent rotary would pick its factors
             # from each rotation's own positions, and the map rotates queries and keys at different ones)
@@ -170,10 +169,10 @@ class TransformersBackend(BackendDefaults):
                 if schedule.temperature is not None:  # the model's own position temperature, changed
                     stack.enter_context(position_temperature(self.model, schedule.temperature))
                 if position_map:
-                    bound, note = self.rope.on_model(as_bound(position_map))
+                    bound, note = self.rope.on_model(position_map)
                     if note and note not in self._map_notes:
                         self._map_notes.append(note)
-                    stack.enter_context(mapped(self.model, bound.name, bound.values, selection=selection))
+                    stack.enter_context(mapped(self.model, bound, selection=selection))
                 yield
         finally:
             for h in hooks:
@@ -181,7 +180,7 @@ class TransformersBackend(BackendDefaults):
             for slot in self.slots:
                 restore(slot)
 
-    def pair_selection(self, bound, calibration: Calibration | None = None) -> dict | None:
+    def pair_selection(self, bound: BoundMap, calibration: Calibration | None = None) -> dict | None:
         """The pairs a selecting map moves on this model (DPE's key pairs: `maps.pair_selection` on the contributions
         `maps.pair_contributions` measures on the model as shipped, once per model and process, on the `calibration`
         text handed in: the evaluation layer's training plays); None where the map moves every pair."""
@@ -248,7 +247,7 @@ class TransformersBackend(BackendDefaults):
         return self.tokenizer.decode(new, skip_special_tokens=True)
 
     def window_kl(self, ids: np.ndarray, schedule: Schedule, log_n: bool, chunk_tokens: int | None,
-                  position_map: tuple = (), calibration: Calibration | None = None) -> tuple[float, int, int, list[float]]:
+                  position_map: BoundMap | None = None, calibration: Calibration | None = None) -> tuple[float, int, int, list[float]]:
         from ropecli.models.chunked_scoring import window_kl
 
         reference = native_reference(self.rope, schedule)  # the model as shipped, no log-n, no map

@@ -29,7 +29,7 @@ from ropecli.errors import RopeCliError
 from ropecli.backends.backend import BackendDefaults, Calibration
 from ropecli.models.model_rope import ModelRope
 from ropecli.rope.schedule import Schedule
-from ropecli.maps.position_maps import as_bound
+from ropecli.maps.position_maps import BoundMap
 from ropecli.models.gguf_rope import GGUF_ROPE_FREQS_ARCHS, export_gguf, read_gguf_input
 from ropecli.models.llamacpp_files import plain_weight_buffers
 from ropecli.models.llamacpp_selfextend_run import (SELF_EXTEND_MAPS, group_attention, probe_tokens,
@@ -74,10 +74,10 @@ class LlamaCppBackend(BackendDefaults):
         return None
 
     @contextmanager
-    def scaled(self, schedule: Schedule, log_n: bool, position_map: tuple = (), calibration: Calibration | None = None):
+    def scaled(self, schedule: Schedule, log_n: bool, position_map: BoundMap | None = None,
+               calibration: Calibration | None = None):
         """The model under `schedule` inside the block: a temporary GGUF with rope_freqs and attn_factor (`calibration`:
         unused, Self-Extend selects no key pairs)."""
-        position_map = as_bound(position_map)
         if position_map and position_map.name not in SELF_EXTEND_MAPS:
             raise RopeCliError(f"--map {position_map.name}: llama.cpp serves one position map, Self-Extend (-gan G -gaw W: "
                                f"--map selfextend or selfextend-llamacpp); measure {position_map.name} with --backend transformers")
@@ -237,7 +237,7 @@ class LlamaCppBackend(BackendDefaults):
                            "(the answer likelihood is scored here too) or pass --backend transformers")
 
     def window_kl(self, ids: np.ndarray, schedule: Schedule, log_n: bool, chunk_tokens: int | None,
-                  position_map: tuple = (), calibration: Calibration | None = None) -> tuple[float, int, int, list[float]]:
+                  position_map: BoundMap | None = None, calibration: Calibration | None = None) -> tuple[float, int, int, list[float]]:
         """KL(unscaled || scaled) per position: the source GGUF and the scaled copy decode the window in
         step, batch by batch (two llama.cpp contexts; one batch of logits of each at a time). Under Self-Extend the
         reference decodes in the same batches of W, ungrouped."""

@@ -146,7 +146,7 @@ def verify_artefact(artefact: Path, hooks: RuntimeHooks, exp: Expected, model: s
     if exp.spec.position_map:  # llama.cpp's Self-Extend: its flags, not the file
         verdict.notes.append(f"the position map ({exp.spec.position_map.name}) is the runtime's launch flags, not in the "
                              "file: checked here is the schedule the file carries")
-        exp = dataclasses.replace(exp, spec=exp.spec.but(position_map=()))
+        exp = dataclasses.replace(exp, spec=exp.spec.but(position_map=None))
     try:
         applied, block = hooks.read_back(artefact, exp)
     except UNREADABLE as exc:  # a malformed artefact fails in one line

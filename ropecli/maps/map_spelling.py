@@ -7,12 +7,12 @@ from __future__ import annotations
 import math
 
 from ropecli.errors import RopeCliError
-from ropecli.maps.position_maps import MAPS, as_bound, bind
+from ropecli.maps.position_maps import MAPS, BoundMap, bind
 
 
-def parse_map(text: str) -> tuple:
-    """`selfextend:G=8,W=64` -> ("selfextend", (("G", 8.0), ("W", 64.0))), parameters checked and in the map's order;
-    `none` -> () (no map: the Spec of a plain schedule)."""
+def parse_map(text: str) -> BoundMap | None:
+    """`selfextend:G=8,W=64` -> BoundMap("selfextend", (("G", 8.0), ("W", 64.0))), parameters checked and in the map's
+    order; `none` -> None (no map: the Spec of a plain schedule)."""
     name, _, rest = text.strip().partition(":")
     given = {}
     for pair in filter(None, (p.strip() for p in rest.split(","))):
@@ -27,7 +27,7 @@ def parse_map(text: str) -> tuple:
         if not eq:
             raise RopeCliError(f"--map {text}: parameters are KEY=NUMBER, e.g. selfextend:G=8,W=64")
     bound = bind(name.strip(), given)
-    return () if bound.name == "none" else bound
+    return None if bound.name == "none" else bound
 
 
 def named(name: str, key: str) -> tuple[str, ...]:
@@ -49,7 +49,7 @@ def under_maps(specs: list, texts: list[str] | None) -> list:
     return [s.but(position_map=pm) for s in specs for pm, on in maps if on is None or s.method in on]
 
 
-def parse_maps(texts: list[str] | None, methods) -> list[tuple[tuple, frozenset | None]]:
+def parse_maps(texts: list[str] | None, methods) -> list[tuple[BoundMap | None, frozenset | None]]:
     """--map values -> (the map, the methods it goes on top of; None: every method)."""
     out = []
     for text in texts or ["none"]:
@@ -62,33 +62,31 @@ def parse_maps(texts: list[str] | None, methods) -> list[tuple[tuple, frozenset 
     return out
 
 
-def map_label(position_map: tuple) -> str:
+def map_label(bound: BoundMap | None) -> str:
     """`selfextend(G=8,W=64)`; "" for no map."""
-    if not position_map:
+    if not bound:
         return ""
-    bound = as_bound(position_map)
     return f"{bound.name}(" + ",".join(f"{k}={shown(bound.name, k, v, 'g')}" for k, v in bound.key_values.items()) + ")"  # top=1 unsaid
 
 
-def map_text(position_map: tuple) -> str:
+def map_text(bound: BoundMap | None) -> str:
     """The --map spelling that `parse_map` reads back: `selfextend:G=8,W=64`; "none" for no map."""
-    if not position_map:
+    if not bound:
         return "none"
-    bound = as_bound(position_map)
     return bound.name + ":" + ",".join(f"{k}={shown(bound.name, k, v, '.10g')}" for k, v in bound.key_values.items())
 
 
-def map_json(position_map: tuple) -> dict | None:
+def map_json(bound: BoundMap | None) -> dict | None:
     """The JSON of a Spec's map: {"name", "params"}, None for no map; `map_from_json` reads it back."""
-    return {"name": as_bound(position_map).name, "params": as_bound(position_map).values} if position_map else None
+    return {"name": bound.name, "params": bound.values} if bound else None
 
 
-def map_from_json(block: dict | None) -> tuple:
-    return bind(block["name"], block["params"]) if block else ()
+def map_from_json(block: dict | None) -> BoundMap | None:
+    return bind(block["name"], block["params"]) if block else None
 
 
-def one_map(texts: list[str] | None) -> tuple:
-    """The one --map of a command that takes one (search, export): parsed; () for none."""
+def one_map(texts: list[str] | None) -> BoundMap | None:
+    """The one --map of a command that takes one (search, export): parsed; None for none."""
     if len(texts or []) > 1:
         raise RopeCliError("this command runs under one --map; pass one")
     return parse_map((texts or ["none"])[0])

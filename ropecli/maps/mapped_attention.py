@@ -23,7 +23,7 @@ from ropecli.errors import RopeCliError
 from ropecli.maps.map_layers import LayerDispatch, plan_layers, rotator
 from ropecli.models.patch import find_rotary_slots, text_config
 from ropecli.maps.region_attention import BLOCK, MappedAttention
-from ropecli.maps.position_maps import map_params, map_regions, resolve_map
+from ropecli.maps.position_maps import BoundMap
 
 NAME = "ropecli_mapped"
 
@@ -95,9 +95,9 @@ def config_refusal(cfg) -> str | None:
 
 
 @contextmanager
-def mapped(model, name: str, params: dict[str, float] | None = None, block: int = BLOCK, kernel: str | None = None,
-           selection: dict | None = None, observe=None, length: int | None = None):
-    """Run `model` under the position map `name` (its parameters checked first) until the block ends: the layers that
+def mapped(model, bound: BoundMap, block: int = BLOCK, kernel: str | None = None, selection: dict | None = None,
+           observe=None, length: int | None = None):
+    """Run `model` under the position map `bound` (checked where it was bound: `position_maps.bind`) until the block ends: the layers that
     attend globally with RoPE under the map, every other layer as shipped (`map_layers`); the attention implementation,
     the mask function and the rotary modules are put back after, whatever happens. `kernel`: `MappedAttention`'s
     (default: $ROPECLI_MAP_KERNEL, else "auto"). `selection`: {layer: (heads, pairs) bool}, the pairs a selecting map
@@ -107,16 +107,13 @@ def mapped(model, name: str, params: dict[str, float] | None = None, block: int 
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    checked = map_params(name, params or {})
-    selects = resolve_map(name).selects
-    if selects and checked[selects] < 1.0 and selection is None:
-        raise RopeCliError(f"{name}: {selects} = {checked[selects]:g} moves the pairs chosen on the model by their "
-                           "attention contribution: run it through ropecli's commands (they choose them), or pass a "
-                           "selection")
-    selection = selection if selects and checked[selects] < 1.0 else None
-    map_regions(name, checked, 1)  # its parameters' own rules, before the model is touched
-    regions = lambda n, prompt=None: map_regions(name, checked, n, prompt)  # noqa: E731  (per length: T_k; LaMPE: its prompt)
-    slots, cfg, plans = _layers(model, name, length)
+    if bound.share < 1.0 and selection is None:
+        raise RopeCliError(f"{bound.name}: {bound.record.selects} = {bound.share:g} moves the pairs chosen on the model by "
+                           "their attention contribution: run it through ropecli's commands (they choose them), or pass "
+                           "a selection")
+    selection = selection if bound.share < 1.0 else None
+    bound.regions(1)  # its parameters' own rules (DCA: local below chunk), before the model is touched
+    slots, cfg, plans = _layers(model, bound.name, length)
     kernel = kernel or os.environ.get("ROPECLI_MAP_KERNEL", "auto")
     if kernel not in ("auto", "flex", "blocks"):
         raise RopeCliError(f"ROPECLI_MAP_KERNEL={kernel}: choose auto, flex or blocks")
@@ -125,9 +122,9 @@ def mapped(model, name: str, params: dict[str, float] | None = None, block: int 
     forwards = [partial(real[id(s.module)][0], layer_type=s.layer_type) if s.layer_type else real[id(s.module)][0]
                 for s in slots]
     first = {n: min(i for i, p in enumerate(plans) if p.rope == n) for n in {p.rope for p in plans if p.rope is not None}}
-    attention = {n: MappedAttention(regions, forwards[n], block, kernel=kernel, name=(name, tuple(checked.items())),
-                                    first_layer=first[n], selection=selection, observe=observe,
-                                    per_prompt=resolve_map(name).per_prompt) for n in first}
+    attention = {n: MappedAttention(bound.regions, forwards[n], block, kernel=kernel, name=bound, first_layer=first[n],
+                                    selection=selection, observe=observe, per_prompt=bound.record.per_prompt)
+                 for n in first}
     before = model.config._attn_implementation
     ALL_ATTENTION_FUNCTIONS[NAME] = LayerDispatch(plans, attention, [rotator(real[id(s.module)][0], s.layer_type)
                                                                      for s in slots], before, ALL_ATTENTION_FUNCTIONS)

@@ -14,6 +14,7 @@ import torch
 
 from ropecli.maps.mapped_attention import mapped
 from ropecli.maps.pair_selection import CALIBRATION_TOKENS, CALIBRATION_WINDOW
+from ropecli.maps.position_maps import bind
 
 _MEMO: dict = {}  # (model id, its fingerprint) -> contributions: one calibration per model and process
 
@@ -54,7 +55,7 @@ def pair_contributions(model, windows: list[np.ndarray]) -> dict[int, np.ndarray
         rotating[layer] = torch.bincount(pair[pair >= 0].cpu(), minlength=qn.shape[-1]).numpy() > 0
 
     device = next(model.parameters()).device
-    with torch.no_grad(), mapped(model, "none", observe=observe):
+    with torch.no_grad(), mapped(model, bind("none", {}), observe=observe):
         for ids in windows:
             model(torch.from_numpy(ids)[None].to(device))
     # a pair index no column turns at (a frequency of 0 inside p-RoPE's rotated part): NaN, never selected

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, replace
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 import numpy as np
 
@@ -80,10 +80,11 @@ class PositionMap:
 MAPS: dict[str, PositionMap] = {}
 
 
-class BoundMap(NamedTuple):
+@dataclass(frozen=True)
+class BoundMap:
     """A registered map with its checked parameters, made once from `--map` (`parse_map`), JSON (`map_from_json`) or a
-    rule (`bind`) and passed whole down to the attention. A tuple (name, ((param, value), ...)) underneath, so it hashes,
-    compares and caches as the spelling it replaced; no map is () everywhere."""
+    rule (`bind`), held by a Spec (`Spec.position_map`) and handed whole to the attention (`maps.mapped_attention.mapped`)
+    and to every runtime that serves it; no map is None everywhere. Frozen: it hashes and compares by name and values."""
     name: str
     params: tuple[tuple[str, float], ...]
 
@@ -109,8 +110,9 @@ class BoundMap(NamedTuple):
         sel = self.record.selects
         return 1.0 if sel is None else float(self.values.get(sel, 1.0))
 
-    def regions(self, length: int) -> tuple[Region, ...]:
-        return map_regions(self.name, self.values, length)
+    def regions(self, length: int, prompt: int | None = None) -> tuple[Region, ...]:
+        """Its regions for `length` tokens after a `prompt`-token prefill (`map_regions`)."""
+        return map_regions(self.name, self.values, length, prompt)
 
     def on_model(self, model_type: str, base: float, train_len: int, rope_type: str | None) -> tuple["BoundMap", str | None]:
         """The map as it runs on a model (LaMPE's fit = auto: the fit of the model's family, `map_rules.lampe_family`,
@@ -134,11 +136,6 @@ class BoundMap(NamedTuple):
     def but(self, **changes: float) -> "BoundMap":
         """The same map with some parameters changed (checked again: a searched G = 7.6 runs as G = 8)."""
         return bind(self.name, {**self.values, **changes})
-
-
-def as_bound(position_map: tuple) -> BoundMap | tuple:
-    """A map spelled as a plain (name, params) tuple (an older caller, a test) as a BoundMap; () stays ()."""
-    return BoundMap(*position_map) if position_map and not isinstance(position_map, BoundMap) else position_map
 
 
 def bind(name: str, params: dict[str, float]) -> BoundMap:

@@ -18,6 +18,7 @@ from ropecli.errors import RopeCliError  # noqa: E402
 from ropecli.rope.geometry import critical_pair, wavelength
 from ropecli.maps.map_pairs import pair_reach
 from ropecli.maps.map_spelling import map_label
+from ropecli.maps.position_maps import BoundMap
 
 SUFFIXES = (".png", ".svg", ".pdf")
 
@@ -99,7 +100,7 @@ def _geometry_title(geom) -> str:
     return f"d={geom.rotary_dim}, base={geom.base:g}, {lengths}, k={geom.factor:g}"
 
 
-def plot_wavelengths(geom, schedules: Sequence, path: str, position_map=()) -> Path:
+def plot_wavelengths(geom, schedules: Sequence, path: str, position_map: BoundMap | None = None) -> Path:
     """Wavelength per pair on a log axis, before and after each schedule, with the L and k*L lines; under a position
     map, the farthest rotation distance it leaves each pair at the target (tokens too), its pairs whose angle there
     training never showed crossed out."""

@@ -37,6 +37,7 @@ from ropecli.tuning.racing import worse_test
 from ropecli.tuning.search_verdicts import held_out_verdict, reference_rows, references_verdict
 from ropecli.tuning.space import Dim, Effort, SearchSpace, start_point
 from ropecli.evaluation.metrics import PPL, Metric
+from ropecli.maps.position_maps import BoundMap
 
 SCREEN_ALPHA = 0.05  # one interim look per point, against the one incumbent
 
@@ -196,7 +197,7 @@ def search_b(run: Evaluate, target: Target, *, lo: float = 0.0, hi: float = 1.0,
     }
 
 
-def point_spec(method: str, params: dict, factor: float | None, log_n: bool, position_map: tuple = ()) -> Spec:
+def point_spec(method: str, params: dict, factor: float | None, log_n: bool, position_map: BoundMap | None = None) -> Spec:
     """The Spec of one searched point: the method's parameters to the method, a position map's to the map (its integer
     parameters rounded: the label and the cache key say what ran)."""
     if not position_map:

@@ -21,6 +21,7 @@ from ropecli.tuning.optimizers import golden_evaluations, min_budget
 from ropecli.tuning.search import run_search, scorer, search_b
 from ropecli.tuning.search_verdicts import parse_reference
 from ropecli.tuning.space import ANY_GEOMETRY, Effort, SearchSpace, parse_vary
+from ropecli.maps.position_maps import BoundMap
 
 
 @dataclass
@@ -34,7 +35,7 @@ class SearchPlan:
     plot: str | None = None
     log_n: bool = False
     factor: float | None = None  # --k as given: the references are checked with it before the model loads
-    position_map: tuple = ()  # search: every point under this map (maps.position_maps); its parameters may be --vary
+    position_map: BoundMap | None = None  # search: every point under this map (maps.position_maps); its parameters may be --vary
     consistent: bool = True  # --export-config: short_factor = long_factor (generation-safe); --switching: the shipped one
     force: bool = False  # --plot and --export-config may replace an existing file
     source: tuple = (None, None)  # (--model, --gguf-file) as given: the --export-config manifest names them

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from ropecli.errors import RopeCliError
 from ropecli.rope.geometry import Geometry, critical_pair
 from ropecli.rope.methods import REGISTRY, resolve_method
-from ropecli.maps.position_maps import as_bound
+from ropecli.maps.position_maps import BoundMap
 from ropecli.rope.temperature import SEARCH_BOUNDS, TUNABLE
 
 
@@ -51,7 +51,7 @@ class SearchSpace:
     dims: tuple[Dim, ...]
     fixed: dict = field(default_factory=dict)
     log_n: bool = False
-    position_map: tuple = ()
+    position_map: BoundMap | None = None
 
 
 @dataclass(frozen=True)
@@ -96,12 +96,11 @@ def default_bounds(method: str, name: str, geom: Geometry, varied: list[str]) ->
 ANY_GEOMETRY = Geometry(2_000_000, 1e4, 4096, 8.0)
 
 
-def parse_vary(items: list[str] | None, method: str, geom: Geometry, position_map: tuple = ()) -> list[Dim]:
+def parse_vary(items: list[str] | None, method: str, geom: Geometry, position_map: BoundMap | None = None) -> list[Dim]:
     """`--vary b`, `--vary critical=4:32` -> Dims, checked against the method's parameters and domain; under a position
     map (`search --map selfextend:G=8,W=64`) its parameters too (`--vary G=2:16`, bounds given)."""
     m = resolve_method(method)
     params = {p.name: p for p in m.params if p.name != "factors"}
-    position_map = as_bound(position_map)
     map_params = {p.name: p for p in position_map.record.params} if position_map else {}
     clash = set(params) & set(map_params)
     if clash:

@@ -35,6 +35,7 @@ from pathlib import Path
 from ropecli.errors import RopeCliError
 from ropecli.export.runtimes.record import ROPE_FREQS, Runtime, Version
 from ropecli.models.packaged import resolve_model
+from ropecli.maps.position_maps import BoundMap
 
 FIX = ("src/llama-kv-cells.h, llama_kv_cells::pos_div: `shift[i] += p_old - pos[i];` -> `shift[i] += pos[i] - p_old;` "
        "(the shift is new - old, as pos_add records it)")
@@ -233,7 +234,7 @@ def unavailable() -> str | None:
     return None
 
 
-def map_lines(position_map: tuple, out: str | None, target_len: int, model: str | None = None,
+def map_lines(position_map: BoundMap, out: str | None, target_len: int, model: str | None = None,
               gguf_file: str | None = None) -> list[str]:
     """How llama.cpp serves a position map written beside the export: Self-Extend's flags, for the builds that serve it
     (`selfextend_lines`; none of today's do), refused in one line where its width is not a multiple of its

@@ -19,6 +19,7 @@ from ropecli.errors import RopeCliError
 from ropecli.export.check import Check
 from ropecli.export.runtimes.record import AT_START_UP, PER_FORWARD, Runtime, Version
 from ropecli.export.runtimes.transformers import transformers_applied
+from ropecli.maps.position_maps import BoundMap
 
 RECORD = Runtime(
     name="sglang", label="SGLang", package="sglang",
@@ -130,7 +131,7 @@ def verify_map(artefact, exp) -> list:
     return checks
 
 
-def map_lines(position_map: tuple, out: str | None, target_len: int, **_) -> list[str]:
+def map_lines(position_map: BoundMap, out: str | None, target_len: int, **_) -> list[str]:
     return []  # write_map wrote the map, in the override itself
 
 def write(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:

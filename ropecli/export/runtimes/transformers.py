@@ -19,6 +19,7 @@ from ropecli.export.runtimes.record import EVERY_MAP, PER_FORWARD, Runtime, Vers
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.corpus import training_plays
 from ropecli.models.model_geometry import config_geometry
+from ropecli.maps.position_maps import BoundMap
 
 RECORD = Runtime(
     output="folder-or-json",
@@ -202,5 +203,5 @@ def verify_map(artefact, exp) -> list:
     return verify_map_folder(artefact, exp, RECORD.name)
 
 
-def map_lines(position_map: tuple, out: str | None, target_len: int, **_) -> list[str]:
+def map_lines(position_map: BoundMap, out: str | None, target_len: int, **_) -> list[str]:
     return []  # write_map wrote the map, in the folder itself

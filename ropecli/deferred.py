@@ -1,0 +1,45 @@
+"""The one way ropecli defers a heavy import (torch, transformers, matplotlib, scipy, vLLM, llama.cpp, gguf …): a module
+declares it at its top, below its imports, and uses the name as the module itself:
+
+    torch = deferred("torch")
+    modeling_utils = deferred("transformers.modeling_utils")
+
+The first attribute read (`torch.tensor`, `modeling_utils.ALL_ATTENTION_FUNCTIONS`) imports the module; until then
+nothing is loaded, so every import a module makes stands at its top, and a command that never runs a model never
+loads torch (`ropecli freqs` starts without it: benchmarks/bench_startup.py). A missing optional package raises its
+ImportError at that first use, where the command that needs it says what to install."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+
+class Deferred:
+    """A module by its dotted name, imported on the first attribute read (then every read goes to the module)."""
+    __slots__ = ("_name", "_module")
+
+    def __init__(self, name: str):
+        object.__setattr__(self, "_name", name)
+        object.__setattr__(self, "_module", None)
+
+    def _load(self) -> ModuleType:
+        module = object.__getattribute__(self, "_module")
+        if module is None:
+            module = importlib.import_module(object.__getattribute__(self, "_name"))
+            object.__setattr__(self, "_module", module)
+        return module
+
+    def __getattr__(self, attr: str):
+        return getattr(self._load(), attr)
+
+    def __setattr__(self, attr: str, value) -> None:
+        setattr(self._load(), attr, value)
+
+    def __repr__(self) -> str:
+        return f"<deferred module {object.__getattribute__(self, '_name')!r}>"
+
+
+def deferred(name: str) -> Deferred:
+    """`name` (a dotted module path), imported when first used."""
+    return Deferred(name)
