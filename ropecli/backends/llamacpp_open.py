@@ -14,6 +14,10 @@ from ropecli.backends.llamacpp_backend import LlamaCppBackend
 from ropecli.models.llamacpp_files import file_fingerprint
 from ropecli.models.llamacpp_selfextend_run import DIVIDES
 from ropecli.models.packaged import resolve_model
+from ropecli.deferred import deferred, installed
+
+transformers = deferred("transformers")
+gguf = deferred("gguf")
 
 
 def open_gguf(name: str | None, gguf_file: str | None, *, device: str = "cpu", train_len: int | None = None,
@@ -43,27 +47,21 @@ def open_gguf(name: str | None, gguf_file: str | None, *, device: str = "cpu", t
 
 def load_llamacpp(path: Path, rope: ModelRope, device: str = "cpu") -> LlamaCppBackend:
     """A GGUF for llama.cpp, with its geometry `rope` already read."""
-    try:
-        import llama_cpp  # noqa: F401
-    except ImportError:
+    if not installed("llama_cpp"):
         raise RopeCliError("--backend llamacpp needs llama-cpp-python: pip install 'ropecli[llamacpp]' "
                            "(builds llama.cpp from source, ~11 min on 2 cores)") from None
 
     meta = gguf_metadata(path)
-    import transformers
-    from transformers import AutoTokenizer
 
     transformers.utils.logging.set_verbosity_error()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     except (KeyError, ValueError, TypeError, OverflowError, IndexError, AttributeError) as exc:  # a truncated or corrupt file
         raise RopeCliError(f"cannot read the tokenizer of '{path}': {exc}; is it a complete GGUF file?") from None
     file_type = meta.get("general.file_type")
     try:
-        import gguf
-
-        kind = gguf.LlamaFileType(file_type).name if file_type is not None else "unknown"
-    except (ImportError, ValueError):
+        kind = gguf.LlamaFileType(file_type).name if file_type is not None and installed("gguf") else "unknown"
+    except ValueError:
         kind = str(file_type)
     gpu = device.startswith("cuda")  # offloads every layer; needs a llama-cpp-python built with CUDA
     divide = os.environ.get("ROPECLI_LLAMACPP_DIVIDE", "seq_div")  # seq_add: what llama.cpp with the fix would serve

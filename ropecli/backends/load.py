@@ -8,8 +8,6 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-import torch
-
 from ropecli.errors import RopeCliError
 from ropecli.backends.backend import TransformersBackend
 from ropecli.models.banded_attention import banded_model
@@ -17,6 +15,15 @@ from ropecli.models.config import _from_gguf, BUILTIN, BUILTIN_DIR, choose_layer
 from ropecli.models.rope_block import check_config_blocks
 from ropecli.models.packaged import resolve_model
 from ropecli.models.patch import find_rotary_slots, layer_types_of, select_slots, text_config
+
+import gc
+import ctypes
+
+from ropecli.deferred import deferred, installed
+
+transformers = deferred("transformers")
+modeling_auto = deferred("transformers.models.auto.modeling_auto")
+torch = deferred("torch")
 
 
 def resolve_dtype(dtype: str, device: str) -> torch.dtype:
@@ -62,9 +69,6 @@ def load_model(name: str | None, *, gguf_file: str | None = None, dtype: str = "
                rope_layers: str | None = None, gpu_group: list[int] | None = None) -> TransformersBackend:
     """Load `name` and read its RoPE geometry. `gpu_group` (torchrun with --device-map auto): the only
     GPUs this process may spread the model over."""
-    import transformers
-    from transformers import AutoTokenizer
-
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
 
@@ -78,9 +82,7 @@ def load_model(name: str | None, *, gguf_file: str | None = None, dtype: str = "
             raise RopeCliError(f"--model {name}: no such GGUF file")
         source, gguf_file = str(path.parent), path.name
     if gguf_file is not None:
-        try:
-            import gguf  # noqa: F401
-        except ImportError:
+        if not installed("gguf"):
             raise RopeCliError("GGUF files need the 'gguf' package; pip install 'ropecli[gguf]'") from None
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
@@ -90,9 +92,7 @@ def load_model(name: str | None, *, gguf_file: str | None = None, dtype: str = "
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     if device_map:
-        try:
-            import accelerate  # noqa: F401
-        except ImportError:
+        if not installed("accelerate"):
             raise RopeCliError("--device-map needs the 'accelerate' package; pip install accelerate") from None
         kwargs["device_map"] = device_map
         if gpu_group:  # accelerate places layers only on the devices max_memory names
@@ -103,7 +103,7 @@ def load_model(name: str | None, *, gguf_file: str | None = None, dtype: str = "
         check_config_blocks(config)
         check_latent_heads(config, name)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, **({"gguf_file": gguf_file} if gguf_file else {}),
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source, **({"gguf_file": gguf_file} if gguf_file else {}),
                                                   trust_remote_code=trust_remote_code)
         model = causal_lm_from_pretrained(source, kwargs)
     except OSError as exc:
@@ -149,24 +149,20 @@ def load_model(name: str | None, *, gguf_file: str | None = None, dtype: str = "
 def causal_lm_from_pretrained(source: str, kwargs: dict):
     """AutoModelForCausalLM, else the causal-LM class the config's `architectures` names (Mistral 4: transformers has
     `Mistral4ForCausalLM` but no auto-mapping entry for its config)."""
-    import transformers
-    from transformers import AutoConfig, AutoModelForCausalLM
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
-
     def named() -> list:  # the causal-LM classes the config's `architectures` names (the config read once, when asked)
-        cfg = AutoConfig.from_pretrained(source, **{k: v for k, v in kwargs.items() if k in ("gguf_file", "trust_remote_code")})
+        cfg = transformers.AutoConfig.from_pretrained(source, **{k: v for k, v in kwargs.items() if k in ("gguf_file", "trust_remote_code")})
         return [getattr(transformers, a) for a in (cfg.architectures or []) if a.endswith("ForCausalLM") and hasattr(transformers, a)]
 
-    taken = [c for c in getattr(MODEL_FOR_CAUSAL_LM_MAPPING, "_extra_content", {}).values()
+    taken = [c for c in getattr(modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING, "_extra_content", {}).values()
              if str(getattr(c, "__module__", "")).startswith("transformers_modules")]
     if taken and not kwargs.get("trust_remote_code") and (own := named()) and \
-            AutoConfig.from_pretrained(source, **{k: v for k, v in kwargs.items() if k == "gguf_file"}).__class__ in \
-            {k for k, c in MODEL_FOR_CAUSAL_LM_MAPPING._extra_content.items() if c in taken}:
+            transformers.AutoConfig.from_pretrained(source, **{k: v for k, v in kwargs.items() if k == "gguf_file"}).__class__ in \
+            {k for k, c in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING._extra_content.items() if c in taken}:
         # a folder's remote class, registered for this config class by an earlier trust_remote_code load in this process
         # (transformers' auto mapping is process-wide: a Mistral 4 map folder's class would load a plain Mistral 4 here)
         return own[0].from_pretrained(source, **kwargs)
     try:
-        return AutoModelForCausalLM.from_pretrained(source, **kwargs)
+        return transformers.AutoModelForCausalLM.from_pretrained(source, **kwargs)
     except ValueError as exc:
         if "Unrecognized configuration class" not in str(exc) or not (own := named()):
             raise
@@ -203,9 +199,6 @@ def fingerprint(model, transformers_version: str | None = None) -> tuple[str, tu
 
 def release_freed_memory() -> None:
     """Return freed heap pages to the OS (glibc only; a no-op elsewhere)."""
-    import ctypes
-    import gc
-
     gc.collect()
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)

@@ -17,6 +17,8 @@ from ropecli import __version__
 from ropecli.cli.common import OneLineErrorsGroup
 from ropecli.cli.options import ADVANCED
 
+import ast
+
 # name -> (module under ropecli.cli.commands, function; "app" is a Typer sub-app), in `ropecli --help`'s order.
 COMMANDS = {
     "freqs": ("analysis", "freqs"), "digits": ("analysis", "digits"), "schedule": ("analysis", "schedule"),
@@ -37,8 +39,6 @@ def command_function(name: str):
 def summary(name: str) -> str:
     """`ropecli --help`'s line for a command: its docstring's first line (a sub-app: its help=), read from the source
     with ast, so listing the commands imports none of them."""
-    import ast
-
     module, attr = COMMANDS[name]
     for node in ast.walk(ast.parse((Path(__file__).parent / "commands" / f"{module}.py").read_text())):
         if isinstance(node, ast.FunctionDef) and node.name == attr:

@@ -16,21 +16,19 @@ from typer.core import TyperGroup
 from ropecli.cli.console import stderr_console
 from ropecli.report.jsonable import jsonable
 from ropecli.errors import RopeCliError
+from ropecli.evaluation.distributed import rank_prefix, world_from_env, leave
+from ropecli.models.config import geometry_from_flags
 
 DEBUG_ENV = "ROPECLI_DEBUG"
 
 
 def fail(message: str, code: int = 1):
     """Print one line to stderr and leave with `code` (no traceback); under torchrun the line names its rank."""
-    from ropecli.evaluation.distributed import rank_prefix
-
     print(f"Error: {rank_prefix()}{message}", file=sys.stderr)
     raise typer.Exit(code)
 
 
 def _secondary_rank() -> bool:
-    from ropecli.evaluation.distributed import world_from_env
-
     rank, world, _ = world_from_env()
     return world > 1 and rank > 0
 
@@ -86,8 +84,6 @@ def _is_usage_error(exc: Exception) -> bool:
 def geometry_of(opts):
     """(Geometry, ModelRope or None): the analysis commands' geometry from a GeometryOptions; with --model, its config is read
     (no weights, no torch) and described on stderr, as the evaluating commands describe a loaded model."""
-    from ropecli.models.config import geometry_from_flags
-
     geom, rope = geometry_from_flags(opts.d, opts.base, opts.train_len, opts.k, opts.target_len,
                                      opts.model, opts.gguf_file, opts.rope_layers)
     if rope is not None:
@@ -135,8 +131,6 @@ class OneLineErrorsGroup(TyperGroup):
                 raise
             code = getattr(exc, "exit_code", 1)
             if not clean_exit:
-                from ropecli.evaluation.distributed import leave
-
                 leave(code)
             sys.exit(code)
         code = rv if isinstance(rv, int) else 0
@@ -144,7 +138,6 @@ class OneLineErrorsGroup(TyperGroup):
         for line in (session.closing_notes() if session else []):
             stderr_console().print(line, highlight=False)
         if not shutdown(clean=code == 0):  # something still holds the process group: exit without finalization
-            from ropecli.evaluation.distributed import leave
 
             leave(code)
         sys.exit(code)

@@ -5,11 +5,12 @@ imports the other for it."""
 from __future__ import annotations
 
 import os
+from rich.console import Console
+
+from ropecli.evaluation.distributed import world_from_env
 
 
 def console():
-    from rich.console import Console
-
     out = Console()
     if not out.is_terminal:  # piped into a file or a pager: don't squeeze tables into 80 columns
         out.width = max(out.width, 200)
@@ -19,10 +20,6 @@ def console():
 def stderr_console():
     """Messages and progress for people, on stderr (stdout stays clean for --json and pipes); under
     torchrun only rank 0 shows them."""
-    from rich.console import Console
-
-    from ropecli.evaluation.distributed import world_from_env
-
     if world_from_env()[0] > 0:
         return Console(file=open(os.devnull, "w"))
     err = Console(stderr=True)

@@ -20,7 +20,13 @@ from ropecli.errors import RopeCliError
 from ropecli.evaluation.metrics import metric_record
 from ropecli.tuning.advise_plan import AdvisePlan
 from ropecli.tuning.candidates import candidate_names
-from ropecli.export.registry import SERVED_BY_DEFAULT
+from ropecli.export.registry import SERVED_BY_DEFAULT, record
+from ropecli.maps.map_spelling import under_maps, one_map
+from ropecli.rope.target import Target
+from ropecli.tuning.workload import parse_workload
+from ropecli.evaluation.chat_template import prompt_frame, check_template_file
+from ropecli.evaluation.passkey import check_depths, check_digits
+from ropecli.tuning.search_run import SearchPlan
 
 
 @dataclass
@@ -50,8 +56,6 @@ class MappedScheduleOptions(ScheduleOptions):  # the evaluating commands' schedu
     position_map: MapOpt = None
 
     def specs(self, default: str, factor: float | None = None, log_n_modes: tuple[bool, ...] = (False,)) -> list:
-        from ropecli.maps.map_spelling import under_maps
-
         return under_maps(super().specs(default, factor, log_n_modes), self.position_map)
 
 
@@ -85,8 +89,6 @@ class EvalOptions:
 
     def target(self, rope, lengths: list[int] | None = None, default: bool = True):
         """The Target record (`ropecli.rope.target`) of the loaded model: --len (or `lengths`), --k; 8 L by default."""
-        from ropecli.rope.target import Target
-
         return Target.of(rope, lengths or self.length, self.k, default)
 
 
@@ -98,8 +100,6 @@ class ServingOptions:
 
     def runtimes(self) -> list:
         """The runtimes of --runtime (default: transformers, vLLM, llama.cpp), each resolved once into its record."""
-        from ropecli.export.registry import record
-
         return [record(name) for name in flat_choices(self.runtime, SERVED_BY_DEFAULT)]
 
     def plan(self, lengths: list[int] | None) -> tuple[tuple | None, list[int]]:
@@ -108,7 +108,6 @@ class ServingOptions:
             if self.runtime:
                 raise RopeCliError("--runtime ranks the candidates over a --workload; add one, e.g. --workload 2048:0.6,8192:0.4")
             return None, lengths or []
-        from ropecli.tuning.workload import parse_workload
 
         w = parse_workload(self.workload, max(lengths) if lengths else None)
         return (w, self.runtimes()), lengths or [w.longest]
@@ -124,21 +123,14 @@ class PasskeyOptions:
 
     def frame(self, tokenizer):
         """--chat-template as the PromptFrame of the loaded model's tokenizer (`ropecli.evaluation.chat_template`)."""
-        from ropecli.evaluation.chat_template import prompt_frame
-
         return prompt_frame(self.chat_template, tokenizer)
 
     def check_chat_template(self) -> None:
         """A --chat-template FILE that is not there fails before the model loads."""
-        from ropecli.evaluation.chat_template import check_template_file
-
         if self.chat_template not in ("none", "auto"):
             check_template_file(self.chat_template)
 
     def parsed_depths(self) -> list[float]:
-        from ropecli.errors import RopeCliError
-        from ropecli.evaluation.passkey import check_depths
-
         try:
             values = [float(x) for x in self.depths.split(",") if x.strip()]
         except ValueError:
@@ -148,8 +140,6 @@ class PasskeyOptions:
         return check_depths(values)
 
     def checked_digits(self) -> int:
-        from ropecli.evaluation.passkey import check_digits
-
         return check_digits(self.digits)
 
 
@@ -195,9 +185,6 @@ class SearchOptions:
     def plan(self, evaluation: EvalOptions, output, prompts: PasskeyOptions, model: ModelOptions,
              position_map: list[str] | None = None):
         """The search's plan (`ropecli.tuning.search_run.SearchPlan`), its paths checked before the model loads."""
-        from ropecli.tuning.search_run import SearchPlan
-        from ropecli.maps.map_spelling import one_map
-
         plan = SearchPlan(metric_record(self.objective), self.max_short_regression, self.max_short_kl, self.export_config,
                           self.race, output.plot, evaluation.log_n, evaluation.k, one_map(position_map), self.consistent,
                           output.force, (model.model, model.gguf_file))

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from ropecli.cli.options import (BaseOpt, BOpt, DOpt, FactorsOpt, ForceOpt, GgufOpt, HeadDimAliasOpt, JsonOpt, KOpt, MethodOpt,
                                  MethodsAliasOpt, ModelOpt, OneTargetOpt, ParamOpt, PlotOpt, RopeLayersOpt, TargetLenOpt, TrainLenOpt, advanced)
 from ropecli.errors import RopeCliError
+from ropecli.spec import parse_specs
 
 
 @dataclass
@@ -72,8 +73,6 @@ class ScheduleOptions:
     def specs(self, default: str, factor: float | None = None, log_n_modes: tuple[bool, ...] = (False,)) -> list:
         """One Spec per method, per b, per log-n mode (`ropecli.spec.parse_specs`); `default`: the
         command's methods when no --method is given."""
-        from ropecli.spec import parse_specs
-
         return parse_specs(self.method, self.b, self.param, self.factors, default=default, factor=factor, log_n_modes=log_n_modes)
 
 

@@ -14,7 +14,20 @@ from ropecli.errors import RopeCliError
 from ropecli.cli.eval_groups import DataOptions, EvalOptions, ModelOptions, PasskeyOptions
 from ropecli.evaluation.bos_policy import describe_bos
 from ropecli.evaluation.session import Progress, Session
-from ropecli.models.memory import resident_bytes
+from ropecli.models.memory import resident_bytes, reset_peak, available_memory, human, memory_before_loading
+from ropecli.evaluation.cache import EvalCache
+from ropecli.evaluation.distributed import quiet_unless_main, setup
+from ropecli.evaluation.evaluator import Evaluator
+from ropecli.evaluation.inputs import Inputs
+from ropecli.backends.load import resolve_device, resolve_dtype, load_model
+from ropecli.evaluation.key_tokens import FarRepeat, short_default
+from ropecli.evaluation.longppl import LongShort
+
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import Progress as ProgressBar
+
+from ropecli.backends.llamacpp_open import open_gguf
+from ropecli.report.plots import check_out
 
 
 class RichProgress(Progress):
@@ -38,8 +51,6 @@ class RichProgress(Progress):
         if self.bar is not None:
             yield
             return
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                   TimeRemainingColumn)
 
         err = stderr_console()
         self.err, self.label, self.total, self.done = err, label, total, 0
@@ -48,7 +59,7 @@ class RichProgress(Progress):
         if total:  # a race plans its passes round by round (a task opened at 0 grows)
             err.print(f"{label}: up to {total} forward pass{'' if total == 1 else 'es'} planned (cached ones are reused "
                       "at once); the time they take is said after the first one", highlight=False)
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        with ProgressBar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       TextColumn("ETA"), TimeRemainingColumn(), console=err, disable=not err.is_terminal) as bar:
             self.bar, self.id = bar, bar.add_task(label, total=total)
             try:
@@ -108,11 +119,6 @@ def clock(seconds: float) -> str:
 def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, quiet: bool,
                  passkey: PasskeyOptions | None = None, generate: bool = False) -> Session:
     """Load the model (spinner unless `quiet`) and its evaluator; both described on stderr."""
-    from ropecli.evaluation.cache import EvalCache
-    from ropecli.evaluation.distributed import quiet_unless_main, setup
-    from ropecli.evaluation.evaluator import Evaluator
-    from ropecli.evaluation.inputs import Inputs
-
     if evaluation.key_evaluator and evaluation.key_tokens.value != "long-short":
         raise RopeCliError(f"--key-evaluator is the long-short rule's evaluator; add --key-tokens long-short "
                            f"(now --key-tokens {evaluation.key_tokens.value})")
@@ -156,8 +162,6 @@ def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions
 def loading_peak() -> int | None:
     """The process's peak resident memory while the model loaded (a GGUF is dequantized through temporaries), then the
     peak started afresh: the session's JSON reports the evaluation's own peak beside the estimate (`Session.header`)."""
-    from ropecli.models.memory import reset_peak, resident_bytes
-
     peak = resident_bytes("VmHWM")
     reset_peak()
     return peak
@@ -166,9 +170,6 @@ def loading_peak() -> int | None:
 def _memory(model: ModelOptions, device: str, lengths: list[int] | None):
     """(MemoryPlan, bytes available) of the model at the longest --len, or None where its files cannot be read before
     loading (a hub id not yet downloaded). Weights that cannot fit are refused in one line."""
-    from ropecli.backends.load import resolve_device, resolve_dtype
-    from ropecli.models.memory import available_memory, human, memory_before_loading
-
     dev = resolve_device(device)
     dtype = str(resolve_dtype(model.dtype, dev)).replace("torch.", "")
     try:
@@ -188,15 +189,11 @@ def _memory(model: ModelOptions, device: str, lengths: list[int] | None):
 
 def _key_rule(evaluation: EvalOptions, lm, cache, device: str, store: bool):
     """--key-tokens as a KeyRule (None for off); long-short loads its --key-evaluator (default: the model)."""
-    from ropecli.evaluation.key_tokens import FarRepeat, short_default
-
     short = evaluation.key_short or short_default(lm.rope.train_len)
     if evaluation.key_tokens.value == "off":
         return None
     if evaluation.key_tokens.value == "far-repeat":
         return FarRepeat(short)
-    from ropecli.evaluation.longppl import LongShort
-    from ropecli.backends.load import load_model
 
     judge = lm if evaluation.key_evaluator is None else load_model(evaluation.key_evaluator, device=device)
     return LongShort(judge, lm.tokenizer, cache, trunc_len=short, chunk_tokens=evaluation.chunk_size, store=store)
@@ -205,14 +202,11 @@ def _key_rule(evaluation: EvalOptions, lm, cache, device: str, store: bool):
 def _load(model: ModelOptions, device: str, dist):
     """The model backend of --backend: transformers (torch, RoPE patched in place) or llama.cpp (a GGUF)."""
     if model.backend == "llamacpp":
-        from ropecli.backends.llamacpp_open import open_gguf
-
         return open_gguf(model.model, model.gguf_file, device=device, train_len=model.train_len,
                          refused={"--dtype": model.dtype != "auto", "--device-map": model.device_map,
                                   "--attn-implementation": model.attn_implementation, "--base": model.base is not None,
                                   "--d": model.d is not None, "--trust-remote-code": model.trust_remote_code,
                                   "--rope-layers": model.rope_layers})
-    from ropecli.backends.load import load_model
 
     return load_model(model.model, gguf_file=model.gguf_file, dtype=model.dtype, device=device,
                       device_map=model.device_map, attn_implementation=model.attn_implementation,
@@ -223,6 +217,4 @@ def _load(model: ModelOptions, device: str, dist):
 def check_plot_path(path: str | None, force: bool = False) -> None:
     """Refuse a bad --plot path (or an existing file without --force) before any evaluation runs."""
     if path:
-        from ropecli.report.plots import check_out
-
         check_out(path, force, "--plot")

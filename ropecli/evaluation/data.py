@@ -30,6 +30,9 @@ import numpy as np
 
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.corpus import held_out_plays
+from ropecli.deferred import deferred, installed
+
+datasets = deferred("datasets")
 
 TEXT_SUFFIXES = {".txt", ".md", ".jsonl", ".json"}
 
@@ -109,9 +112,7 @@ def _json_documents(path: Path, text: str, text_field: str) -> list[Document]:
 
 
 def _hf_documents(spec: str, text_field: str) -> list[Document]:
-    try:
-        import datasets
-    except ImportError:
+    if not installed("datasets"):
         raise RopeCliError("hf: data needs the 'datasets' package; pip install 'ropecli[datasets]'") from None
     name, config, split = (spec.split(":") + [None, None])[:3]
     ds = datasets.load_dataset(name, config or None, split=split or "test")

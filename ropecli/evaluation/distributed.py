@@ -26,6 +26,13 @@ from typing import Any
 
 from ropecli.errors import RopeCliError
 
+import sys
+
+from ropecli.deferred import deferred
+
+torch = deferred("torch")
+tdist = deferred("torch.distributed")
+
 TIMEOUT_ENV, BACKEND_ENV = "ROPECLI_DIST_TIMEOUT", "ROPECLI_DIST_BACKEND"
 
 
@@ -66,7 +73,6 @@ class Dist:
         """`obj` of every rank, in rank order, on every rank ([obj] in a single process)."""
         if self.world == 1:
             return [obj]
-        import torch.distributed as tdist
 
         out: list[Any] = [None] * self.world
         tdist.all_gather_object(out, obj)
@@ -91,8 +97,6 @@ def setup(device: str, device_map: str | None) -> tuple[Dist, str]:
     rank, world, local_rank = world_from_env()
     if world <= 1:
         return Dist(), device
-    import torch
-    import torch.distributed as tdist
 
     cuda = torch.cuda.is_available()
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
@@ -138,8 +142,6 @@ def import_before_group() -> None:
     exception", SIGABRT: 2 of 18 runs of issue 20's command; 2 of 30 runs of an 11-line gloo script that
     imports the module after the group, 0 of 30 with it imported before). Imported first, the defaults
     are None (the default group is looked up at call time) and nothing pins the group."""
-    import torch.distributed.nn.functional  # noqa: F401
-
 
 def group_threads() -> list[str]:
     """Names of this process's native threads that belong to a torch.distributed backend (Linux: from
@@ -166,7 +168,6 @@ def shutdown(clean: bool) -> bool:
     the group, and the caller must end the process without interpreter finalization (`leave`)."""
     if world_from_env()[1] <= 1:
         return True
-    import torch.distributed as tdist
 
     if not tdist.is_initialized():
         return True
@@ -187,8 +188,6 @@ def leave(code: int) -> None:
     os._exit skips interpreter finalization and C++ static destructors, the teardown that aborts a
     process with backend threads alive; the cache is already on disk (each entry is written whole,
     by rename), so nothing computed is lost."""
-    import sys
-
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -199,8 +198,6 @@ def leave(code: int) -> None:
 
 def quiet_unless_main(dist: Dist) -> None:
     """Ranks other than 0 print nothing to stdout (rank 0 prints the one result)."""
-    import sys
-
     if not dist.is_main:
         sys.stdout = open(os.devnull, "w")
 

@@ -42,6 +42,8 @@ from ropecli.rope.geometry import Geometry
 from ropecli.rope.schedule import Schedule
 from ropecli.spec import Spec
 
+import numpy as np
+
 
 @dataclass
 class Evaluator:
@@ -253,6 +255,4 @@ class Evaluator:
 def same_schedule(a: Schedule, b: Schedule) -> bool:
     """Whether two schedules put the same rotation on every position: the same factors and attention factor
     (log-n depends on the position only, so it never tells two lengths apart)."""
-    import numpy as np
-
     return a.attention_factor == b.attention_factor and np.array_equal(a.factors, b.factors)

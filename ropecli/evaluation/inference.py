@@ -55,6 +55,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ropecli.deferred import deferred
+
+stats = deferred("scipy.stats")
+
 CONFIDENCE = 0.95
 MIN_DOCUMENTS = 10  # documents from which inference is over documents (generalizes to new ones)
 MARGIN = 0.01  # nats of mean log-PPL within which two candidates count as equivalent (PPL within 1.0 %)
@@ -67,16 +71,12 @@ GENERALIZES = {"documents": "new documents like these", "windows": "every window
 
 def t_quantile(df: float, confidence: float = CONFIDENCE) -> float:
     """Two-sided Student-t critical value, e.g. 2.776 for df = 4 at 95%."""
-    from scipy.stats import t
-
-    return float(t.ppf(0.5 + confidence / 2, df))
+    return float(stats.t.ppf(0.5 + confidence / 2, df))
 
 
 def t_upper(df: float, a: float) -> float:
     """One-sided critical value: P(T > t) = a."""
-    from scipy.stats import t
-
-    return float(t.isf(a, df))
+    return float(stats.t.isf(a, df))
 
 
 @dataclass(frozen=True)

@@ -202,7 +202,6 @@ class Registry(MutableMapping):
         return {**self.own, **{t: _task(t) for t in TASKS if t not in self.own}}
 
     def __getitem__(self, name: str) -> Metric:  # a lookup per unit: no dict built
-        from ropecli.evaluation.ruler.templates import TASKS
 
         if name in self.own:
             return self.own[name]

@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import math
 
+from ropecli.deferred import deferred
+
+stats = deferred("scipy.stats")
+
 Z95 = 1.959963984540054
 
 
 def clopper_pearson(k: float, n: int, alpha: float = 0.025) -> tuple[float, float]:
     """Exact one-sided bounds of a proportion with k successes in n: (lower, upper), each holding with probability at
     least 1 - alpha (together a two-sided 1 - 2 alpha interval)."""
-    from scipy.stats import beta
-
-    lower = 0.0 if k == 0 else float(beta.ppf(alpha, k, n - k + 1))
-    upper = 1.0 if k == n else float(beta.ppf(1 - alpha, k + 1, n - k))
+    lower = 0.0 if k == 0 else float(stats.beta.ppf(alpha, k, n - k + 1))
+    upper = 1.0 if k == n else float(stats.beta.ppf(1 - alpha, k + 1, n - k))
     return lower, upper
 
 

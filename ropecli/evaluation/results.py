@@ -19,6 +19,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ropecli.evaluation.stats import ppl_half_width
+
 @dataclass(kw_only=True)
 class EvalResult:
     metric: ClassVar[str]
@@ -198,8 +200,6 @@ class KlResult(EvalResult):
 
 
 def _ppl_cell(ppl: float | None, err: float | None, windows: int) -> str:
-    from ropecli.evaluation.stats import ppl_half_width  # numpy: when a table is drawn
-
     if ppl is None or ppl == math.inf:
         return "inf"
     half = ppl_half_width(err, windows)

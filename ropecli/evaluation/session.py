@@ -10,6 +10,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator
+
 from ropecli.evaluation.bos_policy import bos_fields
 from ropecli.evaluation.cache import FORMAT
 from ropecli.evaluation.metrics import PPL, Metric
@@ -18,6 +19,10 @@ if TYPE_CHECKING:
     from ropecli.evaluation.evaluator import Evaluator
     from ropecli.backends.backend import ModelBackend
     from ropecli.spec import Spec
+from ropecli.models.memory import resident_bytes
+from ropecli.deferred import deferred
+
+torch = deferred("torch")
 
 
 class Progress:
@@ -115,12 +120,9 @@ class Session:
         (`peak_bytes`, measured: `models.memory.resident_bytes`; on CUDA the device's peak allocation beside it)."""
         if self.memory is None:
             return None
-        from ropecli.models.memory import resident_bytes
 
         out = {**self.memory, "peak_bytes": resident_bytes("VmHWM")}
         if self.model.device.startswith("cuda"):
-            import torch
-
             out["cuda_peak_bytes"] = int(torch.cuda.max_memory_allocated())
         return out
 

@@ -14,10 +14,15 @@ if TYPE_CHECKING:
     from ropecli.rope.schedule import Schedule
     from ropecli.spec import Spec
 
+import numpy as np
+
+from ropecli.maps.map_spelling import map_json
+from ropecli.evaluation.estimand import estimate
+from ropecli.evaluation.inference import paired_one
+from ropecli.models.token_losses import bin_means
+
 
 def _head(spec: Spec, sched: Schedule, geom: Geometry, length: int, seconds: float) -> dict:
-    from ropecli.maps.map_spelling import map_json  # numpy: kept off this module's import
-
     return {"method": sched.method, "label": spec.label, "params": {k: v for k, v in sched.params.items() if k != "factors"},
             "log_n": spec.log_n, "len": length, "factor": geom.factor, "attention_factor": sched.attention_factor,
             "seconds": round(seconds, 3),
@@ -28,10 +33,6 @@ def summarize_ppl(spec: Spec, sched: Schedule, geom: Geometry, length: int, per_
                   names: list[str], seconds: float, keys: dict | None = None, cls: type | None = None) -> PplResult:
     """per_window: (sum of NLL, scored tokens[, NLL summed in each position bin]) of each window; `keys`:
     the key-token fields (`key_metric.key_fields`); `cls`: the metric's result type (KeyPplResult ranks by its keys)."""
-    import numpy as np
-
-    from ropecli.evaluation.estimand import estimate
-
     tokens = sum(v[1] for v in per_window)
     means = np.array([v[0] / v[1] for v in per_window])
     nll = estimate(means, names, [v[1] for v in per_window])
@@ -47,10 +48,6 @@ def summarize_ppl(spec: Spec, sched: Schedule, geom: Geometry, length: int, per_
 
 def estimate_se(means, names: list | None, tokens: list, ppl: float) -> float | None:
     """ppl * the standard error of the estimand (delta method) under the verdicts' inference; None without one."""
-    import numpy as np
-
-    from ropecli.evaluation.inference import paired_one
-
     if not math.isfinite(ppl) or len(means) < 2:
         return None
     p = paired_one(np.asarray(means, dtype=np.float64), names, tokens)
@@ -60,10 +57,6 @@ def estimate_se(means, names: list | None, tokens: list, ppl: float) -> float | 
 def position_means(per_window: list[tuple], length: int):
     """Each window's mean NLL in each position bin, (windows, POSITION_BINS); None when a window has no
     bins (a cache entry written before they were kept)."""
-    import numpy as np
-
-    from ropecli.models.token_losses import bin_means
-
     if not per_window or any(len(v) < 3 or not v[2] for v in per_window):
         return None
     return np.array([bin_means(v[2], length) for v in per_window])
@@ -73,8 +66,6 @@ def summarize_passkey(spec: Spec, sched: Schedule, geom: Geometry, length: int, 
                       prompts: list, depths, seconds: float, kind: type = PasskeyResult) -> PasskeyResult:
     """Accuracy and mean answer NLL, overall and per depth; per-prompt values kept for paired statistics. Units of
     four (--score generate: the published rule's verdict and the generated text beside): that accuracy too."""
-    import numpy as np
-
     correct = np.array([v[0] for v in per_prompt], dtype=np.float64)
     nll = np.array([v[1] for v in per_prompt], dtype=np.float64)
     generated = np.array([v[2] for v in per_prompt], dtype=np.float64) if all(len(v) > 2 for v in per_prompt) else None
@@ -97,10 +88,6 @@ def summarize_kl(spec: Spec, sched: Schedule, geom: Geometry, length: int, per_w
                  seconds: float) -> KlResult:
     """KL(p_unscaled || p_scaled) per token: mean (the estimand: over documents of each one's mean per token), 99th
     percentile, max, top-1 agreement (llama.cpp's statistics, over all tokens)."""
-    import numpy as np
-
-    from ropecli.evaluation.estimand import estimate
-
     tokens = sum(w[1] for w in per_window)
     every = np.concatenate([np.asarray(w[3], dtype=np.float64) for w in per_window])
     kl_mean = estimate([w[0] / w[1] for w in per_window], names, [w[1] for w in per_window])  # the one estimand

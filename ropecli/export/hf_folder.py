@@ -14,6 +14,14 @@ from ropecli.files import normal_mode
 from ropecli.models.config import locate_file
 from ropecli.models.packaged import PACKAGE_DIR
 
+import tempfile
+import shutil
+import os
+
+from ropecli.deferred import deferred
+
+transformers = deferred("transformers")
+
 
 def check_empty_or_forced(out_dir: Path, force: bool) -> None:
     """Refuse to write into a non-empty output folder unless --force."""
@@ -23,8 +31,6 @@ def check_empty_or_forced(out_dir: Path, force: bool) -> None:
 
 def check_writable(path: str, flag: str, force: bool = True) -> None:
     """Refuse, before any work, a path whose folder is missing or not writable, or that exists (unless `force`)."""
-    import os
-
     p = Path(path)
     if not p.resolve().parent.is_dir():
         raise RopeCliError(f"{flag} {path}: the folder does not exist; create it or write elsewhere")
@@ -62,9 +68,6 @@ def place_weights(out_dir: Path, names: list[str], how: str) -> str:
     """Turn the symbolic links `export_hf_folder` made into hard links (the same file, no space; a copy where the
     filesystem refuses: another device) or copies, so the folder travels with rsync -a or tar; one line saying
     what the folder holds now."""
-    import os
-    import shutil
-
     own = bool(names) and all((out_dir / name).resolve().is_relative_to(PACKAGE_DIR) for name in names)
     if how == "auto":  # ropecli's own models (tens of MB) are copied: links into the installed package break with it
         how = "copy" if own else "link"
@@ -100,24 +103,18 @@ def place_weights(out_dir: Path, names: list[str], how: str) -> str:
 def export_hf_from_gguf(gguf_path: Path, out_dir: Path, block: dict | None, force: bool) -> None:
     """A transformers folder from a GGUF: transformers dequantizes it (float32 safetensors, its
     tokenizer), then the block is merged into the saved config.json. Minutes for a large model."""
-    import shutil
-    import tempfile
-
-    import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     check_empty_or_forced(out_dir, force)
     work = Path(tempfile.mkdtemp(dir=out_dir.resolve().parent, prefix=f".{out_dir.name}."))
     try:
         kw = {"gguf_file": gguf_path.name}
-        model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), **kw)
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), **kw)
         model.hf_quantizer = None  # the weights are dequantized already; transformers refuses to save "gguf-quantized" models
         if getattr(model.config, "quantization_config", None) is not None:
             del model.config.quantization_config
         model.save_pretrained(work)
-        AutoTokenizer.from_pretrained(str(gguf_path.parent), **kw).save_pretrained(work)
+        transformers.AutoTokenizer.from_pretrained(str(gguf_path.parent), **kw).save_pretrained(work)
         config = json.loads((work / "config.json").read_text())
         write_json(str(work / "config.json"), (config if block is None else merged_config(config, block)))
         normal_mode(work, folder=True)  # mkdtemp made it 0700: a serving account could not read it

@@ -8,6 +8,9 @@ from importlib import metadata
 
 from ropecli.export.runtimes.record import Runtime
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
 
 def installed_version(rec: Runtime) -> str | None:
     """The installed version of the runtime's package (or its executable's `--version`), None where absent."""
@@ -23,9 +26,6 @@ def installed_version(rec: Runtime) -> str | None:
 
 def too_old(rec: Runtime, version: str | None = None) -> list[str]:
     """A line per version requirement the installed (or given) version fails: what it does instead."""
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
-    from packaging.version import InvalidVersion, Version
-
     version = version or installed_version(rec)
     if version is None:
         return []

@@ -18,7 +18,14 @@ from ropecli.export.check import Check
 from ropecli.export.readback import read_json
 from ropecli.export.writers import load_line
 from ropecli.maps.position_maps import resolve_map
-from ropecli.maps import vllm_plugin
+from ropecli.maps import vllm_plugin, map_bands
+from ropecli.maps.region_attention import region_attention
+from ropecli.maps.mapped_attention import config_refusal
+from ropecli.export.map_modeling import check_map_block
+from ropecli.deferred import deferred
+
+transformers = deferred("transformers")
+modeling_auto = deferred("transformers.models.auto.modeling_auto")
 
 MODELING = "modeling_ropecli_map.py"
 AUTO_MAP = {"AutoModelForCausalLM": "modeling_ropecli_map.RopecliMapForCausalLM"}
@@ -32,9 +39,6 @@ def modeling_source(position_map, base_class: str) -> str:
     """The folder's modeling file: the template with the model's class, ropecli's band planner (`maps.map_bands`
     and `maps.region_attention.region_attention`, torch alone: the code ropecli measures with) and the map's region
     function."""
-    from ropecli.maps import map_bands
-    from ropecli.maps.region_attention import region_attention
-
     template = (Path(__file__).with_name("map_modeling.py")).read_text()
     fn = resolve_map(position_map.name).regions
     source = textwrap.dedent(inspect.getsource(fn))  # a map registered inside a function (a test's) too
@@ -82,13 +86,9 @@ def write_map_folder(spec, out: str | None, write_schedule, select=None, length:
 
 
 def _base_class(config: dict) -> str:
-    import transformers
-
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
     named = (config.get("ropecli_map") or {}).get("architecture") if isinstance(config.get("ropecli_map"), dict) else None
     arch = named or next((a for a in config.get("architectures") or [] if a != vllm_plugin.ARCHITECTURE), None) or \
-        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(
+        modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(
         str((config.get("text_config") or {}).get("model_type") or config.get("model_type")))
     if not arch or not hasattr(transformers, arch):
         raise RopeCliError(f"--to transformers --map: config.json names no transformers class ({arch}); the folder's "
@@ -98,11 +98,7 @@ def _base_class(config: dict) -> str:
 
 def _refusal(config: dict) -> str | None:
     """Why ropecli cannot map this model (`maps.mapped_attention.config_refusal`, from its config alone)."""
-    from transformers import AutoConfig
-
-    from ropecli.maps.mapped_attention import config_refusal
-
-    cfg = AutoConfig.for_model(**{k: v for k, v in config.items() if k not in ("auto_map", "ropecli_map")})
+    cfg = transformers.AutoConfig.for_model(**{k: v for k, v in config.items() if k not in ("auto_map", "ropecli_map")})
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
     return config_refusal(text)
 
@@ -110,8 +106,6 @@ def _refusal(config: dict) -> str | None:
 def verify_map_folder(artefact: Path, exp, runtime: str) -> list:
     """`ropecli verify DIR` of a map folder: the map and parameters config.json carries against the measured ones, and
     the modeling file with auto_map pointing at it; each check labelled `runtime` (the record's name that serves it)."""
-    from ropecli.export.map_modeling import check_map_block  # the folder's own loader asks the same question
-
     config = read_json(artefact / "config.json")
     text = config.get("text_config") or config
     if (why := check_map_block(config.get("ropecli_map"), text.get("num_hidden_layers"))) is not None:

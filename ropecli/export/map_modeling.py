@@ -1143,9 +1143,7 @@ class RopecliMapForCausalLM(Base):
         use_cache = kwargs.get("use_cache")
         use_cache = config.use_cache if use_cache is None else use_cache
         if cache is None and use_cache and run.primary >= 0 and not self.training:
-            from transformers import DynamicCache
-
-            cache = DynamicCache(config=self.config)
+            cache = transformers.DynamicCache(config=self.config)
         if cache is not None:
             kwargs[cache_name] = cache
         ids = kwargs.get("input_ids")

@@ -16,6 +16,12 @@ from ropecli.export.vllm_engine import run_engine
 from ropecli.models.config import BUILTIN, BUILTIN_DIR
 from ropecli.models.packaged import resolve_model
 from ropecli.spec import make_spec
+from ropecli.backends.load import load_model, causal_lm_from_pretrained
+from ropecli.models.chunked_scoring import window_nll
+from ropecli.backends.llamacpp_open import load_llamacpp, open_gguf
+from ropecli.deferred import deferred
+
+torch = deferred("torch")
 
 PPL_RTOL = 1e-4  # transformers reload vs ropecli's patched model, same weights and window
 
@@ -25,8 +31,6 @@ def run_vllm(runtime: str, artefact: Path, block: dict | None, model: str | None
     """vLLM's engine serving the export (a map folder through ropecli's plugin, or the model with the overrides `block`
     as --hf-overrides) scores the first held-out window of `run_len` tokens; ropecli's patched (and mapped) source model
     scores the same window (through the evaluation cache). PPL within PPL_RTOL."""
-    from ropecli.backends.load import load_model
-
     ours = load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu")
     ev = Evaluator.over(ours, samples=1, cache=EvalCache(cache_dir))
     mine = ev.evaluate(exp.spec.but(factor=exp.factor), run_len).ppl
@@ -53,11 +57,6 @@ def run_transformers(runtime: str, artefact: Path, block: dict | None, model: st
     from_pretrained(model, **block)) scores the first held-out window of `run_len` tokens; ropecli's
     patched source model scores the same window (through the evaluation cache). `runtime`: the check's runtime (the
     calling module's record's name)."""
-    import torch
-
-    from ropecli.backends.load import causal_lm_from_pretrained, load_model
-    from ropecli.models.chunked_scoring import window_nll
-
     ours = load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu")
     ev = Evaluator.over(ours, samples=1, cache=EvalCache(cache_dir))
     mine = ev.evaluate(exp.spec.but(factor=exp.factor), run_len).ppl
@@ -91,9 +90,6 @@ def run_llamacpp(runtime: str, artefact: Path, model: str | None, exp: Expected,
     of the measured schedule in ropecli's transformers backend on the same window (llama.cpp computes with
     the quantized weights, transformers with their dequantized copy: levels differ, effects agree). `runtime`: the
     check's runtime (the calling module's record's name)."""
-    from ropecli.backends.llamacpp_open import load_llamacpp, open_gguf
-    from ropecli.backends.load import load_model
-
     cache = EvalCache(cache_dir)
     none = make_spec("none")
     source = open_gguf(model, gguf_file)

@@ -37,6 +37,8 @@ from ropecli.export.runtimes.transformers import transformers_applied
 from ropecli.export.runtimes.vllm import vllm_applied
 from ropecli.export.runtimes.vllm import vllm_block
 
+import math
+
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,6 @@ def _applied(rule: str, spec: Spec, length: int, rope: ModelRope, factor: float,
     """(factors, attention factor, how) from the export's readback (transformers, vLLM) or rope_freqs (llama.cpp)."""
     geom = rope.geometry(factor)
     if rule == ROPE_FREQS:  # rope_freqs = the schedule, at every length; log-n as one constant (export/plan.py)
-        import math
 
         sched = spec.schedule(geom)
         attention = math.sqrt(math.log(geom.target_len) / math.log(geom.train_len)) if spec.log_n else sched.attention_factor

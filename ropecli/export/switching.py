@@ -19,6 +19,7 @@ from ropecli.evaluation.evaluator import Evaluator
 from ropecli.export.check import Check
 from ropecli.export.runtimes.record import Runtime
 from ropecli.export.served import decode_damage, is_dynamic, switch_length
+from ropecli.backends.load import load_model
 
 SAMPLES = 4  # held-out windows: the damage is a paired mean over them, with its interval
 
@@ -52,8 +53,6 @@ def switching_report(spec: Spec, geom: Geometry, rope: ModelRope, model: str | N
 
 def _measure(spec: Spec, geom: Geometry, model: str, gguf_file: str | None, switch: int, rec: Runtime) -> dict:
     """The decode damage on the first SAMPLES held-out windows of the model (through the evaluation cache)."""
-    from ropecli.backends.load import load_model
-
     backend = load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu")
     ev = Evaluator.over(backend, samples=SAMPLES, cache=EvalCache())
     return decode_damage(ev, rec, spec, geom.factor, False, DecodePlan.across(switch, geom.target_len))
@@ -65,8 +64,6 @@ def decode_check(rec: Runtime, model: str, gguf_file: str | None, exp, consisten
     per forward pass), against one pass; passes where the two
     agree within 1e-4 nats per token (a consistent export: one schedule at every step), fails with the damage where
     the export switches (`--switching`, dynamic NTK)."""
-    from ropecli.backends.load import load_model
-
     ev = Evaluator.over(load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu"), samples=SAMPLES,
                         cache=EvalCache(cache_dir))
     spec = exp.spec.but(factor=exp.factor)

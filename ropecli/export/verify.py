@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 
-
 from ropecli.export.check import Check
 from ropecli.export.expected import Expected
 from ropecli.errors import RopeCliError
@@ -27,6 +26,8 @@ from ropecli.export.readback import Applied, CONSISTENT, read_json, rope_blocks,
 from ropecli.export.plan import installed_lines, replaces_shipped, works_with_line
 from ropecli.export.registry import PER_FORWARD, Runtime, RuntimeHooks, names, resolve_runtime
 from ropecli.export.switching import decode_check
+
+from contextlib import nullcontext
 
 FACTOR_RTOL = 1e-4  # float32 in every runtime: their factors agree with ropecli's float64 to ~1e-7
 ATTENTION_RTOL = 1e-4
@@ -127,8 +128,6 @@ def verify_artefact(artefact: Path, hooks: RuntimeHooks, exp: Expected, model: s
                     runtime_given: bool = False, status=None) -> Verdict:
     """Read `artefact` back as the runtime `hooks` (resolved once, `kind_of`) reads it, check it against `exp`, and run
     the runtime where ropecli can (`status(text)`: a context manager the CLI shows while a run takes seconds)."""
-    from contextlib import nullcontext
-
     rec = hooks.record
     verdict = Verdict(rec.name)
     if exp.spec.position_map and hooks.verify_map is not None:  # a map in the runtime's own config (SGLang: DCA)

@@ -34,6 +34,13 @@ from pathlib import Path
 
 from ropecli.errors import RopeCliError
 
+import gc
+
+from ropecli.deferred import deferred
+
+vllm = deferred("vllm")
+plugins = deferred("vllm.plugins")
+
 ENGINE_DEFAULTS = {"dtype": "float32", "enforce_eager": True, "gpu_memory_utilization": 0.2, "trust_remote_code": True,
                    "distributed_executor_backend": "uni"}
 ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -78,13 +85,7 @@ def _rss_mib() -> float:
 
 def run_job(job: dict) -> dict:
     """In vLLM's environment: every engine of the job, one after another, each phase one generate call."""
-    import gc
-
-    import vllm
-    from vllm import LLM, SamplingParams
-    from vllm.plugins import load_general_plugins
-
-    load_general_plugins()
+    plugins.load_general_plugins()
     out = {"version": vllm.__version__, "plugins": sorted(e.name for e in entry_points(group=f"{vllm.__name__}.general_plugins")),
            "engines": []}
     for spec in job["engines"]:
@@ -95,7 +96,7 @@ def run_job(job: dict) -> dict:
             kwargs["hf_overrides"] = spec["hf_overrides"]
         t0 = time.perf_counter()
         try:
-            llm = LLM(model=spec["model"], max_model_len=int(spec["max_model_len"]), **kwargs)
+            llm = vllm.LLM(model=spec["model"], max_model_len=int(spec["max_model_len"]), **kwargs)
         except Exception as exc:  # noqa: BLE001  the engine's refusal is the answer asked for
             record["error"] = _one_line(exc)
             continue
@@ -105,7 +106,7 @@ def run_job(job: dict) -> dict:
             for r in phase:
                 n = int(r.get("generate") or 0)
                 prompts.append({"prompt_token_ids": list(r["ids"])})
-                params.append(SamplingParams(max_tokens=max(1, n), temperature=0.0,
+                params.append(vllm.SamplingParams(max_tokens=max(1, n), temperature=0.0,
                                              ignore_eos=True, prompt_logprobs=0 if r.get("score", True) else None))
             t1 = time.perf_counter()
             try:

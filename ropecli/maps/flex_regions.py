@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import warnings
 
-import torch
-
 from ropecli.maps.map_bands import whole_triangles
+from ropecli.deferred import deferred, installed
+
+flex_attention = deferred("torch.nn.attention.flex_attention")
+torch = deferred("torch")
 
 FLEX_BLOCK = 128  # flex attention's block (rows and columns)
 PASS_PAIRS = 2 ** 25  # (query, key) pairs per pass of `block_classes`: its int64 temporaries stay near 256 MiB
@@ -29,11 +31,7 @@ _LAST: dict = {}  # the last shape's cuts, by map and shape: the next window of 
 
 
 def flex_available() -> bool:
-    try:
-        from torch.nn.attention.flex_attention import BlockMask, flex_attention  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return installed("torch.nn.attention.flex_attention")
 
 
 def block_classes(where, Tq: int, Tk: int, shift: int, device, block: int = FLEX_BLOCK):
@@ -72,8 +70,6 @@ def extent(some: torch.Tensor, Tq: int, Tk: int, block: int = FLEX_BLOCK) -> tup
 def as_block_mask(some: torch.Tensor, every: torch.Tensor, mask_mod, Tq: int, Tk: int, block: int = FLEX_BLOCK):
     """A BlockMask for T_q x T_k from per-block classes: `every` blocks run without the mask function, the rest of
     `some` under it, the others skipped."""
-    from torch.nn.attention.flex_attention import BlockMask
-
     def ordered(m):  # (nq, nk) bool -> counts (1, 1, nq) and the true columns first (1, 1, nq, nk), int32
         idx = torch.argsort(m.to(torch.int8), dim=-1, descending=True, stable=True)
         return m.sum(dim=-1, dtype=torch.int32)[None, None], idx.to(torch.int32)[None, None]
@@ -81,7 +77,7 @@ def as_block_mask(some: torch.Tensor, every: torch.Tensor, mask_mod, Tq: int, Tk
     partial = some & ~every
     n, idx = ordered(partial)
     fn, fidx = ordered(every)
-    return BlockMask.from_kv_blocks(n, idx, fn, fidx, BLOCK_SIZE=block, mask_mod=mask_mod, seq_lengths=(Tq, Tk))
+    return flex_attention.BlockMask.from_kv_blocks(n, idx, fn, fidx, BLOCK_SIZE=block, mask_mod=mask_mod, seq_lengths=(Tq, Tk))
 
 
 def cut_mask(where, q_offset: torch.Tensor, k_offset: torch.Tensor):
@@ -104,12 +100,10 @@ class FlexRegions:
         (`causal_kernel`) where there is one, not in flex attention (its blocks are all full or causal: the fused
         kernel is faster on them); default TRIANGLES_FUSED. `softcap`: the scores capped as the model caps them (Gemma
         2), a score_mod in every call (the fused kernel cannot: no triangles then)."""
-        from torch.nn.attention.flex_attention import flex_attention
-
         if compiled:
             _raise_recompile_limit()
         self.regions_for = regions_for
-        self.flex = torch.compile(flex_attention) if compiled else flex_attention
+        self.flex = torch.compile(flex_attention.flex_attention) if compiled else flex_attention.flex_attention
         self.compiled, self.name = compiled, name
         self.triangles = (TRIANGLES_FUSED if triangles is None else triangles) and not softcap
         self.score_mod = None if not softcap else softcapped(softcap)
@@ -204,8 +198,6 @@ def softcapped(cap: float):
 def _raise_recompile_limit() -> None:
     """Every region and length go through one compiled function; at dynamo's default limit (8) it would fall back to
     eager flex attention, which materialises the scores."""
-    import torch._dynamo
-
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
     torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit,
                                                            4 * RECOMPILE_LIMIT)

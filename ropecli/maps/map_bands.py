@@ -7,7 +7,10 @@ exactly (tests/test_position_maps.py)."""
 
 from __future__ import annotations
 
-import torch
+from ropecli.deferred import deferred
+
+torch = deferred("torch")
+
 
 CAUSAL = "causal"  # a band whose mask is the causal square (key c reached by rows r >= c): the kernel's own is_causal
 

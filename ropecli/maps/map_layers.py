@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable
 
-import torch
-
 from ropecli.errors import RopeCliError
 from ropecli.models.layer_kinds import POSITIONLESS, rope_flags
+from ropecli.deferred import deferred
+
+torch = deferred("torch")
 
 
 @dataclass(frozen=True)

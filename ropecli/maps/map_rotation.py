@@ -5,9 +5,10 @@ map, DPE), and under a key-pair selection only the selected columns at the map's
 
 from __future__ import annotations
 
-import torch
-
 from ropecli.maps.map_layers import rotate_with
+from ropecli.deferred import deferred
+
+torch = deferred("torch")
 
 
 def rotated(x: torch.Tensor, positions: torch.Tensor, rotary, cache: dict | None = None, key=None,

@@ -17,13 +17,19 @@ import os
 from contextlib import contextmanager
 from functools import partial
 
-import torch
-
 from ropecli.errors import RopeCliError
 from ropecli.maps.map_layers import LayerDispatch, plan_layers, rotator
 from ropecli.models.patch import find_rotary_slots, text_config
 from ropecli.maps.region_attention import BLOCK, MappedAttention
 from ropecli.maps.position_maps import BoundMap
+
+from types import SimpleNamespace
+
+from ropecli.deferred import deferred
+
+masking_utils = deferred("transformers.masking_utils")
+modeling_utils = deferred("transformers.modeling_utils")
+torch = deferred("torch")
 
 NAME = "ropecli_mapped"
 
@@ -83,8 +89,6 @@ def map_refusal(model) -> str | None:
 def config_refusal(cfg) -> str | None:
     """`map_refusal` from a (text) config alone, before any weight exists: its rotary slots are its per-type rope
     blocks (Gemma 3 style) or one."""
-    from types import SimpleNamespace
-
     blocks = getattr(cfg, "rope_parameters", None) or {}
     typed = sorted(t for t in set(getattr(cfg, "layer_types", None) or []) if isinstance(blocks.get(t), dict))
     try:
@@ -104,9 +108,6 @@ def mapped(model, bound: BoundMap, block: int = BLOCK, kernel: str | None = None
     (DPE with top < 1) moves, chosen on this model (`maps.pair_contributions`, `maps.pair_selection`); `observe`:
     `MappedAttention`'s; `length`: the length the map is measured at, which decides once which sliding layers it maps
     (those whose window reaches it; default: the model's L)."""
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
     if bound.share < 1.0 and selection is None:
         raise RopeCliError(f"{bound.name}: {bound.record.selects} = {bound.share:g} moves the pairs chosen on the model by "
                            "their attention contribution: run it through ropecli's commands (they choose them), or pass "
@@ -126,9 +127,9 @@ def mapped(model, bound: BoundMap, block: int = BLOCK, kernel: str | None = None
                                     selection=selection, observe=observe, per_prompt=bound.record.per_prompt)
                  for n in first}
     before = model.config._attn_implementation
-    ALL_ATTENTION_FUNCTIONS[NAME] = LayerDispatch(plans, attention, [rotator(real[id(s.module)][0], s.layer_type)
-                                                                     for s in slots], before, ALL_ATTENTION_FUNCTIONS)
-    masks = ALL_MASK_ATTENTION_FUNCTIONS._global_mapping  # the unmapped layers' masks (a sliding window) as shipped
+    modeling_utils.ALL_ATTENTION_FUNCTIONS[NAME] = LayerDispatch(plans, attention, [rotator(real[id(s.module)][0], s.layer_type)
+                                                                     for s in slots], before, modeling_utils.ALL_ATTENTION_FUNCTIONS)
+    masks = masking_utils.ALL_MASK_ATTENTION_FUNCTIONS._global_mapping  # the unmapped layers' masks (a sliding window) as shipped
     if before in masks:
         masks[NAME] = masks[before]
     model.config._attn_implementation = NAME
@@ -139,7 +140,7 @@ def mapped(model, bound: BoundMap, block: int = BLOCK, kernel: str | None = None
     try:
         yield model
     finally:
-        del ALL_ATTENTION_FUNCTIONS[NAME]
+        del modeling_utils.ALL_ATTENTION_FUNCTIONS[NAME]
         masks.pop(NAME, None)
         for key, m in modules.items():
             m.forward = real[key][0]

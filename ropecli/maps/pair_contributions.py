@@ -10,11 +10,13 @@ the mean over tokens of |q_{t,h,m}| |k_{t,h',m}| (h' the key head of h), as DPE'
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from ropecli.maps.mapped_attention import mapped
 from ropecli.maps.pair_selection import CALIBRATION_TOKENS, CALIBRATION_WINDOW
 from ropecli.maps.position_maps import bind
+from ropecli.deferred import deferred
+
+torch = deferred("torch")
 
 _MEMO: dict = {}  # (model id, its fingerprint) -> contributions: one calibration per model and process
 

@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import warnings
 
-import torch
-import torch.nn.functional as F
-
 from ropecli.errors import RopeCliError
 from ropecli.maps.flex_regions import FlexRegions, flex_available
 from ropecli.maps.map_bands import CAUSAL, masked, merge_into, split_band, whole_triangles
 from ropecli.maps.map_layers import column_pairs
 from ropecli.maps.map_rotation import rotated
+from ropecli.deferred import deferred
+
+torch = deferred("torch")
+F = deferred("torch.nn.functional")
 
 BLOCK = 512  # queries per block: each region's mask is (BLOCK, its band of keys)
 MASK_CACHE_BYTES = 256 * 2 ** 20  # one shape's masks, kept across the layers of a forward (bool: a byte a pair)

@@ -9,6 +9,10 @@ RopecliMapForCausalLM.is_backend_compatible`).
 
 from __future__ import annotations
 
+from ropecli.deferred import deferred
+
+vllm = deferred("vllm")
+
 ARCHITECTURE = "RopecliMapForCausalLM"
 MODEL_PATH = "ropecli.maps.vllm_model:RopecliMapForCausalLM"
 # The vLLM classes whose attention `maps.vllm_model` changes, as checked in vLLM's engine (tests/test_vllm_engine.py):
@@ -19,7 +23,5 @@ VLLM_VERSIONS = ("0.32.",)  # the vLLM releases it was checked against (their at
 
 def register() -> None:
     """Register the map folder's class with vLLM's model registry (idempotent: vLLM may call it more than once)."""
-    from vllm import ModelRegistry  # vLLM's own process calls this; ropecli without vLLM never does
-
-    if ARCHITECTURE not in ModelRegistry.get_supported_archs():
-        ModelRegistry.register_model(ARCHITECTURE, MODEL_PATH)
+    if ARCHITECTURE not in vllm.ModelRegistry.get_supported_archs():
+        vllm.ModelRegistry.register_model(ARCHITECTURE, MODEL_PATH)

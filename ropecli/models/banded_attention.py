@@ -24,7 +24,11 @@ from __future__ import annotations
 
 import sys
 
-import torch
+from ropecli.deferred import deferred
+
+masking_utils = deferred("transformers.masking_utils")
+modeling_utils = deferred("transformers.modeling_utils")
+torch = deferred("torch")
 
 BLOCK = 512  # queries per block: a sliding layer's block attends to (BLOCK, BLOCK + window - 1) keys
 BANDED = {"sdpa": "ropecli_banded_sdpa", "eager": "ropecli_banded_eager"}  # the implementation it wraps -> its name
@@ -62,13 +66,10 @@ def banded_model(model) -> str | None:
 
 def register() -> None:
     """Register the banded implementations in transformers' attention and mask interfaces (idempotent)."""
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
     for own, name in BANDED.items():
-        if name not in ALL_ATTENTION_FUNCTIONS._global_mapping:
-            ALL_ATTENTION_FUNCTIONS.register(name, BandedAttention(own))  # the global mappings: transformers'
-            ALL_MASK_ATTENTION_FUNCTIONS.register(name, BandedMask(own))  # mask code looks its name up there
+        if name not in modeling_utils.ALL_ATTENTION_FUNCTIONS._global_mapping:
+            modeling_utils.ALL_ATTENTION_FUNCTIONS.register(name, BandedAttention(own))  # the global mappings: transformers'
+            masking_utils.ALL_MASK_ATTENTION_FUNCTIONS.register(name, BandedMask(own))  # mask code looks its name up there
 
 
 def plain_causal(q_length: int, kv_length: int, q_offset: int = 0, kv_offset: int = 0, attention_mask=None,
@@ -88,11 +89,9 @@ class BandedMask:
         self.own = own
 
     def __call__(self, **kwargs):
-        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
-
         if plain_causal(**kwargs):
             return None
-        return ALL_MASK_ATTENTION_FUNCTIONS[self.own](**kwargs)
+        return masking_utils.ALL_MASK_ATTENTION_FUNCTIONS[self.own](**kwargs)
 
 
 class BandedAttention:
@@ -149,8 +148,6 @@ def layer_window(module, kwargs: dict) -> int | None:
 def own_function(module, own: str):
     """The implementation the model would run: transformers' registered sdpa, or the modeling file's own
     `eager_attention_forward` (eager is not in the attention interface)."""
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    if own in ALL_ATTENTION_FUNCTIONS._global_mapping:
-        return ALL_ATTENTION_FUNCTIONS[own]
+    if own in modeling_utils.ALL_ATTENTION_FUNCTIONS._global_mapping:
+        return modeling_utils.ALL_ATTENTION_FUNCTIONS[own]
     return getattr(sys.modules[type(module).__module__], "eager_attention_forward")

@@ -13,19 +13,23 @@ t-1 predicts token t, so the prompt's last position is scored too.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from ropecli.models.chunked_scoring import _logits, _softcap, decoder, token_nll
+
+import inspect
+
+from ropecli.deferred import deferred
+
+transformers = deferred("transformers")
+torch = deferred("torch")
 
 
 @torch.inference_mode()
 def cached_token_losses(model, ids: torch.Tensor, segments: list[tuple[int, object]]) -> np.ndarray:
     """`segments`: [(end, enter)], ends increasing, the last = N; see the module's docstring."""
-    from transformers import DynamicCache
-
     head = model.get_output_embeddings()
     cap = _softcap(model)
-    cache = DynamicCache(config=model.config)  # filled in place by every forward pass
+    cache = transformers.DynamicCache(config=model.config)  # filled in place by every forward pass
     cache_kw = cache_keyword(model)
     prompt_len = segments[0][0]
     hidden = []  # the final hidden states at positions P-1 .. N-2, segment by segment
@@ -46,6 +50,4 @@ def cached_token_losses(model, ids: torch.Tensor, segments: list[tuple[int, obje
 
 def cache_keyword(model) -> str:
     """transformers renamed `past_key_values` to `cache` during 5.x (the old name is deprecated until 5.40)."""
-    import inspect
-
     return "cache" if "cache" in inspect.signature(decoder(model).forward).parameters else "past_key_values"

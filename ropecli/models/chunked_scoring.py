@@ -9,12 +9,13 @@ fp32-upcast logits, after the model's final-logit soft-capping where it has one 
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
-
 from ropecli.errors import RopeCliError
 from ropecli.models.memory import LOGIT_BUDGET_BYTES
 from ropecli.models.token_losses import prefix_summaries
+from ropecli.deferred import deferred
+
+torch = deferred("torch")
+F = deferred("torch.nn.functional")
 
 
 def default_chunk_tokens(vocab_size: int) -> int:

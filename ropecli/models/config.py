@@ -24,6 +24,10 @@ from ropecli.models.model_rope import ModelRope
 from ropecli.models.rope_block import check_config_blocks
 from ropecli.rope.shipped import read_shipped
 from ropecli.rope.temperature import read_temperature
+from ropecli.models.packaged import resolve_model
+from ropecli.deferred import deferred
+
+huggingface_hub = deferred("huggingface_hub")
 
 ROPE_BLOCK_TYPES = ("main", "compress")  # DeepSeek V4's blocks, by what rotates (modeling_deepseek_v4.py, rope_layer_type)
 BUILTIN = "builtin"
@@ -51,8 +55,6 @@ def choose_layer_types(types: list[str], rope_layers: str | None) -> tuple[str, 
 def read_rope_config(name: str | None, gguf_file: str | None = None, rope_layers: str | None = None) -> ModelRope:
     """The RoPE geometry of `name` (hub id, folder, .gguf path or 'builtin'); `gguf_file` names a
     GGUF inside a folder or repo. `rope_layers` picks the layer type shown (default full_attention)."""
-    from ropecli.models.packaged import resolve_model
-
     name = name or BUILTIN
     path = BUILTIN_DIR if name == BUILTIN else Path(resolve_model(name))
     if gguf_file is None and path.suffix == ".gguf":
@@ -80,9 +82,7 @@ def locate_file(name: str, path: Path, filename: str) -> Path:
     if path.exists() or name.startswith((".", "/")) or name.count("/") > 1:
         raise RopeCliError(f"--model {name}: not a folder, a .gguf file or a hub id (owner/name); check the path")
     try:
-        from huggingface_hub import hf_hub_download
-
-        return Path(hf_hub_download(name, filename))
+        return Path(huggingface_hub.hf_hub_download(name, filename))
     except Exception as exc:  # network, auth, missing repo: one line
         if type(exc).__name__ == "LocalEntryNotFoundError" and os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0"):
             raise RopeCliError(f"--model {name}: HF_HUB_OFFLINE is set and {filename} is not in the local cache; "

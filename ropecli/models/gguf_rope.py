@@ -18,6 +18,15 @@ from ropecli.files import publish
 from ropecli.models.gguf_families import rotating_pairs
 from ropecli.models.gguf_header import gguf_metadata
 
+import tempfile
+import os
+import numpy as np
+import math
+
+from ropecli.deferred import deferred, installed
+
+gguf = deferred("gguf")
+
 # GGUF architectures whose llama.cpp loader reads `rope_freqs.weight` and whose graph applies it
 # (src/models/*.cpp of llama.cpp: create_tensor(LLM_TENSOR_ROPE_FREQS) and get_rope_factors).
 # Mistral and Mixtral GGUFs are "llama"; Qwen 2/3, Gemma 2/3, Phi 3 are not in the list.
@@ -49,10 +58,6 @@ def llamacpp_yarn(rotary_dim: int, base: float, factor: float, original_len: int
     theta_interp (1 - ramp) + theta_extrap ramp, ramp = 1 - clamp((i - low) / max(0.001, high - low)), theta_interp =
     theta_extrap / k); the scale (1 + 0.1 ln k) times rope.scaling.attn_factor (llama-context.cpp cancels ggml's own
     boost, PR #17945, so the net is this)."""
-    import math
-
-    import numpy as np
-
     d = rotary_dim
     corr = lambda r: d * math.log(original_len / (r * 2 * math.pi)) / (2 * math.log(base))  # noqa: E731
     low, high = max(0.0, math.floor(corr(beta_fast))), min(d - 1.0, math.ceil(corr(beta_slow)))
@@ -66,8 +71,6 @@ def llamacpp_yarn(rotary_dim: int, base: float, factor: float, original_len: int
 def native_scaling(spec, geom) -> dict:
     """The llama.cpp scaling keys that give `spec` at geom's k exactly, for an architecture that ignores rope_freqs:
     {"type": "yarn"|"linear", "factor", "attn_factor"}; one line where llama.cpp has no such form."""
-    import numpy as np
-
     params = dict(spec.params)
     if spec.log_n or spec.composed:
         raise RopeCliError(f"{spec.label} has no llama.cpp scaling key for this architecture (it ignores rope_freqs); "
@@ -92,9 +95,7 @@ def read_gguf_input(path: Path):
     arch = meta.get("general.architecture", "")
     scaling = meta.get(f"{arch}.rope.scaling.type")
     existing = None
-    try:
-        import gguf
-    except ImportError:
+    if not installed("gguf"):
         raise RopeCliError("--to gguf needs the 'gguf' package; pip install 'ropecli[gguf]'") from None
     reader = gguf.GGUFReader(str(path))
     for t in reader.tensors:
@@ -114,12 +115,6 @@ def export_gguf(reader, src: GgufInput, out: Path, factors, attention_factor: fl
     factors), context_length = target, the original length kept in rope.scaling.original_context_length,
     rope.scaling.type none, and the attention factor in rope.scaling.attn_factor where it is not 1. With `native`
     (`native_scaling`: an architecture that ignores rope_freqs) no tensor: rope.scaling.type/factor/attn_factor."""
-    import os
-    import tempfile
-
-    import gguf
-    import numpy as np
-
     arch = src.arch
     new = {
         f"{arch}.context_length": (gguf.GGUFValueType.UINT32, int(target_len)),

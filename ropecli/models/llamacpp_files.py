@@ -9,6 +9,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ropecli.models.config import gguf_layout
+from ropecli.deferred import deferred
+
+api = deferred("llama_cpp.llama")
 
 
 @contextmanager
@@ -20,7 +23,6 @@ def plain_weight_buffers():
     if os.environ.get("ROPECLI_LLAMACPP_REPACK") == "1":
         yield
         return
-    import llama_cpp.llama as api
 
     default = api.llama_cpp.llama_model_default_params
 

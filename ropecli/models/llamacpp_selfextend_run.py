@@ -35,6 +35,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ropecli.deferred import deferred
+
+llama_cpp = deferred("llama_cpp")
+
 SELF_EXTEND_MAPS = ("selfextend", "selfextend-llamacpp")  # llama.cpp serves both as -gan G -gaw W (the same loop)
 DIVIDES = ("seq_div", "seq_add")  # the build's seq_div as it is; per-position seq_add to the same positions (the fix)
 
@@ -65,8 +69,6 @@ def seq_div_rotates_right(llm, tokens: list[int], G: int = 4) -> tuple[bool, flo
     with seq_div and once with per-position seq_add to the same destinations, then one more token is decoded; the two
     caches hold the same cells at the same positions, so the next token's logits agree exactly where both shifts are
     right and differ by whole logits where seq_div's sign is wrong. Costs two decodes of len(tokens) + 1 tokens."""
-    import llama_cpp as api
-
     n = len(tokens) - 1
     out = []
     for divide in DIVIDES:
@@ -76,11 +78,11 @@ def seq_div_rotates_right(llm, tokens: list[int], G: int = 4) -> tuple[bool, flo
         llm._batch.set_batch(batch=tokens[:n], n_past=0, logits_all=False)
         llm._ctx.decode(llm._batch)
         if divide == "seq_div":
-            api.llama_memory_seq_div(mem, 0, 0, n, G)
+            llama_cpp.llama_memory_seq_div(mem, 0, 0, n, G)
         else:
             for p in range(1, n):
-                api.llama_memory_seq_add(mem, 0, p, p + 1, p // G - p)
-        nxt = api.llama_memory_seq_pos_max(mem, 0) + 1
+                llama_cpp.llama_memory_seq_add(mem, 0, p, p + 1, p // G - p)
+        nxt = llama_cpp.llama_memory_seq_pos_max(mem, 0) + 1
         llm._batch.set_batch(batch=tokens[n:], n_past=nxt, logits_all=False)
         llm._ctx.decode(llm._batch)
         out.append(np.array(np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(llm.n_vocab(),))))
@@ -100,8 +102,6 @@ def probe_tokens(tokenizer) -> list[int]:
 
 def self_extend_notes(divide: str, right: bool, gap: float) -> list[str]:
     """The notes a command ends with after Self-Extend ran through llama.cpp's loop: what ran, and what the build does."""
-    import llama_cpp
-
     both = ("note: on --backend llamacpp, --map selfextend and --map selfextend-llamacpp both run as llama.cpp's "
             "-gan G -gaw W (its completion tool's loop, batches of W)")
     if divide == "seq_add":

@@ -15,10 +15,17 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
 from ropecli.models.compressed_cache import COMPRESSED, compressed_state_bytes
 from ropecli.models.config import BUILTIN, BUILTIN_DIR, gguf_metadata, gguf_parameters, read_rope_config
 from ropecli.models.gguf_families import gguf_layer_types
 from ropecli.models.packaged import resolve_model
+
+import os
+
+from ropecli.deferred import deferred
+
+torch = deferred("torch")
 
 LOGIT_BUDGET_BYTES = 1 << 28  # 256 MiB of fp32 logits per chunk (`models.chunked_scoring`: the LM head's rows at a time)
 BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
@@ -263,12 +270,8 @@ def map_working_set(text: dict[str, Any], length: int, dtype_bytes: int, regions
 def available_memory(device: str) -> int | None:
     """Bytes free where the model will live: the GPU's free memory for cuda, else the machine's available RAM."""
     if device.startswith("cuda"):
-        import torch
-
         return int(torch.cuda.mem_get_info(torch.device(device))[0])
     try:
-        import os
-
         return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
     except (ValueError, OSError, AttributeError):
         return None

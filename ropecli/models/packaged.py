@@ -13,6 +13,8 @@ from pathlib import Path
 
 from ropecli.errors import RopeCliError
 
+from importlib.metadata import PackageNotFoundError, files
+
 
 @dataclass(frozen=True)
 class PackagedModel:
@@ -48,7 +50,6 @@ def packaged_path(name: str | None) -> Path | None:
     entry = PACKAGED.get((name or "").lower())
     if entry is None or Path(name).exists():  # a local folder of that name wins
         return None
-    from importlib.metadata import PackageNotFoundError, files
 
     hint = f"--model {entry.name} needs the {entry.distribution} package: {entry.install} (and pip install 'ropecli[gguf]')"
     try:

@@ -19,9 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
 from ropecli.errors import RopeCliError
+from ropecli.deferred import deferred
+
+torch = deferred("torch")
 
 
 @dataclass

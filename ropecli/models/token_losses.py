@@ -7,6 +7,7 @@ breaks, just past L or everywhere). Prediction t is of token t+1, so a window of
 from __future__ import annotations
 
 import numpy as np
+import base64
 
 POSITION_BINS = 32
 
@@ -29,15 +30,11 @@ def token_summary(per_token: np.ndarray, score_last: int | None, keep: bool = Fa
 
 def encode_tokens(per_token: np.ndarray) -> str:
     """Per-prediction NLL as float16 bytes in base64 (2 bytes a token; ~3 significant digits, 0.05 % at most)."""
-    import base64
-
     return base64.b64encode(np.asarray(per_token, dtype="<f2").tobytes()).decode("ascii")
 
 
 def decode_tokens(text: str) -> np.ndarray:
     """`encode_tokens` read back, as float64 (T-1,)."""
-    import base64
-
     return np.frombuffer(base64.b64decode(text), dtype="<f2").astype(np.float64)
 
 

@@ -9,6 +9,16 @@ from pathlib import Path
 from ropecli.evaluation.metrics import PPL, metric_record
 from ropecli.files import atomic_write_text
 from ropecli.report.text import lengths_of, plain
+from ropecli.evaluation.stats import fmt_diff
+
+from rich.markup import escape
+from rich.table import Table
+
+from ropecli.report.serving_tables import serving_tables, serving_markdown
+from ropecli.report import position_plots, plots, result_plots
+from ropecli.rope.geometry import Geometry
+from ropecli.spec import make_spec
+from ropecli.report.serving_plots import plot_serving
 
 
 def held_out_span(result: dict) -> str:
@@ -65,8 +75,6 @@ def verdict_note(r: dict, result: dict) -> str:
 
 def ranking(result: dict, markdown: bool = False) -> tuple[list[str], list[list[str]]]:
     """The ranking table, one for the terminal and report.md: (header, rows), best rank first."""
-    from ropecli.evaluation.stats import fmt_diff
-
     lengths, pk, raced = result["lengths"], result["passkey_measured"], bool(result["racing"])
     own = " (own windows)" if mixed_windows(result) else ""
     key, ranked = metric_record(PPL.beside), metric_record(result.get("metric") or PPL.name)
@@ -101,9 +109,6 @@ def _or_dash(x: float | None, fmt: str) -> str:
 def advice_lines(result: dict, out_dir) -> list:
     """What `ropecli advise` prints: the winner, the ranking table, what the verdicts generalize to, the
     notes and rule, the races, the exports, the files written."""
-    from rich.markup import escape
-    from rich.table import Table
-
     t = Table(title=f"advise on {result['model']} ({lengths_of(result)}): {held_out_span(result)}, k = {result['factor']:g}")
     head, rows = ranking(result)
     for i, h in enumerate(head):
@@ -117,7 +122,6 @@ def advice_lines(result: dict, out_dir) -> list:
         if result["kl_race"]:
             text.append(f"tie-break (KL within L): {result['kl_race']['outcome']}")
     text += export_lines(result["exports"])
-    from ropecli.report.serving_tables import serving_tables
 
     served = serving_tables(result)
     text.append(f"wrote {out_dir}/advice.json and {out_dir}/report.md; {result['forward_passes']} forward passes, "
@@ -167,11 +171,6 @@ def race_lines(result: dict) -> list[str]:
 
 
 def write_report(result: dict, out_dir: Path, geom, model_name: str) -> Path:
-    from ropecli.report import position_plots
-    from ropecli.report import plots, result_plots
-    from ropecli.rope.geometry import Geometry
-    from ropecli.spec import make_spec
-
     rows = result["rows"]
     lengths = result["lengths"]
     images = []
@@ -219,9 +218,6 @@ def write_report(result: dict, out_dir: Path, geom, model_name: str) -> Path:
     md += ["| " + " | ".join(cells) + " |" for cells in table]
     md += [""] + [f"Note: {n}" for n in result["notes"]] + [""]
     if result.get("serving"):
-        from ropecli.report.serving_plots import plot_serving
-        from ropecli.report.serving_tables import serving_markdown
-
         md += serving_markdown(result["serving"])
         plot_serving(result["serving"], geom.train_len, str(out_dir / "serving.png"), f"{model_name}: loss by request length")
         images.append(("Loss by request length, per runtime", "serving.png"))

@@ -13,6 +13,8 @@ from ropecli.rope.methods import ALIASES, REGISTRY
 from ropecli.rope.schedule import REQUIRED
 from ropecli.report.text import table
 
+from rich.table import Table
+
 
 def lengths(geom) -> str:
     """`L=4096`, or for a model that ships a schedule `L0=8192, Ls=131072 (ships llama3(factor=8, …))`."""
@@ -111,8 +113,6 @@ def schedule_csv(geom, schedules: list) -> str:
 
 
 def schedule_table(geom, schedules: list) -> list:
-    from rich.table import Table
-
     t = Table(title=f"Schedules for d={geom.rotary_dim}, base={geom.base:g}, {lengths(geom)}, k={geom.factor:g}")
     t.add_column("m", justify="right")
     for s in schedules:

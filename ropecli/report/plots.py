@@ -4,21 +4,22 @@ results: `ropecli.report.result_plots`. Imported only where a picture is drawn."
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Sequence
 
-import matplotlib
-import matplotlib.ticker
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from ropecli.errors import RopeCliError  # noqa: E402
+from ropecli.errors import RopeCliError
 from ropecli.rope.geometry import critical_pair, wavelength
 from ropecli.maps.map_pairs import pair_reach
 from ropecli.maps.map_spelling import map_label
 from ropecli.maps.position_maps import BoundMap
+from ropecli.deferred import deferred
+
+os.environ["MPLBACKEND"] = "Agg"  # pictures go to files: pyplot draws with Agg when it loads, never in a window
+plt = deferred("matplotlib.pyplot")
+ticker = deferred("matplotlib.ticker")
 
 SUFFIXES = (".png", ".svg", ".pdf")
 
@@ -88,8 +89,8 @@ def _factors(ax, geom, schedules: Sequence, radix: bool = False) -> None:
         ax.set_title("Per-pair factor Λ_m")
     ax.set_xlabel("frequency pair m")
     ax.set_yscale("log", base=2)
-    ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.yaxis.set_major_formatter(ticker.ScalarFormatter())
+    ax.yaxis.set_minor_formatter(ticker.NullFormatter())
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
 

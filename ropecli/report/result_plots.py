@@ -7,14 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-import matplotlib.ticker
 import numpy as np
 
 from ropecli.evaluation.metrics import PPL, metric_record
 from ropecli.evaluation.results import EvalResult, PplResult
 from ropecli.evaluation.stats import ppl_half_width
-from ropecli.report.plots import check_out, plt, save
+from ropecli.report.plots import check_out, plt, save, ticker
 
 def plot_ppl_vs_length(results: list[PplResult], path: str, title: str) -> Path:
     """PPL vs evaluation length, one curve per method (log-log), error bars from the window spread.
@@ -35,8 +33,8 @@ def plot_ppl_vs_length(results: list[PplResult], path: str, title: str) -> Path:
     ax.set_xscale("log", base=2)
     ax.set_xticks(lengths, [str(n) for n in lengths])
     ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-    ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    ax.yaxis.set_major_formatter(ticker.ScalarFormatter())
+    ax.yaxis.set_minor_formatter(ticker.FormatStrFormatter("%g"))
     ax.set_xlabel("evaluation length (tokens)")
     ax.set_ylabel("perplexity (log scale)")
     ax.set_title(title)

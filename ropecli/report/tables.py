@@ -18,6 +18,8 @@ from ropecli.evaluation.results import EvalResult, PasskeyResult, PplResult
 from ropecli.evaluation.task_results import TaskResult
 from ropecli.report.serving_tables import serving_tables
 
+from rich.markup import escape
+
 
 def key_note(results: list[EvalResult]) -> list:
     """The line that says what key PPL is, once per table (nothing when no result has it)."""
@@ -242,8 +244,6 @@ def kl_table(out: dict) -> list:
 
 def verify_table(verdict, exp, target) -> list:
     """`ropecli verify`: each check (expected, found, ok), the notes, the verdict line."""
-    from rich.markup import escape
-
     t = table(f"verify {target} for {verdict.runtime} against {exp.source}", ["layer type", "check", "expected", "found", "ok"],
               left=("layer type", "check", "expected", "found", "ok"))
     t.title_justify = "left"

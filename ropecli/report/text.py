@@ -3,17 +3,16 @@ its columns, and a line printed as it is. Light: rich only, imported by the anal
 
 from __future__ import annotations
 
+from rich.text import Text
+from rich.table import Table
+
 
 def plain(line: str):
     """A line printed as it is: brackets in it are text, not rich markup (`[windows inference: …]`)."""
-    from rich.text import Text
-
     return Text(line)
 
 
 def table(title: str, columns: list[str], left: tuple[str, ...] = ("method",)):
-    from rich.table import Table
-
     t = Table(title=title)
     for col in columns:
         t.add_column(col, justify="left" if col in left else "right")

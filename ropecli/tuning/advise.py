@@ -28,6 +28,8 @@ from ropecli.tuning.racing import race_start
 from ropecli.tuning.tournament import tournament
 from ropecli.tuning.workload import parse_workload
 
+import numpy as np
+
 MARKER = ".ropecli-advise"  # a folder advise made: a rerun may write into it again (its advice.json: with --force)
 
 
@@ -176,8 +178,6 @@ def estimate_units(names, with_log_n, budget, lengths, inputs, held_inputs, pass
 
 
 def _plain(x):
-    import numpy as np
-
     if isinstance(x, np.generic):
         return x.item()
     if isinstance(x, EvalResult):  # a row's passkey result

@@ -20,6 +20,8 @@ from ropecli.evaluation.metrics import KEY_PPL, KL, PPL, Metric, metric_record, 
 if TYPE_CHECKING:  # the CLI imports Objective at start-up: numpy waits until something is scored
     from ropecli.evaluation.results import EvalResult
     from ropecli.spec import Spec
+from ropecli.evaluation.stats import ONE_SIDED, paired_difference, mean_over_lengths
+from ropecli.spec import make_spec
 
 
 class Evaluate(Protocol):
@@ -75,8 +77,6 @@ class Scorer:
         if max_short_regression is not None or max_short_kl is not None:
             self.guard = {"len": train_len, "factor": guard_k, "max_percent": max_short_regression, "max_kl": max_short_kl}
         if max_short_regression is not None:
-            from ropecli.spec import make_spec
-
             ref = reference or make_spec("none")
             self.guard["reference"] = ref.label
             self.guard["none_ppl"] = run([ref], [train_len])[0].ppl
@@ -162,8 +162,6 @@ def pair(x: dict, y: dict, level: float | None = None, capacity: int | None = No
     """x's paired difference to y, two Scorer entries on the same windows (`ropecli.evaluation.stats`),
     its verdict at one-sided `level` (default: read off the 95% interval). Entries of earlier ropecli
     versions (one mean-over-lengths vector and `clusters`) pair on that vector."""
-    from ropecli.evaluation.stats import ONE_SIDED, paired_difference
-
     xv, yv = x.get("values") or [x["windows"]], y.get("values") or [y["windows"]]
     docs = x.get("docs") or y.get("docs")
     if docs is None and (x.get("clusters") or y.get("clusters")):
@@ -175,6 +173,4 @@ def pair(x: dict, y: dict, level: float | None = None, capacity: int | None = No
 def window_vector(rows: list[EvalResult]) -> list[float]:
     """The candidate's per-window (per-prompt) objective, window i averaged over the lengths: what
     pairs it with every other candidate scored on the same windows."""
-    from ropecli.evaluation.stats import mean_over_lengths
-
     return mean_over_lengths([r.values for r in rows])

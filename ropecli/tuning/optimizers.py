@@ -23,6 +23,12 @@ from typing import Callable
 
 from ropecli.errors import RopeCliError
 
+import itertools
+
+from ropecli.deferred import deferred
+
+scipy_optimize = deferred("scipy.optimize")
+
 INV_PHI = (math.sqrt(5) - 1) / 2  # 0.618…
 
 
@@ -208,18 +214,16 @@ def optimize(f: Callable[..., float], n: int, budget: int, optimizer: str = "aut
 def _scipy(F, method: str, n: int, x0: list[float], tol: float, order: list) -> None:
     """scipy's bounded Powell or Nelder-Mead from x0, restarted from the best point (fresh directions or
     simplex) while a run still improves and budget is left: a converged run hands its evaluations back."""
-    from scipy.optimize import minimize
-
     start, best = list(x0), math.inf
     F(start)
     for _ in range(50):
         if method == "powell":
-            minimize(F, start, method="Powell", bounds=[(0.0, 1.0)] * n, options={"xtol": tol, "ftol": 1e-7})
+            scipy_optimize.minimize(F, start, method="Powell", bounds=[(0.0, 1.0)] * n, options={"xtol": tol, "ftol": 1e-7})
         else:
             step = 0.25
             simplex = [start] + [[(x + step if x + step <= 1 else x - step) if i == j else x for j, x in enumerate(start)]
                                  for i in range(n)]
-            minimize(F, start, method="Nelder-Mead", bounds=[(0.0, 1.0)] * n,
+            scipy_optimize.minimize(F, start, method="Nelder-Mead", bounds=[(0.0, 1.0)] * n,
                      options={"xatol": tol, "fatol": 1e-7, "initial_simplex": simplex})
         x, v = min(order, key=lambda p: p[1])
         if not v < best - 1e-7:
@@ -244,8 +248,6 @@ def _one_at_a_time(F, n: int, points: int, x0: list[float]) -> None:
 
 
 def _grid(F, n: int, budget: int) -> None:
-    import itertools
-
     per_axis = max(2, int(math.floor(budget ** (1.0 / n) + 1e-9)))
     axis = [i / (per_axis - 1) for i in range(per_axis)]
     for x in itertools.product(axis, repeat=n):

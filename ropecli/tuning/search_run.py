@@ -22,6 +22,8 @@ from ropecli.tuning.search import run_search, scorer, search_b
 from ropecli.tuning.search_verdicts import parse_reference
 from ropecli.tuning.space import ANY_GEOMETRY, Effort, SearchSpace, parse_vary
 from ropecli.maps.position_maps import BoundMap
+import ropecli.report.result_plots
+from ropecli.report.plots import check_out
 
 
 @dataclass
@@ -51,8 +53,6 @@ class SearchPlan:
             raise RopeCliError("--map: --export-config writes a transformers block, which holds no map (export it to llama.cpp "
                                "with `ropecli export --map`), and --max-short-kl is not measured under a map; leave them out")
         if self.plot:
-            from ropecli.report.plots import check_out
-
             check_out(self.plot, self.force, "--plot")
         if self.export_config:
             check_writable(self.export_config, "--export-config", self.force)
@@ -151,6 +151,4 @@ def deliver(session: Bench, plan: SearchPlan, out: dict, winner: tuple, factor: 
 
 def result_plots():
     """ropecli.report.result_plots, imported only when a picture is drawn (it imports matplotlib)."""
-    import ropecli.report.result_plots
-
     return ropecli.report.result_plots

@@ -16,6 +16,8 @@ from ropecli.evaluation.stats import paired_difference, rank_against_best
 from ropecli.export.registry import PER_FORWARD, Runtime
 from ropecli.export.served import Served, decode_damage, is_dynamic, served
 
+import math
+
 VARIANTS = {True: "consistent (default)", False: "--switching"}
 
 
@@ -75,8 +77,6 @@ def within_L(at, native, results: dict, margin: float | None) -> dict:
     """The cost within Ls of what the runtime serves there (`at`, a Served; `native`, the model as shipped): PPL at Ls
     against the model as shipped, paired over the
     same windows (the first Ls tokens of the workload's), as a rise in percent and a paired difference in nats."""
-    import math
-
     mine, ref = results[(repr(at.spec), at.length)], results[(repr(native.spec), native.length)]
     d = paired_difference(mine.values, ref.values, mine.clusters, **({"margin": margin} if margin is not None else {}))
     return {"len": at.length, "applies": at.spec.label, PPL.field: mine.ppl, "native_ppl": ref.ppl,

@@ -16,14 +16,15 @@ import math
 import numpy as np
 
 from ropecli.evaluation.inference import CONFIDENCE
+from ropecli.deferred import deferred
+
+stats = deferred("scipy.stats")
 
 LEVEL = (1 - CONFIDENCE) / 2  # one-sided 0.025 per candidate tested
 
 
 def welch(x: list[float], y: list[float], level: float = LEVEL) -> dict:
     """mean(x) - mean(y) for independent samples: {diff, se, df, lower} (lower: one-sided (1 - level) bound)."""
-    from scipy.stats import t as student
-
     a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     diff = float(a.mean() - b.mean())
     if a.size < 2 or b.size < 2 or not (np.isfinite(a).all() and np.isfinite(b).all()):
@@ -33,7 +34,7 @@ def welch(x: list[float], y: list[float], level: float = LEVEL) -> dict:
     if se == 0:
         return {"diff": diff, "se": 0.0, "df": None, "lower": diff}
     df = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))  # Welch–Satterthwaite
-    return {"diff": diff, "se": se, "df": df, "lower": diff - float(student.ppf(1 - level, df)) * se}
+    return {"diff": diff, "se": se, "df": df, "lower": diff - float(stats.t.ppf(1 - level, df)) * se}
 
 
 def guard_row(task: str, candidate, reference, margin: float) -> dict:

@@ -11,6 +11,8 @@ from ropecli.cli.eval_options import AdviseOutOpt
 from ropecli.cli.groups import with_option_groups
 from ropecli.cli.options import ForceOpt, JsonOpt
 from ropecli.cli.session_opening import open_session
+from ropecli.report.advice import advice_lines
+from ropecli.tuning.advise import Source, prepare_out, run_advise
 
 
 @handle_errors
@@ -30,9 +32,6 @@ def advise(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, prom
     Examples: ropecli advise
               ropecli advise --model meta-llama/Llama-2-7b-hf --len 32768 --len 65536 --out llama-advice
     """
-    from ropecli.report.advice import advice_lines
-    from ropecli.tuning.advise import Source, prepare_out, run_advise
-
     prompts.parsed_depths(), prompts.checked_digits()
     out_dir = prepare_out(out, force)  # a bad --out fails before the model loads
     session = open_session(model, data, evaluation, quiet=as_json, passkey=prompts)

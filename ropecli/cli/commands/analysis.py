@@ -12,6 +12,12 @@ from ropecli.errors import RopeCliError
 from ropecli.cli.groups import GeometryOptions, ScheduleOptions, with_option_groups
 from ropecli.cli.options import ConsistentOpt, DEFAULT_METHOD, JsonOpt, MapOpt, OUTPUT, OutputFormat
 from ropecli.maps.map_spelling import one_map
+from ropecli.report.analysis_tables import (freqs_table, digits_json, digits_table, integer_digits_table, schedule_csv,
+                                            schedule_json, schedule_table, methods_rows, methods_table)
+from ropecli.rope.freqs import frequency_report
+from ropecli.maps.map_pairs import with_reach
+from ropecli.rope.digits import integer_illustration, rope_digits
+from ropecli.rope.factor_files import rope_parameters_block
 
 
 def _one_schedule(geom, opts: ScheduleOptions):
@@ -30,10 +36,6 @@ def freqs(geometry: GeometryOptions, schedule: ScheduleOptions, position_map: Ma
     Examples: ropecli freqs --d 128 --k 8 --method mixed --b 0.625
               ropecli freqs --model meta-llama/Llama-2-7b-hf --k 8
     """
-    from ropecli.report.analysis_tables import freqs_table
-    from ropecli.rope.freqs import frequency_report
-    from ropecli.maps.map_pairs import with_reach
-
     geom, rope = geometry_of(geometry)
     bound = one_map(position_map)  # LaMPE's fit = auto with no model: the scaled fit at this geometry's L
     bound = rope.on_model(bound)[0] if rope is not None else bound.on_model("", geom.base, geom.train_len, None)[0] \
@@ -64,9 +66,6 @@ def digits(
     Examples: ropecli digits --n 759 --d 128 --k 8 --method mixed
               ropecli digits --n 1749 --radix 10 --width 3 --k 2 --also-radix 16
     """
-    from ropecli.report.analysis_tables import digits_json, digits_table, integer_digits_table
-    from ropecli.rope.digits import integer_illustration, rope_digits
-
     if radix is not None:
         factor = 2.0 if geometry.k is None else geometry.k  # the articles' example doubles the range
         rows = integer_illustration(n, radix, width, factor, also_radix or [])
@@ -96,8 +95,6 @@ def schedule(
               ropecli schedule --method pi,ntk-fixed,mixed --csv > factors.csv
               ropecli schedule --method mixed --b 0.5 --format hf > rope.json
     """
-    from ropecli.report.analysis_tables import schedule_csv, schedule_json, schedule_table
-
     if as_json and as_csv:
         raise RopeCliError("--json and --csv both choose the output; pass only one")
     fmt = "json" if as_json else "csv" if as_csv else OutputFormat(fmt).value
@@ -106,7 +103,6 @@ def schedule(
     if fmt == "hf":
         if len(schedules) != 1:
             raise RopeCliError("--format hf writes one schedule; pass a single --method (and at most one --b)")
-        from ropecli.rope.factor_files import rope_parameters_block
 
         return emit_json(rope_parameters_block(geom, schedules[0], rope.partial_rotary_factor if rope else 1.0,
                                                consistent=consistent))
@@ -123,7 +119,5 @@ def methods(as_json: JsonOpt = False):
 
     Example: ropecli methods
     """
-    from ropecli.report.analysis_tables import methods_rows, methods_table
-
     rows = methods_rows()
     return emit_json(rows) if as_json else show(methods_table(rows))

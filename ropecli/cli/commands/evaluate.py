@@ -12,6 +12,17 @@ from ropecli.cli.eval_options import BothLogNOpt, GenerateOpt, MarginOpt, MaxWin
 from ropecli.cli.groups import OutputOptions, with_option_groups
 from ropecli.cli.options import COMPARE_METHODS, DEFAULT_METHOD, flat_choices
 from ropecli.cli.session_opening import check_plot_path, open_session
+from ropecli.evaluation.results import PplResult
+from ropecli.report.task_plots import plot_task_heatmap, tasks_path
+from ropecli.evaluation.metrics import is_task, prompted, metric_record
+from ropecli.rope.target import check_lengths
+from ropecli.evaluation.compared import Row
+from ropecli.report.tables import bos_words, ppl_table, compare_table
+from ropecli.report.task_tables import task_table
+from ropecli.tuning.comparison import compare_schedules
+from ropecli.report.serving_plots import plot_serving, serving_path
+from ropecli.report.position_plots import PositionCurve, plot_loss_by_position, position_path
+from ropecli.report.result_plots import plot_ppl_vs_length
 
 
 def plot_ppl(rows: list, path: str | None, session, serving: dict | None = None, tasks: tuple = ()) -> None:
@@ -19,19 +30,12 @@ def plot_ppl(rows: list, path: str | None, session, serving: dict | None = None,
     longest length (ppl-position.png), L marked; with a workload, loss against request length per runtime
     (ppl-serving.png); each of `tasks` (RULER's, in `rows` too) as its heat map (ppl-TASK.png). `rows`: typed rows
     (`ropecli.evaluation.compared.Row`)."""
-    from ropecli.evaluation.results import PplResult
-
     plot_tasks([r.result for r in rows], path, session, tasks)
     rows = [r for r in rows if type(r.result) is PplResult]
     if path and session.is_main and serving:
-        from ropecli.report.serving_plots import plot_serving, serving_path
-
         plot_serving(serving, session.rope.train_len, serving_path(path), f"{session.rope.name}: loss by request length")
         stderr_console().print(f"wrote {serving_path(path)}")
     if path and session.is_main and rows:
-        from ropecli.report.position_plots import PositionCurve, plot_loss_by_position, position_path
-        from ropecli.report.result_plots import plot_ppl_vs_length
-
         rope, n = session.rope, max(r.result.len for r in rows)
         plot_ppl_vs_length([r.result for r in rows], path, f"Perplexity vs length: {rope.name} (L = {rope.train_len})")
         stderr_console().print(f"wrote {path}")
@@ -45,7 +49,6 @@ def plot_tasks(results: list, path: str | None, session, tasks: list[str]) -> No
     """On the main rank: each task's heat map (score against depth x length, a panel per schedule) beside `path`."""
     if not (path and session.is_main):
         return
-    from ropecli.report.task_plots import plot_task_heatmap, tasks_path
 
     for t in tasks:
         if plot_task_heatmap(results, t, session.rope.train_len, tasks_path(path, t), f"{t} on {session.rope.name} "
@@ -56,8 +59,6 @@ def plot_tasks(results: list, path: str | None, session, tasks: list[str]) -> No
 def chosen_metrics(metric: list | None, task: list | None, prompts: PasskeyOptions) -> tuple[list, list, bool]:
     """(metrics in order, the tasks among them, whether any scores prompts): --metric (ppl unless only --task is
     given) then --task; depths and digits checked before the model loads where prompts are scored."""
-    from ropecli.evaluation.metrics import is_task, prompted
-
     tasks = flat_choices(task, ())
     metrics = list(dict.fromkeys(flat_choices(metric, ("ppl",) if not tasks else ()) + tasks))
     any_prompted = any(map(prompted, metrics))
@@ -76,12 +77,6 @@ def ppl(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOptions,
               ropecli ppl --model meta-llama/Llama-2-7b-hf --len 4096 --len 8192 --method mixed --log-n
               ropecli ppl --len 2048 --method yarn --task niah-single,vt
     """
-    from ropecli.rope.target import check_lengths
-    from ropecli.evaluation.metrics import metric_record
-    from ropecli.evaluation.compared import Row
-    from ropecli.report.tables import bos_words, ppl_table
-    from ropecli.report.task_tables import task_table
-
     lengths = check_lengths(evaluation.length or [])
     specs = schedule.specs(DEFAULT_METHOD,
                              factor=evaluation.k, log_n_modes=(evaluation.log_n,))
@@ -121,10 +116,6 @@ def compare(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOpti
               ropecli compare --len 2048 --task niah-multikey,vt
               ropecli compare --model meta-llama/Llama-2-7b-hf --len 4096 --len 16384 --method none,pi,ntk-fixed,mixed --log-n --plot ppl.png
     """
-    from ropecli.evaluation.metrics import metric_record
-    from ropecli.report.tables import compare_table
-    from ropecli.tuning.comparison import compare_schedules
-
     (serve, lengths), (metrics, tasks, prompted) = serving.plan(evaluation.length), chosen_metrics(metric, task, prompts)
     specs = schedule.specs(COMPARE_METHODS, factor=evaluation.k, log_n_modes=(False, True) if both_log_n else (evaluation.log_n,))
     check_plot_path(output.plot, output.force)

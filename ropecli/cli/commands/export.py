@@ -9,6 +9,9 @@ from ropecli.errors import RopeCliError
 from ropecli.cli.eval_options import ExportOutOpt, ReplaceOpt, ToOpt, WeightsOpt
 from ropecli.cli.groups import TargetGeometryOptions, ScheduleOptions, with_option_groups
 from ropecli.cli.options import ConsistentOpt, DEFAULT_METHOD, ForceOpt, JsonOpt, LogNOpt, MapOpt
+from ropecli.export.plan import check_export_paths, export_schedule, export_target
+from ropecli.maps.map_spelling import one_map
+from ropecli.report.tables import export_lines
 
 
 @handle_errors
@@ -21,10 +24,6 @@ def export(geometry: TargetGeometryOptions, schedule: ScheduleOptions, log_n: Lo
               ropecli export --model meta-llama/Llama-2-7b-hf --method yarn --len 32768 --to vllm --out overrides.json
               ropecli export --model model.gguf --method mixed --b 0.75 --len 32768 --to llamacpp --out model-32k.gguf
     """
-    from ropecli.export.plan import check_export_paths, export_schedule, export_target
-    from ropecli.maps.map_spelling import one_map
-    from ropecli.report.tables import export_lines
-
     if geometry.k is None and geometry.target_len is None:
         raise RopeCliError("export needs the target: pass --len N (or --k); at k = 1 every schedule is the unscaled model")
     specs = [s.but(position_map=one_map(position_map)) for s in schedule.specs(DEFAULT_METHOD, log_n_modes=(log_n,))]

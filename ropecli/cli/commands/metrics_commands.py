@@ -11,6 +11,13 @@ from ropecli.cli.groups import OutputOptions, ScheduleOptions, with_option_group
 from ropecli.cli.options import KL_METHODS, PASSKEY_METHODS, TargetLenOpt
 from ropecli.cli.eval_options import PasskeyScore, PasskeyScoreOpt, TextVariantOpt
 from ropecli.cli.session_opening import check_plot_path, open_session
+from ropecli.rope.target import check_lengths, default_target
+from ropecli.evaluation.metrics import PASSKEY, PASSKEY_TEXT, KL
+from ropecli.evaluation.compared import attach_paired
+from ropecli.evaluation.passkey import KEY_RANGE
+from ropecli.report.tables import passkey_table, kl_table
+from ropecli.models.model_geometry import resolve_factor
+from ropecli.report.result_plots import plot_passkey_heatmaps, plot_kl
 
 
 @handle_errors
@@ -31,12 +38,6 @@ def passkey(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOpti
               ropecli passkey --len 1024 --method none,yarn --text
               ropecli passkey --len 512 --method none,yarn --score generate
     """
-    from ropecli.rope.target import check_lengths, default_target
-    from ropecli.evaluation.metrics import PASSKEY, PASSKEY_TEXT
-    from ropecli.evaluation.compared import attach_paired
-    from ropecli.evaluation.passkey import KEY_RANGE
-    from ropecli.report.tables import passkey_table
-
     prompts.parsed_depths(), prompts.checked_digits()  # bad --depths / --digits fail before the model loads
     specs = schedule.specs(PASSKEY_METHODS, factor=evaluation.k, log_n_modes=(evaluation.log_n,))
     check_plot_path(output.plot, output.force)
@@ -48,8 +49,6 @@ def passkey(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOpti
     out = {**session.header(), "metric": metric.name, "score": PasskeyScore(score).value, "depths": list(ins.depths),
            "digits": ins.digits if text else None, "rows": rows, "results": attach_paired(results), **session.tally()}
     if output.plot and session.is_main:
-        from ropecli.report.result_plots import plot_passkey_heatmaps
-
         plot_passkey_heatmaps(results, output.plot, f"Passkey accuracy: {session.rope.name} (L = {L}), "
                                                     f"{ins.per_depth} {keys} per cell ({metric.name})")
         stderr_console().print(f"wrote {output.plot}")
@@ -69,12 +68,6 @@ def kl(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, evalua
     Examples: ropecli kl --k 8
               ropecli kl --model meta-llama/Llama-2-7b-hf --target-len 32768 --method yarn,llama3,mixed
     """
-    from ropecli.models.model_geometry import resolve_factor
-    from ropecli.rope.target import check_lengths
-    from ropecli.evaluation.metrics import KL
-    from ropecli.evaluation.compared import attach_paired
-    from ropecli.report.tables import kl_table
-
     if evaluation.k is None and target_len is None:
         raise RopeCliError("kl needs the target's factor: pass --k 8 or --target-len N (at k = 1 every schedule is the "
                            "unscaled model and every KL is 0)")
@@ -85,8 +78,6 @@ def kl(model: ModelOptions, schedule: ScheduleOptions, data: DataOptions, evalua
     k = resolve_factor(L, evaluation.k, target_len)
     results = session.run([s.but(factor=k) for s in specs], check_lengths(evaluation.length or [L]), KL)
     if output.plot and session.is_main:
-        from ropecli.report.result_plots import plot_kl
-
         plot_kl(results, output.plot, f"KL against the unscaled model: {session.rope.name} (L = {L}), k = {k:g}")
         stderr_console().print(f"wrote {output.plot}")
     out = {**session.header(), "factor": k, "results": attach_paired(results), **session.tally()}

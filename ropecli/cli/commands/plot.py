@@ -10,14 +10,13 @@ from ropecli.cli.console import console
 from ropecli.cli.groups import GeometryOptions, ScheduleOptions, with_option_groups
 from ropecli.cli.options import DEFAULT_METHOD, ForceOpt, MapOpt, OVERVIEW_METHODS, OutOpt, PLOT_SCHEDULE_METHODS
 from ropecli.maps.map_spelling import one_map
+from ropecli.report.plots import check_out, plot_overview, plot_wavelengths, plot_factors
 
 app = typer.Typer(help="Draw RoPE pictures to PNG, SVG or PDF; with no subcommand, an overview.", cls=OneLineErrorsGroup,
                   invoke_without_command=True)
 
 
 def _draw(draw, out: str, geometry: GeometryOptions, schedule: ScheduleOptions, default: str, force: bool, **kw) -> None:
-    from ropecli.report.plots import check_out
-
     check_out(out, force)
     geom, _ = geometry_of(geometry)
     console().print(f"wrote {draw(geom, schedules_of(geom, schedule, default), out, **kw)}")
@@ -35,7 +34,6 @@ def overview(ctx: typer.Context, geometry: GeometryOptions, schedule: ScheduleOp
     """
     if ctx.invoked_subcommand is not None:
         return
-    from ropecli.report.plots import plot_overview
 
     _draw(plot_overview, out or "ropecli.png", geometry, schedule, OVERVIEW_METHODS, force)
 
@@ -48,8 +46,6 @@ def plot_freqs(geometry: GeometryOptions, schedule: ScheduleOptions, position_ma
 
     Example: ropecli plot freqs --d 128 --k 8 --method pi,ntk-fixed,mixed --out freqs.png
     """
-    from ropecli.report.plots import plot_wavelengths
-
     _draw(plot_wavelengths, out or "freqs.png", geometry, schedule, DEFAULT_METHOD, force, position_map=one_map(position_map))
 
 
@@ -62,6 +58,4 @@ def plot_schedule(geometry: GeometryOptions, schedule: ScheduleOptions, out: Out
     Examples: ropecli plot schedule --method pi,ntk-old,ntk-fixed,mixed,yarn --out schedule.png
               ropecli plot schedule --method mixed --b 0 --b 0.25 --b 0.625 --b 1 --out b.svg
     """
-    from ropecli.report.plots import plot_factors
-
     _draw(plot_factors, out or "schedule.png", geometry, schedule, PLOT_SCHEDULE_METHODS, force)

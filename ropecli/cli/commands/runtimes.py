@@ -10,7 +10,9 @@ import typer
 from ropecli.cli.common import emit_json, handle_errors
 from ropecli.cli.console import show
 from ropecli.cli.options import CommaChoices, JsonOpt
-from ropecli.export.registry import names, spellings
+from ropecli.export.registry import names, spellings, records
+from ropecli.report.text import plain
+from ropecli.export.installed import installed_version, too_old
 
 RuntimeArg = Annotated[Optional[str], typer.Argument(
     click_type=CommaChoices(names, "NAME", "NAME", many=False, spellings=spellings), help="One runtime (default: all).",
@@ -24,10 +26,6 @@ def runtimes(name: RuntimeArg = None, as_json: JsonOpt = False):
     Examples: ropecli runtimes
               ropecli runtimes vllm --json
     """
-    from ropecli.report.text import plain
-    from ropecli.export.registry import records
-    from ropecli.export.installed import installed_version, too_old
-
     chosen = [records()[name]] if name else list(records().values())
     out = [{**rec.describe(), "installed": installed_version(rec), "too_old": too_old(rec)} for rec in chosen]
     if as_json:

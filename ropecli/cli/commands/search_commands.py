@@ -11,7 +11,9 @@ from ropecli.cli.eval_options import (FixedParamOpt, HeldOutOpt, HiOpt, LoOpt, O
 from ropecli.cli.groups import OutputOptions, with_option_groups
 from ropecli.cli.options import DEFAULT_METHOD, MapOpt
 from ropecli.cli.session_opening import open_session
-from ropecli.tuning.optimizers import Optimizer
+from ropecli.tuning.optimizers import Optimizer, check_range
+from ropecli.report.search_tables import search_b_tables, search_tables
+from ropecli.tuning.search_run import search_b_on, check_search, search_on
 
 
 def deliver(out: dict, as_json: bool, tables) -> None:
@@ -34,10 +36,6 @@ def search_b(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, ou
     Examples: ropecli search-b
               ropecli search-b --model meta-llama/Llama-2-7b-hf --len 8192 --len 16384 --export-config rope.json
     """
-    from ropecli.report.search_tables import search_b_tables
-    from ropecli.tuning.optimizers import check_range
-    from ropecli.tuning.search_run import search_b_on
-
     check_range(lo, hi, tol)
     plan = search.plan(evaluation, output, prompts, model)
     session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts if plan.prompted else None)
@@ -61,9 +59,6 @@ def search(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, outp
               ropecli search --method yarn --vary beta_fast --vary beta_slow --budget 30
               ropecli search --model meta-llama/Llama-2-7b-hf --len 16384 --method llama3 --vary low_freq_factor --vary high_freq_factor
     """
-    from ropecli.report.search_tables import search_tables
-    from ropecli.tuning.search_run import check_search, search_on
-
     plan = search.plan(evaluation, output, prompts, model, position_map)
     optimizer = Optimizer(optimizer).value
     method, fixed, refs = check_search(method, vary, param, budget, optimizer, reference, plan)

@@ -13,6 +13,9 @@ from ropecli.cli.eval_options import AdviceOpt, ArtefactPathArg, CacheDirOpt, Re
 from ropecli.cli.groups import TargetGeometryOptions, ScheduleOptions, with_option_groups
 from ropecli.cli.options import JsonOpt, LogNOpt
 from ropecli.errors import RopeCliError
+from ropecli.export.expected import Measured, what_was_measured
+from ropecli.export.verify import kind_of, verify_artefact
+from ropecli.report.tables import verify_table
 
 
 @handle_errors
@@ -26,11 +29,6 @@ def verify(path: ArtefactPathArg, geometry: TargetGeometryOptions, schedule: Sch
               ropecli verify overrides.json --model meta-llama/Llama-2-7b-hf --method yarn --len 32768
               ropecli verify model-32k.gguf --model model.gguf --method mixed --b 0.75 --len 32768
     """
-    from ropecli.export.expected import Measured, what_was_measured
-    from ropecli.export.verify import kind_of
-    from ropecli.export.verify import verify_artefact
-    from ropecli.report.tables import verify_table
-
     target = Path(path)
     if not target.exists():
         raise RopeCliError(f"{path}: no such file or folder; pass what `ropecli export` wrote")

@@ -9,6 +9,7 @@ run_test.py): 10 new tokens, the first run of digits read as an integer and comp
 from __future__ import annotations
 
 import re
+
 from ropecli.evaluation.ruler.templates import TASKS
 
 _CONTROL = re.compile(r"[\x00-\x1f]")

@@ -28,6 +28,9 @@ from ropecli.evaluation.ruler.templates import (CWE_ANSWER_PREFIX, CWE_FREQ_CW, 
                                                 DEPTHS, FWE_ALPHA, FWE_ANSWER_PREFIX, FWE_TEMPLATE, FWE_WORDLEN, NEEDLE,
                                                 NIAH_ANSWER_PREFIX, NIAH_TEMPLATE, NOISE, VT_ANSWER_PREFIX, VT_HOPS,
                                                 VT_TEMPLATE, Task, singular)
+from ropecli.deferred import deferred
+
+special = deferred("scipy.special")
 
 
 @dataclass(frozen=True)
@@ -185,8 +188,6 @@ def cwe(task: Task, hay: Haystack, n: int, rng: np.random.Generator, length: int
 def fwe(task: Task, n: int, rng: np.random.Generator, length: int) -> TaskPrompt:
     """freq_words_extraction.py `generate_input_output`: coded words with Zipf(alpha) counts out of n words, the
     most frequent one replaced by '...' (noise); the answer the next three."""
-    from scipy.special import zeta
-
     size = max((length - 50) // 50, 4)  # RULER's vocab_size = (max_seq_length - tokens_to_generate) // 50
     vocab: set = set()
     while len(vocab) < size:
@@ -194,7 +195,7 @@ def fwe(task: Task, n: int, rng: np.random.Generator, length: int) -> TaskPrompt
     words = sorted(vocab)
     words = [words[i] for i in rng.permutation(len(words))]
     words[0] = "..."
-    counts = (n * np.arange(1, len(words) + 1, dtype=np.float64) ** -FWE_ALPHA / zeta(FWE_ALPHA)).astype(int)
+    counts = (n * np.arange(1, len(words) + 1, dtype=np.float64) ** -FWE_ALPHA / special.zeta(FWE_ALPHA)).astype(int)
     stream = [w for w, c in zip(words, counts) for _ in range(c)]
     stream = [stream[i] for i in rng.permutation(len(stream))]
     text = (FWE_TEMPLATE + FWE_ANSWER_PREFIX).format(context=" ".join(stream))

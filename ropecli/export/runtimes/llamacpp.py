@@ -37,6 +37,17 @@ from ropecli.export.runtimes.record import ROPE_FREQS, Runtime, Version
 from ropecli.models.packaged import resolve_model
 from ropecli.maps.position_maps import BoundMap
 
+import numpy as np
+
+from ropecli.export.writers import to_gguf
+from ropecli.export.readback import Applied
+from ropecli.models.config import gguf_metadata, locate_file
+from ropecli.models.gguf_rope import GGUF_ROPE_FREQS_ARCHS, llamacpp_yarn
+from ropecli.export.runs import run_llamacpp
+from ropecli.deferred import deferred, installed
+
+gguf = deferred("gguf")
+
 FIX = ("src/llama-kv-cells.h, llama_kv_cells::pos_div: `shift[i] += p_old - pos[i];` -> `shift[i] += pos[i] - p_old;` "
        "(the shift is new - old, as pos_add records it)")
 CHECKED = "llama.cpp 0c1e57098 (2026-10-01, vendored in llama-cpp-python 0.3.36)"
@@ -144,8 +155,6 @@ RECORD = Runtime(
 
 def write(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:
     """A GGUF copy with the schedule (rope_freqs, or the native scaling keys) and the llama-server line."""
-    from ropecli.export.writers import to_gguf
-
     return to_gguf(RECORD.name, spec, geom, out, model, gguf_file, force, replace)
 
 
@@ -161,12 +170,6 @@ def read_back(artefact, exp):
 def gguf_applied(path: Path, at_len: int) -> list:
     """What llama.cpp applies from a GGUF (`ropecli.export.readback.Applied`): rope_freqs, or its own yarn/linear from
     the scaling keys (Ollama's reader uses it too)."""
-    import numpy as np
-
-    from ropecli.export.readback import Applied
-    from ropecli.models.config import gguf_metadata
-    from ropecli.models.gguf_rope import GGUF_ROPE_FREQS_ARCHS, llamacpp_yarn
-
     meta = gguf_metadata(path)
     arch = meta.get("general.architecture", "")
     get = lambda key, default=None: meta.get(f"{arch}.{key}", default)  # noqa: E731
@@ -201,11 +204,7 @@ def gguf_applied(path: Path, at_len: int) -> list:
 
 def rope_freqs_of(path: Path):
     """The F32 `rope_freqs.weight` tensor of a GGUF (a float64 array), or None."""
-    import numpy as np
-
-    try:
-        import gguf
-    except ImportError:
+    if not installed("gguf"):
         raise RopeCliError("reading a GGUF's tensors needs the 'gguf' package; pip install 'ropecli[gguf]'") from None
     for t in gguf.GGUFReader(str(path)).tensors:
         if t.name == "rope_freqs.weight":
@@ -221,15 +220,11 @@ def stated_geometry(artefact) -> dict:
 
 def run(artefact, block, model, exp, run_len, cache_dir, gguf_file):
     """llama.cpp serves the GGUF; its effect against the source is compared with ropecli's (`run_llamacpp`)."""
-    from ropecli.export.runs import run_llamacpp
-
     return run_llamacpp(RECORD.name, artefact, model, exp, run_len, cache_dir, gguf_file)
 
 
 def unavailable() -> str | None:
-    try:
-        import llama_cpp  # noqa: F401
-    except ImportError:
+    if not installed("llama_cpp"):
         return "not run: llama-cpp-python is not installed (pip install 'ropecli[llamacpp]')"
     return None
 
@@ -254,8 +249,6 @@ def map_lines(position_map: BoundMap, out: str | None, target_len: int, model: s
 
 def chat_template(model: str | None, gguf_file: str | None) -> bool:
     """Whether the source GGUF carries tokenizer.chat_template (llama.cpp's completion tool then wraps the prompt)."""
-    from ropecli.models.config import gguf_metadata, locate_file  # numpy: not for the records
-
     source = resolve_model(model) if model else None
     if source is None:
         return True  # unknown: -no-cnv is harmless on a model without one

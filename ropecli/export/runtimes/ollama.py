@@ -16,6 +16,12 @@ from ropecli.errors import RopeCliError
 from ropecli.export.runtimes.record import ROPE_FREQS, Runtime, Version
 from ropecli.export.runtimes import llamacpp
 from ropecli.files import atomic_write_text
+from ropecli.export.writers import source_path, to_gguf
+
+from dataclasses import replace
+
+from ropecli.export.runtimes.llamacpp import gguf_applied
+from ropecli.export.runs import run_llamacpp
 
 RECORD = Runtime(
     name="ollama", label="Ollama", command="ollama", output="folder", needs_gguf=True,
@@ -36,8 +42,6 @@ RECORD = Runtime(
 
 def write(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:
     """--out DIR: DIR/<name>-<T>.gguf (llama.cpp's writer) and DIR/Modelfile."""
-    from ropecli.export.writers import source_path, to_gguf
-
     folder = Path(out)
     if folder.exists() and any(folder.iterdir()) and not force:
         raise RopeCliError(f"--out {out} exists and is not empty; pass --force to overwrite, or choose another folder")
@@ -77,10 +81,6 @@ def num_ctx(folder: Path) -> int | None:
 
 def read_back(artefact, exp):
     """The GGUF as llama.cpp reads it; the declared length is the Modelfile's num_ctx (Ollama truncates to it)."""
-    from dataclasses import replace
-
-    from ropecli.export.runtimes.llamacpp import gguf_applied
-
     applied = gguf_applied(modelfile_gguf(Path(artefact)), exp.target_len)
     return [replace(a, runtime=RECORD.name, max_len=num_ctx(Path(artefact))) for a in applied], None
 
@@ -92,8 +92,6 @@ def claims(path) -> bool:
 def run(artefact, block, model, exp, run_len, cache_dir, gguf_file):
     """Ollama runs the GGUF with llama-server: llama.cpp runs it here (`ropecli.export.runs.run_llamacpp`), its check
     named for llama.cpp."""
-    from ropecli.export.runs import run_llamacpp
-
     return run_llamacpp(llamacpp.RECORD.name, modelfile_gguf(Path(artefact)), model, exp, run_len, cache_dir, gguf_file)
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Protocol
 
 from ropecli.errors import RopeCliError
+from ropecli.maps.position_maps import MAPS
 
 # How a runtime decides which schedule a forward pass runs under (`ropecli.export.served`):
 PER_FORWARD = "per-forward"  # transformers: each forward pass picks by its own length (longrope, dynamic)
@@ -79,8 +80,6 @@ class Runtime:
     def map_names(self) -> tuple[str, ...]:
         """The names of the position maps it serves (EVERY_MAP: the registry's, in its order)."""
         if isinstance(self.maps, EveryMap):
-            from ropecli.maps.position_maps import MAPS  # numpy only; read at the call: a map registered later is in it
-
             return tuple(MAPS)
         return self.maps
 

@@ -20,6 +20,11 @@ from ropecli.export.check import Check
 from ropecli.export.runtimes.record import AT_START_UP, PER_FORWARD, Runtime, Version
 from ropecli.export.runtimes.transformers import transformers_applied
 from ropecli.maps.position_maps import BoundMap
+from ropecli.export.hf import write_json, rope_block
+from ropecli.export.readback import read_json
+from ropecli.export.runtimes.vllm import vllm_block
+
+from dataclasses import replace
 
 RECORD = Runtime(
     name="sglang", label="SGLang", package="sglang",
@@ -80,8 +85,6 @@ def write_map(spec, geom, rope, out, *, model=None, **_) -> dict:
     """DCA: the override JSON (`dual_chunk_attention_config`, `max_position_embeddings`) and the launch line naming
     the backend (SGLang does not pick it by itself: `_handle_attention_backend_compatibility` sets a default backend
     first, then refuses DCA under it). One line where SGLang would serve something else than ropecli measured."""
-    from ropecli.export.hf import write_json
-
     if rope.model_type in DCA_BROKEN:
         raise RopeCliError(f"--map dca --to sglang: {DCA_BROKEN[rope.model_type]}; SGLang's DCA loads on "
                            f"{', '.join(DCA_ARCHS)} models only, in sglang<={DCA_VERSION}")
@@ -118,8 +121,6 @@ def write_map(spec, geom, rope, out, *, model=None, **_) -> dict:
 
 def verify_map(artefact, exp) -> list:
     """`ropecli verify` of a DCA override: the block SGLang reads against the measured map, at the target length."""
-    from ropecli.export.readback import read_json
-
     block = read_json(artefact)
     dca, params = block.get("dual_chunk_attention_config") or {}, exp.spec.position_map.values
     want = {"chunk_size": int(params["chunk"]), "local_size": int(params["local"]), "original_max_position_embeddings": 0}
@@ -136,9 +137,6 @@ def map_lines(position_map: BoundMap, out: str | None, target_len: int, **_) -> 
 
 def write(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:
     """The override JSON (to --out FILE.json, or printed) and the launch line."""
-    from ropecli.export.hf import rope_block, write_json
-    from ropecli.export.runtimes.vllm import vllm_block
-
     block, note = rope_block(rope, spec, geom.factor, consistent)
     block, how = vllm_block(rope, spec, geom.factor, block)
     params = block["rope_parameters"]
@@ -164,12 +162,9 @@ def write(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, con
 
 def read_back(artefact, exp):
     """What SGLang applies at T from an override file: transformers' per-forward rule on the block."""
-    from ropecli.export.readback import read_json
-
     block = read_json(artefact)
     head_dim = int(round(exp.rope.rotary_dim / exp.rope.partial_rotary_factor))
     applied = transformers_applied(block, exp.target_len, exp.rope.scaled_types, head_dim=head_dim)
-    from dataclasses import replace
 
     return [replace(a, runtime=RECORD.name) for a in applied], block
 

@@ -21,6 +21,21 @@ from ropecli.evaluation.corpus import training_plays
 from ropecli.models.model_geometry import config_geometry
 from ropecli.maps.position_maps import BoundMap
 
+import numpy as np
+import json
+
+from ropecli.export.writers import hf_result, write_block
+from ropecli.export.readback import read_json, CONSISTENT, Applied, layer_config, rope_blocks
+from ropecli.export.runs import run_transformers
+from ropecli.export.map_folder import write_map_folder, verify_map_folder
+from ropecli.backends.load import load_model
+from ropecli.deferred import deferred
+
+torch = deferred("torch")
+transformers = deferred("transformers")
+modeling_rope_utils = deferred("transformers.modeling_rope_utils")
+utils = deferred("transformers.utils")
+
 RECORD = Runtime(
     output="folder-or-json",
     name="transformers", label="transformers", aliases=("hf", "huggingface"), package="transformers",
@@ -60,10 +75,6 @@ RECORD = Runtime(
 
 def write(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:
     """The rope_parameters block (and the transformers-4 keys) in a folder's config.json or a JSON file."""
-    import json
-
-    from ropecli.export.writers import hf_result, write_block
-
     block, result = hf_result(spec, geom, rope, RECORD.name, model, consistent)
     if out is None:  # the block alone on stdout (`> rope.json` is JSON); the lines go to people, on stderr
         result["stdout"] = json.dumps(block, indent=2)
@@ -91,8 +102,6 @@ def _vllm_keys(text: str) -> bool:
 
 def read_back(artefact, exp):
     """What transformers applies at T: its own ROPE_INIT_FUNCTIONS on the folder's config or the block."""
-    from ropecli.export.readback import read_json
-
     if artefact.is_dir():
         return transformers_applied(read_json(artefact / "config.json"), exp.target_len, exp.rope.scaled_types), None
     block = read_json(artefact)
@@ -108,25 +117,17 @@ def transformers_applied(config: dict, at_len: int, scaled: tuple[str, ...], hea
     """A config.json (or a `{"rope_parameters", "max_position_embeddings"}` block with `head_dim`)
     through transformers' own RoPE functions at `at_len`: what it applies per scaled layer type
     (`ropecli.export.readback.Applied`; SGLang's reader and `export.served` use it too)."""
-    import numpy as np
-    import torch
-    from transformers import AutoConfig, LlamaConfig, PretrainedConfig
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-    from transformers.utils import logging as transformers_logging
-
-    from ropecli.export.readback import CONSISTENT, Applied, layer_config, rope_blocks
-
-    verbosity = transformers_logging.get_verbosity()
-    transformers_logging.set_verbosity_error()  # its warning on factor lists of the wrong length: said below in one line
+    verbosity = utils.logging.get_verbosity()
+    utils.logging.set_verbosity_error()  # its warning on factor lists of the wrong length: said below in one line
     try:
         if "model_type" in config:  # special floats as transformers writes them ({"__float__": "Infinity"}: Falcon-H1) decoded
-            cfg = AutoConfig.for_model(**PretrainedConfig._decode_special_floats(config))
+            cfg = transformers.AutoConfig.for_model(**transformers.PretrainedConfig._decode_special_floats(config))
         else:  # a bare block: a one-head LLaMA config carries it
-            cfg = LlamaConfig(hidden_size=head_dim, num_attention_heads=1, num_key_value_heads=1, head_dim=head_dim,
+            cfg = transformers.LlamaConfig(hidden_size=head_dim, num_attention_heads=1, num_key_value_heads=1, head_dim=head_dim,
                               max_position_embeddings=config["max_position_embeddings"],
                               rope_parameters=config["rope_parameters"])
     finally:
-        transformers_logging.set_verbosity(verbosity)
+        utils.logging.set_verbosity(verbosity)
     text = cfg.get_text_config()
     out = []
     for layer_type, params in rope_blocks(text.rope_parameters).items():
@@ -138,14 +139,14 @@ def transformers_applied(config: dict, at_len: int, scaled: tuple[str, ...], hea
         plain = 1.0 / base ** (np.arange(0, int(dim), 2, dtype=np.float64) / int(dim))
         if rope_type == "default":
             factors, attention = np.ones_like(plain), 1.0
-        elif rope_type in ROPE_INIT_FUNCTIONS:
+        elif rope_type in modeling_rope_utils.ROPE_INIT_FUNCTIONS:
             for key in ("long_factor", "short_factor"):
                 if isinstance(params.get(key), list) and len(params[key]) != len(plain):
                     raise RopeCliError(f"the rope block's {key} has {len(params[key])} entries where rotary dim {int(dim)} has "
                                        f"{len(plain)} pairs: it was written for another model (rotary dim "
                                        f"{2 * len(params[key])}); export it for this one, or verify it with that model")
             try:
-                inv, attention = ROPE_INIT_FUNCTIONS[rope_type](layer_config(text, layer_type), torch.device("cpu"),
+                inv, attention = modeling_rope_utils.ROPE_INIT_FUNCTIONS[rope_type](layer_config(text, layer_type), torch.device("cpu"),
                                                                 seq_len=at_len, layer_type=layer_type)
             except (KeyError, TypeError, ValueError) as exc:
                 raise RopeCliError(f"transformers cannot build rope_type '{rope_type}' from this config ({exc!r}); "
@@ -170,17 +171,12 @@ def transformers_applied(config: dict, at_len: int, scaled: tuple[str, ...], hea
 
 def run(artefact, block, model, exp, run_len, cache_dir, gguf_file):
     """The artefact reloaded by transformers alone scores a window (`ropecli.export.runs.run_transformers`)."""
-    from ropecli.export.runs import run_transformers
-
     return run_transformers(RECORD.name, artefact, block, model, exp, run_len, cache_dir, gguf_file)
 
 
 def write_map(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, consistent=True, **_) -> dict:
     """A model folder that generates under the map (`export.map_folder`): the schedule's folder, then the map's
     modeling file and config keys."""
-    from ropecli.export.map_folder import write_map_folder
-    from ropecli.export.writers import write_block
-
     def folder(path: str) -> dict:  # the model as shipped (config.json as it is), or the schedule's folder
         if spec.native:
             return write_block({"model": model, "lines": []}, None, path, model, gguf_file, force, folder=True)
@@ -189,7 +185,6 @@ def write_map(spec, geom, rope, out, *, model=None, gguf_file=None, force=False,
     def select() -> dict | None:  # DPE's key pairs: chosen on the model as shipped, as ropecli's evaluations choose them
         if spec.position_map.share >= 1.0:
             return None
-        from ropecli.backends.load import load_model
 
         backend = load_model(model, gguf_file=gguf_file, dtype="fp32", device="cpu")
         return backend.pair_selection(spec.position_map, training_plays)
@@ -198,8 +193,6 @@ def write_map(spec, geom, rope, out, *, model=None, gguf_file=None, force=False,
 
 
 def verify_map(artefact, exp) -> list:
-    from ropecli.export.map_folder import verify_map_folder
-
     return verify_map_folder(artefact, exp, RECORD.name)
 
 
