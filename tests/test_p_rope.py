@@ -54,7 +54,7 @@ def test_the_report_says_no_rotation_and_stays_valid_json():
     geom = Geometry(32, 1e6, 32, 4.0, rotating_pairs=4)
     report = frequency_report(geom, compute_schedule("yarn", geom))
     assert [p["status"] for p in report["pairs"][4:]] == ["no rotation"] * 12
-    from ropecli.report.jsonable import jsonable
+    from ropecli.cli.console import jsonable
 
     said = json.loads(json.dumps(jsonable(report), allow_nan=False))  # what --json prints: inf wavelengths as null
     assert said["pairs"][-1]["wavelength"] is None and said["rotating_pairs"] == 4

@@ -453,7 +453,7 @@ def test_no_code_branches_on_a_map_name():
     from ropecli.maps.position_maps import MAPS
 
     root = Path(__file__).parents[1] / "ropecli"
-    registry = {"position_maps", "map_spelling", "map_pairs", "map_rules", "map_checks", "pair_selection",
+    registry = {"position_maps", "map_spelling", "map_pairs", "map_rules", "pair_selection",
                 "llamacpp_positions"}  # the maps package's numpy half, where the maps are defined
     found = []
     for path in root.rglob("*.py"):

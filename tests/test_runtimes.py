@@ -211,7 +211,7 @@ def test_a_qwen_gguf_exported_with_yarn_runs_in_llamacpp_with_ropecli_ppl(qwen_g
 
 
 def test_the_docs_table_is_the_records():
-    from ropecli.export.runtimes_markdown import runtimes_markdown
+    from ropecli.export.registry import runtimes_markdown
 
     text = (ROOT / "docs" / "runtimes.md").read_text()
     block = text.split("<!-- runtimes-table:")[1].split("-->", 1)[1].split("<!-- /runtimes-table -->")[0]

@@ -13,8 +13,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from ropecli.cli.console import stderr_console
-from ropecli.report.jsonable import jsonable
+from ropecli.cli.console import stderr_console, jsonable
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.distributed import rank_prefix, world_from_env, leave
 from ropecli.models.config import geometry_from_flags

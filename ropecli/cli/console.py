@@ -1,13 +1,18 @@
-"""Where ropecli talks to people: tables on stdout, messages and progress on stderr (rank 0 only under
-torchrun). Imported by the error boundary (`ropecli.cli.common`) and the session alike, so neither
-imports the other for it."""
+"""Where ropecli talks: to people, tables on stdout, messages and progress on stderr (rank 0 only under torchrun); to
+programs, `--json` (`jsonable`: any result, array or number as plain JSON values). Imported by the error boundary
+(`ropecli.cli.common`) and the session alike."""
 
 from __future__ import annotations
 
+import math
 import os
+from typing import Any
+
 from rich.console import Console
 
+from ropecli.evaluation.compared import PositionDiff, Row, Verdict
 from ropecli.evaluation.distributed import world_from_env
+from ropecli.evaluation.results import EvalResult
 
 
 def console():
@@ -35,3 +40,21 @@ def show(items: list, wrap: bool = True, err: bool = False) -> None:
     out = stderr_console() if err else console()
     for item in items:
         out.print(item, highlight=False, soft_wrap=not wrap)
+
+
+def jsonable(obj: Any) -> Any:
+    """`obj` as plain JSON values: results, rows and verdicts through their to_json, numpy arrays and scalars as lists and numbers, NaN and
+    ±inf as None (null), so every parser reads it."""
+    if isinstance(obj, (EvalResult, Row, Verdict, PositionDiff)):
+        return jsonable(obj.to_json())
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if hasattr(obj, "tolist"):
+        return jsonable(obj.tolist())
+    if hasattr(obj, "item"):
+        return jsonable(obj.item())
+    return obj

@@ -18,7 +18,7 @@ from ropecli.cli.options import (BaseOpt, ConsistentOpt, MapOpt, DOpt, GgufOpt, 
                                  flat_choices)
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.metrics import metric_record
-from ropecli.tuning.advise_plan import AdvisePlan
+from ropecli.tuning.tournament import AdvisePlan
 from ropecli.tuning.candidates import candidate_names
 from ropecli.export.registry import SERVED_BY_DEFAULT, record
 from ropecli.maps.map_spelling import under_maps, one_map
@@ -145,7 +145,7 @@ class PasskeyOptions:
 
 @dataclass
 class AdviseOptions:
-    """advise's own flags; `plan()` is the tournament's plan (`ropecli.tuning.advise_plan.AdvisePlan`, the same fields)."""
+    """advise's own flags; `plan()` is the tournament's plan (`ropecli.tuning.tournament.AdvisePlan`, the same fields)."""
     candidates: CandidatesOpt = None  # None: every candidate
     with_log_n: WithLogNOpt = False  # each candidate also with log-n
     budget: AdviseBudgetOpt = 12  # evaluations per searched candidate

@@ -33,7 +33,7 @@ from ropecli.evaluation.inputs import Inputs
 from ropecli.evaluation.key_metric import key_fields, window_key_sums
 from ropecli.evaluation.key_tokens import KeyRule, describe_rule
 from ropecli.evaluation.metrics import PPL, Metric
-from ropecli.maps.map_checks import check_window
+from ropecli.maps.position_maps import check_window
 from ropecli.maps.pair_selection import CALIBRATION
 from ropecli.evaluation.results import EvalResult
 from ropecli.backends.backend import Calibration, ModelBackend

@@ -14,8 +14,7 @@ import textwrap
 from pathlib import Path
 
 from ropecli.errors import RopeCliError
-from ropecli.export.check import Check
-from ropecli.export.readback import read_json
+from ropecli.export.readback import Check, read_json
 from ropecli.export.writers import load_line
 from ropecli.maps.position_maps import resolve_map
 from ropecli.maps import vllm_plugin, map_bands

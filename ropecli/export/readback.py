@@ -1,4 +1,5 @@
-"""What a runtime will apply, read back from an exported artefact (for `ropecli verify`).
+"""What a runtime will apply, read back from an exported artefact (for `ropecli verify`), and one check of it against
+what was measured (`Check`: verify's, a --switching export's decode measurement's and a map folder's).
 
 For each scaled layer type: the per-pair factors Lambda_m (the runtime's inv_freq = base^(-2i/d) / Lambda),
 the cos/sin multiplier (attention factor), the base, and the lengths the artefact states, at the
@@ -109,3 +110,13 @@ def json_geometry(artefact: Path) -> dict:
     g = config_geometry(text, rp)
     return {"rotary_dim": 2 * len(rp.get("long_factor") or []) or g.rotary_dim, "base": rp.get("rope_theta"),
             "train_len": g.original_len}
+
+
+@dataclass
+class Check:
+    runtime: str
+    layer_type: str | None
+    what: str
+    expected: str
+    found: str
+    ok: bool

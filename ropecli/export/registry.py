@@ -6,7 +6,8 @@ fixed order; `resolve_runtime(name)` is the record with its module's writer, rea
 that defines `RECORD` is a runtime: adding one is adding its module. The registry sits above the runtime modules and
 loads them by name, so no runtime module imports it, nor anything that does (the helpers they share live below:
 `export.writers`, `export.readback`, `export.runs`, `export.hf`); tests/test_help_and_imports.py counts the edges
-loading by name makes. Nothing here imports torch.
+loading by name makes. Nothing here imports torch. `runtimes_markdown`: the records as docs/runtimes.md's table (a
+test keeps the two equal).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from ropecli.errors import RopeCliError
 from ropecli.export import runtimes
 from ropecli.export.runtimes import ORDER, SERVED_BY_DEFAULT  # noqa: F401
 from ropecli.export.runtimes.record import AT_START_UP, PER_FORWARD, ROPE_FREQS, Runtime, RuntimeHooks  # noqa: F401
-
 
 
 @lru_cache(maxsize=1)
@@ -62,3 +62,15 @@ def resolve_runtime(name: str) -> RuntimeHooks:
     """The runtime resolved into one object: its record, its writer (`write`) and reader (`read_back`), and its optional
     hooks (None where its module has none)."""
     return RuntimeHooks.of(importlib.import_module(f"ropecli.export.runtimes.{canonical(name)}"))
+
+
+def runtimes_markdown() -> list[str]:
+    """One row per runtime: its name and aliases, what ropecli writes, how it applies an export at a request of n
+    tokens and while decoding, and the versions that holds for (with their sources)."""
+    lines = ["| runtime | `--to` (aliases) | writes | at a request of n tokens | while decoding with a KV cache | versions |",
+             "|---|---|---|---|---|---|"]
+    for rec in records().values():
+        versions = "; ".join(f"{v.requirement or 'any'}: {v.what} ({v.source})" for v in rec.versions)
+        aliases = f"`{rec.name}`" + (f" ({', '.join(f'`{a}`' for a in rec.aliases)})" if rec.aliases else "")
+        lines.append(f"| {rec.label} | {aliases} | {rec.artefact} | {rec.at_length} | {rec.decoding} | {versions} |")
+    return lines

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ropecli.evaluation.cache import EvalCache
 from ropecli.evaluation.evaluator import Evaluator
-from ropecli.export.check import Check
+from ropecli.export.readback import Check
 from ropecli.export.expected import Expected
 from ropecli.export.vllm_engine import run_engine
 from ropecli.models.config import BUILTIN, BUILTIN_DIR

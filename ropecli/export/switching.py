@@ -16,7 +16,7 @@ from ropecli.spec import Spec
 from ropecli.evaluation.cache import EvalCache
 from ropecli.evaluation.decode_across import DecodePlan
 from ropecli.evaluation.evaluator import Evaluator
-from ropecli.export.check import Check
+from ropecli.export.readback import Check
 from ropecli.export.runtimes.record import Runtime
 from ropecli.export.served import decode_damage, is_dynamic, switch_length
 from ropecli.backends.load import load_model

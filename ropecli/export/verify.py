@@ -18,11 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ropecli.export.check import Check
+from ropecli.export.readback import Check, Applied, CONSISTENT, read_json, rope_blocks, UNREADABLE, unreadable
 from ropecli.export.expected import Expected
 from ropecli.errors import RopeCliError
 from ropecli.export.manifest import manifest_path
-from ropecli.export.readback import Applied, CONSISTENT, read_json, rope_blocks, UNREADABLE, unreadable
 from ropecli.export.plan import installed_lines, replaces_shipped, works_with_line
 from ropecli.export.registry import PER_FORWARD, Runtime, RuntimeHooks, names, resolve_runtime
 from ropecli.export.switching import decode_check

@@ -3,7 +3,7 @@ gets, region by region. RoPE's score depends only on the difference of the two r
 relative position rel(i, j) made of regions, and in each region the query's position depends on i alone and the key's
 on j alone: one rotation of the queries and one of the keys per region, scores merged under the regions' masks before
 one softmax (`ropecli.maps.mapped_attention`). A map composes with any frequency schedule (the frequencies say how
-fast each pair turns, the map at which positions). Issue 48; the maps, with their sources:
+fast each pair turns, the map at which positions). The maps, with their sources:
 
     none         one region: (i, j), the model as it is
     selfextend   Self-Extend (Jin et al., ICML 2024, datamllab/LongLM): d < W true positions; d >= W the query at
@@ -22,6 +22,8 @@ fast each pair turns, the map at which positions). Issue 48; the maps, with thei
 
 Each map is one small registered function of its bounded parameters returning its regions; the region functions take
 integer position arrays of numpy or torch alike (the same code serves the numpy twin and the model).
+A bound map's checks before any forward pass (`check_window`, `check_map`): its regions can be built for the lengths
+asked, and its window does not already reach the whole sequence (where the "map" would be the model itself).
 Numpy only here (`ropecli freqs` and the tests import it without torch).
 """
 
@@ -34,8 +36,20 @@ from typing import Any, Callable
 import numpy as np
 
 from ropecli.errors import RopeCliError
-from ropecli.maps.map_rules import (DPE_GROUPS, LAMPE_FIT_NAMES, LAMPE_PRESETS, dca_rule, dpe_budget, dpe_ranges,
-                                    dpe_rule, lampe_family, lampe_rule, lampe_sw_rule, selfextend_ranges, selfextend_rule)
+from ropecli.maps.map_rules import (
+    DPE_GROUPS,
+    LAMPE_FIT_NAMES,
+    LAMPE_PRESETS,
+    dca_rule,
+    dpe_budget,
+    dpe_ranges,
+    dpe_rule,
+    lampe_family,
+    lampe_rule,
+    lampe_sw_rule,
+    selfextend_ranges,
+    selfextend_rule,
+)
 from ropecli.rope.schedule import REQUIRED, Param
 
 
@@ -472,3 +486,24 @@ def map_params(name: str, given: dict[str, float]) -> dict[str, float]:
             raise RopeCliError(f"{name}: {p.name} = {v:g} is outside [{p.lo:g}, {p.hi:g}] ({p.help})")
         out[p.name] = float(round(v)) if p.integer else v  # a searched G = 7.6 runs (and is cached) as G = 8
     return out
+
+
+def check_window(bound: BoundMap | None, length: int) -> None:
+    """One line when a map's window reaches the whole sequence: no pair is mapped, the 'map' is the model itself."""
+    if not bound:
+        return
+    key = bound.record.window
+    if key is not None and bound.values[key] >= length:  # the farthest pair is d = length - 1
+        raise RopeCliError(f"{bound.name}: {key} = {bound.values[key]:g} reaches the whole {length}-token window, so "
+                           f"nothing is mapped (the model itself); pass {key} below {length}")
+
+
+def check_map(position_map: BoundMap | None, lengths) -> None:
+    """The map's regions can be built (DCA: local below chunk) and its window is below every length: one line otherwise."""
+    if position_map:
+        bound = position_map
+        if bound.values.get("fit") == 0 and not bound.values.get("L"):  # LaMPE's fit = auto is chosen on the model:
+            bound = bound.but(L=float(max([*lengths, 1])))  # its regions' own rules checked at some L meanwhile
+        bound.regions(max([*lengths, 1]))
+        for n in lengths:
+            check_window(position_map, n)

@@ -4,6 +4,12 @@ compute dtype and the KV cache a runtime holds for one sequence of N tokens.
 KV cache, layer by layer (`layer_cache_bytes`): K and V of N tokens on a full-attention layer, of at most the window
 or chunk on sliding and chunked layers, MLA's compressed latent, a fixed state on linear-attention layers; checked
 against what transformers allocates, per architecture of the matrix, in tests/test_memory.py.
+DeepSeek V4's compressed attention cache beside its sliding window (`compressed_state_bytes`), as transformers 5.24
+holds it (modeling_deepseek_v4.py: `DeepseekV4HCACache`, `DeepseekV4CSACache`), for N tokens: HCA (heavily compressed,
+rate r) one compressed entry per r tokens (head_dim wide) and the N mod r tokens not yet compressed buffered with their
+gates (2 x head_dim each); CSA (compressed sparse, rate r) the same for its compressor, whose projections are 2 x
+head_dim wide (two overlapping series), and for its indexer (index_head_dim), plus each one's overlap state (r x width,
+values and gates) once a first window has closed. Checked against the allocation on the matrix's DeepSeek V4 row.
 Weights: the parameter count from the safetensors headers (or the GGUF's tensor shapes, which transformers
 dequantizes) times the bytes of the compute dtype; unknown for a hub id until it is downloaded.
 """
@@ -11,19 +17,16 @@ dequantizes) times the bytes of the compute dtype; unknown for a hub id until it
 from __future__ import annotations
 
 import json
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ropecli.models.compressed_cache import COMPRESSED, compressed_state_bytes
+from ropecli.deferred import deferred
 from ropecli.models.config import BUILTIN, BUILTIN_DIR, gguf_metadata, gguf_parameters, read_rope_config
 from ropecli.models.gguf_families import gguf_layer_types
 from ropecli.models.packaged import resolve_model
-
-import os
-
-from ropecli.deferred import deferred
 
 torch = deferred("torch")
 
@@ -307,3 +310,22 @@ def memory_before_loading(name: str | None, gguf_file: str | None, dtype: str, l
         text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
         return plan_memory(text, safetensors_parameters(path), length, dtype)
     return None
+
+
+COMPRESSED = ("compressed_sparse_attention", "heavily_compressed_attention")
+
+
+def compressed_state_bytes(text: dict[str, Any], kind: str, length: int, dtype_bytes: int) -> int:
+    """Bytes of a DeepSeek V4 layer's compressed state at `length` tokens; 0 for any other layer."""
+    rate = (text.get("compress_rates") or {}).get(kind)
+    if kind not in COMPRESSED or not rate:
+        return 0
+    entries, left = divmod(length, int(rate))
+    series = [(int(text["head_dim"]), 1)] if kind == "heavily_compressed_attention" else \
+        [(int(text["head_dim"]), 2), (int(text.get("index_head_dim") or 0), 2)]  # (entry width, series overlapped)
+    total = 0
+    for width, overlap in series:
+        total += entries * width + 2 * left * width * overlap  # entries; buffered values and gates
+        if overlap > 1 and entries:
+            total += 2 * int(rate) * width  # the last window's first series, values and gates
+    return total * dtype_bytes

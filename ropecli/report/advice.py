@@ -8,13 +8,12 @@ from pathlib import Path
 
 from ropecli.evaluation.metrics import PPL, metric_record
 from ropecli.files import atomic_write_text
-from ropecli.report.text import lengths_of, plain
+from ropecli.report.tables import lengths_of, plain, serving_tables, serving_markdown
 from ropecli.evaluation.stats import fmt_diff
 
 from rich.markup import escape
 from rich.table import Table
 
-from ropecli.report.serving_tables import serving_tables, serving_markdown
 from ropecli.report import position_plots, plots, result_plots
 from ropecli.rope.geometry import Geometry
 from ropecli.spec import make_spec

@@ -11,7 +11,7 @@ from ropecli.maps.pair_selection import kept_pairs
 from ropecli.maps.position_maps import MAPS
 from ropecli.rope.methods import ALIASES, REGISTRY
 from ropecli.rope.schedule import REQUIRED
-from ropecli.report.text import table
+from ropecli.report.tables import table
 
 from rich.table import Table
 

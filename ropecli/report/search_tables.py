@@ -9,7 +9,7 @@ from ropecli.evaluation.metrics import PPL, metric_record, prompted
 from ropecli.evaluation.stats import fmt_diff
 from rich.markup import escape
 
-from ropecli.report.text import lengths_of, table
+from ropecli.report.tables import lengths_of, table
 
 
 def objective_text(e: dict) -> str:

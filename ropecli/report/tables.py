@@ -1,24 +1,28 @@
-"""The terminal tables of the evaluating commands (`ppl`, `compare`, `passkey`, `kl`), from their typed rows
-(`ropecli.evaluation.compared.Row`: a result and its verdicts): each function returns what to print, rich Tables and lines (`ropecli.cli.console.show` prints
-them). Cells judged against the best of their column: bold = best, ≈ = shown equivalent, ? = undecided."""
+"""The terminal tables of the evaluating commands (`ppl`, `compare`, `passkey`, `kl`, RULER's tasks, a workload served
+per runtime), from their typed rows (`ropecli.evaluation.compared.Row`: a result and its verdicts): each function
+returns what to print, rich Tables and lines (`ropecli.cli.console.show` prints them). Cells judged against the best of
+their column: bold = best, ≈ = shown equivalent, ? = undecided. The two pieces every terminal table of ropecli is made
+of stand here too (`table`: a rich Table with its columns; `plain`: a line printed as it is), with `lengths_of`."""
 
 from __future__ import annotations
 
+import math
 from typing import Callable, NamedTuple
+
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
 
 from ropecli.evaluation.bos_policy import describe_bos
 from ropecli.evaluation.chat_template import describe_frame
-from ropecli.evaluation.inference import MARGIN
-from ropecli.evaluation.effective_length import effective_line
 from ropecli.evaluation.compared import Row, Verdict
-from ropecli.evaluation.metrics import PASSKEY_TEXT, Metric, metric_record
+from ropecli.evaluation.effective_length import effective_line
+from ropecli.evaluation.inference import MARGIN
+from ropecli.evaluation.metrics import PASSKEY_TEXT, PPL, Metric, metric_record
 from ropecli.evaluation.passkey import KEY_RANGE
-from ropecli.report.text import lengths_of, plain, table
 from ropecli.evaluation.results import EvalResult, PasskeyResult, PplResult
+from ropecli.evaluation.stats import fmt_diff
 from ropecli.evaluation.task_results import TaskResult
-from ropecli.report.serving_tables import serving_tables
-
-from rich.markup import escape
 
 
 def key_note(results: list[EvalResult]) -> list:
@@ -105,7 +109,7 @@ def compare_columns(rows: list[Row], lengths: list[int], L: int, kl_k: float) ->
 
 def compare_table(out: dict, labels: list[str], lengths: list[int]) -> list:
     """`ropecli compare`: methods x (PPL / passkey at each length, KL and top-1 at L), then one line per column;
-    with --workload, the tables per runtime (`ropecli.report.serving_tables`). `out["results"]`: Rows."""
+    with --workload, the tables per runtime (`ropecli.report.tables`). `out["results"]`: Rows."""
     rows: list[Row] = out["results"]
     L, kl_k = out["train_len"], out["kl_factor"]
     results = [r.result for r in rows]
@@ -261,3 +265,151 @@ def export_lines(result: dict, consistent: bool) -> list[str]:
         lines.append("  (consistent: short_factor = long_factor, so every runtime applies the schedule at every length and "
                      "generation through a KV cache is safe; --switching keeps transformers' short/long switch)")
     return [plain(line) for line in lines]
+
+
+def plain(line: str):
+    """A line printed as it is: brackets in it are text, not rich markup (`[windows inference: …]`)."""
+    return Text(line)
+
+
+def table(title: str, columns: list[str], left: tuple[str, ...] = ("method",)):
+    t = Table(title=title)
+    for col in columns:
+        t.add_column(col, justify="left" if col in left else "right")
+    return t
+
+
+def lengths_of(out: dict) -> str:
+    """A command's lengths from its JSON header: `L = 256`, or `L0 = 256, Ls = 1024, ships llama3(factor=4, …)`
+    for a model that ships a scaled RoPE (older outputs without L0/Ls: their train_len)."""
+    shipped = out.get("shipped")
+    if not shipped:
+        return f"L = {out.get('L0', out.get('train_len'))}"
+    return f"L0 = {out['L0']}, Ls = {out['Ls']}, ships {shipped['label']}"
+
+
+def _num(x, fmt: str = "{:.2f}") -> str:
+    return "—" if x is None else fmt.format(x)
+
+
+def task_table(results: list[TaskResult], title: str) -> list:
+    if not results:
+        return []
+    depths = [d["depth"] for d in results[0].by_depth]
+    t = table(title, ["task", "len", "prompts", "answer NLL", "gain", "argmax", "RULER score",
+                      *[f"gain @ {d:g}" for d in depths if d is not None]])
+    for r in results:
+        t.add_row(r.task, str(r.len), str(r.samples), _num(r.answer_nll), _num(r.gain, "{:+.2f}"),
+                  f"{r.accuracy:.0%}", _num(r.match, "{:.0%}"),
+                  *[_num(d["gain"], "{:+.2f}") for d in r.by_depth if d["depth"] is not None])
+    return [t, plain("answer NLL: -log p(answer | prompt, answer prefix), nats, mean over prompts; gain: the same prompt "
+                     "without the needle minus it (what the needle is worth); argmax: answers the model reproduces token "
+                     "by token; RULER score: string match of a greedy answer (--generate).")]
+
+
+def within_cell(r: dict) -> str:
+    """'+3.1% ± 0.9 (33.2)': PPL at Ls as the runtime serves the export, against the model as shipped."""
+    w = r.get("within_L")
+    if not w:
+        return "—"
+    d = w["vs_native"]
+    hw = f" ± {d['half_width']:.2g}" if d.get("half_width") is not None else ""
+    return f"{w['rise_percent']:+.1f}% (Δ {d['diff']:+.3f}{hw})"
+
+
+def decode_cell(r: dict) -> str:
+    """'+0.53 ± 0.2 damaged' / '0 (one schedule)' / '—' (not measured): the decode-across-L damage of a row."""
+    d = r.get("decode")
+    if not d or not d.get("damage"):
+        return "—"
+    if d.get("one_schedule"):
+        return f"{d['damage']['diff']:+.1e} (one schedule)"
+    dmg = d["damage"]
+    hw = f" ± {dmg['half_width']:.2g}" if dmg.get("half_width") is not None else ""
+    word = {"worse": "damaged", "equivalent": "safe"}.get(dmg.get("verdict"), "undecided")
+    return f"{dmg['diff']:+.3f}{hw} {word}"
+
+
+def serving_tables(out: dict) -> list:
+    """Nothing without a workload; else a line on the workload, then a table and a verdict line per runtime."""
+    serving = out.get("serving")
+    if not serving:
+        return []
+    shares = serving["workload"]["shares"]
+    lengths = list(shares)
+    mix = ", ".join(f"{n}: {w:.0%}" for n, w in shares.items())
+    tokens = ", ".join(f"{n}: {w:.0%}" for n, w in serving["workload"].get("token_shares", shares).items())
+    lines = [plain(f"workload: {mix} of requests ({serving['workload']['source']}), {tokens} of served tokens; schedules "
+                   f"exported for k = {serving['factor']:g}; expected loss = Σ token share × mean NLL per token at each "
+                   "request length (nats per served token), paired over the same windows")]
+    across = serving.get("decode")
+    within = next((r["within_L"]["len"] for b in serving["runtimes"].values() for r in b["rows"] if r.get("within_L")), None)
+    if within:
+        lines.append(plain(f"within Ls = {within}: PPL of what each runtime serves at {within} tokens against the model as "
+                           "shipped (the cost of the export where the model already worked), paired"))
+    if across:
+        lines.append(plain(f"decode across L: a {across['prompt_len']}-token prompt (shorter than the switch at "
+                           f"{across['switch']}) decoded through the KV cache to {across['total_len']} tokens as each runtime "
+                           "runs it, against one forward pass of the same tokens: Δ nats/token (paired, ± 95%)"))
+    for runtime, block in serving["runtimes"].items():
+        t = table(f"served by {runtime}", ["candidate", "export", *[f"PPL @ {n}" for n in lengths],
+                                           "expected NLL", "Δ vs best (paired, ± 95%)", *(["decode across L"] if across else []),
+                                           *([f"PPL @ {within} vs native"] if within else []), "applies"],
+                  left=("candidate", "export", "applies"))
+        for r in sorted(block["rows"], key=lambda r: r.get("expected_nll", math.inf)):
+            applies = " / ".join(dict.fromkeys(v.split(" (")[0] for v in r["served"].values()))
+            if "unservable" in r:
+                t.add_row(r["candidate"], r["variant"], *["—"] * len(lengths), "—", "cannot be served",
+                          *(["—"] if across else []), *(["—"] if within else []), r["unservable"])
+                continue
+            best = r["vs_best"].get("best")
+            mark = "" if best else " ≈" if r["vs_best"].get("tied") else " ?" if r["vs_best"].get("verdict") == "undecided" else ""
+            t.add_row(r["candidate"], r["variant"], *[f"{r[PPL.field][n]:.4g}" for n in lengths], f"{r['expected_nll']:.4f}",
+                      fmt_diff(r["vs_best"]) + mark, *([decode_cell(r)] if across else []),
+                      *([within_cell(r)] if within else []), applies,
+                      style="bold green" if best else "")
+        lines += [t, plain(verdict_line(runtime, block))]
+    return lines
+
+
+def verdict_line(runtime: str, block: dict) -> str:
+    """'transformers: best yarn (--consistent); shown equivalent: …; undecided: …'."""
+    rows = [r for r in block["rows"] if "vs_best" in r]
+    if not block.get("best"):
+        return f"{runtime}: no candidate can be served"
+    name = lambda r: f"{r['candidate']} ({r['variant']})"  # noqa: E731
+    best = next(r for r in rows if r["vs_best"].get("best"))
+    equivalent = [name(r) for r in rows if r is not best and r["vs_best"].get("tied")]
+    undecided = [name(r) for r in rows if r["vs_best"].get("verdict") == "undecided"]
+    parts = [f"{runtime}: best {name(best)}"]
+    parts += [f"shown equivalent: {', '.join(equivalent)}"] if equivalent else []
+    parts += [f"undecided: {', '.join(undecided)}"] if undecided else []
+    damaged = [name(r) for r in rows if r.get("decode") and not r.get("generation_safe")]
+    parts += [f"not generation-safe (decode across L not shown harmless): {', '.join(damaged)}"] if damaged else []
+    return "; ".join(parts) + (" (the rest shown worse)" if len(rows) > 1 + len(equivalent) + len(undecided) else "")
+
+
+def serving_markdown(serving: dict) -> list[str]:
+    """report.md's section: the workload, then per runtime a table and its verdict line."""
+    shares = serving["workload"]["shares"]
+    lengths = list(shares)
+    md = ["## Served over your workload", "",
+          f"Requests: {', '.join(f'{n} tokens {w:.0%}' for n, w in shares.items())} ({serving['workload']['source']}); "
+          f"of served tokens: {', '.join(f'{n} tokens {w:.0%}' for n, w in serving['workload'].get('token_shares', shares).items())}. "
+          f"Each candidate as each runtime serves it (exported for k = {serving['factor']:g}); expected loss = Σ token share × "
+          "mean NLL per token at each length (nats per served token), paired over the same held-out windows (the race's first round). Deploy "
+          "exports, per runtime, its best here where the tournament's winner is shown worse than it, else the winner in "
+          "its better export.", ""]
+    for runtime, block in serving["runtimes"].items():
+        md += [f"### {runtime}", "",
+               "| candidate | export | " + " | ".join(f"PPL @ {n}" for n in lengths) + " | expected NLL | Δ vs best (paired, ± 95%) "
+               "| decode across L | PPL @ Ls vs native |", "|" + "---|" * (len(lengths) + 6)]
+        for r in sorted(block["rows"], key=lambda r: r.get("expected_nll", math.inf)):
+            if "unservable" in r:
+                md.append(f"| {r['name']} | {r['variant']} | " + " | ".join("—" for _ in lengths) +
+                          f" | — | cannot be served: {r['unservable']} | — | — |")
+                continue
+            md.append(f"| {r['name']} | {r['variant']} | " + " | ".join(f"{r[PPL.field][n]:.4g}" for n in lengths) +
+                      f" | {r['expected_nll']:.4f} | {fmt_diff(r['vs_best'])} | {decode_cell(r)} | {within_cell(r)} |")
+        md += ["", verdict_line(runtime, block) + ".", ""]
+    return md

@@ -18,14 +18,13 @@ from ropecli.rope.target import Target
 from ropecli.tuning.candidates import SHIPPED_ONLY, default_candidates, maps_apply, search_plans
 from ropecli.tuning.advise_exports import export_winner
 from ropecli.tuning.standings import Standings
-from ropecli.tuning.advise_plan import AdvisePlan
+from ropecli.tuning.tournament import AdvisePlan, tournament
 from ropecli.tuning.objective import Bench
 from ropecli.export.registry import SERVED_BY_DEFAULT, record
 from ropecli.files import atomic_write_text
 from ropecli.report.advice import write_report
 from ropecli.tuning.held_out import Racing
 from ropecli.tuning.racing import race_start
-from ropecli.tuning.tournament import tournament
 from ropecli.tuning.workload import parse_workload
 
 import numpy as np

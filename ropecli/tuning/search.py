@@ -26,7 +26,7 @@ from typing import Callable
 from ropecli.errors import RopeCliError
 from ropecli.rope.schedule import format_label
 from ropecli.spec import Spec, make_spec, reference_spec
-from ropecli.maps.map_checks import check_map
+from ropecli.maps.position_maps import check_map, BoundMap
 from ropecli.rope.temperature import TUNABLE_NAMES, tempered
 from ropecli.rope.target import Target
 from ropecli.tuning.objective import Evaluate, Scorer, pair
@@ -37,7 +37,6 @@ from ropecli.tuning.racing import worse_test
 from ropecli.tuning.search_verdicts import held_out_verdict, reference_rows, references_verdict
 from ropecli.tuning.space import Dim, Effort, SearchSpace, start_point
 from ropecli.evaluation.metrics import PPL, Metric
-from ropecli.maps.position_maps import BoundMap
 
 SCREEN_ALPHA = 0.05  # one interim look per point, against the one incumbent
 

@@ -30,23 +30,23 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 from typing import Callable
 
 from ropecli.evaluation.inference import MARGIN
 from ropecli.evaluation.metrics import PPL, Metric
-from ropecli.spec import Spec, make_spec, reference_spec
-from ropecli.tuning.advise_plan import AdvisePlan
+from ropecli.maps.map_spelling import map_json
 from ropecli.rope.target import Target
+from ropecli.spec import Spec, make_spec, reference_spec
 from ropecli.tuning.candidates import map_candidates, map_rule, map_spec, search_plans, search_ranges, static_candidates
+from ropecli.tuning.error_budget import error_budget
 from ropecli.tuning.held_out import PASSKEY_BASELINE, Measure, Racing, passkey_baseline, race_candidates
 from ropecli.tuning.objective import Evaluate
-from ropecli.tuning.error_budget import error_budget
 from ropecli.tuning.racing import ALPHA
 from ropecli.tuning.ranking import RULE, RULE_RACED, rank
-from ropecli.maps.map_spelling import map_json
 from ropecli.tuning.search import point_spec, run_search, scorer
-from ropecli.tuning.space import Effort, SearchSpace, parse_vary
 from ropecli.tuning.serving import serve_workload
+from ropecli.tuning.space import Effort, SearchSpace, parse_vary
 from ropecli.tuning.standings import Standings
 from ropecli.tuning.task_guard import guard_line, guard_row, guard_why
 
@@ -239,3 +239,24 @@ def tournament(run: Evaluate, held_run: Evaluate, target: Target, plan: AdvisePl
               "passkey_baseline_alpha": ALPHA if racing is not None and passkey else None}
     result["error_budget"] = error_budget(result)
     return result, Standings.of(result, specs)  # advice.json's numbers; the winner and the ranked, each with its spec
+
+
+@dataclass
+class AdvisePlan:
+    """What the user asked of advise (the flags of its own panel), defaults as the CLI shows them."""
+    candidates: list[str] | None = None  # None: every candidate (ropecli.tuning.candidates.CANDIDATES)
+    with_log_n: bool = False
+    budget: int = 12  # evaluations per searched candidate
+    held_out: int | None = None  # held-out windows of the first round (default: --samples)
+    max_short_kl: float | None = None
+    max_short_regression: float | None = None
+    min_passkey: float | None = None
+    race: bool = True  # racing: forward passes only where they change the verdict (--no-race: every one)
+    margin: float | None = None
+    delta: float | None = None  # racing's indifference zone (ropecli.tuning.racing); None: the margin, 0: off
+    max_windows: int | None = None
+    metric: Metric = PPL  # what the searches minimize and the rule ranks by (ppl or key-ppl), the record
+    task_guard: Metric | None = None  # a RULER task's record: out if shown worse at the target than as shipped within Ls
+    workload: str | None = None  # --workload: also every candidate served per runtime over these request lengths
+    runtime: list | None = None  # the runtimes of --workload, their records (None: transformers, vLLM, llama.cpp)
+    weights: str = "auto"  # how the transformers export holds a local model's weights (`export.hf_folder.place_weights`)

@@ -17,8 +17,7 @@ from ropecli.report.task_plots import plot_task_heatmap, tasks_path
 from ropecli.evaluation.metrics import is_task, prompted, metric_record
 from ropecli.rope.target import check_lengths
 from ropecli.evaluation.compared import Row
-from ropecli.report.tables import bos_words, ppl_table, compare_table
-from ropecli.report.task_tables import task_table
+from ropecli.report.tables import bos_words, ppl_table, compare_table, task_table
 from ropecli.tuning.comparison import compare_schedules
 from ropecli.report.serving_plots import plot_serving, serving_path
 from ropecli.report.position_plots import PositionCurve, plot_loss_by_position, position_path

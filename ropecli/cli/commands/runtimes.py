@@ -11,7 +11,7 @@ from ropecli.cli.common import emit_json, handle_errors
 from ropecli.cli.console import show
 from ropecli.cli.options import CommaChoices, JsonOpt
 from ropecli.export.registry import names, spellings, records
-from ropecli.report.text import plain
+from ropecli.report.tables import plain
 from ropecli.export.installed import installed_version, too_old
 
 RuntimeArg = Annotated[Optional[str], typer.Argument(

@@ -16,12 +16,11 @@ import json
 import shlex
 
 from ropecli.errors import RopeCliError
-from ropecli.export.check import Check
+from ropecli.export.readback import Check, read_json
 from ropecli.export.runtimes.record import AT_START_UP, PER_FORWARD, Runtime, Version
 from ropecli.export.runtimes.transformers import transformers_applied
 from ropecli.maps.position_maps import BoundMap
 from ropecli.export.hf import write_json, rope_block
-from ropecli.export.readback import read_json
 from ropecli.export.runtimes.vllm import vllm_block
 
 from dataclasses import replace
