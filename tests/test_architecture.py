@@ -68,3 +68,42 @@ def test_architecture_lists_every_module_once():
     assert not modules - set(listed), sorted(modules - set(listed))
     assert not set(listed) - modules, sorted(set(listed) - modules)
     assert len(listed) == len(set(listed)), sorted(m for m in listed if listed.count(m) > 1)
+
+
+def pointers(text: str) -> list[str]:
+    """Every `path.py:Name(.member)` a document points at (a module's path under ropecli/, or one named before it in the
+    same line's package)."""
+    import re
+
+    return sorted(set(re.findall(r"((?:[a-z_]+/)*[a-z_]+\.py):([A-Za-z_][A-Za-z_0-9]*(?:\.[A-Za-z_][A-Za-z_0-9]*)*)", text)))
+
+
+def resolve_pointer(path: str, name: str, modules: set[str]):
+    """The object `path:name` names (imported), or a line saying why there is none."""
+    import importlib
+
+    matches = sorted(m for m in modules if m == path or m.endswith("/" + path))
+    if len(matches) != 1:
+        return f"{path}:{name}: {'no module' if not matches else 'several modules'} {path} ({matches})"
+    module = importlib.import_module("ropecli." + matches[0].removesuffix(".py").replace("/", "."))
+    obj = module
+    for part in name.split("."):
+        if not hasattr(obj, part):
+            return f"{path}:{name}: {matches[0]} has no {part}"
+        obj = getattr(obj, part)
+    home = getattr(getattr(module, name.split(".")[0]), "__module__", module.__name__)
+    if isinstance(home, str) and home.startswith("ropecli") and home != module.__name__:  # imported there, defined elsewhere
+        return f"{path}:{name}: defined in {home}, not {matches[0]}"
+    return None
+
+
+def test_architecture_points_at_what_exists():
+    """Every `file.py:name` docs/ARCHITECTURE.md points at is imported and found: a function moved or renamed without
+    its pointer fails here (it once pointed at results.py:summarize_ppl and models/config.py:ModelRope, both gone)."""
+    modules = {str(p.relative_to(ROOT / "ropecli")) for p in (ROOT / "ropecli").rglob("*.py")
+               if p.name not in ("map_modeling.py", "vllm_model.py")}
+    found = pointers((ROOT / "docs" / "ARCHITECTURE.md").read_text())
+    assert len(found) > 40, found
+    assert [why for why in (resolve_pointer(p, n, modules) for p, n in found) if why] == []
+    assert resolve_pointer("evaluation/results.py", "summarize_ppl", modules)  # the red side: a pointer that is gone
+    assert resolve_pointer("models/config.py", "ModelRope", modules)  # and one to a name only imported there

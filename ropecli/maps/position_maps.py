@@ -76,6 +76,7 @@ class PositionMap:
     in_default: bool = True  # NAME at its rule in advise's default tournament (False: by name only, --candidates)
     selects: str | None = None  # the parameter giving the share of each head's pairs the map moves, chosen on the
     # model by their attention contribution (`maps.pair_selection`); the rest stay at true positions
+    title: str | None = None  # what the field calls it in prose (Self-Extend, LaMPE); a variant shares its source's
 
     @property
     def per_length(self) -> bool:
@@ -160,18 +161,18 @@ def bind(name: str, params: dict[str, float]) -> BoundMap:
 def register_map(name: str, summary: str, *params: Param, window: str | None = None,
                  rule: Callable[[int, int], dict] | None = None, ranges: Callable[[int, int], dict] | None = None,
                  optimizer: str = "auto", budget: Callable[[int, int], int] | None = None, in_default: bool = True,
-                 selects: str | None = None):
+                 selects: str | None = None, title: str | None = None):
     """Register a map's region function. `rule(Ls, T)`: its parameters for a model shipped at Ls and a longest target
     T, as its source sets them (the map is then an `advise` candidate past Ls); `ranges(Ls, T)`: {param: (lo, hi)}
     that advise searches as candidate NAME-tuned, started at the rule, by `optimizer` within `budget(Ls, T)`
     evaluations (default: advise's --budget); `selects`: the parameter giving the share of each head's pairs the map
-    moves (`PositionMap.selects`)."""
+    moves (`PositionMap.selects`); `title`: its name in prose (the docs' lists are made from it; None: not a map)."""
     if ranges and not rule:
         raise ValueError(f"{name}: a searched map starts at its rule; give rule= with ranges=")
 
     def wrap(fn):
         MAPS[name] = PositionMap(name, fn, summary, params, window, rule, ranges, optimizer, budget,
-                                 in_default, selects)
+                                 in_default, selects, title)
         return fn
 
     return wrap
@@ -189,7 +190,7 @@ def _none() -> tuple[Region, ...]:
 @register_map("selfextend", "d < W: (i, j); d >= W: (floor(i/G) + W - floor(W/G), floor(j/G))",
               Param("G", REQUIRED, "group size (positions beyond the window share a group)", 1, 1e9, integer=True),
               Param("W", REQUIRED, "neighbour window, tokens at their true relative positions", 1, 1e12, integer=True), window="W",
-              rule=selfextend_rule, ranges=selfextend_ranges)
+              rule=selfextend_rule, ranges=selfextend_ranges, title="Self-Extend")
 def _selfextend(G: float, W: float) -> tuple[Region, ...]:
     G, W = int(G), int(W)
     shift = W - W // G
@@ -198,7 +199,7 @@ def _selfextend(G: float, W: float) -> tuple[Region, ...]:
 
 
 @register_map("rerope", "relative position min(d, w): beyond w the query at w, the key at 0",
-              Param("w", REQUIRED, "window: relative positions beyond it are all w", 1, 1e12, integer=True), window="w")
+              Param("w", REQUIRED, "window: relative positions beyond it are all w", 1, 1e12, integer=True), window="w", title="ReRoPE")
 def _rerope(w: float) -> tuple[Region, ...]:
     w = int(w)
     return (Region("window", lambda i, j: i - j < w, _same, _same),
@@ -208,7 +209,7 @@ def _rerope(w: float) -> tuple[Region, ...]:
 @register_map("leaky-rerope", "w + (d - w)/k beyond w: the query at i/k + w - w/k, the key at j/k",
               Param("w", REQUIRED, "window of true relative positions", 1, 1e12, integer=True),
               Param("k", REQUIRED, "slope divisor beyond the window (k = 1: no map; large k: ReRoPE)", 1, 1e12),
-              window="w")
+              window="w", title="Leaky ReRoPE")
 def _leaky(w: float, k: float) -> tuple[Region, ...]:
     w = int(w)
     return (Region("window", lambda i, j: i - j < w, _same, _same),
@@ -219,7 +220,7 @@ def _leaky(w: float, k: float) -> tuple[Region, ...]:
               "(min(i mod c + c, chunk), j mod c); earlier ones (min(2c - 1, chunk), j mod c)",
               Param("chunk", REQUIRED, "chunk size s (ChunkLlama: 3/4 of the training length)", 2, 1e12, integer=True),
               Param("local", REQUIRED, "local window l, c = s - l (ChunkLlama: 1/16 of the training length)", 1, 1e12,
-                    integer=True), rule=dca_rule)
+                    integer=True), rule=dca_rule, title="DCA")
 def _dca(chunk: float, local: float) -> tuple[Region, ...]:
     """Dual Chunk Attention (An et al., ICML 2024), as HKUNLP/ChunkLlama's chunkllama_attn_replace.py computes it
     (ChunkLlamaRotaryEmbedding._set_cos_sin_cache: q_t, qc_t = (q_t + c).clamp(max=chunk_size), k_t = j % c; forward:
@@ -239,7 +240,7 @@ def _dca(chunk: float, local: float) -> tuple[Region, ...]:
               Param("W", 128, "local value: the shifted pairs start at relative position W (128, 256 or 512)", 0, 1e12,
                     integer=True),
               Param("t", 0.1 * np.log(2) + 1, "factor on cos and sin, so logits x t^2 (the source: 0.1 ln 2 + 1)", 0.5, 2),
-              window="S")
+              window="S", title="STRING")
 def _string(S: float, W: float, t: float) -> tuple[Region, ...]:
     """STRING, as HKUNLP/STRING's string_for_llama.py computes it (replace_with_string(shifted_offset=S,
     small_local_value=W): the queries at position_ids - S + W against the keys d >= S, a window of S true positions,
@@ -257,7 +258,7 @@ def _string(S: float, W: float, t: float) -> tuple[Region, ...]:
               "W tokens): the positions its KV cache holds while each batch is decoded",
               Param("G", REQUIRED, "group size (-gan)", 1, 1e9, integer=True),
               Param("W", REQUIRED, "group width (-gaw), a multiple of G; also the batch size (-b)", 1, 1e12, integer=True),
-              window="W")
+              window="W", title="Self-Extend")
 def _selfextend_llamacpp(G: float, W: float) -> tuple[Region, ...]:
     """Two regions, read from the positions llama.cpp's cache holds while batch b = floor(i/W) is decoded
     (`ropecli.maps.llamacpp_positions`, from tools/completion/completion.cpp): the keys of the earlier batches sit at
@@ -281,7 +282,7 @@ def _selfextend_llamacpp(G: float, W: float) -> tuple[Region, ...]:
               Param("top", 1.0, "share of each head's rotary pairs moved: those with the largest mean |q|*|k| on the "
                     "model (DPE's select_topk_dim, 48 of 64 pairs = 0.75); the rest at true positions", 0.01, 1.0),
               window="W", rule=dpe_rule, ranges=dpe_ranges, optimizer="one-at-a-time", budget=dpe_budget,
-              in_default=False, selects="top")  # at its rule: Self-Extend on the key pairs (every group alike); by name
+              in_default=False, selects="top", title="DPE")  # at its rule: Self-Extend on the key pairs (every group alike); by name
 def _dpe(W: float, top: float = 1.0, **groups: float) -> tuple[Region, ...]:
     """Dimension-wise Positional Embeddings manipulation (Lu et al. 2025, arXiv 2504.18857; LuLuLuyi/DPE), Self-Extend
     per group of rotary pairs: dpe_for_llama.py `dpe_flash_forward` splits the pairs into the groups of
@@ -314,7 +315,7 @@ def _dpe(W: float, top: float = 1.0, **groups: float) -> tuple[Region, ...]:
               Param("L", 0, "the training length LaMPE's sigmoid is scaled by (with U = 0)", 0, 1e12, integer=True),
               Param("t", 0.1 * np.log(2) + 1, "factor on cos and sin, so logits x t^2 (the source: 0.1 ln 2 + 1)",
                     0.5, 2),
-              window="head", rule=lampe_sw_rule, in_default=False)
+              window="head", rule=lampe_sw_rule, in_default=False, title="LaMPE")
 def _lampe_sw(head: float, U: float, L: float, t: float, length: int = 2) -> tuple[Region, ...]:
     """LaMPE's two-region file (scar-on/LaMPE llama_sw_map.py, the `sw_map` method of its RULER script; the method
     its benchmarks run is `lampe`, llama_cache1.py's three regions), as it computes it: `forward` keeps a window of `head` keys at their true positions and squeezes every position of the
@@ -373,7 +374,7 @@ LAMPE_FITS = ("auto", "scaled", "llama2", "llama3", "llama3.1", "mistral")  # `l
                     "(llama_cache1.py remap_uselen)", 0, len(LAMPE_FITS) - 1, integer=True, choices=LAMPE_FITS),
               Param("t", 0.1 * np.log(2) + 1, "factor on cos and sin, so logits x t^2 (the source: 0.1 ln 2 + 1)",
                     0.5, 2),
-              window="head", rule=lampe_rule, in_default=False)
+              window="head", rule=lampe_rule, in_default=False, title="LaMPE")
 def _lampe(head: float, tail: float, U: float, L: float, fit: float, t: float, length: int = 2,
            prompt: int | None = None) -> tuple[Region, ...]:
     """LaMPE (Length-aware Multi-grained Positional Encoding, arXiv 2508.02308), as scar-on/LaMPE's llama_cache1.py
@@ -447,7 +448,7 @@ for _preset, _values in LAMPE_PRESETS.items():  # the authors' per-benchmark set
                      f"{k} = {v:g}" for k, v in _values.items()) + (" (U from the prompt by the family's fit)"
                                                                      if not _values["U"] else ""),
                  *(replace(p, default=_values.get(p.name, p.default)) for p in MAPS["lampe"].params),
-                 window="head", in_default=False)(_lampe)
+                 window="head", in_default=False, title="LaMPE")(_lampe)
 
 
 def map_regions(name: str, params: dict, length: int, prompt: int | None = None) -> tuple[Region, ...]:

@@ -40,15 +40,17 @@ class Method:
     params: tuple[Param, ...] = ()
     current_length: str | None = None  # the parameter that is the current sequence length (dynamic NTK), if any:
     #                                    left unset, a window of n tokens runs with it set to n (as transformers does)
+    title: str | None = None  # what the field calls it in prose (YaRN, NTK-aware); None: not a scaling method (none, native)
 
 
 REGISTRY: dict[str, Method] = {}
 ALIASES = {"linear": "pi", "ntk": "ntk-aware", "ntk-mixed": "mixed", "default": "none"}
 
 
-def register(name: str, summary: str, *params: Param, current_length: str | None = None):
+def register(name: str, summary: str, *params: Param, current_length: str | None = None, title: str | None = None):
+    """Register a method's schedule function; `title`: its name in prose (the docs' lists are made from it)."""
     def wrap(fn):
-        REGISTRY[name] = Method(name, fn, summary, params, current_length)
+        REGISTRY[name] = Method(name, fn, summary, params, current_length, title)
         return fn
 
     return wrap
@@ -65,25 +67,25 @@ def none_schedule(geom: Geometry) -> tuple[np.ndarray, float]:
     return _ones(geom), 1.0
 
 
-@register("pi", "position interpolation (transformers 'linear'): Lambda_m = k")
+@register("pi", "position interpolation (transformers 'linear'): Lambda_m = k", title="PI")
 def pi_schedule(geom: Geometry) -> tuple[np.ndarray, float]:
     return np.full(geom.n_pairs, geom.factor), 1.0
 
 
-@register("ntk-old", "NTK-RoPE-old, base*k (Su, 'RoPE is a beta-base encoding'): Lambda_m = k^(2(m-1)/d)")
+@register("ntk-old", "NTK-RoPE-old, base*k (Su, 'RoPE is a beta-base encoding'): Lambda_m = k^(2(m-1)/d)", title="NTK-RoPE-old")
 def ntk_old_schedule(geom: Geometry) -> tuple[np.ndarray, float]:
     m = geom.pair_index()
     return geom.factor ** (2.0 * (m - 1) / geom.rotary_dim), 1.0
 
 
-@register("ntk-aware", "NTK-aware (bloc97), base*k^(d/(d-2)): Lambda_m = k^(2(m-1)/(d-2)), lowest pair divided by exactly k")
+@register("ntk-aware", "NTK-aware (bloc97), base*k^(d/(d-2)): Lambda_m = k^(2(m-1)/(d-2)), lowest pair divided by exactly k", title="NTK-aware")
 def ntk_aware_schedule(geom: Geometry) -> tuple[np.ndarray, float]:
     _need_two_pairs(geom, "ntk-aware")
     m = geom.pair_index()
     return geom.factor ** (2.0 * (m - 1) / (geom.rotary_dim - 2)), 1.0
 
 
-@register("ntk-fixed", "NTK-RoPE-fixed (Su, 'Transformer Upgrade Road 11'): Lambda_m = k^(2m/d)")
+@register("ntk-fixed", "NTK-RoPE-fixed (Su, 'Transformer Upgrade Road 11'): Lambda_m = k^(2m/d)", title="NTK-RoPE-fixed")
 def ntk_fixed_schedule(geom: Geometry) -> tuple[np.ndarray, float]:
     m = geom.pair_index()
     return geom.factor ** (2.0 * m / geom.rotary_dim), 1.0
@@ -99,6 +101,7 @@ B_MAX = 16.0  # the mixed exponent's upper bound: above 1 only the clamp (critic
     "m_c and stays there (slow pairs fully interpolated, as YaRN and llama3 do); b > 1 is only meaningful with it",
     Param("b", 0.625, "exponent b in Lambda_m = exp(a*m^b)", lo=0.0, hi=B_MAX),
     Param("critical", None, "pair m_c at which Lambda reaches k and stays (default d/2)", lo=1.0),
+    title="NTK-RoPE-mixed",
 )
 def mixed_schedule(geom: Geometry, b: float, critical: float | None) -> tuple[np.ndarray, float]:
     m = geom.pair_index()
@@ -115,6 +118,7 @@ def mixed_schedule(geom: Geometry, b: float, critical: float | None) -> tuple[np
     "dynamic NTK (transformers 'dynamic'): ntk-aware with k' = k*n/L - (k-1) at current length n",
     Param("seq_len", None, "current sequence length n (default: the target length k*L)", lo=1),
     current_length="seq_len",
+    title="dynamic NTK",
 )
 def dynamic_schedule(geom: Geometry, seq_len: float | None) -> tuple[np.ndarray, float]:
     _need_two_pairs(geom, "dynamic")
@@ -133,6 +137,7 @@ def dynamic_schedule(geom: Geometry, seq_len: float | None) -> tuple[np.ndarray,
     Param("mscale_all_dim", None, "DeepSeek-style mscale_all_dim (with mscale)", lo=0.0),
     Param("attention_factor", None, "override the attention factor", lo=0.0),
     Param("truncate", None, "0: keep the ramp's ends fractional (gpt-oss); default 1, floor/ceil as transformers", lo=0.0, hi=1.0),
+    title="YaRN",
 )
 def yarn_schedule(geom: Geometry, beta_fast: float, beta_slow: float, mscale: float | None,
                   mscale_all_dim: float | None, attention_factor: float | None,
@@ -168,6 +173,7 @@ def _yarn_mscale(k: float, mscale: float = 1.0) -> float:
     "Llama 3.1: keep pairs with wavelength < L/high_freq_factor, divide those > L/low_freq_factor by k, blend between",
     Param("low_freq_factor", 1.0, "wavelengths above L/low_freq_factor are divided by k", lo=0.0),
     Param("high_freq_factor", 4.0, "wavelengths below L/high_freq_factor are kept", lo=0.0),
+    title="llama3",
 )
 def llama3_schedule(geom: Geometry, low_freq_factor: float, high_freq_factor: float) -> tuple[np.ndarray, float]:
     if not high_freq_factor > low_freq_factor:
@@ -185,6 +191,7 @@ def llama3_schedule(geom: Geometry, low_freq_factor: float, high_freq_factor: fl
     "explicit per-pair factors (transformers 'longrope' long_factor), read from a JSON or CSV file",
     Param("factors", REQUIRED, "d/2 factors Lambda_m (use --factors FILE)"),
     Param("attention_factor", None, "attention factor (default sqrt(1 + ln k / ln L), as transformers)", lo=0.0),
+    title="LongRoPE",
 )
 def longrope_schedule(geom: Geometry, factors: Any, attention_factor: float | None) -> tuple[np.ndarray, float]:
     arr = np.asarray(factors, dtype=np.float64).reshape(-1)
