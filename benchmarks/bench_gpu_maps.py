@@ -1,4 +1,4 @@
-"""What a position map costs on a GPU (issue 58): the mapped forward's time and peak memory against the unpatched sdpa
+"""What a position map costs on a GPU: the mapped forward's time and peak memory against the unpatched sdpa
 forward (`window_nll`, ropecli's chunked scoring) of the same model and window, measured in the same run, per length
 and map. LLaMA shapes with random weights built in-process (a GPU machine here fetches nothing): they time speed, not
 quality.
@@ -13,7 +13,7 @@ Each map runs under `ropecli.maps.mapped_attention.mapped` with its `--kernel` (
 parameters scale with the shape's L0 (Self-Extend G = 8, W = L0/4; DCA chunk = 3 L0/4, local = L0/16; ReRoPE w = L0/2).
 "time x" and "mem x" are the mapped run's median time and peak memory over the unpatched run's at that length; "|dNLL|"
 of the identity map (`none`) against the unpatched run checks the path; "first s" is the untimed first call (the
-compile, the block masks). OOM and a failed compile are said in the row, not raised. Goals (issue 58):
+compile, the block masks). OOM and a failed compile are said in the row, not raised. Goals:
 Self-Extend, DCA and ReRoPE at most 1.5x (aim 1.2x) in time at 16k and 32k, peak memory at most 1.2x, 128k runs."""
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""What the exported map folder costs a user (issue 68): prefill, time per decoded token and peak memory of the folder
+"""What the exported map folder costs a user: prefill, time per decoded token and peak memory of the folder
 `export --to transformers --method none --map MAP` writes, against the same model exported with a schedule (`--method
 yarn`, the folder with no modeling file of its own), same prompt, same tokens decoded, measured in one run. Each folder
 runs in its own fresh process (peak RSS after loading reset through /proc/self/clear_refs, so the peak is the
 generation's), fp32 on the CPU, the prompt one window of held-out Shakespeare: a prefill through a DynamicCache, then
 --tokens greedy steps through it, as `generate()` runs them; the best of --repeats runs in each of --rounds processes per
-folder, the folders alternating. Targets (issue 68): prefill, per token
+folder, the folders alternating. Targets: prefill, per token
 and peak memory each <= 1.3x the schedule's.
 
     python benchmarks/bench_map_folder.py                                      # built-in model at 8L: 1,920 + 64

@@ -1,4 +1,4 @@
-"""What a position map costs (issue 48): the mapped forward's wall time and peak memory against the unpatched forward at
+"""What a position map costs: the mapped forward's wall time and peak memory against the unpatched forward at
 the same length, as ratios measured in one run. Each mode runs in its own fresh process (peak RSS of the forward
 alone: the kernel's high-water mark is reset after loading via /proc/self/clear_refs), on one window of held-out
 Shakespeare, fp32 on the CPU, best of --repeats. The mapped attention runs each region over the band of keys it

@@ -5,7 +5,7 @@ dequantized to fp32 on the CPU), one window of --len tokens (default 4096) of he
 Each mode runs in its own fresh process. Reported per mode: the peak RSS of the whole process,
 the peak RSS of the evaluation phase alone (the kernel's high-water mark is reset after loading via
 /proc/self/clear_refs), the wall time of the forward + loss (best of --repeats), and the NLL.
-Targets (issue 3): evaluation peak RSS <= 0.30x naive, wall <= 1.0x naive, PPL equal within 1e-4.
+Targets: evaluation peak RSS <= 0.30x naive, wall <= 1.0x naive, PPL equal within 1e-4.
 
     pip install -e ".[realmodel]"
     python benchmarks/bench_ppl_memory.py [--len 4096] [--repeats 2]

@@ -1,6 +1,6 @@
 """Wall time of the analysis commands against `python -c "import typer, rich, numpy"`, measured in the same run.
 
-Targets (issue 47): `ropecli freqs`, `digits`, `schedule` and `--help` answer in <= 0.5 s on the project's 2-core
+Targets: `ropecli freqs`, `digits`, `schedule` and `--help` answer in <= 0.5 s on the project's 2-core
 machine and within ~1.4x of importing typer, rich and numpy (what any ropecli command needs): the app imports a
 command's modules only when that command runs (`ropecli.cli.app.COMMANDS`), and the analysis path imports
 neither torch, transformers, the evaluating commands' options nor the metric/runtime registries. Printing

@@ -1,4 +1,4 @@
-"""What RULER's tasks cost beside perplexity (issue 40): forward passes and wall time of `ropecli compare`
+"""What RULER's tasks cost beside perplexity: forward passes and wall time of `ropecli compare`
 on PPL alone and on each task, the same model, schedules and length, each in its own empty cache, in
 one run (ratios against PPL; absolute times differ by machine). A PPL unit is one window of --len
 tokens; a task unit is one prompt of at most --len tokens, scored by its answer likelihood (one pass)

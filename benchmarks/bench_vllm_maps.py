@@ -1,9 +1,9 @@
-"""What a position map costs in vLLM (issue 80): the map folder served through ropecli's plugin against the same model
+"""What a position map costs in vLLM: the map folder served through ropecli's plugin against the same model
 with the best schedule's `--hf-overrides` (default YaRN), same prompts, same tokens, in vLLM's own engine, one process,
 the engines one after another (`ropecli.export.vllm_engine`, fp32, eager, prefix caching off so every prefill is
 computed): prefill time of a --prompt-token prompt (one generated token), time per decoded token over --tokens greedy
 steps from another prompt, the process's resident memory after each; and `--check`: the map folder's prompt logprobs
-in vLLM against ropecli's mapped NLL of the same tokens (max |difference| per token). Target (issue 80): prefill and per
+in vLLM against ropecli's mapped NLL of the same tokens (max |difference| per token). Target: prefill and per
 token <= 1.5x the schedule's.
 
     python benchmarks/bench_vllm_maps.py                                            # built-in model at 4L, Self-Extend

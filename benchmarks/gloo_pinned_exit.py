@@ -1,4 +1,4 @@
-"""The cause of issue 20's aborts, isolated: a gloo process group that something still holds at exit.
+"""The cause of the aborts, isolated: a gloo process group that something still holds at exit.
 
 Each run is a 2-rank torchrun of a short script: join a gloo group, import torch.distributed.nn.functional
 (whose default arguments `group=group.WORLD` hold the group when the module is imported after

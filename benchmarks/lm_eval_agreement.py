@@ -1,4 +1,4 @@
-"""lm-evaluation-harness and ropecli on the same task, through the same exported folder (issue 70, point 3).
+"""lm-evaluation-harness and ropecli on the same task, through the same exported folder.
 
     python benchmarks/lm_eval_agreement.py --model builtin --len 512 --samples 8
     python benchmarks/lm_eval_agreement.py --model smollm2 --len 8192,16384 --export-len 16384 --samples 3 \

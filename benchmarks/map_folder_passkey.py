@@ -1,4 +1,4 @@
-"""Issue 60's real answer: what a user of plain transformers gets from two exported folders, by greedy generation.
+"""What a user of plain transformers gets from two exported folders, by greedy generation.
 
     python benchmarks/map_folder_passkey.py                                   # SmolLM2 at 2L = 16,384, depth 0, 3 prompts
     python benchmarks/map_folder_passkey.py --task niah-single --map selfextend:G=4,W=2048 --prompts 6

@@ -1,6 +1,6 @@
 """How often a 2-rank torchrun of an evaluating command fails at exit, over N consecutive runs.
 
-The command is issue 20's: `torchrun --nproc-per-node 2 -m ropecli compare --len 512 --len 1024
+The command is the one that aborted: `torchrun --nproc-per-node 2 -m ropecli compare --len 512 --len 1024
 --method none,ntk-fixed,mixed --samples 6 --no-cache --json` on the built-in model (CPU, gloo). A run
 counts as a failure when torchrun exits non-zero, when stdout is not one JSON document, or when that
 JSON's numbers differ from the first run's (the same command must give the same numbers every time).
@@ -101,7 +101,7 @@ def main() -> None:
     ap.add_argument("--kill-rank", type=int, default=None, help="kill this rank in each run instead")
     ap.add_argument("--after", type=float, default=8.0, help="seconds into the run at which --kill-rank kills")
     ap.add_argument("--tail", type=int, default=6, help="lines of a failed run's stderr to print")
-    ap.add_argument("extra", nargs="*", help="ropecli arguments replacing issue 20's compare command")
+    ap.add_argument("extra", nargs="*", help="ropecli arguments replacing the compare command")
     a = ap.parse_args()
     args = a.extra or COMMAND
     print(f"command: torchrun --nproc-per-node {a.nproc} -m ropecli {' '.join(args)}", flush=True)

@@ -1,5 +1,5 @@
-"""The route of one command from its option to the first forward pass (issue 47's measure of how records
-travel): every ropecli file a call enters, in order, until the backend's first forward (`window_nll`,
+"""The route of one command from its option to the first forward pass: every ropecli file a call enters, in order,
+until the backend's first forward (`window_nll`,
 `passkey_scores`, `window_kl`, a task's `score_prompt`), with the number of distinct files and of returns to a
 file already left. Run it on two versions of ropecli (a git worktree on PYTHONPATH) to compare.
 

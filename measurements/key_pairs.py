@@ -1,4 +1,4 @@
-"""Which rotary pairs does DPE's key-pair selection (`dpe:…,top=S`, issue 61) move on a model? Per group of pairs
+"""Which rotary pairs does DPE's key-pair selection (`dpe:…,top=S`) move on a model? Per group of pairs
 (DPE's 8 groups, fastest first), the share of (layer, head) slots whose selection keeps the group's pairs, and how
 stable the selection is: half the calibration text against all of it (the share of selected pairs both agree on).
 The contributions are what ropecli's evaluations use (`maps.pair_contributions`: ropecli's training plays, never an

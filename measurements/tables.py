@@ -322,7 +322,7 @@ def tasks_ppl_rows(d: dict) -> None:
 
 
 def published_rows() -> None:
-    """Issue 70: the published passkey raw and in the chat template, and passkey-text, per method and length
+    """The published passkey raw and in the chat template, and passkey-text, per method and length
     (published-raw-N.json: passkey and passkey-text; published-chat-N.json: passkey under --chat-template auto); the
     paired difference of the answer NLL to the model as shipped (none) on the same prompts, ± its 95 % half-width."""
     from ropecli.evaluation.inference import paired
@@ -364,7 +364,7 @@ def published_rows() -> None:
 
 
 def lm_eval_rows(name: str) -> None:
-    """Issue 70: benchmarks/lm_eval_agreement.py's rows (its --out JSON)."""
+    """Benchmarks/lm_eval_agreement.py's rows (its --out JSON)."""
     path = HERE / f"{name}.json"
     try:
         rows = json.loads(path.read_text())
@@ -383,7 +383,7 @@ def lm_eval_rows(name: str) -> None:
 
 
 def bos_rows() -> None:
-    """Issue 82: what --bos changes on SmolLM2 (its tokenizer adds nothing before a text: auto is no BOS) against BOS
+    """What --bos changes on SmolLM2 (its tokenizer adds nothing before a text: auto is no BOS) against BOS
     before every window and prompt (always, what ropecli measured before --bos): bos-{always,auto}-ppl-passkey.json and
     bos-{always,auto}-niah.json. Paired by unit: the same windows of the same plays (a window with BOS holds one text
     token fewer), the same keys and needles at the same depths; auto − always, ± the 95 % half-width (PPL: mean
@@ -416,7 +416,7 @@ def bos_rows() -> None:
 
 
 def scores_rows(*names: str) -> None:
-    """Issue 82: the published passkey scored twice (passkey --score generate): teacher-forced (every key token the
+    """The published passkey scored twice (passkey --score generate): teacher-forced (every key token the
     argmax) and as the scripts do (10 greedy tokens, the first integer), per run and method; where they disagree,
     what the model said."""
     from ropecli.evaluation.proportions import clopper_pearson

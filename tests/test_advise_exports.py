@@ -38,11 +38,11 @@ def test_every_runtime_gets_an_export_or_a_line(tmp_path):
     assert got["sglang"]["ok"] and got["sglang"]["candidate"] == "dca" and "--map dca" in got["sglang"]["command"]
     block = json.loads((tmp_path / "out" / "sglang-overrides.json").read_text())
     assert block["dual_chunk_attention_config"]["chunk_size"] == 48  # SGLang serves DCA, so it gets the winner
-    # transformers serves every map through the exported folder's own modeling file (issue 60): the winner itself
+    # transformers serves every map through the exported folder's own modeling file: the winner itself
     assert got["transformers"]["ok"] and got["transformers"]["candidate"] == "dca", got["transformers"]
     assert json.loads((tmp_path / "out" / "hf" / "config.json").read_text())["ropecli_map"]["name"] == "dca"
     assert "trust_remote_code=True" in got["transformers"]["output"]
-    # vLLM serves every map through ropecli's plugin (issue 80): the winner's folder and its `vllm serve` line
+    # vLLM serves every map through ropecli's plugin: the winner's folder and its `vllm serve` line
     assert got["vllm"]["ok"] and got["vllm"]["candidate"] == "dca" and "instead" not in got["vllm"], got["vllm"]
     assert json.loads((tmp_path / "out" / "vllm" / "config.json").read_text())["architectures"] == ["RopecliMapForCausalLM"]
     assert f"vllm serve {tmp_path / 'out' / 'vllm'}" in got["vllm"]["output"] and "plugin" in got["vllm"]["output"]
@@ -60,7 +60,7 @@ def test_a_candidate_the_writer_refuses_passes_to_the_next(tmp_path):
 
 def test_sglangs_dca_is_not_exported_where_it_crashes(tmp_path):
     """Qwen3-MoE: SGLang's attention passes its rotary a keyword DCA's rotary does not take (sglang #16461), so advise
-    exports the next candidate SGLang serves and says why (issue 68)."""
+    exports the next candidate SGLang serves and says why."""
     from transformers import Qwen3MoeConfig
 
     folder = tmp_path / "qwen3_moe"
@@ -79,7 +79,7 @@ def test_sglangs_dca_is_not_exported_where_it_crashes(tmp_path):
 def test_advise_says_how_to_load_each_export_and_copies_ropecli_own_weights(tmp_path):
     """The terminal says exactly what to type (trust_remote_code for a map's folder) for every export it wrote; the
     built-in model's weights are copied (links into the installed package break with it), --weights link keeps
-    links and goes into the printed command (issue 81)."""
+    links and goes into the printed command."""
     from ropecli.models.config import BUILTIN_DIR
     from ropecli.report.advice import export_lines
 

@@ -55,7 +55,7 @@ def test_advise_at_8x_on_one_or_two_documents_never_picks_a_worse_winner(plays, 
 def test_the_verdict_and_the_verdicts_line_state_one_scope():
     """The first line (verdict) and the Verdicts line / advice.json["inference"] once named different inferences
     ("document units" from the first comparison, "windows" from the best's own row): both now state the least general
-    one of all comparisons with the best (issue 81)."""
+    one of all comparisons with the best."""
     from ropecli.tuning.ranking import ranking_scope
 
     def row(inference, n):

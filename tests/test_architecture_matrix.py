@@ -138,7 +138,7 @@ def test_evaluate_serve_export_verify(folders, text, tmp_path, arch: Arch):
     r = invoke(["verify", str(tmp_path / "hf"), "--run-len", str(n), "--cache-dir", str(tmp_path / "cache")])
     if arch.model_type == "deepseek_v4":
         # DeepSeek V4's compressed layers in transformers do not decode through their cache as one pass when the window
-        # starts with text rather than a BOS (measured, issue 82: the unscaled model itself drifts 5.5e-5 nats/token,
+        # starts with text rather than a BOS (measured: the unscaled model itself drifts 5.5e-5 nats/token,
         # worst token 0.006, without BOS; 1.6e-7 with it; native 8.9e-4): the export's PPL and factors check out, and
         # the decode check reports the architecture's own drift (ropecli's --bos auto windows have no BOS here)
         assert r.exit_code == 1 and r.output.count("MISMATCH") == 1 and "MISMATCH: decode across L" in r.output, r.output
@@ -159,7 +159,7 @@ def test_evaluate_serve_export_verify(folders, text, tmp_path, arch: Arch):
 
 @pytest.mark.parametrize("arch", ARCHS, ids=lambda a: a.name)
 def test_the_map_cell_of_every_row(arch: Arch):
-    """Issue 59: on every architecture a map runs on the layers that attend globally with RoPE and leaves the others as
+    """On every architecture a map runs on the layers that attend globally with RoPE and leaves the others as
     shipped: the identity map is the unpatched model (fp32), Self-Extend changes nothing before W and the logits after
     it; or one line says why this family cannot be mapped (MLA, chunked + NoPE, compressed layers)."""
     from ropecli.errors import RopeCliError
@@ -196,8 +196,8 @@ def test_docs_table_is_the_matrix():
 
 
 def test_mla_with_fewer_key_value_heads_than_heads_is_refused_in_one_line(text, tmp_path):
-    """transformers' MLA attention fails on every forward of a DeepSeek V3 config with 2 key-value heads of 4 (issue 71
-    found it in compare --workload and verify); ropecli refuses it before any weight is read, naming the fix."""
+    """transformers' MLA attention fails on every forward of a DeepSeek V3 config with 2 key-value heads of 4 (found in
+    compare --workload and verify); ropecli refuses it before any weight is read, naming the fix."""
     from dataclasses import replace
 
     arch = next(a for a in ARCHS if a.name.startswith("deepseek_v3"))

@@ -1,4 +1,4 @@
-"""Sliding layers over their band of keys (`ropecli.models.banded_attention`, issue 71): the same logits as the model's
+"""Sliding layers over their band of keys (`ropecli.models.banded_attention`): the same logits as the model's
 own sdpa / eager attention everywhere (a prefill past the window, a cached continuation, one token, a left-padded batch,
 generate), and no layer ever given a mask wider than its band where the model would build T x T."""
 

@@ -1,4 +1,4 @@
-"""--bos auto|always|never (issue 82): what stands before every window and prompt. auto, the default, is what the
+"""--bos auto|always|never: what stands before every window and prompt. auto, the default, is what the
 tokenizer itself puts before a text (lm-eval ≥ 0.4.9.2, YaRN's and RULER's scripts tokenize so): nothing for the
 built-in model's and SmolLM2's tokenizers, BOS for a Llama-style one; always is ropecli's earlier BOS; never is none.
 lm-eval's own tokenization of its niah prompts is checked in tests/test_lm_eval_agreement.py."""

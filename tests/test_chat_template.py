@@ -1,4 +1,4 @@
-"""--chat-template (issue 70): every task prompt (the published passkey, passkey-text, RULER's tasks) as the model's chat
+"""--chat-template: every task prompt (the published passkey, passkey-text, RULER's tasks) as the model's chat
 template renders the question as the user's turn and the answer prefix opening the assistant's; transformers'
 apply_chat_template(..., continue_final_message=True) is the oracle. `none` stays today's prompts; a model without a
 template, a missing file, a template that rewrites content: one line each."""

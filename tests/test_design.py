@@ -205,8 +205,7 @@ def test_search_core_guard_rejects_short_context_damage():
 
 def test_a_long_command_says_its_plan_first_and_progress_in_a_log(monkeypatch):
     """With stderr not a terminal (a log, a pipe), a command says its forward passes before the first one, the time
-    the rest should take after the first one that runs, and a progress line every LINE_EVERY seconds (issue 81:
-    search-b ran 5 minutes with nothing said)."""
+    the rest should take after the first one that runs, and a progress line every LINE_EVERY seconds."""
     from ropecli.cli.session_opening import RichProgress
 
     monkeypatch.setattr(RichProgress, "LINE_EVERY", 0.0)

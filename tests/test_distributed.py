@@ -168,7 +168,7 @@ if not ok:
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc to name the process's threads")
 @pytest.mark.parametrize("case", ["plain", "pin"])
 def test_group_threads_end_before_the_interpreter_does(case, tmp_path):
-    """Issue 20: gloo's threads alive at interpreter exit abort a rank in some runs; after `shutdown` none
+    """Gloo's threads alive at interpreter exit abort a rank in some runs; after `shutdown` none
     are left, and where a caller still holds the group, `leave` ends the rank without finalization."""
     script = tmp_path / "rank.py"
     script.write_text(RANK_SCRIPT)

@@ -1,4 +1,4 @@
-"""Issue 61, its first part: a position map whose positions differ per group of rotary pairs (DPE, Lu et al. 2025).
+"""A position map whose positions differ per group of rotary pairs (DPE, Lu et al. 2025).
 The map is Self-Extend per pair group; the mapped attention rotates each group's columns at that group's positions,
 exactly: equal groups are Self-Extend, groups of 1 the model itself, and mixed groups the authors' own construction
 (dpe_for_llama.py: per-factor cos and sin concatenated by dimension range, window and scaled attention merged)."""

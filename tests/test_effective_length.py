@@ -1,4 +1,4 @@
-"""Effective length (issue 48): the longest measured length at which a candidate's passkey accuracy stays at least 85 %
+"""Effective length: the longest measured length at which a candidate's passkey accuracy stays at least 85 %
 of the model's own at Ls, point estimate and shown (a one-sided 95 % bound); the bound's error rate simulated."""
 
 from types import SimpleNamespace

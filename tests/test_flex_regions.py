@@ -1,4 +1,4 @@
-"""The GPU path of a position map (issue 58), tested through its CPU twin: flex attention run eagerly on the CPU, each
+"""The GPU path of a position map, tested through its CPU twin: flex attention run eagerly on the CPU, each
 region under a BlockMask cut to the blocks it reaches, the regions merged by log-sum-exp. It must give the fused CPU
 blocks' logits (and, under the identity map, the unpatched model's) on every map, in a prefill and through the KV cache;
 on CUDA the same code runs compiled (tests/test_gpu.py, benchmarks/bench_gpu_maps.py)."""
@@ -120,7 +120,7 @@ def test_a_wrong_kernel_name_is_one_line(monkeypatch):
 @pytest.mark.parametrize("row", ["gemma2", "gpt_oss + yarn", "phi (partial)", "gemma3 + linear (v4)", "cohere",
                                  "gemma4 (p-RoPE 0.25)", "qwen3_5 (hybrid, partial 0.5)"])
 def test_flex_is_the_fused_blocks_on_the_families(row):
-    """Issue 59 on the GPU path's twin: soft-capping as a score_mod (Gemma 2), sinks after the merge (gpt-oss), partial
+    """Every family's attention on the GPU path's twin: soft-capping as a score_mod (Gemma 2), sinks after the merge (gpt-oss), partial
     and interleaved rotary in the model's own layout, RoPE per layer type: flex gives the blocks' logits."""
     from architectures import ARCHS, L0, VOCAB, build_arch
 

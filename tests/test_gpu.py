@@ -35,7 +35,7 @@ def test_cuda_matches_cpu(family):
                                               ("rerope", {"w": 24}), ("selfextend-llamacpp", {"G": 4, "W": 32}),
                                               ("dpe", {"W": 16, **{f"G{g}": 2 ** (g % 4) for g in range(1, 9)}})])
 def test_a_map_on_cuda_is_its_cpu_twin(name, params):
-    """Issue 58: on CUDA a map runs compiled flex attention (kernel auto); its logits are the CPU blocks' (fp32)."""
+    """On CUDA a map runs compiled flex attention (kernel auto); its logits are the CPU blocks' (fp32)."""
     from ropecli.maps.mapped_attention import mapped
 
     model, ids = build("llama"), torch.randint(0, VOCAB, (1, 300), generator=torch.Generator().manual_seed(5))
@@ -49,7 +49,7 @@ def test_a_map_on_cuda_is_its_cpu_twin(name, params):
 
 
 def test_dpes_key_pairs_on_cuda_are_their_cpu_twin():
-    """Issue 61: DPE with half of each head's pairs selected (keys repeated per query head) in compiled flex on CUDA
+    """DPE with half of each head's pairs selected (keys repeated per query head) in compiled flex on CUDA
     against the CPU blocks."""
     from ropecli.maps.mapped_attention import mapped
 
@@ -73,7 +73,7 @@ def test_dpes_key_pairs_on_cuda_are_their_cpu_twin():
                                               ("string", {"S": 40, "W": 8}), ("dca", {"chunk": 48, "local": 8})])
 @pytest.mark.parametrize("triangles", [True, False], ids=["triangles-fused", "all-flex"])
 def test_a_map_in_bf16_on_cuda_is_its_fp32_cpu_twin(name, params, triangles, monkeypatch):
-    """Issue 58, as the benchmark runs it: bf16 on CUDA, the shifted causal triangles in FlashAttention-2 (its
+    """Bf16 on CUDA, the shifted causal triangles in FlashAttention-2 (its
     log-sum-exp merged with flex's) or in flex. Off the fp32 CPU blocks by no more than 3x what bf16 costs the unpatched
     model (measured here), while the map itself moves the logits far more than that."""
     import ropecli.maps.flex_regions as fr

@@ -45,7 +45,7 @@ def test_every_help_renders_without_a_placeholder():
     assert len(helps) == len(COMMANDS) + 3 and all("Usage:" in h for h in helps.values()), list(helps)
     bad = {name: PLACEHOLDER.findall(h) for name, h in helps.items() if PLACEHOLDER.search(h)}
     assert not bad, bad
-    assert PLACEHOLDER.search("--metric   <function>   What to measure")  # the pattern catches what issue 47 saw
+    assert PLACEHOLDER.search("--metric   <function>   What to measure")  # the pattern catches what a user once saw
 
 
 @pytest.mark.parametrize("command", ["compare", "advise"])
@@ -148,7 +148,7 @@ def test_the_walker_finds_a_circle_hidden_in_a_function(tmp_path):
 
 def test_the_walker_finds_a_circle_through_a_module_loaded_by_name(tmp_path):
     """The registry loads its plugins by name; a plugin that imports what imports the registry closes a circle no
-    import statement shows (issue 57: the runtime modules, the export helpers and the registry were one of 14)."""
+    import statement shows."""
     pkg = tmp_path / "ropecli"
     (pkg / "plugins").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")

@@ -261,7 +261,7 @@ def test_cached_windows_without_per_prediction_nll_are_computed_again_for_key_pp
 
 
 def test_the_key_note_says_what_happened():
-    """No key prediction found (0 key tokens, an empty cache) is not "cached windows predate" (issue 81); a result
+    """No key prediction found (0 key tokens, an empty cache) is not "cached windows predate"; a result
     without per-prediction NLL is."""
     import dataclasses
 

@@ -1,4 +1,4 @@
-"""LaMPE (issue 69's proof that a map is one place): the registered map against an independent transliteration of
+"""LaMPE: the registered map against an independent transliteration of
 the authors' construction (scar-on/LaMPE llama_sw_map.py `forward`, `map_ids`, `flash_prefill_merge`), its regions per
 length (a decoding step equals one pass over its prefix, in ropecli and in the exported folder, padded rows each at
 their own length), its rule, and the commands that take any map (compare, search --vary, advise, export, verify)."""
@@ -218,7 +218,7 @@ def test_lampe_through_the_commands(lampe_folder, tiny_dir, text_file, tmp_path)
 
 def test_lampe_sw_without_u_or_l_takes_the_models_training_length():
     """lampe-sw's sigmoid runs in units of the model's L once on the model (lampe's scaled fit does the same); before,
-    a run refused it mid-way, after the maps before it had computed (issue 82's SmolLM2 run)."""
+    a run refused it mid-way, after the maps before it had computed."""
     from ropecli.maps.position_maps import bind
 
     bound, note = bind("lampe-sw", {"head": 64}).on_model("llama", 1e5, 8192, None)

@@ -1,4 +1,4 @@
-"""Self-Extend as llama.cpp really runs it (issue 56).
+"""Self-Extend as llama.cpp really runs it.
 
 Without llama.cpp: the completion tool's loop (`group_attention`) driven against a model of llama.cpp's KV cells
 (`Cells`: pos_add / pos_div as src/llama-kv-cells.h writes them, the shifts the K-shift applies) lands every key where

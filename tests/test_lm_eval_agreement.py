@@ -1,4 +1,4 @@
-"""lm-evaluation-harness beside ropecli (issue 70): `benchmarks/lm_eval_agreement.py` runs lm-eval's own offline RULER
+"""lm-evaluation-harness beside ropecli: `benchmarks/lm_eval_agreement.py` runs lm-eval's own offline RULER
 task (niah_single_1, the noise haystack) through an exported folder and ropecli's builder of the same task on the same
 folder, and pairs them. On the built-in model at 2L: both score, the paired interval holds the observed difference, and
 what differs in the prompts is stated and checked: nothing in the token ids of lm-eval's prompts (--bos auto, the
@@ -69,7 +69,7 @@ def lm_eval_ids(tokenizer, context: str) -> list[int]:
 
 @pytest.mark.parametrize("model", ["builtin", "smollm2"])
 def test_bos_auto_gives_lm_evals_own_token_ids_for_its_niah_prompts(bench, model, tmp_path):
-    """Issue 82: ropecli's framing of lm-eval's niah prompts under --bos auto (the default) is lm-eval's own token ids;
+    """Ropecli's framing of lm-eval's niah prompts under --bos auto (the default) is lm-eval's own token ids;
     under --bos always (ropecli before --bos) each differs by exactly the BOS in front."""
     from transformers import AutoTokenizer
 

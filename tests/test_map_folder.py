@@ -1,4 +1,4 @@
-"""Issue 60: `export --to transformers --map MAP` writes a folder that plain transformers runs under the map
+"""`export --to transformers --map MAP` writes a folder that plain transformers runs under the map
 (`trust_remote_code=True`), with no ropecli import: its logits are ropecli's mapped model's, greedy generation through
 the KV cache from below L to past it is one teacher-forced pass, `pipeline` runs it, `verify` reads the map back and
 rejects a tampered one."""
@@ -119,7 +119,7 @@ def test_an_mla_folder_decodes_across_L_as_one_pass_and_a_padded_row_as_alone(tm
 
 
 def test_pipeline_runs_the_folder_unchanged(llama_dir, tmp_path, capfd):
-    """pipeline() accepts the folder's class: no "is not supported for text-generation" (several KB, issue 81)."""
+    """pipeline() accepts the folder's class: no "is not supported for text-generation" (several KB)."""
     from transformers import pipeline
 
     folder = export(llama_dir, tmp_path / "out", "selfextend", {"G": 2, "W": 8})

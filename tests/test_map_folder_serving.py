@@ -1,4 +1,4 @@
-"""Issue 68: the exported map folder as clients run it. A left- or right-padded batch gives each prompt its own answer
+"""The exported map folder as clients run it. A left- or right-padded batch gives each prompt its own answer
 (logits and greedy tokens), the static cache gives the dynamic cache's tokens, beam search and sampling run, decoding
 from a prompt inside a sliding window past it is one pass (in the folder and in ropecli), and a damaged ropecli_map
 block is one line at `verify` and at load. Each model is a tiny random one of its family; T = 3 L0 is past its L."""

@@ -61,7 +61,7 @@ def test_memory_in_the_header_and_json(tmp_path, text_file):
     assert mem["length"] == 256 and mem["kv_cache_bytes"] == 4 * 2 * 4 * 64 * 4 * 256  # layers x K,V x heads x dim x fp32
     said = " ".join(r.stderr.split())  # the console wraps the line
     assert "memory: weights 17" in said and "KV cache at 256 tokens" in said and "activations at 256 tokens" in said
-    # a map's extra (issue 58): queries and output, GQA's repeated keys and values (none here: 4 of 4 heads), three
+    # a map's extra: queries and output, GQA's repeated keys and values (none here: 4 of 4 heads), three
     # regions' rotated keys, two float32 log-sum-exps; printed with the estimate
     assert mem["map_extra_bytes"] == 256 * ((2 * 4 + 0 + 3 * 4) * 64 * 4 + 2 * 4 * 4)
     assert "under a position map up to" in said
@@ -91,7 +91,7 @@ def test_a_model_that_cannot_fit_is_refused_before_loading(tmp_path, text_file, 
 
 def test_a_gguf_with_a_window_lays_out_its_sliding_layers_as_llama_cpp_does():
     """Gemma 3's GGUF states a window and no layer types: llama.cpp's pattern (every 6th layer global) decides which
-    layers cache every token. Without it, all 18 layers of Gemma 3 270M counted as sliding (18.8 MB at 49k, issue 71)."""
+    layers cache every token. Without it, all 18 layers of Gemma 3 270M counted as sliding (18.8 MB at 49k)."""
     from ropecli.models.gguf_families import gguf_layer_types
 
     meta = {"gemma3.block_count": 18, "gemma3.attention.sliding_window": 512}
@@ -121,7 +121,7 @@ def test_the_activation_estimate_grows_with_the_layer_not_the_square_of_the_leng
 
 def test_the_memory_line_covers_loading_a_gguf(builtin_gguf, tmp_path):
     """Loading a GGUF dequantizes it through temporaries: Gemma 3 270M printed "2.79 GB to score" and peaked at 3.67 GB
-    while loading alone peaked at 3.43 GB (issue 81). The line printed once the model is loaded says the whole run's
+    while loading alone peaked at 3.43 GB. The line printed once the model is loaded says the whole run's
     peak, measured loading included, and the JSON keeps it; what the run then measured exceeds it by 5 % at most (the
     tiny built-in model: a few MB of torch's own buffers beside its small activations; a real model's activation
     estimate is the larger, conservative part)."""

@@ -341,7 +341,7 @@ REGISTRY_MODULES = ("evaluation/metrics.py", "evaluation/results.py", "evaluatio
 
 def metric_names_in(paths, names) -> list[str]:
     """`path:line name` for every string constant in `paths` that is a metric's name (a field read, a call argument,
-    a comparison alike): what the layers below the commands must not hold (issue 57)."""
+    a comparison alike): what the layers below the commands must not hold."""
     import ast
 
     return [f"{p}:{n.lineno} {n.value}" for p in paths for n in ast.walk(ast.parse(p.read_text()))

@@ -1,4 +1,4 @@
-"""Position maps on every multi-head latent attention (MLA) family transformers 5 ships (issue 71): tiny random models
+"""Position maps on every multi-head latent attention (MLA) family transformers 5 ships: tiny random models
 built from each config class, the rope part of each head (its last qk_rope_head_dim dims, the shared k_rot) rotated per
 region, the latent part as is. The identity map is the model; Self-Extend (G = 2, W = 8) leaves the first W positions'
 logits as they are and changes the later ones. The families a map cannot run on are one line: DeepSeek V2's complex

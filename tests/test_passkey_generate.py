@@ -1,4 +1,4 @@
-"""passkey --score generate (issue 82): the published passkey scored as its scripts score it (jquesnelle/yarn
+"""passkey --score generate: the published passkey scored as its scripts score it (jquesnelle/yarn
 eval/passkey.py `test_model`: 10 new tokens, the first run of digits read as an integer and compared with the key) beside
 ropecli's teacher-forced score; both in the JSON and the table. On SmolLM2 within L, ropecli's generated verdicts are
 those of the script's own pipeline on the same prompt text."""

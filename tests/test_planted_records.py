@@ -1,4 +1,4 @@
-"""Registries that own their lists (issue 47): a record planted in its one registry appears everywhere with no
+"""Registries that own their lists: a record planted in its one registry appears everywhere with no
 other file changed — a metric in --metric's choices and help, compare's table, a race, the search objective and
 --json; a scaling method in freqs, compare, search --vary and export; a RULER task as a metric, a --task choice and
 a search objective. (Runtimes: tests/test_runtimes.py plants a whole module.) Each test also checks the planted
@@ -114,7 +114,7 @@ def test_a_planted_task_is_a_metric_a_choice_and_an_objective(monkeypatch):
 
 
 def test_compare_checks_every_task_before_the_first_forward_pass(tmp_path, monkeypatch):
-    """Issue 47's late validation: `--task niah-single,vt` at a length vt's smallest prompt does not fit ran
+    """`--task niah-single,vt` at a length vt's smallest prompt does not fit ran
     niah-single's passes first, then failed. The boundary now checks every metric at every length first."""
     from ropecli.backends.backend import TransformersBackend
 

@@ -1,4 +1,4 @@
-"""Position maps (issue 48, the first part): the registry's relative positions, and the mapped attention inside a tiny
+"""Position maps: the registry's relative positions, and the mapped attention inside a tiny
 model — exact where a map's near region covers the window, equal to an independent per-pair reference elsewhere,
 the same through a KV cache as in one pass, refused in one line where it cannot be right."""
 
@@ -137,7 +137,7 @@ def test_decoding_through_the_cache_follows_the_map(name, params):
 
 
 def test_passkey_at_4L_selfextend_reads_what_the_best_schedule_misses():
-    """Issue 48's probe, through the command: the built-in model (L = 256) at 4L = 1,024, ropecli's real-text prompts.
+    """Through the command: the built-in model (L = 256) at 4L = 1,024, ropecli's real-text prompts.
     Self-Extend G = 8, W = 64 on the unscaled model retrieves at every depth (the probe: 100 %, answer NLL 0.01);
     llama3 x4, the best frequency schedule, loses the far keys (the probe: 25 % at depth 0, NLL 1.87)."""
     import json
@@ -172,7 +172,7 @@ def test_a_map_where_it_cannot_run_is_one_line():
 
 @pytest.mark.parametrize("v_head_dim", [16, 8])
 def test_an_mla_model_decodes_under_a_map_as_one_pass(v_head_dim):
-    """Multi-head latent attention (issue 71): the rope part (each head's last qk_rope_head_dim dims, the shared k_rot)
+    """Multi-head latent attention: the rope part (each head's last qk_rope_head_dim dims, the shared k_rot)
     rotated per region, the latent part as is; the cache keeps k_rot unrotated, so decoding token by token past W gives
     the logits of one pass; values narrower than queries (v_head_dim 8 < 16) too."""
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, DynamicCache
@@ -232,7 +232,7 @@ def test_export_serves_a_map_only_where_a_runtime_does(builtin_gguf, tmp_path):
     got = json.loads(r.stdout)
     assert got["position_map"] == {"name": "selfextend", "params": {"G": 8.0, "W": 64.0}} and out.exists()
     assert any(f"llama-completion -m {out} -c 1024 -gan 8 -gaw 64 -b 64" in line for line in got["lines"])
-    assert "not recommended on current llama.cpp" in got["lines"][0]  # said first (issue 68)
+    assert "not recommended on current llama.cpp" in got["lines"][0]  # said first
     assert not any(line.startswith("llama.cpp: llama-server") for line in got["lines"])  # never the schedule alone
     r = export("--to", "llamacpp", "--out", str(tmp_path / "bad.gguf"), "--map", "selfextend:G=3,W=64")
     assert r.exit_code == 1 and "W a multiple of G" in r.output and not (tmp_path / "bad.gguf").exists()
@@ -245,7 +245,7 @@ def test_export_serves_a_map_only_where_a_runtime_does(builtin_gguf, tmp_path):
     records = {r["name"]: r["maps"] for r in json.loads(CliRunner().invoke(app, ["runtimes", "--json"]).stdout)}
     assert records["llamacpp"] == ["selfextend", "selfextend-llamacpp"] and records["sglang"] == ["dca"]
     assert records["vllm"] == records["transformers"] == list(MAPS)  # every registered map, in the registry's order
-    # (transformers: issues 60, 61, 69; vLLM through ropecli's plugin: issue 80)  # every registered map, in the registry's order (issues 60, 61, 69)
+    #   # every registered map, in the registry's order
 
 
 def test_dca_goes_to_sglang_as_its_config_block_and_backend(tmp_path):
@@ -280,7 +280,7 @@ def test_dca_goes_to_sglang_as_its_config_block_and_backend(tmp_path):
     build("llama").config.save_pretrained(llama)
     r = run("--model", str(llama), "--method", "none", "--map", "dca:chunk=48,local=4")
     assert r.exit_code == 1 and "never passes dual_chunk_attention_config" in r.output, r.output
-    assert "sglang<=0.5.19" in r.output  # the last SGLang with the DCA backend (issue 68)
+    assert "sglang<=0.5.19" in r.output  # the last SGLang with the DCA backend
     assert got["lines"][0].startswith("SGLang serves Dual Chunk Attention in sglang<=0.5.19 only")
 
 
@@ -446,7 +446,7 @@ def test_the_map_help_names_every_registered_map():
 
 def test_no_code_branches_on_a_map_name():
     """Which maps a runtime or a backend serves is declared data (a record's `maps`, a module-level tuple); no function
-    outside the map registry names a map (issue 57): a new map is a registry record, never a search through the tree."""
+    outside the map registry names a map: a new map is a registry record, never a search through the tree."""
     import ast
     from pathlib import Path
 

@@ -1,4 +1,4 @@
-"""The passkey papers report (issue 70): `ropecli passkey` builds the landmark-attention prompt byte for byte as YaRN's
+"""The passkey papers report: `ropecli passkey` builds the landmark-attention prompt byte for byte as YaRN's
 `eval/passkey.py:generate_prompt` does (jquesnelle/yarn @995db5b, transliterated below with its two random draws
 handed in), token for token on the built-in tokenizer; ropecli's real-text prompt runs as `passkey-text`, and its
 results cached under the old name serve it, never the published one."""

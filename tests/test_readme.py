@@ -124,7 +124,7 @@ def test_readme_command(page, line, monkeypatch, shared_cache, page_dirs):
 
 
 def test_the_first_hour_is_planned():
-    """What a new user needs before the first long command (issue 81): the real models' lengths, the suite's time and
+    """What a new user needs before the first long command: the real models' lengths, the suite's time and
     a quick subset that exists, what -m slow selects, a CPU torch pin that cannot resolve to a CUDA build, and test
     extras without lm-eval's stack."""
     import tomllib

@@ -85,7 +85,7 @@ def test_export_hf_from_gemma3_gguf_reproduces_ppl(gguf_path, tmp_path):
 
 
 def test_a_map_on_gemma3s_global_layers(gguf_path):
-    """Issue 59 on real weights: Gemma 3 270M (sliding layers of 512 and global layers, RoPE per layer type). The
+    """A map on real weights: Gemma 3 270M (sliding layers of 512 and global layers, RoPE per layer type). The
     identity map is the model; Self-Extend maps its global layers only and changes the NLL; advise offers maps."""
     import torch
 

@@ -1,4 +1,4 @@
-"""Hand-edited rope blocks (issue 49): a block no runtime would serve is refused in one line naming the key and the
+"""Hand-edited rope blocks: a block no runtime would serve is refused in one line naming the key and the
 fix, before any weight is read; every block a real model ships still reads. A fuzz over such blocks: each bad
 value of each key, and random mixes of them, in the transformers-5 and transformers-4 spellings."""
 

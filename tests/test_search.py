@@ -179,7 +179,7 @@ def test_exported_config_reproduces_patched_ppl(tiny_dir, tmp_path):
     out = json.loads(search(tiny_dir, tmp_path / "c", "--export-config", str(export)).stdout)
     block = json.loads(export.read_text())
     assert block["rope_parameters"]["rope_type"] == "longrope"
-    # generation-safe by default, as export writes (issue 68): the schedule at every length, a KV cache stays valid
+    # generation-safe by default, as export writes: the schedule at every length, a KV cache stays valid
     assert block["rope_parameters"]["short_factor"] == block["rope_parameters"]["long_factor"]
     assert "short_factor = long_factor" in out["export_config"]["note"]
     model = AutoModelForCausalLM.from_pretrained(tiny_dir, **block).eval()
@@ -233,7 +233,7 @@ def test_short_regression_guard(tiny_dir, tmp_path):
 
 
 def test_the_summary_names_equivalent_points_not_an_interval():
-    """`b in [0.8541, 0.8541] is shown equivalent` beside undecided neighbours (issue 81): the line names the evaluated
+    """`b in [0.8541, 0.8541] is shown equivalent` beside undecided neighbours: the line names the evaluated
     points shown equivalent, or says none is, and the undecided ones."""
     from ropecli.report.search_tables import equivalent_words
 

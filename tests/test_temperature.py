@@ -1,4 +1,4 @@
-"""Position temperatures (issue 49): what ropecli reads from a config is the query scale the loaded model applies, position
+"""Position temperatures: what ropecli reads from a config is the query scale the loaded model applies, position
 by position (Llama 4's temperature tuning on its NoPE layers, Mistral 4's beta on every layer); shown in headers and --json,
 kept in exports."""
 
@@ -101,7 +101,7 @@ def test_header_json_and_export_keep_the_temperature(tmp_path):
     assert block["llama_4_scaling_beta"] == 0.1 and block["original_max_position_embeddings"] == 32
 
 
-# --- a changed temperature (issue 49, item 2: searchable, exported where a runtime reads it) -------------------------
+# --- a changed temperature -------------------------
 
 def test_a_changed_temperature_is_the_query_scale_the_model_then_applies(tmp_path):
     """`--param attn_scale=…` / `beta=…` puts the model at that temperature: the query each layer sees is scaled by the

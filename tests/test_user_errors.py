@@ -53,7 +53,7 @@ def test_an_exported_folder_from_a_gguf_has_a_normal_folder_mode(builtin_gguf, t
 
 
 def test_a_hub_id_without_network_or_cached_copy_is_one_line_with_the_fix(monkeypatch):
-    """Offline (or DNS down) and not cached: one line naming both fixes, not the hub's paragraph (issue 81's walk)."""
+    """Offline (or DNS down) and not cached: one line naming both fixes, not the hub's paragraph."""
     import huggingface_hub
     from huggingface_hub.errors import LocalEntryNotFoundError
 

@@ -1,4 +1,4 @@
-"""vLLM's own engine as the referee (issue 80), on its CPU build in an environment of its own (`.venv-vllm`, made by
+"""vLLM's own engine as the referee, on its CPU build in an environment of its own (`.venv-vllm`, made by
 .ci/run; $ROPECLI_VLLM_PYTHON elsewhere), fp32, through `ropecli.export.vllm_engine` (engines one after another in one
 process: the first pays vLLM's import, ~15 s, the others load in seconds):
 - every registered map's folder (the built-in model at 4L) served through ropecli's plugin gives, per token, ropecli's

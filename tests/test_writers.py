@@ -1,7 +1,5 @@
 """Writers never clobber: every command that writes a file refuses an existing one without --force and writes the
-manifest of what it wrote beside it; `verify` of a file rewritten since its manifest says so in one line (issue 81:
-`export --out rope.json`, then `search-b --export-config rope.json` overwrote it and verify ended in a bare
-RuntimeError)."""
+manifest of what it wrote beside it; `verify` of a file rewritten since its manifest says so in one line."""
 
 import json
 

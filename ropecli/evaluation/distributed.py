@@ -139,7 +139,7 @@ def import_before_group() -> None:
     rest of the process: `destroy_process_group` dropped torch's own references, the C++ group lived
     on, and gloo's threads (gloo_tcp_loop, pt_gloo_runloop) with it into interpreter finalization,
     whose teardown of them aborts the process in some runs ("terminate called without an active
-    exception", SIGABRT: 2 of 18 runs of issue 20's command; 2 of 30 runs of an 11-line gloo script that
+    exception", SIGABRT: 2 of 18 runs of a torchrun compare; 2 of 30 runs of an 11-line gloo script that
     imports the module after the group, 0 of 30 with it imported before). Imported first, the defaults
     are None (the default group is looked up at call time) and nothing pins the group."""
 

@@ -1,4 +1,4 @@
-"""Effective length (issue 48): for each candidate, the longest measured length at which its passkey retrieval stays at
+"""Effective length: for each candidate, the longest measured length at which its passkey retrieval stays at
 least a stated fraction of the model's own within its shipped length (NoLiMa's rule: 85 % of the base score), with the
 statement that carries it.
 

@@ -1,4 +1,4 @@
-"""`export --to transformers --map MAP --out DIR` (issue 60): a model folder that generates under the map in plain
+"""`export --to transformers --map MAP --out DIR`: a model folder that generates under the map in plain
 transformers. The folder is what `--to transformers` writes for the schedule (config.json merged, the weights placed),
 plus `modeling_ropecli_map.py` (`export/map_modeling.py` with the model's class and the map's region function pasted
 in: no ropecli import at load or run time), `auto_map` pointing AutoModelForCausalLM at it, and the map with its

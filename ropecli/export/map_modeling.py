@@ -6,7 +6,7 @@ class named in BASE_CLASS, the map's region function (ropecli's own source) past
 planner (`ropecli.maps.map_bands`, `region_attention`) below BANDS. The map, its parameters and the length it was
 exported for are read from config.json's `ropecli_map` (checked whole when the model loads: `check_map_block`).
 
-How it runs, as the model runs (issue 68):
+How it runs, as the model runs:
 - The model's rotary modules rotate queries and keys at their true positions, as shipped, so every layer the map does
   not change (sliding layers whose window is below the exported length, NoPE, linear attention) runs the model's own
   attention untouched, and the KV cache holds the keys the model itself would hold.

@@ -141,7 +141,7 @@ def write_schedule(spec: Spec, geom: Geometry, rope: ModelRope, runtime: str, ou
     result = hooks.write(spec, geom, rope, out, model=model, gguf_file=gguf_file, force=force,
                                    consistent=consistent, replace=replace)
     result["runtime"] = runtime
-    if spec.position_map:  # the schedule is written; the map is the runtime's own flags, said first (issue 68): no
+    if spec.position_map:  # the schedule is written; the map is the runtime's own flags, said first: no
         result["position_map"] = map_json(spec.position_map)  # line serves the map's base schedule alone
         alone = f"{rec.label}: "
         result["lines"] = [*map_lines, *(line for line in result["lines"] if not line.startswith(alone)),

@@ -1,4 +1,4 @@
-"""The GPU path of a position map (issue 58): each region one `flex_attention` call under a `BlockMask`, merged with the
+"""The GPU path of a position map: each region one `flex_attention` call under a `BlockMask`, merged with the
 others by log-sum-exp in float32.
 
 Per (T_q, T_k, device), once and reused by every layer: each region's (query block, key block) classes (no pair, some

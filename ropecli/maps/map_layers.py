@@ -1,4 +1,4 @@
-"""Which layers a position map changes, and the attention function that dispatches per layer (issue 59).
+"""Which layers a position map changes, and the attention function that dispatches per layer.
 
 A map changes the layers that attend globally with RoPE ("RoPE full", also beside a Mamba; a sliding layer whose
 window reaches every key of the call). Every other layer runs the model's own attention with its own arguments
@@ -38,7 +38,7 @@ class LayerPlan:
 def plan_layers(text, slots, length: int | None = None) -> list[LayerPlan]:
     """Per layer of a (text) config: its kind and whether a map changes it, decided once for the `length` the map runs
     at (default: the model's L): a sliding layer is mapped where its window reaches `length`, and otherwise runs as
-    shipped at every length, so decoding from a prompt inside its window past it is one pass (issue 68); refused in
+    shipped at every length, so decoding from a prompt inside its window past it is one pass; refused in
     one line where no layer is left to map (sliding windows shorter than L included) or a layer's RoPE is one the map
     cannot rotate (chunked: Llama 4's complex rotation)."""
     config = text.to_dict()

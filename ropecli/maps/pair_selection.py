@@ -1,4 +1,4 @@
-"""Key-pair selection of a per-pair map (DPE's `select_topk_dim`, issue 61): per layer and attention head, which rotary
+"""Key-pair selection of a per-pair map (DPE's `select_topk_dim`): per layer and attention head, which rotary
 pairs the map moves. The rest stay at true positions, so only the pairs that carry a head's scores are remapped.
 
 DPE (LuLuLuyi/DPE) measures each pair's contribution to the attention scores on text the model reads within its

@@ -1,4 +1,4 @@
-"""A model's own attention, its sliding layers run over their band of keys (issue 71): memory O(T x window), never the
+"""A model's own attention, its sliding layers run over their band of keys: memory O(T x window), never the
 T x T mask transformers builds for a sliding layer past its window.
 
 transformers 5 (masking_utils.py, `create_sliding_window_causal_mask` -> `sdpa_mask` / `eager_mask`) materialises a

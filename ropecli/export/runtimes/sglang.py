@@ -54,7 +54,7 @@ RECORD = Runtime(
 )
 
 
-# Dual Chunk Attention (issues 48, 68), read from the SGLang wheels on PyPI (0.5.7, 0.5.15-0.5.23; python/sglang/srt/…):
+# Dual Chunk Attention, read from the SGLang wheels on PyPI (0.5.7, 0.5.15-0.5.23; python/sglang/srt/…):
 # - the backend (layers/attention/dual_chunk_flashattention_backend.py) is in 0.5.19 and earlier; 0.5.20 deleted it
 #   (PR #32114), and 0.5.23, what `pip install sglang` brings today, has no dual_chunk_flash_attn choice at all
 #   (arg_groups/choices.py ATTENTION_BACKEND_CHOICES), while its get_rope still builds the DCA rotary from the config
