@@ -21,18 +21,17 @@ at a length, and the one list of standard methods. Numpy only.
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ropecli.rope.geometry import Geometry, default_factor
 from ropecli.errors import RopeCliError
-from ropecli.rope.methods import REGISTRY, Method, compute_schedule, resolve_method, resolve_params
-from ropecli.rope.schedule import Schedule, format_label
-from ropecli.rope.factor_files import read_factors
 from ropecli.maps.map_spelling import map_label
 from ropecli.maps.position_maps import BoundMap
-from ropecli.rope.temperature import TUNABLE_NAMES, split_temperature, tempered, temperature_label
+from ropecli.rope.factor_files import read_factors
+from ropecli.rope.geometry import Geometry, default_factor
+from ropecli.rope.methods import REGISTRY, Method, compute_schedule, resolve_method, resolve_params
+from ropecli.rope.schedule import Schedule, format_label
+from ropecli.rope.temperature import TUNABLE_NAMES, split_temperature, temperature_label, tempered
 
 # The methods people deploy, with transformers' defaults: search-b's references, search's held-out
 # verdict and advise's fixed candidates are all taken from this one list.

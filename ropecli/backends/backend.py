@@ -18,25 +18,32 @@ in with the map (`scaled(..., calibration=)`), never written onto the backend.
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, contextmanager, ExitStack
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from ropecli.errors import RopeCliError
-from ropecli.models.model_rope import ModelRope
-from ropecli.models.position_temperature import position_temperature
-from ropecli.maps.pair_selection import CALIBRATION_WINDOW, select_pairs
-from ropecli.maps.mapped_attention import map_refusal, mapped
-from ropecli.maps.position_maps import BoundMap
-from ropecli.rope.schedule import Schedule
-from ropecli.models.patch import add_log_n_hooks, apply_schedule, restore
-from ropecli.maps.pair_contributions import model_contributions
-from ropecli.models.chunked_scoring import (oom_error, out_of_memory, window_nll, token_losses, passkey_scores,
-                                            greedy_tokens, window_kl)
-from ropecli.models.cached_decoding import cached_token_losses
 from ropecli.deferred import deferred
+from ropecli.errors import RopeCliError
+from ropecli.maps.mapped_attention import map_refusal, mapped
+from ropecli.maps.pair_contributions import model_contributions
+from ropecli.maps.pair_selection import CALIBRATION_WINDOW, select_pairs
+from ropecli.maps.position_maps import BoundMap
+from ropecli.models.cached_decoding import cached_token_losses
+from ropecli.models.chunked_scoring import (
+    greedy_tokens,
+    oom_error,
+    out_of_memory,
+    passkey_scores,
+    token_losses,
+    window_kl,
+    window_nll,
+)
+from ropecli.models.model_rope import ModelRope
+from ropecli.models.patch import add_log_n_hooks, apply_schedule, restore
+from ropecli.models.position_temperature import position_temperature
+from ropecli.rope.schedule import Schedule
 
 torch = deferred("torch")
 

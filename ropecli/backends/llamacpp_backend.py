@@ -24,18 +24,23 @@ from typing import Any
 
 import numpy as np
 
-from ropecli.errors import RopeCliError
 from ropecli.backends.backend import BackendDefaults, Calibration
-from ropecli.models.model_rope import ModelRope
-from ropecli.rope.schedule import Schedule
+from ropecli.deferred import deferred
+from ropecli.errors import RopeCliError
 from ropecli.maps.position_maps import BoundMap
+from ropecli.models.chunked_scoring import answer_scores, chunk_kl, token_nll
 from ropecli.models.gguf_rope import GGUF_ROPE_FREQS_ARCHS, export_gguf, read_gguf_input
 from ropecli.models.llamacpp_files import plain_weight_buffers
-from ropecli.models.llamacpp_selfextend_run import (SELF_EXTEND_MAPS, group_attention, probe_tokens,
-                                                seq_div_rotates_right, self_extend_notes)
-from ropecli.models.chunked_scoring import answer_scores, chunk_kl, token_nll
+from ropecli.models.llamacpp_selfextend_run import (
+    SELF_EXTEND_MAPS,
+    group_attention,
+    probe_tokens,
+    self_extend_notes,
+    seq_div_rotates_right,
+)
+from ropecli.models.model_rope import ModelRope
 from ropecli.models.token_losses import prefix_summaries
-from ropecli.deferred import deferred
+from ropecli.rope.schedule import Schedule
 
 llama_cpp = deferred("llama_cpp")
 torch = deferred("torch")

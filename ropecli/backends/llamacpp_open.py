@@ -7,14 +7,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ropecli.backends.llamacpp_backend import LlamaCppBackend
+from ropecli.deferred import deferred, installed
 from ropecli.errors import RopeCliError
 from ropecli.models.config import gguf_layout, gguf_metadata, locate_file, read_rope_config
-from ropecli.models.model_rope import ModelRope
-from ropecli.backends.llamacpp_backend import LlamaCppBackend
 from ropecli.models.llamacpp_files import file_fingerprint
 from ropecli.models.llamacpp_selfextend_run import DIVIDES
+from ropecli.models.model_rope import ModelRope
 from ropecli.models.packaged import resolve_model
-from ropecli.deferred import deferred, installed
 
 transformers = deferred("transformers")
 gguf = deferred("gguf")

@@ -3,23 +3,28 @@ geometry read from the loaded config (the same rules as `ropecli.models.config`)
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import hashlib
 import json
 from dataclasses import replace
 from pathlib import Path
 
-from ropecli.errors import RopeCliError
 from ropecli.backends.backend import TransformersBackend
+from ropecli.deferred import deferred, installed
+from ropecli.errors import RopeCliError
 from ropecli.models.banded_attention import banded_model
-from ropecli.models.config import _from_gguf, BUILTIN, BUILTIN_DIR, choose_layer_types, read_config_json, rope_from_config
-from ropecli.models.rope_block import check_config_blocks
+from ropecli.models.config import (
+    BUILTIN,
+    BUILTIN_DIR,
+    _from_gguf,
+    choose_layer_types,
+    read_config_json,
+    rope_from_config,
+)
 from ropecli.models.packaged import resolve_model
 from ropecli.models.patch import find_rotary_slots, layer_types_of, select_slots, text_config
-
-import gc
-import ctypes
-
-from ropecli.deferred import deferred, installed
+from ropecli.models.rope_block import check_config_blocks
 
 transformers = deferred("transformers")
 modeling_auto = deferred("transformers.models.auto.modeling_auto")

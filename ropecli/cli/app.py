@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 import copy
 import functools
 import importlib
@@ -16,8 +17,6 @@ from typer.core import TyperCommand
 from ropecli import __version__
 from ropecli.cli.common import OneLineErrorsGroup
 from ropecli.cli.options import ADVANCED
-
-import ast
 
 # name -> (module under ropecli.cli.commands, function; "app" is a Typer sub-app), in `ropecli --help`'s order.
 COMMANDS = {

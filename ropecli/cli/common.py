@@ -13,9 +13,9 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from ropecli.cli.console import stderr_console, jsonable
+from ropecli.cli.console import jsonable, stderr_console
 from ropecli.errors import RopeCliError
-from ropecli.evaluation.distributed import rank_prefix, world_from_env, leave
+from ropecli.evaluation.distributed import leave, rank_prefix, world_from_env
 from ropecli.models.config import geometry_from_flags
 
 DEBUG_ENV = "ROPECLI_DEBUG"

@@ -10,9 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
-from ropecli.evaluation.compared import PositionDiff, Row, Verdict
 from ropecli.evaluation.distributed import world_from_env
-from ropecli.evaluation.results import EvalResult
 
 
 def console():
@@ -43,9 +41,9 @@ def show(items: list, wrap: bool = True, err: bool = False) -> None:
 
 
 def jsonable(obj: Any) -> Any:
-    """`obj` as plain JSON values: results, rows and verdicts through their to_json, numpy arrays and scalars as lists and numbers, NaN and
-    ±inf as None (null), so every parser reads it."""
-    if isinstance(obj, (EvalResult, Row, Verdict, PositionDiff)):
+    """`obj` as plain JSON values: a record with a `to_json` (results, rows, verdicts) through it, numpy arrays and
+    scalars as lists and numbers, NaN and ±inf as None (null), so every parser reads it."""
+    if hasattr(obj, "to_json"):
         return jsonable(obj.to_json())
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None

@@ -5,28 +5,79 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ropecli.cli.eval_options import (AdviseBudgetOpt, AdviseMetricOpt, AttnOpt, Backend, BackendOpt, BosOpt, CacheDirOpt,
-                                      CandidatesOpt, ChatTemplateOpt, ChunkOpt, DataOpt, DeltaOpt, DepthsOpt, DeviceMapOpt, DeviceOpt, DigitsOpt,
-                                      Dtype, DtypeOpt, ExportConfigOpt, HeldOutOpt, KeyEvaluatorOpt, KeyShortOpt,
-                                      KeyTokens, KeyTokensOpt, LenOpt, MarginOpt, MaxShortKlOpt,
-                                      MaxShortRegressionOpt, MaxWindowsOpt, MinPasskeyOpt, NoCacheOpt, ObjectiveOpt,
-                                      PromptsOpt, RaceOpt, SamplesOpt, ScoreLastOpt, SeedOpt, ServeRuntimeOpt,
-                                      TaskGuardOpt, TextFieldOpt, TokenLossesOpt, TrustOpt, WeightsOpt, WithLogNOpt,
-                                      WorkloadOpt)
+from ropecli.cli.eval_options import (
+    AdviseBudgetOpt,
+    AdviseMetricOpt,
+    AttnOpt,
+    Backend,
+    BackendOpt,
+    BosOpt,
+    CacheDirOpt,
+    CandidatesOpt,
+    ChatTemplateOpt,
+    ChunkOpt,
+    DataOpt,
+    DeltaOpt,
+    DepthsOpt,
+    DeviceMapOpt,
+    DeviceOpt,
+    DigitsOpt,
+    Dtype,
+    DtypeOpt,
+    ExportConfigOpt,
+    HeldOutOpt,
+    KeyEvaluatorOpt,
+    KeyShortOpt,
+    KeyTokens,
+    KeyTokensOpt,
+    LenOpt,
+    MarginOpt,
+    MaxShortKlOpt,
+    MaxShortRegressionOpt,
+    MaxWindowsOpt,
+    MinPasskeyOpt,
+    NoCacheOpt,
+    ObjectiveOpt,
+    PromptsOpt,
+    RaceOpt,
+    SamplesOpt,
+    ScoreLastOpt,
+    SeedOpt,
+    ServeRuntimeOpt,
+    TaskGuardOpt,
+    TextFieldOpt,
+    TokenLossesOpt,
+    TrustOpt,
+    WeightsOpt,
+    WithLogNOpt,
+    WorkloadOpt,
+)
 from ropecli.cli.groups import ModelSourceOptions, ScheduleOptions
-from ropecli.cli.options import (BaseOpt, ConsistentOpt, MapOpt, DOpt, GgufOpt, HeadDimAliasOpt, KOpt, LogNOpt, RopeLayersOpt, TrainLenOpt, advanced,
-                                 flat_choices)
+from ropecli.cli.options import (
+    BaseOpt,
+    ConsistentOpt,
+    DOpt,
+    GgufOpt,
+    HeadDimAliasOpt,
+    KOpt,
+    LogNOpt,
+    MapOpt,
+    RopeLayersOpt,
+    TrainLenOpt,
+    advanced,
+    flat_choices,
+)
 from ropecli.errors import RopeCliError
+from ropecli.evaluation.chat_template import check_template_file, prompt_frame
 from ropecli.evaluation.metrics import metric_record
-from ropecli.tuning.tournament import AdvisePlan
-from ropecli.tuning.candidates import candidate_names
-from ropecli.export.registry import SERVED_BY_DEFAULT, record
-from ropecli.maps.map_spelling import under_maps, one_map
-from ropecli.rope.target import Target
-from ropecli.tuning.workload import parse_workload
-from ropecli.evaluation.chat_template import prompt_frame, check_template_file
 from ropecli.evaluation.passkey import check_depths, check_digits
+from ropecli.export.registry import SERVED_BY_DEFAULT, record
+from ropecli.maps.map_spelling import one_map, under_maps
+from ropecli.rope.target import Target
+from ropecli.tuning.candidates import candidate_names
 from ropecli.tuning.search_run import SearchPlan
+from ropecli.tuning.tournament import AdvisePlan
+from ropecli.tuning.workload import parse_workload
 
 
 @dataclass

@@ -20,8 +20,27 @@ import inspect
 import typing
 from dataclasses import dataclass
 
-from ropecli.cli.options import (BaseOpt, BOpt, DOpt, FactorsOpt, ForceOpt, GgufOpt, HeadDimAliasOpt, JsonOpt, KOpt, MethodOpt,
-                                 MethodsAliasOpt, ModelOpt, OneTargetOpt, ParamOpt, PlotOpt, RopeLayersOpt, TargetLenOpt, TrainLenOpt, advanced)
+from ropecli.cli.options import (
+    BaseOpt,
+    BOpt,
+    DOpt,
+    FactorsOpt,
+    ForceOpt,
+    GgufOpt,
+    HeadDimAliasOpt,
+    JsonOpt,
+    KOpt,
+    MethodOpt,
+    MethodsAliasOpt,
+    ModelOpt,
+    OneTargetOpt,
+    ParamOpt,
+    PlotOpt,
+    RopeLayersOpt,
+    TargetLenOpt,
+    TrainLenOpt,
+    advanced,
+)
 from ropecli.errors import RopeCliError
 from ropecli.spec import parse_specs
 

@@ -9,24 +9,23 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager, nullcontext
 
-from ropecli.cli.console import stderr_console
-from ropecli.errors import RopeCliError
-from ropecli.cli.eval_groups import DataOptions, EvalOptions, ModelOptions, PasskeyOptions
-from ropecli.evaluation.bos_policy import describe_bos
-from ropecli.evaluation.session import Progress, Session
-from ropecli.models.memory import resident_bytes, reset_peak, available_memory, human, memory_before_loading
-from ropecli.evaluation.cache import EvalCache
-from ropecli.evaluation.distributed import quiet_unless_main, setup
-from ropecli.evaluation.evaluator import Evaluator
-from ropecli.evaluation.inputs import Inputs
-from ropecli.backends.load import resolve_device, resolve_dtype, load_model
-from ropecli.evaluation.key_tokens import FarRepeat, short_default
-from ropecli.evaluation.longppl import LongShort
-
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.progress import Progress as ProgressBar
 
 from ropecli.backends.llamacpp_open import open_gguf
+from ropecli.backends.load import load_model, resolve_device, resolve_dtype
+from ropecli.cli.console import stderr_console
+from ropecli.cli.eval_groups import DataOptions, EvalOptions, ModelOptions, PasskeyOptions
+from ropecli.errors import RopeCliError
+from ropecli.evaluation.bos_policy import describe_bos
+from ropecli.evaluation.cache import EvalCache
+from ropecli.evaluation.distributed import quiet_unless_main, setup
+from ropecli.evaluation.evaluator import Evaluator
+from ropecli.evaluation.inputs import Inputs
+from ropecli.evaluation.key_tokens import FarRepeat, short_default
+from ropecli.evaluation.longppl import LongShort
+from ropecli.evaluation.session import Progress, Session
+from ropecli.models.memory import available_memory, human, memory_before_loading, reset_peak, resident_bytes
 from ropecli.report.plots import check_out
 
 

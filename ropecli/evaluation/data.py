@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ropecli.deferred import deferred, installed
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.corpus import held_out_plays
-from ropecli.deferred import deferred, installed
 
 datasets = deferred("datasets")
 

@@ -20,15 +20,13 @@ rank finds it, so a rerun resumes on any number of ranks.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from ropecli.errors import RopeCliError
-
-import sys
-
 from ropecli.deferred import deferred
+from ropecli.errors import RopeCliError
 
 torch = deferred("torch")
 tdist = deferred("torch.distributed")

@@ -25,6 +25,9 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+import numpy as np
+
+from ropecli.backends.backend import Calibration, ModelBackend
 from ropecli.evaluation.cache import EvalCache
 from ropecli.evaluation.cache_migrations import legacy_key, rekeyed, respelled, whole_evaluation
 from ropecli.evaluation.corpus import training_plays
@@ -33,16 +36,13 @@ from ropecli.evaluation.inputs import Inputs
 from ropecli.evaluation.key_metric import key_fields, window_key_sums
 from ropecli.evaluation.key_tokens import KeyRule, describe_rule
 from ropecli.evaluation.metrics import PPL, Metric
-from ropecli.maps.position_maps import check_window
-from ropecli.maps.pair_selection import CALIBRATION
 from ropecli.evaluation.results import EvalResult
-from ropecli.backends.backend import Calibration, ModelBackend
+from ropecli.maps.pair_selection import CALIBRATION
+from ropecli.maps.position_maps import check_window
 from ropecli.models.token_losses import plain, prefixes_from_kept
 from ropecli.rope.geometry import Geometry
 from ropecli.rope.schedule import Schedule
 from ropecli.spec import Spec
-
-import numpy as np
 
 
 @dataclass

@@ -34,9 +34,9 @@ from typing import Any, Callable
 
 from ropecli.errors import RopeCliError
 from ropecli.evaluation import results, task_results
-from ropecli.evaluation.summaries import summarize_kl, summarize_passkey, summarize_ppl
 from ropecli.evaluation.ruler.answer_scoring import GENERATED_TOKENS, passes, published_match, score_prompt
 from ropecli.evaluation.ruler.templates import TASKS
+from ropecli.evaluation.summaries import summarize_kl, summarize_passkey, summarize_ppl
 from ropecli.evaluation.task_results import summarize_task
 
 

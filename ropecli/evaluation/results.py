@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 from ropecli.evaluation.stats import ppl_half_width
 
+
 @dataclass(kw_only=True)
 class EvalResult:
     metric: ClassVar[str]

@@ -16,11 +16,11 @@ from ropecli.evaluation.cache import FORMAT
 from ropecli.evaluation.metrics import PPL, Metric
 
 if TYPE_CHECKING:
-    from ropecli.evaluation.evaluator import Evaluator
     from ropecli.backends.backend import ModelBackend
+    from ropecli.evaluation.evaluator import Evaluator
     from ropecli.spec import Spec
-from ropecli.models.memory import resident_bytes
 from ropecli.deferred import deferred
+from ropecli.models.memory import resident_bytes
 
 torch = deferred("torch")
 

@@ -16,9 +16,9 @@ if TYPE_CHECKING:
 
 import numpy as np
 
-from ropecli.maps.map_spelling import map_json
 from ropecli.evaluation.estimand import estimate
 from ropecli.evaluation.inference import paired_one
+from ropecli.maps.map_spelling import map_json
 from ropecli.models.token_losses import bin_means
 
 

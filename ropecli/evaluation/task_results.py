@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from ropecli.evaluation.results import EvalResult, _finite
-from ropecli.evaluation.summaries import _head
 from ropecli.evaluation.ruler.answer_scoring import string_match_all
+from ropecli.evaluation.summaries import _head
 
 if TYPE_CHECKING:
     from ropecli.rope.geometry import Geometry

@@ -16,13 +16,13 @@ from pathlib import Path
 import numpy as np
 
 from ropecli.errors import RopeCliError
-from ropecli.models.config import geometry_from_flags, read_rope_config
-from ropecli.models.model_rope import ModelRope
-from ropecli.maps.map_spelling import map_from_json
-from ropecli.spec import make_spec, parse_specs, Spec
 from ropecli.export.manifest import describes, manifest_path
 from ropecli.export.readback import artefact_geometry, read_json
 from ropecli.export.runtimes.record import RuntimeHooks
+from ropecli.maps.map_spelling import map_from_json
+from ropecli.models.config import geometry_from_flags, read_rope_config
+from ropecli.models.model_rope import ModelRope
+from ropecli.spec import Spec, make_spec, parse_specs
 
 
 @dataclass

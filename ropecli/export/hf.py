@@ -16,13 +16,13 @@ import math
 from typing import Any
 
 from ropecli.errors import RopeCliError
-from ropecli.files import atomic_write_text
-from ropecli.export.p_rope import p_rope_refusal, proportional_block, uniform_factor
-from ropecli.models.model_rope import ModelRope
-from ropecli.spec import Spec
-from ropecli.rope.factor_files import rope_parameters_block
 from ropecli.export.manifest import write_manifest
+from ropecli.export.p_rope import p_rope_refusal, proportional_block, uniform_factor
 from ropecli.export.runtimes.record import Runtime
+from ropecli.files import atomic_write_text
+from ropecli.models.model_rope import ModelRope
+from ropecli.rope.factor_files import rope_parameters_block
+from ropecli.spec import Spec
 
 
 def rope_block(rope: ModelRope, spec: Spec, factor: float, consistent: bool = False) -> tuple[dict, str]:

@@ -6,19 +6,17 @@ hub id's config alone; and the checks that nothing a user has is overwritten unl
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
+from ropecli.deferred import deferred
 from ropecli.errors import RopeCliError
 from ropecli.export.hf import merged_config, write_json
 from ropecli.files import normal_mode
 from ropecli.models.config import locate_file
 from ropecli.models.packaged import PACKAGE_DIR
-
-import tempfile
-import shutil
-import os
-
-from ropecli.deferred import deferred
 
 transformers = deferred("transformers")
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import shutil
 from importlib import metadata
 
-from ropecli.export.runtimes.record import Runtime
-
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
+
+from ropecli.export.runtimes.record import Runtime
 
 
 def installed_version(rec: Runtime) -> str | None:

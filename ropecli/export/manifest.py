@@ -7,12 +7,12 @@ import hashlib
 import json
 from pathlib import Path
 
-from ropecli.models.model_rope import ModelRope
-from ropecli.rope.geometry import Geometry
-from ropecli.maps.map_spelling import map_json
-from ropecli.spec import Spec
 from ropecli.export.runtimes.record import Runtime
 from ropecli.files import atomic_write_text
+from ropecli.maps.map_spelling import map_json
+from ropecli.models.model_rope import ModelRope
+from ropecli.rope.geometry import Geometry
+from ropecli.spec import Spec
 
 EDGE = 16 << 20  # bytes: a file larger than twice this is fingerprinted by its size, first and last EDGE bytes
 MANIFEST = "ropecli-export.json"  # in an exported folder; beside a file: FILE.ropecli.json

@@ -13,15 +13,14 @@ import json
 import textwrap
 from pathlib import Path
 
+from ropecli.deferred import deferred
 from ropecli.errors import RopeCliError
 from ropecli.export.readback import Check, read_json
 from ropecli.export.writers import load_line
-from ropecli.maps.position_maps import resolve_map
-from ropecli.maps import vllm_plugin, map_bands
-from ropecli.maps.region_attention import region_attention
+from ropecli.maps import map_bands, vllm_plugin
 from ropecli.maps.mapped_attention import config_refusal
-from ropecli.export.map_modeling import check_map_block
-from ropecli.deferred import deferred
+from ropecli.maps.position_maps import resolve_map
+from ropecli.maps.region_attention import region_attention
 
 transformers = deferred("transformers")
 modeling_auto = deferred("transformers.models.auto.modeling_auto")
@@ -32,6 +31,40 @@ MARKER = "# REGIONS: the map's region function, ropecli's own source, pasted by 
 
 
 BANDS = "# BANDS: ropecli's band planner (ropecli.maps.map_bands, region_attention), pasted by the export below this line\n"
+CHECK = ("# CHECK: ropecli's check of config.json's ropecli_map (export.map_folder.check_map_block), pasted by the export "
+         "below this line\n")
+MAP_KEYS = {"name": str, "params": dict, "length": int, "pairs": dict, "architecture": str}  # config.json's ropecli_map, whole
+
+
+def check_map_block(block, layers: int | None = None) -> str | None:
+    """Why config.json's `ropecli_map` cannot be served (one line), or None: every key known and of its type, the
+    parameters numbers, the length a positive integer, the key pairs {layer: [each head's pair indices]}. `ropecli
+    verify` and this file's loader ask the same question."""
+    fix = "export the folder again (ropecli export --to transformers --map MAP --out DIR)"
+    if not isinstance(block, dict):
+        return f"config.json ropecli_map is {type(block).__name__}, expected an object: {fix}"
+    unknown = sorted(set(block) - set(MAP_KEYS))
+    if unknown:
+        return f"config.json ropecli_map has an unknown key '{unknown[0]}' (known: {', '.join(MAP_KEYS)}): {fix}"
+    for key, kind in MAP_KEYS.items():
+        if key in ("name", "params") and key not in block:
+            return f"config.json ropecli_map has no '{key}': {fix}"
+        if key in block and not isinstance(block[key], kind) or (kind is int and isinstance(block.get(key), bool)):
+            return (f"config.json ropecli_map.{key} is {type(block[key]).__name__}, expected "
+                    f"{ {str: 'a string', dict: 'an object', int: 'an integer'}[kind]}: {fix}")
+    bad = [k for k, v in block["params"].items() if isinstance(v, bool) or not isinstance(v, (int, float))]
+    if bad:
+        return f"config.json ropecli_map.params.{bad[0]} is not a number: {fix}"
+    if "length" in block and block["length"] < 1:
+        return f"config.json ropecli_map.length is {block['length']}, expected the exported length (> 0): {fix}"
+    for layer, heads in (block.get("pairs") or {}).items():
+        if not str(layer).isdigit() or (layers is not None and int(layer) >= layers):
+            return f"config.json ropecli_map.pairs has a layer '{layer}' the model does not have: {fix}"
+        if not isinstance(heads, list) or not all(isinstance(h, list) and all(isinstance(m, int) and not
+                                                                              isinstance(m, bool) and m >= 0 for m in h)
+                                                  for h in heads):
+            return f"config.json ropecli_map.pairs['{layer}'] is not a list of each head's pair indices: {fix}"
+    return None
 
 
 def modeling_source(position_map, base_class: str) -> str:
@@ -46,6 +79,8 @@ def modeling_source(position_map, base_class: str) -> str:
     bands = bands[bands.index("\nCAUSAL = "):]  # past its docstring and imports (torch: the template's own)
     template = template.replace('BASE_CLASS = "LlamaForCausalLM"', f'BASE_CLASS = "{base_class}"', 1)
     template = template.replace(BANDS, f"{BANDS}{bands}\n\n{inspect.getsource(region_attention)}\n", 1)
+    keys = ", ".join(f"{k!r}: {kind.__name__}" for k, kind in MAP_KEYS.items())
+    template = template.replace(CHECK, f"{CHECK}MAP_KEYS = {{{keys}}}\n\n\n{inspect.getsource(check_map_block)}\n", 1)
     return template.replace(MARKER, f"{MARKER}\n{source}\nREGION_FUNCTION = {fn.__name__!r}\n", 1)
 
 

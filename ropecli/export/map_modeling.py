@@ -52,7 +52,6 @@ WHOLE_ROWS = 4 * QUERY_BLOCK  # a prompt up to this long runs a whole-triangle r
 # SmolLM2 at 16,000 tokens the one call's row-long buffers cost 1.20x the peak memory and a slower prefill)
 MASK_CACHE_BYTES = 256 * 2 ** 20  # a forward pass's block plan is kept for its next layers while its masks fit
 POSITIONLESS = ("linear_attention", "conv", "mamba", "mamba2")
-MAP_KEYS = {"name": str, "params": dict, "length": int, "pairs": dict, "architecture": str}  # config.json's ropecli_map, whole
 
 
 class RopeCliError(ValueError):
@@ -74,43 +73,15 @@ def _same(p):
 # BANDS: ropecli's band planner (ropecli.maps.map_bands, region_attention), pasted by the export below this line
 
 
+# CHECK: ropecli's check of config.json's ropecli_map (export.map_folder.check_map_block), pasted by the export below this line
+
+
 # REGIONS: the map's region function, ropecli's own source, pasted by the export below this line
 
 
 def map_regions() -> Callable[..., tuple]:
     """The pasted region function (the one module-level function named in REGION_FUNCTION)."""
     return globals()[REGION_FUNCTION]
-
-
-def check_map_block(block, layers: int | None = None) -> str | None:
-    """Why config.json's `ropecli_map` cannot be served (one line), or None: every key known and of its type, the
-    parameters numbers, the length a positive integer, the key pairs {layer: [each head's pair indices]}. `ropecli
-    verify` and this file's loader ask the same question."""
-    fix = "export the folder again (ropecli export --to transformers --map MAP --out DIR)"
-    if not isinstance(block, dict):
-        return f"config.json ropecli_map is {type(block).__name__}, expected an object: {fix}"
-    unknown = sorted(set(block) - set(MAP_KEYS))
-    if unknown:
-        return f"config.json ropecli_map has an unknown key '{unknown[0]}' (known: {', '.join(MAP_KEYS)}): {fix}"
-    for key, kind in MAP_KEYS.items():
-        if key in ("name", "params") and key not in block:
-            return f"config.json ropecli_map has no '{key}': {fix}"
-        if key in block and not isinstance(block[key], kind) or (kind is int and isinstance(block.get(key), bool)):
-            return (f"config.json ropecli_map.{key} is {type(block[key]).__name__}, expected "
-                    f"{ {str: 'a string', dict: 'an object', int: 'an integer'}[kind]}: {fix}")
-    bad = [k for k, v in block["params"].items() if isinstance(v, bool) or not isinstance(v, (int, float))]
-    if bad:
-        return f"config.json ropecli_map.params.{bad[0]} is not a number: {fix}"
-    if "length" in block and block["length"] < 1:
-        return f"config.json ropecli_map.length is {block['length']}, expected the exported length (> 0): {fix}"
-    for layer, heads in (block.get("pairs") or {}).items():
-        if not str(layer).isdigit() or (layers is not None and int(layer) >= layers):
-            return f"config.json ropecli_map.pairs has a layer '{layer}' the model does not have: {fix}"
-        if not isinstance(heads, list) or not all(isinstance(h, list) and all(isinstance(m, int) and not
-                                                                              isinstance(m, bool) and m >= 0 for m in h)
-                                                  for h in heads):
-            return f"config.json ropecli_map.pairs['{layer}'] is not a list of each head's pair indices: {fix}"
-    return None
 
 
 class LayerPlan(NamedTuple):

@@ -17,18 +17,19 @@ from pathlib import Path
 
 from ropecli.errors import RopeCliError
 from ropecli.export.hf_folder import check_writable, place_weights
-from ropecli.models.model_rope import ModelRope
-from ropecli.rope.geometry import Geometry
-from ropecli.maps.map_spelling import map_json
-from ropecli.spec import Spec
-from ropecli.export.manifest import write_manifest
-from ropecli.export.registry import AT_START_UP, PER_FORWARD, ROPE_FREQS, Runtime, record, records, resolve_runtime
 from ropecli.export.installed import too_old
+from ropecli.export.manifest import write_manifest
 from ropecli.export.p_rope import p_rope_refusal
+from ropecli.export.registry import AT_START_UP, PER_FORWARD, ROPE_FREQS, Runtime, record, records, resolve_runtime
 from ropecli.export.served import is_dynamic
 from ropecli.export.served_temperature import temperature_line, temperature_refusal
-from ropecli.export.writers import is_gguf
 from ropecli.export.switching import switching_report
+from ropecli.export.writers import is_gguf
+from ropecli.maps.map_spelling import map_json
+from ropecli.models.model_rope import ModelRope
+from ropecli.rope.geometry import Geometry
+from ropecli.spec import Spec
+
 
 def runtime_behaviour(rope: ModelRope, consistent: bool) -> dict[str, str]:
     """What each runtime does with an export, in words (from its record, `ropecli.export.runtimes`); a switching

@@ -8,18 +8,18 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from ropecli.backends.llamacpp_open import load_llamacpp, open_gguf
+from ropecli.backends.load import causal_lm_from_pretrained, load_model
+from ropecli.deferred import deferred
 from ropecli.evaluation.cache import EvalCache
 from ropecli.evaluation.evaluator import Evaluator
-from ropecli.export.readback import Check
 from ropecli.export.expected import Expected
+from ropecli.export.readback import Check
 from ropecli.export.vllm_engine import run_engine
+from ropecli.models.chunked_scoring import window_nll
 from ropecli.models.config import BUILTIN, BUILTIN_DIR
 from ropecli.models.packaged import resolve_model
 from ropecli.spec import make_spec
-from ropecli.backends.load import load_model, causal_lm_from_pretrained
-from ropecli.models.chunked_scoring import window_nll
-from ropecli.backends.llamacpp_open import load_llamacpp, open_gguf
-from ropecli.deferred import deferred
 
 torch = deferred("torch")
 

@@ -22,23 +22,20 @@ factors and attention factor the runtime applies, as a `longrope` spec.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from ropecli.errors import RopeCliError
-from ropecli.models.model_rope import ModelRope
-from ropecli.spec import Spec, make_spec
-from ropecli.export.registry import AT_START_UP, PER_FORWARD, Runtime, ROPE_FREQS
 from ropecli.evaluation.decode_across import measure_decode
 from ropecli.export.hf import rope_block
 from ropecli.export.p_rope import p_rope_refusal
+from ropecli.export.registry import AT_START_UP, PER_FORWARD, ROPE_FREQS, Runtime
 from ropecli.export.runtimes.transformers import transformers_applied
-from ropecli.export.runtimes.vllm import vllm_applied
-from ropecli.export.runtimes.vllm import vllm_block
-
-import math
-
+from ropecli.export.runtimes.vllm import vllm_applied, vllm_block
+from ropecli.models.model_rope import ModelRope
+from ropecli.spec import Spec, make_spec
 
 
 @dataclass(frozen=True)

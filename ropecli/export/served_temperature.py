@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from ropecli.export.runtimes.record import Runtime
 from ropecli.models.model_rope import ModelRope
-from ropecli.spec import Spec
 from ropecli.rope.temperature import HF_KEYS, Temperature, tempered
+from ropecli.spec import Spec
 
 
 def _changed(spec: Spec, rope: ModelRope) -> Temperature | None:

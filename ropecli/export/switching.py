@@ -10,16 +10,16 @@ that it could not measure.
 
 from __future__ import annotations
 
-from ropecli.models.model_rope import ModelRope
-from ropecli.rope.geometry import Geometry
-from ropecli.spec import Spec
+from ropecli.backends.load import load_model
 from ropecli.evaluation.cache import EvalCache
 from ropecli.evaluation.decode_across import DecodePlan
 from ropecli.evaluation.evaluator import Evaluator
 from ropecli.export.readback import Check
 from ropecli.export.runtimes.record import Runtime
 from ropecli.export.served import decode_damage, is_dynamic, switch_length
-from ropecli.backends.load import load_model
+from ropecli.models.model_rope import ModelRope
+from ropecli.rope.geometry import Geometry
+from ropecli.spec import Spec
 
 SAMPLES = 4  # held-out windows: the damage is a paired mean over them, with its interval
 

@@ -13,20 +13,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from ropecli.export.readback import Check, Applied, CONSISTENT, read_json, rope_blocks, UNREADABLE, unreadable
-from ropecli.export.expected import Expected
 from ropecli.errors import RopeCliError
+from ropecli.export.expected import Expected
 from ropecli.export.manifest import manifest_path
 from ropecli.export.plan import installed_lines, replaces_shipped, works_with_line
+from ropecli.export.readback import CONSISTENT, UNREADABLE, Applied, Check, read_json, rope_blocks, unreadable
 from ropecli.export.registry import PER_FORWARD, Runtime, RuntimeHooks, names, resolve_runtime
 from ropecli.export.switching import decode_check
-
-from contextlib import nullcontext
 
 FACTOR_RTOL = 1e-4  # float32 in every runtime: their factors agree with ropecli's float64 to ~1e-7
 ATTENTION_RTOL = 1e-4

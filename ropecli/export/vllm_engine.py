@@ -22,21 +22,19 @@ scheduler batches them continuously, chunks their prefills (`max_num_batched_tok
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
-import traceback
 import sys
 import tempfile
 import time
+import traceback
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from ropecli.errors import RopeCliError
-
-import gc
-
 from ropecli.deferred import deferred
+from ropecli.errors import RopeCliError
 
 vllm = deferred("vllm")
 plugins = deferred("vllm.plugins")

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import warnings
 
-from ropecli.maps.map_bands import whole_triangles
 from ropecli.deferred import deferred, installed
+from ropecli.maps.map_bands import whole_triangles
 
 flex_attention = deferred("torch.nn.attention.flex_attention")
 torch = deferred("torch")

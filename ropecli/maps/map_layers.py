@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable
 
+from ropecli.deferred import deferred
 from ropecli.errors import RopeCliError
 from ropecli.models.layer_kinds import POSITIONLESS, rope_flags
-from ropecli.deferred import deferred
 
 torch = deferred("torch")
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ropecli.rope.geometry import TWO_PI
 from ropecli.errors import RopeCliError
 from ropecli.maps.position_maps import BoundMap, map_params, map_regions
+from ropecli.rope.geometry import TWO_PI
 
 
 def farthest_distance(position_map: BoundMap, length: int) -> np.ndarray:

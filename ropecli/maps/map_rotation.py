@@ -5,8 +5,8 @@ map, DPE), and under a key-pair selection only the selected columns at the map's
 
 from __future__ import annotations
 
-from ropecli.maps.map_layers import rotate_with
 from ropecli.deferred import deferred
+from ropecli.maps.map_layers import rotate_with
 
 torch = deferred("torch")
 

@@ -16,16 +16,14 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 from functools import partial
-
-from ropecli.errors import RopeCliError
-from ropecli.maps.map_layers import LayerDispatch, plan_layers, rotator
-from ropecli.models.patch import find_rotary_slots, text_config
-from ropecli.maps.region_attention import BLOCK, MappedAttention
-from ropecli.maps.position_maps import BoundMap
-
 from types import SimpleNamespace
 
 from ropecli.deferred import deferred
+from ropecli.errors import RopeCliError
+from ropecli.maps.map_layers import LayerDispatch, plan_layers, rotator
+from ropecli.maps.position_maps import BoundMap
+from ropecli.maps.region_attention import BLOCK, MappedAttention
+from ropecli.models.patch import find_rotary_slots, text_config
 
 masking_utils = deferred("transformers.masking_utils")
 modeling_utils = deferred("transformers.modeling_utils")

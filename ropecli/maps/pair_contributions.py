@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ropecli.deferred import deferred
 from ropecli.maps.mapped_attention import mapped
 from ropecli.maps.pair_selection import CALIBRATION_TOKENS, CALIBRATION_WINDOW
 from ropecli.maps.position_maps import bind
-from ropecli.deferred import deferred
 
 torch = deferred("torch")
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import warnings
 
+from ropecli.deferred import deferred
 from ropecli.errors import RopeCliError
 from ropecli.maps.flex_regions import FlexRegions, flex_available
 from ropecli.maps.map_bands import CAUSAL, masked, merge_into, split_band, whole_triangles
 from ropecli.maps.map_layers import column_pairs
 from ropecli.maps.map_rotation import rotated
-from ropecli.deferred import deferred
 
 torch = deferred("torch")
 F = deferred("torch.nn.functional")
@@ -128,13 +128,14 @@ class MappedAttention:
                                                            name=self.name, softcap=softcap)
         return self._flex[device.type, softcap]
 
-    def blocks(self, Tq: int, Tk: int, device, dtype=torch.float32) -> list:
+    def blocks(self, Tq: int, Tk: int, device, dtype=None) -> list:
         """[(start, query positions, [(region index, r0, r1, lo, hi, mask, bias, rows with a key)])] for T_q queries
         ending at T_k keys (`split_band`, `masked`): each region's rows [r0, r1) of a block of queries (the rows it
         reaches any key from) and its band of keys from them in up to three parts, the
         full columns unmasked, a causal square under the kernel's own causal skip, the rest under its mask as a bias in
         the queries' dtype. The same in every layer, so built once per shape and kept for the next layer while the
         biases fit in MASK_CACHE_BYTES."""
+        dtype = torch.float32 if dtype is None else dtype
         prompt = self.prompt if self.per_prompt else None
         key = (self.name, self.block, Tq, Tk, device, dtype, prompt)
         if self._shape != (Tq, Tk, device, dtype, prompt) and self.name is not None and _LAST.get("key") == key:

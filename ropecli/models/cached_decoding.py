@@ -12,19 +12,18 @@ t-1 predicts token t, so the prompt's last position is scored too.
 
 from __future__ import annotations
 
-import numpy as np
-
-from ropecli.models.chunked_scoring import _logits, _softcap, decoder, token_nll
-
 import inspect
 
+import numpy as np
+
 from ropecli.deferred import deferred
+from ropecli.models.chunked_scoring import _logits, _softcap, decoder, inference_mode, token_nll
 
 transformers = deferred("transformers")
 torch = deferred("torch")
 
 
-@torch.inference_mode()
+@inference_mode
 def cached_token_losses(model, ids: torch.Tensor, segments: list[tuple[int, object]]) -> np.ndarray:
     """`segments`: [(end, enter)], ends increasing, the last = N; see the module's docstring."""
     head = model.get_output_embeddings()

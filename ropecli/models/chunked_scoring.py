@@ -9,13 +9,25 @@ fp32-upcast logits, after the model's final-logit soft-capping where it has one 
 
 from __future__ import annotations
 
+import functools
+
+from ropecli.deferred import deferred
 from ropecli.errors import RopeCliError
 from ropecli.models.memory import LOGIT_BUDGET_BYTES
 from ropecli.models.token_losses import prefix_summaries
-from ropecli.deferred import deferred
 
 torch = deferred("torch")
 F = deferred("torch.nn.functional")
+
+
+def inference_mode(fn):
+    """`fn` run under torch.inference_mode() (a decorator that imports torch when `fn` first runs, not at import)."""
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        with torch.inference_mode():
+            return fn(*args, **kwargs)
+
+    return run
 
 
 def default_chunk_tokens(vocab_size: int) -> int:
@@ -39,7 +51,7 @@ def _softcap(model) -> float | None:
     return getattr(cfg, "final_logit_softcapping", None)
 
 
-@torch.inference_mode()
+@inference_mode
 def window_nll(model, ids: torch.Tensor, chunk_tokens: int | None = None, score_last: int | None = None,
                prefixes: list[int] | None = None, keep_tokens: bool = False):
     """(sum of NLL in nats over the scored tokens, their number, the NLL summed in each of the
@@ -50,7 +62,7 @@ def window_nll(model, ids: torch.Tensor, chunk_tokens: int | None = None, score_
     return prefix_summaries(token_losses(model, ids, chunk_tokens), score_last, prefixes, keep_tokens)  # models.token_losses
 
 
-@torch.inference_mode()
+@inference_mode
 def token_losses(model, ids: torch.Tensor, chunk_tokens: int | None = None):
     """-log p(x_{t+1} | x_<=t) of every prediction of one window `ids` (1, T): numpy float64 (T-1,), the
     logits `chunk_tokens` rows at a time."""
@@ -94,7 +106,7 @@ def _logits(model, head, hidden: torch.Tensor, cap: float | None) -> torch.Tenso
     return torch.tanh(logits / cap) * cap if cap else logits
 
 
-@torch.inference_mode()
+@inference_mode
 def passkey_scores(model, ids: torch.Tensor, answer_start: int) -> tuple[float, float]:
     """(1.0 if every answer token is the argmax given its prefix else 0.0, answer NLL in nats) for one
     prompt `ids` (1, T) whose answer is ids[0, answer_start:]. Logits only at the answer positions."""
@@ -104,7 +116,7 @@ def passkey_scores(model, ids: torch.Tensor, answer_start: int) -> tuple[float, 
     return answer_scores(logits, ids[0, answer_start:])
 
 
-@torch.inference_mode()
+@inference_mode
 def greedy_tokens(model, ids: torch.Tensor, max_new: int, eos: int | None) -> list[int]:
     """Greedy decoding through the KV cache from the prompt `ids` (1, T): up to `max_new` new token ids,
     stopping after EOS (RULER's HF runner: do_sample=False, no repetition penalty)."""
@@ -113,7 +125,7 @@ def greedy_tokens(model, ids: torch.Tensor, max_new: int, eos: int | None) -> li
     return [int(t) for t in out[0, ids.shape[1]:]]
 
 
-@torch.inference_mode()
+@inference_mode
 def window_kl(model, ids: torch.Tensor, reference, scaled, chunk_tokens: int | None = None) -> tuple[float, int, int, list[float]]:
     """KL(p_reference || p_scaled) at every position of one window `ids` (1, T), nats:
     (sum of KL, positions, positions where both argmaxes agree, per-position KL).
@@ -136,7 +148,7 @@ def window_kl(model, ids: torch.Tensor, reference, scaled, chunk_tokens: int | N
     return float(values.sum()), int(values.numel()), agree, values.cpu().tolist()
 
 
-@torch.inference_mode()
+@inference_mode
 def naive_window_nll(model, ids: torch.Tensor) -> tuple[float, int]:
     """The field's usual `model(ids, labels=ids)`: full logits at once. Reference for tests and benchmarks."""
     loss = model(input_ids=ids, labels=ids, use_cache=False).loss

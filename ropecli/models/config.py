@@ -14,18 +14,18 @@ import json
 import os
 from pathlib import Path
 
+from ropecli.deferred import deferred
 from ropecli.errors import RopeCliError
 from ropecli.models.gguf_families import gguf_layer_kinds, gguf_temperature, rotating_pairs, sliding_base
 from ropecli.models.gguf_header import gguf_layout, gguf_metadata, gguf_parameters, gguf_rope_freqs, gguf_shipped  # noqa: F401 (re-exported)
-from ropecli.models.model_geometry import DEFAULT_BASE, DEFAULT_GEOMETRY, config_geometry, resolve_factor
-from ropecli.rope.geometry import Geometry
 from ropecli.models.layer_kinds import read_layer_kinds
+from ropecli.models.model_geometry import DEFAULT_BASE, DEFAULT_GEOMETRY, config_geometry, resolve_factor
 from ropecli.models.model_rope import ModelRope
+from ropecli.models.packaged import resolve_model
 from ropecli.models.rope_block import check_config_blocks
+from ropecli.rope.geometry import Geometry
 from ropecli.rope.shipped import read_shipped
 from ropecli.rope.temperature import read_temperature
-from ropecli.models.packaged import resolve_model
-from ropecli.deferred import deferred
 
 huggingface_hub = deferred("huggingface_hub")
 

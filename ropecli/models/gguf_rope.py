@@ -10,20 +10,19 @@ src/llama-model.cpp for the architectures below). The attention factor goes to
 
 from __future__ import annotations
 
+import math
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
+from ropecli.deferred import deferred, installed
 from ropecli.errors import RopeCliError
 from ropecli.files import publish
 from ropecli.models.gguf_families import rotating_pairs
 from ropecli.models.gguf_header import gguf_metadata
-
-import tempfile
-import os
-import numpy as np
-import math
-
-from ropecli.deferred import deferred, installed
 
 gguf = deferred("gguf")
 

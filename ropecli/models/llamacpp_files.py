@@ -8,8 +8,8 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
-from ropecli.models.config import gguf_layout
 from ropecli.deferred import deferred
+from ropecli.models.config import gguf_layout
 
 api = deferred("llama_cpp.llama")
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ropecli.deferred import deferred
 from ropecli.errors import RopeCliError
 
-from importlib.metadata import PackageNotFoundError, files
+metadata = deferred("importlib.metadata")  # its entry-point machinery: off `ropecli freqs --model`'s path
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,8 @@ def packaged_path(name: str | None) -> Path | None:
 
     hint = f"--model {entry.name} needs the {entry.distribution} package: {entry.install} (and pip install 'ropecli[gguf]')"
     try:
-        listed = files(entry.distribution) or []
-    except PackageNotFoundError:
+        listed = metadata.files(entry.distribution) or []
+    except metadata.PackageNotFoundError:
         raise RopeCliError(hint) from None
     for f in listed:
         if f.name == entry.filename:

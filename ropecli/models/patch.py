@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ropecli.errors import RopeCliError
 from ropecli.deferred import deferred
+from ropecli.errors import RopeCliError
 
 torch = deferred("torch")
 
@@ -165,8 +165,9 @@ def _set_rope_type(m, layer_type, value):
 
 # --- log-n query scaling ------------------------------------------------------------------------
 
-def log_n_scale(length: int, train_len: int, device=None, dtype=torch.float32) -> torch.Tensor:
-    """max(1, log_L n) for n = 1..length, shape (length,)."""
+def log_n_scale(length: int, train_len: int, device=None, dtype=None) -> torch.Tensor:
+    """max(1, log_L n) for n = 1..length, shape (length,), float32 unless `dtype`."""
+    dtype = torch.float32 if dtype is None else dtype
     n = torch.arange(1, length + 1, dtype=torch.float64)
     return torch.clamp(torch.log(n) / math.log(train_len), min=1.0).to(device=device, dtype=dtype)
 

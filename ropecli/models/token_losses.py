@@ -6,8 +6,9 @@ breaks, just past L or everywhere). Prediction t is of token t+1, so a window of
 
 from __future__ import annotations
 
-import numpy as np
 import base64
+
+import numpy as np
 
 POSITION_BINS = 32
 

@@ -6,18 +6,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ropecli.evaluation.metrics import PPL, metric_record
-from ropecli.files import atomic_write_text
-from ropecli.report.tables import lengths_of, plain, serving_tables, serving_markdown
-from ropecli.evaluation.stats import fmt_diff
-
 from rich.markup import escape
 from rich.table import Table
 
-from ropecli.report import position_plots, plots, result_plots
+from ropecli.evaluation.metrics import PPL, metric_record
+from ropecli.evaluation.stats import fmt_diff
+from ropecli.files import atomic_write_text
+from ropecli.report import lengths_of, plain, plots, position_plots, result_plots
+from ropecli.report.serving_plots import plot_serving
+from ropecli.report.tables import serving_markdown, serving_tables
 from ropecli.rope.geometry import Geometry
 from ropecli.spec import make_spec
-from ropecli.report.serving_plots import plot_serving
 
 
 def held_out_span(result: dict) -> str:

@@ -6,14 +6,14 @@ from __future__ import annotations
 import csv
 import io
 
+from rich.table import Table
+
 from ropecli.maps.map_spelling import map_from_json, map_label
 from ropecli.maps.pair_selection import kept_pairs
 from ropecli.maps.position_maps import MAPS
+from ropecli.report import table
 from ropecli.rope.methods import ALIASES, REGISTRY
 from ropecli.rope.schedule import REQUIRED
-from ropecli.report.tables import table
-
-from rich.table import Table
 
 
 def lengths(geom) -> str:

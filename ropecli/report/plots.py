@@ -10,12 +10,12 @@ from typing import Sequence
 
 import numpy as np
 
+from ropecli.deferred import deferred
 from ropecli.errors import RopeCliError
-from ropecli.rope.geometry import critical_pair, wavelength
 from ropecli.maps.map_pairs import pair_reach
 from ropecli.maps.map_spelling import map_label
 from ropecli.maps.position_maps import BoundMap
-from ropecli.deferred import deferred
+from ropecli.rope.geometry import critical_pair, wavelength
 
 os.environ["MPLBACKEND"] = "Agg"  # pictures go to files: pyplot draws with Agg when it loads, never in a window
 plt = deferred("matplotlib.pyplot")

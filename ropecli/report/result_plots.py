@@ -14,6 +14,7 @@ from ropecli.evaluation.results import EvalResult, PplResult
 from ropecli.evaluation.stats import ppl_half_width
 from ropecli.report.plots import check_out, plt, save, ticker
 
+
 def plot_ppl_vs_length(results: list[PplResult], path: str, title: str) -> Path:
     """PPL vs evaluation length, one curve per method (log-log), error bars from the window spread.
     A method and its log-n variant share a color; the log-n curve is dashed."""

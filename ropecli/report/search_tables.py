@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import math
 
-from ropecli.evaluation.metrics import PPL, metric_record, prompted
-from ropecli.evaluation.stats import fmt_diff
 from rich.markup import escape
 
-from ropecli.report.tables import lengths_of, table
+from ropecli.evaluation.metrics import PPL, metric_record, prompted
+from ropecli.evaluation.stats import fmt_diff
+from ropecli.report import lengths_of, table
 
 
 def objective_text(e: dict) -> str:

@@ -1,8 +1,8 @@
 """The terminal tables of the evaluating commands (`ppl`, `compare`, `passkey`, `kl`, RULER's tasks, a workload served
 per runtime), from their typed rows (`ropecli.evaluation.compared.Row`: a result and its verdicts): each function
 returns what to print, rich Tables and lines (`ropecli.cli.console.show` prints them). Cells judged against the best of
-their column: bold = best, ≈ = shown equivalent, ? = undecided. The two pieces every terminal table of ropecli is made
-of stand here too (`table`: a rich Table with its columns; `plain`: a line printed as it is), with `lengths_of`."""
+their column: bold = best, ≈ = shown equivalent, ? = undecided. The pieces every table is made of are the package's own
+(`ropecli.report`: `table`, `plain`, `lengths_of`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,6 @@ import math
 from typing import Callable, NamedTuple
 
 from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
 
 from ropecli.evaluation.bos_policy import describe_bos
 from ropecli.evaluation.chat_template import describe_frame
@@ -23,6 +21,7 @@ from ropecli.evaluation.passkey import KEY_RANGE
 from ropecli.evaluation.results import EvalResult, PasskeyResult, PplResult
 from ropecli.evaluation.stats import fmt_diff
 from ropecli.evaluation.task_results import TaskResult
+from ropecli.report import lengths_of, plain, table
 
 
 def key_note(results: list[EvalResult]) -> list:
@@ -266,26 +265,6 @@ def export_lines(result: dict, consistent: bool) -> list[str]:
                      "generation through a KV cache is safe; --switching keeps transformers' short/long switch)")
     return [plain(line) for line in lines]
 
-
-def plain(line: str):
-    """A line printed as it is: brackets in it are text, not rich markup (`[windows inference: …]`)."""
-    return Text(line)
-
-
-def table(title: str, columns: list[str], left: tuple[str, ...] = ("method",)):
-    t = Table(title=title)
-    for col in columns:
-        t.add_column(col, justify="left" if col in left else "right")
-    return t
-
-
-def lengths_of(out: dict) -> str:
-    """A command's lengths from its JSON header: `L = 256`, or `L0 = 256, Ls = 1024, ships llama3(factor=4, …)`
-    for a model that ships a scaled RoPE (older outputs without L0/Ls: their train_len)."""
-    shipped = out.get("shipped")
-    if not shipped:
-        return f"L = {out.get('L0', out.get('train_len'))}"
-    return f"L0 = {out['L0']}, Ls = {out['Ls']}, ships {shipped['label']}"
 
 
 def _num(x, fmt: str = "{:.2f}") -> str:

@@ -11,23 +11,23 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.metrics import PASSKEY, PPL
 from ropecli.evaluation.results import EvalResult
-from ropecli.rope.target import Target
-from ropecli.tuning.candidates import SHIPPED_ONLY, default_candidates, maps_apply, search_plans
-from ropecli.tuning.advise_exports import export_winner
-from ropecli.tuning.standings import Standings
-from ropecli.tuning.tournament import AdvisePlan, tournament
-from ropecli.tuning.objective import Bench
 from ropecli.export.registry import SERVED_BY_DEFAULT, record
 from ropecli.files import atomic_write_text
 from ropecli.report.advice import write_report
+from ropecli.rope.target import Target
+from ropecli.tuning.advise_exports import export_winner
+from ropecli.tuning.candidates import SHIPPED_ONLY, default_candidates, maps_apply, search_plans
 from ropecli.tuning.held_out import Racing
+from ropecli.tuning.objective import Bench
 from ropecli.tuning.racing import race_start
+from ropecli.tuning.standings import Standings
+from ropecli.tuning.tournament import AdvisePlan, tournament
 from ropecli.tuning.workload import parse_workload
-
-import numpy as np
 
 MARKER = ".ropecli-advise"  # a folder advise made: a rerun may write into it again (its advice.json: with --force)
 

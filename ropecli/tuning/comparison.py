@@ -8,14 +8,14 @@ from __future__ import annotations
 from typing import Callable
 
 from ropecli.errors import RopeCliError
-from ropecli.evaluation.effective_length import effective_lengths
-from ropecli.spec import reference_spec
-from ropecli.rope.target import Target
-from ropecli.tuning.objective import Bench, window_docs, window_values, window_weights
 from ropecli.evaluation.agreement import rank_agreement
-from ropecli.evaluation.metrics import KEY_PPL, PASSKEY, PASSKEYS, PPL, REGISTRY, Metric, is_task
-from ropecli.evaluation.inference import MARGIN
 from ropecli.evaluation.compared import attach_paired
+from ropecli.evaluation.effective_length import effective_lengths
+from ropecli.evaluation.inference import MARGIN
+from ropecli.evaluation.metrics import KEY_PPL, PASSKEY, PASSKEYS, PPL, REGISTRY, Metric, is_task
+from ropecli.rope.target import Target
+from ropecli.spec import reference_spec
+from ropecli.tuning.objective import Bench, window_docs, window_values, window_weights
 from ropecli.tuning.racing import race
 from ropecli.tuning.serving import serve_workload
 

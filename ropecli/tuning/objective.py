@@ -20,7 +20,7 @@ from ropecli.evaluation.metrics import KEY_PPL, KL, PPL, Metric, metric_record, 
 if TYPE_CHECKING:  # the CLI imports Objective at start-up: numpy waits until something is scored
     from ropecli.evaluation.results import EvalResult
     from ropecli.spec import Spec
-from ropecli.evaluation.stats import ONE_SIDED, paired_difference, mean_over_lengths
+from ropecli.evaluation.stats import ONE_SIDED, mean_over_lengths, paired_difference
 from ropecli.spec import make_spec
 
 

@@ -16,16 +16,14 @@ is left. Every point counts once (repeats are served from memory); the budget is
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable
 
-from ropecli.errors import RopeCliError
-
-import itertools
-
 from ropecli.deferred import deferred
+from ropecli.errors import RopeCliError
 
 scipy_optimize = deferred("scipy.optimize")
 

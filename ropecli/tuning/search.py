@@ -24,19 +24,26 @@ import math
 from typing import Callable
 
 from ropecli.errors import RopeCliError
+from ropecli.evaluation.metrics import PPL, Metric
+from ropecli.maps.position_maps import BoundMap, check_map
 from ropecli.rope.schedule import format_label
-from ropecli.spec import Spec, make_spec, reference_spec
-from ropecli.maps.position_maps import check_map, BoundMap
-from ropecli.rope.temperature import TUNABLE_NAMES, tempered
 from ropecli.rope.target import Target
-from ropecli.tuning.objective import Evaluate, Scorer, pair
-from ropecli.tuning.optimizers import (boundary, check_range, default_optimizer, grid_evaluations, interior_evaluations,
-                                       local_maxima, optimize)
+from ropecli.rope.temperature import TUNABLE_NAMES, tempered
+from ropecli.spec import Spec, make_spec, reference_spec
 from ropecli.tuning.late_precision import first_windows, promote
+from ropecli.tuning.objective import Evaluate, Scorer, pair
+from ropecli.tuning.optimizers import (
+    boundary,
+    check_range,
+    default_optimizer,
+    grid_evaluations,
+    interior_evaluations,
+    local_maxima,
+    optimize,
+)
 from ropecli.tuning.racing import worse_test
 from ropecli.tuning.search_verdicts import held_out_verdict, reference_rows, references_verdict
 from ropecli.tuning.space import Dim, Effort, SearchSpace, start_point
-from ropecli.evaluation.metrics import PPL, Metric
 
 SCREEN_ALPHA = 0.05  # one interim look per point, against the one incumbent
 

@@ -8,22 +8,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import ropecli.report.result_plots
 from ropecli.errors import RopeCliError
-from ropecli.rope.target import Target
-from ropecli.tuning.objective import Bench
 from ropecli.evaluation.metrics import PPL, Metric
 from ropecli.export.hf import write_hf_block
 from ropecli.export.hf_folder import check_writable
 from ropecli.export.registry import record
+from ropecli.maps.position_maps import BoundMap
+from ropecli.report.plots import check_out
 from ropecli.rope.methods import resolve_method
+from ropecli.rope.target import Target
 from ropecli.spec import make_spec, parse_params, standard_specs_for
+from ropecli.tuning.objective import Bench
 from ropecli.tuning.optimizers import golden_evaluations, min_budget
 from ropecli.tuning.search import run_search, scorer, search_b
 from ropecli.tuning.search_verdicts import parse_reference
 from ropecli.tuning.space import ANY_GEOMETRY, Effort, SearchSpace, parse_vary
-from ropecli.maps.position_maps import BoundMap
-import ropecli.report.result_plots
-from ropecli.report.plots import check_out
 
 
 @dataclass

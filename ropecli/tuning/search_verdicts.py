@@ -8,10 +8,10 @@ from __future__ import annotations
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.metrics import Metric
 from ropecli.evaluation.stats import tie_answer
-from ropecli.rope.geometry import Geometry
 from ropecli.maps.map_spelling import parse_map
-from ropecli.spec import Spec, make_spec, standard_specs_for
+from ropecli.rope.geometry import Geometry
 from ropecli.rope.target import Target
+from ropecli.spec import Spec, make_spec, standard_specs_for
 from ropecli.tuning.objective import Evaluate, Scorer, pair
 
 # b at which mixed *is* a standard method (b = 0: Lambda_m = k; b = 1: Lambda_m = k^(2m/d); both identities

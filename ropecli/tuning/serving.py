@@ -7,16 +7,16 @@ shared by every candidate)."""
 
 from __future__ import annotations
 
-from ropecli.spec import reference_spec, Spec
-from ropecli.tuning.objective import Evaluate
-from ropecli.tuning.workload import Workload
+import math
+
 from ropecli.evaluation.decode_across import DecodePlan
 from ropecli.evaluation.metrics import PPL
 from ropecli.evaluation.stats import paired_difference, rank_against_best
 from ropecli.export.registry import PER_FORWARD, Runtime
 from ropecli.export.served import Served, decode_damage, is_dynamic, served
-
-import math
+from ropecli.spec import Spec, reference_spec
+from ropecli.tuning.objective import Evaluate
+from ropecli.tuning.workload import Workload
 
 VARIANTS = {True: "consistent (default)", False: "--switching"}
 

@@ -14,9 +14,9 @@ import math
 from dataclasses import dataclass, field
 
 from ropecli.errors import RopeCliError
+from ropecli.maps.position_maps import BoundMap
 from ropecli.rope.geometry import Geometry, critical_pair
 from ropecli.rope.methods import REGISTRY, resolve_method
-from ropecli.maps.position_maps import BoundMap
 from ropecli.rope.temperature import SEARCH_BOUNDS, TUNABLE
 
 

@@ -15,8 +15,8 @@ import math
 
 import numpy as np
 
-from ropecli.evaluation.inference import CONFIDENCE
 from ropecli.deferred import deferred
+from ropecli.evaluation.inference import CONFIDENCE
 
 stats = deferred("scipy.stats")
 

@@ -8,16 +8,25 @@ import typer
 
 from ropecli.cli.common import emit_json, geometry_of, handle_errors, schedules_of
 from ropecli.cli.console import show
-from ropecli.errors import RopeCliError
 from ropecli.cli.groups import GeometryOptions, ScheduleOptions, with_option_groups
-from ropecli.cli.options import ConsistentOpt, DEFAULT_METHOD, JsonOpt, MapOpt, OUTPUT, OutputFormat
-from ropecli.maps.map_spelling import one_map
-from ropecli.report.analysis_tables import (freqs_table, digits_json, digits_table, integer_digits_table, schedule_csv,
-                                            schedule_json, schedule_table, methods_rows, methods_table)
-from ropecli.rope.freqs import frequency_report
+from ropecli.cli.options import DEFAULT_METHOD, OUTPUT, ConsistentOpt, JsonOpt, MapOpt, OutputFormat
+from ropecli.errors import RopeCliError
 from ropecli.maps.map_pairs import with_reach
+from ropecli.maps.map_spelling import one_map
+from ropecli.report.analysis_tables import (
+    digits_json,
+    digits_table,
+    freqs_table,
+    integer_digits_table,
+    methods_rows,
+    methods_table,
+    schedule_csv,
+    schedule_json,
+    schedule_table,
+)
 from ropecli.rope.digits import integer_illustration, rope_digits
 from ropecli.rope.factor_files import rope_parameters_block
+from ropecli.rope.freqs import frequency_report
 
 
 def _one_schedule(geom, opts: ScheduleOptions):

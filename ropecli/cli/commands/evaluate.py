@@ -5,23 +5,29 @@ from __future__ import annotations
 
 from ropecli.cli.common import emit_json, handle_errors
 from ropecli.cli.console import show, stderr_console
-from ropecli.errors import RopeCliError
-from ropecli.cli.eval_groups import (DataOptions, EvalOptions, MappedScheduleOptions, ModelOptions, PasskeyOptions,
-                                     ServingOptions)
+from ropecli.cli.eval_groups import (
+    DataOptions,
+    EvalOptions,
+    MappedScheduleOptions,
+    ModelOptions,
+    PasskeyOptions,
+    ServingOptions,
+)
 from ropecli.cli.eval_options import BothLogNOpt, GenerateOpt, MarginOpt, MaxWindowsOpt, MetricOpt, RaceOpt, TaskOpt
 from ropecli.cli.groups import OutputOptions, with_option_groups
 from ropecli.cli.options import COMPARE_METHODS, DEFAULT_METHOD, flat_choices
 from ropecli.cli.session_opening import check_plot_path, open_session
-from ropecli.evaluation.results import PplResult
-from ropecli.report.task_plots import plot_task_heatmap, tasks_path
-from ropecli.evaluation.metrics import is_task, prompted, metric_record
-from ropecli.rope.target import check_lengths
+from ropecli.errors import RopeCliError
 from ropecli.evaluation.compared import Row
-from ropecli.report.tables import bos_words, ppl_table, compare_table, task_table
-from ropecli.tuning.comparison import compare_schedules
-from ropecli.report.serving_plots import plot_serving, serving_path
+from ropecli.evaluation.metrics import is_task, metric_record, prompted
+from ropecli.evaluation.results import PplResult
 from ropecli.report.position_plots import PositionCurve, plot_loss_by_position, position_path
 from ropecli.report.result_plots import plot_ppl_vs_length
+from ropecli.report.serving_plots import plot_serving, serving_path
+from ropecli.report.tables import bos_words, compare_table, ppl_table, task_table
+from ropecli.report.task_plots import plot_task_heatmap, tasks_path
+from ropecli.rope.target import check_lengths
+from ropecli.tuning.comparison import compare_schedules
 
 
 def plot_ppl(rows: list, path: str | None, session, serving: dict | None = None, tasks: tuple = ()) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from ropecli.cli.common import emit_json, geometry_of, handle_errors
 from ropecli.cli.console import show
-from ropecli.errors import RopeCliError
 from ropecli.cli.eval_options import ExportOutOpt, ReplaceOpt, ToOpt, WeightsOpt
-from ropecli.cli.groups import TargetGeometryOptions, ScheduleOptions, with_option_groups
-from ropecli.cli.options import ConsistentOpt, DEFAULT_METHOD, ForceOpt, JsonOpt, LogNOpt, MapOpt
+from ropecli.cli.groups import ScheduleOptions, TargetGeometryOptions, with_option_groups
+from ropecli.cli.options import DEFAULT_METHOD, ConsistentOpt, ForceOpt, JsonOpt, LogNOpt, MapOpt
+from ropecli.errors import RopeCliError
 from ropecli.export.plan import check_export_paths, export_schedule, export_target
 from ropecli.maps.map_spelling import one_map
 from ropecli.report.tables import export_lines

@@ -5,19 +5,19 @@ from __future__ import annotations
 
 from ropecli.cli.common import emit_json, handle_errors
 from ropecli.cli.console import show, stderr_console
-from ropecli.errors import RopeCliError
 from ropecli.cli.eval_groups import DataOptions, EvalOptions, MappedScheduleOptions, ModelOptions, PasskeyOptions
+from ropecli.cli.eval_options import PasskeyScore, PasskeyScoreOpt, TextVariantOpt
 from ropecli.cli.groups import OutputOptions, ScheduleOptions, with_option_groups
 from ropecli.cli.options import KL_METHODS, PASSKEY_METHODS, TargetLenOpt
-from ropecli.cli.eval_options import PasskeyScore, PasskeyScoreOpt, TextVariantOpt
 from ropecli.cli.session_opening import check_plot_path, open_session
-from ropecli.rope.target import check_lengths, default_target
-from ropecli.evaluation.metrics import PASSKEY, PASSKEY_TEXT, KL
+from ropecli.errors import RopeCliError
 from ropecli.evaluation.compared import attach_paired
+from ropecli.evaluation.metrics import KL, PASSKEY, PASSKEY_TEXT
 from ropecli.evaluation.passkey import KEY_RANGE
-from ropecli.report.tables import passkey_table, kl_table
 from ropecli.models.model_geometry import resolve_factor
-from ropecli.report.result_plots import plot_passkey_heatmaps, plot_kl
+from ropecli.report.result_plots import plot_kl, plot_passkey_heatmaps
+from ropecli.report.tables import kl_table, passkey_table
+from ropecli.rope.target import check_lengths, default_target
 
 
 @handle_errors

@@ -8,9 +8,9 @@ import typer
 from ropecli.cli.common import OneLineErrorsGroup, geometry_of, handle_errors, schedules_of
 from ropecli.cli.console import console
 from ropecli.cli.groups import GeometryOptions, ScheduleOptions, with_option_groups
-from ropecli.cli.options import DEFAULT_METHOD, ForceOpt, MapOpt, OVERVIEW_METHODS, OutOpt, PLOT_SCHEDULE_METHODS
+from ropecli.cli.options import DEFAULT_METHOD, OVERVIEW_METHODS, PLOT_SCHEDULE_METHODS, ForceOpt, MapOpt, OutOpt
 from ropecli.maps.map_spelling import one_map
-from ropecli.report.plots import check_out, plot_overview, plot_wavelengths, plot_factors
+from ropecli.report.plots import check_out, plot_factors, plot_overview, plot_wavelengths
 
 app = typer.Typer(help="Draw RoPE pictures to PNG, SVG or PDF; with no subcommand, an overview.", cls=OneLineErrorsGroup,
                   invoke_without_command=True)

@@ -10,9 +10,9 @@ import typer
 from ropecli.cli.common import emit_json, handle_errors
 from ropecli.cli.console import show
 from ropecli.cli.options import CommaChoices, JsonOpt
-from ropecli.export.registry import names, spellings, records
-from ropecli.report.tables import plain
 from ropecli.export.installed import installed_version, too_old
+from ropecli.export.registry import names, records, spellings
+from ropecli.report import plain
 
 RuntimeArg = Annotated[Optional[str], typer.Argument(
     click_type=CommaChoices(names, "NAME", "NAME", many=False, spellings=spellings), help="One runtime (default: all).",

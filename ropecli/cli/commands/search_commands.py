@@ -6,14 +6,24 @@ from __future__ import annotations
 from ropecli.cli.common import emit_json, handle_errors
 from ropecli.cli.console import show, stderr_console
 from ropecli.cli.eval_groups import DataOptions, EvalOptions, ModelOptions, PasskeyOptions, SearchOptions
-from ropecli.cli.eval_options import (FixedParamOpt, HeldOutOpt, HiOpt, LoOpt, OptimizerOpt, ReferenceOpt,
-                                      SearchBudgetOpt, TolOpt, TunedMethodOpt, VaryOpt)
+from ropecli.cli.eval_options import (
+    FixedParamOpt,
+    HeldOutOpt,
+    HiOpt,
+    LoOpt,
+    OptimizerOpt,
+    ReferenceOpt,
+    SearchBudgetOpt,
+    TolOpt,
+    TunedMethodOpt,
+    VaryOpt,
+)
 from ropecli.cli.groups import OutputOptions, with_option_groups
 from ropecli.cli.options import DEFAULT_METHOD, MapOpt
 from ropecli.cli.session_opening import open_session
-from ropecli.tuning.optimizers import Optimizer, check_range
 from ropecli.report.search_tables import search_b_tables, search_tables
-from ropecli.tuning.search_run import search_b_on, check_search, search_on
+from ropecli.tuning.optimizers import Optimizer, check_range
+from ropecli.tuning.search_run import check_search, search_b_on, search_on
 
 
 def deliver(out: dict, as_json: bool, tables) -> None:

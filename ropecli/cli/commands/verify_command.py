@@ -10,7 +10,7 @@ import typer
 from ropecli.cli.common import emit_json, handle_errors
 from ropecli.cli.console import show, stderr_console
 from ropecli.cli.eval_options import AdviceOpt, ArtefactPathArg, CacheDirOpt, ReadAsOpt, RunLenOpt, RunOpt
-from ropecli.cli.groups import TargetGeometryOptions, ScheduleOptions, with_option_groups
+from ropecli.cli.groups import ScheduleOptions, TargetGeometryOptions, with_option_groups
 from ropecli.cli.options import JsonOpt, LogNOpt
 from ropecli.errors import RopeCliError
 from ropecli.export.expected import Measured, what_was_measured

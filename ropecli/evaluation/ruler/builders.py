@@ -24,11 +24,28 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ropecli.evaluation.ruler.templates import (CWE_ANSWER_PREFIX, CWE_FREQ_CW, CWE_FREQ_UCW, CWE_NUM_CW, CWE_TEMPLATE,
-                                                DEPTHS, FWE_ALPHA, FWE_ANSWER_PREFIX, FWE_TEMPLATE, FWE_WORDLEN, NEEDLE,
-                                                NIAH_ANSWER_PREFIX, NIAH_TEMPLATE, NOISE, VT_ANSWER_PREFIX, VT_HOPS,
-                                                VT_TEMPLATE, Task, singular)
 from ropecli.deferred import deferred
+from ropecli.evaluation.ruler.templates import (
+    CWE_ANSWER_PREFIX,
+    CWE_FREQ_CW,
+    CWE_FREQ_UCW,
+    CWE_NUM_CW,
+    CWE_TEMPLATE,
+    DEPTHS,
+    FWE_ALPHA,
+    FWE_ANSWER_PREFIX,
+    FWE_TEMPLATE,
+    FWE_WORDLEN,
+    NEEDLE,
+    NIAH_ANSWER_PREFIX,
+    NIAH_TEMPLATE,
+    NOISE,
+    VT_ANSWER_PREFIX,
+    VT_HOPS,
+    VT_TEMPLATE,
+    Task,
+    singular,
+)
 
 special = deferred("scipy.special")
 

@@ -32,19 +32,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ropecli.errors import RopeCliError
-from ropecli.export.runtimes.record import ROPE_FREQS, Runtime, Version
-from ropecli.models.packaged import resolve_model
-from ropecli.maps.position_maps import BoundMap
-
 import numpy as np
 
-from ropecli.export.writers import to_gguf
+from ropecli.deferred import deferred, installed
+from ropecli.errors import RopeCliError
 from ropecli.export.readback import Applied
+from ropecli.export.runs import run_llamacpp
+from ropecli.export.runtimes.record import ROPE_FREQS, Runtime, Version
+from ropecli.export.writers import to_gguf
+from ropecli.maps.position_maps import BoundMap
 from ropecli.models.config import gguf_metadata, locate_file
 from ropecli.models.gguf_rope import GGUF_ROPE_FREQS_ARCHS, llamacpp_yarn
-from ropecli.export.runs import run_llamacpp
-from ropecli.deferred import deferred, installed
+from ropecli.models.packaged import resolve_model
 
 gguf = deferred("gguf")
 

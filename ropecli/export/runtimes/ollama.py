@@ -10,18 +10,16 @@ rope_freqs for the architectures whose loaders create it, the scaling keys for t
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from ropecli.errors import RopeCliError
-from ropecli.export.runtimes.record import ROPE_FREQS, Runtime, Version
-from ropecli.export.runtimes import llamacpp
-from ropecli.files import atomic_write_text
-from ropecli.export.writers import source_path, to_gguf
-
-from dataclasses import replace
-
-from ropecli.export.runtimes.llamacpp import gguf_applied
 from ropecli.export.runs import run_llamacpp
+from ropecli.export.runtimes import llamacpp
+from ropecli.export.runtimes.llamacpp import gguf_applied
+from ropecli.export.runtimes.record import ROPE_FREQS, Runtime, Version
+from ropecli.export.writers import source_path, to_gguf
+from ropecli.files import atomic_write_text
 
 RECORD = Runtime(
     name="ollama", label="Ollama", command="ollama", output="folder", needs_gguf=True,

@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import replace
 
 from ropecli.errors import RopeCliError
+from ropecli.export.hf import rope_block, write_json
 from ropecli.export.readback import Check, read_json
 from ropecli.export.runtimes.record import AT_START_UP, PER_FORWARD, Runtime, Version
 from ropecli.export.runtimes.transformers import transformers_applied
-from ropecli.maps.position_maps import BoundMap
-from ropecli.export.hf import write_json, rope_block
 from ropecli.export.runtimes.vllm import vllm_block
-
-from dataclasses import replace
+from ropecli.maps.position_maps import BoundMap
 
 RECORD = Runtime(
     name="sglang", label="SGLang", package="sglang",

@@ -15,21 +15,21 @@ than the switch into a continuation past it with stale keys. Only Phi-3's `prepa
 
 from __future__ import annotations
 
-from ropecli.export.runtimes.record import EVERY_MAP, PER_FORWARD, Runtime, Version
-from ropecli.errors import RopeCliError
-from ropecli.evaluation.corpus import training_plays
-from ropecli.models.model_geometry import config_geometry
-from ropecli.maps.position_maps import BoundMap
-
-import numpy as np
 import json
 
-from ropecli.export.writers import hf_result, write_block
-from ropecli.export.readback import read_json, CONSISTENT, Applied, layer_config, rope_blocks
-from ropecli.export.runs import run_transformers
-from ropecli.export.map_folder import write_map_folder, verify_map_folder
+import numpy as np
+
 from ropecli.backends.load import load_model
 from ropecli.deferred import deferred
+from ropecli.errors import RopeCliError
+from ropecli.evaluation.corpus import training_plays
+from ropecli.export.map_folder import verify_map_folder, write_map_folder
+from ropecli.export.readback import CONSISTENT, Applied, layer_config, read_json, rope_blocks
+from ropecli.export.runs import run_transformers
+from ropecli.export.runtimes.record import EVERY_MAP, PER_FORWARD, Runtime, Version
+from ropecli.export.writers import hf_result, write_block
+from ropecli.maps.position_maps import BoundMap
+from ropecli.models.model_geometry import config_geometry
 
 torch = deferred("torch")
 transformers = deferred("transformers")

@@ -32,9 +32,9 @@ import numpy as np
 
 from ropecli.errors import RopeCliError
 from ropecli.export.readback import Applied, read_json, rope_blocks
-from ropecli.export.runtimes.record import AT_START_UP, EVERY_MAP, Runtime, Version
 from ropecli.export.runs import run_vllm
 from ropecli.export.runtimes import transformers  # vLLM serves the transformers map folder
+from ropecli.export.runtimes.record import AT_START_UP, EVERY_MAP, Runtime, Version
 from ropecli.export.writers import hf_result, vllm_checkpoint, write_block
 from ropecli.maps.vllm_plugin import SERVED, VLLM_VERSIONS
 from ropecli.models.model_rope import ModelRope
