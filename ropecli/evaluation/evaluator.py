@@ -221,8 +221,7 @@ class Evaluator:
                 return [plain(v) for v in be.window_nll(unit[0], self.chunk_tokens, self.score_last, prefixes, keep)]
             return plain(m.score(self, spec, sched, unit))
 
-        mapped = {"position_map": spec.position_map, "calibration": self.calibration} if spec.position_map else {}
-        with be.scaled(sched, spec.log_n, **mapped) if m.scales else nullcontext():
+        with be.scaled(sched, spec.log_n, spec.position_map, self.calibration) if m.scales else nullcontext():
             for position, j in enumerate(self.dist.mine(len(todo))):
                 i = todo[j]
                 t0 = time.perf_counter()

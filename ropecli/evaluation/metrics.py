@@ -176,8 +176,7 @@ PASSKEY_TEXT = Metric("passkey-text", "prompts", _passkey_score, _passkey_summar
                       "accuracy over all depths; bold/≈ rank by the answer NLL (paired over the same prompts).")
 PASSKEYS = (PASSKEY, PASSKEY_TEXT)  # the passkey prompts, the published one first (effective length takes the first measured)
 KL = Metric("kl", "windows", lambda ev, spec, sched, unit: ev.backend.window_kl(
-                unit[0], sched, spec.log_n, ev.chunk_tokens,
-                **({"position_map": spec.position_map, "calibration": ev.calibration} if spec.position_map else {})),
+                unit[0], sched, spec.log_n, ev.chunk_tokens, spec.position_map, ev.calibration),
             _kl_summary, "KL", "KL", lambda: results.KlResult, "kl_mean",
             key=lambda ev, rope: {"reference": "native"} if rope.shipped is not None else {},  # vs as shipped
             check=_kl_check, scales=False, objective=False, at_train_len=True,
