@@ -10,7 +10,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 QUICK = {"test_cli_analysis.py", "test_schedule_identities.py", "test_schedules_oracle.py", "test_rope_blocks.py",
          "test_user_errors.py", "test_writers.py", "test_design.py", "test_help_and_imports.py", "test_finite_options.py",
          "test_estimand.py", "test_model_config.py", "test_runtimes.py", "test_p_rope.py", "test_fuzz_inputs.py",
-         "test_architecture.py"}
+         "test_architecture.py", "test_docs_lists.py"}
 
 
 def pytest_collection_modifyitems(config, items):
