@@ -37,7 +37,7 @@ from vllm.model_executor.models.registry import ModelRegistry
 
 from ropecli.errors import RopeCliError
 from ropecli.maps.map_layers import plan_layers
-from ropecli.maps.position_maps import map_params, map_regions, resolve_map
+from ropecli.maps.position_maps import bind
 from ropecli.maps.region_attention import BLOCK, MappedAttention
 from ropecli.maps.vllm_plugin import ARCHITECTURE, SERVED, VLLM_VERSIONS
 
@@ -148,22 +148,17 @@ class ServedMap:
     plan and its cos and sin made once per shape: requests of one shape have the same positions)."""
 
     def __init__(self, block: dict, text, plans):
-        name = block["name"]
-        self.name, self.params = name, map_params(name, block.get("params") or {})
-        map_regions(name, self.params, 1)  # its parameters' own rules, before the first request
-        pmap = resolve_map(name)
-        if pmap.selects and self.params[pmap.selects] < 1.0 and not block.get("pairs"):
-            raise RopeCliError(f"{name}: {pmap.selects} = {self.params[pmap.selects]:g} moves the key pairs chosen on "
-                               "the model, and config.json's ropecli_map has none: export the folder again")
-        self.selection = _selection(block.get("pairs"), text) if pmap.selects and self.params[pmap.selects] < 1.0 \
-            else None
+        self.bound = bind(block["name"], block.get("params") or {})  # checked once, as ropecli binds a --map
+        self.name = self.bound.name
+        self.bound.regions(1)  # its parameters' own rules, before the first request
+        if self.bound.share < 1.0 and not block.get("pairs"):
+            raise RopeCliError(f"{self.name}: {self.bound.record.selects} = {self.bound.share:g} moves the key pairs "
+                               "chosen on the model, and config.json's ropecli_map has none: export the folder again")
+        self.selection = _selection(block.get("pairs"), text) if self.bound.share < 1.0 else None
         self.rotary = _rotary_forward(text)
         self.first = min(i for i, p in enumerate(plans) if p.mapped)
         self._step: dict = {}
-        self.per_prompt, self._prompts = pmap.per_prompt, {}  # {a request's first block: its prompt's length}
-
-    def regions(self, n: int, prompt: int | None = None):
-        return map_regions(self.name, self.params, n, prompt)
+        self.per_prompt, self._prompts = self.bound.record.per_prompt, {}  # {a request's first block: its prompt's length}
 
     def prompt(self, first_block: int, Tq: int, Tk: int) -> int | None:
         """A per-prompt map's prompt length for the request whose block table starts at `first_block` (with prefix
@@ -181,7 +176,7 @@ class ServedMap:
         per-prompt map's; a new step begins at the first mapped layer)."""
         key = (Tq, Tk, prompt)
         if key not in self._step:
-            self._step[key] = MappedAttention(self.regions, self.rotary, BLOCK, name=(self.name, tuple(self.params.items())),
+            self._step[key] = MappedAttention(self.bound.regions, self.rotary, BLOCK, name=self.bound,
                                               first_layer=self.first, selection=self.selection,
                                               per_prompt=self.per_prompt)
         self._step[key].prompt = prompt
