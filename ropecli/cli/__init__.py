@@ -1,2 +1,2 @@
-"""Layer 5, the top: the Typer app, every option defined once, flags to specs, the evaluation session,
-output helpers, and `commands/` (each parses, calls one function below, prints)."""
+"""The top: the Typer app, every option defined once, flags to specs, opening an evaluation session, the consoles, and
+`commands/` (each parses, calls one function below, prints)."""

@@ -1,2 +1,3 @@
-"""Layer 4 (beside tuning's inputs): a chosen schedule written where each runtime reads it: transformers
-and vLLM (`hf`), llama.cpp / Ollama (`gguf`), and the one function `export` and `advise` call (`plan`)."""
+"""A chosen schedule or map written where each runtime reads it (one module per runtime in `runtimes/`, found by the
+registry), a map's transformers folder, verify's read-back, and the one function `export` and `advise` call (`plan`).
+Above the evaluation (verify measures), beside `ropecli.report`, below tuning."""

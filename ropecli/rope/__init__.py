@@ -1,3 +1,3 @@
-"""Layer 1, numpy only: RoPE geometry, the scaling methods behind one registry, `Spec` (a method with
-its parameters and the one target-k rule), the standard methods, and the freqs/digits analysis.
-Imports nothing from ropecli but `errors`; never torch."""
+"""The numpy core, at the bottom of the stack: RoPE geometry, the scaling methods behind one registry, schedules, a
+model's shipped schedule and position temperature, the target and its one k rule, and the freqs/digits analysis.
+Imports nothing from ropecli but `errors`; never torch (a contract in pyproject.toml)."""
