@@ -13,22 +13,29 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 from types import ModuleType
 
 
 class Deferred:
-    """A module by its dotted name, imported on the first attribute read (then every read goes to the module)."""
-    __slots__ = ("_name", "_module")
+    """A module by its dotted name, imported on the first attribute read. Then the name that declared it in its module
+    (`torch = deferred("torch")`) is the module itself, so every later read there costs what a plain import's does."""
+    __slots__ = ("_name", "_module", "_home")
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, home: dict):
         object.__setattr__(self, "_name", name)
         object.__setattr__(self, "_module", None)
+        object.__setattr__(self, "_home", home)  # the declaring module's globals
 
     def _load(self) -> ModuleType:
         module = object.__getattribute__(self, "_module")
         if module is None:
             module = importlib.import_module(object.__getattribute__(self, "_name"))
             object.__setattr__(self, "_module", module)
+            home = object.__getattribute__(self, "_home")
+            for key, value in list(home.items()):
+                if value is self:
+                    home[key] = module
         return module
 
     def __getattr__(self, attr: str):
@@ -42,8 +49,8 @@ class Deferred:
 
 
 def deferred(name: str) -> Deferred:
-    """`name` (a dotted module path), imported when first used."""
-    return Deferred(name)
+    """`name` (a dotted module path), imported when first used; declare it at a module's top."""
+    return Deferred(name, sys._getframe(1).f_globals)
 
 
 def installed(name: str) -> bool:

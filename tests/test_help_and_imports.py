@@ -228,4 +228,8 @@ def test_a_deferred_module_loads_on_first_use(tmp_path, monkeypatch):
     assert "ropecli_probe_module" not in sys.modules
     assert probe.VALUE == 42 and "ropecli_probe_module" in sys.modules
     assert installed("ropecli_probe_module") and not installed("ropecli_no_such_module")
+    home = {}  # a module's globals: after the first read its name is the module itself (no proxy on the hot path)
+    exec("from ropecli.deferred import deferred\nprobe = deferred('ropecli_probe_module')", home)
+    assert type(home["probe"]).__name__ == "Deferred" and home["probe"].VALUE == 42
+    assert home["probe"] is sys.modules["ropecli_probe_module"]
     monkeypatch.delitem(sys.modules, "ropecli_probe_module")
