@@ -40,6 +40,7 @@ def maps_for(L: int) -> dict[str, tuple[str, dict]]:
 
 def main() -> None:
     from ropecli.maps.mapped_attention import mapped
+    from ropecli.maps.position_maps import bind
     from ropecli.models.chunked_scoring import window_nll
 
     ap = argparse.ArgumentParser()
@@ -75,7 +76,7 @@ def main() -> None:
                     with torch.no_grad():
                         if name is None:
                             return window_nll(model, ids)
-                        with mapped(model, name, params, kernel=args.kernel):
+                        with mapped(model, bind(name, params), kernel=args.kernel):
                             return window_nll(model, ids)
                 try:
                     out = {}

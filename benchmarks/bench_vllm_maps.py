@@ -29,6 +29,7 @@ from ropecli.evaluation.corpus import held_out_plays
 from ropecli.export.runtimes.vllm import checkout_vllm_python
 from ropecli.export.vllm_engine import run_engine
 from ropecli.maps.mapped_attention import mapped
+from ropecli.maps.position_maps import bind
 
 
 def export(*args) -> None:
@@ -54,7 +55,7 @@ def ropecli_nll(folder: Path, ids: list[int]) -> list[float]:
     model = getattr(transformers, block["architecture"]).from_pretrained(str(folder), dtype=torch.float32).eval()
     x = torch.tensor([ids])
     out = []
-    with torch.no_grad(), mapped(model, block["name"], block["params"], length=block.get("length")):
+    with torch.no_grad(), mapped(model, bind(block["name"], block["params"]), length=block.get("length")):
         hidden = model.model(x).last_hidden_state[0]
         for a in range(0, len(ids) - 1, 2048):  # the head in chunks: a 16k x 49k logit matrix is 3 GB
             lp = torch.log_softmax(model.lm_head(hidden[a:a + 2048]).float(), -1)

@@ -55,6 +55,8 @@ def deferred(name: str) -> Deferred:
 
 def installed(name: str) -> bool:
     """Whether the module `name` can be imported (found on the path; its parent packages are imported to look)."""
+    if name in sys.modules:  # imported already, put there (a stand-in) or blocked (None: its import raises)
+        return sys.modules[name] is not None
     try:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):

@@ -114,12 +114,12 @@ def test_nan_loss_is_inf(tiny_dir, jsonl_file, tmp_path):
 
 
 def test_out_of_memory_is_one_clear_line(tiny_dir, jsonl_file, monkeypatch):
-    import ropecli.models.chunked_scoring as scoring
+    import ropecli.backends.backend as backend  # where the transformers backend reads the scorer
 
     def oom(*a, **k):
         raise RuntimeError("CUDA out of memory. Tried to allocate 80.00 GiB")
 
-    monkeypatch.setattr(scoring, "window_nll", oom)
+    monkeypatch.setattr(backend, "window_nll", oom)
     r = run("ppl", "--model", tiny_dir, "--data", jsonl_file, "--len", "64", "--no-cache")
     assert r.exit_code == 1
     assert "out of memory at --len 64" in r.output and "--device-map auto" in r.output and "--chunk-size" in r.output

@@ -78,11 +78,10 @@ def test_a_maps_extra_counts_the_heads_gqa_repeats():
 
 
 def test_a_model_that_cannot_fit_is_refused_before_loading(tmp_path, text_file, monkeypatch):
-    import ropecli.backends.load as load
-    import ropecli.models.memory as memory
+    import ropecli.cli.session_opening as opening  # where the command reads both
 
-    monkeypatch.setattr(memory, "available_memory", lambda device: 1000)
-    monkeypatch.setattr(load, "load_model", lambda *a, **kw: pytest.fail("loaded a model that cannot fit"))
+    monkeypatch.setattr(opening, "available_memory", lambda device: 1000)
+    monkeypatch.setattr(opening, "load_model", lambda *a, **kw: pytest.fail("loaded a model that cannot fit"))
     r = CliRunner().invoke(app, ["ppl", "--len", "256", "--samples", "1", "--data", text_file, "--cache-dir", str(tmp_path)])
     assert r.exit_code == 1
     err = r.stderr.strip()

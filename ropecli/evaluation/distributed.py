@@ -19,6 +19,7 @@ rank finds it, so a rerun resumes on any number of ranks.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from dataclasses import dataclass, field
@@ -140,6 +141,8 @@ def import_before_group() -> None:
     exception", SIGABRT: 2 of 18 runs of a torchrun compare; 2 of 30 runs of an 11-line gloo script that
     imports the module after the group, 0 of 30 with it imported before). Imported first, the defaults
     are None (the default group is looked up at call time) and nothing pins the group."""
+    importlib.import_module("torch.distributed.nn.functional")  # for what importing it does: no statement names it
+
 
 def group_threads() -> list[str]:
     """Names of this process's native threads that belong to a torch.distributed backend (Linux: from

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import ropecli.report.result_plots
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.metrics import PPL, Metric
 from ropecli.export.hf import write_hf_block
@@ -16,6 +15,7 @@ from ropecli.export.hf_folder import check_writable
 from ropecli.export.registry import record
 from ropecli.maps.position_maps import BoundMap
 from ropecli.report.plots import check_out
+from ropecli.report.result_plots import plot_param_search, plot_search
 from ropecli.rope.methods import resolve_method
 from ropecli.rope.target import Target
 from ropecli.spec import make_spec, parse_params, standard_specs_for
@@ -86,7 +86,7 @@ def search_b_on(session: Bench, plan: SearchPlan, target: Target, lo: float, hi:
     out = {**session.header(), **out, "screened": plan.race, **session.tally()}
     title = f"search-b on {session.rope.name}: lengths {', '.join(map(str, lengths))}" + (" (log-n)" if plan.log_n else "")
     deliver(session, plan, out, ("mixed", {"b": out["best_b"]}), geom.factor,
-            lambda path: result_plots().plot_search(out["evaluations"], out["references"], out["best_b"], path, plan.objective.name, title))
+            lambda path: plot_search(out["evaluations"], out["references"], out["best_b"], path, plan.objective.name, title))
     return out
 
 
@@ -131,7 +131,7 @@ def search_on(session: Bench, plan: SearchPlan, target: Target, method: str, var
                                   "from the same text; the windows' split by document does not apply to prompts")
     title = f"search {method} on {session.rope.name}: lengths {', '.join(map(str, lengths))}"
     deliver(session, plan, out, (method, {**fixed, **out["best_params"]}), geom.factor,
-            lambda path: result_plots().plot_param_search(out, path, title))
+            lambda path: plot_param_search(out, path, title))
     return out
 
 
@@ -147,8 +147,3 @@ def deliver(session: Bench, plan: SearchPlan, out: dict, winner: tuple, factor: 
     if plan.plot:
         draw(plan.plot)
         out["written"].append(f"wrote {plan.plot}")
-
-
-def result_plots():
-    """ropecli.report.result_plots, imported only when a picture is drawn (it imports matplotlib)."""
-    return ropecli.report.result_plots
