@@ -93,7 +93,8 @@ def ropecli_logprobs(folder, ids):
     block = cfg["ropecli_map"]
     model = getattr(transformers, block["architecture"]).from_pretrained(str(folder), dtype=torch.float32).eval()
     x = torch.tensor([ids])
-    with torch.no_grad(), mapped(model, bind(block["name"], {}), block["params"], length=block.get("length"), selection=selection(block, model)):
+    with torch.no_grad(), mapped(model, bind(block["name"], block["params"]), length=block.get("length"),
+                                 selection=selection(block, model)):
         lp = torch.log_softmax(model(x).logits[0].float(), -1)
     return (-lp[:-1].gather(1, x[0, 1:, None])[:, 0]).tolist(), lp
 
