@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ropecli.errors import RopeCliError
+from ropecli.maps.map_spelling import map_json
 from ropecli.maps.position_maps import BoundMap, map_params, map_regions
 from ropecli.rope.geometry import TWO_PI
 
@@ -56,7 +57,7 @@ def with_reach(report: dict, geom, schedule, position_map: BoundMap | None) -> d
         seen_angle = np.minimum(geom.train_len * geom.inv_freq(), TWO_PI)  # the largest angle training showed
         reach = pair_reach(position_map, geom.target_len, schedule.scaled_inv_freq(geom), seen_angle)
         report = {**report, "pairs": [{**pair, **more} for pair, more in zip(report["pairs"], reach)]}
-    return {**report, "map": {"name": position_map.name, "params": position_map.values} if position_map else None}
+    return {**report, "map": map_json(position_map)}
 
 
 def relative_positions(name: str, params: dict[str, float], n: int) -> np.ndarray:
