@@ -1,11 +1,17 @@
 """The layers of docs/ARCHITECTURE.md, checked by import-linter (the contracts in pyproject.toml): each package imports
 only from the packages below it, the numpy core never imports torch, tuning and the CLI never shell out, and a map's
 numpy core never imports its attention. The second test shows each check can fail: a copy of the package with one
-forbidden import breaks it."""
+forbidden import breaks it. A deferred module (`torch = deferred("torch")`, ropecli/deferred.py) is no import statement,
+so import-linter never sees it: every declaration is held here to the same contracts, read from the same pyproject.toml,
+and a planted one breaks them too."""
 
+import ast
+import importlib
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -55,11 +61,74 @@ def test_a_forbidden_import_breaks_a_contract(tmp_path, module, line, broken):
     assert "BROKEN" in r.stdout and broken in r.stdout.replace("\n", " ")
 
 
+def contracts(where: Path = ROOT) -> list[dict]:
+    """import-linter's contracts, as pyproject.toml writes them (the one list every import check reads)."""
+    return tomllib.loads((where / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+
+
+def deferred_declarations(package: Path) -> list[tuple[str, str, int]]:
+    """(declaring module, deferred module, line) for every `deferred("a.b")` call in the package."""
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        module = ".".join(path.relative_to(package.parent).with_suffix("").parts).removesuffix(".__init__")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "deferred"
+                    and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+                out.append((module, node.args[0].value, node.lineno))
+    return out
+
+
+def within(module: str, names) -> bool:
+    return any(module == n or module.startswith(n + ".") for n in names)
+
+
+def deferred_breaks(package: Path, rules: list[dict]) -> list[str]:
+    """Every deferred declaration an import-linter contract would refuse as an import: a forbidden contract's source
+    importing a forbidden module (its ignore_imports honoured), or a layers contract's lower layer importing a higher
+    one or a sibling (`a | b`: independent). `module:line: deferred('x') breaks <contract name>`."""
+    out = []
+    for module, target, line in deferred_declarations(package):
+        for rule in rules:
+            if rule["type"] == "forbidden":
+                broken = (within(module, rule["source_modules"]) and within(target, rule["forbidden_modules"])
+                          and f"{module} -> {target}" not in rule.get("ignore_imports", []))
+            elif rule["type"] == "layers":
+                layers = [[n.strip() for n in layer.split("|")] for layer in rule["layers"]]
+                at = lambda m: next(((i, n) for i, layer in enumerate(layers) for n in layer if within(m, [n])), None)
+                mine, theirs = at(module), at(target)
+                broken = bool(mine and theirs) and (theirs[0] < mine[0] or (theirs[0] == mine[0] and theirs[1] != mine[1]))
+            else:
+                raise AssertionError(f"a contract type this check does not read: {rule['type']}")
+            if broken:
+                out.append(f"{module}:{line}: deferred({target!r}) breaks {rule['name']!r}")
+    return out
+
+
+def test_every_deferred_module_keeps_the_contracts():
+    found = deferred_declarations(ROOT / "ropecli")
+    assert len(found) > 40 and ("ropecli.backends.backend", "torch") in {(m, t) for m, t, _ in found}, found
+    assert deferred_breaks(ROOT / "ropecli", contracts()) == []
+
+
+@pytest.mark.parametrize("module, line, broken", [
+    ("models/model_geometry.py", 'torch = deferred("torch")', "the numpy core and the config reader never import"),
+    ("rope/methods.py", 'modeling = deferred("transformers.modeling_utils")', "the numpy core and the config reader"),
+    ("maps/map_spelling.py", 'attention = deferred("ropecli.maps.mapped_attention")', "a map's positions, spelling"),
+    ("rope/geometry.py", 'search = deferred("ropecli.tuning.search")', "ropecli's packages, each importing only"),
+    ("export/registry.py", 'tables = deferred("ropecli.report.tables")', "ropecli's packages, each importing only"),
+])
+def test_a_planted_deferred_module_breaks_its_contract(tmp_path, module, line, broken):
+    """The red side: a declaration import-linter cannot see (`import-linter` keeps all four contracts with it)."""
+    shutil.copytree(ROOT / "ropecli", tmp_path / "ropecli", ignore=shutil.ignore_patterns("builtin*", "data", "__pycache__"))
+    path = tmp_path / "ropecli" / module
+    path.write_text(path.read_text() + f"\n\nfrom ropecli.deferred import deferred  # noqa\n{line}\n")
+    found = deferred_breaks(tmp_path / "ropecli", contracts())
+    assert len(found) == 1 and broken in found[0], found
+
+
 def test_architecture_lists_every_module_once():
     """docs/ARCHITECTURE.md's file list names every module of the package by its path, and no module that is gone: a
     module added, moved or renamed without its line fails here."""
-    import re
-
     text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
     listing = text[text.index("## The files, one line each"):text.index("## The route of one")]
     listed = re.findall(r"^\s*((?:[a-z_]+/)*[a-z_]+\.py)\s", listing, flags=re.M)
@@ -73,15 +142,11 @@ def test_architecture_lists_every_module_once():
 def pointers(text: str) -> list[str]:
     """Every `path.py:Name(.member)` a document points at (a module's path under ropecli/, or one named before it in the
     same line's package)."""
-    import re
-
     return sorted(set(re.findall(r"((?:[a-z_]+/)*[a-z_]+\.py):([A-Za-z_][A-Za-z_0-9]*(?:\.[A-Za-z_][A-Za-z_0-9]*)*)", text)))
 
 
 def resolve_pointer(path: str, name: str, modules: set[str]):
     """The object `path:name` names (imported), or a line saying why there is none."""
-    import importlib
-
     matches = sorted(m for m in modules if m == path or m.endswith("/" + path))
     if len(matches) != 1:
         return f"{path}:{name}: {'no module' if not matches else 'several modules'} {path} ({matches})"
