@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from tiny_models import char_tokenizer
 
 VOCAB = 96
 L0 = 32  # every tiny model's original length
@@ -153,8 +156,6 @@ ARCHS = [
 def build_arch(arch: Arch, seed: int = 0):
     """The tiny model of `arch`: 2 layers, hidden 64, 4 heads, float32, eval mode, weights scaled up so that RoPE
     differences show in the loss."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
     torch.manual_seed(seed)
     kw = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
               max_position_embeddings=arch.Ls if arch.rope and arch.shipped != "dynamic" else L0,
@@ -187,8 +188,6 @@ def build_arch(arch: Arch, seed: int = 0):
 def save_arch(arch: Arch, path: Path) -> Path:
     """The model of `arch` saved as a folder with a character tokenizer; `v4` rows rewritten into the
     transformers-4 config form (rope_theta + rope_scaling; Gemma 3's rope_local_base_freq) that hub files have."""
-    from tiny_models import char_tokenizer
-
     build_arch(arch).save_pretrained(path)
     char_tokenizer().save_pretrained(path)
     if arch.v4:

@@ -1,6 +1,13 @@
+import json
 import os
 
 import pytest
+
+from ropecli.backends.load import load_model
+from ropecli.models.config import BUILTIN_DIR
+
+from gguf_models import write_llama_gguf
+from tiny_models import save_tiny
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -29,15 +36,11 @@ def isolated_cache(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
     """A tiny random-weight LLaMA saved as a transformers folder (a test module may define its own)."""
-    from tiny_models import save_tiny
-
     return str(save_tiny(tmp_path_factory.mktemp("tiny") / "model"))
 
 
 @pytest.fixture(scope="module")
 def tiny(tiny_dir):
-    from ropecli.backends.load import load_model
-
     return load_model(tiny_dir)
 
 
@@ -53,10 +56,7 @@ def builtin_gguf(tmp_path_factory):
     """The built-in model (L = 256, d = 64) as an F32 llama GGUF with its byte-level BPE vocabulary:
     a GGUF that llama.cpp loads, written in-process (no download)."""
     pytest.importorskip("gguf")
-    from gguf_models import write_llama_gguf
 
-    from ropecli.models.config import BUILTIN_DIR
-    from ropecli.backends.load import load_model
 
     path = tmp_path_factory.mktemp("gguf") / "builtin.gguf"
     write_llama_gguf(load_model(None, device="cpu", dtype="fp32").model, path, tokenizer_json=BUILTIN_DIR / "tokenizer.json")
@@ -66,8 +66,6 @@ def builtin_gguf(tmp_path_factory):
 @pytest.fixture()
 def long_text_file(tmp_path):
     """Six documents of ~1,800 characters each (a tiny model's char tokenizer: ~1,800 tokens), as JSONL."""
-    import json
-
     p = tmp_path / "docs.jsonl"
     lines = [json.dumps({"text": ("To be, or not to be, that is the question. " * 40)[i:] + f" doc {i}"}) for i in range(6)]
     p.write_text("\n".join(lines))

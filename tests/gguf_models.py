@@ -5,6 +5,7 @@ byte-level BPE `tokenizer.json` (the built-in model's), as a `gpt2` vocabulary l
 
 from __future__ import annotations
 
+import gguf
 import numpy as np
 
 
@@ -19,8 +20,6 @@ def write_llama_gguf(model, path, arch: str = "llama", tokenizer_json=None, rope
     a shipped scaling; `rope_tensors`: e.g. {"rope_freqs.weight": factors} (float32). arch "qwen2" is laid out as
     convert_hf_to_gguf's Qwen2Model does it: q/k rows as HF has them (llama.cpp runs qwen2 with NEOX rotation, HF's
     rotate-half) and q/k/v biases (zero: the built-in LLaMA has none)."""
-    import gguf
-
     cfg = model.config
     sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
     w = gguf.GGUFWriter(str(path), arch)

@@ -3,15 +3,21 @@ winner reloaded by transformers, resume after an interrupt, bad input."""
 
 import json
 import math
+from contextlib import contextmanager
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 from typer.testing import CliRunner
 
-from ropecli.evaluation.bos_policy import lead_ids
+import ropecli.cli.session_opening as session
 from ropecli.cli.app import app
+from ropecli.evaluation.bos_policy import lead_ids
 from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
+from ropecli.evaluation.evaluator import Evaluator
+from ropecli.evaluation.session import Progress
 from ropecli.models.chunked_scoring import naive_window_nll
+
 from tiny_models import save_tiny
 
 runner = CliRunner()
@@ -32,8 +38,6 @@ def hf_ppl_on_held_out(model_dir: str, length: int, first: int, count: int, long
     trust_remote_code) on the held-out windows 0 … count-1 (the
     held-out half of the plays; `first` is the searched windows' count, which the split by document ignores).
     With several target lengths, the windows at `length` are the first tokens of those at `longest`."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     model = AutoModelForCausalLM.from_pretrained(model_dir, trust_remote_code=True).eval()
     tok = AutoTokenizer.from_pretrained(model_dir)  # the folder's tokenizer, as ropecli loads it
     docs, _ = load_documents(None)
@@ -113,8 +117,6 @@ def test_builtin_model_advise_winner_reproduces_its_ppl(tmp_path):
 
 
 def test_interrupted_advise_repeats_no_finished_evaluation(qwen_dir, tmp_path, monkeypatch):
-    from ropecli.evaluation.evaluator import Evaluator
-
     real = Evaluator._compute
     calls = {"n": 0, "stop": None}
 
@@ -169,11 +171,6 @@ def test_advise_out_must_be_a_fresh_or_advise_folder(qwen_dir, tmp_path):
 def test_progress_total_is_the_work_done(qwen_dir, tmp_path, monkeypatch, budget, race):
     """The bar's total comes from the searches' own plan: with --budget below 7 the 2-parameter searches
     still get 7 evaluations, and the total says so (every window ticks once, cached or not)."""
-    from contextlib import contextmanager
-
-    import ropecli.cli.session_opening as session
-    from ropecli.evaluation.session import Progress
-
     seen = {"total": None, "ticks": 0}
 
     class Counting(Progress):

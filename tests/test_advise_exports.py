@@ -4,10 +4,14 @@ model lacks) passes to the next one, said in the export's line. Driven through `
 
 import json
 
+from transformers import Qwen3MoeConfig
+
 from ropecli.export.registry import records
-from ropecli.models.config import read_rope_config
+from ropecli.models.config import BUILTIN_DIR, read_rope_config
+from ropecli.report.advice import export_lines
 from ropecli.tuning.advise_exports import export_winner
 from ropecli.tuning.standings import Standings
+
 from tiny_models import build
 
 
@@ -61,8 +65,6 @@ def test_a_candidate_the_writer_refuses_passes_to_the_next(tmp_path):
 def test_sglangs_dca_is_not_exported_where_it_crashes(tmp_path):
     """Qwen3-MoE: SGLang's attention passes its rotary a keyword DCA's rotary does not take (sglang #16461), so advise
     exports the next candidate SGLang serves and says why."""
-    from transformers import Qwen3MoeConfig
-
     folder = tmp_path / "qwen3_moe"
     Qwen3MoeConfig(vocab_size=96, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=2,
                    num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_experts=4, num_experts_per_tok=2,
@@ -80,9 +82,6 @@ def test_advise_says_how_to_load_each_export_and_copies_ropecli_own_weights(tmp_
     """The terminal says exactly what to type (trust_remote_code for a map's folder) for every export it wrote; the
     built-in model's weights are copied (links into the installed package break with it), --weights link keeps
     links and goes into the printed command."""
-    from ropecli.models.config import BUILTIN_DIR
-    from ropecli.report.advice import export_lines
-
     result = ranking("selfextend")
     rope = read_rope_config(str(BUILTIN_DIR))
     for weights in ("auto", "link"):

@@ -10,6 +10,8 @@ from typer.testing import CliRunner
 
 from ropecli.cli.app import app
 from ropecli.evaluation.corpus import held_out_plays
+from ropecli.evaluation.inference import GENERALIZES
+from ropecli.tuning.ranking import ranking_scope
 
 runner = CliRunner()
 CANDIDATES = "none,pi,ntk-aware,dynamic,yarn,llama3,ntk-fixed,mixed-clamped"
@@ -56,11 +58,7 @@ def test_the_verdict_and_the_verdicts_line_state_one_scope():
     """The first line (verdict) and the Verdicts line / advice.json["inference"] once named different inferences
     ("document units" from the first comparison, "windows" from the best's own row): both now state the least general
     one of all comparisons with the best."""
-    from ropecli.tuning.ranking import ranking_scope
-
     def row(inference, n):
-        from ropecli.evaluation.inference import GENERALIZES
-
         return {"vs_best": {"inference": inference, "generalizes_to": GENERALIZES[inference], "documents": None, "n": n}}
 
     scope = ranking_scope([row("document units", 4), row("windows", 8), row("documents", 12)])

@@ -4,10 +4,10 @@ simultaneous interval's coverage of the true rho, simulated where a percentile b
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from scipy.stats import spearmanr
-
-import math
 
 from ropecli.evaluation.agreement import allowed_rankings, rank_agreement, rho_range, spearman
 

@@ -6,17 +6,26 @@ every command exits 0 or refuses in one line that names the fix; never a traceba
 from __future__ import annotations
 
 import json
-
 import re
+from dataclasses import replace
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
 
-from architectures import ARCHS, L0, VOCAB, Arch, build_arch, save_arch
+from ropecli.backends.load import load_model
 from ropecli.cli.app import app
-from ropecli.models.config import read_rope_config
+from ropecli.errors import RopeCliError
+from ropecli.evaluation.corpus import held_out_plays
+from ropecli.maps.mapped_attention import mapped
 from ropecli.maps.position_maps import bind
+from ropecli.models.chunked_scoring import decoder
+from ropecli.models.config import read_rope_config
+from ropecli.rope.methods import compute_schedule
+
+from architectures import ARCHS, L0, VOCAB, Arch, build_arch, docs_table, save_arch
 
 runner = CliRunner()
 IDS = [a.name for a in ARCHS]
@@ -29,8 +38,6 @@ def folders(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def text(tmp_path_factory):
-    from ropecli.evaluation.corpus import held_out_plays
-
     path = tmp_path_factory.mktemp("text") / "plays.txt"
     path.write_text(" ".join(list(held_out_plays().values())[0].split())[:20000])
     return str(path)
@@ -61,8 +68,6 @@ def refusal_after_header(r) -> str:
 
 @pytest.mark.parametrize("arch", ARCHS, ids=IDS)
 def test_geometry_and_shipped_schedule_read_right(folders, arch: Arch):
-    from ropecli.backends.load import load_model
-
     rope = read_rope_config(str(folders[arch.name]))
     assert (rope.rotary_dim, rope.base, rope.train_len, rope.shipped_len) == (arch.d, arch.base, L0, arch.Ls)
     assert (rope.shipped.rope_type if rope.shipped else None) == arch.shipped
@@ -72,7 +77,6 @@ def test_geometry_and_shipped_schedule_read_right(folders, arch: Arch):
     assert bool(rope.extension_notes()) == bool(arch.layers or arch.temperature or rope.rotating_pairs)  # advise's notes
     loaded = load_model(str(folders[arch.name]), device="cpu")
     assert loaded.rope == rope  # config.json and the loaded model agree
-    from ropecli.models.chunked_scoring import decoder
 
     def rotates(attn) -> bool:  # Llama 4, SmolLM3: `use_rope`; EXAONE 4: `sliding_window is None or is_sliding`
         if hasattr(attn, "use_rope"):
@@ -99,11 +103,6 @@ def test_freqs_names_the_shipped_schedule(folders, arch: Arch):
 def test_frequencies_are_what_the_loaded_model_rotates_by(folders, arch: Arch):
     """ropecli's frequencies of `native`, from config.json alone, against the loaded model's own inv_freq buffer (what
     it rotates by, not a re-derivation of the config): the rotary pairs, the base and the shipped schedule at once."""
-    import numpy as np
-
-    from ropecli.backends.load import load_model
-    from ropecli.rope.methods import compute_schedule
-
     rope = read_rope_config(str(folders[arch.name]))
     geom = rope.geometry(1.0)
     ours = geom.inv_freq() / compute_schedule("native", geom).factors
@@ -162,9 +161,6 @@ def test_the_map_cell_of_every_row(arch: Arch):
     """On every architecture a map runs on the layers that attend globally with RoPE and leaves the others as
     shipped: the identity map is the unpatched model (fp32), Self-Extend changes nothing before W and the logits after
     it; or one line says why this family cannot be mapped (MLA, chunked + NoPE, compressed layers)."""
-    from ropecli.errors import RopeCliError
-    from ropecli.maps.mapped_attention import mapped
-
     model = build_arch(arch)
     ids = torch.randint(2, VOCAB, (1, 3 * L0), generator=torch.Generator().manual_seed(1))
     if arch.map_refused:
@@ -187,10 +183,6 @@ def test_the_map_cell_of_every_row(arch: Arch):
 
 
 def test_docs_table_is_the_matrix():
-    from pathlib import Path
-
-    from architectures import docs_table
-
     doc = (Path(__file__).resolve().parent.parent / "docs" / "architectures.md").read_text()
     assert docs_table() in doc, "docs/architectures.md's table differs from tests/architectures.py: paste docs_table()"
 
@@ -198,8 +190,6 @@ def test_docs_table_is_the_matrix():
 def test_mla_with_fewer_key_value_heads_than_heads_is_refused_in_one_line(text, tmp_path):
     """transformers' MLA attention fails on every forward of a DeepSeek V3 config with 2 key-value heads of 4 (found in
     compare --workload and verify); ropecli refuses it before any weight is read, naming the fix."""
-    from dataclasses import replace
-
     arch = next(a for a in ARCHS if a.name.startswith("deepseek_v3"))
     model = str(save_arch(replace(arch, kwargs={**arch.kwargs, "num_key_value_heads": 2}), tmp_path / "mla-2kv"))
     for args in (["compare", "--model", model, "--data", text, "--len", str(2 * arch.Ls), "--method", "native,yarn",

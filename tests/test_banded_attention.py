@@ -8,17 +8,29 @@ import warnings
 
 import pytest
 import torch
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    DynamicCache,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+)
 
+from ropecli.maps.mapped_attention import mapped
+from ropecli.maps.position_maps import bind
 from ropecli.models import banded_attention
 from ropecli.models.banded_attention import BLOCK, banded_model
-from ropecli.maps.position_maps import bind
+
+from architectures import ARCHS, VOCAB, build_arch
 
 WINDOW = 64
 
 
 def _gemma3(impl: str):
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-
     torch.manual_seed(0)
     cfg = Gemma3TextConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
                            num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=WINDOW,
@@ -30,8 +42,6 @@ def _gemma3(impl: str):
 
 
 def _mistral():
-    from transformers import MistralConfig, MistralForCausalLM
-
     torch.manual_seed(0)
     cfg = MistralConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                         num_attention_heads=4, num_key_value_heads=2, sliding_window=WINDOW,
@@ -44,8 +54,6 @@ def _mistral():
 def _runs(model, ids, pad):
     """Every way a model is run: a prefill past the window, a cached continuation of many tokens then one, and a
     left-padded row (its own positions from the mask)."""
-    from transformers import DynamicCache
-
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         full = model(ids).logits
@@ -94,8 +102,6 @@ def test_no_sliding_layer_is_given_more_than_its_band(monkeypatch):
 
 
 def test_a_model_without_sliding_layers_is_left_as_it_is():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     model = LlamaForCausalLM(LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                          num_attention_heads=2))
     model.config._attn_implementation = "sdpa"
@@ -105,8 +111,6 @@ def test_a_model_without_sliding_layers_is_left_as_it_is():
 def test_a_position_map_on_a_banded_model_runs_its_sliding_layers_banded():
     """The map's unmapped sliding layers run the banded implementation (the one the map found), and the identity map
     still equals the model."""
-    from ropecli.maps.mapped_attention import mapped
-
     model = _gemma3("sdpa")
     ids = torch.randint(0, 300, (1, 900))
     with torch.no_grad():
@@ -119,8 +123,6 @@ def test_a_position_map_on_a_banded_model_runs_its_sliding_layers_banded():
 
 
 def _sliding_archs():
-    from architectures import ARCHS
-
     return [a for a in ARCHS if a.kwargs.get("sliding_window")]
 
 
@@ -129,10 +131,6 @@ def test_every_sliding_family_of_the_matrix_gives_its_own_logits_banded(arch):
     """Every architecture of the matrix with a window (Gemma 2/3/4, gpt-oss, OLMo 3, EXAONE 4 …), prefilled past it and
     continued through the cache: banded = its own attention. DeepSeek V4 (compressed layers extend the mask) is left as
     shipped."""
-    from architectures import VOCAB, build_arch
-
-    from transformers import DynamicCache
-
     model = build_arch(arch)  # its own implementation: sdpa, eager where sdpa cannot (Gemma 2's soft-capping)
     ids = torch.randint(2, VOCAB, (1, 90), generator=torch.Generator().manual_seed(3))
     with torch.no_grad(), warnings.catch_warnings():
@@ -153,8 +151,6 @@ def test_every_sliding_family_of_the_matrix_gives_its_own_logits_banded(arch):
 def test_a_family_that_keeps_the_window_to_its_mask_is_banded_by_its_layer_type(family):
     """Qwen2-MoE and PhiMoE build the sliding mask without handing the window to the attention function: the layer's
     window comes from its config (`layer_window`), so banding still keeps it."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
     torch.manual_seed(0)
     cfg = AutoConfig.for_model(family, vocab_size=100, hidden_size=64, intermediate_size=64, moe_intermediate_size=32,
                                shared_expert_intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,

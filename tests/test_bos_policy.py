@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from tokenizers import processors
+from transformers import AutoTokenizer
 from typer.testing import CliRunner
 
 from ropecli.cli.app import app
@@ -18,21 +20,17 @@ from ropecli.evaluation.inputs import Inputs
 from ropecli.evaluation.passkey import ANSWER_PREFIX, published_question
 from ropecli.models.config import BUILTIN_DIR
 
+from tiny_models import char_tokenizer
+
 
 @pytest.fixture(scope="module")
 def builtin_tok():
-    from transformers import AutoTokenizer
-
     return AutoTokenizer.from_pretrained(str(BUILTIN_DIR))
 
 
 @pytest.fixture(scope="module")
 def llama_style_tok():
     """A tokenizer that adds BOS by default (Llama's and Gemma's do): a post-processor putting <s> first."""
-    from tokenizers import processors
-
-    from tiny_models import char_tokenizer
-
     tok = char_tokenizer()
     tok.backend_tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
     assert tok("ab")["input_ids"][0] == 0 and tok("ab", add_special_tokens=False)["input_ids"][0] != 0

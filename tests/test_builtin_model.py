@@ -6,8 +6,8 @@ import math
 
 from typer.testing import CliRunner
 
+from ropecli.backends.load import BUILTIN_DIR, load_model
 from ropecli.cli.app import app
-from ropecli.backends.load import BUILTIN_DIR
 
 runner = CliRunner()
 
@@ -29,8 +29,6 @@ def test_shipped_files_and_size():
 
 def test_loads_offline_with_autotokenizer(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    from ropecli.backends.load import load_model
-
     lm = load_model(None, device="cpu")
     assert (lm.rope.name, lm.rope.rotary_dim, lm.rope.base, lm.rope.train_len) == ("builtin", 64, 10000.0, 256)
     ids = lm.tokenizer("To be, or not to be", add_special_tokens=False)["input_ids"]

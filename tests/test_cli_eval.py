@@ -1,11 +1,19 @@
 """`ropecli ppl` and `ropecli compare` end to end on a tiny saved model and a small text file."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
 from typer.testing import CliRunner
 
+import ropecli.backends.backend as backend
 from ropecli.cli.app import app
+
+from tiny_models import char_tokenizer
 
 runner = CliRunner()
 
@@ -89,10 +97,6 @@ def test_too_little_text(tiny_dir, jsonl_file):
 
 
 def test_model_without_rope(tmp_path):
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    from tiny_models import char_tokenizer
-
     GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=96)).save_pretrained(tmp_path / "gpt2")
     char_tokenizer().save_pretrained(tmp_path / "gpt2")
     r = run("ppl", "--model", str(tmp_path / "gpt2"), "--len", "64")
@@ -100,9 +104,6 @@ def test_model_without_rope(tmp_path):
 
 
 def test_nan_loss_is_inf(tiny_dir, jsonl_file, tmp_path):
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     m = AutoModelForCausalLM.from_pretrained(tiny_dir)
     with torch.no_grad():
         m.model.norm.weight.fill_(float("nan"))
@@ -114,8 +115,6 @@ def test_nan_loss_is_inf(tiny_dir, jsonl_file, tmp_path):
 
 
 def test_out_of_memory_is_one_clear_line(tiny_dir, jsonl_file, monkeypatch):
-    import ropecli.backends.backend as backend  # where the transformers backend reads the scorer
-
     def oom(*a, **k):
         raise RuntimeError("CUDA out of memory. Tried to allocate 80.00 GiB")
 
@@ -127,8 +126,6 @@ def test_out_of_memory_is_one_clear_line(tiny_dir, jsonl_file, monkeypatch):
 
 
 def test_gguf_without_the_gguf_package(tmp_path, monkeypatch):
-    import sys
-
     fake = tmp_path / "model.gguf"
     fake.write_bytes(b"GGUF")
     monkeypatch.setitem(sys.modules, "gguf", None)  # `import gguf` now raises ImportError
@@ -148,10 +145,6 @@ def test_ppl_takes_the_shared_schedule_and_output_options(tiny_dir, jsonl_file, 
 
 def test_progress_draws_only_on_a_terminal(tiny_dir, jsonl_file, tmp_path):
     """stderr to a file (a log, CI, nohup): the messages, one per line, and no progress frames or blank lines."""
-    import os
-    import subprocess
-    import sys
-
     log = tmp_path / "log.txt"
     with open(log, "w") as err:
         r = subprocess.run([sys.executable, "-m", "ropecli", "ppl", "--model", tiny_dir, "--data", jsonl_file, "--len", "64",

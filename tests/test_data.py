@@ -7,9 +7,9 @@ import types
 import numpy as np
 import pytest
 
+from ropecli.errors import RopeCliError
 from ropecli.evaluation.corpus import HELD_OUT, all_plays, held_out_plays, training_plays
 from ropecli.evaluation.data import Document, load_documents, sample_windows
-from ropecli.errors import RopeCliError
 
 
 def test_held_out_plays_are_disjoint_from_training():

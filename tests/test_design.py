@@ -2,17 +2,27 @@
 kept as hidden aliases, usage errors as one line, no command importing another, `ropecli plot`
 alone, and the search's orchestration in the core, driven here by an injected evaluator."""
 
+import ast
+import inspect
+import json
 import math
 import re
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import pytest
 from typer.testing import CliRunner
 
-from ropecli.rope.target import Target
-from ropecli.cli.app import app
+from ropecli.cli.app import COMMANDS, app, command_function
+from ropecli.cli.commands import plot
+from ropecli.cli.options import OVERVIEW_METHODS
+from ropecli.cli.session_opening import RichProgress
+from ropecli.report.plots import _wavelengths
 from ropecli.rope.geometry import Geometry
+from ropecli.rope.target import Target
+from ropecli.spec import make_spec
 from ropecli.tuning.search import search_b
+
 from fakes import ppl_result
 
 runner = CliRunner()
@@ -28,11 +38,6 @@ def test_no_command_module_imports_another():
 
 def command_functions() -> dict[str, object]:
     """Every command's own function (under its decorators), by the name `ropecli --help` lists."""
-    import inspect
-
-    from ropecli.cli.app import COMMANDS, command_function
-    from ropecli.cli.commands import plot
-
     fns = {**{n: command_function(n) for n in COMMANDS if n != "plot"}, "plot": plot.overview, "plot freqs": plot.plot_freqs,
            "plot schedule": plot.plot_schedule}
     return {name: inspect.unwrap(f) for name, f in fns.items()}
@@ -41,8 +46,6 @@ def command_functions() -> dict[str, object]:
 def test_every_command_function_parses_calls_and_prints_in_under_40_lines():
     """The command layer's promise (docs/ARCHITECTURE.md): a command parses, calls, prints. Counted from
     `def` to the last line, signature and docstring included (decorators not)."""
-    import inspect
-
     fns = command_functions()
     assert len(fns) >= 16, sorted(fns)
     sizes = {name: len([x for x in inspect.getsource(f).splitlines() if not x.lstrip().startswith("@")])
@@ -53,8 +56,6 @@ def test_every_command_function_parses_calls_and_prints_in_under_40_lines():
 
 def cli_imports() -> dict[str, set[str]]:
     """ropecli.cli's modules -> the ropecli.cli modules each imports (at any depth of the file)."""
-    import ast
-
     graph = {}
     for path in sorted((ROOT / "ropecli" / "cli").rglob("*.py")):
         name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
@@ -107,8 +108,6 @@ def test_analysis_commands_take_model_and_schedule_panels(cmd):
 
 
 def test_old_flag_names_still_work():
-    import json
-
     new = json.loads(runner.invoke(app, ["freqs", "--d", "64", "--json"]).stdout)
     old = json.loads(runner.invoke(app, ["freqs", "--head-dim", "64", "--json"]).stdout)
     assert new == old and new["rotary_dim"] == 64
@@ -139,13 +138,6 @@ def test_plot_alone_draws_the_overview(tmp_path, monkeypatch):
 def test_no_wavelength_curve_hides_under_another():
     """The overview's "none" leaves every wavelength as it was: drawn, it would lie exactly over "original" (hidden);
     it is named in the original's legend entry instead, and every curve drawn is one that can be seen."""
-    import matplotlib.pyplot as plt
-
-    from ropecli.cli.options import OVERVIEW_METHODS
-    from ropecli.report.plots import _wavelengths
-    from ropecli.rope.geometry import Geometry
-    from ropecli.spec import make_spec
-
     geom = Geometry(rotary_dim=64, base=1e4, train_len=4096, factor=4)
     fig, ax = plt.subplots()
     _wavelengths(ax, geom, [make_spec(name).schedule(geom) for name in OVERVIEW_METHODS.split(",")])
@@ -206,8 +198,6 @@ def test_search_core_guard_rejects_short_context_damage():
 def test_a_long_command_says_its_plan_first_and_progress_in_a_log(monkeypatch):
     """With stderr not a terminal (a log, a pipe), a command says its forward passes before the first one, the time
     the rest should take after the first one that runs, and a progress line every LINE_EVERY seconds."""
-    from ropecli.cli.session_opening import RichProgress
-
     monkeypatch.setattr(RichProgress, "LINE_EVERY", 0.0)
     monkeypatch.setattr(RichProgress, "LONG", 0.0)
     r = runner.invoke(app, ["search-b", "--len", "512", "--samples", "2", "--tol", "0.3", "--no-cache"])

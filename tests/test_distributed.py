@@ -3,17 +3,20 @@ numbers of one process exactly, compute each window once, print once; a killed r
 quickly and the rerun resumes from the cache; bad setups are one line."""
 
 import json
-import re
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from ropecli.errors import RopeCliError
+from ropecli.evaluation.distributed import gpu_group, setup
 
 # both runs get the same numeric environment: torchrun gives each rank one thread unless told otherwise
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -33,8 +36,6 @@ def torchrun(args, cache, nproc=2, extra_env=None, **kw):
 
 
 def _port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -188,10 +189,6 @@ def test_group_threads_end_before_the_interpreter_does(case, tmp_path):
 
 
 def test_bad_distributed_setups_are_one_line(monkeypatch):
-    import torch
-
-    from ropecli.evaluation.distributed import setup
-
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("LOCAL_RANK", "0")
@@ -236,8 +233,6 @@ def test_gpu_map_benchmark_cpu_smoke_runs(kernel):
 
 
 def test_gpu_groups_of_ranks_with_device_map():
-    from ropecli.evaluation.distributed import gpu_group
-
     assert [gpu_group(r, 2, 8) for r in range(2)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert [gpu_group(r, 4, 8) for r in range(4)] == [[0, 1], [2, 3], [4, 5], [6, 7]]
     assert gpu_group(0, 1, 2) == [0, 1]

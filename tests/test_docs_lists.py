@@ -9,11 +9,12 @@ import re
 import pytest
 
 import ropecli.maps
-from docs_lists import ROOT, documents, render, rewritten, spans
 from ropecli.evaluation.metrics import REGISTRY as METRICS
 from ropecli.evaluation.metrics import is_task
 from ropecli.maps.position_maps import MAPS, register_map
 from ropecli.rope.methods import REGISTRY as METHODS
+
+from docs_lists import ROOT, documents, render, rewritten, spans
 
 
 def test_every_marked_list_is_its_registry():

@@ -3,15 +3,34 @@ The map is Self-Extend per pair group; the mapped attention rotates each group's
 exactly: equal groups are Self-Extend, groups of 1 the model itself, and mixed groups the authors' own construction
 (dpe_for_llama.py: per-factor cos and sin concatenated by dimension range, window and scaled attention merged)."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.models.llama.modeling_llama import rotate_half
+from typer.testing import CliRunner
+
+from ropecli.cli.app import app
+from ropecli.errors import RopeCliError
+from ropecli.maps.flex_regions import flex_available
+from ropecli.maps.map_layers import rotate_with
+from ropecli.maps.map_pairs import relative_positions
+from ropecli.maps.map_rules import dpe_budget, dpe_ladder, dpe_ranges, dpe_rule
+from ropecli.maps.map_spelling import map_label, map_text, parse_map
+from ropecli.maps.mapped_attention import NAME, mapped
+from ropecli.maps.pair_contributions import pair_contributions
+from ropecli.maps.pair_selection import kept_pairs, select_pairs
+from ropecli.maps.position_maps import bind, map_params, map_regions
+from ropecli.maps.region_attention import MappedAttention
+from ropecli.tuning.candidates import candidate_names, default_candidates, search_plans
+from ropecli.tuning.optimizers import optimize
+from ropecli.tuning.search_verdicts import parse_reference
+from ropecli.tuning.space import Dim
 
 from architectures import ARCHS, L0, VOCAB, save_arch
-from ropecli.errors import RopeCliError
-from ropecli.maps.mapped_attention import mapped
-from ropecli.maps.map_pairs import relative_positions
-from ropecli.maps.position_maps import map_params, bind
 
 T = 3 * L0
 
@@ -22,8 +41,6 @@ def dpe(W, *G):
 
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
-    from transformers import AutoModelForCausalLM
-
     folder = save_arch(next(a for a in ARCHS if a.name == "llama"), tmp_path_factory.mktemp("llama"))
     return AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
 
@@ -59,8 +76,6 @@ def authors_attention(q, k, v, cos_sin, W, G, scaling):
     """dpe_for_llama.py's prefill (select_topk_dim off), on the CPU: each factor's cos and sin at its positions
     (query // s + w - w / s, key // s), `concat_tensors` by dimension range, the window's attention (d < w, true
     positions) and the scaled one (d >= w) under one softmax (what `atten_merge_forward` merges by log-sum-exp)."""
-    from transformers.models.llama.modeling_llama import rotate_half
-
     n, D = q.shape[2], q.shape[3]
     half, pos = D // 2, torch.arange(n, dtype=torch.float32)
     rng = [g * half // len(G) for g in range(len(G) + 1)]  # dimension_groups_range
@@ -84,9 +99,6 @@ def authors_attention(q, k, v, cos_sin, W, G, scaling):
 def test_the_mapped_attention_is_the_authors_construction():
     """One attention call of ropecli's mapped attention (the fused CPU blocks) against the authors' per-dimension
     cos/sin concatenation, at head size 32 (16 pairs, 2 per group) and factors as their configs have them."""
-    from ropecli.maps.region_attention import MappedAttention
-    from ropecli.maps.position_maps import map_regions
-
     D, n, W, G = 32, 300, 64, (2, 8, 2, 8, 32, 32, 32, 4)  # Llama-3-8B-Instruct's scale_factors; W / 32 whole
     inv = 1.0 / 10000 ** (torch.arange(0, D, 2, dtype=torch.float32) / D)
 
@@ -113,9 +125,6 @@ def test_the_mapped_attention_is_the_authors_construction():
 def test_one_at_a_time_is_dpes_detection():
     """Each coordinate alone over its grid from the start (the others held there), then the bests together; on a
     log range of powers of two the grid is the powers themselves (DPE's detecting factors)."""
-    from ropecli.tuning.optimizers import optimize
-    from ropecli.tuning.space import Dim
-
     dims = [Dim(f"G{g}", 1, 32, log=True) for g in range(1, 4)]
     want = (4, 1, 32)
     seen = []
@@ -138,8 +147,6 @@ def test_dpe_rule_and_detection_budget_follow_the_source():
     """The window is DPE's config's 1,024 (config/dpe_config.yaml, the same for every model it ships: not Ls/8), capped
     at Ls/2 where Ls does not allow it; every group at 2T/Ls to start on 48 of 64 key pairs; the ladder is
     run_niah_detect.sh's T/len for len = T, T/2, … down to the window, each group searched over it."""
-    from ropecli.maps.map_rules import dpe_budget, dpe_ladder, dpe_ranges, dpe_rule
-
     assert dpe_rule(8192, 131072) == {"W": 1024, **{f"G{g}": 32 for g in range(1, 9)}, "top": 0.75}  # its factor, TOPK=48
     assert dpe_ladder(8192, 131072) == [1, 2, 4, 8, 16, 32, 64, 128]  # the script's detecting_factor at its defaults
     assert dpe_ranges(8192, 131072)["G3"] == (1, 128)
@@ -155,12 +162,6 @@ DETECTED = "dpe:W=32,G1=16,G2=32,G3=8,G4=16,G5=16,G6=16,G7=32,G8=1"  # found at 
 def test_freqs_shows_each_pairs_distance_under_a_per_pair_map(tmp_path):
     """`freqs --map`: per pair its group and the farthest rotation distance at the target, its angle checked against
     training; a uniform map gives every pair the same distance. `plot freqs --map` draws it."""
-    import json
-
-    from typer.testing import CliRunner
-
-    from ropecli.cli.app import app
-
     geo = ["--d", "64", "-L", "256", "--k", "4", "--method", "none"]
     r = CliRunner().invoke(app, ["freqs", *geo, "--map", DETECTED, "--json"])
     assert r.exit_code == 0, r.output
@@ -181,8 +182,6 @@ def test_freqs_shows_each_pairs_distance_under_a_per_pair_map(tmp_path):
 
 def test_a_reference_may_run_under_a_map():
     """`search --reference none@selfextend:G=4,W=2048`: the held-out verdict puts a map beside the searched winner."""
-    from ropecli.tuning.search_verdicts import parse_reference
-
     spec = parse_reference("none@selfextend:G=4,W=2048", 2.0, False)
     assert spec.method == "none" and spec.position_map == bind("selfextend", {"G": 4, "W": 2048})
     assert parse_reference("yarn:beta_fast=16", 2.0, False).position_map is None
@@ -191,8 +190,6 @@ def test_a_reference_may_run_under_a_map():
 def test_advise_races_dpe_by_name_only():
     """At its rule DPE is Self-Extend with every group alike (on its key pairs): not in the default tournament; dpe and
     dpe-tuned by name, dpe-tuned searched one group at a time within its own budget."""
-    from ropecli.tuning.candidates import candidate_names, default_candidates, search_plans
-
     assert "dpe" not in default_candidates(False, True) and "selfextend" in default_candidates(False, True)
     assert {"dpe", "dpe-tuned"} <= set(candidate_names())
     assert search_plans(7, 256, 1024)["dpe-tuned"][2] == 34 and search_plans(7)["dpe-tuned"][2] == 7
@@ -230,8 +227,6 @@ def authors_selected_attention(q, k, v, cos_sin, W, G, scaling, dim_mask):
     """dpe_for_llama.py's prefill with select_topk_dim on: the scaled cos and sin `torch.where(dim_mask, scaled,
     normal)` per head (dim_mask (H, D): `dimension_selection`'s mask, both halves), queries and keys rotated per head
     (`apply_rotary_pos_emb_by_heads`), the window at true positions, one softmax."""
-    from transformers.models.llama.modeling_llama import rotate_half
-
     n, D = q.shape[2], q.shape[3]
     half, pos = D // 2, torch.arange(n, dtype=torch.float32)
     rng = [g * half // len(G) for g in range(len(G) + 1)]
@@ -258,11 +253,7 @@ def authors_selected_attention(q, k, v, cos_sin, W, G, scaling, dim_mask):
 def test_a_selection_is_the_authors_select_topk_dim(kernel):
     """One attention call with half of each head's pairs selected (a different half per head, keys shared by two query
     heads as in GQA) against the authors' per-head construction; the fused blocks and the flex twin alike."""
-    from ropecli.maps.region_attention import MappedAttention
-    from ropecli.maps.position_maps import map_regions
-
     if kernel == "flex":
-        from ropecli.maps.flex_regions import flex_available
         if not flex_available():
             pytest.skip("no flex attention in this torch")
     D, n, W, G, H = 32, 300, 64, (2, 8, 2, 8, 32, 32, 32, 4), 4
@@ -296,9 +287,6 @@ def test_a_selection_is_the_authors_select_topk_dim(kernel):
 def test_contributions_are_the_mean_product_of_pair_norms(llama):
     """Layer 0's contributions from the mapped identity's observer equal |q_m| |k_m| computed from the layer's own
     projections of its input (before rotation), averaged over tokens; the selection keeps each head's top pairs."""
-    from ropecli.maps.pair_contributions import pair_contributions
-    from ropecli.maps.pair_selection import kept_pairs, select_pairs
-
     cfg = llama.config
     H, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
     D = cfg.hidden_size // H
@@ -322,8 +310,6 @@ def test_contributions_are_the_mean_product_of_pair_norms(llama):
 
 
 def test_select_pairs_keeps_the_top_share():
-    from ropecli.maps.pair_selection import kept_pairs, select_pairs
-
     c = {0: np.array([[0.1, 0.5, 0.3, 0.5], [4.0, 3.0, 2.0, 1.0]])}
     assert select_pairs(c, 0.5)[0].tolist() == [[False, True, False, True], [True, True, False, False]]
     assert kept_pairs(64, 0.75) == 48 and kept_pairs(32, 0.01) == 1 and kept_pairs(8, 1.0) == 8
@@ -333,9 +319,6 @@ def test_every_pair_selected_keeps_the_maps_earlier_name_and_cache_key():
     """top = 1 is DPE as it was before it could select: its label, its --map spelling and its cache key's parameters
     leave top out (the evaluations cached before still serve); top < 1 names it, and the evaluator's key names the
     calibration the pairs were chosen on."""
-    from ropecli.maps.map_spelling import map_label, map_text, parse_map
-    from ropecli.maps.position_maps import bind
-
     every, some = bind("dpe", dpe(8, *[2] * 8)), bind("dpe", {**dpe(8, *[2] * 8), "top": 0.75})
     assert "top" not in every.key_values and every.values["top"] == 1.0 and every.share == 1.0
     assert some.key_values["top"] == 0.75 and some.share == 0.75
@@ -353,12 +336,6 @@ def test_each_columns_pair_is_the_one_the_model_rotates(tmp_path, row):
     """`column_pairs` reads each column's pair off the model's own rotation (rotate-half, interleaved, ERNIE's and
     GLM's interleaved apply on a rotate-half cos, partial rotary, p-RoPE's unrotated pairs): rotated at another
     position, a column moves weight only to the other column of its pair, and the columns marked -1 do not move."""
-    from transformers import AutoModelForCausalLM
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    from ropecli.maps.map_layers import rotate_with
-    from ropecli.maps.mapped_attention import NAME
-
     folder = save_arch(next(a for a in ARCHS if a.name == row), tmp_path / "m")
     model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
     seen = {}

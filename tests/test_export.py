@@ -4,16 +4,26 @@ GGUF copies with rope_freqs read back tensor by tensor, and every bad input as o
 import json
 import math
 import os
+import shutil
 
+import gguf
 import numpy as np
 import pytest
 import torch
+from transformers import AutoModelForCausalLM, LlamaConfig
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from typer.testing import CliRunner
 
-from ropecli.evaluation.bos_policy import lead_ids
+from ropecli.backends.load import BUILTIN_DIR, load_model
 from ropecli.cli.app import app
+from ropecli.evaluation.bos_policy import lead_ids
 from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
-from ropecli.models.chunked_scoring import naive_window_nll
+from ropecli.models.chunked_scoring import naive_window_nll, window_nll
+from ropecli.models.config import gguf_metadata
+from ropecli.models.patch import apply_schedule, restore
+from ropecli.spec import make_spec
+
+from gguf_models import write_llama_gguf
 from tiny_models import build, char_tokenizer, save_tiny
 
 runner = CliRunner()
@@ -48,8 +58,6 @@ def ropecli_ppl(model_dir: str, length: int, *schedule) -> float:
                                              ("llama", ["--method", "dynamic"]),  # transformers' own dynamic type
                                              ("gemma3", ["--method", "pi"])])
 def test_hf_folder_reproduces_ropecli_ppl(family, schedule, tiny_dir, gemma_dir, tmp_path):
-    from transformers import AutoModelForCausalLM
-
     src = tiny_dir if family == "llama" else gemma_dir
     out = tmp_path / "exported"
     r = run("export", "--model", src, *schedule, "--len", 192, "--to", "hf", "--out", out)
@@ -68,8 +76,6 @@ def test_hf_folder_reproduces_ropecli_ppl(family, schedule, tiny_dir, gemma_dir,
 
 
 def test_consistent_applies_the_schedule_within_L(tiny_dir, tmp_path):
-    from transformers import AutoModelForCausalLM
-
     for flag, name in [(["--switching"], "default"), ([], "consistent")]:  # consistent is the default
         r = run("export", "--model", tiny_dir, "--method", "pi", "--len", 256, "--out", tmp_path / name, *flag)
         assert r.exit_code == 0, r.output
@@ -83,8 +89,6 @@ def test_consistent_applies_the_schedule_within_L(tiny_dir, tmp_path):
 
 
 def test_vllm_overrides_and_command(tiny_dir, tmp_path):
-    from transformers import AutoModelForCausalLM
-
     out = tmp_path / "overrides.json"
     r = run("export", "--model", tiny_dir, "--method", "yarn", "--len", 192, "--to", "vllm", "--out", out)
     assert r.exit_code == 0, r.output
@@ -132,7 +136,6 @@ def test_hf_block_without_a_model_goes_to_stdout():
 @pytest.fixture()
 def llama_gguf(tmp_path):
     pytest.importorskip("gguf")
-    from gguf_models import write_llama_gguf
 
     path = tmp_path / "tiny.gguf"
     write_llama_gguf(build("llama"), path)
@@ -140,8 +143,6 @@ def llama_gguf(tmp_path):
 
 
 def test_gguf_export_reads_back(llama_gguf, tmp_path):
-    import gguf
-
     out = tmp_path / "tiny-256.gguf"
     r = run("export", "--model", llama_gguf, "--method", "yarn", "--len", 256, "--to", "gguf", "--out", out)
     assert r.exit_code == 0, r.output
@@ -156,8 +157,6 @@ def test_gguf_export_reads_back(llama_gguf, tmp_path):
     freqs = tensors["rope_freqs.weight"]
     assert freqs.tensor_type == gguf.GGMLQuantizationType.F32
     # the factors are transformers' own YaRN inverse frequencies, as theta / theta'
-    from transformers import LlamaConfig
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
     cfg = LlamaConfig(hidden_size=64, num_attention_heads=4, head_dim=16, max_position_embeddings=256,
                       rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
@@ -191,9 +190,7 @@ def test_gguf_architecture_without_rope_freqs_gets_llamacpp_scaling_keys(tmp_pat
     """llama.cpp's qwen2 loader never reads rope_freqs: pi goes as rope.scaling.type linear, yarn as yarn; a method
     llama.cpp has no type for is refused in one line naming what works."""
     pytest.importorskip("gguf")
-    from gguf_models import write_llama_gguf
 
-    from ropecli.models.config import gguf_metadata
 
     path = tmp_path / "qwen.gguf"
     write_llama_gguf(build("llama"), path, arch="qwen2")
@@ -246,10 +243,7 @@ def test_builtin_gguf_is_the_builtin_model(tmp_path):
     it back (undoing the q/k permutation) into logits equal to the built-in model's."""
     pytest.importorskip("gguf")
     pytest.importorskip("accelerate")  # transformers loads GGUF files only with it
-    from transformers import AutoModelForCausalLM
 
-    from gguf_models import write_llama_gguf
-    from ropecli.backends.load import BUILTIN_DIR, load_model
 
     lm = load_model(None, device="cpu", dtype="fp32")
     write_llama_gguf(lm.model, tmp_path / "b.gguf", tokenizer_json=BUILTIN_DIR / "tokenizer.json")
@@ -266,12 +260,7 @@ def test_llama_cpp_runs_the_exported_gguf_like_ropecli(tmp_path):
     ropecli's patched transformers model: the same perplexity within 1e-4."""
     llama_cpp = pytest.importorskip("llama_cpp")
     pytest.importorskip("gguf")
-    from gguf_models import write_llama_gguf
 
-    from ropecli.backends.load import BUILTIN_DIR, load_model
-    from ropecli.models.patch import apply_schedule, restore
-    from ropecli.models.chunked_scoring import window_nll
-    from ropecli.spec import make_spec
 
     lm = load_model(None, device="cpu", dtype="fp32")
     src, out = tmp_path / "builtin.gguf", tmp_path / "builtin-512.gguf"
@@ -304,12 +293,6 @@ def test_export_weights_travel_as_asked(tmp_path, how):
     """--weights: the folder's files beside config.json are absolute symbolic links (said where the export is printed:
     rsync -a or tar would carry dangling links), hard links, or copies; a self-contained folder copied as tar or
     rsync -a would (links kept as links) still loads."""
-    import shutil
-
-    from typer.testing import CliRunner
-
-    from ropecli.cli.app import app
-
     out = tmp_path / "hf"
     r = CliRunner().invoke(app, ["export", "--model", "builtin", "--method", "yarn", "--len", "1024", "--to", "transformers",
                                  "--out", str(out), "--weights", how])

@@ -3,10 +3,12 @@ geometry), and `ropecli verify PATH` reads it: no other flag is needed, for ever
 
 import json
 
+import gguf
 import pytest
 from typer.testing import CliRunner
 
 from ropecli.cli.app import app
+from ropecli.export.writers import gguf_origin
 from ropecli.models.config import BUILTIN_DIR
 
 runner = CliRunner()
@@ -73,10 +75,6 @@ def test_vllm_overrides_from_a_gguf_name_the_checkpoint_to_serve(builtin_gguf, t
 
 
 def test_a_gguf_names_its_source_checkpoint(tmp_path):
-    import gguf
-
-    from ropecli.export.writers import gguf_origin
-
     path = tmp_path / "m.gguf"
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_string("general.source.huggingface.repository", "HuggingFaceTB/SmolLM2-135M-Instruct")

@@ -5,11 +5,17 @@ on CUDA the same code runs compiled (tests/test_gpu.py, benchmarks/bench_gpu_map
 
 import pytest
 import torch
+from torch.nn.attention.flex_attention import create_block_mask
+from transformers import DynamicCache
 
+import ropecli.maps.flex_regions as fr
+from ropecli.errors import RopeCliError
 from ropecli.maps.flex_regions import FLEX_BLOCK, as_block_mask, block_classes, extent, flex_available
 from ropecli.maps.mapped_attention import mapped
-from tiny_models import build
 from ropecli.maps.position_maps import bind
+
+from architectures import ARCHS, L0, VOCAB, build_arch
+from tiny_models import build
 
 pytestmark = pytest.mark.skipif(not flex_available(), reason="this torch has no flex attention")
 
@@ -29,8 +35,6 @@ def test_flex_and_the_fused_blocks_agree(model_and_ids, name, params, triangles,
     """300 tokens: three flex blocks of 128, so every region is cut (DCA's chunks, Self-Extend's window, llama.cpp's
     batches start inside blocks); the shifted causal triangles (the identity's, Self-Extend's, ReRoPE's, STRING's far
     region) in the fused causal kernel or in flex attention."""
-    import ropecli.maps.flex_regions as fr
-
     monkeypatch.setattr(fr, "TRIANGLES_FUSED", triangles)
     model, ids = model_and_ids
     with torch.no_grad():
@@ -48,8 +52,6 @@ def test_flex_and_the_fused_blocks_agree(model_and_ids, name, params, triangles,
 
 @pytest.mark.parametrize(("name", "params"), [("selfextend", {"G": 2, "W": 8}), ("dca", {"chunk": 12, "local": 2})])
 def test_flex_decodes_through_the_cache(name, params):
-    from transformers import DynamicCache
-
     model, ids = build("llama"), torch.randint(0, 96, (1, 80), generator=torch.Generator().manual_seed(2))
     with mapped(model, bind(name, params), kernel="flex"), torch.no_grad():
         whole = model(ids).logits[0]
@@ -86,10 +88,6 @@ def test_a_cut_keeps_only_the_blocks_a_region_reaches():
 def test_block_classes_are_torchs_own(Tq, Tk, monkeypatch):
     """The chunked classes (a few query blocks per pass) give torch's `create_block_mask` blocks exactly: the same
     partial and full blocks, in the same order, for queries that are the last T_q of T_k keys (a chunk, one decoded token)."""
-    from torch.nn.attention.flex_attention import create_block_mask
-
-    import ropecli.maps.flex_regions as fr
-
     monkeypatch.setattr(fr, "PASS_PAIRS", FLEX_BLOCK * FLEX_BLOCK * 3)  # passes of one query block: the seams tested
     shift = Tk - Tq
     for where in (lambda i, j: i - j < 40, lambda i, j: (i // 48) >= (j // 48) + 2, lambda i, j: (i % 7) != (j % 5)):
@@ -109,8 +107,6 @@ def test_block_classes_are_torchs_own(Tq, Tk, monkeypatch):
 
 
 def test_a_wrong_kernel_name_is_one_line(monkeypatch):
-    from ropecli.errors import RopeCliError
-
     monkeypatch.setenv("ROPECLI_MAP_KERNEL", "triton")
     with pytest.raises(RopeCliError, match="ROPECLI_MAP_KERNEL=triton: choose auto, flex or blocks"):
         with mapped(build("llama"), bind("rerope", {"w": 8})):
@@ -122,8 +118,6 @@ def test_a_wrong_kernel_name_is_one_line(monkeypatch):
 def test_flex_is_the_fused_blocks_on_the_families(row):
     """Every family's attention on the GPU path's twin: soft-capping as a score_mod (Gemma 2), sinks after the merge (gpt-oss), partial
     and interleaved rotary in the model's own layout, RoPE per layer type: flex gives the blocks' logits."""
-    from architectures import ARCHS, L0, VOCAB, build_arch
-
     model = build_arch(next(a for a in ARCHS if a.name == row))
     ids = torch.randint(2, VOCAB, (1, 5 * L0), generator=torch.Generator().manual_seed(4))
     with torch.no_grad():

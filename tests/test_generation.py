@@ -9,14 +9,16 @@ import json
 import numpy as np
 import pytest
 import torch
+from transformers import AutoModelForCausalLM, DynamicCache
 from typer.testing import CliRunner
 
-from ropecli.export.registry import record
+from ropecli.backends.load import load_model
 from ropecli.cli.app import app
 from ropecli.evaluation.cache import EvalCache
 from ropecli.evaluation.decode_across import DecodePlan
-from ropecli.export.served import decode_damage
 from ropecli.evaluation.evaluator import Evaluator
+from ropecli.export.registry import record
+from ropecli.export.served import decode_damage
 from ropecli.models.cached_decoding import cache_keyword
 from ropecli.spec import make_spec
 
@@ -26,8 +28,6 @@ PROMPT, TOTAL = 200, 600  # the built-in model's L = 256: a prompt shorter than 
 
 @pytest.fixture(scope="module")
 def builtin():
-    from ropecli.backends.load import load_model
-
     return load_model(None, dtype="fp32", device="cpu")
 
 
@@ -49,8 +49,6 @@ def export(tmp_path, name, *flags):
 def transformers_decoding(folder, ids):
     """(mean NLL of the continuation decoded token by token with the cache, the same tokens in one forward pass),
     and the largest difference of one token, in nats: transformers alone, on the exported folder."""
-    from transformers import AutoModelForCausalLM, DynamicCache
-
     model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
     full = torch.log_softmax(model(ids).logits[0].float(), -1)
     one = -full[PROMPT - 1:-1].gather(1, ids[0, PROMPT:, None])[:, 0]

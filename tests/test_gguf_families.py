@@ -4,12 +4,16 @@ Mistral 4's beta from attention.temperature_*, HunYuan's rope.scaling.alpha. Hea
 
 from __future__ import annotations
 
+import gguf as gguf_lib
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from gguf_models import write_llama_gguf
 from ropecli.cli.app import app
 from ropecli.models.config import read_rope_config
+from ropecli.models.gguf_rope import P_ROPE_MASK
+
+from gguf_models import write_llama_gguf
 from tiny_models import build
 
 pytest.importorskip("gguf")
@@ -48,11 +52,6 @@ def test_gemma4_p_rope_exported_to_llama_cpp_keeps_its_mask(tmp_path):
     """llama.cpp reads Gemma 4's p-RoPE from rope_freqs on the global layers (src/models/gemma4.cpp): the export scales
     the rotating pairs and keeps 1e30 past them; a schedule with an attention factor (it would reach the sliding layers
     too) is refused in one line; the exported file reads back as the schedule on the same rotating pairs."""
-    import gguf as gguf_lib
-    import numpy as np
-
-    from ropecli.models.gguf_rope import P_ROPE_MASK
-
     src = gguf(tmp_path, "gemma4", {"rope.freq_base_swa": 1e4}, {"rope_freqs.weight": [1.0] * 2 + [1e30] * 6})
     out = tmp_path / "out.gguf"
     r = CliRunner().invoke(app, ["export", "--model", src, "--method", "ntk-aware", "--k", "4", "--to", "llamacpp",

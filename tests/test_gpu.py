@@ -1,20 +1,22 @@
 """The CUDA path: the same numbers as the CPU twin (skipped without CUDA; CI has none)."""
 
+import numpy as np
 import pytest
 import torch
 
-from ropecli.models.patch import apply_schedule, find_rotary_slots, restore
-from ropecli.models.chunked_scoring import naive_window_nll, window_nll
-from tiny_models import L, VOCAB, build
+import ropecli.maps.flex_regions as fr
+from ropecli.maps.mapped_attention import mapped
 from ropecli.maps.position_maps import bind
+from ropecli.models.chunked_scoring import naive_window_nll, window_nll
+from ropecli.models.patch import apply_schedule, find_rotary_slots, restore
+
+from tiny_models import VOCAB, L, build
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
 
 @pytest.mark.parametrize("family", ["llama", "gemma3"])
 def test_cuda_matches_cpu(family):
-    import numpy as np
-
     model = build(family)
     ids = torch.randint(0, VOCAB, (1, 3 * L), generator=torch.Generator().manual_seed(0))
     slots = find_rotary_slots(model)
@@ -36,8 +38,6 @@ def test_cuda_matches_cpu(family):
                                               ("dpe", {"W": 16, **{f"G{g}": 2 ** (g % 4) for g in range(1, 9)}})])
 def test_a_map_on_cuda_is_its_cpu_twin(name, params):
     """On CUDA a map runs compiled flex attention (kernel auto); its logits are the CPU blocks' (fp32)."""
-    from ropecli.maps.mapped_attention import mapped
-
     model, ids = build("llama"), torch.randint(0, VOCAB, (1, 300), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         with mapped(model, bind(name, params), kernel="blocks"):
@@ -51,8 +51,6 @@ def test_a_map_on_cuda_is_its_cpu_twin(name, params):
 def test_dpes_key_pairs_on_cuda_are_their_cpu_twin():
     """DPE with half of each head's pairs selected (keys repeated per query head) in compiled flex on CUDA
     against the CPU blocks."""
-    from ropecli.maps.mapped_attention import mapped
-
     model, ids = build("llama"), torch.randint(0, VOCAB, (1, 300), generator=torch.Generator().manual_seed(6))
     cfg = model.config
     P = cfg.hidden_size // cfg.num_attention_heads // 2
@@ -76,9 +74,6 @@ def test_a_map_in_bf16_on_cuda_is_its_fp32_cpu_twin(name, params, triangles, mon
     """Bf16 on CUDA, the shifted causal triangles in FlashAttention-2 (its
     log-sum-exp merged with flex's) or in flex. Off the fp32 CPU blocks by no more than 3x what bf16 costs the unpatched
     model (measured here), while the map itself moves the logits far more than that."""
-    import ropecli.maps.flex_regions as fr
-    from ropecli.maps.mapped_attention import mapped
-
     monkeypatch.setattr(fr, "TRIANGLES_FUSED", triangles)
     model, ids = build("llama"), torch.randint(0, VOCAB, (1, 300), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():

@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ropecli.cli.app import COMMANDS, app
+from ropecli.deferred import deferred, installed
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent
@@ -218,8 +219,6 @@ def test_the_import_checks_find_an_import_in_a_function_and_a_heavy_one_at_the_t
 
 def test_a_deferred_module_loads_on_first_use(tmp_path, monkeypatch):
     """`deferred(name)` imports nothing until an attribute is read; then it is the module."""
-    from ropecli.deferred import deferred, installed
-
     (tmp_path / "ropecli_probe_module.py").write_text("VALUE = 42\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     probe = deferred("ropecli_probe_module")

@@ -4,14 +4,13 @@ import json
 
 import numpy as np
 import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
 from typer.testing import CliRunner
 
-torch = pytest.importorskip("torch")
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
-
-from ropecli.cli.app import app  # noqa: E402
-from ropecli.rope.geometry import Geometry  # noqa: E402
-from ropecli.rope.methods import compute_schedule  # noqa: E402
+from ropecli.cli.app import app
+from ropecli.rope.geometry import Geometry
+from ropecli.rope.methods import compute_schedule
 
 
 @pytest.mark.parametrize("method,extra", [("mixed", ["--b", "0.625"]), ("ntk-fixed", []), ("yarn", [])])

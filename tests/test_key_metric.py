@@ -3,33 +3,42 @@ set for every schedule, paired, the float16 per-prediction NLL accurate enough, 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from ropecli.backends.load import load_model
 from ropecli.cli.app import app
+from ropecli.errors import RopeCliError
 from ropecli.evaluation.cache import EvalCache
+from ropecli.evaluation.compared import attach_paired
+from ropecli.evaluation.corpus import held_out_plays
+from ropecli.evaluation.inputs import Inputs
 from ropecli.evaluation.key_metric import key_fields, window_key_sums
 from ropecli.evaluation.key_tokens import FarRepeat, far_repeat_mask
 from ropecli.evaluation.longppl import LongShort, merge_intervals, overlap_mask, token_spans
+from ropecli.evaluation.results import KeyPplResult
 from ropecli.models.token_losses import token_summary
+from ropecli.report.tables import key_note
+from ropecli.spec import make_spec
+
+from fakes import ppl_result
+from reference.longppl_0_3_0 import cal_overlap, compute_longppl, find_key_token
+from tiny_models import save_tiny
 
 runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
 def builtin():
-    from ropecli.backends.load import load_model
-
     return load_model(None, device="cpu", dtype="fp32")
 
 
 def repeated_text() -> str:
     """Real text with a passage repeated after more than the short context: tokens the long context predicts."""
-    from ropecli.evaluation.corpus import held_out_plays
-
     plays = list(held_out_plays().values())
     a, b = plays[0][2000:2240], plays[1][3000:3210]
     return a + b + a
@@ -41,8 +50,6 @@ def test_longppl_reproduced_key_tokens_and_number(builtin):
     LongPPL: losses from chunked final hidden states against longppl's full logits (1e-4). The built-in
     model's long-short gain stays under 1.2 nats on this text, so α = 2 marks nothing (both agree on that);
     α = 0.1, β = -6 give a key set to compare."""
-    from reference.longppl_0_3_0 import compute_longppl, find_key_token
-
     text = repeated_text()
     tok, model = builtin.tokenizer, builtin.model
     ids = np.asarray(tok(text, add_special_tokens=False)["input_ids"], dtype=np.int64)
@@ -55,7 +62,6 @@ def test_longppl_reproduced_key_tokens_and_number(builtin):
     assert compute_longppl(text, model, model, tok, tok, trunc_len=trunc, sliding_window=window)["n_key_token"] is None
     assert not LongShort(builtin, tok, EvalCache(None, enabled=False), trunc_len=trunc, sliding_window=window).mask(ids).any()
     mask = rule.mask(ids)
-    from reference.longppl_0_3_0 import cal_overlap
 
     offsets = tok(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
     expected = sorted(cal_overlap(offsets, [tuple(map(int, iv)) for iv in intervals]))
@@ -71,11 +77,6 @@ def test_longppl_across_tokenizers(builtin, tmp_path):
     """An evaluator with another vocabulary (a character-level model): key tokens go through character
     spans as longppl does (`find_key_token`'s merged intervals, `cal_overlap`); loose thresholds so a
     random evaluator has some."""
-    from reference.longppl_0_3_0 import cal_overlap, find_key_token
-    from tiny_models import save_tiny
-
-    from ropecli.backends.load import load_model
-
     judge = load_model(str(save_tiny(tmp_path / "judge")), device="cpu", dtype="fp32", train_len=4096)
     text = repeated_text()[:420]
     tok = builtin.tokenizer
@@ -103,8 +104,6 @@ def test_token_spans_and_overlap_walk():
 
 
 def test_evaluator_too_short_for_the_window_is_refused(builtin):
-    from ropecli.errors import RopeCliError
-
     rule = LongShort(builtin, builtin.tokenizer, EvalCache(None, enabled=False), trunc_len=64)
     with pytest.raises(RopeCliError, match="reads 256 tokens.*--key-evaluator"):
         rule.mask(np.arange(300) % 50 + 5)
@@ -147,7 +146,6 @@ def test_key_fields_leave_windows_without_keys_out():
     f = key_fields([(6.0, 3), (0.0, 0), (2.0, 2)], "far-repeat")
     assert f["key_nll"] == pytest.approx(8.0 / 5) and f["key_tokens"] == 5
     assert f["window_key_nll"] == [2.0, None, 1.0] and f["window_key_tokens"] == [3, 0, 2]
-    from ropecli.evaluation.results import KeyPplResult
 
     r = KeyPplResult(method="pi", label="pi", params={}, log_n=False, len=8, factor=1.0, attention_factor=1.0, seconds=0.0,
                      ppl=1.0, nll=0.0, tokens=1, ppl_err=None, window_nll=[0.0] * 3, windows=["a", "b", "c"], **f)
@@ -165,10 +163,6 @@ def test_compare_reports_key_ppl_paired_and_equal_to_a_recount():
     """compare's key PPL is exp(mean NLL over the far-repeat key predictions), the same key set for every
     method (counts equal), ranked with its own paired verdicts; the key predictions' NLL recounted from
     the model's own per-prediction losses agrees."""
-    from ropecli.evaluation.inputs import Inputs
-    from ropecli.backends.load import load_model
-    from ropecli.spec import make_spec
-
     out = _compare()
     rows = [r for r in out["results"] if r["len"] == 512]
     assert len({tuple(r["window_key_tokens"]) for r in rows}) == 1 and rows[0]["key_tokens"] > 20
@@ -263,12 +257,6 @@ def test_cached_windows_without_per_prediction_nll_are_computed_again_for_key_pp
 def test_the_key_note_says_what_happened():
     """No key prediction found (0 key tokens, an empty cache) is not "cached windows predate"; a result
     without per-prediction NLL is."""
-    import dataclasses
-
-    from fakes import ppl_result
-    from ropecli.report.tables import key_note
-    from ropecli.spec import make_spec
-
     base = ppl_result(make_spec("pi", factor=2.0), 512, [3.0, 3.1])
     found_none = dataclasses.replace(base, key_rule="repeated n-grams", key_tokens=0)
     note = key_note([found_none])[0]
@@ -280,9 +268,6 @@ def test_the_key_note_says_what_happened():
 def test_a_column_where_no_window_has_a_key_prediction_is_left_unranked():
     """Key PPL at a length whose windows hold no key prediction (every value empty): no verdict, no error (it raised
     "paired values need at least one unit on each side" once windows lost their BOS and 256 tokens held no key)."""
-    from ropecli.evaluation.compared import attach_paired
-    from ropecli.evaluation.results import KeyPplResult
-
     f = key_fields([(0.0, 0), (0.0, 0)], "far-repeat")
     results = [KeyPplResult(method=m, label=m, params={}, log_n=False, len=8, factor=1.0, attention_factor=1.0, seconds=0.0,
                             ppl=1.0, nll=0.0, tokens=1, ppl_err=None, window_nll=[0.0] * 2, windows=["a", "b"], **f)

@@ -9,14 +9,16 @@ import math
 import numpy as np
 import pytest
 import torch
+from transformers import AutoModelForCausalLM, DynamicCache, LlamaConfig, LlamaForCausalLM
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from typer.testing import CliRunner
 
-from architectures import ARCHS, L0, VOCAB, save_arch
 from ropecli.cli.app import app
 from ropecli.maps.map_rotation import rotated
 from ropecli.maps.mapped_attention import NAME, mapped
-from ropecli.maps.position_maps import MAPS, map_params, map_regions, bind
+from ropecli.maps.position_maps import MAPS, bind, map_params, map_regions
+
+from architectures import ARCHS, L0, VOCAB, save_arch
 from tiny_models import build, folder_batches_agree
 
 T_FACTOR = 0.1 * math.log(2) + 1
@@ -124,8 +126,6 @@ def test_the_length_aware_mapping_length_is_the_papers_sigmoid():
 
 def cached_steps(model, ids, prompt: int):
     """The last row's logits of a prefill of `prompt` tokens, then of each later token through the KV cache."""
-    from transformers import DynamicCache
-
     cache = DynamicCache()
     steps = [model(ids[:, :prompt], cache=cache, use_cache=True).logits[0, -1]]
     for t in range(prompt, ids.shape[1]):
@@ -138,8 +138,6 @@ def test_a_decoding_step_has_the_regions_of_its_own_length():
     in a one-layer model it is the last row of one pass over its prefix, from below L to past it. With more layers
     the cached keys and values of the later layers were made at the lengths of their own steps (as the source's cache
     holds them), so a step is not its prefix's pass: the drift `decode-across` measures for this map."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     torch.manual_seed(0)
     one = LlamaForCausalLM(LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=1,
                                        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
@@ -166,8 +164,6 @@ def lampe_folder(tmp_path_factory):
 
 
 def test_the_folder_is_ropecli_lampe_and_each_decoded_token_its_prefixs(lampe_folder):
-    from transformers import AutoModelForCausalLM
-
     model_dir, out = lampe_folder
     folder = AutoModelForCausalLM.from_pretrained(str(out), trust_remote_code=True, dtype=torch.float32).eval()
     reference = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
@@ -219,8 +215,6 @@ def test_lampe_through_the_commands(lampe_folder, tiny_dir, text_file, tmp_path)
 def test_lampe_sw_without_u_or_l_takes_the_models_training_length():
     """lampe-sw's sigmoid runs in units of the model's L once on the model (lampe's scaled fit does the same); before,
     a run refused it mid-way, after the maps before it had computed."""
-    from ropecli.maps.position_maps import bind
-
     bound, note = bind("lampe-sw", {"head": 64}).on_model("llama", 1e5, 8192, None)
     assert bound.values["L"] == 8192 and "L = 8192" in note
     kept, none = bind("lampe-sw", {"head": 64, "U": 900}).on_model("llama", 1e5, 8192, None)

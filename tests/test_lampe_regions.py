@@ -3,20 +3,26 @@ scar-on/LaMPE llama_cache1.py `forward` (prefill and decoding, the full-attentio
 flash_attn_func call replaced by explicit scores with flash's semantics; its U fits (`remap_uselen`) and the fit a
 model's config picks; the presets; the exported folder decoding as the source decodes."""
 
+import json
 import math
 
 import numpy as np
 import pytest
 import torch
+from transformers import AutoModelForCausalLM, DynamicCache, LlamaConfig, LlamaForCausalLM
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from typer.testing import CliRunner
 
+from ropecli.cli.app import app
 from ropecli.errors import RopeCliError
 from ropecli.maps import position_maps
 from ropecli.maps.map_rotation import rotated
 from ropecli.maps.map_spelling import map_label, parse_map
 from ropecli.maps.mapped_attention import NAME, mapped
-from ropecli.maps.position_maps import MAPS, map_params, map_regions, bind
-from tiny_models import build, folder_batches_agree
+from ropecli.maps.position_maps import MAPS, bind, map_params, map_regions
+
+from architectures import ARCHS, save_arch
+from tiny_models import build, char_tokenizer, folder_batches_agree
 
 T_FACTOR = 0.1 * math.log(2) + 1
 
@@ -132,8 +138,6 @@ class AuthorsLampe:
 
 def logits_prefill_then_steps(model, ids, prompt: int):
     """(the prefill's logits for every prompt token, each later token's logits through the KV cache)."""
-    from transformers import DynamicCache
-
     cache = DynamicCache()
     with torch.no_grad():
         first = model(ids[:, :prompt], cache=cache, use_cache=True).logits[0]
@@ -250,11 +254,6 @@ def test_the_presets_are_the_authors_settings():
 
 @pytest.fixture(scope="module")
 def lampe_folder(tmp_path_factory):
-    from typer.testing import CliRunner
-
-    from architectures import ARCHS, save_arch
-    from ropecli.cli.app import app
-
     base = tmp_path_factory.mktemp("lampe3")
     model_dir = save_arch(next(a for a in ARCHS if a.name == "llama"), base / "model")
     r = CliRunner().invoke(app, ["export", "--model", str(model_dir), "--method", "none", "--map", "lampe:head=8,tail=3",
@@ -269,10 +268,6 @@ def test_the_folder_decodes_as_the_source_decodes(lampe_folder):
     transliteration pins to llama_cache1.py), the regions fixed from the prompt (fit = auto resolved to the scaled
     fit at the model's L, written into config.json); greedy generation follows them; a left-padded batch is each
     prompt alone; static and dynamic caches agree."""
-    import json
-
-    from transformers import AutoModelForCausalLM
-
     model_dir, out = lampe_folder
     served = json.loads((out / "config.json").read_text())["ropecli_map"]["params"]
     assert served["fit"] == 1.0 and served["L"] == 32.0, served
@@ -298,10 +293,6 @@ def test_the_folder_decodes_as_the_source_decodes(lampe_folder):
 def test_the_commands_name_the_fit():
     """`freqs` (no model) runs fit = auto as the scaled fit at the geometry's L and says so in its title; `methods`
     lists the fits by name and the presets."""
-    from typer.testing import CliRunner
-
-    from ropecli.cli.app import app
-
     r = CliRunner().invoke(app, ["freqs", "--d", "64", "--train-len", "256", "--k", "4", "--map", "lampe:head=16,tail=6"])
     assert r.exit_code == 0 and "lampe(head=16,tail=6,U=0,L=256,fit=scaled" in r.output.replace("\n", ""), r.output
     m = CliRunner().invoke(app, ["methods"])
@@ -311,12 +302,6 @@ def test_the_commands_name_the_fit():
 def test_a_run_on_a_llama_2_shaped_model_names_the_llama_2_fit(tmp_path, text_file):
     """End to end: a tiny model with Llama 2's RoPE config (llama, base 10,000, L 4,096) scored under
     `lampe:head=16,tail=4` ends with the line naming LaMPE's Llama 2 fit, chosen from the model's family."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-    from typer.testing import CliRunner
-
-    from ropecli.cli.app import app
-    from tiny_models import char_tokenizer
-
     torch.manual_seed(0)
     LlamaForCausalLM(LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
                                  num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=4096,

@@ -9,9 +9,11 @@ import sys
 
 import numpy as np
 import pytest
+from transformers import AutoTokenizer
 from typer.testing import CliRunner
 
 from ropecli.cli.app import app
+from ropecli.evaluation.inputs import Inputs
 from ropecli.models.config import BUILTIN_DIR
 
 runner = CliRunner()
@@ -64,9 +66,7 @@ def ppl_json(*flags):
 
 def test_backend_reproduces_llama_cpps_own_ppl_and_the_transformers_effect(builtin_gguf, tmp_path):
     pytest.importorskip("llama_cpp", reason="needs llama-cpp-python: pip install -e '.[llamacpp]' (builds llama.cpp)")
-    from transformers import AutoTokenizer
 
-    from ropecli.evaluation.inputs import Inputs
 
     n, scaled = 1024, ["--method", "mixed", "--b", "0.625"]  # 4L: the schedule matters
     cpp = {m: ppl_json("--model", builtin_gguf, "--backend", "llamacpp", "--len", n, *f)

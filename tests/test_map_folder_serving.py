@@ -3,16 +3,28 @@
 from a prompt inside a sliding window past it is one pass (in the folder and in ropecli), and a damaged ropecli_map
 block is one line at `verify` and at load. Each model is a tiny random one of its family; T = 3 L0 is past its L."""
 
+import importlib.util
 import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 from typer.testing import CliRunner
 
-from architectures import ARCHS, L0, VOCAB, save_arch
 from ropecli.cli.app import app
+from ropecli.errors import RopeCliError
+from ropecli.evaluation.data import load_documents, tokenize_documents
+from ropecli.evaluation.passkey import filler_stream, make_samples
 from ropecli.maps.mapped_attention import mapped
 from ropecli.maps.position_maps import bind
+
+from architectures import ARCHS, L0, VOCAB, save_arch
 
 SE = ("selfextend", {"G": 2, "W": 8})
 DPE = ("dpe", {"W": 8, "G1": 1, "G2": 2, "G3": 4, "G4": 1, "G5": 2, "G6": 8, "G7": 1, "G8": 3, "top": 0.5})
@@ -38,8 +50,6 @@ def folder_for(tmp_path_factory, family, name, params):
 
 
 def load(folder):
-    from transformers import AutoModelForCausalLM
-
     return AutoModelForCausalLM.from_pretrained(str(folder), trust_remote_code=True, dtype=torch.float32).eval()
 
 
@@ -113,8 +123,6 @@ def test_the_static_cache_gives_the_dynamic_caches_tokens(tmp_path_factory, fami
 def test_beam_search_and_sampling_run_under_the_map(tmp_path_factory):
     """The widened cache is reordered by beam search as any cache is: the folder's beams are ropecli's mapped model's
     beams; sampling with a seed repeats."""
-    from transformers import AutoModelForCausalLM
-
     model_dir, out = folder_for(tmp_path_factory, "llama", *SE)
     model = load(out)
     reference = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
@@ -136,8 +144,6 @@ def test_decoding_from_inside_a_sliding_window_past_it_is_one_pass(tmp_path_fact
     below the exported length runs as shipped at every step, so each step's logits are one pass's over the whole
     sequence, in the folder and in ropecli's mapped model (before: mapped while the sequence fit the window, 0.058
     apart on Gemma 2)."""
-    from transformers import AutoModelForCausalLM
-
     model_dir, out = folder_for(tmp_path_factory, family, *SE)
     folder = load(out)
     reference = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
@@ -152,10 +158,6 @@ def test_decoding_from_inside_a_sliding_window_past_it_is_one_pass(tmp_path_fact
 
 
 def test_a_damaged_map_block_is_one_line_at_verify_and_at_load(tmp_path_factory, tmp_path):
-    import shutil
-
-    from ropecli.errors import RopeCliError
-
     _, out = folder_for(tmp_path_factory, "llama", *SE)
     bad = tmp_path / "bad"
     shutil.copytree(out, bad)
@@ -188,13 +190,6 @@ def lm_eval_command(tmp_path_factory):
     installed into a virtual environment of its own that sees this one's packages through a .pth file (torch and
     transformers are not installed twice), so its dependencies never change this environment's mid-run; skipped only
     where it cannot be installed (no registry)."""
-    import importlib.util
-    import shutil
-    import subprocess
-    import sys
-    import sysconfig
-    from pathlib import Path
-
     if importlib.util.find_spec("lm_eval") is not None:
         exe = shutil.which("lm_eval") or str(Path(sys.executable).with_name("lm_eval"))
         if Path(exe).exists():
@@ -218,11 +213,6 @@ def lm_eval_command(tmp_path_factory):
 def passkey_folder_and_prompts(tmp_path, n=8):
     """The built-in model's Self-Extend folder at 4L = 1,024 and n passkey prompts of different lengths (the needle in
     the middle, 0 … 7 x 90 tokens cut from the front), with their answers."""
-    from transformers import AutoTokenizer
-
-    from ropecli.evaluation.data import load_documents, tokenize_documents
-    from ropecli.evaluation.passkey import filler_stream, make_samples
-
     folder = tmp_path / "se"
     r = CliRunner().invoke(app, ["export", "--model", "builtin", "--method", "none", "--map", "selfextend:G=8,W=64",
                                  "--len", "1024", "--to", "transformers", "--out", str(folder)])
@@ -239,9 +229,6 @@ def test_lm_eval_at_batch_4_gives_batch_1s_answers_on_the_folder(tmp_path, lm_ev
     """lm-evaluation-harness's hf model on the folder, generate_until (left-padded batches through generate()) on a
     local passkey task whose prompts differ in length: --batch_size 4 gives every prompt the answer --batch_size 1
     gives it, and the same exact_match (before: a padded row read positions from the row's slots)."""
-    import os
-    import subprocess
-
     exe = lm_eval_command
     folder, _, rows = passkey_folder_and_prompts(tmp_path)
     task = tmp_path / "task"
@@ -270,8 +257,6 @@ def test_lm_eval_at_batch_4_gives_batch_1s_answers_on_the_folder(tmp_path, lm_ev
 
 
 def test_a_batched_pipeline_gives_each_prompt_its_own_answer(tmp_path):
-    from transformers import pipeline
-
     folder, _, rows = passkey_folder_and_prompts(tmp_path, n=6)
     generate = pipeline("text-generation", model=str(folder), trust_remote_code=True, dtype=torch.float32)
     if generate.tokenizer.pad_token is None:
@@ -287,10 +272,6 @@ def test_a_batched_pipeline_gives_each_prompt_its_own_answer(tmp_path):
 def test_ropecli_mapped_attention_refuses_a_padded_batch_in_one_line(tmp_path_factory):
     """ropecli's own mapped attention runs one unpadded sequence (its evaluations do): a padded batch is refused in one
     line naming the folder, which serves it, not run with wrong positions."""
-    from transformers import AutoModelForCausalLM
-
-    from ropecli.errors import RopeCliError
-
     model_dir, _ = folder_for(tmp_path_factory, "llama", *SE)
     reference = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     ids, mask = left_padded(prompts([40, 28]))

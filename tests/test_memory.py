@@ -9,9 +9,20 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from architectures import ARCHS, build_arch
+import ropecli.cli.session_opening as opening
+from ropecli.backends.load import load_model
 from ropecli.cli.app import app
-from ropecli.models.memory import kv_cache_bytes, memory_before_loading
+from ropecli.models.gguf_families import gguf_layer_types
+from ropecli.models.memory import (
+    LOGIT_BUDGET_BYTES,
+    MemoryPlan,
+    activation_bytes,
+    kv_cache_bytes,
+    map_working_set,
+    memory_before_loading,
+)
+
+from architectures import ARCHS, build_arch
 
 
 def allocated_kv(model, n: int) -> int:
@@ -32,8 +43,6 @@ def allocated_kv(model, n: int) -> int:
 
 @pytest.mark.parametrize("name", ["builtin", "builtin-llama3"])
 def test_builtin_models_estimate_equals_allocation(name):
-    from ropecli.backends.load import load_model
-
     n = 300
     plan = memory_before_loading(name, None, "float32", n)
     lm = load_model(name, device="cpu", dtype="fp32")
@@ -68,8 +77,6 @@ def test_memory_in_the_header_and_json(tmp_path, text_file):
 
 
 def test_a_maps_extra_counts_the_heads_gqa_repeats():
-    from ropecli.models.memory import map_working_set
-
     text = {"num_attention_heads": 32, "num_key_value_heads": 4, "hidden_size": 2048}  # the 1B shape of bench_gpu_maps
     assert map_working_set(text, 1000, 2) == 1000 * ((64 + 56 + 12) * 64 * 2 + 256)
     assert map_working_set(text | {"num_key_value_heads": 32}, 1000, 2) == 1000 * ((64 + 0 + 96) * 64 * 2 + 256)
@@ -78,8 +85,6 @@ def test_a_maps_extra_counts_the_heads_gqa_repeats():
 
 
 def test_a_model_that_cannot_fit_is_refused_before_loading(tmp_path, text_file, monkeypatch):
-    import ropecli.cli.session_opening as opening  # where the command reads both
-
     monkeypatch.setattr(opening, "available_memory", lambda device: 1000)
     monkeypatch.setattr(opening, "load_model", lambda *a, **kw: pytest.fail("loaded a model that cannot fit"))
     r = CliRunner().invoke(app, ["ppl", "--len", "256", "--samples", "1", "--data", text_file, "--cache-dir", str(tmp_path)])
@@ -91,8 +96,6 @@ def test_a_model_that_cannot_fit_is_refused_before_loading(tmp_path, text_file, 
 def test_a_gguf_with_a_window_lays_out_its_sliding_layers_as_llama_cpp_does():
     """Gemma 3's GGUF states a window and no layer types: llama.cpp's pattern (every 6th layer global) decides which
     layers cache every token. Without it, all 18 layers of Gemma 3 270M counted as sliding (18.8 MB at 49k)."""
-    from ropecli.models.gguf_families import gguf_layer_types
-
     meta = {"gemma3.block_count": 18, "gemma3.attention.sliding_window": 512}
     types = gguf_layer_types(meta, "gemma3")
     assert [i for i, t in enumerate(types) if t == "full_attention"] == [5, 11, 17]
@@ -108,8 +111,6 @@ def test_a_gguf_with_a_window_lays_out_its_sliding_layers_as_llama_cpp_does():
 def test_the_activation_estimate_grows_with_the_layer_not_the_square_of_the_length():
     """A scoring forward pass holds the residual stream and the wider of a layer's attention and MLP (linear in T:
     sliding layers banded, sdpa fused), or a chunk of logits at the head; doubling T at most doubles it."""
-    from ropecli.models.memory import LOGIT_BUDGET_BYTES, activation_bytes
-
     text = {"hidden_size": 640, "intermediate_size": 2048, "num_attention_heads": 4, "num_key_value_heads": 1,
             "head_dim": 256, "vocab_size": 262144}
     a, b = activation_bytes(text, 32768, 4), activation_bytes(text, 65536, 4)
@@ -124,8 +125,6 @@ def test_the_memory_line_covers_loading_a_gguf(builtin_gguf, tmp_path):
     peak, measured loading included, and the JSON keeps it; what the run then measured exceeds it by 5 % at most (the
     tiny built-in model: a few MB of torch's own buffers beside its small activations; a real model's activation
     estimate is the larger, conservative part)."""
-    from ropecli.models.memory import MemoryPlan
-
     r = CliRunner().invoke(app, ["ppl", "--model", str(builtin_gguf), "--len", "512", "--samples", "1", "--json",
                                  "--cache-dir", str(tmp_path / "c")])
     assert r.exit_code == 0, r.output

@@ -1,22 +1,35 @@
 """Passkey retrieval, KL against the unscaled model, and paired statistics (issue "Beyond perplexity")."""
 
+import ast
+import dataclasses
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
 
-from ropecli.rope.target import Target
 from ropecli.cli.app import app
+from ropecli.errors import RopeCliError
+from ropecli.evaluation.cache import EvalCache
 from ropecli.evaluation.chat_template import PromptFrame
+from ropecli.evaluation.compared import Row, Verdict, attach_paired
+from ropecli.evaluation.evaluator import Evaluator
+from ropecli.evaluation.metrics import KL, REGISTRY
 from ropecli.evaluation.passkey import QUESTION, build_sample, encode, make_samples, prompt_overhead
-from ropecli.evaluation.compared import attach_paired
+from ropecli.evaluation.results import EvalResult
 from ropecli.evaluation.stats import paired_difference, rank_against_best
-from fakes import kl_result, ppl_result
+from ropecli.models.chunked_scoring import passkey_scores
+from ropecli.models.patch import apply_schedule, restore
+from ropecli.report.tables import tie_lines
 from ropecli.rope.geometry import Geometry
+from ropecli.rope.target import Target
 from ropecli.spec import make_spec
+from ropecli.tuning.search import search_b
+
+from fakes import kl_result, ppl_result
 from tiny_models import char_tokenizer
 
 runner = CliRunner()
@@ -62,8 +75,6 @@ def test_prompts_are_seeded_per_depth_and_identical_across_calls():
 
 
 def test_prompt_overhead_and_errors():
-    from ropecli.errors import RopeCliError
-
     tok = char_tokenizer()
     need = prompt_overhead(tok, 5)
     with pytest.raises(RopeCliError, match="shorter than the passkey prompt"):
@@ -75,8 +86,6 @@ def test_prompt_overhead_and_errors():
 # --- scoring on a tiny model ----------------------------------------------------------------------
 
 def test_passkey_scores_match_full_logits(tiny):
-    from ropecli.models.chunked_scoring import passkey_scores
-
     tok = tiny.tokenizer
     s = build_sample(tok, np.resize(np.arange(2, 90, dtype=np.int64), 400), 160, 0.5, "31415")
     ids = torch.from_numpy(s.ids)[None]
@@ -91,8 +100,6 @@ def test_passkey_scores_match_full_logits(tiny):
 
 def _kl_reference(lm, ids, spec, geom):
     """Full logits of both states, KL per position, in float64."""
-    from ropecli.models.patch import apply_schedule, restore
-
     with torch.inference_mode():
         p = torch.log_softmax(lm.model(ids).logits[0].double(), -1)
         sched = spec.schedule(geom)
@@ -108,12 +115,6 @@ def _kl_reference(lm, ids, spec, geom):
 
 
 def test_kl_is_zero_for_the_unscaled_schedule_and_chunked_equals_full(tiny, text_file):
-    from ropecli.evaluation.cache import EvalCache
-    from ropecli.evaluation.evaluator import Evaluator
-    from ropecli.spec import make_spec
-
-    from ropecli.evaluation.metrics import KL
-
     ev = Evaluator.over(tiny, [text_file], samples=2, chunk_tokens=10, cache=EvalCache(enabled=False))
     none = ev.evaluate(make_spec("none", factor=4), 64, metric=KL)
     assert none.kl_mean == 0.0 and none.kl_max == 0.0 and none.top1_agreement == 100.0
@@ -130,12 +131,6 @@ def test_kl_is_zero_for_the_unscaled_schedule_and_chunked_equals_full(tiny, text
 
 
 def test_dynamic_within_L_is_the_unscaled_model(tiny, text_file):
-    from ropecli.evaluation.cache import EvalCache
-    from ropecli.evaluation.evaluator import Evaluator
-    from ropecli.spec import make_spec
-
-    from ropecli.evaluation.metrics import KL
-
     ev = Evaluator.over(tiny, [text_file], samples=2, cache=EvalCache(enabled=False))
     assert ev.evaluate(make_spec("dynamic", factor=8), 64, metric=KL).kl_mean == 0.0
 
@@ -181,8 +176,6 @@ def test_a_verdict_record_writes_every_key_the_ranking_computed():
     """The typed verdict (`Verdict`) is the ranking's dict as a record: its JSON is that dict, key for key, for a
     best, a worse, an undecided (with what would decide it) and an equivalent one, and a diverged candidate, in the
     order `--json` has always written them."""
-    from ropecli.evaluation.compared import Verdict
-
     cases = [rank_against_best({"a": [1.0, 2.0, 3.0], "b": [1.01, 2.0, 3.02], "c": [2.0, 3.0, 4.1]}),
              rank_against_best({"a": [1.0, 2.0, 3.0, 1.5, 2.5, 3.5], "b": [1.001, 2.0012, 3.0009, 1.501, 2.5011, 3.5008]}),
              rank_against_best({"a": [1.0, 2.0], "b": [float("inf"), 2.0]})]
@@ -194,8 +187,6 @@ def test_a_verdict_record_writes_every_key_the_ranking_computed():
 def test_a_row_is_its_results_json_with_its_verdicts_and_reads_back():
     """`--json` writes a Row as the result's fields plus vs_best (and position_vs_best beside the best); a saved row
     reads back into the same typed row."""
-    from ropecli.evaluation.compared import Row
-
     a, b = ppl_result(make_spec("none"), 64, [3.0, 3.1, 2.9]), ppl_result(make_spec("pi"), 64, [3.2, 3.4, 3.0])
     a.window_position_nll, b.window_position_nll = [[3.0, 3.0]] * 3, [[3.1, 3.3]] * 3
     rows = attach_paired([a, b])
@@ -208,8 +199,6 @@ def test_a_row_is_its_results_json_with_its_verdicts_and_reads_back():
 # --- the search's statistics, with an injected evaluator -------------------------------------------
 
 def test_search_b_paired_interval_and_verdict():
-    from ropecli.tuning.search import search_b
-
     noise = np.array([0.3, -0.2, 0.1, -0.4, 0.2, 0.0])  # text difficulty, shared by every schedule
 
     def fake(specs, lengths, metric="ppl", samples=None):
@@ -322,10 +311,6 @@ def test_a_candidate_dropped_by_a_race_pairs_on_the_windows_it_has():
 def test_every_metric_record_is_whole():
     """A record names a result type that carries its metric, the field its estimand reads, a column heading, and a
     cell in compare's table: a metric added without one of them fails here, not in a user's run."""
-    import dataclasses
-
-    from ropecli.evaluation.metrics import REGISTRY
-    from ropecli.evaluation.results import EvalResult
     for name, m in REGISTRY.items():
         cls = m.result()
         assert issubclass(cls, EvalResult), name
@@ -342,8 +327,6 @@ REGISTRY_MODULES = ("evaluation/metrics.py", "evaluation/results.py", "evaluatio
 def metric_names_in(paths, names) -> list[str]:
     """`path:line name` for every string constant in `paths` that is a metric's name (a field read, a call argument,
     a comparison alike): what the layers below the commands must not hold."""
-    import ast
-
     return [f"{p}:{n.lineno} {n.value}" for p in paths for n in ast.walk(ast.parse(p.read_text()))
             if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in names]
 
@@ -352,10 +335,6 @@ def test_no_metric_name_below_the_command_layer():
     """The command layer resolves --metric / --objective once; evaluation, tuning, export and report/ take the record
     (`PPL`, `metric_record(name)`), so a table, a race or a search names no metric: a new metric is a record, not a
     search for "ppl" through the tree."""
-    from pathlib import Path
-
-    from ropecli.evaluation.metrics import REGISTRY
-
     root = Path(__file__).parents[1] / "ropecli"
     below = [p for p in root.rglob("*.py") if p.relative_to(root).parts[0] != "cli"
              and not str(p.relative_to(root)).startswith(REGISTRY_MODULES)]
@@ -372,8 +351,6 @@ def test_the_metric_name_check_finds_a_name(tmp_path):
 def test_compare_judges_key_ppl_by_its_own_verdict():
     """The key-PPL column beside PPL reads the row's key verdict (`key_vs_best`), not PPL's: a schedule best on PPL
     and worse on the key predictions is bold in one column only, and each column's line names its own best."""
-    from ropecli.report.tables import tie_lines
-
     a, b = ppl_result(make_spec("none"), 64, [3.0, 3.1, 2.9, 3.0]), ppl_result(make_spec("pi"), 64, [3.5, 3.6, 3.4, 3.5])
     for r, key in ((a, [5.0, 5.2, 4.9, 5.1]), (b, [2.0, 2.1, 1.9, 2.0])):
         r.key_rule, r.window_key_nll, r.window_key_tokens = "far-repeat", key, [3, 3, 3, 3]
@@ -389,8 +366,6 @@ def test_compare_judges_key_ppl_by_its_own_verdict():
 def test_a_column_where_every_candidate_diverged_has_no_best_and_says_so():
     """Every result of a length with an infinite unit: no best to pair with (each shown worse, nothing bold), and the
     column's line says so, where it raised StopIteration."""
-    from ropecli.report.tables import tie_lines
-
     a = ppl_result(make_spec("none"), 64, [math.inf, 3.0])
     b = ppl_result(make_spec("pi"), 64, [math.inf, 3.2])
     rows = attach_paired([a, b])

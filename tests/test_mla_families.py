@@ -10,6 +10,8 @@ import warnings
 
 import pytest
 import torch
+import transformers
+from transformers import AutoConfig, AutoModelForCausalLM
 
 from ropecli.errors import RopeCliError
 from ropecli.maps.mapped_attention import map_refusal, mapped
@@ -27,9 +29,6 @@ REFUSED = {"deepseek_v2": "complex numbers", "deepseek_v32": "DeepSeek Sparse At
 
 
 def tiny(family: str):
-    import transformers
-    from transformers import AutoConfig, AutoModelForCausalLM
-
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

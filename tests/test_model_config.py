@@ -6,12 +6,15 @@ import struct
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from ropecli.backends.load import load_model
 from ropecli.cli.app import app
 from ropecli.errors import RopeCliError
 from ropecli.models.config import gguf_metadata, read_rope_config
+
 from tiny_models import L, base_of, build, char_tokenizer, rotary_dim
 
 runner = CliRunner()
@@ -31,8 +34,6 @@ def folders(tmp_path_factory):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_config_reader_agrees_with_the_loaded_model(folders, family):
-    from ropecli.backends.load import load_model
-
     rope = read_rope_config(folders[family])
     lm = load_model(folders[family], device="cpu")
     # the expected values come from the tiny models' own construction (tiny_models.py) ...
@@ -125,7 +126,6 @@ def test_gguf_header_reader(tmp_path):
 
 def test_gguf_written_by_the_gguf_package(tmp_path):
     gguf = pytest.importorskip("gguf")
-    import numpy as np
 
     path = tmp_path / "g.gguf"
     w = gguf.GGUFWriter(str(path), "gemma3")

@@ -3,21 +3,31 @@
 import numpy as np
 import pytest
 import torch
+from transformers import GPT2Config, GPT2LMHeadModel
 
+from ropecli.errors import RopeCliError
+from ropecli.models.chunked_scoring import naive_window_nll, window_nll
+from ropecli.models.config import choose_layer_types
+from ropecli.models.patch import (
+    add_log_n_hooks,
+    apply_schedule,
+    find_rotary_slots,
+    layer_types_of,
+    log_n_scale,
+    restore,
+    select_slots,
+)
 from ropecli.rope.factor_files import rope_parameters_block
 from ropecli.rope.geometry import Geometry
-from ropecli.models.config import choose_layer_types
-from ropecli.models.patch import (add_log_n_hooks, apply_schedule, find_rotary_slots, layer_types_of, log_n_scale, restore,
-                                 select_slots)
+from ropecli.rope.methods import compute_schedule
+
+from tiny_models import VOCAB, L, base_of, build, rotary_dim
 
 
 def all_slots(model, rope_layers=None):
     """The slots ropecli scales for --rope-layers (one parse: config.choose_layer_types)."""
     slots = find_rotary_slots(model)
     return select_slots(slots, choose_layer_types(layer_types_of(slots), rope_layers))
-from ropecli.models.chunked_scoring import naive_window_nll, window_nll
-from ropecli.rope.methods import compute_schedule
-from tiny_models import L, VOCAB, base_of, build, rotary_dim
 
 FAMILIES = ["llama", "qwen2", "gpt_neox", "gemma3"]
 K = 4.0
@@ -171,9 +181,5 @@ def test_score_last():
 
 
 def test_model_without_rope_is_refused():
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    from ropecli.errors import RopeCliError
-
     with pytest.raises(RopeCliError, match="no rotary position embedding"):
         find_rotary_slots(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50)))

@@ -3,14 +3,22 @@ over the whole head, and every schedule leaves the zero pairs at 0 (shown unscal
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
+from transformers import AutoConfig
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
+from ropecli.cli.console import jsonable
+from ropecli.errors import RopeCliError
 from ropecli.models.config import rope_from_config
 from ropecli.rope.freqs import frequency_report
 from ropecli.rope.geometry import Geometry, critical_pair
 from ropecli.rope.methods import REGISTRY, compute_schedule
+from ropecli.tuning.advise_exports import served_winner
+from ropecli.tuning.standings import Standings
 
 GEMMA4 = {"model_type": "gemma4_text", "hidden_size": 64, "num_attention_heads": 4, "head_dim": 16, "num_hidden_layers": 2,
           "max_position_embeddings": 64, "layer_types": ["sliding_attention", "full_attention"],
@@ -21,9 +29,6 @@ GEMMA4 = {"model_type": "gemma4_text", "hidden_size": 64, "num_attention_heads":
 
 
 def test_the_config_reads_as_transformers_builds_it():
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-    from transformers import AutoConfig
-
     rope = rope_from_config("g", GEMMA4, None)
     assert (rope.rotary_dim, rope.rotating_pairs, rope.base, rope.shipped) == (32, 4, 1e6, None)
     cfg = AutoConfig.for_model("gemma4_text", **{k: v for k, v in GEMMA4.items() if k not in ("model_type", "per_layer_config")},
@@ -49,12 +54,9 @@ def test_every_method_leaves_the_zero_pairs_at_zero(method):
 
 
 def test_the_report_says_no_rotation_and_stays_valid_json():
-    import json
-
     geom = Geometry(32, 1e6, 32, 4.0, rotating_pairs=4)
     report = frequency_report(geom, compute_schedule("yarn", geom))
     assert [p["status"] for p in report["pairs"][4:]] == ["no rotation"] * 12
-    from ropecli.cli.console import jsonable
 
     said = json.loads(json.dumps(jsonable(report), allow_nan=False))  # what --json prints: inf wavelengths as null
     assert said["pairs"][-1]["wavelength"] is None and said["rotating_pairs"] == 4
@@ -62,8 +64,6 @@ def test_the_report_says_no_rotation_and_stays_valid_json():
 
 
 def test_a_p_rope_geometry_must_rotate_something():
-    from ropecli.errors import RopeCliError
-
     with pytest.raises(RopeCliError, match="rotates at least one pair"):
         Geometry(32, 1e6, 32, 4.0, rotating_pairs=0)
 
@@ -71,9 +71,6 @@ def test_a_p_rope_geometry_must_rotate_something():
 def test_advise_exports_to_each_runtime_the_best_candidate_it_serves_on_p_rope():
     """The winner (dynamic) has no p-RoPE config in any runtime: transformers gets the best-ranked `pi` (its
     'proportional' block carries one factor), vLLM the unscaled model as shipped; each with the line saying why."""
-    from ropecli.tuning.advise_exports import served_winner
-    from ropecli.tuning.standings import Standings
-
     rope = rope_from_config("g", {**GEMMA4, "max_position_embeddings": 32}, None)
     geom = rope.geometry(4.0)
     row = lambda name, rank: {"method": name, "params": {}, "log_n": False, "candidate": name, "rank": rank,  # noqa: E731

@@ -7,8 +7,13 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from ropecli.backends.load import load_model
 from ropecli.cli.app import app
 from ropecli.errors import RopeCliError
+from ropecli.evaluation.cache import EvalCache
+from ropecli.evaluation.corpus import held_out_plays
+from ropecli.evaluation.data import load_documents
+from ropecli.evaluation.evaluator import Evaluator
 from ropecli.rope.geometry import Geometry
 from ropecli.spec import make_spec
 from ropecli.tuning.optimizers import min_budget, optimize
@@ -85,11 +90,6 @@ def test_min_budget():
 # --- held-out windows -----------------------------------------------------------------------------
 
 def test_held_out_windows_come_from_other_documents(tiny_dir):
-    from ropecli.evaluation.cache import EvalCache
-    from ropecli.evaluation.data import load_documents
-    from ropecli.evaluation.evaluator import Evaluator
-    from ropecli.backends.load import load_model
-
     lm = load_model(tiny_dir)
     ev = Evaluator.over(lm, samples=3, cache=EvalCache(enabled=False))
     held = ev.held_out(4)
@@ -105,11 +105,6 @@ def test_held_out_windows_come_from_other_documents(tiny_dir):
 
 
 def test_one_document_is_held_out_by_window_and_says_so(tiny_dir, tmp_path):
-    from ropecli.evaluation.cache import EvalCache
-    from ropecli.evaluation.corpus import held_out_plays
-    from ropecli.evaluation.evaluator import Evaluator
-    from ropecli.backends.load import load_model
-
     play = tmp_path / "one.txt"
     play.write_text(next(iter(held_out_plays().values())))
     lm = load_model(tiny_dir)

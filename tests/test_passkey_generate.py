@@ -9,11 +9,15 @@ import json
 import re
 
 import pytest
+from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 from typer.testing import CliRunner
 
-from ropecli.cli.app import app
-from ropecli.evaluation.ruler.answer_scoring import GENERATED_TOKENS, published_match
 from ropecli.backends.backend import TransformersBackend
+from ropecli.cli.app import app
+from ropecli.evaluation.passkey import make_published_samples
+from ropecli.evaluation.ruler.answer_scoring import GENERATED_TOKENS, published_match
+
+from test_real_model import smollm2_or_skip
 
 RUN = ["passkey", "--len", "256", "--method", "none", "--depths", "0,1", "--prompts", "2", "--samples", "1", "--json"]
 
@@ -56,11 +60,6 @@ def test_generate_scores_what_the_model_said_as_the_scripts_do(monkeypatch, said
 def test_on_smollm2_within_L_the_verdicts_are_the_scripts_own():
     """SmolLM2 at 1,024 tokens: each prompt through YaRN's test_model (transformers' text-generation pipeline, 10 new
     tokens, greedy) gives the text and the verdict ropecli's --score generate recorded."""
-    from test_real_model import smollm2_or_skip
-    from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
-
-    from ropecli.evaluation.passkey import make_published_samples
-
     path = smollm2_or_skip()
     r = CliRunner().invoke(app, ["passkey", "--model", "smollm2", "--len", "1024", "--method", "none", "--depths", "0.2,0.8",
                                  "--prompts", "1", "--samples", "1", "--score", "generate", "--json"])

@@ -8,11 +8,23 @@ import dataclasses
 import json
 from typing import ClassVar
 
+import numpy as np
 import pytest
+import torch
+from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
 
+from ropecli.backends.backend import TransformersBackend
 from ropecli.cli.app import app
-from ropecli.maps.position_maps import bind
+from ropecli.evaluation import metrics
+from ropecli.evaluation.metrics import REGISTRY, objective_names
+from ropecli.evaluation.results import PplResult
+from ropecli.evaluation.ruler import templates
+from ropecli.maps.mapped_attention import mapped
+from ropecli.maps.position_maps import MAPS, Region, bind, register_map
+from ropecli.rope import methods
+from ropecli.rope.schedule import REQUIRED, Param
+from ropecli.tuning.candidates import candidate_names
 
 runner = CliRunner()
 
@@ -29,9 +41,6 @@ def flat(text: str) -> str:
 def toy_metric(monkeypatch):
     """A metric on windows with its own result type: the mean NLL of the window scored as PPL is, under its own
     name, column, cell and cache entries (what a user's new metric would be)."""
-    from ropecli.evaluation import metrics
-    from ropecli.evaluation.results import PplResult
-
     @dataclasses.dataclass
     class ToyResult(PplResult):
         metric: ClassVar[str] = "toy"
@@ -62,8 +71,6 @@ def test_a_planted_metric_is_a_choice_a_column_a_race_and_an_objective(toy_metri
 
 
 def test_a_planted_metric_leaves_no_trace(tiny_dir):
-    from ropecli.evaluation.metrics import REGISTRY
-
     assert "toy" not in REGISTRY
     r = run("compare", "--model", tiny_dir, "--len", "64", "--metric", "toy")
     assert r.exit_code == 2 and "--metric toy: choose from" in flat(r.output)
@@ -72,17 +79,12 @@ def test_a_planted_metric_leaves_no_trace(tiny_dir):
 @pytest.fixture()
 def toy_method():
     """A scaling method registered in rope/methods.py's registry only: PI with its own bounded strength."""
-    import numpy as np
-
-    from ropecli.rope.methods import REGISTRY, register
-    from ropecli.rope.schedule import Param
-
-    @register("toy-pi", "Lambda_m = 1 + s(k - 1): PI at strength s (a planted record)", Param("s", 1.0, "strength", 0.0, 1.0))
+    @methods.register("toy-pi", "Lambda_m = 1 + s(k - 1): PI at strength s (a planted record)", Param("s", 1.0, "strength", 0.0, 1.0))
     def toy(geom, s: float = 1.0):
         return np.full(geom.n_pairs, 1.0 + s * (geom.factor - 1.0)), 1.0
 
-    yield REGISTRY["toy-pi"]
-    REGISTRY.pop("toy-pi")
+    yield methods.REGISTRY["toy-pi"]
+    methods.REGISTRY.pop("toy-pi")
 
 
 def test_a_planted_method_in_freqs_compare_search_and_export(toy_method, tiny_dir, text_file, tmp_path):
@@ -101,9 +103,6 @@ def test_a_planted_method_in_freqs_compare_search_and_export(toy_method, tiny_di
 
 
 def test_a_planted_task_is_a_metric_a_choice_and_an_objective(monkeypatch):
-    from ropecli.evaluation.metrics import REGISTRY, objective_names
-    from ropecli.evaluation.ruler import templates
-
     monkeypatch.setitem(templates.TASKS, "niah-toy", templates.TASKS["niah-single"])
     assert REGISTRY["niah-toy"].units == "task" and "niah-toy" in objective_names()
     assert "niah-toy" in flat(run("compare", "--help").output)
@@ -116,8 +115,6 @@ def test_a_planted_task_is_a_metric_a_choice_and_an_objective(monkeypatch):
 def test_compare_checks_every_task_before_the_first_forward_pass(tmp_path, monkeypatch):
     """`--task niah-single,vt` at a length vt's smallest prompt does not fit ran
     niah-single's passes first, then failed. The boundary now checks every metric at every length first."""
-    from ropecli.backends.backend import TransformersBackend
-
     passes = []
     monkeypatch.setattr(TransformersBackend, "_run", lambda self, *a, **k: passes.append(1))  # every forward pass
     cache = tmp_path / "cache"
@@ -131,9 +128,6 @@ def test_compare_checks_every_task_before_the_first_forward_pass(tmp_path, monke
 def toy_map():
     """A position map registered in maps/position_maps.py's registry only: relative positions capped at w (ReRoPE's
     shape under its own name), with a rule (w = Ls/2) and a search range, so it is an advise candidate too."""
-    from ropecli.rope.schedule import REQUIRED, Param
-    from ropecli.maps.position_maps import MAPS, Region, register_map
-
     @register_map("toy-cap", "relative position min(d, w) (a planted record)",
                   Param("w", REQUIRED, "window", 1, 1e12, integer=True), window="w",
                   rule=lambda Ls, T: {"w": Ls // 2}, ranges=lambda Ls, T: {"w": (Ls // 8, Ls // 2)})
@@ -177,10 +171,7 @@ def test_a_planted_map_in_help_methods_ppl_compare_search_advise_and_export(toy_
     f = run("export", "--model", tiny_dir, "--method", "none", "--map", "toy-cap:w=16", "--len", "128", "--to",
             "transformers", "--out", tmp_path / "folder")
     assert f.exit_code == 0, f.output
-    import torch
-    from transformers import AutoModelForCausalLM
 
-    from ropecli.maps.mapped_attention import mapped
 
     folder = AutoModelForCausalLM.from_pretrained(str(tmp_path / "folder"), trust_remote_code=True).eval()
     model = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
@@ -195,9 +186,6 @@ def test_a_planted_map_in_help_methods_ppl_compare_search_advise_and_export(toy_
 
 
 def test_a_planted_map_leaves_no_trace():
-    from ropecli.maps.position_maps import MAPS
-    from ropecli.tuning.candidates import candidate_names
-
     assert "toy-cap" not in MAPS and not any(c.startswith("toy-cap") for c in candidate_names())
     r = run("ppl", "--len", "64", "--map", "toy-cap:w=8")
     assert r.exit_code == 1 and "unknown position map 'toy-cap'" in flat(r.output), r.output

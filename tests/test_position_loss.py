@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from ropecli.cli.app import app
 from ropecli.evaluation.cache import EvalCache
 from ropecli.models.chunked_scoring import window_nll
-from ropecli.models.token_losses import POSITION_BINS, bin_means, position_edges, token_summary
+from ropecli.models.token_losses import POSITION_BINS, bin_means, decode_tokens, position_edges, token_summary
 
 runner = CliRunner()
 
@@ -97,8 +97,6 @@ def test_cache_entries_without_bins_still_give_the_ppl(tiny_dir, long_text_file,
 def test_kept_token_losses_are_every_prediction_and_force_a_recompute_of_entries_without_them(tiny_dir, long_text_file, tmp_path):
     """--keep-token-losses stores each prediction's NLL (float16) with its window: they add up to the window's
     NLL and its bins; a cached window without them is computed again, one with them is reused."""
-    from ropecli.models.token_losses import decode_tokens
-
     base = ["ppl", "--model", tiny_dir, "--data", long_text_file, "--len", "128", "--samples", "2", "--method", "yarn", "--k", "2",
             "--cache-dir", str(tmp_path / "c"), "--json"]
     assert json.loads(runner.invoke(app, [*base, "--key-tokens", "off"]).stdout)["forward_passes"] == 2  # no NLL kept

@@ -2,17 +2,30 @@
 model — exact where a map's near region covers the window, equal to an independent per-pair reference elsewhere,
 the same through a KV cache as in one pass, refused in one line where it cannot be right."""
 
+import ast
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
+from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, DynamicCache, MistralConfig, MistralForCausalLM
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from typer.testing import CliRunner
 
+from ropecli.cli.app import app
 from ropecli.errors import RopeCliError
-from ropecli.maps.mapped_attention import NAME, mapped
-from ropecli.maps.map_rotation import rotated
-from ropecli.maps.region_attention import _fused_for
+from ropecli.maps.map_bands import CAUSAL, split_band
 from ropecli.maps.map_pairs import relative_positions
-from ropecli.maps.position_maps import MAPS, map_params, bind
+from ropecli.maps.map_rotation import rotated
+from ropecli.maps.map_rules import selfextend_rule
+from ropecli.maps.map_spelling import map_from_json, under_maps
+from ropecli.maps.mapped_attention import NAME, mapped
+from ropecli.maps.position_maps import MAPS, bind, map_params, map_regions
+from ropecli.maps.region_attention import MappedAttention, _fused_for
+from ropecli.spec import Spec
+from ropecli.tuning.candidates import default_candidates, map_rule
+
 from tiny_models import build
 
 
@@ -124,8 +137,6 @@ def test_the_fused_kernel_and_its_explicit_twin_agree(name, params):
 def test_decoding_through_the_cache_follows_the_map(name, params):
     """Keys stay unrotated in the cache: a prefill then one token at a time, across the map's window (and DCA's chunks)
     and across the model's L = 64, gives one pass's logits: decoding serves what the forward pass measured."""
-    from transformers import DynamicCache
-
     model, ids = build("llama"), torch.randint(0, 96, (1, 80), generator=torch.Generator().manual_seed(2))
     with mapped(model, bind(name, params)), torch.no_grad():
         whole = model(ids).logits[0]
@@ -140,12 +151,6 @@ def test_passkey_at_4L_selfextend_reads_what_the_best_schedule_misses():
     """Through the command: the built-in model (L = 256) at 4L = 1,024, ropecli's real-text prompts.
     Self-Extend G = 8, W = 64 on the unscaled model retrieves at every depth (the probe: 100 %, answer NLL 0.01);
     llama3 x4, the best frequency schedule, loses the far keys (the probe: 25 % at depth 0, NLL 1.87)."""
-    import json
-
-    from typer.testing import CliRunner
-
-    from ropecli.cli.app import app
-
     r = CliRunner().invoke(app, ["passkey", "--len", "1024", "--method", "none,llama3", "--map", "none",
                                  "--map", "selfextend:G=8,W=64", "--samples", "2", "--json", "--text"])
     assert r.exit_code == 0, r.output
@@ -158,10 +163,6 @@ def test_passkey_at_4L_selfextend_reads_what_the_best_schedule_misses():
 
 
 def test_a_map_where_it_cannot_run_is_one_line():
-    from typer.testing import CliRunner
-
-    from ropecli.cli.app import app
-
     r = CliRunner().invoke(app, ["ppl", "--len", "256", "--map", "selfextend:G=0,W=8"])
     assert r.exit_code == 1 and "G = 0 is outside" in r.output.strip().splitlines()[-1], r.output
     r = CliRunner().invoke(app, ["compare", "--len", "512", "--map", "selfextend:G=4,W=64", "--workload", "256:0.5,512:0.5"])
@@ -175,8 +176,6 @@ def test_an_mla_model_decodes_under_a_map_as_one_pass(v_head_dim):
     """Multi-head latent attention: the rope part (each head's last qk_rope_head_dim dims, the shared k_rot)
     rotated per region, the latent part as is; the cache keeps k_rot unrotated, so decoding token by token past W gives
     the logits of one pass; values narrower than queries (v_head_dim 8 < 16) too."""
-    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, DynamicCache
-
     cfg = DeepseekV3Config(vocab_size=96, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=2,
                            num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=None,
                            qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=v_head_dim, n_routed_experts=2,
@@ -196,12 +195,6 @@ def test_an_mla_model_decodes_under_a_map_as_one_pass(v_head_dim):
 def test_compare_gives_each_candidate_its_effective_length():
     """compare with passkey: a column and a line per candidate, against the model's own retrieval at Ls (its prompts
     there, run once); JSON: point estimate, shown length, and what each length's bound was."""
-    import json
-
-    from typer.testing import CliRunner
-
-    from ropecli.cli.app import app
-
     args = ["compare", "--len", "1024", "--metric", "passkey-text", "--method", "none", "--map", "none",
             "--map", "selfextend:G=8,W=64", "--samples", "1"]
     out = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)["effective_length"]
@@ -216,13 +209,6 @@ def test_export_serves_a_map_only_where_a_runtime_does(builtin_gguf, tmp_path):
     runtime record names the maps; tests/test_llamacpp_selfextend.py checks the lines per build); transformers serves
     every per-pair map through its exported folder (tests/test_map_folder.py); a runtime that serves none, and a map it
     does not serve, is one line naming who does; llama.cpp's W % G == 0 is checked before writing."""
-    import json
-
-    from typer.testing import CliRunner
-
-    from ropecli.cli.app import app
-    from ropecli.maps.position_maps import MAPS
-
     def export(*args):
         return CliRunner().invoke(app, ["export", "--model", builtin_gguf, "--method", "yarn", "--len", "1024", *args])
 
@@ -251,13 +237,6 @@ def test_export_serves_a_map_only_where_a_runtime_does(builtin_gguf, tmp_path):
 def test_dca_goes_to_sglang_as_its_config_block_and_backend(tmp_path):
     """SGLang's DCA: the override's dual_chunk_attention_config read back as the same map, the backend named in the
     launch line; refused for an architecture whose SGLang model does not pass the config, and under a schedule."""
-    import json
-
-    from typer.testing import CliRunner
-
-    from ropecli.cli.app import app
-    from ropecli.maps.map_spelling import map_from_json
-
     qwen = tmp_path / "qwen"
     build("qwen2").config.save_pretrained(qwen)
     run = lambda *a: CliRunner().invoke(app, ["export", *a, "--len", "1024", "--to", "sglang"])  # noqa: E731
@@ -287,12 +266,6 @@ def test_dca_goes_to_sglang_as_its_config_block_and_backend(tmp_path):
 def test_search_varies_a_maps_parameters_rounded_to_tokens():
     """search under --map: the map's parameters are dims (--vary G=4:16), integer ones rounded before a point runs (the
     label and the cache key say what ran), the winner judged on held-out prompts beside the standard methods."""
-    import json
-
-    from typer.testing import CliRunner
-
-    from ropecli.cli.app import app
-
     r = CliRunner().invoke(app, ["search", "--len", "512", "--method", "none", "--map", "selfextend:G=8,W=64",
                                  "--vary", "G=4:16", "--budget", "4", "--objective", "passkey", "--samples", "1",
                                  "--depths", "0,1", "--json"])
@@ -308,10 +281,6 @@ def test_search_varies_a_maps_parameters_rounded_to_tokens():
 
 def test_what_a_map_cannot_do_yet_fails_before_the_work():
     """Review findings, each one line before any forward pass (or a point marked infeasible in a search)."""
-    from typer.testing import CliRunner
-
-    from ropecli.cli.app import app
-
     run = lambda *a: CliRunner().invoke(app, [str(x) for x in a])  # noqa: E731
     r = run("search", "--method", "none", "--map", "selfextend:G=8,W=64", "--vary", "G=2:16", "--export-config", "x.json")
     assert r.exit_code == 1 and "--export-config writes a transformers block" in r.output
@@ -320,7 +289,6 @@ def test_what_a_map_cannot_do_yet_fails_before_the_work():
     r = run("search", "--len", "512", "--method", "none", "--map", "selfextend:G=8,W=64", "--vary", "W=32:1024",
             "--budget", "4", "--objective", "passkey", "--samples", "1", "--depths", "0", "--json")
     assert r.exit_code == 0, r.output  # points with W >= 512 are infeasible, not the end of the search
-    import json
 
     assert any("reaches the whole" in e.get("infeasible", "") for e in json.loads(r.stdout)["evaluations"]) or \
         all(e["params"]["W"] < 512 for e in json.loads(r.stdout)["evaluations"])
@@ -329,8 +297,6 @@ def test_what_a_map_cannot_do_yet_fails_before_the_work():
 def test_a_model_whose_every_layer_slides_is_refused_not_silently_unchanged():
     """Mistral with a window on every layer: no layer attends past the window, so no layer is mapped; said in one
     line rather than run as the unpatched model under the map's name. Without the window the same model maps."""
-    from transformers import MistralConfig, MistralForCausalLM
-
     cfg = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4,
                num_key_value_heads=2, head_dim=16, max_position_embeddings=64)
     ids = torch.randint(0, 96, (1, 40), generator=torch.Generator().manual_seed(3))
@@ -344,9 +310,6 @@ def test_a_model_whose_every_layer_slides_is_refused_not_silently_unchanged():
 
 
 def test_a_map_after_at_goes_on_the_methods_named_only():
-    from ropecli.maps.map_spelling import under_maps
-    from ropecli.spec import Spec
-
     specs = [Spec("none"), Spec("yarn")]
     got = [s.label for s in under_maps(specs, ["none", "selfextend:G=4,W=2048@none"])]
     assert got == ["none", "none@selfextend(G=4,W=2048)", "yarn"]
@@ -357,12 +320,6 @@ def test_a_map_after_at_goes_on_the_methods_named_only():
 
 def test_kl_within_L_measures_what_a_map_costs_there():
     """KL at L against the model as shipped (advise's cost within L): zero for no map, positive under a map active at L."""
-    import json
-
-    from typer.testing import CliRunner
-
-    from ropecli.cli.app import app
-
     r = CliRunner().invoke(app, ["compare", "--len", "512", "--method", "none", "--map", "none", "--map", "rerope:w=64",
                                  "--metric", "kl", "--samples", "1", "--json"])
     assert r.exit_code == 0, r.output
@@ -418,10 +375,6 @@ def test_selfextend_llamacpp_is_what_llamacpps_completion_tool_holds_in_its_cach
 def test_advise_map_candidates_follow_their_sources_rules():
     """Self-Extend's group keeps the farthest pair's rotation distance below Ls, with W a multiple of G (llama.cpp);
     DCA takes ChunkLlama's 3Ls/4 and Ls/16; the maps join the default tournament only where they can run past Ls."""
-    from ropecli.tuning.candidates import default_candidates
-    from ropecli.maps.map_rules import selfextend_rule
-    from ropecli.tuning.candidates import map_rule
-
     for Ls, T in ((256, 1024), (8192, 16384), (4096, 65536)):
         G, W = selfextend_rule(Ls, T).values()
         assert W % G == 0 and (T - 1) // G + W - W // G <= Ls - 1
@@ -435,10 +388,6 @@ def test_advise_map_candidates_follow_their_sources_rules():
 
 
 def test_the_map_help_names_every_registered_map():
-    from typer.testing import CliRunner
-
-    from ropecli.cli.app import app
-
     text = " ".join(CliRunner().invoke(app, ["ppl", "--help"], env={"COLUMNS": "400"}).output.split())
     missing = [name for name in MAPS if f" {name}" not in text.split("--map", 1)[1].split("--", 1)[0]]
     assert not missing, missing
@@ -447,11 +396,6 @@ def test_the_map_help_names_every_registered_map():
 def test_no_code_branches_on_a_map_name():
     """Which maps a runtime or a backend serves is declared data (a record's `maps`, a module-level tuple); no function
     outside the map registry names a map: a new map is a registry record, never a search through the tree."""
-    import ast
-    from pathlib import Path
-
-    from ropecli.maps.position_maps import MAPS
-
     root = Path(__file__).parents[1] / "ropecli"
     registry = {"position_maps", "map_spelling", "map_pairs", "map_rules", "pair_selection",
                 "llamacpp_positions"}  # the maps package's numpy half, where the maps are defined
@@ -473,9 +417,6 @@ def test_the_kernel_calls_partition_every_regions_pairs(name, params):
     """The CPU path's parts of a region (`maps.map_bands.split_band`: full columns, causal diagonals, masked parts,
     halved by rows) cover each of its pairs from a block of queries exactly once, and compute at most 2x the pairs
     the map keeps: the kernel works on about what the map needs."""
-    from ropecli.maps.map_bands import CAUSAL, split_band
-    from ropecli.maps.position_maps import map_regions
-
     T, block, computed, kept = 900, 512, 0.0, 0
     kj = torch.arange(T)
     for r in map_regions(name, map_params(name, params), T):
@@ -495,9 +436,6 @@ def test_the_kernel_calls_partition_every_regions_pairs(name, params):
 def test_a_shifted_causal_triangle_runs_in_one_call():
     """The identity's region and Self-Extend's grouped one (d >= W) are one causal triangle over the window; its
     neighbour region and DCA's are not (`whole_triangles`)."""
-    from ropecli.maps.region_attention import MappedAttention
-    from ropecli.maps.position_maps import map_regions
-
     def whole(name, params, T=700):
         att = MappedAttention(lambda n: map_regions(name, map_params(name, params), n), None)
         att.blocks(T, T, torch.device("cpu"))

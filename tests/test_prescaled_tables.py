@@ -8,9 +8,13 @@ import contextlib
 import io
 import json
 import runpy
+import shlex
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
+from ropecli.cli.app import app
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "docs" / "measurements" / "prescaled.md").read_text()
@@ -53,12 +57,6 @@ def test_advise_ranks_both_families_and_says_which_won():
 def test_the_exported_advise_winner_verifies(tmp_path):
     """advise's export command for transformers, rerun into a fresh folder, passes `ropecli verify` (the reload's PPL
     on a 2 x Ls window against ropecli's patched model)."""
-    import shlex
-
-    from typer.testing import CliRunner
-
-    from ropecli.cli.app import app
-
     out = json.loads((ROOT / "measurements" / "prescaled" / "advise.json").read_text())
     command = next(e["command"] for e in out["exports"] if e["runtime"] == "transformers")
     args = shlex.split(command)[1:]

@@ -10,10 +10,16 @@ import random
 from pathlib import Path
 
 import pytest
+from transformers import AutoTokenizer
 from typer.testing import CliRunner
 
 import ropecli
 from ropecli.cli.app import app
+from ropecli.errors import RopeCliError
+from ropecli.evaluation import passkey
+from ropecli.evaluation.cache import EvalCache
+from ropecli.evaluation.cache_migrations import respelled
+from ropecli.evaluation.passkey import FINAL_QUESTION, GARBAGE_INF, answer_tokens, published_prompt, published_sample
 
 BUILTIN = Path(ropecli.__file__).parent / "builtin_model"
 
@@ -60,16 +66,12 @@ def yarn_with(monkeypatch, n_garbage: int, n_prefix: int, key: int) -> str:
 
 @pytest.fixture(scope="module")
 def tok():
-    from transformers import AutoTokenizer
-
     return AutoTokenizer.from_pretrained(str(BUILTIN))
 
 
 @pytest.mark.parametrize("n_garbage, n_prefix, key", [(0, 0, 1), (500, 0, 50000), (500, 500, 7), (4321, 1234, 31337),
                                                        (899999, 450000, 12345)])
 def test_the_prompt_is_yarns_byte_for_byte(monkeypatch, n_garbage, n_prefix, key):
-    from ropecli.evaluation.passkey import published_prompt
-
     assert published_prompt(n_garbage, n_prefix, key) == yarn_with(monkeypatch, n_garbage, n_prefix, key)
 
 
@@ -77,8 +79,6 @@ def test_the_prompt_is_yarns_byte_for_byte(monkeypatch, n_garbage, n_prefix, key
 def test_a_sample_is_yarns_prompt_token_for_token_and_the_longest_that_fits(monkeypatch, tok, length, depth):
     """The source's prompt as its script tokenizes it (`tokenizer(prompt)`: --bos auto, no BOS from this tokenizer) + the
     answer " K": the ids ropecli scores, at most --len tokens, and one more character of filler would not fit."""
-    from ropecli.evaluation.passkey import GARBAGE_INF, answer_tokens, published_sample, FINAL_QUESTION
-
     key = 4242
     s = published_sample(tok, length, depth, key)
     text = tok.decode(s.ids[:s.answer_start])
@@ -95,9 +95,6 @@ def test_a_sample_is_yarns_prompt_token_for_token_and_the_longest_that_fits(monk
 def test_passkey_text_reads_the_cache_of_the_old_name_and_passkey_does_not(tmp_path):
     """Entries stored when the real-text prompt was called "passkey" serve passkey-text (and are stored under its
     name); the published passkey's keys carry its prompt, so they never find them."""
-    from ropecli.evaluation.cache import EvalCache
-    from ropecli.evaluation.cache_migrations import respelled
-
     cache = EvalCache(tmp_path)
     old = {"model": "m", "len": 128, "metric": "passkey", "method": "none", "unit": "abc"}
     cache.put(old, {"value": [1.0, 0.25], "seconds": 0.5})
@@ -123,9 +120,6 @@ def test_the_commands_name_the_variant():
 def test_a_length_past_the_sources_filler_is_one_line_not_a_shorter_prompt(monkeypatch, tok):
     """The source's filler is 10,000 sentences (it asserts the prompt fits in them): a --len beyond it is refused,
     never answered with a shorter prompt recorded at that length (here the filler cut to 2,000 characters)."""
-    from ropecli.errors import RopeCliError
-    from ropecli.evaluation import passkey
-
     monkeypatch.setattr(passkey, "GARBAGE_INF", passkey.GARBAGE_INF[:2000])
     assert len(passkey.published_sample(tok, 256, 0.5, 7).ids) <= 256  # within it: as before
     with pytest.raises(RopeCliError, match="longer than the published passkey prompt can be"):

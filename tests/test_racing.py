@@ -4,17 +4,25 @@ inferences checked against hand computation and against simulated variance. The 
 whole grid of fields, documents and serial correlation: tests/test_verdicts.py."""
 
 import math
+import zlib
 
 import numpy as np
 import pytest
 
-from ropecli.rope.target import Target
 from ropecli.evaluation.inference import paired, t_quantile
-from ropecli.tuning.simulation import Cell, se_calibration
+from ropecli.evaluation.proportions import clopper_pearson
 from ropecli.evaluation.sample_size import projected_se, units_needed
 from ropecli.evaluation.stats import paired_difference, tie_answer
-from ropecli.evaluation.proportions import clopper_pearson
-from ropecli.tuning.racing import looks, race, worse_test
+from ropecli.report.search_tables import objective_text
+from ropecli.rope.geometry import Geometry
+from ropecli.rope.target import Target
+from ropecli.tuning import racing
+from ropecli.tuning.racing import ALPHA, looks, race, worse_test
+from ropecli.tuning.search import run_search, scorer, search_b
+from ropecli.tuning.simulation import Cell, race_rates, se_calibration
+from ropecli.tuning.space import Dim, Effort, SearchSpace
+
+from fakes import ppl_result
 
 
 def simulated(means: dict[str, float], rng, window_sd: float = 0.5, paired_sd: float = 0.05, docs: int | None = None):
@@ -90,9 +98,6 @@ def test_the_leader_is_within_delta_of_the_best_at_the_stated_rate_in_least_favo
     """One best exactly delta ahead of the rest (Bechhofer's slippage configuration) and every candidate tied: the
     race's leader is within delta of the true best in at least 1 - alpha of the races (two binomial standard errors of
     slack), and the best is still dropped at most at alpha. The whole grid: benchmarks/bench_verdicts.py."""
-    from ropecli.tuning.racing import ALPHA
-    from ropecli.tuning.simulation import race_rates
-
     races = 200
     slack = 2 * math.sqrt(ALPHA * (1 - ALPHA) / races)
     for cell in (Cell(K=5, G=3, phi=0.0, doc_effects="none", field="lfc"),
@@ -231,13 +236,6 @@ def test_a_hopeless_search_point_stops_after_half_its_windows_with_a_lower_bound
     """Per-window noise of each schedule's own (so the paired se is not 0): a stopped point's objective
     is a lower bound, above the incumbent and at most its true objective; it is shown as a bound, left
     out of the equivalent interval and the bumps, its tie unknown."""
-    import zlib
-
-    from fakes import ppl_result
-    from ropecli.rope.geometry import Geometry
-    from ropecli.report.search_tables import objective_text
-    from ropecli.tuning.search import search_b
-
     difficulty = np.array([0.3, -0.2, 0.1, -0.4, 0.2, 0.0, 0.15, -0.1])
 
     def run(specs, lengths, metric="ppl", samples=None):
@@ -273,8 +271,6 @@ def test_a_hopeless_search_point_stops_after_half_its_windows_with_a_lower_bound
 def test_futility_projects_a_prompt_race_in_prompts_over_every_depth(monkeypatch):
     """A look of n prompts per depth holds n x depths prompts: the futility projection to --max-windows counts
     the same units (it projected max_windows prompts in all, far too few, and stopped races early)."""
-    from ropecli.tuning import racing
-
     seen = []
     monkeypatch.setattr(racing, "futile", lambda p, level, last, margin, most: seen.append((p.n, most)) or False)
     rng = np.random.default_rng(0)
@@ -289,14 +285,6 @@ def test_a_late_precision_search_scores_every_point_on_half_its_windows_and_its_
     """advise's raced searches (`ropecli.tuning.late_precision`): every point on the first half of the windows, the
     best quarter re-scored on all of them, the winner the best of those on all; the others marked partial (an
     estimate on their windows, their tie unknown) and their untaken windows told to the progress bar."""
-    import zlib
-
-    from fakes import ppl_result
-    from ropecli.report.search_tables import objective_text
-    from ropecli.rope.geometry import Geometry
-    from ropecli.tuning.search import run_search, scorer
-    from ropecli.tuning.space import Dim, Effort, SearchSpace
-
     difficulty = np.array([0.3, -0.2, 0.1, -0.4, 0.2, 0.0, 0.15, -0.1])
     asked = []
 

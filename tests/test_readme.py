@@ -8,11 +8,13 @@ repository."""
 
 import re
 import shlex
+import tomllib
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from ropecli.cli.app import COMMANDS as ALL_COMMANDS
 from ropecli.cli.app import app
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,8 +57,6 @@ def test_readme_has_commands():
 def test_readme_is_a_front_page():
     """The README lists every command, one line each, links every guide page and the measurements, and every docs
     page is reachable from it by links; the results live in docs."""
-    from ropecli.cli.app import COMMANDS as ALL_COMMANDS
-
     text = README.read_text()
     table = text[text.index("## Commands"):text.index("## Where to read next")]
     rows = [line.split("`")[1] for line in table.splitlines() if line.startswith("| `ropecli ")]
@@ -127,8 +127,6 @@ def test_the_first_hour_is_planned():
     """What a new user needs before the first long command: the real models' lengths, the suite's time and
     a quick subset that exists, what -m slow selects, a CPU torch pin that cannot resolve to a CUDA build, and test
     extras without lm-eval's stack."""
-    import tomllib
-
     text = README.read_text()
     assert "SmolLM2\n8,192" in text or "SmolLM2 8,192" in text.replace("\n", " ")
     assert "Gemma 3 270M 32,768" in text.replace("\n", " ")

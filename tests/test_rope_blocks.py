@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 
 import pytest
+import transformers
 from typer.testing import CliRunner
 
 from ropecli.cli.app import app
 from ropecli.errors import RopeCliError
 from ropecli.models.config import rope_from_config
 from ropecli.models.rope_block import check_config_blocks
+
+from tiny_models import build, char_tokenizer
 
 runner = CliRunner()
 BASE = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "head_dim": 16, "max_position_embeddings": 256}
@@ -109,8 +113,6 @@ def test_random_mixes_of_bad_keys_are_refused_in_one_line():
 
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory):
-    from tiny_models import build, char_tokenizer
-
     path = tmp_path_factory.mktemp("tiny") / "model"
     build("llama").save_pretrained(path)
     char_tokenizer().save_pretrained(path)
@@ -120,10 +122,6 @@ def tiny_folder(tmp_path_factory):
 @pytest.mark.parametrize("key,value", [("factor", -4), ("original_max_position_embeddings", "abc"),
                                        ("long_factor", [1.0, 1.0])])
 def test_the_commands_refuse_before_any_weight_is_read(tiny_folder, tmp_path, monkeypatch, key, value):
-    import shutil
-
-    import transformers
-
     folder = tmp_path / "edited"
     shutil.copytree(tiny_folder, folder)
     cfg = json.loads((folder / "config.json").read_text())

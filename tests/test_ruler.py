@@ -15,11 +15,17 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from ropecli.backends.load import load_model
 from ropecli.cli.app import app
-from ropecli.evaluation.ruler.builders import Haystack
-from ropecli.evaluation.ruler.generate import encode, fit, make_units
+from ropecli.evaluation.corpus import held_out_plays
+from ropecli.evaluation.evaluator import Evaluator
+from ropecli.evaluation.inputs import Inputs
+from ropecli.evaluation.metrics import PASSKEY, PPL, metric_record
 from ropecli.evaluation.ruler.answer_scoring import string_match_all
+from ropecli.evaluation.ruler.builders import Haystack
+from ropecli.evaluation.ruler.generate import builder, encode, fit, icl_noise, make_units, rng_for
 from ropecli.evaluation.ruler.templates import TASKS
+from ropecli.spec import make_spec
 
 REF = Path(__file__).parent / "reference" / "ruler"
 runner = CliRunner()
@@ -53,15 +59,11 @@ def ruler_args() -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def builtin():
-    from ropecli.backends.load import load_model
-
     return load_model(None, device="cpu", dtype="fp32")
 
 
 @pytest.fixture(scope="module")
 def hay():
-    from ropecli.evaluation.corpus import held_out_plays
-
     return Haystack.of(list(held_out_plays().values()))
 
 
@@ -194,7 +196,6 @@ def test_prompts_fill_the_length_as_ruler_does(builtin, hay, name):
         room = TASKS[name].tokens_to_generate
         assert u.answer_start + room <= L and len(u.ids) <= L
         assert len(u.ids) - u.answer_start <= room
-        from ropecli.evaluation.ruler.generate import builder, icl_noise, rng_for
 
         build = builder(TASKS[name], hay, u.prompt.depth, rng_for(0, L, name, u.prompt.depth, 0), L,
                         icl_noise(tok, L) if name == "vt" else 0)
@@ -233,10 +234,6 @@ def test_string_match_all_is_rulers():
 def test_answer_likelihood_equals_a_hand_computation_with_transformers(builtin, hay):
     """The task's answer NLL (prompt, then the answer teacher-forced) and its control's, from transformers'
     own forward pass and log-softmax of the built-in model (unscaled: ropecli's `none` leaves it as is)."""
-    from ropecli.evaluation.evaluator import Evaluator
-    from ropecli.evaluation.metrics import metric_record
-    from ropecli.spec import make_spec
-
     ev = Evaluator.over(builtin, samples=1)
     ev.inputs.depths = (0.5,)
     r = ev.evaluate(make_spec("none"), 512, metric=metric_record("niah-single-noise"))
@@ -346,9 +343,6 @@ def test_prompts_per_depth_apart_from_windows(tmp_path):
 
 def test_held_out_prompts_follow_this_samples_prompts(builtin):
     """A held-out copy takes the prompts after this one's, counted by --prompts (not by --samples)."""
-    from ropecli.evaluation.inputs import Inputs
-    from ropecli.evaluation.metrics import PASSKEY, PPL
-
     ins = Inputs.load(builtin.tokenizer, None, samples=3, prompt_count=1, depths=(0.0, 1.0))
     held = ins.held_out(2)
     assert (ins.count(PPL), ins.count(PASSKEY), held.count(PASSKEY)) == (3, 1, 1)

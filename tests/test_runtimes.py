@@ -1,16 +1,31 @@
 """One record per runtime (`ropecli.export.runtimes`): one spelling in flags, JSON and tables; a runtime is one module;
 each one's artefact written, read back by `verify` and, where the runtime is installed, run."""
 
+import ast
 import json
 import re
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import ropecli.export.runtimes as runtimes
+from ropecli.backends.load import load_model
 from ropecli.cli.app import app
+from ropecli.errors import RopeCliError
+from ropecli.export import registry
+from ropecli.export.installed import too_old
+from ropecli.export.plan import runtime_behaviour
+from ropecli.export.registry import names, record, records, runtimes_markdown
+from ropecli.export.runtimes.vllm import dynamic_factors
+from ropecli.export.served import decode_segments, served
+from ropecli.models.config import BUILTIN_DIR, read_rope_config
+from ropecli.spec import make_spec
+
+from gguf_models import write_llama_gguf
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,8 +57,6 @@ def test_the_records_and_one_spelling_everywhere(tmp_path):
 
 def code_words(path: Path) -> str:
     """A module's code: its names and string literals, without docstrings and comments (which may name anything)."""
-    import ast
-
     tree = ast.parse(path.read_text())
     docstrings = {id(n.body[0].value) for n in ast.walk(tree)
                   if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef)) and n.body
@@ -65,9 +78,6 @@ def test_sglang_and_ollama_live_in_one_module_each():
 def test_a_new_runtime_is_one_module(tmp_path, monkeypatch):
     """A module with a RECORD, `write`, `read_back` and `claims`, dropped into the package, is a runtime: exported
     to, listed, read back by verify (the served rule follows its record)."""
-    import ropecli.export.runtimes as runtimes
-    from ropecli.export import registry
-
     pkg = tmp_path / "extra"
     pkg.mkdir()
     (pkg / "toyrt.py").write_text('''
@@ -98,10 +108,6 @@ def claims(path):
         assert r.exit_code == 0, r.output
         r = run("verify", out, "--json")
         assert r.exit_code == 0 and json.loads(r.stdout)["runtime"] == "toyrt", r.output
-        from ropecli.export.served import served
-        from ropecli.models.config import read_rope_config
-        from ropecli.spec import make_spec
-
         assert served(registry.record("toy"), make_spec("dynamic"), 512, read_rope_config("builtin"), 4.0).spec is None
     finally:
         registry.records.cache_clear()
@@ -109,9 +115,6 @@ def claims(path):
 
 
 def test_versions_say_when_the_installed_runtime_is_too_old():
-    from ropecli.export.installed import too_old
-    from ropecli.export.registry import record
-
     vllm, transformers = record("vllm"), record("transformers")
     lines = too_old(vllm, "0.11.0")
     assert any(">=0.11.1" in line and "per batch" in line for line in lines)  # PR #27431's rule, and what came before
@@ -132,8 +135,6 @@ def test_export_and_verify_name_the_versions(tmp_path):
 def test_vllm_dynamic_ntk_is_the_same_base_before_and_after_its_fix(tmp_path):
     """vLLM PR #41277 changed the dynamic NTK formula; the block ropecli writes gives transformers' dynamic at k*L
     in both (k' = k^2 - k + 1), and verify reads it back."""
-    from ropecli.export.runtimes.vllm import dynamic_factors
-
     out = tmp_path / "dyn.json"
     assert run("export", "--model", "builtin", "--method", "dynamic", "--len", "1024", "--to", "vllm", "--out", out).exit_code == 0
     block = json.loads(out.read_text())
@@ -172,10 +173,7 @@ def test_sglang_overrides_and_launch_line(tmp_path):
 def qwen_gguf(tmp_path_factory):
     """The built-in model as a qwen2-architecture GGUF (llama.cpp's qwen2 loader never reads rope_freqs)."""
     pytest.importorskip("gguf")
-    from gguf_models import write_llama_gguf
 
-    from ropecli.models.config import BUILTIN_DIR
-    from ropecli.backends.load import load_model
 
     path = tmp_path_factory.mktemp("qwen") / "qwen.gguf"
     write_llama_gguf(load_model(None, device="cpu", dtype="fp32").model, path, arch="qwen2",
@@ -211,19 +209,12 @@ def test_a_qwen_gguf_exported_with_yarn_runs_in_llamacpp_with_ropecli_ppl(qwen_g
 
 
 def test_the_docs_table_is_the_records():
-    from ropecli.export.registry import runtimes_markdown
-
     text = (ROOT / "docs" / "runtimes.md").read_text()
     block = text.split("<!-- runtimes-table:")[1].split("-->", 1)[1].split("<!-- /runtimes-table -->")[0]
     assert block.strip().splitlines() == runtimes_markdown()
 
 
 def test_sglang_switches_longrope_per_forward_but_fixes_dynamic_ntk_at_start_up():
-    from ropecli.export.registry import record
-    from ropecli.export.served import decode_segments, served
-    from ropecli.models.config import read_rope_config
-    from ropecli.spec import make_spec
-
     rope, sglang = read_rope_config("builtin"), record("sglang")
     dyn = make_spec("dynamic")
     assert repr(served(sglang, dyn, 300, rope, 4.0).spec) == repr(served(record("vllm"), dyn, 300, rope, 4.0).spec)
@@ -237,10 +228,6 @@ def test_sglang_switches_longrope_per_forward_but_fixes_dynamic_ntk_at_start_up(
 def test_a_runtime_module_without_its_interface_is_refused(tmp_path, monkeypatch):
     """The registry checks the RuntimeModule interface (record.py): a module with a RECORD but no read_back is one
     line naming what it lacks, not a crash in verify much later."""
-    import ropecli.export.runtimes as runtimes
-    from ropecli.export import registry
-    from ropecli.errors import RopeCliError
-
     pkg = tmp_path / "broken"
     pkg.mkdir()
     (pkg / "halfrt.py").write_text('''
@@ -264,10 +251,6 @@ def write(spec, geom, target, out, **kw):
 def test_nothing_in_export_or_memory_spells_a_runtime_name():
     """Below the command layer a runtime is its record and hooks: no module of ropecli/export outside the
     runtimes' own package, nor models/memory.py, holds a runtime's name as a string (a branch, a label or a default)."""
-    import ast
-
-    from ropecli.export.registry import names
-
     root = Path(__file__).resolve().parent.parent / "ropecli"
     files = [p for p in (root / "export").glob("*.py")] + [root / "models" / "memory.py"]
     def strings(tree):  # every string constant but a module's name in `deferred("transformers")` (an import)
@@ -284,11 +267,6 @@ def test_nothing_in_export_or_memory_spells_a_runtime_name():
 def test_a_switching_export_of_a_shipped_schedule_is_described_by_the_records():
     """`Runtime.at_length_shipped` (transformers') describes a switching export of a model that ships a schedule; the
     others keep their `at_length`; a consistent export is the schedule at every length for all."""
-    from types import SimpleNamespace
-
-    from ropecli.export.plan import runtime_behaviour
-    from ropecli.export.registry import records
-
     rope = SimpleNamespace(shipped=SimpleNamespace(label="longrope (shipped)"), shipped_len=4096)
     said = runtime_behaviour(rope, consistent=False)
     assert said["transformers"].startswith("per forward pass: long_factor once the sequence is longer than Ls = 4096, "

@@ -5,13 +5,13 @@ import math
 
 import numpy as np
 import pytest
+import torch
+from transformers import LlamaConfig
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-torch = pytest.importorskip("torch")
-from transformers import LlamaConfig  # noqa: E402
-from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
-
-from ropecli.rope.geometry import Geometry  # noqa: E402
-from ropecli.rope.methods import compute_schedule  # noqa: E402
+from ropecli.rope.geometry import Geometry
+from ropecli.rope.methods import compute_schedule
 
 GRID = list(itertools.product([64, 80, 128, 256], [1e4, 5e5, 1e6], [1.0, 2.0, 8.0, 32.0], [2048, 4096, 8192]))
 
@@ -91,8 +91,6 @@ def test_longrope(d, base, k, L):
 
 
 def test_default_rope_matches_none():
-    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
-
     geom = Geometry(128, 5e5, 8192, 4)
     emb = LlamaRotaryEmbedding(hf_config(128, 5e5, 8192, {"rope_type": "default"}))
     np.testing.assert_allclose(compute_schedule("none", geom).scaled_inv_freq(geom), emb.inv_freq.double().numpy(), rtol=1e-6)

@@ -5,13 +5,23 @@ the exported config reproducing ropecli's patched perplexity."""
 import json
 import math
 
+import numpy as np
 import pytest
+import torch
+from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
 
-from ropecli.evaluation.bos_policy import lead_ids
 from ropecli.cli.app import app
 from ropecli.errors import RopeCliError
+from ropecli.evaluation.bos_policy import lead_ids
+from ropecli.evaluation.cache import FORMAT
+from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
+from ropecli.evaluation.evaluator import Evaluator
+from ropecli.models.chunked_scoring import naive_window_nll
+from ropecli.report.search_tables import equivalent_words
 from ropecli.tuning.optimizers import golden_section, grid_evaluations, interior_evaluations, local_maxima
+
+from tiny_models import char_tokenizer
 
 runner = CliRunner()
 
@@ -97,8 +107,6 @@ def test_search_end_to_end_and_cached_rerun(tiny_dir, tmp_path):
 ])
 def test_interrupted_search_resumes(tiny_dir, tmp_path, monkeypatch, command):
     """One engine, one resume test: Ctrl-C during an evaluation keeps the finished ones in the cache."""
-    from ropecli.evaluation.evaluator import Evaluator
-
     def run(cache):
         return runner.invoke(app, [*command, "--model", tiny_dir, "--len", "192", "--samples", "2",
                                    "--cache-dir", str(cache), "--json"])
@@ -143,8 +151,6 @@ def test_corrupt_and_foreign_cache_entries_are_recomputed(tiny_dir, tmp_path):
 
 
 def test_entries_of_another_cache_format_are_recomputed_and_said_once(tiny_dir, tmp_path):
-    from ropecli.evaluation.cache import FORMAT
-
     cache = tmp_path / "c"
     first = json.loads(search(tiny_dir, cache).stdout)
     files = sorted(cache.glob("*.json"))
@@ -167,14 +173,6 @@ def test_no_cache_always_computes(tiny_dir, tmp_path):
 
 
 def test_exported_config_reproduces_patched_ppl(tiny_dir, tmp_path):
-    import numpy as np
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
-    from ropecli.models.chunked_scoring import naive_window_nll
-    from tiny_models import char_tokenizer
-
     export = tmp_path / "rope.json"
     out = json.loads(search(tiny_dir, tmp_path / "c", "--export-config", str(export)).stdout)
     block = json.loads(export.read_text())
@@ -235,8 +233,6 @@ def test_short_regression_guard(tiny_dir, tmp_path):
 def test_the_summary_names_equivalent_points_not_an_interval():
     """`b in [0.8541, 0.8541] is shown equivalent` beside undecided neighbours: the line names the evaluated
     points shown equivalent, or says none is, and the undecided ones."""
-    from ropecli.report.search_tables import equivalent_words
-
     alone = equivalent_words({"equivalent_points": [], "undecided_points": [0.849, 0.862]}, "b")
     assert alone.startswith("no other evaluated b is shown equivalent") and "undecided: 0.8490, 0.8620" in alone
     assert "[" not in alone

@@ -10,9 +10,18 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from ropecli.export.registry import record
+from ropecli.backends.load import load_model
 from ropecli.cli.app import app
+from ropecli.evaluation.evaluator import Evaluator
+from ropecli.export.registry import record
+from ropecli.export.runtimes.llamacpp import gguf_applied
+from ropecli.export.runtimes.transformers import transformers_applied
+from ropecli.export.runtimes.vllm import vllm_applied
+from ropecli.export.served import served
 from ropecli.models.config import BUILTIN_DIR
+from ropecli.spec import make_spec
+from ropecli.tuning.advise_exports import runtime_pick
+from ropecli.tuning.workload import parse_workload
 
 runner = CliRunner()
 SHARES = {128: 0.5, 256: 0.3, 512: 0.2}  # the built-in model: L = 256; the target 512 = 2L
@@ -21,8 +30,6 @@ MIX = ",".join(f"{n}:{w}" for n, w in SHARES.items())
 
 @pytest.fixture(scope="module")
 def builtin():
-    from ropecli.backends.load import load_model
-
     return load_model(None, device="cpu", dtype="fp32")
 
 
@@ -36,8 +43,6 @@ def served_out():
 
 def by_hand(builtin, runtime: str, method: str, consistent: bool, n: int):
     """The schedule `runtime` applies at n, written from docs/guide/export.md's table, not from export/served.py."""
-    from ropecli.spec import make_spec
-
     geom = builtin.rope.geometry(2.0)
     own = make_spec(method, factor=2.0)
     if method == "dynamic":
@@ -53,8 +58,6 @@ def by_hand(builtin, runtime: str, method: str, consistent: bool, n: int):
 
 @pytest.mark.parametrize("runtime", ["transformers", "vllm", "llamacpp"])
 def test_expected_loss_is_each_length_evaluated_alone_under_the_runtime_rule(served_out, builtin, runtime):
-    from ropecli.evaluation.evaluator import Evaluator
-
     ev = Evaluator.over(builtin, samples=3)
     rows = served_out["serving"]["runtimes"][runtime]["rows"]
     assert {(r["candidate"].split("(")[0], r["consistent"]) for r in rows} == (
@@ -103,11 +106,6 @@ def test_prefix_scoring_keeps_a_three_length_workload_cheap(tmp_path):
 
 @pytest.mark.parametrize("method", ["yarn", "ntk-fixed", "mixed", "llama3", "dynamic"])
 def test_the_rule_is_what_verify_reads_back_from_each_export(builtin, tmp_path, method):
-    from ropecli.export.runtimes.transformers import transformers_applied
-    from ropecli.export.runtimes.vllm import vllm_applied
-    from ropecli.export.served import served
-    from ropecli.spec import make_spec
-
     spec, geom = make_spec(method), builtin.rope.geometry(2.0)
     for to, consistent in (("hf", False), ("hf", True), ("vllm", False)):
         out = tmp_path / f"{to}-{consistent}.json"
@@ -124,10 +122,6 @@ def test_the_rule_is_what_verify_reads_back_from_each_export(builtin, tmp_path, 
 
 
 def test_the_llamacpp_rule_is_what_verify_reads_back_from_the_gguf(builtin, builtin_gguf, tmp_path):
-    from ropecli.export.runtimes.llamacpp import gguf_applied
-    from ropecli.export.served import served
-    from ropecli.spec import make_spec
-
     for method in ("yarn", "ntk-fixed", "llama3"):
         out = tmp_path / f"{method}.gguf"
         r = runner.invoke(app, ["export", "--model", str(builtin_gguf), "--method", method, "--len", "512", "--to", "gguf",
@@ -151,8 +145,6 @@ def test_bad_workloads_are_one_line(args, needle):
 
 
 def test_a_file_of_request_lengths_is_histogrammed(tmp_path):
-    from ropecli.tuning.workload import parse_workload
-
     f = tmp_path / "lengths.txt"
     f.write_text("100\n130\n250\n260\n1000\n")
     w = parse_workload(str(f), 1024)
@@ -164,8 +156,6 @@ def test_a_file_of_request_lengths_is_histogrammed(tmp_path):
 def test_advise_serves_its_candidates_per_runtime_and_exports_to_match(tmp_path):
     """advise --workload: a serving section over the candidates (on the first round's held-out windows), its
     tables in report.md, and each runtime's export the candidate and variant `runtime_pick` chose."""
-    from ropecli.tuning.advise_exports import runtime_pick
-
     out = tmp_path / "a"
     r = runner.invoke(app, ["advise", "--len", "512", "--candidates", "none,yarn,ntk-fixed,dynamic", "--samples", "2",
                             "--workload", MIX, "--runtime", "transformers,vllm", "--out", str(out)])
@@ -183,8 +173,6 @@ def test_advise_serves_its_candidates_per_runtime_and_exports_to_match(tmp_path)
 
 
 def test_runtime_pick_keeps_the_winner_unless_it_is_shown_worse():
-    from ropecli.tuning.advise_exports import runtime_pick
-
     def row(name, nll, verdict, consistent=True, safe=None):
         return {"name": name, "expected_nll": nll, "consistent": consistent, "vs_best": {"best": verdict == "best", "verdict": verdict},
                 **({"generation_safe": safe} if safe is not None else {})}

@@ -8,11 +8,23 @@ import json
 import numpy as np
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
+from typer.testing import CliRunner
 
-from architectures import ARCHS, L0, build_arch, save_arch
-from ropecli.models.config import rope_from_config
+from ropecli.backends.load import causal_lm_from_pretrained, load_model
+from ropecli.cli.app import app
+from ropecli.errors import RopeCliError
+from ropecli.models.chunked_scoring import window_nll
+from ropecli.models.config import read_rope_config, rope_from_config
+from ropecli.models.packaged import BUILTIN_FOLDERS
+from ropecli.models.patch import find_rotary_slots, original_inv_freq, select_slots
+from ropecli.rope.geometry import Geometry
 from ropecli.rope.shipped import read_shipped
 from ropecli.spec import make_spec
+
+from architectures import ARCHS, L0, build_arch, save_arch
+from gguf_models import write_llama_gguf
+from tiny_models import build
 
 SHIPPED = [a for a in ARCHS if a.shipped]
 
@@ -75,8 +87,6 @@ def test_gemma3_scaling_applies_to_the_global_layers_only():
 
 
 def test_unknown_rope_type_is_refused_in_one_line():
-    from ropecli.errors import RopeCliError
-
     with pytest.raises(RopeCliError, match="rope_type 'xpos'.*does not know"):
         read_shipped({"rope_type": "xpos", "factor": 2.0}, max_len=100)
 
@@ -85,8 +95,6 @@ def test_unknown_rope_type_is_refused_in_one_line():
 def test_shipped_schedule_is_what_transformers_applies(arch):
     """Shipped.at(n) against the rotary module of the unpatched model after a forward pass of n tokens
     (transformers' own code: its dynamic and longrope updates included), within L0, up to Ls and past it."""
-    from ropecli.models.patch import find_rotary_slots, original_inv_freq, select_slots
-
     model = build_arch(arch)
     rope = rope_from_config(arch.name, model.config.to_dict(), None)
     slot = select_slots(find_rotary_slots(model), rope.scaled_types)[0]
@@ -104,9 +112,6 @@ def test_shipped_schedule_is_what_transformers_applies(arch):
 def test_native_equals_the_unpatched_model(tmp_path, arch):
     """`native` through ropecli's backend (after another schedule ran and was restored) gives the unpatched
     model's NLL within 1e-5 at every length; `none` does not (the test can fail)."""
-    from ropecli.backends.load import causal_lm_from_pretrained, load_model
-    from ropecli.models.chunked_scoring import window_nll
-
     folder = save_arch(arch, tmp_path / "m")
     lm = load_model(str(folder), device="cpu", dtype="fp32")
     plain = causal_lm_from_pretrained(str(folder), {"dtype": torch.float32}).eval()
@@ -127,8 +132,6 @@ def test_native_equals_the_unpatched_model(tmp_path, arch):
 
 
 def test_composed_is_the_shipped_schedule_times_the_extra_one():
-    from ropecli.rope.geometry import Geometry
-
     rope = rope_from_config("l", REAL["Llama-3.1-8B"][0], None)
     Ls, N = rope.shipped_len, 4 * rope.shipped_len
     geom = rope.geometry(N / rope.train_len)
@@ -152,10 +155,6 @@ def test_composed_attention_factors_multiply():
 
 
 def test_native_export_writes_nothing_and_says_so(tmp_path):
-    from typer.testing import CliRunner
-
-    from ropecli.cli.app import app
-
     folder = save_arch(SHIPPED[0], tmp_path / "m")
     r = CliRunner().invoke(app, ["export", "--model", str(folder), "--method", "native", "--len", "512", "--to", "hf",
                                  "--out", str(tmp_path / "out"), "--json"])
@@ -166,10 +165,6 @@ def test_native_export_writes_nothing_and_says_so(tmp_path):
 
 
 def test_an_export_that_replaces_the_shipped_schedule_within_Ls_is_flagged(tmp_path):
-    from typer.testing import CliRunner
-
-    from ropecli.cli.app import app
-
     folder = save_arch(SHIPPED[0], tmp_path / "m")
     run = CliRunner().invoke
     kept = json.loads(run(app, ["export", "--model", str(folder), "--method", "native+yarn", "--len", "512", "--json",
@@ -188,10 +183,7 @@ def test_an_export_that_replaces_the_shipped_schedule_within_Ls_is_flagged(tmp_p
 def test_gguf_shipped_schedule(tmp_path, case):
     """A GGUF's `{arch}.rope.scaling.*` keys and rope factor tensors, as llama.cpp's converter writes them."""
     pytest.importorskip("gguf")
-    from gguf_models import write_llama_gguf
-    from tiny_models import build
 
-    from ropecli.models.config import read_rope_config
 
     model = build("llama")  # d = 16, L = 64 (its max_position_embeddings: the GGUF's context_length)
     keys, tensors = {}, {}
@@ -224,12 +216,6 @@ def test_gguf_shipped_schedule(tmp_path, case):
 
 def test_native_is_the_prescaled_builtin_model_as_it_loads():
     """The pre-scaled built-in model (llama3 x4 shipped): native equals the unpatched model at 2 x Ls; none does not."""
-    from transformers import AutoModelForCausalLM
-
-    from ropecli.backends.load import load_model
-    from ropecli.models.packaged import BUILTIN_FOLDERS
-    from ropecli.models.chunked_scoring import window_nll
-
     lm = load_model("builtin-llama3", device="cpu", dtype="fp32")
     assert (lm.rope.train_len, lm.rope.shipped_len, lm.rope.shipped.rope_type) == (256, 1024, "llama3")
     plain = AutoModelForCausalLM.from_pretrained(BUILTIN_FOLDERS["builtin-llama3"], dtype=torch.float32).eval()

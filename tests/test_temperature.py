@@ -5,23 +5,28 @@ kept in exports."""
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import torch
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.models.mistral4.modeling_mistral4 import get_llama_4_attn_scale
 from typer.testing import CliRunner
 
-from architectures import ARCHS, save_arch
+from ropecli.backends.load import load_model
 from ropecli.cli.app import app
 from ropecli.models.config import read_rope_config
+from ropecli.models.position_temperature import position_temperature
+
+from architectures import ARCHS, save_arch
 
 ROW = {a.temperature: a for a in ARCHS if a.temperature}
 
 
 def queries_seen(model, ids: torch.Tensor) -> dict[int, torch.Tensor]:
     """The query each attention layer hands to its attention function (after any temperature), by layer index."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
     seen = {}
 
     def capture(module, query, key, value, attention_mask, **kw):
@@ -41,8 +46,6 @@ def queries_seen(model, ids: torch.Tensor) -> dict[int, torch.Tensor]:
 
 
 def test_llama4_temperature_is_the_models_query_scale(tmp_path):
-    from ropecli.backends.load import load_model
-
     arch = ROW["llama4"]
     folder = save_arch(arch, tmp_path / "m")
     rope = read_rope_config(str(folder))
@@ -63,8 +66,6 @@ def test_llama4_temperature_is_the_models_query_scale(tmp_path):
 
 
 def test_mistral4_temperature_is_transformers_own():
-    from transformers.models.mistral4.modeling_mistral4 import get_llama_4_attn_scale
-
     t = read_rope_config_of(ROW["mistral4"])
     positions = torch.arange(300)[None]
     theirs = get_llama_4_attn_scale(positions, 0.1, 32).reshape(-1).double().numpy()
@@ -73,9 +74,6 @@ def test_mistral4_temperature_is_transformers_own():
 
 
 def read_rope_config_of(arch):
-    import tempfile
-    from pathlib import Path
-
     with tempfile.TemporaryDirectory() as d:
         return read_rope_config(str(save_arch(arch, Path(d) / "m"))).temperature
 
@@ -106,9 +104,6 @@ def test_header_json_and_export_keep_the_temperature(tmp_path):
 def test_a_changed_temperature_is_the_query_scale_the_model_then_applies(tmp_path):
     """`--param attn_scale=…` / `beta=…` puts the model at that temperature: the query each layer sees is scaled by the
     changed Temperature's s(n), position by position; restored after the block."""
-    from ropecli.backends.load import load_model
-    from ropecli.models.position_temperature import position_temperature
-
     for kind, change in (("llama4", ("attn_scale", 0.7)), ("mistral4", ("beta", 0.9))):
         folder = save_arch(ROW[kind], tmp_path / kind)
         shipped = read_rope_config(str(folder)).temperature

@@ -5,10 +5,13 @@ mode a normal folder gets (a serving account must read it)."""
 import os
 import stat
 
+import huggingface_hub
 import pytest
+from huggingface_hub.errors import LocalEntryNotFoundError
 from typer.testing import CliRunner
 
 from ropecli.cli.app import app
+from ropecli.models.packaged import looks_like_path
 
 runner = CliRunner()
 
@@ -22,8 +25,6 @@ def test_a_model_path_that_does_not_exist_says_so(path):
 
 
 def test_a_hub_id_is_not_taken_for_a_path():
-    from ropecli.models.packaged import looks_like_path
-
     assert not looks_like_path("meta-llama/Llama-2-7b-hf") and not looks_like_path("gpt2")
     assert looks_like_path("/models/llama") and looks_like_path("a/b/c") and looks_like_path("model.gguf")
 
@@ -54,9 +55,6 @@ def test_an_exported_folder_from_a_gguf_has_a_normal_folder_mode(builtin_gguf, t
 
 def test_a_hub_id_without_network_or_cached_copy_is_one_line_with_the_fix(monkeypatch):
     """Offline (or DNS down) and not cached: one line naming both fixes, not the hub's paragraph."""
-    import huggingface_hub
-    from huggingface_hub.errors import LocalEntryNotFoundError
-
     def offline(*args, **kwargs):
         raise LocalEntryNotFoundError("An error happened while trying to locate the file on the Hub and we cannot find "
                                       "the requested files in the local cache. Please check your connection …")

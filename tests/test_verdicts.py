@@ -10,6 +10,7 @@ import pytest
 
 import ropecli.evaluation.inference as inference
 from ropecli.tuning.racing import ALPHA, looks, race_start
+from ropecli.tuning.ranking import rank
 from ropecli.tuning.simulation import Cell, drop_rate
 
 RACES = 300
@@ -61,8 +62,6 @@ def test_the_tie_break_never_goes_to_an_ineligible_or_undecided_candidate():
     """20 seeded tournaments of fake measurements (the review's crash: the KL leader failing a
     constraint raised StopIteration in 8 of 20): the winner is always eligible, the best or shown
     equivalent to it, and never worse than the best by more than the margin."""
-    from ropecli.tuning.ranking import rank
-
     rng = np.random.default_rng(0)
     for _ in range(20):
         names = ["a", "b", "c", "d", "e"]

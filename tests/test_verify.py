@@ -10,6 +10,12 @@ from typer.testing import CliRunner
 
 from ropecli.cli.app import app
 from ropecli.models.config import BUILTIN_DIR
+from ropecli.models.gguf_rope import export_gguf, read_gguf_input
+from ropecli.models.llamacpp_files import file_fingerprint
+from ropecli.rope.geometry import Geometry
+from ropecli.spec import make_spec
+
+from tiny_models import save_tiny
 
 runner = CliRunner()
 B = str(BUILTIN_DIR)  # the built-in model: L = 256, d = 64
@@ -113,10 +119,6 @@ def test_vllm_native_ntk_checked_by_its_formula(tmp_path):
 
 def written_gguf(src, out, train_len=256, target_len=1024, attention=None, factor_k=4.0):
     """An exported GGUF with chosen (possibly wrong) metadata, written by the exporter's own function."""
-    from ropecli.models.gguf_rope import export_gguf, read_gguf_input
-    from ropecli.rope.geometry import Geometry
-    from ropecli.spec import make_spec
-
     sched = make_spec("yarn").schedule(Geometry(64, 1e4, 256, factor_k))
     gin, reader = read_gguf_input(src)
     export_gguf(reader, gin, out, sched.factors, sched.attention_factor if attention is None else attention, train_len, target_len)
@@ -168,8 +170,6 @@ def test_bad_input_is_one_line(tmp_path):
 
 def test_per_layer_type_export_checks_the_scaled_type_only(tmp_path):
     """Gemma 3 style: only full_attention is scaled; the sliding layers keep their own RoPE and are not checked."""
-    from tiny_models import save_tiny
-
     gemma = save_tiny(tmp_path / "gemma", "gemma3")
     flags = ["--model", gemma, "--method", "yarn", "--len", "512"]
     out = export(tmp_path, "gemma-512", *flags, "--to", "hf")
@@ -199,8 +199,6 @@ def test_a_vllm_file_without_any_mscale_needs_runtime_vllm(tmp_path):
 
 
 def test_a_scaled_layer_type_left_unscaled_fails(tmp_path):
-    from tiny_models import save_tiny
-
     gemma = save_tiny(tmp_path / "gemma", "gemma3")
     flags = ["--model", gemma, "--method", "yarn", "--len", "512"]
     out = export(tmp_path, "gemma-512", *flags, "--to", "hf")
@@ -212,8 +210,6 @@ def test_a_scaled_layer_type_left_unscaled_fails(tmp_path):
 
 
 def test_two_exports_differing_only_in_rope_freqs_have_different_fingerprints(builtin_gguf, tmp_path):
-    from ropecli.models.llamacpp_files import file_fingerprint
-
     outs = [export(tmp_path, f"b{b}.gguf", "--model", builtin_gguf, "--method", "mixed", "--b", b, "--len", "1024",
                    "--to", "gguf") for b in ("0.5", "0.75")]
     assert outs[0].stat().st_size == outs[1].stat().st_size

@@ -23,16 +23,20 @@ from pathlib import Path
 
 import pytest
 import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from typer.testing import CliRunner
 
 from ropecli.cli.app import app
 from ropecli.evaluation.corpus import held_out_plays
 from ropecli.export.runtimes.vllm import checkout_vllm_python
 from ropecli.export.vllm_engine import ENV, run_engine
-from ropecli.maps.mapped_attention import mapped
 from ropecli.maps.map_rules import LAMPE_PRESETS
+from ropecli.maps.mapped_attention import mapped
 from ropecli.maps.position_maps import MAPS, bind
 from ropecli.models.config import BUILTIN_DIR
+
+from tiny_models import char_tokenizer
 
 PYTHON = checkout_vllm_python()
 pytestmark = pytest.mark.skipif(PYTHON is None, reason="no vLLM environment (.venv-vllm or ROPECLI_VLLM_PYTHON; "
@@ -63,8 +67,6 @@ def export(args):
 
 def window(n=T, play=0):
     """n token ids of a held-out play as ropecli scores them (BOS first), the built-in tokenizer's."""
-    from transformers import AutoTokenizer
-
     tok = AutoTokenizer.from_pretrained(str(BUILTIN_DIR))
     text = list(held_out_plays().values())[play]
     return [tok.bos_token_id] + tok(text, add_special_tokens=False)["input_ids"][: n - 1]
@@ -87,8 +89,6 @@ def selection(block, model):
 def ropecli_logprobs(folder, ids):
     """(per-token NLL, log-probabilities (T, vocab)) of ids under the folder's map, by ropecli's own mapped attention
     on the model as transformers loads it (its class, not the folder's modeling file)."""
-    import transformers
-
     cfg = json.loads((Path(folder) / "config.json").read_text())
     block = cfg["ropecli_map"]
     model = getattr(transformers, block["architecture"]).from_pretrained(str(folder), dtype=torch.float32).eval()
@@ -158,8 +158,6 @@ def test_greedy_decoding_in_vllm_across_L_is_ropecli_one_pass(map_runs, name):
 def folder_choices(folder, ids, tokens):
     """The exported folder's argmax at each step of decoding `tokens` after the prompt `ids` through its KV cache in
     transformers (greedy decoding's choices, EOS included)."""
-    from transformers import AutoModelForCausalLM, DynamicCache
-
     model = AutoModelForCausalLM.from_pretrained(str(folder), trust_remote_code=True, dtype=torch.float32).eval()
     cache, x = DynamicCache(), torch.tensor([ids + tokens])
     with torch.no_grad():
@@ -218,10 +216,6 @@ TINY_L = 64
 
 
 def tiny(kind, path, **extra):
-    import transformers
-
-    from tiny_models import char_tokenizer
-
     cls, kw = FAMILIES[kind] if kind in FAMILIES else (kind, {})
     cfg = getattr(transformers, cls)(vocab_size=96, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=TINY_L,
@@ -337,8 +331,6 @@ SCHEDULES = {  # every schedule ropecli writes for vLLM, on the built-in model a
 
 
 def transformers_nll(folder, ids):
-    from transformers import AutoModelForCausalLM
-
     model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
     x = torch.tensor([ids])
     with torch.no_grad():

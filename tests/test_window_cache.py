@@ -3,10 +3,12 @@ an interrupt keeps every finished window, and entries of the older whole-evaluat
 
 import hashlib
 import json
+from dataclasses import replace
 
 import pytest
 from typer.testing import CliRunner
 
+from ropecli.backends.load import fingerprint
 from ropecli.cli.app import app
 from ropecli.evaluation.cache import LEGACY_FORMAT, EvalCache, _canonical, key_hash
 from ropecli.evaluation.evaluator import Evaluator
@@ -142,8 +144,6 @@ def test_windows_stored_under_an_earlier_fingerprint_are_reused(tiny, tmp_path, 
 
 def test_windows_stored_under_the_old_spelling_of_a_runtime_are_reused(tiny, tmp_path, text_file):
     """One spelling per runtime: entries keyed `"runtime": "llama.cpp"` (before `llamacpp`) are found and re-stored."""
-    from dataclasses import replace
-
     backend = replace(tiny, runtime="llamacpp", earlier_fingerprints=())
     first = Evaluator.over(backend, [text_file], samples=2, cache=EvalCache(tmp_path / "c"))
     want = first.evaluate(make_spec("yarn"), 128)
@@ -160,8 +160,6 @@ def test_windows_stored_under_the_old_spelling_of_a_runtime_are_reused(tiny, tmp
 def test_the_fingerprint_outlives_a_transformers_upgrade(tiny):
     """The config's transformers_version is not in the fingerprint (it once was: a new transformers orphaned every
     cached window); the fingerprint with it is kept as an earlier one, for the windows stored under it."""
-    from ropecli.backends.load import fingerprint
-
     now, (versioned, _) = fingerprint(tiny.model)  # config.to_dict() writes the installed version
     then, (versioned_then, _) = fingerprint(tiny.model, "5.0.0")  # as transformers 5.0.0 would have
     assert then == now and versioned_then != versioned

@@ -7,6 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ropecli.cli.app import app
+from ropecli.tuning.advise import MARKER, prepare_out
 
 runner = CliRunner()
 SEARCH_B = ["search-b", "--len", "512", "--samples", "1", "--tol", "0.3"]
@@ -77,8 +78,6 @@ def test_pictures_refuse_an_existing_file_without_force(tmp_path, monkeypatch, c
 
 
 def test_advise_keeps_an_earlier_advice_without_force(tmp_path, monkeypatch):
-    from ropecli.tuning.advise import MARKER, prepare_out
-
     out = tmp_path / "adv"
     prepare_out(str(out))
     (out / "advice.json").write_text("{}")

@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 import torch
-from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig,
-                          LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import (
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
+    GPTNeoXConfig,
+    GPTNeoXForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
 
 VOCAB = 96
 L = 64  # training length of every tiny model
@@ -51,9 +61,6 @@ def base_of(family: str) -> float:
 
 def char_tokenizer():
     """A character-level fast tokenizer (no download) with a BOS token."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
     chars = [chr(c) for c in range(32, 127)][: VOCAB - 2]
     vocab = {"<s>": 0, "<unk>": 1, **{c: i + 2 for i, c in enumerate(chars)}}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
