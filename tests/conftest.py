@@ -52,21 +52,37 @@ def text_file(tmp_path):
 
 
 @pytest.fixture(scope="session")
-def builtin_gguf(tmp_path_factory):
+def builtin():
+    """The built-in model (L = 256) in fp32 on the CPU, loaded once for the session: tests read it, never change it
+    (a map or a schedule is applied in a context that restores it)."""
+    return load_model(None, device="cpu", dtype="fp32")
+
+
+@pytest.fixture(scope="session")
+def builtin_gguf(tmp_path_factory, builtin):
     """The built-in model (L = 256, d = 64) as an F32 llama GGUF with its byte-level BPE vocabulary:
     a GGUF that llama.cpp loads, written in-process (no download)."""
-    pytest.importorskip("gguf")
-
-
     path = tmp_path_factory.mktemp("gguf") / "builtin.gguf"
-    write_llama_gguf(load_model(None, device="cpu", dtype="fp32").model, path, tokenizer_json=BUILTIN_DIR / "tokenizer.json")
+    write_llama_gguf(builtin.model, path, tokenizer_json=BUILTIN_DIR / "tokenizer.json")
     return path
+
+
+def hamlet_jsonl(path, repeats: int, count: int) -> str:
+    """`count` JSONL documents of Hamlet's line said `repeats` times (44 characters each: a char tokenizer's tokens),
+    each starting one character later."""
+    lines = [json.dumps({"text": ("To be, or not to be, that is the question. " * repeats)[i:] + f" doc {i}"})
+             for i in range(count)]
+    path.write_text("\n".join(lines))
+    return str(path)
+
+
+@pytest.fixture()
+def jsonl_file(tmp_path):
+    """Four documents of ~530 characters each, as JSONL."""
+    return hamlet_jsonl(tmp_path / "docs.jsonl", 12, 4)
 
 
 @pytest.fixture()
 def long_text_file(tmp_path):
     """Six documents of ~1,800 characters each (a tiny model's char tokenizer: ~1,800 tokens), as JSONL."""
-    p = tmp_path / "docs.jsonl"
-    lines = [json.dumps({"text": ("To be, or not to be, that is the question. " * 40)[i:] + f" doc {i}"}) for i in range(6)]
-    p.write_text("\n".join(lines))
-    return str(p)
+    return hamlet_jsonl(tmp_path / "docs.jsonl", 40, 6)

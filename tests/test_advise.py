@@ -8,7 +8,6 @@ from contextlib import contextmanager
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from typer.testing import CliRunner
 
 import ropecli.cli.session_opening as session
 from ropecli.cli.app import app
@@ -18,9 +17,9 @@ from ropecli.evaluation.evaluator import Evaluator
 from ropecli.evaluation.session import Progress
 from ropecli.models.chunked_scoring import naive_window_nll
 
+from helpers import runner
 from tiny_models import save_tiny
 
-runner = CliRunner()
 FAST = ["--len", "128", "--len", "256", "--samples", "2", "--budget", "7"]
 
 

@@ -6,14 +6,14 @@ winner must never be worse than the best by more than the margin, never `none` o
 import json
 
 import pytest
-from typer.testing import CliRunner
 
 from ropecli.cli.app import app
 from ropecli.evaluation.corpus import held_out_plays
 from ropecli.evaluation.inference import GENERALIZES
 from ropecli.tuning.ranking import ranking_scope
 
-runner = CliRunner()
+from helpers import runner
+
 CANDIDATES = "none,pi,ntk-aware,dynamic,yarn,llama3,ntk-fixed,mixed-clamped"
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from typer.testing import CliRunner
 
 from ropecli.backends.load import load_model
 from ropecli.cli.app import app
@@ -26,8 +25,8 @@ from ropecli.models.config import read_rope_config
 from ropecli.rope.methods import compute_schedule
 
 from architectures import ARCHS, L0, VOCAB, Arch, build_arch, docs_table, save_arch
+from helpers import runner
 
-runner = CliRunner()
 IDS = [a.name for a in ARCHS]
 
 

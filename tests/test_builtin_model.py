@@ -4,12 +4,10 @@ evaluation commands fast end to end (each a few seconds)."""
 import json
 import math
 
-from typer.testing import CliRunner
-
 from ropecli.backends.load import BUILTIN_DIR, load_model
 from ropecli.cli.app import app
 
-runner = CliRunner()
+from helpers import runner
 
 
 def run_json(*args):

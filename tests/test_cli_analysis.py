@@ -6,16 +6,11 @@ import numpy as np
 import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
-from typer.testing import CliRunner
 
 from ropecli.cli.app import app
 from ropecli.models.packaged import PACKAGE_DIR
 
-runner = CliRunner()
-
-
-def run(*args):
-    return runner.invoke(app, list(args))
+from helpers import run, runner
 
 
 def test_version_and_help():

@@ -8,26 +8,11 @@ import sys
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
-from typer.testing import CliRunner
 
 import ropecli.backends.backend as backend
-from ropecli.cli.app import app
 
+from helpers import run
 from tiny_models import char_tokenizer
-
-runner = CliRunner()
-
-
-@pytest.fixture()
-def jsonl_file(tmp_path):
-    p = tmp_path / "docs.jsonl"
-    lines = [json.dumps({"text": ("To be, or not to be, that is the question. " * 12)[i:] + f" doc {i}"}) for i in range(4)]
-    p.write_text("\n".join(lines))
-    return str(p)
-
-
-def run(*args):
-    return runner.invoke(app, list(args))
 
 
 def test_ppl_json(tiny_dir, jsonl_file):

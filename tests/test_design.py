@@ -11,7 +11,6 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pytest
-from typer.testing import CliRunner
 
 from ropecli.cli.app import COMMANDS, app, command_function
 from ropecli.cli.commands import plot
@@ -24,8 +23,8 @@ from ropecli.spec import make_spec
 from ropecli.tuning.search import search_b
 
 from fakes import ppl_result
+from helpers import runner
 
-runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent
 
 

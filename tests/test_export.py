@@ -24,13 +24,8 @@ from ropecli.models.patch import apply_schedule, restore
 from ropecli.spec import make_spec
 
 from gguf_models import write_llama_gguf
+from helpers import run
 from tiny_models import build, char_tokenizer, save_tiny
-
-runner = CliRunner()
-
-
-def run(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 @pytest.fixture(scope="module")

@@ -5,13 +5,12 @@ import json
 
 import gguf
 import pytest
-from typer.testing import CliRunner
 
 from ropecli.cli.app import app
 from ropecli.export.writers import gguf_origin
 from ropecli.models.config import BUILTIN_DIR
 
-runner = CliRunner()
+from helpers import runner
 
 
 @pytest.mark.parametrize("to, out, schedule", [

@@ -4,11 +4,10 @@ an advise --delta nan ran for minutes, its indifference zone never closing); so 
 
 import pytest
 import typer
-from typer.testing import CliRunner
 
 from ropecli.cli.app import COMMANDS, app
 
-runner = CliRunner()
+from helpers import runner
 
 
 def float_options():
@@ -58,16 +57,17 @@ def test_advise_delta_nan_is_one_line():
                                                      "(see 'ropecli advise --help')"), r.output
 
 
-@pytest.mark.parametrize("args, words", [
-    (["ppl", "--method", "mixed", "--param", "b=nan"], "--param b"),
-    (["ppl", "--method", "yarn", "--param", "beta_fast=inf"], "--param beta_fast"),
-    (["ppl", "--method", "none", "--map", "selfextend:G=nan,W=64"], "selfextend"),
-    (["search", "--method", "yarn", "--vary", "beta_fast=nan:32"], "--vary"),
-    (["passkey", "--depths", "0,nan"], "--depths"),
-    (["compare", "--workload", "2048:inf"], "--workload"),
-    (["compare", "--workload", "FILE"], "--workload"),
+@pytest.mark.parametrize("line, words", [  # (the command line, what its one error line names)
+    ("ppl --method mixed --param b=nan", "--param b"),
+    ("ppl --method yarn --param beta_fast=inf", "--param beta_fast"),
+    ("ppl --method none --map selfextend:G=nan,W=64", "selfextend"),
+    ("search --method yarn --vary beta_fast=nan:32", "--vary"),
+    ("passkey --depths 0,nan", "--depths"),
+    ("compare --workload 2048:inf", "--workload"),
+    ("compare --workload FILE", "--workload"),
 ])
-def test_numbers_inside_text_options_are_finite_too(args, words, tmp_path):
+def test_numbers_inside_text_options_are_finite_too(line, words, tmp_path):
+    args = line.split()
     if args[-1] == "FILE":  # a workload file with an infinite length
         (tmp_path / "lengths.txt").write_text("2048\ninf\n")
         args = [*args[:-1], str(tmp_path / "lengths.txt")]

@@ -9,12 +9,12 @@ import random
 import re
 
 import pytest
-from typer.testing import CliRunner
 
 from ropecli.cli.app import app
 from ropecli.models.config import BUILTIN_DIR
 
-runner = CliRunner()
+from helpers import runner
+
 BARE = re.compile(r"Error: [A-Z][A-Za-z]*(Error|Exception)\b|Traceback|set ROPECLI_DEBUG")
 
 

@@ -10,9 +10,7 @@ import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
-from typer.testing import CliRunner
 
-from ropecli.backends.load import load_model
 from ropecli.cli.app import app
 from ropecli.evaluation.cache import EvalCache
 from ropecli.evaluation.decode_across import DecodePlan
@@ -22,13 +20,10 @@ from ropecli.export.served import decode_damage
 from ropecli.models.cached_decoding import cache_keyword
 from ropecli.spec import make_spec
 
-runner = CliRunner()
+from helpers import runner
+
 PROMPT, TOTAL = 200, 600  # the built-in model's L = 256: a prompt shorter than L, decoded well past it
 
-
-@pytest.fixture(scope="module")
-def builtin():
-    return load_model(None, dtype="fp32", device="cpu")
 
 
 @pytest.fixture(scope="module")

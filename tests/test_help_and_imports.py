@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from ropecli.cli.app import COMMANDS, app
 from ropecli.deferred import deferred, installed
 
-runner = CliRunner()
+from helpers import runner
+
 ROOT = Path(__file__).resolve().parent.parent
 PLACEHOLDER = re.compile(r"<(function|str|int|float|text|integer|path|lambda)>|<function ", re.I)
 

@@ -8,7 +8,6 @@ import json
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 from ropecli.backends.load import load_model
 from ropecli.cli.app import app
@@ -26,15 +25,9 @@ from ropecli.report.tables import key_note
 from ropecli.spec import make_spec
 
 from fakes import ppl_result
+from helpers import runner
 from reference.longppl_0_3_0 import cal_overlap, compute_longppl, find_key_token
 from tiny_models import save_tiny
-
-runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def builtin():
-    return load_model(None, device="cpu", dtype="fp32")
 
 
 def repeated_text() -> str:

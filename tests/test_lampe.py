@@ -18,7 +18,8 @@ from ropecli.maps.map_rotation import rotated
 from ropecli.maps.mapped_attention import NAME, mapped
 from ropecli.maps.position_maps import MAPS, bind, map_params, map_regions
 
-from architectures import ARCHS, L0, VOCAB, save_arch
+from architectures import L0, VOCAB
+from helpers import arch_folder
 from tiny_models import build, folder_batches_agree
 
 T_FACTOR = 0.1 * math.log(2) + 1
@@ -154,13 +155,7 @@ def test_a_decoding_step_has_the_regions_of_its_own_length():
 
 @pytest.fixture(scope="module")
 def lampe_folder(tmp_path_factory):
-    base = tmp_path_factory.mktemp("lampe-sw")
-    model_dir = save_arch(next(a for a in ARCHS if a.name == "llama"), base / "model")
-    r = CliRunner().invoke(app, ["export", "--model", str(model_dir), "--method", "none", "--map",
-                                 f"lampe-sw:head=8,L={L0}", "--len", str(3 * L0), "--to", "transformers",
-                                 "--out", str(base / "out")])
-    assert r.exit_code == 0, r.output
-    return model_dir, base / "out"
+    return arch_folder(tmp_path_factory.mktemp("lampe-sw"), "llama", f"lampe-sw:head=8,L={L0}", 3 * L0)
 
 
 def test_the_folder_is_ropecli_lampe_and_each_decoded_token_its_prefixs(lampe_folder):

@@ -22,6 +22,7 @@ from ropecli.maps.mapped_attention import NAME, mapped
 from ropecli.maps.position_maps import MAPS, bind, map_params, map_regions
 
 from architectures import ARCHS, save_arch
+from helpers import run
 from tiny_models import build, char_tokenizer, folder_batches_agree
 
 T_FACTOR = 0.1 * math.log(2) + 1
@@ -256,8 +257,8 @@ def test_the_presets_are_the_authors_settings():
 def lampe_folder(tmp_path_factory):
     base = tmp_path_factory.mktemp("lampe3")
     model_dir = save_arch(next(a for a in ARCHS if a.name == "llama"), base / "model")
-    r = CliRunner().invoke(app, ["export", "--model", str(model_dir), "--method", "none", "--map", "lampe:head=8,tail=3",
-                                 "--len", "96", "--to", "transformers", "--out", str(base / "out")])
+    r = run("export", "--model", model_dir, "--method", "none", "--map", "lampe:head=8,tail=3", "--len", 96, "--to",
+            "transformers", "--out", base / "out")
     assert r.exit_code == 0, r.output
     assert "LaMPE's Llama 3 fit in units of the training length (ropecli's own scaling) (L = 32)" in r.output, r.output
     return model_dir, base / "out"

@@ -10,17 +10,11 @@ import sys
 import numpy as np
 import pytest
 from transformers import AutoTokenizer
-from typer.testing import CliRunner
 
-from ropecli.cli.app import app
 from ropecli.evaluation.inputs import Inputs
 from ropecli.models.config import BUILTIN_DIR
 
-runner = CliRunner()
-
-
-def run(*args):
-    return runner.invoke(app, [str(a) for a in args])
+from helpers import run
 
 
 def test_not_installed_is_one_line_with_the_install_command(builtin_gguf, monkeypatch):

@@ -21,7 +21,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from packaging.version import Version
-from typer.testing import CliRunner
 
 from ropecli.backends.llamacpp_backend import LlamaCppBackend
 from ropecli.backends.llamacpp_open import open_gguf
@@ -34,8 +33,9 @@ from ropecli.tuning.advise_exports import served_winner
 from ropecli.tuning.candidates import default_candidates
 from ropecli.tuning.standings import Standings
 
+from helpers import runner
+
 REF = Path(__file__).parent / "reference" / "llamacpp"
-runner = CliRunner()
 
 
 class Cells:

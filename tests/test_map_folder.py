@@ -24,12 +24,14 @@ from ropecli.evaluation.data import load_documents, tokenize_documents
 from ropecli.evaluation.passkey import filler_stream, make_samples
 from ropecli.export.plan import check_map_served
 from ropecli.export.registry import record
+from ropecli.maps.map_spelling import map_text
 from ropecli.maps.mapped_attention import mapped
 from ropecli.maps.position_maps import MAPS as REGISTERED
 from ropecli.maps.position_maps import Region, bind, register_map
 from ropecli.spec import make_spec
 
 from architectures import ARCHS, L0, VOCAB, save_arch
+from helpers import export_folder, load_folder, passkey_folder
 
 MAPS = [("none", {}), ("selfextend", {"G": 2, "W": 8}), ("rerope", {"w": 12}), ("leaky-rerope", {"w": 12, "k": 4}),
         ("dca", {"chunk": 24, "local": 4}), ("string", {"S": 20, "W": 4}),
@@ -38,19 +40,8 @@ MAPS = [("none", {}), ("selfextend", {"G": 2, "W": 8}), ("rerope", {"w": 12}), (
 T = 3 * L0  # past every tiny model's L
 
 
-def spelled(name, params):
-    return name + (":" + ",".join(f"{k}={v}" for k, v in params.items()) if params else "")
-
-
 def export(model_dir, out, name, params, method="none"):
-    r = CliRunner().invoke(app, ["export", "--model", str(model_dir), "--method", method, "--map", spelled(name, params),
-                                 "--len", str(T), "--to", "transformers", "--out", str(out)])
-    assert r.exit_code == 0, r.output
-    return out
-
-
-def load(folder):
-    return AutoModelForCausalLM.from_pretrained(str(folder), trust_remote_code=True, dtype=torch.float32).eval()
+    return export_folder(model_dir, out, map_text(bind(name, params)), T, method)
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +51,7 @@ def llama_dir(tmp_path_factory):
 
 @pytest.mark.parametrize(("name", "params"), MAPS, ids=[m[0] for m in MAPS])
 def test_the_folder_is_ropecli_mapped_and_decodes_across_L_as_one_pass(llama_dir, tmp_path, name, params):
-    folder = load(export(llama_dir, tmp_path / "out", name, params))
+    folder = load_folder(export(llama_dir, tmp_path / "out", name, params))
     assert type(folder).__name__ == ("LlamaForCausalLM" if name == "none" else "RopecliMapForCausalLM")  # none: no map
     ids = torch.randint(2, VOCAB, (1, T), generator=torch.Generator().manual_seed(0))
     reference = AutoModelForCausalLM.from_pretrained(str(llama_dir), dtype=torch.float32).eval()
@@ -96,7 +87,7 @@ def test_the_folder_maps_the_families(tmp_path, row):
     DeepSeek's YaRN mscale included, under the map) is ropecli's mapped model."""
     arch = next(a for a in ARCHS if a.name == row)
     model_dir = save_arch(arch, tmp_path / "model")
-    folder = load(export(model_dir, tmp_path / "out", "selfextend", {"G": 2, "W": 8}, method="native"))
+    folder = load_folder(export(model_dir, tmp_path / "out", "selfextend", {"G": 2, "W": 8}, method="native"))
     reference = reference_model(arch, model_dir)
     ids = torch.randint(2, VOCAB, (1, T), generator=torch.Generator().manual_seed(1))
     with torch.no_grad(), mapped(reference, bind("selfextend", {"G": 2, "W": 8})):
@@ -111,7 +102,7 @@ def test_an_mla_folder_decodes_across_L_as_one_pass_and_a_padded_row_as_alone(tm
     """Through the KV cache of latents and turned k_rot: greedy decoding from below L to 2L past it is the folder's own
     teacher-forced pass, and a left-padded row of a batch generates what it generates alone."""
     model_dir = save_arch(next(a for a in ARCHS if a.name == row), tmp_path / "model")
-    folder = load(export(model_dir, tmp_path / "out", "selfextend", {"G": 2, "W": 8}, method="native"))
+    folder = load_folder(export(model_dir, tmp_path / "out", "selfextend", {"G": 2, "W": 8}, method="native"))
     ids = torch.randint(2, VOCAB, (1, T), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         out = folder.generate(ids[:, :L0 - 8], max_new_tokens=2 * L0, do_sample=False, min_new_tokens=2 * L0)
@@ -197,7 +188,7 @@ def test_the_folders_passkey_is_ropecli_passkey_under_the_map(tmp_path):
     r = CliRunner().invoke(app, ["export", "--model", "builtin", "--method", "none", "--map", "selfextend:G=8,W=64",
                                  "--len", "1024", "--to", "transformers", "--out", str(folder)])
     assert r.exit_code == 0, r.output
-    model = load(folder)
+    model = load_folder(folder)
 
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     docs, _ = load_documents(None)
@@ -225,13 +216,7 @@ def test_lm_evals_hf_model_runs_the_folder(tmp_path):
         pytest.skip("lm_eval's command is not on PATH")
 
 
-    folder = tmp_path / "se"
-    r = CliRunner().invoke(app, ["export", "--model", "builtin", "--method", "none", "--map", "selfextend:G=8,W=64",
-                                 "--len", "1024", "--to", "transformers", "--out", str(folder)])
-    assert r.exit_code == 0, r.output
-    tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    docs, _ = load_documents(None)
-    samples = make_samples(tokenizer, filler_stream(tokenize_documents(docs, tokenizer)), 1024, [0.0], 3, 5, 0)[0]
+    folder, tokenizer, samples = passkey_folder(tmp_path, 0.0, 3)
     task = tmp_path / "task"
     task.mkdir()
     rows = [{"context": tokenizer.decode(s.ids[:s.answer_start]), "answer": tokenizer.decode(s.ids[s.answer_start:])}
@@ -249,7 +234,7 @@ def test_lm_evals_hf_model_runs_the_folder(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(next((tmp_path / "results").rglob("results_*.json")).read_text())
     acc = result["results"]["ropecli_passkey"]["acc,none"]
-    model = load(folder)
+    model = load_folder(folder)
     own = []
     for s in samples:
         ids = torch.as_tensor(s.ids)[None]
@@ -265,7 +250,7 @@ def test_the_folder_serves_dpes_key_pairs(tmp_path, row):
     ropecli's mapped model's under the same selection, and decoding through the KV cache follows one pass."""
     params = {**MAPS[-1][1], "top": 0.5}
     model_dir = save_arch(next(a for a in ARCHS if a.name == row), tmp_path / "model")
-    folder = load(export(model_dir, tmp_path / "out", "dpe", params, method="native"))
+    folder = load_folder(export(model_dir, tmp_path / "out", "dpe", params, method="native"))
     pairs = json.loads((tmp_path / "out" / "config.json").read_text())["ropecli_map"]["pairs"]
     backend = load_model(str(model_dir), dtype="fp32", device="cpu")
     with pytest.raises(RopeCliError, match="chosen on calibration text"):
@@ -295,7 +280,7 @@ def test_sliding_layers_decode_past_their_window_as_shipped(tmp_path, row):
     teacher-forced pass (before: each step past the window ran the sliding layer under the map)."""
     params = {"G": 2, "W": 8}
     model_dir = save_arch(next(a for a in ARCHS if a.name == row), tmp_path / "model")
-    folder = load(export(model_dir, tmp_path / "out", "selfextend", params, method="native"))
+    folder = load_folder(export(model_dir, tmp_path / "out", "selfextend", params, method="native"))
     reference = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     ids = torch.randint(2, VOCAB, (1, L0), generator=torch.Generator().manual_seed(3))
     for model, context in ((folder, None), (reference, lambda: mapped(reference, bind("selfextend", params)))):

@@ -14,17 +14,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
+from transformers import AutoModelForCausalLM, pipeline
 from typer.testing import CliRunner
 
 from ropecli.cli.app import app
 from ropecli.errors import RopeCliError
-from ropecli.evaluation.data import load_documents, tokenize_documents
-from ropecli.evaluation.passkey import filler_stream, make_samples
+from ropecli.maps.map_spelling import map_text
 from ropecli.maps.mapped_attention import mapped
 from ropecli.maps.position_maps import bind
 
-from architectures import ARCHS, L0, VOCAB, save_arch
+from architectures import L0, VOCAB
+from helpers import arch_folder, load_folder, passkey_folder
 
 SE = ("selfextend", {"G": 2, "W": 8})
 DPE = ("dpe", {"W": 8, "G1": 1, "G2": 2, "G3": 4, "G4": 1, "G5": 2, "G6": 8, "G7": 1, "G8": 3, "top": 0.5})
@@ -32,25 +32,11 @@ PAD = 0
 FOLDERS = {}  # (family, map) -> the exported folder, once per session
 
 
-def spelled(name, params):
-    return name + ":" + ",".join(f"{k}={v}" for k, v in params.items())
-
-
 def folder_for(tmp_path_factory, family, name, params):
     if (family, name) not in FOLDERS:
-        base = tmp_path_factory.mktemp(family.split()[0])
-        model_dir = save_arch(next(a for a in ARCHS if a.name == family), base / "model")
-        out = base / "out"
-        r = CliRunner().invoke(app, ["export", "--model", str(model_dir), "--method", "native", "--map",
-                                     spelled(name, params), "--len", str(3 * L0), "--to", "transformers",
-                                     "--out", str(out)])
-        assert r.exit_code == 0, r.output
-        FOLDERS[family, name] = (model_dir, out)
+        FOLDERS[family, name] = arch_folder(tmp_path_factory.mktemp(family.split()[0]), family,
+                                            map_text(bind(name, params)), 3 * L0, "native")
     return FOLDERS[family, name]
-
-
-def load(folder):
-    return AutoModelForCausalLM.from_pretrained(str(folder), trust_remote_code=True, dtype=torch.float32).eval()
 
 
 def prompts(lengths, seed=0):
@@ -76,7 +62,7 @@ def test_a_left_padded_batch_is_each_prompt_alone(tmp_path_factory, family, name
     """Two prompts past L in one left-padded batch (generate's layout): each row's logits at every real token and its
     greedy continuation are the prompt's alone (before: the folder read positions as the last T_q of arange(T_k) and
     dropped the mask in mapped layers, 0.98 apart on llama)."""
-    model = load(folder_for(tmp_path_factory, family, name, params)[1])
+    model = load_folder(folder_for(tmp_path_factory, family, name, params)[1])
     rows = prompts([2 * L0 + 8, 2 * L0 - 20])
     ids, mask = left_padded(rows)
     with torch.no_grad():
@@ -91,7 +77,7 @@ def test_a_left_padded_batch_is_each_prompt_alone(tmp_path_factory, family, name
 
 
 def test_a_right_padded_batch_is_each_prompt_alone(tmp_path_factory):
-    model = load(folder_for(tmp_path_factory, "llama", *SE)[1])
+    model = load_folder(folder_for(tmp_path_factory, "llama", *SE)[1])
     rows = prompts([2 * L0 + 8, 2 * L0 - 20], seed=1)
     n = max(len(r) for r in rows)
     ids, mask = torch.full((2, n), PAD), torch.zeros(2, n, dtype=torch.long)
@@ -108,7 +94,7 @@ def test_a_right_padded_batch_is_each_prompt_alone(tmp_path_factory):
 def test_the_static_cache_gives_the_dynamic_caches_tokens(tmp_path_factory, family, name, params):
     """generate(cache_implementation="static"): the keys sit in a buffer of max_cache_len slots, the empty ones masked
     (before: T_k was the whole buffer, so every position was wrong and the tokens differed with no error)."""
-    model = load(folder_for(tmp_path_factory, family, name, params)[1])
+    model = load_folder(folder_for(tmp_path_factory, family, name, params)[1])
     rows = prompts([2 * L0 + 8, 2 * L0 - 20], seed=2)
     ids, mask = left_padded(rows)
     with torch.no_grad():
@@ -124,7 +110,7 @@ def test_beam_search_and_sampling_run_under_the_map(tmp_path_factory):
     """The widened cache is reordered by beam search as any cache is: the folder's beams are ropecli's mapped model's
     beams; sampling with a seed repeats."""
     model_dir, out = folder_for(tmp_path_factory, "llama", *SE)
-    model = load(out)
+    model = load_folder(out)
     reference = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     x = prompts([2 * L0 + 3], seed=3)[0][None]
     kw = dict(max_new_tokens=10, num_beams=3, do_sample=False, pad_token_id=PAD, min_new_tokens=10)
@@ -145,7 +131,7 @@ def test_decoding_from_inside_a_sliding_window_past_it_is_one_pass(tmp_path_fact
     sequence, in the folder and in ropecli's mapped model (before: mapped while the sequence fit the window, 0.058
     apart on Gemma 2)."""
     model_dir, out = folder_for(tmp_path_factory, family, *SE)
-    folder = load(out)
+    folder = load_folder(out)
     reference = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     x = prompts([10], seed=4)[0][None]
     for model, context in ((folder, None), (reference, lambda: mapped(reference, bind(*SE), length=3 * L0))):
@@ -167,7 +153,7 @@ def test_a_damaged_map_block_is_one_line_at_verify_and_at_load(tmp_path_factory,
     r = CliRunner().invoke(app, ["verify", str(bad)])
     assert r.exit_code != 0 and "ropecli_map.pairs is list" in r.output and "Traceback" not in r.output, r.output
     with pytest.raises(ValueError, match=r"ropecli_map.pairs is list, expected an object: export the folder again"):
-        load(bad)
+        load_folder(bad)
     cfg["ropecli_map"].pop("pairs")
     cfg["ropecli_map"]["window"] = 3
     (bad / "config.json").write_text(json.dumps(cfg))
@@ -177,7 +163,7 @@ def test_a_damaged_map_block_is_one_line_at_verify_and_at_load(tmp_path_factory,
 
 
 def test_a_cache_the_folder_cannot_serve_is_refused_in_one_line(tmp_path_factory):
-    model = load(folder_for(tmp_path_factory, "llama", *SE)[1])
+    model = load_folder(folder_for(tmp_path_factory, "llama", *SE)[1])
     # generate() reads forward's signature: the prefill's logits for the last token only, as for the model itself
     assert model._supports_logits_to_keep() and not model._can_compile_fullgraph
     with pytest.raises(ValueError, match="use the dynamic \\(default\\) or static cache"):
@@ -213,13 +199,7 @@ def lm_eval_command(tmp_path_factory):
 def passkey_folder_and_prompts(tmp_path, n=8):
     """The built-in model's Self-Extend folder at 4L = 1,024 and n passkey prompts of different lengths (the needle in
     the middle, 0 … 7 x 90 tokens cut from the front), with their answers."""
-    folder = tmp_path / "se"
-    r = CliRunner().invoke(app, ["export", "--model", "builtin", "--method", "none", "--map", "selfextend:G=8,W=64",
-                                 "--len", "1024", "--to", "transformers", "--out", str(folder)])
-    assert r.exit_code == 0, r.output
-    tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    docs, _ = load_documents(None)
-    samples = make_samples(tokenizer, filler_stream(tokenize_documents(docs, tokenizer)), 1024, [0.5], n, 5, 0)[0]
+    folder, tokenizer, samples = passkey_folder(tmp_path, 0.5, n)
     rows = [{"context": tokenizer.decode(s.ids[90 * i:s.answer_start]), "answer": tokenizer.decode(s.ids[s.answer_start:])}
             for i, s in enumerate(samples)]
     return folder, tokenizer, rows
@@ -289,7 +269,7 @@ def test_a_decoding_step_is_one_kernel_call_that_puts_the_cache_back(tmp_path_fa
     step's logits are one pass's over the whole sequence at a few thousand positions, as close as the unmapped model's
     own decode is to its one pass (the turns' angles in float64: in float32 a query turned by -2,000 positions against
     keys turned by +2,000 left 7e-5 on the built-in model)."""
-    model = load(folder_for(tmp_path_factory, "llama", name, params)[1])
+    model = load_folder(folder_for(tmp_path_factory, "llama", name, params)[1])
     module = __import__(type(model).__module__, fromlist=["one_call"])
     calls = []
     real = module.one_call
@@ -322,7 +302,7 @@ def test_decoding_steps_planned_ahead_equal_one_pass(tmp_path_factory, monkeypat
     of 8 keys and the query, 9 a step, beside the 8 new keys' turns, leave room for 2 steps in 30), equal one pass over
     the whole sequence, and the turns are computed `made` times, not 60 (the query's and bands' and the new key's, per
     step): once per plan and once per step whose new key no plan has turned yet (the first of 8)."""
-    model = load(folder_for(tmp_path_factory, "llama", name, params)[1])
+    model = load_folder(folder_for(tmp_path_factory, "llama", name, params)[1])
     module = __import__(type(model).__module__, fromlist=["step_plan"])
     monkeypatch.setattr(module, "STEPS_AHEAD", 8)
     monkeypatch.setattr(module, "AHEAD_BYTES", rows * 8 * model.config.head_dim)
@@ -351,7 +331,7 @@ def test_a_turn_by_thousands_of_positions_is_the_exact_rotation(tmp_path_factory
     """The folder turns queries and keys by differences of a few thousand positions (a decoding step's query to the
     grouped region, the window's keys back): the cos and sin of a turn are the float64 angle's, within 1e-6, where the
     rotary module's own float32 angle leaves 4e-5 at 4,000 positions; the attention scaling stays out."""
-    model = load(folder_for(tmp_path_factory, "llama", *SE)[1])
+    model = load_folder(folder_for(tmp_path_factory, "llama", *SE)[1])
     run = model._map_run()
     plan = next(p for p in run.plans if p.mapped)
     module, attr = run.inv_freq[plan.rope]
@@ -371,7 +351,7 @@ def test_the_prefill_plan_runs_as_few_masked_pairs_as_the_map_allows(tmp_path_fa
     T = 4 * L0
     plans = {}
     for name, params in (SE, ("dca", {"chunk": 24, "local": 4})):
-        model = load(folder_for(tmp_path_factory, "llama", name, params)[1])
+        model = load_folder(folder_for(tmp_path_factory, "llama", name, params)[1])
         module = __import__(type(model).__module__, fromlist=["row_plan"])
         run = model._map_run()
         (blocks, whole), _ = module.row_plan(run, torch.arange(T), torch.arange(T), None, None, None, torch.float32)

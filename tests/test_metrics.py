@@ -9,9 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from typer.testing import CliRunner
 
-from ropecli.cli.app import app
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.cache import EvalCache
 from ropecli.evaluation.chat_template import PromptFrame
@@ -30,14 +28,8 @@ from ropecli.spec import make_spec
 from ropecli.tuning.search import search_b
 
 from fakes import kl_result, ppl_result
+from helpers import run
 from tiny_models import char_tokenizer
-
-runner = CliRunner()
-
-
-def run(*args):
-    return runner.invoke(app, list(args))
-
 
 # --- prompts ----------------------------------------------------------------------------------
 

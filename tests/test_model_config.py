@@ -8,16 +8,15 @@ import sys
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 from ropecli.backends.load import load_model
 from ropecli.cli.app import app
 from ropecli.errors import RopeCliError
 from ropecli.models.config import gguf_metadata, read_rope_config
 
+from helpers import runner
 from tiny_models import L, base_of, build, char_tokenizer, rotary_dim
 
-runner = CliRunner()
 FAMILIES = ["llama", "qwen2", "gpt_neox", "gemma3"]
 
 

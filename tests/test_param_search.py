@@ -5,7 +5,6 @@ import json
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 from ropecli.backends.load import load_model
 from ropecli.cli.app import app
@@ -19,7 +18,8 @@ from ropecli.spec import make_spec
 from ropecli.tuning.optimizers import min_budget, optimize
 from ropecli.tuning.space import Dim, parse_vary, start_point
 
-runner = CliRunner()
+from helpers import runner
+
 GEOM = Geometry(64, 1e4, 256, 8.0)  # the built-in model's geometry at 8 L
 
 

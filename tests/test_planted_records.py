@@ -12,10 +12,8 @@ import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
-from typer.testing import CliRunner
 
 from ropecli.backends.backend import TransformersBackend
-from ropecli.cli.app import app
 from ropecli.evaluation import metrics
 from ropecli.evaluation.metrics import REGISTRY, objective_names
 from ropecli.evaluation.results import PplResult
@@ -26,11 +24,7 @@ from ropecli.rope import methods
 from ropecli.rope.schedule import REQUIRED, Param
 from ropecli.tuning.candidates import candidate_names
 
-runner = CliRunner()
-
-
-def run(*args):
-    return runner.invoke(app, [str(a) for a in args])
+from helpers import run
 
 
 def flat(text: str) -> str:

@@ -9,14 +9,13 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from typer.testing import CliRunner
 
 from ropecli.cli.app import app
 from ropecli.evaluation.cache import EvalCache
 from ropecli.models.chunked_scoring import window_nll
 from ropecli.models.token_losses import POSITION_BINS, bin_means, decode_tokens, position_edges, token_summary
 
-runner = CliRunner()
+from helpers import runner
 
 
 def test_bins_are_the_per_token_losses_of_the_full_logits(tiny):

@@ -6,14 +6,14 @@ tokens (within 1e-5); dynamic NTK and k = n / L still run per length; each lengt
 import json
 
 import pytest
-from typer.testing import CliRunner
 
 from ropecli.cli.app import app
 from ropecli.evaluation.cache import EvalCache
 from ropecli.evaluation.evaluator import Evaluator
 from ropecli.spec import make_spec
 
-runner = CliRunner()
+from helpers import runner
+
 LENGTHS = [64, 128, 256]
 
 

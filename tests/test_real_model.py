@@ -10,7 +10,6 @@ import sys
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 from ropecli.backends.llamacpp_open import open_gguf
 from ropecli.cli.app import app
@@ -20,7 +19,7 @@ from ropecli.models.llamacpp_files import plain_weight_buffers
 from ropecli.models.packaged import PACKAGED, packaged_path
 from ropecli.spec import make_spec
 
-runner = CliRunner()
+from helpers import runner
 
 
 def test_missing_package_is_one_line_with_the_install_command(monkeypatch):

@@ -10,16 +10,15 @@ import shutil
 
 import pytest
 import transformers
-from typer.testing import CliRunner
 
 from ropecli.cli.app import app
 from ropecli.errors import RopeCliError
 from ropecli.models.config import rope_from_config
 from ropecli.models.rope_block import check_config_blocks
 
+from helpers import runner
 from tiny_models import build, char_tokenizer
 
-runner = CliRunner()
 BASE = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "head_dim": 16, "max_position_embeddings": 256}
 GOOD = {  # one valid block per type: the fuzz mutates one key of these at a time
     "linear": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e4},

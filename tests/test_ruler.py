@@ -13,9 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from typer.testing import CliRunner
 
-from ropecli.backends.load import load_model
 from ropecli.cli.app import app
 from ropecli.evaluation.corpus import held_out_plays
 from ropecli.evaluation.evaluator import Evaluator
@@ -27,8 +25,9 @@ from ropecli.evaluation.ruler.generate import builder, encode, fit, icl_noise, m
 from ropecli.evaluation.ruler.templates import TASKS
 from ropecli.spec import make_spec
 
+from helpers import runner
+
 REF = Path(__file__).parent / "reference" / "ruler"
-runner = CliRunner()
 
 
 def _load(name: str):
@@ -56,10 +55,6 @@ def ruler_args() -> dict[str, dict]:
             out[task][k] = int(v) if v.isdigit() else float(v) if re.fullmatch(r"\d+\.\d+", v) else v
     return out
 
-
-@pytest.fixture(scope="module")
-def builtin():
-    return load_model(None, device="cpu", dtype="fp32")
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,9 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 import ropecli.export.runtimes as runtimes
 from ropecli.backends.load import load_model
-from ropecli.cli.app import app
 from ropecli.errors import RopeCliError
 from ropecli.export import registry
 from ropecli.export.installed import too_old
@@ -26,14 +24,11 @@ from ropecli.models.config import BUILTIN_DIR, read_rope_config
 from ropecli.spec import make_spec
 
 from gguf_models import write_llama_gguf
+from helpers import run
 
-runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = ["transformers", "vllm", "llamacpp", "sglang", "ollama"]
 
-
-def run(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def test_the_records_and_one_spelling_everywhere(tmp_path):

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
-from typer.testing import CliRunner
 
 from ropecli.cli.app import app
 from ropecli.errors import RopeCliError
@@ -21,9 +20,8 @@ from ropecli.models.chunked_scoring import naive_window_nll
 from ropecli.report.search_tables import equivalent_words
 from ropecli.tuning.optimizers import golden_section, grid_evaluations, interior_evaluations, local_maxima
 
+from helpers import runner
 from tiny_models import char_tokenizer
-
-runner = CliRunner()
 
 
 @pytest.mark.parametrize("true_b", [0.0, 0.004, 0.1, 0.3333, 0.5, 0.625, 0.777, 0.99, 1.0])

@@ -8,9 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from ropecli.backends.load import load_model
 from ropecli.cli.app import app
 from ropecli.evaluation.evaluator import Evaluator
 from ropecli.export.registry import record
@@ -23,14 +21,11 @@ from ropecli.spec import make_spec
 from ropecli.tuning.advise_exports import runtime_pick
 from ropecli.tuning.workload import parse_workload
 
-runner = CliRunner()
+from helpers import runner
+
 SHARES = {128: 0.5, 256: 0.3, 512: 0.2}  # the built-in model: L = 256; the target 512 = 2L
 MIX = ",".join(f"{n}:{w}" for n, w in SHARES.items())
 
-
-@pytest.fixture(scope="module")
-def builtin():
-    return load_model(None, device="cpu", dtype="fp32")
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,11 @@ import stat
 import huggingface_hub
 import pytest
 from huggingface_hub.errors import LocalEntryNotFoundError
-from typer.testing import CliRunner
 
 from ropecli.cli.app import app
 from ropecli.models.packaged import looks_like_path
 
-runner = CliRunner()
+from helpers import runner
 
 
 @pytest.mark.parametrize("path", ["/no/such/model", "./missing-folder", "missing.gguf", "~/no/such/model.gguf"])

@@ -6,24 +6,19 @@ import json
 import shutil
 
 import pytest
-from typer.testing import CliRunner
 
-from ropecli.cli.app import app
 from ropecli.models.config import BUILTIN_DIR
 from ropecli.models.gguf_rope import export_gguf, read_gguf_input
 from ropecli.models.llamacpp_files import file_fingerprint
 from ropecli.rope.geometry import Geometry
 from ropecli.spec import make_spec
 
+from helpers import run
 from tiny_models import save_tiny
 
-runner = CliRunner()
 B = str(BUILTIN_DIR)  # the built-in model: L = 256, d = 64
 YARN_1K = ["--model", B, "--method", "yarn", "--len", "1024"]
 
-
-def run(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def verdict(r) -> str:

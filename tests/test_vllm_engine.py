@@ -32,6 +32,7 @@ from ropecli.evaluation.corpus import held_out_plays
 from ropecli.export.runtimes.vllm import checkout_vllm_python
 from ropecli.export.vllm_engine import ENV, run_engine
 from ropecli.maps.map_rules import LAMPE_PRESETS
+from ropecli.maps.map_spelling import map_text
 from ropecli.maps.mapped_attention import mapped
 from ropecli.maps.position_maps import MAPS, bind
 from ropecli.models.config import BUILTIN_DIR
@@ -53,10 +54,6 @@ MAP_PARAMS = {"selfextend": {"G": 8, "W": 64}, "rerope": {"w": 192}, "leaky-rero
 PRESETS = {f"lampe-{p}" for p in LAMPE_PRESETS}  # lampe at the authors' settings: lampe's code, at lengths of 8k+
 GENERATE = 2 * L  # greedy tokens from a prompt below L (L - 56) to past 2L
 PROMPT = L - 56
-
-
-def spelled(name, params):
-    return name + ":" + ",".join(f"{k}={v}" for k, v in params.items())
 
 
 def export(args):
@@ -115,7 +112,7 @@ def map_runs(tmp_path_factory):
     folders = {}
     for name, params in MAP_PARAMS.items():
         folders[name] = base / name
-        export(["--model", "builtin", "--method", "none", "--map", spelled(name, params), "--len", T, "--to",
+        export(["--model", "builtin", "--method", "none", "--map", map_text(bind(name, params)), "--len", T, "--to",
                 "transformers", "--out", folders[name]])
     ids = window()
     job = {"engines": [engine(folders[n], T + 64, [[{"ids": ids}], [{"ids": ids[:PROMPT], "generate": GENERATE,
@@ -191,7 +188,7 @@ def test_concurrent_requests_chunked_prefill_and_a_cached_prefix_are_each_alone(
     chunks, the requests interleaved by vLLM's scheduler), then the longest again (its blocks from the prefix cache):
     each equals ropecli's numbers for that request alone."""
     folder = tmp_path / "se"
-    export(["--model", "builtin", "--method", "yarn", "--map", spelled("selfextend", MAP_PARAMS["selfextend"]),
+    export(["--model", "builtin", "--method", "yarn", "--map", map_text(bind("selfextend", MAP_PARAMS["selfextend"])),
             "--len", T, "--to", "transformers", "--out", folder])
     rows = [window(n, play) for n, play in ((T, 0), (700, 1), (333, 2), (97, 3))]
     job = {"engines": [engine(folder, T + 64, [[{"ids": r, "generate": 8} for r in rows], [{"ids": rows[0]}]],

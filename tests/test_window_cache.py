@@ -6,7 +6,6 @@ import json
 from dataclasses import replace
 
 import pytest
-from typer.testing import CliRunner
 
 from ropecli.backends.load import fingerprint
 from ropecli.cli.app import app
@@ -15,7 +14,7 @@ from ropecli.evaluation.evaluator import Evaluator
 from ropecli.evaluation.metrics import metric_record
 from ropecli.spec import make_spec
 
-runner = CliRunner()
+from helpers import runner
 
 
 def compare(tiny_dir, text_file, cache, samples, *extra):

@@ -4,17 +4,13 @@ manifest of what it wrote beside it; `verify` of a file rewritten since its mani
 import json
 
 import pytest
-from typer.testing import CliRunner
 
-from ropecli.cli.app import app
 from ropecli.tuning.advise import MARKER, prepare_out
 
-runner = CliRunner()
+from helpers import run
+
 SEARCH_B = ["search-b", "--len", "512", "--samples", "1", "--tol", "0.3"]
 
-
-def run(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def one_error_line(r, needle):
