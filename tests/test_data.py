@@ -6,10 +6,14 @@ import types
 
 import numpy as np
 import pytest
+from transformers import AutoTokenizer
 
 from ropecli.errors import RopeCliError
+from ropecli.models.config import BUILTIN_DIR
 from ropecli.evaluation.corpus import HELD_OUT, all_plays, held_out_plays, training_plays
-from ropecli.evaluation.data import Document, load_documents, sample_windows
+from ropecli.evaluation.data import Document, load_documents, sample_windows, tokenize_documents
+
+from tiny_models import char_tokenizer
 
 
 def test_held_out_plays_are_disjoint_from_training():
@@ -17,6 +21,22 @@ def test_held_out_plays_are_disjoint_from_training():
     assert set(held_out_plays()) == set(HELD_OUT)
     assert not set(training_plays()) & set(HELD_OUT)
     assert len(training_plays()) == 33
+
+
+def test_tokenized_documents_are_each_tokenizers_own_and_memoized():
+    """The memo (one tokenization of the same texts per tokenizer and process) returns what the tokenizer gives:
+    a second tokenizer of other ids gets its own, a tokenizer changed in place (an added token) is tokenized anew, and
+    a caller changing its list changes nothing for the next."""
+    docs = [Document("a", "To be, or not to be: that is the question."), Document("b", "Words, words, words.")]
+    tok, chars = AutoTokenizer.from_pretrained(str(BUILTIN_DIR)), char_tokenizer()  # tok is changed below: its own
+    own = [tok(d.text, add_special_tokens=False)["input_ids"] for d in docs]
+    first = tokenize_documents(docs, tok)
+    assert first == own and tokenize_documents(docs, tok) == own
+    first.pop()  # the caller's list
+    assert tokenize_documents(docs, tok) == own
+    assert tokenize_documents(docs, chars) == [chars(d.text, add_special_tokens=False)["input_ids"] for d in docs] != own
+    tok.add_tokens(["question"])
+    assert tokenize_documents(docs, tok) == [tok(d.text, add_special_tokens=False)["input_ids"] for d in docs] != own
 
 
 def test_sources(tmp_path):

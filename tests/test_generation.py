@@ -25,7 +25,6 @@ from helpers import runner
 PROMPT, TOTAL = 200, 600  # the built-in model's L = 256: a prompt shorter than L, decoded well past it
 
 
-
 @pytest.fixture(scope="module")
 def window(builtin):
     ev = Evaluator.over(builtin, samples=1, cache=EvalCache(enabled=False))
@@ -56,28 +55,42 @@ def transformers_decoding(folder, ids):
     return decoded.mean().item(), one.mean().item(), (decoded - one).abs().max().item()
 
 
-def test_the_default_export_decodes_across_L_as_one_forward_pass(tmp_path, window):
-    """The issue's finding, reproduced and guarded: YaRN at 4L exported by default, a 200-token prompt continued
-    to 600 tokens through the cache equals one forward pass within 1e-4 nats per token; the switching export
-    (short_factor = 1 up to L) does not, by far, and says so when it is written."""
-    folder, _ = export(tmp_path, "default", "--method", "yarn")
-    decoded, one, _ = transformers_decoding(folder, window)
+EXPORTS = {"yarn": ["--method", "yarn"], "yarn --switching": ["--method", "yarn", "--switching"],
+           "dynamic": ["--method", "dynamic"]}
+
+
+@pytest.fixture(scope="module")
+def decodings(tmp_path_factory, window):
+    """{export: (its folder, what `export` printed, transformers_decoding of it)}: each export of EXPORTS decoded once
+    by transformers, for every test that reads it."""
+    base = tmp_path_factory.mktemp("exports")
+    out = {}
+    for name, flags in EXPORTS.items():
+        folder, said = export(base, name.replace(" ", ""), *flags)
+        out[name] = folder, said, transformers_decoding(folder, window)
+    return out
+
+
+def test_the_default_export_decodes_across_L_as_one_forward_pass(decodings):
+    """YaRN at 4L exported by default, a 200-token prompt continued to 600 tokens through the cache equals one forward
+    pass within 1e-4 nats per token; the switching export (short_factor = 1 up to L) does not, by far, and says so when
+    it is written."""
+    _, _, (decoded, one, _) = decodings["yarn"]
     assert abs(decoded - one) < 1e-4, (decoded, one)
-    switching, output = export(tmp_path, "switching", "--method", "yarn", "--switching")
-    decoded, one, worst = transformers_decoding(switching, window)
+    _, output, (decoded, one, worst) = decodings["yarn --switching"]
     assert decoded - one > 0.2 and worst > 3, (decoded, one, worst)  # stale keys past the switch
     text = " ".join(output.split())
     assert "warning: --switching" in text and "nats/token through the cache against" in text  # the damage, printed
 
 
-@pytest.mark.parametrize("method, flags", [("yarn", ["--switching"]), ("yarn", []), ("dynamic", [])])
-def test_ropecli_decodes_as_transformers_does(tmp_path, builtin, window, method, flags):
+@pytest.mark.parametrize("name", list(EXPORTS))
+def test_ropecli_decodes_as_transformers_does(builtin, decodings, name):
     """ropecli's decode measurement (the runtime's segments, `decode_segments`) is transformers' own token-by-token
     decoding of the exported folder: the switch at L, dynamic NTK's base growing at every token past L."""
-    folder, _ = export(tmp_path, method, "--method", method, *flags)
-    want, one, _ = transformers_decoding(folder, window)
+    _, _, (want, one, _) = decodings[name]
     ev = Evaluator.over(builtin, samples=1, cache=EvalCache(enabled=False))
-    got = decode_damage(ev, record("transformers"), make_spec(method), 4.0, not flags, DecodePlan(PROMPT, TOTAL))
+    got = decode_damage(ev, record("transformers"), make_spec(name.split()[0]), 4.0, "--switching" not in name,
+                        DecodePlan(PROMPT, TOTAL))
     assert got["decode_nll"] == pytest.approx(want, abs=1e-4) and got["one_pass_nll"] == pytest.approx(one, abs=1e-4)
 
 
@@ -122,13 +135,12 @@ def test_compare_workload_has_a_decode_row_per_runtime():
     assert np.isclose(rows[("vllm", "as exported")]["decode"]["damage"]["diff"], 0, atol=1e-5)
 
 
-def test_verify_decodes_across_L(tmp_path):
+def test_verify_decodes_across_L(decodings):
     """verify's transformers run includes generation: the default export passes, a switching one fails in one line
     naming the damage."""
-    folder, _ = export(tmp_path, "default", "--method", "yarn")
+    folder, switching = decodings["yarn"][0], decodings["yarn --switching"][0]
     r = runner.invoke(app, ["verify", str(folder), "--json"])
     checks = {c["what"].split(" (")[0]: c for c in json.loads(r.stdout)["checks"]}
     assert r.exit_code == 0 and checks["decode across L"]["ok"], r.output
-    switching, _ = export(tmp_path, "switching", "--method", "yarn", "--switching")
     r = runner.invoke(app, ["verify", str(switching)])
     assert r.exit_code == 1 and "MISMATCH: decode across L" in r.output and "go stale" in " ".join(r.output.split())

@@ -1,6 +1,7 @@
 """vLLM's own engine as the referee, on its CPU build in an environment of its own (`.venv-vllm`, made by
-.ci/run; $ROPECLI_VLLM_PYTHON elsewhere), fp32, through `ropecli.export.vllm_engine` (engines one after another in one
-process: the first pays vLLM's import, ~15 s, the others load in seconds):
+.ci/run; $ROPECLI_VLLM_PYTHON elsewhere), fp32, through `ropecli.export.vllm_engine`. Every engine these tests ask
+for runs in one job (`vllm_answers`: one process, the engines one after another, vLLM imported once); only what cannot
+share it runs apart (vLLM without the plugin, `vllm serve`, and verify, which starts its own):
 - every registered map's folder (the built-in model at 4L) served through ropecli's plugin gives, per token, ropecli's
   mapped NLL (`maps.mapped_attention.mapped`) within 1e-4, and greedy decoding from below L to 2L past it is ropecli's
   one teacher-forced pass; Mistral, Qwen2 and Qwen3 (tiny random models with GQA) the same; other families one line;
@@ -25,9 +26,7 @@ import pytest
 import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
-from typer.testing import CliRunner
 
-from ropecli.cli.app import app
 from ropecli.evaluation.corpus import held_out_plays
 from ropecli.export.runtimes.vllm import checkout_vllm_python
 from ropecli.export.vllm_engine import ENV, run_engine
@@ -37,6 +36,7 @@ from ropecli.maps.mapped_attention import mapped
 from ropecli.maps.position_maps import MAPS, bind
 from ropecli.models.config import BUILTIN_DIR
 
+from helpers import run
 from tiny_models import char_tokenizer
 
 PYTHON = checkout_vllm_python()
@@ -56,10 +56,11 @@ GENERATE = 2 * L  # greedy tokens from a prompt below L (L - 56) to past 2L
 PROMPT = L - 56
 
 
-def export(args):
-    r = CliRunner().invoke(app, ["export", *map(str, args)])
+def export(args) -> Path:
+    """`ropecli export ARGS` (it must succeed): what it wrote, its --out."""
+    r = run("export", *args)
     assert r.exit_code == 0, r.output
-    return r.output
+    return Path(args[args.index("--out") + 1])
 
 
 def window(n=T, play=0):
@@ -104,23 +105,91 @@ def worst(a, b):
     return max(abs(x - y) for x, y in zip(a, b, strict=True))
 
 
-@pytest.fixture(scope="module")
-def map_runs(tmp_path_factory):
-    """{map: (folder, vLLM's engine record)}: one engine per map, in one process; phase 0 scores a 4L window, phase 1
-    generates from a prompt below L past 2L."""
-    base = tmp_path_factory.mktemp("vllm-maps")
-    folders = {}
-    for name, params in MAP_PARAMS.items():
-        folders[name] = base / name
-        export(["--model", "builtin", "--method", "none", "--map", map_text(bind(name, params)), "--len", T, "--to",
-                "transformers", "--out", folders[name]])
+def maps_part(base):
+    """Every registered map's folder (the built-in model at 4L): phase 0 scores a 4L window, phase 1 generates from a
+    prompt below L past 2L."""
+    folders = {name: export(["--model", "builtin", "--method", "none", "--map", map_text(bind(name, params)), "--len",
+                             T, "--to", "transformers", "--out", base / name]) for name, params in MAP_PARAMS.items()}
     ids = window()
-    job = {"engines": [engine(folders[n], T + 64, [[{"ids": ids}], [{"ids": ids[:PROMPT], "generate": GENERATE,
-                                                                       "score": False}]],
-                              **({"engine": {"enable_prefix_caching": False}} if MAPS[n].per_prompt else {}))
-                       for n in MAP_PARAMS]}
-    out = run_engine(job, PYTHON)
-    return {n: (folders[n], rec) for n, rec in zip(MAP_PARAMS, out["engines"])}, ids
+    engines = [engine(folders[n], T + 64, [[{"ids": ids}], [{"ids": ids[:PROMPT], "generate": GENERATE, "score": False}]],
+                      **({"engine": {"enable_prefix_caching": False}} if MAPS[n].per_prompt else {}))
+               for n in MAP_PARAMS]
+    return {"folders": folders, "ids": ids, "engines": engines}
+
+
+def lampe_part(folder):
+    """LaMPE's folder again: three requests of different lengths in one call; then with prefix caching left on."""
+    rows = [window(n, play) for n, play in ((600, 1), (333, 2), (97, 3))]
+    engines = [engine(folder, T + 64, [[{"ids": r, "generate": 16, "score": False} for r in rows]],
+                      engine={"enable_prefix_caching": False, "max_num_seqs": 4}),
+               engine(folder, T + 64, [[{"ids": rows[0]}]])]
+    return {"rows": rows, "engines": engines}
+
+
+def concurrent_part(base):
+    """Self-Extend under YaRN: four requests together with max_num_batched_tokens = 96, then the longest again."""
+    folder = export(["--model", "builtin", "--method", "yarn", "--map", map_text(bind("selfextend", MAP_PARAMS["selfextend"])),
+                     "--len", T, "--to", "transformers", "--out", base / "se-yarn"])
+    rows = [window(n, play) for n, play in ((T, 0), (700, 1), (333, 2), (97, 3))]
+    engines = [engine(folder, T + 64, [[{"ids": r, "generate": 8} for r in rows], [{"ids": rows[0]}]],
+                      engine={"max_num_batched_tokens": 96, "max_num_seqs": 4})]
+    return {"folder": folder, "rows": rows, "engines": engines}
+
+
+def families_part(base):
+    """Self-Extend folders of tiny Mistral, Qwen2 and Qwen3 models, and of a Gemma one the plugin refuses."""
+    ids = torch.randint(3, 96, (3 * TINY_L,), generator=torch.Generator().manual_seed(1)).tolist()
+    folders = {kind: export(["--model", tiny(kind, base / kind), "--method", "none", "--map", "selfextend:G=4,W=16",
+                             "--len", 3 * TINY_L, "--to", "transformers", "--out", base / f"{kind}-se"])
+               for kind in FAMILIES}
+    refused = export(["--model", tiny("GemmaConfig", base / "gemma", head_dim=32), "--method", "none", "--map",
+                      "selfextend:G=4,W=16", "--len", 3 * TINY_L, "--to", "transformers", "--out", base / "gemma-se"])
+    engines = [engine(folders[k], 4 * TINY_L, [[{"ids": ids}]]) for k in FAMILIES] + [
+        engine(refused, 4 * TINY_L, [[{"ids": ids}]])]
+    return {"folders": folders, "ids": ids, "engines": engines}
+
+
+def schedules_part(base):
+    """Each of SCHEDULES exported for vLLM (its --hf-overrides block, on the source model) and for transformers (the
+    reference: transformers' NLL of the same window)."""
+    base.mkdir(parents=True)
+    factors = base / "factors.json"
+    factors.write_text(json.dumps([1.0 + 3.0 * (m / 31) ** 1.3 for m in range(32)]))
+    engines, refs = [], {}
+    for i, (label, args) in enumerate(SCHEDULES.items()):
+        args = [str(factors) if a == "FACTORS" else a for a in args]
+        args = (["--model", "builtin"] if "--model" not in args else []) + args
+        args = args if "--len" in args else args + ["--len", T]
+        block = json.loads(export([*args, "--to", "vllm", "--out", base / f"{i}.json"]).read_text())
+        hf = export([*args, "--to", "transformers", "--out", base / f"hf{i}"])
+        length = int(args[args.index("--len") + 1])
+        model_dir = BUILTIN_DIR if args[args.index("--model") + 1] == "builtin" else BUILTIN_DIR.parent / "builtin_llama3_model"
+        ids = window(length)  # served with room for the one token vLLM generates: the schedule is the block's
+        refs[label] = transformers_nll(hf, ids)  # (its max_position_embeddings)
+        engines.append(engine(model_dir, length + 64, [[{"ids": ids}]], hf_overrides=block))
+    return {"refs": refs, "engines": engines}
+
+
+@pytest.fixture(scope="module")
+def vllm_answers(tmp_path_factory):
+    """{part: its inputs and `records`, vLLM's answer per engine}: every part's engines in one job, one process."""
+    base = tmp_path_factory.mktemp("vllm")
+    parts = {"maps": maps_part(base / "maps")}
+    parts["lampe"] = lampe_part(parts["maps"]["folders"]["lampe"])
+    parts["concurrent"] = concurrent_part(base)
+    parts["families"] = families_part(base / "families")
+    parts["schedules"] = schedules_part(base / "schedules")
+    out = run_engine({"engines": [e for part in parts.values() for e in part["engines"]]}, PYTHON)["engines"]
+    for part in parts.values():
+        part["records"], out = out[:len(part["engines"])], out[len(part["engines"]):]
+    return parts
+
+
+@pytest.fixture(scope="module")
+def map_runs(vllm_answers):
+    """{map: (folder, vLLM's engine record)}, and the 4L window's ids."""
+    part = vllm_answers["maps"]
+    return {n: (part["folders"][n], rec) for n, rec in zip(MAP_PARAMS, part["records"])}, part["ids"]
 
 
 def test_every_registered_map_is_run_by_these_tests():
@@ -164,7 +233,7 @@ def folder_choices(folder, ids, tokens):
     return out
 
 
-def test_lampe_decodes_in_vllm_as_the_folder_and_its_source_decode(map_runs, tmp_path):
+def test_lampe_decodes_in_vllm_as_the_folder_and_its_source_decode(map_runs, vllm_answers):
     """LaMPE's regions are fixed from the prompt while decoding (llama_cache1.py; the folder pinned to the source in
     tests/test_lampe_regions.py): vLLM's greedy tokens from below L past 2L are the folder's own generation; and three
     requests of different lengths in one call (the plugin telling them apart by their KV blocks) each decode as alone."""
@@ -172,28 +241,19 @@ def test_lampe_decodes_in_vllm_as_the_folder_and_its_source_decode(map_runs, tmp
     folder, rec = runs["lampe"]
     tokens = rec["phases"][1]["requests"][0]["tokens"]
     assert tokens == folder_choices(folder, ids[:PROMPT], tokens)
-    rows = [window(n, play) for n, play in ((600, 1), (333, 2), (97, 3))]
-    job = {"engines": [engine(folder, T + 64, [[{"ids": r, "generate": 16, "score": False} for r in rows]],
-                              engine={"enable_prefix_caching": False, "max_num_seqs": 4})]}
-    got = run_engine(job, PYTHON)["engines"][0]
+    rows, (got, cached) = vllm_answers["lampe"]["rows"], vllm_answers["lampe"]["records"]
     assert got["error"] is None, got["error"]
     for r, req in zip(rows, got["phases"][0]["requests"]):
         assert len(req["tokens"]) == 16 and req["tokens"] == folder_choices(folder, r, req["tokens"]), len(r)
-    cached = run_engine({"engines": [engine(folder, T + 64, [[{"ids": rows[0]}]])]}, PYTHON)["engines"][0]
     assert "--no-enable-prefix-caching" in cached["error"], cached["error"]
 
 
-def test_concurrent_requests_chunked_prefill_and_a_cached_prefix_are_each_alone(tmp_path):
+def test_concurrent_requests_chunked_prefill_and_a_cached_prefix_are_each_alone(vllm_answers):
     """Four requests of different lengths in one generate call with max_num_batched_tokens = 96 (each prefill in
     chunks, the requests interleaved by vLLM's scheduler), then the longest again (its blocks from the prefix cache):
     each equals ropecli's numbers for that request alone."""
-    folder = tmp_path / "se"
-    export(["--model", "builtin", "--method", "yarn", "--map", map_text(bind("selfextend", MAP_PARAMS["selfextend"])),
-            "--len", T, "--to", "transformers", "--out", folder])
-    rows = [window(n, play) for n, play in ((T, 0), (700, 1), (333, 2), (97, 3))]
-    job = {"engines": [engine(folder, T + 64, [[{"ids": r, "generate": 8} for r in rows], [{"ids": rows[0]}]],
-                              engine={"max_num_batched_tokens": 96, "max_num_seqs": 4})]}
-    rec = run_engine(job, PYTHON)["engines"][0]
+    part = vllm_answers["concurrent"]
+    folder, rows, (rec,) = part["folder"], part["rows"], part["records"]
     assert rec["error"] is None, rec["error"]
     together = rec["phases"][0]["requests"]
     for r, got in zip(rows, together):
@@ -229,19 +289,9 @@ def tiny(kind, path, **extra):
     return path
 
 
-def test_mistral_qwen2_qwen3_folders_in_vllm_are_ropecli_mapped_and_others_are_one_line(tmp_path):
-    ids = torch.randint(3, 96, (3 * TINY_L,), generator=torch.Generator().manual_seed(1)).tolist()
-    folders = {}
-    for kind in FAMILIES:
-        folders[kind] = tmp_path / f"{kind}-se"
-        export(["--model", tiny(kind, tmp_path / kind), "--method", "none", "--map", "selfextend:G=4,W=16", "--len",
-                3 * TINY_L, "--to", "transformers", "--out", folders[kind]])
-    refused = tmp_path / "gemma-se"
-    export(["--model", tiny("GemmaConfig", tmp_path / "gemma", head_dim=32), "--method", "none", "--map",
-            "selfextend:G=4,W=16", "--len", 3 * TINY_L, "--to", "transformers", "--out", refused])
-    job = {"engines": [engine(folders[k], 4 * TINY_L, [[{"ids": ids}]]) for k in FAMILIES]
-           + [engine(refused, 4 * TINY_L, [[{"ids": ids}]])]}
-    out = run_engine(job, PYTHON)["engines"]
+def test_mistral_qwen2_qwen3_folders_in_vllm_are_ropecli_mapped_and_others_are_one_line(vllm_answers):
+    part = vllm_answers["families"]
+    folders, ids, out = part["folders"], part["ids"], part["records"]
     for kind, rec in zip(FAMILIES, out):
         assert rec["error"] is None, (kind, rec["error"])
         want, _ = ropecli_logprobs(folders[kind], ids)
@@ -335,27 +385,12 @@ def transformers_nll(folder, ids):
     return (-lp[:-1].gather(1, x[0, 1:, None])[:, 0]).tolist()
 
 
-def test_every_vllm_schedule_export_scores_in_vllm_what_transformers_scores(tmp_path):
+def test_every_vllm_schedule_export_scores_in_vllm_what_transformers_scores(vllm_answers):
     """`export --to vllm` (--hf-overrides JSON) served at its --max-model-len: vLLM's prompt logprobs equal, per
     token, what transformers scores for `export --to transformers` of the same schedule (<= 1e-4, fp32)."""
-    factors = tmp_path / "factors.json"
-    factors.write_text(json.dumps([1.0 + 3.0 * (m / 31) ** 1.3 for m in range(32)]))
-    jobs, refs = [], {}
-    for label, args in SCHEDULES.items():
-        args = [str(factors) if a == "FACTORS" else a for a in args]
-        args = (["--model", "builtin"] if "--model" not in args else []) + args
-        args = args if "--len" in args else args + ["--len", T]
-        export([*args, "--to", "vllm", "--out", tmp_path / f"{len(jobs)}.json"])
-        export([*args, "--to", "transformers", "--out", tmp_path / f"hf{len(jobs)}"])
-        block = json.loads((tmp_path / f"{len(jobs)}.json").read_text())
-        length = int(args[args.index("--len") + 1])
-        model_dir = BUILTIN_DIR if args[args.index("--model") + 1] == "builtin" else BUILTIN_DIR.parent / "builtin_llama3_model"
-        ids = window(length)  # served with room for the one token vLLM generates: the schedule is the block's
-        refs[label] = (transformers_nll(tmp_path / f"hf{len(jobs)}", ids), ids)  # (its max_position_embeddings)
-        jobs.append(engine(model_dir, length + 64, [[{"ids": ids}]], hf_overrides=block))
-    out = run_engine({"engines": jobs}, PYTHON)["engines"]
+    part = vllm_answers["schedules"]
     bad = {}
-    for (label, (want, ids)), rec in zip(refs.items(), out):
+    for (label, want), rec in zip(part["refs"].items(), part["records"]):
         if rec["error"] is not None:
             bad[label] = rec["error"]
             continue
@@ -374,7 +409,7 @@ def test_verify_runs_vllms_engine_on_a_map_folder_and_on_overrides(tmp_path, mon
             "--out", folder])
     export(["--model", "builtin", "--method", "yarn", "--len", T, "--to", "vllm", "--out", overrides])
     for artefact in (folder, overrides):
-        r = CliRunner().invoke(app, ["verify", str(artefact), "--json"])
+        r = run("verify", artefact, "--json")
         assert r.exit_code == 0, r.output
         checks = [c for c in json.loads(r.stdout)["checks"] if "vLLM's engine" in c["what"]]
         assert len(checks) == 1 and checks[0]["ok"], checks

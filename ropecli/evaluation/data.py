@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import zlib
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -137,8 +138,37 @@ class Windows:
         return h.hexdigest()[:16]
 
 
+_TOKENIZED: OrderedDict[str, list[list[int]]] = OrderedDict()  # (tokenizer, texts) digest -> ids, the newest last
+_TOKENIZED_KEPT = 4  # the plays under a handful of tokenizers: a few MB of ids
+
+
+def tokenizer_digest(tokenizer) -> str | None:
+    """sha256 of what decides a text's ids: the tokenizer's class and its fast backend's whole serialization
+    (vocabulary, merges, normalizer, pre-tokenizer, added tokens); None for a tokenizer without one (not memoized)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return None
+    return hashlib.sha256(f"{type(tokenizer).__qualname__}\0{backend.to_str()}".encode()).hexdigest()
+
+
 def tokenize_documents(docs: list[Document], tokenizer) -> list[list[int]]:
-    return [tokenizer(d.text, add_special_tokens=False)["input_ids"] for d in docs]
+    """Each document's token ids (no special tokens). The same texts under the same tokenizer are tokenized once per
+    process: the built-in plays take seconds, and one process (advise, a test session) opens the corpus many times.
+    The outer list is the caller's own; the id lists are shared, never changed."""
+    digest = tokenizer_digest(tokenizer)
+    if digest is None:
+        return [tokenizer(d.text, add_special_tokens=False)["input_ids"] for d in docs]
+    h = hashlib.sha256(digest.encode())
+    for d in docs:
+        h.update(b"\0%d\0" % len(d.text))
+        h.update(d.text.encode("utf-8", "surrogatepass"))
+    key = h.hexdigest()
+    if key not in _TOKENIZED:
+        _TOKENIZED[key] = [tokenizer(d.text, add_special_tokens=False)["input_ids"] for d in docs]
+        while len(_TOKENIZED) > _TOKENIZED_KEPT:
+            _TOKENIZED.popitem(last=False)
+    _TOKENIZED.move_to_end(key)
+    return list(_TOKENIZED[key])
 
 
 def count_windows(token_ids: list[list[int]], length: int, lead: list[int]) -> int:
