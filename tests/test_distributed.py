@@ -18,15 +18,23 @@ import torch
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.distributed import gpu_group, setup
 
+from helpers import run
+
 # both runs get the same numeric environment: torchrun gives each rank one thread unless told otherwise
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
 def single(args, cache):
-    out = subprocess.run([sys.executable, "-m", "ropecli", *args, "--json", "--cache-dir", str(cache)], env=ENV,
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout), out.stderr
+    """The command in one process: this one, on one thread (what torchrun gives each rank), so that the two runs'
+    sums are the same to the last bit."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        r = run(*args, "--json", "--cache-dir", cache)
+    finally:
+        torch.set_num_threads(threads)
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout), r.stderr
 
 
 def torchrun(args, cache, nproc=2, extra_env=None, **kw):

@@ -122,7 +122,7 @@ def load_model(name: str | None, *, gguf_file: str | None = None, dtype: str = "
     if not device_map:
         model.to(dev)
     model.eval()
-    release_freed_memory()  # GGUF dequantization leaves GBs of freed-but-held heap behind
+    release_freed_memory(collect=bool(gguf_file))  # GGUF dequantization leaves GBs of freed-but-held heap behind
     slots = find_rotary_slots(model)
     types = layer_types_of(slots)
     scaled = choose_layer_types(types, rope_layers)
@@ -202,9 +202,11 @@ def fingerprint(model, transformers_version: str | None = None) -> tuple[str, tu
     return new, (versioned, oldest)
 
 
-def release_freed_memory() -> None:
-    """Return freed heap pages to the OS (glibc only; a no-op elsewhere)."""
-    gc.collect()
+def release_freed_memory(collect: bool = True) -> None:
+    """Return freed heap pages to the OS (glibc only; a no-op elsewhere); `collect` first frees what only the cycle
+    collector can (a full collection: ~1 s in a process holding many models' objects, so only after a GGUF load)."""
+    if collect:
+        gc.collect()
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
