@@ -2,6 +2,7 @@ import json
 import os
 
 import pytest
+import torch
 
 from ropecli.backends.load import load_model
 from ropecli.models.config import BUILTIN_DIR
@@ -20,10 +21,26 @@ QUICK = {"test_cli_analysis.py", "test_schedule_identities.py", "test_schedules_
          "test_architecture.py", "test_docs_lists.py"}
 
 
+# The files whose tests take longest (docs/measurements/suite.md), run first: with the suite split over two workers by
+# file (pyproject.toml: -n 2 --dist loadfile), a long file started last would leave one worker idle at the end
+LONGEST_FIRST = ["test_vllm_engine.py", "test_architecture_matrix.py", "test_distributed.py", "test_advise.py",
+                 "test_advise_verdicts.py", "test_key_metric.py", "test_map_folder.py", "test_generation.py",
+                 "test_export.py", "test_lm_eval_agreement.py", "test_map_folder_serving.py", "test_builtin_model.py"]
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name in QUICK:
             item.add_marker(pytest.mark.quick)
+    first = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: first.get(item.path.name, len(first)))  # stable: each file's own order kept
+
+
+def pytest_configure(config):
+    """Under pytest-xdist each worker computes on one thread: two workers on two cores, neither oversubscribed (a
+    torch op on two threads while the other worker's does too runs several times slower)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)

@@ -108,6 +108,7 @@ def worst(a, b):
 def maps_part(base):
     """Every registered map's folder (the built-in model at 4L): phase 0 scores a 4L window, phase 1 generates from a
     prompt below L past 2L."""
+    base.mkdir(parents=True)
     folders = {name: export(["--model", "builtin", "--method", "none", "--map", map_text(bind(name, params)), "--len",
                              T, "--to", "transformers", "--out", base / name]) for name, params in MAP_PARAMS.items()}
     ids = window()

@@ -57,9 +57,12 @@ def pair_contributions(model, windows: list[np.ndarray]) -> dict[int, np.ndarray
         rotating[layer] = torch.bincount(pair[pair >= 0].cpu(), minlength=qn.shape[-1]).numpy() > 0
 
     device = next(model.parameters()).device
+    # windows shorter than CALIBRATION_WINDOW go together, CALIBRATION_WINDOW tokens a pass (a model with Ls = 32 reads
+    # its 16,384 tokens in 4 passes, not 512); at Ls >= CALIBRATION_WINDOW each window is its own pass, as before
+    per_pass = max(1, CALIBRATION_WINDOW // max(1, len(windows[0]))) if windows else 1
     with torch.no_grad(), mapped(model, bind("none", {}), observe=observe):
-        for ids in windows:
-            model(torch.from_numpy(ids)[None].to(device))
+        for s in range(0, len(windows), per_pass):
+            model(torch.from_numpy(np.stack(windows[s:s + per_pass])).to(device))
     # a pair index no column turns at (a frequency of 0 inside p-RoPE's rotated part): NaN, never selected
     return {layer: np.where(rotating[layer], (sums[layer] / tokens[layer]).numpy(), np.nan) for layer in sorted(sums)}
 
