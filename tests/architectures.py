@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from tiny_models import char_tokenizer
@@ -173,8 +174,6 @@ def build_arch(arch: Arch, seed: int = 0):
         kw["rope_parameters"] = rope
     cfg = AutoConfig.for_model(arch.model_type, **kw)
     if arch.model_class:
-        import transformers
-
         model = getattr(transformers, arch.model_class)(cfg)
     else:
         model = AutoModelForCausalLM.from_config(cfg)

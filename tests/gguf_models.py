@@ -5,6 +5,8 @@ byte-level BPE `tokenizer.json` (the built-in model's), as a `gpt2` vocabulary l
 
 from __future__ import annotations
 
+import json
+
 import gguf
 import numpy as np
 
@@ -42,8 +44,6 @@ def write_llama_gguf(model, path, arch: str = "llama", tokenizer_json=None, rope
     if tokenizer_json is None:
         w.add_tokenizer_model("no_vocab")
     else:
-        import json
-
         tok = json.loads(open(tokenizer_json).read())
         vocab = sorted(tok["model"]["vocab"].items(), key=lambda kv: kv[1])
         special = {t["id"] for t in tok.get("added_tokens", []) if t.get("special")}

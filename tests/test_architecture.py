@@ -14,8 +14,6 @@ import sys
 import tomllib
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 LINT = "from importlinter.cli import lint_imports_command; lint_imports_command()"
 

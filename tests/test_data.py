@@ -9,9 +9,9 @@ import pytest
 from transformers import AutoTokenizer
 
 from ropecli.errors import RopeCliError
-from ropecli.models.config import BUILTIN_DIR
 from ropecli.evaluation.corpus import HELD_OUT, all_plays, held_out_plays, training_plays
 from ropecli.evaluation.data import Document, load_documents, sample_windows, tokenize_documents
+from ropecli.models.config import BUILTIN_DIR
 
 from tiny_models import char_tokenizer
 

@@ -301,6 +301,4 @@ def test_export_weights_travel_as_asked(tmp_path, how):
         moved = tmp_path / "serving" / "hf"
         shutil.copytree(out, moved, symlinks=True)  # what rsync -a and tar do with links
         shutil.rmtree(out)
-        from transformers import AutoModelForCausalLM
-
         assert AutoModelForCausalLM.from_pretrained(moved).config.rope_parameters["rope_type"] == "longrope"  # consistent: the schedule as long_factor

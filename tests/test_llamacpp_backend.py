@@ -40,7 +40,7 @@ def test_bad_input_is_one_line(builtin_gguf, flags, words):
 def llama_cpp_ppl(path, ids) -> float:
     """PPL of one window straight from llama-cpp-python: every position's logits (Llama.eval with
     logits_all), log-softmax in float64 here."""
-    import llama_cpp
+    import llama_cpp  # an optional extra (.[llamacpp]): imported where a test that skips without it runs
 
     llm = llama_cpp.Llama(model_path=str(path), n_ctx=len(ids), n_batch=512, n_ubatch=512, logits_all=True,
                           n_threads=2, verbose=False)

@@ -18,6 +18,8 @@ from transformers import AutoTokenizer
 from ropecli.evaluation.chat_template import PromptFrame
 from ropecli.models.config import BUILTIN_DIR
 
+from helpers import smollm2_or_skip
+
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "lm_eval_agreement.py"
 
 
@@ -53,7 +55,7 @@ def test_lm_eval_and_ropecli_score_the_same_task_through_one_folder(bench, tmp_p
 def lm_eval_niah_contexts(tokenizer_dir: str, length: int, count: int) -> list:
     """lm-eval's own niah_single_1 instances at `length` (its RULER generator sized by the tokenizer in `tokenizer_dir`):
     the documents and the contexts its generate_until requests carry."""
-    from lm_eval.tasks import TaskManager, get_task_dict
+    from lm_eval.tasks import TaskManager, get_task_dict  # optional (.[lmeval]): skips a test, not the module
 
     task = get_task_dict(["niah_single_1"], TaskManager(metadata={"max_seq_lengths": [length],
                                                                   "tokenizer": tokenizer_dir}))["niah_single_1"]
@@ -64,7 +66,7 @@ def lm_eval_niah_contexts(tokenizer_dir: str, length: int, count: int) -> list:
 def lm_eval_ids(tokenizer, context: str) -> list[int]:
     """HFLM.tok_encode as lm-eval runs it for a causal model loaded with add_bos_token=None (its default since 0.4.9.2),
     on a stand-in that holds only what the method reads (no model loaded)."""
-    from lm_eval.models.huggingface import HFLM
+    from lm_eval.models.huggingface import HFLM  # optional (.[lmeval])
 
     stand_in = SimpleNamespace(tokenizer=tokenizer, add_bos_token=None, prefix_token_id=tokenizer.bos_token_id)
     return HFLM.tok_encode(stand_in, context)
@@ -75,8 +77,6 @@ def test_bos_auto_gives_lm_evals_own_token_ids_for_its_niah_prompts(bench, model
     """Ropecli's framing of lm-eval's niah prompts under --bos auto (the default) is lm-eval's own token ids;
     under --bos always (ropecli before --bos) each differs by exactly the BOS in front."""
     if model == "smollm2":
-        from test_real_model import smollm2_or_skip
-
         path = smollm2_or_skip()
         tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     else:

