@@ -10,7 +10,7 @@ from transformers import AutoTokenizer
 
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.corpus import HELD_OUT, all_plays, held_out_plays, training_plays
-from ropecli.evaluation.data import Document, load_documents, sample_windows, tokenize_documents
+from ropecli.evaluation.data import Document, load_documents, sample_windows, stratified_order, tokenize_documents
 from ropecli.models.config import BUILTIN_DIR
 
 from tiny_models import char_tokenizer
@@ -112,3 +112,12 @@ def test_short_documents_are_skipped_and_too_little_text_is_an_error():
     assert w.skipped == 2 and set(w.names) <= {"d0", "d1"}
     with pytest.raises(RopeCliError, match="too little text"):
         sample_windows(docs, tokens, 26, 3, seed=0, lead=[])
+
+
+def test_the_stratified_order_is_the_one_every_cached_window_was_drawn_in():
+    """The order (and so every sampled window, cache entry and published number) is the one drawn since the order was
+    introduced: the same coins and offsets from the same generator, whatever the code that draws them."""
+    assert stratified_order(10, np.random.default_rng(0)) == [8, 1, 7, 4, 2, 5, 3, 9, 0, 6]
+    rng = np.random.default_rng([1, 2])
+    assert stratified_order(37, rng)[:12] == [23, 0, 35, 17, 18, 8, 31, 13, 26, 2, 34, 15]
+    assert rng.random() == pytest.approx(0.425825, abs=1e-6)  # and the generator left where it was left before

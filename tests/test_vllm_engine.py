@@ -3,7 +3,7 @@
 for runs in one job (`vllm_answers`: one process, the engines one after another, vLLM imported once); only what cannot
 share it runs apart (vLLM without the plugin, `vllm serve`, and verify, which starts its own):
 - every registered map's folder (the built-in model at 4L) served through ropecli's plugin gives, per token, ropecli's
-  mapped NLL (`maps.mapped_attention.mapped`) within 1e-4, and greedy decoding from below L to 2L past it is ropecli's
+  mapped NLL (`maps.mapped_attention.mapped`) within 1e-4, and greedy decoding from below L to 1.8L is ropecli's
   one teacher-forced pass; Mistral, Qwen2 and Qwen3 (tiny random models with GQA) the same; other families one line;
 - four requests of different lengths together, with a small max_num_batched_tokens (chunked prefills) and a repeated
   prompt (a prefix-cache hit), each give what ropecli gives for it alone;
@@ -13,6 +13,7 @@ share it runs apart (vLLM without the plugin, `vllm serve`, and verify, which st
   scores in transformers (<= 1e-4 per token).
 Skipped, with the reason, where no vLLM environment is found."""
 
+import functools
 import json
 import os
 import socket
@@ -52,7 +53,7 @@ MAP_PARAMS = {"selfextend": {"G": 8, "W": 64}, "rerope": {"w": 192}, "leaky-rero
               "dpe": {"W": 64, "G1": 2, "G2": 2, "G3": 4, "G4": 4, "G5": 8, "G6": 8, "G7": 8, "G8": 8, "top": 0.75},
               "lampe-sw": {"head": 16, "L": 256}, "lampe": {"head": 16, "tail": 6}}
 PRESETS = {f"lampe-{p}" for p in LAMPE_PRESETS}  # lampe at the authors' settings: lampe's code, at lengths of 8k+
-GENERATE = 2 * L  # greedy tokens from a prompt below L (L - 56) to past 2L
+GENERATE = L  # greedy tokens from a prompt below L (L - 56) to 1.8L: past L, across every map's window and DCA's chunks
 PROMPT = L - 56
 
 
@@ -63,11 +64,16 @@ def export(args) -> Path:
     return Path(args[args.index("--out") + 1])
 
 
+@functools.cache
+def play_ids(play: int) -> tuple[int, ...]:
+    """A held-out play as the built-in tokenizer reads it, BOS first (tokenized once for every window of it)."""
+    tok = AutoTokenizer.from_pretrained(str(BUILTIN_DIR))
+    return (tok.bos_token_id, *tok(list(held_out_plays().values())[play], add_special_tokens=False)["input_ids"])
+
+
 def window(n=T, play=0):
     """n token ids of a held-out play as ropecli scores them (BOS first), the built-in tokenizer's."""
-    tok = AutoTokenizer.from_pretrained(str(BUILTIN_DIR))
-    text = list(held_out_plays().values())[play]
-    return [tok.bos_token_id] + tok(text, add_special_tokens=False)["input_ids"][: n - 1]
+    return list(play_ids(play)[:n])
 
 
 def selection(block, model):
@@ -107,7 +113,7 @@ def worst(a, b):
 
 def maps_part(base):
     """Every registered map's folder (the built-in model at 4L): phase 0 scores a 4L window, phase 1 generates from a
-    prompt below L past 2L."""
+    prompt below L to 1.8L."""
     base.mkdir(parents=True)
     folders = {name: export(["--model", "builtin", "--method", "none", "--map", map_text(bind(name, params)), "--len",
                              T, "--to", "transformers", "--out", base / name]) for name, params in MAP_PARAMS.items()}
@@ -236,7 +242,7 @@ def folder_choices(folder, ids, tokens):
 
 def test_lampe_decodes_in_vllm_as_the_folder_and_its_source_decode(map_runs, vllm_answers):
     """LaMPE's regions are fixed from the prompt while decoding (llama_cache1.py; the folder pinned to the source in
-    tests/test_lampe_regions.py): vLLM's greedy tokens from below L past 2L are the folder's own generation; and three
+    tests/test_lampe_regions.py): vLLM's greedy tokens from below L to 1.8L are the folder's own generation; and three
     requests of different lengths in one call (the plugin telling them apart by their KV blocks) each decode as alone."""
     runs, ids = map_runs
     folder, rec = runs["lampe"]

@@ -227,19 +227,22 @@ def stratified_order(m: int, rng: np.random.Generator) -> list[int]:
     if m <= 1:
         return list(range(m))
     depth = (m - 1).bit_length() + 1  # 2^depth >= 2m points
-    flips: dict[tuple, int] = {}
-    out, seen = [], set()
-    for k in range(1 << depth):
-        digits: list[int] = []
+    scale = 1 << depth
+    flips = [-1] * (2 * scale)  # the coin of node (prefix of i digits v): index (1 << i) | v, drawn when first reached
+    out, seen = [], [False] * m
+    for k in range(scale):
+        node, value = 1, 0  # value: the digits so far as an integer, the first digit highest
         for i in range(depth):
-            node = tuple(digits)
-            if node not in flips:
-                flips[node] = int(rng.integers(2))
-            digits.append(((k >> i) & 1) ^ flips[node])
-        u = sum(b / (2 << i) for i, b in enumerate(digits)) + rng.random() / (1 << depth)
+            flip = flips[node]
+            if flip < 0:  # the same draws, in the same order, as one coin per node on first visit
+                flip = flips[node] = int(rng.integers(2))
+            digit = ((k >> i) & 1) ^ flip
+            value = (value << 1) | digit
+            node = (node << 1) | digit
+        u = value / scale + rng.random() / scale  # sum(digit_i / 2^(i+1)): exact in binary, as is the division
         pos = min(int(u * m), m - 1)
-        if pos not in seen:
-            seen.add(pos)
+        if not seen[pos]:
+            seen[pos] = True
             out.append(pos)
-    rest = [p for p in range(m) if p not in seen]
+    rest = [p for p in range(m) if not seen[p]]
     return out + [rest[i] for i in rng.permutation(len(rest))]
