@@ -1,6 +1,10 @@
 """Ten guarded behaviours broken one at a time; for each, the first test that goes red in a checkout TREE (run it on
 the tree before a change and after: docs/measurements/suite.md). Usage: python benchmarks/guarded_behaviours.py TREE OUT.json"""
-import json, subprocess, sys, time
+import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 MUTATIONS = [
@@ -55,7 +59,7 @@ def main():
         t0 = time.time()
         try:
             r = subprocess.run([py, "-m", "pytest", "-q", "-n", "0", "-x", "-p", "no:cacheprovider", *tests],
-                               cwd=tree, env={**__import__("os").environ, "PYTHONPATH": str(tree)},
+                               cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
                                capture_output=True, text=True, timeout=1500)
         finally:
             f.write_text(text)
