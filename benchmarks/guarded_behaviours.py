@@ -14,7 +14,7 @@ MUTATIONS = [
     ("a map's region: Self-Extend's grouped query one position on", "ropecli/maps/position_maps.py",
      "lambda i: i // G + shift, lambda j: j // G))", "lambda i: i // G + shift + 1, lambda j: j // G))",
      ["tests/test_position_maps.py"]),
-    ("the folder's decode: in a one-token step each cached key one position on", "ropecli/export/map_modeling.py",
+    ("the folder's decode: in a one-token step each cached key one position on", "ropecli/maps/map_run.py",
      "kpos = torch.arange(Tk, device=device) + base", "kpos = torch.arange(Tk, device=device) + base + int(Tq == 1)",
      ["tests/test_map_folder.py"]),
     ("a vLLM export: mixed_b written 10 % low", "ropecli/export/runtimes/vllm.py",

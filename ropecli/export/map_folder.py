@@ -1,38 +1,31 @@
 """`export --to transformers --map MAP --out DIR`: a model folder that generates under the map in plain
 transformers. The folder is what `--to transformers` writes for the schedule (config.json merged, the weights placed),
-plus `modeling_ropecli_map.py` (`export/map_modeling.py` with the model's class and the map's region function pasted
-in: no ropecli import at load or run time), `auto_map` pointing AutoModelForCausalLM at it, and the map with its
+plus `modeling_ropecli_map.py` (generated from ropecli's own map attention, `maps/map_run.py`, its glue
+`export/map_modeling.py` and the map's region function: `export/folder_source.py`; no ropecli import at load or run
+time), `auto_map` pointing AutoModelForCausalLM at it, and the map with its
 parameters in config.json (`ropecli_map`). `AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)`, its
 `generate()` and `pipeline("text-generation")` then run every forward pass, each decoded token included, under the map.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
-import textwrap
 from pathlib import Path
 
 from ropecli.deferred import deferred
 from ropecli.errors import RopeCliError
+from ropecli.export.folder_source import folder_source
 from ropecli.export.readback import Check, read_json
 from ropecli.export.writers import load_line
-from ropecli.maps import map_bands, vllm_plugin
+from ropecli.maps import vllm_plugin
 from ropecli.maps.mapped_attention import config_refusal
 from ropecli.maps.position_maps import resolve_map
-from ropecli.maps.region_attention import region_attention
 
 transformers = deferred("transformers")
 modeling_auto = deferred("transformers.models.auto.modeling_auto")
 
 MODELING = "modeling_ropecli_map.py"
 AUTO_MAP = {"AutoModelForCausalLM": "modeling_ropecli_map.RopecliMapForCausalLM"}
-MARKER = "# REGIONS: the map's region function, ropecli's own source, pasted by the export below this line\n"
-
-
-BANDS = "# BANDS: ropecli's band planner (ropecli.maps.map_bands, region_attention), pasted by the export below this line\n"
-CHECK = ("# CHECK: ropecli's check of config.json's ropecli_map (export.map_folder.check_map_block), pasted by the export "
-         "below this line\n")
 MAP_KEYS = {"name": str, "params": dict, "length": int, "pairs": dict, "architecture": str}  # config.json's ropecli_map, whole
 
 
@@ -68,20 +61,9 @@ def check_map_block(block, layers: int | None = None) -> str | None:
 
 
 def modeling_source(position_map, base_class: str) -> str:
-    """The folder's modeling file: the template with the model's class, ropecli's band planner (`maps.map_bands`
-    and `maps.region_attention.region_attention`, torch alone: the code ropecli measures with) and the map's region
-    function."""
-    template = (Path(__file__).with_name("map_modeling.py")).read_text()
-    fn = resolve_map(position_map.name).regions
-    source = textwrap.dedent(inspect.getsource(fn))  # a map registered inside a function (a test's) too
-    source = source[source.index("def "):]  # its registration stays in ropecli
-    bands = inspect.getsource(map_bands)
-    bands = bands[bands.index("\nCAUSAL = "):]  # past its docstring and imports (torch: the template's own)
-    template = template.replace('BASE_CLASS = "LlamaForCausalLM"', f'BASE_CLASS = "{base_class}"', 1)
-    template = template.replace(BANDS, f"{BANDS}{bands}\n\n{inspect.getsource(region_attention)}\n", 1)
-    keys = ", ".join(f"{k!r}: {kind.__name__}" for k, kind in MAP_KEYS.items())
-    template = template.replace(CHECK, f"{CHECK}MAP_KEYS = {{{keys}}}\n\n\n{inspect.getsource(check_map_block)}\n", 1)
-    return template.replace(MARKER, f"{MARKER}\n{source}\nREGION_FUNCTION = {fn.__name__!r}\n", 1)
+    """The folder's modeling file: generated from ropecli's own map attention and the map's region function
+    (`export.folder_source`), on the model's class."""
+    return folder_source(resolve_map(position_map.name).regions, base_class)
 
 
 def write_map_folder(spec, out: str | None, write_schedule, select=None, length: int | None = None) -> dict:
