@@ -4,21 +4,84 @@ it is installed.
 Fixtures live in conftest.py; tiny models in tiny_models.py and architectures.py."""
 
 import importlib.metadata
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from typer.testing import CliRunner
 
 from ropecli.cli.app import app
 from ropecli.evaluation.data import load_documents, tokenize_documents
 from ropecli.evaluation.passkey import filler_stream, make_samples
+from ropecli.maps import map_run
+from ropecli.maps.map_layers import LayerPlan
 from ropecli.models.packaged import PACKAGED, packaged_path
 
 from architectures import ARCHS, save_arch
 
 runner = CliRunner()
+REFERENCE = "ropecli_test_reference"
+
+
+@contextmanager
+def reference_attention(model, make):
+    """The harness of the tests' independent references (a map's source transliterated, a per-pair construction):
+    `make(rotary)` -> an attention function, run as every layer's attention of `model` (one rotary module, every layer
+    global) with its queries and keys handed over unrotated (the rotary module answering cos = 1, sin = 0, so a cache
+    keeps them so); `rotary(x, positions (1, T))` -> cos, sin is the module's real forward."""
+    module = next(m for m in model.modules() if isinstance(getattr(m, "inv_freq", None), torch.Tensor))
+    real = module.forward
+
+    def identity(x, position_ids, *args, **kwargs):
+        cos, sin = real(x, position_ids, *args, **kwargs)
+        return torch.ones_like(cos), torch.zeros_like(sin)
+
+    before = model.config._attn_implementation
+    ALL_ATTENTION_FUNCTIONS[REFERENCE] = make(real)
+    masks = ALL_MASK_ATTENTION_FUNCTIONS._global_mapping
+    masks[REFERENCE] = masks.get(before, masks["sdpa"])
+    model.config._attn_implementation, module.forward = REFERENCE, identity
+    try:
+        yield
+    finally:
+        model.config._attn_implementation = before
+        module.__dict__.pop("forward", None)
+        masks.pop(REFERENCE, None)
+        del ALL_ATTENTION_FUNCTIONS[REFERENCE]
+
+
+def rotate_at(x, positions, rotary):
+    """x (B, H, T, D) rotated at positions (T,) by `rotary`'s cos and sin, rotate-half (the tests' models)."""
+    cos, sin = rotary(x, torch.as_tensor(positions).to(torch.float32)[None])
+    h = x.shape[-1] // 2
+    return x * cos[:, None] + torch.cat((-x[..., h:], x[..., :h]), dim=-1) * sin[:, None]
+
+
+class _Layer:
+    layer_idx = 0
+
+
+map_run._ROTATES_HALF[_Layer] = True  # rotate-half over the whole head, as `rotate_at`
+
+
+def map_attention_on(regions, q, k, v, rotary, scaling, selection=None, kernel="blocks", block=128):
+    """ropecli's map attention (`maps.map_run`) on raw unrotated q (1, H, T, D), k, v (1, H_kv, T, D) of one layer:
+    q and k rotated at their true positions by `rotary` (rotate-half), the map's `regions` run by a MapRun ->
+    (1, T, H, D). `selection`: {0: (heads, pairs) bool}."""
+    T = q.shape[2]
+    pairs = None if selection is None else {0: [torch.as_tensor(r).nonzero().flatten().tolist() for r in selection[0]]}
+    plan = LayerPlan("RoPE full", True, 0)
+    run = map_run.MapRun([plan], {0: rotary}, regions, None, pairs, {0: _Layer()}, T)
+    run.kernel, run.block = kernel, block
+    run.begin(torch.arange(T)[None], fresh=True)
+    pos = torch.arange(T)
+    out, _ = map_run.map_attention(run, _Layer(), plan, rotate_at(q, pos, rotary), rotate_at(k, pos, rotary), v, None,
+                                   scaling, None, None)
+    return out
 
 
 def run(*args, **kw):

@@ -9,28 +9,27 @@ import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.llama.modeling_llama import rotate_half
 from typer.testing import CliRunner
 
 from ropecli.cli.app import app
 from ropecli.errors import RopeCliError
 from ropecli.maps.flex_regions import flex_available
-from ropecli.maps.map_layers import rotate_with
 from ropecli.maps.map_pairs import relative_positions
 from ropecli.maps.map_rules import dpe_budget, dpe_ladder, dpe_ranges, dpe_rule
+from ropecli.maps.map_run import rotary_modules, rotation_of
 from ropecli.maps.map_spelling import map_label, map_text, parse_map
-from ropecli.maps.mapped_attention import NAME, mapped
+from ropecli.maps.mapped_attention import mapped
 from ropecli.maps.pair_contributions import pair_contributions
 from ropecli.maps.pair_selection import kept_pairs, select_pairs
 from ropecli.maps.position_maps import bind, map_params, map_regions
-from ropecli.maps.region_attention import MappedAttention
 from ropecli.tuning.candidates import candidate_names, default_candidates, search_plans
 from ropecli.tuning.optimizers import optimize
 from ropecli.tuning.search_verdicts import parse_reference
 from ropecli.tuning.space import Dim
 
 from architectures import ARCHS, L0, VOCAB, save_arch
+from helpers import map_attention_on
 
 T = 3 * L0
 
@@ -114,8 +113,7 @@ def test_the_mapped_attention_is_the_authors_construction():
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 2, n, D, generator=gen) for _ in range(3))
     params = map_params("dpe", dpe(W, *G))
-    att = MappedAttention(lambda m: map_regions("dpe", params, m), rotary, block=128, kernel="blocks")
-    got, _ = att(None, q, k, v, scaling=D ** -0.5)
+    got = map_attention_on(map_regions("dpe", params, n), q, k, v, rotary, D ** -0.5)
     want = authors_attention(q, k, v, cos_sin, W, G, D ** -0.5).transpose(1, 2)
     assert (got - want).abs().max() < 1e-4
     uniform = authors_attention(q, k, v, cos_sin, W, (4,) * 8, D ** -0.5).transpose(1, 2)
@@ -273,10 +271,8 @@ def test_a_selection_is_the_authors_select_topk_dim(kernel):
     k, v = (torch.randn(1, H // 2, n, D, generator=gen) for _ in range(2))
     sel = torch.rand(H, D // 2, generator=gen).argsort(dim=1) < D // 4  # (H, pairs): half of each head's pairs
     params = map_params("dpe", {**dpe(W, *G), "top": 0.5})
-    att = MappedAttention(lambda m: map_regions("dpe", params, m), rotary, block=128, kernel=kernel,
-                          selection={0: sel.numpy()})
-    layer = type("Layer", (), {"layer_idx": 0})()
-    got, _ = att(layer, q, k, v, scaling=D ** -0.5)
+    got = map_attention_on(map_regions("dpe", params, n), q, k, v, rotary, D ** -0.5, selection={0: sel.numpy()},
+                           kernel=kernel)
     kk, vv = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
     want = authors_selected_attention(q, kk, vv, cos_sin, W, G, D ** -0.5, torch.cat([sel, sel], dim=-1))
     assert (got - want.transpose(1, 2)).abs().max() < 1e-4
@@ -341,13 +337,14 @@ def test_each_columns_pair_is_the_one_the_model_rotates(tmp_path, row):
     seen = {}
     with torch.no_grad(), mapped(model, bind("none", {}), observe=lambda m, q, k, pair: seen.setdefault(m.layer_idx, (m, pair))):
         model(torch.randint(2, VOCAB, (1, 20), generator=torch.Generator().manual_seed(0)))
-        dispatch = ALL_ATTENTION_FUNCTIONS[NAME]
         layer, (module, pair) = next(iter(seen.items()))
-        attention = dispatch.mapped_by_slot[dispatch.plans[layer].rope]
+        types = getattr(model.config.get_text_config(), "layer_types", None)
+        found = rotary_modules(model)
+        rotary, lt = found.get(types[layer] if types else "") or found[""]
         D = pair.numel()
         probe = torch.eye(D)[None, None]
-        cos, sin = attention.rotary(probe, torch.full((1, D), 7.0))
-        out = rotate_with(module, probe, cos, sin)[0, 0]
+        cos, sin = rotary(probe, torch.full((1, D), 7.0), **({"layer_type": lt} if lt else {}))
+        out = rotation_of(module)(probe, cos.float(), sin.float())[0, 0]
     counts = torch.bincount(pair[pair >= 0])
     assert set(counts[counts > 0].tolist()) == {2}  # every pair index names two columns
     for c in range(D):

@@ -10,16 +10,14 @@ import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache, LlamaConfig, LlamaForCausalLM
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from typer.testing import CliRunner
 
 from ropecli.cli.app import app
-from ropecli.maps.map_rotation import rotated
-from ropecli.maps.mapped_attention import NAME, mapped
+from ropecli.maps.mapped_attention import mapped
 from ropecli.maps.position_maps import MAPS, bind, map_params, map_regions
 
 from architectures import L0, VOCAB
-from helpers import arch_folder
+from helpers import arch_folder, reference_attention, rotate_at
 from tiny_models import build, folder_batches_agree
 
 T_FACTOR = 0.1 * math.log(2) + 1
@@ -48,7 +46,7 @@ class AuthorsLampe:
         pos = torch.arange(T)
         mapping = self.map_ids(pos[None], 0, self.U)[0].long()
         bias_1 = head - (int(mapping[head]) + 1) if T > head else 0
-        q, k = rotated(query, pos, self.rotary) * t, rotated(key, pos, self.rotary) * t
+        q, k = rotate_at(query, pos, self.rotary) * t, rotate_at(key, pos, self.rotary) * t
         i, j = pos[:, None], pos[None, :]
         reach = head - 1 if self.once else head
         s = torch.matmul(q, k.transpose(-1, -2)) * scaling
@@ -58,8 +56,8 @@ class AuthorsLampe:
         if T <= head:
             return head_out.transpose(1, 2).contiguous(), None
         front = T - head
-        mq = rotated(query[:, :, -front:], mapping[-front:] + bias_1, self.rotary) * t
-        mk = rotated(key[:, :, :front], mapping[:front], self.rotary) * t
+        mq = rotate_at(query[:, :, -front:], mapping[-front:] + bias_1, self.rotary) * t
+        mk = rotate_at(key[:, :, :front], mapping[:front], self.rotary) * t
         ms = torch.matmul(mq, mk.transpose(-1, -2)) * scaling
         a = torch.arange(front)
         ms = ms.masked_fill(~(a[None, :] <= a[:, None]), float("-inf"))  # flash causal over the two slices
@@ -85,10 +83,9 @@ def test_lampe_is_the_authors_construction(use_length):
     params = {"head": 6, "U": use_length}
     with mapped(model, bind("lampe-sw", params), block=7):
         got = nll(model, ids)
-        rotary = ALL_ATTENTION_FUNCTIONS[NAME].mapped_by_slot[0].rotary
-        ALL_ATTENTION_FUNCTIONS[NAME] = AuthorsLampe(rotary, 6, use_length, once=True)
+    with reference_attention(model, lambda rotary: AuthorsLampe(rotary, 6, use_length, once=True)):
         want = nll(model, ids)
-        ALL_ATTENTION_FUNCTIONS[NAME] = AuthorsLampe(rotary, 6, use_length, once=False)
+    with reference_attention(model, lambda rotary: AuthorsLampe(rotary, 6, use_length, once=False)):
         twice = nll(model, ids)
     assert abs(got - want) < 1e-5, (got, want)
     assert abs(got - nll(model, ids)) > 1e-3 and abs(twice - want) > 1e-6, (got, twice)

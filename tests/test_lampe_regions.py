@@ -10,19 +10,17 @@ import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache, LlamaConfig, LlamaForCausalLM
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from typer.testing import CliRunner
 
 from ropecli.cli.app import app
 from ropecli.errors import RopeCliError
 from ropecli.maps import position_maps
-from ropecli.maps.map_rotation import rotated
 from ropecli.maps.map_spelling import map_label, parse_map
-from ropecli.maps.mapped_attention import NAME, mapped
+from ropecli.maps.mapped_attention import mapped
 from ropecli.maps.position_maps import MAPS, bind, map_params, map_regions
 
 from architectures import ARCHS, save_arch
-from helpers import run
+from helpers import reference_attention, rotate_at, run
 from tiny_models import build, char_tokenizer, folder_batches_agree
 
 T_FACTOR = 0.1 * math.log(2) + 1
@@ -81,7 +79,8 @@ def flash_decode_merge(head_out, head_lse, map_out, map_lse, tail_out, tail_lse)
 
 class AuthorsLampe:
     """llama_cache1.py `forward` from the projections on, as an attention function: queries and keys arrive
-    unrotated (ropecli's mapped() hands the layers cos = 1, sin = 0; its cache keeps them so, the source's map_cache),
+    unrotated (`helpers.reference_attention` hands the layers cos = 1, sin = 0; the cache keeps them so, the source's
+    map_cache),
     rotated here with the model's rotary at the positions the source gives each region, cos and sin x rope_scale.
     The prefill's state (prefill_len, bias_1, bias_2, re_size_2, map_len) is kept for the decoding steps, as the
     source's register_buffer calls keep it."""
@@ -90,7 +89,7 @@ class AuthorsLampe:
         self.rotary, self.head, self.tail, self.U = rotary, head, tail, use_length
 
     def rot(self, x, positions):  # apply_rotary_pos_emb_map with cos, sin x rope_scale; (B, H, T, D) -> (B, T, H, D)
-        return (rotated(x, torch.as_tensor(positions).long(), self.rotary) * T_FACTOR).transpose(1, 2)
+        return (rotate_at(x, torch.as_tensor(positions).long(), self.rotary) * T_FACTOR).transpose(1, 2)
 
     def __call__(self, module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, **kwargs):
         B, H, q_len, D = query.shape
@@ -157,8 +156,8 @@ def against_the_source(params: dict, prompt: int, steps: int, seed: int = 3):
     checked = map_params("lampe", params)
     with mapped(model, bind("lampe", checked), block=7):
         got = logits_prefill_then_steps(model, ids, prompt)
-        rotary = ALL_ATTENTION_FUNCTIONS[NAME].mapped_by_slot[0].rotary
-        ALL_ATTENTION_FUNCTIONS[NAME] = AuthorsLampe(rotary, int(checked["head"]), int(checked["tail"]), int(checked["U"]))
+    with reference_attention(model, lambda rotary: AuthorsLampe(rotary, int(checked["head"]), int(checked["tail"]),
+                                                                int(checked["U"]))):
         want = logits_prefill_then_steps(model, ids, prompt)
     return ((got[0] - want[0]).abs().max().item(), (got[1] - want[1]).abs().max().item(),
             (got[0] - plain).abs().max().item())

@@ -5,27 +5,27 @@ the same through a KV cache as in one pass, refused in one line where it cannot 
 import ast
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, DynamicCache, MistralConfig, MistralForCausalLM
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from typer.testing import CliRunner
 
 from ropecli.cli.app import app
 from ropecli.errors import RopeCliError
+from ropecli.maps import map_run
 from ropecli.maps.map_bands import CAUSAL, split_band
 from ropecli.maps.map_pairs import relative_positions
-from ropecli.maps.map_rotation import rotated
 from ropecli.maps.map_rules import selfextend_rule
 from ropecli.maps.map_spelling import map_from_json, under_maps
-from ropecli.maps.mapped_attention import NAME, mapped
+from ropecli.maps.mapped_attention import mapped
 from ropecli.maps.position_maps import MAPS, bind, map_params, map_regions
-from ropecli.maps.region_attention import MappedAttention, _fused_for
 from ropecli.spec import Spec
 from ropecli.tuning.candidates import default_candidates, map_rule
 
+from helpers import reference_attention, rotate_at
 from tiny_models import build
 
 
@@ -78,7 +78,7 @@ def test_a_map_whose_near_region_covers_the_window_is_the_model(family):
                          ("string", {"S": 48, "W": 8, "t": 1}), ("selfextend-llamacpp", {"G": 4, "W": 48})):
         with mapped(model, bind(name, params), block=16):  # three query blocks
             assert abs(nll(model, ids) - plain) < 1e-5, name
-    assert model.config._attn_implementation != NAME  # put back
+    assert "forward" not in model.model.__dict__  # put back
     with mapped(model, bind("string", {"S": 48, "W": 8})):  # STRING's own temperature (t = 1.069 on cos and sin) is felt
         assert abs(nll(model, ids) - plain) > 1e-4
     with mapped(model, bind("selfextend", {"G": 4, "W": 8})):
@@ -96,10 +96,10 @@ class PairReference:
         B, H, T, D = query.shape
         groups = H // key.shape[1]
         key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
-        k0 = rotated(key, torch.zeros(T), self.rotary)
+        k0 = rotate_at(key, torch.zeros(T), self.rotary)
         scores = torch.full((B, H, T, T), float("-inf"))
         for i in range(T):
-            qi = rotated(query[:, :, i:i + 1].expand(B, H, i + 1, D), self.rel[i, : i + 1], self.rotary)  # (B, H, i+1, D)
+            qi = rotate_at(query[:, :, i:i + 1].expand(B, H, i + 1, D), self.rel[i, : i + 1], self.rotary)  # (B, H, i+1, D)
             scores[:, :, i, : i + 1] = (qi * k0[:, :, : i + 1]).sum(-1) * scaling
         return torch.matmul(torch.softmax(scores, -1), value).transpose(1, 2).contiguous(), None
 
@@ -112,21 +112,19 @@ def test_the_mapped_attention_equals_a_per_pair_reference(name, params):
     model, ids = build("llama"), torch.randint(0, 96, (1, 24), generator=torch.Generator().manual_seed(1))
     with mapped(model, bind(name, params), block=7):
         got = nll(model, ids)
-        rotary = ALL_ATTENTION_FUNCTIONS[NAME].mapped_by_slot[0].rotary
-        ALL_ATTENTION_FUNCTIONS[NAME] = PairReference(relative_positions(name, params, 24), rotary)
+    with reference_attention(model, lambda rotary: PairReference(relative_positions(name, params, 24), rotary)):
         want = nll(model, ids)
     assert abs(got - want) < 1e-5 and abs(got - nll(model, ids)) > 1e-4, (got, want)
 
 
 @pytest.mark.parametrize(("name", "params"), [("selfextend", {"G": 3, "W": 5}), ("dca", {"chunk": 8, "local": 2})])
-def test_the_fused_kernel_and_its_explicit_twin_agree(name, params):
+def test_the_fused_kernel_and_its_explicit_twin_agree(name, params, monkeypatch):
     """The CPU path runs torch's flash kernel (its log-sum-exp merges the regions); other devices the explicit scores."""
     model, ids = build("qwen2"), torch.randint(0, 96, (1, 40), generator=torch.Generator().manual_seed(4))
     with mapped(model, bind(name, params), block=16), torch.no_grad():
+        assert map_run._flash_kernel(ids.float(), None) is not None
         fused = model(ids).logits
-        attention = ALL_ATTENTION_FUNCTIONS[NAME].mapped_by_slot[0]
-        assert attention.fused and _fused_for(ids.device) is not None
-        attention.fused = False
+        monkeypatch.setattr(map_run, "_FUSED", None)
         twin = model(ids).logits
     assert torch.allclose(fused, twin, atol=1e-5), (fused - twin).abs().max()
 
@@ -437,9 +435,9 @@ def test_a_shifted_causal_triangle_runs_in_one_call():
     """The identity's region and Self-Extend's grouped one (d >= W) are one causal triangle over the window; its
     neighbour region and DCA's are not (`whole_triangles`)."""
     def whole(name, params, T=700):
-        att = MappedAttention(lambda n: map_regions(name, map_params(name, params), n), None)
-        att.blocks(T, T, torch.device("cpu"))
-        return att.whole
+        run = SimpleNamespace(regions=map_regions(name, map_params(name, params), T), period=None, block=512)
+        pos = torch.arange(T)
+        return map_run.row_plan(run, pos, pos, None, None, None, torch.float32)[0][1]
 
     assert whole("none", {}) == {0: (0, 0)}
     assert whole("selfextend", {"G": 4, "W": 64}) == {1: (64, 64)}  # grouped: rows from 64 on, keys 0 … i - 64

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import warnings
 from functools import partial
 from types import SimpleNamespace
 from typing import Any, Callable, NamedTuple
@@ -39,6 +40,7 @@ import numpy as np
 
 from ropecli.deferred import deferred
 from ropecli.errors import RopeCliError
+from ropecli.maps.flex_regions import FlexRegions, flex_available
 from ropecli.maps.map_bands import CAUSAL, masked, merge_into, split_band, whole_triangles
 from ropecli.maps.map_layers import latent_rope, plan_layers
 from ropecli.maps.region_attention import MASK_CACHE_BYTES, region_attention
@@ -50,8 +52,6 @@ modeling_utils = deferred("transformers.modeling_utils")
 
 ATTENTION_NAME = "ropecli_map_run"  # the attention function's name in transformers' registry while a pass runs
 QUERY_BLOCK = 512  # queries per block: each region's masks are (QUERY_BLOCK, its band of keys)
-WHOLE_ROWS = 4 * QUERY_BLOCK  # a prompt up to this long runs a whole-triangle region in one call (longer: in blocks; on
-# SmolLM2 at 16,000 tokens the one call's row-long buffers cost 1.20x the peak memory and a slower prefill)
 _ROTATES_HALF: dict = {}  # per attention class: whether its model's rotation is rotate-half over the whole head (probed)
 _ROTATION: dict = {}  # per attention class: its rotation as (x, cos, sin) -> x
 
@@ -61,8 +61,9 @@ _ROTATION: dict = {}  # per attention class: its rotation as (x, cos, sin) -> x
 
 def rotation_of(module) -> Callable:
     """The model's own rotation as (x, cos, sin) -> x: rotate-half in place where the model's apply_rotary_pos_emb is
-    rotate-half over the whole head (probed once per attention class on 8 positions with a non-zero angle, as ropecli's
-    `maps.map_layers.rotate_with` does: the model's own function on a (1, 3, 2048, 64) band takes 25x longer), else
+    rotate-half over the whole head (probed once per attention class on 8 positions with a non-zero angle: the model's
+    own function on a (1, 3, 2048, 64) band takes 25x longer; a class declared rotate-half in _ROTATES_HALF is not
+    probed), else
     its apply_rotary_pos_emb, on the first rotary dims where the attention slices them off before calling it (Phi,
     StableLM)."""
     kind = type(module)
@@ -78,7 +79,13 @@ def rotation_of(module) -> Callable:
 
         _ROTATION[kind] = latent
         return latent
-    slow = model_apply(module)
+    found: list = []  # the model's apply function, looked up when first needed (a rotate-half class declared as such:
+    # vLLM's neox-style families' layers, `maps.vllm_model`, has none)
+
+    def slow(x, cos, sin):
+        if not found:
+            found.append(model_apply(module))
+        return found[0](x, cos, sin)
 
     def apply(x, cos, sin):
         if cos.shape[-1] != x.shape[-1]:
@@ -153,7 +160,8 @@ def model_apply(module) -> Callable:
 def row_trig(rotary, x, positions):
     """cos, sin (B, T, rotary dims) at positions (B, T), or at positions (B, T, groups) that differ per group of
     rotary pairs (group g: the pairs m with floor(m groups / pairs) = g), each group's columns from the rotary module's
-    own output at its positions, in its layout (`maps.map_rotation.trig_at` batched per row)."""
+    own output at its positions, in its layout (rotate-half: the pairs' angles twice; interleaved: each twice in a
+    row)."""
     if positions.ndim == 2:
         return rotary(x, positions.to(torch.float32))
     per = [rotary(x, positions[..., g].to(torch.float32)) for g in range(positions.shape[-1])]
@@ -242,6 +250,10 @@ class MapRun:
         # through the cache, and keeps them while the row decodes: {row: its prompt's length}
         self.per_prompt = regions_at is not None and "prompt" in inspect.signature(regions_at).parameters
         self._prompts: dict[int, int] = {}
+        # a row whose prompt is prefilled in chunks (vLLM's scheduler): {row: the whole prompt's length}, the length
+        # its chunks' regions are made at, as one pass over the prompt makes them (decoding past it: the row's own)
+        self.prefill_to: dict[int, int] = {}
+        self.at_key = None  # the (length, prompt) the regions were last made at (`at`)
         self.fresh = True  # this pass starts its rows (no cache, or an empty one): their prompts are its keys
         self.primary = -1 if regions_at else primary_set(regions, self.which, length)  # the key set the cache holds
         # query blocks start at its multiples (None: every QUERY_BLOCK)
@@ -252,6 +264,12 @@ class MapRun:
         self.selection, self._cols, self.attention = selection or {}, {}, attention  # {layer: its attention module}
         self.position_ids, self._layout, self._trig, self._scale = None, {}, {}, {}
         self._ahead: dict = {}  # per rotary: (its frequencies, {step: OneCall}, {position: new key's turn}) (`step_plan`)
+        self.block = QUERY_BLOCK  # queries per block (a test's smaller one cuts a short prompt into several)
+        # "auto": flex attention for a prefill on CUDA (`maps.flex_regions`), the fused blocks elsewhere; "flex": flex
+        # attention on any device (eager on the CPU: the GPU path's twin); "blocks": the fused blocks everywhere
+        self.kernel = "auto"
+        self.observe = None  # observe(module, query, key, pair): each mapped layer's queries and keys, the scaling out
+        self._flex: dict = {}
 
     def begin(self, position_ids, fresh: bool = False):
         """A new forward pass: its queries' positions (B or 1, T_q), and whether it starts its rows (`fresh`: no cache
@@ -265,14 +283,15 @@ class MapRun:
     def at(self, qpos, b: int = 0):
         """A per-length map's regions (and their key sets) for row b whose last query sits at max(qpos): its length
         max(qpos) + 1 (a prefill's T, a decoding step's T_k with its own key; a static cache's empty slots beyond it
-        not counted), and for a per-prompt map the row's prompt (its length at the pass that started it); the last
-        few kept."""
+        not counted; while a prompt is prefilled in chunks, the whole prompt's: `prefill_to`), and for a per-prompt map
+        the row's prompt (its length at the pass that started it); the last few kept."""
         if self.regions_at is None:
             return
-        T = int(qpos.max()) + 1
+        T = max(int(qpos.max()) + 1, self.prefill_to.get(b, 0))
         if self.per_prompt and (self.fresh or b not in self._prompts):
             self._prompts[b] = T
         at = (T, self._prompts[b]) if self.per_prompt else (T, None)
+        self.at_key = at
         if at not in self._at:
             if len(self._at) > 64:
                 self._at.clear()
@@ -479,6 +498,10 @@ class MapRun:
 
     def __call__(self, module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, **kwargs):
         plan = self.plans[module.layer_idx]
+        if plan.mapped and self.observe is not None:  # each pair's norms: a rotation keeps them (its scaling out)
+            a = self.unit(plan, query)
+            pair = self.column_pairs(module, plan, query)[0]
+            self.observe(module, query if a == 1.0 else query / a, key if a == 1.0 else key / a, pair)
         if plan.mapped:
             return map_attention(self, module, plan, query, key, value, attention_mask, scaling,
                                  kwargs.get("softcap"), kwargs.get("s_aux"))
@@ -493,6 +516,19 @@ def _expand(positions, like):
     """positions (…, T) against a key function's output (…, T) or (…, T, groups), numpy or torch as positions are."""
     p = positions if isinstance(positions, np.ndarray) else torch.as_tensor(positions)
     return p if np.ndim(like) == p.ndim else p[..., None]
+
+
+def _unpadded(mask, pos) -> bool:
+    """Whether every row is the same unpadded sequence: one row of positions (B or 1, T_q), and a mask (None: sdpa's
+    causal skip) whose last query reaches every key in every row."""
+    if pos.shape[0] > 1 and not bool((pos == pos[:1]).all()):
+        return False
+    if mask is None:
+        return True
+    if not isinstance(mask, torch.Tensor):
+        return False
+    last = mask[..., -1, :] if mask.ndim == 4 else mask
+    return bool(last.all() if last.dtype == torch.bool else (last > torch.finfo(last.dtype).min / 2).all())
 
 
 def _allowed(mask, b):
@@ -536,11 +572,11 @@ def row_plan(run, qpos, kpos, valid, allowed, window, dtype):
     out, size = [], 0
     # an unpadded row whose queries are the last T_q of keys 0 … T_k - 1: a region whose pairs are one shifted causal
     # triangle (Self-Extend's grouped one, ReRoPE's capped one) runs as one causal call, as ropecli's forward runs it
-    plain = (allowed is None and valid is None and 1 < Tq <= WHOLE_ROWS and not window and int(kpos[0]) == 0
+    plain = (allowed is None and valid is None and 1 < Tq <= 4 * run.block and not window and int(kpos[0]) == 0
              and torch.equal(qpos, torch.arange(Tk - Tq, Tk, device=qpos.device)))
     shape = torch.zeros(3, len(run.regions), Tq, dtype=torch.long) if plain else None  # per region and row: keys
     kj = torch.arange(Tk, device=kpos.device)  # reached, the first (0: key 0) and the last
-    for start, stop in query_blocks(qpos, run.period):
+    for start, stop in query_blocks(qpos, run.period, run.block):
         qi = qpos[start:stop]
         if allowed is None:
             ok = kpos[None, :] <= qi[:, None]
@@ -569,8 +605,8 @@ def row_plan(run, qpos, kpos, valid, allowed, window, dtype):
     return (out, whole), size
 
 
-def query_blocks(qpos, period):
-    """[(start, stop)] blocks of at most QUERY_BLOCK queries, each starting anew where a query's position is a multiple
+def query_blocks(qpos, period, block: int = QUERY_BLOCK):
+    """[(start, stop)] blocks of at most `block` queries, each starting anew where a query's position is a multiple
     of `period` (the map's block structure, `block_period`)."""
     T = len(qpos)
     cuts = [0, T]
@@ -579,7 +615,7 @@ def query_blocks(qpos, period):
     cuts = sorted(set(cuts))
     out = []
     for a, z in zip(cuts, cuts[1:]):
-        out += [(s, min(z, s + QUERY_BLOCK)) for s in range(a, z, QUERY_BLOCK)]
+        out += [(s, min(z, s + block)) for s in range(a, z, block)]
     return out
 
 
@@ -594,7 +630,52 @@ def one_query(mask):
     return [(0, 1, lo, hi, None if bool(band.all()) else band.clone())]
 
 
-def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, sinks):
+def flex_for(run, module, plan, query, key, value, mask, scaling, softcap, sinks, base):
+    """A prefill's attention (B, T_q, H, D) in flex attention (`maps.flex_regions`: on CUDA at run.kernel "auto", on
+    any device at "flex"), or None where the fused blocks run: the keys at their true positions, no padding (every
+    row's positions the same), not a per-prompt map's decoding. Each region's queries and keys are turned from their
+    true positions to the region's (under a key-pair selection only its columns). A failed compile falls back to the
+    fused blocks once, said."""
+    wanted = run.kernel == "flex" or (run.kernel == "auto" and query.device.type == "cuda")
+    if not wanted or base >= 0 or not flex_available() or run.position_ids is None:
+        return None
+    B, H, Tq, D = query.shape
+    Tk = key.shape[2]
+    pos = run.position_ids.reshape(-1, run.position_ids.shape[-1])
+    if not _unpadded(mask, pos) or int(pos[0, -1]) != Tk - 1 or value.shape[-1] != D:
+        return None
+    run.at(pos[0, -Tq:], 0)
+    if run.per_prompt and Tq < Tk:
+        return None
+    cols = run.columns(module, plan, query)
+    if cols is not None and key.shape[1] != H:  # a selection per query head: each its own keys' turn
+        key, value = key.repeat_interleave(H // key.shape[1], dim=1), value.repeat_interleave(H // key.shape[1], dim=1)
+    regions = run.regions
+    kind = (query.device.type, softcap, id(regions))
+    if kind not in run._flex:
+        run._flex[kind] = FlexRegions(lambda n: regions, compiled=query.device.type == "cuda", softcap=softcap)
+
+    def turned(x, p, t):  # x (B, H, n, D) at true positions t (n,) -> at p (n,) or (n, groups)
+        p = torch.as_tensor(p, device=x.device)
+        delta = p - _expand(t, p).to(p.dtype)
+        if not bool(delta.any()):
+            return x.clone()  # a new tensor: flex scales it in place
+        moved = run.turn(module, plan, x, delta[None])
+        return moved if cols is None else torch.where(cols, moved, x)
+
+    try:
+        out = run._flex[kind](query, key, value, scaling, turned, sinks)
+    except Exception as exc:  # noqa: BLE001  a compile that fails here must not cost the user the run
+        if run.kernel == "flex":
+            raise
+        warnings.warn(f"position map: flex attention failed on {query.device} ({type(exc).__name__}: "
+                      f"{str(exc)[:200]}); running the fused blocks instead (slower)", stacklevel=2)
+        run.kernel = "blocks"
+        return None
+    return out.transpose(1, 2).contiguous()
+
+
+def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, sinks, base=None):
     """Queries (B, H, T_q, D) and the keys (B, H_kv, T_k, D), in the primary set where they came through the cache -> (B, T_q, H, D): per row and
     block of queries, each region's rotated queries against the band of its key set it reaches, one softmax over the
     regions (merged by log-sum-exp)."""
@@ -602,19 +683,27 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
     Tk, Hkv = key.shape[2], key.shape[1]
     scaling = D ** -0.5 if scaling is None else scaling
     fused = _flash_kernel(query, softcap)
-    # the set the keys arrive in (no cache: true; MLA: expanded from the cache's turned k_rot)
-    base = run.primary if key.data_ptr() in run._primary or module.layer_idx in run._latent else -1
+    # the set the keys arrive in (no cache: true; MLA: expanded from the cache's turned k_rot; `base` where the caller
+    # knows it: vLLM's paged cache, read per request)
+    if base is None:
+        base = run.primary if key.data_ptr() in run._primary or module.layer_idx in run._latent else -1
     groups = H // Hkv
     Dv = value.shape[-1]
+    if Tq > 1 and (flex := flex_for(run, module, plan, query, key, value, mask, scaling, softcap, sinks, base)) is not None:
+        return flex, None
     if Tq == 1 and B == 1 and isinstance(one := run._trig.get(one_call_tag(plan, mask, 0, base, Tk)), OneCall):
         # a decoding step of one row whose one-call plan an earlier layer of this pass made: straight to it
         acc, lse = one_call(run, module, one, query, key, value, 0, scaling, fused, softcap, groups)
         return sunk(acc, lse, sinks).transpose(1, 2).to(value.dtype), None
     rows = run.layout(mask, B, Tq, Tk, query.device, plan.sliding)
+    # rows of one unpadded sequence (a batch of windows of one length) run together: one kernel call for the batch
+    shared = Tq > 1 and B > 1 and _unpadded(mask, run.position_ids.reshape(-1, run.position_ids.shape[-1]))
+    rows = rows[:1] if shared else rows
     cols = run.columns(module, plan, query)
     out = torch.empty(B, Tq, H, Dv, dtype=value.dtype, device=value.device)
     plans = run._layout.setdefault(("plans", plan.sliding, id(mask), Tq, Tk, query.dtype), {})
     for b, (qpos, kpos, valid, allowed) in enumerate(rows):
+        rs, nb = (slice(0, B), B) if shared else (slice(b, b + 1), 1)  # the batch rows this row's plan serves
         run.at(qpos, b)  # a per-length map's regions at this row's length (a per-prompt map's: its prompt's too)
         tag = one_call_tag(plan, mask, b, base, Tk)
         if Tq == 1 and cols is None and valid is None and allowed is None and tag not in run._trig:
@@ -633,7 +722,7 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
         # an unpadded row whose positions run on one by one: its plan is the last one of its shape, kept across
         # forward passes (the next prompt of this length reuses it, as ropecli's own forward does)
         plain = allowed is None and valid is None and Tq > 1 and int(qpos[-1] - qpos[0]) == Tq - 1
-        shape = (Tq, Tk, int(qpos[0]), int(kpos[0]), plan.sliding, query.dtype, query.device) if plain else None
+        shape = (Tq, Tk, int(qpos[0]), int(kpos[0]), plan.sliding, query.dtype, query.device, run.at_key) if plain else None
         if b in plans:
             blocks = plans[b]
         elif shape is not None and run._last[0] == shape:
@@ -653,21 +742,21 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
             continue
         held = None  # the whole regions' rows: (out (1, H, T_q, Dv) float32, log-sum-exp (1, H, T_q), first row)
         for n, (r0, shift) in whole.items():
-            qn = region_query(run, module, plan, query[b:b + 1, :, r0:], qpos[r0:], n, b, -1 - r0, cols)
-            k = region_keys(run, module, plan, key[b:b + 1, :, :Tk - shift], kpos[:Tk - shift], n, b, 0, base, cols)
-            v = value[b:b + 1, :, :Tk - shift]
+            qn = region_query(run, module, plan, query[rs, :, r0:], qpos[r0:], n, b, -1 - r0, cols)
+            k = region_keys(run, module, plan, key[rs, :, :Tk - shift], kpos[:Tk - shift], n, b, 0, base, cols)
+            v = value[rs, :, :Tk - shift]
             k, v = kernel_operands(qn, k, v, fused, groups)
             o, l = region_attention(qn.contiguous(), k, v, CAUSAL, scaling * run.regions[n].scale, fused,
                                     softcap=softcap)
             o = o[..., :Dv] if o.shape[-1] != Dv else o
             if held is None:
-                held = (torch.zeros(1, H, Tq, Dv, dtype=torch.float32, device=query.device),
-                        torch.full((1, H, Tq), float("-inf"), dtype=torch.float32, device=query.device), r0)
+                held = (torch.zeros(nb, H, Tq, Dv, dtype=torch.float32, device=query.device),
+                        torch.full((nb, H, Tq), float("-inf"), dtype=torch.float32, device=query.device), r0)
             merge_into(held[0], held[1], r0, Tq, o, l)
             held = (held[0], held[1], min(held[2], r0))
         for start, stop, parts in blocks:
             n_q = stop - start
-            q = query[b:b + 1, :, start:stop]
+            q = query[rs, :, start:stop]
             acc = lse = None
             every = False  # acc and lse hold finite values on every row (no row without a key so far)
             if held is not None:
@@ -678,8 +767,8 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
                 if n not in turned:
                     turned[n] = region_query(run, module, plan, q, qpos[start:stop], n, b, start, cols)
                 qn = turned[n]
-                k = region_keys(run, module, plan, key[b:b + 1, :, lo:hi], kpos[lo:hi], n, b, lo, base, cols)
-                v = value[b:b + 1, :, lo:hi]
+                k = region_keys(run, module, plan, key[rs, :, lo:hi], kpos[lo:hi], n, b, lo, base, cols)
+                v = value[rs, :, lo:hi]
                 k, v = kernel_operands(qn, k, v, fused, groups)
                 o, l = region_attention(qn[:, :, r0:r1].contiguous(), k, v, part,
                                         scaling * region.scale, fused, bias, has, softcap)
@@ -695,13 +784,13 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
                     continue
                 every = False
                 if acc is None:
-                    acc = torch.zeros(1, H, n_q, Dv, dtype=torch.float32, device=query.device)
-                    lse = torch.full((1, H, n_q), float("-inf"), dtype=torch.float32, device=query.device)
+                    acc = torch.zeros(nb, H, n_q, Dv, dtype=torch.float32, device=query.device)
+                    lse = torch.full((nb, H, n_q), float("-inf"), dtype=torch.float32, device=query.device)
                 merge_into(acc, lse, r0, r1, o, l)
             if acc is None:  # no query of the block reaches a key (padding): nothing to attend to
-                acc = torch.zeros(1, H, n_q, Dv, dtype=torch.float32, device=query.device)
-                lse = torch.full((1, H, n_q), float("-inf"), dtype=torch.float32, device=query.device)
-            out[b, start:stop] = sunk(acc, lse, sinks)[0].transpose(0, 1).to(value.dtype)
+                acc = torch.zeros(nb, H, n_q, Dv, dtype=torch.float32, device=query.device)
+                lse = torch.full((nb, H, n_q), float("-inf"), dtype=torch.float32, device=query.device)
+            out[rs, start:stop] = sunk(acc, lse, sinks).transpose(1, 2).to(value.dtype)
     return out, None
 
 
@@ -969,27 +1058,34 @@ def rotary_modules(model) -> dict[str, Any]:
 
 
 def model_map_run(model, regions_fn, params: dict, length: int, selection: dict | None = None) -> MapRun:
-    """The MapRun of `model` under the map whose region function is `regions_fn(**params)` (a per-length map's:
-    `regions_fn(**params, length=T)`), exported for `length` tokens: its layers planned (`plan_layers`), each rotary
-    module's forward (without transformers' dynamic_rope_update: called at the differences a turn needs, it must not
-    re-pick longrope's factors or reset dynamic NTK's base from them; the model's own call at the pass's positions set
-    them), its attention modules by layer. `selection`: {layer: [each head's pair indices]} (DPE's key pairs)."""
+    """The MapRun of a transformers `model` under the map whose region function is `regions_fn(**params)` (a
+    per-length map's: `regions_fn(**params, length=T)`), exported for `length` tokens: its rotary modules and attention
+    modules found in it (`map_run_for`). `selection`: {layer: [each head's pair indices]} (DPE's key pairs)."""
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    found = rotary_modules(model)
-    slots = [SimpleNamespace(layer_type=lt, module=m) for m, lt in sorted(found.values(), key=lambda s: s[1] or "")]
+    found = sorted(rotary_modules(model).values(), key=lambda s: s[1] or "")
+    attention = {m.layer_idx: m for m in model.modules()
+                 if isinstance(getattr(m, "layer_idx", None), int) and "Attention" in type(m).__name__}
+    return map_run_for(config, found, attention, regions_fn, params, length, selection)
+
+
+def map_run_for(config, rotaries: list, attention: dict, regions_fn, params: dict, length: int,
+                selection: dict | None = None) -> MapRun:
+    """The MapRun of a model of (text) `config` whose rotary modules are `rotaries` [(module, its layer type or
+    None)] and attention modules `attention` {layer: module}: its layers planned (`plan_layers`), each rotary module's
+    forward without transformers' dynamic_rope_update (called at the differences a turn needs, it must not re-pick
+    longrope's factors or reset dynamic NTK's base from them; the model's own call at the pass's positions set them)."""
+    slots = [SimpleNamespace(layer_type=lt, module=m) for m, lt in rotaries]
     plans = plan_layers(config, slots, length)
-    rotaries, inv_freq = {}, {}
+    forwards, inv_freq = {}, {}
     for plan in plans:
-        if plan.rope is not None and plan.rope not in rotaries:
+        if plan.rope is not None and plan.rope not in forwards:
             module, lt = slots[plan.rope].module, slots[plan.rope].layer_type
             inv_freq[plan.rope] = (module, f"{lt}_inv_freq" if lt else "inv_freq")
             own = partial(inspect.unwrap(type(module).forward), module)
-            rotaries[plan.rope] = partial(own, layer_type=lt) if lt else own
-    attention = {m.layer_idx: m for m in model.modules()
-                 if isinstance(getattr(m, "layer_idx", None), int) and "Attention" in type(m).__name__}
+            forwards[plan.rope] = partial(own, layer_type=lt) if lt else own
     per_length = "length" in inspect.signature(regions_fn).parameters  # its regions depend on the input's length
     regions = regions_fn(**params, length=max(2, length)) if per_length else regions_fn(**params)
-    return MapRun(plans, rotaries, regions, config._attn_implementation,
+    return MapRun(plans, forwards, regions, getattr(config, "_attn_implementation", None),
                   {int(layer): heads for layer, heads in (selection or {}).items()}, attention, length, inv_freq,
                   partial(regions_fn, **params) if per_length else None)
 

@@ -4,41 +4,43 @@ the model class ropecli's vLLM plugin registers as `RopecliMapForCausalLM` (`map
 The folder's config.json names `RopecliMapForCausalLM` in `architectures`, the model's own class in `ropecli_map.
 architecture` and the map in `ropecli_map`. vLLM builds the model's own vLLM class (Llama, Mistral, Qwen2, Qwen3) and
 this module changes each mapped layer (`maps.map_layers.plan_layers`: the layers that attend globally with RoPE at the
-exported length) in two places:
-- its `rotary_emb` hands q and k on unrotated, so the layer's KV cache holds keys unrotated, the same bytes whatever
-  the map does with them: prefix caching shares blocks between requests, and a key is never turned twice;
-- its attention implementation (`MapAttentionImpl`, the backend's own class with two methods replaced) writes the new
-  keys and values into vLLM's paged cache at their slots (`do_kv_cache_update`, a plain [block, head, slot, dim]
-  layout of the backend's own cache tensor), and in `forward` gathers each request's keys and values from its block
-  table and runs ropecli's own map attention on them (`maps.region_attention.MappedAttention`, the code ropecli
-  measures with): each region's queries and keys rotated as read, by the transformers rotary module of the folder's
-  config (its schedule: the same cos and sin as ropecli's scoring), regions merged by log-sum-exp.
-A request's new tokens are always the last of its keys (vLLM's query_start_loc / seq_lens), so a prefill, a chunk of a
-chunked prefill, a prefill after a prefix-cache hit and a decoding step are one call each, at the positions they have
-in the request: every schedule of vLLM's scheduler gives the map's numbers. A per-prompt map (LaMPE's three regions)
-keeps each request's prompt length from its prefill through its decoding steps, as its source decodes (the request
-told by its first KV block: prefix caching off); a prompt prefilled in chunks runs each chunk as the prompt up to it. Unmapped layers (sliding windows below the
-exported length) run vLLM's own attention untouched.
+exported length) so that it runs the folder's own map attention (`maps.map_run`, one `MapRun` shared by the layers):
+- its `rotary_emb` rotates q and k at their true positions with the transformers rotary module of the folder's config
+  (its schedule: the cos and sin the folder's model and ropecli's scoring use), as the folder's model does;
+- its attention implementation (`MapAttentionImpl`, the backend's own class with two methods replaced) writes each new
+  key into vLLM's paged cache turned once to the map's primary key set (`MapRun.primary_keys`: Self-Extend's grouped
+  keys, DCA's chunked ones; true positions for STRING and the per-length maps), at its slot (`do_kv_cache_update`, a
+  plain [block, head, slot, dim] layout of the backend's own cache tensor), and in `forward` reads each request's keys
+  and values from its block table and runs `map_run.map_attention` on them: a prefill's block plan, a decoding step's
+  one kernel call with only the other regions' bands turned (Self-Extend's window of W keys).
+A key's position in the primary set depends on its own position alone, so prefix caching shares blocks between
+requests as it does for the model. A request's new tokens are always the last of its keys (vLLM's query_start_loc /
+seq_lens), so a prefill, a chunk of a chunked prefill, a prefill after a prefix-cache hit and a decoding step are one
+call each, at the positions they have in the request. A per-length map (LaMPE) is made at each request's length; a
+per-prompt one (LaMPE's three regions) keeps each request's prompt length from its prefill through its decoding steps,
+as its source decodes, the prompt read from vLLM's model runner by request (`ServedMap.prompts`: prefix caching and
+chunked prefill at vLLM's defaults; a chunk's regions are the whole prompt's, as one pass makes them). With tensor
+parallelism each rank runs its own heads (a key-pair selection sliced to them). Unmapped layers (sliding windows
+below the exported length) run vLLM's own attention untouched.
 """
 
 from __future__ import annotations
 
 import re
 import sys
-from types import SimpleNamespace
 
 import torch
 import transformers
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 from vllm import __version__ as VLLM_VERSION
+from vllm.distributed import get_tensor_model_parallel_rank
 from vllm.model_executor.layers.attention import Attention
 from vllm.model_executor.models.llama import LlamaForCausalLM as VllmLlamaForCausalLM
 from vllm.model_executor.models.registry import ModelRegistry
 
 from ropecli.errors import RopeCliError
-from ropecli.maps.map_layers import plan_layers
+from ropecli.maps.map_run import _ROTATES_HALF, map_attention, map_run_for, rotate_half_into
 from ropecli.maps.position_maps import bind
-from ropecli.maps.region_attention import BLOCK, MappedAttention
 from ropecli.maps.vllm_plugin import ARCHITECTURE, SERVED, VLLM_VERSIONS
 
 
@@ -91,18 +93,32 @@ class RopecliMapForCausalLM(VllmLlamaForCausalLM):
         return model
 
 
-class _Unrotated(torch.nn.Module):
-    """A mapped layer's `rotary_emb`: q and k handed on as they are (the map rotates them as it reads them)."""
+class _TrueRotary(torch.nn.Module):
+    """A mapped layer's `rotary_emb`: q (tokens, heads x dim) and k rotated at their true positions by the transformers
+    rotary module of the folder's config, in rotate-half (vLLM's neox-style families: `vllm_plugin.SERVED`), as the
+    folder's model rotates them; the first mapped layer's call begins the step (`ServedMap.begin_step`)."""
+
+    def __init__(self, served: "ServedMap", layer: int):
+        super().__init__()
+        self.served, self.layer = served, layer
 
     def forward(self, positions, query, key=None, *args, **kwargs):
-        return query, key
+        served = self.served
+        if self.layer == served.first:
+            served.begin_step(positions)
+        cos, sin = served.trig  # (1, T, D)
+        return served.rotate(query, cos, sin), (None if key is None else served.rotate(key, cos, sin))
 
 
 class _Layer:
-    """What ropecli's map attention asks of a layer: its index (its key-pair selection, the pass's first layer)."""
+    """What the map attention asks of a layer: its index (its key-pair selection, the pass's shared turns); its
+    rotation is rotate-half over the whole head (declared below, as `map_run.rotation_of` would probe it)."""
 
     def __init__(self, layer_idx: int):
         self.layer_idx = layer_idx
+
+
+_ROTATES_HALF[_Layer] = True
 
 
 def install_map(model, vllm_config) -> "ServedMap":
@@ -111,26 +127,21 @@ def install_map(model, vllm_config) -> "ServedMap":
     text = hf.get_text_config() if hasattr(hf, "get_text_config") else hf
     block = hf.ropecli_map
     length = int(block.get("length") or vllm_config.model_config.max_model_len)
-    plans = plan_layers(text, [SimpleNamespace(layer_type=None)], length)
-    served = ServedMap(block, text, plans)
-    if served.per_prompt and getattr(vllm_config.cache_config, "enable_prefix_caching", False):
-        raise RopeCliError(f"{served.name} fixes its regions from each request's prompt, which ropecli's plugin tells "
-                           "apart by their KV blocks: serve it with prefix caching off (vllm serve DIR "
-                           "--no-enable-prefix-caching; LLM(..., enable_prefix_caching=False))")
+    served = ServedMap(block, text, length, vllm_config)
     changed = 0
     for module in model.modules():
         attn = getattr(module, "attn", None)
         if not (isinstance(attn, Attention) and hasattr(module, "rotary_emb")):
             continue
         layer = layer_index(attn.layer_name)
-        if not plans[layer].mapped:
+        if not served.plans[layer].mapped:
             continue
-        module.rotary_emb = _Unrotated()
+        module.rotary_emb = _TrueRotary(served, layer)
         attn.impl = map_impl(attn.impl, served, layer)
         changed += 1
-    if changed != sum(p.mapped for p in plans):
-        raise RopeCliError(f"{base_architecture(hf)}: {changed} of {sum(p.mapped for p in plans)} mapped layers found "
-                           "in vLLM's model (each with rotary_emb and attn); not served")
+    if changed != sum(p.mapped for p in served.plans):
+        raise RopeCliError(f"{base_architecture(hf)}: {changed} of {sum(p.mapped for p in served.plans)} mapped layers "
+                           "found in vLLM's model (each with rotary_emb and attn); not served")
     return served
 
 
@@ -143,70 +154,123 @@ def layer_index(name: str) -> int:
 
 
 class ServedMap:
-    """The map of a served folder: its regions, the rotary module of the folder's schedule, the key-pair selection,
-    and per engine step one `MappedAttention` per (queries, keys) shape, shared by the layers of the step (its block
-    plan and its cos and sin made once per shape: requests of one shape have the same positions)."""
+    """The map of a served folder: one `MapRun` (the folder's: `map_run.map_run_for`) for every mapped layer, the
+    step's positions and their cos and sin, and per request shape the run's caches (a prefill's block plan, a
+    decoding step's turns), shared by the layers of a step."""
 
-    def __init__(self, block: dict, text, plans):
+    def __init__(self, block: dict, text, length: int, vllm_config=None):
         self.bound = bind(block["name"], block.get("params") or {})  # checked once, as ropecli binds a --map
         self.name = self.bound.name
         self.bound.regions(1)  # its parameters' own rules, before the first request
         if self.bound.share < 1.0 and not block.get("pairs"):
             raise RopeCliError(f"{self.name}: {self.bound.record.selects} = {self.bound.share:g} moves the key pairs "
                                "chosen on the model, and config.json's ropecli_map has none: export the folder again")
-        self.selection = _selection(block.get("pairs"), text) if self.bound.share < 1.0 else None
-        self.rotary = _rotary_forward(text)
-        self.first = min(i for i, p in enumerate(plans) if p.mapped)
-        self._step: dict = {}
-        self.per_prompt, self._prompts = self.bound.record.per_prompt, {}  # {a request's first block: its prompt's length}
+        heads = _rank_heads(text, vllm_config)
+        pairs = {layer: rows[heads] for layer, rows in (block.get("pairs") or {}).items()} \
+            if self.bound.share < 1.0 else None
+        self.rotary = rotary_module(text)
+        self.layers = {i: _Layer(i) for i in range(text.num_hidden_layers)}
+        self.run = map_run_for(text, [(self.rotary, None)], self.layers, self.bound.record.regions, self.bound.values,
+                               length, pairs)
+        self.plans = self.run.plans
+        self.first = min(i for i, p in enumerate(self.plans) if p.mapped)
+        self.per_prompt = self.bound.record.per_prompt
+        self.trig, self._positions = None, None
+        self._rows: dict = {}  # {(T_q, T_k, prompt): (its turns, its layout)}: requests of one shape share them
+        self._ahead: dict = {}  # {a request's first block: its decoding steps planned ahead (`map_run.step_plan`)}
+        self._runner = None  # vLLM's model runner (its requests' prompt lengths), found on the first step
+        self.prompts: list[int] | None = None  # this step's requests' prompt lengths, in the batch's order
+        self._by_block: dict = {}  # without a runner: {a request's first block: its prompt} (prefix caching off)
+        self.prefix_caching = bool(getattr(getattr(vllm_config, "cache_config", None), "enable_prefix_caching", False))
 
-    def prompt(self, first_block: int, Tq: int, Tk: int) -> int | None:
-        """A per-prompt map's prompt length for the request whose block table starts at `first_block` (with prefix
-        caching off, `install_map`, a live request's own): its keys at a pass of more than one new token (a prefill,
-        or a chunk of one: the prompt up to it) or at its first; kept through its decoding steps. None for any other
-        map."""
+    def rotate(self, x, cos, sin):
+        """x (tokens, heads x dim) rotated by cos, sin (1, tokens, dim) in rotate-half, as the model rotates it."""
+        T, D = x.shape[0], cos.shape[-1]
+        heads = x.view(T, -1, D).transpose(0, 1)[None]  # (1, heads, T, D)
+        return rotate_half_into(heads.float(), cos, sin).to(x.dtype)[0].transpose(0, 1).reshape(x.shape)
+
+    def begin_step(self, positions):
+        """A new engine step: its tokens' positions (T,), their cos and sin, the run's caches of the last step
+        dropped, and its requests' prompt lengths where vLLM's model runner is found."""
+        x = torch.zeros(1, dtype=torch.float32, device=positions.device)
+        cos, sin = self.rotary(x, positions[None].to(torch.float32))
+        self.trig, self._positions = (cos.float(), sin.float()), positions
+        self.run.begin(positions[None].long())
+        self._rows = {}
+        self.prompts = self.prompt_lengths() if self.per_prompt or self.run.regions_at is not None else None
+
+    def prompt_lengths(self) -> list[int] | None:
+        """This step's requests' prompt lengths, read from vLLM's model runner (its input batch, in the order of the
+        attention metadata's requests); None where no runner is found (the request is then told by its first KV
+        block: `ServedMap.prompt`)."""
+        if self._runner is None:
+            frame = sys._getframe(1)
+            while frame is not None and self._runner is None:
+                owner = frame.f_locals.get("self")
+                if hasattr(owner, "input_batch") and hasattr(getattr(owner, "input_batch"), "num_prompt_tokens"):
+                    self._runner = owner
+                frame = frame.f_back
+        if self._runner is None:
+            return None
+        batch = self._runner.input_batch
+        return [int(n) for n in batch.num_prompt_tokens[:batch.num_reqs]]
+
+    def prompt(self, r: int, first_block: int, Tq: int, Tk: int) -> int | None:
+        """Request r's prompt length: vLLM's own (`prompt_lengths`), else told by its first KV block (a prefill, or a
+        chunk of one, sets it: prefix caching must be off then, `install_map`'s check); None for a map of fixed
+        regions."""
+        if self.prompts is not None and r < len(self.prompts):
+            return self.prompts[r]
         if not self.per_prompt:
             return None
-        if Tq == Tk or Tq > 1 or first_block not in self._prompts:
-            self._prompts[first_block] = Tk
-        return self._prompts[first_block]
+        if self.prefix_caching:
+            raise RopeCliError(f"{self.name} fixes its regions from each request's prompt, and vLLM's model runner (which "
+                               "says each request's prompt) was not found: serve it with prefix caching off (vllm serve "
+                               "DIR --no-enable-prefix-caching; LLM(..., enable_prefix_caching=False))")
+        if Tq > 1 or first_block not in self._by_block:
+            self._by_block[first_block] = Tk
+        return self._by_block[first_block]
 
-    def attention(self, Tq: int, Tk: int, prompt: int | None = None) -> MappedAttention:
-        """The step's attention for Tq new queries ending Tk keys of a request whose prompt was `prompt` tokens (a
-        per-prompt map's; a new step begins at the first mapped layer)."""
-        key = (Tq, Tk, prompt)
-        if key not in self._step:
-            self._step[key] = MappedAttention(self.bound.regions, self.rotary, BLOCK, name=self.bound,
-                                              first_layer=self.first, selection=self.selection,
-                                              per_prompt=self.per_prompt)
-        self._step[key].prompt = prompt
-        return self._step[key]
+    def keys_in(self, layer: int, key):
+        """A step's new keys (tokens, kv heads, dim) at their true positions, turned to the run's primary key set."""
+        run = self.run
+        run._trig = self._rows.setdefault("step", ({}, {}))[0]
+        run.position_ids = self._positions[:key.shape[0]][None].long()
+        turned = run.primary_keys(layer, self.plans[layer], key.transpose(0, 1)[None])
+        return turned[0].transpose(0, 1)
 
-    def begin_step(self):
-        self._step = {}
+    def attend(self, layer: int, q, k, v, scale: float, Tq: int, Tk: int, prompt: int | None, first_block: int):
+        """One request's new queries (1, heads, T_q, dim), true-rotated, against its T_k keys (in the primary set) and
+        values: `map_attention` at the request's positions, the run's caches those of requests of its shape."""
+        run = self.run
+        run._trig, run._layout = self._rows.setdefault((Tq, Tk, prompt), ({}, {}))
+        run._ahead = self._ahead.setdefault(first_block, {})
+        run.position_ids = torch.arange(Tk - Tq, Tk, device=q.device)[None]
+        run.fresh = False
+        run._prompts = {0: prompt} if prompt is not None and self.per_prompt else {}
+        run.prefill_to = {0: prompt} if prompt is not None and Tk <= prompt else {}
+        out, _ = map_attention(run, self.layers[layer], self.plans[layer], q, k, v, None, scale, None, None,
+                               base=run.primary)
+        return out
 
 
-def _rotary_forward(text):
+def _rank_heads(text, vllm_config) -> slice:
+    """The query heads this tensor-parallel rank runs (all of them on one rank)."""
+    size = getattr(getattr(vllm_config, "parallel_config", None), "tensor_parallel_size", 1) or 1
+    if size == 1:
+        return slice(None)
+    from_rank = get_tensor_model_parallel_rank()
+    per = text.num_attention_heads // size
+    return slice(from_rank * per, (from_rank + 1) * per)
+
+
+def rotary_module(text):
     """The transformers rotary module of the folder's config (its schedule, attention factor included): ropecli's
-    scoring rotates with the same module class and config."""
+    scoring and the folder's model rotate with the same module class and config."""
     arch = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(text.model_type)
     module = sys.modules[getattr(transformers, arch).__module__]
     cls = next(v for k, v in vars(module).items() if k.endswith("RotaryEmbedding") and isinstance(v, type))
-    rotary = cls(config=text)
-    return rotary.forward
-
-
-def _selection(pairs: dict | None, text) -> dict:
-    """config.json's {layer: [each head's pair indices]} as {layer: (heads, pairs) bool} (MappedAttention's)."""
-    heads = text.num_attention_heads
-    half = int(getattr(text, "head_dim", None) or text.hidden_size // heads) // 2
-    out = {}
-    for layer, rows in (pairs or {}).items():
-        mask = torch.zeros(len(rows), half, dtype=torch.bool)
-        for h, chosen in enumerate(rows):
-            mask[h, chosen] = True
-        out[int(layer)] = mask
-    return out
+    return cls(config=text)
 
 
 def cache_views(kv_cache: torch.Tensor, num_kv_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -228,7 +292,8 @@ class MapAttentionMixin:
     ropecli_layer: int
 
     def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping):
-        """The new tokens' keys (unrotated) and values written at their slots; slots < 0 are padding."""
+        """The new tokens' keys (turned to the primary key set) and values written at their slots; slots < 0 are
+        padding."""
         keys, values = cache_views(kv_cache, self.num_kv_heads)
         n = min(key.shape[0], slot_mapping.shape[0])
         slots = slot_mapping[:n].long()
@@ -236,7 +301,8 @@ class MapAttentionMixin:
         slots = slots[keep]
         bs = keys.shape[2]
         block, offset = slots // bs, slots % bs
-        keys[block, :, offset] = key[:n][keep].to(keys.dtype)
+        key = self.ropecli_map.keys_in(self.ropecli_layer, key[:n])
+        keys[block, :, offset] = key[keep].to(keys.dtype)
         values[block, :, offset] = value[:n][keep].to(values.dtype)
 
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, output_scale=None,
@@ -246,8 +312,6 @@ class MapAttentionMixin:
         if attn_metadata is None:  # the profile run
             return output
         served, idx = self.ropecli_map, self.ropecli_layer
-        if idx == served.first:
-            served.begin_step()
         if getattr(layer.attn_backend, "forward_includes_kv_cache_update", False):
             self.do_kv_cache_update(layer, key, value, kv_cache, attn_metadata.slot_mapping)
         keys, values = cache_views(kv_cache, self.num_kv_heads)
@@ -255,7 +319,6 @@ class MapAttentionMixin:
         starts = attn_metadata.query_start_loc.tolist()
         lengths = attn_metadata.seq_lens.tolist()
         table = attn_metadata.block_table
-        module = _Layer(idx)
         for r, Tk in enumerate(lengths):
             q0, q1 = starts[r], starts[r + 1]
             Tq = q1 - q0
@@ -264,10 +327,11 @@ class MapAttentionMixin:
             blocks = table[r, :(Tk + bs - 1) // bs].long()
             k = keys[blocks].permute(1, 0, 2, 3).reshape(keys.shape[1], -1, keys.shape[3])[None, :, :Tk]
             v = values[blocks].permute(1, 0, 2, 3).reshape(values.shape[1], -1, values.shape[3])[None, :, :Tk]
-            q = query[q0:q1].transpose(0, 1)[None]  # (1, heads, Tq, dim)
-            attention = served.attention(Tq, Tk, served.prompt(int(table[r, 0]), Tq, Tk))
-            out, _ = attention(module, q, k.to(q.dtype), v.to(q.dtype), None, scaling=self.scale)
-            output[q0:q1] = out[0].to(output.dtype)
+            q = query[q0:q1].view(Tq, -1, k.shape[-1]).transpose(0, 1)[None]  # (1, heads, Tq, dim)
+            first = int(table[r, 0])
+            out = served.attend(idx, q, k.to(q.dtype), v.to(q.dtype), self.scale, Tq, Tk,
+                                served.prompt(r, first, Tq, Tk), first)
+            output[q0:q1] = out[0].reshape(output[q0:q1].shape).to(output.dtype)
         return output
 
 
