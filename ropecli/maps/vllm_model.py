@@ -26,6 +26,7 @@ below the exported length) run vLLM's own attention untouched.
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 
@@ -39,7 +40,17 @@ from vllm.model_executor.models.llama import LlamaForCausalLM as VllmLlamaForCau
 from vllm.model_executor.models.registry import ModelRegistry
 
 from ropecli.errors import RopeCliError
-from ropecli.maps.map_run import _ROTATES_HALF, map_attention, map_run_for, rotate_half_into
+from ropecli.maps.map_run import (
+    _ROTATES_HALF,
+    decode_parts,
+    map_attention,
+    map_run_for,
+    one_call_plan,
+    one_call_tag,
+    rotate_half_into,
+    step_plan,
+    turned_one,
+)
 from ropecli.maps.position_maps import bind
 from ropecli.maps.vllm_plugin import ARCHITECTURE, SERVED, VLLM_VERSIONS
 
@@ -128,7 +139,7 @@ def install_map(model, vllm_config) -> "ServedMap":
     block = hf.ropecli_map
     length = int(block.get("length") or vllm_config.model_config.max_model_len)
     served = ServedMap(block, text, length, vllm_config)
-    changed = 0
+    changed = []
     for module in model.modules():
         attn = getattr(module, "attn", None)
         if not (isinstance(attn, Attention) and hasattr(module, "rotary_emb")):
@@ -138,10 +149,17 @@ def install_map(model, vllm_config) -> "ServedMap":
             continue
         module.rotary_emb = _TrueRotary(served, layer)
         attn.impl = map_impl(attn.impl, served, layer)
-        changed += 1
-    if changed != sum(p.mapped for p in served.plans):
-        raise RopeCliError(f"{base_architecture(hf)}: {changed} of {sum(p.mapped for p in served.plans)} mapped layers "
-                           "found in vLLM's model (each with rotary_emb and attn); not served")
+        changed.append(layer)
+    # pipeline parallelism: this rank holds layers [start_layer, end_layer) (vLLM's make_layers), the others are
+    # placeholders; every mapped layer it holds must be found, and its first one begins each step here
+    body = getattr(model, "model", model)
+    start, end = getattr(body, "start_layer", 0), getattr(body, "end_layer", len(served.plans))
+    wanted = [i for i in range(start, end) if served.plans[i].mapped]
+    if sorted(changed) != wanted:
+        raise RopeCliError(f"{base_architecture(hf)}: {len(changed)} of {len(wanted)} mapped layers found in vLLM's "
+                           "model (each with rotary_emb and attn); not served")
+    if wanted:
+        served.first = wanted[0]
     return served
 
 
@@ -181,6 +199,7 @@ class ServedMap:
         self._runner = None  # vLLM's model runner (its requests' prompt lengths), found on the first step
         self.prompts: list[int] | None = None  # this step's requests' prompt lengths, in the batch's order
         self._by_block: dict = {}  # without a runner: {a request's first block: its prompt} (prefix caching off)
+        self.layout = None  # the backend's KV cache layout (`cache_layout`), probed at the first write
         self.prefix_caching = bool(getattr(getattr(vllm_config, "cache_config", None), "enable_prefix_caching", False))
 
     def rotate(self, x, cos, sin):
@@ -254,6 +273,69 @@ class ServedMap:
         return out
 
 
+    def decode_call(self, layer: int, q, Tk: int, first_block: int):
+        """The OneCall of a request's decoding step (its one query (1, heads, 1, dim) at position T_k - 1): the turn of
+        its query and of the other regions' bands (`map_run.step_plan`, planned several steps ahead, shared by the
+        step's layers), or None where one call over all its keys cannot serve it (a per-length map, a key-pair
+        selection, regions of different temperatures)."""
+        run, plan = self.run, self.plans[layer]
+        if run.regions_at is not None or run.selection:
+            return None
+        run._trig, run._layout = self._rows.setdefault((1, Tk, None), ({}, {}))
+        run._ahead = self._ahead.setdefault(first_block, {})
+        run.position_ids = torch.arange(Tk - 1, Tk, device=q.device)[None]
+        tag = one_call_tag(plan, None, 0, run.primary, Tk)
+        if tag not in run._trig:
+            one = step_plan(run, plan, q, q, Tk - 1, 0, Tk, run.primary)
+            if one is False:
+                parts = decode_parts(run, Tk - 1, 0, Tk, plan.sliding)[0]
+                one = None if parts is None else one_call_plan(run, plan, q, q, 0, [Tk - 1], list(range(Tk)), parts,
+                                                               run.primary)
+            run._trig[tag] = one
+        one = run._trig[tag]
+        return one if one is not None and (one.lo, one.hi) == (0, Tk) else None
+
+    def decode_plan(self, layer: int, query, keys, lengths, table):
+        """A decoding step's plan for `decode_in_place`, made by its first mapped layer and shared by the others: ([(request,
+        its query's rows, its OneCall, [(its band's places in the cache storage (m, dim, kv heads), cos, sin)])], the
+        regions' temperature), or None where the step is not one call per request (`decode_call`)."""
+        if "decode" in self._rows:
+            return self._rows["decode"]
+        self._rows["decode"] = None
+        bs, D, H = keys.shape[2], keys.shape[3], keys.shape[1]
+        layout = self.layout[0]
+        strides = keys.stride()
+        heads = torch.arange(H, device=keys.device) * strides[1]
+        calls, slots = [], []
+        for r, Tk in enumerate(lengths):
+            q = query[r:r + 1].view(1, -1, D).transpose(0, 1)[None]  # (1, heads, 1, dim)
+            one = self.decode_call(layer, q, Tk, int(table[r, 0]))
+            if one is None:
+                return None
+            bands = []
+            for a, z, cos, sin in one.runs:
+                pos = torch.arange(a, z, device=keys.device)
+                blk, off = table[r, pos // bs].long(), pos % bs
+                slots.append(blk * bs + off)
+                s_at, d_at = (off[:, None].expand(-1, D), torch.arange(D, device=keys.device).expand(len(pos), D)) \
+                    if layout is None else (layout[0][off], layout[1][off])
+                at = (blk[:, None] * strides[0] + s_at * strides[2] + d_at * strides[3])[..., None] + heads
+                bands.append((at, cos, sin))  # from the layer's first key: the same in every layer
+            calls.append((r, slice(r, r + 1), one, bands))
+        scales = {self.run.regions[one.ref].scale for _, _, one, _ in calls}
+        if len(scales) > 1 or (slots and len(torch.cat(slots).unique()) != sum(len(x) for x in slots)):
+            return None
+        self._rows["decode"] = (calls, scales.pop())
+        return self._rows["decode"]
+
+    def turned_query(self, layer: int, one, q):
+        """q (1, heads, 1, dim) turned to the OneCall's reference region (one matmul where it can)."""
+        run = self.run
+        if one.matrix is not None and ("R", id(one)) not in run._trig:
+            run._trig[("R", id(one))] = one.matrix
+        return turned_one(self.layers[layer], q, *one.query, run._trig, ("R", id(one)))
+
+
 def _rank_heads(text, vllm_config) -> slice:
     """The query heads this tensor-parallel rank runs (all of them on one rank)."""
     size = getattr(getattr(vllm_config, "parallel_config", None), "tensor_parallel_size", 1) or 1
@@ -285,6 +367,41 @@ def cache_views(kv_cache: torch.Tensor, num_kv_heads: int) -> tuple[torch.Tensor
     raise RopeCliError(f"ropecli's vLLM plugin does not know the KV cache layout {tuple(kv_cache.shape)}; not served")
 
 
+def cache_layout(write, kv_cache: torch.Tensor, num_kv_heads: int) -> tuple:
+    """Where the backend's own cache write (`write(key, value, cache, slots)`: its do_kv_cache_update, vLLM's op for
+    its ISA) puts each slot's key and value dims inside a block and head: ((bs, D) slots, (bs, D) dims) for the keys
+    and for the values, indices into the (block size, head dim) view of `cache_views`, or None where the write is the
+    plain one. Probed once on a scratch block, each (slot, dim) written as its own number in base-64 digits (exact in
+    bf16): vLLM's CPU kernels keep a block's keys transposed (vec16: each dim's 16 slots in a row)."""
+    shape = (1,) + tuple(kv_cache.shape[1:]) if kv_cache.ndim == 4 else (2, 1) + tuple(kv_cache.shape[2:])
+    keys, _ = cache_views(torch.zeros(shape, dtype=kv_cache.dtype, device=kv_cache.device), num_kv_heads)
+    bs, D = keys.shape[2], keys.shape[3]
+    code = torch.arange(bs * D, device=kv_cache.device)
+    found = [torch.zeros(bs * D, dtype=torch.long, device=kv_cache.device) for _ in range(2)]
+    digits, weight = max(1, math.ceil(math.log(bs * D, 64))), 1
+    for _ in range(digits):
+        scratch = torch.zeros(shape, dtype=kv_cache.dtype, device=kv_cache.device)
+        x = (code // weight % 64).to(kv_cache.dtype).view(bs, 1, D).expand(bs, num_kv_heads, D).contiguous()
+        write(x, x, scratch, torch.arange(bs, device=kv_cache.device))
+        for f, view in zip(found, cache_views(scratch, num_kv_heads)):
+            f += view[0, 0].reshape(-1).round().long() * weight  # at each (slot, dim) of the view: the code it holds
+        weight *= 64
+    out = []
+    for f in found:
+        where = torch.empty_like(f)
+        where[f] = torch.arange(bs * D, device=f.device)  # code (slot s, dim d) -> its place in the view
+        if not torch.equal(torch.sort(f).values, code):
+            raise RopeCliError("ropecli's vLLM plugin could not read this backend's KV cache layout; not served")
+        out.append(None if torch.equal(where, code) else (where.view(bs, D) // D, where.view(bs, D) % D))
+    return tuple(out)
+
+
+def read_blocks(cache: torch.Tensor, blocks: torch.Tensor, layout) -> torch.Tensor:
+    """(n, heads, block size, dim) of blocks `blocks`, each slot's dims in order (`cache_layout`)."""
+    got = cache[blocks]
+    return got if layout is None else got[:, :, layout[0], layout[1]]
+
+
 class MapAttentionMixin:
     """The two methods of a mapped layer's attention implementation (mixed into the backend's own class)."""
 
@@ -292,47 +409,89 @@ class MapAttentionMixin:
     ropecli_layer: int
 
     def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping):
-        """The new tokens' keys (turned to the primary key set) and values written at their slots; slots < 0 are
-        padding."""
-        keys, values = cache_views(kv_cache, self.num_kv_heads)
+        """The new tokens' keys, turned to the primary key set, and values written at their slots by the backend's own
+        write (its layout, which its kernel reads: `decode_in_place`)."""
+        served = self.ropecli_map
+        if served.layout is None:
+            served.layout = cache_layout(lambda k, v, c, s: super(MapAttentionMixin, self).do_kv_cache_update(
+                layer, k, v, c, s), kv_cache, self.num_kv_heads)
         n = min(key.shape[0], slot_mapping.shape[0])
-        slots = slot_mapping[:n].long()
-        keep = slots >= 0
-        slots = slots[keep]
-        bs = keys.shape[2]
-        block, offset = slots // bs, slots % bs
-        key = self.ropecli_map.keys_in(self.ropecli_layer, key[:n])
-        keys[block, :, offset] = key[keep].to(keys.dtype)
-        values[block, :, offset] = value[:n][keep].to(values.dtype)
+        turned = served.keys_in(self.ropecli_layer, key[:n]).to(key.dtype)
+        super().do_kv_cache_update(layer, turned, value[:n], kv_cache, slot_mapping[:n])
 
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, output_scale=None,
                 output_block_scale=None):
         """query (tokens, heads, dim) -> output (tokens, heads, dim): per request, its new queries against all its
-        keys under the map."""
+        keys under the map (a step of decoding requests only: in the backend's own kernel, `decode_in_place`)."""
         if attn_metadata is None:  # the profile run
             return output
         served, idx = self.ropecli_map, self.ropecli_layer
         if getattr(layer.attn_backend, "forward_includes_kv_cache_update", False):
             self.do_kv_cache_update(layer, key, value, kv_cache, attn_metadata.slot_mapping)
         keys, values = cache_views(kv_cache, self.num_kv_heads)
+        key_layout, value_layout = served.layout
         bs = keys.shape[2]
         starts = attn_metadata.query_start_loc.tolist()
         lengths = attn_metadata.seq_lens.tolist()
         table = attn_metadata.block_table
+        if starts[-1] == len(lengths) and self.decode_in_place(layer, query, key, value, kv_cache, attn_metadata, output,
+                                                              keys, lengths, table):
+            return output
         for r, Tk in enumerate(lengths):
             q0, q1 = starts[r], starts[r + 1]
             Tq = q1 - q0
             if Tq <= 0:
                 continue
             blocks = table[r, :(Tk + bs - 1) // bs].long()
-            k = keys[blocks].permute(1, 0, 2, 3).reshape(keys.shape[1], -1, keys.shape[3])[None, :, :Tk]
-            v = values[blocks].permute(1, 0, 2, 3).reshape(values.shape[1], -1, values.shape[3])[None, :, :Tk]
+            k = read_blocks(keys, blocks, key_layout).permute(1, 0, 2, 3).reshape(keys.shape[1], -1, keys.shape[3])
+            v = read_blocks(values, blocks, value_layout).permute(1, 0, 2, 3).reshape(values.shape[1], -1,
+                                                                                      values.shape[3])
             q = query[q0:q1].view(Tq, -1, k.shape[-1]).transpose(0, 1)[None]  # (1, heads, Tq, dim)
             first = int(table[r, 0])
-            out = served.attend(idx, q, k.to(q.dtype), v.to(q.dtype), self.scale, Tq, Tk,
+            out = served.attend(idx, q, k[None, :, :Tk].to(q.dtype), v[None, :, :Tk].to(q.dtype), self.scale, Tq, Tk,
                                 served.prompt(r, first, Tq, Tk), first)
             output[q0:q1] = out[0].reshape(output[q0:q1].shape).to(output.dtype)
         return output
+
+    def decode_in_place(self, layer, query, key, value, kv_cache, attn_metadata, output, keys, lengths, table) -> bool:
+        """A step of decoding requests only, read from vLLM's paged cache in place by its own kernel (the backend's
+        forward): each request's query turned to its OneCall's reference region, the other regions' bands of its keys
+        (Self-Extend's window of W keys) turned in place in the cache for the call and put back after it, bit for bit.
+        False (nothing done) where a request's step is not one call over all its keys, the regions' temperatures differ
+        between requests, or two requests' bands share a cache slot (a prefix-cached block). What the step's layers
+        share (each request's OneCall, its bands' places in the cache) is made by its first layer
+        (`ServedMap.decode_plan`)."""
+        served, idx = self.ropecli_map, self.ropecli_layer
+        plan = served.decode_plan(idx, query, keys, lengths, table)
+        if plan is None:
+            return False
+        calls, scale = plan
+        # the layer's cache as one row of its storage (each layer's cache starts elsewhere in vLLM's one buffer)
+        flat = keys.as_strided((keys.untyped_storage().nbytes() // keys.element_size() - keys.storage_offset(),), (1,),
+                               keys.storage_offset())
+        turned = query if len(calls) == 1 else query.clone()
+        saved = []
+        try:
+            for r, q_slice, one, bands in calls:
+                q = query[q_slice].view(1, -1, keys.shape[-1]).transpose(0, 1)[None]
+                q = served.turned_query(idx, one, q)[0, :, 0]
+                turned = q.reshape(query.shape) if len(calls) == 1 else turned
+                if len(calls) > 1:
+                    turned[r] = q.reshape(turned[r].shape)
+                for at, cos, sin in bands:  # at (m, dim, kv heads): where each band key's dims sit in the storage
+                    old = torch.take(flat, at)
+                    saved.append((at, old))
+                    new = rotate_half_into(old.permute(2, 0, 1)[None], cos, sin)[0].permute(1, 2, 0)
+                    flat.put_(at, new.to(flat.dtype).contiguous())  # put_ reads its source in memory order
+            before, self.scale = self.scale, self.scale * scale
+            try:
+                super().forward(layer, turned, key, value, kv_cache, attn_metadata, output)
+            finally:
+                self.scale = before
+        finally:
+            for at, old in reversed(saved):
+                flat.put_(at, old)
+        return True
 
 
 def map_impl(impl, served: ServedMap, layer: int):
