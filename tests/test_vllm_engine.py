@@ -106,8 +106,13 @@ def ropecli_logprobs(folder, ids):
     return (-lp[:-1].gather(1, x[0, 1:, None])[:, 0]).tolist(), lp
 
 
+SMALL_CACHE = {"kv_cache_memory_bytes": 64 << 20}  # room for these tests' requests; allocating 20 % of memory per
+# engine (and per rank) cost ~4 s of zero-filling each
+
+
 def engine(model, length, phases, **kw):
-    return {"model": str(model), "max_model_len": length, "phases": phases, **kw}
+    return {"model": str(model), "max_model_len": length, "phases": phases, **kw,
+            "engine": {**SMALL_CACHE, **(kw.get("engine") or {})}}
 
 
 def worst(a, b):

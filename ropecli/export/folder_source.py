@@ -24,13 +24,15 @@ from ropecli.errors import RopeCliError
 GLUE = Path(__file__).with_name("map_modeling.py")
 _DEFINITIONS: dict[str, list[ast.AST]] = {}  # `ropecli_definitions`, once per process
 DROPPED_DECORATORS = ("register_map",)  # a map's registration stays in ropecli's registry
+OPTIONAL = ("torch.nn.attention",)  # newer than some torch a folder may meet: deferred, as ropecli defers it
 
 
 def folder_source(region_fn, base_class: str) -> str:
     """The modeling file for a map whose region function is `region_fn` on a model of class `base_class`."""
     glue = GLUE.read_text()
     tree = ast.parse(glue)
-    gen = _Generator()
+    gen = _Generator({(a.name if isinstance(n, ast.Import) else n.module or "").split(".")[0] for n in tree.body
+                      if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names})
     doc, future, imports, body = [], [], [], []
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "ropecli":
@@ -57,7 +59,7 @@ def folder_source(region_fn, base_class: str) -> str:
 
 def glue_lines(source: str) -> int:
     """The code lines of a generated file that are its glue's: every line of the file that is not blank, a comment, a
-    docstring, an import, or inside a top-level definition whose name ropecli defines with the same code."""
+    docstring, an import (a `deferred` declaration too), or inside a top-level definition whose name ropecli defines with the same code."""
     tree = ast.parse(source)
     own = ropecli_definitions()
     docs = {n for node in ast.walk(tree) if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef))
@@ -65,7 +67,7 @@ def glue_lines(source: str) -> int:
     lines = source.split("\n")
     count = 0
     for node in tree.body:
-        if isinstance(node, (ast.Import, ast.ImportFrom)) or _is_docstring(node):
+        if isinstance(node, (ast.Import, ast.ImportFrom)) or _is_docstring(node) or _is_deferred(node):
             continue
         names = _bound(node)
         if names and all(same_code(node, d) for n in names for d in [own.get(n)] if d is not None) and \
@@ -100,7 +102,8 @@ def ropecli_definitions() -> dict[str, list[ast.AST]]:
 class _Generator:
     """The definitions reached from the glue's imports, each once, every one after those it uses at import time."""
 
-    def __init__(self):
+    def __init__(self, present: set[str]):
+        self.present = present  # the packages the glue imports at its top: where it loads, they are (torch …)
         self.imports: list[str] = []
         self.definitions: list[str] = []
         self._done: dict[str, str] = {}  # name -> "module:name" of its definition (two with one name: refused)
@@ -172,7 +175,21 @@ class _Generator:
                 return
         if isinstance(value, (Deferred, ModuleType)) and name in vars(module):
             target = object.__getattribute__(value, "_name") if isinstance(value, Deferred) else value.__name__
-            self._import(f"import {target}" if target == name else f"import {target} as {name}")
+            if target.split(".")[0] in self.present and not target.startswith(OPTIONAL):
+                self._import(f"import {target}" if target == name else f"import {target} as {name}")
+                return
+            declared = next(n for n in tree.body if isinstance(n, ast.Assign) and name in
+                            {t.id for t in n.targets if isinstance(t, ast.Name)})  # `name = deferred("…")`
+            self._emit_declaration(module, name, declared, ast.get_source_segment(source, declared))
+
+    def _emit_declaration(self, module, name, node, text) -> None:
+        """A deferred module the folder may lack (flex attention in an older torch): declared as ropecli declares it,
+        imported on first use, with `deferred` itself copied."""
+        if name in self._done:
+            return
+        self._done[name] = f"{module.__name__}:{name}"
+        self._name(module, "deferred")
+        self.definitions.append(text)
 
     def _import(self, line: str) -> None:
         if line not in self.imports:
@@ -184,10 +201,15 @@ def _import(name: str) -> ModuleType:
     return sys.modules[name]
 
 
+def _is_deferred(node: ast.AST) -> bool:
+    """`name = deferred("module")`: an import, declared ropecli's way."""
+    return isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
+        getattr(node.value.func, "id", None) == "deferred"
+
+
 def _bound(node: ast.AST) -> set[str]:
     """The top-level names a statement defines (a `deferred` declaration is an import: none)."""
-    if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
-            getattr(node.value.func, "id", None) == "deferred":
+    if _is_deferred(node):
         return set()
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return {node.name}
