@@ -67,18 +67,9 @@ def rotation_of(module) -> Callable:
     its apply_rotary_pos_emb, on the first rotary dims where the attention slices them off before calling it (Phi,
     StableLM)."""
     kind = type(module)
-    if kind in _ROTATION:
-        return _ROTATION[kind]
-    if (d := latent_rope(module)) is not None:  # MLA: the rope part is each head's last d dims, rotate-half
-        _ROTATES_HALF[kind] = True  # (a shared k_rot alone, d wide, turns by one matrix in a decoding step: `turned_one`)
-
-        def latent(x, cos, sin):
-            if x.shape[-1] == d:
-                return rotate_half_into(x, cos, sin)
-            return torch.cat((x[..., :-d], rotate_half_into(x[..., -d:], cos, sin)), dim=-1)
-
-        _ROTATION[kind] = latent
-        return latent
+    d = latent_rope(module)
+    if (kind, d) in _ROTATION:  # per class and rope width: one MLA class (Mistral 4) is built with several
+        return _ROTATION[kind, d]
     found: list = []  # the model's apply function, looked up when first needed (a rotate-half class declared as such:
     # vLLM's neox-style families' layers, `maps.vllm_model`, has none)
 
@@ -86,6 +77,19 @@ def rotation_of(module) -> Callable:
         if not found:
             found.append(model_apply(module))
         return found[0](x, cos, sin)
+
+    if d is not None:  # MLA: the rope part is each head's last d dims, rotate-half
+        _ROTATES_HALF[kind] = True  # (a shared k_rot alone, d wide, turns by one matrix in a decoding step: `turned_one`)
+
+        def latent(x, cos, sin):
+            if cos.shape[-1] != d:  # a partial rotary inside the rope part: the model's own function
+                return slow(x, cos, sin)
+            if x.shape[-1] == d:
+                return rotate_half_into(x, cos, sin)
+            return torch.cat((x[..., :-d], rotate_half_into(x[..., -d:], cos, sin)), dim=-1)
+
+        _ROTATION[kind, d] = latent
+        return latent
 
     def apply(x, cos, sin):
         if cos.shape[-1] != x.shape[-1]:
@@ -97,7 +101,7 @@ def rotation_of(module) -> Callable:
             _ROTATES_HALF[kind] = bool(torch.allclose(slow(xs, cs, ss), rotate_half_into(xs, cs, ss), atol=1e-5))
         return rotate_half_into(x, cos, sin) if _ROTATES_HALF[kind] else slow(x, cos, sin)
 
-    _ROTATION[kind] = apply
+    _ROTATION[kind, d] = apply
     return apply
 
 
@@ -424,7 +428,11 @@ class MapRun:
         P = s.shape[-1] // 2
         per_pair = s[:P] if torch.equal(s[:P], s[P:]) else s[0::2]
         gap = (moved.clamp_min(1e-30).log()[:, None] - per_pair.clamp_min(1e-30).log()[None, :]).abs()
-        return torch.where(moved > 0, gap.argmin(dim=1), torch.full_like(moved, -1, dtype=torch.long)), P
+        pair = torch.where(moved > 0, gap.argmin(dim=1), torch.full_like(moved, -1, dtype=torch.long))
+        if (torch.bincount(pair[pair >= 0], minlength=P) > 2).any():
+            raise RopeCliError(f"{type(module).__name__}: two rotary pairs turn at the same frequency; their columns "
+                               "cannot be told apart for a per-pair choice")
+        return pair, P
 
     def update(self, real_update):
         """The cache's `update` while this pass runs: a mapped layer's new keys enter it turned to the primary key set
