@@ -70,8 +70,7 @@ def glue_lines(source: str) -> int:
         if isinstance(node, (ast.Import, ast.ImportFrom)) or _is_docstring(node) or _is_deferred(node):
             continue
         names = _bound(node)
-        if names and all(same_code(node, d) for n in names for d in [own.get(n)] if d is not None) and \
-                all(n in own for n in names):
+        if names and all(n in own and same_code(node, own[n]) for n in names):
             continue
         counted = [i for i in range(node.lineno, node.end_lineno + 1)
                    if i not in docs and lines[i - 1].strip() and not lines[i - 1].strip().startswith("#")]
@@ -79,9 +78,9 @@ def glue_lines(source: str) -> int:
     return count
 
 
-def same_code(a: ast.AST, b_list) -> bool:
-    """Whether node a has the code of one of the definitions in b_list (docstrings and registering decorators aside)."""
-    return any(_normal(a) == _normal(b) for b in (b_list if isinstance(b_list, list) else [b_list]))
+def same_code(a: ast.AST, definitions: list) -> bool:
+    """Whether node a has the code of one of `definitions` (docstrings and registering decorators aside)."""
+    return any(_normal(a) == _normal(b) for b in definitions)
 
 
 def ropecli_definitions() -> dict[str, list[ast.AST]]:
