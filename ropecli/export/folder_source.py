@@ -23,6 +23,8 @@ from ropecli.errors import RopeCliError
 
 GLUE = Path(__file__).with_name("map_modeling.py")
 _DEFINITIONS: dict[str, list[ast.AST]] = {}  # `ropecli_definitions`, once per process
+_TREES: dict[str, tuple] = {}  # a module's (source lines, tree), read once per process (a test map's module too)
+_NORMAL: dict[int, str] = {}  # a definition of _DEFINITIONS (kept alive there) -> its code as compared (`_normal`)
 DROPPED_DECORATORS = ("register_map",)  # a map's registration stays in ropecli's registry
 OPTIONAL = ("torch.nn.attention",)  # newer than some torch a folder may meet: deferred, as ropecli defers it
 
@@ -47,7 +49,7 @@ def folder_source(region_fn, base_class: str) -> str:
         elif _is_docstring(node):
             doc.append(text)
         else:
-            body.append(_with_comments(glue, node))
+            body.append(_with_comments(glue.split("\n"), node))
     gen.need_function(region_fn)
     imports += [line for line in gen.imports if line not in imports]
     source = "\n\n".join(["\n".join(doc), "\n".join(future), "\n".join(imports)]) + "\n\n\n" + \
@@ -80,7 +82,8 @@ def glue_lines(source: str) -> int:
 
 def same_code(a: ast.AST, definitions: list) -> bool:
     """Whether node a has the code of one of `definitions` (docstrings and registering decorators aside)."""
-    return any(_normal(a) == _normal(b) for b in definitions)
+    mine = _normal(a)
+    return any(mine == _NORMAL.setdefault(id(b), _normal(b)) for b in definitions)
 
 
 def ropecli_definitions() -> dict[str, list[ast.AST]]:
@@ -106,7 +109,6 @@ class _Generator:
         self.imports: list[str] = []
         self.definitions: list[str] = []
         self._done: dict[str, str] = {}  # name -> "module:name" of its definition (two with one name: refused)
-        self._trees: dict[str, tuple[str, ast.Module]] = {}
 
     def need_from(self, module: ModuleType, name: str, asname: str | None = None) -> None:
         if asname not in (None, name):
@@ -119,25 +121,24 @@ class _Generator:
         in its module."""
         module = sys.modules[fn.__module__]
         source = textwrap.dedent(inspect.getsource(fn))
-        node = ast.parse(source).body[0]
-        self._emit(module, fn.__name__, node, source)
+        self._emit(module, fn.__name__, ast.parse(source).body[0], source.split("\n"))
 
-    def _tree(self, module: ModuleType) -> tuple[str, ast.Module]:
-        if module.__name__ not in self._trees:
+    def _tree(self, module: ModuleType) -> tuple[list[str], ast.Module]:
+        if module.__name__ not in _TREES:
             source = inspect.getsource(module)
-            self._trees[module.__name__] = (source, ast.parse(source))
-        return self._trees[module.__name__]
+            _TREES[module.__name__] = (source.split("\n"), ast.parse(source))
+        return _TREES[module.__name__]
 
     def _define(self, module: ModuleType, name: str) -> None:
-        source, tree = self._tree(module)
+        lines, tree = self._tree(module)
         node = next((n for n in tree.body if name in _bound(n) and not isinstance(n, (ast.Import, ast.ImportFrom))),
                     None)
         if node is None:  # imported there: followed to where it is defined, or imported here as there
             self._name(module, name)
             return
-        self._emit(module, name, node, ast.get_source_segment(source, node, padded=True), source)
+        self._emit(module, name, node, lines)
 
-    def _emit(self, module, name, node, text, module_source=None) -> None:
+    def _emit(self, module, name, node, lines: list[str]) -> None:
         where = f"{module.__name__}:{name}"
         if name in self._done:
             if self._done[name] != where:
@@ -147,14 +148,12 @@ class _Generator:
         self._done[name] = where
         for used in sorted(_reads(_unregistered(node)) - _bound(node)):  # those it uses first (a class's base, a table's functions)
             self._name(module, used)
-        if module_source is not None:
-            text = _with_comments(module_source, node)
-        self.definitions.append(_without_decorators(node, text))
+        self.definitions.append(_without_decorators(node, _with_comments(lines, node)))
 
     def _name(self, module: ModuleType, name: str) -> None:
         """`name` as `module` reads it: defined there, imported from ropecli (followed), imported from elsewhere or
         declared deferred (its import added), a builtin (nothing)."""
-        source, tree = self._tree(module)
+        lines, tree = self._tree(module)
         if any(name in _bound(n) for n in tree.body if not isinstance(n, (ast.Import, ast.ImportFrom))):
             self._define(module, name)
             return
@@ -179,7 +178,7 @@ class _Generator:
                 return
             declared = next(n for n in tree.body if isinstance(n, ast.Assign) and name in
                             {t.id for t in n.targets if isinstance(t, ast.Name)})  # `name = deferred("…")`
-            self._emit_declaration(module, name, declared, ast.get_source_segment(source, declared))
+            self._emit_declaration(module, name, declared, "\n".join(lines[declared.lineno - 1:declared.end_lineno]))
 
     def _emit_declaration(self, module, name, node, text) -> None:
         """A deferred module the folder may lack (flex attention in an older torch): declared as ropecli declares it,
@@ -282,10 +281,10 @@ def _without_decorators(node: ast.AST, text: str) -> str:
     return "\n".join([f"@{ast.unparse(d)}" for d in kept] + lines[start:])
 
 
-def _with_comments(source: str, node: ast.AST) -> str:
+def _with_comments(lines: list[str], node: ast.AST) -> str:
     """A top-level statement's source with the comment block right above it (after a blank line: a comment right
-    below code is that code's) and the comment lines that continue its last line's trailing comment."""
-    lines = source.split("\n")
+    below code is that code's) and the comment lines that continue its last line's trailing comment. `lines`: its
+    module's source, split once (ast.get_source_segment splits it again for every call)."""
     first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
     start = first - 1
     while start > 0 and lines[start - 1].lstrip().startswith("#"):
