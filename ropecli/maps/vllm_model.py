@@ -469,15 +469,12 @@ class MapAttentionMixin:
         # the layer's cache as one row of its storage (each layer's cache starts elsewhere in vLLM's one buffer)
         flat = keys.as_strided((keys.untyped_storage().nbytes() // keys.element_size() - keys.storage_offset(),), (1,),
                                keys.storage_offset())
-        turned = query if len(calls) == 1 else query.clone()
+        turned = query.clone()
         saved = []
         try:
             for r, q_slice, one, bands in calls:
                 q = query[q_slice].view(1, -1, keys.shape[-1]).transpose(0, 1)[None]
-                q = served.turned_query(idx, one, q)[0, :, 0]
-                turned = q.reshape(query.shape) if len(calls) == 1 else turned
-                if len(calls) > 1:
-                    turned[r] = q.reshape(turned[r].shape)
+                turned[r] = served.turned_query(idx, one, q)[0, :, 0].reshape(turned[r].shape)
                 for at, cos, sin in bands:  # at (m, dim, kv heads): where each band key's dims sit in the storage
                     old = torch.take(flat, at)
                     saved.append((at, old))
