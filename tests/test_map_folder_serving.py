@@ -345,7 +345,8 @@ def test_a_turn_by_thousands_of_positions_is_the_exact_rotation(tmp_path_factory
 
 def test_the_prefill_plan_runs_as_few_masked_pairs_as_the_map_allows(tmp_path_factory):
     """An unpadded prompt's plan: Self-Extend's grouped region (every query i from W on takes keys 0 … i - W) is one
-    causal call over the whole prompt, as ropecli's own forward runs it, and DCA's query blocks start at its chunks,
+    causal call over the whole prompt, as ropecli's own forward runs it, its neighbours' band one batched call
+    (`band_attention`), and DCA's query blocks start at its chunks,
     so every part is whole columns or the causal square, with no mask (at 8L on the built-in model DCA's prefill took
     1.31x the schedule's folder in blocks of 512 and 1.20x in blocks of its chunk)."""
     T = 4 * L0
@@ -354,12 +355,14 @@ def test_the_prefill_plan_runs_as_few_masked_pairs_as_the_map_allows(tmp_path_fa
         model = load_folder(folder_for(tmp_path_factory, "llama", name, params)[1])
         module = __import__(type(model).__module__, fromlist=["row_plan"])
         run = model._map_run()
-        (blocks, whole), _ = module.row_plan(run, torch.arange(T), torch.arange(T), None, None, None, torch.float32)
-        plans[name] = (run, blocks, whole)
-    run, blocks, whole = plans["selfextend"]
+        (blocks, whole, bands), _ = module.row_plan(run, torch.arange(T), torch.arange(T), None, None, None, torch.float32)
+        plans[name] = (run, blocks, whole, bands)
+    run, blocks, whole, bands = plans["selfextend"]
     grouped = [r.name for r in run.regions].index("grouped")
     assert whole == {grouped: (SE[1]["W"], SE[1]["W"])}
-    assert not any(p[0] == grouped for _, _, parts in blocks for p in parts)
-    run, blocks, whole = plans["dca"]
+    neighbours = [r.name for r in run.regions].index("neighbour")
+    assert bands == {neighbours: SE[1]["W"]}  # the neighbours' band in one batched call: no block parts left
+    assert not any(p[0] in (grouped, neighbours) for _, _, parts in blocks for p in parts)
+    run, blocks, whole, bands = plans["dca"]
     assert run.period == 20 and all(start % 20 == 0 for start, _, _ in blocks)
     assert all(p[5] is None or isinstance(p[5], str) for _, _, parts in blocks for p in parts)

@@ -2,7 +2,8 @@
 region's mask over a block of queries, the parts the fused kernel runs — full columns with no mask, the causal diagonal
 under the kernel's own causal skip, the rest under a bias — halved by rows where most of a band is masked
 (`split_band`); the regions that are one shifted causal triangle over the whole window, run in one call
-(`whole_triangles`); and the log-sum-exp merge of the parts (`merge_into`). Tested to partition every region's pairs
+(`whole_triangles`); the regions that are one diagonal band over it, in one batched call (`whole_bands`); and the
+log-sum-exp merge of the parts (`merge_into`). Tested to partition every region's pairs
 exactly (tests/test_position_maps.py)."""
 
 from __future__ import annotations
@@ -41,6 +42,24 @@ def whole_triangles(shape: torch.Tensor, Tq: int, Tk: int) -> dict[int, tuple[in
         if (count[r0:] > 0).all() and (first[r0:] == 0).all() and (count[r0:] == last[r0:] + 1).all() \
                 and (rows[r0:] - last[r0:] == s).all() and int(last[r0]) == 0 and Tk - s == Tq - r0:
             out[n] = (r0, s)
+    return out
+
+
+def whole_bands(shape: torch.Tensor, first: torch.Tensor, Tq: int, Tk: int, done=()) -> dict[int, int]:
+    """The regions whose pairs are one diagonal band over the whole window — every query row i takes the w keys up to
+    its own, i - w + 1 … i (fewer at the start), w at most half the rows (Self-Extend's neighbours): {region: w}, run as
+    one batched call (`region_attention.band_attention`). `shape` as `whole_triangles` reads it, `first` (regions, T_q)
+    each row's first key reached; regions in `done` (whole triangles) skipped."""
+    out = {}
+    rows = torch.arange(Tk - Tq, Tk)
+    for n in range(shape.shape[1]):
+        count, _, last = shape[:, n]
+        if n in done or not bool((count > 0).all()):
+            continue
+        w = int(count.max())
+        if 2 * w <= Tq and bool((last == rows).all()) and bool((first[n] == last - count + 1).all()) \
+                and bool((count == torch.clamp(rows + 1, max=w)).all()):
+            out[n] = w
     return out
 
 

@@ -41,9 +41,9 @@ import numpy as np
 from ropecli.deferred import deferred
 from ropecli.errors import RopeCliError
 from ropecli.maps.flex_regions import FlexRegions, flex_available
-from ropecli.maps.map_bands import CAUSAL, masked, merge_into, split_band, whole_triangles
+from ropecli.maps.map_bands import CAUSAL, masked, merge_into, split_band, whole_bands, whole_triangles
 from ropecli.maps.map_layers import latent_rope, plan_layers
-from ropecli.maps.region_attention import MASK_CACHE_BYTES, region_attention
+from ropecli.maps.region_attention import MASK_CACHE_BYTES, band_attention, region_attention
 
 torch = deferred("torch")
 transformers = deferred("transformers")
@@ -584,6 +584,7 @@ def row_plan(run, qpos, kpos, valid, allowed, window, dtype):
              and torch.equal(qpos, torch.arange(Tk - Tq, Tk, device=qpos.device)))
     shape = torch.zeros(3, len(run.regions), Tq, dtype=torch.long) if plain else None  # per region and row: keys
     kj = torch.arange(Tk, device=kpos.device)  # reached, the first (0: key 0) and the last
+    first = torch.zeros(len(run.regions), Tq, dtype=torch.long) if plain else None  # per region and row: its first key
     for start, stop in query_blocks(qpos, run.period, run.block):
         qi = qpos[start:stop]
         if allowed is None:
@@ -601,16 +602,18 @@ def row_plan(run, qpos, kpos, valid, allowed, window, dtype):
                 shape[0, n, rows] = m.sum(dim=1).cpu()
                 shape[1, n, rows] = (~m[:, 0]).long().cpu()
                 shape[2, n, rows] = (m * kj).amax(dim=1).cpu()
+                first[n, rows] = torch.where(m, kj, Tk).amin(dim=1).cpu()
             for r0, r1, lo, hi, part in (split_band(m) if len(qi) > 1 else one_query(m)):
                 part, bias, has = masked(part, dtype)
                 size += 0 if bias is None else bias.numel() * bias.element_size()
                 parts.append((n, r0, r1, lo, hi, part, bias, has))
         out.append((start, start + len(qi), parts))
     whole = whole_triangles(shape, Tq, Tk) if shape is not None else {}
-    if whole:
-        out = [(a, z, [p for p in parts if p[0] not in whole]) for a, z, parts in out]
+    bands = whole_bands(shape, first, Tq, Tk, whole) if shape is not None else {}
+    if whole or bands:
+        out = [(a, z, [p for p in parts if p[0] not in whole and p[0] not in bands]) for a, z, parts in out]
         size = sum(p[6].numel() * p[6].element_size() for _, _, parts in out for p in parts if p[6] is not None)
-    return (out, whole), size
+    return (out, whole, bands), size
 
 
 def query_blocks(qpos, period, block: int = QUERY_BLOCK):
@@ -741,7 +744,7 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
                 plans[b] = blocks
                 if shape is not None:
                     run._last = (shape, blocks)
-        blocks, whole = blocks
+        blocks, whole, bands = blocks
         if Tq == 1 and cols is None and tag not in run._trig:
             run._trig[tag] = one_call_plan(run, plan, query, key, b, qpos, kpos, blocks[0][2] if blocks else [], base)
         if Tq == 1 and cols is None and run._trig[tag] is not None:
@@ -749,6 +752,19 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
             out[b] = sunk(acc, lse, sinks)[0].transpose(0, 1).to(value.dtype)
             continue
         held = None  # the whole regions' rows: (out (1, H, T_q, Dv) float32, log-sum-exp (1, H, T_q), first row)
+        for n, w in bands.items():  # a diagonal band over every row (Self-Extend's neighbours): one batched call
+            qn = region_query(run, module, plan, query[rs], qpos, n, b, -1, cols)
+            k = region_keys(run, module, plan, key[rs, :, :Tk], kpos, n, b, 0, base, cols)
+            v = value[rs, :, :Tk]
+            if fused is not None and qn.shape[-1] != v.shape[-1]:
+                v = torch.nn.functional.pad(v, (0, qn.shape[-1] - v.shape[-1]))
+            o, l = band_attention(qn, k, v, w, scaling * run.regions[n].scale, fused, softcap, run._layout)
+            o = o[..., :Dv] if o.shape[-1] != Dv else o
+            if held is None:  # every row has its band's keys: the running softmax itself
+                held = (o.contiguous(), l.contiguous(), 0)
+            else:
+                merge_into(held[0], held[1], 0, Tq, o, l)
+                held = (held[0], held[1], 0)
         for n, (r0, shift) in whole.items():
             qn = region_query(run, module, plan, query[rs, :, r0:], qpos[r0:], n, b, -1 - r0, cols)
             k = region_keys(run, module, plan, key[rs, :, :Tk - shift], kpos[:Tk - shift], n, b, 0, base, cols)

@@ -30,11 +30,13 @@ import math
 import re
 import sys
 
+import numpy as np
 import torch
 import transformers
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 from vllm import __version__ as VLLM_VERSION
 from vllm.distributed import get_tensor_model_parallel_rank
+from vllm.forward_context import get_forward_context, is_forward_context_available
 from vllm.model_executor.layers.attention import Attention
 from vllm.model_executor.models.llama import LlamaForCausalLM as VllmLlamaForCausalLM
 from vllm.model_executor.models.registry import ModelRegistry
@@ -46,13 +48,17 @@ from ropecli.maps.map_run import (
     map_attention,
     map_run_for,
     one_call_plan,
+    STEPS_AHEAD,
     one_call_tag,
     rotate_half_into,
+    rotation_matrix,
     step_plan,
-    turned_one,
 )
 from ropecli.maps.position_maps import bind
 from ropecli.maps.vllm_plugin import ARCHITECTURE, SERVED, VLLM_VERSIONS
+
+
+TRIG_CHUNK = 4096  # positions whose cos and sin the rotary module makes at once (`ServedMap.step_trig`)
 
 
 def version_refusal(version: str) -> str | None:
@@ -117,6 +123,10 @@ class _TrueRotary(torch.nn.Module):
         served = self.served
         if self.layer == served.first:
             served.begin_step(positions)
+        step = served.step
+        if step is not None and key is not None:  # a decoding step in place: q to its reference, k to its band
+            step.raw[self.layer] = key
+            return step.turn(query, step.query), step.turn(key, step.key)
         cos, sin = served.trig  # (1, T, D)
         return served.rotate(query, cos, sin), (None if key is None else served.rotate(key, cos, sin))
 
@@ -149,6 +159,8 @@ def install_map(model, vllm_config) -> "ServedMap":
             continue
         module.rotary_emb = _TrueRotary(served, layer)
         attn.impl = map_impl(attn.impl, served, layer)
+        served.names[layer] = attn.layer_name
+        served.kv_heads = attn.impl.num_kv_heads
         changed.append(layer)
     # pipeline parallelism: this rank holds layers [start_layer, end_layer) (vLLM's make_layers), the others are
     # placeholders; every mapped layer it holds must be found, and its first one begins each step here
@@ -159,7 +171,7 @@ def install_map(model, vllm_config) -> "ServedMap":
         raise RopeCliError(f"{base_architecture(hf)}: {len(changed)} of {len(wanted)} mapped layers found in vLLM's "
                            "model (each with rotary_emb and attn); not served")
     if wanted:
-        served.first = wanted[0]
+        served.first, served.last = wanted[0], wanted[-1]
     return served
 
 
@@ -200,6 +212,15 @@ class ServedMap:
         self.prompts: list[int] | None = None  # this step's requests' prompt lengths, in the batch's order
         self._by_block: dict = {}  # without a runner: {a request's first block: its prompt} (prefix caching off)
         self.layout = None  # the backend's KV cache layout (`cache_layout`), probed at the first write
+        self.names: dict[int, str] = {}  # {mapped layer: its attention layer's name} (`install_map`)
+        self.caches: dict[int, torch.Tensor] = {}  # {mapped layer: its KV cache tensor}, seen at its first write
+        self.kv_heads = 0  # this rank's KV heads
+        self._views: list | None = None  # strided views of the mapped layers' key blocks (`block_views`)
+        self._turns: dict = {}  # {T_k: a decoding step's turns at T_k keys (`request_turns`)}
+        self._trig_chunks: dict = {}  # {c: cos, sin (TRIG_CHUNK, D) of positions c * TRIG_CHUNK …} (`step_trig`)
+        self.last = self.first  # the last mapped layer this rank holds (`install_map`)
+        self.step: DecodeStep | None = None  # this step's, where it is a decoding step served in place
+        self.fresh: dict[int, torch.Tensor] = {}  # {mapped layer: the keys it wrote this step, in the primary set}
         self.prefix_caching = bool(getattr(getattr(vllm_config, "cache_config", None), "enable_prefix_caching", False))
 
     def rotate(self, x, cos, sin):
@@ -211,12 +232,41 @@ class ServedMap:
     def begin_step(self, positions):
         """A new engine step: its tokens' positions (T,), their cos and sin, the run's caches of the last step
         dropped, and its requests' prompt lengths where vLLM's model runner is found."""
-        x = torch.zeros(1, dtype=torch.float32, device=positions.device)
-        cos, sin = self.rotary(x, positions[None].to(torch.float32))
-        self.trig, self._positions = (cos.float(), sin.float()), positions
+        self.trig, self._positions = self.step_trig(positions), positions
         self.run.begin(positions[None].long())
         self._rows = {}
         self.prompts = self.prompt_lengths() if self.per_prompt or self.run.regions_at is not None else None
+        self.finish_step()  # a step that stopped before its last mapped layer: its bands put back
+        self.step = self.decode_step(positions)
+
+    def step_trig(self, positions):
+        """cos, sin (1, T, D) float32 of the step's positions (T,), as the rotary module gives them: read from chunks
+        of TRIG_CHUNK positions the module made once (the same numbers: a position's cos and sin are its position
+        times the frequencies, elementwise), the module itself where its frequencies move with the length (dynamic
+        NTK, per-layer-type rotaries; LongRoPE below its original length, where it switches factors)."""
+        x = torch.zeros(1, dtype=torch.float32, device=positions.device)
+        kind = getattr(self.rotary, "rope_type", "default")
+        top = int(positions.max()) + 1 if positions.numel() else 0
+        original = ((getattr(self.rotary, "config", None) and self.rotary.config.rope_parameters or {})
+                    .get("original_max_position_embeddings") if kind == "longrope" else None)
+        if not isinstance(kind, str) or "dynamic" in kind or (kind == "longrope" and (original is None or top <= original)):
+            cos, sin = self.rotary(x, positions[None].to(torch.float32))
+            return cos.float(), sin.float()
+        chunks = sorted(set((positions // TRIG_CHUNK).tolist()))
+        for c in chunks:
+            if c not in self._trig_chunks:
+                pos = torch.arange(c * TRIG_CHUNK, (c + 1) * TRIG_CHUNK, device=positions.device)
+                if original is not None:  # one more position past the original length: the module's long factors
+                    pos = torch.cat([pos, pos.new_tensor([max(original, (c + 1) * TRIG_CHUNK)])])
+                cos, sin = self.rotary(x, pos[None].to(torch.float32))
+                self._trig_chunks[c] = (cos[0, :TRIG_CHUNK].float(), sin[0, :TRIG_CHUNK].float())
+        if len(chunks) == 1:
+            cos, sin = self._trig_chunks[chunks[0]]
+            at = positions - chunks[0] * TRIG_CHUNK
+            return cos[at][None], sin[at][None]
+        table = [torch.cat([self._trig_chunks[c][i] for c in chunks]) for i in (0, 1)]
+        at = positions - chunks[0] * TRIG_CHUNK
+        return table[0][at][None], table[1][at][None]
 
     def prompt_lengths(self) -> list[int] | None:
         """This step's requests' prompt lengths, read from vLLM's model runner (its input batch, in the order of the
@@ -295,45 +345,207 @@ class ServedMap:
         one = run._trig[tag]
         return one if one is not None and (one.lo, one.hi) == (0, Tk) else None
 
-    def decode_plan(self, layer: int, query, keys, lengths, table):
-        """A decoding step's plan for `decode_in_place`, made by its first mapped layer and shared by the others: ([(request,
-        its query's rows, its OneCall, [(its band's places in the cache storage (m, dim, kv heads), cos, sin)])], the
-        regions' temperature), or None where the step is not one call per request (`decode_call`)."""
-        if "decode" in self._rows:
-            return self._rows["decode"]
-        self._rows["decode"] = None
-        bs, D, H = keys.shape[2], keys.shape[3], keys.shape[1]
-        layout = self.layout[0]
-        strides = keys.stride()
-        heads = torch.arange(H, device=keys.device) * strides[1]
-        calls, slots = [], []
-        for r, Tk in enumerate(lengths):
-            q = query[r:r + 1].view(1, -1, D).transpose(0, 1)[None]  # (1, heads, 1, dim)
-            one = self.decode_call(layer, q, Tk, int(table[r, 0]))
-            if one is None:
-                return None
-            bands = []
-            for a, z, cos, sin in one.runs:
-                pos = torch.arange(a, z, device=keys.device)
-                blk, off = table[r, pos // bs].long(), pos % bs
-                slots.append(blk * bs + off)
-                s_at, d_at = (off[:, None].expand(-1, D), torch.arange(D, device=keys.device).expand(len(pos), D)) \
-                    if layout is None else (layout[0][off], layout[1][off])
-                at = (blk[:, None] * strides[0] + s_at * strides[2] + d_at * strides[3])[..., None] + heads
-                bands.append((at, cos, sin))  # from the layer's first key: the same in every layer
-            calls.append((r, slice(r, r + 1), one, bands))
-        scales = {self.run.regions[one.ref].scale for _, _, one, _ in calls}
-        if len(scales) > 1 or (slots and len(torch.cat(slots).unique()) != sum(len(x) for x in slots)):
+    def decode_step(self, positions) -> "DecodeStep | None":
+        """A step of decoding requests only, served in place in vLLM's paged cache by its own kernel, planned at the
+        step's start (`begin_step`, before any layer writes its new key), or None where the step is not that (a
+        prefill or a chunk of one in it, a request whose step is not one call over all its keys: `decode_call`,
+        regions of different temperatures between requests, two requests' bands in one cache block: a prefix-cached
+        one). The other regions' bands (Self-Extend's window of W keys, DCA's last two chunks) are turned in the
+        cache through strided views of its blocks (`block_views`: every mapped layer at once where vLLM keeps their
+        caches in one buffer, as its CPU backend does), a block's part per view, and put back bit for bit after the
+        last mapped layer (`finish_step`); each layer's new key is written turned into its band already
+        (`DecodeStep.key`) and put at its slot in its primary-set form with the bands."""
+        context = get_forward_context() if is_forward_context_available() else None
+        meta = getattr(context, "attn_metadata", None)
+        meta = meta.get(self.names.get(self.first)) if isinstance(meta, dict) else None
+        if meta is None or self.layout is None or len(self.caches) != len(self.names):
             return None
-        self._rows["decode"] = (calls, scales.pop())
-        return self._rows["decode"]
+        lengths = meta.seq_lens.tolist()
+        T = len(lengths)
+        if int(meta.query_start_loc[-1]) != T or self.run.regions_at is not None or self.run.selection:
+            return None
+        if self._views is None:
+            self._views = block_views({i: cache_views(c, self.kv_heads)[0] for i, c in self.caches.items()},
+                                      self.layout[0])
+        if not self._views:
+            return None
+        table = meta.block_table
+        views, bs = self._views, self._views[0][1].shape[3] * self._views[0][1].shape[5]
+        probe = torch.zeros(1, 1, 1, views[0][1].shape[4], dtype=torch.float32, device=table.device)
+        firsts = table[:T, 0].tolist()
+        turns = [self.request_turns(Tk, first, probe) for Tk, first in zip(lengths, firsts)]
+        if any(t is None for t in turns) or len({t[4] for t in turns}) != 1:
+            return None
+        parts, news, blocks = [], [], set()
+        for r, (turn, Tk) in enumerate(zip(turns, lengths)):
+            row = table[r, :(Tk + bs - 1) // bs].tolist()
+            mine = set()
+            for a, z, cos, sin in turn[3]:
+                for j in range(a // bs, (z - 1) // bs + 1):
+                    lo, hi = max(a, j * bs) - j * bs, min(z, (j + 1) * bs) - j * bs
+                    parts.append((row[j], lo, hi, cos[j * bs + lo - a:j * bs + hi - a], sin[j * bs + lo - a:j * bs + hi - a]))
+                    mine.add(row[j])
+            news.append((row[-1], (Tk - 1) % bs))
+            if mine & blocks or row[-1] in blocks:
+                return None
+            blocks |= mine | {row[-1]}
+        cos, sin = self.trig  # per request (T, D, D): the true rotation (the step's cos, sin), then each turn
+        true = rotation_matrix(cos[0, :T], sin[0, :T])
+        stacked = [torch.stack([t[i] for t in turns]) if T > 1 else turns[0][i][None] for i in range(3)]
+        step = DecodeStep(T, true @ stacked[0], true @ stacked[1], true @ stacked[2], turns[0][4], news)
+        for blk, lo, hi, cos, sin in parts:  # each band's part in a block, every layer's at once where one view holds them
+            for layers, view in views:
+                step.saved.append(turn_band(view[:, blk], lo, hi, cos, sin))
+        return step
 
-    def turned_query(self, layer: int, one, q):
-        """q (1, heads, 1, dim) turned to the OneCall's reference region (one matmul where it can)."""
-        run = self.run
-        if one.matrix is not None and ("R", id(one)) not in run._trig:
-            run._trig[("R", id(one))] = one.matrix
-        return turned_one(self.layers[layer], q, *one.query, run._trig, ("R", id(one)))
+    def request_turns(self, Tk: int, first_block: int, probe):
+        """A decoding step's turns at T_k keys, the same for every request of that length (a map of fixed regions):
+        (the query's turn to its OneCall's reference region, the new key's to its band, the new key's to the primary
+        set: (D, D) matrices x @ M; the other regions' keys before the new one [(start, stop, cos, sin (m, D))]; the
+        regions' temperature), or None where one call cannot serve the step (`decode_call`), a position per group of
+        pairs or a partial rotary (the per-request path serves those). Made STEPS_AHEAD lengths at a time, and again
+        where the rotary's frequencies change (dynamic NTK)."""
+        run, plan, D = self.run, self.plans[self.first], probe.shape[-1]
+        f = run.frequencies(plan, probe)
+        got = self._turns.get(Tk, False)
+        if got is not False and (got is None or torch.equal(got[5], f)):
+            return got
+        if len(self._turns) > 8 * STEPS_AHEAD:
+            self._turns.clear()
+        made = []
+        for n in range(Tk, Tk + STEPS_AHEAD):
+            one = self.decode_call(self.first, probe, n, first_block)
+            if one is None or any(c.shape[-1] != D for _, _, c, _ in one.runs):
+                break
+            made.append((n, one))
+        newest = np.array([n - 1 for n, _ in made])
+        delta = (run.key_at(run.primary, newest) - newest) if run.primary >= 0 else np.zeros(len(made))
+        if not made or np.asarray(delta).ndim != 1:
+            self._turns[Tk] = None
+            return None
+        k_cos, k_sin = run.turn_trig(plan, probe, np.asarray(delta, dtype=np.float64)[None])
+        primary = rotation_matrix(k_cos[0], k_sin[0])  # (steps, D, D)
+        c_new, s_new, queries, runs = torch.ones(len(made), D), torch.zeros(len(made), D), [], []
+        for i, (n, one) in enumerate(made):
+            queries.append(one.matrix if one.matrix is not None else
+                           rotation_matrix(*(t.reshape(-1) for t in one.query)))
+            runs.append([])
+            for a, z, cos, sin in one.runs:
+                cos, sin = cos.reshape(-1, D), sin.reshape(-1, D)
+                if z == n:  # the new key's band: its turn goes into the key's own rotation
+                    c_new[i], s_new[i] = cos[-1], sin[-1]
+                    z, cos, sin = z - 1, cos[:-1], sin[:-1]
+                if z > a:
+                    runs[-1].append((a, z, cos, sin))
+        key = primary @ rotation_matrix(c_new, s_new)
+        for i, (n, one) in enumerate(made):
+            self._turns[n] = (queries[i], key[i], primary[i], runs[i], run.regions[one.ref].scale, f)
+        return self._turns[Tk]
+
+    def finish_step(self):
+        """The step's bands put back and each layer's new key written in its primary form (after the last mapped
+        layer's kernel, or at the next step's start where a step stopped before it)."""
+        step, self.step = self.step, None
+        if step is None:
+            return
+        for part, old in reversed(step.saved):
+            part.copy_(old)
+        for layers, view in self._views:
+            raw = [step.raw.get(layer) for layer in layers]
+            if any(k is None for k in raw):
+                continue  # the step stopped before these layers wrote their keys
+            raw = torch.stack([k[:step.requests] for k in raw]).view(len(layers), step.requests, self.kv_heads, -1)
+            keys = torch.matmul(raw.float(), step.primary[None]).to(view.dtype)  # (layers, requests, kv heads, dim)
+            v = view.shape[5]
+            for r, (blk, slot) in enumerate(step.news):
+                view[:, blk, :, slot // v, :, slot % v] = keys[:, r]
+
+
+class DecodeStep:
+    """A step of decoding requests only, planned by `ServedMap.decode_step`: per request (T, D, D) matrices x @ M
+    rotating its query from the raw projection to its OneCall's reference region, its new key to its band (the form
+    the kernel reads this step) and to the primary set (what the cache keeps); the regions' temperature; each request's
+    new key's (block, slot); the bands' parts turned in the cache and their old keys; each layer's raw new keys."""
+
+    def __init__(self, requests, query, key, primary, scale, news):
+        self.requests, self.query, self.key, self.primary, self.scale = requests, query, key, primary, scale
+        self.news, self.saved, self.raw = news, [], {}
+
+    def turn(self, x, m):
+        """x (tokens, heads x dim) -> x @ m per request (the first T tokens; later ones are padding)."""
+        T = self.requests
+        if x.shape[0] == T and x.dtype == torch.float32:
+            return torch.matmul(x.view(T, -1, m.shape[-1]), m).view(x.shape)
+        out = x.clone() if x.shape[0] > T else torch.empty_like(x)
+        out[:T] = torch.matmul(x[:T].reshape(T, -1, m.shape[-1]).float(), m).to(x.dtype).reshape(x[:T].shape)
+        return out
+
+
+def block_views(keys: dict, layout) -> list:
+    """Strided views of mapped layers' key caches (keys: {layer: (blocks, kv heads, block size, dim)} of
+    `cache_views`), each (layers, blocks, kv heads, block size / v, dim, v): a block's keys as vLLM's kernel keeps
+    them, in groups of v slots with each dim's v slots adjacent (the CPU backend's: v = block size, each dim's slots in
+    a row; v = 1: slot after slot), the layers of one buffer at even distances in one view. [] where the layout (`cache_layout`) is
+    neither."""
+    first = next(iter(keys.values()))
+    bs, D = first.shape[2], first.shape[3]
+    v = 1
+    if layout is not None:
+        slot, dim = layout
+        v = next((v for v in range(2, bs + 1) if bs % v == 0 and torch.equal(
+            slot * D + dim, (torch.arange(bs)[:, None] // v * v * D + torch.arange(D)[None] * v
+                             + torch.arange(bs)[:, None] % v).to(slot.device))), None)
+        if v is None or first.stride(2) != D or first.stride(3) != 1:
+            return []
+    S0, S1, S2, S3 = first.stride()
+    inner = (bs // v, D, v), ((v * D, v, 1) if v > 1 else (S2, S3, 1))
+    layers = sorted(keys)
+    offsets = [keys[i].storage_offset() for i in layers]
+    steps = {b - a for a, b in zip(offsets, offsets[1:])}
+    same = len({keys[i].untyped_storage().data_ptr() for i in layers}) == 1 and len(steps) <= 1 and \
+        all(keys[i].shape == first.shape and keys[i].stride() == first.stride() for i in layers)
+    groups = [(layers, offsets[0], steps.pop() if steps else 0)] if same else [([i], keys[i].storage_offset(), 0)
+                                                                               for i in layers]
+    out = []
+    for names, offset, step in groups:
+        k = keys[names[0]]
+        flat = k.as_strided((k.untyped_storage().nbytes() // k.element_size(),), (1,), 0)
+        out.append((names, flat.as_strided((len(names), first.shape[0], first.shape[1]) + inner[0],
+                                           (step, S0, S1) + inner[1], offset)))
+    return out
+
+
+def turn_band(block, lo: int, hi: int, cos, sin):
+    """Slots lo … hi - 1 of a block's keys (layers, kv heads, block size / v, dim, v: `block_views`) turned in place
+    by cos, sin (hi - lo, dim) in rotate-half -> (the turned part, its old keys) for `finish_step`. The part is one
+    strided slice where the slots lie in one group of v (the CPU backend's, v = block size) or v = 1; elsewhere the
+    whole groups they lie in, the slots outside kept (cos 1, sin 0)."""
+    v, D = block.shape[4], block.shape[3]
+    g0, g1 = lo // v, -(-hi // v)
+    if g1 - g0 == 1:
+        part = block[:, :, g0:g1, :, lo - g0 * v:hi - g0 * v]  # (layers, kv heads, 1, dim, m)
+        c, s = cos.t()[None], sin.t()[None]
+    elif v == 1:
+        part = block[:, :, lo:hi]  # (layers, kv heads, m, dim, 1)
+        c, s = cos[..., None], sin[..., None]
+    else:
+        part = block[:, :, g0:g1]  # (layers, kv heads, groups, dim, v)
+        c = torch.ones((g1 - g0) * v, D, device=cos.device)
+        s = torch.zeros((g1 - g0) * v, D, device=cos.device)
+        c[lo - g0 * v:hi - g0 * v], s[lo - g0 * v:hi - g0 * v] = cos, sin
+        c, s = (x.view(g1 - g0, v, D).transpose(1, 2) for x in (c, s))  # (groups, dim, v) as the part lays them out
+    old, h = part.clone(), D // 2
+    if part.dtype == torch.float32:  # written in place: four passes over the part, its copy included
+        torch.mul(old, c, out=part)
+        part[..., :h, :].addcmul_(old[..., h:, :], s[:, :h], value=-1)
+        part[..., h:, :].addcmul_(old[..., :h, :], s[:, h:])
+        return part, old
+    x = old.float()  # rounded once, as the key's own turn would be
+    new = x * c
+    new[..., :h, :].addcmul_(x[..., h:, :], s[:, :h], value=-1)
+    new[..., h:, :].addcmul_(x[..., :h, :], s[:, h:])
+    part.copy_(new)
+    return part, old
 
 
 def _rank_heads(text, vllm_config) -> slice:
@@ -409,86 +621,68 @@ class MapAttentionMixin:
     ropecli_layer: int
 
     def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping):
-        """The new tokens' keys, turned to the primary key set, and values written at their slots by the backend's own
-        write (its layout, which its kernel reads: `decode_in_place`)."""
+        """The new tokens' keys, turned to the primary key set (in a decoding step served in place, to their band:
+        `_TrueRotary` turned them), and values written at their slots by the backend's own write (its layout, which
+        its kernel reads)."""
         served = self.ropecli_map
         if served.layout is None:
             served.layout = cache_layout(lambda k, v, c, s: super(MapAttentionMixin, self).do_kv_cache_update(
                 layer, k, v, c, s), kv_cache, self.num_kv_heads)
+        served.caches[self.ropecli_layer] = kv_cache
         n = min(key.shape[0], slot_mapping.shape[0])
-        turned = served.keys_in(self.ropecli_layer, key[:n]).to(key.dtype)
+        turned = key[:n] if served.step is not None else served.keys_in(self.ropecli_layer, key[:n]).to(key.dtype)
+        if served.step is None:
+            served.fresh[self.ropecli_layer] = turned
         super().do_kv_cache_update(layer, turned, value[:n], kv_cache, slot_mapping[:n])
 
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, output_scale=None,
                 output_block_scale=None):
         """query (tokens, heads, dim) -> output (tokens, heads, dim): per request, its new queries against all its
-        keys under the map (a step of decoding requests only: in the backend's own kernel, `decode_in_place`)."""
+        keys under the map; a decoding step served in place (`ServedMap.decode_step`) in the backend's own kernel."""
         if attn_metadata is None:  # the profile run
             return output
         served, idx = self.ropecli_map, self.ropecli_layer
         if getattr(layer.attn_backend, "forward_includes_kv_cache_update", False):
             self.do_kv_cache_update(layer, key, value, kv_cache, attn_metadata.slot_mapping)
+        step = served.step
+        if step is not None:
+            before, self.scale = self.scale, self.scale * step.scale
+            try:
+                super().forward(layer, query, key, value, kv_cache, attn_metadata, output)
+            except BaseException:
+                served.finish_step()
+                raise
+            finally:
+                self.scale = before
+            if idx == served.last:
+                served.finish_step()
+            return output
         keys, values = cache_views(kv_cache, self.num_kv_heads)
         key_layout, value_layout = served.layout
         bs = keys.shape[2]
         starts = attn_metadata.query_start_loc.tolist()
         lengths = attn_metadata.seq_lens.tolist()
         table = attn_metadata.block_table
-        if starts[-1] == len(lengths) and self.decode_in_place(layer, query, key, value, kv_cache, attn_metadata, output,
-                                                              keys, lengths, table):
-            return output
+        fresh = served.fresh.pop(idx, None)
         for r, Tk in enumerate(lengths):
             q0, q1 = starts[r], starts[r + 1]
             Tq = q1 - q0
             if Tq <= 0:
                 continue
-            blocks = table[r, :(Tk + bs - 1) // bs].long()
-            k = read_blocks(keys, blocks, key_layout).permute(1, 0, 2, 3).reshape(keys.shape[1], -1, keys.shape[3])
-            v = read_blocks(values, blocks, value_layout).permute(1, 0, 2, 3).reshape(values.shape[1], -1,
-                                                                                      values.shape[3])
+            if Tq == Tk and fresh is not None:  # a whole prompt in this step: its keys as just written, not read back
+                k = fresh[q0:q1].reshape(Tq, keys.shape[1], -1).transpose(0, 1)
+                v = value[q0:q1].reshape(Tq, values.shape[1], -1).transpose(0, 1)
+            else:
+                blocks = table[r, :(Tk + bs - 1) // bs].long()
+                k = read_blocks(keys, blocks, key_layout).permute(1, 0, 2, 3).reshape(keys.shape[1], -1, keys.shape[3])
+                v = read_blocks(values, blocks, value_layout).permute(1, 0, 2, 3).reshape(values.shape[1], -1,
+                                                                                          values.shape[3])
             q = query[q0:q1].view(Tq, -1, k.shape[-1]).transpose(0, 1)[None]  # (1, heads, Tq, dim)
             first = int(table[r, 0])
             out = served.attend(idx, q, k[None, :, :Tk].to(q.dtype), v[None, :, :Tk].to(q.dtype), self.scale, Tq, Tk,
                                 served.prompt(r, first, Tq, Tk), first)
             output[q0:q1] = out[0].reshape(output[q0:q1].shape).to(output.dtype)
         return output
-
-    def decode_in_place(self, layer, query, key, value, kv_cache, attn_metadata, output, keys, lengths, table) -> bool:
-        """A step of decoding requests only, read from vLLM's paged cache in place by its own kernel (the backend's
-        forward): each request's query turned to its OneCall's reference region, the other regions' bands of its keys
-        (Self-Extend's window of W keys) turned in place in the cache for the call and put back after it, bit for bit.
-        False (nothing done) where a request's step is not one call over all its keys, the regions' temperatures differ
-        between requests, or two requests' bands share a cache slot (a prefix-cached block). What the step's layers
-        share (each request's OneCall, its bands' places in the cache) is made by its first layer
-        (`ServedMap.decode_plan`)."""
-        served, idx = self.ropecli_map, self.ropecli_layer
-        plan = served.decode_plan(idx, query, keys, lengths, table)
-        if plan is None:
-            return False
-        calls, scale = plan
-        # the layer's cache as one row of its storage (each layer's cache starts elsewhere in vLLM's one buffer)
-        flat = keys.as_strided((keys.untyped_storage().nbytes() // keys.element_size() - keys.storage_offset(),), (1,),
-                               keys.storage_offset())
-        turned = query.clone()
-        saved = []
-        try:
-            for r, q_slice, one, bands in calls:
-                q = query[q_slice].view(1, -1, keys.shape[-1]).transpose(0, 1)[None]
-                turned[r] = served.turned_query(idx, one, q)[0, :, 0].reshape(turned[r].shape)
-                for at, cos, sin in bands:  # at (m, dim, kv heads): where each band key's dims sit in the storage
-                    old = torch.take(flat, at)
-                    saved.append((at, old))
-                    new = rotate_half_into(old.permute(2, 0, 1)[None], cos, sin)[0].permute(1, 2, 0)
-                    flat.put_(at, new.to(flat.dtype).contiguous())  # put_ reads its source in memory order
-            before, self.scale = self.scale, self.scale * scale
-            try:
-                super().forward(layer, turned, key, value, kv_cache, attn_metadata, output)
-            finally:
-                self.scale = before
-        finally:
-            for at, old in reversed(saved):
-                flat.put_(at, old)
-        return True
 
 
 def map_impl(impl, served: ServedMap, layer: int):
