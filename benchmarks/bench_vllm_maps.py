@@ -25,7 +25,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -34,7 +33,7 @@ from typer.testing import CliRunner
 from ropecli.cli.app import app
 from ropecli.evaluation.corpus import held_out_plays
 from ropecli.export.runtimes.vllm import checkout_vllm_python
-from ropecli.export.vllm_engine import ENGINE_DEFAULTS, ENV, run_engine
+from ropecli.export.vllm_engine import ENV, run_engine
 from ropecli.maps.mapped_attention import mapped
 from ropecli.maps.position_maps import bind
 
@@ -80,46 +79,6 @@ def kv_bytes(folder: Path, tokens: int) -> int:
     return int(1.25 * tokens * per_token) + (32 << 20)
 
 
-def worker(job_path: str, out_path: str) -> None:
-    """In vLLM's environment: both engines loaded, then measured in turns (`--rounds`), the order alternating."""
-    import vllm
-    from vllm import plugins
-
-    plugins.load_general_plugins()
-    job = json.loads(Path(job_path).read_text())
-
-    def rss_mib() -> float:
-        return next(int(line.split()[1]) / 1024 for line in open("/proc/self/status") if line.startswith("VmRSS:"))
-
-    def timed(llm, ids, n) -> float:
-        t = time.perf_counter()
-        llm.generate([{"prompt_token_ids": ids}], vllm.SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True),
-                     use_tqdm=False)
-        return time.perf_counter() - t
-
-    llms, memory = {}, {}
-    for kind in ("schedule", "map"):  # the schedule's first: what the map's engine adds is measured on top of it
-        before = rss_mib()
-        llms[kind] = vllm.LLM(model=job[kind]["model"], hf_overrides=job[kind].get("hf_overrides"),
-                              max_model_len=job["max_model_len"], **ENGINE_DEFAULTS, enable_prefix_caching=False,
-                              kv_cache_memory_bytes=job["kv_bytes"])
-        timed(llms[kind], job["first"], 2)
-        memory[kind] = [before, rss_mib()]
-    rounds = []
-    for r in range(job["rounds"]):
-        got = {}
-        for kind in (("map", "schedule") if r % 2 else ("schedule", "map")):
-            llm = llms[kind]
-            prefill = timed(llm, job["first"], 1)
-            short = timed(llm, job["second"], job["short"])
-            long = timed(llm, job["second"], job["short"] + job["tokens"])
-            got[kind] = {"prefill_s": prefill, "per_token_ms": 1000 * (long - short) / job["tokens"]}
-        rounds.append(got)
-    memory["map"][1] = rss_mib()  # after every round: the map's plans and caches included
-    Path(out_path).write_text(json.dumps({"version": vllm.__version__, "rounds": rounds,
-                                          "added_mib": {k: b - a for k, (a, b) in memory.items()}}))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="builtin")
@@ -137,19 +96,21 @@ def main() -> None:
            "--out", mapped_dir)
     export("--model", args.model, "--method", "none", "--len", args.len, "--to", "transformers", "--out", plain)
     export("--model", args.model, "--method", args.schedule, "--len", args.len, "--to", "vllm", "--out", overrides)
-    first, second = prompt_ids(plain, args.prompt, 0), prompt_ids(plain, args.prompt, 1)
+    short = 8  # the decoding run whose time is taken off (the prompt's prefill with it): the second prompt as long less these
+    first, second = prompt_ids(plain, args.prompt, 0), prompt_ids(plain, args.prompt - short, 1)
     room = args.len + args.tokens + 64
     python = checkout_vllm_python()
     if python is None:
         sys.exit("vLLM is not installed: bash tests/vllm_env.sh (or set ROPECLI_VLLM_PYTHON)")
     job = {"map": {"model": str(mapped_dir)}, "schedule": {"model": str(plain), "hf_overrides": json.loads(
         overrides.read_text())}, "max_model_len": room, "kv_bytes": kv_bytes(plain, room),
-           "first": first, "second": second, "short": 8, "tokens": args.tokens, "rounds": args.rounds}
+           "first": first, "second": second, "short": short, "tokens": args.tokens, "rounds": args.rounds}
     (tmp / "job.json").write_text(json.dumps(job))
-    proc = subprocess.run([python, __file__, "--worker", str(tmp / "job.json"), str(tmp / "out.json")],
+    proc = subprocess.run([python, str(Path(__file__).with_name("vllm_engines_in_turns.py")), str(tmp / "job.json"),
+                           str(tmp / "out.json")],
                           env={**os.environ, **ENV}, capture_output=True, text=True)
     if proc.returncode != 0:
-        sys.exit(f"vLLM's engine failed: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+        sys.exit(f"vLLM's engine failed:\n{(proc.stderr or proc.stdout)[-8000:]}")
     out = json.loads((tmp / "out.json").read_text())
     ratios = {what: sorted(r["map"][what] / r["schedule"][what] for r in out["rounds"])
               for what in ("prefill_s", "per_token_ms")}
@@ -181,7 +142,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
-        worker(sys.argv[2], sys.argv[3])
-    else:
-        main()
+    main()

@@ -51,6 +51,7 @@ masking_utils = deferred("transformers.masking_utils")
 modeling_utils = deferred("transformers.modeling_utils")
 
 ATTENTION_NAME = "ropecli_map_run"  # the attention function's name in transformers' registry while a pass runs
+PLANS_KEPT = 8  # unpadded prefills' block plans kept across passes, by shape (their masks within MASK_CACHE_BYTES)
 QUERY_BLOCK = 512  # queries per block: each region's masks are (QUERY_BLOCK, its band of keys)
 _ROTATES_HALF: dict = {}  # per attention class: whether its model's rotation is rotate-half over the whole head (probed)
 _ROTATION: dict = {}  # per attention class: its rotation as (x, cos, sin) -> x
@@ -264,7 +265,7 @@ class MapRun:
         self.period = None if regions_at else block_period(regions, length)
         self._primary: set = set()  # the storage of the keys the cache returned in the primary set this pass
         self._latent: set = set()  # the MLA layers whose k_rot the cache returned in the primary set this pass
-        self._last = (None, None)  # (shape, block plan) of the last unpadded prefill: the next one of its shape
+        self._last: dict = {}  # {shape: (block plan, its masks' bytes)} of recent unpadded prefills, latest last
         self.selection, self._cols, self.attention = selection or {}, {}, attention  # {layer: its attention module}
         self.position_ids, self._layout, self._trig, self._scale = None, {}, {}, {}
         self._ahead: dict = {}  # per rotary: (its frequencies, {step: OneCall}, {position: new key's turn}) (`step_plan`)
@@ -572,19 +573,21 @@ _FUSED = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", 
 
 
 def row_plan(run, qpos, kpos, valid, allowed, window, dtype):
-    """([(start, stop, [(region, r0, r1, lo, hi, mask, bias, rows with a key)])], {whole region: (first row, shift)})
-    for one row: per block of queries and
-    region the band of keys the region reaches (the pairs in its region, allowed by the model's mask, causal by
-    position) split by ropecli's `split_band` into full columns, the causal square and the rest under a bias."""
+    """(([(start, stop, [(region, r0, r1, lo, hi, mask, bias, rows with a key)])], {whole region: (first row, shift)},
+    {band region: its width}), the masks' bytes) for one row: per block of queries and region the band of keys the
+    region reaches (the pairs in its region, allowed by the model's mask, causal by position) split by ropecli's
+    `split_band` into full columns, the causal square and the rest under a bias; a region that is one shifted causal
+    triangle or one diagonal band over the whole row not split at all (told first: its split is most of a plan's
+    cost)."""
     Tq, Tk = len(qpos), len(kpos)
-    out, size = [], 0
     # an unpadded row whose queries are the last T_q of keys 0 … T_k - 1: a region whose pairs are one shifted causal
     # triangle (Self-Extend's grouped one, ReRoPE's capped one) runs as one causal call, as ropecli's forward runs it
     plain = (allowed is None and valid is None and 1 < Tq <= 4 * run.block and not window and int(kpos[0]) == 0
              and torch.equal(qpos, torch.arange(Tk - Tq, Tk, device=qpos.device)))
     shape = torch.zeros(3, len(run.regions), Tq, dtype=torch.long) if plain else None  # per region and row: keys
-    kj = torch.arange(Tk, device=kpos.device)  # reached, the first (0: key 0) and the last
+    # reached, the first (0: key 0) and the last
     first = torch.zeros(len(run.regions), Tq, dtype=torch.long) if plain else None  # per region and row: its first key
+    masks = []  # per block: (start, stop, [each region's mask (rows, T_k)])
     for start, stop in query_blocks(qpos, run.period, run.block):
         qi = qpos[start:stop]
         if allowed is None:
@@ -594,25 +597,30 @@ def row_plan(run, qpos, kpos, valid, allowed, window, dtype):
                 ok &= kpos[None, :] > qi[:, None] - window
         else:
             ok = allowed[start:start + len(qi)]
-        parts = []
+        masks.append((start, start + len(qi), []))
         for n, r in enumerate(run.regions):
             m = torch.as_tensor(r.where(qi[:, None], kpos[None, :])) & ok
+            masks[-1][2].append(m)
             if shape is not None:
                 rows = slice(start, start + len(qi))
-                shape[0, n, rows] = m.sum(dim=1).cpu()
+                count, u = m.sum(dim=1), m.view(torch.uint8)  # argmax on bytes: the first True (the flip's: the last)
+                shape[0, n, rows] = count.cpu()
                 shape[1, n, rows] = (~m[:, 0]).long().cpu()
-                shape[2, n, rows] = (m * kj).amax(dim=1).cpu()
-                first[n, rows] = torch.where(m, kj, Tk).amin(dim=1).cpu()
-            for r0, r1, lo, hi, part in (split_band(m) if len(qi) > 1 else one_query(m)):
+                shape[2, n, rows] = torch.where(count > 0, Tk - 1 - u.flip(1).argmax(dim=1), 0).cpu()
+                first[n, rows] = torch.where(count > 0, u.argmax(dim=1), Tk).cpu()
+    whole = whole_triangles(shape, Tq, Tk) if shape is not None else {}
+    bands = whole_bands(shape, first, Tq, Tk, whole) if shape is not None else {}
+    out, size = [], 0
+    for start, stop, ms in masks:
+        parts = []
+        for n, m in enumerate(ms):
+            if n in whole or n in bands:
+                continue
+            for r0, r1, lo, hi, part in (split_band(m) if stop - start > 1 else one_query(m)):
                 part, bias, has = masked(part, dtype)
                 size += 0 if bias is None else bias.numel() * bias.element_size()
                 parts.append((n, r0, r1, lo, hi, part, bias, has))
-        out.append((start, start + len(qi), parts))
-    whole = whole_triangles(shape, Tq, Tk) if shape is not None else {}
-    bands = whole_bands(shape, first, Tq, Tk, whole) if shape is not None else {}
-    if whole or bands:
-        out = [(a, z, [p for p in parts if p[0] not in whole and p[0] not in bands]) for a, z, parts in out]
-        size = sum(p[6].numel() * p[6].element_size() for _, _, parts in out for p in parts if p[6] is not None)
+        out.append((start, stop, parts))
     return (out, whole, bands), size
 
 
@@ -730,20 +738,23 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
             acc, lse = one_call(run, module, run._trig[tag], query, key, value, b, scaling, fused, softcap, groups)
             out[b] = sunk(acc, lse, sinks)[0].transpose(0, 1).to(value.dtype)
             continue
-        # an unpadded row whose positions run on one by one: its plan is the last one of its shape, kept across
-        # forward passes (the next prompt of this length reuses it, as ropecli's own forward does)
+        # an unpadded row whose positions run on one by one: its plan is kept across forward passes with the last
+        # PLANS_KEPT shapes' (the next prompt of a recent length reuses it: a served batch's lengths come back)
         plain = allowed is None and valid is None and Tq > 1 and int(qpos[-1] - qpos[0]) == Tq - 1
         shape = (Tq, Tk, int(qpos[0]), int(kpos[0]), plan.sliding, query.dtype, query.device, run.at_key) if plain else None
         if b in plans:
             blocks = plans[b]
-        elif shape is not None and run._last[0] == shape:
-            blocks = plans[b] = run._last[1]
+        elif shape is not None and shape in run._last:
+            run._last[shape] = run._last.pop(shape)  # the latest last
+            blocks = plans[b] = run._last[shape][0]
         else:
             blocks, size = row_plan(run, qpos, kpos, valid, allowed, plan.sliding, query.dtype)
             if size <= MASK_CACHE_BYTES:
                 plans[b] = blocks
                 if shape is not None:
-                    run._last = (shape, blocks)
+                    run._last[shape] = (blocks, size)
+                    while len(run._last) > PLANS_KEPT or sum(n for _, n in run._last.values()) > MASK_CACHE_BYTES:
+                        run._last.pop(next(iter(run._last)))
         blocks, whole, bands = blocks
         if Tq == 1 and cols is None and tag not in run._trig:
             run._trig[tag] = one_call_plan(run, plan, query, key, b, qpos, kpos, blocks[0][2] if blocks else [], base)
