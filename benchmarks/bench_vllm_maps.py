@@ -1,9 +1,9 @@
 """What a position map costs in vLLM: the map folder served through ropecli's plugin against the same model
 with the best schedule's `--hf-overrides` (default YaRN), same prompts, same tokens, in vLLM's own engine (fp32, eager,
-prefix caching off so every prefill is computed). Both engines live in one process and are measured in turns, the
-order alternating round by round, so that both see the machine in the same state: per round the prefill of a
---prompt-token prompt (one generated token) and the time per decoded token (greedy, --tokens more tokens than a short
-run from another prompt: the prefill cancels); the ratios map / schedule per round, their median and range over the
+each round's prompts new to both). Both engines live in one process and are measured in turns, the order
+alternating round by round, so that both see the machine in the same state: per round the prefill of a --prompt-token
+prompt (one generated token) and the time per decoded token (greedy, --tokens more tokens than a short run, both from
+another prompt already in the prefix cache: their prefills skipped alike); the ratios map / schedule per round, their median and range over the
 rounds; the process's resident memory each engine added (the map's measured after all rounds: its plans included).
 `--check`: the map folder's prompt logprobs in vLLM against ropecli's mapped NLL of the same tokens (max |difference|
 per token). Target (issue 91): prefill and per token <= 1.3x the schedule's, memory <= 1.1x.
@@ -44,14 +44,16 @@ def export(*args) -> None:
         sys.exit(r.output)
 
 
-def prompt_ids(folder: Path, n: int, play: int) -> list[int]:
-    """n tokens of held-out play `play` (several plays joined where one is shorter), BOS first."""
+def prompts(folder: Path, n: int, count: int) -> list[list[int]]:
+    """`count` prompts of n tokens, BOS first, each from another place in the held-out plays (joined)."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(folder))
-    plays = list(held_out_plays().values())
-    text = "\n\n".join(plays[play:] + plays[:play])
-    return [tok.bos_token_id] + tok(text, add_special_tokens=False)["input_ids"][: n - 1]
+    ids = tok("\n\n".join(held_out_plays().values()), add_special_tokens=False)["input_ids"]
+    step = max(1, min(4099, (len(ids) - n) // max(1, count)))
+    if len(ids) < n + (count - 1) * step:
+        sys.exit(f"the held-out plays hold {len(ids)} tokens: too few for {count} prompts of {n}")
+    return [[tok.bos_token_id] + ids[i * step:i * step + n - 1] for i in range(count)]
 
 
 def ropecli_nll(folder: Path, ids: list[int]) -> list[float]:
@@ -96,15 +98,17 @@ def main() -> None:
            "--out", mapped_dir)
     export("--model", args.model, "--method", "none", "--len", args.len, "--to", "transformers", "--out", plain)
     export("--model", args.model, "--method", args.schedule, "--len", args.len, "--to", "vllm", "--out", overrides)
-    short = 8  # the decoding run whose time is taken off (the prompt's prefill with it): the second prompt as long less these
-    first, second = prompt_ids(plain, args.prompt, 0), prompt_ids(plain, args.prompt - short, 1)
+    short = 8  # the decoding run whose time is taken off: the second prompts as long less these
+    made = prompts(plain, args.prompt, 2 * args.rounds)
+    firsts, seconds = made[:args.rounds], [ids[:args.prompt - short] for ids in made[args.rounds:]]
+    first = firsts[0]
     room = args.len + args.tokens + 64
     python = checkout_vllm_python()
     if python is None:
         sys.exit("vLLM is not installed: bash tests/vllm_env.sh (or set ROPECLI_VLLM_PYTHON)")
     job = {"map": {"model": str(mapped_dir)}, "schedule": {"model": str(plain), "hf_overrides": json.loads(
         overrides.read_text())}, "max_model_len": room, "kv_bytes": kv_bytes(plain, room),
-           "first": first, "second": second, "short": short, "tokens": args.tokens, "rounds": args.rounds}
+           "firsts": firsts, "seconds": seconds, "short": short, "tokens": args.tokens, "rounds": args.rounds}
     (tmp / "job.json").write_text(json.dumps(job))
     proc = subprocess.run([python, str(Path(__file__).with_name("vllm_engines_in_turns.py")), str(tmp / "job.json"),
                            str(tmp / "out.json")],
