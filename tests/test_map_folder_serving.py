@@ -361,7 +361,7 @@ def test_the_prefill_plan_runs_as_few_masked_pairs_as_the_map_allows(tmp_path_fa
     grouped = [r.name for r in run.regions].index("grouped")
     assert whole == {grouped: (SE[1]["W"], SE[1]["W"])}
     neighbours = [r.name for r in run.regions].index("neighbour")
-    assert bands == {neighbours: SE[1]["W"]}  # the neighbours' band in one batched call: no block parts left
+    assert bands == {neighbours: ("band", SE[1]["W"])}  # the neighbours' band in one batched call: no block parts
     assert not any(p[0] in (grouped, neighbours) for _, _, parts in blocks for p in parts)
     run, blocks, whole, bands = plans["dca"]
     assert run.period == 20 and all(start % 20 == 0 for start, _, _ in blocks)

@@ -106,6 +106,8 @@ class PairReference:
 
 @pytest.mark.parametrize(("name", "params"), [("selfextend", {"G": 3, "W": 5}), ("rerope", {"w": 6}),
                                               ("leaky-rerope", {"w": 4, "k": 3}), ("dca", {"chunk": 8, "local": 2}),
+                                              ("dca", {"chunk": 20, "local": 2}),  # chunks of 18: its intra- and
+                                              # successive-chunk regions batched (`chunk_attention`)
                                               ("string", {"S": 9, "W": 3, "t": 1}),
                                               ("selfextend-llamacpp", {"G": 2, "W": 6})])
 def test_the_mapped_attention_equals_a_per_pair_reference(name, params):
@@ -117,7 +119,8 @@ def test_the_mapped_attention_equals_a_per_pair_reference(name, params):
     assert abs(got - want) < 1e-5 and abs(got - nll(model, ids)) > 1e-4, (got, want)
 
 
-@pytest.mark.parametrize(("name", "params"), [("selfextend", {"G": 3, "W": 5}), ("dca", {"chunk": 8, "local": 2})])
+@pytest.mark.parametrize(("name", "params"), [("selfextend", {"G": 3, "W": 5}), ("dca", {"chunk": 8, "local": 2}),
+                                              ("dca", {"chunk": 20, "local": 2})])
 def test_the_fused_kernel_and_its_explicit_twin_agree(name, params, monkeypatch):
     """The CPU path runs torch's flash kernel (its log-sum-exp merges the regions); other devices the explicit scores."""
     model, ids = build("qwen2"), torch.randint(0, 96, (1, 40), generator=torch.Generator().manual_seed(4))

@@ -2,7 +2,8 @@
 region's mask over a block of queries, the parts the fused kernel runs — full columns with no mask, the causal diagonal
 under the kernel's own causal skip, the rest under a bias — halved by rows where most of a band is masked
 (`split_band`); the regions that are one shifted causal triangle over the whole window, run in one call
-(`whole_triangles`); the regions that are one diagonal band over it, in one batched call (`whole_bands`); and the
+(`whole_triangles`); the regions that are one diagonal band over it or one chunk-diagonal (DCA's intra- and successive-chunk ones), in one
+batched call (`whole_bands`, `whole_chunks`); and the
 log-sum-exp merge of the parts (`merge_into`). Tested to partition every region's pairs
 exactly (tests/test_position_maps.py)."""
 
@@ -60,6 +61,30 @@ def whole_bands(shape: torch.Tensor, first: torch.Tensor, Tq: int, Tk: int, done
         if 2 * w <= Tq and bool((last == rows).all()) and bool((first[n] == last - count + 1).all()) \
                 and bool((count == torch.clamp(rows + 1, max=w)).all()):
             out[n] = w
+    return out
+
+
+def whole_chunks(shape: torch.Tensor, first: torch.Tensor, Tq: int, Tk: int, period: int | None, done=()) -> dict:
+    """The regions whose pairs are, for a whole prompt (T_q = T_k) cut in chunks of `period` rows, each chunk's
+    queries against one chunk of keys d chunks before — d = 0: its own keys up to the query (the causal square),
+    d = 1: the whole chunk before (DCA's intra-chunk and successive-chunk regions): {region: d}, run as one batched
+    call over the chunks (`region_attention.chunk_attention`). `shape` and `first` as `whole_bands` reads them."""
+    out = {}
+    if not period or Tq != Tk or Tq <= period:
+        return out
+    p = torch.arange(Tq)
+    own = p // period * period  # each row's chunk's first key
+    for n in range(shape.shape[1]):
+        if n in done:
+            continue
+        count, _, last = shape[:, n]
+        if bool((first[n] == own).all()) and bool((last == p).all()) and bool((count == p - own + 1).all()):
+            out[n] = 0
+            continue
+        later = p >= period
+        if bool((count[~later] == 0).all()) and bool((count[later] == period).all()) \
+                and bool((first[n][later] == own[later] - period).all()) and bool((last[later] == own[later] - 1).all()):
+            out[n] = 1
     return out
 
 

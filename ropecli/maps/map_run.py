@@ -41,9 +41,9 @@ import numpy as np
 from ropecli.deferred import deferred
 from ropecli.errors import RopeCliError
 from ropecli.maps.flex_regions import FlexRegions, flex_available
-from ropecli.maps.map_bands import CAUSAL, masked, merge_into, split_band, whole_bands, whole_triangles
+from ropecli.maps.map_bands import CAUSAL, masked, merge_into, split_band, whole_bands, whole_chunks, whole_triangles
 from ropecli.maps.map_layers import latent_rope, plan_layers
-from ropecli.maps.region_attention import MASK_CACHE_BYTES, band_attention, region_attention
+from ropecli.maps.region_attention import MASK_CACHE_BYTES, band_attention, chunk_attention, region_attention
 
 torch = deferred("torch")
 transformers = deferred("transformers")
@@ -574,11 +574,11 @@ _FUSED = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", 
 
 def row_plan(run, qpos, kpos, valid, allowed, window, dtype):
     """(([(start, stop, [(region, r0, r1, lo, hi, mask, bias, rows with a key)])], {whole region: (first row, shift)},
-    {band region: its width}), the masks' bytes) for one row: per block of queries and region the band of keys the
-    region reaches (the pairs in its region, allowed by the model's mask, causal by position) split by ropecli's
-    `split_band` into full columns, the causal square and the rest under a bias; a region that is one shifted causal
-    triangle or one diagonal band over the whole row not split at all (told first: its split is most of a plan's
-    cost)."""
+    {batched region: ("band", its width) | ("chunk", the key chunk's distance)}), the masks' bytes) for one row: per
+    block of queries and region the band of keys the region reaches (the pairs in its region, allowed by the model's
+    mask, causal by position) split by ropecli's `split_band` into full columns, the causal square and the rest under
+    a bias; a region that is one shifted causal triangle, one diagonal band or one chunk-diagonal over the whole row
+    not split at all (told first: its split is most of a plan's cost)."""
     Tq, Tk = len(qpos), len(kpos)
     # an unpadded row whose queries are the last T_q of keys 0 … T_k - 1: a region whose pairs are one shifted causal
     # triangle (Self-Extend's grouped one, ReRoPE's capped one) runs as one causal call, as ropecli's forward runs it
@@ -609,7 +609,10 @@ def row_plan(run, qpos, kpos, valid, allowed, window, dtype):
                 shape[2, n, rows] = torch.where(count > 0, Tk - 1 - u.flip(1).argmax(dim=1), 0).cpu()
                 first[n, rows] = torch.where(count > 0, u.argmax(dim=1), Tk).cpu()
     whole = whole_triangles(shape, Tq, Tk) if shape is not None else {}
-    bands = whole_bands(shape, first, Tq, Tk, whole) if shape is not None else {}
+    bands = {n: ("band", w) for n, w in whole_bands(shape, first, Tq, Tk, whole).items()} if shape is not None else {}
+    if shape is not None:
+        bands.update({n: ("chunk", d) for n, d in whole_chunks(shape, first, Tq, Tk, run.period,
+                                                                set(whole) | set(bands)).items()})
     out, size = [], 0
     for start, stop, ms in masks:
         parts = []
@@ -763,19 +766,26 @@ def map_attention(run, module, plan, query, key, value, mask, scaling, softcap, 
             out[b] = sunk(acc, lse, sinks)[0].transpose(0, 1).to(value.dtype)
             continue
         held = None  # the whole regions' rows: (out (1, H, T_q, Dv) float32, log-sum-exp (1, H, T_q), first row)
-        for n, w in bands.items():  # a diagonal band over every row (Self-Extend's neighbours): one batched call
+        for n, (kind, size) in sorted(bands.items(), key=lambda x: x[1]):  # a diagonal band over every row
+            # (Self-Extend's neighbours) or a chunk-diagonal (DCA's intra- and successive-chunk): one batched call
             qn = region_query(run, module, plan, query[rs], qpos, n, b, -1, cols)
             k = region_keys(run, module, plan, key[rs, :, :Tk], kpos, n, b, 0, base, cols)
             v = value[rs, :, :Tk]
             if fused is not None and qn.shape[-1] != v.shape[-1]:
                 v = torch.nn.functional.pad(v, (0, qn.shape[-1] - v.shape[-1]))
-            o, l = band_attention(qn, k, v, w, scaling * run.regions[n].scale, fused, softcap, run._layout)
+            scale = scaling * run.regions[n].scale
+            o, l = (band_attention(qn, k, v, size, scale, fused, softcap, run._layout) if kind == "band" else
+                    chunk_attention(qn, k, v, run.period, size, scale, fused, softcap))
             o = o[..., :Dv] if o.shape[-1] != Dv else o
-            if held is None:  # every row has its band's keys: the running softmax itself
+            r0 = 0 if kind == "band" else size * run.period  # its first row with a key
+            if held is None and r0 == 0:  # every row has keys of it: the running softmax itself
                 held = (o.contiguous(), l.contiguous(), 0)
-            else:
-                merge_into(held[0], held[1], 0, Tq, o, l)
-                held = (held[0], held[1], 0)
+                continue
+            if held is None:
+                held = (torch.zeros(nb, H, Tq, Dv, dtype=torch.float32, device=query.device),
+                        torch.full((nb, H, Tq), float("-inf"), dtype=torch.float32, device=query.device), r0)
+            merge_into(held[0], held[1], r0, Tq, o[:, :, r0:], l[:, :, r0:])
+            held = (held[0], held[1], min(held[2], r0))
         for n, (r0, shift) in whole.items():
             qn = region_query(run, module, plan, query[rs, :, r0:], qpos[r0:], n, b, -1 - r0, cols)
             k = region_keys(run, module, plan, key[rs, :, :Tk - shift], kpos[:Tk - shift], n, b, 0, base, cols)

@@ -88,3 +88,40 @@ def band_attention(q, k, v, w: int, scaling: float, fused=None, softcap=None, ma
         out = torch.matmul(torch.exp(s - lse[..., None]), vb.float())
     out = out[..., :Dv].reshape(B, nb, H, b, Dv).transpose(1, 2).reshape(B, H, nb * b, Dv)[:, :, :n]
     return out, lse.reshape(B, nb, H, b).transpose(1, 2).reshape(B, H, nb * b)[:, :, :n]
+
+
+def chunk_attention(q, k, v, c: int, d: int, scaling: float, fused=None, softcap=None):
+    """A region that is chunk-diagonal over a whole prompt (DCA's intra- and successive-chunk regions): q (B, H, n, D)
+    against k, v (B, H_kv, n, D) of the same rows, cut in chunks of c rows, each chunk's queries against the keys of
+    the chunk d before (d = 0: its own, causal; d = 1: the one before, every pair) -> out (B, H, n, D) float32 and
+    log-sum-exp (B, H, n) (-inf, out 0, on rows of the first d chunks). Every chunk one batch row of one call: the
+    last chunk padded after its rows (a padded key comes after every real query: the causal square never reaches it;
+    a padded query is dropped)."""
+    B, H, n, D = q.shape
+    Dv = v.shape[-1]
+    nc = -(-n // c)
+
+    def chunks(x):  # (B, h, n, d) -> (B, nc, h, c, d)
+        x = x if nc * c == n else torch.nn.functional.pad(x, (0, 0, 0, nc * c - n))
+        return x.view(B, x.shape[1], nc, c, x.shape[-1]).transpose(1, 2)
+
+    qc, kc, vc = chunks(q)[:, d:], chunks(k)[:, :nc - d], chunks(v)[:, :nc - d]
+    m = nc - d
+    qc, kc, vc = (x.reshape(B * m, *x.shape[2:]) for x in (qc, kc, vc))
+    if fused is not None:
+        o, lse = fused(qc, kc, vc, 0.0, d == 0, scale=scaling)
+        o, lse = o.float(), lse.float()
+    else:
+        if H != kc.shape[1]:
+            kc, vc = kc.repeat_interleave(H // kc.shape[1], dim=1), vc.repeat_interleave(H // vc.shape[1], dim=1)
+        s = torch.matmul(qc, kc.transpose(-1, -2)).float().mul_(scaling)
+        s = s if not softcap else torch.tanh(s / softcap).mul_(softcap)
+        if d == 0:
+            s = s.masked_fill_(~torch.ones(c, c, dtype=torch.bool, device=q.device).tril_(), float("-inf"))
+        lse = torch.logsumexp(s, dim=-1)
+        o = torch.matmul(torch.exp(s - lse[..., None]), vc.float())
+    out = torch.zeros(B, H, nc * c, Dv, dtype=torch.float32, device=q.device)
+    l = torch.full((B, H, nc * c), float("-inf"), dtype=torch.float32, device=q.device)
+    out[:, :, d * c:] = o[..., :Dv].reshape(B, m, H, c, Dv).transpose(1, 2).reshape(B, H, m * c, Dv)
+    l[:, :, d * c:] = lse.reshape(B, m, H, c).transpose(1, 2).reshape(B, H, m * c)
+    return out[:, :, :n], l[:, :, :n]
