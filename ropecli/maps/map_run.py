@@ -587,7 +587,10 @@ def row_plan(run, qpos, kpos, valid, allowed, window, dtype):
     shape = torch.zeros(3, len(run.regions), Tq, dtype=torch.long) if plain else None  # per region and row: keys
     # reached, the first (0: key 0) and the last
     first = torch.zeros(len(run.regions), Tq, dtype=torch.long) if plain else None  # per region and row: its first key
-    masks = []  # per block: (start, stop, [each region's mask (rows, T_k)])
+    masks = []  # per block: (start, stop, [each region's mask (rows, T_k)], or its parts where split at once)
+    # the masks kept until the whole regions are told (their split skipped) where they fit MASK_CACHE_BYTES; else
+    # each block split at once, as the masks of one block are all a plan holds at a time
+    defer = plain and len(run.regions) * Tq * Tk <= MASK_CACHE_BYTES
     for start, stop in query_blocks(qpos, run.period, run.block):
         qi = qpos[start:stop]
         if allowed is None:
@@ -600,7 +603,7 @@ def row_plan(run, qpos, kpos, valid, allowed, window, dtype):
         masks.append((start, start + len(qi), []))
         for n, r in enumerate(run.regions):
             m = torch.as_tensor(r.where(qi[:, None], kpos[None, :])) & ok
-            masks[-1][2].append(m)
+            masks[-1][2].append(m if defer else split_parts(m, n, dtype))
             if shape is not None:
                 rows = slice(start, start + len(qi))
                 count, u = m.sum(dim=1), m.view(torch.uint8)  # argmax on bytes: the first True (the flip's: the last)
@@ -613,18 +616,20 @@ def row_plan(run, qpos, kpos, valid, allowed, window, dtype):
     if shape is not None:
         bands.update({n: ("chunk", d) for n, d in whole_chunks(shape, first, Tq, Tk, run.period,
                                                                 set(whole) | set(bands)).items()})
-    out, size = [], 0
-    for start, stop, ms in masks:
-        parts = []
-        for n, m in enumerate(ms):
-            if n in whole or n in bands:
-                continue
-            for r0, r1, lo, hi, part in (split_band(m) if stop - start > 1 else one_query(m)):
-                part, bias, has = masked(part, dtype)
-                size += 0 if bias is None else bias.numel() * bias.element_size()
-                parts.append((n, r0, r1, lo, hi, part, bias, has))
-        out.append((start, stop, parts))
+    out = [(start, stop, [p for n, m in enumerate(ms) if n not in whole and n not in bands
+                          for p in (split_parts(m, n, dtype) if defer else m)]) for start, stop, ms in masks]
+    size = sum(p[6].numel() * p[6].element_size() for _, _, parts in out for p in parts if p[6] is not None)
     return (out, whole, bands), size
+
+
+def split_parts(m, n: int, dtype) -> list:
+    """Region n's mask over a block of queries (rows, T_k) as its parts [(n, r0, r1, lo, hi, mask, bias, rows with a
+    key)] (`split_band`; a decoding step's one query: `one_query`)."""
+    out = []
+    for r0, r1, lo, hi, part in (split_band(m) if m.shape[0] > 1 else one_query(m)):
+        part, bias, has = masked(part, dtype)
+        out.append((n, r0, r1, lo, hi, part, bias, has))
+    return out
 
 
 def query_blocks(qpos, period, block: int = QUERY_BLOCK):
