@@ -75,17 +75,7 @@ def band_attention(q, k, v, w: int, scaling: float, fused=None, softcap=None, ma
         bias = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill_(~allowed, float("-inf"))
         if masks is not None:
             masks[tag] = (allowed, bias)
-    if fused is not None:
-        out, lse = fused(qb, kb, vb, 0.0, False, attn_mask=bias, scale=scaling)
-        out, lse = out.float(), lse.float()
-    else:
-        if H != kb.shape[1]:
-            kb, vb = kb.repeat_interleave(H // kb.shape[1], dim=1), vb.repeat_interleave(H // vb.shape[1], dim=1)
-        s = torch.matmul(qb, kb.transpose(-1, -2)).float().mul_(scaling)
-        s = s if not softcap else torch.tanh(s / softcap).mul_(softcap)
-        s = s.masked_fill_(~allowed, float("-inf"))
-        lse = torch.logsumexp(s, dim=-1)
-        out = torch.matmul(torch.exp(s - lse[..., None]), vb.float())
+    out, lse = batched_call(qb, kb, vb, scaling, fused, softcap, allowed, bias)
     out = out[..., :Dv].reshape(B, nb, H, b, Dv).transpose(1, 2).reshape(B, H, nb * b, Dv)[:, :, :n]
     return out, lse.reshape(B, nb, H, b).transpose(1, 2).reshape(B, H, nb * b)[:, :, :n]
 
@@ -108,20 +98,27 @@ def chunk_attention(q, k, v, c: int, d: int, scaling: float, fused=None, softcap
     qc, kc, vc = chunks(q)[:, d:], chunks(k)[:, :nc - d], chunks(v)[:, :nc - d]
     m = nc - d
     qc, kc, vc = (x.reshape(B * m, *x.shape[2:]) for x in (qc, kc, vc))
-    if fused is not None:
-        o, lse = fused(qc, kc, vc, 0.0, d == 0, scale=scaling)
-        o, lse = o.float(), lse.float()
-    else:
-        if H != kc.shape[1]:
-            kc, vc = kc.repeat_interleave(H // kc.shape[1], dim=1), vc.repeat_interleave(H // vc.shape[1], dim=1)
-        s = torch.matmul(qc, kc.transpose(-1, -2)).float().mul_(scaling)
-        s = s if not softcap else torch.tanh(s / softcap).mul_(softcap)
-        if d == 0:
-            s = s.masked_fill_(~torch.ones(c, c, dtype=torch.bool, device=q.device).tril_(), float("-inf"))
-        lse = torch.logsumexp(s, dim=-1)
-        o = torch.matmul(torch.exp(s - lse[..., None]), vc.float())
+    causal = torch.ones(c, c, dtype=torch.bool, device=q.device).tril_() if d == 0 else None
+    o, lse = batched_call(qc, kc, vc, scaling, fused, softcap, causal, None, causal=d == 0)
     out = torch.zeros(B, H, nc * c, Dv, dtype=torch.float32, device=q.device)
     l = torch.full((B, H, nc * c), float("-inf"), dtype=torch.float32, device=q.device)
     out[:, :, d * c:] = o[..., :Dv].reshape(B, m, H, c, Dv).transpose(1, 2).reshape(B, H, m * c, Dv)
     l[:, :, d * c:] = lse.reshape(B, m, H, c).transpose(1, 2).reshape(B, H, m * c)
     return out[:, :, :n], l[:, :, :n]
+
+
+def batched_call(q, k, v, scaling: float, fused, softcap, allowed=None, bias=None, causal: bool = False):
+    """q (N, H, n, D) against k, v (N, H_kv, m, D), every batch row its own block (`band_attention`,
+    `chunk_attention`) -> out (N, H, n, D) float32, log-sum-exp (N, H, n): the fused kernel under `bias` (the mask
+    `allowed` as 0 / -inf) or its own causal skip, else explicit scores under `allowed`."""
+    if fused is not None:
+        out, lse = fused(q, k, v, 0.0, causal, attn_mask=None if causal else bias, scale=scaling)
+        return out.float(), lse.float()
+    if q.shape[1] != k.shape[1]:
+        g = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+    s = torch.matmul(q, k.transpose(-1, -2)).float().mul_(scaling)
+    s = s if not softcap else torch.tanh(s / softcap).mul_(softcap)
+    s = s if allowed is None else s.masked_fill_(~allowed, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    return torch.matmul(torch.exp(s - lse[..., None]), v.float()), lse
