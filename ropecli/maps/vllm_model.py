@@ -117,7 +117,10 @@ class RopecliMapForCausalLM(VllmLlamaForCausalLM):
 class _TrueRotary(torch.nn.Module):
     """A mapped layer's `rotary_emb`: q (tokens, heads x dim) and k rotated at their true positions by the transformers
     rotary module of the folder's config, in rotate-half (vLLM's neox-style families: `vllm_plugin.SERVED`), as the
-    folder's model rotates them; the first mapped layer's call begins the step (`ServedMap.begin_step`)."""
+    folder's model rotates them; the first mapped layer's call begins the step (`ServedMap.begin_step`). In a decoding
+    step served in place (`ServedMap.decode_step`) q goes from the projection straight to its reference region and k
+    to its band, each by one matmul per request (the true rotation and the turn composed), the raw k kept for its
+    primary form (`ServedMap.finish_step`)."""
 
     def __init__(self, served: "ServedMap", layer: int):
         super().__init__()
