@@ -390,7 +390,8 @@ class ServedMap:
             for a, z, cos, sin in turn[3]:
                 for j in range(a // bs, (z - 1) // bs + 1):
                     lo, hi = max(a, j * bs) - j * bs, min(z, (j + 1) * bs) - j * bs
-                    parts.append((row[j], lo, hi, cos[j * bs + lo - a:j * bs + hi - a], sin[j * bs + lo - a:j * bs + hi - a]))
+                    at = slice(j * bs + lo - a, j * bs + hi - a)  # the part's rows of the band's cos and sin
+                    parts.append((row[j], lo, hi, cos[at], sin[at]))
                     mine.add(row[j])
             news.append((row[-1], (Tk - 1) % bs))
             if mine & blocks or row[-1] in blocks:
@@ -432,7 +433,8 @@ class ServedMap:
             return None
         k_cos, k_sin = run.turn_trig(plan, probe, np.asarray(delta, dtype=np.float64)[None])
         primary = rotation_matrix(k_cos[0], k_sin[0])  # (steps, D, D)
-        c_new, s_new, queries, runs = torch.ones(len(made), D), torch.zeros(len(made), D), [], []
+        c_new, s_new = torch.ones(len(made), D, device=probe.device), torch.zeros(len(made), D, device=probe.device)
+        queries, runs = [], []
         for i, (n, one) in enumerate(made):
             queries.append(one.matrix if one.matrix is not None else
                            rotation_matrix(*(t.reshape(-1) for t in one.query)))
@@ -491,9 +493,9 @@ class DecodeStep:
 def block_views(keys: dict, layout) -> list:
     """Strided views of mapped layers' key caches (keys: {layer: (blocks, kv heads, block size, dim)} of
     `cache_views`), each (layers, blocks, kv heads, block size / v, dim, v): a block's keys as vLLM's kernel keeps
-    them, in groups of v slots with each dim's v slots adjacent (the CPU backend's: v = block size, each dim's slots in
-    a row; v = 1: slot after slot), the layers of one buffer at even distances in one view. [] where the layout (`cache_layout`) is
-    neither."""
+    them, in groups of v slots with each dim's v slots adjacent (the CPU backend's: v = block size, each dim's slots
+    in a row; v = 1: slot after slot), the layers of one buffer at even distances in one view. [] where the layout
+    (`cache_layout`) is neither."""
     first = next(iter(keys.values()))
     bs, D = first.shape[2], first.shape[3]
     v = 1
