@@ -41,6 +41,19 @@ def panels(text: str) -> dict[str, list[str]]:
     return out
 
 
+def test_every_command_line_of_the_overview_is_a_whole_sentence_that_names_what_it_cites():
+    """`ropecli --help` lists each command by its description's first line: a whole sentence (a full stop, its
+    parentheses closed), never a reference its reader cannot follow ("the article's table")."""
+    text = runner.invoke(app, ["--help"], env={"COLUMNS": "240"}).output
+    box = text[text.index("Commands"):]
+    rows = [line.strip(" │").split(None, 1) for line in box.splitlines() if line.startswith("│ ")]
+    said = {name: line.strip() for name, line in rows if name in COMMANDS}
+    assert set(said) == set(COMMANDS), set(COMMANDS) - set(said)
+    for name, line in said.items():
+        assert line.endswith(".") and line.count("(") == line.count(")"), (name, line)
+        assert "article" not in line.lower(), (name, line)
+
+
 def test_every_help_renders_without_a_placeholder():
     helps = every_help()
     assert len(helps) == len(COMMANDS) + 3 and all("Usage:" in h for h in helps.values()), list(helps)

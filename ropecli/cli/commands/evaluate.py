@@ -111,7 +111,7 @@ def compare(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOpti
             output: OutputOptions, serving: ServingOptions, metric: MetricOpt = None, both_log_n: BothLogNOpt = False,
             race: RaceOpt = False, max_windows: MaxWindowsOpt = None, margin: MarginOpt = None, task: TaskOpt = None,
             generate: GenerateOpt = False):
-    """The article's table: methods x lengths, on the same documents, with paired confidence.
+    """Methods x lengths on the same documents, each cell against the best with paired confidence (the methods papers' table).
 
     --metric ppl (default), passkey, kl (at L, for the target's k), RULER's tasks (--task: answer NLL per prompt).
     ≈ = shown equivalent to the best within --margin, ? = undecided; 95% per column. --workload: per runtime.

@@ -25,8 +25,10 @@ from ropecli.rope.target import check_lengths, default_target
 def passkey(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOptions, evaluation: EvalOptions,
             prompts: PasskeyOptions, output: OutputOptions, text: TextVariantOpt = False,
             score: PasskeyScoreOpt = PasskeyScore.teacher):
-    """Passkey retrieval as papers report it: the published prompt (landmark attention's, as YaRN and LongRoPE run it:
-    an instruction, the repeated "The grass is green…" filler, the key stated twice at each depth, asked at the end).
+    """Passkey retrieval as papers report it, on the published prompt (landmark attention's, as YaRN and LongRoPE run it).
+
+    The prompt: an instruction, the repeated "The grass is green…" filler, the key stated twice at each depth, asked
+    at the end.
 
     Accuracy = share of prompts whose every key token is the model's argmax (teacher-forced); --score generate: also
     the published scripts' score (10 greedy tokens, the first integer is the key); answer NLL = -log P(key | prompt).
