@@ -584,9 +584,9 @@ def row_plan(run, qpos, kpos, valid, allowed, window, dtype):
     # triangle (Self-Extend's grouped one, ReRoPE's capped one) runs as one causal call, as ropecli's forward runs it
     plain = (allowed is None and valid is None and 1 < Tq <= 4 * run.block and not window and int(kpos[0]) == 0
              and torch.equal(qpos, torch.arange(Tk - Tq, Tk, device=qpos.device)))
-    shape = torch.zeros(3, len(run.regions), Tq, dtype=torch.long) if plain else None  # per region and row: keys
-    # reached, the first (0: key 0) and the last
-    first = torch.zeros(len(run.regions), Tq, dtype=torch.long) if plain else None  # per region and row: its first key
+    # per region and row: the keys reached, 0 where key 0 is one of them (else 1), the last; and the first reached
+    shape = torch.zeros(3, len(run.regions), Tq, dtype=torch.long) if plain else None
+    first = torch.zeros(len(run.regions), Tq, dtype=torch.long) if plain else None
     masks = []  # per block: (start, stop, [each region's mask (rows, T_k)], or its parts where split at once)
     # the masks kept until the whole regions are told (their split skipped) where they fit MASK_CACHE_BYTES; else
     # each block split at once, as the masks of one block are all a plan holds at a time
