@@ -12,7 +12,8 @@ from pathlib import Path
 
 import torch
 import transformers
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from tiny_models import char_tokenizer
 
@@ -173,10 +174,9 @@ def build_arch(arch: Arch, seed: int = 0):
     else:
         kw["rope_parameters"] = rope
     cfg = AutoConfig.for_model(arch.model_type, **kw)
-    if arch.model_class:
-        model = getattr(transformers, arch.model_class)(cfg)
-    else:
-        model = AutoModelForCausalLM.from_config(cfg)
+    # the class by its static name: AutoModelForCausalLM.from_config would give a map folder's remote class where one
+    # was loaded earlier in this process (trust_remote_code registers it for the config's type, process-wide)
+    model = getattr(transformers, arch.model_class or MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[arch.model_type])(cfg)
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() == 2:

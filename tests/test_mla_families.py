@@ -11,7 +11,8 @@ import warnings
 import pytest
 import torch
 import transformers
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from ropecli.errors import RopeCliError
 from ropecli.maps.mapped_attention import map_refusal, mapped
@@ -34,12 +35,12 @@ def tiny(family: str):
         warnings.simplefilter("ignore")
         cfg = AutoConfig.for_model(family, **TINY)
         cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-        try:
-            model = AutoModelForCausalLM.from_config(cfg)
-        except ValueError:  # Mistral 4: a causal-LM class and no auto entry for its config
-            name = next(a for a in dir(transformers) if a.lower().startswith(family.replace("_", ""))
-                        and a.endswith("ForCausalLM"))
-            model = getattr(transformers, name)(cfg)
+        # The class by its static name, not AutoModelForCausalLM.from_config: a map folder loaded earlier in this
+        # process (trust_remote_code) registers its own class for the config's type in the auto mapping, and Mistral 4
+        # has no auto entry of its own.
+        name = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(family) or next(
+            a for a in dir(transformers) if a.lower().startswith(family.replace("_", "")) and a.endswith("ForCausalLM"))
+        model = getattr(transformers, name)(cfg)
     model.config._attn_implementation = "sdpa"
     return model.eval()
 
@@ -68,3 +69,17 @@ def test_the_mla_families_a_map_cannot_run_on_are_one_line(family):
     except RopeCliError as exc:  # Kimi Linear: no RoPE at all, said when its rotary slots are looked for
         why = str(exc)
     assert why is not None and REFUSED[family] in why and "\n" not in why
+
+
+def test_a_remote_class_registered_earlier_in_the_process_does_not_replace_the_family(monkeypatch):
+    """A map folder loaded with trust_remote_code registers its class for the config's type in transformers' auto
+    mapping, process-wide (the CI failure of stop 97: a later Mistral 4 built here became the folder's class)."""
+    from transformers.models.auto import modeling_auto
+
+    class Planted(torch.nn.Module):
+        pass
+
+    cfg = AutoConfig.for_model("mistral4", **TINY).get_text_config()
+    extra = dict(modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING._extra_content)
+    monkeypatch.setattr(modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING, "_extra_content", extra | {type(cfg): Planted})
+    assert type(tiny("mistral4")).__name__ == "Mistral4ForCausalLM"
