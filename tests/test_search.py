@@ -4,6 +4,7 @@ the exported config reproducing ropecli's patched perplexity."""
 
 import json
 import math
+import shlex
 
 import numpy as np
 import pytest
@@ -206,9 +207,16 @@ def test_bad_input(tiny_dir, tmp_path, args, fragment, code):
     assert r.exit_code == code and fragment in r.output and "Traceback" not in r.output
 
 
-def test_length_within_training_is_refused_before_any_forward_pass(tiny_dir, tmp_path):
+def test_length_within_training_is_refused_before_any_forward_pass(tiny_dir, tmp_path, monkeypatch):
     """Within L every b is the same schedule (k = 1): one line naming L and a length that extends, no search run (it
-    used to run the whole search and report b = 0), nothing cached."""
+    used to run the whole search and report b = 0), nothing cached; refused from the model's config, before its
+    weights load (it loaded SmolLM2 for 20 s before saying so)."""
+    from ropecli.cli.commands import search_commands
+
+    def no_loading(*a, **kw):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(search_commands, "open_session", no_loading)
     r = runner.invoke(app, ["search-b", "--model", tiny_dir, "--len", "64", "--samples", "1", "--tol", "0.3",
                             "--cache-dir", str(tmp_path / "c")])
     text = " ".join(r.output.split())  # rich may wrap the line
@@ -236,3 +244,22 @@ def test_the_summary_names_equivalent_points_not_an_interval():
     assert "[" not in alone
     some = equivalent_words({"equivalent_points": [0.83], "undecided_points": []}, "b")
     assert some.startswith("evaluated b shown equivalent to it: 0.8300") and "undecided" not in some
+
+
+def test_export_config_says_when_the_verdict_prefers_another_method_and_how_to_export_it(tmp_path):
+    """--export-config writes the best b, as the flag says; where the verdict prefers a reference (here b is held to
+    [0, 0.2], where llama3 is shown better on the built-in model at 4L), the lines say so and give the export of that
+    one, a command that runs and writes it."""
+    rope = tmp_path / "rope.json"
+    r = runner.invoke(app, ["search-b", "--len", "1024", "--samples", "2", "--tol", "0.1", "--hi", "0.2",
+                            "--export-config", str(rope), "--cache-dir", str(tmp_path / "c"), "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    preferred = out["references_beating_best_b"][0]
+    note = out["written"][-1]
+    assert note.startswith(f"note: {rope} holds mixed(b), as --export-config writes; the verdict prefers {preferred}")
+    command = shlex.split(note.split("to export it instead, ")[1])
+    assert command[:3] == ["ropecli", "export", "--model"] and command[3] == "builtin"
+    assert runner.invoke(app, command[1:]).exit_code == 0
+    assert json.loads((tmp_path / "rope.json.ropecli.json").read_text())["method"] == \
+        json.loads(r.stdout)["references"][[x["label"] for x in out["references"]].index(preferred)]["method"]

@@ -73,6 +73,7 @@ from ropecli.evaluation.metrics import metric_record
 from ropecli.evaluation.passkey import check_depths, check_digits
 from ropecli.export.registry import SERVED_BY_DEFAULT, record
 from ropecli.maps.map_spelling import one_map, under_maps
+from ropecli.models.config import read_rope_config
 from ropecli.rope.target import Target
 from ropecli.tuning.candidates import candidate_names
 from ropecli.tuning.search_run import SearchPlan
@@ -141,6 +142,19 @@ class EvalOptions:
     def target(self, rope, lengths: list[int] | None = None, default: bool = True):
         """The Target record (`ropecli.rope.target`) of the loaded model: --len (or `lengths`), --k; 8 L by default."""
         return Target.of(rope, lengths or self.length, self.k, default)
+
+    def target_before_loading(self, model: "ModelOptions", lengths: list[int] | None = None, default: bool = True):
+        """(the model's RoPE as its config states it, `target` of it) before the weights load, so that what needs no
+        model fails in a second, not after loading (20 s on SmolLM2): a --len within L, a --k and --len that disagree.
+        None where the config cannot be read without the weights' download (the loader then says what is wrong, in its
+        words), or where --train-len overrides the model's L."""
+        if model.train_len is not None:
+            return None
+        try:
+            rope = read_rope_config(model.model, model.gguf_file, model.rope_layers)
+        except (RopeCliError, OSError, ValueError):
+            return None
+        return rope, self.target(rope, lengths, default)
 
 
 @dataclass

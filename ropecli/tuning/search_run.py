@@ -6,6 +6,7 @@ files written are listed in its `written` (the command says so on stderr)."""
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
 from ropecli.errors import RopeCliError
@@ -14,11 +15,12 @@ from ropecli.export.hf import write_hf_block
 from ropecli.export.hf_folder import check_writable
 from ropecli.export.registry import record
 from ropecli.maps.position_maps import BoundMap
+from ropecli.models.config import BUILTIN
 from ropecli.report.plots import check_out
 from ropecli.report.result_plots import plot_param_search, plot_search
 from ropecli.rope.methods import resolve_method
 from ropecli.rope.target import Target
-from ropecli.spec import make_spec, parse_params, standard_specs_for
+from ropecli.spec import COMPOSED_PREFIX, make_spec, parse_params, standard_specs_for
 from ropecli.tuning.objective import Bench
 from ropecli.tuning.optimizers import golden_evaluations, min_budget
 from ropecli.tuning.search import run_search, scorer, search_b
@@ -65,13 +67,18 @@ def preflight(session: Bench, plan: SearchPlan, target: Target, *sessions: Bench
             s.check(plan.objective.unit_record, n)
 
 
-def search_b_on(session: Bench, plan: SearchPlan, target: Target, lo: float, hi: float, tol: float) -> dict:
-    """search-b: golden-section over the mixed b, then the standard methods on the same windows; refused before any
-    forward pass where every length is within the training length (k = 1: every b is the same schedule)."""
-    L = session.rope.train_len
+def check_something_to_extend(L: int, target: Target) -> None:
+    """search-b's refusal where every length is within the training length L (k = 1: every b is the same schedule);
+    the command asks it of the model's config before loading, `search_b_on` of the loaded model."""
     if all(n <= L for n in target.lengths) and target.factor is None:
         raise RopeCliError(f"--len {max(target.lengths)} is within the training length L={L}: k = 1, nothing to extend "
                            f"(every b gives the same perplexity); give a --len above {L}, e.g. --len {8 * L}")
+
+
+def search_b_on(session: Bench, plan: SearchPlan, target: Target, lo: float, hi: float, tol: float) -> dict:
+    """search-b: golden-section over the mixed b, then the standard methods on the same windows; refused before any
+    forward pass where every length is within the training length (k = 1: every b is the same schedule)."""
+    check_something_to_extend(session.rope.train_len, target)
     preflight(session, plan, target)
     lengths, geom = list(target.lengths), target.geom
     windows = session.inputs.count(plan.objective)
@@ -87,7 +94,31 @@ def search_b_on(session: Bench, plan: SearchPlan, target: Target, lo: float, hi:
     title = f"search-b on {session.rope.name}: lengths {', '.join(map(str, lengths))}" + (" (log-n)" if plan.log_n else "")
     deliver(session, plan, out, ("mixed", {"b": out["best_b"]}), geom.factor,
             lambda path: plot_search(out["evaluations"], out["references"], out["best_b"], path, plan.objective.name, title))
+    if plan.export_config and out["written"] and out.get("references_beating_best_b"):
+        out["written"].append(preferred_export_line(plan, out["references_beating_best_b"][0], target))
     return out
+
+
+def preferred_export_line(plan: SearchPlan, label: str, target: Target) -> str:
+    """search-b's --export-config holds the best b, as the flag says; where its verdict prefers a reference (one shown
+    better than the best b, paired 95 %), the line that says so and the export of that one instead (the reference's
+    spec as the search made it: `reference_rows`)."""
+    specs = standard_specs_for(target.geom, factor=target.factor, log_n=plan.log_n)
+    spec = next((s for s in specs if s.label == label), None)
+    said = (f"note: {plan.export_config} holds mixed(b), as --export-config writes; the verdict prefers {label} (shown "
+            "better than the best b, paired 95 %)")
+    if spec is None:
+        return f"{said}: export it with `ropecli export --method …` (`ropecli export --help`)"
+    model, gguf_file = plan.source
+    flags = [f"--model {shlex.quote(model or BUILTIN)}"]  # search-b's default model; export's is a geometry by hand
+    flags += [f"--gguf-file {shlex.quote(gguf_file)}"] if gguf_file else []
+    flags += [f"--method {COMPOSED_PREFIX if spec.composed else ''}{spec.method}",
+              *[f"--param {k}={v:g}" for k, v in spec.params], f"--len {target.longest}"]
+    flags += [f"--k {target.factor:g}"] if target.factor is not None else []
+    flags += ["--log-n"] if plan.log_n else []
+    flags += [] if plan.consistent else ["--switching"]
+    return (f"{said}: to export it instead, ropecli export {' '.join(flags)} --to transformers --out "
+            f"{shlex.quote(plan.export_config)} --force")
 
 
 def check_search(method: str, vary: list[str] | None, param: list[str] | None, budget: int, optimizer: str,

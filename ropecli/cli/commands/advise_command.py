@@ -34,6 +34,7 @@ def advise(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, prom
     """
     prompts.parsed_depths(), prompts.checked_digits()
     out_dir = prepare_out(out, force)  # a bad --out fails before the model loads
+    evaluation.target_before_loading(model)  # so does a --len that disagrees with --k
     session = open_session(model, data, evaluation, quiet=as_json, passkey=prompts)
     result = run_advise(session, plan.plan(), evaluation.target(session.rope), out_dir,
                         Source(model.model, model.gguf_file, data.data))

@@ -124,6 +124,7 @@ def compare(model: ModelOptions, schedule: MappedScheduleOptions, data: DataOpti
     (serve, lengths), (metrics, tasks, prompted) = serving.plan(evaluation.length), chosen_metrics(metric, task, prompts)
     specs = schedule.specs(COMPARE_METHODS, factor=evaluation.k, log_n_modes=(False, True) if both_log_n else (evaluation.log_n,))
     check_plot_path(output.plot, output.force)
+    evaluation.target_before_loading(model, lengths, default=False)  # before the model loads
     session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts if prompted else None,
                            generate=generate)
     target = evaluation.target(session.rope, lengths, default=False)

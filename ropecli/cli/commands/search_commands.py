@@ -23,7 +23,7 @@ from ropecli.cli.options import DEFAULT_METHOD, MapOpt
 from ropecli.cli.session_opening import open_session
 from ropecli.report.search_tables import search_b_tables, search_tables
 from ropecli.tuning.optimizers import Optimizer, check_range
-from ropecli.tuning.search_run import check_search, search_b_on, search_on
+from ropecli.tuning.search_run import check_search, check_something_to_extend, search_b_on, search_on
 
 
 def deliver(out: dict, as_json: bool, tables) -> None:
@@ -48,6 +48,8 @@ def search_b(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, ou
     """
     check_range(lo, hi, tol)
     plan = search.plan(evaluation, output, prompts, model)
+    if early := evaluation.target_before_loading(model):  # a --len with nothing to extend fails before loading
+        check_something_to_extend(early[0].train_len, early[1])
     session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts if plan.prompted else None)
     deliver(search_b_on(session, plan, evaluation.target(session.rope), lo, hi, tol), output.as_json, search_b_tables)
 
@@ -72,6 +74,7 @@ def search(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, outp
     plan = search.plan(evaluation, output, prompts, model, position_map)
     optimizer = Optimizer(optimizer).value
     method, fixed, refs = check_search(method, vary, param, budget, optimizer, reference, plan)
+    evaluation.target_before_loading(model)
     session = open_session(model, data, evaluation, quiet=output.as_json, passkey=prompts if plan.prompted else None)
     out = search_on(session, plan, evaluation.target(session.rope), method, vary, fixed, refs, budget, optimizer, held_out)
     deliver(out, output.as_json, search_tables)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ropecli.deferred import deferred
 from ropecli.errors import RopeCliError
 from ropecli.export.readback import Applied, read_json, rope_blocks
 from ropecli.export.runs import run_vllm
@@ -38,6 +39,8 @@ from ropecli.export.runtimes.record import AT_START_UP, EVERY_MAP, Runtime, Vers
 from ropecli.export.writers import hf_result, vllm_checkpoint, write_block
 from ropecli.maps.vllm_plugin import SERVED, VLLM_VERSIONS
 from ropecli.models.model_rope import ModelRope
+
+torch = deferred("torch")  # asked only where a line is made: `ropecli runtimes` does not load it
 from ropecli.spec import Spec
 
 RECORD = Runtime(
@@ -189,8 +192,6 @@ def cpu_memory_share(available: int | None = None, total: int | None = None) -> 
     """(the --gpu-memory-utilization vLLM's CPU build can start with here, its line) where this machine has no CUDA
     device and vLLM's default share (0.92 of all memory) is more than is available; (None, []) elsewhere (a GPU: the
     flag is the GPU's share, vLLM's default serves). The share is 80 % of what is available now, in steps of 0.05."""
-    import torch  # where export runs, models do: torch is loaded already
-
     if torch.cuda.is_available() and available is None:
         return None, []
     if available is None or total is None:
