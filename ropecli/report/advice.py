@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from rich.cells import cell_len
 from rich.markup import escape
 from rich.table import Table
 
@@ -86,7 +87,7 @@ def ranking(result: dict, markdown: bool = False) -> tuple[list[str], list[list[
     ordered = sorted(result["rows"], key=lambda r: (bool(r["excluded"]), r.get("rank", 10 ** 6)))
     rows = []
     for row in (RankingRow.of(r, result) for r in ordered):
-        name = [row.candidate, f"`{row.label}`"] if markdown else [f"{row.candidate}: {row.label}"]
+        name = [row.candidate, f"`{row.label}`"] if markdown else [row.candidate]  # its schedule: `schedules_lines`
         keys = [_or_dash(x, "{:.4g}") for x in row.key_ppl or [None] * len(lengths)] if keyed else []
         also = [fmt_diff(row.also_vs_best) if row.also_vs_best else "—"] if result.get("other_metric") else []
         rows.append([str(row.rank or "—"), *name, *[f"{x:.4g}" for x in row.ppl], *keys, fmt_diff(row.vs_best), *also,
@@ -104,17 +105,37 @@ def _or_dash(x: float | None, fmt: str) -> str:
     return "—" if x is None else fmt.format(x)
 
 
-def advice_lines(result: dict, out_dir) -> list:
-    """What `ropecli advise` prints: the winner, the ranking table, what the verdicts generalize to, the
-    notes and rule, the races, the exports, the files written."""
+def ranking_table(result: dict) -> Table:
+    """The ranking on the terminal. The candidates' names are never cut: their column is not wrapped and is as wide as
+    the longest name (rich squeezes the widest column first and ellipsizes it, and a cut name names no candidate of
+    the exports or of advice.json); the schedule each name stands for is said under the table (`schedules_lines`),
+    in a line that wraps, so the column stays narrow."""
     t = Table(title=f"advise on {result['model']} ({lengths_of(result)}): {held_out_span(result)}, k = {result['factor']:g}")
     head, rows = ranking(result)
     for i, h in enumerate(head):
-        t.add_column(h, justify="left" if i == 1 or h == "verdict" else "right")
+        if i == 1:
+            t.add_column(h, justify="left", no_wrap=True, min_width=max(cell_len(cells[1]) for cells in rows))
+        else:
+            t.add_column(h, justify="left" if h == "verdict" else "right")
     for cells in rows:
         t.add_row(*cells, style="bold green" if cells[-1] == "winner" else "")
-    text = [inference_line(result), *[f"note: {n}" for n in result["notes"]], f"rule: {result['rule']}",
-            *([result["error_budget"]["line"]] if result.get("error_budget") else [])]
+    return t
+
+
+def schedules_lines(result: dict) -> list[str]:
+    """'schedules: yarn-tuned = yarn(beta_fast=40, beta_slow=1); …': what each candidate the ranking table names
+    runs, where that is not its name, best rank first (nothing where every name is its schedule)."""
+    ordered = sorted(result["rows"], key=lambda r: (bool(r["excluded"]), r.get("rank", 10 ** 6)))
+    said = [f"{r['candidate']} = {r['label']}" for r in ordered if r["label"] != r["candidate"]]
+    return [f"schedules: {'; '.join(said)}"] if said else []
+
+
+def advice_lines(result: dict, out_dir) -> list:
+    """What `ropecli advise` prints: the winner, the ranking table and the schedules its candidates stand for, what
+    the verdicts generalize to, the notes and rule, the races, the exports, the files written."""
+    t = ranking_table(result)
+    text = [*schedules_lines(result), inference_line(result), *[f"note: {n}" for n in result["notes"]],
+            f"rule: {result['rule']}", *([result["error_budget"]["line"]] if result.get("error_budget") else [])]
     if result["race"]:
         text.append(f"race: {result['race']['outcome']}")
         if result["kl_race"]:
@@ -129,13 +150,16 @@ def advice_lines(result: dict, out_dir) -> list:
 
 def export_lines(exports: list[dict]) -> list[str]:
     """Per runtime: the export's command or why none was written, then what to type to load or serve what it wrote
-    (trust_remote_code=True where the folder runs a map; vLLM's serve line)."""
+    (trust_remote_code=True where the folder runs a map; vLLM's serve line); a serve line long enough to have gone to
+    a script (SGLang's, longrope's factor lists inline) as where that script is, advice.json keeping it whole."""
     text = []
     for e in exports:
         text.append(f"{e['runtime']}: {'ok' if e['ok'] else 'not written'} — " + (f"{e['instead']}: " if e.get("instead") else "")
                     + (e['command'] or e['output']))
         if e["ok"] and e.get("serve"):
-            text.append(f"  {'load it' if e['runtime'] == 'transformers' else 'serve it'}: {e['serve']}")
+            serve = (f"launch line written to {e['launch_script']} ({len(e['serve'])} characters)"
+                     if e.get("launch_script") else e["serve"])
+            text.append(f"  {'load it' if e['runtime'] == 'transformers' else 'serve it'}: {serve}")
     return text
 
 

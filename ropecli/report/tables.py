@@ -15,7 +15,7 @@ from ropecli.evaluation.bos_policy import describe_bos
 from ropecli.evaluation.chat_template import describe_frame
 from ropecli.evaluation.compared import Row, Verdict
 from ropecli.evaluation.effective_length import effective_line
-from ropecli.evaluation.inference import MARGIN
+from ropecli.evaluation.inference import MARGIN, POWER
 from ropecli.evaluation.metrics import PASSKEY_TEXT, PPL, Metric, metric_record
 from ropecli.evaluation.passkey import KEY_RANGE
 from ropecli.evaluation.results import EvalResult, PasskeyResult, PplResult
@@ -146,7 +146,7 @@ def compare_table(out: dict, labels: list[str], lengths: list[int]) -> list:
     races = [plain(f"race ({m}): {rec['outcome']}") for m, rec in out.get("races", {}).items()]
     races += [plain(effective_line(effective))] if effective else []
     races += [plain(agreement_line(a)) for a in out.get("agreement", [])]
-    return lines + [plain(line) for line in tie_lines(rows)] + races + serving_tables(out)
+    return lines + [plain(line) for line in tie_lines(rows) + undecided_footnotes(rows)] + races + serving_tables(out)
 
 
 def agreement_line(a: dict) -> str:
@@ -161,10 +161,10 @@ def agreement_line(a: dict) -> str:
             f"of {a['pairs']} pairs ordered; {a['schedules']} schedules)")
 
 
-def tie_lines(rows: list[Row]) -> list[str]:
-    """One line per column: the best, the candidates shown equivalent to it, the undecided ones and what
-    would decide each, and what the verdicts generalize to."""
-    groups: dict[tuple, list[tuple[str, Verdict]]] = {}  # (metric, length, the verdict read) -> (label, verdict)
+def judged_columns(rows: list[Row]) -> dict[tuple, list[tuple[str, Verdict]]]:
+    """Each column's verdicts: (metric, length, the verdict read) -> (label, verdict), a metric shown beside another
+    (key PPL) with its own verdicts read from the same rows."""
+    groups: dict[tuple, list[tuple[str, Verdict]]] = {}
     for r in rows:
         m, n = r.record, r.result.len
         if r.vs_best is not None:
@@ -172,8 +172,14 @@ def tie_lines(rows: list[Row]) -> list[str]:
         b = metric_record(m.beside) if m.beside else None
         if b and r.against(b.verdict_beside) is not None:  # the metric shown beside it, ranked on the same rows
             groups.setdefault((b, n, b.verdict_beside), []).append((r.result.label, r.against(b.verdict_beside)))
+    return groups
+
+
+def tie_lines(rows: list[Row]) -> list[str]:
+    """One line per column: the best, the candidates shown equivalent to it, the undecided ones (what would decide
+    them: `undecided_footnotes`), and what the verdicts generalize to."""
     lines = []
-    for (m, n, _), judged in groups.items():
+    for (m, n, _), judged in judged_columns(rows).items():
         if len(judged) < 2:
             continue
         what = f"{m.words} @ L={n}" if m.at_train_len else f"{m.words} @ {n}"
@@ -183,15 +189,70 @@ def tie_lines(rows: list[Row]) -> list[str]:
             continue
         others = [(label, v) for label, v in judged if not v.best]
         equivalent = [label for label, v in others if v.tied]
-        undecided = [(label, v) for label, v in others if v.verdict == "undecided"]
+        undecided = [label for label, v in others if v.verdict == "undecided"]
         parts = [f"equivalent within ±{others[0][1].margin:g}: {', '.join(equivalent)}"] if equivalent else []
-        if undecided:
-            parts.append("undecided: " + "; ".join(f"{label} ({v.words(m.unit_word)})" for label, v in undecided))
+        parts += [f"undecided: {', '.join(undecided)}"] if undecided else []
         p = others[0][1]
         scope = f" [{p.inference} inference: generalizes to {p.generalizes_to}]" if p.generalizes_to else ""
         lines.append(f"{what}: best {best}; {'; '.join(parts or ['every other candidate is shown worse'])} "
                      f"(paired, 95% for the column){scope}")
     return lines
+
+
+class Remedy(NamedTuple):
+    """What would decide an undecided verdict, without the sizes that differ from one method to the next (the units it
+    was judged on, the units that would decide it): the methods that share one are named in one footnote."""
+    unit: str  # what the verdict counted: windows, or prompts (as `ropecli.evaluation.stats.answer` words it)
+    more: str  # what to add: "windows" (of these documents), "documents", "text" (no size reaches it); "": no spread
+    documents: int | None  # the documents the text holds, where more documents are needed
+    said: str  # "text": why no size reaches it (`sample_size.units_needed`); "": the verdict's own words
+
+
+def remedy_of(v: Verdict) -> Remedy:
+    """The remedy `v`'s answer names, read from its fields (`needs`, `documents`), not from its words."""
+    unit = "prompts" if v.inference == "units" else "windows"
+    needs = v.needs or {}
+    if needs.get("windows"):
+        return Remedy(unit, "windows", None, "")
+    if needs.get("documents"):
+        return Remedy(unit, "documents", v.documents, "")
+    if needs.get("why"):
+        return Remedy(unit, "text", None, needs["why"])
+    return Remedy(unit, "", None, v.answer or v.verdict)
+
+
+def undecided_footnotes(rows: list[Row]) -> list[str]:
+    """What would decide the undecided cells, one line per remedy over every column (not one per method: a table of
+    15 methods said the same sentence 15 times): the methods sharing it named together, with the range of the units
+    they were judged on and of those that would decide them. Each method's own numbers stay in --json (`needs`)."""
+    shared: dict[Remedy, list[tuple[str, Verdict]]] = {}
+    for judged in judged_columns(rows).values():
+        for label, v in judged:
+            if v.verdict == "undecided" and not v.best:
+                shared.setdefault(remedy_of(v), []).append((label, v))
+    return [footnote(remedy, undecided) for remedy, undecided in shared.items()]
+
+
+def footnote(remedy: Remedy, undecided: list[tuple[str, Verdict]]) -> str:
+    """'undecided after 2 windows for yarn, pi: not reachable with these 2 documents; add text: about 4–8 documents
+    would decide them (80% power)', in `ropecli.evaluation.stats.answer`'s words."""
+    names = list(dict.fromkeys(label for label, _ in undecided))  # a method undecided in several columns: named once
+    if not remedy.more:
+        return f"{', '.join(names)}: {remedy.said}"
+    who = f"undecided after {span([v.n for _, v in undecided])} {remedy.unit} for {', '.join(names)}"
+    if remedy.more == "text":
+        return f"{who}: not reachable with these documents ({remedy.said}): add text"
+    needed = span([v.needs[remedy.more] for _, v in undecided])
+    decide = f"would decide {'it' if len(names) == 1 else 'them'} ({POWER:.0%} power)"
+    if remedy.more == "windows":
+        return f"{who}: about {needed} {remedy.unit} {decide}"
+    return f"{who}: not reachable with these {remedy.documents} documents; add text: about {needed} documents {decide}"
+
+
+def span(counts: list[int]) -> str:
+    """'4', or '4–16' where the counts differ."""
+    low, high = min(counts), max(counts)
+    return f"{low}" if low == high else f"{low}–{high}"
 
 
 def bos_words(out: dict) -> str:

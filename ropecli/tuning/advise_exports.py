@@ -79,7 +79,8 @@ def export_one(w: Ranked, best: dict | None, runtime: str, out: Path, geom, rope
     except RopeCliError as exc:
         return {"runtime": runtime, "command": command, "ok": False, "output": str(exc), "candidate": w.candidate}
     return {"runtime": runtime, "command": command, "ok": True, "output": "\n".join(written["lines"])[-2000:],
-            "candidate": w.candidate, "serve": written.get("load") or written.get("command")}
+            "candidate": w.candidate, "serve": written.get("load") or written.get("command"),
+            **({"launch_script": written["launch_script"]} if written.get("launch_script") else {})}
 
 
 def map_out(runtime: str, w: Ranked, out: Path, out_dir: Path) -> Path:

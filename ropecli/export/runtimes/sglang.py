@@ -1,4 +1,5 @@
-"""SGLang: `--json-model-override-args` JSON and the `sglang.launch_server` line.
+"""SGLang: `--json-model-override-args` JSON and the `sglang.launch_server` line (a long one, with longrope's factor
+lists inline, as an executable script beside the JSON: `launch_lines`).
 
 SGLang reads rope_parameters (or rope_scaling) from the model's config after the override (`get_config` in
 python/sglang/srt/utils/hf_transformers_utils.py: config.update(overrides); `get_rope_config` prefers
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import replace
+from pathlib import Path
 
 from ropecli.errors import RopeCliError
 from ropecli.export.hf import rope_block, write_json
@@ -22,6 +24,7 @@ from ropecli.export.readback import Check, read_json
 from ropecli.export.runtimes.record import AT_START_UP, PER_FORWARD, Runtime, Version
 from ropecli.export.runtimes.transformers import transformers_applied
 from ropecli.export.runtimes.vllm import vllm_block
+from ropecli.files import atomic_write_text
 from ropecli.maps.position_maps import BoundMap
 
 RECORD = Runtime(
@@ -77,6 +80,30 @@ DCA_BROKEN = {"qwen3_moe": "SGLang's Qwen3MoeAttention passes fused_set_kv_buffe
               "llama": "SGLang's Llama never passes dual_chunk_attention_config to its rotary: the model would run "
                        "plain RoPE, not the map"}
 DCA_VERSION = "0.5.19"  # the last SGLang with the dual_chunk_flash_attn backend
+# characters: a longer launch line goes to a script. Longrope's factor lists inline make a schedule's line 1-3 KB;
+# a DCA line, which names no factors, is 300-400 with a folder's path and reads (and copies) fine on a terminal
+LONG_LINE = 500
+
+
+def launch_lines(command: str, out: str | None) -> tuple[list[str], dict]:
+    """The launch line as the export says it: the line itself, or, past LONG_LINE characters where there is a file to
+    put it beside, where the script that runs it is (a terminal wraps a KB line over a screen, and a copy from it may
+    break at the wraps); with `launch_script` for --json, whose `command` stays whole."""
+    if out is None or len(command) <= LONG_LINE:
+        return [command], {}
+    script = write_launch_script(command, out)
+    said = f"{RECORD.label}: launch line written to {script} ({len(command)} characters)"
+    return [said], {"launch_script": str(script)}
+
+
+def write_launch_script(command: str, out: str) -> Path:
+    """The launch line as an executable shell script beside the override JSON (OUT.launch.sh, replaced with the JSON
+    it serves); arguments given to it pass on to the server (--port, --tp-size)."""
+    script = Path(out).with_suffix(".launch.sh")
+    atomic_write_text(script, f'#!/bin/sh\n{command} "$@"\n')
+    mode = script.stat().st_mode
+    script.chmod(mode | (mode & 0o444) >> 2)  # executable by whoever may read it
+    return script
 
 
 def write_map(spec, geom, rope, out, *, model=None, **_) -> dict:
@@ -104,12 +131,14 @@ def write_map(spec, geom, rope, out, *, model=None, **_) -> dict:
     command = (f"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 python -m sglang.launch_server --model-path "
                f"{shlex.quote(model or 'MODEL')} --json-model-override-args {shlex.quote(overrides)} "
                f"--attention-backend dual_chunk_flash_attn --context-length {geom.target_len}")
+    said, launch = launch_lines(command, out)
     lines = [f"SGLang serves Dual Chunk Attention in sglang<={DCA_VERSION} only: 0.5.20 removed its attention backend "
              f"(PR #32114), and the sglang that installs today has none (pip install 'sglang<={DCA_VERSION}')",
              f"Dual Chunk Attention (chunk {chunk}, local {local}) on the model's plain RoPE: SGLang turns off the radix "
              f"cache and mixed chunking for it, needs chunk - local = {chunk - local} a multiple of --page-size, and runs "
-             "it on CUDA only (sgl_kernel); no sparse attention (no sparse_attention_config)", command]
-    result = {"model": model, "factor": geom.factor, "target_len": geom.target_len, "block": block, "command": command}
+             "it on CUDA only (sgl_kernel); no sparse attention (no sparse_attention_config)", *said]
+    result = {"model": model, "factor": geom.factor, "target_len": geom.target_len, "block": block, "command": command,
+              **launch}
     if out is not None:
         write_json(out, block)
         lines.append(f"wrote {out}")
@@ -148,9 +177,10 @@ def write(spec, geom, rope, out, *, model=None, gguf_file=None, force=False, con
     command = (f"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 python -m sglang.launch_server --model-path "
                f"{shlex.quote(checkpoint)} --json-model-override-args {shlex.quote(overrides)} "
                f"--context-length {block['max_position_embeddings']}")
-    lines = [f"{note}; {how}", command]
+    said, launch = launch_lines(command, out)
+    lines = [f"{note}; {how}", *said]
     result = {"model": model, "factor": geom.factor, "target_len": geom.target_len, "block": block, "command": command,
-              "note": note}
+              "note": note, **launch}
     if out is not None:
         write_json(out, block)
         lines.append(f"wrote {out}")
