@@ -32,7 +32,7 @@ def fenced(page: Path, lang: str, after: str) -> list[str]:
     """The logical lines (continuations joined, comments cut) of the first ```lang block after the text `after`."""
     text = page.read_text()
     block = re.search(rf"```{lang}\n(.*?)```", text[text.index(after):], flags=re.S).group(1)
-    joined = block.replace("\\\n", " ")
+    joined = re.sub(r"\\\n\s*", " ", block)  # a continued line joined as one, its indent dropped
     return [re.sub(r"\s+#\s.*$", "", ln).strip() for ln in joined.splitlines() if ln.strip()]
 
 
@@ -89,7 +89,11 @@ def main() -> int:
             if step.startswith(". vllm-env/bin/activate"):
                 continue  # the environment's PATH, set for the lines after it
             if step.startswith("python -m vllm.entrypoints.openai.api_server"):
-                assert step.split(" --host")[0] == printed, (step, printed)  # the page's line is the one export printed
+                # the page's line is the one export printed, but for the memory share (what was available then): the
+                # printed one, where to listen the page's
+                share = r" --gpu-memory-utilization [0-9.]+"
+                assert re.sub(share, "", step.split(" --host")[0]) == re.sub(share, "", printed), (step, printed)
+                step = printed + " --host" + step.split(" --host")[1]
                 server = subprocess.Popen(["bash", "-c", step.rstrip("& ")], cwd=work, env=venv_env,
                                           stdout=open(work / "server.log", "w"), stderr=subprocess.STDOUT)
                 t0 = time.time()

