@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager, nullcontext
 
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as ProgressBar
 
 from ropecli.backends.llamacpp_open import open_gguf
@@ -30,79 +30,140 @@ from ropecli.report.plots import check_out
 
 
 class RichProgress(Progress):
-    """One rich progress bar (ETA) on stderr over everything a command evaluates; a task opened inside
-    another shares the outer bar. Before the first forward pass it says how many it plans; after the first one it
-    computes, the time the rest should take. A log file or a pipe gets no bar frames but a line every
-    LINE_EVERY seconds (forward passes done, elapsed, time left)."""
+    """One rich progress bar on stderr over everything a command evaluates; a task opened inside another shares
+    the outer bar and marks its own passes as running. The bar's total is a bound, the most forward passes the
+    command can take: a command that decides as it goes (advise's race) reserves its most before its first pass, so
+    the total said before that pass ("up to N planned") only shrinks as the command gives back what it no longer
+    needs (every command's races do: compare's, advise's). The time left is a range, never one
+    number below what remains: from the passes of the block running now (the least left) at the mean seconds a pass
+    took, to every pass of the bound at the SLOW_SHARE quantile of them. A log file or a pipe gets no bar frames but
+    a line every LINE_EVERY seconds (forward passes done, elapsed, time left)."""
 
     LINE_EVERY = 30.0  # seconds between progress lines where stderr is not a terminal
-    LONG = 10.0  # seconds: an estimate is said once the rest is expected to take longer than this
+    LONG = 10.0  # seconds: an estimate is said once the rest may take longer than this
+    SHOW_EVERY = 1.0  # seconds between updates of the time left on a terminal's bar (each sorts the passes' seconds)
+    # the high end prices every pass left at this quantile of the measured passes' seconds: a slower kind of pass
+    # (a longer length, a map's attention) counts once it is a tenth of them, one stall (a first compile) does not
+    SLOW_SHARE = 0.9
+    CACHED_S = 0.05  # a tick sooner than this after the last one is a cached window: it computed nothing
 
     def __init__(self):
         self.bar, self.id = None, None
         self.label, self.total, self.done = "", 0, 0
-        self.computed, self.computing_s = 0, 0.0  # forward passes that ran (not cache hits) and their seconds
-        self.started = self.last_tick = self.last_line = 0.0
-        self.estimated = False
+        self.pass_s: list[tuple[float, int]] = []  # (seconds a pass took, passes) of every tick that computed
+        self.started = self.last_tick = self.last_line = self.last_shown = 0.0
+        self.said_plan = self.estimated = False
+        self.running_until: int | None = None  # `done` once the inner block running now has ticked every pass
 
     @contextmanager
     def task(self, total: int, label: str):
-        if self.bar is not None:
-            yield
+        if self.bar is not None:  # an inner block: its passes are the least the command still runs
+            outer, self.running_until = self.running_until, self.done + total
+            try:
+                yield
+            finally:
+                self.running_until = outer
             return
 
         err = stderr_console()
         self.err, self.label, self.total, self.done = err, label, total, 0
-        self.computed, self.computing_s, self.estimated = 0, 0.0, False
-        self.started = self.last_tick = self.last_line = time.monotonic()
-        if total:  # a race plans its passes round by round (a task opened at 0 grows)
-            err.print(f"{label}: up to {total} forward pass{'' if total == 1 else 'es'} planned (cached ones are reused "
-                      "at once); the time they take is said after the first one", highlight=False)
+        self.pass_s, self.estimated, self.said_plan, self.running_until = [], False, False, None
+        self.started = self.last_tick = self.last_line = self.last_shown = time.monotonic()
         with ProgressBar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      TextColumn("ETA"), TimeRemainingColumn(), console=err, disable=not err.is_terminal) as bar:
-            self.bar, self.id = bar, bar.add_task(label, total=total)
+                         TextColumn("{task.fields[left]}"), console=err, disable=not err.is_terminal) as bar:
+            self.bar, self.id = bar, bar.add_task(label, total=total, left="")
             try:
                 yield
             finally:
                 self.bar = None
 
+    def say_plan(self) -> None:
+        """The bound, said once before the first forward pass: by then the command has reserved what it may take at
+        most (a race's rounds), so no later total exceeds it."""
+        if not self.said_plan:
+            self.said_plan = True
+            self.err.print(f"{self.label}: up to {self.total} forward pass{'' if self.total == 1 else 'es'} planned "
+                           "(cached ones are reused at once; fewer where a race or a screened search stops early); the "
+                           "time they take is said after the first one", highlight=False)
+
     def grow(self, count: int) -> None:
         if self.bar is not None:
             self.total += count
-            self.bar.update(self.id, total=self.bar.tasks[0].total + count)
+            self.bar.update(self.id, total=self.total)
 
     def show(self, label: str) -> None:
         if self.bar is not None:
+            self.say_plan()
             self.bar.update(self.id, description=label)
 
     def advance(self, count: int) -> None:
         if self.bar is None:
             return
-        if self.done + count > self.total:  # more than planned (a guard's passes): the bar grows, never runs over
+        self.say_plan()
+        if self.done + count > self.total:  # more than the bound (a guard's passes): the bar grows, never runs over
             self.grow(self.done + count - self.total)
         self.bar.advance(self.id, count)
         now = time.monotonic()
-        if now - self.last_tick > 0.05:  # a pass that ran (a cache hit ticks at once)
-            self.computed += count
-            self.computing_s += now - self.last_tick
+        if now - self.last_tick > self.CACHED_S:
+            self.pass_s.append(((now - self.last_tick) / count, count))
         self.done, self.last_tick = self.done + count, now
+        line = not self.err.is_terminal and now - self.last_line >= self.LINE_EVERY
+        shown = self.err.is_terminal and now - self.last_shown >= self.SHOW_EVERY
+        if not (line or shown or (self.pass_s and not self.estimated)):
+            return
         left = self.time_left()
+        if shown:
+            self.last_shown = now
+            self.bar.update(self.id, left=self.left_words(left))
         if not self.estimated and left is not None and self.done < self.total:
             self.estimated = True
-            if left > self.LONG:
-                self.err.print(f"{self.label}: a forward pass takes about {self.computing_s / self.computed:.1f} s here: "
-                               f"about {clock(left)} for the {self.total - self.done} left (the longest lengths "
-                               "take longest)", highlight=False)
-        if not self.err.is_terminal and now - self.last_line >= self.LINE_EVERY:
+            if left[1] > self.LONG:
+                self.err.print(f"{self.label}: a forward pass takes about {self.mean_pass_s():.1f} s here; at most "
+                               f"{self.total - self.done} are left: "
+                               f"{said(left)} (the longest lengths take longest; cached windows and a race that stops "
+                               "early take less)", highlight=False)
+        if line:
             self.last_line = now
             self.err.print(f"{self.label}: {self.done}/{self.total} forward passes, {clock(now - self.started)} elapsed"
-                           + (f", about {clock(left)} left" if left is not None else ""), highlight=False)
+                           + (f", {self.left_words(left)}" if left is not None else ""), highlight=False)
 
-    def time_left(self) -> float | None:
-        """Seconds the passes not yet done should take at the mean rate of those that ran (None before one ran)."""
-        if not self.computed:
+    def left_words(self, left: tuple[float, float] | None) -> str:
+        if left is None:
+            return ""
+        return f"{said(left)} left"
+
+    def mean_pass_s(self) -> float:
+        return sum(s * n for s, n in self.pass_s) / sum(n for _, n in self.pass_s)
+
+    def slow_pass_s(self) -> float:
+        """The SLOW_SHARE quantile of the measured passes' seconds, each tick weighed by its passes."""
+        ranked, reach = sorted(self.pass_s), self.SLOW_SHARE * sum(n for _, n in self.pass_s)
+        seen = 0
+        for s, n in ranked:
+            seen += n
+            if seen >= reach:
+                return s
+        return ranked[-1][0]
+
+    def time_left(self) -> tuple[float, float] | None:
+        """(least, most) seconds the passes not yet done should take (None before one computed): the least, the
+        block running now at the mean seconds a pass took (outside any block, every pass of the bound: nothing
+        else decides); the most, every pass of the bound at the SLOW_SHARE quantile, never below the least."""
+        if not self.pass_s:
             return None
-        return max(self.total - self.done, 0) * self.computing_s / self.computed
+        bound = max(self.total - self.done, 0)
+        running = bound if self.running_until is None else min(max(self.running_until - self.done, 0), bound)
+        least = running * self.mean_pass_s()
+        return least, max(bound * self.slow_pass_s(), least)
+
+
+def said(left: tuple[float, float]) -> str:
+    """'about 3 s to 2 min 10 s'; 'about 42 s' where both ends read the same, 'up to about 42 s' where the least
+    reads 0 s (the block running now has ticked its last pass)."""
+    least, most = clock(left[0]), clock(left[1])
+    if least == most:
+        return f"about {most}"
+    return f"up to about {most}" if least == clock(0) else f"about {least} to {most}"
 
 
 def clock(seconds: float) -> str:

@@ -16,7 +16,7 @@ from ropecli.evaluation.metrics import KEY_PPL, PASSKEY, PASSKEYS, PPL, REGISTRY
 from ropecli.rope.target import Target
 from ropecli.spec import reference_spec
 from ropecli.tuning.objective import Bench, window_docs, window_values, window_weights
-from ropecli.tuning.racing import race
+from ropecli.tuning.racing import looks, race
 from ropecli.tuning.serving import serve_workload
 
 
@@ -62,8 +62,11 @@ def compare_schedules(session: Bench, specs: list, target: Target, metrics: list
 
 
 def race_on(session: Bench, specs, lengths, metric: Metric, max_windows: int | None, margin: float | None = None):
-    """One metric's race over every length, from --samples windows up to `max_windows` (default 4x),
-    under one progress bar whose total grows with each round: (results, the race's record)."""
+    """One metric's race over every length, from --samples windows up to `max_windows` (default 4x), under one
+    progress bar whose total is the race's most passes, reserved before the first (every entrant at every look of
+    `racing.looks`: each look scores its windows again, the cached ones at once): each round gives back the passes
+    of the entrants it dropped, at its look and every later one; the end, the looks it did not take. (results, the
+    race's record)"""
     start = session.inputs.count(metric)  # windows, or prompts per depth
     most = max_windows or 4 * start
     for n in lengths:  # windows the text must hold; prompts are made, checked for their length only
@@ -72,12 +75,20 @@ def race_on(session: Bench, specs, lengths, metric: Metric, max_windows: int | N
         else:
             session.check(metric, n, most)
 
-    def on_round(r, n, alive):
-        session.progress.grow(len(alive) * len(lengths) * session.inputs.resized(n).units(metric))
+    plan = looks(start, most)  # the race's own looks (race_specs' default growth)
+    per_look = [len(lengths) * session.inputs.resized(n).units(metric) for n in plan]  # one entrant's passes at each
+    entrants = len({s.label for s in specs})  # the race's field (race_specs: one entrant per label)
+    held = {"entrants": entrants, "taken": 0}  # entrants the untaken looks hold passes for; looks taken
 
-    with session.progress.task(0, f"race ({metric.name})"):
-        return race_specs(session.run, specs, lengths, metric, start=start, max_windows=most, on_round=on_round,
-                          **({"margin": margin} if margin is not None else {}))
+    def on_round(r, n, alive):
+        session.progress.grow(-(held["entrants"] - len(alive)) * sum(per_look[held["taken"]:]))
+        held.update(entrants=len(alive), taken=r)
+
+    with session.progress.task(entrants * sum(per_look), f"race ({metric.name})"):
+        out = race_specs(session.run, specs, lengths, metric, start=start, max_windows=most, on_round=on_round,
+                         **({"margin": margin} if margin is not None else {}))
+        session.progress.grow(-held["entrants"] * sum(per_look[held["taken"]:]))  # the looks it did not take
+        return out
 
 
 def task_agreement(results: list) -> list[dict]:

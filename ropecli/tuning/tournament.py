@@ -35,12 +35,14 @@ from typing import Callable
 
 from ropecli.evaluation.inference import MARGIN
 from ropecli.evaluation.metrics import PPL, Metric
+from ropecli.export.registry import PER_FORWARD, Runtime
 from ropecli.maps.map_spelling import map_json
 from ropecli.rope.target import Target
 from ropecli.spec import Spec, make_spec, reference_spec
 from ropecli.tuning.candidates import map_candidates, map_rule, map_spec, search_plans, search_ranges, static_candidates
 from ropecli.tuning.error_budget import error_budget
-from ropecli.tuning.held_out import PASSKEY_BASELINE, Measure, Racing, passkey_baseline, race_candidates
+from ropecli.tuning.held_out import (PASSKEY_BASELINE, Allowance, HeldOutBound, Measure, Racing, passkey_baseline,
+                                     race_candidates)
 from ropecli.tuning.objective import Evaluate
 from ropecli.tuning.racing import ALPHA
 from ropecli.tuning.ranking import RULE, RULE_RACED, rank
@@ -49,6 +51,7 @@ from ropecli.tuning.serving import serve_workload
 from ropecli.tuning.space import Effort, SearchSpace, parse_vary
 from ropecli.tuning.standings import Standings
 from ropecli.tuning.task_guard import guard_line, guard_row, guard_why
+from ropecli.tuning.workload import Workload
 
 __all__ = ["Racing", "tournament"]
 
@@ -76,6 +79,23 @@ def search_candidates(run: Evaluate, target: Target, names: list[str], budget: i
                          scorer(run, target, metric), expect=expect)
         out[name] = {"spec": point_spec(method, res["best_params"], target.factor, log_n, pmap), "search": res}
     return out
+
+
+def serving_most(entrants: int, workload: Workload, runtimes: list[Runtime]) -> int:
+    """The most (schedule, length) evaluations `serve_workload` can run for `entrants` candidates: each in every
+    export a runtime serves differently (two where it picks factors per forward pass) at every workload length and
+    within Ls, and the model as shipped once. It runs each distinct served schedule once, so most often fewer."""
+    exports = sum(2 if runtime.rule == PER_FORWARD else 1 for runtime in runtimes)
+    return entrants * exports * (len(workload.lengths) + 1) + 1
+
+
+def entrant_names(names: list[str], with_log_n: bool, target: Target) -> list[str]:
+    """The candidates `candidate_specs` will give, by name, known before any search (every searched name gives its
+    winner): what advise's race reserves passes for before its first pass."""
+    searched = search_plans(0, target.geom.shipped_len, target.longest)  # its names: which candidates are searched
+    found = {name + ("+log-n" if log_n else ""): {"spec": None} for name in names if name in searched
+             for log_n in ((False, True) if with_log_n else (False,))}
+    return [name for name, _ in candidate_specs(names, found, with_log_n, target)]
 
 
 def candidate_specs(names: list[str], searched: dict, with_log_n: bool, target: Target) -> list[tuple[str, Spec]]:
@@ -153,8 +173,9 @@ def tournament(run: Evaluate, held_run: Evaluate, target: Target, plan: AdvisePl
     rule. `plan`: the user's flags (candidates, budget, constraints, margin, metric); `names`: the candidates the model
     admits. Returns every number for advice.json, and the standings (`tuning.standings`: the winner and the ranked,
     typed, each with the spec it was measured as). `expect(count, metric, samples)`:
-    hears of evaluations the plan adds (a race's rounds) or drops (negative: a searched point stopped
-    early). `serving` = (workload, runtimes, the model's rope, the held-out evaluator that decodes across the
+    hears of evaluations the plan adds or drops (negative: a searched point stopped early): before the first pass,
+    the most a race, a --task-guard and --workload can take (`held_out.HeldOutBound`), so the progress bar's total is
+    a bound from then on; given back as each stage takes less. `serving` = (workload, runtimes, the model's rope, the held-out evaluator that decodes across the
     switch, or None): every candidate also served by each
     runtime over the workload on the first round's held-out windows (`ropecli.tuning.serving`), before
     the race, whose first round then finds its windows at the target cached."""
@@ -165,6 +186,17 @@ def tournament(run: Evaluate, held_run: Evaluate, target: Target, plan: AdvisePl
     # one config serves every length once deployed: every candidate runs at the longest target's k at every length
     target = dataclasses.replace(target, factor=target.k)
     geom, lengths, k = target.geom, list(target.lengths), target.k
+    L = geom.shipped_len  # costs within the shipped length, against the model as shipped
+    # before the first pass: the most the held-out measures can take (a race's every look), so the progress bar's
+    # total is a bound from its first pass on, given back as the race decides (`held_out.HeldOutBound`)
+    entrants = len(entrant_names(names, with_log_n, target))
+    bound = HeldOutBound(expect, racing, entrants, len(lengths), held_windows, passkey, task_guard,
+                         min_passkey is not None) if racing is not None else None
+    if racing is None and task_guard:  # the guard's prompts, the model as shipped's and each candidate's: not in
+        expect(entrants + 1, task_guard, None)  # the full tournament's plan, which counts every other measure
+    serving_bound = Allowance(expect)  # the most the served candidates can take (--workload), spent as they run
+    if serving is not None:
+        serving_bound.reserve(serving_most(entrants, serving[0], serving[1]), PPL, None)
     searched: dict[str, dict] = {}
     for log_n in (False, True) if with_log_n else (False,):
         for name, found in search_candidates(run, target, names, budget, log_n, search_windows,
@@ -172,17 +204,19 @@ def tournament(run: Evaluate, held_run: Evaluate, target: Target, plan: AdvisePl
             searched[name + ("+log-n" if log_n else "")] = found
     candidates = candidate_specs(names, searched, with_log_n, target)
     specs = dict(candidates)
-    L = geom.shipped_len  # costs within the shipped length, against the model as shipped
-    m = Measure(held_run, L, lengths, k, held_windows, expect if racing else (lambda *a, **kw: None), metric,
-                reference_spec(geom))
+    m = Measure(held_run, L, lengths, k, held_windows, bound.measures.spend if bound else (lambda *a, **kw: None),
+                metric, reference_spec(geom))
     served = None
     if serving is not None:
         workload, runtimes, rope, decoder = serving
         unmapped = {n: s for n, s in specs.items() if not s.position_map}  # a map is served by its runtime's flags alone
-        served = {**serve_workload(held_run, list(unmapped.values()), workload, runtimes, rope, k, margin, list(unmapped),
-                                   decoder),
+        served = {**serve_workload(serving_bound.spent_by(held_run), list(unmapped.values()), workload, runtimes, rope,
+                                   k, margin, list(unmapped), decoder),
                   "factor": k}
+        serving_bound.close()  # each distinct served schedule ran once: fewer than the most
     passkey_ok, none_acc = (passkey_baseline(m, racing) if passkey else (False, None))
+    if bound:
+        bound.baseline_done(passkey_ok)
     if passkey and not passkey_ok:
         on_passkey_skipped()
         note(f"passkey skipped: the unscaled model retrieves {none_acc:.0%} of keys within L = {L} "
@@ -219,13 +253,15 @@ def tournament(run: Evaluate, held_run: Evaluate, target: Target, plan: AdvisePl
             costs(name)
     else:
         constrained = any(c is not None for c in (max_short_kl, max_short_regression, min_passkey, task_guard))
-        races = race_candidates(m, specs, rows, racing, costs, breaks if constrained else None, margin, breaks)
+        races = race_candidates(m, specs, rows, racing, costs, breaks if constrained else None, margin, breaks, bound)
     out = rank(list(rows.values()), lengths, breaks, *races, margin=margin,
                measure=metric.measure, metric=metric)
     out["families"] = families(out["rows"])
     if out["families"]:
         out["verdict"] += f"; {out['families']['line']}"
     with_passkey(out["winner"])  # raced: the winner's retrieval, for the report
+    if bound:
+        bound.close()  # the last measure is taken: the bar's total is the work done
     guard = next((r.get("task_guard") for r in out["rows"] if r["candidate"] == out["winner"]), None)
     if guard:
         out["verdict"] += f"; {guard_line(out['winner'], guard)}"
