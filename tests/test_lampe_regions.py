@@ -246,7 +246,9 @@ def test_a_llama_2_config_picks_the_llama_2_fit_and_says_so():
 
 def test_the_presets_are_the_authors_settings():
     assert map_params("lampe-longbench", {}) == {**map_params("lampe", {"head": 512, "U": 1536})}
-    assert map_params("lampe-ruler", {})["head"] == 1024 and map_params("lampe-infinitebench", {})["U"] == 4501
+    assert map_params("lampe-ruler-llama3", {}) == map_params("lampe-sw", {"head": 1024, "U": 3072})
+    assert map_params("lampe-ruler-mistral", {}) == map_params("lampe", {"head": 2048, "fit": "mistral"})
+    assert map_params("lampe-infinitebench", {})["U"] == 4501  # each run against its script: tests/test_lampe_presets.py
     assert MAPS["lampe"].rule(8192, 32768) == {"head": 512, "tail": 200, "U": 0, "L": 8192, "fit": 0}
     with pytest.raises(RopeCliError, match="tail = 20 must be below head = 16"):
         map_regions("lampe", map_params("lampe", {"head": 16, "tail": 20, "U": 40}), 64)

@@ -1,12 +1,30 @@
 """`--bos auto|always|never`: what stands before the text of every window and prompt ropecli scores (torch-free).
 
-    auto    (the default) what the tokenizer itself puts before a text, `tokenizer(text)` with its defaults: the field's
-            harnesses score so. lm-eval ≥ 0.4.9.2 (HFLM's add_bos_token=None: lm_eval/models/huggingface.py
-            `HFLM.tok_encode` passes no add_special_tokens, so the tokenizer's default applies), YaRN's eval/passkey.py
-            and eval/perplexity.py (`tokenizer(prompt)`), RULER's scripts (the tokenizer's encode). Llama's and Gemma's
-            tokenizers add BOS; SmolLM2's, Qwen's and ropecli's built-in model's add none.
-    always  the tokenizer's BOS token (`bos_token_id`) before every window and prompt: what ropecli did before --bos.
-    never   nothing before the text.
+    auto    (the default) what the tokenizer itself puts before a text, `tokenizer(text)` with its defaults. The
+            prompt harnesses tokenize so: lm-eval's tasks (0.4.13, lm_eval/models/huggingface.py:1049-1057
+            `tok_encode` and 1076-1083 `tok_batch_encode`: with add_bos_token=None, its default since 0.4.9.2, no
+            add_special_tokens is passed), RULER's vLLM runner (scripts/pred/serve_vllm.py:57) and HF fallback
+            (model_wrappers.py:62), LongBench's LongBench/pred.py:71, and the transformers text-generation pipeline
+            since PR #31747 (July 2024: the tokenizer's defaults), which YaRN's eval/passkey.py:40/92 and RULER's
+            model_wrappers.py:69 run. Llama's and Gemma's tokenizers add BOS; SmolLM2's, Qwen's and ropecli's built-in
+            model's add none. Not the perplexity harnesses' rule where the tokenizer adds none: their windows start
+            with BOS (always).
+    always  the tokenizer's BOS token (`bos_token_id`) before every window and prompt, every text token scored; what
+            ropecli did before --bos. The perplexity harnesses' rule: YaRN's eval/perplexity.py (text tokenized with
+            add_special_tokens=False, 106-112; BOS put before every window, 55-59, whenever the tokenizer has one,
+            153), and lm-eval's rolling perplexity (wikitext and the like: `loglikelihood_rolling`, huggingface.py
+            1247-1256, puts `prefix_token_id`, BOS else EOS, 610-617, before a document's first window,
+            lm_eval/utils.py:364) on a tokenizer that adds nothing itself: `ppl --len N --bos always` on a text of
+            N-1 tokens is lm-eval's rolling log-likelihood of it (measured equal within 2e-7 nats/token on the
+            built-in model and SmolLM2; the default, auto, differs by about 0.01).
+    never   nothing before the text: the text-generation pipeline before PR #31747 (add_special_tokens=False), so
+            YaRN's eval/passkey.py as its 2023 tables ran.
+
+No choice reproduces lm-eval's rolling perplexity where the tokenizer adds its own BOS (the prefix and then the
+tokenizer's BOS: two, the second scored) or has none (EOS first), nor its windows after a document's first (each
+conditioned on the one token before it, not on BOS). The table, each rule's source line and the measured numbers:
+docs/measurements/bos.md (sources read: lm-eval 0.4.13 as installed; YaRN 995db5b, RULER c3f5e3b, LongBench
+2e00731); tests/test_bos_conventions.py checks the rows that run here.
 
 Under a chat template (`--chat-template`, `ropecli.evaluation.chat_template`) the rendering is the text: auto adds the
 tokenizer's own tokens unless the rendering starts with the BOS token (lm-eval's `has_bos_prefix` rule), always makes

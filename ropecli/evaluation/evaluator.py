@@ -102,6 +102,8 @@ class Evaluator:
                 key["pairs"] = CALIBRATION
             if (runtime := self.backend.map_key()) is not None:  # llama.cpp: its build's Self-Extend (seq_div right or not)
                 key["map_runtime"] = runtime
+            if unit.prompted and spec.position_map.record.per_prompt:  # LaMPE: the answer scored through the prompt's
+                key["answer"] = "after-prompt"  # cache (`chunked_scoring.passkey_scores`); absent: one pass, as before
         return key
 
     def evaluate(self, spec: Spec, length: int, on_window: Callable[[int], None] | None = None,

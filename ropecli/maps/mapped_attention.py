@@ -112,7 +112,9 @@ def mapped(model, bound: BoundMap, block: int = QUERY_BLOCK, kernel: str | None 
     real = body.forward
     names = list(inspect.signature(real).parameters)
     body.forward = lambda *args, **kwargs: map_forward(body, run, real, names, {**dict(zip(names, args)), **kwargs})
+    body.ropecli_map_run = run  # what scoring asks of the map (`chunked_scoring.fixed_by_prompt`), without importing it
     try:
         yield model
     finally:
         body.__dict__.pop("forward", None)
+        body.__dict__.pop("ropecli_map_run", None)

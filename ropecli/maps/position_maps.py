@@ -19,6 +19,8 @@ fast each pair turns, the map at which positions). The maps, with their sources:
                  over the prompt's length (U from it by the model family's sigmoid), the last queries reading the
                  first ~tail keys at fine positions; logits x t^2; fixed from the prompt while decoding
     lampe-sw     LaMPE's two-region file (llama_sw_map.py): the window and the squeezed far keys, per length
+    lampe-NAME   LaMPE's committed runs (`map_rules.LAMPE_PRESETS`): longbench, ruler-llama3 (lampe-sw),
+                 ruler-mistral, infinitebench, each with its run's regions, head, U rule and fit
 
 Each map is one small registered function of its bounded parameters returning its regions; the region functions take
 integer position arrays of numpy or torch alike (the same code serves the numpy twin and the model).
@@ -39,14 +41,18 @@ from ropecli.errors import RopeCliError
 from ropecli.maps.map_rules import (
     DPE_GROUPS,
     LAMPE_FIT_NAMES,
+    LAMPE_FITS,
     LAMPE_PRESETS,
+    LAMPE_RENAMED,
     dca_rule,
     dpe_budget,
     dpe_ranges,
     dpe_rule,
     lampe_family,
+    lampe_mapping_length,
     lampe_rule,
     lampe_sw_rule,
+    longbench_uselen,
     selfextend_ranges,
     selfextend_rule,
 )
@@ -306,6 +312,22 @@ def _dpe(W: float, top: float = 1.0, **groups: float) -> tuple[Region, ...]:
 
 
 
+def lampe_squeeze(U: int, T: int) -> Callable[[Any], Any]:
+    """LaMPE's mapping function over a T-token input, m(p) = floor(p (U / (T - 1))), as its `map_ids(position_ids, 0,
+    use_length)` computes it (llama_cache1.py:17-25, llama_sw_map.py:23-28), on numpy or torch positions as given.
+    Its `(to_max - to_min) / (x_max - x_min)` is an int over a long tensor, which torch computes as
+    `(x_max - x_min).reciprocal() * U` (Tensor.__rdiv__), each step in float32: not the float32 quotient, one ulp
+    off it for about one (T, U) in five, which moves some positions by one; then each product in float32."""
+    ratio = float(np.float32(1) / np.float32(T - 1) * np.float32(int(U)))
+
+    def m(p):
+        if hasattr(p, "new_tensor"):
+            return (p.float() * ratio).floor().long()
+        return np.floor(np.asarray(p).astype(np.float32) * np.float32(ratio)).astype(np.int64)
+
+    return m
+
+
 @register_map("lampe-sw", "d < head: (i, j); d >= head: (m(i) + head - 1 - m(head), m(j)), m(p) = floor(p U/(T - 1)) "
               "over the input's T tokens, logits x t^2 (U = 0: U from T by LaMPE's sigmoid)",
               Param("head", REQUIRED, "local window of true positions (LaMPE: 512 at Llama 3's 8,192)", 1, 1e12,
@@ -317,15 +339,17 @@ def _dpe(W: float, top: float = 1.0, **groups: float) -> tuple[Region, ...]:
                     0.5, 2),
               window="head", rule=lampe_sw_rule, in_default=False, title="LaMPE")
 def _lampe_sw(head: float, U: float, L: float, t: float, length: int = 2) -> tuple[Region, ...]:
-    """LaMPE's two-region file (scar-on/LaMPE llama_sw_map.py, the `sw_map` method of its RULER script; the method
-    its benchmarks run is `lampe`, llama_cache1.py's three regions), as it computes it: `forward` keeps a window of `head` keys at their true positions and squeezes every position of the
-    input's T tokens linearly onto [0, U] (`map_ids(position_ids, 0, use_length)`: floor(p (U / (T - 1))) in float32,
-    as here), the far keys at m(j) and the query at m(i) + bias_1, bias_1 = head - (m(head) + 1), so the far region
-    starts where the window ends; the two merged by log-sum-exp (`flash_prefill_merge`, `flash_decode_merge`); cos
-    and sin x attention_factor = 0.1 ln 2 + 1 in both. U = 0 is the paper's length-aware mapping length, a scaled
-    sigmoid of the input length (llama_cache1.py `remap_uselen`, its Llama 3 fit: U = int(6204.41 / (1 + exp(-(1.0493e-4
-    T - 2.4666)))) past 8,192, 1536 below), here in units of the training length L (exactly the fit at L = 8,192); the
-    code's `forward` itself runs a fixed use_length = 1536 (3L/16) at every length, which is `U` set.
+    """LaMPE's two-region file (scar-on/LaMPE llama_sw_map.py, which its Llama 3 RULER run loads: ruler/run_cmd.sh →
+    test_ruler_llama.py:232-245, the preset lampe-ruler-llama3; its other runs load llama_cache1.py's three regions,
+    `lampe`), as it computes it: `forward` keeps a window of `head` keys at their true positions and squeezes every
+    position of the input's T tokens linearly onto [0, U] (`map_ids(position_ids, 0, use_length)`: floor(p (U /
+    (T - 1))) in float32, `lampe_squeeze`), the far keys at m(j) and the query at m(i) + bias_1,
+    bias_1 = head - (m(head) + 1), so the far region starts where the window ends; the two merged by log-sum-exp
+    (`flash_prefill_merge`, `flash_decode_merge`); cos and sin x attention_factor = 0.1 ln 2 + 1 in both. U = 0 is
+    the paper's length-aware mapping length, a scaled sigmoid of the input length (llama_cache1.py `remap_uselen`, its
+    Llama 3 fit: U = int(6204.41 / (1 + exp(-(1.0493e-4 T - 2.4666)))) past 8,192, 1536 below), here in units of the
+    training length L (exactly the fit at L = 8,192, `map_rules.scaled_uselen`); the file's `forward` itself takes a
+    fixed use_length (default 1,536; the Llama 3 RULER run passes 3,072) at every length, which is `U` set.
     Where this differs from the source: (1) its prefill counts the pair d = head twice (flash window_size=[head, 0]
     reaches it, and so does the far triangle); its decoding does not, and here, as there, the window is d < head.
     (2) Decoding, the source recomputes m over the current length but keeps the prefill's bias_1; here every length
@@ -335,34 +359,23 @@ def _lampe_sw(head: float, U: float, L: float, t: float, length: int = 2) -> tup
     it (1536 to 1036 at 8,192 for Llama 3); a fixed U holds it, as the source's generation does. Regions per
     length: `PositionMap.per_length`."""
     head, T = int(head), max(int(length), 2)
-    if not U:
-        if not L:
-            raise RopeCliError("lampe-sw: U = 0 sets the mapping length from the input's length by LaMPE's sigmoid, "
-                               "scaled by the training length: give L (e.g. lampe-sw:head=512,L=8192) or a fixed U")
-        L = int(L)
-        U = 3 * L // 16 if T < L else int(6204.409324666837 / 8192 * L / (
-            1 + np.exp(-(0.00010493097327094324 * 8192 * T / L - 2.466638011138158))))
-    ratio = float(np.float32(int(U)) / np.float32(T - 1))  # the source's U / (x_max - x_min) in float32
-
-    def m(p):  # the source's map_ids: floor(p * ratio) in float32, numpy or torch as p is
-        if hasattr(p, "new_tensor"):
-            return (p.float() * ratio).floor().long()
-        return np.floor(np.asarray(p).astype(np.float32) * np.float32(ratio)).astype(np.int64)
-
+    U = lampe_mapping_length(T, U, L, "scaled")
+    if U is None:
+        raise RopeCliError("lampe-sw: U = 0 sets the mapping length from the input's length by LaMPE's sigmoid, "
+                           "scaled by the training length: give L (e.g. lampe-sw:head=512,L=8192) or a fixed U")
+    m = lampe_squeeze(U, T)
     bias = head - 1 - int(m(np.array([head]))[0])
     s = t * t
     return (Region("window", lambda i, j: i - j < head, _same, _same, s),
             Region("far", lambda i, j: i - j >= head, lambda i: m(i) + bias, m, s))
-
-LAMPE_FITS = ("auto", "scaled", "llama2", "llama3", "llama3.1", "mistral")  # `lampe`'s fit, by index
 
 
 @register_map("lampe", "three regions (llama_cache1.py): d <= head true; the far keys squeezed onto [0, U] over the "
               "prompt's T tokens, the query at m(i) + bias_1; the last queries see the first ~tail keys at fine "
               "positions (the query at i - bias_2); logits x t^2; below 2 head full attention; U from T by the "
               "model family's sigmoid",
-              Param("head", REQUIRED, "local window of true positions (LaMPE: 512 at Llama 3's 8,192; its RULER runs "
-                    "1,024)", 1, 1e12, integer=True),
+              Param("head", REQUIRED, "local window of true positions (LaMPE: 512 at Llama 3's 8,192; its Mistral "
+                    "RULER run 2,048)", 1, 1e12, integer=True),
               Param("tail", 200, "initial keys the last queries see at fine-grained positions, extended to the end of "
                     "their mapped chunk (LaMPE: 200); below head", 1, 1e12, integer=True),
               Param("U", 0, "mapping length: the far keys squeezed onto [0, U] (0: from the prompt's length by the "
@@ -378,9 +391,10 @@ LAMPE_FITS = ("auto", "scaled", "llama2", "llama3", "llama3.1", "mistral")  # `l
 def _lampe(head: float, tail: float, U: float, L: float, fit: float, t: float, length: int = 2,
            prompt: int | None = None) -> tuple[Region, ...]:
     """LaMPE (Length-aware Multi-grained Positional Encoding, arXiv 2508.02308), as scar-on/LaMPE's llama_cache1.py
-    `forward` runs it, the file its LongBench, InfiniteBench, LEval and RULER scripts call. Everything is fixed from
+    `forward` runs it, the file its LongBench, InfiniteBench and LEval scripts and its Mistral RULER script
+    (test_ruler_mistral.py) load; its Llama 3 RULER script loads llama_sw_map.py, `lampe-sw`. Everything is fixed from
     the prompt's T tokens (the prefill) and kept while decoding: m(p) = floor(p (U / (T - 1))) in float32
-    (`map_ids`), r = the last index of the mapped chunk holding index `tail` (`find_chunk_last_index`),
+    (`map_ids`, `lampe_squeeze`), r = the last index of the mapped chunk holding index `tail` (`find_chunk_last_index`),
     bias_1 = head - (m(head) + 1), bias_2 = (T - 1 - r) - m(T - 1 - r) - bias_1, and U itself (`remap_uselen`). Three
     regions, merged by log-sum-exp (`flash_prefill_merge`, `flash_decode_merge`), cos and sin x t in all:
     - window: true positions, keys i - head … i in the prefill (flash window_size=[head, 0]), i - head + 1 … i
@@ -404,29 +418,12 @@ def _lampe(head: float, tail: float, U: float, L: float, fit: float, t: float, l
                            "queries beyond the window); lower tail")
     if T < 2 * head:  # the source: `if self.prefill_len < 2*head` full attention, cos and sin x t as everywhere
         return (Region("all", lambda i, j: i >= j, _same, _same, s),)
-    if not U:
-        fits = {2: (8.673006440952035e-05, -0.648012322406978, 2489.1055552214357, 8192),  # remap_uselen's own
-                3: (0.00010493097327094324, -2.466638011138158, 6204.409324666837, 8192),
-                4: (4.505261149632588e-05, -2.788576860718702, 82358.52413056031, 0),
-                5: (0.00010493097327094324, -2.466638011138158, 24576, 8192)}
-        if fit in fits:
-            a, b, c, below = fits[fit]
-            U = 1536 if T < below else int(c / (1 + np.exp(-(a * T + b))))
-        elif not L:
-            raise RopeCliError("lampe: U = 0 sets the mapping length from the prompt's length by a sigmoid: fit = auto "
-                               "picks it on the model, and the scaled fit needs the training length; give L "
-                               "(lampe:head=512,L=8192), a fit (fit=llama2) or a fixed U")
-        else:
-            L = int(L)
-            U = 3 * L // 16 if T < L else int(6204.409324666837 / 8192 * L / (
-                1 + np.exp(-(0.00010493097327094324 * 8192 * T / L - 2.466638011138158))))
-    ratio = float(np.float32(int(U)) / np.float32(T - 1))  # the source's U / (x_max - x_min) in float32
-
-    def m(p):  # the source's map_ids: floor(p * ratio) in float32, numpy or torch as p is
-        if hasattr(p, "new_tensor"):
-            return (p.float() * ratio).floor().long()
-        return np.floor(np.asarray(p).astype(np.float32) * np.float32(ratio)).astype(np.int64)
-
+    U = lampe_mapping_length(T, U, L, LAMPE_FITS[fit])
+    if U is None:
+        raise RopeCliError("lampe: U = 0 sets the mapping length from the prompt's length by a sigmoid: fit = auto "
+                           "picks it on the model, and the scaled fit needs the training length; give L "
+                           "(lampe:head=512,L=8192), a fit (fit=llama2) or a fixed U")
+    m = lampe_squeeze(U, T)
     mapped = m(np.arange(T))
     r = tail  # find_chunk_last_index(mapping_ids, tail)
     while r + 1 < T and mapped[r] == mapped[r + 1]:
@@ -443,12 +440,24 @@ def _lampe(head: float, tail: float, U: float, L: float, fit: float, t: float, l
             Region("initial", lambda i, j: j <= i + edge, lambda i: i - bias_2, _same, s))
 
 
-for _preset, _values in LAMPE_PRESETS.items():  # the authors' per-benchmark settings, each a map of its own
-    register_map(f"lampe-{_preset}", f"lampe as LaMPE's {_preset} scripts run it: " + ", ".join(
-                     f"{k} = {v:g}" for k, v in _values.items()) + (" (U from the prompt by the family's fit)"
-                                                                     if not _values["U"] else ""),
-                 *(replace(p, default=_values.get(p.name, p.default)) for p in MAPS["lampe"].params),
-                 window="head", in_default=False, title="LaMPE")(_lampe)
+def _lampe_prompt_below_U(head: float, tail: float, U: float, L: float, fit: float, t: float, length: int = 2,
+                          prompt: int | None = None) -> tuple[Region, ...]:
+    """`lampe` with U = min(T, U) of the prompt's T tokens (`map_rules.longbench_uselen`: LaMPE's LongBench
+    pred.py:93-97 passes use_length = context_length below 1,536, 1,536 above), everything else as `_lampe`; U = 0:
+    the fit, as lampe's."""
+    T = max(int(prompt or length), 2)
+    return _lampe(head, tail, longbench_uselen(T, int(U)) if U else 0, L, fit, t, length, prompt)
+
+
+# how each committed run sets U, as the region function its preset runs (`map_rules.LampePreset.U_rule`): fixed and
+# fit are the map's own U and fit; LongBench's rule needs the prompt's length
+_U_RULE_REGIONS = {"min(T, U)": _lampe_prompt_below_U}
+
+for _preset, _run in LAMPE_PRESETS.items():  # LaMPE's committed runs, each a map of its own (`map_rules.LampePreset`)
+    _base = MAPS[_run.regions]
+    register_map(f"lampe-{_preset}", _run.summary,
+                 *(replace(p, default=_run.values.get(p.name, p.default)) for p in _base.params),
+                 window="head", in_default=False, title="LaMPE")(_U_RULE_REGIONS.get(_run.U_rule, _base.regions))
 
 
 def map_regions(name: str, params: dict, length: int, prompt: int | None = None) -> tuple[Region, ...]:
@@ -462,6 +471,8 @@ def map_regions(name: str, params: dict, length: int, prompt: int | None = None)
 
 
 def resolve_map(name: str) -> PositionMap:
+    if name in LAMPE_RENAMED:  # a preset that was not what its runs run: one line naming what replaced it
+        raise RopeCliError(f"{name} is no longer a map: {LAMPE_RENAMED[name]}")
     if name not in MAPS:
         raise RopeCliError(f"unknown position map '{name}'; choose from {', '.join(MAPS)}")
     return MAPS[name]

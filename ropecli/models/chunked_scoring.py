@@ -10,6 +10,7 @@ fp32-upcast logits, after the model's final-logit soft-capping where it has one 
 from __future__ import annotations
 
 import functools
+import inspect
 
 from ropecli.deferred import deferred
 from ropecli.errors import RopeCliError
@@ -18,6 +19,7 @@ from ropecli.models.token_losses import prefix_summaries
 
 torch = deferred("torch")
 F = deferred("torch.nn.functional")
+transformers = deferred("transformers")
 
 
 def inference_mode(fn):
@@ -109,11 +111,42 @@ def _logits(model, head, hidden: torch.Tensor, cap: float | None) -> torch.Tenso
 @inference_mode
 def passkey_scores(model, ids: torch.Tensor, answer_start: int) -> tuple[float, float]:
     """(1.0 if every answer token is the argmax given its prefix else 0.0, answer NLL in nats) for one
-    prompt `ids` (1, T) whose answer is ids[0, answer_start:]. Logits only at the answer positions."""
+    prompt `ids` (1, T) whose answer is ids[0, answer_start:]. Logits only at the answer positions. Under a map
+    its prompt fixes (`fixed_by_prompt`: LaMPE's three regions) the prompt runs alone and the answer through its
+    cache (`answer_hidden_after_prompt`), as the source decodes and `greedy_tokens` generates: one pass over both
+    would set U and both biases from the answer's tokens too."""
     head = model.get_output_embeddings()
-    hidden = final_hidden(model, ids)  # (1, T, H)
-    logits = _logits(model, head, hidden[0, answer_start - 1:-1], _softcap(model))  # (A, V): position t predicts t+1
+    if fixed_by_prompt(model):
+        hidden = answer_hidden_after_prompt(model, ids, answer_start)
+    else:
+        hidden = final_hidden(model, ids)[0, answer_start - 1:-1]  # (A, H): position t predicts t+1
+    logits = _logits(model, head, hidden, _softcap(model))  # (A, V)
     return answer_scores(logits, ids[0, answer_start:])
+
+
+def fixed_by_prompt(model) -> bool:
+    """Whether `model` runs under a position map whose regions its prompt fixes and decoding keeps
+    (`PositionMap.per_prompt`: LaMPE's three regions): the MapRun `maps.mapped_attention.mapped` runs its decoder's
+    passes under, which it names on the decoder while it runs (the maps import this module, not it them)."""
+    return bool(getattr(getattr(decoder(model), "ropecli_map_run", None), "per_prompt", False))
+
+
+def answer_hidden_after_prompt(model, ids: torch.Tensor, answer_start: int) -> torch.Tensor:
+    """The final hidden states (A, H) that predict the answer ids[0, answer_start:], teacher-forced as generation
+    runs: the prompt ids[:, :answer_start] in one pass into a KV cache (its last position predicts the answer's first
+    token), then the answer's tokens but its last in one more pass through that cache."""
+    body = decoder(model)
+    cache = transformers.DynamicCache(config=model.config)  # filled in place by both passes
+    # the cache's keyword as the decoder's class names it (transformers renamed past_key_values to cache in 5.x;
+    # under a map the instance's forward is mapped's wrapper, which names none)
+    keyword = "cache" if "cache" in inspect.signature(type(body).forward).parameters else "past_key_values"
+    parts = []
+    for lo, hi in ((0, answer_start), (answer_start, ids.shape[1] - 1)):
+        if hi > lo:
+            out = body(input_ids=ids[:, lo:hi], position_ids=torch.arange(lo, hi, device=ids.device)[None],
+                       use_cache=True, **{keyword: cache})
+            parts.append(out.last_hidden_state[0])
+    return torch.cat([parts[0][-1:], *parts[1:]])
 
 
 @inference_mode
