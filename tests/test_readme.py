@@ -130,7 +130,7 @@ def test_the_first_hour_is_planned():
     text = README.read_text()
     assert "SmolLM2\n8,192" in text or "SmolLM2 8,192" in text.replace("\n", " ")
     assert "Gemma 3 270M 32,768" in text.replace("\n", " ")
-    assert "python -m pytest -m quick" in text and "about 18 minutes" in text
+    assert "python -m pytest -m quick" in text and "about 20 minutes" in text
     assert "-m slow` runs only the slow tests" in text.replace("\n", " ")
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     markers = project["tool"]["pytest"]["ini_options"]["markers"]

@@ -67,15 +67,9 @@ def progress_lines(output: str) -> tuple[int, list[tuple[int, int, int, int]]]:
     return bound, lines
 
 
-@pytest.mark.parametrize("extra", [[], ["--min-passkey", "0.0", "--max-short-kl", "1"], ["--no-race"],
-                                   ["--workload", "64:0.5,256:0.5"]],
-                         ids=["raced", "raced-with-constraints", "full", "raced-and-served"])
-def test_advise_never_plans_past_its_first_bound_nor_says_less_time_than_is_left(qwen_dir, tmp_path, monkeypatch,
-                                                                                 extra):
-    """A small advise with a progress line after every tick, each pass one simulated second: every total is at most
-    the bound said before the first pass and none grows (the race's rounds, the costs, the served candidates were
-    reserved up front), the bar closes full (its total the work done), and every line's time left reaches the
-    seconds still to come. --no-race knew its total before; it must stay so."""
+def every_line_and_closing(monkeypatch) -> list[tuple[int, int]]:
+    """A progress line after every tick, each pass one simulated second; the returned list gets (done, total) of each
+    task as it closes."""
     monkeypatch.setattr(session.RichProgress, "LINE_EVERY", 0.0)
     monkeypatch.setattr(session.RichProgress, "LONG", 0.0)
     per_pass(monkeypatch, 1.0)
@@ -89,6 +83,19 @@ def test_advise_never_plans_past_its_first_bound_nor_says_less_time_than_is_left
             closed.append((self.done, self.total))
 
     monkeypatch.setattr(session, "RichProgress", Closing)
+    return closed
+
+
+@pytest.mark.parametrize("extra", [[], ["--min-passkey", "0.0", "--max-short-kl", "1"], ["--no-race"],
+                                   ["--workload", "64:0.5,256:0.5"]],
+                         ids=["raced", "raced-with-constraints", "full", "raced-and-served"])
+def test_advise_never_plans_past_its_first_bound_nor_says_less_time_than_is_left(qwen_dir, tmp_path, monkeypatch,
+                                                                                 extra):
+    """A small advise with a progress line after every tick, each pass one simulated second: every total is at most
+    the bound said before the first pass and none grows (the race's rounds, the costs, the served candidates were
+    reserved up front), the bar closes full (its total the work done), and every line's time left reaches the
+    seconds still to come. --no-race knew its total before; it must stay so."""
+    closed = every_line_and_closing(monkeypatch)
     r = runner.invoke(app, ["advise", "--model", qwen_dir, "--len", "128", "--len", "256", "--samples", "2",
                             "--budget", "7", "--out", str(tmp_path / "o"), "--cache-dir", str(tmp_path / "c"), *extra])
     assert r.exit_code == 0, r.output
@@ -189,19 +196,7 @@ def test_compares_race_says_its_bound_first_and_only_gives_back(qwen_dir, tmp_pa
     """`compare --race` reserves every entrant at every look before its first pass (it grew round by round): the
     plan line comes first, no total passes it, none grows, the bar closes at the work done, and no time left said is
     below what remained."""
-    monkeypatch.setattr(session.RichProgress, "LINE_EVERY", 0.0)
-    monkeypatch.setattr(session.RichProgress, "LONG", 0.0)
-    per_pass(monkeypatch, 1.0)
-    closed = []
-
-    class Closing(session.RichProgress):
-        @contextmanager
-        def task(self, total, label):
-            with super().task(total, label):
-                yield
-            closed.append((self.done, self.total))
-
-    monkeypatch.setattr(session, "RichProgress", Closing)
+    closed = every_line_and_closing(monkeypatch)
     r = runner.invoke(app, ["compare", "--model", qwen_dir, "--len", "128", "--len", "256", "--samples", "2", "--race",
                             "--cache-dir", str(tmp_path / "c")])
     assert r.exit_code == 0, r.output
