@@ -32,7 +32,7 @@ def fenced(page: Path, lang: str, after: str) -> list[str]:
     """The logical lines (continuations joined, comments cut) of the first ```lang block after the text `after`."""
     text = page.read_text()
     block = re.search(rf"```{lang}\n(.*?)```", text[text.index(after):], flags=re.S).group(1)
-    joined = re.sub(r"\\\n\s*", " ", block)  # a continued line joined as one, its indent dropped
+    joined = re.sub(r"\s*\\\n\s*", " ", block)  # a continued line joined as one, its indent dropped
     return [re.sub(r"\s+#\s.*$", "", ln).strip() for ln in joined.splitlines() if ln.strip()]
 
 
@@ -64,7 +64,9 @@ def main() -> int:
     clone = work / "ropecli"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
     walk = Walk(work, clone)
-    env = {"PATH": f"{work / 'venv' / 'bin'}:/usr/local/bin:/usr/bin:/bin", "HOME": str(Path.home())}
+    # a new user's machine: no ropecli evaluation cache yet (XDG_CACHE_HOME), pip's own cache kept (HOME)
+    env = {"PATH": f"{work / 'venv' / 'bin'}:/usr/local/bin:/usr/bin:/bin", "HOME": str(Path.home()),
+           "XDG_CACHE_HOME": str(work / "cache")}
 
     # the README: a virtual environment (its words), the install line in the clone, the main job from outside it
     readme = fenced(clone / "README.md", "bash", "## Install and the first command")
