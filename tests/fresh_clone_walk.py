@@ -66,7 +66,7 @@ def main() -> int:
     walk = Walk(work, clone)
     # a new user's machine: no ropecli evaluation cache yet (XDG_CACHE_HOME), pip's own cache kept (HOME)
     env = {"PATH": f"{work / 'venv' / 'bin'}:/usr/local/bin:/usr/bin:/bin", "HOME": str(Path.home()),
-           "XDG_CACHE_HOME": str(work / "cache")}
+           "XDG_CACHE_HOME": str(work / "cache"), "PIP_CACHE_DIR": str(Path.home() / ".cache" / "pip")}
 
     # the README: a virtual environment (its words), the install line in the clone, the main job from outside it
     readme = fenced(clone / "README.md", "bash", "## Install and the first command")
