@@ -94,4 +94,4 @@ def test_advise_says_how_to_load_each_export_and_copies_ropecli_own_weights(tmp_
     said = export_lines(list(got.values()))
     assert f"  load it: AutoModelForCausalLM.from_pretrained('{out / 'hf'}', trust_remote_code=True)" in said
     assert any(line.startswith(f"  serve it: python -m vllm.entrypoints.openai.api_server --model {out / 'vllm'} "
-                               "--max-model-len 1024 --dtype float32") for line in said), said
+                               "--max-model-len 1024 --dtype float32 --enforce-eager") for line in said), said

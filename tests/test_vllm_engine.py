@@ -369,6 +369,17 @@ def test_without_the_plugin_vllm_refuses_the_folder_in_one_line(tmp_path):
     assert all(not rec["phases"] for rec in out["engines"])  # nothing was served
 
 
+def test_a_compiled_engine_is_refused_in_one_line_naming_enforce_eager(tmp_path):
+    """Compiled (vLLM's default without --enforce-eager), the plugin's per-step plan stopped vLLM at start-up on a
+    data-dependent guard in torch._dynamo; the plugin refuses first, in one line naming the flag."""
+    folder = export(["--model", "builtin", "--method", "none", "--map", "selfextend:G=8,W=64", "--len", T, "--to",
+                     "vllm", "--out", tmp_path / "se"])
+    rec = run_engine({"engines": [engine(folder, T, [[{"ids": window(300)}]], engine={"enforce_eager": False})]},
+                     PYTHON)["engines"][0]
+    assert rec["error"] is not None and "--enforce-eager" in rec["error"] and "\n" not in rec["error"], rec["error"]
+    assert not rec["phases"]
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -384,9 +395,10 @@ def complete(port, ids, n):
 
 
 def test_vllm_serve_answers_four_concurrent_requests_each_as_alone(tmp_path):
-    """The line `export --to vllm` prints, run as printed (its python the vLLM environment's; the host, port, a small
-    memory share and eager mode added for a test beside others): four concurrent OpenAI completions on 127.0.0.1 each
-    as the request alone, the first greedy text transformers' on the same folder."""
+    """The line `export --to vllm` prints, run as printed (its python the vLLM environment's; the host, port and a
+    small memory share added for a test beside others): four concurrent OpenAI completions on 127.0.0.1 each as the
+    request alone, the first greedy text transformers' on the same folder. Its --enforce-eager is the printed one: a
+    compiled start stopped on the plugin's data-dependent step plan."""
     folder = tmp_path / "se"
     r = run("export", "--model", "builtin", "--method", "none", "--map", "selfextend:G=8,W=64", "--len", T, "--to",
             "vllm", "--out", folder)
@@ -394,11 +406,11 @@ def test_vllm_serve_answers_four_concurrent_requests_each_as_alone(tmp_path):
     line = next(x.strip() for x in r.output.splitlines() if "vllm.entrypoints.openai.api_server" in x)
     args = shlex.split(line)
     assert args[:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"] and args[3:5] == ["--model", str(folder)]
-    assert "--dtype float32" in line and "--trust-remote-code" not in line, line
+    assert "--dtype float32 --enforce-eager" in line and "--trust-remote-code" not in line, line
     port = free_port()
     log = open(tmp_path / "serve.log", "w")
     server = subprocess.Popen([PYTHON, *args[1:], "--host", "127.0.0.1", "--port", str(port), "--served-model-name",
-                               "map", "--enforce-eager", "--gpu-memory-utilization", "0.2"],
+                               "map", "--gpu-memory-utilization", "0.2"],
                               stdout=log, stderr=subprocess.STDOUT,
                               env={**os.environ, **{k: v for k, v in ENV.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}})
     try:

@@ -98,6 +98,19 @@ def serving_refusal(config) -> str | None:
     return None
 
 
+def eager_refusal(vllm_config) -> str | None:
+    """Why ropecli's plugin cannot serve under this compilation config (one line), or None. The plugin plans each
+    step in Python from vLLM's forward context (`ServedMap.begin_step`), which neither torch.compile's graph nor CUDA
+    graphs hold: compiled, vLLM 0.32's CPU build stopped at start-up on a data-dependent guard (torch._dynamo
+    UserError), far from the cause. `--enforce-eager` sets both off (vllm/config/vllm.py: VllmConfig.__post_init__)."""
+    compilation = getattr(vllm_config, "compilation_config", None)
+    mode, graphs = getattr(compilation, "mode", 0), getattr(compilation, "cudagraph_mode", None)
+    if int(mode or 0) == 0 and (graphs is None or getattr(graphs, "name", "NONE") == "NONE"):
+        return None
+    return ("ropecli's vLLM plugin serves a position map eagerly (it plans each step in Python, which torch.compile "
+            "and CUDA graphs do not hold): serve the folder with --enforce-eager (LLM(DIR, enforce_eager=True))")
+
+
 class RopecliMapForCausalLM(VllmLlamaForCausalLM):
     """What vLLM builds for `architectures: [RopecliMapForCausalLM]`: the folder's own vLLM class (ropecli_map.
     architecture) with its mapped layers changed (`install_map`). Constructing it returns that class's instance, so
@@ -105,7 +118,7 @@ class RopecliMapForCausalLM(VllmLlamaForCausalLM):
 
     def __new__(cls, *, vllm_config, prefix: str = ""):
         config = vllm_config.model_config.hf_config
-        why = version_refusal(VLLM_VERSION) or serving_refusal(config)
+        why = version_refusal(VLLM_VERSION) or serving_refusal(config) or eager_refusal(vllm_config)
         if why is not None:
             raise RopeCliError(why)
         base = ModelRegistry._try_load_model_cls(base_architecture(config))

@@ -171,17 +171,21 @@ SERVER = "python -m vllm.entrypoints.openai.api_server"
 CPU_DEFAULT_SHARE = 0.92  # vLLM's --gpu-memory-utilization default (vllm/config/cache.py: CacheConfig.gpu_memory_utilization)
 
 
-def serve_command(model: str, max_len: int, overrides: dict | None = None) -> tuple[str, list[str]]:
+def serve_command(model: str, max_len: int, overrides: dict | None = None,
+                  position_map: bool = False) -> tuple[str, list[str]]:
     """The line that serves `model` in vLLM as ropecli measured it, and what it says of the line: the module form
     (`SERVER`), fp32 (`--dtype float32`: ropecli measures in fp32; vLLM's CPU build defaults to bf16, whose greedy
-    text left fp32's after ~10 tokens of a 900-token prompt), and, where this machine has no CUDA device, the share of
-    its memory vLLM's CPU build may reserve: it reserves --gpu-memory-utilization (0.92 by default) of the machine's
-    memory and stops at start-up where less is available (vllm/v1/worker/cpu_worker.py: CPUWorker.__init__'s
-    "less than desired CPU memory utilization")."""
+    text left fp32's after ~10 tokens of a 900-token prompt), a position map's folder eager (`--enforce-eager`: the
+    plugin plans each step in Python from vLLM's forward context, maps/vllm_model.py, which neither torch.compile's
+    graph nor CUDA graphs hold; compiled, vLLM 0.32's CPU build stopped at start-up on a data-dependent guard,
+    torch._dynamo UserError), and, where this machine has no CUDA device, the share of its memory vLLM's CPU build
+    may reserve: it reserves --gpu-memory-utilization (0.92 by default) of the machine's memory and stops at start-up
+    where less is available (vllm/v1/worker/cpu_worker.py: CPUWorker.__init__'s "less than desired CPU memory
+    utilization")."""
     line = f"{SERVER} --model {shlex.quote(model)}"
     if overrides is not None:
         line += f" --hf-overrides {shlex.quote(json.dumps(overrides, separators=(',', ':')))}"
-    line += f" --max-model-len {int(max_len)} --dtype float32"
+    line += f" --max-model-len {int(max_len)} --dtype float32" + (" --enforce-eager" if position_map else "")
     share, said = cpu_memory_share()
     if share is not None:
         line += f" --gpu-memory-utilization {share:g}"
@@ -346,7 +350,7 @@ def write_map(spec, geom, rope, out, *, model=None, gguf_file=None, force=False,
                                     consistent=consistent)
     result.pop("load", None)  # vLLM serves the folder: its line starts vLLM's server, not transformers' loading line
     arch = read_json(Path(out) / "config.json")["ropecli_map"]["architecture"]
-    command, said = serve_command(str(out), geom.target_len)
+    command, said = serve_command(str(out), geom.target_len, position_map=True)
     if arch in SERVED:
         result["command"] = command
         result["lines"] += [command, *said, f"{RECORD.label} serves the map through ropecli's plugin: install ropecli where "
