@@ -51,7 +51,7 @@ def test_verify_of_a_block_for_another_model_is_one_line(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "r.json").write_text(run("schedule", "--d", "128", "--k", "2", "--method", "yarn", "--format", "hf").stdout)
     r = run("verify", "r.json", "--model", "builtin", "--method", "yarn", "--len", "512")
-    line = one_error_line(r, "long_factor has 64 entries where rotary dim 64 has 32 pairs")
+    one_error_line(r, "long_factor has 64 entries where rotary dim 64 has 32 pairs")
     assert "[transformers]" not in r.output, r.output  # transformers' own warnings are said in that line
 
 
