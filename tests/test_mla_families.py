@@ -12,6 +12,7 @@ import pytest
 import torch
 import transformers
 from transformers import AutoConfig
+from transformers.models.auto import modeling_auto
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from ropecli.errors import RopeCliError
@@ -74,8 +75,6 @@ def test_the_mla_families_a_map_cannot_run_on_are_one_line(family):
 def test_a_remote_class_registered_earlier_in_the_process_does_not_replace_the_family(monkeypatch):
     """A map folder loaded with trust_remote_code registers its class for the config's type in transformers' auto
     mapping, process-wide (the CI failure of stop 97: a later Mistral 4 built here became the folder's class)."""
-    from transformers.models.auto import modeling_auto
-
     class Planted(torch.nn.Module):
         pass
 

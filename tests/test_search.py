@@ -9,9 +9,12 @@ import shlex
 import numpy as np
 import pytest
 import torch
+from helpers import runner
+from tiny_models import char_tokenizer
 from transformers import AutoModelForCausalLM
 
 from ropecli.cli.app import app
+from ropecli.cli.commands import search_commands
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.bos_policy import lead_ids
 from ropecli.evaluation.cache import FORMAT
@@ -19,10 +22,12 @@ from ropecli.evaluation.data import load_documents, sample_windows, tokenize_doc
 from ropecli.evaluation.evaluator import Evaluator
 from ropecli.models.chunked_scoring import naive_window_nll
 from ropecli.report.search_tables import equivalent_words
-from ropecli.tuning.optimizers import golden_section, grid_evaluations, interior_evaluations, local_maxima
-
-from helpers import runner
-from tiny_models import char_tokenizer
+from ropecli.tuning.optimizers import (
+    golden_section,
+    grid_evaluations,
+    interior_evaluations,
+    local_maxima,
+)
 
 
 @pytest.mark.parametrize("true_b", [0.0, 0.004, 0.1, 0.3333, 0.5, 0.625, 0.777, 0.99, 1.0])
@@ -211,8 +216,6 @@ def test_length_within_training_is_refused_before_any_forward_pass(tiny_dir, tmp
     """Within L every b is the same schedule (k = 1): one line naming L and a length that extends, no search run (it
     used to run the whole search and report b = 0), nothing cached; refused from the model's config, before its
     weights load (it loaded SmolLM2 for 20 s before saying so)."""
-    from ropecli.cli.commands import search_commands
-
     def no_loading(*a, **kw):
         raise AssertionError("the model was loaded")
 

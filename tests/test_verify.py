@@ -7,15 +7,15 @@ import json
 import shutil
 
 import pytest
+from helpers import run
+from tiny_models import save_tiny
 
+from ropecli.export import runs
 from ropecli.models.config import BUILTIN_DIR
 from ropecli.models.gguf_rope import export_gguf, read_gguf_input
 from ropecli.models.llamacpp_files import file_fingerprint
 from ropecli.rope.geometry import Geometry
 from ropecli.spec import make_spec
-
-from helpers import run
-from tiny_models import save_tiny
 
 B = str(BUILTIN_DIR)  # the built-in model: L = 256, d = 64
 YARN_1K = ["--model", B, "--method", "yarn", "--len", "1024"]
@@ -223,8 +223,6 @@ def test_two_exports_differing_only_in_rope_freqs_have_different_fingerprints(bu
 def test_an_engine_that_fails_is_an_error_naming_it_never_a_mismatch(tmp_path, monkeypatch):
     """vLLM's engine failing (here: the hub lookup a relative folder once caused) is an ERROR line naming the engine
     and its error, exit 1; a MISMATCH is only ever numbers the runtime computed."""
-    from ropecli.export import runs
-
     good = export(tmp_path, "o.json", *YARN_1K, "--to", "vllm")
     monkeypatch.setenv("ROPECLI_VLLM_PYTHON", "/nonexistent/python")
     monkeypatch.setattr(runs, "run_engine", lambda job, python: {"engines": [
