@@ -47,6 +47,35 @@ def test_relative_positions_follow_the_formulas():
         assert np.nanmax(rel) < 64 and np.isnan(rel[~low]).all()
 
 
+def longlm_relative(G: int, W: int, n: int, divide) -> np.ndarray:
+    """LongLM's Self-Extend, transliterated (datamllab/LongLM @ cdbbb06, self_extend_patch/Llama_4_40.py): the prefill
+    (:130-132, the neighbour mask for d < W) with `divide` for W over G, and the decode step (:266-268) at every query;
+    (n, n) relative positions, NaN above the diagonal. Returns (prefill, decode)."""
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    re_w = 0 if n - 1 < W else W  # _re_group_size_2: the longest query below W groups nothing
+    prefill = np.where(i - j < W, i - j, (i // G + re_w - divide(re_w, G)) - j // G).astype(float)
+    decode = np.full((n, n), np.nan)
+    for p in range(n):  # position_ids[:, -1] = p, keys 0..p; the last W keys neighbours, the rest grouped
+        keys = np.arange(p + 1)
+        re_w = 0 if p < W else W
+        group = p // G - keys // G + (re_w - re_w // G)
+        decode[p, : p + 1] = np.concatenate([group[: max(0, p + 1 - W)], (p - keys)[max(0, p + 1 - W):]])
+    prefill[i < j] = np.nan
+    return prefill, decode
+
+
+def test_selfextend_follows_the_authors_rule_where_G_does_not_divide_W():
+    # G = 5, W = 1,024 is LongLM's README example; 64 over 32 is docs/methods.md's measured pair
+    for G, W in ((5, 12), (3, 10), (64, 32), (4, 8)):
+        n = 3 * W + 2 * G + 7
+        fixed, decode = longlm_relative(G, W, n, lambda w, g: w // g)
+        ours = relative_positions("selfextend", {"G": G, "W": W}, n)
+        np.testing.assert_array_equal(ours, fixed)  # the prefill as fixed (715c1e3)
+        np.testing.assert_array_equal(ours, decode)  # and every decode step: one rule for the prompt and the answer
+        floated, _ = longlm_relative(G, W, n, lambda w, g: w / g)  # the flash prefills' '/'
+        assert np.array_equal(ours, floated, equal_nan=True) == (W % G == 0)
+
+
 def test_bad_parameters_are_one_line():
     with pytest.raises(RopeCliError, match="G = 0 is outside"):
         map_params("selfextend", {"G": 0, "W": 8})

@@ -7,7 +7,8 @@ fast each pair turns, the map at which positions). The maps, with their sources:
 
     none         one region: (i, j), the model as it is
     selfextend   Self-Extend (Jin et al., ICML 2024, datamllab/LongLM): d < W true positions; d >= W the query at
-                 floor(i/G) + W - floor(W/G), the key at floor(j/G) (reach about (L - W) G + W)
+                 floor(i/G) + W - floor(W/G), the key at floor(j/G) (reach about (L - W) G + W); floor(W/G) for every
+                 G and W, as the authors' fix 715c1e3 and their decoding have it (their README's G = 5, W = 1,024 too)
     rerope       ReRoPE (Su, kexue.fm 9708): relative position min(d, w): beyond w the query at w, the key at 0
     leaky-rerope Leaky ReRoPE (Su; bojone/rerope leaky_rerope_patch.py): w + (d - w)/k beyond w: the query at
                  i/k + w - w/k, the key at j/k
@@ -199,6 +200,9 @@ def _none() -> tuple[Region, ...]:
               rule=selfextend_rule, ranges=selfextend_ranges, title="Self-Extend")
 def _selfextend(G: float, W: float) -> tuple[Region, ...]:
     G, W = int(G), int(W)
+    # floor(W/G), as the authors fixed it (LongLM 715c1e3, "We accidentally use '/'", Llama_4_40.py:131) and as every
+    # decode path (Llama_4_40.py:267) and Phi.py:77 have it; the flash prefills (Llama.py:134, Llama_4_40.py:291,
+    # Gemma.py:144) still divide as floats, frac(W/G) of a position further where G does not divide W
     shift = W - W // G
     return (Region("neighbour", lambda i, j: i - j < W, _same, _same),
             Region("grouped", lambda i, j: i - j >= W, lambda i: i // G + shift, lambda j: j // G))
