@@ -57,7 +57,7 @@ class ModelBackend(Protocol):
     fingerprint: str  # identifies weights and config, for the cache key
     dtype: str  # e.g. "float32": part of the cache key
     device: str
-    runtime: str  # "transformers" | "llamacpp" (`ropecli.export.runtimes`): part of the cache key
+    runtime: str  # "transformers" | "llamacpp" | "vllm" (`ropecli.export.runtimes`): part of the cache key
     # optional (defaults in `BackendDefaults`):
     maps: bool | tuple[str, ...]  # the position maps it runs: True (every map), their names, or False (none)
     earlier_fingerprints: tuple[str, ...]  # earlier fingerprints of the same weights: their cached windows are reused
@@ -94,6 +94,9 @@ class ModelBackend(Protocol):
     def notes(self) -> list[str]: ...
     # what a command says at its end about what ran here
 
+    def gather(self, units: list, score: Callable[[Any], Any]) -> None: ...
+    # before a block's units are scored one by one: a batching backend answers their requests together
+
 
 class BackendDefaults:
     """The optional members of `ModelBackend`, doing nothing: a backend inherits them and overrides what it has."""
@@ -110,6 +113,10 @@ class BackendDefaults:
 
     def notes(self) -> list[str]:
         return []
+
+    def gather(self, units: list, score: Callable[[Any], Any]) -> None:
+        """Nothing ahead of the units: each is scored when the evaluator reaches it. (vLLM's backend runs `score` over
+        the block's units first and answers their requests in batches: `vllm_backend.VllmBackend.gather`.)"""
 
 
 def native_reference(rope: ModelRope, schedule: Schedule) -> Schedule:

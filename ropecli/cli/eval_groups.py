@@ -32,12 +32,14 @@ from ropecli.cli.eval_options import (
     KeyTokensOpt,
     LenOpt,
     MarginOpt,
+    MaxModelLenOpt,
     MaxShortKlOpt,
     MaxShortRegressionOpt,
     MaxWindowsOpt,
     MinPasskeyOpt,
     NoCacheOpt,
     ObjectiveOpt,
+    PipelineParallelOpt,
     PromptsOpt,
     RaceOpt,
     SamplesOpt,
@@ -45,6 +47,7 @@ from ropecli.cli.eval_options import (
     SeedOpt,
     ServeRuntimeOpt,
     TaskGuardOpt,
+    TensorParallelOpt,
     TextFieldOpt,
     TokenLossesOpt,
     TrustOpt,
@@ -96,11 +99,20 @@ class ModelOptions(ModelSourceOptions):
     device_map: DeviceMapOpt = None
     attn_implementation: AttnOpt = None
     trust_remote_code: TrustOpt = False
+    tensor_parallel: TensorParallelOpt = 1
+    pipeline_parallel: PipelineParallelOpt = 1
+    max_model_len: MaxModelLenOpt = None
 
     def __post_init__(self):
         super().__post_init__()
         self.dtype = Dtype(self.dtype).value
         self.backend = Backend(self.backend).value
+        given = [flag for flag, on in (("--tensor-parallel", self.tensor_parallel != 1),
+                                       ("--pipeline-parallel", self.pipeline_parallel != 1),
+                                       ("--max-model-len", self.max_model_len is not None)) if on]
+        if given and self.backend != "vllm":
+            raise RopeCliError(f"{given[0]} is vLLM's: add --backend vllm (with --backend {self.backend}, "
+                               "--device-map auto spreads a model over GPUs)")
 
 
 @dataclass

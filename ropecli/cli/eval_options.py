@@ -40,9 +40,18 @@ class PasskeyScore(str, Enum):  # passkey --score (`ropecli.evaluation.passkey`)
 class Backend(str, Enum):
     transformers = "transformers"  # the model in torch, RoPE patched in place
     llamacpp = "llamacpp"  # a GGUF inside llama.cpp (llama-cpp-python), scaled by rope_freqs
+    vllm = "vllm"  # vLLM's engine: schedules as hf_overrides, maps through ropecli's plugin (`backends.vllm_backend`)
 
 BackendOpt = Annotated[Backend, typer.Option("--backend", rich_help_panel=ADVANCED,
-    help="transformers, or llamacpp: a GGUF evaluated inside llama.cpp as it serves it (needs the llamacpp extra).")]
+    help="transformers; llamacpp: a GGUF evaluated inside llama.cpp as it serves it (needs the llamacpp extra); "
+         "vllm: every window and prompt scored in vLLM's engine, as it serves (vLLM here, or ROPECLI_VLLM_PYTHON).")]
+TensorParallelOpt = Annotated[int, typer.Option("--tensor-parallel", min=1, rich_help_panel=ADVANCED,
+    help="--backend vllm: tensor-parallel ranks vLLM splits each layer over (GPUs; on a CPU, core groups).")]
+PipelineParallelOpt = Annotated[int, typer.Option("--pipeline-parallel", min=1, rich_help_panel=ADVANCED,
+    help="--backend vllm: pipeline stages vLLM splits the layers over.")]
+MaxModelLenOpt = Annotated[Optional[int], typer.Option("--max-model-len", min=2, rich_help_panel=ADVANCED,
+    help="--backend vllm: the longest sequence an engine is started for (default: the longest --len plus room "
+         "for an answer); a longer one is refused.")]
 DtypeOpt = Annotated[Dtype, typer.Option("--dtype", rich_help_panel=ADVANCED, help="Weights' dtype (auto: fp32 on CPU, bf16 on CUDA).")]
 DeviceOpt = Annotated[str, typer.Option("--device", rich_help_panel=ADVANCED, help="auto | cpu | cuda | cuda:N.")]
 DeviceMapOpt = Annotated[Optional[str], typer.Option(

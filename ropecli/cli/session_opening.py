@@ -14,6 +14,7 @@ from rich.progress import Progress as ProgressBar
 
 from ropecli.backends.llamacpp_open import open_gguf
 from ropecli.backends.load import load_model, resolve_device, resolve_dtype
+from ropecli.backends.vllm_backend import open_vllm
 from ropecli.cli.console import stderr_console
 from ropecli.cli.eval_groups import DataOptions, EvalOptions, ModelOptions, PasskeyOptions
 from ropecli.errors import RopeCliError
@@ -195,9 +196,10 @@ def open_session(model: ModelOptions, data: DataOptions, evaluation: EvalOptions
                       f"stay idle; pass --samples {dist.world} or more to use them all", highlight=False)
     if passkey:
         passkey.check_chat_template()  # a missing template file fails before the model loads
-    memory = _memory(model, device, evaluation.length)  # before loading: a model that cannot fit is refused here
+    # before loading: a model that cannot fit is refused here (vLLM sizes its own memory)
+    memory = _memory(model, device, evaluation.length) if model.backend != "vllm" else None
     with err.status(f"loading {model.model or 'the built-in model'} …", spinner="dots") if not quiet else nullcontext():
-        lm = _load(model, device, dist)
+        lm = _load(model, device, dist, evaluation.length)
     err.print(f"model {lm.describe()}", highlight=False)
     loaded_peak = loading_peak()
     prompts = {"depths": tuple(passkey.parsed_depths()), "digits": passkey.checked_digits(),
@@ -259,8 +261,19 @@ def _key_rule(evaluation: EvalOptions, lm, cache, device: str, store: bool):
     return LongShort(judge, lm.tokenizer, cache, trunc_len=short, chunk_tokens=evaluation.chunk_size, store=store)
 
 
-def _load(model: ModelOptions, device: str, dist):
-    """The model backend of --backend: transformers (torch, RoPE patched in place) or llama.cpp (a GGUF)."""
+def _load(model: ModelOptions, device: str, dist, lengths: list[int] | None = None):
+    """The model backend of --backend: transformers (torch, RoPE patched in place), llama.cpp (a GGUF) or vLLM's engine
+    (`lengths`: the command's, an engine's room)."""
+    if model.backend == "vllm":
+        if dist.world > 1:
+            raise RopeCliError("--backend vllm under torchrun: vLLM spreads one model over devices itself; run one "
+                               "process with --tensor-parallel N (or --pipeline-parallel N)")
+        return open_vllm(model.model, model.gguf_file, dtype=model.dtype, device=device,
+                         tensor_parallel=model.tensor_parallel, pipeline_parallel=model.pipeline_parallel,
+                         max_len=max(lengths or [0]), max_model_len=model.max_model_len, train_len=model.train_len,
+                         rope_layers=model.rope_layers,
+                         refused={"--device-map": model.device_map, "--attn-implementation": model.attn_implementation,
+                                  "--base": model.base is not None, "--d": model.d is not None})
     if model.backend == "llamacpp":
         return open_gguf(model.model, model.gguf_file, device=device, train_len=model.train_len,
                          refused={"--dtype": model.dtype != "auto", "--device-map": model.device_map,

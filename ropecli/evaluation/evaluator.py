@@ -224,11 +224,15 @@ class Evaluator:
             return plain(m.score(self, spec, sched, unit))
 
         with be.scaled(sched, spec.log_n, spec.position_map, self.calibration) if m.scales else nullcontext():
-            for position, j in enumerate(self.dist.mine(len(todo))):
+            mine = list(self.dist.mine(len(todo)))
+            t0 = time.perf_counter()
+            be.gather([units[todo[j]] for j in mine], one)  # vLLM: the block's requests as batches; others: nothing
+            shared = (time.perf_counter() - t0) / max(1, len(mine))  # a batch's time, each unit its share
+            for position, j in enumerate(mine):
                 i = todo[j]
                 t0 = time.perf_counter()
                 value = one(units[i])
-                local.append((i, value, time.perf_counter() - t0))
+                local.append((i, value, time.perf_counter() - t0 + shared))
                 if self.dist.is_main:
                     self._store(keys[i], value, local[-1][2], prefixes)
                 self.forward_passes += m.passes(self, units[i])

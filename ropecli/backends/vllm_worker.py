@@ -1,0 +1,141 @@
+"""vLLM as ropecli's measuring engine, the process side: one long-lived process in vLLM's environment that holds one
+engine at a time and answers batches of requests (`ropecli.backends.vllm_backend` starts it and speaks to it).
+
+    python -m ropecli.backends.vllm_worker          (in the Python where vLLM is installed, with ropecli beside it)
+
+One JSON object per line on stdin, one answer per line on stdout (vLLM's own logging goes to stderr: the first thing
+this does is point file descriptor 1 at 2, keeping the real stdout for answers):
+
+    {"engine": {"model": DIR, "max_model_len": T, "hf_overrides": {...} | null, "engine": {LLM kwargs}},
+     "requests": [{"ids": [...], "score": true, "generate": n, "eos": true} | {"ids": PROMPT, "force": [answer ids]}]}
+ -> {"error": null | "one line", "load_s": s | null, "s": s, "rss_mib": MiB,
+     "answers": [{"nll": [-log p of ids[1:]], "ranks": [rank of each of those], "tokens": [greedy ids]}
+                 | {"nll": [-log p of each forced token], "ranks": [...], "forced": true}, ...]}
+
+An engine is kept while the next batch names the same model, overrides and engine arguments and fits its
+max_model_len; otherwise it is shut down and the next one started (vLLM's import is paid once, by the first). A batch's
+requests go to one `LLM.generate` call: vLLM's scheduler batches them continuously, chunks their prefills and shares
+cached prefixes, as it serves. Greedy decoding stops after EOS unless "eos" is false (RULER's and ropecli's rule).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import sys
+import time
+import traceback
+
+from ropecli.deferred import deferred
+from ropecli.export.vllm_engine import ENGINE_DEFAULTS, _one_line, _rss_mib
+
+FORCE = "ropecli_force"  # SamplingParams.extra_args: the tokens `vllm_forced.ForcedTokens` makes a request generate
+FORCED = "ropecli.backends.vllm_forced:ForcedTokens"  # by name: vLLM imports it (that module names vLLM's classes)
+vllm = deferred("vllm")
+plugins = deferred("vllm.plugins")
+
+
+class Engines:
+    """The one engine this process holds, and what it was started with."""
+
+    def __init__(self):
+        self.llm, self.spec = None, None
+
+    def fits(self, spec: dict) -> bool:
+        """Whether the held engine serves `spec`: the same model, overrides and arguments, max_model_len at least."""
+        if self.llm is None:
+            return False
+        same = {k: v for k, v in self.spec.items() if k != "max_model_len"} == \
+            {k: v for k, v in spec.items() if k != "max_model_len"}
+        return same and int(self.spec["max_model_len"]) >= int(spec["max_model_len"])
+
+    def close(self) -> None:
+        if self.llm is None:
+            return
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):  # a tensor-parallel engine's worker processes end here
+            core.shutdown()
+        self.llm, self.spec = None, None
+        gc.collect()
+
+    def open(self, spec: dict) -> float | None:
+        """The engine for `spec` (kept, or started): seconds it took to start, None where it was kept."""
+        if self.fits(spec):
+            return None
+        self.close()
+        kwargs = {**ENGINE_DEFAULTS, "logits_processors": [FORCED], **(spec.get("engine") or {})}
+        if spec.get("hf_overrides"):
+            kwargs["hf_overrides"] = spec["hf_overrides"]
+        t0 = time.perf_counter()
+        self.llm = vllm.LLM(model=spec["model"], max_model_len=int(spec["max_model_len"]), **kwargs)
+        self.spec = spec
+        return time.perf_counter() - t0
+
+
+def answer(engines: Engines, job: dict) -> dict:
+    """One batch: the engine its spec names, then every request in one generate call."""
+    out: dict = {"error": None, "load_s": None, "answers": []}
+    try:
+        out["load_s"] = engines.open(job["engine"])
+    except Exception as exc:  # noqa: BLE001  the engine's refusal is the answer asked for, in one line
+        out["error"] = _one_line(exc)
+        return out
+    prompts, params = [], []
+    for r in job["requests"]:
+        n = int(r.get("generate") or 0)
+        prompts.append({"prompt_token_ids": [int(i) for i in r["ids"]]})
+        if r.get("force"):  # teacher-forced through decoding (`vllm_forced`): each forced token's raw logprob, rank
+            params.append(vllm.SamplingParams(max_tokens=len(r["force"]), temperature=0.0, ignore_eos=True, logprobs=0,
+                                              extra_args={FORCE: [int(t) for t in r["force"]]}))
+            continue
+        params.append(vllm.SamplingParams(max_tokens=max(1, n), temperature=0.0, ignore_eos=not r.get("eos", False),
+                                          prompt_logprobs=0 if r.get("score", True) else None))
+    t0 = time.perf_counter()
+    try:
+        got = engines.llm.generate(prompts, params, use_tqdm=False)
+    except Exception as exc:  # noqa: BLE001
+        out["error"] = _one_line(exc)
+        out["traceback"] = traceback.format_exc()[-6000:]
+        engines.close()  # an engine that failed mid-batch is not trusted with the next one
+        return out
+    out["s"] = time.perf_counter() - t0
+    for r, g in zip(job["requests"], got):
+        ids = [int(i) for i in r["ids"]]
+        lp = g.prompt_logprobs
+        one = {"tokens": list(g.outputs[0].token_ids)[:int(r.get("generate") or 0)]}
+        if r.get("force"):
+            steps = [step[t] for step, t in zip(g.outputs[0].logprobs, g.outputs[0].token_ids)]
+            one.update(nll=[-p.logprob for p in steps], ranks=[int(p.rank) for p in steps],
+                       forced=list(g.outputs[0].token_ids) == [int(t) for t in r["force"]])
+            out["answers"].append(one)
+            continue
+        if lp is not None:
+            picked = [lp[i][ids[i]] for i in range(1, len(ids))]  # the prompt's own token at each position
+            one["nll"] = [-p.logprob for p in picked]
+            one["ranks"] = [int(p.rank) for p in picked]  # 1: the argmax
+        out["answers"].append(one)
+    out["rss_mib"] = _rss_mib()
+    return out
+
+
+def main() -> int:
+    replies = os.fdopen(os.dup(1), "w", buffering=1)  # the answers' channel: the real stdout
+    os.dup2(2, 1)  # everything else anyone prints (vLLM's logging) goes to stderr
+    sys.stdout = sys.stderr
+    plugins.load_general_plugins()
+    engines = Engines()
+    replies.write(json.dumps({"ready": True, "version": vllm.__version__}) + "\n")
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        job = json.loads(line)
+        if job.get("close"):
+            break
+        replies.write(json.dumps(answer(engines, job)) + "\n")
+    engines.close()
+    return 0
+
+
+if __name__ == "__main__":  # vLLM spawns processes that import __main__: the loop runs only here
+    raise SystemExit(main())
