@@ -116,7 +116,7 @@ class BackendDefaults:
 
     def gather(self, units: list, score: Callable[[Any], Any]) -> None:
         """Nothing ahead of the units: each is scored when the evaluator reaches it. (vLLM's backend runs `score` over
-        the block's units first and answers their requests in batches: `vllm_backend.VllmBackend.gather`.)"""
+        the block's units first and answers their requests in batches: `export.vllm_backend.VllmBackend.gather`.)"""
 
 
 def native_reference(rope: ModelRope, schedule: Schedule) -> Schedule:

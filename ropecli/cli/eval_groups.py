@@ -114,6 +114,12 @@ class ModelOptions(ModelSourceOptions):
             raise RopeCliError(f"{given[0]} is vLLM's: add --backend vllm (with --backend {self.backend}, "
                                "--device-map auto spreads a model over GPUs)")
 
+    def engine_flags(self) -> tuple[str, ...]:
+        """The flags that chose the engine, as a command that reproduces a run spells them (none at the defaults)."""
+        flags = [("--backend", self.backend, "transformers"), ("--tensor-parallel", self.tensor_parallel, 1),
+                 ("--pipeline-parallel", self.pipeline_parallel, 1), ("--max-model-len", self.max_model_len, None)]
+        return tuple(x for flag, value, default in flags if value != default for x in (flag, str(value)))
+
 
 @dataclass
 class MappedScheduleOptions(ScheduleOptions):  # the evaluating commands' schedules: each under each --map

@@ -40,7 +40,7 @@ class PasskeyScore(str, Enum):  # passkey --score (`ropecli.evaluation.passkey`)
 class Backend(str, Enum):
     transformers = "transformers"  # the model in torch, RoPE patched in place
     llamacpp = "llamacpp"  # a GGUF inside llama.cpp (llama-cpp-python), scaled by rope_freqs
-    vllm = "vllm"  # vLLM's engine: schedules as hf_overrides, maps through ropecli's plugin (`backends.vllm_backend`)
+    vllm = "vllm"  # vLLM's engine: schedules as hf_overrides, maps through ropecli's plugin (`export.vllm_backend`)
 
 BackendOpt = Annotated[Backend, typer.Option("--backend", rich_help_panel=ADVANCED,
     help="transformers; llamacpp: a GGUF evaluated inside llama.cpp as it serves it (needs the llamacpp extra); "

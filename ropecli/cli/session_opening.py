@@ -14,9 +14,13 @@ from rich.progress import Progress as ProgressBar
 
 from ropecli.backends.llamacpp_open import open_gguf
 from ropecli.backends.load import load_model, resolve_device, resolve_dtype
-from ropecli.backends.vllm_backend import open_vllm
 from ropecli.cli.console import stderr_console
-from ropecli.cli.eval_groups import DataOptions, EvalOptions, ModelOptions, PasskeyOptions
+from ropecli.cli.eval_groups import (
+    DataOptions,
+    EvalOptions,
+    ModelOptions,
+    PasskeyOptions,
+)
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.bos_policy import describe_bos
 from ropecli.evaluation.cache import EvalCache
@@ -26,7 +30,14 @@ from ropecli.evaluation.inputs import Inputs
 from ropecli.evaluation.key_tokens import FarRepeat, short_default
 from ropecli.evaluation.longppl import LongShort
 from ropecli.evaluation.session import Progress, Session
-from ropecli.models.memory import available_memory, human, memory_before_loading, reset_peak, resident_bytes
+from ropecli.export.vllm_backend import open_vllm
+from ropecli.models.memory import (
+    available_memory,
+    human,
+    memory_before_loading,
+    reset_peak,
+    resident_bytes,
+)
 from ropecli.report.plots import check_out
 
 

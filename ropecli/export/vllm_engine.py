@@ -73,10 +73,10 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {said}"
 
 
-def _rss_mib() -> float:
-    """This process's resident memory (VmRSS, MiB): the engine's weights, KV cache and work buffers."""
+def _rss_mib(field: str = "VmRSS") -> float:
+    """This process's resident memory (VmRSS, MiB): the engine's weights, KV cache and work buffers; VmHWM: its peak."""
     for line in open("/proc/self/status"):
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
 

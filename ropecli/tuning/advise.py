@@ -39,6 +39,7 @@ class Source:
     model: str | None = None
     gguf_file: str | None = None
     data: list[str] | None = None
+    engine: tuple[str, ...] = ()  # how it was measured beyond the defaults: --backend vllm --tensor-parallel 2, …
 
 
 def run_advise(session: Bench, plan: AdvisePlan, target: Target, out_dir: Path, source: Source) -> dict:
@@ -153,7 +154,8 @@ def write_advice(result: dict, standings: Standings, session: Bench, plan: Advis
 
 
 def reproduce_command(plan: AdvisePlan, source: Source, lengths, inputs, out: str) -> str:
-    parts = ["ropecli", "advise", *(["--model", source.model] if source.model else [])]
+    parts = ["ropecli", "advise", *(["--model", source.model] if source.model else []), *source.engine]
+    parts += ["--candidates", ",".join(plan.candidates)] if plan.candidates else []
     parts += [x for n in lengths for x in ("--len", str(n))] + [x for d in source.data or [] for x in ("--data", d)]
     parts += ["--samples", str(inputs.samples), "--seed", str(inputs.seed), "--budget", str(plan.budget), "--out", out,
               "--force"]  # the folder holds the advice this command replaces

@@ -37,5 +37,5 @@ def advise(model: ModelOptions, data: DataOptions, evaluation: EvalOptions, prom
     evaluation.target_before_loading(model)  # so does a --len that disagrees with --k
     session = open_session(model, data, evaluation, quiet=as_json, passkey=prompts)
     result = run_advise(session, plan.plan(), evaluation.target(session.rope), out_dir,
-                        Source(model.model, model.gguf_file, data.data))
+                        Source(model.model, model.gguf_file, data.data, model.engine_flags()))
     return emit_json(result) if as_json else show(advice_lines(result, out_dir), wrap=False)

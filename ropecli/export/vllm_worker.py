@@ -1,7 +1,7 @@
 """vLLM as ropecli's measuring engine, the process side: one long-lived process in vLLM's environment that holds one
-engine at a time and answers batches of requests (`ropecli.backends.vllm_backend` starts it and speaks to it).
+engine at a time and answers batches of requests (`ropecli.export.vllm_backend` starts it and speaks to it).
 
-    python -m ropecli.backends.vllm_worker          (in the Python where vLLM is installed, with ropecli beside it)
+    python -m ropecli.export.vllm_worker          (in the Python where vLLM is installed, with ropecli beside it)
 
 One JSON object per line on stdin, one answer per line on stdout (vLLM's own logging goes to stderr: the first thing
 this does is point file descriptor 1 at 2, keeping the real stdout for answers):
@@ -27,11 +27,13 @@ import sys
 import time
 import traceback
 
+import numpy as np
+
 from ropecli.deferred import deferred
 from ropecli.export.vllm_engine import ENGINE_DEFAULTS, _one_line, _rss_mib
 
 FORCE = "ropecli_force"  # SamplingParams.extra_args: the tokens `vllm_forced.ForcedTokens` makes a request generate
-FORCED = "ropecli.backends.vllm_forced:ForcedTokens"  # by name: vLLM imports it (that module names vLLM's classes)
+FORCED = "ropecli.export.vllm_forced:ForcedTokens"  # by name: vLLM imports it (that module names vLLM's classes)
 vllm = deferred("vllm")
 plugins = deferred("vllm.plugins")
 
@@ -41,6 +43,7 @@ class Engines:
 
     def __init__(self):
         self.llm, self.spec = None, None
+        self.kept: dict = {}  # {handle: a window's (T, V) log-probabilities}, kept across engines for KL (`full_rows`)
 
     def fits(self, spec: dict) -> bool:
         """Whether the held engine serves `spec`: the same model, overrides and arguments, max_model_len at least."""
@@ -64,7 +67,8 @@ class Engines:
         if self.fits(spec):
             return None
         self.close()
-        kwargs = {**ENGINE_DEFAULTS, "logits_processors": [FORCED], **(spec.get("engine") or {})}
+        # max_logprobs -1: a KL request's whole distributions (prompt_logprobs=-1); the others ask for 0
+        kwargs = {**ENGINE_DEFAULTS, "logits_processors": [FORCED], "max_logprobs": -1, **(spec.get("engine") or {})}
         if spec.get("hf_overrides"):
             kwargs["hf_overrides"] = spec["hf_overrides"]
         t0 = time.perf_counter()
@@ -85,6 +89,10 @@ def answer(engines: Engines, job: dict) -> dict:
     for r in job["requests"]:
         n = int(r.get("generate") or 0)
         prompts.append({"prompt_token_ids": [int(i) for i in r["ids"]]})
+        if r.get("full"):  # every position's whole distribution: the prompt's and the one token after it (KL)
+            params.append(vllm.SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True, prompt_logprobs=-1,
+                                              logprobs=-1, flat_logprobs=True, detokenize=False))
+            continue
         if r.get("force"):  # teacher-forced through decoding (`vllm_forced`): each forced token's raw logprob, rank
             params.append(vllm.SamplingParams(max_tokens=len(r["force"]), temperature=0.0, ignore_eos=True, logprobs=0,
                                               extra_args={FORCE: [int(t) for t in r["force"]]}))
@@ -104,6 +112,14 @@ def answer(engines: Engines, job: dict) -> dict:
         ids = [int(i) for i in r["ids"]]
         lp = g.prompt_logprobs
         one = {"tokens": list(g.outputs[0].token_ids)[:int(r.get("generate") or 0)]}
+        if r.get("full"):
+            rows = full_rows(g)
+            if r["full"] == "keep":  # the reference's: kept here, compared when the scaled engine has run
+                engines.kept[r["handle"]] = rows
+            else:
+                one.update(window_kl(engines.kept.pop(r["full"]), rows))
+            out["answers"].append(one)
+            continue
         if r.get("force"):
             steps = [step[t] for step, t in zip(g.outputs[0].logprobs, g.outputs[0].token_ids)]
             one.update(nll=[-p.logprob for p in steps], ranks=[int(p.rank) for p in steps],
@@ -115,8 +131,37 @@ def answer(engines: Engines, job: dict) -> dict:
             one["nll"] = [-p.logprob for p in picked]
             one["ranks"] = [int(p.rank) for p in picked]  # 1: the argmax
         out["answers"].append(one)
-    out["rss_mib"] = _rss_mib()
+    out["rss_mib"], out["peak_mib"] = _rss_mib(), _rss_mib("VmHWM")
     return out
+
+
+def full_rows(got) -> np.ndarray:
+    """(T, V) float32 log-probabilities at every position of a `full` request's prompt: T - 1 from its prompt_logprobs=-1
+    (position 0 has none), the last from its one sampled token's logprobs=-1; each row scattered by token id from vLLM's
+    flat lists (`FlatLogprobs`: no object per entry)."""
+    parts = [(got.prompt_logprobs, 1), (got.outputs[0].logprobs, 0)]
+    spans = [(np.asarray(f.token_ids, dtype=np.int64), np.asarray(f.logprobs, dtype=np.float32),
+              list(zip(f.start_indices[first:], f.end_indices[first:]))) for f, first in parts]
+    V = 1 + max(int(ids.max()) for ids, _, _ in spans)
+    rows = np.full((sum(len(x) for _, _, x in spans), V), -np.inf, dtype=np.float32)
+    t = 0
+    for ids, lps, bounds in spans:
+        for lo, hi in bounds:
+            rows[t, ids[lo:hi]] = lps[lo:hi]
+            t += 1
+    return rows
+
+
+def window_kl(reference: np.ndarray, scaled: np.ndarray) -> dict:
+    """KL(p_reference || p_scaled) per position in float64 (clamped at 0: rounding can give -1e-9) and the positions
+    whose argmaxes agree, as `ropecli.models.chunked_scoring.chunk_kl` computes them from logits."""
+    V = min(reference.shape[1], scaled.shape[1])
+    ref, new = reference[:, :V].astype(np.float64), scaled[:, :V].astype(np.float64)
+    p = np.exp(ref)
+    with np.errstate(invalid="ignore"):  # -inf - -inf where both give a token no probability: that term is 0
+        terms = np.where(p > 0, p * (ref - new), 0.0)
+    kl = np.maximum(terms.sum(-1), 0.0)
+    return {"kl": kl.tolist(), "agree": int((ref.argmax(-1) == new.argmax(-1)).sum())}
 
 
 def main() -> int:

@@ -1,9 +1,11 @@
 """vLLM as ropecli's measuring engine (`--backend vllm`): every window and prompt scored inside the engine that serves
-the winner, on as many devices as vLLM spreads it over (`--tensor-parallel N`, `--pipeline-parallel N`).
+the winner, on as many devices as vLLM spreads it over (`--tensor-parallel N`, `--pipeline-parallel N`). It sits with
+export, not with the other backends: what it measures is what `export --to vllm` writes (the same overrides, the same
+map folder), so it is built from export's writers.
 
 What runs where:
 - ropecli's process keeps what it always has (the tokenizer, the windows, the cache, the statistics); vLLM runs in one
-  long-lived process of its own (`ropecli.backends.vllm_worker`), in ropecli's environment where vLLM imports there,
+  long-lived process of its own (`ropecli.export.vllm_worker`), in ropecli's environment where vLLM imports there,
   else in the one $ROPECLI_VLLM_PYTHON names (`export.runtimes.vllm.engine_python`, as `verify` finds it).
 - A schedule reaches vLLM as `hf_overrides` (longrope with long_factor = short_factor = the schedule's factors, the
   cos/sin scaled by short_mscale = long_mscale = its attention factor: `schedule_overrides`); the model as shipped as
@@ -12,16 +14,19 @@ What runs where:
   same one (lengths below its max_model_len included).
 - The numbers: a window's NLL per token from vLLM's prompt log-probabilities (`prompt_logprobs=0`: the token's own
   log-probability and rank, from the raw logits), generation from vLLM's greedy sampler; an answer under a map whose
-  regions the prompt fixes (LaMPE) teacher-forced through vLLM's decoding (`ropecli.backends.vllm_forced`).
+  regions the prompt fixes (LaMPE) teacher-forced through vLLM's decoding (`ropecli.export.vllm_forced`).
 - Batching: the evaluator hands a block's units to `gather` before it scores them one by one. Each unit's scoring
   runs; a backend call whose answer is not yet known records its request and stops that unit (`Pending`); the round's
   requests go to vLLM as one batch (vLLM schedules them: continuous batching, chunked prefill, prefix caching), and
   the next round reruns the units, each now one call further. Then the evaluator's loop finds every answer known.
 
+- KL: the model as shipped and the schedule are two engines; the first's whole distributions (prompt_logprobs=-1, in
+  vLLM's flat lists) are kept in vLLM's process until the second's arrive, and compared there: nothing of size
+  positions x vocabulary crosses to ropecli. Beyond FULL_ENTRIES a window, refused (vLLM's lists are Python's).
+
 Refused in one line, before any engine starts: log-n and a changed position temperature (vLLM has neither as a
-per-position rule), KL (vLLM returns the top log-probabilities, not whole distributions), generation teacher-forced
-across schedules (`--decode-across`), torchrun (vLLM spreads a model itself: --tensor-parallel), a length beyond
---max-model-len's setting, a family the plugin does not serve under a map.
+per-position rule), generation teacher-forced across schedules (`--decode-across`), torchrun (vLLM spreads a model
+itself: --tensor-parallel), a length beyond --max-model-len's setting, a family the plugin does not serve under a map.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from ropecli.backends.backend import BackendDefaults, Calibration, native_as_loaded
+from ropecli.backends.backend import BackendDefaults, Calibration, native_as_loaded, native_reference
 from ropecli.backends.load import load_model, resolve_device
 from ropecli.deferred import deferred
 from ropecli.errors import RopeCliError
@@ -66,6 +71,7 @@ transformers = deferred("transformers")
 hub = deferred("huggingface_hub")
 
 GENERATION_ROOM = 64  # tokens past the longest window an engine is started with: a prompt's generated answer
+FULL_ENTRIES = 32 << 20  # KL: the most log-probabilities (positions x vocabulary) one window's distributions may hold
 
 
 class Pending(BaseException):
@@ -139,7 +145,7 @@ class Worker:
 
     def start(self) -> None:
         self.log = tempfile.NamedTemporaryFile("w+", prefix="ropecli-vllm-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen([self.python, "-m", "ropecli.backends.vllm_worker"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([self.python, "-m", "ropecli.export.vllm_worker"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, text=True,
                                      env={**os.environ, **ENV, **self.env})
         first = self.proc.stdout.readline()
@@ -181,6 +187,8 @@ class VllmBackend(BackendDefaults):
     max_len: int  # the longest window the command asks for: engines start with room for it and an answer
     cap: int | None = None  # --max-model-len: no engine is started longer
     positions: int = 0  # config.json's max_position_embeddings
+    vocab: int = 0  # config.json's vocab_size: a KL window's distributions are positions x vocab
+    token_bytes: int = 0  # one token's keys and values over every layer, in the engine's dtype (`kv_token_bytes`)
     architecture: str = ""  # config.json's architectures[0]: the plugin serves maps on SERVED
     runtime: str = "vllm"
     maps: bool = True
@@ -314,6 +322,8 @@ class VllmBackend(BackendDefaults):
                                "shorter --len")
         room = max(self.max_len + GENERATION_ROOM, longest + 1)  # one engine for every length the command asks for
         spec = {**self._engine, "max_model_len": min(room, self.cap) if self.cap else room}
+        if self.device == "cpu" and self.token_bytes:  # the KV cache a block needs, not vLLM's share of the machine
+            spec["engine"] = {**spec["engine"], "kv_cache_memory_bytes": kv_cache_bytes(self.token_bytes, spec["max_model_len"])}
         if spec["max_model_len"] > self.positions and not self._maps_now:
             # vLLM sizes its cos/sin cache by max_position_embeddings (`RotaryEmbedding._compute_cos_sin_cache`): a
             # position past it indexes out of range, where transformers rotates any position
@@ -352,9 +362,24 @@ class VllmBackend(BackendDefaults):
         got = self._ask({"ids": [int(i) for i in ids], "score": False, "generate": int(max_new), "eos": True})
         return self.tokenizer.decode(got["tokens"], skip_special_tokens=True)
 
-    def window_kl(self, ids, schedule, log_n, chunk_tokens, position_map=None, calibration=None):
-        raise RopeCliError("kl under --backend vllm: vLLM returns a position's top log-probabilities, not the whole "
-                           "distribution KL sums over; measure kl with --backend transformers (the same weights)")
+    def window_kl(self, ids: np.ndarray, schedule: Schedule, log_n: bool, chunk_tokens: int | None,
+                  position_map: BoundMap | None = None, calibration: Calibration | None = None):
+        """KL(p_as_shipped || p_scaled) at every position of one window: the reference engine's whole distributions
+        (prompt_logprobs=-1, and the token after the window's) kept in vLLM's process, the scaled engine's compared
+        with them there (`vllm_worker.window_kl`); (sum, positions, positions whose argmaxes agree, per position)."""
+        ids = [int(i) for i in ids]
+        if len(ids) * self.vocab > FULL_ENTRIES:
+            raise RopeCliError(f"kl under --backend vllm: vLLM hands whole distributions over as Python lists, "
+                               f"{len(ids)} x {self.vocab} = {len(ids) * self.vocab / 1e6:.0f} M log-probabilities a "
+                               f"window (at most {FULL_ENTRIES / 1e6:.0f} M here); measure kl with --backend transformers "
+                               "(the same weights)")
+        handle = hashlib.sha256(json.dumps([ids, schedule.method, list(map(float, schedule.factors))]).encode()).hexdigest()
+        with self.scaled(native_reference(self.rope, schedule), False):
+            self._ask({"ids": ids, "full": "keep", "handle": handle})
+        with self.scaled(schedule, log_n, position_map, calibration):
+            got = self._ask({"ids": ids, "full": handle})
+        kl = np.asarray(got["kl"], dtype=np.float64)
+        return float(kl.sum()), int(kl.size), int(got["agree"]), kl.tolist()
 
     def decode_losses(self, ids, segments):
         raise RopeCliError("--decode-across under --backend vllm: vLLM runs one schedule per engine, not one per "
@@ -399,9 +424,34 @@ def open_vllm(name: str | None, gguf_file: str | None = None, *, dtype: str = "a
     backend = VllmBackend(str(folder.resolve()), tokenizer, rope, folder_fingerprint(folder), vllm_dtype, dev,
                           Worker.shared(engine_python(), tuple(sorted(env.items()))), args, max_len, cap=max_model_len,
                           positions=int((config.get("text_config") or config).get("max_position_embeddings") or 0),
+                          token_bytes=kv_token_bytes(config, vllm_dtype),
+                          vocab=int((config.get("text_config") or config).get("vocab_size") or len(tokenizer)),
                           architecture=(config.get("architectures") or [""])[0])
     backend.selection_model = functools.cache(lambda: load_model(str(folder), dtype="fp32", device="cpu"))
     return backend
+
+
+CONCURRENT = 8  # full-length sequences a CPU engine's KV cache holds at once (vLLM schedules a batch through it)
+
+
+def kv_token_bytes(config: dict, dtype: str) -> int:
+    """One token's keys and values over every layer (layers x 2 x key-value heads x head dim x the dtype's bytes),
+    from config.json; 0 where the config does not say (vLLM's own share of memory is used then)."""
+    text = config.get("text_config") or config
+    try:
+        heads = int(text["num_attention_heads"])
+        head_dim = int(text.get("head_dim") or int(text["hidden_size"]) // heads)
+        return int(text["num_hidden_layers"]) * 2 * int(text.get("num_key_value_heads") or heads) * head_dim * \
+            (4 if dtype == "float32" else 2)
+    except (KeyError, TypeError, ValueError):
+        return 0
+
+
+def kv_cache_bytes(token_bytes: int, max_model_len: int) -> int:
+    """vLLM's kv_cache_memory_bytes on a CPU: CONCURRENT sequences of max_model_len tokens, at least 256 MiB. vLLM's
+    default there is 92 % of the machine's memory (`gpu_memory_utilization`), allocated and zeroed at every engine's
+    start: 3.9 s and 4.7 GB resident for the built-in model, against 1.8 s and 1.0 GB at this size."""
+    return max(256 << 20, CONCURRENT * max_model_len * token_bytes)
 
 
 def thread_binding(cores: int, ranks: int) -> str:

@@ -8,7 +8,7 @@ What is read back is the raw log-probability vLLM's sampler takes before any log
 token's probability under the model, and whether it was the argmax. ropecli uses it where a map's regions are fixed by
 the prompt (LaMPE: `PositionMap.per_prompt`): one prefill of prompt + answer would count the answer's tokens too.
 
-Imported only in vLLM's environment (`ropecli.backends.vllm_worker`); it names vLLM's classes at import.
+Imported only in vLLM's environment (`ropecli.export.vllm_worker`); it names vLLM's classes at import.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
-from ropecli.backends.vllm_worker import FORCE  # the SamplingParams.extra_args key: the token ids to generate, in order
+from ropecli.export.vllm_worker import (
+    FORCE,  # the SamplingParams.extra_args key: the token ids to generate, in order
+)
 
 
 class ForcedTokens(LogitsProcessor):
