@@ -10,8 +10,9 @@ What runs where:
 - A schedule reaches vLLM as `hf_overrides` (longrope with long_factor = short_factor = the schedule's factors, the
   cos/sin scaled by short_mscale = long_mscale = its attention factor: `schedule_overrides`); the model as shipped as
   it is; a position map as the map folder `export --to vllm` writes, served through ropecli's plugin
-  (`ropecli.maps.vllm_plugin`). One engine per model and schedule or map, kept while the next block asks for the
-  same one (lengths below its max_model_len included).
+  (`ropecli.maps.vllm_plugin`). One engine at a time, kept while the next block asks for the same one (lengths below
+  its max_model_len included); a schedule that differs from the running engine's in its factors alone is set in it
+  (`vllm_worker.reschedule`), anything else starts the next engine.
 - The numbers: a window's NLL per token from vLLM's prompt log-probabilities (`prompt_logprobs=0`: the token's own
   log-probability and rank, from the raw logits), generation from vLLM's greedy sampler; an answer under a map whose
   regions the prompt fixes (LaMPE) teacher-forced through vLLM's decoding (`ropecli.export.vllm_forced`).
@@ -54,7 +55,7 @@ from ropecli.errors import RopeCliError
 from ropecli.evaluation.cache import default_cache_dir
 from ropecli.export.hf_folder import export_hf_from_gguf
 from ropecli.export.map_folder import write_map_folder
-from ropecli.export.runtimes.vllm import engine_python, unavailable, with_v4_keys
+from ropecli.export.runtimes.vllm import engine_python, memory_now, unavailable, with_v4_keys
 from ropecli.export.vllm_engine import ENV
 from ropecli.export.writers import write_block
 from ropecli.maps.position_maps import BoundMap
@@ -203,6 +204,7 @@ class VllmBackend(BackendDefaults):
     _tmp: Any = None
     _notes: list = field(default_factory=list)
     _loads: list = field(default_factory=list)  # seconds each engine took to start
+    _rescheduled: int = 0  # schedules set in a running engine instead (`vllm_worker.reschedule`)
 
     @property
     def name(self) -> str:
@@ -223,7 +225,8 @@ class VllmBackend(BackendDefaults):
         said = list(self._notes)
         if self._loads:
             said.append(f"vLLM {getattr(self.worker, 'version', '')}: {len(self._loads)} engine(s) started, "
-                        f"{sum(self._loads):.0f} s in all")
+                        f"{sum(self._loads):.0f} s in all" + (f"; {self._rescheduled} schedule(s) set in a running "
+                                                            "engine" if self._rescheduled else ""))
         return said
 
     # --- the block's engine ---
@@ -323,7 +326,8 @@ class VllmBackend(BackendDefaults):
         room = max(self.max_len + GENERATION_ROOM, longest + 1)  # one engine for every length the command asks for
         spec = {**self._engine, "max_model_len": min(room, self.cap) if self.cap else room}
         if self.device == "cpu" and self.token_bytes:  # the KV cache a block needs, not vLLM's share of the machine
-            spec["engine"] = {**spec["engine"], "kv_cache_memory_bytes": kv_cache_bytes(self.token_bytes, spec["max_model_len"])}
+            spec["engine"] = {**spec["engine"], "kv_cache_memory_bytes": kv_cache_bytes(self.token_bytes, spec["max_model_len"],
+                                                                            memory_now()[0])}
         if spec["max_model_len"] > self.positions and not self._maps_now:
             # vLLM sizes its cos/sin cache by max_position_embeddings (`RotaryEmbedding._compute_cos_sin_cache`): a
             # position past it indexes out of range, where transformers rotates any position
@@ -331,6 +335,8 @@ class VllmBackend(BackendDefaults):
         out = self.worker.ask({"engine": spec, "requests": requests})
         if out.get("load_s") is not None:
             self._loads.append(out["load_s"])
+        if out.get("rescheduled_s") is not None:
+            self._rescheduled += 1
         if out["error"] is not None:
             raise RopeCliError(f"vLLM's engine: {out['error'][:400]}")
         for request, answer in zip(requests, out["answers"]):
@@ -447,11 +453,15 @@ def kv_token_bytes(config: dict, dtype: str) -> int:
         return 0
 
 
-def kv_cache_bytes(token_bytes: int, max_model_len: int) -> int:
-    """vLLM's kv_cache_memory_bytes on a CPU: CONCURRENT sequences of max_model_len tokens, at least 256 MiB. vLLM's
+def kv_cache_bytes(token_bytes: int, max_model_len: int, available: int | None = None) -> int:
+    """vLLM's kv_cache_memory_bytes on a CPU: CONCURRENT sequences of max_model_len tokens, at least 256 MiB, at most
+    40 % of the `available` memory (vLLM's reading, `runtimes.vllm.memory_now`) but never under one sequence. vLLM's
     default there is 92 % of the machine's memory (`gpu_memory_utilization`), allocated and zeroed at every engine's
     start: 3.9 s and 4.7 GB resident for the built-in model, against 1.8 s and 1.0 GB at this size."""
-    return max(256 << 20, CONCURRENT * max_model_len * token_bytes)
+    want = max(256 << 20, CONCURRENT * max_model_len * token_bytes)
+    if available:
+        want = min(want, max(int(0.4 * available), max_model_len * token_bytes))
+    return want
 
 
 def thread_binding(cores: int, ranks: int) -> str:

@@ -13,7 +13,10 @@ this does is point file descriptor 1 at 2, keeping the real stdout for answers):
                  | {"nll": [-log p of each forced token], "ranks": [...], "forced": true}, ...]}
 
 An engine is kept while the next batch names the same model, overrides and engine arguments and fits its
-max_model_len; otherwise it is shut down and the next one started (vLLM's import is paid once, by the first). A batch's
+max_model_len; one that differs only in its longrope factors and mscales (ropecli's schedules) is rescheduled in place:
+its cos/sin tables recomputed by vLLM's own code on every rank, its prefix cache emptied (`reschedule`: milliseconds,
+where starting an engine takes seconds on a CPU and a minute for a large model on a GPU); otherwise it is shut down and
+the next one started (vLLM's import is paid once, by the first). A batch's
 requests go to one `LLM.generate` call: vLLM's scheduler batches them continuously, chunks their prefills and shares
 cached prefixes, as it serves. Greedy decoding stops after EOS unless "eos" is false (RULER's and ropecli's rule).
 """
@@ -34,6 +37,7 @@ from ropecli.export.vllm_engine import ENGINE_DEFAULTS, _one_line, _rss_mib
 
 FORCE = "ropecli_force"  # SamplingParams.extra_args: the tokens `vllm_forced.ForcedTokens` makes a request generate
 FORCED = "ropecli.export.vllm_forced:ForcedTokens"  # by name: vLLM imports it (that module names vLLM's classes)
+torch = deferred("torch")
 vllm = deferred("vllm")
 plugins = deferred("vllm.plugins")
 
@@ -62,10 +66,18 @@ class Engines:
         self.llm, self.spec = None, None
         gc.collect()
 
-    def open(self, spec: dict) -> float | None:
-        """The engine for `spec` (kept, or started): seconds it took to start, None where it was kept."""
+    def open(self, spec: dict) -> tuple[str, float]:
+        """The engine for `spec`: ("kept", 0) where the held one serves it, ("rescheduled", seconds) where it differs
+        only in its longrope factors and mscales (`reschedule`, on every rank), else ("started", seconds)."""
         if self.fits(spec):
-            return None
+            return "kept", 0.0
+        if self.llm is not None and (params := schedule_of(spec)) is not None and schedule_of(self.spec) is not None \
+                and without_schedule(spec) == without_schedule(self.spec):
+            t0 = time.perf_counter()
+            if all(n > 0 for n in self.llm.collective_rpc(reschedule, args=(params,))):
+                self.llm.reset_prefix_cache()  # the cached keys were rotated by the schedule before
+                self.spec = spec
+                return "rescheduled", time.perf_counter() - t0
         self.close()
         # max_logprobs -1: a KL request's whole distributions (prompt_logprobs=-1); the others ask for 0
         kwargs = {**ENGINE_DEFAULTS, "logits_processors": [FORCED], "max_logprobs": -1, **(spec.get("engine") or {})}
@@ -74,14 +86,53 @@ class Engines:
         t0 = time.perf_counter()
         self.llm = vllm.LLM(model=spec["model"], max_model_len=int(spec["max_model_len"]), **kwargs)
         self.spec = spec
-        return time.perf_counter() - t0
+        return "started", time.perf_counter() - t0
+
+
+SCHEDULE_KEYS = ("short_factor", "long_factor", "short_mscale", "long_mscale", "attention_factor", "factor")
+
+
+def schedule_of(spec: dict) -> dict | None:
+    """The longrope parameters an engine's overrides give its one RoPE (ropecli's schedules), else None."""
+    params = (spec.get("hf_overrides") or {}).get("rope_parameters") or {}
+    return params if params.get("rope_type") == "longrope" else None
+
+
+def without_schedule(spec: dict) -> str:
+    """`spec` but its longrope factors and mscales: two engines equal here differ by their cos/sin tables alone."""
+    out = json.loads(json.dumps(spec))
+    for block in ("rope_parameters", "rope_scaling"):
+        for key in SCHEDULE_KEYS:
+            ((out.get("hf_overrides") or {}).get(block) or {}).pop(key, None)
+    return json.dumps(out, sort_keys=True)
+
+
+def reschedule(worker, params: dict) -> int:
+    """On one rank (`LLM.collective_rpc`): every longrope rotary of its model given `params`' factors and mscales, its
+    cos/sin table computed by vLLM's own code as a new engine computes it (`Phi3LongRoPEScaledRotaryEmbedding.__init__`
+    in vllm/model_executor/layers/rotary_embedding/phi3_long_rope_scaled_rope.py: the short table up to
+    original_max_position_embeddings, then the long one, concatenated) and written into the same buffer; how many."""
+    done = 0
+    for module in worker.model_runner.get_model().modules():
+        if type(module).__name__ != "Phi3LongRoPEScaledRotaryEmbedding":
+            continue
+        module.short_factor, module.long_factor = params["short_factor"], params["long_factor"]
+        module.short_mscale, module.long_mscale = params["short_mscale"], params["long_mscale"]
+        short = module._compute_cos_sin_cache(module.original_max_position_embeddings, module.short_factor,
+                                              module.short_mscale)
+        long = module._compute_cos_sin_cache(module.max_position_embeddings, module.long_factor, module.long_mscale)
+        table = module.long_short_cos_sin_cache
+        table.copy_(torch.cat([short.to(table.dtype), long.to(table.dtype)], dim=0))
+        done += 1
+    return done
 
 
 def answer(engines: Engines, job: dict) -> dict:
     """One batch: the engine its spec names, then every request in one generate call."""
     out: dict = {"error": None, "load_s": None, "answers": []}
     try:
-        out["load_s"] = engines.open(job["engine"])
+        how, seconds = engines.open(job["engine"])
+        out["load_s" if how == "started" else f"{how}_s"] = seconds
     except Exception as exc:  # noqa: BLE001  the engine's refusal is the answer asked for, in one line
         out["error"] = _one_line(exc)
         return out
