@@ -248,7 +248,10 @@ class VllmBackend(BackendDefaults):
             engine = {"model": self.map_folder(schedule, bound, calibration), "hf_overrides": None, "engine": args}
             self._per_prompt, self._maps_now = bool(bound.record.per_prompt), True
         else:
-            as_loaded = native_as_loaded(self.rope, schedule, False)
+            # the model as loaded where it ships a schedule of its own; a plain-RoPE model's `native` goes as longrope
+            # with factors 1 too (the same rotation, 1.0 * x and x * 1.0 exact in float32), so that every schedule of it,
+            # KL's reference among them, is set in one running engine (`vllm_worker.reschedule`)
+            as_loaded = native_as_loaded(self.rope, schedule, False) and self.rope.shipped is not None
             engine = {"model": self.source, "hf_overrides": None if as_loaded else schedule_overrides(self.rope, schedule),
                       "engine": args}
             self._per_prompt = self._maps_now = False
