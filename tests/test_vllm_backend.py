@@ -29,6 +29,7 @@ COMMANDS = {  # name: the command's arguments (both backends run each, --json)
                 "--metric", "ppl,passkey", "--task", "niah-single", "--generate", "--prompts", 2],
     "kl": ["kl", "--k", 4, "--method", "yarn,mixed", "--samples", 2],
     "search": ["search", "--method", "yarn", "--vary", "beta_fast=8:64", "--budget", 4, "--len", N, "--samples", 2],
+    "search-b": ["search-b", "--len", N, "--samples", 2],
     "advise": ["advise", "--len", N, "--samples", 2, "--candidates", "yarn,selfextend,dca", "--budget", 8],
 }
 SKIP = {"seconds", "cached", "runtime", "model_fingerprint", "memory", "device", "dtype", "cache", "commands", "exports",
@@ -50,6 +51,7 @@ def answers(tmp_path_factory):
                 r = run(*args, *extra, "--backend", backend, "--json")
                 assert r.exit_code == 0, (name, backend, r.output[-2000:])
                 out.setdefault(name, {})[backend] = json.loads(r.stdout)
+                out.setdefault("said", {})[(name, backend)] = r.stderr
         os.environ["ROPECLI_CACHE_DIR"] = str(base / "tp2" / "cache")  # two ranks, the Self-Extend cell on its own
         r = run("ppl", "--len", N, "--method", "yarn", "--map", MAPS[1], "--samples", 2, "--backend", "vllm",
                 "--tensor-parallel", 2, "--json")
@@ -100,6 +102,13 @@ def test_two_tensor_parallel_ranks_score_what_one_rank_scores(answers):
     two = answers["tp2"]["results"][0]
     assert abs(two["nll"] - one["nll"]) <= TOL and len(two["window_nll"]) == 2
     assert all(abs(a - b) <= TOL for a, b in zip(two["window_nll"], one["window_nll"]))
+
+
+def test_a_search_sets_each_schedule_in_one_running_engine(answers):
+    """search-b's schedules (and its references) differ in their factors alone: one engine, rescheduled."""
+    said = answers["said"][("search-b", "vllm")].splitlines()
+    line = next(x for x in said if "engine(s) started" in x)  # the engine the command before left may serve the first
+    assert line.split(": ")[1].split(" engine")[0] in ("0", "1") and "schedule(s) set in a running engine" in line, line
 
 
 def test_the_advice_reproduces_with_the_engine_it_was_measured_in(answers):

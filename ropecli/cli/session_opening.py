@@ -282,7 +282,7 @@ def _load(model: ModelOptions, device: str, dist, lengths: list[int] | None = No
         return open_vllm(model.model, model.gguf_file, dtype=model.dtype, device=device,
                          tensor_parallel=model.tensor_parallel, pipeline_parallel=model.pipeline_parallel,
                          max_len=max(lengths or [0]), max_model_len=model.max_model_len, train_len=model.train_len,
-                         rope_layers=model.rope_layers,
+                         rope_layers=model.rope_layers, trust_remote_code=model.trust_remote_code,
                          refused={"--device-map": model.device_map, "--attn-implementation": model.attn_implementation,
                                   "--base": model.base is not None, "--d": model.d is not None})
     if model.backend == "llamacpp":

@@ -145,6 +145,8 @@ class Worker:
         return json.loads(line)
 
     def start(self) -> None:
+        if self.proc is None:  # the first start: ended with the process (a restart keeps the one registration)
+            atexit.register(self.close)
         self.log = tempfile.NamedTemporaryFile("w+", prefix="ropecli-vllm-", suffix=".log", delete=False)
         self.proc = subprocess.Popen([self.python, "-m", "ropecli.export.vllm_worker"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, text=True,
@@ -153,7 +155,6 @@ class Worker:
         if not first:
             raise RopeCliError(f"vLLM's engine process ({self.python}) did not start: {self.tail()}")
         self.version = json.loads(first)["version"]
-        atexit.register(self.close)
 
     def tail(self) -> str:
         """The last line vLLM wrote to its log, for one-line errors; its log file's path."""
@@ -223,7 +224,7 @@ class VllmBackend(BackendDefaults):
 
     def notes(self) -> list[str]:
         said = list(self._notes)
-        if self._loads:
+        if self._loads or self._rescheduled:
             said.append(f"vLLM {getattr(self.worker, 'version', '')}: {len(self._loads)} engine(s) started, "
                         f"{sum(self._loads):.0f} s in all" + (f"; {self._rescheduled} schedule(s) set in a running "
                                                             "engine" if self._rescheduled else ""))
@@ -397,7 +398,8 @@ class VllmBackend(BackendDefaults):
 
 def open_vllm(name: str | None, gguf_file: str | None = None, *, dtype: str = "auto", device: str = "auto",
               tensor_parallel: int = 1, pipeline_parallel: int = 1, max_len: int = 0, max_model_len: int | None = None,
-              train_len: int | None = None, rope_layers: str | None = None, refused: dict | None = None) -> VllmBackend:
+              train_len: int | None = None, rope_layers: str | None = None, trust_remote_code: bool = False,
+              refused: dict | None = None) -> VllmBackend:
     """`--model` for vLLM's engine: a folder (the built-in model's, a packaged short name's, a local one), a hub id
     (downloaded as vLLM would), or a GGUF dequantized once into a folder beside the evaluation cache (the weights
     transformers runs for the same file). `max_len`: the command's longest --len; `max_model_len`: the user's cap."""
@@ -419,7 +421,9 @@ def open_vllm(name: str | None, gguf_file: str | None = None, *, dtype: str = "a
     dev = resolve_device(device)
     vllm_dtype = {"auto": "float32" if dev == "cpu" else "bfloat16", "fp32": "float32", "bf16": "bfloat16",
                   "fp16": "float16"}.get(dtype, dtype)
-    args: dict = {"tensor_parallel_size": tensor_parallel, "pipeline_parallel_size": pipeline_parallel}
+    # the model's own code only with --trust-remote-code (a map folder needs none: ropecli's plugin serves it)
+    args: dict = {"tensor_parallel_size": tensor_parallel, "pipeline_parallel_size": pipeline_parallel,
+                  "trust_remote_code": trust_remote_code}
     env: dict = {}
     ranks = tensor_parallel * pipeline_parallel
     if ranks > 1:  # the "uni" executor runs one rank in this process; more are vLLM's worker processes
@@ -429,7 +433,7 @@ def open_vllm(name: str | None, gguf_file: str | None = None, *, dtype: str = "a
     if dev != "cpu":
         args["gpu_memory_utilization"] = 0.85
     transformers.utils.logging.set_verbosity_error()
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
     backend = VllmBackend(str(folder.resolve()), tokenizer, rope, folder_fingerprint(folder), vllm_dtype, dev,
                           Worker.shared(engine_python(), tuple(sorted(env.items()))), args, max_len, cap=max_model_len,
                           positions=int((config.get("text_config") or config).get("max_position_embeddings") or 0),
