@@ -100,6 +100,19 @@ def test_the_vllm_line_runs_on_vllms_cpu_build_in_fp32_with_the_memory_share_tha
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU: the flag is the GPU's share, vLLM's default
     assert vllm.serve_command("m", 8, None) == ("python -m vllm.entrypoints.openai.api_server --model m "
                                                 "--max-model-len 8 --dtype float32", [])
+    assert vllm.serve_command("m", 8, position_map=True, per_input=True)[0].endswith(
+        "--enforce-eager --no-enable-prefix-caching")  # LaMPE: a cached block is its prompt length's too
+
+
+def test_a_map_the_input_fixes_is_served_with_prefix_caching_off(tmp_path):
+    """LaMPE's folder: vLLM's server runs the model in processes of its own, where the plugin cannot key cached blocks
+    by their prompt length; Self-Extend's blocks are their tokens' alone, served with vLLM's prefix caching."""
+    for spelled, off in (("lampe:head=16,tail=6", True), ("selfextend:G=8,W=64", False)):
+        r = run("export", "--model", "builtin", "--method", "none", "--map", spelled, "--len", 512, "--to", "vllm",
+                "--out", tmp_path / spelled.split(":")[0])
+        assert r.exit_code == 0, r.output
+        line = next(x for x in " ".join(r.stdout.split("\n")).split("  ") if "api_server" in x)
+        assert ("--no-enable-prefix-caching" in line) is off, line
 
 
 def test_vllm_overrides_and_command(tiny_dir, tmp_path):

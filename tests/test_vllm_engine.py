@@ -8,6 +8,7 @@ share it runs apart (vLLM without the plugin, its OpenAI server, and verify, whi
   Qwen3 (tiny random models with GQA) the same; other families one line;
 - every map's folder under tensor parallelism (two ranks, the heads split between them) scores what one rank scores;
 - LaMPE, whose regions are each prompt's, with its prompts prefilled in chunks and one of them a prefix-cache hit;
+  and prompts that are a longer prompt's first tokens (its blocks cached) each decode as alone;
 - four requests of different lengths together, with a small max_num_batched_tokens (chunked prefills) and a repeated
   prompt (a prefix-cache hit), each give what ropecli gives for it alone;
 - the server line `export --to vllm` prints, run as printed: four concurrent OpenAI completions on 127.0.0.1 each the
@@ -146,6 +147,16 @@ def lampe_part(folder):
     return {"rows": rows, "engines": engines}
 
 
+def lampe_hit_part(folder):
+    """LaMPE's folder again: a 600-token prompt, then its first 200 and its first 232 tokens (its first block of 128, the
+    CPU backend's, in the prefix cache) each generating 32 tokens."""
+    a = window(600, 1)
+    rows = [a[:200], a[:232]]
+    engines = [engine(folder, T + 64, [[{"ids": a, "generate": 1, "score": False}],
+                                       [{"ids": r, "generate": 32, "score": False} for r in rows]])]
+    return {"rows": rows, "engines": engines}
+
+
 def concurrent_part(base):
     """Self-Extend under YaRN: four requests together with max_num_batched_tokens = 96, then the longest again."""
     folder = export(["--model", "builtin", "--method", "yarn", "--map", map_text(bind("selfextend", MAP_PARAMS["selfextend"])),
@@ -196,6 +207,7 @@ def vllm_answers(tmp_path_factory):
     base = tmp_path_factory.mktemp("vllm")
     parts = {"maps": maps_part(base / "maps")}
     parts["lampe"] = lampe_part(parts["maps"]["folders"]["lampe"])
+    parts["lampe_hit"] = lampe_hit_part(parts["maps"]["folders"]["lampe"])
     parts["concurrent"] = concurrent_part(base)
     parts["families"] = families_part(base / "families")
     parts["schedules"] = schedules_part(base / "schedules")
@@ -296,6 +308,18 @@ def test_lampe_decodes_in_vllm_as_the_folder_and_its_source_decode(map_runs, vll
     assert got["phases"][1]["requests"][0]["tokens"] == got["phases"][0]["requests"][0]["tokens"]
     want, _ = ropecli_logprobs(folder, rows[0])
     assert worst(got["phases"][2]["requests"][0]["nll"], want) <= TOL
+
+
+def test_lampe_prompts_sharing_a_longer_prompts_first_blocks_decode_as_alone(vllm_answers):
+    """LaMPE's regions are made from the prompt's length, and the layers above the first read hidden states made under
+    them: a block's keys and values are its tokens' at one prompt length. After a 600-token prompt, its first 200 and
+    its first 232 tokens (their first block that prompt's, had prefix caching shared it) each decode 32 greedy tokens
+    as the folder decodes them alone (shared, the 27th and the 7th were other tokens)."""
+    part, folder = vllm_answers["lampe_hit"], vllm_answers["maps"]["folders"]["lampe"]
+    (rec,) = part["records"]
+    assert rec["error"] is None, rec["error"]
+    for r, req in zip(part["rows"], rec["phases"][1]["requests"], strict=True):
+        assert len(req["tokens"]) == 32 and req["tokens"] == folder_choices(folder, r, req["tokens"]), len(r)
 
 
 def test_concurrent_requests_chunked_prefill_and_a_cached_prefix_are_each_alone(vllm_answers):

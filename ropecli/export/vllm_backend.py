@@ -246,6 +246,10 @@ class VllmBackend(BackendDefaults):
             bound, note = self.rope.on_model(position_map)
             if note and note not in self._notes:
                 self._notes.append(note)
+            if (bound.record.per_length or bound.record.per_prompt) and "distributed_executor_backend" in args:
+                # a block's keys are its prompt length's too (LaMPE): in-process the plugin keys the blocks by it, with
+                # ranks in processes of their own it cannot, and refuses a hit (`maps/vllm_model.py: salt_block_hashes`)
+                args = {**args, "enable_prefix_caching": False}
             engine = {"model": self.map_folder(schedule, bound, calibration), "hf_overrides": None, "engine": args}
             self._per_prompt, self._maps_now = bool(bound.record.per_prompt), True
         else:

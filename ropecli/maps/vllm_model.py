@@ -23,7 +23,10 @@ seq_lens), so a prefill, a chunk of a chunked prefill, a prefill after a prefix-
 call each, at the positions they have in the request. A per-length map (LaMPE) is made at each request's length; a
 per-prompt one (LaMPE's three regions) keeps each request's prompt length from its prefill through its decoding steps,
 as its source decodes, the prompt read from vLLM's model runner by request (`ServedMap.prompts`: prefix caching and
-chunked prefill at vLLM's defaults; a chunk's regions are the whole prompt's, as one pass makes them). With tensor
+chunked prefill at vLLM's defaults; a chunk's regions are the whole prompt's, as one pass makes them). Under these
+maps a block's keys and values depend on the request's prompt length as well as on its tokens (the layers below it
+attend under the prompt's regions), so prefix caching shares a block only between requests of one prompt length
+(`salt_block_hashes`; where vLLM's engine core runs in another process than the model, a hit is refused). With tensor
 parallelism each rank runs its own heads (a key-pair selection sliced to them). Unmapped layers (sliding windows
 below the exported length) run vLLM's own attention untouched.
 """
@@ -169,6 +172,7 @@ def install_map(model, vllm_config) -> "ServedMap":
     block = hf.ropecli_map
     length = int(block.get("length") or vllm_config.model_config.max_model_len)
     served = ServedMap(block, text, length, vllm_config)
+    served.salted = salt_block_hashes(served)
     changed = []
     for module in model.modules():
         attn = getattr(module, "attn", None)
@@ -193,6 +197,55 @@ def install_map(model, vllm_config) -> "ServedMap":
     if wanted:
         served.first, served.last = wanted[0], wanted[-1]
     return served
+
+
+def salt_block_hashes(served: ServedMap) -> bool:
+    """Whether the engine core building this model hashes each request's blocks with its prompt length too (vLLM's
+    cache_salt, which enters a request's first block and so, chained, every later one), where the map's regions depend
+    on the input (a per-prompt or per-length map: LaMPE) and prefix caching is on. There a block's keys and values are
+    not its tokens' alone: every layer attends under regions made from the prompt's length (LaMPE's far keys squeezed
+    over its T tokens), so the layers above read hidden states that differ with it, and a block another request of
+    another prompt length computed holds other numbers (a request after one that shared its first 244 tokens scored
+    its answer 47.2828 nats, alone 47.2692). Requests of one prompt length compute the same numbers for the same tokens and still share
+    them (a repeated prompt, n > 1 samples). The engine core is found up the stack where the worker runs in its process
+    (vLLM's uni executor: one device, ropecli's own engines with VLLM_ENABLE_V1_MULTIPROCESSING=0); where the workers
+    run in processes of their own (the mp executor: tensor or pipeline parallelism, vLLM's CPU build with
+    multiprocessing on, `vllm serve` there) it is not, and a prefix-cache hit is refused instead
+    (`ServedMap.refuse_hits`)."""
+    cls = getattr(sys.modules.get("vllm.v1.engine.core"), "EngineCore", None)
+    if not served.prefix_caching or served.run.regions_at is None or cls is None:
+        return False
+    frame = sys._getframe(1)
+    while frame is not None and not isinstance(frame.f_locals.get("self"), cls):
+        frame = frame.f_back
+    if frame is None:
+        return False
+    core = frame.f_locals["self"]
+    own = type(core).preprocess_add_request
+
+    def preprocess_add_request(request):  # its hasher is set after the model is built: wrapped at the first request
+        hasher = core.request_block_hasher
+        if hasher is not None and not getattr(hasher, "ropecli_salted", False):
+            core.request_block_hasher = prompt_salted(hasher)
+        return own(core, request)
+
+    core.preprocess_add_request = preprocess_add_request  # this engine's alone (an attribute of its instance)
+    return True
+
+
+def prompt_salted(hasher):
+    """vLLM's request block hasher (request -> the hashes of its new full blocks) with the request's prompt length
+    added to its cache_salt while it hashes (the request's own salt kept, and put back after)."""
+    def hashes(request):
+        salt = request.cache_salt
+        request.cache_salt = f"{salt or ''}|ropecli prompt {request.num_prompt_tokens}"
+        try:
+            return hasher(request)
+        finally:
+            request.cache_salt = salt
+
+    hashes.ropecli_salted = True
+    return hashes
 
 
 def layer_index(name: str) -> int:
@@ -242,6 +295,7 @@ class ServedMap:
         self.step: DecodeStep | None = None  # this step's, where it is a decoding step served in place
         self.fresh: dict[int, torch.Tensor] = {}  # {mapped layer: the keys it wrote this step, in the primary set}
         self.prefix_caching = bool(getattr(getattr(vllm_config, "cache_config", None), "enable_prefix_caching", False))
+        self.salted = False  # the engine core hashes each request's blocks with its prompt length (`salt_block_hashes`)
 
     def rotate(self, x, cos, sin):
         """x (tokens, heads x dim) rotated by cos, sin (1, tokens, dim) in rotate-half, as the model rotates it."""
@@ -256,6 +310,8 @@ class ServedMap:
         self.run.begin(positions[None].long())
         self._rows = {}
         self.prompts = self.prompt_lengths() if self.per_prompt or self.run.regions_at is not None else None
+        if self.prefix_caching and not self.salted and self.run.regions_at is not None:
+            self.refuse_hits()
         self.finish_step()  # a step that stopped before its last mapped layer: its bands put back
         self.step = self.decode_step(positions)
 
@@ -303,6 +359,20 @@ class ServedMap:
             return None
         batch = self._runner.input_batch
         return [int(n) for n in batch.num_prompt_tokens[:batch.num_reqs]]
+
+    def refuse_hits(self):
+        """Refuse a step where a new request starts after a prefix-cache hit (vLLM's scheduler output, read from the
+        model runner's frame) under a map whose blocks the engine core does not hash with the prompt length
+        (`salt_block_hashes`: workers in processes of their own): the blocks may be another prompt length's."""
+        frame = sys._getframe(1)
+        while frame is not None and "scheduler_output" not in frame.f_locals:
+            frame = frame.f_back
+        out = None if frame is None else frame.f_locals["scheduler_output"]
+        if any(getattr(r, "num_computed_tokens", 0) for r in getattr(out, "scheduled_new_reqs", None) or ()):
+            raise RopeCliError(f"{self.name}: a block's keys and values depend on its request's prompt length, and "
+                               "this engine's prefix cache (its workers in processes of their own) shares blocks "
+                               "between prompt lengths: serve it with prefix caching off (vllm serve DIR "
+                               "--no-enable-prefix-caching; LLM(..., enable_prefix_caching=False))")
 
     def prompt(self, r: int, first_block: int, Tq: int, Tk: int) -> int | None:
         """Request r's prompt length: vLLM's own (`prompt_lengths`), else told by its first KV block (a prefill, or a

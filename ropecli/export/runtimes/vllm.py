@@ -172,7 +172,7 @@ CPU_DEFAULT_SHARE = 0.92  # vLLM's --gpu-memory-utilization default (vllm/config
 
 
 def serve_command(model: str, max_len: int, overrides: dict | None = None,
-                  position_map: bool = False) -> tuple[str, list[str]]:
+                  position_map: bool = False, per_input: bool = False) -> tuple[str, list[str]]:
     """The line that serves `model` in vLLM as ropecli measured it, and what it says of the line: the module form
     (`SERVER`), fp32 (`--dtype float32`: ropecli measures in fp32; vLLM's CPU build defaults to bf16, whose greedy
     text left fp32's after ~10 tokens of a 900-token prompt), a position map's folder eager (`--enforce-eager`: the
@@ -181,11 +181,15 @@ def serve_command(model: str, max_len: int, overrides: dict | None = None,
     torch._dynamo UserError), and, where this machine has no CUDA device, the share of its memory vLLM's CPU build
     may reserve: it reserves --gpu-memory-utilization (0.92 by default) of the machine's memory and stops at start-up
     where less is available (vllm/v1/worker/cpu_worker.py: CPUWorker.__init__'s "less than desired CPU memory
-    utilization")."""
+    utilization"). `per_input`: a map whose regions the input fixes (LaMPE) is served with prefix caching off: a
+    cached block's keys and values are its prompt length's as well as its tokens', and vLLM's server runs the model in
+    processes of its own, where the plugin cannot key the blocks by it (`maps/vllm_model.py: salt_block_hashes`) and
+    refuses a hit instead."""
     line = f"{SERVER} --model {shlex.quote(model)}"
     if overrides is not None:
         line += f" --hf-overrides {shlex.quote(json.dumps(overrides, separators=(',', ':')))}"
     line += f" --max-model-len {int(max_len)} --dtype float32" + (" --enforce-eager" if position_map else "")
+    line += " --no-enable-prefix-caching" if per_input else ""
     share, said = cpu_memory_share()
     if share is not None:
         line += f" --gpu-memory-utilization {share:g}"
@@ -350,7 +354,9 @@ def write_map(spec, geom, rope, out, *, model=None, gguf_file=None, force=False,
                                     consistent=consistent)
     result.pop("load", None)  # vLLM serves the folder: its line starts vLLM's server, not transformers' loading line
     arch = read_json(Path(out) / "config.json")["ropecli_map"]["architecture"]
-    command, said = serve_command(str(out), geom.target_len, position_map=True)
+    record = spec.position_map.record
+    command, said = serve_command(str(out), geom.target_len, position_map=True,
+                                  per_input=record.per_length or record.per_prompt)
     if arch in SERVED:
         result["command"] = command
         result["lines"] += [command, *said, f"{RECORD.label} serves the map through ropecli's plugin: install ropecli where "
