@@ -180,6 +180,7 @@ HEAVY = {"torch", "transformers", "matplotlib", "scipy", "safetensors", "gguf", 
 RUN_ELSEWHERE = {  # modules that run outside ropecli's process and import what they need as that process does
     "ropecli/export/map_modeling.py": "the glue of an exported folder's modeling file: never imported, generated from",
     "ropecli/maps/vllm_model.py": "the model class vLLM's engine loads through the plugin, inside vLLM",
+    "ropecli/export/vllm_forced.py": "the logits processor vLLM's engine loads by name (--backend vllm), inside vLLM",
 }
 
 

@@ -48,14 +48,25 @@ from typing import Any
 
 import numpy as np
 
-from ropecli.backends.backend import BackendDefaults, Calibration, native_as_loaded, native_reference
+from ropecli.backends.backend import (
+    BackendDefaults,
+    Calibration,
+    native_as_loaded,
+    native_reference,
+)
 from ropecli.backends.load import load_model, resolve_device
 from ropecli.deferred import deferred
 from ropecli.errors import RopeCliError
 from ropecli.evaluation.cache import default_cache_dir
 from ropecli.export.hf_folder import export_hf_from_gguf
 from ropecli.export.map_folder import write_map_folder
-from ropecli.export.runtimes.vllm import engine_python, memory_now, unavailable, with_v4_keys
+from ropecli.export.runtimes.vllm import RECORD as VLLM
+from ropecli.export.runtimes.vllm import (
+    engine_python,
+    memory_now,
+    unavailable,
+    with_v4_keys,
+)
 from ropecli.export.vllm_engine import ENV
 from ropecli.export.writers import write_block
 from ropecli.maps.position_maps import BoundMap
@@ -192,7 +203,7 @@ class VllmBackend(BackendDefaults):
     vocab: int = 0  # config.json's vocab_size: a KL window's distributions are positions x vocab
     token_bytes: int = 0  # one token's keys and values over every layer, in the engine's dtype (`kv_token_bytes`)
     architecture: str = ""  # config.json's architectures[0]: the plugin serves maps on SERVED
-    runtime: str = "vllm"
+    runtime: str = VLLM.name
     maps: bool = True
     earlier_fingerprints: tuple[str, ...] = ()
     selection_model: Any = None  # () -> a TransformersBackend of the same weights: DPE's key pairs are chosen there
@@ -392,7 +403,7 @@ class VllmBackend(BackendDefaults):
             self._ask({"ids": ids, "full": "keep", "handle": handle})
         with self.scaled(schedule, log_n, position_map, calibration):
             got = self._ask({"ids": ids, "full": handle})
-        kl = np.asarray(got["kl"], dtype=np.float64)
+        kl = np.asarray(got["divergence"], dtype=np.float64)
         return float(kl.sum()), int(kl.size), int(got["agree"]), kl.tolist()
 
     def decode_losses(self, ids, segments):

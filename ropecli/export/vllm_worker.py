@@ -212,7 +212,7 @@ def window_kl(reference: np.ndarray, scaled: np.ndarray) -> dict:
     with np.errstate(invalid="ignore"):  # -inf - -inf where both give a token no probability: that term is 0
         terms = np.where(p > 0, p * (ref - new), 0.0)
     kl = np.maximum(terms.sum(-1), 0.0)
-    return {"kl": kl.tolist(), "agree": int((ref.argmax(-1) == new.argmax(-1)).sum())}
+    return {"divergence": kl.tolist(), "agree": int((ref.argmax(-1) == new.argmax(-1)).sum())}
 
 
 def main() -> int:
