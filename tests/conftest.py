@@ -23,7 +23,7 @@ QUICK = {"test_cli_analysis.py", "test_schedule_identities.py", "test_schedules_
 
 # The files whose tests take longest (docs/measurements/suite.md), run first: with the suite split over two workers by
 # file (pyproject.toml: -n 2 --dist loadfile), a long file started last would leave one worker idle at the end
-LONGEST_FIRST = ["test_vllm_engine.py", "test_distributed.py", "test_readme.py", "test_advise_verdicts.py",
+LONGEST_FIRST = ["test_vllm_engine.py", "test_vllm_backend.py", "test_distributed.py", "test_readme.py", "test_advise_verdicts.py",
                  "test_verdicts.py", "test_racing.py", "test_map_folder_serving.py", "test_architecture_matrix.py",
                  "test_advise.py", "test_map_folder.py", "test_lm_eval_agreement.py", "test_ruler.py"]
 
