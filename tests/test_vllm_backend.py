@@ -143,7 +143,7 @@ def test_without_vllm_the_backend_says_how_to_install_it(monkeypatch):
 
 def test_a_cpu_engine_holds_the_kv_cache_a_block_needs():
     assert kv_cache_bytes(8192, 576) == 256 << 20  # the built-in model at 2L: the floor
-    assert kv_cache_bytes(8192 * 64, 16384) == 8 * 16384 * 8192 * 64  # 8 full-length sequences
-    assert kv_cache_bytes(8192 * 8, 16384, 10 << 30) == int(0.4 * (10 << 30))  # 40 % of 10 GiB available, not 8 GiB
+    assert kv_cache_bytes(8192 * 64, 16384) == 2 * 16384 * 8192 * 64  # 2 full-length sequences (CONCURRENT)
+    assert kv_cache_bytes(8192 * 32, 16384, 10 << 30) == int(0.4 * (10 << 30))  # 40 % of 10 GiB available, not 8 GiB
     assert kv_cache_bytes(8192 * 8, 16384, 1 << 30) == 1 << 30  # never under one sequence (1 GiB)
     assert thread_binding(2, 2) == "0|1" and thread_binding(16, 2) == "0-7|8-15"
