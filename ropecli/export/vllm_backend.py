@@ -60,8 +60,8 @@ from ropecli.errors import RopeCliError
 from ropecli.evaluation.cache import default_cache_dir
 from ropecli.export.hf_folder import export_hf_from_gguf
 from ropecli.export.map_folder import write_map_folder
-from ropecli.export.runtimes.vllm import RECORD as VLLM
 from ropecli.export.runtimes.vllm import (
+    RECORD,
     engine_python,
     memory_now,
     unavailable,
@@ -203,7 +203,7 @@ class VllmBackend(BackendDefaults):
     vocab: int = 0  # config.json's vocab_size: a KL window's distributions are positions x vocab
     token_bytes: int = 0  # one token's keys and values over every layer, in the engine's dtype (`kv_token_bytes`)
     architecture: str = ""  # config.json's architectures[0]: the plugin serves maps on SERVED
-    runtime: str = VLLM.name
+    runtime: str = RECORD.name  # vLLM's runtime record's
     maps: bool = True
     earlier_fingerprints: tuple[str, ...] = ()
     selection_model: Any = None  # () -> a TransformersBackend of the same weights: DPE's key pairs are chosen there
